@@ -1,0 +1,225 @@
+// triad-bench-messaging: message throughput and round-trip latency of (a) raw CAF actors,
+// (b) triad homed actors in one domain, (c) homed actors across two domains and (d) a driver
+// thread sending completions to an actor through the bridge. All in one run; ratios b/a, c/b,
+// d/a go to the JSON. Each configuration runs one CAF worker per domain with the same scheduler
+// settings, so the ratios compare mechanisms, not thread counts.
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <caf/all.hpp>
+
+#include "bench/report.hpp"
+#include "runtime/bridge.hpp"
+#include "runtime/domains.hpp"
+#include "runtime/topology.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Executions of homed handlers that ran on a thread of another domain (must stay 0).
+std::atomic<std::size_t> off_home{0};
+
+void check_home(int expected) {
+  if (expected >= 0 && triad::current_domain() != expected)
+    off_home.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Counts messages and fulfils `done` when `expected` have arrived.
+template<class Self>
+caf::behavior sink(Self* self, std::size_t expected, std::promise<void>* done, int home) {
+  auto count = std::make_shared<std::size_t>(0);
+  return {[=](int) {
+    check_home(home);
+    if (++*count == expected) {
+      done->set_value();
+      self->quit();
+    }
+  }};
+}
+
+// Sends `n` messages to `target` from one handler, then ends.
+template<class Self>
+void firehose(Self* self, caf::actor target, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    self->send(target, static_cast<int>(i));
+}
+
+// Answers every request with its argument.
+template<class Self>
+caf::behavior ponger(Self*, int home) {
+  return {[=](int x) {
+    check_home(home);
+    return x;
+  }};
+}
+
+// Runs `rounds` request/response round trips one after another.
+template<class Base>
+class pinger : public Base {
+public:
+  pinger(caf::actor_config& cfg, caf::actor target, std::size_t rounds, std::promise<void>* done,
+         int home)
+    : Base(cfg), target_(std::move(target)), left_(rounds), done_(done), home_(home) {}
+
+  caf::behavior make_behavior() override {
+    step();
+    return {[](int) {}};
+  }
+
+private:
+  void step() {
+    if (left_-- == 0) {
+      done_->set_value();
+      this->quit();
+      return;
+    }
+    this->request(target_, caf::infinite, 1).then([this](int) {
+      check_home(home_);
+      step();
+    });
+  }
+
+  caf::actor target_;
+  std::size_t left_;
+  std::promise<void>* done_;
+  int home_;
+};
+
+// Messages per second from one actor to another inside `sys`.
+template<class Self>
+double throughput(caf::actor_system& sys, std::size_t n, int home) {
+  std::promise<void> done;
+  auto fut = done.get_future();
+  auto target = sys.spawn(sink<Self>, n, &done, home);
+  auto start = clock_type::now();
+  sys.spawn(firehose<Self>, target, n);
+  fut.wait();
+  std::chrono::duration<double> s = clock_type::now() - start;
+  return static_cast<double>(n) / s.count();
+}
+
+// Mean round-trip time in microseconds, pinger in `a`, ponger in `b`.
+template<class Base, class Self>
+double round_trip_us(caf::actor_system& a, caf::actor_system& b, std::size_t rounds, int home_a,
+                     int home_b) {
+  std::promise<void> done;
+  auto fut = done.get_future();
+  auto target = b.spawn(ponger<Self>, home_b);
+  auto start = clock_type::now();
+  a.spawn<pinger<Base>>(target, rounds, &done, home_a);
+  fut.wait();
+  std::chrono::duration<double, std::micro> us = clock_type::now() - start;
+  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
+  return us.count() / static_cast<double>(rounds);
+}
+
+// Completions per second from a driver thread (one job per completion) to an actor.
+double bridge_throughput(triad::driver_thread& driver, caf::actor_system& sys, std::size_t n,
+                         int home) {
+  std::promise<void> done;
+  auto fut = done.get_future();
+  auto target = sys.spawn(sink<triad::homed_actor>, n, &done, home);
+  auto start = clock_type::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    while (driver.try_submit([target, i] { caf::anon_send(target, static_cast<int>(i)); })
+           != triad::submit_result::accepted)
+      std::this_thread::yield();
+  }
+  fut.wait();
+  std::chrono::duration<double> s = clock_type::now() - start;
+  return static_cast<double>(n) / s.count();
+}
+
+template<class F>
+double median_of(int reps, F&& f) {
+  std::vector<double> xs;
+  for (int i = 0; i < reps; ++i)
+    xs.push_back(f());
+  return triad::bench::median(std::move(xs));
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"triad-bench-messaging: actor messaging throughput and round trips, raw CAF vs "
+               "triad homed actors, in-domain, cross-domain and from a driver thread"};
+  std::string json_path;
+  bool quick = false;
+  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
+  app.add_flag("--quick", quick, "smaller inputs (under 60 s)");
+  CLI11_PARSE(app, argc, argv);
+
+  std::size_t messages = quick ? 200'000 : 2'000'000;
+  std::size_t rounds = quick ? 20'000 : 200'000;
+  int reps = quick ? 5 : 7;
+
+  // Two domains of one core each; synthetic, so nothing is bound and the figures compare
+  // mechanisms on whatever cores the OS gives.
+  const std::string layout = "pack:1 numa:2 core:1 pu:1";
+  auto topo = triad::topology::load_synthetic(layout);
+  if (!topo) {
+    std::fprintf(stderr, "triad-bench-messaging: %s\n", topo.error().message.c_str());
+    return 1;
+  }
+  triad::scheduler_config sched;
+  sched.threads_per_domain = 1;
+
+  triad::bench::report out;
+  out.quick = quick;
+  double raw_tput = 0, raw_rtt = 0, homed_tput = 0, homed_rtt = 0, cross_rtt = 0, bridge_tput = 0;
+  {
+    caf::actor_system_config cfg;
+    cfg.set("scheduler.max-threads", sched.threads_per_domain);
+    cfg.set("work-stealing.moderate-sleep-duration",
+            caf::timespan{std::chrono::duration_cast<caf::timespan>(sched.moderate_sleep)});
+    caf::actor_system raw{cfg};
+    raw_tput = median_of(reps, [&] { return throughput<caf::event_based_actor>(raw, messages, -1); });
+    raw_rtt = median_of(reps, [&] {
+      return round_trip_us<caf::event_based_actor, caf::event_based_actor>(raw, raw, rounds, -1, -1);
+    });
+  }
+  {
+    triad::domain d0{0, {0}, nullptr, sched};
+    triad::domain d1{1, {1}, nullptr, sched};
+    homed_tput = median_of(reps, [&] { return throughput<triad::homed_actor>(d0.system(), messages, 0); });
+    homed_rtt = median_of(reps, [&] {
+      return round_trip_us<triad::homed_actor, triad::homed_actor>(d0.system(), d0.system(), rounds, 0, 0);
+    });
+    cross_rtt = median_of(reps, [&] {
+      return round_trip_us<triad::homed_actor, triad::homed_actor>(d0.system(), d1.system(), rounds, 0, 1);
+    });
+    auto driver = triad::driver_thread::start({.name = "bench.driver", .capacity = 1024});
+    if (!driver) {
+      std::fprintf(stderr, "triad-bench-messaging: %s\n", driver.error().message.c_str());
+      return 1;
+    }
+    bridge_tput = median_of(reps, [&] { return bridge_throughput(**driver, d0.system(), messages, 0); });
+    d0.stop(std::chrono::seconds{5});
+    d1.stop(std::chrono::seconds{5});
+  }
+
+  out.metrics["topology"] = "synthetic:" + layout;
+  out.metrics["messages_per_run"] = messages;
+  out.metrics["round_trips_per_run"] = rounds;
+  out.metrics["repetitions"] = reps;
+  out.metrics["raw_throughput_msgs_per_s"] = raw_tput;
+  out.metrics["homed_throughput_msgs_per_s"] = homed_tput;
+  out.metrics["bridge_throughput_msgs_per_s"] = bridge_tput;
+  out.metrics["raw_rtt_us"] = raw_rtt;
+  out.metrics["homed_rtt_us"] = homed_rtt;
+  out.metrics["cross_domain_rtt_us"] = cross_rtt;
+  out.metrics["off_home_executions"] = off_home.load();
+  out.ratios["homed_over_raw_throughput"] = homed_tput / raw_tput;
+  out.ratios["cross_over_local_rtt"] = cross_rtt / homed_rtt;
+  out.ratios["bridge_over_raw_throughput"] = bridge_tput / raw_tput;
+  out.print();
+  if (!json_path.empty() && !out.write(json_path))
+    return 1;
+  return 0;
+}

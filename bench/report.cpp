@@ -1,0 +1,33 @@
+#include "bench/report.hpp"
+
+#include <cstdio>
+#include <fstream>
+
+#include <boost/json/serialize.hpp>
+
+namespace triad::bench {
+
+bool report::write(const std::string& path) const {
+  boost::json::object out;
+  out["metrics"] = metrics;
+  out["ratios"] = ratios;
+  out["quick"] = quick;
+  std::ofstream file{path};
+  if (!file) {
+    std::fprintf(stderr, "cannot open '%s' for writing\n", path.c_str());
+    return false;
+  }
+  file << boost::json::serialize(out) << "\n";
+  return static_cast<bool>(file);
+}
+
+void report::print() const {
+  for (const auto& [key, value] : metrics)
+    std::printf("metric %-40s %s\n", std::string{key}.c_str(),
+                boost::json::serialize(value).c_str());
+  for (const auto& [key, value] : ratios)
+    std::printf("ratio  %-40s %s\n", std::string{key}.c_str(),
+                boost::json::serialize(value).c_str());
+}
+
+} // namespace triad::bench

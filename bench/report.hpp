@@ -1,0 +1,33 @@
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+namespace triad::bench {
+
+/// A benchmark's output: named metrics and same-run ratios, written as
+/// {"metrics": {...}, "ratios": {...}, "quick": bool}.
+struct report {
+  boost::json::object metrics; ///< absolute figures (noisy on shared machines)
+  boost::json::object ratios;  ///< ratios measured in the same run (what to compare)
+  bool quick = false;          ///< whether --quick sizes were used
+
+  /// Writes the JSON to `path`; returns false (and prints why) when it cannot.
+  bool write(const std::string& path) const;
+  /// Prints metrics and ratios, one per line.
+  void print() const;
+};
+
+/// The median of a sample (copied, so the caller's order is kept).
+inline double median(std::vector<double> xs) {
+  if (xs.empty())
+    return 0;
+  std::sort(xs.begin(), xs.end());
+  auto n = xs.size();
+  return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+}
+
+} // namespace triad::bench

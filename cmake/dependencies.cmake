@@ -1,0 +1,31 @@
+# Finds the Debian bookworm packages triad builds with (scripts/install-deps.sh
+# installs them) and gives each an imported target.
+
+# Boost 1.81 only: Debian's default libboost-*-dev is 1.74 and must not be mixed in.
+find_package(Boost 1.81.0 EXACT REQUIRED CONFIG COMPONENTS json unit_test_framework)
+find_package(tomlplusplus 3 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(mimalloc REQUIRED)
+find_package(Threads REQUIRED)
+
+# CAF 0.17.6 ships no CMake config or pkg-config file.
+find_path(TRIAD_CAF_INCLUDE caf/all.hpp REQUIRED)
+find_library(TRIAD_CAF_CORE caf_core REQUIRED)
+find_library(TRIAD_CAF_IO caf_io REQUIRED)
+add_library(triad_caf INTERFACE)
+target_include_directories(triad_caf SYSTEM INTERFACE ${TRIAD_CAF_INCLUDE})
+target_link_libraries(triad_caf INTERFACE ${TRIAD_CAF_CORE} ${TRIAD_CAF_IO} Threads::Threads)
+add_library(caf::core ALIAS triad_caf)
+
+find_path(TRIAD_HWLOC_INCLUDE hwloc.h REQUIRED)
+find_library(TRIAD_HWLOC hwloc REQUIRED)
+add_library(triad_hwloc INTERFACE)
+target_include_directories(triad_hwloc SYSTEM INTERFACE ${TRIAD_HWLOC_INCLUDE})
+target_link_libraries(triad_hwloc INTERFACE ${TRIAD_HWLOC})
+add_library(hwloc::hwloc ALIAS triad_hwloc)
+
+find_path(TRIAD_CONCURRENTQUEUE_INCLUDE concurrentqueue/blockingconcurrentqueue.h REQUIRED)
+add_library(triad_concurrentqueue INTERFACE)
+target_include_directories(triad_concurrentqueue SYSTEM INTERFACE ${TRIAD_CONCURRENTQUEUE_INCLUDE})
+add_library(moodycamel::concurrentqueue ALIAS triad_concurrentqueue)

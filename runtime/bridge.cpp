@@ -1,0 +1,122 @@
+#include "runtime/bridge.hpp"
+
+#include <chrono>
+
+#include <pthread.h>
+
+#include <concurrentqueue/blockingconcurrentqueue.h>
+
+namespace triad {
+
+struct driver_thread::queue {
+  explicit queue(std::size_t capacity) : jobs(capacity) {}
+  moodycamel::BlockingConcurrentQueue<driver_job> jobs;
+};
+
+std::string_view to_string(submit_result value) noexcept {
+  switch (value) {
+    case submit_result::accepted:
+      return "accepted";
+    case submit_result::full:
+      return "full";
+    case submit_result::stopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+driver_thread::driver_thread(driver_options options)
+  : name_(std::move(options.name))
+  , capacity_(options.capacity)
+  , cpus_(std::move(options.cpus))
+  , topo_(options.topo)
+  , queue_(std::make_unique<queue>(options.capacity)) {}
+
+expected<std::unique_ptr<driver_thread>> driver_thread::start(driver_options options) {
+  if (options.capacity == 0)
+    return make_error(errc::invalid_argument,
+                      "driver '" + options.name + "': capacity 0; allowed: 1 or more");
+  bool bind = options.topo != nullptr && !options.cpus.empty();
+  if (bind && !options.topo->info().is_this_machine)
+    return make_error(errc::unsupported, "driver '" + options.name
+                                           + "': cannot bind to cpus of a topology that is not "
+                                             "this machine ("
+                                           + options.topo->info().source + ")");
+  std::unique_ptr<driver_thread> self{new driver_thread(std::move(options))};
+  // 0: starting, 1: bound or not asked, -1: binding failed.
+  auto bind_state = std::make_shared<std::atomic<int>>(0);
+  self->thread_ = std::thread([raw = self.get(), bind_state] { raw->run(bind_state); });
+  while (bind_state->load() == 0)
+    std::this_thread::yield();
+  if (bind_state->load() < 0) {
+    self->stop();
+    return make_error(errc::system_error, "driver '" + self->name_ + "': binding to its cpus failed");
+  }
+  self->bound_ = bind;
+  return self;
+}
+
+driver_thread::~driver_thread() {
+  stop();
+}
+
+submit_result driver_thread::try_submit(driver_job job) {
+  // Reserve a slot first, then look at stopping_: with stop() storing stopping_ before the
+  // driver's last look at pending_, a job is either refused here or run by the driver.
+  if (pending_.fetch_add(1) >= capacity_) {
+    pending_.fetch_sub(1);
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return submit_result::full;
+  }
+  if (stopping_.load()) {
+    pending_.fetch_sub(1);
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return submit_result::stopped;
+  }
+  accepted_.fetch_add(1, std::memory_order_relaxed);
+  queue_->jobs.enqueue(std::move(job));
+  return submit_result::accepted;
+}
+
+void driver_thread::run(std::shared_ptr<std::atomic<int>> bind_state) {
+  auto short_name = name_.substr(0, 15);
+  pthread_setname_np(pthread_self(), short_name.c_str());
+  if (topo_ != nullptr && !cpus_.empty())
+    bind_state->store(topo_->bind_this_thread(cpus_) ? 1 : -1);
+  else
+    bind_state->store(1);
+  driver_job job;
+  for (;;) {
+    if (queue_->jobs.wait_dequeue_timed(job, std::chrono::milliseconds{5})) {
+      try {
+        job();
+      } catch (...) {
+        failed_.fetch_add(1, std::memory_order_relaxed);
+      }
+      job = driver_job{};
+      completed_.fetch_add(1, std::memory_order_release);
+      pending_.fetch_sub(1);
+      continue;
+    }
+    if (stopping_.load() && pending_.load() == 0)
+      return;
+  }
+}
+
+void driver_thread::stop() {
+  stopping_.store(true);
+  if (thread_.joinable())
+    thread_.join();
+}
+
+driver_stats driver_thread::stats() const noexcept {
+  driver_stats s;
+  s.accepted = accepted_.load(std::memory_order_relaxed);
+  s.completed = completed_.load(std::memory_order_acquire);
+  s.refused = refused_.load(std::memory_order_relaxed);
+  s.failed = failed_.load(std::memory_order_relaxed);
+  s.queued = pending_.load();
+  return s;
+}
+
+} // namespace triad

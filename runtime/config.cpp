@@ -1,0 +1,910 @@
+#include "runtime/config.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <span>
+#include <sstream>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include <toml++/toml.h>
+
+namespace triad {
+
+namespace {
+
+/// An inclusive range of integers a key accepts.
+struct int_range {
+  std::int64_t min;
+  std::int64_t max;
+};
+
+constexpr std::int64_t mib_in_16_tib = std::int64_t{16} * 1024 * 1024;
+constexpr std::int64_t max_domain_id = std::numeric_limits<unsigned>::max();
+
+constexpr int_range threads_per_domain_range{0, 1024};
+constexpr int_range moderate_sleep_us_range{0, 1'000'000};
+constexpr int_range tools_cores_range{1, 4096};
+constexpr int_range queue_capacity_range{1, 1'000'000};
+constexpr int_range arena_mib_range{1, mib_in_16_tib};
+constexpr int_range max_concurrent_requests_range{1, 1'000'000};
+constexpr int_range max_queued_requests_range{0, 10'000'000};
+constexpr int_range max_body_bytes_range{1, std::int64_t{1} << 30};
+constexpr int_range device_memory_mib_range{1, mib_in_16_tib};
+constexpr int_range domain_id_range{0, max_domain_id};
+
+constexpr std::size_t max_device_name_length = 64;
+constexpr std::string_view device_name_allowed = "1..64 characters from A-Z, a-z, 0-9, '_' and '-'";
+
+constexpr std::string_view root_keys[] = {"topology", "scheduler", "tools",
+                                          "memory",   "limits",    "devices"};
+constexpr std::string_view topology_keys[] = {"source", "xml", "synthetic", "bind_threads"};
+constexpr std::string_view scheduler_keys[] = {"orchestration_domains", "threads_per_domain",
+                                               "moderate_sleep_us"};
+constexpr std::string_view tools_keys[] = {"cores", "domains", "queue_capacity"};
+constexpr std::string_view memory_keys[] = {"arena_mib_per_domain"};
+constexpr std::string_view limits_keys[] = {"max_concurrent_requests", "max_queued_requests",
+                                            "max_body_bytes"};
+constexpr std::string_view device_keys[] = {"name",   "backend", "role",       "topology_device",
+                                            "domain", "profile", "memory_mib", "queue_capacity"};
+
+template<class E>
+struct enum_name {
+  std::string_view name;
+  E value;
+};
+
+constexpr enum_name<topology_source> topology_source_names[] = {
+    {"machine", topology_source::machine},
+    {"xml", topology_source::xml},
+    {"synthetic", topology_source::synthetic},
+};
+constexpr enum_name<device_role> device_role_names[] = {
+    {"prefill", device_role::prefill},
+    {"decode", device_role::decode},
+    {"both", device_role::both},
+};
+constexpr enum_name<device_backend> device_backend_names[] = {
+    {"cpu", device_backend::cpu},
+    {"sim", device_backend::sim},
+    {"cuda", device_backend::cuda},
+};
+
+/// A 1-based line and column in the config text.
+struct position {
+  std::uint32_t line = 1;
+  std::uint32_t column = 1;
+
+  bool operator<(const position& other) const {
+    return line != other.line ? line < other.line : column < other.column;
+  }
+};
+
+/// The start of `region`, or `fallback` where toml++ recorded none.
+position position_of(const toml::source_region& region, position fallback) {
+  if (region.begin.line == 0) {
+    return fallback;
+  }
+  return {region.begin.line, region.begin.column};
+}
+
+/// Renders `text` as a TOML basic string.
+std::string quote(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 2);
+  out += '"';
+  for (char ch : text) {
+    switch (ch) {
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\b':
+      out += "\\b";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\f':
+      out += "\\f";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    default: {
+      const auto byte = static_cast<unsigned char>(ch);
+      if (byte < 0x20 || byte == 0x7f) {
+        constexpr char hex[] = "0123456789ABCDEF";
+        out += "\\u00";
+        out += hex[byte >> 4];
+        out += hex[byte & 0xf];
+      } else {
+        out += ch;
+      }
+    }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+bool is_bare_key(std::string_view key) {
+  return !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) {
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+           ch == '_' || ch == '-';
+  });
+}
+
+/// Renders a key as TOML: bare where it can be, quoted otherwise.
+std::string render_key(std::string_view key) {
+  return is_bare_key(key) ? std::string{key} : quote(key);
+}
+
+/// Appends `node` rendered as inline TOML.
+void render_to(std::string& out, const toml::node& node) {
+  node.visit([&out](const auto& value) {
+    using node_t = std::remove_cvref_t<decltype(value)>;
+    if constexpr (std::is_same_v<node_t, toml::table>) {
+      out += '{';
+      bool first = true;
+      for (const auto& [key, item] : value) {
+        out += first ? " " : ", ";
+        first = false;
+        out += render_key(key.str());
+        out += " = ";
+        render_to(out, item);
+      }
+      out += first ? "}" : " }";
+    } else if constexpr (std::is_same_v<node_t, toml::array>) {
+      out += '[';
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        if (i > 0) {
+          out += ", ";
+        }
+        render_to(out, value[i]);
+      }
+      out += ']';
+    } else if constexpr (std::is_same_v<node_t, toml::value<std::string>>) {
+      out += quote(value.get());
+    } else if constexpr (std::is_same_v<node_t, toml::value<std::int64_t>>) {
+      out += std::to_string(value.get());
+    } else if constexpr (std::is_same_v<node_t, toml::value<bool>>) {
+      out += value.get() ? "true" : "false";
+    } else {
+      std::ostringstream stream;
+      stream << value;
+      out += stream.str();
+    }
+  });
+}
+
+/// Renders `node` as inline TOML, shortened to a readable length.
+std::string render(const toml::node& node) {
+  constexpr std::size_t max_length = 80;
+  std::string out;
+  render_to(out, node);
+  if (out.size() > max_length) {
+    std::size_t cut = max_length - 3;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xc0) == 0x80) {
+      --cut; // never split a UTF-8 sequence
+    }
+    out.resize(cut);
+    out += "...";
+  }
+  return out;
+}
+
+std::string_view type_name(const toml::node& node) {
+  switch (node.type()) {
+  case toml::node_type::table:
+    return "table";
+  case toml::node_type::array:
+    return "array";
+  case toml::node_type::string:
+    return "string";
+  case toml::node_type::integer:
+    return "integer";
+  case toml::node_type::floating_point:
+    return "float";
+  case toml::node_type::boolean:
+    return "boolean";
+  case toml::node_type::date:
+    return "date";
+  case toml::node_type::time:
+    return "time";
+  case toml::node_type::date_time:
+    return "date-time";
+  case toml::node_type::none:
+    break;
+  }
+  return "nothing";
+}
+
+std::string join(std::span<const std::string_view> names, bool quoted) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) {
+      out += ", ";
+    }
+    out += quoted ? quote(names[i]) : std::string{names[i]};
+  }
+  return out;
+}
+
+template<class E, std::size_t N>
+std::string enum_allowed(const enum_name<E> (&names)[N]) {
+  std::string out;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (i > 0) {
+      out += ", ";
+    }
+    out += quote(names[i].name);
+  }
+  return out;
+}
+
+std::string range_allowed(int_range range) {
+  return "integer " + std::to_string(range.min) + ".." + std::to_string(range.max);
+}
+
+bool is_valid_device_name(std::string_view name) {
+  return name.size() <= max_device_name_length && is_bare_key(name);
+}
+
+/// A TOML table being read, with the key path and position used in messages.
+struct scope {
+  const toml::table& table;
+  std::string path; ///< "" for the root, "tools", "devices[1]"
+  position pos;     ///< the table's position, reported for keys it lacks
+
+  std::string key_path(std::string_view key) const {
+    return path.empty() ? render_key(key) : path + "." + render_key(key);
+  }
+  position value_pos(const toml::node& node) const { return position_of(node.source(), pos); }
+};
+
+/// Whether a key was absent, read, or rejected.
+enum class field { absent, valid, invalid };
+
+/// Reads the schema out of a parsed TOML document, remembering the first error in file order.
+class reader {
+ public:
+  explicit reader(std::string_view source_name)
+      : source_name_(source_name) {}
+
+  /// Reports an error at `pos`; the earliest one in the file is the one returned.
+  void fail(position pos, std::string message) {
+    if (!first_ || pos < first_->first) {
+      first_.emplace(pos, std::move(message));
+    }
+  }
+
+  /// Reports a value that is not allowed: "path = value: problem; allowed: allowed".
+  void fail_value(position pos, std::string_view path, const toml::node& value,
+                  std::string_view problem, std::string_view allowed) {
+    std::string message{path};
+    message += " = ";
+    message += render(value);
+    message += ": ";
+    message += problem;
+    message += "; allowed: ";
+    message += allowed;
+    fail(pos, std::move(message));
+  }
+
+  /// Reports a required key that `s` lacks, at the table's own position.
+  void fail_missing(const scope& s, std::string_view key, std::string_view why,
+                    std::string_view allowed) {
+    std::string message = s.key_path(key);
+    message += ": missing";
+    message += why;
+    message += "; allowed: ";
+    message += allowed;
+    fail(s.pos, std::move(message));
+  }
+
+  bool ok() const { return !first_.has_value(); }
+
+  /// "file:line:col".
+  std::string location(position pos) const {
+    return source_name_ + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column);
+  }
+
+  /// The first error, as "file:line:col: message".
+  error take_error() const {
+    return make_error(errc::invalid_argument, location(first_->first) + ": " + first_->second);
+  }
+
+  /// Reports every key of `s` not in `allowed`; `where` names the table ("[tools]").
+  void check_keys(const scope& s, std::span<const std::string_view> allowed,
+                  std::string_view where) {
+    for (const auto& [key, value] : s.table) {
+      if (std::find(allowed.begin(), allowed.end(), key.str()) != allowed.end()) {
+        continue;
+      }
+      std::string expected = "unknown key; allowed keys ";
+      expected += where;
+      expected += ": ";
+      expected += join(allowed, false);
+      std::string message = s.key_path(key.str());
+      message += " = ";
+      message += render(value);
+      message += ": ";
+      message += expected;
+      fail(position_of(key.source(), s.value_pos(value)), std::move(message));
+    }
+  }
+
+  /// The sub-table `key` of `s`, or nullptr when absent or not a table (reported).
+  const toml::table* table(const scope& s, std::string_view key) {
+    const toml::node* node = s.table.get(key);
+    if (node == nullptr) {
+      return nullptr;
+    }
+    if (const auto* sub = node->as_table()) {
+      return sub;
+    }
+    fail_value(s.value_pos(*node), s.key_path(key), *node,
+               std::string{"wrong type ("} + std::string{type_name(*node)} + ")",
+               "a table [" + s.key_path(key) + "]");
+    return nullptr;
+  }
+
+  /// Reads an integer within `range` into `out`; `below_min` replaces "out of range" for
+  /// values under the minimum.
+  template<class T>
+  field integer(const scope& s, std::string_view key, int_range range, T& out,
+                std::string_view below_min = {}) {
+    const toml::node* node = s.table.get(key);
+    if (node == nullptr) {
+      return field::absent;
+    }
+    std::int64_t value = 0;
+    if (!check_integer(s.value_pos(*node), s.key_path(key), *node, range, value, below_min)) {
+      return field::invalid;
+    }
+    out = static_cast<T>(value);
+    return field::valid;
+  }
+
+  /// Reads a boolean into `out`.
+  field boolean(const scope& s, std::string_view key, bool& out) {
+    const toml::node* node = s.table.get(key);
+    if (node == nullptr) {
+      return field::absent;
+    }
+    if (const auto* value = node->as_boolean()) {
+      out = value->get();
+      return field::valid;
+    }
+    fail_value(s.value_pos(*node), s.key_path(key), *node, wrong_type(*node), "true, false");
+    return field::invalid;
+  }
+
+  /// The string at `key`, or nullptr when absent or not a string (reported, `allowed` says
+  /// what the key takes).
+  const toml::value<std::string>* string(const scope& s, std::string_view key,
+                                         std::string_view allowed, field& state) {
+    const toml::node* node = s.table.get(key);
+    state = field::absent;
+    if (node == nullptr) {
+      return nullptr;
+    }
+    if (const auto* value = node->as_string()) {
+      state = field::valid;
+      return value;
+    }
+    state = field::invalid;
+    fail_value(s.value_pos(*node), s.key_path(key), *node, wrong_type(*node), allowed);
+    return nullptr;
+  }
+
+  /// A non-empty string at `key` into `out`.
+  field non_empty_string(const scope& s, std::string_view key, std::string_view allowed,
+                         std::string& out) {
+    field state = field::absent;
+    const auto* value = string(s, key, allowed, state);
+    if (value == nullptr) {
+      return state;
+    }
+    if (value->get().empty()) {
+      fail_value(s.value_pos(*value), s.key_path(key), *value, "empty", allowed);
+      return field::invalid;
+    }
+    out = value->get();
+    return field::valid;
+  }
+
+  /// Reads one of `names` into `out`.
+  template<class E, std::size_t N>
+  field enumeration(const scope& s, std::string_view key, const enum_name<E> (&names)[N], E& out) {
+    field state = field::absent;
+    const std::string allowed = enum_allowed(names);
+    const auto* value = string(s, key, allowed, state);
+    if (value == nullptr) {
+      return state;
+    }
+    for (const auto& entry : names) {
+      if (entry.name == value->get()) {
+        out = entry.value;
+        return field::valid;
+      }
+    }
+    fail_value(s.value_pos(*value), s.key_path(key), *value, "not allowed", allowed);
+    return field::invalid;
+  }
+
+  /// Reads an array of distinct domain ids into `out`.
+  field domain_ids(const scope& s, std::string_view key, std::vector<unsigned>& out) {
+    const toml::node* node = s.table.get(key);
+    if (node == nullptr) {
+      return field::absent;
+    }
+    const std::string path = s.key_path(key);
+    const std::string allowed = "an array of distinct integers " +
+                                std::to_string(domain_id_range.min) + ".." +
+                                std::to_string(domain_id_range.max);
+    const auto* array = node->as_array();
+    if (array == nullptr) {
+      fail_value(s.value_pos(*node), path, *node, wrong_type(*node), allowed);
+      return field::invalid;
+    }
+    const position array_pos = s.value_pos(*node);
+    std::vector<unsigned> ids;
+    bool valid = true;
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const toml::node& element = (*array)[i];
+      const std::string element_path = path + "[" + std::to_string(i) + "]";
+      const position element_pos = position_of(element.source(), array_pos);
+      std::int64_t id = 0;
+      if (!check_integer(element_pos, element_path, element, domain_id_range, id, {})) {
+        valid = false;
+        continue;
+      }
+      if (std::find(ids.begin(), ids.end(), static_cast<unsigned>(id)) != ids.end()) {
+        fail_value(element_pos, element_path, element, "duplicate domain id", allowed);
+        valid = false;
+        continue;
+      }
+      ids.push_back(static_cast<unsigned>(id));
+    }
+    if (!valid) {
+      return field::invalid;
+    }
+    out = std::move(ids);
+    return field::valid;
+  }
+
+ private:
+  static std::string wrong_type(const toml::node& node) {
+    return "wrong type (" + std::string{type_name(node)} + ")";
+  }
+
+  bool check_integer(position pos, std::string_view path, const toml::node& node, int_range range,
+                     std::int64_t& out, std::string_view below_min) {
+    const auto* value = node.as_integer();
+    if (value == nullptr) {
+      fail_value(pos, path, node, wrong_type(node), range_allowed(range));
+      return false;
+    }
+    const std::int64_t number = value->get();
+    if (number < range.min || number > range.max) {
+      const std::string_view problem =
+          number < range.min && !below_min.empty() ? below_min : "out of range";
+      fail_value(pos, path, node, problem, range_allowed(range));
+      return false;
+    }
+    out = number;
+    return true;
+  }
+
+  std::string source_name_;
+  std::optional<std::pair<position, std::string>> first_;
+};
+
+void read_topology(reader& r, const scope& s, topology_config& out) {
+  r.check_keys(s, topology_keys, "in [topology]");
+  const field source = r.enumeration(s, "source", topology_source_names, out.source);
+  r.boolean(s, "bind_threads", out.bind_threads);
+
+  constexpr std::string_view xml_allowed = "path of an hwloc XML file (format 2.0)";
+  constexpr std::string_view synthetic_allowed =
+      "an hwloc synthetic description such as \"pack:2 numa:3 core:43 pu:2\"";
+  const field xml = r.non_empty_string(s, "xml", xml_allowed, out.xml);
+  const field synthetic = r.non_empty_string(s, "synthetic", synthetic_allowed, out.synthetic);
+  if (source == field::invalid) {
+    return; // the key checks below depend on a known source
+  }
+  const std::string source_text = quote(to_string(out.source));
+  const auto check = [&](std::string_view key, field state, topology_source needs,
+                         std::string_view allowed) {
+    const std::string needs_text = quote(to_string(needs));
+    if (out.source == needs && state == field::absent) {
+      r.fail_missing(s, key, " (required when topology.source = " + needs_text + ")", allowed);
+    } else if (out.source != needs && state != field::absent) {
+      const toml::node& node = *s.table.get(key);
+      r.fail_value(s.value_pos(node), s.key_path(key), node,
+                   "only allowed when topology.source = " + needs_text +
+                       " (topology.source = " + source_text + ")",
+                   "no " + std::string{key} + " key, or topology.source = " + needs_text);
+    }
+  };
+  check("xml", xml, topology_source::xml, xml_allowed);
+  check("synthetic", synthetic, topology_source::synthetic, synthetic_allowed);
+}
+
+void read_scheduler(reader& r, const scope& s, scheduler_config& out) {
+  r.check_keys(s, scheduler_keys, "in [scheduler]");
+  r.domain_ids(s, "orchestration_domains", out.orchestration_domains);
+  r.integer(s, "threads_per_domain", threads_per_domain_range, out.threads_per_domain);
+  std::int64_t sleep_us = out.moderate_sleep.count();
+  if (r.integer(s, "moderate_sleep_us", moderate_sleep_us_range, sleep_us) == field::valid) {
+    out.moderate_sleep = std::chrono::microseconds{sleep_us};
+  }
+}
+
+void read_tools(reader& r, const scope& s, tools_config& out) {
+  r.check_keys(s, tools_keys, "in [tools]");
+  r.integer(s, "cores", tools_cores_range, out.cores, "tools need at least one core");
+  r.domain_ids(s, "domains", out.domains);
+  r.integer(s, "queue_capacity", queue_capacity_range, out.queue_capacity);
+}
+
+void read_memory(reader& r, const scope& s, memory_config& out) {
+  r.check_keys(s, memory_keys, "in [memory]");
+  r.integer(s, "arena_mib_per_domain", arena_mib_range, out.arena_mib_per_domain);
+}
+
+void read_limits(reader& r, const scope& s, limits_config& out) {
+  r.check_keys(s, limits_keys, "in [limits]");
+  r.integer(s, "max_concurrent_requests", max_concurrent_requests_range,
+            out.max_concurrent_requests);
+  r.integer(s, "max_queued_requests", max_queued_requests_range, out.max_queued_requests);
+  r.integer(s, "max_body_bytes", max_body_bytes_range, out.max_body_bytes);
+}
+
+/// First occurrence of each device name, for the duplicate check.
+struct seen_name {
+  std::string path;
+  position pos;
+};
+
+void read_device(reader& r, const scope& s, device_config& out,
+                 std::map<std::string, seen_name, std::less<>>& names) {
+  r.check_keys(s, device_keys, "in [[devices]]");
+
+  field name_state = field::absent;
+  const auto* name = r.string(s, "name", device_name_allowed, name_state);
+  if (name_state == field::absent) {
+    r.fail_missing(s, "name", " (every device needs a name)", device_name_allowed);
+  } else if (name != nullptr) {
+    const position pos = s.value_pos(*name);
+    const std::string path = s.key_path("name");
+    if (!is_valid_device_name(name->get())) {
+      r.fail_value(pos, path, *name, "not a valid device name", device_name_allowed);
+    } else if (auto it = names.find(name->get()); it != names.end()) {
+      r.fail_value(pos, path, *name,
+                   "duplicate device name, already given by " + it->second.path + " at " +
+                       r.location(it->second.pos),
+                   "names unique across devices");
+    } else {
+      names.emplace(name->get(), seen_name{path, pos});
+      out.name = name->get();
+    }
+  }
+
+  const field backend = r.enumeration(s, "backend", device_backend_names, out.backend);
+  r.enumeration(s, "role", device_role_names, out.role);
+
+  const field topology_device = r.non_empty_string(
+      s, "topology_device", "an hwloc OS device name such as \"nvml0\" or \"cuda0\"",
+      out.topology_device);
+  unsigned domain = 0;
+  const field domain_state = r.integer(s, "domain", domain_id_range, domain);
+  if (domain_state == field::valid) {
+    out.domain = domain;
+  }
+  if (topology_device != field::absent && domain_state != field::absent) {
+    const toml::node& device_node = *s.table.get("topology_device");
+    const toml::node& domain_node = *s.table.get("domain");
+    const bool device_first = s.value_pos(device_node) < s.value_pos(domain_node);
+    const std::string_view later_key = device_first ? "domain" : "topology_device";
+    const std::string_view earlier_key = device_first ? "topology_device" : "domain";
+    const toml::node& later = device_first ? domain_node : device_node;
+    const toml::node& earlier = device_first ? device_node : domain_node;
+    r.fail_value(s.value_pos(later), s.key_path(later_key), later,
+                 "give topology_device or domain, not both (" + s.key_path(earlier_key) + " = " +
+                     render(earlier) + ")",
+                 "either " + s.key_path("topology_device") + " or " + s.key_path("domain"));
+  }
+
+  field profile_state = field::absent;
+  const auto* profile = r.string(s, "profile", "a profile name", profile_state);
+  if (profile != nullptr && backend != field::invalid) {
+    std::span<const std::string_view> allowed;
+    if (out.backend == device_backend::cpu) {
+      allowed = cpu_device_profiles;
+    } else if (out.backend == device_backend::sim) {
+      allowed = sim_device_profiles;
+    }
+    if (!allowed.empty() &&
+        std::find(allowed.begin(), allowed.end(), profile->get()) == allowed.end()) {
+      r.fail_value(s.value_pos(*profile), s.key_path("profile"), *profile,
+                   "not allowed for backend " + quote(to_string(out.backend)), join(allowed, true));
+    } else {
+      out.profile = profile->get();
+    }
+  }
+
+  r.integer(s, "memory_mib", device_memory_mib_range, out.memory_mib);
+  r.integer(s, "queue_capacity", queue_capacity_range, out.queue_capacity);
+}
+
+void read_devices(reader& r, const scope& root, std::vector<device_config>& out) {
+  const toml::node* node = root.table.get("devices");
+  if (node == nullptr) {
+    return;
+  }
+  const std::string allowed =
+      "an array of tables [[devices]] with keys " + join(device_keys, false);
+  const auto* array = node->as_array();
+  if (array == nullptr) {
+    r.fail_value(root.value_pos(*node), "devices", *node,
+                 "wrong type (" + std::string{type_name(*node)} + ")", allowed);
+    return;
+  }
+  const position array_pos = root.value_pos(*node);
+  std::map<std::string, seen_name, std::less<>> names;
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& element = (*array)[i];
+    const std::string path = "devices[" + std::to_string(i) + "]";
+    const position pos = position_of(element.source(), array_pos);
+    const auto* table = element.as_table();
+    if (table == nullptr) {
+      r.fail_value(pos, path, element, "wrong type (" + std::string{type_name(element)} + ")",
+                   "a table with keys " + join(device_keys, false));
+      continue;
+    }
+    device_config device;
+    read_device(r, scope{*table, path, pos}, device, names);
+    out.push_back(std::move(device));
+  }
+}
+
+/// Reads a section table with `read` when present.
+template<class Config, class Read>
+void read_section(reader& r, const scope& root, std::string_view key, Config& out, Read read) {
+  if (const toml::table* table = r.table(root, key)) {
+    read(r, scope{*table, std::string{key}, position_of(table->source(), root.pos)}, out);
+  }
+}
+
+node_config read_config(reader& r, const toml::table& document) {
+  const scope root{document, "", position_of(document.source(), position{})};
+  r.check_keys(root, root_keys, "at top level");
+  node_config config;
+  read_section(r, root, "topology", config.topology, read_topology);
+  read_section(r, root, "scheduler", config.scheduler, read_scheduler);
+  read_section(r, root, "tools", config.tools, read_tools);
+  read_section(r, root, "memory", config.memory, read_memory);
+  read_section(r, root, "limits", config.limits, read_limits);
+  read_devices(r, root, config.devices);
+  return config;
+}
+
+void append_ids(std::string& out, const std::vector<unsigned>& ids) {
+  out += '[';
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) {
+      out += ", ";
+    }
+    out += std::to_string(ids[i]);
+  }
+  out += "]\n";
+}
+
+template<class T>
+void append_value(std::string& out, std::string_view key, const T& value) {
+  out += key;
+  out += " = ";
+  if constexpr (std::is_same_v<T, bool>) {
+    out += value ? "true" : "false";
+  } else if constexpr (std::is_integral_v<T>) {
+    out += std::to_string(value);
+  } else if constexpr (std::is_same_v<T, std::vector<unsigned>>) {
+    append_ids(out, value);
+    return;
+  } else {
+    out += quote(value);
+  }
+  out += '\n';
+}
+
+} // namespace
+
+std::string_view to_string(topology_source value) noexcept {
+  switch (value) {
+  case topology_source::machine:
+    return "machine";
+  case topology_source::xml:
+    return "xml";
+  case topology_source::synthetic:
+    return "synthetic";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(device_role value) noexcept {
+  switch (value) {
+  case device_role::prefill:
+    return "prefill";
+  case device_role::decode:
+    return "decode";
+  case device_role::both:
+    return "both";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(device_backend value) noexcept {
+  switch (value) {
+  case device_backend::cpu:
+    return "cpu";
+  case device_backend::sim:
+    return "sim";
+  case device_backend::cuda:
+    return "cuda";
+  }
+  return "unknown";
+}
+
+expected<node_config> parse_config(std::string_view toml_text, std::string_view source_name) {
+  const std::string name = source_name.empty() ? std::string{"<config>"} : std::string{source_name};
+  try {
+    toml::table document;
+    try {
+      document = toml::parse(toml_text, std::string_view{name});
+    } catch (const toml::parse_error& e) {
+      const position pos = position_of(e.source(), position{});
+      return make_error(errc::parse_error,
+                        name + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column) +
+                            ": TOML syntax error: " + std::string{e.description()});
+    }
+    reader r{name};
+    node_config config = read_config(r, document);
+    if (!r.ok()) {
+      return r.take_error();
+    }
+    return config;
+  } catch (const std::exception& e) {
+    return make_error(errc::system_error, name + ": reading the configuration failed: " + e.what());
+  }
+}
+
+expected<node_config> load_config(const std::filesystem::path& file) {
+  try {
+    const std::string name = file.string();
+    std::error_code ec;
+    const auto status = std::filesystem::status(file, ec);
+    if (status.type() == std::filesystem::file_type::not_found ||
+        ec == std::errc::no_such_file_or_directory) {
+      return make_error(errc::not_found, name + ": config file not found");
+    }
+    if (ec) {
+      return make_error(errc::io_error, name + ": cannot read config file: " + ec.message());
+    }
+    if (std::filesystem::is_directory(status)) {
+      return make_error(errc::io_error, name + ": cannot read config file: it is a directory");
+    }
+    std::ifstream in{file, std::ios::binary};
+    if (!in) {
+      return make_error(errc::io_error, name + ": cannot read config file: open failed");
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad()) {
+      return make_error(errc::io_error, name + ": cannot read config file: read failed");
+    }
+    expected<node_config> result = parse_config(text.str(), name);
+    if (!result) {
+      return result;
+    }
+    topology_config& topology = result->topology;
+    if (topology.source == topology_source::xml) {
+      const std::filesystem::path xml{topology.xml};
+      if (xml.is_relative()) {
+        std::filesystem::path resolved = file.parent_path() / xml;
+        if (auto absolute = std::filesystem::absolute(resolved, ec); !ec) {
+          resolved = std::move(absolute);
+        }
+        topology.xml = resolved.lexically_normal().string();
+      }
+    }
+    return result;
+  } catch (const std::exception& e) {
+    return make_error(errc::io_error,
+                      file.string() + ": cannot read config file: " + std::string{e.what()});
+  }
+}
+
+std::string to_toml(const node_config& config) {
+  std::string out = "# triad node configuration\n\n[topology]\n";
+  append_value(out, "source", std::string{to_string(config.topology.source)});
+  if (!config.topology.xml.empty()) {
+    append_value(out, "xml", config.topology.xml);
+  }
+  if (!config.topology.synthetic.empty()) {
+    append_value(out, "synthetic", config.topology.synthetic);
+  }
+  append_value(out, "bind_threads", config.topology.bind_threads);
+
+  out += "\n[scheduler]\n";
+  append_value(out, "orchestration_domains", config.scheduler.orchestration_domains);
+  append_value(out, "threads_per_domain", config.scheduler.threads_per_domain);
+  append_value(out, "moderate_sleep_us",
+               static_cast<std::int64_t>(config.scheduler.moderate_sleep.count()));
+
+  out += "\n[tools]\n";
+  append_value(out, "cores", config.tools.cores);
+  append_value(out, "domains", config.tools.domains);
+  append_value(out, "queue_capacity", config.tools.queue_capacity);
+
+  out += "\n[memory]\n";
+  append_value(out, "arena_mib_per_domain", config.memory.arena_mib_per_domain);
+
+  out += "\n[limits]\n";
+  append_value(out, "max_concurrent_requests", config.limits.max_concurrent_requests);
+  append_value(out, "max_queued_requests", config.limits.max_queued_requests);
+  append_value(out, "max_body_bytes", config.limits.max_body_bytes);
+
+  for (const device_config& device : config.devices) {
+    out += "\n[[devices]]\n";
+    append_value(out, "name", device.name);
+    append_value(out, "backend", std::string{to_string(device.backend)});
+    append_value(out, "role", std::string{to_string(device.role)});
+    if (!device.topology_device.empty()) {
+      append_value(out, "topology_device", device.topology_device);
+    }
+    if (device.domain) {
+      append_value(out, "domain", *device.domain);
+    }
+    if (!device.profile.empty()) {
+      append_value(out, "profile", device.profile);
+    }
+    append_value(out, "memory_mib", device.memory_mib);
+    append_value(out, "queue_capacity", device.queue_capacity);
+  }
+  return out;
+}
+
+node_config default_config() {
+  node_config config;
+  config.topology.source = topology_source::machine;
+  config.tools.cores = defaults::tools::cores;
+
+  device_config prefill;
+  prefill.name = "prefill0";
+  prefill.backend = device_backend::cpu;
+  prefill.role = device_role::prefill;
+  prefill.profile = "tiny";
+  config.devices.push_back(std::move(prefill));
+
+  device_config decode;
+  decode.name = "decode0";
+  decode.backend = device_backend::cpu;
+  decode.role = device_role::decode;
+  decode.profile = "tiny";
+  config.devices.push_back(std::move(decode));
+  return config;
+}
+
+} // namespace triad

@@ -1,0 +1,140 @@
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/defaults.hpp"
+#include "runtime/error.hpp"
+
+namespace triad {
+
+/// Where the node learns its machine's layout.
+enum class topology_source {
+  machine,   ///< hwloc discovery of this machine (threads are bound only here)
+  xml,       ///< an hwloc XML file (format 2.0), for planning other machines
+  synthetic, ///< an hwloc synthetic description such as "pack:2 numa:3 core:43 pu:2"
+};
+
+/// What a device does in the pipeline.
+enum class device_role {
+  prefill, ///< builds KV caches from prompts
+  decode,  ///< generates tokens
+  both,    ///< prefill and decode on one device
+};
+
+/// Which implementation runs a device's work.
+enum class device_backend {
+  cpu,  ///< real transformer on this machine's cores (oneDNN)
+  sim,  ///< roofline model of a named accelerator (simulated)
+  cuda, ///< NVIDIA GPU, only where nvcc and a GPU exist
+};
+
+/// `profile` values a `cpu` device accepts: presets of the real transformer model.
+inline constexpr std::array<std::string_view, 2> cpu_device_profiles = {"tiny", "small"};
+/// `profile` values a `sim` device accepts: the simulated accelerators.
+/// A `cuda` device accepts any profile, including none.
+inline constexpr std::array<std::string_view, 7> sim_device_profiles = {
+    "h100", "h200", "b200", "gaudi3", "sn40l", "sn50", "xeon6_amx"};
+
+/// Names of topology sources, roles and backends as written in the config file.
+std::string_view to_string(topology_source value) noexcept;
+/// Name of a device role as written in the config file.
+std::string_view to_string(device_role value) noexcept;
+/// Name of a device backend as written in the config file.
+std::string_view to_string(device_backend value) noexcept;
+
+/// `[topology]`: where the topology comes from.
+struct topology_config {
+  topology_source source = topology_source::machine; ///< `source`: "machine", "xml", "synthetic"
+  std::string xml; ///< `xml`: path of the XML file (source = "xml"); relative to the config file
+  std::string synthetic; ///< `synthetic`: hwloc synthetic string (source = "synthetic")
+  bool bind_threads =
+      defaults::topology::bind_threads; ///< `bind_threads`: pin threads (machine only)
+  bool operator==(const topology_config&) const = default;
+};
+
+/// `[scheduler]`: the per-domain CAF actor systems.
+struct scheduler_config {
+  /// `orchestration_domains`: NUMA domain ids hosting orchestration actors; empty = automatic.
+  std::vector<unsigned> orchestration_domains;
+  /// `threads_per_domain`: CAF workers per domain; 0 = one per worker cpu of the domain.
+  std::size_t threads_per_domain = defaults::scheduler::threads_per_domain;
+  /// `moderate_sleep_us`: CAF work-stealing moderate sleep, in microseconds.
+  std::chrono::microseconds moderate_sleep = defaults::scheduler::moderate_sleep;
+  bool operator==(const scheduler_config&) const = default;
+};
+
+/// `[tools]`: cores and queues for tool processes.
+struct tools_config {
+  unsigned cores = defaults::tools::cores; ///< `cores`: cores reserved for tools, at least 1
+  std::vector<unsigned> domains; ///< `domains`: NUMA domain ids for tools; empty = automatic
+  std::size_t queue_capacity = defaults::tools::queue_capacity; ///< `queue_capacity`, at least 1
+  bool operator==(const tools_config&) const = default;
+};
+
+/// `[memory]`: per-domain arenas for large buffers.
+struct memory_config {
+  std::uint64_t arena_mib_per_domain = defaults::memory::arena_mib_per_domain; ///< at least 1
+  bool operator==(const memory_config&) const = default;
+};
+
+/// `[limits]`: admission bounds of the node.
+struct limits_config {
+  std::size_t max_concurrent_requests = defaults::limits::max_concurrent_requests; ///< at least 1
+  std::size_t max_queued_requests = defaults::limits::max_queued_requests;         ///< 0 = no queue
+  std::uint64_t max_body_bytes = defaults::limits::max_body_bytes;                 ///< at least 1
+  bool operator==(const limits_config&) const = default;
+};
+
+/// One `[[devices]]` entry.
+struct device_config {
+  std::string name;                             ///< `name`: unique; letters, digits, '_' and '-'
+  device_backend backend = device_backend::cpu; ///< `backend`: "cpu", "sim", "cuda"
+  device_role role = device_role::both;         ///< `role`: "prefill", "decode", "both"
+  /// `topology_device`: the hwloc OS device (e.g. "nvml3", "cuda0") this device is; empty = none.
+  std::string topology_device;
+  /// `domain`: NUMA domain for a device without a topology device; empty = automatic.
+  std::optional<unsigned> domain;
+  /// `profile`: cpu model preset or sim accelerator profile; empty = the backend's default.
+  std::string profile;
+  std::uint64_t memory_mib = defaults::device::memory_mib; ///< `memory_mib`: memory budget, >= 1
+  std::size_t queue_capacity = defaults::device::queue_capacity; ///< `queue_capacity`, >= 1
+  bool operator==(const device_config&) const = default;
+};
+
+/// The whole node configuration, as read from a TOML file.
+struct node_config {
+  topology_config topology;           ///< `[topology]`
+  scheduler_config scheduler;         ///< `[scheduler]`
+  tools_config tools;                 ///< `[tools]`
+  memory_config memory;               ///< `[memory]`
+  limits_config limits;               ///< `[limits]`
+  std::vector<device_config> devices; ///< `[[devices]]`
+  bool operator==(const node_config&) const = default;
+};
+
+/// Parses a node configuration from TOML text; `source_name` names it in error messages.
+/// Unknown keys, wrong types and values out of range are errors naming file, line, key,
+/// the value given and what is allowed. The first error in file order is returned:
+/// errc::parse_error for TOML syntax, errc::invalid_argument for the schema. Never throws.
+expected<node_config> parse_config(std::string_view toml_text, std::string_view source_name);
+
+/// Reads and parses a node configuration file; a relative `topology.xml` is resolved
+/// against the file's directory (made absolute). A missing file is errc::not_found, an
+/// unreadable one errc::io_error, both naming the path. Never throws.
+expected<node_config> load_config(const std::filesystem::path& file);
+
+/// Renders a configuration as TOML, every field included, that parse_config reads back to
+/// an equal value when the configuration is valid.
+std::string to_toml(const node_config& config);
+
+/// The embedded default: this machine's topology, one cpu prefill and one cpu decode device.
+node_config default_config();
+
+} // namespace triad

@@ -1,0 +1,63 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+/// Every default of the runtime area, in one place (like CAF's `defaults::`).
+namespace triad::defaults {
+
+namespace topology {
+/// Bind domain threads and driver threads to their cpus when the topology is this machine.
+inline constexpr bool bind_threads = true;
+} // namespace topology
+
+namespace scheduler {
+/// CAF worker threads per domain; 0 means one per cpu the plan gives the domain's workers.
+inline constexpr std::size_t threads_per_domain = 0;
+/// CAF `work-stealing.moderate-sleep-duration`: 0 keeps workers responsive
+/// (a request/response from a non-actor thread took 85 us at CAF's 50 us default, 8.7 us at 0).
+inline constexpr std::chrono::microseconds moderate_sleep{0};
+} // namespace scheduler
+
+namespace bridge {
+/// Jobs a driver thread's queue holds before try_submit answers "full".
+inline constexpr std::size_t queue_capacity = 1024;
+} // namespace bridge
+
+namespace tools {
+/// Cores reserved for tool processes across the tool domains.
+inline constexpr unsigned cores = 1;
+/// Tool calls waiting per tool domain before new calls are refused with "busy".
+inline constexpr std::size_t queue_capacity = 64;
+} // namespace tools
+
+namespace memory {
+/// Bytes each domain's arena may hand out for large buffers (KV blocks, weights).
+inline constexpr std::uint64_t arena_mib_per_domain = 1024;
+} // namespace memory
+
+namespace limits {
+/// Requests the node serves at once.
+inline constexpr std::size_t max_concurrent_requests = 256;
+/// Requests waiting for admission before new ones are refused (429).
+inline constexpr std::size_t max_queued_requests = 1024;
+/// Largest request body the node accepts.
+inline constexpr std::uint64_t max_body_bytes = 4 * 1024 * 1024;
+} // namespace limits
+
+namespace device {
+/// Device memory budget when a device entry does not give one.
+inline constexpr std::uint64_t memory_mib = 2048;
+/// Jobs queued to a device's driver thread.
+inline constexpr std::size_t queue_capacity = 256;
+} // namespace device
+
+namespace metrics {
+/// Histogram bucket upper bounds for durations in seconds (100 us to 60 s).
+inline constexpr double duration_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                              0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                              1.0,    2.5,     5.0,    10.0,  30.0,   60.0};
+} // namespace metrics
+
+} // namespace triad::defaults

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/config.hpp"
+#include "runtime/error.hpp"
+#include "runtime/topology.hpp"
+
+namespace triad {
+
+/// Where one device's actor and driver thread go.
+struct device_placement {
+  std::string name;            ///< the device's config name
+  std::string topology_device; ///< hwloc OS device it stands for, empty if none
+  device_role role = device_role::both; ///< its role, from the config
+  unsigned domain = 0;         ///< the domain hosting its device actor (nearest to the device)
+  unsigned driver_core = 0;    ///< the core its driver thread binds to
+  unsigned driver_cpu = 0;     ///< the first PU (OS index) of that core
+  bool shared_core = false;    ///< true when other drivers bind to the same core
+  std::vector<std::string> shares_with; ///< the other drivers on that core
+};
+
+/// What one NUMA domain hosts.
+struct domain_plan {
+  unsigned domain = 0;          ///< domain id
+  bool orchestration = false;   ///< hosts session, request and router actors
+  std::vector<unsigned> tool_cpus;   ///< PUs (OS indices) reserved for tool processes
+  std::vector<std::string> devices;  ///< device actors homed here
+  std::vector<unsigned> worker_cpus; ///< PUs the domain's actor-system workers bind to
+  /// True when this domain needs an actor system (it hosts orchestration, tools or devices).
+  bool active() const noexcept { return orchestration || !tool_cpus.empty() || !devices.empty(); }
+};
+
+/// A placement plan: the pure answer to "who runs where" for one topology and config.
+struct plan {
+  std::vector<domain_plan> domains;     ///< one entry per topology domain, by id
+  std::vector<device_placement> devices; ///< in config order
+  std::vector<std::string> notes;       ///< compromises the planner made (sharing, overlap)
+
+  /// The plan of the first orchestration domain.
+  const domain_plan& orchestration_domain() const;
+  /// The placement of the named device, or nullptr.
+  const device_placement* find_device(std::string_view name) const noexcept;
+};
+
+/// Plans a node on a topology. Rules: each device lives in the nearest domain of its
+/// topology device (else its configured domain, else domains round-robin); each driver thread
+/// gets a core of its own in that domain, from the highest core down, while cores allow, and
+/// otherwise shares the least-loaded core there (recorded in shares_with and notes);
+/// orchestration goes to the configured domains or the first domain with cores; tool cores come
+/// from the configured tool domains (else the non-orchestration domains, then the
+/// orchestration domain), avoiding driver cores while possible; workers bind to their domain's
+/// cpus minus driver cores unless that leaves none. Errors name the offending config key.
+expected<plan> make_plan(const topology_info& topo, const node_config& config);
+
+} // namespace triad

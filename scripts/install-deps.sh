@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages triad builds with (DEVELOPERS.md's stack plus the
+# compiler and build tools), skipping what is already installed. Run as root.
+set -euo pipefail
+
+# The toolchain the stack assumes (C++20 with g++ 12, CMake >= 3.25, make).
+toolchain=(g++ cmake make)
+# DEVELOPERS.md's stack, exactly.
+stack=(
+  libcaf-dev libconcurrentqueue-dev libmimalloc-dev libhwloc-dev
+  libboost1.81-dev libboost-test1.81-dev libboost-json1.81-dev
+  libdnnl-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libxxhash-dev
+  libseccomp-dev libhnswlib-dev clang ccache
+)
+
+missing=()
+for pkg in "${toolchain[@]}" "${stack[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#toolchain[@]} toolchain and ${#stack[@]} stack packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: error: packages missing (${missing[*]}) and not running as root;" \
+       "run this script as root or install them with apt-get" >&2
+  exit 1
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: error: apt-get not found; triad targets Debian 12 (bookworm)" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get update -q; then
+  echo "install-deps: error: 'apt-get update' failed: check the network and /etc/apt/sources.list" >&2
+  exit 1
+fi
+if ! apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+  echo "install-deps: error: 'apt-get install ${missing[*]}' failed; these packages are in" \
+       "Debian 12 (bookworm) main: check that the sources list bookworm" >&2
+  exit 1
+fi
+echo "install-deps: done"

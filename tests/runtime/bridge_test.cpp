@@ -1,0 +1,180 @@
+#include <atomic>
+#include <future>
+#include <latch>
+#include <thread>
+
+#include <sched.h>
+
+#include <boost/test/unit_test.hpp>
+#include <caf/all.hpp>
+
+#include "runtime/bridge.hpp"
+#include "runtime/domains.hpp"
+
+namespace {
+
+std::unique_ptr<triad::driver_thread> start_driver(std::size_t capacity) {
+  auto d = triad::driver_thread::start({.name = "test.driver", .capacity = capacity});
+  BOOST_REQUIRE_MESSAGE(d.has_value(), (d ? "" : d.error().message));
+  return std::move(d).value();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(bridge)
+
+BOOST_AUTO_TEST_CASE(a_full_queue_refuses_instead_of_blocking_or_growing) {
+  auto driver = start_driver(4);
+  std::latch started{1};
+  std::promise<void> release;
+  auto gate = release.get_future().share();
+  std::atomic<int> ran{0};
+  BOOST_REQUIRE(driver->try_submit([&, gate] {
+    started.count_down();
+    gate.wait();
+    ++ran;
+  }) == triad::submit_result::accepted);
+  started.wait();
+  for (int i = 0; i < 3; ++i)
+    BOOST_TEST(driver->try_submit([&] { ++ran; }) == triad::submit_result::accepted);
+  BOOST_TEST(driver->try_submit([&] { ++ran; }) == triad::submit_result::full);
+  BOOST_TEST(driver->try_submit([&] { ++ran; }) == triad::submit_result::full);
+  auto s = driver->stats();
+  BOOST_TEST(s.queued == 4u);
+  BOOST_TEST(s.refused == 2u);
+  release.set_value();
+  driver->stop();
+  BOOST_TEST(ran.load() == 4);
+  BOOST_TEST(driver->stats().completed == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(every_accepted_job_runs_exactly_once_under_concurrent_producers) {
+  constexpr int producers = 4;
+  constexpr int per_producer = 20000;
+  auto driver = start_driver(64);
+  std::vector<std::atomic<int>> runs(producers * per_producer);
+  std::vector<std::atomic<bool>> accepted(producers * per_producer);
+  std::atomic<int> full{0};
+  std::vector<std::thread> threads;
+  for (int p = 0; p < producers; ++p) {
+    threads.emplace_back([&, p] {
+      for (int i = 0; i < per_producer; ++i) {
+        auto id = p * per_producer + i;
+        // Half the producers retry on full, half give up: both paths must stay exact.
+        for (;;) {
+          auto r = driver->try_submit([&runs, id] { runs[id].fetch_add(1); });
+          if (r == triad::submit_result::accepted) {
+            accepted[id] = true;
+            break;
+          }
+          ++full;
+          if (p % 2 == 1)
+            break;
+          std::this_thread::yield();
+        }
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  driver->stop();
+  int accepted_count = 0;
+  for (std::size_t id = 0; id < runs.size(); ++id) {
+    if (accepted[id]) {
+      ++accepted_count;
+      BOOST_TEST_REQUIRE(runs[id].load() == 1, "job " << id << " ran " << runs[id].load());
+    } else {
+      BOOST_TEST_REQUIRE(runs[id].load() == 0, "refused job " << id << " ran");
+    }
+  }
+  auto s = driver->stats();
+  BOOST_TEST(s.accepted == static_cast<std::size_t>(accepted_count));
+  BOOST_TEST(s.completed == s.accepted);
+  BOOST_TEST(s.refused == static_cast<std::size_t>(full.load()));
+  BOOST_TEST(s.queued == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(stop_drains_accepted_jobs_then_refuses) {
+  auto driver = start_driver(256);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 200; ++i)
+    BOOST_REQUIRE(driver->try_submit([&] {
+      std::this_thread::sleep_for(std::chrono::microseconds{50});
+      ++ran;
+    }) == triad::submit_result::accepted);
+  driver->stop();
+  BOOST_TEST(ran.load() == 200);
+  BOOST_TEST(driver->try_submit([] {}) == triad::submit_result::stopped);
+}
+
+BOOST_AUTO_TEST_CASE(completions_reach_a_homed_actor_as_messages) {
+  auto topo = triad::topology::load_synthetic("numa:1 core:2 pu:1");
+  BOOST_REQUIRE(topo.has_value());
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  constexpr int jobs = 500;
+  std::promise<int> sum_promise;
+  auto sink = dom.spawn([&](triad::homed_actor* self) -> caf::behavior {
+    auto got = std::make_shared<int>(0);
+    auto sum = std::make_shared<int>(0);
+    return {[=, &sum_promise](int x) {
+      *sum += x;
+      if (++*got == jobs) {
+        sum_promise.set_value(*sum);
+        self->quit();
+      }
+    }};
+  });
+  auto driver = start_driver(16);
+  for (int i = 1; i <= jobs; ++i)
+    while (driver->try_submit_reply(sink, [i] { return i; }) != triad::submit_result::accepted)
+      std::this_thread::yield();
+  auto fut = sum_promise.get_future();
+  BOOST_REQUIRE(fut.wait_for(std::chrono::seconds{30}) == std::future_status::ready);
+  BOOST_TEST(fut.get() == jobs * (jobs + 1) / 2);
+}
+
+BOOST_AUTO_TEST_CASE(a_throwing_job_is_counted_and_the_driver_keeps_running) {
+  auto driver = start_driver(8);
+  std::atomic<int> ran{0};
+  BOOST_REQUIRE(driver->try_submit([] { throw std::runtime_error{"boom"}; })
+                == triad::submit_result::accepted);
+  BOOST_REQUIRE(driver->try_submit([&] { ++ran; }) == triad::submit_result::accepted);
+  driver->stop();
+  BOOST_TEST(ran.load() == 1);
+  BOOST_TEST(driver->stats().failed == 1u);
+  BOOST_TEST(driver->stats().completed == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(the_driver_binds_to_its_core_on_this_machine) {
+  auto topo = triad::topology::load_machine();
+  BOOST_REQUIRE(topo.has_value());
+  unsigned cpu = topo->info().domains.front().cpus.back();
+  auto d = triad::driver_thread::start({.name = "test.pinned", .capacity = 4, .cpus = {cpu}, .topo = &*topo});
+  BOOST_REQUIRE(d.has_value());
+  BOOST_TEST((*d)->bound());
+  std::promise<std::vector<int>> seen;
+  BOOST_REQUIRE((*d)->try_submit([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof(set), &set);
+    std::vector<int> cpus;
+    for (int i = 0; i < CPU_SETSIZE; ++i)
+      if (CPU_ISSET(i, &set))
+        cpus.push_back(i);
+    seen.set_value(cpus);
+  }) == triad::submit_result::accepted);
+  BOOST_TEST(seen.get_future().get() == std::vector<int>{static_cast<int>(cpu)});
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_are_errors) {
+  auto zero = triad::driver_thread::start({.name = "zero", .capacity = 0});
+  BOOST_REQUIRE(!zero);
+  BOOST_TEST(zero.error().message.find("capacity 0") != std::string::npos);
+  auto topo = triad::topology::load_synthetic("numa:1 core:2 pu:1");
+  BOOST_REQUIRE(topo.has_value());
+  auto foreign = triad::driver_thread::start({.name = "syn", .capacity = 1, .cpus = {0}, .topo = &*topo});
+  BOOST_REQUIRE(!foreign);
+  BOOST_TEST(foreign.error().code == triad::errc::unsupported);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,168 @@
+#include <atomic>
+#include <future>
+
+#include <sched.h>
+
+#include <boost/test/unit_test.hpp>
+#include <caf/all.hpp>
+
+#include "runtime/domains.hpp"
+
+namespace {
+
+struct two_domains {
+  two_domains() {
+    auto t = triad::topology::load_synthetic("pack:1 numa:2 core:2 pu:1");
+    BOOST_REQUIRE(t.has_value());
+    topo = std::make_unique<triad::topology>(std::move(t).value());
+    triad::node_config config;
+    config.tools.cores = 1;
+    auto p = triad::make_plan(topo->info(), config);
+    BOOST_REQUIRE(p.has_value());
+    auto s = triad::domain_set::start(*topo, *p, config.scheduler, false);
+    BOOST_REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().message));
+    set = std::move(s).value();
+  }
+  std::unique_ptr<triad::topology> topo;
+  std::unique_ptr<triad::domain_set> set;
+};
+
+// Where the handlers of an actor ran: executions on its home domain and elsewhere.
+struct run_counts {
+  std::atomic<int> home{0};
+  std::atomic<int> off_home{0};
+  void record(int expected) {
+    (triad::current_domain() == expected ? home : off_home).fetch_add(1);
+  }
+};
+
+template<class Self>
+caf::behavior echo(Self*, run_counts* counts, int home) {
+  return {[=](int x) {
+    counts->record(home);
+    return x;
+  }};
+}
+
+// Sends `rounds` requests one after another and records where each response ran.
+caf::behavior driver(triad::homed_actor* self, caf::actor target, int rounds, run_counts* counts,
+                     int home, std::promise<void>* done) {
+  auto left = std::make_shared<int>(rounds);
+  auto step = std::make_shared<std::function<void()>>();
+  *step = [=] {
+    if ((*left)-- == 0) {
+      done->set_value();
+      *step = nullptr; // break the self-reference
+      self->quit();
+      return;
+    }
+    self->request(target, caf::infinite, *left).then([=](int) {
+      counts->record(home);
+      (*step)();
+    });
+  };
+  (*step)();
+  return {[](int) {}};
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(domains)
+
+BOOST_FIXTURE_TEST_CASE(homed_actors_never_run_off_their_home_domain, two_domains) {
+  auto d0 = set->find(0u);
+  auto d1 = set->find(1u);
+  BOOST_REQUIRE(d0 && d1);
+  run_counts server, client;
+  std::promise<void> done;
+  auto target = (*d1)->spawn(echo<triad::homed_actor>, &server, 1);
+  (*d0)->spawn(driver, target, 2000, &client, 0, &done);
+  BOOST_REQUIRE(done.get_future().wait_for(std::chrono::seconds{60}) == std::future_status::ready);
+  BOOST_TEST(server.home.load() == 2000);
+  BOOST_TEST(server.off_home.load() == 0);
+  BOOST_TEST(client.home.load() == 2000);
+  BOOST_TEST(client.off_home.load() == 0);
+}
+
+// The control for the test above: plain CAF actors do run on the sender's domain, which is
+// what the homed mixin prevents.
+BOOST_FIXTURE_TEST_CASE(plain_caf_actors_run_on_the_senders_domain, two_domains) {
+  auto d0 = set->find(0u);
+  auto d1 = set->find(1u);
+  BOOST_REQUIRE(d0 && d1);
+  run_counts server, client;
+  std::promise<void> done;
+  auto target = (*d1)->spawn(echo<caf::event_based_actor>, &server, 1);
+  (*d0)->spawn(driver, target, 2000, &client, 0, &done);
+  BOOST_REQUIRE(done.get_future().wait_for(std::chrono::seconds{60}) == std::future_status::ready);
+  BOOST_TEST(server.off_home.load() > 0);
+}
+
+BOOST_FIXTURE_TEST_CASE(domains_are_found_by_id_name_and_role, two_domains) {
+  BOOST_TEST((*set->find("orchestration"))->id() == 0u);
+  BOOST_TEST((*set->find("tools"))->id() == 1u);
+  BOOST_TEST((*set->find("domain1"))->id() == 1u);
+  auto missing = set->find("domain9");
+  BOOST_REQUIRE(!missing);
+  BOOST_TEST(missing.error().message.find("domain9") != std::string::npos);
+  BOOST_TEST(missing.error().message.find("domain0, domain1") != std::string::npos);
+  BOOST_TEST(!set->find(7u));
+  BOOST_TEST(!set->find("device:nope"));
+}
+
+BOOST_FIXTURE_TEST_CASE(spawn_in_a_named_domain_runs_there, two_domains) {
+  run_counts counts;
+  auto target = set->spawn_in<caf::event_based_actor>("tools");
+  BOOST_REQUIRE(target.has_value());
+  auto echo1 = (*set->find("tools"))->spawn(echo<triad::homed_actor>, &counts, 1);
+  caf::scoped_actor self{set->orchestration().system()};
+  for (int i = 0; i < 10; ++i)
+    self->request(echo1, caf::infinite, i).receive([&](int x) { BOOST_TEST(x == i); },
+                                                   [&](caf::error&) { BOOST_FAIL("no reply"); });
+  BOOST_TEST(counts.home.load() == 10);
+  BOOST_TEST(counts.off_home.load() == 0);
+}
+
+BOOST_FIXTURE_TEST_CASE(stop_exits_every_spawned_actor_and_joins, two_domains) {
+  std::atomic<int> exited{0};
+  for (auto& d : set->all()) {
+    for (int i = 0; i < 5; ++i) {
+      auto a = d->spawn([](triad::homed_actor*) -> caf::behavior { return {[](int) {}}; });
+      caf::actor_cast<caf::abstract_actor*>(a)->attach_functor([&](const caf::error&) { ++exited; });
+    }
+  }
+  BOOST_TEST(set->stop(std::chrono::seconds{10}) == 0u);
+  BOOST_TEST(exited.load() == 10);
+  // Stopping twice is harmless.
+  BOOST_TEST(set->stop() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(threads_bind_to_the_domain_cpus_on_this_machine) {
+  auto topo = triad::topology::load_machine();
+  BOOST_REQUIRE(topo.has_value());
+  std::vector<unsigned> cpus{topo->info().domains.front().cpus.front()};
+  triad::scheduler_config sched;
+  sched.threads_per_domain = 1;
+  triad::domain d{topo->info().domains.front().id, cpus, &*topo, sched};
+  BOOST_TEST(d.bound());
+  caf::scoped_actor self{d.system()};
+  auto probe = d.spawn([](triad::homed_actor*) -> caf::behavior {
+    return {[](int) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      sched_getaffinity(0, sizeof(set), &set);
+      std::vector<int> cpus;
+      for (int i = 0; i < CPU_SETSIZE; ++i)
+        if (CPU_ISSET(i, &set))
+          cpus.push_back(i);
+      return cpus;
+    }};
+  });
+  self->request(probe, caf::infinite, 0)
+    .receive([&](const std::vector<int>& got) { BOOST_TEST(got == std::vector<int>{static_cast<int>(cpus.front())}); },
+             [&](caf::error&) { BOOST_FAIL("no reply"); });
+  BOOST_TEST(d.bind_failures() == 0u);
+  BOOST_TEST(d.stop(std::chrono::seconds{5}) == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
