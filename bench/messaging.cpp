@@ -136,6 +136,29 @@ double bridge_throughput(triad::driver_thread& driver, caf::actor_system& sys, s
   return static_cast<double>(n) / s.count();
 }
 
+// Round trip of two plain threads handing a value back and forth through two atomics: the
+// floor any cross-thread (so cross-domain) round trip on this machine pays, in microseconds.
+double thread_pingpong_us(std::size_t rounds) {
+  alignas(64) std::atomic<std::size_t> ping{0};
+  alignas(64) std::atomic<std::size_t> pong{0};
+  std::thread peer([&] {
+    for (std::size_t i = 1; i <= rounds; ++i) {
+      while (ping.load(std::memory_order_acquire) != i) {
+      }
+      pong.store(i, std::memory_order_release);
+    }
+  });
+  auto start = clock_type::now();
+  for (std::size_t i = 1; i <= rounds; ++i) {
+    ping.store(i, std::memory_order_release);
+    while (pong.load(std::memory_order_acquire) != i) {
+    }
+  }
+  std::chrono::duration<double, std::micro> us = clock_type::now() - start;
+  peer.join();
+  return us.count() / static_cast<double>(rounds);
+}
+
 template<class F>
 double median_of(int reps, F&& f) {
   std::vector<double> xs;
@@ -178,6 +201,8 @@ int main(int argc, char** argv) {
     cfg.set("scheduler.max-threads", sched.threads_per_domain);
     cfg.set("work-stealing.moderate-sleep-duration",
             caf::timespan{std::chrono::duration_cast<caf::timespan>(sched.moderate_sleep)});
+    cfg.set("work-stealing.aggressive-poll-attempts", sched.poll_attempts);
+    cfg.set("work-stealing.moderate-poll-attempts", sched.poll_attempts);
     caf::actor_system raw{cfg};
     raw_tput = median_of(reps, [&] { return throughput<caf::event_based_actor>(raw, messages, -1); });
     raw_rtt = median_of(reps, [&] {
@@ -194,7 +219,7 @@ int main(int argc, char** argv) {
     cross_rtt = median_of(reps, [&] {
       return round_trip_us<triad::homed_actor, triad::homed_actor>(d0.system(), d1.system(), rounds, 0, 1);
     });
-    auto driver = triad::driver_thread::start({.name = "bench.driver", .capacity = 1024});
+    auto driver = triad::driver_thread::start({.name = "bench.driver", .capacity = 1024, .cpus = {}, .topo = nullptr});
     if (!driver) {
       std::fprintf(stderr, "triad-bench-messaging: %s\n", driver.error().message.c_str());
       return 1;
@@ -204,6 +229,7 @@ int main(int argc, char** argv) {
     d1.stop(std::chrono::seconds{5});
   }
 
+  double floor_rtt = median_of(reps, [&] { return thread_pingpong_us(rounds); });
   out.metrics["topology"] = "synthetic:" + layout;
   out.metrics["messages_per_run"] = messages;
   out.metrics["round_trips_per_run"] = rounds;
@@ -214,6 +240,7 @@ int main(int argc, char** argv) {
   out.metrics["raw_rtt_us"] = raw_rtt;
   out.metrics["homed_rtt_us"] = homed_rtt;
   out.metrics["cross_domain_rtt_us"] = cross_rtt;
+  out.metrics["thread_pingpong_rtt_us"] = floor_rtt;
   out.metrics["off_home_executions"] = off_home.load();
   out.ratios["homed_over_raw_throughput"] = homed_tput / raw_tput;
   out.ratios["cross_over_local_rtt"] = cross_rtt / homed_rtt;

@@ -28,6 +28,7 @@ constexpr std::int64_t max_domain_id = std::numeric_limits<unsigned>::max();
 
 constexpr int_range threads_per_domain_range{0, 1024};
 constexpr int_range moderate_sleep_us_range{0, 1'000'000};
+constexpr int_range poll_attempts_range{1, 100'000'000};
 constexpr int_range tools_cores_range{1, 4096};
 constexpr int_range queue_capacity_range{1, 1'000'000};
 constexpr int_range arena_mib_range{1, mib_in_16_tib};
@@ -44,7 +45,7 @@ constexpr std::string_view root_keys[] = {"topology", "scheduler", "tools",
                                           "memory",   "limits",    "devices"};
 constexpr std::string_view topology_keys[] = {"source", "xml", "synthetic", "bind_threads"};
 constexpr std::string_view scheduler_keys[] = {"orchestration_domains", "threads_per_domain",
-                                               "moderate_sleep_us"};
+                                               "moderate_sleep_us", "poll_attempts"};
 constexpr std::string_view tools_keys[] = {"cores", "domains", "queue_capacity"};
 constexpr std::string_view memory_keys[] = {"arena_mib_per_domain"};
 constexpr std::string_view limits_keys[] = {"max_concurrent_requests", "max_queued_requests",
@@ -550,6 +551,7 @@ void read_scheduler(reader& r, const scope& s, scheduler_config& out) {
   if (r.integer(s, "moderate_sleep_us", moderate_sleep_us_range, sleep_us) == field::valid) {
     out.moderate_sleep = std::chrono::microseconds{sleep_us};
   }
+  r.integer(s, "poll_attempts", poll_attempts_range, out.poll_attempts);
 }
 
 void read_tools(reader& r, const scope& s, tools_config& out) {
@@ -852,6 +854,7 @@ std::string to_toml(const node_config& config) {
   append_value(out, "threads_per_domain", config.scheduler.threads_per_domain);
   append_value(out, "moderate_sleep_us",
                static_cast<std::int64_t>(config.scheduler.moderate_sleep.count()));
+  append_value(out, "poll_attempts", config.scheduler.poll_attempts);
 
   out += "\n[tools]\n";
   append_value(out, "cores", config.tools.cores);

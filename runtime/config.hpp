@@ -67,6 +67,9 @@ struct scheduler_config {
   std::size_t threads_per_domain = defaults::scheduler::threads_per_domain;
   /// `moderate_sleep_us`: CAF work-stealing moderate sleep, in microseconds.
   std::chrono::microseconds moderate_sleep = defaults::scheduler::moderate_sleep;
+  /// `poll_attempts`: times an idle worker polls its queue in each of CAF's aggressive and
+  /// moderate phases before it sleeps on a condition variable; at least 1.
+  std::size_t poll_attempts = defaults::scheduler::poll_attempts;
   bool operator==(const scheduler_config&) const = default;
 };
 

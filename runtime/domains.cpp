@@ -56,6 +56,8 @@ domain::domain(unsigned id, std::vector<unsigned> cpus, const topology* topo,
   config_->set("scheduler.max-threads", threads);
   config_->set("work-stealing.moderate-sleep-duration",
                caf::timespan{std::chrono::duration_cast<caf::timespan>(sched.moderate_sleep)});
+  config_->set("work-stealing.aggressive-poll-attempts", sched.poll_attempts);
+  config_->set("work-stealing.moderate-poll-attempts", sched.poll_attempts);
   config_->add_thread_hook<domain_thread_hook>(static_cast<int>(id_), topo, cpus_,
                                                 bind_failures_);
   system_ = std::make_unique<caf::actor_system>(*config_);

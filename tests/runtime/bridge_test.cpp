@@ -8,13 +8,14 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
+#include "tests/printers.hpp"
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
 
 namespace {
 
 std::unique_ptr<triad::driver_thread> start_driver(std::size_t capacity) {
-  auto d = triad::driver_thread::start({.name = "test.driver", .capacity = capacity});
+  auto d = triad::driver_thread::start({.name = "test.driver", .capacity = capacity, .cpus = {}, .topo = nullptr});
   BOOST_REQUIRE_MESSAGE(d.has_value(), (d ? "" : d.error().message));
   return std::move(d).value();
 }
@@ -167,7 +168,7 @@ BOOST_AUTO_TEST_CASE(the_driver_binds_to_its_core_on_this_machine) {
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_are_errors) {
-  auto zero = triad::driver_thread::start({.name = "zero", .capacity = 0});
+  auto zero = triad::driver_thread::start({.name = "zero", .capacity = 0, .cpus = {}, .topo = nullptr});
   BOOST_REQUIRE(!zero);
   BOOST_TEST(zero.error().message.find("capacity 0") != std::string::npos);
   auto topo = triad::topology::load_synthetic("numa:1 core:2 pu:1");

@@ -85,6 +85,7 @@ node_config rich_config() {
   config.scheduler.orchestration_domains = {2, 0, 7};
   config.scheduler.threads_per_domain = 1024;
   config.scheduler.moderate_sleep = std::chrono::microseconds{1'000'000};
+  config.scheduler.poll_attempts = 100'000'000;
   config.tools.cores = 4096;
   config.tools.domains = {1};
   config.tools.queue_capacity = 1;
@@ -148,6 +149,7 @@ BOOST_AUTO_TEST_CASE(full_file_parses_to_expected_values) {
   BOOST_TEST((c.scheduler.orchestration_domains == std::vector<unsigned>{0, 3}));
   BOOST_TEST(c.scheduler.threads_per_domain == 8u);
   BOOST_TEST(c.scheduler.moderate_sleep.count() == 50);
+  BOOST_TEST(c.scheduler.poll_attempts == 777u);
 
   BOOST_TEST(c.tools.cores == 4u);
   BOOST_TEST((c.tools.domains == std::vector<unsigned>{1, 2}));
@@ -454,7 +456,7 @@ BOOST_AUTO_TEST_CASE(default_config_round_trips_through_toml) {
   // Every field is written out, defaults included.
   for (std::string_view key :
        {"source = \"machine\"", "bind_threads = true", "orchestration_domains = []",
-        "threads_per_domain = 0", "moderate_sleep_us = 0", "cores = 1", "domains = []",
+        "threads_per_domain = 0", "moderate_sleep_us = 0", "poll_attempts = 3000", "cores = 1", "domains = []",
         "queue_capacity = 64", "arena_mib_per_domain = 1024", "max_concurrent_requests = 256",
         "max_queued_requests = 1024", "max_body_bytes = 4194304", "memory_mib = 2048",
         "queue_capacity = 256", "profile = \"tiny\""}) {

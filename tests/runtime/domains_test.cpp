@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
+#include "tests/printers.hpp"
 #include "runtime/domains.hpp"
 
 namespace {
@@ -145,7 +146,6 @@ BOOST_AUTO_TEST_CASE(threads_bind_to_the_domain_cpus_on_this_machine) {
   sched.threads_per_domain = 1;
   triad::domain d{topo->info().domains.front().id, cpus, &*topo, sched};
   BOOST_TEST(d.bound());
-  caf::scoped_actor self{d.system()};
   auto probe = d.spawn([](triad::homed_actor*) -> caf::behavior {
     return {[](int) {
       cpu_set_t set;
@@ -158,9 +158,15 @@ BOOST_AUTO_TEST_CASE(threads_bind_to_the_domain_cpus_on_this_machine) {
       return cpus;
     }};
   });
-  self->request(probe, caf::infinite, 0)
-    .receive([&](const std::vector<int>& got) { BOOST_TEST(got == std::vector<int>{static_cast<int>(cpus.front())}); },
-             [&](caf::error&) { BOOST_FAIL("no reply"); });
+  {
+    caf::scoped_actor self{d.system()};
+    self->request(probe, caf::infinite, 0)
+      .receive(
+        [&](const std::vector<int>& got) {
+          BOOST_TEST(got == std::vector<int>{static_cast<int>(cpus.front())});
+        },
+        [&](caf::error&) { BOOST_FAIL("no reply"); });
+  }
   BOOST_TEST(d.bind_failures() == 0u);
   BOOST_TEST(d.stop(std::chrono::seconds{5}) == 0u);
 }

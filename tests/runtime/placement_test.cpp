@@ -3,6 +3,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "tests/printers.hpp"
 #include "runtime/placement.hpp"
 #include "tests/runtime/test_paths.hpp"
 
@@ -52,7 +53,7 @@ BOOST_AUTO_TEST_CASE(drivers_get_distinct_cores_while_cores_allow) {
   auto topo = synthetic("pack:2 numa:3 core:43 pu:2");
   std::vector<triad::device_config> devs;
   for (unsigned i = 0; i < 12; ++i)
-    devs.push_back(device("d" + std::to_string(i), {}, i % 6));
+    devs.push_back(device(std::string{"d"}.append(std::to_string(i)), {}, i % 6));
   auto p = triad::make_plan(topo.info(), config_with(devs));
   BOOST_REQUIRE(p.has_value());
   std::set<unsigned> cores;

@@ -3,6 +3,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "tests/printers.hpp"
 #include "runtime/topology.hpp"
 #include "tests/runtime/test_paths.hpp"
 
