@@ -65,7 +65,11 @@ class pinger : public Base {
 public:
   pinger(caf::actor_config& cfg, caf::actor target, std::size_t rounds, std::promise<void>* done,
          int home)
-    : Base(cfg), target_(std::move(target)), left_(rounds), done_(done), home_(home) {}
+      : Base(cfg)
+      , target_(std::move(target))
+      , left_(rounds)
+      , done_(done)
+      , home_(home) {}
 
   caf::behavior make_behavior() override {
     step();
@@ -127,8 +131,8 @@ double bridge_throughput(triad::driver_thread& driver, caf::actor_system& sys, s
   auto target = sys.spawn(sink<triad::homed_actor>, n, &done, home);
   auto start = clock_type::now();
   for (std::size_t i = 0; i < n; ++i) {
-    while (driver.try_submit([target, i] { caf::anon_send(target, static_cast<int>(i)); })
-           != triad::submit_result::accepted)
+    while (driver.try_submit([target, i] { caf::anon_send(target, static_cast<int>(i)); }) !=
+           triad::submit_result::accepted)
       std::this_thread::yield();
   }
   fut.wait();
@@ -204,27 +208,34 @@ int main(int argc, char** argv) {
     cfg.set("work-stealing.aggressive-poll-attempts", sched.poll_attempts);
     cfg.set("work-stealing.moderate-poll-attempts", sched.poll_attempts);
     caf::actor_system raw{cfg};
-    raw_tput = median_of(reps, [&] { return throughput<caf::event_based_actor>(raw, messages, -1); });
+    raw_tput =
+        median_of(reps, [&] { return throughput<caf::event_based_actor>(raw, messages, -1); });
     raw_rtt = median_of(reps, [&] {
-      return round_trip_us<caf::event_based_actor, caf::event_based_actor>(raw, raw, rounds, -1, -1);
+      return round_trip_us<caf::event_based_actor, caf::event_based_actor>(raw, raw, rounds, -1,
+                                                                           -1);
     });
   }
   {
     triad::domain d0{0, {0}, nullptr, sched};
     triad::domain d1{1, {1}, nullptr, sched};
-    homed_tput = median_of(reps, [&] { return throughput<triad::homed_actor>(d0.system(), messages, 0); });
+    homed_tput =
+        median_of(reps, [&] { return throughput<triad::homed_actor>(d0.system(), messages, 0); });
     homed_rtt = median_of(reps, [&] {
-      return round_trip_us<triad::homed_actor, triad::homed_actor>(d0.system(), d0.system(), rounds, 0, 0);
+      return round_trip_us<triad::homed_actor, triad::homed_actor>(d0.system(), d0.system(), rounds,
+                                                                   0, 0);
     });
     cross_rtt = median_of(reps, [&] {
-      return round_trip_us<triad::homed_actor, triad::homed_actor>(d0.system(), d1.system(), rounds, 0, 1);
+      return round_trip_us<triad::homed_actor, triad::homed_actor>(d0.system(), d1.system(), rounds,
+                                                                   0, 1);
     });
-    auto driver = triad::driver_thread::start({.name = "bench.driver", .capacity = 1024, .cpus = {}, .topo = nullptr});
+    auto driver = triad::driver_thread::start(
+        {.name = "bench.driver", .capacity = 1024, .cpus = {}, .topo = nullptr});
     if (!driver) {
       std::fprintf(stderr, "triad-bench-messaging: %s\n", driver.error().message.c_str());
       return 1;
     }
-    bridge_tput = median_of(reps, [&] { return bridge_throughput(**driver, d0.system(), messages, 0); });
+    bridge_tput =
+        median_of(reps, [&] { return bridge_throughput(**driver, d0.system(), messages, 0); });
     d0.stop(std::chrono::seconds{5});
     d1.stop(std::chrono::seconds{5});
   }

@@ -9,28 +9,29 @@
 namespace triad {
 
 struct driver_thread::queue {
-  explicit queue(std::size_t capacity) : jobs(capacity) {}
+  explicit queue(std::size_t capacity)
+      : jobs(capacity) {}
   moodycamel::BlockingConcurrentQueue<driver_job> jobs;
 };
 
 std::string_view to_string(submit_result value) noexcept {
   switch (value) {
-    case submit_result::accepted:
-      return "accepted";
-    case submit_result::full:
-      return "full";
-    case submit_result::stopped:
-      return "stopped";
+  case submit_result::accepted:
+    return "accepted";
+  case submit_result::full:
+    return "full";
+  case submit_result::stopped:
+    return "stopped";
   }
   return "unknown";
 }
 
 driver_thread::driver_thread(driver_options options)
-  : name_(std::move(options.name))
-  , capacity_(options.capacity)
-  , cpus_(std::move(options.cpus))
-  , topo_(options.topo)
-  , queue_(std::make_unique<queue>(options.capacity)) {}
+    : name_(std::move(options.name))
+    , capacity_(options.capacity)
+    , cpus_(std::move(options.cpus))
+    , topo_(options.topo)
+    , queue_(std::make_unique<queue>(options.capacity)) {}
 
 expected<std::unique_ptr<driver_thread>> driver_thread::start(driver_options options) {
   if (options.capacity == 0)
@@ -38,10 +39,10 @@ expected<std::unique_ptr<driver_thread>> driver_thread::start(driver_options opt
                       "driver '" + options.name + "': capacity 0; allowed: 1 or more");
   bool bind = options.topo != nullptr && !options.cpus.empty();
   if (bind && !options.topo->info().is_this_machine)
-    return make_error(errc::unsupported, "driver '" + options.name
-                                           + "': cannot bind to cpus of a topology that is not "
-                                             "this machine ("
-                                           + options.topo->info().source + ")");
+    return make_error(errc::unsupported, "driver '" + options.name +
+                                             "': cannot bind to cpus of a topology that is not "
+                                             "this machine (" +
+                                             options.topo->info().source + ")");
   std::unique_ptr<driver_thread> self{new driver_thread(std::move(options))};
   // 0: starting, 1: bound or not asked, -1: binding failed.
   auto bind_state = std::make_shared<std::atomic<int>>(0);
@@ -50,7 +51,8 @@ expected<std::unique_ptr<driver_thread>> driver_thread::start(driver_options opt
     std::this_thread::yield();
   if (bind_state->load() < 0) {
     self->stop();
-    return make_error(errc::system_error, "driver '" + self->name_ + "': binding to its cpus failed");
+    return make_error(errc::system_error,
+                      "driver '" + self->name_ + "': binding to its cpus failed");
   }
   self->bound_ = bind;
   return self;

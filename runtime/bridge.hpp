@@ -41,9 +41,9 @@ struct driver_stats {
 
 /// Options of a driver thread; every field documented where declared.
 struct driver_options {
-  std::string name = "driver";   ///< thread name (first 15 characters are visible to the OS)
+  std::string name = "driver"; ///< thread name (first 15 characters are visible to the OS)
   std::size_t capacity = defaults::bridge::queue_capacity; ///< jobs queued at most, >= 1
-  std::vector<unsigned> cpus;    ///< PUs to bind to; empty = no binding
+  std::vector<unsigned> cpus;                              ///< PUs to bind to; empty = no binding
   const topology* topo = nullptr; ///< topology used to bind; binding only on this machine
 };
 
@@ -65,9 +65,8 @@ public:
   /// Queues `fun` and sends its result to `reply_to` as a message once it has run.
   template<class F>
   submit_result try_submit_reply(caf::actor reply_to, F fun) {
-    return try_submit([to = std::move(reply_to), f = std::move(fun)]() mutable {
-      caf::anon_send(to, f());
-    });
+    return try_submit(
+        [to = std::move(reply_to), f = std::move(fun)]() mutable { caf::anon_send(to, f()); });
   }
 
   /// Refuses new jobs, runs every accepted one, then joins the thread.

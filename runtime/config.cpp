@@ -278,7 +278,7 @@ enum class field { absent, valid, invalid };
 
 /// Reads the schema out of a parsed TOML document, remembering the first error in file order.
 class reader {
- public:
+public:
   explicit reader(std::string_view source_name)
       : source_name_(source_name) {}
 
@@ -485,7 +485,7 @@ class reader {
     return field::valid;
   }
 
- private:
+private:
   static std::string wrong_type(const toml::node& node) {
     return "wrong type (" + std::string{type_name(node)} + ")";
   }

@@ -19,7 +19,10 @@ class domain_thread_hook : public caf::thread_hook {
 public:
   domain_thread_hook(int id, const topology* topo, std::vector<unsigned> cpus,
                      std::shared_ptr<std::atomic<std::size_t>> failures)
-    : id_(id), topo_(topo), cpus_(std::move(cpus)), failures_(std::move(failures)) {}
+      : id_(id)
+      , topo_(topo)
+      , cpus_(std::move(cpus))
+      , failures_(std::move(failures)) {}
 
   void init(caf::actor_system&) override {}
 
@@ -46,20 +49,19 @@ int current_domain() noexcept {
 
 domain::domain(unsigned id, std::vector<unsigned> cpus, const topology* topo,
                const scheduler_config& sched)
-  : id_(id)
-  , name_("domain" + std::to_string(id))
-  , cpus_(std::move(cpus))
-  , bound_(topo != nullptr)
-  , bind_failures_(std::make_shared<std::atomic<std::size_t>>(0))
-  , config_(std::make_unique<caf::actor_system_config>()) {
+    : id_(id)
+    , name_("domain" + std::to_string(id))
+    , cpus_(std::move(cpus))
+    , bound_(topo != nullptr)
+    , bind_failures_(std::make_shared<std::atomic<std::size_t>>(0))
+    , config_(std::make_unique<caf::actor_system_config>()) {
   auto threads = sched.threads_per_domain != 0 ? sched.threads_per_domain : cpus_.size();
   config_->set("scheduler.max-threads", threads);
   config_->set("work-stealing.moderate-sleep-duration",
                caf::timespan{std::chrono::duration_cast<caf::timespan>(sched.moderate_sleep)});
   config_->set("work-stealing.aggressive-poll-attempts", sched.poll_attempts);
   config_->set("work-stealing.moderate-poll-attempts", sched.poll_attempts);
-  config_->add_thread_hook<domain_thread_hook>(static_cast<int>(id_), topo, cpus_,
-                                                bind_failures_);
+  config_->add_thread_hook<domain_thread_hook>(static_cast<int>(id_), topo, cpus_, bind_failures_);
   system_ = std::make_unique<caf::actor_system>(*config_);
 }
 
@@ -129,8 +131,8 @@ expected<domain*> domain_set::find(unsigned id) {
       return d.get();
     have += (have.empty() ? "" : ", ") + d->name();
   }
-  return make_error(errc::not_found, "no running domain with id " + std::to_string(id)
-                                       + "; running domains: " + have);
+  return make_error(errc::not_found, "no running domain with id " + std::to_string(id) +
+                                         "; running domains: " + have);
 }
 
 expected<domain*> domain_set::find(std::string_view name) {
@@ -154,9 +156,8 @@ expected<domain*> domain_set::find(std::string_view name) {
       return d.get();
     have += d->name() + ", ";
   }
-  return make_error(errc::not_found, "no domain named '" + std::string{name}
-                                       + "'; allowed: " + have
-                                       + "orchestration, tools, device:<name>");
+  return make_error(errc::not_found, "no domain named '" + std::string{name} + "'; allowed: " +
+                                         have + "orchestration, tools, device:<name>");
 }
 
 std::size_t domain_set::stop(std::chrono::milliseconds deadline) {

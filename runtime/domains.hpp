@@ -90,9 +90,8 @@ class domain_set {
 public:
   /// Starts one actor system per active domain of `p`. `topo` must outlive the set; threads
   /// are bound only when it is this machine and `sched.bind_threads` allows.
-  static expected<std::unique_ptr<domain_set>> start(const topology& topo, const plan& p,
-                                                     const scheduler_config& sched,
-                                                     bool bind_threads);
+  static expected<std::unique_ptr<domain_set>>
+  start(const topology& topo, const plan& p, const scheduler_config& sched, bool bind_threads);
   domain_set(const domain_set&) = delete;
   domain_set& operator=(const domain_set&) = delete;
   /// Stops all domains (stop()).
@@ -111,7 +110,7 @@ public:
   /// Spawns a class-based actor into the named domain.
   template<class Impl, class... Ts>
   auto spawn_in(std::string_view domain_name, Ts&&... xs)
-    -> expected<decltype(std::declval<domain&>().template spawn<Impl>(std::forward<Ts>(xs)...))> {
+      -> expected<decltype(std::declval<domain&>().template spawn<Impl>(std::forward<Ts>(xs)...))> {
     auto d = find(domain_name);
     if (!d)
       return d.error();
@@ -123,7 +122,8 @@ public:
   std::size_t stop(std::chrono::milliseconds deadline = std::chrono::seconds{10});
 
 private:
-  domain_set(plan p) : plan_(std::move(p)) {}
+  domain_set(plan p)
+      : plan_(std::move(p)) {}
 
   plan plan_;
   std::vector<std::unique_ptr<domain>> domains_;

@@ -4,24 +4,24 @@ namespace triad {
 
 std::string_view to_string(errc code) noexcept {
   switch (code) {
-    case errc::invalid_argument:
-      return "invalid_argument";
-    case errc::not_found:
-      return "not_found";
-    case errc::parse_error:
-      return "parse_error";
-    case errc::unsupported:
-      return "unsupported";
-    case errc::busy:
-      return "busy";
-    case errc::exhausted:
-      return "exhausted";
-    case errc::io_error:
-      return "io_error";
-    case errc::system_error:
-      return "system_error";
-    case errc::stopped:
-      return "stopped";
+  case errc::invalid_argument:
+    return "invalid_argument";
+  case errc::not_found:
+    return "not_found";
+  case errc::parse_error:
+    return "parse_error";
+  case errc::unsupported:
+    return "unsupported";
+  case errc::busy:
+    return "busy";
+  case errc::exhausted:
+    return "exhausted";
+  case errc::io_error:
+    return "io_error";
+  case errc::system_error:
+    return "system_error";
+  case errc::stopped:
+    return "stopped";
   }
   return "unknown";
 }

@@ -44,9 +44,11 @@ template<class T>
 class [[nodiscard]] expected {
 public:
   /// Holds a value.
-  expected(T value) : state_(std::in_place_index<0>, std::move(value)) {}
+  expected(T value)
+      : state_(std::in_place_index<0>, std::move(value)) {}
   /// Holds an error.
-  expected(triad::error err) : state_(std::in_place_index<1>, std::move(err)) {}
+  expected(triad::error err)
+      : state_(std::in_place_index<1>, std::move(err)) {}
 
   /// True when a value is held.
   bool has_value() const noexcept { return state_.index() == 0; }
@@ -94,7 +96,9 @@ public:
   /// Success.
   expected() = default;
   /// Failure.
-  expected(triad::error err) : err_(std::move(err)), ok_(false) {}
+  expected(triad::error err)
+      : err_(std::move(err))
+      , ok_(false) {}
 
   /// True on success.
   bool has_value() const noexcept { return ok_; }

@@ -22,9 +22,9 @@ allocator_info process_allocator() {
 }
 
 arena_buffer::arena_buffer(arena_buffer&& other) noexcept
-  : owner_(std::move(other.owner_))
-  , data_(std::exchange(other.data_, nullptr))
-  , size_(std::exchange(other.size_, 0)) {}
+    : owner_(std::move(other.owner_))
+    , data_(std::exchange(other.data_, nullptr))
+    , size_(std::exchange(other.size_, 0)) {}
 
 arena_buffer& arena_buffer::operator=(arena_buffer&& other) noexcept {
   if (this != &other) {
@@ -49,18 +49,21 @@ void arena_buffer::release() noexcept {
 }
 
 arena::arena(unsigned domain, std::uint64_t capacity, const topology* topo)
-  : domain_(domain), capacity_(capacity), topo_(topo) {}
+    : domain_(domain)
+    , capacity_(capacity)
+    , topo_(topo) {}
 
 expected<std::shared_ptr<arena>> arena::create(unsigned domain, std::uint64_t capacity_bytes,
                                                const topology* topo) {
   if (capacity_bytes == 0)
-    return make_error(errc::invalid_argument,
-                      "arena for domain " + std::to_string(domain) + ": capacity 0; allowed: 1 byte or more");
+    return make_error(errc::invalid_argument, "arena for domain " + std::to_string(domain) +
+                                                  ": capacity 0; allowed: 1 byte or more");
   const topology* binder = topo != nullptr && topo->info().is_this_machine ? topo : nullptr;
   if (topo != nullptr && domain >= topo->info().domains.size())
-    return make_error(errc::not_found, "arena: domain " + std::to_string(domain)
-                                         + " does not exist; the topology has "
-                                         + std::to_string(topo->info().domains.size()) + " domains");
+    return make_error(errc::not_found, "arena: domain " + std::to_string(domain) +
+                                           " does not exist; the topology has " +
+                                           std::to_string(topo->info().domains.size()) +
+                                           " domains");
   return std::shared_ptr<arena>(new arena(domain, capacity_bytes, binder));
 }
 
@@ -72,10 +75,10 @@ expected<arena_buffer> arena::allocate(std::size_t bytes) {
   do {
     if (used + bytes > capacity_ || used + bytes < used) {
       refusals_.fetch_add(1, std::memory_order_relaxed);
-      return make_error(errc::exhausted,
-                        "arena of domain " + std::to_string(domain_) + " is full: " + std::to_string(bytes)
-                          + " bytes asked, " + std::to_string(capacity_ - used) + " of "
-                          + std::to_string(capacity_) + " free");
+      return make_error(errc::exhausted, "arena of domain " + std::to_string(domain_) +
+                                             " is full: " + std::to_string(bytes) +
+                                             " bytes asked, " + std::to_string(capacity_ - used) +
+                                             " of " + std::to_string(capacity_) + " free");
     }
   } while (!in_use_.compare_exchange_weak(used, used + bytes));
   auto now = used + bytes;
@@ -96,9 +99,9 @@ expected<arena_buffer> arena::allocate(std::size_t bytes) {
   if (data == nullptr) {
     int err = errno;
     in_use_.fetch_sub(bytes);
-    return make_error(errc::system_error, "arena of domain " + std::to_string(domain_)
-                                            + ": allocating " + std::to_string(bytes)
-                                            + " bytes failed: " + std::strerror(err));
+    return make_error(errc::system_error, "arena of domain " + std::to_string(domain_) +
+                                              ": allocating " + std::to_string(bytes) +
+                                              " bytes failed: " + std::strerror(err));
   }
   allocations_.fetch_add(1, std::memory_order_relaxed);
   return arena_buffer{shared_from_this(), static_cast<std::byte*>(data), bytes};

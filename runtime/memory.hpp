@@ -13,8 +13,8 @@ namespace triad {
 
 /// Which allocator serves malloc/new in this process, and whether it is really mimalloc.
 struct allocator_info {
-  std::string name;            ///< "mimalloc" when linked in
-  int version = 0;             ///< mimalloc's version number, e.g. 206
+  std::string name;                ///< "mimalloc" when linked in
+  int version = 0;                 ///< mimalloc's version number, e.g. 206
   bool malloc_is_mimalloc = false; ///< true when a plain malloc() block lives in mimalloc's heap
 };
 
@@ -55,7 +55,9 @@ public:
 private:
   friend class arena;
   arena_buffer(std::shared_ptr<arena> owner, std::byte* data, std::size_t size)
-    : owner_(std::move(owner)), data_(data), size_(size) {}
+      : owner_(std::move(owner))
+      , data_(data)
+      , size_(size) {}
   void release() noexcept;
 
   std::shared_ptr<arena> owner_;

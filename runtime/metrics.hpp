@@ -36,7 +36,7 @@ class metrics_registry;
 
 /// A monotonically increasing value; lock-free, owned by a metrics_registry.
 class counter {
- public:
+public:
   /// Not copyable: callers share the registry's one instance by pointer.
   counter(const counter&) = delete;
   /// Not copyable: callers share the registry's one instance by pointer.
@@ -47,7 +47,7 @@ class counter {
   /// The current total.
   double value() const noexcept { return value_.load(std::memory_order_relaxed); }
 
- private:
+private:
   friend class metrics_registry;
   counter() = default;
 
@@ -56,7 +56,7 @@ class counter {
 
 /// A value that can go up and down; lock-free, owned by a metrics_registry.
 class gauge {
- public:
+public:
   /// Not copyable: callers share the registry's one instance by pointer.
   gauge(const gauge&) = delete;
   /// Not copyable: callers share the registry's one instance by pointer.
@@ -71,7 +71,7 @@ class gauge {
   /// The current value.
   double value() const noexcept { return value_.load(std::memory_order_relaxed); }
 
- private:
+private:
   friend class metrics_registry;
   gauge() = default;
 
@@ -80,7 +80,7 @@ class gauge {
 
 /// Counts observations into buckets with inclusive upper bounds; lock-free, owned by a registry.
 class histogram {
- public:
+public:
   /// Not copyable: callers share the registry's one instance by pointer.
   histogram(const histogram&) = delete;
   /// Not copyable: callers share the registry's one instance by pointer.
@@ -97,7 +97,7 @@ class histogram {
   /// Sum of all observations so far.
   double sum() const noexcept { return sum_.load(std::memory_order_relaxed); }
 
- private:
+private:
   friend class metrics_registry;
   explicit histogram(std::vector<double> bounds);
 
@@ -109,7 +109,7 @@ class histogram {
 /// Thread-safe set of metric families, rendered in the Prometheus text format 0.0.4.
 /// Metrics it hands out live as long as the registry; families render in registration order.
 class metrics_registry {
- public:
+public:
   /// The HTTP Content-Type of render()'s output.
   static constexpr std::string_view content_type = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -136,7 +136,7 @@ class metrics_registry {
   /// All families that have at least one metric, in the Prometheus text format 0.0.4.
   std::string render() const;
 
- private:
+private:
   struct family;
   struct child;
 

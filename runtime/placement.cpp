@@ -32,14 +32,14 @@ std::string device_key(std::size_t index, const device_config& dev) {
 // Checks that a configured domain id exists and has cores; `what` names the config key.
 expected<void> check_domain(const topology_info& topo, unsigned id, const std::string& what) {
   if (id >= topo.domains.size())
-    return make_error(errc::not_found, what + ": domain " + std::to_string(id)
-                                         + " does not exist; this topology (" + topo.source
-                                         + ") has domains 0.."
-                                         + std::to_string(topo.domains.size() - 1));
+    return make_error(errc::not_found, what + ": domain " + std::to_string(id) +
+                                           " does not exist; this topology (" + topo.source +
+                                           ") has domains 0.." +
+                                           std::to_string(topo.domains.size() - 1));
   if (topo.domains[id].cores.empty())
     return make_error(errc::invalid_argument,
-                      what + ": domain " + std::to_string(id)
-                        + " has no cores (memory-only NUMA node); choose a domain with cores");
+                      what + ": domain " + std::to_string(id) +
+                          " has no cores (memory-only NUMA node); choose a domain with cores");
   return {};
 }
 
@@ -116,16 +116,17 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
         std::vector<std::string> have;
         for (const auto& a : topo.devices)
           have.push_back(a.name);
-        return make_error(errc::not_found,
-                          device_key(i, dev) + ": topology_device '" + dev.topology_device
-                            + "' is not in this topology (" + topo.source + "); it has "
-                            + (have.empty() ? std::string{"no accelerators"}
-                                            : "accelerators " + join(have)));
+        return make_error(
+            errc::not_found,
+            device_key(i, dev) + ": topology_device '" + dev.topology_device +
+                "' is not in this topology (" + topo.source + "); it has " +
+                (have.empty() ? std::string{"no accelerators"} : "accelerators " + join(have)));
       }
       p.domain = nearest_compute_domain(topo, acc->domain);
       if (p.domain != acc->domain)
-        result.notes.push_back("device " + dev.name + ": its local domain " + std::to_string(acc->domain)
-                               + " has no cores; placed in domain " + std::to_string(p.domain));
+        result.notes.push_back("device " + dev.name + ": its local domain " +
+                               std::to_string(acc->domain) + " has no cores; placed in domain " +
+                               std::to_string(p.domain));
     } else if (dev.domain) {
       if (auto ok = check_domain(topo, *dev.domain, device_key(i, dev) + ".domain"); !ok)
         return ok.error();
@@ -160,10 +161,9 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
   }
   for (const auto& [core, names_on_core] : drivers_on_core)
     if (names_on_core.size() > 1)
-      result.notes.push_back("driver threads " + join(names_on_core) + " share core "
-                             + std::to_string(core) + " (domain "
-                             + std::to_string(topo.cores[core].domain)
-                             + " has fewer cores than devices)");
+      result.notes.push_back(
+          "driver threads " + join(names_on_core) + " share core " + std::to_string(core) +
+          " (domain " + std::to_string(topo.cores[core].domain) + " has fewer cores than devices)");
 
   // Tool cores.
   if (config.tools.cores == 0)
@@ -186,9 +186,9 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
     available += topo.domains[id].cores.size();
   if (config.tools.cores > available)
     return make_error(errc::invalid_argument,
-                      "tools.cores = " + std::to_string(config.tools.cores) + " exceeds the "
-                        + std::to_string(available) + " cores of the tool domains ("
-                        + join_ids(tool_domains) + "); allowed: 1.." + std::to_string(available));
+                      "tools.cores = " + std::to_string(config.tools.cores) + " exceeds the " +
+                          std::to_string(available) + " cores of the tool domains (" +
+                          join_ids(tool_domains) + "); allowed: 1.." + std::to_string(available));
   unsigned wanted = config.tools.cores;
   std::vector<unsigned> overlapped;
   for (int pass = 0; pass < 2 && wanted > 0; ++pass) {
@@ -209,8 +209,8 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
     }
   }
   if (!overlapped.empty())
-    result.notes.push_back("tool cores " + join_ids(overlapped)
-                           + " also run driver threads (not enough free cores)");
+    result.notes.push_back("tool cores " + join_ids(overlapped) +
+                           " also run driver threads (not enough free cores)");
 
   // Worker cpus: the domain's cpus minus driver and tool cpus, while that leaves any.
   for (auto& dp : result.domains) {
@@ -226,8 +226,8 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
     auto without = [&](bool tools_too) {
       std::vector<unsigned> out;
       for (auto cpu : dom.cpus)
-        if (driver_cpus.count(cpu) == 0
-            && (!tools_too || !std::binary_search(dp.tool_cpus.begin(), dp.tool_cpus.end(), cpu)))
+        if (driver_cpus.count(cpu) == 0 &&
+            (!tools_too || !std::binary_search(dp.tool_cpus.begin(), dp.tool_cpus.end(), cpu)))
           out.push_back(cpu);
       return out;
     };
@@ -235,13 +235,13 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
     if (dp.worker_cpus.empty()) {
       dp.worker_cpus = without(false);
       if (!dp.worker_cpus.empty() && !dp.tool_cpus.empty())
-        result.notes.push_back("domain " + std::to_string(dp.domain)
-                               + ": actor workers share cpus with tool processes");
+        result.notes.push_back("domain " + std::to_string(dp.domain) +
+                               ": actor workers share cpus with tool processes");
     }
     if (dp.worker_cpus.empty()) {
       dp.worker_cpus = dom.cpus;
-      result.notes.push_back("domain " + std::to_string(dp.domain)
-                             + ": actor workers share cpus with driver threads (no free cpu left)");
+      result.notes.push_back("domain " + std::to_string(dp.domain) +
+                             ": actor workers share cpus with driver threads (no free cpu left)");
     }
   }
   return result;

@@ -11,20 +11,20 @@ namespace triad {
 
 /// Where one device's actor and driver thread go.
 struct device_placement {
-  std::string name;            ///< the device's config name
-  std::string topology_device; ///< hwloc OS device it stands for, empty if none
+  std::string name;                     ///< the device's config name
+  std::string topology_device;          ///< hwloc OS device it stands for, empty if none
   device_role role = device_role::both; ///< its role, from the config
-  unsigned domain = 0;         ///< the domain hosting its device actor (nearest to the device)
-  unsigned driver_core = 0;    ///< the core its driver thread binds to
-  unsigned driver_cpu = 0;     ///< the first PU (OS index) of that core
-  bool shared_core = false;    ///< true when other drivers bind to the same core
+  unsigned domain = 0;      ///< the domain hosting its device actor (nearest to the device)
+  unsigned driver_core = 0; ///< the core its driver thread binds to
+  unsigned driver_cpu = 0;  ///< the first PU (OS index) of that core
+  bool shared_core = false; ///< true when other drivers bind to the same core
   std::vector<std::string> shares_with; ///< the other drivers on that core
 };
 
 /// What one NUMA domain hosts.
 struct domain_plan {
-  unsigned domain = 0;          ///< domain id
-  bool orchestration = false;   ///< hosts session, request and router actors
+  unsigned domain = 0;               ///< domain id
+  bool orchestration = false;        ///< hosts session, request and router actors
   std::vector<unsigned> tool_cpus;   ///< PUs (OS indices) reserved for tool processes
   std::vector<std::string> devices;  ///< device actors homed here
   std::vector<unsigned> worker_cpus; ///< PUs the domain's actor-system workers bind to
@@ -34,9 +34,9 @@ struct domain_plan {
 
 /// A placement plan: the pure answer to "who runs where" for one topology and config.
 struct plan {
-  std::vector<domain_plan> domains;     ///< one entry per topology domain, by id
+  std::vector<domain_plan> domains;      ///< one entry per topology domain, by id
   std::vector<device_placement> devices; ///< in config order
-  std::vector<std::string> notes;       ///< compromises the planner made (sharing, overlap)
+  std::vector<std::string> notes;        ///< compromises the planner made (sharing, overlap)
 
   /// The plan of the first orchestration domain.
   const domain_plan& orchestration_domain() const;

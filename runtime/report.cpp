@@ -111,19 +111,19 @@ boost::json::object to_json(const plan& p) {
 }
 
 std::string describe(const topology_info& topo) {
-  std::string out = "topology " + topo.source + ": " + std::to_string(topo.domains.size())
-                    + " NUMA domains, " + std::to_string(topo.cores.size()) + " cores, "
-                    + std::to_string(topo.pu_count) + " PUs, "
-                    + std::to_string(topo.devices.size()) + " accelerators\n";
+  std::string out = "topology " + topo.source + ": " + std::to_string(topo.domains.size()) +
+                    " NUMA domains, " + std::to_string(topo.cores.size()) + " cores, " +
+                    std::to_string(topo.pu_count) + " PUs, " + std::to_string(topo.devices.size()) +
+                    " accelerators\n";
   for (const auto& d : topo.domains)
-    out += "  domain " + std::to_string(d.id) + " (package " + std::to_string(d.package) + "): "
-           + std::to_string(d.cores.size()) + " cores, cpus " + cpu_list(d.cpus) + ", "
-           + gib(d.memory_bytes) + "\n";
+    out += "  domain " + std::to_string(d.id) + " (package " + std::to_string(d.package) +
+           "): " + std::to_string(d.cores.size()) + " cores, cpus " + cpu_list(d.cpus) + ", " +
+           gib(d.memory_bytes) + "\n";
   for (const auto& a : topo.devices)
-    out += "  device " + a.name + " (" + std::string{to_string(a.kind)}
-           + (a.subtype.empty() ? "" : " " + a.subtype)
-           + (a.pci_bus_id.empty() ? "" : ", pci " + a.pci_bus_id) + "): nearest domain "
-           + std::to_string(a.domain) + "\n";
+    out += "  device " + a.name + " (" + std::string{to_string(a.kind)} +
+           (a.subtype.empty() ? "" : " " + a.subtype) +
+           (a.pci_bus_id.empty() ? "" : ", pci " + a.pci_bus_id) + "): nearest domain " +
+           std::to_string(a.domain) + "\n";
   return out;
 }
 
@@ -132,19 +132,18 @@ std::string describe(const plan& p) {
   for (const auto& d : p.domains) {
     if (!d.active())
       continue;
-    out += "  domain " + std::to_string(d.domain) + ":"
-           + (d.orchestration ? " orchestration," : "") + " workers on cpus "
-           + cpu_list(d.worker_cpus);
+    out += "  domain " + std::to_string(d.domain) + ":" +
+           (d.orchestration ? " orchestration," : "") + " workers on cpus " +
+           cpu_list(d.worker_cpus);
     if (!d.tool_cpus.empty())
       out += ", tools on cpus " + cpu_list(d.tool_cpus);
     out += "\n";
   }
   for (const auto& d : p.devices)
-    out += "  device " + d.name + " (" + std::string{to_string(d.role)}
-           + (d.topology_device.empty() ? "" : ", " + d.topology_device) + "): domain "
-           + std::to_string(d.domain) + ", driver on core " + std::to_string(d.driver_core)
-           + " (cpu " + std::to_string(d.driver_cpu) + ")"
-           + (d.shared_core ? ", shared" : "") + "\n";
+    out += "  device " + d.name + " (" + std::string{to_string(d.role)} +
+           (d.topology_device.empty() ? "" : ", " + d.topology_device) + "): domain " +
+           std::to_string(d.domain) + ", driver on core " + std::to_string(d.driver_core) +
+           " (cpu " + std::to_string(d.driver_cpu) + ")" + (d.shared_core ? ", shared" : "") + "\n";
   for (const auto& n : p.notes)
     out += "  note: " + n + "\n";
   return out;

@@ -84,8 +84,8 @@ topology_info snapshot(native_t topo, std::string source, bool is_this_machine) 
     auto* anchor = hwloc_get_non_io_ancestor_obj(topo, dev);
     for (int i = 0; i < n_numa; ++i) {
       auto* node = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
-      if (anchor != nullptr && anchor->nodeset != nullptr
-          && hwloc_bitmap_isset(anchor->nodeset, node->os_index))
+      if (anchor != nullptr && anchor->nodeset != nullptr &&
+          hwloc_bitmap_isset(anchor->nodeset, node->os_index))
         acc.local_domains.push_back(node->logical_index);
     }
     if (!acc.local_domains.empty())
@@ -132,10 +132,13 @@ const accelerator* topology_info::find_device(std::string_view name) const noexc
   return nullptr;
 }
 
-topology::topology(void* handle, topology_info info) : handle_(handle), info_(std::move(info)) {}
+topology::topology(void* handle, topology_info info)
+    : handle_(handle)
+    , info_(std::move(info)) {}
 
 topology::topology(topology&& other) noexcept
-  : handle_(std::exchange(other.handle_, nullptr)), info_(std::move(other.info_)) {}
+    : handle_(std::exchange(other.handle_, nullptr))
+    , info_(std::move(other.info_)) {}
 
 topology& topology::operator=(topology&& other) noexcept {
   if (this != &other) {
@@ -165,16 +168,17 @@ expected<topology> topology::load_machine() {
 expected<topology> topology::load_xml(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
-    return make_error(errc::not_found, "topology XML file '" + path + "' does not exist or is not a regular file");
+    return make_error(errc::not_found,
+                      "topology XML file '" + path + "' does not exist or is not a regular file");
   auto topo = make_native();
   if (!topo)
     return topo.error();
   if (hwloc_topology_set_xml(*topo, path.c_str()) != 0) {
     int err = errno;
     hwloc_topology_destroy(*topo);
-    return make_error(errc::parse_error, "hwloc cannot read topology XML file '" + path
-                                           + "': " + std::strerror(err)
-                                           + " (hwloc 2.9 reads XML format 2.0 only)");
+    return make_error(errc::parse_error, "hwloc cannot read topology XML file '" + path +
+                                             "': " + std::strerror(err) +
+                                             " (hwloc 2.9 reads XML format 2.0 only)");
   }
   auto loaded = finish_load(*topo, "topology XML file '" + path + "'");
   if (!loaded)
@@ -188,9 +192,10 @@ expected<topology> topology::load_synthetic(const std::string& description) {
     return topo.error();
   if (hwloc_topology_set_synthetic(*topo, description.c_str()) != 0) {
     hwloc_topology_destroy(*topo);
-    return make_error(errc::parse_error,
-                      "invalid synthetic topology '" + description
-                        + "': expected hwloc synthetic syntax such as 'pack:2 numa:3 core:43 pu:2'");
+    return make_error(
+        errc::parse_error,
+        "invalid synthetic topology '" + description +
+            "': expected hwloc synthetic syntax such as 'pack:2 numa:3 core:43 pu:2'");
   }
   auto loaded = finish_load(*topo, "synthetic topology '" + description + "'");
   if (!loaded)
@@ -201,7 +206,8 @@ expected<topology> topology::load_synthetic(const std::string& description) {
 expected<void> topology::bind_this_thread(const std::vector<unsigned>& cpus) const {
   if (!info_.is_this_machine)
     return make_error(errc::unsupported, "cannot bind threads to a topology that is not this "
-                                         "machine (" + info_.source + ")");
+                                         "machine (" +
+                                             info_.source + ")");
   if (cpus.empty())
     return make_error(errc::invalid_argument, "cannot bind a thread to an empty cpu set");
   hwloc_bitmap_t set = hwloc_bitmap_alloc();

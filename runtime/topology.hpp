@@ -22,9 +22,9 @@ struct numa_domain {
 
 /// One physical core and its hardware threads.
 struct core_info {
-  unsigned id = 0;            ///< hwloc logical core index
-  unsigned domain = 0;        ///< the NUMA domain whose cpuset holds it
-  std::vector<unsigned> pus;  ///< OS indices of its PUs, ascending
+  unsigned id = 0;           ///< hwloc logical core index
+  unsigned domain = 0;       ///< the NUMA domain whose cpuset holds it
+  std::vector<unsigned> pus; ///< OS indices of its PUs, ascending
 };
 
 /// Kind of an accelerator OS device.
@@ -38,22 +38,22 @@ std::string_view to_string(device_kind kind) noexcept;
 
 /// An accelerator OS device and where it sits.
 struct accelerator {
-  std::string name;         ///< OS device name, e.g. "nvml3", "cuda0"
+  std::string name;                    ///< OS device name, e.g. "nvml3", "cuda0"
   device_kind kind = device_kind::gpu; ///< GPU or co-processor
-  std::string subtype;      ///< hwloc subtype where known ("CUDA", "OpenCL", ...), else empty
-  std::string pci_bus_id;   ///< "dddd:bb:dd.f" of its PCI device, empty if not on PCI
-  unsigned domain = 0;      ///< nearest NUMA domain (the first local one)
+  std::string subtype;    ///< hwloc subtype where known ("CUDA", "OpenCL", ...), else empty
+  std::string pci_bus_id; ///< "dddd:bb:dd.f" of its PCI device, empty if not on PCI
+  unsigned domain = 0;    ///< nearest NUMA domain (the first local one)
   std::vector<unsigned> local_domains; ///< every domain hwloc reports as local to it
 };
 
 /// A plain snapshot of a topology: what planning needs, free of hwloc handles.
 struct topology_info {
-  std::string source;                    ///< "machine", "xml:PATH" or "synthetic:STRING"
-  bool is_this_machine = false;          ///< true only for discovery of the running machine
-  std::vector<numa_domain> domains;      ///< by id
-  std::vector<core_info> cores;          ///< by id
-  std::vector<accelerator> devices;      ///< GPU and co-processor OS devices, in hwloc order
-  unsigned pu_count = 0;                 ///< hardware threads in all domains
+  std::string source;               ///< "machine", "xml:PATH" or "synthetic:STRING"
+  bool is_this_machine = false;     ///< true only for discovery of the running machine
+  std::vector<numa_domain> domains; ///< by id
+  std::vector<core_info> cores;     ///< by id
+  std::vector<accelerator> devices; ///< GPU and co-processor OS devices, in hwloc order
+  unsigned pu_count = 0;            ///< hardware threads in all domains
 
   /// The device with this OS name, or nullptr.
   const accelerator* find_device(std::string_view name) const noexcept;

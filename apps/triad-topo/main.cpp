@@ -51,11 +51,12 @@ int main(int argc, char** argv) {
   std::string synthetic;
   std::string config_file;
   bool json = false;
-  auto* xml_opt = app.add_option("--xml", xml, "read the topology from an hwloc XML file (format 2.0)")
-                    ->check(CLI::ExistingFile);
+  auto* xml_opt =
+      app.add_option("--xml", xml, "read the topology from an hwloc XML file (format 2.0)")
+          ->check(CLI::ExistingFile);
   app.add_option("--synthetic", synthetic,
                  "use an hwloc synthetic topology, e.g. \"pack:2 numa:3 core:43 pu:2\"")
-    ->excludes(xml_opt);
+      ->excludes(xml_opt);
   app.add_option("--config", config_file,
                  "plan with this node config (TOML); default: the embedded default, with one "
                  "device per accelerator when the topology has any");
@@ -72,14 +73,14 @@ int main(int argc, char** argv) {
   // Command-line topology beats the config's.
   std::string source_xml = !xml.empty() ? xml : config.topology.xml;
   std::string source_syn = !synthetic.empty() ? synthetic : config.topology.synthetic;
-  auto source = !xml.empty()         ? triad::topology_source::xml
-                : !synthetic.empty() ? triad::topology_source::synthetic
+  auto source = !xml.empty()           ? triad::topology_source::xml
+                : !synthetic.empty()   ? triad::topology_source::synthetic
                 : !config_file.empty() ? config.topology.source
                                        : triad::topology_source::machine;
   auto topo = source == triad::topology_source::xml ? triad::topology::load_xml(source_xml)
               : source == triad::topology_source::synthetic
-                ? triad::topology::load_synthetic(source_syn)
-                : triad::topology::load_machine();
+                  ? triad::topology::load_synthetic(source_syn)
+                  : triad::topology::load_machine();
   if (!topo)
     return fail(topo.error());
   if (config_file.empty())

@@ -14,7 +14,8 @@ public:
 
   /// Wraps any callable invocable as `void()`.
   template<class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, unique_function>>>
-  unique_function(F&& fun) : impl_(std::make_unique<model<std::decay_t<F>>>(std::forward<F>(fun))) {}
+  unique_function(F&& fun)
+      : impl_(std::make_unique<model<std::decay_t<F>>>(std::forward<F>(fun))) {}
 
   unique_function(unique_function&&) noexcept = default;
   unique_function& operator=(unique_function&&) noexcept = default;
@@ -31,8 +32,10 @@ private:
   };
   template<class F>
   struct model final : concept_t {
-    explicit model(F&& f) : fun(std::move(f)) {}
-    explicit model(const F& f) : fun(f) {}
+    explicit model(F&& f)
+        : fun(std::move(f)) {}
+    explicit model(const F& f)
+        : fun(f) {}
     void call() override { fun(); }
     F fun;
   };

@@ -16,8 +16,8 @@ BOOST_AUTO_TEST_SUITE(bench_messaging)
 // Timings are not asserted (this machine is shared and noisy); homed executions off home are.
 BOOST_AUTO_TEST_CASE(quick_run_writes_metrics_and_ratios) {
   auto path = std::filesystem::temp_directory_path() / "triad-bench-messaging-test.json";
-  auto r = triad::test::run_command(triad::test::binary("triad-bench-messaging") + " --quick --json "
-                                    + path.string());
+  auto r = triad::test::run_command(triad::test::binary("triad-bench-messaging") +
+                                    " --quick --json " + path.string());
   BOOST_REQUIRE_EQUAL(r.status, 0);
   std::ifstream file{path};
   std::stringstream text;
@@ -31,9 +31,9 @@ BOOST_AUTO_TEST_CASE(quick_run_writes_metrics_and_ratios) {
     BOOST_TEST((std::isfinite(v) && v > 0), name << " = " << v);
   }
   const auto& metrics = out.at("metrics").as_object();
-  for (const char* name : {"raw_throughput_msgs_per_s", "homed_throughput_msgs_per_s",
-                           "bridge_throughput_msgs_per_s", "raw_rtt_us", "homed_rtt_us",
-                           "cross_domain_rtt_us"})
+  for (const char* name :
+       {"raw_throughput_msgs_per_s", "homed_throughput_msgs_per_s", "bridge_throughput_msgs_per_s",
+        "raw_rtt_us", "homed_rtt_us", "cross_domain_rtt_us"})
     BOOST_TEST(metrics.at(name).to_number<double>() > 0, name);
   BOOST_TEST(metrics.at("off_home_executions").to_number<std::int64_t>() == 0);
   std::filesystem::remove(path);

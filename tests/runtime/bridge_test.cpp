@@ -8,14 +8,15 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
-#include "tests/printers.hpp"
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
+#include "tests/printers.hpp"
 
 namespace {
 
 std::unique_ptr<triad::driver_thread> start_driver(std::size_t capacity) {
-  auto d = triad::driver_thread::start({.name = "test.driver", .capacity = capacity, .cpus = {}, .topo = nullptr});
+  auto d = triad::driver_thread::start(
+      {.name = "test.driver", .capacity = capacity, .cpus = {}, .topo = nullptr});
   BOOST_REQUIRE_MESSAGE(d.has_value(), (d ? "" : d.error().message));
   return std::move(d).value();
 }
@@ -137,8 +138,8 @@ BOOST_AUTO_TEST_CASE(completions_reach_a_homed_actor_as_messages) {
 BOOST_AUTO_TEST_CASE(a_throwing_job_is_counted_and_the_driver_keeps_running) {
   auto driver = start_driver(8);
   std::atomic<int> ran{0};
-  BOOST_REQUIRE(driver->try_submit([] { throw std::runtime_error{"boom"}; })
-                == triad::submit_result::accepted);
+  BOOST_REQUIRE(driver->try_submit([] { throw std::runtime_error{"boom"}; }) ==
+                triad::submit_result::accepted);
   BOOST_REQUIRE(driver->try_submit([&] { ++ran; }) == triad::submit_result::accepted);
   driver->stop();
   BOOST_TEST(ran.load() == 1);
@@ -150,7 +151,8 @@ BOOST_AUTO_TEST_CASE(the_driver_binds_to_its_core_on_this_machine) {
   auto topo = triad::topology::load_machine();
   BOOST_REQUIRE(topo.has_value());
   unsigned cpu = topo->info().domains.front().cpus.back();
-  auto d = triad::driver_thread::start({.name = "test.pinned", .capacity = 4, .cpus = {cpu}, .topo = &*topo});
+  auto d = triad::driver_thread::start(
+      {.name = "test.pinned", .capacity = 4, .cpus = {cpu}, .topo = &*topo});
   BOOST_REQUIRE(d.has_value());
   BOOST_TEST((*d)->bound());
   std::promise<std::vector<int>> seen;
@@ -168,12 +170,14 @@ BOOST_AUTO_TEST_CASE(the_driver_binds_to_its_core_on_this_machine) {
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_are_errors) {
-  auto zero = triad::driver_thread::start({.name = "zero", .capacity = 0, .cpus = {}, .topo = nullptr});
+  auto zero =
+      triad::driver_thread::start({.name = "zero", .capacity = 0, .cpus = {}, .topo = nullptr});
   BOOST_REQUIRE(!zero);
   BOOST_TEST(zero.error().message.find("capacity 0") != std::string::npos);
   auto topo = triad::topology::load_synthetic("numa:1 core:2 pu:1");
   BOOST_REQUIRE(topo.has_value());
-  auto foreign = triad::driver_thread::start({.name = "syn", .capacity = 1, .cpus = {0}, .topo = &*topo});
+  auto foreign =
+      triad::driver_thread::start({.name = "syn", .capacity = 1, .cpus = {0}, .topo = &*topo});
   BOOST_REQUIRE(!foreign);
   BOOST_TEST(foreign.error().code == triad::errc::unsupported);
 }

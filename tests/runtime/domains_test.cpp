@@ -6,8 +6,8 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
-#include "tests/printers.hpp"
 #include "runtime/domains.hpp"
+#include "tests/printers.hpp"
 
 namespace {
 
@@ -46,25 +46,41 @@ caf::behavior echo(Self*, run_counts* counts, int home) {
 }
 
 // Sends `rounds` requests one after another and records where each response ran.
-caf::behavior driver(triad::homed_actor* self, caf::actor target, int rounds, run_counts* counts,
-                     int home, std::promise<void>* done) {
-  auto left = std::make_shared<int>(rounds);
-  auto step = std::make_shared<std::function<void()>>();
-  *step = [=] {
-    if ((*left)-- == 0) {
-      done->set_value();
-      *step = nullptr; // break the self-reference
-      self->quit();
+class round_tripper : public triad::homed_actor {
+public:
+  round_tripper(caf::actor_config& cfg, caf::actor target, int rounds, run_counts* counts, int home,
+                std::promise<void>* done)
+      : triad::homed_actor(cfg)
+      , target_(std::move(target))
+      , left_(rounds)
+      , counts_(counts)
+      , home_(home)
+      , done_(done) {}
+
+  caf::behavior make_behavior() override {
+    step();
+    return {[](int) {}};
+  }
+
+private:
+  void step() {
+    if (left_-- == 0) {
+      done_->set_value();
+      quit();
       return;
     }
-    self->request(target, caf::infinite, *left).then([=](int) {
-      counts->record(home);
-      (*step)();
+    request(target_, caf::infinite, left_).then([this](int) {
+      counts_->record(home_);
+      step();
     });
-  };
-  (*step)();
-  return {[](int) {}};
-}
+  }
+
+  caf::actor target_;
+  int left_;
+  run_counts* counts_;
+  int home_;
+  std::promise<void>* done_;
+};
 
 } // namespace
 
@@ -77,7 +93,7 @@ BOOST_FIXTURE_TEST_CASE(homed_actors_never_run_off_their_home_domain, two_domain
   run_counts server, client;
   std::promise<void> done;
   auto target = (*d1)->spawn(echo<triad::homed_actor>, &server, 1);
-  (*d0)->spawn(driver, target, 2000, &client, 0, &done);
+  (*d0)->spawn<round_tripper>(target, 2000, &client, 0, &done);
   BOOST_REQUIRE(done.get_future().wait_for(std::chrono::seconds{60}) == std::future_status::ready);
   BOOST_TEST(server.home.load() == 2000);
   BOOST_TEST(server.off_home.load() == 0);
@@ -94,7 +110,7 @@ BOOST_FIXTURE_TEST_CASE(plain_caf_actors_run_on_the_senders_domain, two_domains)
   run_counts server, client;
   std::promise<void> done;
   auto target = (*d1)->spawn(echo<caf::event_based_actor>, &server, 1);
-  (*d0)->spawn(driver, target, 2000, &client, 0, &done);
+  (*d0)->spawn<round_tripper>(target, 2000, &client, 0, &done);
   BOOST_REQUIRE(done.get_future().wait_for(std::chrono::seconds{60}) == std::future_status::ready);
   BOOST_TEST(server.off_home.load() > 0);
 }
@@ -118,8 +134,8 @@ BOOST_FIXTURE_TEST_CASE(spawn_in_a_named_domain_runs_there, two_domains) {
   auto echo1 = (*set->find("tools"))->spawn(echo<triad::homed_actor>, &counts, 1);
   caf::scoped_actor self{set->orchestration().system()};
   for (int i = 0; i < 10; ++i)
-    self->request(echo1, caf::infinite, i).receive([&](int x) { BOOST_TEST(x == i); },
-                                                   [&](caf::error&) { BOOST_FAIL("no reply"); });
+    self->request(echo1, caf::infinite, i)
+        .receive([&](int x) { BOOST_TEST(x == i); }, [&](caf::error&) { BOOST_FAIL("no reply"); });
   BOOST_TEST(counts.home.load() == 10);
   BOOST_TEST(counts.off_home.load() == 0);
 }
@@ -129,7 +145,8 @@ BOOST_FIXTURE_TEST_CASE(stop_exits_every_spawned_actor_and_joins, two_domains) {
   for (auto& d : set->all()) {
     for (int i = 0; i < 5; ++i) {
       auto a = d->spawn([](triad::homed_actor*) -> caf::behavior { return {[](int) {}}; });
-      caf::actor_cast<caf::abstract_actor*>(a)->attach_functor([&](const caf::error&) { ++exited; });
+      caf::actor_cast<caf::abstract_actor*>(a)->attach_functor(
+          [&](const caf::error&) { ++exited; });
     }
   }
   BOOST_TEST(set->stop(std::chrono::seconds{10}) == 0u);
@@ -161,11 +178,11 @@ BOOST_AUTO_TEST_CASE(threads_bind_to_the_domain_cpus_on_this_machine) {
   {
     caf::scoped_actor self{d.system()};
     self->request(probe, caf::infinite, 0)
-      .receive(
-        [&](const std::vector<int>& got) {
-          BOOST_TEST(got == std::vector<int>{static_cast<int>(cpus.front())});
-        },
-        [&](caf::error&) { BOOST_FAIL("no reply"); });
+        .receive(
+            [&](const std::vector<int>& got) {
+              BOOST_TEST(got == std::vector<int>{static_cast<int>(cpus.front())});
+            },
+            [&](caf::error&) { BOOST_FAIL("no reply"); });
   }
   BOOST_TEST(d.bind_failures() == 0u);
   BOOST_TEST(d.stop(std::chrono::seconds{5}) == 0u);

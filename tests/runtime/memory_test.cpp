@@ -5,8 +5,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "tests/printers.hpp"
 #include "runtime/memory.hpp"
+#include "tests/printers.hpp"
 
 BOOST_AUTO_TEST_SUITE(memory)
 
@@ -28,7 +28,8 @@ BOOST_AUTO_TEST_CASE(buffers_are_page_aligned_zeroed_and_counted) {
     auto buf = (*a)->allocate(100000);
     BOOST_REQUIRE(buf.has_value());
     BOOST_TEST(reinterpret_cast<std::uintptr_t>(buf->data()) % 4096 == 0u);
-    BOOST_TEST(std::all_of(buf->data(), buf->data() + buf->size(), [](std::byte b) { return b == std::byte{0}; }));
+    BOOST_TEST(std::all_of(buf->data(), buf->data() + buf->size(),
+                           [](std::byte b) { return b == std::byte{0}; }));
     std::memset(buf->data(), 0xab, buf->size());
     auto s = (*a)->stats();
     BOOST_TEST(s.in_use_bytes == 100000u);

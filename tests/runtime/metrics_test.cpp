@@ -57,7 +57,7 @@ struct parse_failure : std::runtime_error {
 /// names belong to their family (with _bucket/_sum/_count for histograms) and that each family's
 /// lines are contiguous.
 class exposition_parser {
- public:
+public:
   explicit exposition_parser(std::string_view text)
       : text_(text) {}
 
@@ -77,7 +77,7 @@ class exposition_parser {
     return families_;
   }
 
- private:
+private:
   [[noreturn]] void fail(const std::string& why) const {
     throw parse_failure("line " + std::to_string(line_no_) + " (" + std::string(line_) +
                         "): " + why);

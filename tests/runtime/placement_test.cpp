@@ -3,8 +3,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "tests/printers.hpp"
 #include "runtime/placement.hpp"
+#include "tests/printers.hpp"
 #include "tests/runtime/test_paths.hpp"
 
 namespace {

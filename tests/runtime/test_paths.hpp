@@ -9,7 +9,8 @@ namespace triad::test {
 /// The directory of the shared hwloc XML topologies (ctest sets TRIAD_TOPOLOGIES_DIR).
 inline std::filesystem::path topologies_dir() {
   const char* dir = std::getenv("TRIAD_TOPOLOGIES_DIR");
-  return dir != nullptr ? std::filesystem::path{dir} : std::filesystem::path{"../shared/topologies"};
+  return dir != nullptr ? std::filesystem::path{dir}
+                        : std::filesystem::path{"../shared/topologies"};
 }
 
 /// The path of one shared topology file.

@@ -3,8 +3,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "tests/printers.hpp"
 #include "runtime/topology.hpp"
+#include "tests/printers.hpp"
 #include "tests/runtime/test_paths.hpp"
 
 using triad::test::topology_file;

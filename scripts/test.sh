@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# README command (2): installs what is missing, builds, and runs the whole test suite:
+# a Release build (warnings as errors) with every test, then an ASan+UBSan Debug build of the
+# same tests. ctest prints "N% tests passed, M tests failed out of T" for each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="${TRIAD_JOBS:-2}"
+
+scripts/install-deps.sh
+
+echo "== release build and tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTRIAD_WERROR=ON
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure
+
+echo "== ASan+UBSan build and tests"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTRIAD_SANITIZE=ON -DTRIAD_WERROR=ON
+cmake --build build-asan -j"$jobs"
+ctest --test-dir build-asan --output-on-failure
