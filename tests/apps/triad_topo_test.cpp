@@ -2,7 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "tests/process.hpp"
-#include "tests/runtime/test_paths.hpp"
+#include "tests/runtime/test_support.hpp"
 
 namespace json = boost::json;
 using triad::test::binary;

@@ -11,6 +11,7 @@
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
 #include "tests/printers.hpp"
+#include "tests/runtime/test_support.hpp"
 
 namespace {
 
@@ -156,16 +157,8 @@ BOOST_AUTO_TEST_CASE(the_driver_binds_to_its_core_on_this_machine) {
   BOOST_REQUIRE(d.has_value());
   BOOST_TEST((*d)->bound());
   std::promise<std::vector<int>> seen;
-  BOOST_REQUIRE((*d)->try_submit([&] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    sched_getaffinity(0, sizeof(set), &set);
-    std::vector<int> cpus;
-    for (int i = 0; i < CPU_SETSIZE; ++i)
-      if (CPU_ISSET(i, &set))
-        cpus.push_back(i);
-    seen.set_value(cpus);
-  }) == triad::submit_result::accepted);
+  BOOST_REQUIRE((*d)->try_submit([&] { seen.set_value(triad::test::this_thread_cpus()); }) ==
+                triad::submit_result::accepted);
   BOOST_TEST(seen.get_future().get() == std::vector<int>{static_cast<int>(cpu)});
 }
 

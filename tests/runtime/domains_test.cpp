@@ -8,6 +8,7 @@
 
 #include "runtime/domains.hpp"
 #include "tests/printers.hpp"
+#include "tests/runtime/test_support.hpp"
 
 namespace {
 
@@ -82,37 +83,45 @@ private:
   std::promise<void>* done_;
 };
 
+// Where the handlers of a round-trip run executed, read after it finished.
+struct placement_counts {
+  int server_home = 0;
+  int server_off_home = 0;
+  int client_home = 0;
+  int client_off_home = 0;
+};
+
+// Runs 2000 round trips from a homed client in domain 0 to an `Echo` server in domain 1.
+template<class Echo>
+placement_counts round_trips_across(triad::domain_set& set) {
+  auto d0 = set.find(0u);
+  auto d1 = set.find(1u);
+  BOOST_REQUIRE(d0 && d1);
+  run_counts server, client;
+  std::promise<void> done;
+  auto target = (*d1)->spawn(echo<Echo>, &server, 1);
+  (*d0)->spawn<round_tripper>(target, 2000, &client, 0, &done);
+  BOOST_REQUIRE(done.get_future().wait_for(std::chrono::seconds{60}) == std::future_status::ready);
+  return {server.home.load(), server.off_home.load(), client.home.load(), client.off_home.load()};
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(domains)
 
 BOOST_FIXTURE_TEST_CASE(homed_actors_never_run_off_their_home_domain, two_domains) {
-  auto d0 = set->find(0u);
-  auto d1 = set->find(1u);
-  BOOST_REQUIRE(d0 && d1);
-  run_counts server, client;
-  std::promise<void> done;
-  auto target = (*d1)->spawn(echo<triad::homed_actor>, &server, 1);
-  (*d0)->spawn<round_tripper>(target, 2000, &client, 0, &done);
-  BOOST_REQUIRE(done.get_future().wait_for(std::chrono::seconds{60}) == std::future_status::ready);
-  BOOST_TEST(server.home.load() == 2000);
-  BOOST_TEST(server.off_home.load() == 0);
-  BOOST_TEST(client.home.load() == 2000);
-  BOOST_TEST(client.off_home.load() == 0);
+  auto counts = round_trips_across<triad::homed_actor>(*set);
+  BOOST_TEST(counts.server_home == 2000);
+  BOOST_TEST(counts.server_off_home == 0);
+  BOOST_TEST(counts.client_home == 2000);
+  BOOST_TEST(counts.client_off_home == 0);
 }
 
 // The control for the test above: plain CAF actors do run on the sender's domain, which is
 // what the homed mixin prevents.
 BOOST_FIXTURE_TEST_CASE(plain_caf_actors_run_on_the_senders_domain, two_domains) {
-  auto d0 = set->find(0u);
-  auto d1 = set->find(1u);
-  BOOST_REQUIRE(d0 && d1);
-  run_counts server, client;
-  std::promise<void> done;
-  auto target = (*d1)->spawn(echo<caf::event_based_actor>, &server, 1);
-  (*d0)->spawn<round_tripper>(target, 2000, &client, 0, &done);
-  BOOST_REQUIRE(done.get_future().wait_for(std::chrono::seconds{60}) == std::future_status::ready);
-  BOOST_TEST(server.off_home.load() > 0);
+  auto counts = round_trips_across<caf::event_based_actor>(*set);
+  BOOST_TEST(counts.server_off_home > 0);
 }
 
 BOOST_FIXTURE_TEST_CASE(domains_are_found_by_id_name_and_role, two_domains) {
@@ -164,16 +173,7 @@ BOOST_AUTO_TEST_CASE(threads_bind_to_the_domain_cpus_on_this_machine) {
   triad::domain d{topo->info().domains.front().id, cpus, &*topo, sched};
   BOOST_TEST(d.bound());
   auto probe = d.spawn([](triad::homed_actor*) -> caf::behavior {
-    return {[](int) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      sched_getaffinity(0, sizeof(set), &set);
-      std::vector<int> cpus;
-      for (int i = 0; i < CPU_SETSIZE; ++i)
-        if (CPU_ISSET(i, &set))
-          cpus.push_back(i);
-      return cpus;
-    }};
+    return {[](int) { return triad::test::this_thread_cpus(); }};
   });
   {
     caf::scoped_actor self{d.system()};

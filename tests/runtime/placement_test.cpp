@@ -5,7 +5,7 @@
 
 #include "runtime/placement.hpp"
 #include "tests/printers.hpp"
-#include "tests/runtime/test_paths.hpp"
+#include "tests/runtime/test_support.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 
 #include "runtime/topology.hpp"
 #include "tests/printers.hpp"
-#include "tests/runtime/test_paths.hpp"
+#include "tests/runtime/test_support.hpp"
 
 using triad::test::topology_file;
 
