@@ -163,14 +163,6 @@ double thread_pingpong_us(std::size_t rounds) {
   return us.count() / static_cast<double>(rounds);
 }
 
-template<class F>
-double median_of(int reps, F&& f) {
-  std::vector<double> xs;
-  for (int i = 0; i < reps; ++i)
-    xs.push_back(f());
-  return triad::bench::median(std::move(xs));
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -184,7 +176,7 @@ int main(int argc, char** argv) {
 
   std::size_t messages = quick ? 200'000 : 2'000'000;
   std::size_t rounds = quick ? 20'000 : 200'000;
-  int reps = quick ? 5 : 7;
+  int reps = quick ? 7 : 9;
 
   // Two domains of one core each; synthetic, so nothing is bound and the figures compare
   // mechanisms on whatever cores the OS gives.
@@ -199,63 +191,60 @@ int main(int argc, char** argv) {
 
   triad::bench::report out;
   out.quick = quick;
-  double raw_tput = 0, raw_rtt = 0, homed_tput = 0, homed_rtt = 0, cross_rtt = 0, bridge_tput = 0;
-  {
-    caf::actor_system_config cfg;
-    cfg.set("scheduler.max-threads", sched.threads_per_domain);
-    cfg.set("work-stealing.moderate-sleep-duration",
-            caf::timespan{std::chrono::duration_cast<caf::timespan>(sched.moderate_sleep)});
-    cfg.set("work-stealing.aggressive-poll-attempts", sched.poll_attempts);
-    cfg.set("work-stealing.moderate-poll-attempts", sched.poll_attempts);
-    caf::actor_system raw{cfg};
-    raw_tput =
-        median_of(reps, [&] { return throughput<caf::event_based_actor>(raw, messages, -1); });
-    raw_rtt = median_of(reps, [&] {
-      return round_trip_us<caf::event_based_actor, caf::event_based_actor>(raw, raw, rounds, -1,
-                                                                           -1);
-    });
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", sched.threads_per_domain);
+  cfg.set("work-stealing.moderate-sleep-duration",
+          caf::timespan{std::chrono::duration_cast<caf::timespan>(sched.moderate_sleep)});
+  cfg.set("work-stealing.aggressive-poll-attempts", sched.poll_attempts);
+  cfg.set("work-stealing.moderate-poll-attempts", sched.poll_attempts);
+  caf::actor_system raw{cfg};
+  triad::domain d0{0, {0}, nullptr, sched};
+  triad::domain d1{1, {1}, nullptr, sched};
+  auto driver = triad::driver_thread::start(
+      {.name = "bench.driver", .capacity = 1024, .cpus = {}, .topo = nullptr});
+  if (!driver) {
+    std::fprintf(stderr, "triad-bench-messaging: %s\n", driver.error().message.c_str());
+    return 1;
   }
-  {
-    triad::domain d0{0, {0}, nullptr, sched};
-    triad::domain d1{1, {1}, nullptr, sched};
-    homed_tput =
-        median_of(reps, [&] { return throughput<triad::homed_actor>(d0.system(), messages, 0); });
-    homed_rtt = median_of(reps, [&] {
-      return round_trip_us<triad::homed_actor, triad::homed_actor>(d0.system(), d0.system(), rounds,
-                                                                   0, 0);
-    });
-    cross_rtt = median_of(reps, [&] {
-      return round_trip_us<triad::homed_actor, triad::homed_actor>(d0.system(), d1.system(), rounds,
-                                                                   0, 1);
-    });
-    auto driver = triad::driver_thread::start(
-        {.name = "bench.driver", .capacity = 1024, .cpus = {}, .topo = nullptr});
-    if (!driver) {
-      std::fprintf(stderr, "triad-bench-messaging: %s\n", driver.error().message.c_str());
-      return 1;
-    }
-    bridge_tput =
-        median_of(reps, [&] { return bridge_throughput(**driver, d0.system(), messages, 0); });
-    d0.stop(std::chrono::seconds{5});
-    d1.stop(std::chrono::seconds{5});
+  // Repetitions interleave all configurations, so that the machine's slow phases (it is shared)
+  // hit each of them alike; ratios are medians of per-repetition ratios.
+  std::vector<double> raw_tput, homed_tput, bridge_tput, raw_rtt, homed_rtt, cross_rtt, floor_rtt;
+  std::vector<double> homed_over_raw, cross_over_local, bridge_over_raw;
+  for (int rep = 0; rep < reps; ++rep) {
+    raw_tput.push_back(throughput<caf::event_based_actor>(raw, messages, -1));
+    homed_tput.push_back(throughput<triad::homed_actor>(d0.system(), messages, 0));
+    bridge_tput.push_back(bridge_throughput(**driver, d0.system(), messages, 0));
+    raw_rtt.push_back(
+        round_trip_us<caf::event_based_actor, caf::event_based_actor>(raw, raw, rounds, -1, -1));
+    homed_rtt.push_back(round_trip_us<triad::homed_actor, triad::homed_actor>(
+        d0.system(), d0.system(), rounds, 0, 0));
+    cross_rtt.push_back(round_trip_us<triad::homed_actor, triad::homed_actor>(
+        d0.system(), d1.system(), rounds, 0, 1));
+    floor_rtt.push_back(thread_pingpong_us(rounds));
+    homed_over_raw.push_back(homed_tput.back() / raw_tput.back());
+    cross_over_local.push_back(cross_rtt.back() / homed_rtt.back());
+    bridge_over_raw.push_back(bridge_tput.back() / raw_tput.back());
   }
+  (*driver)->stop();
+  d0.stop(std::chrono::seconds{5});
+  d1.stop(std::chrono::seconds{5});
 
-  double floor_rtt = median_of(reps, [&] { return thread_pingpong_us(rounds); });
+  using triad::bench::median;
   out.metrics["topology"] = "synthetic:" + layout;
   out.metrics["messages_per_run"] = messages;
   out.metrics["round_trips_per_run"] = rounds;
   out.metrics["repetitions"] = reps;
-  out.metrics["raw_throughput_msgs_per_s"] = raw_tput;
-  out.metrics["homed_throughput_msgs_per_s"] = homed_tput;
-  out.metrics["bridge_throughput_msgs_per_s"] = bridge_tput;
-  out.metrics["raw_rtt_us"] = raw_rtt;
-  out.metrics["homed_rtt_us"] = homed_rtt;
-  out.metrics["cross_domain_rtt_us"] = cross_rtt;
-  out.metrics["thread_pingpong_rtt_us"] = floor_rtt;
+  out.metrics["raw_throughput_msgs_per_s"] = median(raw_tput);
+  out.metrics["homed_throughput_msgs_per_s"] = median(homed_tput);
+  out.metrics["bridge_throughput_msgs_per_s"] = median(bridge_tput);
+  out.metrics["raw_rtt_us"] = median(raw_rtt);
+  out.metrics["homed_rtt_us"] = median(homed_rtt);
+  out.metrics["cross_domain_rtt_us"] = median(cross_rtt);
+  out.metrics["thread_pingpong_rtt_us"] = median(floor_rtt);
   out.metrics["off_home_executions"] = off_home.load();
-  out.ratios["homed_over_raw_throughput"] = homed_tput / raw_tput;
-  out.ratios["cross_over_local_rtt"] = cross_rtt / homed_rtt;
-  out.ratios["bridge_over_raw_throughput"] = bridge_tput / raw_tput;
+  out.ratios["homed_over_raw_throughput"] = median(homed_over_raw);
+  out.ratios["cross_over_local_rtt"] = median(cross_over_local);
+  out.ratios["bridge_over_raw_throughput"] = median(bridge_over_raw);
   out.print();
   if (!json_path.empty() && !out.write(json_path))
     return 1;
