@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "devices/model.hpp"
+#include "devices/tokenizer.hpp"
+#include "runtime/error.hpp"
+
+namespace triad {
+
+/// A sequence on a device: one request's growing token history and its KV pages.
+using seq_id = std::uint64_t;
+
+/// One entry of a step: tokens appended to a sequence (a prefill chunk, or one token for a
+/// decode). A sequence the device does not know yet is created at length 0.
+struct step_item {
+  seq_id seq = 0;            ///< the sequence
+  std::vector<token> tokens; ///< at least one; appended at the sequence's current length
+};
+
+/// What a step produced.
+struct step_output {
+  /// Per item, the next-token logits after its last token (vocab floats each).
+  std::vector<std::vector<float>> logits;
+  std::uint64_t tokens = 0; ///< tokens computed in the step
+  double seconds = 0;       ///< wall time of the step on the driver thread (sim: modelled)
+};
+
+/// Usage of a device's paged KV cache.
+struct kv_usage {
+  std::size_t pages_total = 0; ///< pages the memory budget holds
+  std::size_t pages_used = 0;  ///< pages held by sequences
+  std::size_t page_tokens = 0; ///< tokens per page
+  std::size_t page_bytes = 0;  ///< bytes per page (all layers, K and V)
+  std::size_t sequences = 0;   ///< live sequences
+};
+
+/// What a device backend implements. Calls come from one thread (the device's driver thread);
+/// implementations need not be thread-safe.
+class backend {
+public:
+  virtual ~backend() = default;
+
+  /// The model it runs.
+  virtual const model_shape& shape() const noexcept = 0;
+  /// Which kernel does the matmuls, e.g. "brg:avx512_core_amx_bf16" or "sim:h100".
+  virtual std::string kernel() const = 0;
+
+  /// Runs one batched forward step over a mix of prefill chunks and decodes. All pages the
+  /// step needs are reserved first: when they do not fit, nothing changes and the error is
+  /// errc::exhausted (the caller preempts or waits).
+  virtual expected<step_output> step(std::span<const step_item> items) = 0;
+
+  /// The sequence's KV pages as bytes (for a transfer to another device or a tier).
+  virtual expected<std::vector<std::byte>> export_kv(seq_id seq) const = 0;
+  /// Recreates a sequence from export_kv's bytes; errors on a shape mismatch or damage.
+  virtual expected<void> import_kv(seq_id seq, std::span<const std::byte> bytes) = 0;
+  /// Drops a sequence and returns its pages; unknown ids are ignored.
+  virtual void free(seq_id seq) = 0;
+  /// Tokens held for a sequence (0 when unknown).
+  virtual std::size_t length(seq_id seq) const noexcept = 0;
+  /// KV cache usage.
+  virtual kv_usage kv() const noexcept = 0;
+};
+
+} // namespace triad

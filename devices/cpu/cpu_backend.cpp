@@ -1,0 +1,289 @@
+#include "devices/cpu/cpu_backend.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <unordered_set>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "devices/cpu/detail/kernels.hpp"
+#include "devices/cpu/detail/onednn_linear.hpp"
+
+namespace triad {
+
+using detail::onednn_linear;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+} // namespace
+
+struct cpu_backend::impl {
+  struct layer {
+    std::vector<float> attn_norm;
+    std::vector<float> mlp_norm;
+    std::unique_ptr<onednn_linear> wqkv;
+    std::unique_ptr<onednn_linear> wo;
+    std::unique_ptr<onednn_linear> wgate_up;
+    std::unique_ptr<onednn_linear> wdown;
+  };
+
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::vector<float> embedding;
+  std::vector<layer> layers;
+  std::vector<float> final_norm;
+  std::unique_ptr<onednn_linear> output;
+  std::unique_ptr<detail::rope_table> rope;
+
+  // Step buffers, grown to the largest step seen.
+  std::vector<float> x, h, qkv, attn, tmp, gate_up, act;
+  std::vector<std::uint16_t> h16;
+
+  // Runs a matmul from `src` (f32), converting to bf16 first when the model is bf16.
+  void linear(onednn_linear& w, const float* src, float* dst, std::size_t rows, dtype type,
+              double& matmul_seconds) {
+    const void* in = src;
+    if (type == dtype::bf16) {
+      if (h16.size() < rows * w.k())
+        h16.resize(rows * w.k());
+      detail::to_bf16(src, h16.data(), rows * w.k());
+      in = h16.data();
+    }
+    auto start = clock_type::now();
+    w.forward(stream, in, dst, static_cast<unsigned>(rows));
+    matmul_seconds += since(start);
+  }
+};
+
+cpu_backend::cpu_backend(cpu_backend_options options)
+  : options_(std::move(options)), impl_(std::make_unique<impl>()) {}
+
+cpu_backend::~cpu_backend() = default;
+
+expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options options) {
+  if (auto ok = options.shape.validate(); !ok)
+    return ok.error();
+  if (options.storage == nullptr) {
+    auto a = arena::create(0, options.kv_budget_bytes, nullptr);
+    if (!a)
+      return a.error();
+    options.storage = *a;
+  }
+  std::unique_ptr<cpu_backend> self{new cpu_backend(options)};
+  auto cache = paged_kv_cache::create(options.shape, options.type, options.page_tokens,
+                                      options.kv_budget_bytes, options.storage);
+  if (!cache)
+    return cache.error();
+  self->cache_ = std::move(*cache);
+  const auto& s = options.shape;
+  auto weights = generate_weights(s, options.type);
+  auto& m = *self->impl_;
+  unsigned qkv = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  unsigned attn = s.heads * s.head_dim;
+  for (auto& lw : weights.layers) {
+    impl::layer l;
+    l.attn_norm = std::move(lw.attn_norm);
+    l.mlp_norm = std::move(lw.mlp_norm);
+    l.wqkv = std::make_unique<onednn_linear>(m.engine, s.hidden, qkv, options.type, lw.wqkv.data());
+    l.wo = std::make_unique<onednn_linear>(m.engine, attn, s.hidden, options.type, lw.wo.data());
+    l.wgate_up = std::make_unique<onednn_linear>(m.engine, s.hidden, 2 * s.ffn, options.type,
+                                                 lw.wgate_up.data());
+    l.wdown = std::make_unique<onednn_linear>(m.engine, s.ffn, s.hidden, options.type,
+                                              lw.wdown.data());
+    lw = layer_weights{}; // release the plain copy as soon as it is packed
+    m.layers.push_back(std::move(l));
+  }
+  m.embedding = std::move(weights.embedding);
+  m.final_norm = std::move(weights.final_norm);
+  m.output = std::make_unique<onednn_linear>(m.engine, s.hidden, s.vocab, options.type,
+                                             weights.output.data());
+  m.rope = std::make_unique<detail::rope_table>(s.max_context, s.head_dim, s.rope_theta);
+  return self;
+}
+
+std::string cpu_backend::kernel() const {
+  return impl_->output->kernel();
+}
+
+expected<step_output> cpu_backend::step(std::span<const step_item> items) {
+  auto start = clock_type::now();
+  const auto& s = options_.shape;
+  if (items.empty())
+    return make_error(errc::invalid_argument, "step: no items");
+  std::vector<std::pair<seq_id, std::size_t>> wanted;
+  std::unordered_set<seq_id> seen;
+  std::size_t rows = 0;
+  for (const auto& item : items) {
+    if (item.tokens.empty())
+      return make_error(errc::invalid_argument,
+                        "step: sequence " + std::to_string(item.seq) + " has no tokens");
+    if (!seen.insert(item.seq).second)
+      return make_error(errc::invalid_argument,
+                        "step: sequence " + std::to_string(item.seq) + " appears twice");
+    for (auto t : item.tokens)
+      if (t < 0 || static_cast<unsigned>(t) >= s.vocab)
+        return make_error(errc::invalid_argument, "step: token " + std::to_string(t)
+                                                    + " outside the vocabulary 0.."
+                                                    + std::to_string(s.vocab - 1));
+    auto new_length = cache_->length(item.seq) + item.tokens.size();
+    if (new_length > s.max_context)
+      return make_error(errc::invalid_argument,
+                        "step: sequence " + std::to_string(item.seq) + " would reach "
+                          + std::to_string(new_length) + " tokens; model '" + s.name
+                          + "' allows " + std::to_string(s.max_context));
+    wanted.emplace_back(item.seq, new_length);
+    rows += item.tokens.size();
+  }
+  if (auto ok = cache_->reserve(wanted); !ok)
+    return ok.error();
+
+  // Row r of the step: which item, sequence and position.
+  struct row_info {
+    seq_id seq;
+    std::size_t pos;
+  };
+  std::vector<row_info> row(rows);
+  std::vector<std::size_t> last_row(items.size());
+  {
+    std::size_t r = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      auto base = cache_->length(items[i].seq);
+      for (std::size_t t = 0; t < items[i].tokens.size(); ++t, ++r)
+        row[r] = {items[i].seq, base + t};
+      last_row[i] = r - 1;
+    }
+  }
+
+  auto& m = *impl_;
+  const std::size_t hidden = s.hidden;
+  const std::size_t hd = s.head_dim;
+  const std::size_t qkv_width = (s.heads + 2 * s.kv_heads) * hd;
+  const std::size_t attn_width = s.heads * hd;
+  const std::size_t group = s.heads / s.kv_heads;
+  const bool kv16 = cache_->type() == dtype::bf16;
+  const std::size_t page_tokens = cache_->page_tokens();
+  const std::size_t kv_elem = size_of(cache_->type());
+  auto grow = [](std::vector<float>& v, std::size_t n) {
+    if (v.size() < n)
+      v.resize(n);
+  };
+  grow(m.x, rows * hidden);
+  grow(m.h, rows * hidden);
+  grow(m.tmp, rows * hidden);
+  grow(m.qkv, rows * qkv_width);
+  grow(m.attn, rows * attn_width);
+  grow(m.gate_up, rows * 2 * s.ffn);
+  grow(m.act, rows * s.ffn);
+  double matmul_seconds = 0;
+
+  {
+    std::size_t r = 0;
+    for (const auto& item : items)
+      for (auto t : item.tokens)
+        std::memcpy(&m.x[r++ * hidden], &m.embedding[static_cast<std::size_t>(t) * hidden],
+                    hidden * sizeof(float));
+  }
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (unsigned l = 0; l < s.layers; ++l) {
+    auto& L = m.layers[l];
+    detail::rmsnorm(m.x.data(), L.attn_norm.data(), m.h.data(), rows, hidden, s.rms_eps);
+    m.linear(*L.wqkv, m.h.data(), m.qkv.data(), rows, options_.type, matmul_seconds);
+    // Rotary positions on q and k, then K and V into the cache.
+#pragma omp parallel for schedule(static)
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* q = &m.qkv[r * qkv_width];
+      for (std::size_t h = 0; h < s.heads + s.kv_heads; ++h)
+        m.rope->apply(q + h * hd, row[r].pos);
+      for (unsigned g = 0; g < s.kv_heads; ++g) {
+        const float* k = q + (s.heads + g) * hd;
+        const float* v = q + (s.heads + s.kv_heads + g) * hd;
+        detail::store(k, cache_->slot(row[r].seq, l, false, g, row[r].pos), hd, kv16);
+        detail::store(v, cache_->slot(row[r].seq, l, true, g, row[r].pos), hd, kv16);
+      }
+    }
+    // Causal attention of every new token over its sequence's cached positions 0..pos.
+#pragma omp parallel
+    {
+      std::vector<float> scores;
+#pragma omp for schedule(dynamic)
+      for (std::size_t job = 0; job < rows * s.heads; ++job) {
+        std::size_t r = job / s.heads;
+        std::size_t h = job % s.heads;
+        unsigned g = static_cast<unsigned>(h / group);
+        const float* q = &m.qkv[r * qkv_width + h * hd];
+        float* out = &m.attn[r * attn_width + h * hd];
+        std::size_t n = row[r].pos + 1;
+        scores.resize(n);
+        float max_score = -INFINITY;
+        for (std::size_t page = 0; page * page_tokens < n; ++page) {
+          const auto* k = cache_->page_run(row[r].seq, l, false, g, page);
+          std::size_t end = std::min(n - page * page_tokens, page_tokens);
+          for (std::size_t j = 0; j < end; ++j) {
+            float sc = detail::dot(q, k + j * hd * kv_elem, hd, kv16) * scale;
+            scores[page * page_tokens + j] = sc;
+            max_score = std::max(max_score, sc);
+          }
+        }
+        float total = 0;
+        for (std::size_t j = 0; j < n; ++j) {
+          scores[j] = std::exp(scores[j] - max_score);
+          total += scores[j];
+        }
+        std::fill(out, out + hd, 0.0f);
+        for (std::size_t page = 0; page * page_tokens < n; ++page) {
+          const auto* v = cache_->page_run(row[r].seq, l, true, g, page);
+          std::size_t end = std::min(n - page * page_tokens, page_tokens);
+          for (std::size_t j = 0; j < end; ++j)
+            detail::axpy(scores[page * page_tokens + j] / total, v + j * hd * kv_elem, out, hd,
+                         kv16);
+        }
+      }
+    }
+    m.linear(*L.wo, m.attn.data(), m.tmp.data(), rows, options_.type, matmul_seconds);
+    for (std::size_t i = 0; i < rows * hidden; ++i)
+      m.x[i] += m.tmp[i];
+    detail::rmsnorm(m.x.data(), L.mlp_norm.data(), m.h.data(), rows, hidden, s.rms_eps);
+    m.linear(*L.wgate_up, m.h.data(), m.gate_up.data(), rows, options_.type, matmul_seconds);
+    detail::silu_mul(m.gate_up.data(), m.act.data(), rows, s.ffn);
+    m.linear(*L.wdown, m.act.data(), m.tmp.data(), rows, options_.type, matmul_seconds);
+    for (std::size_t i = 0; i < rows * hidden; ++i)
+      m.x[i] += m.tmp[i];
+  }
+  for (std::size_t i = 0; i < items.size(); ++i)
+    cache_->set_length(items[i].seq, cache_->length(items[i].seq) + items[i].tokens.size());
+
+  // Logits of each item's last token only.
+  const std::size_t n_items = items.size();
+  for (std::size_t i = 0; i < n_items; ++i)
+    detail::rmsnorm(&m.x[last_row[i] * hidden], m.final_norm.data(), &m.h[i * hidden], 1, hidden,
+                    s.rms_eps);
+  std::vector<float> logits(n_items * s.vocab);
+  m.linear(*m.output, m.h.data(), logits.data(), n_items, options_.type, matmul_seconds);
+  step_output out;
+  out.logits.resize(n_items);
+  for (std::size_t i = 0; i < n_items; ++i)
+    out.logits[i].assign(logits.begin() + static_cast<std::ptrdiff_t>(i * s.vocab),
+                         logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * s.vocab));
+  out.tokens = rows;
+  out.seconds = since(start);
+  profile_ = {out.seconds, matmul_seconds, rows};
+  return out;
+}
+
+expected<std::vector<std::byte>> cpu_backend::export_kv(seq_id seq) const {
+  return cache_->export_seq(seq);
+}
+
+expected<void> cpu_backend::import_kv(seq_id seq, std::span<const std::byte> bytes) {
+  return cache_->import_seq(seq, bytes);
+}
+
+} // namespace triad

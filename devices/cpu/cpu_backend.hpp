@@ -1,0 +1,63 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "devices/backend.hpp"
+#include "devices/cpu/weights.hpp"
+#include "devices/kv_cache.hpp"
+#include "runtime/memory.hpp"
+
+namespace triad {
+
+/// Options of a cpu backend; every field documented where declared.
+struct cpu_backend_options {
+  model_shape shape;                   ///< the model (a preset or a custom shape)
+  dtype type = dtype::bf16;            ///< weights, matmul inputs and KV pages
+  std::size_t page_tokens = 16;        ///< tokens per KV page
+  std::uint64_t kv_budget_bytes = 256ull << 20; ///< memory for KV pages
+  std::shared_ptr<arena> storage;      ///< arena of the device's domain; null = a private one
+};
+
+/// Timing of the last step, split so benchmarks can compare against the matmuls alone.
+struct cpu_step_profile {
+  double seconds = 0;        ///< whole step
+  double matmul_seconds = 0; ///< inside oneDNN matmuls
+  std::uint64_t tokens = 0;  ///< tokens computed
+};
+
+/// A real Llama-architecture decoder on this machine's cores: embedding, RMSNorm, rotary
+/// positions, grouped-query attention over the paged KV cache, SwiGLU MLP, output projection.
+/// Matmuls run in oneDNN (AMX / AVX-512 bf16 where present); the rest is vectorised C++.
+class cpu_backend final : public backend {
+public:
+  /// Generates the model's deterministic weights, packs them for oneDNN and sizes the KV cache.
+  static expected<std::unique_ptr<cpu_backend>> create(cpu_backend_options options);
+  ~cpu_backend() override;
+
+  const model_shape& shape() const noexcept override { return options_.shape; }
+  std::string kernel() const override;
+  expected<step_output> step(std::span<const step_item> items) override;
+  expected<std::vector<std::byte>> export_kv(seq_id seq) const override;
+  expected<void> import_kv(seq_id seq, std::span<const std::byte> bytes) override;
+  void free(seq_id seq) override { cache_->free(seq); }
+  std::size_t length(seq_id seq) const noexcept override { return cache_->length(seq); }
+  kv_usage kv() const noexcept override { return cache_->usage(); }
+
+  /// Timing of the most recent step.
+  const cpu_step_profile& last_profile() const noexcept { return profile_; }
+  /// The dtype it computes in.
+  dtype type() const noexcept { return options_.type; }
+
+private:
+  struct impl;
+  explicit cpu_backend(cpu_backend_options options);
+
+  cpu_backend_options options_;
+  std::unique_ptr<paged_kv_cache> cache_;
+  std::unique_ptr<impl> impl_;
+  cpu_step_profile profile_;
+};
+
+} // namespace triad

@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "devices/backend.hpp"
+#include "devices/model.hpp"
+#include "runtime/memory.hpp"
+
+namespace triad {
+
+/// A paged KV cache of one device: fixed-size pages of `page_tokens` tokens holding K and V of
+/// every layer, handed to sequences on demand. Page layout: [layer][K|V][kv_head][slot][dim].
+class paged_kv_cache {
+public:
+  /// A cache of as many pages as `budget_bytes` holds, from `storage` (an arena of the
+  /// device's domain); errors when not even one page fits.
+  static expected<std::unique_ptr<paged_kv_cache>> create(const model_shape& shape, dtype type,
+                                                          std::size_t page_tokens,
+                                                          std::uint64_t budget_bytes,
+                                                          std::shared_ptr<arena> storage);
+
+  /// Makes room for `new_length` tokens in each listed sequence (creating unknown ones), all or
+  /// nothing: errc::exhausted when the free pages do not suffice.
+  expected<void> reserve(std::span<const std::pair<seq_id, std::size_t>> wanted);
+  /// Sets a sequence's length (after its K and V were written).
+  void set_length(seq_id seq, std::size_t length);
+  /// Tokens held for a sequence, 0 when unknown.
+  std::size_t length(seq_id seq) const noexcept;
+  /// Drops a sequence and frees its pages.
+  void free(seq_id seq);
+
+  /// Address of K (or V) of one token of one kv head in one layer; the page must be reserved.
+  std::byte* slot(seq_id seq, unsigned layer, bool value, unsigned kv_head, std::size_t pos);
+  /// Contiguous run of `page_tokens` slots of one page: [slot][dim] for (layer, K|V, head).
+  std::byte* page_run(seq_id seq, unsigned layer, bool value, unsigned kv_head, std::size_t page);
+
+  /// Sequence bytes: a header (magic, shape, length) then its pages, checksummed.
+  expected<std::vector<std::byte>> export_seq(seq_id seq) const;
+  /// Rebuilds a sequence from export_seq's bytes; errors name the mismatch.
+  expected<void> import_seq(seq_id seq, std::span<const std::byte> bytes);
+
+  /// Usage counters.
+  kv_usage usage() const noexcept;
+  /// Tokens per page.
+  std::size_t page_tokens() const noexcept { return page_tokens_; }
+  /// Element type of K and V.
+  dtype type() const noexcept { return type_; }
+
+private:
+  paged_kv_cache() = default;
+  std::byte* page_base(std::uint32_t page) const noexcept { return base_ + page * page_bytes_; }
+
+  model_shape shape_;
+  dtype type_ = dtype::bf16;
+  std::size_t page_tokens_ = 0;
+  std::size_t page_bytes_ = 0;
+  std::size_t run_bytes_ = 0; // one (layer, K|V, head) run of a page
+  arena_buffer storage_;
+  std::byte* base_ = nullptr;
+  std::vector<std::uint32_t> free_pages_;
+  struct sequence {
+    std::size_t length = 0;
+    std::vector<std::uint32_t> pages;
+  };
+  std::unordered_map<seq_id, sequence> seqs_;
+  std::size_t total_pages_ = 0;
+};
+
+} // namespace triad

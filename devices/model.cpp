@@ -1,0 +1,88 @@
+#include "devices/model.hpp"
+
+namespace triad {
+
+std::string_view to_string(dtype value) noexcept {
+  return value == dtype::bf16 ? "bf16" : "f32";
+}
+
+std::uint64_t model_shape::parameters() const noexcept {
+  std::uint64_t q = std::uint64_t{hidden} * heads * head_dim;
+  std::uint64_t kv = 2ull * hidden * kv_heads * head_dim;
+  std::uint64_t o = std::uint64_t{heads} * head_dim * hidden;
+  std::uint64_t mlp = 3ull * hidden * ffn;
+  std::uint64_t norms = 2ull * hidden;
+  std::uint64_t per_layer = q + kv + o + mlp + norms;
+  // Input embedding, final norm and (untied) output projection.
+  return per_layer * layers + 2ull * vocab * hidden + hidden;
+}
+
+std::uint64_t model_shape::kv_bytes_per_token(dtype kv) const noexcept {
+  return 2ull * layers * kv_heads * head_dim * size_of(kv);
+}
+
+double model_shape::flops_per_token(std::uint64_t context) const noexcept {
+  double matmul = 2.0 * static_cast<double>(parameters() - std::uint64_t{vocab} * hidden);
+  // Scores and weighted values: 2 x 2 x heads x head_dim per cached token per layer.
+  double attention = 4.0 * layers * heads * head_dim * static_cast<double>(context + 1);
+  return matmul + attention;
+}
+
+expected<void> model_shape::validate() const {
+  auto bad = [&](const std::string& what) {
+    return make_error(errc::invalid_argument, "model '" + name + "': " + what);
+  };
+  if (layers == 0 || hidden == 0 || heads == 0 || kv_heads == 0 || head_dim == 0 || ffn == 0
+      || vocab == 0 || max_context == 0)
+    return bad("layers, hidden, heads, kv_heads, head_dim, ffn, vocab and max_context must all "
+               "be at least 1");
+  if (heads % kv_heads != 0)
+    return bad("heads (" + std::to_string(heads) + ") must be a multiple of kv_heads ("
+               + std::to_string(kv_heads) + ")");
+  if (head_dim % 2 != 0)
+    return bad("head_dim (" + std::to_string(head_dim) + ") must be even for rotary embedding");
+  if (vocab < 263)
+    return bad("vocab (" + std::to_string(vocab)
+               + ") must hold the 256 byte tokens and the 7 special tokens");
+  return {};
+}
+
+expected<model_shape> model_preset(std::string_view name) {
+  model_shape m;
+  m.name = std::string{name};
+  m.vocab = 320;
+  m.rope_theta = 10000.0;
+  m.rms_eps = 1e-5f;
+  if (name == "tiny") {
+    m.layers = 8;
+    m.hidden = 512;
+    m.heads = 8;
+    m.kv_heads = 2;
+    m.head_dim = 64;
+    m.ffn = 1536;
+    m.max_context = 4096;
+    m.seed = 0x7417'0001;
+  } else if (name == "small") {
+    m.layers = 12;
+    m.hidden = 1024;
+    m.heads = 16;
+    m.kv_heads = 4;
+    m.head_dim = 64;
+    m.ffn = 2816;
+    m.max_context = 8192;
+    m.seed = 0x7417'0002;
+  } else {
+    std::string allowed;
+    for (const auto& n : model_preset_names())
+      allowed += (allowed.empty() ? "" : ", ") + n;
+    return make_error(errc::not_found,
+                      "unknown model preset '" + std::string{name} + "'; allowed: " + allowed);
+  }
+  return m;
+}
+
+std::vector<std::string> model_preset_names() {
+  return {"tiny", "small"};
+}
+
+} // namespace triad

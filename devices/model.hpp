@@ -1,0 +1,59 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/error.hpp"
+
+namespace triad {
+
+/// Element type of weights, activations fed to matmuls, and KV pages.
+enum class dtype {
+  bf16, ///< bfloat16 (default): half the bytes, AMX on Xeon 4th gen and later
+  f32,  ///< float32: exact reference checks, twice the bytes
+};
+
+/// Name of a dtype, "bf16" or "f32".
+std::string_view to_string(dtype value) noexcept;
+
+/// Bytes of one element of `value`.
+constexpr std::size_t size_of(dtype value) noexcept {
+  return value == dtype::bf16 ? 2 : 4;
+}
+
+/// The shape of a Llama-architecture decoder: what the cpu backend computes and what the sim
+/// backend's roofline is fed.
+struct model_shape {
+  std::string name;             ///< preset name, e.g. "tiny"
+  unsigned layers = 0;          ///< decoder blocks
+  unsigned hidden = 0;          ///< model width
+  unsigned heads = 0;           ///< query heads
+  unsigned kv_heads = 0;        ///< key/value heads (grouped-query attention); divides heads
+  unsigned head_dim = 0;        ///< width of one head
+  unsigned ffn = 0;             ///< SwiGLU inner width
+  unsigned vocab = 0;           ///< token ids 0..vocab-1
+  unsigned max_context = 0;     ///< longest sequence the rotary tables cover
+  double rope_theta = 10000.0;  ///< rotary base
+  float rms_eps = 1e-5f;        ///< RMSNorm epsilon
+  std::uint64_t seed = 0;       ///< seed of the deterministic random weights
+
+  /// Weights of all matmuls, embeddings and norms.
+  std::uint64_t parameters() const noexcept;
+  /// Bytes of K and V for one token across all layers at `kv`.
+  std::uint64_t kv_bytes_per_token(dtype kv) const noexcept;
+  /// Multiply-adds x 2 of one token's forward pass with `context` earlier tokens in cache.
+  double flops_per_token(std::uint64_t context) const noexcept;
+  /// Checks the shape's internal rules (heads divisible by kv_heads, head_dim even, ...).
+  expected<void> validate() const;
+};
+
+/// The built-in presets, by name: "tiny" (about 24M parameters) and "small" (about 135M).
+/// Shapes are documented in devices/README.md.
+expected<model_shape> model_preset(std::string_view name);
+
+/// Names of the built-in presets.
+std::vector<std::string> model_preset_names();
+
+} // namespace triad

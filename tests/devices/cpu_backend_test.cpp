@@ -1,0 +1,192 @@
+#include <random>
+
+#include <boost/test/unit_test.hpp>
+
+#include "devices/cpu/cpu_backend.hpp"
+#include "tests/devices/reference_model.hpp"
+#include "tests/printers.hpp"
+
+using triad::test::relative_error;
+
+namespace {
+
+triad::model_shape tiny() {
+  auto s = triad::model_preset("tiny");
+  BOOST_REQUIRE(s.has_value());
+  return *s;
+}
+
+std::unique_ptr<triad::cpu_backend> make(triad::dtype type, std::size_t page_tokens = 16,
+                                         std::uint64_t budget = 64ull << 20) {
+  triad::cpu_backend_options o;
+  o.shape = tiny();
+  o.type = type;
+  o.page_tokens = page_tokens;
+  o.kv_budget_bytes = budget;
+  auto b = triad::cpu_backend::create(o);
+  BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
+  return std::move(b).value();
+}
+
+// Fresh random tokens each run; the seed is logged so a failure can be replayed.
+std::vector<triad::token> random_tokens(std::size_t n) {
+  static std::uint64_t seed = std::random_device{}();
+  BOOST_TEST_MESSAGE("random token seed " << seed);
+  std::mt19937_64 rng{seed++};
+  std::uniform_int_distribution<triad::token> dist{0, 262};
+  std::vector<triad::token> out(n);
+  for (auto& t : out)
+    t = dist(rng);
+  return out;
+}
+
+std::vector<float> prefill(triad::backend& b, triad::seq_id seq,
+                           const std::vector<triad::token>& tokens) {
+  triad::step_item item{seq, tokens};
+  auto out = b.step({&item, 1});
+  BOOST_REQUIRE_MESSAGE(out.has_value(), (out ? "" : out.error().message));
+  return out->logits.front();
+}
+
+void check_reference(triad::dtype type, double tolerance) {
+  auto backend = make(type);
+  auto weights = triad::generate_weights(tiny(), type);
+  auto tokens = random_tokens(19);
+  auto got = prefill(*backend, 1, tokens);
+  auto want = triad::test::reference_logits(tiny(), weights, tokens);
+  auto err = relative_error(got, want);
+  BOOST_TEST_MESSAGE(to_string(type) << " relative error vs double reference: " << err);
+  BOOST_TEST(err <= tolerance);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(cpu_backend)
+
+BOOST_AUTO_TEST_CASE(f32_logits_match_a_double_precision_reference) {
+  check_reference(triad::dtype::f32, 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(bf16_logits_match_a_double_precision_reference) {
+  check_reference(triad::dtype::bf16, 1e-2);
+}
+
+BOOST_AUTO_TEST_CASE(decoding_with_the_cache_matches_a_full_recompute_at_every_position) {
+  auto backend = make(triad::dtype::f32, 4);
+  auto tokens = random_tokens(24);
+  std::vector<triad::token> prefix(tokens.begin(), tokens.begin() + 3);
+  prefill(*backend, 1, prefix);
+  for (std::size_t n = 3; n < tokens.size(); ++n) {
+    triad::step_item next{1, {tokens[n]}};
+    auto decoded = backend->step({&next, 1});
+    BOOST_REQUIRE(decoded.has_value());
+    prefix.push_back(tokens[n]);
+    auto recomputed = prefill(*backend, 100 + n, prefix);
+    backend->free(100 + n);
+    BOOST_TEST(relative_error(decoded->logits.front(), recomputed) <= 1e-5, "position " << n);
+  }
+  BOOST_TEST(backend->length(1) == tokens.size());
+}
+
+BOOST_AUTO_TEST_CASE(a_mixed_batch_gives_each_sequence_the_logits_it_gets_alone) {
+  auto backend = make(triad::dtype::f32, 8);
+  auto a = random_tokens(11), b = random_tokens(5), c = random_tokens(20);
+  // Alone: a and b prefilled, then one decode token each; c prefilled.
+  auto alone = make(triad::dtype::f32, 8);
+  prefill(*alone, 1, a);
+  prefill(*alone, 2, b);
+  auto a_next = prefill(*alone, 1, {7});
+  auto b_next = prefill(*alone, 2, {9});
+  auto c_alone = prefill(*alone, 3, c);
+  // Mixed: the same work as one step of two decodes and a prefill.
+  prefill(*backend, 1, a);
+  prefill(*backend, 2, b);
+  std::vector<triad::step_item> batch{{1, {7}}, {3, c}, {2, {9}}};
+  auto out = backend->step(batch);
+  BOOST_REQUIRE(out.has_value());
+  BOOST_TEST(out->tokens == 22u);
+  BOOST_TEST(relative_error(out->logits[0], a_next) <= 1e-5);
+  BOOST_TEST(relative_error(out->logits[1], c_alone) <= 1e-5);
+  BOOST_TEST(relative_error(out->logits[2], b_next) <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(chunked_prefill_across_page_boundaries_gives_identical_results) {
+  auto whole = make(triad::dtype::bf16, 8);
+  auto chunked = make(triad::dtype::bf16, 8);
+  auto tokens = random_tokens(37);
+  auto want = prefill(*whole, 1, tokens);
+  std::vector<float> got;
+  std::size_t at = 0;
+  for (std::size_t chunk : {5u, 16u, 1u, 15u}) {
+    got = prefill(*chunked, 1, {tokens.begin() + static_cast<std::ptrdiff_t>(at),
+                                tokens.begin() + static_cast<std::ptrdiff_t>(at + chunk)});
+    at += chunk;
+  }
+  BOOST_REQUIRE(at == tokens.size());
+  BOOST_TEST(relative_error(got, want) <= 1e-5);
+  auto next_whole = prefill(*whole, 1, {42});
+  auto next_chunked = prefill(*chunked, 1, {42});
+  BOOST_TEST(relative_error(next_chunked, next_whole) <= 1e-5);
+  BOOST_TEST(chunked->kv().pages_used == 5u); // 38 tokens in pages of 8
+}
+
+BOOST_AUTO_TEST_CASE(a_step_that_does_not_fit_the_cache_is_refused_and_changes_nothing) {
+  auto probe = make(triad::dtype::bf16, 16);
+  auto page_bytes = probe->kv().page_bytes;
+  auto backend = make(triad::dtype::bf16, 16, 3 * page_bytes);
+  BOOST_TEST(backend->kv().pages_total == 3u);
+  prefill(*backend, 1, random_tokens(30)); // 2 pages
+  triad::step_item big{2, random_tokens(17)}; // needs 2 more
+  auto out = backend->step({&big, 1});
+  BOOST_REQUIRE(!out);
+  BOOST_TEST(out.error().code == triad::errc::exhausted);
+  BOOST_TEST(backend->kv().pages_used == 2u);
+  BOOST_TEST(backend->length(2) == 0u);
+  backend->free(1);
+  BOOST_TEST(backend->kv().pages_used == 0u);
+  BOOST_TEST(backend->step({&big, 1}).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(exported_kv_imports_on_another_device_and_decodes_identically) {
+  auto a = make(triad::dtype::bf16, 8);
+  auto b = make(triad::dtype::bf16, 8);
+  auto tokens = random_tokens(21);
+  prefill(*a, 5, tokens);
+  auto bytes = a->export_kv(5);
+  BOOST_REQUIRE(bytes.has_value());
+  BOOST_REQUIRE(b->import_kv(9, *bytes).has_value());
+  BOOST_TEST(b->length(9) == 21u);
+  auto from_a = prefill(*a, 5, {3});
+  auto from_b = prefill(*b, 9, {3});
+  BOOST_TEST(relative_error(from_b, from_a) <= 1e-6);
+  auto damaged = *bytes;
+  damaged[damaged.size() / 2] ^= std::byte{0x10};
+  auto refused = b->import_kv(10, damaged);
+  BOOST_REQUIRE(!refused);
+  BOOST_TEST(refused.error().message.find("checksum") != std::string::npos);
+  auto other = make(triad::dtype::f32, 8);
+  auto mismatch = other->import_kv(1, *bytes);
+  BOOST_REQUIRE(!mismatch);
+  BOOST_TEST(mismatch.error().message.find("shape mismatch") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(bad_steps_are_errors_naming_the_problem) {
+  auto backend = make(triad::dtype::bf16);
+  triad::step_item empty{1, {}};
+  BOOST_TEST(backend->step({&empty, 1}).error().message.find("no tokens") != std::string::npos);
+  triad::step_item out_of_range{1, {320}};
+  BOOST_TEST(backend->step({&out_of_range, 1}).error().message.find("token 320")
+             != std::string::npos);
+  std::vector<triad::step_item> twice{{1, {1}}, {1, {2}}};
+  BOOST_TEST(backend->step(twice).error().message.find("appears twice") != std::string::npos);
+  BOOST_TEST(backend->length(1) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_kernel_in_use_is_reported) {
+  auto backend = make(triad::dtype::bf16);
+  BOOST_TEST_MESSAGE("matmul kernel: " << backend->kernel());
+  BOOST_TEST(!backend->kernel().empty());
+  BOOST_TEST(backend->kernel().find("ref") == std::string::npos); // never the reference kernel
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,100 @@
+#include <boost/test/unit_test.hpp>
+
+#include "devices/model.hpp"
+#include "devices/sampling.hpp"
+#include "devices/tokenizer.hpp"
+#include "tests/printers.hpp"
+
+BOOST_AUTO_TEST_SUITE(model)
+
+BOOST_AUTO_TEST_CASE(presets_have_the_documented_sizes) {
+  auto tiny = triad::model_preset("tiny");
+  auto small = triad::model_preset("small");
+  BOOST_REQUIRE(tiny && small);
+  BOOST_TEST(tiny->parameters() >= 20'000'000u);
+  BOOST_TEST(tiny->parameters() <= 40'000'000u);
+  BOOST_TEST(small->parameters() >= 120'000'000u);
+  BOOST_TEST(small->parameters() <= 200'000'000u);
+  BOOST_TEST(tiny->validate().has_value());
+  BOOST_TEST(small->validate().has_value());
+  // 2 (K, V) x 8 layers x 2 kv heads x 64 dims x 2 bytes.
+  BOOST_TEST(tiny->kv_bytes_per_token(triad::dtype::bf16) == 4096u);
+}
+
+BOOST_AUTO_TEST_CASE(an_unknown_preset_names_the_allowed_ones) {
+  auto m = triad::model_preset("huge");
+  BOOST_REQUIRE(!m);
+  BOOST_TEST(m.error().message.find("'huge'") != std::string::npos);
+  BOOST_TEST(m.error().message.find("tiny, small") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_shape_with_heads_not_divisible_by_kv_heads_is_invalid) {
+  auto m = *triad::model_preset("tiny");
+  m.kv_heads = 3;
+  auto ok = m.validate();
+  BOOST_REQUIRE(!ok);
+  BOOST_TEST(ok.error().message.find("multiple of kv_heads") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(tokenizer_round_trips_bytes_and_special_tokens) {
+  triad::tokenizer tok;
+  std::string text = "call <tool_call>{\"name\": \"ls\"}</tool_call>\xff\x00 done";
+  text.push_back('\0');
+  auto ids = tok.encode(text);
+  BOOST_TEST(tok.decode(ids) == text);
+  BOOST_TEST(std::count(ids.begin(), ids.end(), triad::tokenizer::tool_call_start) == 1);
+  BOOST_TEST(std::count(ids.begin(), ids.end(), triad::tokenizer::tool_call_end) == 1);
+  auto raw = tok.encode("<tool_call>", false);
+  BOOST_TEST(raw.size() == 11u);
+}
+
+BOOST_AUTO_TEST_CASE(greedy_sampling_takes_the_argmax) {
+  triad::sampler s{{}};
+  std::vector<float> logits{0.1f, 3.0f, -1.0f, 2.9f};
+  BOOST_TEST(s.sample(logits) == 1);
+}
+
+BOOST_AUTO_TEST_CASE(sampling_with_the_same_seed_repeats_and_another_seed_differs) {
+  std::vector<float> logits(64);
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    logits[i] = static_cast<float>(i % 7) * 0.3f;
+  auto run = [&](std::uint64_t seed) {
+    triad::sampler s{{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = seed}};
+    std::vector<triad::token> out;
+    for (int i = 0; i < 50; ++i)
+      out.push_back(s.sample(logits));
+    return out;
+  };
+  BOOST_TEST(run(7) == run(7));
+  BOOST_TEST(run(7) != run(8));
+}
+
+BOOST_AUTO_TEST_CASE(top_k_and_top_p_restrict_the_candidates) {
+  std::vector<float> logits{5.0f, 4.9f, 1.0f, 0.5f, 0.0f};
+  triad::sampler k2{{.temperature = 2.0f, .top_k = 2, .top_p = 1.0f, .seed = 1}};
+  triad::sampler p{{.temperature = 1.0f, .top_k = 0, .top_p = 0.5f, .seed = 1}};
+  for (int i = 0; i < 200; ++i) {
+    BOOST_TEST(k2.sample(logits) <= 1);
+    BOOST_TEST(p.sample(logits) == 0); // token 0 alone holds over half the mass
+  }
+}
+
+BOOST_AUTO_TEST_CASE(out_of_range_sampling_params_are_errors) {
+  triad::sampling_params cold;
+  cold.temperature = -1.0f;
+  auto bad_temperature = cold.validate();
+  BOOST_REQUIRE(!bad_temperature);
+  BOOST_TEST(bad_temperature.error().message.find("temperature") != std::string::npos);
+  triad::sampling_params narrow;
+  narrow.top_p = 0.0f;
+  auto bad_top_p = narrow.validate();
+  BOOST_REQUIRE(!bad_top_p);
+  BOOST_TEST(bad_top_p.error().message.find("top_p") != std::string::npos);
+  triad::sampling_params fine;
+  fine.temperature = 0.7f;
+  fine.top_k = 40;
+  fine.top_p = 0.9f;
+  BOOST_TEST(fine.validate().has_value());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
