@@ -99,20 +99,6 @@ void paged_kv_cache::free(seq_id seq) {
   seqs_.erase(it);
 }
 
-std::byte* paged_kv_cache::page_run(seq_id seq, unsigned layer, bool value, unsigned kv_head,
-                                    std::size_t page) {
-  const auto& s = seqs_.find(seq)->second;
-  std::size_t run = (static_cast<std::size_t>(layer) * 2 + (value ? 1 : 0)) * shape_.kv_heads
-                    + kv_head;
-  return page_base(s.pages[page]) + run * run_bytes_;
-}
-
-std::byte* paged_kv_cache::slot(seq_id seq, unsigned layer, bool value, unsigned kv_head,
-                                std::size_t pos) {
-  return page_run(seq, layer, value, kv_head, pos / page_tokens_)
-         + (pos % page_tokens_) * shape_.head_dim * size_of(type_);
-}
-
 expected<std::vector<std::byte>> paged_kv_cache::export_seq(seq_id seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end())

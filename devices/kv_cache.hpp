@@ -34,10 +34,21 @@ public:
   /// Drops a sequence and frees its pages.
   void free(seq_id seq);
 
-  /// Address of K (or V) of one token of one kv head in one layer; the page must be reserved.
-  std::byte* slot(seq_id seq, unsigned layer, bool value, unsigned kv_head, std::size_t pos);
-  /// Contiguous run of `page_tokens` slots of one page: [slot][dim] for (layer, K|V, head).
-  std::byte* page_run(seq_id seq, unsigned layer, bool value, unsigned kv_head, std::size_t page);
+  /// The page ids of a sequence in order (nullptr when unknown), for kernels that walk pages
+  /// without a lookup per page.
+  const std::vector<std::uint32_t>* pages(seq_id seq) const noexcept {
+    auto it = seqs_.find(seq);
+    return it == seqs_.end() ? nullptr : &it->second.pages;
+  }
+  /// Start of page 0; page p starts at base() + p * page_bytes().
+  std::byte* base() const noexcept { return base_; }
+  /// Bytes of one page.
+  std::size_t page_bytes() const noexcept { return page_bytes_; }
+  /// Offset inside a page of the run of (layer, K|V, kv_head).
+  std::size_t run_offset(unsigned layer, bool value, unsigned kv_head) const noexcept {
+    return ((static_cast<std::size_t>(layer) * 2 + (value ? 1 : 0)) * shape_.kv_heads + kv_head)
+           * run_bytes_;
+  }
 
   /// Sequence bytes: a header (magic, shape, length) then its pages, checksummed.
   expected<std::vector<std::byte>> export_seq(seq_id seq) const;

@@ -148,6 +148,7 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
   struct row_info {
     seq_id seq;
     std::size_t pos;
+    const std::vector<std::uint32_t>* pages;
   };
   std::vector<row_info> row(rows);
   std::vector<std::size_t> last_row(items.size());
@@ -155,8 +156,9 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
     std::size_t r = 0;
     for (std::size_t i = 0; i < items.size(); ++i) {
       auto base = cache_->length(items[i].seq);
+      const auto* pages = cache_->pages(items[i].seq);
       for (std::size_t t = 0; t < items[i].tokens.size(); ++t, ++r)
-        row[r] = {items[i].seq, base + t};
+        row[r] = {items[i].seq, base + t, pages};
       last_row[i] = r - 1;
     }
   }
@@ -169,6 +171,7 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
   const std::size_t group = s.heads / s.kv_heads;
   const bool kv16 = cache_->type() == dtype::bf16;
   const std::size_t page_tokens = cache_->page_tokens();
+  const std::size_t page_bytes = cache_->page_bytes();
   const std::size_t kv_elem = size_of(cache_->type());
   auto grow = [](std::vector<float>& v, std::size_t n) {
     if (v.size() < n)
@@ -182,6 +185,7 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
   grow(m.gate_up, rows * 2 * s.ffn);
   grow(m.act, rows * s.ffn);
   double matmul_seconds = 0;
+  double attention_seconds = 0;
 
   {
     std::size_t r = 0;
@@ -196,66 +200,54 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
     auto& L = m.layers[l];
     detail::rmsnorm(m.x.data(), L.attn_norm.data(), m.h.data(), rows, hidden, s.rms_eps);
     m.linear(*L.wqkv, m.h.data(), m.qkv.data(), rows, options_.type, matmul_seconds);
-    // Rotary positions on q and k, then K and V into the cache.
-#pragma omp parallel for schedule(static)
-    for (std::size_t r = 0; r < rows; ++r) {
-      float* q = &m.qkv[r * qkv_width];
-      for (std::size_t h = 0; h < s.heads + s.kv_heads; ++h)
-        m.rope->apply(q + h * hd, row[r].pos);
-      for (unsigned g = 0; g < s.kv_heads; ++g) {
-        const float* k = q + (s.heads + g) * hd;
-        const float* v = q + (s.heads + s.kv_heads + g) * hd;
-        detail::store(k, cache_->slot(row[r].seq, l, false, g, row[r].pos), hd, kv16);
-        detail::store(v, cache_->slot(row[r].seq, l, true, g, row[r].pos), hd, kv16);
-      }
-    }
-    // Causal attention of every new token over its sequence's cached positions 0..pos.
+    auto attention_start = clock_type::now();
+    // Rotary positions on q and k and K, V into the cache; then (after the loop's barrier)
+    // causal attention of every new token over its sequence's positions 0..pos, one job per
+    // (token, kv head) covering the query heads that share that kv head.
 #pragma omp parallel
     {
-      std::vector<float> scores;
-#pragma omp for schedule(dynamic)
-      for (std::size_t job = 0; job < rows * s.heads; ++job) {
-        std::size_t r = job / s.heads;
-        std::size_t h = job % s.heads;
-        unsigned g = static_cast<unsigned>(h / group);
-        const float* q = &m.qkv[r * qkv_width + h * hd];
-        float* out = &m.attn[r * attn_width + h * hd];
-        std::size_t n = row[r].pos + 1;
-        scores.resize(n);
-        float max_score = -INFINITY;
-        for (std::size_t page = 0; page * page_tokens < n; ++page) {
-          const auto* k = cache_->page_run(row[r].seq, l, false, g, page);
-          std::size_t end = std::min(n - page * page_tokens, page_tokens);
-          for (std::size_t j = 0; j < end; ++j) {
-            float sc = detail::dot(q, k + j * hd * kv_elem, hd, kv16) * scale;
-            scores[page * page_tokens + j] = sc;
-            max_score = std::max(max_score, sc);
-          }
-        }
-        float total = 0;
-        for (std::size_t j = 0; j < n; ++j) {
-          scores[j] = std::exp(scores[j] - max_score);
-          total += scores[j];
-        }
-        std::fill(out, out + hd, 0.0f);
-        for (std::size_t page = 0; page * page_tokens < n; ++page) {
-          const auto* v = cache_->page_run(row[r].seq, l, true, g, page);
-          std::size_t end = std::min(n - page * page_tokens, page_tokens);
-          for (std::size_t j = 0; j < end; ++j)
-            detail::axpy(scores[page * page_tokens + j] / total, v + j * hd * kv_elem, out, hd,
-                         kv16);
+#pragma omp for schedule(static)
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* q = &m.qkv[r * qkv_width];
+        for (std::size_t h = 0; h < s.heads + s.kv_heads; ++h)
+          m.rope->apply(q + h * hd, row[r].pos);
+        for (unsigned g = 0; g < s.kv_heads; ++g) {
+          const float* k = q + (s.heads + g) * hd;
+          const float* v = q + (s.heads + s.kv_heads + g) * hd;
+          auto* page = cache_->base() + (*row[r].pages)[row[r].pos / page_tokens] * page_bytes;
+          auto slot = (row[r].pos % page_tokens) * hd * kv_elem;
+          detail::store_column(k, page + cache_->run_offset(l, false, g), row[r].pos % page_tokens,
+                               page_tokens, hd, kv16);
+          detail::store(v, page + cache_->run_offset(l, true, g) + slot, hd, kv16);
         }
       }
+      std::vector<float> scratch;
+#pragma omp for schedule(dynamic)
+      for (std::size_t job = 0; job < rows * s.kv_heads; ++job) {
+        std::size_t r = job / s.kv_heads;
+        unsigned g = static_cast<unsigned>(job % s.kv_heads);
+        std::size_t n = row[r].pos + 1;
+        if (scratch.size() < group * n)
+          scratch.resize(group * n);
+        detail::kv_runs kv{cache_->base(),
+                           row[r].pages->data(),
+                           cache_->page_bytes(),
+                           cache_->run_offset(l, false, g),
+                           cache_->run_offset(l, true, g),
+                           page_tokens,
+                           kv16};
+        detail::attend(&m.qkv[r * qkv_width + g * group * hd], group, hd, n, kv, scale,
+                       &m.attn[r * attn_width + g * group * hd], scratch.data());
+      }
     }
+    attention_seconds += since(attention_start);
     m.linear(*L.wo, m.attn.data(), m.tmp.data(), rows, options_.type, matmul_seconds);
-    for (std::size_t i = 0; i < rows * hidden; ++i)
-      m.x[i] += m.tmp[i];
+    detail::add_inplace(m.x.data(), m.tmp.data(), rows * hidden);
     detail::rmsnorm(m.x.data(), L.mlp_norm.data(), m.h.data(), rows, hidden, s.rms_eps);
     m.linear(*L.wgate_up, m.h.data(), m.gate_up.data(), rows, options_.type, matmul_seconds);
     detail::silu_mul(m.gate_up.data(), m.act.data(), rows, s.ffn);
     m.linear(*L.wdown, m.act.data(), m.tmp.data(), rows, options_.type, matmul_seconds);
-    for (std::size_t i = 0; i < rows * hidden; ++i)
-      m.x[i] += m.tmp[i];
+    detail::add_inplace(m.x.data(), m.tmp.data(), rows * hidden);
   }
   for (std::size_t i = 0; i < items.size(); ++i)
     cache_->set_length(items[i].seq, cache_->length(items[i].seq) + items[i].tokens.size());
@@ -274,7 +266,7 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
                          logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * s.vocab));
   out.tokens = rows;
   out.seconds = since(start);
-  profile_ = {out.seconds, matmul_seconds, rows};
+  profile_ = {out.seconds, matmul_seconds, attention_seconds, rows};
   return out;
 }
 

@@ -24,6 +24,7 @@ struct cpu_backend_options {
 struct cpu_step_profile {
   double seconds = 0;        ///< whole step
   double matmul_seconds = 0; ///< inside oneDNN matmuls
+  double attention_seconds = 0; ///< rotary positions, KV writes and attention
   std::uint64_t tokens = 0;  ///< tokens computed
 };
 

@@ -6,7 +6,7 @@
 
 namespace triad::detail {
 
-/// Converts floats to bfloat16 bits (round to nearest even).
+/// Converts floats to bfloat16 bits (round to nearest even); parallel for large inputs.
 void to_bf16(const float* src, std::uint16_t* dst, std::size_t n) noexcept;
 
 /// One bfloat16 value as float.
@@ -17,12 +17,15 @@ inline float from_bf16(std::uint16_t x) noexcept {
   return f;
 }
 
-/// out[r] = x[r] / rms(x[r]) * w, for `rows` rows of `width`.
+/// out[r] = x[r] / rms(x[r]) * w, for `rows` rows of `width` (rows in parallel).
 void rmsnorm(const float* x, const float* w, float* out, std::size_t rows, std::size_t width,
              float eps) noexcept;
 
-/// out[r][i] = silu(gate_up[r][i]) * gate_up[r][ffn + i].
+/// out[r][i] = silu(gate_up[r][i]) * gate_up[r][ffn + i] (rows in parallel).
 void silu_mul(const float* gate_up, float* out, std::size_t rows, std::size_t ffn) noexcept;
+
+/// x[i] += y[i] (in parallel).
+void add_inplace(float* x, const float* y, std::size_t n) noexcept;
 
 /// Rotary embedding tables: cos and sin of pos * theta^(-2i/d), [pos][head_dim/2].
 struct rope_table {
@@ -36,11 +39,30 @@ struct rope_table {
   std::vector<float> sin; ///< [pos][half]
 };
 
-/// Dot product of a float vector with `n` elements of K stored as f32 or bf16.
-float dot(const float* a, const void* b, std::size_t n, bool b_bf16) noexcept;
-/// out += w * v, with v stored as f32 or bf16.
-void axpy(float w, const void* v, float* out, std::size_t n, bool v_bf16) noexcept;
+/// Where one sequence's K and V of one (layer, kv head) live: page p's runs start at
+/// base + pages[p] * page_bytes + k_offset (or v_offset). A K run is stored transposed,
+/// [head_dim][page_tokens], so scores of a page's positions are one vector per dimension; a V
+/// run is [page_tokens][head_dim].
+struct kv_runs {
+  const std::byte* base;     ///< page 0
+  const std::uint32_t* pages; ///< page ids in sequence order
+  std::size_t page_bytes;    ///< bytes per page
+  std::size_t k_offset;      ///< offset of the K run inside a page
+  std::size_t v_offset;      ///< offset of the V run inside a page
+  std::size_t page_tokens;   ///< rows per run
+  bool bf16;                 ///< rows stored as bf16 (else f32)
+};
+
+/// Causal attention of one token over positions 0..n-1 for a group of `group` query heads that
+/// share one KV head: q and out are [group][head_dim]; scratch holds group * n floats.
+void attend(const float* q, std::size_t group, std::size_t head_dim, std::size_t n,
+            const kv_runs& kv, float scale, float* out, float* scratch) noexcept;
+
 /// Stores `n` floats as f32 or bf16 at `dst`.
 void store(const float* src, void* dst, std::size_t n, bool dst_bf16) noexcept;
+
+/// Stores a K row of `n` floats as column `slot` of a transposed run of `page_tokens` columns.
+void store_column(const float* src, void* run, std::size_t slot, std::size_t page_tokens,
+                  std::size_t n, bool dst_bf16) noexcept;
 
 } // namespace triad::detail
