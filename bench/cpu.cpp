@@ -34,17 +34,17 @@ struct matmul_set {
 
   matmul_set(const triad::model_shape& s, triad::dtype type) {
     unsigned qkv = (s.heads + 2 * s.kv_heads) * s.head_dim, attn = s.heads * s.head_dim;
-    std::vector<float> plain(std::max<std::size_t>(std::size_t{s.hidden} * 2 * s.ffn,
-                                                   std::size_t{s.hidden} * s.vocab));
+    std::vector<float> plain(
+        std::max<std::size_t>(std::size_t{s.hidden} * 2 * s.ffn, std::size_t{s.hidden} * s.vocab));
     std::mt19937 rng{1};
     std::uniform_real_distribution<float> u{-0.05f, 0.05f};
     for (auto& x : plain)
       x = u(rng);
     for (unsigned l = 0; l < s.layers; ++l) {
-      for (auto [k, n] : {std::pair{s.hidden, qkv}, {attn, s.hidden}, {s.hidden, 2 * s.ffn},
-                          {s.ffn, s.hidden}})
-        layers.push_back(std::make_unique<triad::detail::onednn_linear>(engine, k, n, type,
-                                                                        plain.data()));
+      for (auto [k, n] :
+           {std::pair{s.hidden, qkv}, {attn, s.hidden}, {s.hidden, 2 * s.ffn}, {s.ffn, s.hidden}})
+        layers.push_back(
+            std::make_unique<triad::detail::onednn_linear>(engine, k, n, type, plain.data()));
     }
     output = std::make_unique<triad::detail::onednn_linear>(engine, s.hidden, s.vocab, type,
                                                             plain.data());

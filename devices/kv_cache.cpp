@@ -42,10 +42,10 @@ paged_kv_cache::create(const model_shape& shape, dtype type, std::size_t page_to
   self->total_pages_ = budget_bytes / self->page_bytes_;
   if (self->total_pages_ == 0)
     return make_error(errc::invalid_argument,
-                      "kv cache: a budget of " + std::to_string(budget_bytes)
-                        + " bytes holds no page of " + std::to_string(self->page_bytes_)
-                        + " bytes (" + std::to_string(page_tokens) + " tokens of model '"
-                        + shape.name + "')");
+                      "kv cache: a budget of " + std::to_string(budget_bytes) +
+                          " bytes holds no page of " + std::to_string(self->page_bytes_) +
+                          " bytes (" + std::to_string(page_tokens) + " tokens of model '" +
+                          shape.name + "')");
   auto buf = storage->allocate(self->total_pages_ * self->page_bytes_);
   if (!buf)
     return buf.error();
@@ -67,9 +67,9 @@ expected<void> paged_kv_cache::reserve(std::span<const std::pair<seq_id, std::si
       needed += want - have;
   }
   if (needed > free_pages_.size())
-    return make_error(errc::exhausted, "kv cache: step needs " + std::to_string(needed)
-                                         + " more pages, " + std::to_string(free_pages_.size())
-                                         + " of " + std::to_string(total_pages_) + " free");
+    return make_error(errc::exhausted, "kv cache: step needs " + std::to_string(needed) +
+                                           " more pages, " + std::to_string(free_pages_.size()) +
+                                           " of " + std::to_string(total_pages_) + " free");
   for (const auto& [id, new_length] : wanted) {
     auto& s = seqs_[id];
     auto want = pages_for(new_length, page_tokens_);
@@ -125,26 +125,27 @@ expected<std::vector<std::byte>> paged_kv_cache::export_seq(seq_id seq) const {
 expected<void> paged_kv_cache::import_seq(seq_id seq, std::span<const std::byte> bytes) {
   export_header h;
   if (bytes.size() < sizeof(h))
-    return make_error(errc::invalid_argument, "kv import: " + std::to_string(bytes.size())
-                                                + " bytes are shorter than the header");
+    return make_error(errc::invalid_argument, "kv import: " + std::to_string(bytes.size()) +
+                                                  " bytes are shorter than the header");
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (std::memcmp(h.magic, export_magic, sizeof(export_magic)) != 0)
     return make_error(errc::invalid_argument, "kv import: not a triad KV export (bad magic)");
-  if (h.layers != shape_.layers || h.kv_heads != shape_.kv_heads || h.head_dim != shape_.head_dim
-      || h.dtype_bytes != size_of(type_) || h.page_tokens != page_tokens_)
+  if (h.layers != shape_.layers || h.kv_heads != shape_.kv_heads || h.head_dim != shape_.head_dim ||
+      h.dtype_bytes != size_of(type_) || h.page_tokens != page_tokens_)
     return make_error(errc::invalid_argument,
-                      "kv import: shape mismatch: bytes hold layers=" + std::to_string(h.layers)
-                        + " kv_heads=" + std::to_string(h.kv_heads) + " head_dim="
-                        + std::to_string(h.head_dim) + " dtype_bytes=" + std::to_string(h.dtype_bytes)
-                        + " page_tokens=" + std::to_string(h.page_tokens) + ", this cache holds "
-                        + std::to_string(shape_.layers) + "/" + std::to_string(shape_.kv_heads) + "/"
-                        + std::to_string(shape_.head_dim) + "/" + std::to_string(size_of(type_)) + "/"
-                        + std::to_string(page_tokens_));
+                      "kv import: shape mismatch: bytes hold layers=" + std::to_string(h.layers) +
+                          " kv_heads=" + std::to_string(h.kv_heads) +
+                          " head_dim=" + std::to_string(h.head_dim) +
+                          " dtype_bytes=" + std::to_string(h.dtype_bytes) +
+                          " page_tokens=" + std::to_string(h.page_tokens) + ", this cache holds " +
+                          std::to_string(shape_.layers) + "/" + std::to_string(shape_.kv_heads) +
+                          "/" + std::to_string(shape_.head_dim) + "/" +
+                          std::to_string(size_of(type_)) + "/" + std::to_string(page_tokens_));
   auto pages = pages_for(h.length, page_tokens_);
   if (bytes.size() != sizeof(h) + pages * page_bytes_)
-    return make_error(errc::invalid_argument, "kv import: " + std::to_string(bytes.size())
-                                                + " bytes, expected "
-                                                + std::to_string(sizeof(h) + pages * page_bytes_));
+    return make_error(errc::invalid_argument, "kv import: " + std::to_string(bytes.size()) +
+                                                  " bytes, expected " +
+                                                  std::to_string(sizeof(h) + pages * page_bytes_));
   const auto* body = bytes.data() + sizeof(h);
   if (XXH3_64bits(body, pages * page_bytes_) != h.checksum)
     return make_error(errc::io_error, "kv import: checksum mismatch (damaged transfer)");

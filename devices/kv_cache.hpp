@@ -46,8 +46,8 @@ public:
   std::size_t page_bytes() const noexcept { return page_bytes_; }
   /// Offset inside a page of the run of (layer, K|V, kv_head).
   std::size_t run_offset(unsigned layer, bool value, unsigned kv_head) const noexcept {
-    return ((static_cast<std::size_t>(layer) * 2 + (value ? 1 : 0)) * shape_.kv_heads + kv_head)
-           * run_bytes_;
+    return ((static_cast<std::size_t>(layer) * 2 + (value ? 1 : 0)) * shape_.kv_heads + kv_head) *
+           run_bytes_;
   }
 
   /// Sequence bytes: a header (magic, shape, length) then its pages, checksummed.

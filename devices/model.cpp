@@ -32,18 +32,18 @@ expected<void> model_shape::validate() const {
   auto bad = [&](const std::string& what) {
     return make_error(errc::invalid_argument, "model '" + name + "': " + what);
   };
-  if (layers == 0 || hidden == 0 || heads == 0 || kv_heads == 0 || head_dim == 0 || ffn == 0
-      || vocab == 0 || max_context == 0)
+  if (layers == 0 || hidden == 0 || heads == 0 || kv_heads == 0 || head_dim == 0 || ffn == 0 ||
+      vocab == 0 || max_context == 0)
     return bad("layers, hidden, heads, kv_heads, head_dim, ffn, vocab and max_context must all "
                "be at least 1");
   if (heads % kv_heads != 0)
-    return bad("heads (" + std::to_string(heads) + ") must be a multiple of kv_heads ("
-               + std::to_string(kv_heads) + ")");
+    return bad("heads (" + std::to_string(heads) + ") must be a multiple of kv_heads (" +
+               std::to_string(kv_heads) + ")");
   if (head_dim % 2 != 0)
     return bad("head_dim (" + std::to_string(head_dim) + ") must be even for rotary embedding");
   if (vocab < 263)
-    return bad("vocab (" + std::to_string(vocab)
-               + ") must hold the 256 byte tokens and the 7 special tokens");
+    return bad("vocab (" + std::to_string(vocab) +
+               ") must hold the 256 byte tokens and the 7 special tokens");
   return {};
 }
 

@@ -26,18 +26,18 @@ constexpr std::size_t size_of(dtype value) noexcept {
 /// The shape of a Llama-architecture decoder: what the cpu backend computes and what the sim
 /// backend's roofline is fed.
 struct model_shape {
-  std::string name;             ///< preset name, e.g. "tiny"
-  unsigned layers = 0;          ///< decoder blocks
-  unsigned hidden = 0;          ///< model width
-  unsigned heads = 0;           ///< query heads
-  unsigned kv_heads = 0;        ///< key/value heads (grouped-query attention); divides heads
-  unsigned head_dim = 0;        ///< width of one head
-  unsigned ffn = 0;             ///< SwiGLU inner width
-  unsigned vocab = 0;           ///< token ids 0..vocab-1
-  unsigned max_context = 0;     ///< longest sequence the rotary tables cover
-  double rope_theta = 10000.0;  ///< rotary base
-  float rms_eps = 1e-5f;        ///< RMSNorm epsilon
-  std::uint64_t seed = 0;       ///< seed of the deterministic random weights
+  std::string name;            ///< preset name, e.g. "tiny"
+  unsigned layers = 0;         ///< decoder blocks
+  unsigned hidden = 0;         ///< model width
+  unsigned heads = 0;          ///< query heads
+  unsigned kv_heads = 0;       ///< key/value heads (grouped-query attention); divides heads
+  unsigned head_dim = 0;       ///< width of one head
+  unsigned ffn = 0;            ///< SwiGLU inner width
+  unsigned vocab = 0;          ///< token ids 0..vocab-1
+  unsigned max_context = 0;    ///< longest sequence the rotary tables cover
+  double rope_theta = 10000.0; ///< rotary base
+  float rms_eps = 1e-5f;       ///< RMSNorm epsilon
+  std::uint64_t seed = 0;      ///< seed of the deterministic random weights
 
   /// Weights of all matmuls, embeddings and norms.
   std::uint64_t parameters() const noexcept;

@@ -9,8 +9,8 @@ namespace triad {
 
 expected<void> sampling_params::validate() const {
   if (!(temperature >= 0.0f && temperature <= 100.0f))
-    return make_error(errc::invalid_argument, "temperature = " + std::to_string(temperature)
-                                                + ": allowed 0 (greedy) to 100");
+    return make_error(errc::invalid_argument, "temperature = " + std::to_string(temperature) +
+                                                  ": allowed 0 (greedy) to 100");
   if (!(top_p > 0.0f && top_p <= 1.0f))
     return make_error(errc::invalid_argument,
                       "top_p = " + std::to_string(top_p) + ": allowed (0, 1]");

@@ -25,7 +25,9 @@ struct sampling_params {
 class sampler {
 public:
   /// A sampler for one request.
-  explicit sampler(const sampling_params& params) : params_(params), rng_(params.seed) {}
+  explicit sampler(const sampling_params& params)
+      : params_(params)
+      , rng_(params.seed) {}
 
   /// Picks a token from `logits` (one per vocabulary id).
   token sample(std::span<const float> logits);

@@ -12,13 +12,13 @@ struct special {
 };
 
 constexpr std::array<special, 7> specials_table{{
-  {tokenizer::bos, "<|bos|>"},
-  {tokenizer::eos, "<|eos|>"},
-  {tokenizer::pad, "<|pad|>"},
-  {tokenizer::tool_call_start, "<tool_call>"},
-  {tokenizer::tool_call_end, "</tool_call>"},
-  {tokenizer::tool_response_start, "<tool_response>"},
-  {tokenizer::tool_response_end, "</tool_response>"},
+    {tokenizer::bos, "<|bos|>"},
+    {tokenizer::eos, "<|eos|>"},
+    {tokenizer::pad, "<|pad|>"},
+    {tokenizer::tool_call_start, "<tool_call>"},
+    {tokenizer::tool_call_end, "</tool_call>"},
+    {tokenizer::tool_response_start, "<tool_response>"},
+    {tokenizer::tool_response_end, "</tool_response>"},
 }};
 
 } // namespace

@@ -63,7 +63,8 @@ struct cpu_backend::impl {
 };
 
 cpu_backend::cpu_backend(cpu_backend_options options)
-  : options_(std::move(options)), impl_(std::make_unique<impl>()) {}
+    : options_(std::move(options))
+    , impl_(std::make_unique<impl>()) {}
 
 cpu_backend::~cpu_backend() = default;
 
@@ -95,8 +96,8 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
     l.wo = std::make_unique<onednn_linear>(m.engine, attn, s.hidden, options.type, lw.wo.data());
     l.wgate_up = std::make_unique<onednn_linear>(m.engine, s.hidden, 2 * s.ffn, options.type,
                                                  lw.wgate_up.data());
-    l.wdown = std::make_unique<onednn_linear>(m.engine, s.ffn, s.hidden, options.type,
-                                              lw.wdown.data());
+    l.wdown =
+        std::make_unique<onednn_linear>(m.engine, s.ffn, s.hidden, options.type, lw.wdown.data());
     lw = layer_weights{}; // release the plain copy as soon as it is packed
     m.layers.push_back(std::move(l));
   }
@@ -129,15 +130,15 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
                         "step: sequence " + std::to_string(item.seq) + " appears twice");
     for (auto t : item.tokens)
       if (t < 0 || static_cast<unsigned>(t) >= s.vocab)
-        return make_error(errc::invalid_argument, "step: token " + std::to_string(t)
-                                                    + " outside the vocabulary 0.."
-                                                    + std::to_string(s.vocab - 1));
+        return make_error(errc::invalid_argument, "step: token " + std::to_string(t) +
+                                                      " outside the vocabulary 0.." +
+                                                      std::to_string(s.vocab - 1));
     auto new_length = cache_->length(item.seq) + item.tokens.size();
     if (new_length > s.max_context)
-      return make_error(errc::invalid_argument,
-                        "step: sequence " + std::to_string(item.seq) + " would reach "
-                          + std::to_string(new_length) + " tokens; model '" + s.name
-                          + "' allows " + std::to_string(s.max_context));
+      return make_error(errc::invalid_argument, "step: sequence " + std::to_string(item.seq) +
+                                                    " would reach " + std::to_string(new_length) +
+                                                    " tokens; model '" + s.name + "' allows " +
+                                                    std::to_string(s.max_context));
     wanted.emplace_back(item.seq, new_length);
     rows += item.tokens.size();
   }

@@ -13,19 +13,19 @@ namespace triad {
 
 /// Options of a cpu backend; every field documented where declared.
 struct cpu_backend_options {
-  model_shape shape;                   ///< the model (a preset or a custom shape)
-  dtype type = dtype::bf16;            ///< weights, matmul inputs and KV pages
-  std::size_t page_tokens = 16;        ///< tokens per KV page
+  model_shape shape;                            ///< the model (a preset or a custom shape)
+  dtype type = dtype::bf16;                     ///< weights, matmul inputs and KV pages
+  std::size_t page_tokens = 16;                 ///< tokens per KV page
   std::uint64_t kv_budget_bytes = 256ull << 20; ///< memory for KV pages
-  std::shared_ptr<arena> storage;      ///< arena of the device's domain; null = a private one
+  std::shared_ptr<arena> storage; ///< arena of the device's domain; null = a private one
 };
 
 /// Timing of the last step, split so benchmarks can compare against the matmuls alone.
 struct cpu_step_profile {
-  double seconds = 0;        ///< whole step
-  double matmul_seconds = 0; ///< inside oneDNN matmuls
+  double seconds = 0;           ///< whole step
+  double matmul_seconds = 0;    ///< inside oneDNN matmuls
   double attention_seconds = 0; ///< rotary positions, KV writes and attention
-  std::uint64_t tokens = 0;  ///< tokens computed
+  std::uint64_t tokens = 0;     ///< tokens computed
 };
 
 /// A real Llama-architecture decoder on this machine's cores: embedding, RMSNorm, rotary

@@ -24,8 +24,8 @@ struct splitmix {
   }
 };
 
-std::vector<float> tensor(std::uint64_t seed, std::uint64_t index, std::size_t count,
-                          float scale, float offset, dtype type) {
+std::vector<float> tensor(std::uint64_t seed, std::uint64_t index, std::size_t count, float scale,
+                          float offset, dtype type) {
   splitmix rng{seed ^ (index * 0xd1b54a32d192ed03ull)};
   std::vector<float> out(count);
   for (auto& x : out) {
@@ -62,8 +62,8 @@ model_weights generate_weights(const model_shape& s, dtype type) {
     lw.wqkv = tensor(s.seed, index++, s.hidden * qkv, fan(s.hidden), 0.0f, type);
     lw.wo = tensor(s.seed, index++, attn * s.hidden, fan(static_cast<unsigned>(attn)), 0.0f, type);
     lw.mlp_norm = tensor(s.seed, index++, s.hidden, 0.1f, 1.0f, type);
-    lw.wgate_up = tensor(s.seed, index++, std::size_t{s.hidden} * 2 * s.ffn, fan(s.hidden), 0.0f,
-                         type);
+    lw.wgate_up =
+        tensor(s.seed, index++, std::size_t{s.hidden} * 2 * s.ffn, fan(s.hidden), 0.0f, type);
     lw.wdown = tensor(s.seed, index++, std::size_t{s.ffn} * s.hidden, fan(s.ffn), 0.0f, type);
     w.layers.push_back(std::move(lw));
   }

@@ -19,10 +19,10 @@ struct layer_weights {
 /// All weights of a model as plain floats; values already rounded to the model's dtype, so a
 /// reference computed from them sees exactly what the backend multiplies.
 struct model_weights {
-  std::vector<float> embedding;    ///< [vocab][hidden]
+  std::vector<float> embedding; ///< [vocab][hidden]
   std::vector<layer_weights> layers;
-  std::vector<float> final_norm;   ///< [hidden]
-  std::vector<float> output;       ///< [hidden][vocab]
+  std::vector<float> final_norm; ///< [hidden]
+  std::vector<float> output;     ///< [hidden][vocab]
 };
 
 /// Deterministic random weights from `shape.seed` (splitmix64 per tensor): matmul weights

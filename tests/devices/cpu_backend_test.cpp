@@ -118,8 +118,9 @@ BOOST_AUTO_TEST_CASE(chunked_prefill_across_page_boundaries_gives_identical_resu
   std::vector<float> got;
   std::size_t at = 0;
   for (std::size_t chunk : {5u, 16u, 1u, 15u}) {
-    got = prefill(*chunked, 1, {tokens.begin() + static_cast<std::ptrdiff_t>(at),
-                                tokens.begin() + static_cast<std::ptrdiff_t>(at + chunk)});
+    got = prefill(*chunked, 1,
+                  {tokens.begin() + static_cast<std::ptrdiff_t>(at),
+                   tokens.begin() + static_cast<std::ptrdiff_t>(at + chunk)});
     at += chunk;
   }
   BOOST_REQUIRE(at == tokens.size());
@@ -135,7 +136,7 @@ BOOST_AUTO_TEST_CASE(a_step_that_does_not_fit_the_cache_is_refused_and_changes_n
   auto page_bytes = probe->kv().page_bytes;
   auto backend = make(triad::dtype::bf16, 16, 3 * page_bytes);
   BOOST_TEST(backend->kv().pages_total == 3u);
-  prefill(*backend, 1, random_tokens(30)); // 2 pages
+  prefill(*backend, 1, random_tokens(30));    // 2 pages
   triad::step_item big{2, random_tokens(17)}; // needs 2 more
   auto out = backend->step({&big, 1});
   BOOST_REQUIRE(!out);
@@ -175,8 +176,8 @@ BOOST_AUTO_TEST_CASE(bad_steps_are_errors_naming_the_problem) {
   triad::step_item empty{1, {}};
   BOOST_TEST(backend->step({&empty, 1}).error().message.find("no tokens") != std::string::npos);
   triad::step_item out_of_range{1, {320}};
-  BOOST_TEST(backend->step({&out_of_range, 1}).error().message.find("token 320")
-             != std::string::npos);
+  BOOST_TEST(backend->step({&out_of_range, 1}).error().message.find("token 320") !=
+             std::string::npos);
   std::vector<triad::step_item> twice{{1, {1}}, {1, {2}}};
   BOOST_TEST(backend->step(twice).error().message.find("appears twice") != std::string::npos);
   BOOST_TEST(backend->length(1) == 0u);

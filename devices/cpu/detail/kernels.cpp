@@ -59,8 +59,7 @@ TRIAD_CLONES void rmsnorm_row(const float* x, const float* w, float* out, std::s
     out[i] = x[i] * scale * w[i];
 }
 
-TRIAD_CLONES void silu_mul_row(const float* g, const float* u, float* out,
-                               std::size_t n) noexcept {
+TRIAD_CLONES void silu_mul_row(const float* g, const float* u, float* out, std::size_t n) noexcept {
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i)
     out[i] = g[i] / (1.0f + fast_exp(-g[i])) * u[i];
@@ -109,7 +108,9 @@ void silu_mul(const float* gate_up, float* out, std::size_t rows, std::size_t ff
 }
 
 rope_table::rope_table(std::size_t max_positions, std::size_t head_dim, double theta)
-  : half(head_dim / 2), cos(max_positions * half), sin(max_positions * half) {
+    : half(head_dim / 2)
+    , cos(max_positions * half)
+    , sin(max_positions * half) {
   for (std::size_t p = 0; p < max_positions; ++p)
     for (std::size_t i = 0; i < half; ++i) {
       double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
@@ -281,8 +282,9 @@ TRIAD_CLONES void attend_g1_d64(const float* q, std::size_t n, const kv_runs& kv
 }
 
 namespace {
-TRIAD_CLONES void attend_generic(const float* q, std::size_t group, std::size_t head_dim, std::size_t n,
-                         const kv_runs& kv, float scale, float* out, float* scratch) noexcept {
+TRIAD_CLONES void attend_generic(const float* q, std::size_t group, std::size_t head_dim,
+                                 std::size_t n, const kv_runs& kv, float scale, float* out,
+                                 float* scratch) noexcept {
   constexpr std::size_t max_head_dim = 512;
   float row[max_head_dim];
   const std::size_t hd = std::min(head_dim, max_head_dim);

@@ -44,13 +44,13 @@ struct rope_table {
 /// [head_dim][page_tokens], so scores of a page's positions are one vector per dimension; a V
 /// run is [page_tokens][head_dim].
 struct kv_runs {
-  const std::byte* base;     ///< page 0
+  const std::byte* base;      ///< page 0
   const std::uint32_t* pages; ///< page ids in sequence order
-  std::size_t page_bytes;    ///< bytes per page
-  std::size_t k_offset;      ///< offset of the K run inside a page
-  std::size_t v_offset;      ///< offset of the V run inside a page
-  std::size_t page_tokens;   ///< rows per run
-  bool bf16;                 ///< rows stored as bf16 (else f32)
+  std::size_t page_bytes;     ///< bytes per page
+  std::size_t k_offset;       ///< offset of the K run inside a page
+  std::size_t v_offset;       ///< offset of the V run inside a page
+  std::size_t page_tokens;    ///< rows per run
+  bool bf16;                  ///< rows stored as bf16 (else f32)
 };
 
 /// Causal attention of one token over positions 0..n-1 for a group of `group` query heads that

@@ -11,8 +11,8 @@ using tag = dnnl::memory::format_tag;
 
 namespace {
 
-dnnl::matmul::primitive_desc make_pd(dnnl::engine& eng, unsigned m, unsigned k, unsigned n,
-                                     dt src, const dnnl::memory::desc& weights) {
+dnnl::matmul::primitive_desc make_pd(dnnl::engine& eng, unsigned m, unsigned k, unsigned n, dt src,
+                                     const dnnl::memory::desc& weights) {
   dnnl::memory::desc a({m, k}, src, tag::ab);
   dnnl::memory::desc c({m, n}, dt::f32, tag::ab);
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, weights, c), eng);
@@ -22,7 +22,10 @@ dnnl::matmul::primitive_desc make_pd(dnnl::engine& eng, unsigned m, unsigned k, 
 
 onednn_linear::onednn_linear(dnnl::engine& eng, unsigned k, unsigned n, dtype type,
                              const float* plain)
-  : eng_(&eng), k_(k), n_(n), src_type_(type == dtype::bf16 ? dt::bf16 : dt::f32) {
+    : eng_(&eng)
+    , k_(k)
+    , n_(n)
+    , src_type_(type == dtype::bf16 ? dt::bf16 : dt::f32) {
   // Let oneDNN choose the weights layout for a mid-size M; in oneDNN 2.6 the brgemm layout
   // does not depend on M, and every later M is created against this same packed layout.
   dnnl::memory::desc any({k, n}, src_type_, tag::any);
@@ -49,7 +52,7 @@ dnnl::matmul& onednn_linear::primitive(unsigned m) {
   auto it = primitives_.find(m);
   if (it == primitives_.end())
     it = primitives_.emplace(m, dnnl::matmul(make_pd(*eng_, m, k_, n_, src_type_, weights_desc_)))
-           .first;
+             .first;
   return it->second;
 }
 

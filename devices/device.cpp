@@ -1,0 +1,405 @@
+#include "devices/device.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+
+#include <caf/all.hpp>
+
+namespace triad {
+
+namespace {
+
+using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
+
+// What a step needs back: per item its sequence and logits, or the step's error.
+struct step_result {
+  std::vector<seq_id> seqs;
+  std::vector<std::size_t> tokens; // tokens computed per item
+  expected<step_output> output = make_error(errc::invalid_argument, "not run");
+  kv_usage kv;
+};
+
+} // namespace
+} // namespace triad
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::step_result>)
+
+namespace triad {
+
+namespace {
+
+// Per-device metrics, looked up once.
+struct device_metrics {
+  gauge* queue = nullptr;
+  gauge* running = nullptr;
+  gauge* kv_pages = nullptr;
+  counter* steps = nullptr;
+  counter* tokens = nullptr;
+  counter* busy = nullptr;
+  histogram* batch = nullptr;
+  histogram* step_tokens = nullptr;
+  histogram* step_seconds = nullptr;
+
+  void attach(metrics_registry& r, const std::string& name) {
+    labels l{{"device", name}};
+    auto take = [](auto result) { return result ? *result : nullptr; };
+    queue = take(r.add_gauge("triad_device_queue_length", "sequences waiting for prefill", l));
+    running = take(r.add_gauge("triad_device_running", "sequences decoding", l));
+    kv_pages = take(r.add_gauge("triad_device_kv_pages_used", "KV pages held", l));
+    steps = take(r.add_counter("triad_device_steps_total", "steps run", l));
+    tokens = take(r.add_counter("triad_device_tokens_total", "tokens computed", l));
+    busy = take(r.add_counter("triad_device_busy_seconds_total", "driver time in steps", l));
+    batch = take(r.add_histogram("triad_device_batch_size", "sequences per step",
+                                 {1, 2, 4, 8, 16, 32, 64, 128}, l));
+    step_tokens = take(r.add_histogram("triad_device_step_tokens", "tokens per step",
+                                       {1, 4, 16, 64, 256, 1024, 4096}, l));
+    step_seconds = take(
+        r.add_histogram("triad_device_step_seconds", "step time", default_duration_buckets(), l));
+  }
+};
+
+class device_actor : public homed_actor {
+public:
+  device_actor(caf::actor_config& cfg, std::shared_ptr<backend> be,
+               std::unique_ptr<driver_thread> driver, device_options options)
+      : homed_actor(cfg)
+      , backend_(std::move(be))
+      , driver_(std::move(driver))
+      , options_(std::move(options)) {
+    if (options_.metrics != nullptr)
+      metrics_.attach(*options_.metrics, options_.name);
+    // The driver has run nothing yet, so reading the backend here is safe.
+    kv_ = backend_->kv();
+    attach_functor([driver = driver_.get()](const caf::error&) { driver->stop(); });
+  }
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](generate_atom, generate_request& req) { return admit(std::move(req)); },
+        [this](park_atom, seq_id id) {
+          if (auto* s = find(id))
+            s->state = seq_state::parked;
+        },
+        [this](resume_atom, seq_id id, std::vector<token>& appended) {
+          auto* s = find(id);
+          if (s == nullptr)
+            return;
+          s->tokens.insert(s->tokens.end(), appended.begin(), appended.end());
+          s->state = s->computed < s->tokens.size() ? seq_state::waiting : seq_state::running;
+          s->finished = false;
+          schedule();
+        },
+        [this](free_atom, seq_id id) { release(id); },
+        [this](stats_atom) { return snapshot(); },
+        [this](step_done_atom, std::shared_ptr<step_result>& r) { on_step(*r); },
+    };
+  }
+
+private:
+  enum class seq_state { waiting, running, parked, done };
+
+  struct sequence {
+    generate_request req;
+    std::vector<token> tokens; // prompt, generated and appended tokens
+    std::size_t computed = 0;  // tokens whose KV the backend holds
+    std::uint32_t generated = 0;
+    seq_state state = seq_state::waiting;
+    bool finished = false;
+    std::unique_ptr<sampler> pick;
+    std::uint64_t admitted_order = 0;
+  };
+
+  sequence* find(seq_id id) {
+    auto it = seqs_.find(id);
+    return it == seqs_.end() ? nullptr : &it->second;
+  }
+
+  admission admit(generate_request req) {
+    auto refuse = [&](std::string why) {
+      ++stats_.refused;
+      return admission{false, std::move(why)};
+    };
+    if (req.prompt.empty())
+      return refuse("invalid: sequence " + std::to_string(req.seq) + " has an empty prompt");
+    if (auto ok = req.sampling.validate(); !ok)
+      return refuse("invalid: " + ok.error().message);
+    for (auto t : req.prompt)
+      if (t < 0 || static_cast<unsigned>(t) >= backend_->shape().vocab)
+        return refuse("invalid: token " + std::to_string(t) + " outside the vocabulary");
+    if (seqs_.count(req.seq) != 0)
+      return refuse("invalid: sequence " + std::to_string(req.seq) + " already on device " +
+                    options_.name);
+    if (seqs_.size() >= options_.max_sequences)
+      return refuse("busy: " + std::to_string(seqs_.size()) + " of " +
+                    std::to_string(options_.max_sequences) + " sequences in flight on " +
+                    options_.name);
+    if (options_.role == device_role::prefill)
+      req.max_new_tokens = std::min<std::uint32_t>(req.max_new_tokens, 1);
+    sequence s;
+    s.tokens = req.prompt;
+    s.pick = std::make_unique<sampler>(req.sampling);
+    s.admitted_order = next_order_++;
+    s.req = std::move(req);
+    auto id = s.req.seq;
+    seqs_.emplace(id, std::move(s));
+    schedule();
+    return admission{true, {}};
+  }
+
+  void release(seq_id id) {
+    seqs_.erase(id);
+    // The backend is only touched on the driver thread.
+    if (driver_->try_submit([be = backend_, id] { be->free(id); }) != submit_result::accepted)
+      pending_frees_.push_back(id);
+    update_gauges();
+  }
+
+  // Pages a sequence of `tokens` tokens holds.
+  std::size_t pages_for(std::size_t tokens) const {
+    return (tokens + kv_.page_tokens - 1) / kv_.page_tokens;
+  }
+
+  // Forms the next step when none is in flight: every running decode (one token each), then
+  // chunked prefills of waiting sequences in admission order, within the token budget and the
+  // free KV pages (the actor mirrors the cache: a sequence holds pages_for(computed)). When not
+  // even the decodes fit, the newest sequence is preempted (KV dropped, recomputed later).
+  void schedule() {
+    if (in_flight_)
+      return;
+    std::vector<step_item> items;
+    std::size_t budget = options_.step_token_budget;
+    std::vector<sequence*> order;
+    std::size_t used = 0;
+    for (auto& [id, s] : seqs_) {
+      order.push_back(&s);
+      used += pages_for(s.computed);
+    }
+    std::size_t free_pages = kv_.pages_total > used ? kv_.pages_total - used : 0;
+    std::sort(order.begin(), order.end(),
+              [](auto* a, auto* b) { return a->admitted_order < b->admitted_order; });
+    bool starved = false;
+    for (auto* s : order) {
+      if (budget == 0)
+        break;
+      if (s->state == seq_state::running && !s->finished && s->computed + 1 == s->tokens.size()) {
+        auto need = pages_for(s->computed + 1) - pages_for(s->computed);
+        if (need > free_pages) {
+          starved = true;
+          continue;
+        }
+        free_pages -= need;
+        items.push_back({s->req.seq, {s->tokens.back()}});
+        --budget;
+      }
+    }
+    for (auto* s : order) {
+      if (budget == 0)
+        break;
+      if (s->state != seq_state::waiting)
+        continue;
+      if (pages_for(s->tokens.size()) > kv_.pages_total) {
+        auto id = s->req.seq;
+        emit(*s, device_event::failed, 0,
+             "sequence of " + std::to_string(s->tokens.size()) + " tokens needs " +
+                 std::to_string(pages_for(s->tokens.size())) + " KV pages; device " +
+                 options_.name + " has " + std::to_string(kv_.pages_total));
+        pending_frees_.push_back(id);
+        seqs_.erase(id);
+        continue;
+      }
+      auto fit = (pages_for(s->computed) + free_pages) * kv_.page_tokens - s->computed;
+      auto left = s->tokens.size() - s->computed;
+      auto chunk = std::min({left, budget, options_.max_prefill_chunk, fit});
+      if (chunk == 0) {
+        starved = true;
+        continue;
+      }
+      free_pages -= pages_for(s->computed + chunk) - pages_for(s->computed);
+      items.push_back({s->req.seq,
+                       {s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed),
+                        s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed + chunk)}});
+      budget -= chunk;
+    }
+    if (items.empty() && starved) {
+      if (preempt_one())
+        return schedule();
+      // Nothing holds KV and still nothing fits: fail what waits rather than hang.
+      for (auto* s : order)
+        if (s->state == seq_state::waiting || s->state == seq_state::running) {
+          emit(*s, device_event::failed, 0, "no KV pages free on " + options_.name);
+          seqs_.erase(s->req.seq);
+        }
+      return;
+    }
+    if (items.empty())
+      return;
+    auto result = std::make_shared<step_result>();
+    for (const auto& it : items) {
+      result->seqs.push_back(it.seq);
+      result->tokens.push_back(it.tokens.size());
+    }
+    auto frees = std::move(pending_frees_);
+    pending_frees_.clear();
+    auto self = caf::actor_cast<caf::actor>(this);
+    auto job = [be = backend_, items = std::move(items), result, self, frees] {
+      for (auto id : frees)
+        be->free(id);
+      result->output = be->step(items);
+      result->kv = be->kv();
+      caf::anon_send(self, step_done_atom::value, result);
+    };
+    if (driver_->try_submit(std::move(job)) == submit_result::accepted)
+      in_flight_ = true;
+    // A full driver queue cannot happen with one step in flight; a stopping driver means the
+    // device is going down, and nothing more is scheduled.
+  }
+
+  void on_step(step_result& r) {
+    in_flight_ = false;
+    kv_ = r.kv;
+    if (!r.output) {
+      if (r.output.error().code == errc::exhausted && preempt_one())
+        return schedule();
+      for (auto id : r.seqs)
+        if (auto* s = find(id)) {
+          emit(*s, device_event::failed, 0, r.output.error().message);
+          seqs_.erase(id);
+          pending_frees_.push_back(id);
+        }
+      return schedule();
+    }
+    auto& out = *r.output;
+    ++stats_.steps;
+    stats_.tokens += out.tokens;
+    stats_.busy_seconds += out.seconds;
+    if (metrics_.steps != nullptr) {
+      metrics_.steps->inc();
+      metrics_.tokens->inc(static_cast<double>(out.tokens));
+      metrics_.busy->inc(out.seconds);
+      metrics_.batch->observe(static_cast<double>(r.seqs.size()));
+      metrics_.step_tokens->observe(static_cast<double>(out.tokens));
+      metrics_.step_seconds->observe(out.seconds);
+    }
+    for (std::size_t i = 0; i < r.seqs.size(); ++i) {
+      auto* s = find(r.seqs[i]);
+      if (s == nullptr) // freed while the step ran
+        continue;
+      s->computed += r.tokens[i];
+      if (s->computed < s->tokens.size()) {
+        if (s->state != seq_state::parked)
+          s->state = seq_state::waiting;
+        continue;
+      }
+      if (s->state == seq_state::parked || s->finished)
+        continue;
+      auto tok = s->pick->sample(out.logits[i]);
+      s->tokens.push_back(tok);
+      ++s->generated;
+      ++stats_.generated;
+      emit(*s, device_event::token, tok, {});
+      bool stop = tok == tokenizer::eos ||
+                  std::find(s->req.stop.begin(), s->req.stop.end(), tok) != s->req.stop.end();
+      if (stop || s->generated >= s->req.max_new_tokens) {
+        s->finished = true;
+        s->state = seq_state::done;
+        emit(*s, device_event::done, 0, stop ? "stop" : "length");
+      } else {
+        s->state = seq_state::running;
+      }
+    }
+    update_gauges();
+    schedule();
+  }
+
+  // Drops one sequence's KV for memory and marks it for recompute: a finished sequence first
+  // (its KV is only kept for reuse), then a parked one, then the most recently admitted running
+  // or waiting one. False when no sequence holds KV.
+  bool preempt_one() {
+    auto rank = [](const sequence& s) {
+      return s.state == seq_state::done ? 2 : s.state == seq_state::parked ? 1 : 0;
+    };
+    sequence* victim = nullptr;
+    for (auto& [id, s] : seqs_) {
+      if (s.computed == 0)
+        continue;
+      if (victim == nullptr || rank(s) > rank(*victim) ||
+          (rank(s) == rank(*victim) && s.admitted_order > victim->admitted_order))
+        victim = &s;
+    }
+    if (victim == nullptr)
+      return false;
+    ++stats_.preemptions;
+    pending_frees_.push_back(victim->req.seq);
+    victim->computed = 0;
+    if (victim->state == seq_state::running)
+      victim->state = seq_state::waiting;
+    emit(*victim, device_event::preempted, 0, "KV memory exhausted; recomputing when scheduled");
+    return true;
+  }
+
+  void emit(const sequence& s, device_event::kind_t kind, token tok, std::string message) {
+    if (!s.req.sink)
+      return;
+    send(s.req.sink, device_event{s.req.seq, kind, tok, s.generated, std::move(message)});
+  }
+
+  device_stats snapshot() const {
+    auto st = stats_;
+    st.sequences = seqs_.size();
+    for (const auto& [id, s] : seqs_) {
+      st.waiting += s.state == seq_state::waiting;
+      st.running += s.state == seq_state::running;
+      st.parked += s.state == seq_state::parked;
+    }
+    st.kv_pages_used = kv_.pages_used;
+    st.kv_pages_total = kv_.pages_total;
+    return st;
+  }
+
+  void update_gauges() {
+    if (metrics_.queue == nullptr)
+      return;
+    auto st = snapshot();
+    metrics_.queue->set(static_cast<double>(st.waiting));
+    metrics_.running->set(static_cast<double>(st.running));
+    metrics_.kv_pages->set(static_cast<double>(st.kv_pages_used));
+  }
+
+  std::shared_ptr<backend> backend_;
+  std::unique_ptr<driver_thread> driver_;
+  device_options options_;
+  device_metrics metrics_;
+  std::map<seq_id, sequence> seqs_;
+  std::vector<seq_id> pending_frees_;
+  bool in_flight_ = false;
+  std::uint64_t next_order_ = 0;
+  device_stats stats_;
+  kv_usage kv_;
+};
+
+} // namespace
+
+expected<caf::actor> spawn_device(domain& home, std::unique_ptr<backend> be,
+                                  device_options options) {
+  if (be == nullptr)
+    return make_error(errc::invalid_argument, "device '" + options.name + "': no backend");
+  if (options.max_sequences == 0 || options.step_token_budget == 0 ||
+      options.max_prefill_chunk == 0)
+    return make_error(errc::invalid_argument,
+                      "device '" + options.name +
+                          "': max_sequences, step_token_budget and max_prefill_chunk must be >= 1");
+  // One step in flight plus frees: a small queue suffices and bounds the driver's backlog.
+  driver_options d;
+  d.name = "drv." + options.name;
+  d.capacity = 4;
+  d.cpus = options.driver_cpus;
+  d.topo = options.topo;
+  auto driver = driver_thread::start(std::move(d));
+  if (!driver)
+    return driver.error();
+  std::shared_ptr<backend> shared{std::move(be)};
+  return home.spawn<device_actor>(std::move(shared), std::move(*driver), std::move(options));
+}
+
+} // namespace triad

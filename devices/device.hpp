@@ -1,0 +1,141 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/atom.hpp>
+
+#include "devices/backend.hpp"
+#include "devices/sampling.hpp"
+#include "runtime/bridge.hpp"
+#include "runtime/config.hpp"
+#include "runtime/domains.hpp"
+#include "runtime/metrics.hpp"
+
+namespace triad {
+
+/// Asks a device to generate for a sequence: `(generate_atom, generate_request)`; the answer
+/// comes at once as an `admission`.
+using generate_atom = caf::atom_constant<caf::atom("generate")>;
+/// Stops scheduling a sequence but keeps its KV: `(park_atom, seq_id)`.
+using park_atom = caf::atom_constant<caf::atom("park")>;
+/// Appends tokens to a parked sequence (a tool result) and resumes it:
+/// `(resume_atom, seq_id, std::vector<token>)`.
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
+/// Drops a sequence and its KV: `(free_atom, seq_id)`.
+using free_atom = caf::atom_constant<caf::atom("free")>;
+/// Asks for a device_stats snapshot: `(stats_atom)`.
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+
+/// Defaults of the devices area.
+namespace defaults::device_actor {
+/// Sequences a device holds at once (running, waiting or parked).
+inline constexpr std::size_t max_sequences = 64;
+/// Tokens one step may compute (decodes count one each, prefill chunks their length).
+inline constexpr std::size_t step_token_budget = 512;
+/// Longest prefill chunk of one sequence in one step.
+inline constexpr std::size_t max_prefill_chunk = 256;
+} // namespace defaults::device_actor
+
+/// A generation order for one sequence.
+struct generate_request {
+  seq_id seq = 0;                    ///< caller-chosen id, unique on the device
+  std::vector<token> prompt;         ///< tokens to prefill (at least one)
+  sampling_params sampling;          ///< how tokens are chosen
+  std::uint32_t max_new_tokens = 16; ///< generation stops after this many (prefill role: 1)
+  std::vector<token> stop;           ///< tokens that end generation (EOS always does)
+  caf::actor sink;                   ///< receives device_event messages
+};
+
+/// The immediate answer to a generate request.
+struct admission {
+  bool accepted = false; ///< false: busy or invalid; nothing was queued
+  std::string reason;    ///< why not, e.g. "busy: 64 of 64 sequences in flight"
+};
+
+/// What a device reports about a sequence, sent to its sink.
+struct device_event {
+  /// The kinds of events.
+  enum kind_t : std::uint8_t {
+    token,     ///< one generated token (value in `tok`)
+    done,      ///< generation ended (EOS, stop token or max_new_tokens); KV kept until freed
+    preempted, ///< KV dropped for lack of memory; the sequence is recomputed, nothing is lost
+    failed,    ///< the step failed; `message` says why; the sequence is dropped
+  };
+  seq_id seq = 0;              ///< the sequence
+  kind_t kind = token;         ///< what happened
+  triad::token tok = 0;        ///< the token, for `token`
+  std::uint32_t generated = 0; ///< tokens generated so far
+  std::string message;         ///< detail for `done` (reason) and `failed`
+};
+
+/// A snapshot of a device's scheduler and cache.
+struct device_stats {
+  std::uint64_t steps = 0;        ///< steps run
+  std::uint64_t tokens = 0;       ///< tokens computed
+  std::uint64_t generated = 0;    ///< tokens sampled
+  std::uint64_t refused = 0;      ///< generate requests answered busy
+  std::uint64_t preemptions = 0;  ///< sequences whose KV was dropped for memory
+  std::size_t sequences = 0;      ///< sequences held
+  std::size_t waiting = 0;        ///< sequences waiting for (more) prefill
+  std::size_t running = 0;        ///< sequences decoding
+  std::size_t parked = 0;         ///< sequences parked
+  double busy_seconds = 0;        ///< time the driver spent in steps
+  std::size_t kv_pages_used = 0;  ///< KV pages held
+  std::size_t kv_pages_total = 0; ///< KV pages of the budget
+};
+
+/// Inspectors, so the messages can be logged and (later) cross the network.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
+  return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.seed);
+}
+/// Inspector of generate_request.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
+  return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
+           x.stop, x.sink);
+}
+/// Inspector of admission.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, admission& x) {
+  return f(caf::meta::type_name("admission"), x.accepted, x.reason);
+}
+/// Inspector of device_event.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_event& x) {
+  return f(caf::meta::type_name("device_event"), x.seq, x.kind, x.tok, x.generated, x.message);
+}
+/// Inspector of device_stats.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
+  return f(caf::meta::type_name("device_stats"), x.steps, x.tokens, x.generated, x.refused,
+           x.preemptions, x.sequences, x.waiting, x.running, x.parked, x.busy_seconds,
+           x.kv_pages_used, x.kv_pages_total);
+}
+
+/// Options of a device actor; every field documented where declared.
+struct device_options {
+  std::string name = "device";          ///< device name (metrics label, thread name)
+  device_role role = device_role::both; ///< prefill devices stop after the first token
+  std::size_t max_sequences = defaults::device_actor::max_sequences; ///< admission bound, >= 1
+  std::size_t step_token_budget = defaults::device_actor::step_token_budget; ///< >= 1
+  std::size_t max_prefill_chunk = defaults::device_actor::max_prefill_chunk; ///< >= 1
+  std::vector<unsigned> driver_cpus;   ///< where the driver thread binds (empty: unbound)
+  const topology* topo = nullptr;      ///< topology for binding (this machine only)
+  metrics_registry* metrics = nullptr; ///< where per-device metrics go (may be null)
+};
+
+/// Spawns a device actor in `home` owning `backend` and a driver thread that runs its steps.
+/// The actor admits sequences (answering busy at once when full), forms each step from running
+/// decodes and chunked prefills within the token budget, never blocks, and streams
+/// device_event messages to each request's sink.
+expected<caf::actor> spawn_device(domain& home, std::unique_ptr<backend> backend,
+                                  device_options options);
+
+} // namespace triad
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::device_event::kind_t)

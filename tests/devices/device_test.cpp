@@ -1,0 +1,223 @@
+#include <boost/test/unit_test.hpp>
+#include <caf/all.hpp>
+
+#include "devices/cpu/cpu_backend.hpp"
+#include "devices/device.hpp"
+#include "tests/printers.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// A one-domain node piece: a domain and a device actor on the tiny cpu backend.
+struct device_fixture {
+  device_fixture()
+      : device_fixture(triad::device_options{}) {}
+
+  explicit device_fixture(triad::device_options options, std::uint64_t kv_budget = 32ull << 20,
+                          std::size_t page_tokens = 16) {
+    dom = std::make_unique<triad::domain>(0, std::vector<unsigned>{0, 1}, nullptr,
+                                          triad::scheduler_config{});
+    triad::cpu_backend_options o;
+    o.shape = *triad::model_preset("tiny");
+    o.kv_budget_bytes = kv_budget;
+    o.page_tokens = page_tokens;
+    auto b = triad::cpu_backend::create(o);
+    BOOST_REQUIRE(b.has_value());
+    options.metrics = &metrics;
+    auto d = triad::spawn_device(*dom, std::move(*b), options);
+    BOOST_REQUIRE_MESSAGE(d.has_value(), (d ? "" : d.error().message));
+    device = *d;
+  }
+
+  ~device_fixture() {
+    caf::anon_send_exit(device, caf::exit_reason::user_shutdown);
+    dom->stop(10s);
+  }
+
+  triad::generate_request request(triad::seq_id seq, std::size_t prompt_len, std::uint32_t max_new,
+                                  const caf::actor& sink) {
+    triad::generate_request r;
+    r.seq = seq;
+    for (std::size_t i = 0; i < prompt_len; ++i)
+      r.prompt.push_back(static_cast<triad::token>((seq * 31 + i * 7) % 250));
+    r.max_new_tokens = max_new;
+    r.sink = sink;
+    return r;
+  }
+
+  triad::admission submit(caf::scoped_actor& self, triad::generate_request r) {
+    triad::admission out;
+    self->request(device, caf::infinite, triad::generate_atom::value, std::move(r))
+        .receive([&](triad::admission& a) { out = std::move(a); },
+                 [&](caf::error&) { BOOST_FAIL("device did not answer"); });
+    return out;
+  }
+
+  // Collects events until `done` arrived for every listed sequence.
+  std::map<triad::seq_id, std::vector<triad::device_event>> collect(caf::scoped_actor& self,
+                                                                    std::size_t sequences) {
+    std::map<triad::seq_id, std::vector<triad::device_event>> out;
+    std::size_t done = 0;
+    while (done < sequences) {
+      bool got = false;
+      self->receive(
+          [&](triad::device_event& e) {
+            got = true;
+            done += e.kind == triad::device_event::done || e.kind == triad::device_event::failed;
+            out[e.seq].push_back(std::move(e));
+          },
+          caf::after(60s) >> [] {});
+      BOOST_REQUIRE_MESSAGE(got, "no device event within 60 s");
+    }
+    return out;
+  }
+
+  triad::device_stats stats(caf::scoped_actor& self) {
+    triad::device_stats st;
+    self->request(device, caf::infinite, triad::stats_atom::value)
+        .receive([&](triad::device_stats& s) { st = s; },
+                 [&](caf::error&) { BOOST_FAIL("stats"); });
+    return st;
+  }
+
+  triad::metrics_registry metrics;
+  std::unique_ptr<triad::domain> dom;
+  caf::actor device;
+};
+
+std::vector<triad::token> tokens_of(const std::vector<triad::device_event>& events) {
+  std::vector<triad::token> out;
+  for (const auto& e : events)
+    if (e.kind == triad::device_event::token)
+      out.push_back(e.tok);
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(device)
+
+BOOST_AUTO_TEST_CASE(a_sequence_streams_exactly_max_new_tokens_then_done) {
+  device_fixture f;
+  caf::scoped_actor self{f.dom->system()};
+  auto a = f.submit(self, f.request(1, 40, 12, self));
+  BOOST_REQUIRE(a.accepted);
+  auto events = f.collect(self, 1);
+  BOOST_TEST(tokens_of(events[1]).size() == 12u);
+  BOOST_TEST(events[1].back().kind == triad::device_event::done);
+  BOOST_TEST(events[1].back().message == "length");
+}
+
+BOOST_AUTO_TEST_CASE(concurrent_sequences_get_the_tokens_they_get_alone) {
+  std::vector<triad::token> alone_tokens;
+  {
+    device_fixture f;
+    caf::scoped_actor self{f.dom->system()};
+    BOOST_REQUIRE(f.submit(self, f.request(7, 30, 10, self)).accepted);
+    alone_tokens = tokens_of(f.collect(self, 1)[7]);
+  }
+  device_fixture f;
+  caf::scoped_actor self{f.dom->system()};
+  for (triad::seq_id id : {5, 6, 7, 8})
+    BOOST_REQUIRE(f.submit(self, f.request(id, 30, 10, self)).accepted);
+  auto events = f.collect(self, 4);
+  for (triad::seq_id id : {5, 6, 7, 8})
+    BOOST_TEST(tokens_of(events[id]).size() == 10u);
+  // Batched with others (bf16, different matmul M), greedy tokens are those of running alone.
+  BOOST_TEST(tokens_of(events[7]) == alone_tokens);
+  auto st = f.stats(self);
+  BOOST_TEST(st.generated == 40u);
+  // Continuous batching: fewer steps than running the four one after another.
+  BOOST_TEST(st.steps < 4u * 10u);
+}
+
+BOOST_AUTO_TEST_CASE(a_full_device_answers_busy_at_once) {
+  triad::device_options o;
+  o.max_sequences = 2;
+  device_fixture f{o};
+  caf::scoped_actor self{f.dom->system()};
+  BOOST_TEST(f.submit(self, f.request(1, 10, 50, self)).accepted);
+  BOOST_TEST(f.submit(self, f.request(2, 10, 50, self)).accepted);
+  auto third = f.submit(self, f.request(3, 10, 50, self));
+  BOOST_TEST(!third.accepted);
+  BOOST_TEST(third.reason.find("busy: 2 of 2") != std::string::npos);
+  BOOST_TEST(f.stats(self).refused == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(invalid_requests_are_refused_with_the_reason) {
+  device_fixture f;
+  caf::scoped_actor self{f.dom->system()};
+  auto empty = f.request(1, 0, 5, self);
+  BOOST_TEST(f.submit(self, empty).reason.find("empty prompt") != std::string::npos);
+  auto bad = f.request(2, 3, 5, self);
+  bad.prompt[1] = 999;
+  BOOST_TEST(f.submit(self, bad).reason.find("token 999") != std::string::npos);
+  BOOST_REQUIRE(f.submit(self, f.request(3, 3, 50, self)).accepted);
+  BOOST_TEST(f.submit(self, f.request(3, 3, 5, self)).reason.find("already") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_parked_sequence_keeps_its_kv_and_resumes_with_appended_tokens) {
+  device_fixture f;
+  caf::scoped_actor self{f.dom->system()};
+  BOOST_REQUIRE(f.submit(self, f.request(1, 16, 4, self)).accepted);
+  auto first = f.collect(self, 1);
+  BOOST_TEST(tokens_of(first[1]).size() == 4u);
+  self->send(f.device, triad::park_atom::value, triad::seq_id{1});
+  auto parked = f.stats(self);
+  BOOST_TEST(parked.parked == 1u);
+  BOOST_TEST(parked.kv_pages_used > 0u);
+  // A tool result arrives: appended, prefilled incrementally, generation goes on.
+  self->send(f.device, triad::resume_atom::value, triad::seq_id{1},
+             std::vector<triad::token>{triad::tokenizer::tool_response_start, 'o', 'k',
+                                       triad::tokenizer::tool_response_end});
+  auto more = f.collect(self, 1);
+  BOOST_TEST(tokens_of(more[1]).size() >= 1u);
+  BOOST_TEST(more[1].back().kind == triad::device_event::done);
+}
+
+BOOST_AUTO_TEST_CASE(memory_pressure_preempts_and_every_sequence_still_completes) {
+  triad::device_options o;
+  o.step_token_budget = 64;
+  // Room for 6 pages of 16 tokens: three sequences of 40 tokens cannot all stay resident.
+  auto probe = triad::cpu_backend::create([] {
+    triad::cpu_backend_options p;
+    p.shape = *triad::model_preset("tiny");
+    p.kv_budget_bytes = 1 << 20;
+    return p;
+  }());
+  BOOST_REQUIRE(probe.has_value());
+  auto page_bytes = (*probe)->kv().page_bytes;
+  device_fixture f{o, 6 * page_bytes};
+  caf::scoped_actor self{f.dom->system()};
+  for (triad::seq_id id : {1, 2, 3})
+    BOOST_REQUIRE(f.submit(self, f.request(id, 30, 10, self)).accepted);
+  auto events = f.collect(self, 3);
+  std::size_t preempted = 0;
+  for (triad::seq_id id : {1, 2, 3}) {
+    BOOST_TEST(tokens_of(events[id]).size() == 10u, "sequence " << id);
+    auto dones = std::count_if(events[id].begin(), events[id].end(),
+                               [](const auto& e) { return e.kind == triad::device_event::done; });
+    BOOST_TEST(dones == 1, "sequence " << id);
+    for (const auto& e : events[id]) {
+      preempted += e.kind == triad::device_event::preempted;
+      BOOST_TEST(e.kind != triad::device_event::failed, e.message);
+    }
+  }
+  BOOST_TEST(preempted > 0u);
+  // Finished sequences may lose their (kept) KV after the last done arrived.
+  BOOST_TEST(f.stats(self).preemptions >= preempted);
+}
+
+BOOST_AUTO_TEST_CASE(device_metrics_are_exported) {
+  device_fixture f;
+  caf::scoped_actor self{f.dom->system()};
+  BOOST_REQUIRE(f.submit(self, f.request(1, 20, 3, self)).accepted);
+  f.collect(self, 1);
+  f.stats(self); // the actor has processed everything up to here
+  auto text = f.metrics.render();
+  BOOST_TEST(text.find("triad_device_steps_total{device=\"device\"} 3") != std::string::npos, text);
+  BOOST_TEST(text.find("triad_device_step_seconds_bucket") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
