@@ -1,0 +1,197 @@
+// triad-bench-sim: calibrates the roofline model (the sim backend's) against the real cpu
+// backend on this machine. A profile is measured here (matmul peak from oneDNN, memory
+// bandwidth from a streaming read); the roofline then predicts the cpu backend's prefill and
+// decode step times for the `small` preset across batch sizes 1-32 and contexts 128-2048, and
+// the table of predicted vs measured times, with the error per point, goes to the JSON.
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include <CLI/CLI.hpp>
+#include <boost/json/array.hpp>
+
+#include "bench/report.hpp"
+#include "devices/cpu/cpu_backend.hpp"
+#include "devices/cpu/detail/onednn_linear.hpp"
+#include "devices/sim/profile.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+// Best bf16 matmul FLOP/s oneDNN reaches here on large shapes.
+double measure_matmul_peak() {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  const unsigned m = 1024, k = 2048, n = 2048;
+  std::vector<float> w(std::size_t{k} * n, 0.01f);
+  triad::detail::onednn_linear lin{eng, k, n, triad::dtype::bf16, w.data()};
+  std::vector<std::uint16_t> src(std::size_t{m} * k, 0x3c00);
+  std::vector<float> dst(std::size_t{m} * n);
+  lin.forward(strm, src.data(), dst.data(), m);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto start = clock_type::now();
+    lin.forward(strm, src.data(), dst.data(), m);
+    best = std::max(best, 2.0 * m * k * n / seconds_since(start));
+  }
+  return best;
+}
+
+// Best read bandwidth over a buffer far larger than the caches, all threads reading.
+double measure_read_bandwidth() {
+  std::vector<float> buf((512ull << 20) / sizeof(float), 1.0f);
+  double best = 0;
+  volatile float sink = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    auto start = clock_type::now();
+    float total = 0;
+#pragma omp parallel for simd reduction(+ : total) schedule(static)
+    for (std::size_t i = 0; i < buf.size(); ++i)
+      total += buf[i];
+    double s = seconds_since(start);
+    sink = sink + total;
+    best = std::max(best, static_cast<double>(buf.size() * sizeof(float)) / s);
+  }
+  return best;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"triad-bench-sim: roofline predictions against the cpu backend, measured here"};
+  std::string json_path;
+  bool quick = false;
+  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
+  app.add_flag("--quick", quick, "fewer points (under 60 s)");
+  CLI11_PARSE(app, argc, argv);
+
+  auto shape = *triad::model_preset("small");
+  triad::device_profile here;
+  here.name = "this_machine";
+  here.peak_flops = measure_matmul_peak();
+  here.memory_bandwidth = measure_read_bandwidth();
+  here.memory_bytes = 16ull << 30;
+  here.step_overhead = 0;
+  here.source = "measured by triad-bench-sim: oneDNN bf16 matmul peak, streaming read bandwidth";
+
+  triad::cpu_backend_options options;
+  options.shape = shape;
+  options.kv_budget_bytes = 3ull << 30;
+  auto made = triad::cpu_backend::create(options);
+  if (!made) {
+    std::fprintf(stderr, "triad-bench-sim: %s\n", made.error().message.c_str());
+    return 1;
+  }
+  auto& b = **made;
+  std::mt19937 rng{3};
+  std::uniform_int_distribution<triad::token> tok{0, 255};
+  auto tokens = [&](std::size_t n) {
+    std::vector<triad::token> out(n);
+    for (auto& t : out)
+      t = tok(rng);
+    return out;
+  };
+
+  boost::json::array table;
+  double max_error = 0;
+  auto record = [&](const char* phase, unsigned batch, unsigned context, double measured,
+                    const triad::step_cost& cost) {
+    double err = std::abs(cost.seconds - measured) / measured;
+    max_error = std::max(max_error, err);
+    table.push_back(boost::json::object{{"phase", phase},
+                                        {"batch", batch},
+                                        {"context", context},
+                                        {"measured_s", measured},
+                                        {"predicted_s", cost.seconds},
+                                        {"rel_error", err},
+                                        {"compute_bound", cost.compute_bound},
+                                        {"operational_intensity", cost.operational_intensity}});
+    std::printf("%-8s batch %2u context %5u: measured %8.2f ms predicted %8.2f ms error %5.1f%%\n",
+                phase, batch, context, measured * 1e3, cost.seconds * 1e3, err * 100);
+  };
+
+  // Prefill of one sequence of `context` tokens (the first run warms the primitives up).
+  std::vector<unsigned> prefill_lengths{128, 512, 2048};
+  triad::seq_id next = 1;
+  for (unsigned len : prefill_lengths) {
+    std::vector<double> runs;
+    for (int r = 0; r < (quick ? 2 : 3) + 1; ++r) {
+      triad::step_item item{next++, tokens(len)};
+      auto start = clock_type::now();
+      if (auto res = b.step({&item, 1}); !res) {
+        std::fprintf(stderr, "triad-bench-sim: %s\n", res.error().message.c_str());
+        return 1;
+      }
+      if (r > 0)
+        runs.push_back(seconds_since(start));
+      b.free(item.seq);
+    }
+    record("prefill", 1, len, triad::bench::median(runs),
+           triad::estimate_step(shape, triad::dtype::bf16, here, {{0, len}}));
+  }
+
+  // Decode: `batch` copies of one prefilled context (KV imported, not recomputed).
+  std::vector<unsigned> contexts =
+      quick ? std::vector<unsigned>{128, 2048} : std::vector<unsigned>{128, 512, 1024, 2048};
+  std::vector<unsigned> batches =
+      quick ? std::vector<unsigned>{1, 4, 16, 32} : std::vector<unsigned>{1, 2, 4, 8, 16, 32};
+  for (unsigned context : contexts) {
+    triad::step_item base{next++, tokens(context)};
+    if (auto res = b.step({&base, 1}); !res) {
+      std::fprintf(stderr, "triad-bench-sim: %s\n", res.error().message.c_str());
+      return 1;
+    }
+    auto bytes = b.export_kv(base.seq);
+    b.free(base.seq);
+    for (unsigned batch : batches) {
+      std::vector<triad::seq_id> seqs;
+      for (unsigned i = 0; i < batch; ++i) {
+        seqs.push_back(next++);
+        if (auto ok = b.import_kv(seqs.back(), *bytes); !ok) {
+          std::fprintf(stderr, "triad-bench-sim: %s\n", ok.error().message.c_str());
+          return 1;
+        }
+      }
+      std::vector<double> runs;
+      const int steps = quick ? 4 : 8;
+      for (int st = 0; st <= steps; ++st) {
+        std::vector<triad::step_item> items;
+        for (auto id : seqs)
+          items.push_back({id, tokens(1)});
+        auto start = clock_type::now();
+        if (auto res = b.step(items); !res) {
+          std::fprintf(stderr, "triad-bench-sim: %s\n", res.error().message.c_str());
+          return 1;
+        }
+        if (st > 0)
+          runs.push_back(seconds_since(start));
+      }
+      std::vector<triad::step_work> work(batch, {context + steps / 2, 1});
+      record("decode", batch, context, triad::bench::median(runs),
+             triad::estimate_step(shape, triad::dtype::bf16, here, work));
+      for (auto id : seqs)
+        b.free(id);
+    }
+  }
+
+  triad::bench::report out;
+  out.quick = quick;
+  out.metrics["model"] = "small";
+  out.metrics["profile_peak_tflops"] = here.peak_flops / 1e12;
+  out.metrics["profile_read_gb_per_s"] = here.memory_bandwidth / 1e9;
+  out.metrics["kernel"] = b.kernel();
+  out.metrics["calibration"] = std::move(table);
+  out.metrics["calibration_max_rel_error"] = max_error;
+  out.ratios["calibration_max_rel_error"] = max_error;
+  std::printf("max relative error %.1f%%\n", max_error * 100);
+  if (!json_path.empty() && !out.write(json_path))
+    return 1;
+  return 0;
+}

@@ -1,0 +1,163 @@
+#include "devices/sim/sim_backend.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <unordered_set>
+
+namespace triad {
+
+namespace {
+
+struct sim_export_header {
+  char magic[8];
+  std::uint64_t length;
+  std::uint64_t page_tokens;
+  std::int64_t last_token;
+};
+
+constexpr char sim_magic[8] = {'T', 'R', 'I', 'A', 'D', 'S', 'I', 'M'};
+
+std::uint64_t mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+} // namespace
+
+expected<std::unique_ptr<sim_backend>> sim_backend::create(sim_backend_options options) {
+  if (auto ok = options.shape.validate(); !ok)
+    return ok.error();
+  if (options.page_tokens == 0)
+    return make_error(errc::invalid_argument, "sim: page_tokens 0; allowed: 1 or more");
+  if (options.time_scale < 0)
+    return make_error(errc::invalid_argument, "sim: time_scale < 0; allowed: 0 (no wait) or more");
+  std::unique_ptr<sim_backend> self{new sim_backend(options)};
+  auto weights = static_cast<std::uint64_t>(
+      estimate_step(options.shape, options.type, options.profile, {}).capacity_footprint);
+  if (weights >= options.profile.memory_bytes)
+    return make_error(errc::exhausted, "sim: model '" + options.shape.name + "' needs " +
+                                           std::to_string(weights) + " bytes of weights; " +
+                                           options.profile.name + " has " +
+                                           std::to_string(options.profile.memory_bytes));
+  std::uint64_t budget = options.kv_budget_bytes != 0 ? options.kv_budget_bytes
+                                                      : options.profile.memory_bytes - weights;
+  self->page_bytes_ = options.page_tokens * options.shape.kv_bytes_per_token(options.type);
+  self->pages_total_ = budget / self->page_bytes_;
+  if (self->pages_total_ == 0)
+    return make_error(errc::invalid_argument, "sim: a KV budget of " + std::to_string(budget) +
+                                                  " bytes holds no page of " +
+                                                  std::to_string(self->page_bytes_) + " bytes");
+  return self;
+}
+
+expected<step_output> sim_backend::step(std::span<const step_item> items) {
+  const auto& s = options_.shape;
+  if (items.empty())
+    return make_error(errc::invalid_argument, "step: no items");
+  std::vector<step_work> work;
+  std::unordered_set<seq_id> seen;
+  std::size_t needed = 0;
+  for (const auto& item : items) {
+    if (item.tokens.empty())
+      return make_error(errc::invalid_argument,
+                        "step: sequence " + std::to_string(item.seq) + " has no tokens");
+    if (!seen.insert(item.seq).second)
+      return make_error(errc::invalid_argument,
+                        "step: sequence " + std::to_string(item.seq) + " appears twice");
+    for (auto t : item.tokens)
+      if (t < 0 || static_cast<unsigned>(t) >= s.vocab)
+        return make_error(errc::invalid_argument, "step: token " + std::to_string(t) +
+                                                      " outside the vocabulary 0.." +
+                                                      std::to_string(s.vocab - 1));
+    auto have = length(item.seq);
+    needed += pages_for(have + item.tokens.size()) - pages_for(have);
+    work.push_back({have, item.tokens.size()});
+  }
+  if (needed > pages_total_ - pages_used_)
+    return make_error(errc::exhausted, "sim " + options_.profile.name + ": step needs " +
+                                           std::to_string(needed) + " more KV pages, " +
+                                           std::to_string(pages_total_ - pages_used_) + " of " +
+                                           std::to_string(pages_total_) + " free");
+  last_cost_ = estimate_step(s, options_.type, options_.profile, work);
+  if (!last_cost_.fits)
+    return make_error(errc::exhausted, "sim " + options_.profile.name + ": step needs " +
+                                           std::to_string(last_cost_.capacity_footprint) +
+                                           " bytes resident, device has " +
+                                           std::to_string(options_.profile.memory_bytes));
+  step_output out;
+  for (const auto& item : items) {
+    auto& len = lengths_[item.seq];
+    pages_used_ += pages_for(len + item.tokens.size()) - pages_for(len);
+    len += item.tokens.size();
+    last_token_[item.seq] = item.tokens.back();
+    // Simulated logits: noise plus one clear peak, a pure function of (last token, position).
+    std::uint64_t h =
+        mix(static_cast<std::uint64_t>(item.tokens.back()) * 0x9e3779b97f4a7c15ull ^ mix(len));
+    std::vector<float> logits(s.vocab);
+    for (unsigned v = 0; v < s.vocab; ++v)
+      logits[v] = static_cast<float>(mix(h + v) >> 40) / static_cast<float>(1 << 24) - 0.5f;
+    logits[32 + h % 95] += 8.0f; // a printable byte
+    out.logits.push_back(std::move(logits));
+    out.tokens += item.tokens.size();
+  }
+  out.seconds = last_cost_.seconds;
+  if (options_.time_scale > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(out.seconds / options_.time_scale));
+  return out;
+}
+
+expected<std::vector<std::byte>> sim_backend::export_kv(seq_id seq) const {
+  auto it = lengths_.find(seq);
+  if (it == lengths_.end())
+    return make_error(errc::not_found, "sim: no sequence " + std::to_string(seq));
+  sim_export_header h{};
+  std::memcpy(h.magic, sim_magic, sizeof(sim_magic));
+  h.length = it->second;
+  h.page_tokens = options_.page_tokens;
+  h.last_token = last_token_.at(seq);
+  std::vector<std::byte> out(sizeof(h));
+  std::memcpy(out.data(), &h, sizeof(h));
+  return out;
+}
+
+expected<void> sim_backend::import_kv(seq_id seq, std::span<const std::byte> bytes) {
+  sim_export_header h;
+  if (bytes.size() != sizeof(h))
+    return make_error(errc::invalid_argument, "sim import: " + std::to_string(bytes.size()) +
+                                                  " bytes; a sim export has " +
+                                                  std::to_string(sizeof(h)));
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  if (std::memcmp(h.magic, sim_magic, sizeof(sim_magic)) != 0 ||
+      h.page_tokens != options_.page_tokens)
+    return make_error(errc::invalid_argument, "sim import: not a sim export of this page size");
+  free(seq);
+  if (pages_for(h.length) > pages_total_ - pages_used_)
+    return make_error(errc::exhausted,
+                      "sim import: no room for " + std::to_string(h.length) + " tokens");
+  pages_used_ += pages_for(h.length);
+  lengths_[seq] = h.length;
+  last_token_[seq] = static_cast<token>(h.last_token);
+  return {};
+}
+
+void sim_backend::free(seq_id seq) {
+  auto it = lengths_.find(seq);
+  if (it == lengths_.end())
+    return;
+  pages_used_ -= pages_for(it->second);
+  lengths_.erase(it);
+  last_token_.erase(seq);
+}
+
+std::size_t sim_backend::length(seq_id seq) const noexcept {
+  auto it = lengths_.find(seq);
+  return it == lengths_.end() ? 0 : it->second;
+}
+
+kv_usage sim_backend::kv() const noexcept {
+  return {pages_total_, pages_used_, options_.page_tokens, page_bytes_, lengths_.size()};
+}
+
+} // namespace triad

@@ -1,0 +1,60 @@
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+
+#include "devices/backend.hpp"
+#include "devices/sim/profile.hpp"
+
+namespace triad {
+
+/// Options of a simulated device; every field documented where declared.
+struct sim_backend_options {
+  model_shape shape;            ///< the model whose shape drives the roofline
+  dtype type = dtype::bf16;     ///< bytes per weight and KV element
+  device_profile profile;       ///< the accelerator's figures
+  std::size_t page_tokens = 16; ///< tokens per KV page (accounting only)
+  /// Device memory for KV pages; 0 = the profile's memory minus the weights.
+  std::uint64_t kv_budget_bytes = 0;
+  /// Real seconds per modelled second are 1 / time_scale; 0 = do not wait at all.
+  double time_scale = 1.0;
+};
+
+/// A roofline model of an accelerator we do not have (SIMULATED): each step takes the time the
+/// profile's compute and memory bandwidth allow, KV capacity is enforced page by page, and
+/// logits are a deterministic function of the last token and position, not a model's output.
+/// The orchestration code runs against it as against a real device.
+class sim_backend final : public backend {
+public:
+  /// A simulated device; errors when the weights alone exceed the profile's memory.
+  static expected<std::unique_ptr<sim_backend>> create(sim_backend_options options);
+
+  const model_shape& shape() const noexcept override { return options_.shape; }
+  std::string kernel() const override { return "sim:" + options_.profile.name; }
+  expected<step_output> step(std::span<const step_item> items) override;
+  expected<std::vector<std::byte>> export_kv(seq_id seq) const override;
+  expected<void> import_kv(seq_id seq, std::span<const std::byte> bytes) override;
+  void free(seq_id seq) override;
+  std::size_t length(seq_id seq) const noexcept override;
+  kv_usage kv() const noexcept override;
+
+  /// The roofline estimate of the most recent step.
+  const step_cost& last_cost() const noexcept { return last_cost_; }
+
+private:
+  explicit sim_backend(sim_backend_options options)
+      : options_(std::move(options)) {}
+  std::size_t pages_for(std::size_t tokens) const noexcept {
+    return (tokens + options_.page_tokens - 1) / options_.page_tokens;
+  }
+
+  sim_backend_options options_;
+  std::size_t page_bytes_ = 0;
+  std::size_t pages_total_ = 0;
+  std::size_t pages_used_ = 0;
+  std::unordered_map<seq_id, std::size_t> lengths_;
+  std::unordered_map<seq_id, token> last_token_;
+  step_cost last_cost_;
+};
+
+} // namespace triad

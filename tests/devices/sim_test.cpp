@@ -1,0 +1,151 @@
+#include <boost/test/unit_test.hpp>
+#include <caf/all.hpp>
+
+#include "devices/device.hpp"
+#include "devices/sim/sim_backend.hpp"
+#include "tests/printers.hpp"
+
+namespace {
+
+triad::model_shape small() {
+  return *triad::model_preset("small");
+}
+
+std::unique_ptr<triad::sim_backend> make(const std::string& profile, std::uint64_t kv = 0) {
+  triad::sim_backend_options o;
+  o.shape = small();
+  o.profile = *triad::builtin_profile(profile);
+  o.time_scale = 0; // never wait in tests
+  o.kv_budget_bytes = kv;
+  auto b = triad::sim_backend::create(o);
+  BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
+  return std::move(b).value();
+}
+
+// Weight bytes of the small preset in bf16, computed here from its shape.
+double small_weight_bytes() {
+  auto s = small();
+  double qkv = (s.heads + 2.0 * s.kv_heads) * s.head_dim, attn = double(s.heads) * s.head_dim;
+  double per_layer = s.hidden * qkv + attn * s.hidden + 3.0 * s.hidden * s.ffn;
+  return (per_layer * s.layers + double(s.hidden) * s.vocab) * 2;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(sim)
+
+BOOST_AUTO_TEST_CASE(every_builtin_profile_cites_its_source) {
+  for (const auto& name : triad::builtin_profile_names()) {
+    auto p = triad::builtin_profile(name);
+    BOOST_REQUIRE(p.has_value());
+    BOOST_TEST(!p->source.empty(), name);
+    BOOST_TEST(p->peak_flops > 0);
+    BOOST_TEST(p->memory_bandwidth > 0);
+  }
+  BOOST_TEST(triad::builtin_profile("h100")->peak_flops == 989e12);
+  BOOST_TEST(triad::builtin_profile("sn50")->vendor_claim);
+  auto missing = triad::builtin_profile("tpu9");
+  BOOST_REQUIRE(!missing);
+  BOOST_TEST(missing.error().message.find("h100, h200, b200") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_batch_1_decode_is_memory_bound_at_weights_over_bandwidth) {
+  auto h100 = *triad::builtin_profile("h100");
+  auto c = triad::estimate_step(small(), triad::dtype::bf16, h100, {{100, 1}});
+  BOOST_TEST(!c.compute_bound);
+  double expected = small_weight_bytes() / h100.memory_bandwidth + h100.step_overhead;
+  // KV and activations of one token add well under 1% here.
+  BOOST_TEST(c.seconds >= expected);
+  BOOST_TEST(c.seconds <= expected * 1.01);
+  BOOST_TEST(c.operational_intensity < h100.peak_flops / h100.memory_bandwidth);
+}
+
+BOOST_AUTO_TEST_CASE(a_long_prefill_is_compute_bound) {
+  auto h100 = *triad::builtin_profile("h100");
+  auto c = triad::estimate_step(small(), triad::dtype::bf16, h100, {{0, 4096}});
+  BOOST_TEST(c.compute_bound);
+  BOOST_TEST(c.seconds == c.flops / h100.peak_flops + h100.step_overhead,
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(c.operational_intensity > h100.peak_flops / h100.memory_bandwidth);
+}
+
+BOOST_AUTO_TEST_CASE(the_capacity_footprint_counts_weights_and_every_sequences_kv) {
+  auto s = small();
+  auto h200 = *triad::builtin_profile("h200");
+  auto one = triad::estimate_step(s, triad::dtype::bf16, h200, {{1000, 1}});
+  auto longer = triad::estimate_step(s, triad::dtype::bf16, h200, {{3000, 1}});
+  auto two = triad::estimate_step(s, triad::dtype::bf16, h200, {{1000, 1}, {1000, 1}});
+  double kv = static_cast<double>(s.kv_bytes_per_token(triad::dtype::bf16));
+  BOOST_TEST(longer.capacity_footprint - one.capacity_footprint == 2000.0 * kv,
+             boost::test_tools::tolerance(1e-9));
+  // A second sequence adds its KV (1001 tokens) and one more token of activations.
+  BOOST_TEST(two.capacity_footprint - one.capacity_footprint >= 1001.0 * kv);
+  BOOST_TEST(one.capacity_footprint > small_weight_bytes());
+}
+
+BOOST_AUTO_TEST_CASE(a_batch_whose_kv_does_not_fit_is_refused) {
+  auto s = small();
+  auto page = 16 * s.kv_bytes_per_token(triad::dtype::bf16);
+  auto b = make("h100", 4 * page);
+  triad::step_item fits{1, std::vector<triad::token>(64, 1)};
+  BOOST_REQUIRE(b->step({&fits, 1}).has_value());
+  triad::step_item too_much{2, std::vector<triad::token>(1, 1)};
+  auto r = b->step({&too_much, 1});
+  BOOST_REQUIRE(!r);
+  BOOST_TEST(r.error().code == triad::errc::exhausted);
+  BOOST_TEST(b->kv().pages_used == 4u);
+  b->free(1);
+  BOOST_TEST(b->step({&too_much, 1}).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(weights_larger_than_the_device_are_an_error) {
+  triad::sim_backend_options o;
+  o.shape = small();
+  o.profile = *triad::builtin_profile("h100");
+  o.profile.memory_bytes = 100'000'000; // 100 MB: less than the 270 MB of weights
+  auto b = triad::sim_backend::create(o);
+  BOOST_REQUIRE(!b);
+  BOOST_TEST(b.error().message.find("weights") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(simulated_logits_are_a_pure_function_of_the_tokens) {
+  auto a = make("b200"), b = make("b200");
+  triad::step_item x{1, {5, 6, 7}}, y{99, {5, 6, 7}};
+  auto ra = a->step({&x, 1});
+  auto rb = b->step({&y, 1});
+  BOOST_REQUIRE(ra && rb);
+  BOOST_TEST(ra->logits[0] == rb->logits[0]);
+  BOOST_TEST(ra->seconds > 0);
+  BOOST_TEST(a->kernel() == "sim:b200");
+}
+
+BOOST_AUTO_TEST_CASE(the_device_actor_runs_a_simulated_device) {
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  triad::device_options o;
+  o.name = "sim0";
+  auto dev = triad::spawn_device(dom, make("h200"), o);
+  BOOST_REQUIRE(dev.has_value());
+  {
+    caf::scoped_actor self{dom.system()};
+    triad::generate_request r;
+    r.seq = 1;
+    r.prompt = std::vector<triad::token>(100, 65);
+    r.max_new_tokens = 20;
+    r.sink = self;
+    self->request(*dev, caf::infinite, triad::generate_atom::value, r)
+        .receive([](triad::admission& a) { BOOST_TEST(a.accepted); },
+                 [](caf::error&) { BOOST_FAIL("no admission"); });
+    int tokens = 0;
+    bool done = false;
+    while (!done)
+      self->receive([&](triad::device_event& e) {
+        tokens += e.kind == triad::device_event::token;
+        done = e.kind == triad::device_event::done;
+      });
+    BOOST_TEST(tokens == 20);
+  }
+  caf::anon_send_exit(*dev, caf::exit_reason::user_shutdown);
+  dom.stop(std::chrono::seconds{10});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
