@@ -182,7 +182,9 @@ __attribute__((always_inline)) inline void attend_fixed(const float* q, std::siz
     for (std::size_t j0 = 0; j0 < count; j0 += 16) {
       std::size_t m = std::min<std::size_t>(16, count - j0);
       v16f acc[G] = {};
-      if (m == 16 && j0 + 16 <= pt) {
+      // A run holds pt columns, so a whole block of 16 can be loaded even when only m hold
+      // positions of this sequence; the other lanes are computed and dropped.
+      if (j0 + 16 <= pt) {
         for (std::size_t i = 0; i < HD; ++i) {
           v16f col = load16(run + (i * pt + j0) * elem, BF16);
 #pragma GCC unroll 8
