@@ -1,6 +1,8 @@
 #include "runtime/config.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <limits>
@@ -37,12 +39,13 @@ constexpr int_range max_queued_requests_range{0, 10'000'000};
 constexpr int_range max_body_bytes_range{1, std::int64_t{1} << 30};
 constexpr int_range device_memory_mib_range{1, mib_in_16_tib};
 constexpr int_range domain_id_range{0, max_domain_id};
+constexpr int_range page_tokens_range{1, 4096};
 
 constexpr std::size_t max_device_name_length = 64;
 constexpr std::string_view device_name_allowed = "1..64 characters from A-Z, a-z, 0-9, '_' and '-'";
 
-constexpr std::string_view root_keys[] = {"topology", "scheduler", "tools",
-                                          "memory",   "limits",    "devices"};
+constexpr std::string_view root_keys[] = {"topology", "scheduler", "tools",   "memory",
+                                          "limits",   "model",     "devices", "sim_profiles"};
 constexpr std::string_view topology_keys[] = {"source", "xml", "synthetic", "bind_threads"};
 constexpr std::string_view scheduler_keys[] = {"orchestration_domains", "threads_per_domain",
                                                "moderate_sleep_us", "poll_attempts"};
@@ -50,8 +53,23 @@ constexpr std::string_view tools_keys[] = {"cores", "domains", "queue_capacity"}
 constexpr std::string_view memory_keys[] = {"arena_mib_per_domain"};
 constexpr std::string_view limits_keys[] = {"max_concurrent_requests", "max_queued_requests",
                                             "max_body_bytes"};
-constexpr std::string_view device_keys[] = {"name",   "backend", "role",       "topology_device",
-                                            "domain", "profile", "memory_mib", "queue_capacity"};
+constexpr std::string_view model_keys[] = {"preset", "dtype", "page_tokens"};
+constexpr std::string_view device_keys[] = {
+    "name",    "backend",    "role",       "topology_device", "domain",
+    "profile", "time_scale", "memory_mib", "queue_capacity"};
+constexpr std::string_view sim_profile_keys[] = {
+    "name",       "peak_tflops",         "memory_bandwidth_gb_s",
+    "memory_gib", "link_bandwidth_gb_s", "step_overhead_us",
+    "source"};
+
+constexpr bool contains(std::span<const std::string_view> names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+static_assert(contains(cpu_device_profiles, defaults::model::preset),
+              "the default model preset must be one of cpu_device_profiles");
+static_assert(contains(sim_device_profiles, defaults::device::sim_profile),
+              "the default sim profile must be a built-in one");
 
 template<class E>
 struct enum_name {
@@ -74,6 +92,21 @@ constexpr enum_name<device_backend> device_backend_names[] = {
     {"sim", device_backend::sim},
     {"cuda", device_backend::cuda},
 };
+constexpr enum_name<model_dtype> model_dtype_names[] = {
+    {"bf16", model_dtype::bf16},
+    {"f32", model_dtype::f32},
+};
+
+/// model_config's `dtype` initializer (model_dtype::bf16) must be defaults::model::dtype.
+constexpr bool default_dtype_is_bf16() {
+  for (const auto& entry : model_dtype_names) {
+    if (entry.name == defaults::model::dtype) {
+      return entry.value == model_dtype::bf16;
+    }
+  }
+  return false;
+}
+static_assert(default_dtype_is_bf16(), "model_config::dtype must match defaults::model::dtype");
 
 /// A 1-based line and column in the config text.
 struct position {
@@ -255,6 +288,32 @@ std::string enum_allowed(const enum_name<E> (&names)[N]) {
 
 std::string range_allowed(int_range range) {
   return "integer " + std::to_string(range.min) + ".." + std::to_string(range.max);
+}
+
+/// Renders a double as a TOML float that reads back to the same value: the shortest
+/// round-trip form, with ".0" added where it would otherwise read as an integer.
+std::string format_double(double value) {
+  char buffer[64];
+  const auto result = std::to_chars(std::begin(buffer), std::end(buffer), value);
+  std::string out{buffer, result.ptr};
+  if (out.find_first_of(".en") == std::string::npos) { // "n": nan, inf
+    out += ".0";
+  }
+  return out;
+}
+
+/// A lower bound for a floating-point key: `value > min` when exclusive, `value >= min` else.
+struct number_bound {
+  double min;
+  bool exclusive;
+};
+
+constexpr number_bound positive{0.0, true};
+constexpr number_bound non_negative{0.0, false};
+
+std::string number_allowed(number_bound bound) {
+  return std::string{"a finite number (integer or float) "} + (bound.exclusive ? "> " : ">= ") +
+         format_double(bound.min);
 }
 
 bool is_valid_device_name(std::string_view name) {
@@ -444,6 +503,52 @@ public:
     return field::invalid;
   }
 
+  /// Reads a string that must be one of `names` into `out`.
+  field one_of(const scope& s, std::string_view key, std::span<const std::string_view> names,
+               std::string& out) {
+    field state = field::absent;
+    const std::string allowed = join(names, true);
+    const auto* value = string(s, key, allowed, state);
+    if (value == nullptr) {
+      return state;
+    }
+    if (!contains(names, value->get())) {
+      fail_value(s.value_pos(*value), s.key_path(key), *value, "not allowed", allowed);
+      return field::invalid;
+    }
+    out = value->get();
+    return field::valid;
+  }
+
+  /// Reads a finite number within `bound` into `out`; TOML integers and floats both count.
+  field number(const scope& s, std::string_view key, number_bound bound, double& out) {
+    const toml::node* node = s.table.get(key);
+    if (node == nullptr) {
+      return field::absent;
+    }
+    const position pos = s.value_pos(*node);
+    const std::string path = s.key_path(key);
+    double value = 0;
+    if (const auto* floating = node->as_floating_point()) {
+      value = floating->get();
+    } else if (const auto* integer = node->as_integer()) {
+      value = static_cast<double>(integer->get());
+    } else {
+      fail_value(pos, path, *node, wrong_type(*node), number_allowed(bound));
+      return field::invalid;
+    }
+    if (!std::isfinite(value)) {
+      fail_value(pos, path, *node, "not a finite number", number_allowed(bound));
+      return field::invalid;
+    }
+    if (bound.exclusive ? !(value > bound.min) : !(value >= bound.min)) {
+      fail_value(pos, path, *node, "out of range", number_allowed(bound));
+      return field::invalid;
+    }
+    out = value;
+    return field::valid;
+  }
+
   /// Reads an array of distinct domain ids into `out`.
   field domain_ids(const scope& s, std::string_view key, std::vector<unsigned>& out) {
     const toml::node* node = s.table.get(key);
@@ -574,14 +679,97 @@ void read_limits(reader& r, const scope& s, limits_config& out) {
   r.integer(s, "max_body_bytes", max_body_bytes_range, out.max_body_bytes);
 }
 
-/// First occurrence of each device name, for the duplicate check.
+void read_model(reader& r, const scope& s, model_config& out) {
+  r.check_keys(s, model_keys, "in [model]");
+  r.one_of(s, "preset", cpu_device_profiles, out.preset);
+  r.enumeration(s, "dtype", model_dtype_names, out.dtype);
+  r.integer(s, "page_tokens", page_tokens_range, out.page_tokens);
+}
+
+/// First occurrence of each device or sim profile name, for the duplicate check.
 struct seen_name {
   std::string path;
   position pos;
 };
 
-void read_device(reader& r, const scope& s, device_config& out,
-                 std::map<std::string, seen_name, std::less<>>& names) {
+using seen_names = std::map<std::string, seen_name, std::less<>>;
+
+/// What a sim device's `profile` may name: the built-ins and the file's `[[sim_profiles]]`.
+struct sim_profile_names {
+  std::vector<std::string> user; ///< names given in [[sim_profiles]], in file order, distinct
+
+  bool known(std::string_view name) const {
+    return contains(sim_device_profiles, name) ||
+           std::find(user.begin(), user.end(), name) != user.end();
+  }
+
+  std::string allowed() const {
+    std::string out = join(sim_device_profiles, true) + " (built-in)";
+    if (user.empty()) {
+      return out + ", or the name of a [[sim_profiles]] entry";
+    }
+    for (const std::string& name : user) {
+      out += ", ";
+      out += quote(name);
+    }
+    return out + " ([[sim_profiles]])";
+  }
+};
+
+void read_sim_profile(reader& r, const scope& s, sim_profile_config& out, seen_names& names,
+                      sim_profile_names& declared) {
+  r.check_keys(s, sim_profile_keys, "in [[sim_profiles]]");
+
+  const std::string name_allowed = std::string{device_name_allowed} +
+                                   "; unique across sim profiles; not a built-in name (" +
+                                   join(sim_device_profiles, true) + ")";
+  field name_state = field::absent;
+  const auto* name = r.string(s, "name", name_allowed, name_state);
+  if (name_state == field::absent) {
+    r.fail_missing(s, "name", " (every sim profile needs a name)", name_allowed);
+  } else if (name != nullptr) {
+    const position pos = s.value_pos(*name);
+    const std::string path = s.key_path("name");
+    const bool builtin = contains(sim_device_profiles, name->get());
+    const bool valid = is_valid_device_name(name->get());
+    if (valid && !declared.known(name->get())) {
+      // Devices may name it even when this entry is otherwise wrong: its own error is enough.
+      declared.user.push_back(name->get());
+    }
+    if (!valid) {
+      r.fail_value(pos, path, *name, "not a valid sim profile name", name_allowed);
+    } else if (builtin) {
+      r.fail_value(pos, path, *name, "the name of a built-in sim profile", name_allowed);
+    } else if (auto it = names.find(name->get()); it != names.end()) {
+      r.fail_value(pos, path, *name,
+                   "duplicate sim profile name, already given by " + it->second.path + " at " +
+                       r.location(it->second.pos),
+                   "names unique across sim profiles");
+    } else {
+      names.emplace(name->get(), seen_name{path, pos});
+      out.name = name->get();
+    }
+  }
+
+  const auto required = [&](std::string_view key, double& value) {
+    if (r.number(s, key, positive, value) == field::absent) {
+      r.fail_missing(s, key, " (every sim profile needs it)", number_allowed(positive));
+    }
+  };
+  required("peak_tflops", out.peak_tflops);
+  required("memory_bandwidth_gb_s", out.memory_bandwidth_gb_s);
+  required("memory_gib", out.memory_gib);
+  r.number(s, "link_bandwidth_gb_s", non_negative, out.link_bandwidth_gb_s);
+  r.number(s, "step_overhead_us", non_negative, out.step_overhead_us);
+
+  field source_state = field::absent;
+  if (const auto* source = r.string(s, "source", "a string", source_state)) {
+    out.source = source->get();
+  }
+}
+
+void read_device(reader& r, const scope& s, device_config& out, seen_names& names,
+                 const sim_profile_names& sim_profiles) {
   r.check_keys(s, device_keys, "in [[devices]]");
 
   field name_state = field::absent;
@@ -629,56 +817,79 @@ void read_device(reader& r, const scope& s, device_config& out,
                  "either " + s.key_path("topology_device") + " or " + s.key_path("domain"));
   }
 
+  const std::string backend_text = quote(to_string(out.backend));
   field profile_state = field::absent;
   const auto* profile = r.string(s, "profile", "a profile name", profile_state);
   if (profile != nullptr && backend != field::invalid) {
-    std::span<const std::string_view> allowed;
-    if (out.backend == device_backend::cpu) {
-      allowed = cpu_device_profiles;
-    } else if (out.backend == device_backend::sim) {
-      allowed = sim_device_profiles;
-    }
-    if (!allowed.empty() &&
-        std::find(allowed.begin(), allowed.end(), profile->get()) == allowed.end()) {
-      r.fail_value(s.value_pos(*profile), s.key_path("profile"), *profile,
-                   "not allowed for backend " + quote(to_string(out.backend)), join(allowed, true));
-    } else {
+    const position pos = s.value_pos(*profile);
+    const std::string path = s.key_path("profile");
+    switch (out.backend) {
+    case device_backend::cpu:
+      r.fail_value(pos, path, *profile,
+                   "not allowed for backend \"cpu\": the cpu model is set by [model].preset",
+                   "no profile key for backend \"cpu\"; set the model with [model].preset: " +
+                       join(cpu_device_profiles, true));
+      break;
+    case device_backend::sim:
+      if (sim_profiles.known(profile->get())) {
+        out.profile = profile->get();
+      } else {
+        r.fail_value(pos, path, *profile, "not allowed for backend \"sim\"",
+                     sim_profiles.allowed());
+      }
+      break;
+    case device_backend::cuda:
       out.profile = profile->get();
+      break;
     }
+  }
+
+  double time_scale = out.time_scale;
+  const field time_scale_state = r.number(s, "time_scale", non_negative, time_scale);
+  if (time_scale_state != field::absent && backend != field::invalid &&
+      out.backend != device_backend::sim) {
+    const toml::node& node = *s.table.get("time_scale");
+    r.fail_value(s.value_pos(node), s.key_path("time_scale"), node,
+                 "only allowed when backend = \"sim\" (backend = " + backend_text + ")",
+                 "no time_scale key, or backend = \"sim\"");
+  } else if (time_scale_state == field::valid) {
+    out.time_scale = time_scale;
   }
 
   r.integer(s, "memory_mib", device_memory_mib_range, out.memory_mib);
   r.integer(s, "queue_capacity", queue_capacity_range, out.queue_capacity);
 }
 
-void read_devices(reader& r, const scope& root, std::vector<device_config>& out) {
-  const toml::node* node = root.table.get("devices");
+/// Reads the array of tables `key` (`[[key]]`), each element with `read`.
+template<class Config, class Read>
+void read_tables(reader& r, const scope& root, std::string_view key,
+                 std::span<const std::string_view> keys, std::vector<Config>& out, Read read) {
+  const toml::node* node = root.table.get(key);
   if (node == nullptr) {
     return;
   }
-  const std::string allowed =
-      "an array of tables [[devices]] with keys " + join(device_keys, false);
+  const std::string element_allowed = "a table with keys " + join(keys, false);
   const auto* array = node->as_array();
   if (array == nullptr) {
-    r.fail_value(root.value_pos(*node), "devices", *node,
-                 "wrong type (" + std::string{type_name(*node)} + ")", allowed);
+    r.fail_value(root.value_pos(*node), key, *node,
+                 "wrong type (" + std::string{type_name(*node)} + ")",
+                 "an array of tables [[" + std::string{key} + "]] with keys " + join(keys, false));
     return;
   }
   const position array_pos = root.value_pos(*node);
-  std::map<std::string, seen_name, std::less<>> names;
   for (std::size_t i = 0; i < array->size(); ++i) {
     const toml::node& element = (*array)[i];
-    const std::string path = "devices[" + std::to_string(i) + "]";
+    const std::string path = std::string{key} + "[" + std::to_string(i) + "]";
     const position pos = position_of(element.source(), array_pos);
     const auto* table = element.as_table();
     if (table == nullptr) {
       r.fail_value(pos, path, element, "wrong type (" + std::string{type_name(element)} + ")",
-                   "a table with keys " + join(device_keys, false));
+                   element_allowed);
       continue;
     }
-    device_config device;
-    read_device(r, scope{*table, path, pos}, device, names);
-    out.push_back(std::move(device));
+    Config config;
+    read(scope{*table, path, pos}, config);
+    out.push_back(std::move(config));
   }
 }
 
@@ -699,7 +910,20 @@ node_config read_config(reader& r, const toml::table& document) {
   read_section(r, root, "tools", config.tools, read_tools);
   read_section(r, root, "memory", config.memory, read_memory);
   read_section(r, root, "limits", config.limits, read_limits);
-  read_devices(r, root, config.devices);
+  read_section(r, root, "model", config.model, read_model);
+
+  // Sim profiles first: a sim device may name one defined anywhere in the file.
+  sim_profile_names sim_profiles;
+  seen_names profile_names;
+  read_tables(r, root, "sim_profiles", sim_profile_keys, config.sim_profiles,
+              [&](const scope& s, sim_profile_config& out) {
+                read_sim_profile(r, s, out, profile_names, sim_profiles);
+              });
+  seen_names device_names;
+  read_tables(r, root, "devices", device_keys, config.devices,
+              [&](const scope& s, device_config& out) {
+                read_device(r, s, out, device_names, sim_profiles);
+              });
   return config;
 }
 
@@ -722,6 +946,8 @@ void append_value(std::string& out, std::string_view key, const T& value) {
     out += value ? "true" : "false";
   } else if constexpr (std::is_integral_v<T>) {
     out += std::to_string(value);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    out += format_double(value);
   } else if constexpr (std::is_same_v<T, std::vector<unsigned>>) {
     append_ids(out, value);
     return;
@@ -765,6 +991,16 @@ std::string_view to_string(device_backend value) noexcept {
     return "sim";
   case device_backend::cuda:
     return "cuda";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(model_dtype value) noexcept {
+  switch (value) {
+  case model_dtype::bf16:
+    return "bf16";
+  case model_dtype::f32:
+    return "f32";
   }
   return "unknown";
 }
@@ -869,6 +1105,22 @@ std::string to_toml(const node_config& config) {
   append_value(out, "max_queued_requests", config.limits.max_queued_requests);
   append_value(out, "max_body_bytes", config.limits.max_body_bytes);
 
+  out += "\n[model]\n";
+  append_value(out, "preset", config.model.preset);
+  append_value(out, "dtype", std::string{to_string(config.model.dtype)});
+  append_value(out, "page_tokens", config.model.page_tokens);
+
+  for (const sim_profile_config& profile : config.sim_profiles) {
+    out += "\n[[sim_profiles]]\n";
+    append_value(out, "name", profile.name);
+    append_value(out, "peak_tflops", profile.peak_tflops);
+    append_value(out, "memory_bandwidth_gb_s", profile.memory_bandwidth_gb_s);
+    append_value(out, "memory_gib", profile.memory_gib);
+    append_value(out, "link_bandwidth_gb_s", profile.link_bandwidth_gb_s);
+    append_value(out, "step_overhead_us", profile.step_overhead_us);
+    append_value(out, "source", profile.source);
+  }
+
   for (const device_config& device : config.devices) {
     out += "\n[[devices]]\n";
     append_value(out, "name", device.name);
@@ -883,6 +1135,11 @@ std::string to_toml(const node_config& config) {
     if (!device.profile.empty()) {
       append_value(out, "profile", device.profile);
     }
+    // Written for every sim device; for another backend only when set (an invalid config).
+    if (device.backend == device_backend::sim ||
+        device.time_scale != defaults::device::time_scale) {
+      append_value(out, "time_scale", device.time_scale);
+    }
     append_value(out, "memory_mib", device.memory_mib);
     append_value(out, "queue_capacity", device.queue_capacity);
   }
@@ -893,19 +1150,18 @@ node_config default_config() {
   node_config config;
   config.topology.source = topology_source::machine;
   config.tools.cores = defaults::tools::cores;
+  config.model.preset = defaults::model::preset;
 
   device_config prefill;
   prefill.name = "prefill0";
   prefill.backend = device_backend::cpu;
   prefill.role = device_role::prefill;
-  prefill.profile = "tiny";
   config.devices.push_back(std::move(prefill));
 
   device_config decode;
   decode.name = "decode0";
   decode.backend = device_backend::cpu;
   decode.role = device_role::decode;
-  decode.profile = "tiny";
   config.devices.push_back(std::move(decode));
   return config;
 }

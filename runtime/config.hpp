@@ -35,9 +35,17 @@ enum class device_backend {
   cuda, ///< NVIDIA GPU, only where nvcc and a GPU exist
 };
 
-/// `profile` values a `cpu` device accepts: presets of the real transformer model.
+/// Element type of the model's weights and KV cache.
+enum class model_dtype {
+  bf16, ///< bfloat16
+  f32,  ///< IEEE single precision
+};
+
+/// `model.preset` values: presets of the real transformer model the `cpu` devices run.
+/// (A `cpu` device takes no `profile`; the model comes from `[model]`.)
 inline constexpr std::array<std::string_view, 2> cpu_device_profiles = {"tiny", "small"};
-/// `profile` values a `sim` device accepts: the simulated accelerators.
+/// The built-in simulated accelerators: `profile` values a `sim` device accepts besides the
+/// names of the file's `[[sim_profiles]]`, which may not reuse them.
 /// A `cuda` device accepts any profile, including none.
 inline constexpr std::array<std::string_view, 7> sim_device_profiles = {
     "h100", "h200", "b200", "gaudi3", "sn40l", "sn50", "xeon6_amx"};
@@ -48,6 +56,8 @@ std::string_view to_string(topology_source value) noexcept;
 std::string_view to_string(device_role value) noexcept;
 /// Name of a device backend as written in the config file.
 std::string_view to_string(device_backend value) noexcept;
+/// Name of a model dtype as written in the config file ("bf16", "f32").
+std::string_view to_string(model_dtype value) noexcept;
 
 /// `[topology]`: where the topology comes from.
 struct topology_config {
@@ -95,6 +105,35 @@ struct limits_config {
   bool operator==(const limits_config&) const = default;
 };
 
+/// `[model]`: the transformer model the node serves.
+struct model_config {
+  /// `preset`: one of cpu_device_profiles ("tiny", "small").
+  std::string preset{defaults::model::preset};
+  /// `dtype`: "bf16" or "f32"; the default is defaults::model::dtype.
+  model_dtype dtype = model_dtype::bf16;
+  /// `page_tokens`: tokens per KV cache page, 1..4096.
+  std::size_t page_tokens = defaults::model::page_tokens;
+  bool operator==(const model_config&) const = default;
+};
+
+/// One `[[sim_profiles]]` entry: a user-defined accelerator a `sim` device can name as its
+/// `profile`. Figures are decimal units (1 GB/s = 1e9 bytes/s) except memory_gib (2^30 bytes).
+struct sim_profile_config {
+  /// `name`: required; letters, digits, '_' and '-'; unique among sim profiles and none of
+  /// sim_device_profiles.
+  std::string name;
+  double peak_tflops = 0;           ///< `peak_tflops`: required; dense TFLOP/s, > 0
+  double memory_bandwidth_gb_s = 0; ///< `memory_bandwidth_gb_s`: required; GB/s, > 0
+  double memory_gib = 0;            ///< `memory_gib`: required; device memory in GiB, > 0
+  /// `link_bandwidth_gb_s`: GB/s to a peer device, >= 0; 0 = none.
+  double link_bandwidth_gb_s = defaults::device::sim_link_bandwidth_gb_s;
+  /// `step_overhead_us`: microseconds added to every step, >= 0.
+  double step_overhead_us = defaults::device::sim_step_overhead_us;
+  /// `source`: where the figures come from.
+  std::string source{defaults::device::sim_profile_source};
+  bool operator==(const sim_profile_config&) const = default;
+};
+
 /// One `[[devices]]` entry.
 struct device_config {
   std::string name;                             ///< `name`: unique; letters, digits, '_' and '-'
@@ -104,8 +143,13 @@ struct device_config {
   std::string topology_device;
   /// `domain`: NUMA domain for a device without a topology device; empty = automatic.
   std::optional<unsigned> domain;
-  /// `profile`: cpu model preset or sim accelerator profile; empty = the backend's default.
+  /// `profile`: backend "sim": a built-in (sim_device_profiles) or `[[sim_profiles]]` name,
+  /// empty = defaults::device::sim_profile; backend "cuda": any string; backend "cpu": always
+  /// empty (the model comes from `[model]`).
   std::string profile;
+  /// `time_scale`: modelled seconds per real second, finite and >= 0; 0 = never wait. Only
+  /// given for backend "sim".
+  double time_scale = defaults::device::time_scale;
   std::uint64_t memory_mib = defaults::device::memory_mib; ///< `memory_mib`: memory budget, >= 1
   std::size_t queue_capacity = defaults::device::queue_capacity; ///< `queue_capacity`, >= 1
   bool operator==(const device_config&) const = default;
@@ -113,12 +157,14 @@ struct device_config {
 
 /// The whole node configuration, as read from a TOML file.
 struct node_config {
-  topology_config topology;           ///< `[topology]`
-  scheduler_config scheduler;         ///< `[scheduler]`
-  tools_config tools;                 ///< `[tools]`
-  memory_config memory;               ///< `[memory]`
-  limits_config limits;               ///< `[limits]`
-  std::vector<device_config> devices; ///< `[[devices]]`
+  topology_config topology;                     ///< `[topology]`
+  scheduler_config scheduler;                   ///< `[scheduler]`
+  tools_config tools;                           ///< `[tools]`
+  memory_config memory;                         ///< `[memory]`
+  limits_config limits;                         ///< `[limits]`
+  model_config model;                           ///< `[model]`
+  std::vector<device_config> devices;           ///< `[[devices]]`
+  std::vector<sim_profile_config> sim_profiles; ///< `[[sim_profiles]]`
   bool operator==(const node_config&) const = default;
 };
 
@@ -137,7 +183,8 @@ expected<node_config> load_config(const std::filesystem::path& file);
 /// an equal value when the configuration is valid.
 std::string to_toml(const node_config& config);
 
-/// The embedded default: this machine's topology, one cpu prefill and one cpu decode device.
+/// The embedded default: this machine's topology, the "tiny" model, one cpu prefill and one
+/// cpu decode device.
 node_config default_config();
 
 } // namespace triad

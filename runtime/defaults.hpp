@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 /// Every default of the runtime area, in one place (like CAF's `defaults::`).
 namespace triad::defaults {
@@ -51,11 +52,34 @@ inline constexpr std::size_t max_queued_requests = 1024;
 inline constexpr std::uint64_t max_body_bytes = 4 * 1024 * 1024;
 } // namespace limits
 
+namespace model {
+/// `[model].preset`: the real transformer model the cpu devices run (one of
+/// triad::cpu_device_profiles).
+inline constexpr std::string_view preset = "tiny";
+/// `[model].dtype`: element type of weights and KV, as written in the config file
+/// (triad::model_dtype::bf16).
+inline constexpr std::string_view dtype = "bf16";
+/// `[model].page_tokens`: tokens per KV cache page.
+inline constexpr std::size_t page_tokens = 16;
+} // namespace model
+
 namespace device {
 /// Device memory budget when a device entry does not give one.
 inline constexpr std::uint64_t memory_mib = 2048;
 /// Jobs queued to a device's driver thread.
 inline constexpr std::size_t queue_capacity = 256;
+/// Modelled seconds per real second of a `sim` device: 1 waits as long as the modelled step
+/// takes, 0 does not wait at all.
+inline constexpr double time_scale = 1.0;
+/// Accelerator a `sim` device models when its entry gives no profile (a built-in profile).
+inline constexpr std::string_view sim_profile = "h100";
+/// `link_bandwidth_gb_s` of a `[[sim_profiles]]` entry that gives none: no peer link modelled.
+inline constexpr double sim_link_bandwidth_gb_s = 0.0;
+/// `step_overhead_us` of a `[[sim_profiles]]` entry that gives none: kernel launch and
+/// synchronisation per step, the figure the built-in profiles assume.
+inline constexpr double sim_step_overhead_us = 20.0;
+/// `source` of a `[[sim_profiles]]` entry that gives none.
+inline constexpr std::string_view sim_profile_source = "user config";
 } // namespace device
 
 namespace metrics {

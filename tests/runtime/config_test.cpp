@@ -93,6 +93,26 @@ node_config rich_config() {
   config.limits.max_concurrent_requests = 1;
   config.limits.max_queued_requests = 0;
   config.limits.max_body_bytes = 1ull << 30;
+  config.model.preset = "small";
+  config.model.dtype = model_dtype::f32;
+  config.model.page_tokens = 4096;
+
+  sim_profile_config fast;
+  fast.name = "fast-chip_2";
+  fast.peak_tflops = 1234.5;
+  fast.memory_bandwidth_gb_s = 0.1; // not exact in binary: must still read back equal
+  fast.memory_gib = 96.0;
+  fast.link_bandwidth_gb_s = 1.0 / 3.0;
+  fast.step_overhead_us = 0.0;
+  fast.source = "lab \"bench\" run\n2";
+  config.sim_profiles.push_back(fast);
+
+  sim_profile_config odd;
+  odd.name = "odd";
+  odd.peak_tflops = 1e300;
+  odd.memory_bandwidth_gb_s = 5e-324;       // the smallest denormal
+  odd.memory_gib = 123456789012345680000.0; // fixed notation is shorter here: exact digits
+  config.sim_profiles.push_back(odd);
 
   device_config sim;
   sim.name = "h200-0";
@@ -100,6 +120,7 @@ node_config rich_config() {
   sim.role = device_role::decode;
   sim.topology_device = "nvml0";
   sim.profile = "xeon6_amx";
+  sim.time_scale = 0.25;
   sim.memory_mib = 143360;
   sim.queue_capacity = 1'000'000;
   config.devices.push_back(sim);
@@ -117,6 +138,13 @@ node_config rich_config() {
   cuda.role = device_role::prefill;
   cuda.profile = "anything goes";
   config.devices.push_back(cuda);
+
+  device_config user_sim;
+  user_sim.name = "fast0";
+  user_sim.backend = device_backend::sim;
+  user_sim.profile = "fast-chip_2";
+  user_sim.time_scale = 0.0;
+  config.devices.push_back(user_sim);
   return config;
 }
 
@@ -134,6 +162,8 @@ BOOST_AUTO_TEST_CASE(enum_names_match_the_file_format) {
   BOOST_TEST(to_string(device_backend::cpu) == "cpu");
   BOOST_TEST(to_string(device_backend::sim) == "sim");
   BOOST_TEST(to_string(device_backend::cuda) == "cuda");
+  BOOST_TEST(to_string(model_dtype::bf16) == "bf16");
+  BOOST_TEST(to_string(model_dtype::f32) == "f32");
 }
 
 BOOST_AUTO_TEST_CASE(full_file_parses_to_expected_values) {
@@ -161,7 +191,29 @@ BOOST_AUTO_TEST_CASE(full_file_parses_to_expected_values) {
   BOOST_TEST(c.limits.max_queued_requests == 0u);
   BOOST_TEST(c.limits.max_body_bytes == 1048576u);
 
-  BOOST_TEST_REQUIRE(c.devices.size() == 3u);
+  BOOST_TEST(c.model.preset == "small");
+  BOOST_TEST((c.model.dtype == model_dtype::f32));
+  BOOST_TEST(c.model.page_tokens == 32u);
+
+  BOOST_TEST_REQUIRE(c.sim_profiles.size() == 2u);
+  const sim_profile_config& mine = c.sim_profiles[0];
+  BOOST_TEST(mine.name == "my_accel");
+  BOOST_TEST(mine.peak_tflops == 400.0);
+  BOOST_TEST(mine.memory_bandwidth_gb_s == 2039.5);
+  BOOST_TEST(mine.memory_gib == 80.0);
+  BOOST_TEST(mine.link_bandwidth_gb_s == 600.0);
+  BOOST_TEST(mine.step_overhead_us == 12.5);
+  BOOST_TEST(mine.source == "our measurements");
+  const sim_profile_config& small = c.sim_profiles[1];
+  BOOST_TEST(small.name == "small-chip");
+  BOOST_TEST(small.peak_tflops == 1.0);
+  BOOST_TEST(small.memory_bandwidth_gb_s == 0.5);
+  BOOST_TEST(small.memory_gib == 0.25);
+  BOOST_TEST(small.link_bandwidth_gb_s == defaults::device::sim_link_bandwidth_gb_s);
+  BOOST_TEST(small.step_overhead_us == defaults::device::sim_step_overhead_us);
+  BOOST_TEST(small.source == defaults::device::sim_profile_source);
+
+  BOOST_TEST_REQUIRE(c.devices.size() == 4u);
   const device_config& sim = c.devices[0];
   BOOST_TEST(sim.name == "prefill-h200_0");
   BOOST_TEST((sim.backend == device_backend::sim));
@@ -169,6 +221,7 @@ BOOST_AUTO_TEST_CASE(full_file_parses_to_expected_values) {
   BOOST_TEST(sim.topology_device == "nvml0");
   BOOST_TEST(!sim.domain.has_value());
   BOOST_TEST(sim.profile == "h200");
+  BOOST_TEST(sim.time_scale == 0.5);
   BOOST_TEST(sim.memory_mib == 143360u);
   BOOST_TEST(sim.queue_capacity == 512u);
 
@@ -178,7 +231,8 @@ BOOST_AUTO_TEST_CASE(full_file_parses_to_expected_values) {
   BOOST_TEST((cpu.role == device_role::decode));
   BOOST_TEST(cpu.topology_device.empty());
   BOOST_TEST((cpu.domain == std::optional<unsigned>{2}));
-  BOOST_TEST(cpu.profile == "small");
+  BOOST_TEST(cpu.profile.empty());
+  BOOST_TEST(cpu.time_scale == defaults::device::time_scale);
   BOOST_TEST(cpu.memory_mib == 8192u);
   BOOST_TEST(cpu.queue_capacity == 32u);
 
@@ -189,6 +243,13 @@ BOOST_AUTO_TEST_CASE(full_file_parses_to_expected_values) {
   BOOST_TEST(gpu.profile.empty());
   BOOST_TEST(gpu.memory_mib == defaults::device::memory_mib);
   BOOST_TEST(gpu.queue_capacity == defaults::device::queue_capacity);
+
+  // Names a [[sim_profiles]] entry given further down the file.
+  const device_config& user_sim = c.devices[3];
+  BOOST_TEST(user_sim.name == "sim-mine");
+  BOOST_TEST((user_sim.backend == device_backend::sim));
+  BOOST_TEST(user_sim.profile == "my_accel");
+  BOOST_TEST(user_sim.time_scale == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(reference_config_is_the_default) {
@@ -210,7 +271,28 @@ BOOST_AUTO_TEST_CASE(missing_keys_take_their_defaults) {
   BOOST_TEST((d.role == device_role::both));
   BOOST_TEST(d.memory_mib == defaults::device::memory_mib);
   BOOST_TEST(d.queue_capacity == defaults::device::queue_capacity);
+  BOOST_TEST(d.time_scale == defaults::device::time_scale);
+  BOOST_TEST(d.profile.empty());
   BOOST_TEST(result->limits.max_body_bytes == defaults::limits::max_body_bytes);
+  BOOST_TEST(result->model.preset == defaults::model::preset);
+  BOOST_TEST(to_string(result->model.dtype) == defaults::model::dtype);
+  BOOST_TEST(result->model.page_tokens == defaults::model::page_tokens);
+  BOOST_TEST(result->sim_profiles.empty());
+
+  // A sim device without a profile keeps it empty (defaults::device::sim_profile applies).
+  const auto sim = parse_config("[[devices]]\nname = \"s\"\nbackend = \"sim\"\n", "t");
+  BOOST_TEST_REQUIRE(sim.has_value());
+  BOOST_TEST(sim->devices.at(0).profile.empty());
+  BOOST_TEST(sim->devices.at(0).time_scale == defaults::device::time_scale);
+
+  const auto profile = parse_config("[[sim_profiles]]\nname = \"p\"\npeak_tflops = 1\n"
+                                    "memory_bandwidth_gb_s = 2\nmemory_gib = 3\n",
+                                    "t");
+  BOOST_TEST_REQUIRE(profile.has_value(), (profile ? "" : profile.error().to_string()));
+  const sim_profile_config& p = profile->sim_profiles.at(0);
+  BOOST_TEST(p.link_bandwidth_gb_s == defaults::device::sim_link_bandwidth_gb_s);
+  BOOST_TEST(p.step_overhead_us == defaults::device::sim_step_overhead_us);
+  BOOST_TEST(p.source == defaults::device::sim_profile_source);
 }
 
 BOOST_AUTO_TEST_CASE(default_config_has_a_cpu_prefill_and_decode_device) {
@@ -218,15 +300,19 @@ BOOST_AUTO_TEST_CASE(default_config_has_a_cpu_prefill_and_decode_device) {
   BOOST_TEST((c.topology.source == topology_source::machine));
   BOOST_TEST(c.scheduler.orchestration_domains.empty());
   BOOST_TEST(c.tools.cores == 1u);
+  BOOST_TEST(c.model.preset == "tiny");
+  BOOST_TEST((c.model.dtype == model_dtype::bf16));
+  BOOST_TEST(c.model.page_tokens == 16u);
+  BOOST_TEST(c.sim_profiles.empty());
   BOOST_TEST_REQUIRE(c.devices.size() == 2u);
   BOOST_TEST(c.devices[0].name == "prefill0");
   BOOST_TEST((c.devices[0].role == device_role::prefill));
   BOOST_TEST((c.devices[0].backend == device_backend::cpu));
-  BOOST_TEST(c.devices[0].profile == "tiny");
+  BOOST_TEST(c.devices[0].profile.empty());
   BOOST_TEST(c.devices[1].name == "decode0");
   BOOST_TEST((c.devices[1].role == device_role::decode));
   BOOST_TEST((c.devices[1].backend == device_backend::cpu));
-  BOOST_TEST(c.devices[1].profile == "tiny");
+  BOOST_TEST(c.devices[1].profile.empty());
   BOOST_TEST(c.devices[1].memory_mib == defaults::device::memory_mib);
 }
 
@@ -236,11 +322,12 @@ BOOST_AUTO_TEST_CASE(unknown_top_level_key_is_an_error) {
                                 "[network]\n"
                                 "port = 8080\n");
   BOOST_TEST(message == "triad.toml:3:2: network = { port = 8080 }: unknown key; allowed keys at "
-                        "top level: topology, scheduler, tools, memory, limits, devices");
+                        "top level: topology, scheduler, tools, memory, limits, model, devices, "
+                        "sim_profiles");
 
   check_contains(error_of("colour = \"red\"\n"),
                  {"triad.toml:1:1: ", "colour = \"red\"", "unknown key",
-                  "topology, scheduler, tools, memory, limits, devices"});
+                  "topology, scheduler, tools, memory, limits, model, devices, sim_profiles"});
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_a_table_is_an_error) {
@@ -260,7 +347,23 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_device_is_an_error) {
                                 "  speed = 3\n");
   BOOST_TEST(message == "triad.toml:6:3: devices[1].speed = 3: unknown key; allowed keys in "
                         "[[devices]]: name, backend, role, topology_device, domain, profile, "
-                        "memory_mib, queue_capacity");
+                        "time_scale, memory_mib, queue_capacity");
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_in_model_is_an_error) {
+  const auto message = error_of("[model]\n"
+                                "preset = \"tiny\"\n"
+                                "layers = 12\n");
+  BOOST_TEST(message == "triad.toml:3:1: model.layers = 12: unknown key; allowed keys in "
+                        "[model]: preset, dtype, page_tokens");
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_in_a_sim_profile_is_an_error) {
+  check_contains(error_of("[[sim_profiles]]\nname = \"p\"\npeak_tflops = 1\n"
+                          "memory_bandwidth_gb_s = 1\nmemory_gib = 1\nclock_ghz = 2.5\n"),
+                 {"triad.toml:6:1: ", "sim_profiles[0].clock_ghz = 2.5", "unknown key",
+                  "allowed keys in [[sim_profiles]]: name, peak_tflops, memory_bandwidth_gb_s, "
+                  "memory_gib, link_bandwidth_gb_s, step_overhead_us, source"});
 }
 
 BOOST_AUTO_TEST_CASE(wrong_type_is_an_error) {
@@ -339,11 +442,199 @@ BOOST_AUTO_TEST_CASE(profile_must_suit_the_backend) {
                                 "backend = \"sim\"\n");
   BOOST_TEST(message == "triad.toml:3:11: devices[0].profile = \"tiny\": not allowed for backend "
                         "\"sim\"; allowed: \"h100\", \"h200\", \"b200\", \"gaudi3\", \"sn40l\", "
-                        "\"sn50\", \"xeon6_amx\"");
+                        "\"sn50\", \"xeon6_amx\" (built-in), or the name of a [[sim_profiles]] "
+                        "entry");
+  BOOST_TEST(parse_config("[[devices]]\nname = \"a\"\nbackend = \"cuda\"\nprofile = \"x\"\n", "t")
+                 .has_value());
+  BOOST_TEST(parse_config("[[devices]]\nname = \"a\"\nbackend = \"sim\"\nprofile = \"sn50\"\n", "t")
+                 .has_value());
+}
+
+BOOST_AUTO_TEST_CASE(profile_on_a_cpu_device_is_an_error) {
+  // The model of cpu devices comes from [model]; even a preset name is refused here.
+  const auto message = error_of("[model]\n"
+                                "preset = \"small\"\n"
+                                "\n"
+                                "[[devices]]\n"
+                                "name = \"a\"\n"
+                                "backend = \"cpu\"\n"
+                                "profile = \"small\"\n");
+  BOOST_TEST(message ==
+             "triad.toml:7:11: devices[0].profile = \"small\": not allowed for backend "
+             "\"cpu\": the cpu model is set by [model].preset; allowed: no profile key "
+             "for backend \"cpu\"; set the model with [model].preset: \"tiny\", \"small\"");
+  // The backend defaults to cpu.
   check_contains(error_of("[[devices]]\nname = \"a\"\nprofile = \"h200\"\n"),
                  {"triad.toml:3:11: ", "devices[0].profile = \"h200\"",
-                  "not allowed for backend \"cpu\"", "allowed: \"tiny\", \"small\""});
-  BOOST_TEST(parse_config("[[devices]]\nname = \"a\"\nbackend = \"cuda\"\nprofile = \"x\"\n", "t")
+                  "not allowed for backend \"cpu\"", "[model].preset",
+                  "allowed: no profile key for backend \"cpu\"", "\"tiny\", \"small\""});
+}
+
+BOOST_AUTO_TEST_CASE(unknown_sim_profile_names_the_built_in_and_user_profiles) {
+  const auto message = error_of("[[sim_profiles]]\n"
+                                "name = \"chip_a\"\n"
+                                "peak_tflops = 100\n"
+                                "memory_bandwidth_gb_s = 1000\n"
+                                "memory_gib = 64\n"
+                                "\n"
+                                "[[devices]]\n"
+                                "name = \"s0\"\n"
+                                "backend = \"sim\"\n"
+                                "profile = \"chip_c\"\n"
+                                "\n"
+                                "[[sim_profiles]]\n"
+                                "name = \"chip-b\"\n"
+                                "peak_tflops = 200\n"
+                                "memory_bandwidth_gb_s = 2000\n"
+                                "memory_gib = 32\n");
+  BOOST_TEST(message == "triad.toml:10:11: devices[0].profile = \"chip_c\": not allowed for "
+                        "backend \"sim\"; allowed: \"h100\", \"h200\", \"b200\", \"gaudi3\", "
+                        "\"sn40l\", \"sn50\", \"xeon6_amx\" (built-in), \"chip_a\", \"chip-b\" "
+                        "([[sim_profiles]])");
+}
+
+BOOST_AUTO_TEST_CASE(model_preset_must_be_known) {
+  const auto message = error_of("[model]\npreset = \"huge\"\n");
+  BOOST_TEST(message ==
+             "triad.toml:2:10: model.preset = \"huge\": not allowed; allowed: \"tiny\", \"small\"");
+  check_contains(error_of("[model]\npreset = 1\n"),
+                 {"triad.toml:2:10: ", "model.preset = 1", "wrong type (integer)",
+                  "allowed: \"tiny\", \"small\""});
+}
+
+BOOST_AUTO_TEST_CASE(model_dtype_must_be_known) {
+  const auto message = error_of("[model]\ndtype = \"fp16\"\n");
+  BOOST_TEST(message ==
+             "triad.toml:2:9: model.dtype = \"fp16\": not allowed; allowed: \"bf16\", \"f32\"");
+}
+
+BOOST_AUTO_TEST_CASE(model_page_tokens_must_be_in_range) {
+  const auto message = error_of("[model]\npage_tokens = 0\n");
+  BOOST_TEST(message ==
+             "triad.toml:2:15: model.page_tokens = 0: out of range; allowed: integer 1..4096");
+  check_contains(error_of("[model]\npage_tokens = 4097\n"),
+                 {"triad.toml:2:15: ", "model.page_tokens = 4097", "out of range",
+                  "allowed: integer 1..4096"});
+  check_contains(error_of("[model]\npage_tokens = 16.0\n"),
+                 {"triad.toml:2:15: ", "model.page_tokens = 16.0", "wrong type (float)",
+                  "allowed: integer 1..4096"});
+}
+
+BOOST_AUTO_TEST_CASE(negative_time_scale_is_an_error) {
+  const auto message = error_of("[[devices]]\n"
+                                "name = \"s\"\n"
+                                "backend = \"sim\"\n"
+                                "time_scale = -0.5\n");
+  BOOST_TEST(message == "triad.toml:4:14: devices[0].time_scale = -0.5: out of range; allowed: "
+                        "a finite number (integer or float) >= 0.0");
+  check_contains(error_of("[[devices]]\nname = \"s\"\nbackend = \"sim\"\ntime_scale = -1\n"),
+                 {"triad.toml:4:14: ", "devices[0].time_scale = -1", "out of range", ">= 0.0"});
+  check_contains(error_of("[[devices]]\nname = \"s\"\nbackend = \"sim\"\ntime_scale = inf\n"),
+                 {"triad.toml:4:14: ", "devices[0].time_scale = inf", "not a finite number",
+                  "allowed: a finite number (integer or float) >= 0.0"});
+  check_contains(error_of("[[devices]]\nname = \"s\"\nbackend = \"sim\"\ntime_scale = nan\n"),
+                 {"triad.toml:4:14: ", "devices[0].time_scale = nan", "not a finite number"});
+  check_contains(error_of("[[devices]]\nname = \"s\"\nbackend = \"sim\"\ntime_scale = \"1\"\n"),
+                 {"triad.toml:4:14: ", "devices[0].time_scale = \"1\"", "wrong type (string)",
+                  "allowed: a finite number"});
+  // An integer is a number too.
+  const auto integer =
+      parse_config("[[devices]]\nname = \"s\"\nbackend = \"sim\"\ntime_scale = 3\n", "t");
+  BOOST_TEST_REQUIRE(integer.has_value());
+  BOOST_TEST(integer->devices.at(0).time_scale == 3.0);
+}
+
+BOOST_AUTO_TEST_CASE(time_scale_needs_the_sim_backend) {
+  const auto message = error_of("[[devices]]\n"
+                                "name = \"c\"\n"
+                                "time_scale = 1.0\n"
+                                "backend = \"cpu\"\n");
+  BOOST_TEST(message == "triad.toml:3:14: devices[0].time_scale = 1.0: only allowed when backend "
+                        "= \"sim\" (backend = \"cpu\"); allowed: no time_scale key, or backend = "
+                        "\"sim\"");
+  check_contains(error_of("[[devices]]\nname = \"g\"\nbackend = \"cuda\"\ntime_scale = 2\n"),
+                 {"triad.toml:4:14: ", "devices[0].time_scale = 2",
+                  "only allowed when backend = \"sim\" (backend = \"cuda\")",
+                  "allowed: no time_scale key, or backend = \"sim\""});
+}
+
+BOOST_AUTO_TEST_CASE(sim_profile_may_not_reuse_a_built_in_name) {
+  const auto message = error_of("[[sim_profiles]]\n"
+                                "name = \"h200\"\n"
+                                "peak_tflops = 1\n"
+                                "memory_bandwidth_gb_s = 1\n"
+                                "memory_gib = 1\n");
+  BOOST_TEST(message == "triad.toml:2:8: sim_profiles[0].name = \"h200\": the name of a built-in "
+                        "sim profile; allowed: 1..64 characters from A-Z, a-z, 0-9, '_' and '-'; "
+                        "unique across sim profiles; not a built-in name (\"h100\", \"h200\", "
+                        "\"b200\", \"gaudi3\", \"sn40l\", \"sn50\", \"xeon6_amx\")");
+  check_contains(error_of("[[sim_profiles]]\nname = \"a b\"\npeak_tflops = 1\n"
+                          "memory_bandwidth_gb_s = 1\nmemory_gib = 1\n"),
+                 {"triad.toml:2:8: ", "sim_profiles[0].name = \"a b\"",
+                  "not a valid sim profile name", "allowed: 1..64 characters"});
+  check_contains(error_of("[[sim_profiles]]\npeak_tflops = 1\n"
+                          "memory_bandwidth_gb_s = 1\nmemory_gib = 1\n"),
+                 {"triad.toml:1:1: ", "sim_profiles[0].name: missing", "allowed: 1..64"});
+}
+
+BOOST_AUTO_TEST_CASE(sim_profile_needs_its_figures) {
+  const auto message = error_of("[[sim_profiles]]\n"
+                                "name = \"p\"\n"
+                                "\n"
+                                "[[sim_profiles]]\n"
+                                "name = \"q\"\n"
+                                "memory_bandwidth_gb_s = 1\n"
+                                "memory_gib = 1\n");
+  // The first entry lacks all three; reported at its header, in key order.
+  BOOST_TEST(message == "triad.toml:1:1: sim_profiles[0].peak_tflops: missing (every sim profile "
+                        "needs it); allowed: a finite number (integer or float) > 0.0");
+  const auto second = error_of("[[sim_profiles]]\n"
+                               "name = \"p\"\n"
+                               "memory_bandwidth_gb_s = 1\n"
+                               "memory_gib = 1\n"
+                               "source = \"x\"\n");
+  check_contains(second, {"triad.toml:1:1: ", "sim_profiles[0].peak_tflops", "missing",
+                          "allowed: a finite number (integer or float) > 0.0"});
+  check_contains(error_of("[[sim_profiles]]\nname = \"p\"\npeak_tflops = 0\n"
+                          "memory_bandwidth_gb_s = 1\nmemory_gib = 1\n"),
+                 {"triad.toml:3:15: ", "sim_profiles[0].peak_tflops = 0", "out of range",
+                  "allowed: a finite number (integer or float) > 0.0"});
+  check_contains(error_of("[[sim_profiles]]\nname = \"p\"\npeak_tflops = 1\n"
+                          "memory_bandwidth_gb_s = -inf\nmemory_gib = 1\n"),
+                 {"triad.toml:4:25: ", "sim_profiles[0].memory_bandwidth_gb_s = -inf",
+                  "not a finite number", "> 0.0"});
+  check_contains(
+      error_of("[[sim_profiles]]\nname = \"p\"\npeak_tflops = 1\n"
+               "memory_bandwidth_gb_s = 1\nmemory_gib = 1\nstep_overhead_us = -2\n"),
+      {"triad.toml:6:20: ", "sim_profiles[0].step_overhead_us = -2", "out of range", ">= 0.0"});
+  check_contains(error_of("[[sim_profiles]]\nname = \"p\"\npeak_tflops = 1\n"
+                          "memory_bandwidth_gb_s = 1\nmemory_gib = true\n"),
+                 {"triad.toml:5:14: ", "sim_profiles[0].memory_gib = true", "wrong type (boolean)",
+                  "allowed: a finite number"});
+  check_contains(error_of("sim_profiles = 1\n"),
+                 {"triad.toml:1:16: ", "sim_profiles = 1", "wrong type (integer)",
+                  "allowed: an array of tables [[sim_profiles]]"});
+}
+
+BOOST_AUTO_TEST_CASE(duplicate_sim_profile_names_are_an_error) {
+  const auto message = error_of("[[sim_profiles]]\n"
+                                "name = \"p\"\n"
+                                "peak_tflops = 1\n"
+                                "memory_bandwidth_gb_s = 1\n"
+                                "memory_gib = 1\n"
+                                "[[sim_profiles]]\n"
+                                "name = \"p\"\n"
+                                "peak_tflops = 2\n"
+                                "memory_bandwidth_gb_s = 2\n"
+                                "memory_gib = 2\n");
+  BOOST_TEST(message == "triad.toml:7:8: sim_profiles[1].name = \"p\": duplicate sim profile "
+                        "name, already given by sim_profiles[0].name at triad.toml:2:8; allowed: "
+                        "names unique across sim profiles");
+  // A sim profile and a device may share a name.
+  BOOST_TEST(parse_config("[[sim_profiles]]\nname = \"p\"\npeak_tflops = 1\n"
+                          "memory_bandwidth_gb_s = 1\nmemory_gib = 1\n"
+                          "[[devices]]\nname = \"p\"\nbackend = \"sim\"\nprofile = \"p\"\n",
+                          "t")
                  .has_value());
 }
 
@@ -459,9 +750,13 @@ BOOST_AUTO_TEST_CASE(default_config_round_trips_through_toml) {
         "threads_per_domain = 0", "moderate_sleep_us = 0", "poll_attempts = 3000", "cores = 1",
         "domains = []", "queue_capacity = 64", "arena_mib_per_domain = 1024",
         "max_concurrent_requests = 256", "max_queued_requests = 1024", "max_body_bytes = 4194304",
-        "memory_mib = 2048", "queue_capacity = 256", "profile = \"tiny\""}) {
+        "[model]", "preset = \"tiny\"", "dtype = \"bf16\"", "page_tokens = 16", "memory_mib = 2048",
+        "queue_capacity = 256"}) {
     BOOST_TEST((text.find(key) != std::string::npos), "to_toml lacks [" << key << "]");
   }
+  // cpu devices carry no profile and no time_scale.
+  BOOST_TEST((text.find("profile =") == std::string::npos), "to_toml gave:\n" << text);
+  BOOST_TEST((text.find("time_scale") == std::string::npos), "to_toml gave:\n" << text);
 }
 
 BOOST_AUTO_TEST_CASE(rich_config_round_trips_through_toml) {
@@ -470,6 +765,15 @@ BOOST_AUTO_TEST_CASE(rich_config_round_trips_through_toml) {
   const auto parsed = parse_config(text, "to_toml");
   BOOST_TEST_REQUIRE(parsed.has_value(), (parsed ? "" : parsed.error().to_string()));
   BOOST_TEST((*parsed == original), "to_toml gave:\n" << text);
+  // Doubles are TOML floats, integral ones included.
+  for (std::string_view key :
+       {"time_scale = 0.25", "time_scale = 0.0", "peak_tflops = 1234.5", "memory_gib = 96.0",
+        "step_overhead_us = 0.0", "memory_bandwidth_gb_s = 0.1", "peak_tflops = 1e+300",
+        "memory_gib = 123456789012345683968.0", "link_bandwidth_gb_s = 0.0",
+        "step_overhead_us = 20.0", "source = \"user config\"", "[[sim_profiles]]",
+        "dtype = \"f32\""}) {
+    BOOST_TEST((text.find(key) != std::string::npos), "to_toml lacks [" << key << "]");
+  }
 
   node_config synthetic;
   synthetic.topology.source = topology_source::synthetic;
@@ -477,6 +781,46 @@ BOOST_AUTO_TEST_CASE(rich_config_round_trips_through_toml) {
   const auto reparsed = parse_config(to_toml(synthetic), "to_toml");
   BOOST_TEST_REQUIRE(reparsed.has_value());
   BOOST_TEST((*reparsed == synthetic));
+}
+
+BOOST_AUTO_TEST_CASE(sim_device_may_name_a_profile_defined_after_it) {
+  const std::string text = "[[devices]]\n"
+                           "name = \"s0\"\n"
+                           "backend = \"sim\"\n"
+                           "profile = \"late\"\n"
+                           "time_scale = 0.25\n"
+                           "\n"
+                           "[[sim_profiles]]\n"
+                           "name = \"late\"\n"
+                           "peak_tflops = 312.5\n"
+                           "memory_bandwidth_gb_s = 1555\n"
+                           "memory_gib = 40\n"
+                           "link_bandwidth_gb_s = 300\n"
+                           "step_overhead_us = 7.5\n"
+                           "source = \"A100 40GB datasheet\"\n";
+  const auto parsed = parse_config(text, "triad.toml");
+  BOOST_TEST_REQUIRE(parsed.has_value(), (parsed ? "" : parsed.error().to_string()));
+  BOOST_TEST_REQUIRE(parsed->devices.size() == 1u);
+  BOOST_TEST(parsed->devices[0].profile == "late");
+  BOOST_TEST(parsed->devices[0].time_scale == 0.25);
+  BOOST_TEST_REQUIRE(parsed->sim_profiles.size() == 1u);
+  const sim_profile_config& late = parsed->sim_profiles[0];
+  BOOST_TEST(late.name == "late");
+  BOOST_TEST(late.peak_tflops == 312.5);
+  BOOST_TEST(late.memory_bandwidth_gb_s == 1555.0);
+  BOOST_TEST(late.memory_gib == 40.0);
+  BOOST_TEST(late.link_bandwidth_gb_s == 300.0);
+  BOOST_TEST(late.step_overhead_us == 7.5);
+  BOOST_TEST(late.source == "A100 40GB datasheet");
+
+  const std::string rendered = to_toml(*parsed);
+  const auto again = parse_config(rendered, "to_toml");
+  BOOST_TEST_REQUIRE(again.has_value(), (again ? "" : again.error().to_string()));
+  BOOST_TEST((*again == *parsed), "to_toml gave:\n" << rendered);
+  for (std::string_view key : {"memory_bandwidth_gb_s = 1555.0", "memory_gib = 40.0",
+                               "time_scale = 0.25", "profile = \"late\""}) {
+    BOOST_TEST((rendered.find(key) != std::string::npos), "to_toml lacks [" << key << "]");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(load_config_resolves_xml_against_the_file_directory) {

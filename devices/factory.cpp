@@ -1,0 +1,75 @@
+#include "devices/factory.hpp"
+
+#include "devices/cpu/cpu_backend.hpp"
+#include "devices/sim/sim_backend.hpp"
+
+namespace triad {
+
+namespace {
+
+expected<device_profile> resolve_profile(const node_config& node, const std::string& name) {
+  const std::string wanted = name.empty() ? std::string{defaults::device::sim_profile} : name;
+  for (const auto& p : node.sim_profiles) {
+    if (p.name != wanted)
+      continue;
+    device_profile out;
+    out.name = p.name;
+    out.peak_flops = p.peak_tflops * 1e12;
+    out.memory_bandwidth = p.memory_bandwidth_gb_s * 1e9;
+    out.memory_bytes = static_cast<std::uint64_t>(p.memory_gib * static_cast<double>(1ull << 30));
+    out.link_bandwidth = p.link_bandwidth_gb_s * 1e9;
+    out.step_overhead = p.step_overhead_us * 1e-6;
+    out.source = p.source;
+    return out;
+  }
+  return builtin_profile(wanted);
+}
+
+} // namespace
+
+expected<std::unique_ptr<backend>> make_backend(const node_config& node, const device_config& dev,
+                                                std::shared_ptr<arena> storage) {
+  auto shape = model_preset(node.model.preset);
+  if (!shape)
+    return shape.error();
+  const dtype type = node.model.dtype == model_dtype::f32 ? dtype::f32 : dtype::bf16;
+  const std::uint64_t budget = dev.memory_mib << 20;
+  switch (dev.backend) {
+  case device_backend::cpu: {
+    cpu_backend_options o;
+    o.shape = *shape;
+    o.type = type;
+    o.page_tokens = node.model.page_tokens;
+    o.kv_budget_bytes = budget;
+    o.storage = std::move(storage);
+    auto b = cpu_backend::create(std::move(o));
+    if (!b)
+      return make_error(b.error().code, "device '" + dev.name + "': " + b.error().message);
+    return std::unique_ptr<backend>{std::move(*b)};
+  }
+  case device_backend::sim: {
+    auto profile = resolve_profile(node, dev.profile);
+    if (!profile)
+      return make_error(profile.error().code,
+                        "device '" + dev.name + "': " + profile.error().message);
+    sim_backend_options o;
+    o.shape = *shape;
+    o.type = type;
+    o.profile = *profile;
+    o.page_tokens = node.model.page_tokens;
+    o.time_scale = dev.time_scale;
+    auto b = sim_backend::create(std::move(o));
+    if (!b)
+      return make_error(b.error().code, "device '" + dev.name + "': " + b.error().message);
+    return std::unique_ptr<backend>{std::move(*b)};
+  }
+  case device_backend::cuda:
+    return make_error(errc::unsupported,
+                      "device '" + dev.name +
+                          "': backend \"cuda\" is not built yet (issue #3 leaves it for a "
+                          "machine with a GPU); use \"cpu\" or \"sim\"");
+  }
+  return make_error(errc::invalid_argument, "device '" + dev.name + "': unknown backend");
+}
+
+} // namespace triad

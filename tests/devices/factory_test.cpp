@@ -1,0 +1,72 @@
+#include <boost/test/unit_test.hpp>
+
+#include "devices/factory.hpp"
+#include "devices/sim/sim_backend.hpp"
+#include "tests/printers.hpp"
+
+namespace {
+
+triad::node_config parse(const std::string& text) {
+  auto c = triad::parse_config(text, "factory.toml");
+  BOOST_REQUIRE_MESSAGE(c.has_value(), (c ? "" : c.error().message));
+  return *c;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(factory)
+
+BOOST_AUTO_TEST_CASE(the_default_config_builds_real_cpu_devices) {
+  auto node = triad::default_config();
+  for (const auto& dev : node.devices) {
+    auto b = triad::make_backend(node, dev, nullptr);
+    BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
+    BOOST_TEST((*b)->shape().name == "tiny");
+    BOOST_TEST((*b)->kernel().find("sim:") == std::string::npos);
+    BOOST_TEST((*b)->kv().pages_total > 0u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_sim_device_uses_a_user_profile_from_the_config) {
+  auto node = parse(R"([model]
+preset = "small"
+[[devices]]
+name = "rdu0"
+backend = "sim"
+role = "decode"
+profile = "chip"
+time_scale = 0.0
+[[sim_profiles]]
+name = "chip"
+peak_tflops = 100
+memory_bandwidth_gb_s = 1000
+memory_gib = 8
+)");
+  auto b = triad::make_backend(node, node.devices[0], nullptr);
+  BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
+  BOOST_TEST((*b)->kernel() == "sim:chip");
+  BOOST_TEST((*b)->shape().name == "small");
+  triad::step_item item{1, {1, 2, 3}};
+  auto out = (*b)->step({&item, 1});
+  BOOST_REQUIRE(out.has_value());
+  // Memory bound at 1 TB/s: about 272 MB of weights in about 0.27 ms.
+  BOOST_TEST(out->seconds > 2e-4);
+  BOOST_TEST(out->seconds < 4e-4);
+}
+
+BOOST_AUTO_TEST_CASE(a_sim_device_without_a_profile_models_the_default_one) {
+  auto node = parse("[[devices]]\nname = \"s\"\nbackend = \"sim\"\ntime_scale = 0.0\n");
+  auto b = triad::make_backend(node, node.devices[0], nullptr);
+  BOOST_REQUIRE(b.has_value());
+  BOOST_TEST((*b)->kernel() == "sim:h100");
+}
+
+BOOST_AUTO_TEST_CASE(cuda_is_refused_with_a_clear_message) {
+  auto node = parse("[[devices]]\nname = \"g\"\nbackend = \"cuda\"\n");
+  auto b = triad::make_backend(node, node.devices[0], nullptr);
+  BOOST_REQUIRE(!b);
+  BOOST_TEST(b.error().code == triad::errc::unsupported);
+  BOOST_TEST(b.error().message.find("'g'") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
