@@ -39,6 +39,12 @@ struct kv_usage {
   std::size_t sequences = 0;   ///< live sequences
 };
 
+/// Checks a step's items against a model, as every backend must before computing: at least one
+/// item, no empty item, no sequence twice, tokens inside the vocabulary, no sequence beyond
+/// max_context (given each sequence's current length from `backend.length`).
+expected<void> check_step(std::span<const step_item> items, const model_shape& shape,
+                          const class backend& backend);
+
 /// What a device backend implements. Calls come from one thread (the device's driver thread);
 /// implementations need not be thread-safe.
 class backend {

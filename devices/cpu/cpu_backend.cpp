@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <unordered_set>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -116,29 +115,12 @@ std::string cpu_backend::kernel() const {
 expected<step_output> cpu_backend::step(std::span<const step_item> items) {
   auto start = clock_type::now();
   const auto& s = options_.shape;
-  if (items.empty())
-    return make_error(errc::invalid_argument, "step: no items");
+  if (auto ok = check_step(items, s, *this); !ok)
+    return ok.error();
   std::vector<std::pair<seq_id, std::size_t>> wanted;
-  std::unordered_set<seq_id> seen;
   std::size_t rows = 0;
   for (const auto& item : items) {
-    if (item.tokens.empty())
-      return make_error(errc::invalid_argument,
-                        "step: sequence " + std::to_string(item.seq) + " has no tokens");
-    if (!seen.insert(item.seq).second)
-      return make_error(errc::invalid_argument,
-                        "step: sequence " + std::to_string(item.seq) + " appears twice");
-    for (auto t : item.tokens)
-      if (t < 0 || static_cast<unsigned>(t) >= s.vocab)
-        return make_error(errc::invalid_argument, "step: token " + std::to_string(t) +
-                                                      " outside the vocabulary 0.." +
-                                                      std::to_string(s.vocab - 1));
     auto new_length = cache_->length(item.seq) + item.tokens.size();
-    if (new_length > s.max_context)
-      return make_error(errc::invalid_argument, "step: sequence " + std::to_string(item.seq) +
-                                                    " would reach " + std::to_string(new_length) +
-                                                    " tokens; model '" + s.name + "' allows " +
-                                                    std::to_string(s.max_context));
     wanted.emplace_back(item.seq, new_length);
     rows += item.tokens.size();
   }

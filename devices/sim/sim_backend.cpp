@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
-#include <unordered_set>
 
 namespace triad {
 
@@ -54,23 +53,11 @@ expected<std::unique_ptr<sim_backend>> sim_backend::create(sim_backend_options o
 
 expected<step_output> sim_backend::step(std::span<const step_item> items) {
   const auto& s = options_.shape;
-  if (items.empty())
-    return make_error(errc::invalid_argument, "step: no items");
+  if (auto ok = check_step(items, s, *this); !ok)
+    return ok.error();
   std::vector<step_work> work;
-  std::unordered_set<seq_id> seen;
   std::size_t needed = 0;
   for (const auto& item : items) {
-    if (item.tokens.empty())
-      return make_error(errc::invalid_argument,
-                        "step: sequence " + std::to_string(item.seq) + " has no tokens");
-    if (!seen.insert(item.seq).second)
-      return make_error(errc::invalid_argument,
-                        "step: sequence " + std::to_string(item.seq) + " appears twice");
-    for (auto t : item.tokens)
-      if (t < 0 || static_cast<unsigned>(t) >= s.vocab)
-        return make_error(errc::invalid_argument, "step: token " + std::to_string(t) +
-                                                      " outside the vocabulary 0.." +
-                                                      std::to_string(s.vocab - 1));
     auto have = length(item.seq);
     needed += pages_for(have + item.tokens.size()) - pages_for(have);
     work.push_back({have, item.tokens.size()});
