@@ -4,6 +4,8 @@
 #include <deque>
 #include <map>
 
+#include <cstring>
+
 #include <caf/all.hpp>
 
 namespace triad {
@@ -11,6 +13,8 @@ namespace triad {
 namespace {
 
 using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
+using export_done_atom = caf::atom_constant<caf::atom("exportdone")>;
+using import_done_atom = caf::atom_constant<caf::atom("importdone")>;
 
 // What a step needs back: per item its sequence and logits, or the step's error.
 struct step_result {
@@ -92,12 +96,92 @@ public:
         },
         [this](free_atom, seq_id id) { release(id); },
         [this](stats_atom) { return snapshot(); },
+        [this](export_atom, seq_id id) -> caf::result<kv_blob> {
+          auto* s = find(id);
+          if (s == nullptr || s->computed == 0)
+            return caf::make_error(caf::sec::invalid_argument, "no KV for sequence " +
+                                                                   std::to_string(id) + " on " +
+                                                                   options_.name);
+          auto promise = make_response_promise<kv_blob>();
+          auto key = next_promise_++;
+          exports_.emplace(key, promise);
+          auto self = caf::actor_cast<caf::actor>(this);
+          auto job = [be = backend_, id, key, self] {
+            auto bytes = be->export_kv(id);
+            kv_blob blob;
+            blob.seq = id;
+            std::string error;
+            if (bytes) {
+              blob.tokens = be->length(id);
+              blob.bytes.resize(bytes->size());
+              std::memcpy(blob.bytes.data(), bytes->data(), bytes->size());
+            } else {
+              error = bytes.error().message;
+            }
+            caf::anon_send(self, export_done_atom::value, key, std::move(blob), std::move(error));
+          };
+          if (driver_->try_submit(std::move(job)) != submit_result::accepted) {
+            exports_.erase(key);
+            return caf::make_error(caf::sec::request_receiver_down,
+                                   "busy: driver queue of " + options_.name + " is full");
+          }
+          return promise;
+        },
+        [this](export_done_atom, std::uint64_t key, kv_blob& blob, std::string& error) {
+          auto it = exports_.find(key);
+          if (it == exports_.end())
+            return;
+          if (error.empty())
+            it->second.deliver(std::move(blob));
+          else
+            it->second.deliver(caf::make_error(caf::sec::invalid_argument, std::move(error)));
+          exports_.erase(it);
+        },
+        [this](import_atom, kv_blob& blob, generate_request& req) -> admission {
+          auto id = req.seq;
+          // At least one token past the KV: its logits give the next token.
+          if (req.prompt.size() <= blob.tokens)
+            return refuse("invalid: sequence " + std::to_string(id) + " has " +
+                          std::to_string(req.prompt.size()) + " tokens; its KV covers " +
+                          std::to_string(blob.tokens) + ", and at least one more is needed");
+          auto tokens = blob.tokens;
+          auto a = admit(std::move(req), true);
+          if (!a.accepted)
+            return a;
+          auto self = caf::actor_cast<caf::actor>(this);
+          auto job = [be = backend_, id, tokens, self, blob = std::move(blob)] {
+            std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(blob.bytes.data()),
+                                             blob.bytes.size()};
+            auto ok = be->import_kv(id, bytes);
+            caf::anon_send(self, import_done_atom::value, id, tokens,
+                           ok ? std::string{} : ok.error().message);
+          };
+          if (driver_->try_submit(std::move(job)) != submit_result::accepted) {
+            seqs_.erase(id);
+            return refuse("busy: driver queue of " + options_.name + " is full");
+          }
+          return a;
+        },
+        [this](import_done_atom, seq_id id, std::uint64_t tokens, std::string& error) {
+          auto* s = find(id);
+          if (s == nullptr)
+            return;
+          if (!error.empty()) {
+            emit(*s, device_event::failed, 0, "KV import failed: " + error);
+            seqs_.erase(id);
+            return;
+          }
+          s->computed = tokens;
+          if (s->state == seq_state::importing)
+            s->state = seq_state::waiting; // the tokens past the KV are prefilled next
+          schedule();
+        },
         [this](step_done_atom, std::shared_ptr<step_result>& r) { on_step(*r); },
     };
   }
 
 private:
-  enum class seq_state { waiting, running, parked, done };
+  enum class seq_state { importing, waiting, running, parked, done };
 
   struct sequence {
     generate_request req;
@@ -115,11 +199,13 @@ private:
     return it == seqs_.end() ? nullptr : &it->second;
   }
 
-  admission admit(generate_request req) {
-    auto refuse = [&](std::string why) {
-      ++stats_.refused;
-      return admission{false, std::move(why)};
-    };
+  admission refuse(std::string why) {
+    ++stats_.refused;
+    return admission{false, std::move(why)};
+  }
+
+  // Admits a sequence; an importing one waits (not scheduled) until its KV has arrived.
+  admission admit(generate_request req, bool importing = false) {
     if (req.prompt.empty())
       return refuse("invalid: sequence " + std::to_string(req.seq) + " has an empty prompt");
     if (auto ok = req.sampling.validate(); !ok)
@@ -138,6 +224,7 @@ private:
       req.max_new_tokens = std::min<std::uint32_t>(req.max_new_tokens, 1);
     sequence s;
     s.tokens = req.prompt;
+    s.state = importing ? seq_state::importing : seq_state::waiting;
     s.pick = std::make_unique<sampler>(req.sampling);
     s.admitted_order = next_order_++;
     s.req = std::move(req);
@@ -372,6 +459,8 @@ private:
   device_metrics metrics_;
   std::map<seq_id, sequence> seqs_;
   std::vector<seq_id> pending_frees_;
+  std::map<std::uint64_t, caf::response_promise> exports_;
+  std::uint64_t next_promise_ = 0;
   bool in_flight_ = false;
   std::uint64_t next_order_ = 0;
   device_stats stats_;

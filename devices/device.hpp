@@ -27,6 +27,13 @@ using park_atom = caf::atom_constant<caf::atom("park")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
 /// Drops a sequence and its KV: `(free_atom, seq_id)`.
 using free_atom = caf::atom_constant<caf::atom("free")>;
+/// Asks for a sequence's KV as bytes (for a transfer): `(export_atom, seq_id)` -> kv_blob.
+using export_atom = caf::atom_constant<caf::atom("export")>;
+/// Admits a sequence whose KV arrives as bytes: `(import_atom, kv_blob, generate_request)` ->
+/// admission; the request's prompt holds every token so far, at least one more than the blob
+/// covers (typically the first generated token); those past the blob are prefilled, then
+/// generation goes on.
+using import_atom = caf::atom_constant<caf::atom("import")>;
 /// Asks for a device_stats snapshot: `(stats_atom)`.
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 
@@ -48,6 +55,13 @@ struct generate_request {
   std::uint32_t max_new_tokens = 16; ///< generation stops after this many (prefill role: 1)
   std::vector<token> stop;           ///< tokens that end generation (EOS always does)
   caf::actor sink;                   ///< receives device_event messages
+};
+
+/// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format.
+struct kv_blob {
+  seq_id seq = 0;                  ///< the sequence it came from
+  std::uint64_t tokens = 0;        ///< tokens it covers
+  std::vector<std::uint8_t> bytes; ///< header and pages
 };
 
 /// The immediate answer to a generate request.
@@ -108,6 +122,11 @@ typename Inspector::result_type inspect(Inspector& f, admission& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_event& x) {
   return f(caf::meta::type_name("device_event"), x.seq, x.kind, x.tok, x.generated, x.message);
+}
+/// Inspector of kv_blob.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_blob& x) {
+  return f(caf::meta::type_name("kv_blob"), x.seq, x.tokens, x.bytes);
 }
 /// Inspector of device_stats.
 template<class Inspector>

@@ -221,3 +221,77 @@ BOOST_AUTO_TEST_CASE(device_metrics_are_exported) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(device_transfer)
+
+// Prefill on one device, move the KV, decode on another: the tokens equal those of one device
+// doing both.
+BOOST_AUTO_TEST_CASE(kv_exported_from_a_prefill_device_decodes_on_another) {
+  std::vector<triad::token> reference;
+  {
+    device_fixture f;
+    caf::scoped_actor self{f.dom->system()};
+    BOOST_REQUIRE(f.submit(self, f.request(1, 24, 8, self)).accepted);
+    reference = tokens_of(f.collect(self, 1)[1]);
+  }
+  triad::device_options prefill_role;
+  prefill_role.name = "prefill";
+  prefill_role.role = triad::device_role::prefill;
+  device_fixture pre{prefill_role};
+  triad::device_options decode_role;
+  decode_role.name = "decode";
+  decode_role.role = triad::device_role::decode;
+  device_fixture dec{decode_role};
+  caf::scoped_actor self{pre.dom->system()};
+  auto req = pre.request(1, 24, 8, self);
+  BOOST_REQUIRE(pre.submit(self, req).accepted);
+  auto first = tokens_of(pre.collect(self, 1)[1]);
+  BOOST_REQUIRE_EQUAL(first.size(), 1u); // a prefill device stops after the first token
+  triad::kv_blob blob;
+  self->request(pre.device, caf::infinite, triad::export_atom::value, triad::seq_id{1})
+      .receive([&](triad::kv_blob& b) { blob = std::move(b); },
+               [&](caf::error& e) { BOOST_FAIL("export failed: " << to_string(e)); });
+  BOOST_TEST(blob.tokens == 24u);
+  self->send(pre.device, triad::free_atom::value, triad::seq_id{1});
+  auto cont = dec.request(1, 24, 7, self);
+  cont.prompt.push_back(first[0]);
+  triad::admission a;
+  self->request(dec.device, caf::infinite, triad::import_atom::value, blob, cont)
+      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
+  BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
+  auto rest = tokens_of(dec.collect(self, 1)[1]);
+  std::vector<triad::token> joined{first};
+  joined.insert(joined.end(), rest.begin(), rest.end());
+  BOOST_TEST(joined == reference);
+}
+
+BOOST_AUTO_TEST_CASE(an_import_without_a_token_past_the_kv_is_refused) {
+  device_fixture f;
+  caf::scoped_actor self{f.dom->system()};
+  triad::kv_blob blob;
+  blob.tokens = 5;
+  auto req = f.request(3, 5, 4, self);
+  triad::admission a;
+  self->request(f.device, caf::infinite, triad::import_atom::value, blob, req)
+      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
+  BOOST_TEST(!a.accepted);
+  BOOST_TEST(a.reason.find("at least one more") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(damaged_kv_bytes_fail_the_sequence_with_the_reason) {
+  device_fixture f;
+  caf::scoped_actor self{f.dom->system()};
+  triad::kv_blob blob;
+  blob.tokens = 4;
+  blob.bytes.assign(100, 0);
+  auto req = f.request(4, 6, 4, self);
+  triad::admission a;
+  self->request(f.device, caf::infinite, triad::import_atom::value, blob, req)
+      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
+  BOOST_REQUIRE(a.accepted);
+  auto events = f.collect(self, 1);
+  BOOST_TEST(events[4].back().kind == triad::device_event::failed);
+  BOOST_TEST(events[4].back().message.find("KV import failed") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
