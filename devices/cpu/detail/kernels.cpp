@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-// Row kernels are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time, so
-// one binary uses the widest vectors the CPU has. Parallel loops (OpenMP, the same runtime
+// Row kernels are compiled for x86-64-v4 (AVX-512 F/BW/DQ/VL), AVX2 and baseline x86-64 and
+// picked at load time, so one binary uses the widest vectors the CPU has. Parallel loops (OpenMP, the same runtime
 // oneDNN uses) live in the plain wrappers that call them.
-#define TRIAD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define TRIAD_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 
 namespace triad::detail {
 
