@@ -1,0 +1,199 @@
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include "tools/sandbox.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A fresh private work directory per test, removed afterwards.
+struct workdir_fixture {
+  workdir_fixture() {
+    dir = fs::temp_directory_path() /
+          ("triad-sandbox-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::create_directories(dir);
+  }
+  ~workdir_fixture() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+
+  triad::sandbox_result bash(const std::string& script, triad::sandbox_limits limits = {}) {
+    triad::sandbox_request r;
+    r.argv = {"/bin/bash", "-c", script};
+    r.env = {"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C"};
+    r.workdir = dir;
+    r.limits = limits;
+    auto res = triad::run_sandboxed(r);
+    BOOST_REQUIRE_MESSAGE(res.has_value(), (res ? "" : res.error().message));
+    BOOST_TEST_MESSAGE("exit " << res->exit_code << " signal " << res->signal << " limit '"
+                               << res->limit << "' err: " << res->err.substr(0, 200));
+    return *res;
+  }
+
+  static inline int counter = 0;
+  fs::path dir;
+};
+
+bool has(const std::vector<std::string>& xs, const std::string& x) {
+  return std::find(xs.begin(), xs.end(), x) != xs.end();
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(sandbox, workdir_fixture)
+
+BOOST_AUTO_TEST_CASE(a_command_runs_and_reports_the_isolation_applied) {
+  auto r = bash("echo hello; echo oops >&2; pwd; id -u; exit 3");
+  BOOST_TEST(r.exit_code == 3);
+  BOOST_TEST(r.out.find("hello\n") == 0u);
+  BOOST_TEST(r.err == "oops\n");
+  BOOST_TEST(r.out.find("/tmp/work\n") != std::string::npos); // bound into a private /tmp
+  for (const char* iso : {"seccomp", "rlimits", "net_ns", "pid_ns", "mount_ns"})
+    BOOST_TEST(has(r.isolation, iso), "missing " << iso);
+  if (::geteuid() == 0)
+    BOOST_TEST(r.out.find("65534") != std::string::npos); // runs as nobody, not root
+}
+
+BOOST_AUTO_TEST_CASE(stdin_is_fed_to_the_process) {
+  triad::sandbox_request req;
+  req.argv = {"/bin/cat"};
+  req.workdir = dir;
+  req.stdin_data = std::string(200000, 'x') + "end";
+  auto r = triad::run_sandboxed(req);
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST_MESSAGE("cat: exit " << r->exit_code << " signal " << r->signal << " limit "
+                                  << r->limit << " err " << r->err);
+  BOOST_TEST(r->out.size() == req.stdin_data.size());
+  BOOST_TEST(r->exit_code == 0);
+}
+
+BOOST_AUTO_TEST_CASE(an_infinite_loop_is_stopped_by_the_cpu_limit) {
+  triad::sandbox_limits l;
+  l.cpu_seconds = 1;
+  l.wall = 20s;
+  auto r = bash("while :; do :; done", l);
+  BOOST_TEST(r.exit_code == -1);
+  BOOST_TEST(r.limit == "cpu");
+  BOOST_TEST(r.cpu_seconds >= 0.9);
+}
+
+BOOST_AUTO_TEST_CASE(a_sleeper_is_killed_at_the_wall_clock_limit_with_its_children) {
+  triad::sandbox_limits l;
+  l.wall = 500ms;
+  auto r = bash("sleep 100 & sleep 100 & sleep 100", l);
+  BOOST_TEST(r.limit == "wall");
+  BOOST_TEST(r.signal == SIGKILL);
+  BOOST_TEST(r.wall_seconds < 10.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_fork_bomb_is_contained) {
+  triad::sandbox_limits l;
+  l.wall = 3s;
+  l.processes = 16;
+  auto r = bash(":(){ :|:& };:; sleep 1; echo survived-the-bomb", l);
+  // Either the bomb exhausted its process budget and the script went on, or the wall clock
+  // ended it: both are containment; the node is unaffected and no bomb process outlives it.
+  BOOST_TEST((r.limit == "wall" || r.exit_code >= 0));
+  std::this_thread::sleep_for(200ms);
+  auto left = bash("ps -e -o comm= | wc -l");
+  BOOST_TEST(std::stoi(left.out) <= 3); // its own bash and ps: the namespace is fresh
+}
+
+BOOST_AUTO_TEST_CASE(a_memory_hog_fails_inside_its_address_space_limit) {
+  triad::sandbox_limits l;
+  l.address_space_bytes = 256ull << 20;
+  // tail keeps the whole last line, and a stream of zeros is one line.
+  auto r = bash("head -c 2000000000 /dev/zero | tail > /dev/null; echo tail=${PIPESTATUS[1]}", l);
+  BOOST_TEST(r.out.find("tail=0") == std::string::npos, "tail should have failed");
+  BOOST_TEST(r.peak_rss_bytes < (512ull << 20));
+}
+
+BOOST_AUTO_TEST_CASE(megabytes_of_output_are_capped_and_flagged) {
+  triad::sandbox_limits l;
+  l.stdout_cap = 100000;
+  auto r = bash("head -c 20000000 /dev/zero | tr '\\0' a", l);
+  BOOST_TEST(r.out.size() == 100000u);
+  BOOST_TEST(r.out_truncated);
+  BOOST_TEST(r.exit_code == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_tcp_connect_to_localhost_fails_even_with_a_listener) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  BOOST_REQUIRE(s >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  BOOST_REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  BOOST_REQUIRE(::listen(s, 4) == 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  auto port = std::to_string(ntohs(addr.sin_port));
+  auto r = bash("exec 3<>/dev/tcp/127.0.0.1/" + port + " && echo connected");
+  ::close(s);
+  BOOST_TEST(r.out.find("connected") == std::string::npos);
+  BOOST_TEST(r.exit_code != 0);
+}
+
+BOOST_AUTO_TEST_CASE(writes_outside_the_work_directory_do_not_reach_the_host) {
+  auto marker = "triad-escape-" + std::to_string(::getpid());
+  auto r = bash("echo inside > ok.txt; echo x > /etc/" + marker + "; echo y > /tmp/" + marker +
+                "; echo y > ../" + marker + "; ls /tmp");
+  BOOST_TEST(fs::exists(dir / "ok.txt"));
+  BOOST_TEST(!fs::exists("/etc/" + marker));
+  BOOST_TEST(!fs::exists("/tmp/" + marker)); // its /tmp is private
+  BOOST_TEST(!fs::exists(dir.parent_path() / marker));
+}
+
+BOOST_AUTO_TEST_CASE(reading_etc_shadow_through_traversal_or_a_symlink_is_denied) {
+  auto r = bash("ln -s /etc/shadow link; cat link; cat ../../../../etc/shadow; echo done");
+  if (::geteuid() == 0) {
+    BOOST_TEST(r.out.find("root:") == std::string::npos);
+    BOOST_TEST(r.err.find("Permission denied") != std::string::npos);
+  }
+  BOOST_TEST(r.out.find("done") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(killing_the_parent_from_inside_does_not_reach_it) {
+  auto me = std::to_string(::getpid());
+  auto r = bash("kill -9 " + me + "; kill -9 $PPID; kill -9 -1; echo after");
+  // The test process is still here to check; inside the namespace the node's pid is not
+  // visible and the sandbox user may not signal it.
+  BOOST_TEST(::kill(::getpid(), 0) == 0);
+  (void)r;
+}
+
+BOOST_AUTO_TEST_CASE(bad_requests_are_errors_naming_the_problem) {
+  triad::sandbox_request relative;
+  relative.argv = {"bash"};
+  relative.workdir = dir;
+  auto a = triad::run_sandboxed(relative);
+  BOOST_REQUIRE(!a);
+  BOOST_TEST(a.error().message.find("absolute") != std::string::npos);
+  triad::sandbox_request nodir;
+  nodir.argv = {"/bin/true"};
+  nodir.workdir = dir / "missing";
+  auto b = triad::run_sandboxed(nodir);
+  BOOST_REQUIRE(!b);
+  BOOST_TEST(b.error().message.find("missing") != std::string::npos);
+  triad::sandbox_request noexec;
+  noexec.argv = {"/nonexistent/tool"};
+  noexec.workdir = dir;
+  auto c = triad::run_sandboxed(noexec);
+  BOOST_REQUIRE(!c);
+  BOOST_TEST(c.error().message.find("/nonexistent/tool") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
