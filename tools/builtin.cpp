@@ -1,0 +1,259 @@
+#include "tools/builtin.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <boost/json/parse.hpp>
+
+namespace triad {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+namespace {
+
+json::object schema(const char* text) {
+  return json::parse(text).as_object();
+}
+
+// A fresh directory for one call, removed when the call ends.
+struct call_dir {
+  explicit call_dir(const fs::path& root) {
+    static std::atomic<std::uint64_t> counter{0};
+    path = root / ("call-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::create_directories(path, ec);
+  }
+  ~call_dir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  fs::path path;
+  std::error_code ec;
+};
+
+const std::vector<std::string> sandbox_env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp/work",
+                                              "LANG=C.UTF-8", "TMPDIR=/tmp"};
+
+json::object describe(const sandbox_result& r) {
+  json::array iso;
+  for (const auto& i : r.isolation)
+    iso.emplace_back(i);
+  return {{"exit_code", r.exit_code},
+          {"signal", r.signal},
+          {"limit", r.limit},
+          {"stdout_truncated", r.out_truncated},
+          {"stderr_truncated", r.err_truncated},
+          {"cpu_seconds", r.cpu_seconds},
+          {"peak_rss_bytes", r.peak_rss_bytes},
+          {"wall_seconds", r.wall_seconds},
+          {"isolation", std::move(iso)}};
+}
+
+} // namespace
+
+expected<void> add_file_read_tool(tool_registry& registry, const fs::path& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    return make_error(errc::not_found,
+                      "file_read: root '" + root.string() + "' is not a directory");
+  tool_spec spec{"file_read", "Read a text file inside the workspace, optionally a range of lines.",
+                 schema(R"({"type": "object", "additionalProperties": false,
+                   "required": ["path"],
+                   "properties": {
+                     "path": {"type": "string", "minLength": 1, "maxLength": 4096},
+                     "start_line": {"type": "integer", "minimum": 1},
+                     "end_line": {"type": "integer", "minimum": 1}}})")};
+  auto canonical_root = fs::canonical(root, ec);
+  return registry.add(
+      std::move(spec), [canonical_root](const json::object& args) -> expected<tool_output> {
+        std::string path{args.at("path").as_string()};
+        if (!path.empty() && path[0] == '/')
+          return make_error(errc::invalid_argument,
+                            "file_read: '" + path +
+                                "' is absolute; give a path inside the workspace");
+        int dir = ::open(canonical_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0)
+          return make_error(errc::io_error,
+                            "file_read: workspace: " + std::string{std::strerror(errno)});
+        open_how how{};
+        how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
+        how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+        int fd = static_cast<int>(::syscall(SYS_openat2, dir, path.c_str(), &how, sizeof(how)));
+        int err = errno;
+        ::close(dir);
+        if (fd < 0)
+          return make_error(err == EXDEV ? errc::invalid_argument : errc::not_found,
+                            "file_read: '" + path + "': " +
+                                (err == EXDEV   ? std::string{"leads outside the workspace"}
+                                 : err == ELOOP ? std::string{"is a symlink"}
+                                                : std::string{std::strerror(err)}));
+        std::string data;
+        char buf[65536];
+        bool truncated = false;
+        for (;;) {
+          auto n = ::read(fd, buf, sizeof(buf));
+          if (n <= 0)
+            break;
+          auto room = defaults::builtin_tools::file_read_max_bytes - data.size();
+          data.append(buf, std::min<std::size_t>(room, static_cast<std::size_t>(n)));
+          if (static_cast<std::size_t>(n) > room) {
+            truncated = true;
+            break;
+          }
+        }
+        ::close(fd);
+        std::int64_t first =
+            args.contains("start_line") ? args.at("start_line").to_number<std::int64_t>() : 1;
+        std::int64_t last =
+            args.contains("end_line") ? args.at("end_line").to_number<std::int64_t>() : INT64_MAX;
+        if (last < first)
+          return make_error(errc::invalid_argument, "file_read: end_line " + std::to_string(last) +
+                                                        " is before start_line " +
+                                                        std::to_string(first));
+        std::string out;
+        std::istringstream lines{data};
+        std::string line;
+        std::int64_t no = 0;
+        while (std::getline(lines, line)) {
+          ++no;
+          if (no >= first && no <= last)
+            out += line + "\n";
+        }
+        return tool_output{out, {{"path", path}, {"lines", no}, {"truncated", truncated}}};
+      });
+}
+
+expected<void> add_shell_tool(tool_registry& registry, const fs::path& work_root,
+                              sandbox_limits limits) {
+  tool_spec spec{"shell", "Run a bash command in an isolated sandbox without network access.",
+                 schema(R"({"type": "object", "additionalProperties": false,
+                   "required": ["command"],
+                   "properties": {
+                     "command": {"type": "string", "minLength": 1, "maxLength": 16384}}})")};
+  return registry.add(
+      std::move(spec), [work_root, limits](const json::object& args) -> expected<tool_output> {
+        call_dir dir{work_root};
+        if (dir.ec)
+          return make_error(errc::io_error, "shell: cannot create a work directory under '" +
+                                                work_root.string() + "': " + dir.ec.message());
+        sandbox_request req;
+        req.argv = {"/bin/bash", "-c", std::string{args.at("command").as_string()}};
+        req.env = sandbox_env;
+        req.workdir = dir.path;
+        req.limits = limits;
+        auto r = run_sandboxed(req);
+        if (!r)
+          return r.error();
+        auto details = describe(*r);
+        details["stdout"] = r->out;
+        details["stderr"] = r->err;
+        std::string content = r->out;
+        if (!r->err.empty())
+          content += (content.empty() ? "" : "\n") + std::string{"[stderr]\n"} + r->err;
+        content += "[exit " + std::to_string(r->exit_code) +
+                   (r->signal != 0 ? ", signal " + std::to_string(r->signal) : "") +
+                   (r->limit.empty() ? "" : ", limit " + r->limit) + "]";
+        return tool_output{content, details};
+      });
+}
+
+expected<void> add_compile_tool(tool_registry& registry, const fs::path& work_root,
+                                sandbox_limits limits) {
+  tool_spec spec{"compile",
+                 "Compile C or C++ source with clang (syntax check or object file) and return "
+                 "the diagnostics.",
+                 schema(R"({"type": "object", "additionalProperties": false,
+                   "required": ["source", "language"],
+                   "properties": {
+                     "source": {"type": "string", "maxLength": 262144},
+                     "language": {"enum": ["c", "c++"]},
+                     "mode": {"enum": ["syntax", "object"]},
+                     "flags": {"type": "array", "maxItems": 32,
+                               "items": {"type": "string", "maxLength": 128}}}})")};
+  return registry.add(
+      std::move(spec), [work_root, limits](const json::object& args) -> expected<tool_output> {
+        // Flags from an allowlist: standards, optimisation, warnings and macro definitions.
+        static const std::regex allowed{
+            R"(^(-std=(c|c\+\+|gnu|gnu\+\+)[0-9a-z]{2}|-O[0-3sz]?|-W[a-z0-9-]+|-Wno-[a-z0-9-]+|-pedantic|-D[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.]*)?|-g|-fno-exceptions|-fno-rtti)$)"};
+        std::vector<std::string> flags;
+        if (const auto* f = args.if_contains("flags"))
+          for (std::size_t i = 0; i < f->as_array().size(); ++i) {
+            std::string flag{f->as_array()[i].as_string()};
+            if (!std::regex_match(flag, allowed))
+              return make_error(
+                  errc::invalid_argument,
+                  "compile: arguments.flags[" + std::to_string(i) + "] = \"" + flag +
+                      "\" is not allowed; allowed: -std=..., -O0..-O3/-Os/-Oz, -W..., "
+                      "-pedantic, -DNAME[=VALUE], -g, -fno-exceptions, -fno-rtti");
+            flags.push_back(flag);
+          }
+        bool cxx = args.at("language").as_string() == "c++";
+        bool object = args.contains("mode") && args.at("mode").as_string() == "object";
+        call_dir dir{work_root};
+        if (dir.ec)
+          return make_error(errc::io_error,
+                            "compile: cannot create a work directory: " + dir.ec.message());
+        std::string file = cxx ? "input.cpp" : "input.c";
+        {
+          std::ofstream out{dir.path / file};
+          out << std::string_view{args.at("source").as_string()};
+        }
+        if (::getuid() == 0)
+          fs::permissions(dir.path / file, fs::perms::all, fs::perm_options::add);
+        sandbox_request req;
+        req.argv = {cxx ? "/usr/bin/clang++" : "/usr/bin/clang", "-fno-color-diagnostics",
+                    "-fno-caret-diagnostics"};
+        req.argv.insert(req.argv.end(), flags.begin(), flags.end());
+        if (object)
+          req.argv.insert(req.argv.end(), {"-c", file, "-o", "input.o"});
+        else
+          req.argv.insert(req.argv.end(), {"-fsyntax-only", file});
+        req.env = sandbox_env;
+        req.workdir = dir.path;
+        req.limits = limits;
+        auto r = run_sandboxed(req);
+        if (!r)
+          return r.error();
+        // clang's "file:line:col: severity: message" lines.
+        static const std::regex diag{
+            R"(^([^:\n]+):(\d+):(\d+): (error|warning|note|fatal error): (.*)$)"};
+        json::array diagnostics;
+        std::istringstream lines{r->err};
+        std::string line;
+        std::size_t errors = 0, warnings = 0;
+        while (std::getline(lines, line)) {
+          std::smatch m;
+          if (!std::regex_match(line, m, diag))
+            continue;
+          std::string severity = m[4] == "fatal error" ? "error" : std::string{m[4]};
+          errors += severity == "error";
+          warnings += severity == "warning";
+          diagnostics.push_back(json::object{{"file", std::string{m[1]}},
+                                             {"line", std::stoll(m[2])},
+                                             {"column", std::stoll(m[3])},
+                                             {"severity", severity},
+                                             {"message", std::string{m[5]}}});
+        }
+        bool ok = r->exit_code == 0;
+        auto details = describe(*r);
+        details["success"] = ok;
+        details["diagnostics"] = std::move(diagnostics);
+        if (object && ok)
+          details["object_bytes"] = fs::file_size(dir.path / "input.o");
+        std::string content = (ok ? "compiled" : "failed") + std::string{": "} +
+                              std::to_string(errors) + " error(s), " + std::to_string(warnings) +
+                              " warning(s)\n" + r->err;
+        return tool_output{content, details};
+      });
+}
+
+} // namespace triad

@@ -1,0 +1,41 @@
+#pragma once
+
+#include <filesystem>
+
+#include "tools/registry.hpp"
+#include "tools/sandbox.hpp"
+
+namespace triad {
+
+/// Defaults of the built-in tools.
+namespace defaults::builtin_tools {
+/// Bytes file_read returns at most.
+inline constexpr std::size_t file_read_max_bytes = 256 << 10;
+/// Address space of a compiler process: clang reserves far more than it touches.
+inline constexpr std::uint64_t compile_address_space_bytes = 4ull << 30;
+} // namespace defaults::builtin_tools
+
+/// The sandbox limits compile uses by default: the defaults, with room for clang's address
+/// space.
+inline sandbox_limits compile_limits() {
+  sandbox_limits l;
+  l.address_space_bytes = defaults::builtin_tools::compile_address_space_bytes;
+  return l;
+}
+
+/// `file_read`: reads a file inside `root` (openat2 with RESOLVE_BENEATH, so "..", absolute
+/// paths and symlinks leading out are refused by the kernel), optionally a line range, up to a
+/// size cap.
+expected<void> add_file_read_tool(tool_registry& registry, const std::filesystem::path& root);
+
+/// `shell`: runs a bash command in the sandbox (network off, limits as given), in a fresh work
+/// directory under `work_root`.
+expected<void> add_shell_tool(tool_registry& registry, const std::filesystem::path& work_root,
+                              sandbox_limits limits = {});
+
+/// `compile`: clang on a C or C++ source, syntax-only or to an object, flags from an allowlist,
+/// in the sandbox; diagnostics come back structured (file, line, column, severity, message).
+expected<void> add_compile_tool(tool_registry& registry, const std::filesystem::path& work_root,
+                                sandbox_limits limits = compile_limits());
+
+} // namespace triad
