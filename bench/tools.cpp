@@ -1,0 +1,105 @@
+// triad-bench-tools: sandbox start-to-exit latency of a trivial command (p50, p99) against
+// plain fork/exec of the same command in the same run, and compile calls per second for a small
+// translation unit. (vector_search recall is measured once that tool exists: issue #5.)
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/report.hpp"
+#include "tools/builtin.hpp"
+#include "tools/sandbox.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double percentile(std::vector<double> xs, double p) {
+  std::sort(xs.begin(), xs.end());
+  auto i = static_cast<std::size_t>(p * static_cast<double>(xs.size() - 1) + 0.5);
+  return xs[std::min(i, xs.size() - 1)];
+}
+
+// Microseconds to fork, exec /bin/true and reap it, without any isolation.
+double fork_exec_us() {
+  auto start = clock_type::now();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    char* argv[] = {const_cast<char*>("/bin/true"), nullptr};
+    char* envp[] = {nullptr};
+    ::execve(argv[0], argv, envp);
+    ::_exit(127);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return std::chrono::duration<double, std::micro>(clock_type::now() - start).count();
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"triad-bench-tools: sandbox latency against fork/exec, compile calls/s"};
+  std::string json_path;
+  bool quick = false;
+  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
+  app.add_flag("--quick", quick, "fewer repetitions (under 60 s)");
+  CLI11_PARSE(app, argc, argv);
+
+  const int runs = quick ? 60 : 400;
+  auto base =
+      std::filesystem::temp_directory_path() / ("triad-bench-tools-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(base / "work");
+  std::vector<double> plain, sandboxed;
+  for (int i = 0; i < runs; ++i) {
+    plain.push_back(fork_exec_us());
+    triad::sandbox_request req;
+    req.argv = {"/bin/true"};
+    req.workdir = base / "work";
+    auto start = clock_type::now();
+    auto r = triad::run_sandboxed(req);
+    if (!r || r->exit_code != 0) {
+      std::fprintf(stderr, "triad-bench-tools: sandbox run failed: %s\n",
+                   r ? r->err.c_str() : r.error().message.c_str());
+      return 1;
+    }
+    sandboxed.push_back(
+        std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
+  }
+  triad::tool_registry registry;
+  if (auto ok = triad::add_compile_tool(registry, base); !ok) {
+    std::fprintf(stderr, "triad-bench-tools: %s\n", ok.error().message.c_str());
+    return 1;
+  }
+  const int compiles = quick ? 8 : 40;
+  auto start = clock_type::now();
+  for (int i = 0; i < compiles; ++i) {
+    auto out = registry.call("compile", R"({"language": "c", "mode": "object",
+      "source": "static int sq(int x) { return x * x; }\nint sum(int n) { int s = 0; for (int i = 0; i < n; ++i) s += sq(i); return s; }\n"})");
+    if (!out || !out->details.at("success").as_bool()) {
+      std::fprintf(stderr, "triad-bench-tools: compile failed\n");
+      return 1;
+    }
+  }
+  double compile_s = std::chrono::duration<double>(clock_type::now() - start).count();
+  std::filesystem::remove_all(base);
+
+  triad::bench::report out;
+  out.quick = quick;
+  out.metrics["runs"] = runs;
+  out.metrics["sandbox_p50_us"] = percentile(sandboxed, 0.5);
+  out.metrics["sandbox_p99_us"] = percentile(sandboxed, 0.99);
+  out.metrics["forkexec_p50_us"] = percentile(plain, 0.5);
+  out.metrics["forkexec_p99_us"] = percentile(plain, 0.99);
+  out.metrics["compile_calls_per_s"] = compiles / compile_s;
+  out.ratios["sandbox_over_forkexec"] = percentile(sandboxed, 0.5) / percentile(plain, 0.5);
+  out.print();
+  if (!json_path.empty() && !out.write(json_path))
+    return 1;
+  return 0;
+}

@@ -1,0 +1,75 @@
+#include <boost/json/parse.hpp>
+#include <boost/test/unit_test.hpp>
+#include <caf/all.hpp>
+
+#include "tools/executor.hpp"
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A registry with one tool that sleeps for the given milliseconds on its calling thread.
+std::shared_ptr<triad::tool_registry> sleeper() {
+  auto r = std::make_shared<triad::tool_registry>();
+  auto ok = r->add({"nap", "sleep a while",
+                    json::parse(R"({"type": "object", "required": ["ms"],
+                      "properties": {"ms": {"type": "integer", "minimum": 0}}})")
+                        .as_object()},
+                   [](const json::object& args) -> triad::expected<triad::tool_output> {
+                     std::this_thread::sleep_for(
+                         std::chrono::milliseconds{args.at("ms").to_number<int>()});
+                     return triad::tool_output{"rested", {{"ms", args.at("ms")}}};
+                   });
+  BOOST_REQUIRE(ok.has_value());
+  return r;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(executor)
+
+BOOST_AUTO_TEST_CASE(calls_beyond_the_queue_are_refused_busy_and_the_rest_all_complete) {
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  triad::tool_executor_options o;
+  o.concurrency = 2;
+  o.queue_capacity = 3;
+  auto ex = triad::spawn_tool_executor(dom, sleeper(), o);
+  BOOST_REQUIRE(ex.has_value());
+  {
+    caf::scoped_actor self{dom.system()};
+    // Seven calls at once: two run, three wait, two are refused at once.
+    for (int i = 0; i < 7; ++i)
+      self->send(*ex, triad::tool_call_atom::value, std::string{"nap"},
+                 std::string{R"({"ms": 300})"});
+    int ok = 0, busy = 0;
+    for (int i = 0; i < 7; ++i)
+      self->receive([&](triad::tool_reply& r) { r.busy ? ++busy : ok += r.ok; },
+                    caf::after(30s) >> [] { BOOST_FAIL("a call was lost"); });
+    BOOST_TEST(ok == 5);
+    BOOST_TEST(busy == 2);
+  }
+  caf::anon_send_exit(*ex, caf::exit_reason::user_shutdown);
+  dom.stop(10s);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_call_is_answered_with_the_reason) {
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  auto ex = triad::spawn_tool_executor(dom, sleeper());
+  BOOST_REQUIRE(ex.has_value());
+  {
+    caf::scoped_actor self{dom.system()};
+    self->request(*ex, caf::infinite, triad::tool_call_atom::value, std::string{"nap"},
+                  std::string{R"({"ms": -5})"})
+        .receive(
+            [](triad::tool_reply& r) {
+              BOOST_TEST(!r.ok);
+              BOOST_TEST(r.content.find("arguments.ms") != std::string::npos);
+            },
+            [](caf::error&) { BOOST_FAIL("no reply"); });
+  }
+  caf::anon_send_exit(*ex, caf::exit_reason::user_shutdown);
+  dom.stop(10s);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,126 @@
+#include "tools/executor.hpp"
+
+#include <deque>
+
+#include "runtime/bridge.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <caf/all.hpp>
+
+namespace triad {
+
+namespace {
+
+using call_done_atom = caf::atom_constant<caf::atom("calldone")>;
+
+class executor_actor : public homed_actor {
+public:
+  executor_actor(caf::actor_config& cfg, std::shared_ptr<const tool_registry> tools,
+                 tool_executor_options options, std::vector<std::unique_ptr<driver_thread>> workers)
+      : homed_actor(cfg)
+      , tools_(std::move(tools))
+      , options_(options)
+      , workers_(std::move(workers)) {
+    for (std::size_t i = 0; i < workers_.size(); ++i)
+      free_.push_back(i);
+    // Workers finish their current call and join when the actor goes away.
+    attach_functor([this](const caf::error&) { workers_.clear(); });
+  }
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](tool_call_atom, std::string& name, std::string& args) -> caf::result<tool_reply> {
+          if (running_ >= options_.concurrency && waiting_.size() >= options_.queue_capacity) {
+            tool_reply busy;
+            busy.busy = true;
+            busy.content = "busy: " + std::to_string(running_) + " tool calls running and " +
+                           std::to_string(waiting_.size()) + " waiting; retry later";
+            return busy;
+          }
+          auto promise = make_response_promise<tool_reply>();
+          waiting_.push_back({std::move(name), std::move(args), promise});
+          start_next();
+          return promise;
+        },
+        [this](call_done_atom, std::uint64_t key, std::size_t worker, tool_reply& reply) {
+          auto it = in_flight_.find(key);
+          if (it != in_flight_.end()) {
+            it->second.deliver(std::move(reply));
+            in_flight_.erase(it);
+          }
+          free_.push_back(worker);
+          --running_;
+          start_next();
+        },
+    };
+  }
+
+private:
+  struct pending {
+    std::string name;
+    std::string args;
+    caf::response_promise promise;
+  };
+
+  // Starts waiting calls while workers are free; each worker is a thread of its own (the
+  // runtime bridge) that reports back by message, so a slow tool never blocks this actor.
+  void start_next() {
+    while (!free_.empty() && !waiting_.empty()) {
+      auto call = std::move(waiting_.front());
+      waiting_.pop_front();
+      auto key = next_key_++;
+      auto worker = free_.back();
+      free_.pop_back();
+      in_flight_.emplace(key, call.promise);
+      ++running_;
+      auto self = caf::actor_cast<caf::actor>(this);
+      auto job = [tools = tools_, self, key, worker, name = std::move(call.name),
+                  args = std::move(call.args)] {
+        tool_reply reply;
+        auto out = tools->call(name, args);
+        if (out) {
+          reply.ok = true;
+          reply.content = std::move(out->content);
+          reply.details_json = boost::json::serialize(out->details);
+        } else {
+          reply.content = out.error().message;
+        }
+        caf::anon_send(self, call_done_atom::value, key, worker, std::move(reply));
+      };
+      // A free worker's queue is empty, so the job is always accepted.
+      workers_[worker]->try_submit(std::move(job));
+    }
+  }
+
+  std::shared_ptr<const tool_registry> tools_;
+  tool_executor_options options_;
+  std::deque<pending> waiting_;
+  std::map<std::uint64_t, caf::response_promise> in_flight_;
+  std::vector<std::unique_ptr<driver_thread>> workers_;
+  std::vector<std::size_t> free_;
+  std::size_t running_ = 0;
+  std::uint64_t next_key_ = 0;
+};
+
+} // namespace
+
+expected<caf::actor> spawn_tool_executor(domain& home, std::shared_ptr<const tool_registry> tools,
+                                         tool_executor_options options) {
+  if (tools == nullptr)
+    return make_error(errc::invalid_argument, "tool executor: no registry");
+  if (options.concurrency == 0)
+    return make_error(errc::invalid_argument, "tool executor: concurrency 0; allowed: 1 or more");
+  std::vector<std::unique_ptr<driver_thread>> workers;
+  for (std::size_t i = 0; i < options.concurrency; ++i) {
+    driver_options d;
+    d.name = "tool." + std::to_string(i);
+    d.capacity = 1;
+    auto w = driver_thread::start(std::move(d));
+    if (!w)
+      return w.error();
+    workers.push_back(std::move(*w));
+  }
+  return home.spawn<executor_actor>(std::move(tools), options, std::move(workers));
+}
+
+} // namespace triad
