@@ -1,11 +1,13 @@
 // triad-bench-tools: sandbox start-to-exit latency of a trivial command (p50, p99) against
-// plain fork/exec of the same command in the same run, and compile calls per second for a small
-// translation unit. (vector_search recall is measured once that tool exists: issue #5.)
+// plain fork/exec of the same command in the same run; vector search recall@10 and queries/s of
+// the HNSW index (with exact re-ranking) against exact search on a generated corpus (100k chunks,
+// 20k with --quick); compile calls per second for a small translation unit.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,6 +73,65 @@ int main(int argc, char** argv) {
     sandboxed.push_back(
         std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
   }
+  // Vector search on a generated corpus: chunks of 40 words drawn from a Zipf-like vocabulary;
+  // queries are chunks with 30% of their words replaced.
+  const std::size_t n_chunks = quick ? 20'000 : 100'000;
+  std::mt19937_64 rng{42};
+  std::vector<std::string> vocab;
+  for (int i = 0; i < 5000; ++i) {
+    std::string w;
+    for (int c = 0, len = 3 + static_cast<int>(rng() % 6); c < len; ++c)
+      w += static_cast<char>('a' + rng() % 26);
+    vocab.push_back(w);
+  }
+  auto word = [&] {
+    double u = std::uniform_real_distribution<double>{0, 1}(rng);
+    return vocab[static_cast<std::size_t>(std::pow(u, 2.5) *
+                                          static_cast<double>(vocab.size() - 1))];
+  };
+  std::vector<std::vector<std::string>> docs(n_chunks);
+  std::vector<float> vectors;
+  vectors.reserve(n_chunks * triad::defaults::vector_search::dim);
+  for (auto& d : docs) {
+    std::string text;
+    for (int i = 0; i < 40; ++i) {
+      d.push_back(word());
+      text += d.back() + " ";
+    }
+    auto v = triad::embed_text(text);
+    vectors.insert(vectors.end(), v.begin(), v.end());
+  }
+  auto build_start = clock_type::now();
+  auto index =
+      triad::vector_index::build_vectors(std::move(vectors), triad::defaults::vector_search::dim);
+  if (!index) {
+    std::fprintf(stderr, "triad-bench-tools: %s\n", index.error().message.c_str());
+    return 1;
+  }
+  double build_s = std::chrono::duration<double>(clock_type::now() - build_start).count();
+  const int queries = quick ? 200 : 1000;
+  std::vector<std::vector<float>> qs;
+  for (int i = 0; i < queries; ++i) {
+    auto d = docs[rng() % docs.size()];
+    for (auto& w : d)
+      if (rng() % 10 < 3)
+        w = word();
+    std::string text;
+    for (auto& w : d)
+      text += w + " ";
+    qs.push_back(triad::embed_text(text));
+  }
+  std::size_t agree = 0;
+  auto search_start = clock_type::now();
+  std::vector<std::vector<triad::vector_hit>> ann;
+  for (const auto& q : qs)
+    ann.push_back((*index)->search_vector(q.data(), 10));
+  double search_s = std::chrono::duration<double>(clock_type::now() - search_start).count();
+  for (std::size_t i = 0; i < qs.size(); ++i)
+    for (const auto& e : (*index)->exact(qs[i].data(), 10))
+      for (const auto& a : ann[i])
+        agree += a.chunk == e.chunk;
+
   triad::tool_registry registry;
   if (auto ok = triad::add_compile_tool(registry, base); !ok) {
     std::fprintf(stderr, "triad-bench-tools: %s\n", ok.error().message.c_str());
@@ -97,6 +158,10 @@ int main(int argc, char** argv) {
   out.metrics["forkexec_p50_us"] = percentile(plain, 0.5);
   out.metrics["forkexec_p99_us"] = percentile(plain, 0.99);
   out.metrics["compile_calls_per_s"] = compiles / compile_s;
+  out.metrics["corpus_chunks"] = n_chunks;
+  out.metrics["index_build_s"] = build_s;
+  out.metrics["queries_per_s"] = queries / search_s;
+  out.metrics["recall_at_10"] = static_cast<double>(agree) / (10.0 * queries);
   out.ratios["sandbox_over_forkexec"] = percentile(sandboxed, 0.5) / percentile(plain, 0.5);
   out.print();
   if (!json_path.empty() && !out.write(json_path))

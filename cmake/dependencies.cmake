@@ -29,3 +29,12 @@ find_path(TRIAD_CONCURRENTQUEUE_INCLUDE concurrentqueue/blockingconcurrentqueue.
 add_library(triad_concurrentqueue INTERFACE)
 target_include_directories(triad_concurrentqueue SYSTEM INTERFACE ${TRIAD_CONCURRENTQUEUE_INCLUDE})
 add_library(moodycamel::concurrentqueue ALIAS triad_concurrentqueue)
+
+# oneDNN's CMake config insists on OpenCL headers (Debian builds its GPU runtime), which the
+# cpu backend does not use: find the library and headers directly.
+find_path(TRIAD_DNNL_INCLUDE oneapi/dnnl/dnnl.hpp REQUIRED)
+find_library(TRIAD_DNNL dnnl REQUIRED)
+find_package(OpenMP REQUIRED)
+find_path(TRIAD_XXHASH_INCLUDE xxhash.h REQUIRED)
+find_library(TRIAD_XXHASH xxhash REQUIRED)
+

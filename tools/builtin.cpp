@@ -256,4 +256,34 @@ expected<void> add_compile_tool(tool_registry& registry, const fs::path& work_ro
       });
 }
 
+expected<void> add_vector_search_tool(tool_registry& registry,
+                                      std::shared_ptr<const vector_index> index) {
+  if (index == nullptr || index->chunks().empty())
+    return make_error(errc::invalid_argument, "vector_search: no index, or an index of no text");
+  tool_spec spec{"vector_search",
+                 "Find the passages of the indexed corpus most similar to a query.",
+                 schema(R"({"type": "object", "additionalProperties": false,
+                   "required": ["query"],
+                   "properties": {
+                     "query": {"type": "string", "minLength": 1, "maxLength": 4096},
+                     "k": {"type": "integer", "minimum": 1, "maximum": 50}}})")};
+  return registry.add(std::move(spec), [index](const json::object& args) -> expected<tool_output> {
+    std::size_t k = args.contains("k") ? args.at("k").to_number<std::size_t>() : 5;
+    auto hits = index->search(std::string_view{args.at("query").as_string()}, k);
+    json::array results;
+    std::string content;
+    for (const auto& h : hits) {
+      const auto& c = index->chunks()[h.chunk];
+      results.push_back(json::object{{"file", c.file},
+                                     {"start_line", c.start_line},
+                                     {"end_line", c.end_line},
+                                     {"score", h.score},
+                                     {"text", c.text}});
+      content += c.file + ":" + std::to_string(c.start_line) + "-" + std::to_string(c.end_line) +
+                 " (score " + std::to_string(h.score) + ")\n" + c.text + "\n";
+    }
+    return tool_output{content, {{"results", std::move(results)}}};
+  });
+}
+
 } // namespace triad

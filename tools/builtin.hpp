@@ -4,6 +4,7 @@
 
 #include "tools/registry.hpp"
 #include "tools/sandbox.hpp"
+#include "tools/vector_index.hpp"
 
 namespace triad {
 
@@ -37,5 +38,10 @@ expected<void> add_shell_tool(tool_registry& registry, const std::filesystem::pa
 /// in the sandbox; diagnostics come back structured (file, line, column, severity, message).
 expected<void> add_compile_tool(tool_registry& registry, const std::filesystem::path& work_root,
                                 sandbox_limits limits = compile_limits());
+
+/// `vector_search`: the k chunks of the indexed corpus nearest to a query, with scores and
+/// source locations (file, line range).
+expected<void> add_vector_search_tool(tool_registry& registry,
+                                      std::shared_ptr<const vector_index> index);
 
 } // namespace triad
