@@ -8,6 +8,18 @@ jobs="${TRIAD_JOBS:-2}"
 
 scripts/install-deps.sh
 
+# The real MCP server the tools tests talk to (pinned). Without npm or the registry the MCP
+# tests report themselves skipped; everything else still runs.
+if command -v npm >/dev/null 2>&1; then
+  if [ ! -f .cache/mcp/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js ]; then
+    npm install --prefix .cache/mcp --no-audit --no-fund \
+      @modelcontextprotocol/server-filesystem@2026.8.31 \
+      || echo "test.sh: WARNING: npm install of the MCP test server failed; MCP tests will be skipped" >&2
+  fi
+else
+  echo "test.sh: WARNING: npm not found; MCP tests will be skipped" >&2
+fi
+
 echo "== release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTRIAD_WERROR=ON
 cmake --build build -j"$jobs"

@@ -1,0 +1,124 @@
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/json/parse.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "tools/mcp.hpp"
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The real MCP filesystem server from npm, installed by scripts/test.sh into .cache/mcp (ctest
+// passes its script in TRIAD_MCP_FS_SERVER and node in TRIAD_NODE).
+std::string server_script() {
+  const char* s = std::getenv("TRIAD_MCP_FS_SERVER");
+  return s != nullptr ? s : "";
+}
+
+struct server_installed {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) {
+    boost::test_tools::assertion_result r{!server_script().empty() && fs::exists(server_script()) &&
+                                          std::getenv("TRIAD_NODE") != nullptr};
+    r.message() << "the npm package @modelcontextprotocol/server-filesystem is not installed "
+                   "(scripts/test.sh installs it into .cache/mcp); MCP tests skipped";
+    return r;
+  }
+};
+
+struct mcp_fixture {
+  mcp_fixture() {
+    root = fs::temp_directory_path() / ("triad-mcp-" + std::to_string(::getpid()));
+    fs::create_directories(root);
+    std::ofstream{root / "notes.txt"} << "alpha\nbeta\n";
+  }
+  ~mcp_fixture() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+  triad::mcp_server_config config(std::chrono::milliseconds call_timeout = 15s) {
+    triad::mcp_server_config c;
+    c.name = "fs";
+    c.argv = {std::getenv("TRIAD_NODE"), server_script(), fs::canonical(root).string()};
+    c.env = {"PATH=/usr/bin:/bin", "HOME=" + root.string()};
+    c.call_timeout = call_timeout;
+    return c;
+  }
+  fs::path root;
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(mcp, mcp_fixture, *boost::unit_test::precondition(server_installed{}))
+
+BOOST_AUTO_TEST_CASE(tools_are_listed_and_a_call_round_trips_through_the_registry) {
+  auto client = triad::mcp_client::start(config());
+  BOOST_REQUIRE_MESSAGE(client.has_value(), (client ? "" : client.error().message));
+  triad::tool_registry registry;
+  BOOST_REQUIRE(triad::add_mcp_tools(registry, *client).has_value());
+  BOOST_REQUIRE(registry.find("fs__read_text_file") != nullptr);
+  BOOST_TEST(registry.list().size() > 3u);
+  auto path = (fs::canonical(root) / "notes.txt").string();
+  auto out = registry.call("fs__read_text_file", R"({"path": ")" + path + R"("})");
+  BOOST_REQUIRE_MESSAGE(out.has_value(), (out ? "" : out.error().message));
+  BOOST_TEST(out->content == "alpha\nbeta\n");
+  // The server's own schema is enforced before anything is sent.
+  BOOST_TEST(!registry.call("fs__read_text_file", R"({"path": 7})"));
+  // A path outside its allowed directory is the server's error, passed on.
+  auto outside = registry.call("fs__read_text_file", R"({"path": "/etc/shadow"})");
+  BOOST_TEST(!outside);
+}
+
+BOOST_AUTO_TEST_CASE(a_server_that_crashes_fails_the_call_and_is_restarted_later) {
+  auto client = triad::mcp_client::start(config());
+  BOOST_REQUIRE(client.has_value());
+  auto path = (fs::canonical(root) / "notes.txt").string();
+  json::object args{{"path", path}};
+  BOOST_REQUIRE((*client)->call("read_text_file", args).has_value());
+  ::kill((*client)->pid(), SIGKILL);
+  auto failed = (*client)->call("read_text_file", args);
+  BOOST_REQUIRE(!failed);
+  BOOST_TEST(failed.error().message.find("exited") != std::string::npos);
+  // After the backoff the next call starts the server again and succeeds.
+  triad::expected<triad::tool_output> again = triad::make_error(triad::errc::busy, "not tried");
+  for (int i = 0; i < 40 && !again; ++i) {
+    std::this_thread::sleep_for(100ms);
+    again = (*client)->call("read_text_file", args);
+  }
+  BOOST_REQUIRE_MESSAGE(again.has_value(), (again ? "" : again.error().message));
+  BOOST_TEST(again->content == "alpha\nbeta\n");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(mcp_start)
+
+BOOST_AUTO_TEST_CASE(a_server_that_never_answers_fails_to_start_with_a_timeout) {
+  triad::mcp_server_config c;
+  c.name = "mute";
+  c.argv = {"/bin/sleep", "1000"};
+  c.start_timeout = 500ms;
+  auto client = triad::mcp_client::start(c);
+  BOOST_REQUIRE(!client);
+  BOOST_TEST(client.error().message.find("did not initialize") != std::string::npos);
+  BOOST_TEST(client.error().message.find("500 ms") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_relative_program_is_refused) {
+  triad::mcp_server_config c;
+  c.name = "rel";
+  c.argv = {"node"};
+  auto client = triad::mcp_client::start(c);
+  BOOST_REQUIRE(!client);
+  BOOST_TEST(client.error().message.find("absolute") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
