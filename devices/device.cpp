@@ -13,6 +13,7 @@ namespace triad {
 namespace {
 
 using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using export_done_atom = caf::atom_constant<caf::atom("exportdone")>;
 using import_done_atom = caf::atom_constant<caf::atom("importdone")>;
 
@@ -96,6 +97,10 @@ public:
         },
         [this](free_atom, seq_id id) { release(id); },
         [this](stats_atom) { return snapshot(); },
+        [this](retry_atom) {
+          retry_pending_ = false;
+          schedule();
+        },
         [this](export_atom, seq_id id) -> caf::result<kv_blob> {
           auto* s = find(id);
           if (s == nullptr || s->computed == 0)
@@ -336,10 +341,22 @@ private:
       result->kv = be->kv();
       caf::anon_send(self, step_done_atom::value, result);
     };
-    if (driver_->try_submit(std::move(job)) == submit_result::accepted)
+    switch (driver_->try_submit(std::move(job))) {
+    case submit_result::accepted:
       in_flight_ = true;
-    // A full driver queue cannot happen with one step in flight; a stopping driver means the
-    // device is going down, and nothing more is scheduled.
+      break;
+    case submit_result::full:
+      // The driver still holds the previous step's tail or frees: the frees taken for this
+      // step go back, and scheduling is retried shortly, so no work is dropped.
+      pending_frees_.insert(pending_frees_.end(), frees.begin(), frees.end());
+      if (!retry_pending_) {
+        retry_pending_ = true;
+        delayed_send(this, std::chrono::milliseconds{1}, retry_atom::value);
+      }
+      break;
+    case submit_result::stopped:
+      break; // the device is going down
+    }
   }
 
   void on_step(step_result& r) {
@@ -462,6 +479,7 @@ private:
   std::map<std::uint64_t, caf::response_promise> exports_;
   std::uint64_t next_promise_ = 0;
   bool in_flight_ = false;
+  bool retry_pending_ = false;
   std::uint64_t next_order_ = 0;
   device_stats stats_;
   kv_usage kv_;

@@ -59,7 +59,9 @@ public:
   /// Stops (drains every accepted job) and joins.
   ~driver_thread();
 
-  /// Queues a job unless the queue is full or the driver is stopping; never blocks.
+  /// Queues a job unless the queue is full or the driver is stopping; never blocks. A job
+  /// counts against the capacity until it has returned, so a job that reports its result by
+  /// message may be answered before its slot is free again.
   submit_result try_submit(driver_job job);
 
   /// Queues `fun` and sends its result to `reply_to` as a message once it has run.

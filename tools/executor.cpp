@@ -12,6 +12,7 @@ namespace triad {
 namespace {
 
 using call_done_atom = caf::atom_constant<caf::atom("calldone")>;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
 
 class executor_actor : public homed_actor {
 public:
@@ -42,6 +43,10 @@ public:
           start_next();
           return promise;
         },
+        [this](retry_atom) {
+          retry_pending_ = false;
+          start_next();
+        },
         [this](call_done_atom, std::uint64_t key, std::size_t worker, tool_reply& reply) {
           auto it = in_flight_.find(key);
           if (it != in_flight_.end()) {
@@ -66,18 +71,17 @@ private:
   // runtime bridge) that reports back by message, so a slow tool never blocks this actor.
   void start_next() {
     while (!free_.empty() && !waiting_.empty()) {
-      auto call = std::move(waiting_.front());
+      auto call = std::make_shared<pending>(std::move(waiting_.front()));
       waiting_.pop_front();
       auto key = next_key_++;
       auto worker = free_.back();
       free_.pop_back();
-      in_flight_.emplace(key, call.promise);
+      in_flight_.emplace(key, call->promise);
       ++running_;
       auto self = caf::actor_cast<caf::actor>(this);
-      auto job = [tools = tools_, self, key, worker, name = std::move(call.name),
-                  args = std::move(call.args)] {
+      auto job = [tools = tools_, self, key, worker, call] {
         tool_reply reply;
-        auto out = tools->call(name, args);
+        auto out = tools->call(call->name, call->args);
         if (out) {
           reply.ok = true;
           reply.content = std::move(out->content);
@@ -87,8 +91,20 @@ private:
         }
         caf::anon_send(self, call_done_atom::value, key, worker, std::move(reply));
       };
-      // A free worker's queue is empty, so the job is always accepted.
-      workers_[worker]->try_submit(std::move(job));
+      // A free worker may still be finishing its previous job (it reports before it returns),
+      // so each worker's queue holds two; should it refuse anyway, the call waits again and
+      // starting is retried shortly: nothing is lost.
+      if (workers_[worker]->try_submit(std::move(job)) != submit_result::accepted) {
+        waiting_.push_front(std::move(*call));
+        in_flight_.erase(key);
+        free_.push_back(worker);
+        --running_;
+        if (!retry_pending_) {
+          retry_pending_ = true;
+          delayed_send(this, std::chrono::milliseconds{1}, retry_atom::value);
+        }
+        return;
+      }
     }
   }
 
@@ -99,6 +115,7 @@ private:
   std::vector<std::unique_ptr<driver_thread>> workers_;
   std::vector<std::size_t> free_;
   std::size_t running_ = 0;
+  bool retry_pending_ = false;
   std::uint64_t next_key_ = 0;
 };
 
@@ -114,7 +131,7 @@ expected<caf::actor> spawn_tool_executor(domain& home, std::shared_ptr<const too
   for (std::size_t i = 0; i < options.concurrency; ++i) {
     driver_options d;
     d.name = "tool." + std::to_string(i);
-    d.capacity = 1;
+    d.capacity = 2; // the next job may arrive while the previous one returns
     auto w = driver_thread::start(std::move(d));
     if (!w)
       return w.error();
