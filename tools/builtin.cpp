@@ -43,6 +43,17 @@ struct call_dir {
 const std::vector<std::string> sandbox_env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp/work",
                                               "LANG=C.UTF-8", "TMPDIR=/tmp"};
 
+// Runs a tool's process in the sandbox inside the call's directory, with the tools' environment.
+expected<sandbox_result> run_in(const call_dir& dir, std::vector<std::string> argv,
+                                const sandbox_limits& limits) {
+  sandbox_request req;
+  req.argv = std::move(argv);
+  req.env = sandbox_env;
+  req.workdir = dir.path;
+  req.limits = limits;
+  return run_sandboxed(req);
+}
+
 json::object describe(const sandbox_result& r) {
   json::array iso;
   for (const auto& i : r.isolation)
@@ -145,12 +156,8 @@ expected<void> add_shell_tool(tool_registry& registry, const fs::path& work_root
         if (dir.ec)
           return make_error(errc::io_error, "shell: cannot create a work directory under '" +
                                                 work_root.string() + "': " + dir.ec.message());
-        sandbox_request req;
-        req.argv = {"/bin/bash", "-c", std::string{args.at("command").as_string()}};
-        req.env = sandbox_env;
-        req.workdir = dir.path;
-        req.limits = limits;
-        auto r = run_sandboxed(req);
+        auto r =
+            run_in(dir, {"/bin/bash", "-c", std::string{args.at("command").as_string()}}, limits);
         if (!r)
           return r.error();
         auto details = describe(*r);
@@ -209,18 +216,14 @@ expected<void> add_compile_tool(tool_registry& registry, const fs::path& work_ro
         }
         if (::getuid() == 0)
           fs::permissions(dir.path / file, fs::perms::all, fs::perm_options::add);
-        sandbox_request req;
-        req.argv = {cxx ? "/usr/bin/clang++" : "/usr/bin/clang", "-fno-color-diagnostics",
-                    "-fno-caret-diagnostics"};
-        req.argv.insert(req.argv.end(), flags.begin(), flags.end());
+        std::vector<std::string> argv{cxx ? "/usr/bin/clang++" : "/usr/bin/clang",
+                                      "-fno-color-diagnostics", "-fno-caret-diagnostics"};
+        argv.insert(argv.end(), flags.begin(), flags.end());
         if (object)
-          req.argv.insert(req.argv.end(), {"-c", file, "-o", "input.o"});
+          argv.insert(argv.end(), {"-c", file, "-o", "input.o"});
         else
-          req.argv.insert(req.argv.end(), {"-fsyntax-only", file});
-        req.env = sandbox_env;
-        req.workdir = dir.path;
-        req.limits = limits;
-        auto r = run_sandboxed(req);
+          argv.insert(argv.end(), {"-fsyntax-only", file});
+        auto r = run_in(dir, std::move(argv), limits);
         if (!r)
           return r.error();
         // clang's "file:line:col: severity: message" lines.
