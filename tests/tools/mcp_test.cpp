@@ -97,6 +97,36 @@ BOOST_AUTO_TEST_CASE(a_server_that_crashes_fails_the_call_and_is_restarted_later
   BOOST_TEST(again->content == "alpha\nbeta\n");
 }
 
+BOOST_AUTO_TEST_CASE(a_server_killed_in_the_middle_of_a_call_fails_that_call) {
+  // A tree of 20000 files makes search_files take long enough to be interrupted.
+  for (int d = 0; d < 100; ++d) {
+    auto dir = root / std::string{"d"}.append(std::to_string(d));
+    fs::create_directories(dir);
+    for (int f = 0; f < 200; ++f)
+      std::ofstream{dir / std::string{"f"}.append(std::to_string(f)).append(".txt")};
+  }
+  auto client = triad::mcp_client::start(config());
+  BOOST_REQUIRE(client.has_value());
+  json::object args{{"path", fs::canonical(root).string()}, {"pattern", "**/f19*.txt"}};
+  auto start = std::chrono::steady_clock::now();
+  auto whole = (*client)->call("search_files", args);
+  auto took = std::chrono::steady_clock::now() - start;
+  BOOST_REQUIRE_MESSAGE(whole.has_value(), (whole ? "" : whole.error().message));
+  BOOST_TEST_MESSAGE("an uninterrupted search_files took "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                     << " ms");
+  int pid = (*client)->pid();
+  std::thread killer([pid, took] {
+    std::this_thread::sleep_for(took / 4);
+    ::kill(pid, SIGKILL);
+  });
+  auto interrupted = (*client)->call("search_files", args);
+  killer.join();
+  BOOST_REQUIRE(!interrupted);
+  BOOST_TEST(interrupted.error().message.find("exited") != std::string::npos,
+             interrupted.error().message);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(mcp_start)
