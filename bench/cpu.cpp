@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/inputs.hpp"
 #include "bench/report.hpp"
 #include "devices/cpu/cpu_backend.hpp"
 #include "devices/cpu/detail/onednn_linear.hpp"
@@ -108,13 +109,7 @@ int main(int argc, char** argv) {
   auto& b = **backend;
   matmul_set alone{*shape, options.type};
   std::mt19937 rng{7};
-  std::uniform_int_distribution<triad::token> tok{0, 255};
-  auto tokens = [&](std::size_t n) {
-    std::vector<triad::token> out(n);
-    for (auto& t : out)
-      t = tok(rng);
-    return out;
-  };
+  auto tokens = [&](std::size_t n) { return triad::bench::random_tokens(rng, n); };
   triad::bench::report out;
   out.quick = quick;
   out.metrics["model"] = model;

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <boost/json/array.hpp>
 
+#include "bench/inputs.hpp"
 #include "bench/report.hpp"
 #include "devices/cpu/cpu_backend.hpp"
 #include "devices/cpu/detail/onednn_linear.hpp"
@@ -91,13 +92,7 @@ int main(int argc, char** argv) {
   }
   auto& b = **made;
   std::mt19937 rng{3};
-  std::uniform_int_distribution<triad::token> tok{0, 255};
-  auto tokens = [&](std::size_t n) {
-    std::vector<triad::token> out(n);
-    for (auto& t : out)
-      t = tok(rng);
-    return out;
-  };
+  auto tokens = [&](std::size_t n) { return triad::bench::random_tokens(rng, n); };
 
   boost::json::array table;
   double max_error = 0;

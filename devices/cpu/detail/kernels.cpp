@@ -5,8 +5,8 @@
 #include <cstring>
 
 // Row kernels are compiled for x86-64-v4 (AVX-512 F/BW/DQ/VL), AVX2 and baseline x86-64 and
-// picked at load time, so one binary uses the widest vectors the CPU has. Parallel loops (OpenMP, the same runtime
-// oneDNN uses) live in the plain wrappers that call them.
+// picked at load time, so one binary uses the widest vectors the CPU has. Parallel loops (OpenMP,
+// the same runtime oneDNN uses) live in the plain wrappers that call them.
 #define TRIAD_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 
 namespace triad::detail {
@@ -22,17 +22,22 @@ constexpr std::size_t parallel_threshold = 1 << 15;
 
 // e^x for x in float range, vectorisable (Cephes expf: Cody-Waite reduction and a degree-6
 // polynomial; relative error about 2e-7).
-inline float fast_exp(float x) noexcept {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+// e^r for r in [-ln2/2, ln2/2]: the Cephes polynomial, for a float or a vector of floats.
+template<class V>
+inline V exp_poly(V r) noexcept {
+  V p = r * 0.0f + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+inline float fast_exp(float x) noexcept {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float p = exp_poly(x - n * 0.693359375f + n * 2.12194440e-4f);
   std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
@@ -153,14 +158,7 @@ __attribute__((always_inline)) inline v16f exp16(v16f x) noexcept {
   x = x < -87.0f ? v16f{} - 87.0f : x;
   x = x > 88.0f ? v16f{} + 88.0f : x;
   v16f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  v16f r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  v16f p = v16f{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  v16f p = exp_poly(x - n * 0.693359375f + n * 2.12194440e-4f);
   v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
   return p * (v16f)bits;
 }
