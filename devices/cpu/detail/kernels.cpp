@@ -23,8 +23,10 @@ constexpr std::size_t parallel_threshold = 1 << 15;
 // e^x for x in float range, vectorisable (Cephes expf: Cody-Waite reduction and a degree-6
 // polynomial; relative error about 2e-7).
 // e^r for r in [-ln2/2, ln2/2]: the Cephes polynomial, for a float or a vector of floats.
+// Always inlined: a vector argument passed to an out-of-line copy would cross the target
+// clones' different calling conventions (see -Wno-psabi in CMakeLists.txt).
 template<class V>
-inline V exp_poly(V r) noexcept {
+__attribute__((always_inline)) inline V exp_poly(V r) noexcept {
   V p = r * 0.0f + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
