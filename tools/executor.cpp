@@ -132,6 +132,8 @@ expected<caf::actor> spawn_tool_executor(domain& home, std::shared_ptr<const too
     driver_options d;
     d.name = "tool." + std::to_string(i);
     d.capacity = 2; // the next job may arrive while the previous one returns
+    d.cpus = options.cpus;
+    d.topo = options.topo;
     auto w = driver_thread::start(std::move(d));
     if (!w)
       return w.error();

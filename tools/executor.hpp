@@ -2,11 +2,13 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
 
 #include "runtime/domains.hpp"
+#include "runtime/topology.hpp"
 #include "tools/registry.hpp"
 
 namespace triad {
@@ -41,6 +43,11 @@ typename Inspector::result_type inspect(Inspector& f, tool_reply& x) {
 struct tool_executor_options {
   std::size_t concurrency = defaults::tool_executor::concurrency;       ///< >= 1
   std::size_t queue_capacity = defaults::tool_executor::queue_capacity; ///< >= 0
+  /// PUs the worker threads bind to (the tool processes they start inherit the binding): a tool
+  /// domain's `tool_cpus` from the placement plan. Empty: no binding.
+  std::vector<unsigned> cpus;
+  /// The topology used to bind; binding happens only when it is this machine.
+  const topology* topo = nullptr;
 };
 
 /// Spawns the executor of a tool domain: a homed actor admitting calls up to `concurrency`

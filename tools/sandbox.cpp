@@ -247,6 +247,19 @@ struct fd_guard {
   child_fail(status_fd, errno);
 }
 
+// RLIMIT_AS makes allocations fail rather than sending a signal, so the hit is inferred: a
+// process that failed after its resident set reached half the limit, or whose stderr carries
+// an allocator's out-of-memory message, ran out of address space.
+bool hit_address_space_limit(const sandbox_result& r, std::uint64_t limit) {
+  if (limit > 0 && r.peak_rss_bytes >= limit / 2)
+    return true;
+  for (std::string_view marker : {"memory exhausted", "Cannot allocate memory", "bad_alloc",
+                                  "MemoryError", "out of memory", "Out of memory"})
+    if (r.err.find(marker) != std::string::npos)
+      return true;
+  return false;
+}
+
 } // namespace
 
 expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
@@ -411,6 +424,9 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
         result.cpu_seconds >= req.limits.cpu_seconds)
       result.limit = "cpu";
   }
+  if (result.limit.empty() && (result.exit_code != 0 || result.signal != 0) &&
+      hit_address_space_limit(result, req.limits.address_space_bytes))
+    result.limit = "memory";
   return result;
 }
 

@@ -66,7 +66,10 @@ struct sandbox_result {
   double cpu_seconds = 0;             ///< user + system time of the process tree
   std::uint64_t peak_rss_bytes = 0;   ///< largest resident set in the tree
   double wall_seconds = 0;            ///< from start to reaped
-  std::string limit;                  ///< which limit fired: "wall", "cpu", "file_size", or empty
+  /// Which limit fired: "wall", "cpu", "file_size", "memory" (inferred: RLIMIT_AS fails
+  /// allocations without a signal, so a failed process whose resident set reached half the limit
+  /// or whose stderr reports an allocation failure counts), or empty.
+  std::string limit;
   std::vector<std::string> isolation; ///< what was applied: "pid_ns", "net_ns", "mount_ns", ...
   std::vector<std::string> warnings;  ///< isolation that could not be applied, and why
 };

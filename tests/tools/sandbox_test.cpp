@@ -120,6 +120,20 @@ BOOST_AUTO_TEST_CASE(a_memory_hog_fails_inside_its_address_space_limit) {
   BOOST_TEST(r.peak_rss_bytes < (512ull << 20));
 }
 
+BOOST_AUTO_TEST_CASE(a_process_that_dies_of_its_address_space_limit_names_memory) {
+  triad::sandbox_limits l;
+  l.address_space_bytes = 256ull << 20;
+  auto r = bash("set -o pipefail; head -c 2000000000 /dev/zero | tail > /dev/null", l);
+  BOOST_TEST(r.exit_code != 0);
+  BOOST_TEST(r.limit == "memory");
+}
+
+BOOST_AUTO_TEST_CASE(an_ordinary_failure_names_no_limit) {
+  auto r = bash("echo no such thing >&2; exit 3", {});
+  BOOST_TEST(r.exit_code == 3);
+  BOOST_TEST(r.limit == "");
+}
+
 BOOST_AUTO_TEST_CASE(megabytes_of_output_are_capped_and_flagged) {
   triad::sandbox_limits l;
   l.stdout_cap = 100000;
