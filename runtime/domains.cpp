@@ -1,5 +1,7 @@
 #include "runtime/domains.hpp"
 
+#include <caf/logger.hpp>
+
 #include <thread>
 
 #include <caf/actor_cast.hpp>
@@ -12,6 +14,8 @@ namespace triad {
 namespace {
 
 thread_local int current_domain_id = -1;
+// The actor system whose scheduler started this thread (null for other threads).
+thread_local caf::actor_system* current_domain_system = nullptr;
 
 // Marks every thread of a domain's actor system with its domain id and, on the real machine,
 // binds it to the domain's worker cpus.
@@ -24,17 +28,22 @@ public:
       , cpus_(std::move(cpus))
       , failures_(std::move(failures)) {}
 
-  void init(caf::actor_system&) override {}
+  void init(caf::actor_system& sys) override { system_ = &sys; }
 
   void thread_started() override {
     current_domain_id = id_;
+    current_domain_system = system_;
     if (topo_ != nullptr && !topo_->bind_this_thread(cpus_))
       failures_->fetch_add(1);
   }
 
-  void thread_terminates() override { current_domain_id = -1; }
+  void thread_terminates() override {
+    current_domain_id = -1;
+    current_domain_system = nullptr;
+  }
 
 private:
+  caf::actor_system* system_ = nullptr;
   int id_;
   const topology* topo_;
   std::vector<unsigned> cpus_;
@@ -46,6 +55,14 @@ private:
 int current_domain() noexcept {
   return current_domain_id;
 }
+
+namespace detail {
+
+void restore_thread_logger() noexcept {
+  caf::logger::set_current_actor_system(current_domain_system);
+}
+
+} // namespace detail
 
 domain::domain(unsigned id, std::vector<unsigned> cpus, const topology* topo,
                const scheduler_config& sched)

@@ -24,6 +24,13 @@ namespace triad {
 /// thread. Lets tests and metrics see where an actor actually ran.
 int current_domain() noexcept;
 
+namespace detail {
+/// CAF 0.17's spawn points the calling thread's logger at the spawning system and keeps a
+/// reference to it, so a domain thread that spawns into another domain would keep that domain's
+/// system from ever finishing its destructor. Points it back at the thread's own system.
+void restore_thread_logger() noexcept;
+} // namespace detail
+
 /// One NUMA domain at run time: a CAF actor system whose threads are bound to the domain's
 /// worker cpus (on the real machine) and the actors spawned into it.
 class domain {
@@ -53,6 +60,7 @@ public:
   template<class Impl, class... Ts>
   auto spawn(Ts&&... xs) {
     auto handle = system_->spawn<Impl>(std::forward<Ts>(xs)...);
+    detail::restore_thread_logger();
     track(caf::actor_cast<caf::strong_actor_ptr>(handle));
     return handle;
   }
@@ -62,6 +70,7 @@ public:
   template<caf::spawn_options Os = caf::no_spawn_options, class F, class... Ts>
   auto spawn(F fun, Ts&&... xs) {
     auto handle = system_->spawn<Os>(std::move(fun), std::forward<Ts>(xs)...);
+    detail::restore_thread_logger();
     track(caf::actor_cast<caf::strong_actor_ptr>(handle));
     return handle;
   }

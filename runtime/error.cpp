@@ -22,6 +22,8 @@ std::string_view to_string(errc code) noexcept {
     return "system_error";
   case errc::stopped:
     return "stopped";
+  case errc::corrupted:
+    return "corrupted";
   }
   return "unknown";
 }

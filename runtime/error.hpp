@@ -20,6 +20,7 @@ enum class errc {
   io_error,         ///< reading or writing failed
   system_error,     ///< an OS or library call failed
   stopped,          ///< the component is shutting down and accepts no more work
+  corrupted,        ///< data failed its checksum; it was not used
 };
 
 /// Returns the name of an error code, e.g. "invalid_argument".

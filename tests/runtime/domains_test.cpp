@@ -164,6 +164,33 @@ BOOST_FIXTURE_TEST_CASE(stop_exits_every_spawned_actor_and_joins, two_domains) {
   BOOST_TEST(set->stop() == 0u);
 }
 
+BOOST_FIXTURE_TEST_CASE(an_actor_spawning_into_another_domain_does_not_block_its_shutdown,
+                        two_domains) {
+  // CAF 0.17's spawn leaves the spawning thread holding the target system's logger; a domain
+  // thread that kept it would make the target's shutdown wait forever (ctest's timeout fails
+  // this case then).
+  auto& orch = set->orchestration();
+  triad::domain* other = nullptr;
+  for (auto& d : set->all())
+    if (d.get() != &orch)
+      other = d.get();
+  BOOST_REQUIRE(other != nullptr);
+  auto spawner = orch.spawn([other](triad::homed_actor*) -> caf::behavior {
+    return {[other](int n) {
+      for (int i = 0; i < n; ++i)
+        other->spawn([](triad::homed_actor*) -> caf::behavior { return {[](int) {}}; });
+      return n;
+    }};
+  });
+  {
+    caf::scoped_actor self{orch.system()};
+    for (int round = 0; round < 20; ++round)
+      self->request(spawner, caf::infinite, 5)
+          .receive([](int) {}, [](caf::error&) { BOOST_FAIL("no reply"); });
+  }
+  BOOST_TEST(set->stop(std::chrono::seconds{10}) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(threads_bind_to_the_domain_cpus_on_this_machine) {
   auto topo = triad::topology::load_machine();
   BOOST_REQUIRE(topo.has_value());

@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "devices/backend.hpp"
+#include "runtime/error.hpp"
+
+namespace triad {
+
+/// A block's id in the store; never reused while the store runs.
+using block_id = std::uint64_t;
+
+/// A block's content hash: XXH3-64 of its token ids seeded with its parent's hash, so equal
+/// hashes mean equal prefixes, not just equal blocks.
+using block_hash = std::uint64_t;
+
+/// The hash the first block of every sequence chains from.
+inline constexpr block_hash root_hash = 0x7472'6961'645f'6b76ull; // "triad_kv"
+
+/// Where a block's bytes live.
+enum class tier : std::uint8_t {
+  device, ///< a device's pool (for cpu and sim devices: host memory of the device's domain)
+  host,   ///< a NUMA domain's host pool
+  disk,   ///< a file under the store's disk directory
+};
+
+/// "device", "host" or "disk".
+std::string_view to_string(tier t) noexcept;
+
+/// The chained hash of one block: its tokens, seeded with the parent's hash.
+block_hash chain_hash(block_hash parent, std::span<const token> tokens) noexcept;
+
+/// The chained hashes of every full block of `tokens`, `block_tokens` tokens each, from the
+/// root; a trailing partial block is not hashed.
+std::vector<block_hash> chain_hashes(std::span<const token> tokens, std::size_t block_tokens);
+
+/// XXH3-64 of a block's bytes: what travels with a block and is checked on arrival.
+std::uint64_t block_checksum(std::span<const std::byte> bytes) noexcept;
+
+/// Copies `src` into `dst` (same size) and checks the copy against `expected` (the checksum
+/// of the bytes at their origin) as it goes, in cache-sized pieces so each piece is hashed
+/// while still in cache. `flip_bit` >= 0 flips that bit of the copy before it is checked (fault
+/// injection for tests and drills). errc::corrupted when the copy does not match.
+expected<void> copy_checked(std::span<std::byte> dst, std::span<const std::byte> src,
+                            std::uint64_t expected, std::int64_t flip_bit = -1);
+
+} // namespace triad

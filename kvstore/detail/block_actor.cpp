@@ -1,0 +1,123 @@
+#include "kvstore/detail/block_actor.hpp"
+
+#include <cstring>
+
+#include <caf/all.hpp>
+
+#include "kvstore/store.hpp"
+
+namespace triad::detail {
+
+namespace {
+
+// One block: its bytes and lifecycle operations on them. Nothing on the per-token path
+// messages it; it lives in the domain of its memory so copies into it touch local memory.
+class block_actor : public homed_actor {
+public:
+  block_actor(caf::actor_config& cfg, block_id id, block_location where)
+      : homed_actor(cfg)
+      , id_(id)
+      , where_(std::move(where)) {}
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](block_init_atom, std::vector<std::uint8_t>& payload) -> std::uint64_t {
+          auto n = std::min(payload.size(), where_.memory.size());
+          std::memcpy(where_.memory.data(), payload.data(), n);
+          return block_checksum(where_.memory);
+        },
+        [this](block_pull_atom, move_order& order) -> pull_result { return pull(order); },
+        [this](block_read_atom, std::uint64_t checksum) -> kv_bytes { return read(checksum); },
+        [this](block_write_atom, std::uint64_t offset,
+               std::vector<std::uint8_t>& bytes) -> std::uint64_t {
+          std::memcpy(where_.memory.data() + offset, bytes.data(), bytes.size());
+          return block_checksum(where_.memory);
+        },
+    };
+  }
+
+private:
+  pull_result pull(const move_order& order) {
+    pull_result r;
+    const auto& src = order.source;
+    std::vector<std::byte> staged;
+    std::span<const std::byte> from;
+    if (src.kind == tier::disk) {
+      // A file is checked as it is read, straight into the new block's memory.
+      if (where_.kind == tier::disk) {
+        r.reason = "disk to disk moves are not made";
+        return r;
+      }
+      auto read = src.disk->read(src.meta.hash, where_.memory, order.flip_bit);
+      if (!read) {
+        r.source_damaged = true;
+        r.reason = read.error().message;
+        return r;
+      }
+      r.ok = true;
+      return r;
+    }
+    from = src.memory;
+    if (where_.kind == tier::disk) {
+      staged.resize(from.size());
+      auto copied = copy_checked(staged, from, order.checksum, order.flip_bit);
+      if (!copied) {
+        r.reason = copied.error().message;
+        return r;
+      }
+      auto meta = where_.meta;
+      meta.checksum = order.checksum;
+      auto written = where_.disk->write(meta, staged);
+      if (!written) {
+        r.reason = written.error().message;
+        return r;
+      }
+      r.ok = true;
+      return r;
+    }
+    auto copied = copy_checked(where_.memory, from, order.checksum, order.flip_bit);
+    if (!copied) {
+      r.reason = copied.error().message;
+      return r;
+    }
+    r.ok = true;
+    return r;
+  }
+
+  kv_bytes read(std::uint64_t checksum) {
+    kv_bytes out;
+    if (where_.kind == tier::disk) {
+      std::vector<std::byte> tmp(where_.size);
+      auto r = where_.disk->read(where_.meta.hash, tmp);
+      if (!r) {
+        out.reason = "block " + std::to_string(id_) + ": " + r.error().message;
+        return out;
+      }
+      out.bytes.resize(tmp.size());
+      std::memcpy(out.bytes.data(), tmp.data(), tmp.size());
+      out.ok = true;
+      return out;
+    }
+    out.bytes.resize(where_.memory.size());
+    std::span<std::byte> dst{reinterpret_cast<std::byte*>(out.bytes.data()), out.bytes.size()};
+    auto r = copy_checked(dst, where_.memory, checksum);
+    if (!r) {
+      out.bytes.clear();
+      out.reason = "block " + std::to_string(id_) + ": " + r.error().message;
+      return out;
+    }
+    out.ok = true;
+    return out;
+  }
+
+  block_id id_;
+  block_location where_;
+};
+
+} // namespace
+
+caf::actor spawn_block_actor(domain& home, block_id id, block_location where) {
+  return home.spawn<block_actor>(id, std::move(where));
+}
+
+} // namespace triad::detail

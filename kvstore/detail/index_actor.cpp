@@ -1,0 +1,97 @@
+#include "kvstore/detail/index_actor.hpp"
+
+#include <array>
+#include <unordered_map>
+
+#include <caf/all.hpp>
+
+#include "kvstore/store.hpp"
+
+namespace triad::detail {
+
+namespace {
+
+class index_actor : public homed_actor {
+public:
+  index_actor(caf::actor_config& cfg, std::size_t block_tokens, metrics_registry* metrics)
+      : homed_actor(cfg)
+      , block_tokens_(block_tokens) {
+    if (metrics == nullptr)
+      return;
+    const char* help = "Full blocks of prefix lookups, as hits by tier or misses.";
+    for (auto t : {tier::device, tier::host, tier::disk}) {
+      auto c = metrics->add_counter("triad_kv_lookup_blocks_total", help,
+                                    {{"result", "hit"}, {"tier", std::string{to_string(t)}}});
+      if (c)
+        hit_metric_[static_cast<std::size_t>(t)] = *c;
+    }
+    auto c = metrics->add_counter("triad_kv_lookup_blocks_total", help,
+                                  {{"result", "miss"}, {"tier", "none"}});
+    if (c)
+      miss_metric_ = *c;
+  }
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](index_put_atom, block_hash hash, block_id id, std::string& t) {
+          map_[hash] = {id, std::move(t)};
+        },
+        [this](index_erase_atom, block_hash hash, block_id id) {
+          auto it = map_.find(hash);
+          if (it != map_.end() && it->second.id == id)
+            map_.erase(it);
+        },
+        [this](kv_lookup_atom, std::vector<token>& tokens) -> kv_prefix {
+          kv_prefix p;
+          auto hashes = chain_hashes(tokens, block_tokens_);
+          std::size_t i = 0;
+          for (; i < hashes.size(); ++i) {
+            auto it = map_.find(hashes[i]);
+            if (it == map_.end())
+              break;
+            p.ids.push_back(it->second.id);
+            p.tiers.push_back(it->second.tier);
+            count_hit(it->second.tier);
+          }
+          p.tokens = i * block_tokens_;
+          misses_ += hashes.size() - i;
+          if (miss_metric_ != nullptr)
+            miss_metric_->inc(static_cast<double>(hashes.size() - i));
+          return p;
+        },
+        [this](kv_stats_atom) -> std::vector<std::uint64_t> {
+          return {hits_[0], hits_[1], hits_[2], misses_};
+        },
+    };
+  }
+
+private:
+  struct entry {
+    block_id id = 0;
+    std::string tier;
+  };
+
+  void count_hit(const std::string& t) {
+    for (auto k : {tier::device, tier::host, tier::disk})
+      if (t == to_string(k)) {
+        ++hits_[static_cast<std::size_t>(k)];
+        if (auto* m = hit_metric_[static_cast<std::size_t>(k)])
+          m->inc();
+      }
+  }
+
+  std::size_t block_tokens_;
+  std::unordered_map<block_hash, entry> map_;
+  std::array<std::uint64_t, 3> hits_{};
+  std::uint64_t misses_ = 0;
+  std::array<counter*, 3> hit_metric_{};
+  counter* miss_metric_ = nullptr;
+};
+
+} // namespace
+
+caf::actor spawn_index_actor(domain& home, std::size_t block_tokens, metrics_registry* metrics) {
+  return home.spawn<index_actor>(block_tokens, metrics);
+}
+
+} // namespace triad::detail

@@ -1,0 +1,1109 @@
+#include "kvstore/store.hpp"
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+#include <caf/all.hpp>
+
+#include "kvstore/detail/block_actor.hpp"
+#include "kvstore/detail/index_actor.hpp"
+#include "kvstore/pool.hpp"
+
+namespace triad {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using expiry_atom = caf::atom_constant<caf::atom("kvexpiry")>;
+
+// Where a block is: a memory pool by index, or the disk tier.
+constexpr int on_disk = -1;
+
+// One block as the store sees it; the bytes are with its actor.
+struct block_rec {
+  block_id id = 0;
+  block_hash hash = 0; // chained hash (full blocks)
+  block_hash parent = 0;
+  std::vector<token> tokens;
+  bool indexed = false; // a full, content-addressed block (shared through the index)
+  int loc = 0;          // memory pool index, or on_disk
+  slot_id slot = 0;
+  std::uint64_t checksum = 0;
+  std::uint32_t refs = 0;
+  bool pinned = false;
+  clock_type::time_point pin_deadline{};
+  caf::actor actor;
+  bool busy = false;                        // being filled, moved or written
+  std::vector<std::function<void()>> after; // run once it is no longer busy
+};
+
+// What a relief attempt did for a full location.
+enum class relief { none, freed, started };
+// Whether a location has room for one more block.
+enum class room { ready, wait, busy };
+
+// Counts the replies of a multi-block operation and answers once all are in.
+struct gather {
+  caf::response_promise promise;
+  std::size_t left = 0;
+  kv_reply reply;
+  void one(expected<void> r, block_id id) {
+    if (!r) {
+      reply.ok = false;
+      reply.busy = reply.busy || r.error().code == errc::busy;
+      reply.reason += (reply.reason.empty() ? "" : "; ") + std::string{"block "} +
+                      std::to_string(id) + ": " + r.error().message;
+    }
+    if (--left == 0)
+      promise.deliver(std::move(reply));
+  }
+};
+
+class store_actor : public homed_actor {
+public:
+  store_actor(caf::actor_config& cfg, domain_set* domains, domain* home, kv_store_config config,
+              std::vector<std::unique_ptr<memory_pool>> pools, std::unique_ptr<disk_pool> disk,
+              caf::actor index)
+      : homed_actor(cfg)
+      , domains_(domains)
+      , home_(home)
+      , config_(std::move(config))
+      , pools_(std::move(pools))
+      , disk_(std::move(disk))
+      , index_(std::move(index)) {
+    for (std::size_t i = 0; i <= pools_.size(); ++i)
+      policies_.push_back(config_.policy ? config_.policy() : std::make_unique<lru_policy>());
+    add_metrics();
+  }
+
+  caf::behavior make_behavior() override {
+    recover_disk();
+    return {
+        [this](kv_put_atom, kv_put& put) -> caf::result<kv_reply> {
+          return on_put(std::move(put));
+        },
+        [this](kv_acquire_atom, std::vector<block_id>& ids) { return on_acquire(ids); },
+        [this](kv_release_atom, std::vector<block_id>& ids) { return on_release(ids, false); },
+        [this](kv_free_atom, std::vector<block_id>& ids) { return on_release(ids, true); },
+        [this](kv_pin_atom, std::vector<block_id>& ids, std::uint32_t ttl_ms) {
+          return on_pin(ids, ttl_ms);
+        },
+        [this](kv_unpin_atom, std::vector<block_id>& ids) {
+          return for_each_known(ids, [](block_rec& b) { b.pinned = false; });
+        },
+        [this](kv_demote_atom, std::vector<block_id>& ids) -> caf::result<kv_reply> {
+          return on_demote(ids);
+        },
+        [this](kv_promote_atom, std::vector<block_id>& ids,
+               std::string& pool) -> caf::result<kv_reply> { return on_promote(ids, pool); },
+        [this](kv_read_atom, block_id id) -> caf::result<kv_bytes> { return on_read(id); },
+        [this](kv_write_atom, block_id id, std::uint64_t offset, std::vector<std::uint8_t>& bytes)
+            -> caf::result<kv_reply> { return on_write(id, offset, std::move(bytes)); },
+        [this](kv_cow_atom, block_id id) -> caf::result<kv_reply> { return on_cow(id); },
+        [this](kv_lookup_atom, std::vector<token>& tokens) {
+          return delegate(index_, kv_lookup_atom::value, std::move(tokens));
+        },
+        [this](kv_fault_atom, std::uint32_t n) { faults_ += n; },
+        [this](kv_stats_atom) -> kv_store_stats { return stats(); },
+        [this](expiry_atom) { on_expiry(); },
+    };
+  }
+
+  // Closures waiting here hold response promises (strong references to this actor and to
+  // callers); dropping them at exit breaks those cycles so every actor can be destroyed.
+  void on_exit() override {
+    waiting_.clear();
+    blocks_.clear();
+    by_hash_.clear();
+    index_ = nullptr;
+  }
+
+private:
+  // ---- locations ----------------------------------------------------------------------------
+
+  tier tier_of(int loc) const { return loc == on_disk ? tier::disk : pools_[loc]->kind(); }
+
+  std::string loc_name(int loc) const { return loc == on_disk ? "disk" : pools_[loc]->name(); }
+
+  std::size_t disk_capacity() const { return disk_ ? disk_->capacity() : 0; }
+
+  bool has_room(int loc) const {
+    if (loc == on_disk)
+      return disk_ && disk_blocks_ < disk_->capacity();
+    return pools_[loc]->used() < pools_[loc]->capacity();
+  }
+
+  domain& domain_of(int loc) {
+    if (loc == on_disk)
+      return *home_;
+    auto d = domains_->find(pools_[loc]->domain());
+    return d ? **d : *home_;
+  }
+
+  // Takes a slot (or a disk place) at `loc`; has_room(loc) must hold.
+  detail::block_location take(int loc, const block_rec& b, slot_id& slot) {
+    detail::block_location where;
+    where.kind = tier_of(loc);
+    where.size = config_.block_bytes;
+    if (loc == on_disk) {
+      ++disk_blocks_;
+      where.disk = disk_.get();
+      where.meta = {b.hash, b.parent, b.tokens, b.checksum, disk_->path_of(b.hash)};
+      return where;
+    }
+    slot = *pools_[loc]->allocate();
+    where.memory = pools_[loc]->bytes(slot);
+    return where;
+  }
+
+  detail::block_location where_is(const block_rec& b) {
+    detail::block_location where;
+    where.kind = tier_of(b.loc);
+    where.size = config_.block_bytes;
+    if (b.loc == on_disk) {
+      where.disk = disk_.get();
+      where.meta = {b.hash, b.parent, b.tokens, b.checksum, disk_->path_of(b.hash)};
+    } else {
+      where.memory = pools_[b.loc]->bytes(b.slot);
+    }
+    return where;
+  }
+
+  void give_back(int loc, slot_id slot, block_hash hash) {
+    if (loc == on_disk) {
+      disk_->erase(hash);
+      --disk_blocks_;
+    } else {
+      pools_[loc]->free(slot);
+    }
+  }
+
+  int find_pool(std::string_view name) const {
+    for (std::size_t i = 0; i < pools_.size(); ++i)
+      if (pools_[i]->name() == name)
+        return static_cast<int>(i);
+    return -2;
+  }
+
+  // The next tier down for a block at `loc`: a host pool with room (the same domain first)
+  // below a device, the disk below a host (content-addressed blocks only). -2: none.
+  int demote_target(const block_rec& b) const {
+    if (b.loc == on_disk)
+      return -2;
+    if (pools_[b.loc]->kind() == tier::device) {
+      int any = -2;
+      for (std::size_t i = 0; i < pools_.size(); ++i) {
+        if (pools_[i]->kind() != tier::host || !has_room(static_cast<int>(i)))
+          continue;
+        if (pools_[i]->domain() == pools_[b.loc]->domain())
+          return static_cast<int>(i);
+        if (any == -2)
+          any = static_cast<int>(i);
+      }
+      return any;
+    }
+    return b.indexed && has_room(on_disk) ? on_disk : -2;
+  }
+
+  // ---- pressure -----------------------------------------------------------------------------
+
+  bool evictable(const block_rec& b, clock_type::time_point now) const {
+    return !b.busy && !(b.pinned && b.pin_deadline > now);
+  }
+
+  // Frees or starts freeing one place at `loc`: demote the least valuable block (per the
+  // policy) when a lower tier has room, else drop an unreferenced one, else relieve the tier
+  // below first.
+  relief relieve(int loc) {
+    auto now = clock_type::now();
+    auto& policy = *policies_[static_cast<std::size_t>(loc + 1)];
+    auto movable = policy.victim([&](block_id id) {
+      auto& b = blocks_.at(id);
+      return evictable(b, now) && demote_target(b) != -2;
+    });
+    if (movable) {
+      ++demotions_;
+      bump(demotions_metric_);
+      move(*movable, demote_target(blocks_.at(*movable)), [](expected<void>) {});
+      return relief::started;
+    }
+    auto droppable = policy.victim([&](block_id id) {
+      auto& b = blocks_.at(id);
+      return evictable(b, now) && b.refs == 0;
+    });
+    if (droppable) {
+      ++evictions_;
+      bump(evictions_metric_);
+      drop(*droppable);
+      return relief::freed;
+    }
+    if (loc != on_disk && pools_[loc]->kind() == tier::device) {
+      for (std::size_t i = 0; i < pools_.size(); ++i)
+        if (pools_[i]->kind() == tier::host && !has_room(static_cast<int>(i)) &&
+            relieve(static_cast<int>(i)) != relief::none)
+          return relief::started; // room below first; this tier's turn comes after
+    } else if (loc != on_disk && disk_ && !has_room(on_disk)) {
+      if (relieve(on_disk) != relief::none)
+        return relief::started;
+    }
+    return relief::none;
+  }
+
+  room ensure_room(int loc) {
+    for (;;) {
+      if (has_room(loc))
+        return room::ready;
+      auto r = relieve(loc);
+      if (r == relief::freed)
+        continue;
+      if (r == relief::started || moves_in_flight_ > 0)
+        return room::wait;
+      return room::busy;
+    }
+  }
+
+  // Runs `step` now, and again whenever a move completes, until it reports done.
+  void run_waiting(std::function<bool()> step) {
+    if (step())
+      return;
+    waiting_.push_back(std::move(step));
+  }
+
+  void wake_waiters() {
+    if (waking_)
+      return; // a step that finishes a block lands here again; the outer pass goes on
+    waking_ = true;
+    auto n = waiting_.size();
+    for (std::size_t i = 0; i < n && !waiting_.empty(); ++i) {
+      auto step = std::move(waiting_.front());
+      waiting_.pop_front();
+      if (!step())
+        waiting_.push_back(std::move(step));
+    }
+    waking_ = false;
+  }
+
+  // ---- block lifecycle ----------------------------------------------------------------------
+
+  void when_idle(block_id id, std::function<void()> fn) {
+    auto it = blocks_.find(id);
+    if (it == blocks_.end() || !it->second.busy) {
+      fn();
+      return;
+    }
+    it->second.after.push_back(std::move(fn));
+  }
+
+  void set_idle(block_rec& b) {
+    b.busy = false;
+    auto after = std::move(b.after);
+    b.after.clear();
+    auto id = b.id;
+    for (auto& fn : after) {
+      // A callback may make the block busy again; the rest wait for that to end.
+      auto it = blocks_.find(id);
+      if (it != blocks_.end() && it->second.busy)
+        it->second.after.push_back(std::move(fn));
+      else
+        fn();
+    }
+    wake_waiters(); // steps waiting for this block to be idle
+  }
+
+  block_rec& create(int loc, block_hash parent, std::vector<token> tokens, bool full) {
+    auto id = next_id_++;
+    auto& b = blocks_[id];
+    b.id = id;
+    b.parent = parent;
+    b.tokens = std::move(tokens);
+    b.hash = chain_hash(parent, b.tokens);
+    b.indexed = full;
+    b.loc = loc;
+    auto where = take(loc, b, b.slot);
+    b.actor = detail::spawn_block_actor(domain_of(loc), id, std::move(where));
+    policies_[static_cast<std::size_t>(loc + 1)]->touched(id);
+    return b;
+  }
+
+  void drop(block_id id) {
+    auto it = blocks_.find(id);
+    if (it == blocks_.end())
+      return;
+    auto& b = it->second;
+    give_back(b.loc, b.slot, b.hash);
+    policies_[static_cast<std::size_t>(b.loc + 1)]->erased(id);
+    if (b.indexed) {
+      send(index_, detail::index_erase_atom::value, b.hash, id);
+      auto h = by_hash_.find(b.hash);
+      if (h != by_hash_.end() && h->second == id)
+        by_hash_.erase(h);
+    }
+    send_exit(b.actor, caf::exit_reason::user_shutdown);
+    auto after = std::move(b.after);
+    blocks_.erase(it);
+    for (auto& fn : after)
+      fn(); // they find the block gone
+    update_gauges();
+  }
+
+  void announce(const block_rec& b) {
+    if (b.indexed)
+      send(index_, detail::index_put_atom::value, b.hash, b.id,
+           std::string{to_string(tier_of(b.loc))});
+  }
+
+  // Copies a block to `dest` through a new actor there, checked on arrival; a failed check is
+  // counted and the copy fetched again once; a second failure drops the block (its bytes are
+  // not trusted: the caller recomputes). The block must exist and not be busy.
+  void move(block_id id, int dest, std::function<void(expected<void>)> done, int attempt = 0) {
+    auto& b = blocks_.at(id);
+    if (!has_room(dest)) {
+      done(make_error(errc::busy, loc_name(dest) + " is full"));
+      return;
+    }
+    slot_id slot = 0;
+    auto where = take(dest, b, slot);
+    auto actor = detail::spawn_block_actor(domain_of(dest), id, where);
+    b.busy = true;
+    ++moves_in_flight_;
+    detail::move_order order{where_is(b), b.checksum, -1};
+    if (faults_ > 0) {
+      --faults_;
+      order.flip_bit = static_cast<std::int64_t>((id * 7919 + 13) % (config_.block_bytes * 8));
+    }
+    auto start = clock_type::now();
+    auto finish = [this, id, dest, slot, actor, start, done, attempt](detail::pull_result r) {
+      --moves_in_flight_;
+      auto& b = blocks_.at(id);
+      if (!r.ok) {
+        ++checksum_failures_;
+        bump(checksum_metric_);
+        give_back(dest, slot, b.hash);
+        send_exit(actor, caf::exit_reason::user_shutdown);
+        b.busy = false;
+        if (attempt == 0) {
+          move(id, dest, done, 1); // fetch it again
+        } else {
+          ++dropped_damaged_;
+          drop(id);
+          done(make_error(errc::corrupted, r.reason + "; the block was dropped"));
+        }
+        wake_waiters();
+        return;
+      }
+      auto path =
+          std::string{to_string(tier_of(b.loc))} + "->" + std::string{to_string(tier_of(dest))};
+      observe_transfer(path, std::chrono::duration<double>(clock_type::now() - start).count());
+      ++transfers_;
+      bytes_moved_ += config_.block_bytes;
+      give_back(b.loc, b.slot, b.hash);
+      policies_[static_cast<std::size_t>(b.loc + 1)]->erased(id);
+      send_exit(b.actor, caf::exit_reason::user_shutdown);
+      b.loc = dest;
+      b.slot = slot;
+      b.actor = actor;
+      policies_[static_cast<std::size_t>(dest + 1)]->touched(id);
+      announce(b);
+      update_gauges();
+      done({});
+      set_idle(b);
+      wake_waiters();
+    };
+    request(actor, caf::infinite, detail::block_pull_atom::value, order)
+        .then([finish](detail::pull_result& r) { finish(std::move(r)); },
+              [finish](caf::error& e) {
+                finish({false, false, "the copy failed: " + to_string(e)});
+              });
+  }
+
+  // Moves a block into device pool `dest`: directly from host, disk or a device in the same
+  // domain or with peer access; otherwise staged through a host pool nearest the target.
+  void bring(block_id id, int dest, std::function<void(expected<void>)> done) {
+    auto it = blocks_.find(id);
+    if (it == blocks_.end()) {
+      done(make_error(errc::not_found, "unknown block"));
+      return;
+    }
+    auto& b = it->second;
+    if (b.loc == dest) {
+      policies_[static_cast<std::size_t>(dest + 1)]->touched(id);
+      done({});
+      return;
+    }
+    bool from_device = b.loc != on_disk && pools_[b.loc]->kind() == tier::device;
+    bool direct = !from_device || pools_[b.loc]->domain() == pools_[dest]->domain() ||
+                  (config_.pools[b.loc].peer_access && config_.pools[dest].peer_access);
+    auto go = [this, id](int target, std::function<void(expected<void>)> next) {
+      run_waiting([this, id, target, next] {
+        if (!blocks_.count(id)) {
+          next(make_error(errc::not_found, "the block was dropped"));
+          return true;
+        }
+        if (blocks_.at(id).busy)
+          return false;
+        switch (ensure_room(target)) {
+        case room::ready:
+          move(id, target, next);
+          return true;
+        case room::wait:
+          return false;
+        case room::busy:
+          ++busy_;
+          next(make_error(errc::busy, loc_name(target) + " is full of blocks in use or pinned"));
+          return true;
+        }
+        return true;
+      });
+    };
+    if (direct) {
+      go(dest, [this, done](expected<void> r) {
+        if (r) {
+          ++promotions_;
+          bump(promotions_metric_);
+        }
+        done(std::move(r));
+      });
+      return;
+    }
+    int stage = -2;
+    for (std::size_t i = 0; i < pools_.size(); ++i)
+      if (pools_[i]->kind() == tier::host &&
+          (stage == -2 || pools_[i]->domain() == pools_[dest]->domain()))
+        stage = static_cast<int>(i);
+    if (stage == -2) {
+      done(make_error(errc::unsupported, "no host pool to stage a device-to-device transfer"));
+      return;
+    }
+    go(stage, [this, dest, done, go](expected<void> r) {
+      if (!r) {
+        done(std::move(r));
+        return;
+      }
+      go(dest, [this, done](expected<void> r2) {
+        if (r2) {
+          ++promotions_;
+          bump(promotions_metric_);
+        }
+        done(std::move(r2));
+      });
+    });
+  }
+
+  // ---- operations ---------------------------------------------------------------------------
+
+  caf::result<kv_reply> on_put(kv_put put) {
+    kv_reply bad;
+    int loc = find_pool(put.pool);
+    if (loc == -2) {
+      bad.reason = "put: unknown pool '" + put.pool + "'; pools: " + pool_names();
+      return bad;
+    }
+    auto full = put.tokens.size() / config_.block_tokens;
+    auto blocks = full + (put.tokens.size() % config_.block_tokens != 0 ? 1 : 0);
+    if (put.payloads.size() != blocks) {
+      bad.reason = "put: " + std::to_string(put.tokens.size()) + " tokens make " +
+                   std::to_string(blocks) + " blocks of " + std::to_string(config_.block_tokens) +
+                   ", but " + std::to_string(put.payloads.size()) + " payloads came";
+      return bad;
+    }
+    for (std::size_t i = 0; i < blocks; ++i)
+      if (put.payloads[i].size() != config_.block_bytes) {
+        bad.reason = "put: payload " + std::to_string(i) + " has " +
+                     std::to_string(put.payloads[i].size()) + " bytes; blocks have " +
+                     std::to_string(config_.block_bytes);
+        return bad;
+      }
+    if (waiting_.size() >= config_.max_waiting) {
+      ++busy_;
+      bad.busy = true;
+      bad.reason = "busy: " + std::to_string(waiting_.size()) + " operations wait for space";
+      return bad;
+    }
+    auto promise = make_response_promise<kv_reply>();
+    auto state = std::make_shared<kv_put>(std::move(put));
+    auto ids = std::make_shared<std::vector<block_id>>();
+    auto parent = std::make_shared<block_hash>(root_hash);
+    run_waiting([this, state, ids, parent, loc, blocks, promise]() mutable {
+      auto bt = config_.block_tokens;
+      while (ids->size() < blocks) {
+        auto i = ids->size();
+        auto first = state->tokens.begin() + static_cast<std::ptrdiff_t>(i * bt);
+        auto last = state->tokens.begin() +
+                    static_cast<std::ptrdiff_t>(std::min(state->tokens.size(), (i + 1) * bt));
+        std::vector<token> toks{first, last};
+        bool is_full = toks.size() == bt;
+        auto hash = chain_hash(*parent, toks);
+        if (is_full) {
+          auto h = by_hash_.find(hash);
+          if (h != by_hash_.end()) {
+            auto& b = blocks_.at(h->second);
+            ++b.refs;
+            policies_[static_cast<std::size_t>(b.loc + 1)]->touched(b.id);
+            ++puts_shared_;
+            ids->push_back(b.id);
+            *parent = hash;
+            continue;
+          }
+        }
+        auto r = ensure_room(loc);
+        if (r == room::wait)
+          return false;
+        if (r == room::busy) {
+          ++busy_;
+          for (auto id : *ids)
+            release(id, false); // the new ones stay cached, unreferenced
+          kv_reply busy;
+          busy.busy = true;
+          busy.reason = "busy: pool '" + pools_[loc]->name() +
+                        "' is full of blocks in use or pinned, and no tier below has room";
+          promise.deliver(std::move(busy));
+          return true;
+        }
+        auto& b = create(loc, *parent, std::move(toks), is_full);
+        b.refs = 1;
+        b.busy = true;
+        if (is_full) {
+          by_hash_[b.hash] = b.id;
+          announce(b); // lookups may find it now; reads wait until it is filled
+        }
+        auto id = b.id;
+        request(b.actor, caf::infinite, detail::block_init_atom::value,
+                std::move(state->payloads[i]))
+            .then([this, id](std::uint64_t checksum) {
+              auto it = blocks_.find(id);
+              if (it == blocks_.end())
+                return;
+              it->second.checksum = checksum;
+              set_idle(it->second);
+            });
+        ids->push_back(id);
+        *parent = hash;
+      }
+      kv_reply ok;
+      ok.ok = true;
+      ok.ids = *ids;
+      update_gauges();
+      promise.deliver(std::move(ok));
+      return true;
+    });
+    return promise;
+  }
+
+  kv_reply on_acquire(const std::vector<block_id>& ids) {
+    kv_reply r;
+    std::string missing;
+    for (auto id : ids)
+      if (!blocks_.count(id))
+        missing += (missing.empty() ? "" : ", ") + std::to_string(id);
+    if (!missing.empty()) {
+      r.reason = "acquire: unknown blocks " + missing + " (evicted or freed); nothing acquired";
+      return r;
+    }
+    for (auto id : ids) {
+      auto& b = blocks_.at(id);
+      ++b.refs;
+      policies_[static_cast<std::size_t>(b.loc + 1)]->touched(id);
+    }
+    r.ok = true;
+    r.ids = ids;
+    return r;
+  }
+
+  void release(block_id id, bool free_now) {
+    auto it = blocks_.find(id);
+    if (it == blocks_.end())
+      return;
+    auto& b = it->second;
+    if (b.refs > 0)
+      --b.refs;
+    if (free_now && b.refs == 0)
+      when_idle(id, [this, id] {
+        auto again = blocks_.find(id);
+        if (again != blocks_.end() && again->second.refs == 0)
+          drop(id);
+      });
+  }
+
+  kv_reply on_release(const std::vector<block_id>& ids, bool free_now) {
+    kv_reply r = for_each_known(ids, [](block_rec&) {});
+    for (auto id : ids)
+      release(id, free_now);
+    return r;
+  }
+
+  template<class F>
+  kv_reply for_each_known(const std::vector<block_id>& ids, F fn) {
+    kv_reply r;
+    r.ok = true;
+    std::string missing;
+    for (auto id : ids) {
+      auto it = blocks_.find(id);
+      if (it == blocks_.end()) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(id);
+        continue;
+      }
+      fn(it->second);
+    }
+    if (!missing.empty()) {
+      r.ok = false;
+      r.reason = "unknown blocks " + missing + " (evicted or freed)";
+    }
+    r.ids = ids;
+    return r;
+  }
+
+  kv_reply on_pin(const std::vector<block_id>& ids, std::uint32_t ttl_ms) {
+    auto ttl = ttl_ms == 0 ? config_.pin_ttl : std::chrono::milliseconds{ttl_ms};
+    auto deadline = clock_type::now() + ttl;
+    auto r = for_each_known(ids, [&](block_rec& b) {
+      b.pinned = true;
+      b.pin_deadline = std::max(b.pin_deadline, deadline);
+    });
+    if (!expiry_scheduled_) {
+      expiry_scheduled_ = true;
+      delayed_send(this, config_.expiry_period, expiry_atom::value);
+    }
+    return r;
+  }
+
+  void on_expiry() {
+    expiry_scheduled_ = false;
+    auto now = clock_type::now();
+    bool any = false;
+    std::vector<block_id> expired;
+    for (auto& [id, b] : blocks_) {
+      if (!b.pinned)
+        continue;
+      if (b.pin_deadline > now) {
+        any = true;
+        continue;
+      }
+      b.pinned = false;
+      ++pin_expiries_;
+      bump(expiries_metric_);
+      if (b.loc != on_disk && pools_[b.loc]->kind() == tier::device)
+        expired.push_back(id);
+    }
+    for (auto id : expired)
+      when_idle(id, [this, id] {
+        auto it = blocks_.find(id);
+        if (it == blocks_.end())
+          return;
+        auto target = demote_target(it->second);
+        if (target != -2) {
+          ++demotions_;
+          bump(demotions_metric_);
+          move(id, target, [](expected<void>) {});
+        }
+      });
+    if (any) {
+      expiry_scheduled_ = true;
+      delayed_send(this, config_.expiry_period, expiry_atom::value);
+    }
+  }
+
+  caf::result<kv_reply> on_demote(const std::vector<block_id>& ids) {
+    auto g = std::make_shared<gather>();
+    g->promise = make_response_promise<kv_reply>();
+    g->left = ids.size();
+    g->reply.ok = true;
+    g->reply.ids = ids;
+    if (ids.empty())
+      return g->reply;
+    for (auto id : ids)
+      when_idle(id, [this, id, g] {
+        auto it = blocks_.find(id);
+        if (it == blocks_.end()) {
+          g->one(make_error(errc::not_found, "unknown block (evicted or freed)"), id);
+          return;
+        }
+        if (it->second.loc == on_disk) {
+          g->one(make_error(errc::invalid_argument, "already on disk, the lowest tier"), id);
+          return;
+        }
+        auto target = demote_target(it->second);
+        if (target == -2) {
+          ++busy_;
+          g->one(make_error(
+                     errc::busy,
+                     "no tier below has room" +
+                         std::string{it->second.indexed ? "" : " (private blocks stay in memory)"}),
+                 id);
+          return;
+        }
+        ++demotions_;
+        bump(demotions_metric_);
+        move(id, target, [g, id](expected<void> r) { g->one(std::move(r), id); });
+      });
+    return g->promise;
+  }
+
+  caf::result<kv_reply> on_promote(const std::vector<block_id>& ids, const std::string& pool) {
+    kv_reply bad;
+    int dest = find_pool(pool);
+    if (dest == -2 || pools_[dest]->kind() != tier::device) {
+      bad.reason =
+          "promote: '" + pool + "' is not a device pool; device pools: " + pool_names(tier::device);
+      return bad;
+    }
+    auto g = std::make_shared<gather>();
+    g->promise = make_response_promise<kv_reply>();
+    g->left = ids.size();
+    g->reply.ok = true;
+    g->reply.ids = ids;
+    if (ids.empty())
+      return g->reply;
+    for (auto id : ids)
+      bring(id, dest, [g, id](expected<void> r) { g->one(std::move(r), id); });
+    return g->promise;
+  }
+
+  caf::result<kv_bytes> on_read(block_id id) {
+    if (!blocks_.count(id)) {
+      kv_bytes r;
+      r.reason = "read: unknown block " + std::to_string(id) + " (evicted or freed)";
+      return r;
+    }
+    auto promise = make_response_promise<kv_bytes>();
+    when_idle(id, [this, id, promise]() mutable {
+      auto it = blocks_.find(id);
+      if (it == blocks_.end()) {
+        kv_bytes r;
+        r.reason = "read: block " + std::to_string(id) + " was dropped";
+        promise.deliver(std::move(r));
+        return;
+      }
+      policies_[static_cast<std::size_t>(it->second.loc + 1)]->touched(id);
+      request(it->second.actor, caf::infinite, detail::block_read_atom::value, it->second.checksum)
+          .then([this, id, promise](kv_bytes& r) mutable {
+            if (!r.ok) {
+              ++checksum_failures_;
+              bump(checksum_metric_);
+              ++dropped_damaged_;
+              drop(id);
+              r.reason += "; the block was dropped: recompute it";
+            }
+            promise.deliver(std::move(r));
+          });
+    });
+    return promise;
+  }
+
+  caf::result<kv_reply> on_write(block_id id, std::uint64_t offset,
+                                 std::vector<std::uint8_t> bytes) {
+    kv_reply r;
+    auto it = blocks_.find(id);
+    if (it == blocks_.end()) {
+      r.reason = "write: unknown block " + std::to_string(id);
+      return r;
+    }
+    auto& b = it->second;
+    if (b.indexed || b.refs > 1) {
+      r.reason = "write: block " + std::to_string(id) + " is shared (" + std::to_string(b.refs) +
+                 " references" + (b.indexed ? ", content-addressed" : "") +
+                 "); copy it first (kv_cow)";
+      return r;
+    }
+    if (offset > config_.block_bytes || bytes.size() > config_.block_bytes - offset) {
+      r.reason = "write: " + std::to_string(bytes.size()) + " bytes at offset " +
+                 std::to_string(offset) + " pass the block's " +
+                 std::to_string(config_.block_bytes) + " bytes";
+      return r;
+    }
+    auto promise = make_response_promise<kv_reply>();
+    when_idle(id, [this, id, offset, bytes = std::move(bytes), promise]() mutable {
+      auto it = blocks_.find(id);
+      if (it == blocks_.end()) {
+        kv_reply gone;
+        gone.reason = "write: block " + std::to_string(id) + " was dropped";
+        promise.deliver(std::move(gone));
+        return;
+      }
+      if (it->second.loc == on_disk) {
+        kv_reply no;
+        no.reason = "write: block " + std::to_string(id) + " is on disk; promote it first";
+        promise.deliver(std::move(no));
+        return;
+      }
+      it->second.busy = true;
+      request(it->second.actor, caf::infinite, detail::block_write_atom::value, offset,
+              std::move(bytes))
+          .then([this, id, promise](std::uint64_t checksum) mutable {
+            kv_reply ok;
+            auto it = blocks_.find(id);
+            if (it != blocks_.end()) {
+              it->second.checksum = checksum;
+              ok.ok = true;
+              ok.ids = {id};
+              set_idle(it->second);
+            }
+            promise.deliver(std::move(ok));
+          });
+    });
+    return promise;
+  }
+
+  caf::result<kv_reply> on_cow(block_id id) {
+    kv_reply r;
+    auto it = blocks_.find(id);
+    if (it == blocks_.end()) {
+      r.reason = "cow: unknown block " + std::to_string(id);
+      return r;
+    }
+    if (!it->second.indexed && it->second.refs <= 1) {
+      r.ok = true;
+      r.ids = {id};
+      return r;
+    }
+    auto promise = make_response_promise<kv_reply>();
+    run_waiting([this, id, promise]() mutable {
+      auto it = blocks_.find(id);
+      if (it == blocks_.end()) {
+        kv_reply gone;
+        gone.reason = "cow: block " + std::to_string(id) + " was dropped";
+        promise.deliver(std::move(gone));
+        return true;
+      }
+      if (it->second.busy)
+        return false;
+      int loc = it->second.loc;
+      if (loc == on_disk)
+        loc = first_host();
+      switch (ensure_room(loc)) {
+      case room::wait:
+        return false;
+      case room::busy: {
+        ++busy_;
+        kv_reply busy;
+        busy.busy = true;
+        busy.reason = "busy: no room in '" + loc_name(loc) + "' for a copy";
+        promise.deliver(std::move(busy));
+        return true;
+      }
+      case room::ready:
+        break;
+      }
+      auto& src = blocks_.at(id);
+      auto& copy = create(loc, src.parent, src.tokens, false);
+      copy.refs = 1;
+      copy.checksum = src.checksum;
+      copy.busy = true;
+      src.busy = true;
+      ++moves_in_flight_;
+      auto copy_id = copy.id;
+      detail::move_order order{where_is(src), src.checksum, -1};
+      request(copy.actor, caf::infinite, detail::block_pull_atom::value, order)
+          .then([this, id, copy_id, promise](detail::pull_result& r) mutable {
+            --moves_in_flight_;
+            kv_reply out;
+            if (auto s = blocks_.find(id); s != blocks_.end()) {
+              if (r.ok && s->second.refs > 0)
+                --s->second.refs; // the caller's reference moves to the copy
+              set_idle(s->second);
+            }
+            auto c = blocks_.find(copy_id);
+            if (!r.ok) {
+              ++checksum_failures_;
+              bump(checksum_metric_);
+              drop(copy_id);
+              out.reason = "cow: " + r.reason;
+            } else if (c != blocks_.end()) {
+              out.ok = true;
+              out.ids = {copy_id};
+              set_idle(c->second);
+            }
+            update_gauges();
+            promise.deliver(std::move(out));
+            wake_waiters();
+          });
+      return true;
+    });
+    return promise;
+  }
+
+  // ---- start-up, stats, metrics -------------------------------------------------------------
+
+  // Indexes the blocks found on disk (content-addressed: the same prefix finds them again).
+  void recover_disk() {
+    if (!disk_)
+      return;
+    for (const auto& e : disk_->recovered()) {
+      auto id = next_id_++;
+      auto& b = blocks_[id];
+      b.id = id;
+      b.hash = e.hash;
+      b.parent = e.parent;
+      b.tokens = e.tokens;
+      b.indexed = true;
+      b.loc = on_disk;
+      b.checksum = e.checksum;
+      ++disk_blocks_;
+      b.actor = detail::spawn_block_actor(*home_, id, where_is(b));
+      by_hash_[b.hash] = id;
+      policies_[0]->touched(id);
+      announce(b);
+    }
+    update_gauges();
+  }
+
+  int first_host() const {
+    for (std::size_t i = 0; i < pools_.size(); ++i)
+      if (pools_[i]->kind() == tier::host)
+        return static_cast<int>(i);
+    return 0;
+  }
+
+  std::string pool_names(std::optional<tier> kind = std::nullopt) const {
+    std::string s;
+    for (auto& p : pools_)
+      if (!kind || p->kind() == *kind)
+        s += (s.empty() ? "" : ", ") + p->name();
+    return s.empty() ? "none" : s;
+  }
+
+  kv_store_stats stats() const {
+    kv_store_stats s;
+    for (auto& p : pools_)
+      s.pools.push_back({p->name(), std::string{to_string(p->kind())}, p->used(), p->capacity()});
+    if (disk_)
+      s.pools.push_back({"disk", "disk", disk_blocks_, disk_->capacity()});
+    s.blocks = blocks_.size();
+    s.puts_shared = puts_shared_;
+    s.bytes_moved = bytes_moved_;
+    s.transfers = transfers_;
+    s.demotions = demotions_;
+    s.promotions = promotions_;
+    s.evictions = evictions_;
+    s.pin_expiries = pin_expiries_;
+    s.checksum_failures = checksum_failures_;
+    s.dropped_damaged = dropped_damaged_;
+    s.disk_damaged_on_open = disk_ ? disk_->damaged_on_open() : 0;
+    s.busy = busy_;
+    return s;
+  }
+
+  static void bump(counter* c) {
+    if (c != nullptr)
+      c->inc();
+  }
+
+  void add_metrics() {
+    auto* m = config_.metrics;
+    if (m == nullptr)
+      return;
+    auto c = [&](const char* name, const char* help) -> counter* {
+      auto r = m->add_counter(name, help);
+      return r ? *r : nullptr;
+    };
+    evictions_metric_ = c("triad_kv_evictions_total", "KV blocks dropped for space.");
+    demotions_metric_ = c("triad_kv_demotions_total", "KV blocks moved a tier down.");
+    promotions_metric_ = c("triad_kv_promotions_total", "KV blocks moved into a device pool.");
+    expiries_metric_ = c("triad_kv_pin_expiries_total", "KV pins that reached their deadline.");
+    checksum_metric_ =
+        c("triad_kv_checksum_failures_total", "KV copies or reads that failed their check.");
+    for (auto t : {tier::device, tier::host, tier::disk}) {
+      auto lbl = labels{{"tier", std::string{to_string(t)}}};
+      auto b = m->add_gauge("triad_kv_blocks", "KV blocks held, by tier.", lbl);
+      auto y = m->add_gauge("triad_kv_bytes", "KV block bytes held, by tier.", lbl);
+      if (b && y)
+        tier_gauges_[static_cast<std::size_t>(t)] = {*b, *y};
+    }
+  }
+
+  void observe_transfer(const std::string& path, double seconds) {
+    auto* m = config_.metrics;
+    if (m == nullptr)
+      return;
+    auto& slot = paths_[path];
+    if (slot.first == nullptr) {
+      auto b = m->add_counter("triad_kv_bytes_moved_total", "KV block bytes moved, by path.",
+                              {{"path", path}});
+      auto h = m->add_histogram("triad_kv_transfer_seconds", "KV block moves, by path.",
+                                default_duration_buckets(), {{"path", path}});
+      if (!b || !h)
+        return;
+      slot = {*b, *h};
+    }
+    slot.first->inc(static_cast<double>(config_.block_bytes));
+    slot.second->observe(seconds);
+  }
+
+  void update_gauges() {
+    if (config_.metrics == nullptr)
+      return;
+    std::array<std::uint64_t, 3> n{};
+    for (auto& p : pools_)
+      n[static_cast<std::size_t>(p->kind())] += p->used();
+    n[static_cast<std::size_t>(tier::disk)] = disk_blocks_;
+    for (std::size_t t = 0; t < 3; ++t)
+      if (tier_gauges_[t].first != nullptr) {
+        tier_gauges_[t].first->set(static_cast<double>(n[t]));
+        tier_gauges_[t].second->set(static_cast<double>(n[t] * config_.block_bytes));
+      }
+  }
+
+  domain_set* domains_;
+  domain* home_;
+  kv_store_config config_;
+  std::vector<std::unique_ptr<memory_pool>> pools_;
+  std::unique_ptr<disk_pool> disk_;
+  caf::actor index_;
+  std::vector<std::unique_ptr<eviction_policy>> policies_; // [0]: disk, [i + 1]: pools_[i]
+  std::unordered_map<block_id, block_rec> blocks_;
+  std::unordered_map<block_hash, block_id> by_hash_;
+  std::deque<std::function<bool()>> waiting_;
+  block_id next_id_ = 1;
+  std::size_t disk_blocks_ = 0;
+  std::size_t moves_in_flight_ = 0;
+  std::uint32_t faults_ = 0;
+  bool expiry_scheduled_ = false;
+  bool waking_ = false;
+  std::uint64_t puts_shared_ = 0, bytes_moved_ = 0, transfers_ = 0, demotions_ = 0, promotions_ = 0,
+                evictions_ = 0, pin_expiries_ = 0, checksum_failures_ = 0, dropped_damaged_ = 0,
+                busy_ = 0;
+  counter *evictions_metric_ = nullptr, *demotions_metric_ = nullptr, *promotions_metric_ = nullptr,
+          *expiries_metric_ = nullptr, *checksum_metric_ = nullptr;
+  std::array<std::pair<gauge*, gauge*>, 3> tier_gauges_{};
+  std::map<std::string, std::pair<counter*, histogram*>> paths_;
+};
+
+} // namespace
+
+expected<kv_store> spawn_kv_store(domain_set& domains, domain& home, kv_store_config config) {
+  if (config.block_tokens == 0)
+    return make_error(errc::invalid_argument, "kv store: block_tokens is 0; allowed: 1 or more");
+  if (config.block_bytes == 0)
+    return make_error(errc::invalid_argument, "kv store: block_bytes is 0; allowed: 1 or more");
+  if (config.pools.empty())
+    return make_error(errc::invalid_argument, "kv store: no pools; give at least one");
+  std::vector<std::unique_ptr<memory_pool>> pools;
+  for (const auto& p : config.pools) {
+    for (auto& q : pools)
+      if (q->name() == p.name)
+        return make_error(errc::invalid_argument, "kv store: pool name '" + p.name + "' twice");
+    if (auto d = domains.find(p.domain); !d)
+      return make_error(errc::invalid_argument,
+                        "kv store: pool '" + p.name + "': " + d.error().message);
+    auto pool = memory_pool::create(p.name, p.kind, p.domain, config.block_bytes, p.capacity_bytes,
+                                    config.topo);
+    if (!pool)
+      return pool.error();
+    pools.push_back(std::move(*pool));
+  }
+  std::unique_ptr<disk_pool> disk;
+  if (!config.disk_dir.empty()) {
+    auto d = disk_pool::open(config.disk_dir, config.block_tokens, config.block_bytes,
+                             config.disk_capacity_bytes);
+    if (!d)
+      return d.error();
+    disk = std::move(*d);
+  }
+  auto index = detail::spawn_index_actor(home, config.block_tokens, config.metrics);
+  auto store = home.spawn<store_actor>(&domains, &home, std::move(config), std::move(pools),
+                                       std::move(disk), index);
+  return kv_store{store, index};
+}
+
+} // namespace triad

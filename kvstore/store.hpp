@@ -1,0 +1,205 @@
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "kvstore/block.hpp"
+#include "kvstore/eviction.hpp"
+#include "runtime/domains.hpp"
+#include "runtime/metrics.hpp"
+
+namespace triad {
+
+/// Stores a sequence's blocks: `(kv_put_atom, kv_put)` -> kv_reply with one id per block, each
+/// holding one reference for the caller. Full blocks are content-addressed: a block already
+/// stored is shared, not copied.
+using kv_put_atom = caf::atom_constant<caf::atom("kvput")>;
+/// Adds a reference to each block (a new sequence reusing a prefix): `(.., ids)` -> kv_reply.
+using kv_acquire_atom = caf::atom_constant<caf::atom("kvacquire")>;
+/// Drops one reference of each block; unreferenced blocks stay cached until evicted:
+/// `(.., ids)` -> kv_reply.
+using kv_release_atom = caf::atom_constant<caf::atom("kvrelease")>;
+/// Drops one reference of each block and frees those left unreferenced at once:
+/// `(.., ids)` -> kv_reply.
+using kv_free_atom = caf::atom_constant<caf::atom("kvfree")>;
+/// Pins blocks for a tool call: `(.., ids, std::uint32_t ttl_ms)` (0: the store's default) ->
+/// kv_reply. Not evicted or demoted before the deadline; at expiry device blocks go to host.
+using kv_pin_atom = caf::atom_constant<caf::atom("kvpin")>;
+/// Ends pins early: `(.., ids)` -> kv_reply.
+using kv_unpin_atom = caf::atom_constant<caf::atom("kvunpin")>;
+/// Moves blocks one tier down (device -> host -> disk): `(.., ids)` -> kv_reply.
+using kv_demote_atom = caf::atom_constant<caf::atom("kvdemote")>;
+/// Moves blocks into a device pool, from wherever they are (the prefetch when a tool returns):
+/// `(.., ids, std::string pool)` -> kv_reply.
+using kv_promote_atom = caf::atom_constant<caf::atom("kvpromote")>;
+/// Reads one block's bytes, checked: `(.., block_id)` -> kv_bytes.
+using kv_read_atom = caf::atom_constant<caf::atom("kvread")>;
+/// Writes into a private block: `(.., block_id, std::uint64_t offset, std::vector<std::uint8_t>)`
+/// -> kv_reply; refused for shared or content-addressed blocks (copy them first).
+using kv_write_atom = caf::atom_constant<caf::atom("kvwrite")>;
+/// Copy-on-write: `(.., block_id)` -> kv_reply with the id to write to: the block itself when the
+/// caller holds its only reference and it is private, else a private copy that takes over the
+/// caller's reference.
+using kv_cow_atom = caf::atom_constant<caf::atom("kvcow")>;
+/// Longest cached prefix of a token sequence, asked of the prefix index:
+/// `(.., std::vector<token>)` -> kv_prefix.
+using kv_lookup_atom = caf::atom_constant<caf::atom("kvlookup")>;
+/// A kv_store_stats snapshot: `(kv_stats_atom)`.
+using kv_stats_atom = caf::atom_constant<caf::atom("kvstats")>;
+/// Fault injection for tests and drills: `(.., std::uint32_t n)` flips one bit in each of the
+/// next n transfers, after the copy and before its check.
+using kv_fault_atom = caf::atom_constant<caf::atom("kvfault")>;
+
+/// Defaults of the KV store.
+namespace defaults::kvstore {
+/// Tokens per block (the device's KV page size).
+inline constexpr std::size_t block_tokens = 16;
+/// Time-to-live of a pin when the caller gives none (a typical tool call's length, generous).
+inline constexpr std::chrono::milliseconds pin_ttl{30'000};
+/// How often pins are checked for expiry.
+inline constexpr std::chrono::milliseconds expiry_period{50};
+/// Operations waiting for space (moves under way) before more are refused busy.
+inline constexpr std::size_t max_waiting = 256;
+} // namespace defaults::kvstore
+
+/// One memory pool of the store.
+struct kv_pool_config {
+  std::string name;                 ///< a device's name, or e.g. "host0"; unique in the store
+  tier kind = tier::host;           ///< device or host
+  unsigned domain = 0;              ///< NUMA domain of its memory (a device's: from the plan)
+  std::uint64_t capacity_bytes = 0; ///< budget; whole blocks only
+  /// Device pools: copies to other device pools with peer_access go directly; otherwise a
+  /// device-to-device transfer is staged through host memory nearest the target.
+  bool peer_access = false;
+};
+
+/// Everything a store needs; every option documented where declared.
+struct kv_store_config {
+  std::size_t block_tokens = defaults::kvstore::block_tokens; ///< tokens per block, >= 1
+  std::size_t block_bytes = 0;           ///< payload bytes of one block (all layers' K and V)
+  std::vector<kv_pool_config> pools;     ///< device and host pools; at least one
+  std::filesystem::path disk_dir;        ///< directory of the disk tier; empty: no disk tier
+  std::uint64_t disk_capacity_bytes = 0; ///< bound of the disk tier
+  std::chrono::milliseconds pin_ttl = defaults::kvstore::pin_ttl;             ///< default TTL
+  std::chrono::milliseconds expiry_period = defaults::kvstore::expiry_period; ///< pin checks
+  std::size_t max_waiting = defaults::kvstore::max_waiting; ///< operations waiting for space
+  eviction_policy_factory policy;                           ///< one policy per pool; empty: LRU
+  const topology* topo = nullptr;      ///< binds pool memory when it is this machine
+  metrics_registry* metrics = nullptr; ///< where triad_kv_* metrics go (optional)
+};
+
+/// Blocks to store: the tokens of a sequence from position 0 and one payload per block (every
+/// block full but the last, which may be partial and is then private to the caller).
+struct kv_put {
+  std::string pool;                                ///< the pool to store new blocks in
+  std::vector<token> tokens;                       ///< tokens the blocks cover, in order
+  std::vector<std::vector<std::uint8_t>> payloads; ///< block_bytes each
+};
+
+/// Inspector of kv_put.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_put& x) {
+  return f(caf::meta::type_name("kv_put"), x.pool, x.tokens, x.payloads);
+}
+
+/// The answer to a store operation.
+struct kv_reply {
+  bool ok = false;           ///< it happened, for every block
+  bool busy = false;         ///< refused for lack of space; retry later
+  std::string reason;        ///< why not
+  std::vector<block_id> ids; ///< the blocks concerned (put, cow: the ids to use)
+};
+
+/// Inspector of kv_reply.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_reply& x) {
+  return f(caf::meta::type_name("kv_reply"), x.ok, x.busy, x.reason, x.ids);
+}
+
+/// A block's bytes, as read.
+struct kv_bytes {
+  bool ok = false;                 ///< read and checked
+  std::string reason;              ///< why not (a damaged block is dropped: recompute it)
+  std::vector<std::uint8_t> bytes; ///< block_bytes
+};
+
+/// Inspector of kv_bytes.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_bytes& x) {
+  return f(caf::meta::type_name("kv_bytes"), x.ok, x.reason, x.bytes);
+}
+
+/// The longest cached prefix of a token sequence.
+struct kv_prefix {
+  std::uint64_t tokens = 0;       ///< tokens covered (a multiple of the block size)
+  std::vector<block_id> ids;      ///< its blocks, in order
+  std::vector<std::string> tiers; ///< each block's tier, as to_string(tier)
+};
+
+/// Inspector of kv_prefix.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_prefix& x) {
+  return f(caf::meta::type_name("kv_prefix"), x.tokens, x.ids, x.tiers);
+}
+
+/// One pool's usage.
+struct kv_pool_stats {
+  std::string name;           ///< the pool
+  std::string kind;           ///< "device", "host" or "disk"
+  std::uint64_t blocks = 0;   ///< blocks held
+  std::uint64_t capacity = 0; ///< blocks it can hold
+};
+
+/// Inspector of kv_pool_stats.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_pool_stats& x) {
+  return f(caf::meta::type_name("kv_pool_stats"), x.name, x.kind, x.blocks, x.capacity);
+}
+
+/// A snapshot of the store's counters.
+struct kv_store_stats {
+  std::vector<kv_pool_stats> pools;       ///< every pool, disk last
+  std::uint64_t blocks = 0;               ///< blocks known
+  std::uint64_t puts_shared = 0;          ///< put blocks found already stored (shared, not copied)
+  std::uint64_t bytes_moved = 0;          ///< bytes copied between tiers and pools
+  std::uint64_t transfers = 0;            ///< block moves completed
+  std::uint64_t demotions = 0;            ///< blocks moved a tier down
+  std::uint64_t promotions = 0;           ///< blocks moved into a device pool
+  std::uint64_t evictions = 0;            ///< blocks dropped for space
+  std::uint64_t pin_expiries = 0;         ///< pins that reached their deadline
+  std::uint64_t checksum_failures = 0;    ///< copies or reads that failed their check
+  std::uint64_t dropped_damaged = 0;      ///< blocks dropped because their bytes were damaged
+  std::uint64_t disk_damaged_on_open = 0; ///< block files rejected when the store started
+  std::uint64_t busy = 0;                 ///< operations refused for lack of space
+};
+
+/// Inspector of kv_store_stats.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_store_stats& x) {
+  return f(caf::meta::type_name("kv_store_stats"), x.pools, x.blocks, x.puts_shared, x.bytes_moved,
+           x.transfers, x.demotions, x.promotions, x.evictions, x.pin_expiries, x.checksum_failures,
+           x.dropped_damaged, x.disk_damaged_on_open, x.busy);
+}
+
+/// A running store: the store actor (lifecycle of every block) and its prefix index actor
+/// (lookups, so they never queue behind block moves).
+struct kv_store {
+  caf::actor store; ///< takes every kv_*_atom message but kv_lookup_atom
+  caf::actor index; ///< takes kv_lookup_atom
+};
+
+/// Starts a store in `home` (the orchestration domain): opens the pools and the disk tier
+/// (blocks found on disk are indexed again; damaged files are removed and counted), spawns the
+/// index. Each block is an actor in the domain of the memory holding it (disk blocks: `home`),
+/// so `domains` must hold every pool's domain. Errors name the bad option.
+expected<kv_store> spawn_kv_store(domain_set& domains, domain& home, kv_store_config config);
+
+} // namespace triad

@@ -1,0 +1,423 @@
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <boost/test/unit_test.hpp>
+#include <caf/all.hpp>
+
+#include "kvstore/store.hpp"
+#include "tests/printers.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::size_t block_tokens = 4;
+constexpr std::size_t block_bytes = 8192;
+
+std::vector<std::uint8_t> payload(unsigned seed) {
+  std::mt19937 rng{seed};
+  std::vector<std::uint8_t> v(block_bytes);
+  for (auto& b : v)
+    b = static_cast<std::uint8_t>(rng());
+  return v;
+}
+
+std::vector<triad::token> tokens(std::size_t n, triad::token first) {
+  std::vector<triad::token> t(n);
+  for (std::size_t i = 0; i < n; ++i)
+    t[i] = first + static_cast<triad::token>(i);
+  return t;
+}
+
+// Two NUMA domains (synthetic), a store homed in the first, and a scoped actor to talk to it.
+struct fixture {
+  fixture() {
+    auto t = triad::topology::load_synthetic("pack:1 numa:2 core:2 pu:1");
+    BOOST_REQUIRE(t.has_value());
+    topo = std::make_unique<triad::topology>(std::move(t).value());
+    triad::node_config nc;
+    nc.tools.cores = 1;
+    auto p = triad::make_plan(topo->info(), nc);
+    BOOST_REQUIRE(p.has_value());
+    // Both domains active: the store's pools live in both.
+    for (auto& d : p->domains)
+      d.orchestration = true;
+    auto s = triad::domain_set::start(*topo, *p, nc.scheduler, false);
+    BOOST_REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().message));
+    domains = std::move(s).value();
+    dir = std::filesystem::temp_directory_path() / ("triad-kvstore-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+  }
+  ~fixture() {
+    self.reset();
+    domains->stop(10s);
+    std::filesystem::remove_all(dir);
+  }
+
+  // A config with pools of `n` blocks each: {name, tier, domain, blocks}.
+  triad::kv_store_config
+  config(std::vector<std::tuple<std::string, triad::tier, unsigned, std::size_t>> pools) {
+    triad::kv_store_config c;
+    c.block_tokens = block_tokens;
+    c.block_bytes = block_bytes;
+    for (auto& [name, kind, dom, n] : pools)
+      c.pools.push_back({name, kind, dom, n * block_bytes, false});
+    c.expiry_period = 10ms;
+    c.metrics = &metrics;
+    return c;
+  }
+
+  void start(triad::kv_store_config c) {
+    auto s = triad::spawn_kv_store(*domains, domains->orchestration(), std::move(c));
+    BOOST_REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().message));
+    kv = *s;
+    self = std::make_unique<caf::scoped_actor>(domains->orchestration().system());
+  }
+
+  void stop_store() {
+    caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
+    (*self)->wait_for(kv.store);
+  }
+
+  template<class R, class... Ts>
+  R ask(const caf::actor& to, Ts&&... xs) {
+    R out{};
+    (*self)
+        ->request(to, 20s, std::forward<Ts>(xs)...)
+        .receive([&](R& r) { out = std::move(r); },
+                 [&](caf::error& e) { BOOST_FAIL("no answer: " << caf::to_string(e)); });
+    return out;
+  }
+
+  triad::kv_reply put(const std::string& pool, std::vector<triad::token> toks,
+                      std::vector<std::vector<std::uint8_t>> payloads) {
+    return ask<triad::kv_reply>(kv.store, triad::kv_put_atom::value,
+                                triad::kv_put{pool, std::move(toks), std::move(payloads)});
+  }
+  triad::kv_reply op(auto atom, std::vector<triad::block_id> ids) {
+    return ask<triad::kv_reply>(kv.store, atom, std::move(ids));
+  }
+  triad::kv_prefix lookup(std::vector<triad::token> toks) {
+    return ask<triad::kv_prefix>(kv.index, triad::kv_lookup_atom::value, std::move(toks));
+  }
+  triad::kv_bytes read(triad::block_id id) {
+    return ask<triad::kv_bytes>(kv.store, triad::kv_read_atom::value, id);
+  }
+  triad::kv_store_stats stats() {
+    return ask<triad::kv_store_stats>(kv.store, triad::kv_stats_atom::value);
+  }
+
+  std::unique_ptr<triad::topology> topo;
+  std::unique_ptr<triad::domain_set> domains;
+  triad::metrics_registry metrics;
+  triad::kv_store kv;
+  std::unique_ptr<caf::scoped_actor> self;
+  std::filesystem::path dir;
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(store, fixture)
+
+BOOST_AUTO_TEST_CASE(sequences_with_a_common_prefix_share_its_blocks) {
+  start(config({{"gpu0", triad::tier::device, 0, 16}}));
+  auto a = tokens(12, 100);
+  auto r1 = put("gpu0", a, {payload(1), payload(2), payload(3)});
+  BOOST_REQUIRE_MESSAGE(r1.ok, r1.reason);
+  auto b = tokens(8, 100); // the first two blocks of a
+  auto more = tokens(4, 500);
+  b.insert(b.end(), more.begin(), more.end());
+  auto r2 = put("gpu0", b, {payload(1), payload(2), payload(9)});
+  BOOST_REQUIRE_MESSAGE(r2.ok, r2.reason);
+  BOOST_TEST(r2.ids[0] == r1.ids[0]);
+  BOOST_TEST(r2.ids[1] == r1.ids[1]);
+  BOOST_TEST(r2.ids[2] != r1.ids[2]);
+  auto s = stats();
+  BOOST_TEST(s.blocks == 4u);
+  BOOST_TEST(s.puts_shared == 2u);
+  // The longest cached prefix of a continuation of b: b's three blocks.
+  auto query = b;
+  query.push_back(7);
+  auto p = lookup(query);
+  BOOST_TEST(p.tokens == 12u);
+  BOOST_TEST(p.ids == r2.ids);
+  BOOST_TEST(p.tiers == std::vector<std::string>(3, "device"));
+  BOOST_TEST(lookup(tokens(8, 900)).tokens == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_shared_partial_block_is_copied_before_it_is_written) {
+  start(config({{"gpu0", triad::tier::device, 0, 8}}));
+  auto r = put("gpu0", tokens(6, 1), {payload(1), payload(2)}); // one full, one partial
+  BOOST_REQUIRE_MESSAGE(r.ok, r.reason);
+  auto partial = r.ids[1];
+  // A second sequence forks from the same partial block.
+  BOOST_REQUIRE(op(triad::kv_acquire_atom::value, {partial}).ok);
+  auto refused = ask<triad::kv_reply>(kv.store, triad::kv_write_atom::value, partial,
+                                      std::uint64_t{0}, std::vector<std::uint8_t>(16, 0xab));
+  BOOST_TEST(!refused.ok);
+  BOOST_TEST(refused.reason.find("copy it first") != std::string::npos);
+  auto cow = ask<triad::kv_reply>(kv.store, triad::kv_cow_atom::value, partial);
+  BOOST_REQUIRE_MESSAGE(cow.ok, cow.reason);
+  BOOST_REQUIRE(cow.ids.size() == 1u);
+  auto copy = cow.ids[0];
+  BOOST_TEST(copy != partial);
+  auto written = ask<triad::kv_reply>(kv.store, triad::kv_write_atom::value, copy, std::uint64_t{0},
+                                      std::vector<std::uint8_t>(16, 0xab));
+  BOOST_REQUIRE_MESSAGE(written.ok, written.reason);
+  auto original = read(partial);
+  auto changed = read(copy);
+  BOOST_REQUIRE((original.ok && changed.ok));
+  BOOST_TEST(original.bytes == payload(2));
+  BOOST_TEST(changed.bytes[0] == 0xab);
+  BOOST_TEST(std::equal(changed.bytes.begin() + 16, changed.bytes.end(), payload(2).begin() + 16));
+  // Now the original has one reference left: writing it in place is allowed.
+  auto in_place = ask<triad::kv_reply>(kv.store, triad::kv_cow_atom::value, partial);
+  BOOST_TEST(in_place.ids == std::vector<triad::block_id>{partial});
+}
+
+BOOST_AUTO_TEST_CASE(the_least_recently_used_unreferenced_block_is_evicted_first) {
+  start(config({{"gpu0", triad::tier::device, 0, 3}}));
+  std::vector<triad::block_id> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto r = put("gpu0", tokens(4, 100 * (i + 1)), {payload(static_cast<unsigned>(i))});
+    BOOST_REQUIRE(r.ok);
+    ids.push_back(r.ids[0]);
+  }
+  BOOST_REQUIRE(op(triad::kv_release_atom::value, ids).ok); // all cached, none referenced
+  BOOST_REQUIRE(read(ids[0]).ok);                           // the first is used again
+  auto r = put("gpu0", tokens(4, 900), {payload(9)});
+  BOOST_REQUIRE_MESSAGE(r.ok, r.reason);
+  BOOST_TEST(!op(triad::kv_acquire_atom::value, {ids[1]}).ok); // the LRU one left
+  BOOST_TEST(op(triad::kv_acquire_atom::value, {ids[0]}).ok);
+  BOOST_TEST(op(triad::kv_acquire_atom::value, {ids[2]}).ok);
+  BOOST_TEST(stats().evictions == 1u);
+  BOOST_TEST(lookup(tokens(4, 200)).tokens == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(under_pressure_blocks_are_demoted_before_any_is_evicted) {
+  start(config({{"gpu0", triad::tier::device, 0, 2}, {"host0", triad::tier::host, 0, 4}}));
+  std::vector<triad::block_id> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto r = put("gpu0", tokens(4, 100 * (i + 1)), {payload(static_cast<unsigned>(i))});
+    BOOST_REQUIRE_MESSAGE(r.ok, r.reason);
+    ids.push_back(r.ids[0]);
+  }
+  auto s = stats();
+  BOOST_TEST(s.evictions == 0u);
+  BOOST_TEST(s.demotions == 2u);
+  BOOST_TEST(lookup(tokens(4, 100)).tiers == std::vector<std::string>{"host"});
+  BOOST_TEST(read(ids[0]).bytes == payload(0));
+}
+
+BOOST_AUTO_TEST_CASE(a_pinned_block_stays_until_its_deadline_then_goes_to_host) {
+  start(config({{"gpu0", triad::tier::device, 0, 1}, {"host0", triad::tier::host, 0, 4}}));
+  auto a = put("gpu0", tokens(4, 1), {payload(1)});
+  BOOST_REQUIRE(a.ok);
+  BOOST_REQUIRE(
+      ask<triad::kv_reply>(kv.store, triad::kv_pin_atom::value, a.ids, std::uint32_t{300}).ok);
+  // The pool's one slot is pinned: another block cannot push it out.
+  auto b = put("gpu0", tokens(4, 50), {payload(2)});
+  BOOST_TEST(b.busy);
+  BOOST_TEST(lookup(tokens(4, 1)).tiers == std::vector<std::string>{"device"});
+  std::this_thread::sleep_for(600ms);
+  auto s = stats();
+  BOOST_TEST(s.pin_expiries == 1u);
+  BOOST_TEST(lookup(tokens(4, 1)).tiers == std::vector<std::string>{"host"});
+  BOOST_TEST(read(a.ids[0]).bytes == payload(1));
+}
+
+BOOST_AUTO_TEST_CASE(demote_to_disk_and_promote_back_preserves_every_byte) {
+  auto c = config({{"gpu0", triad::tier::device, 0, 2}, {"host1", triad::tier::host, 1, 2}});
+  c.disk_dir = dir;
+  c.disk_capacity_bytes = 1 << 20;
+  start(c);
+  auto r = put("gpu0", tokens(8, 1), {payload(1), payload(2)});
+  BOOST_REQUIRE(r.ok);
+  BOOST_REQUIRE_MESSAGE(op(triad::kv_demote_atom::value, r.ids).ok, "to host");
+  BOOST_TEST(lookup(tokens(8, 1)).tiers == std::vector<std::string>(2, "host"));
+  auto d = op(triad::kv_demote_atom::value, r.ids);
+  BOOST_REQUIRE_MESSAGE(d.ok, d.reason);
+  BOOST_TEST(lookup(tokens(8, 1)).tiers == std::vector<std::string>(2, "disk"));
+  auto p =
+      ask<triad::kv_reply>(kv.store, triad::kv_promote_atom::value, r.ids, std::string{"gpu0"});
+  BOOST_REQUIRE_MESSAGE(p.ok, p.reason);
+  BOOST_TEST(lookup(tokens(8, 1)).tiers == std::vector<std::string>(2, "device"));
+  BOOST_TEST(read(r.ids[0]).bytes == payload(1));
+  BOOST_TEST(read(r.ids[1]).bytes == payload(2));
+  auto s = stats();
+  BOOST_TEST(s.transfers == 6u);
+  BOOST_TEST(s.bytes_moved == 6 * block_bytes);
+  auto text = metrics.render();
+  BOOST_TEST(text.find(R"(triad_kv_bytes_moved_total{path="host->disk"})") != std::string::npos);
+  BOOST_TEST(text.find(R"(triad_kv_transfer_seconds_count{path="disk->device"} 2)") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_bit_flipped_in_transfer_is_caught_and_the_block_fetched_again) {
+  start(config({{"gpu0", triad::tier::device, 0, 2}, {"host0", triad::tier::host, 0, 2}}));
+  auto r = put("gpu0", tokens(4, 1), {payload(7)});
+  BOOST_REQUIRE(r.ok);
+  (*self)->send(kv.store, triad::kv_fault_atom::value, std::uint32_t{1});
+  auto d = op(triad::kv_demote_atom::value, r.ids);
+  BOOST_REQUIRE_MESSAGE(d.ok, d.reason);
+  auto s = stats();
+  BOOST_TEST(s.checksum_failures == 1u);
+  BOOST_TEST(s.dropped_damaged == 0u);
+  BOOST_TEST(read(r.ids[0]).bytes == payload(7));
+  BOOST_TEST(metrics.render().find("triad_kv_checksum_failures_total 1") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_block_that_fails_every_fetch_is_dropped_never_used) {
+  start(config({{"gpu0", triad::tier::device, 0, 2}, {"host0", triad::tier::host, 0, 2}}));
+  auto r = put("gpu0", tokens(4, 1), {payload(7)});
+  BOOST_REQUIRE(r.ok);
+  (*self)->send(kv.store, triad::kv_fault_atom::value, std::uint32_t{2});
+  auto d = op(triad::kv_demote_atom::value, r.ids);
+  BOOST_TEST(!d.ok);
+  BOOST_TEST(d.reason.find("dropped") != std::string::npos);
+  BOOST_TEST(stats().checksum_failures == 2u);
+  BOOST_TEST(!read(r.ids[0]).ok);
+  BOOST_TEST(lookup(tokens(4, 1)).tokens == 0u); // a miss: the caller recomputes
+}
+
+BOOST_AUTO_TEST_CASE(a_full_tier_of_blocks_in_use_answers_busy) {
+  start(config({{"gpu0", triad::tier::device, 0, 2}}));
+  auto a = put("gpu0", tokens(8, 1), {payload(1), payload(2)}); // both referenced
+  BOOST_REQUIRE(a.ok);
+  auto b = put("gpu0", tokens(4, 77), {payload(3)});
+  BOOST_TEST(!b.ok);
+  BOOST_TEST(b.busy);
+  BOOST_TEST(b.reason.find("gpu0") != std::string::npos);
+  BOOST_TEST(stats().busy == 1u);
+  // Once released, the same put goes through (the unreferenced blocks are evicted).
+  BOOST_REQUIRE(op(triad::kv_release_atom::value, a.ids).ok);
+  BOOST_TEST(put("gpu0", tokens(4, 77), {payload(3)}).ok);
+}
+
+BOOST_AUTO_TEST_CASE(many_concurrent_sequences_sharing_prefixes_all_complete) {
+  start(config({{"gpu0", triad::tier::device, 0, 64}, {"host1", triad::tier::host, 1, 64}}));
+  constexpr int sequences = 24;
+  auto common = tokens(16, 1); // four shared blocks
+  std::vector<caf::actor> workers;
+  auto& sys = domains->orchestration().system();
+  caf::scoped_actor collector{sys};
+  for (int i = 0; i < sequences; ++i) {
+    auto toks = common;
+    auto own = tokens(8, 1000 + 100 * i);
+    toks.insert(toks.end(), own.begin(), own.end());
+    std::vector<std::vector<std::uint8_t>> pl{payload(1), payload(2),        payload(3),
+                                              payload(4), payload(100u + i), payload(200u + i)};
+    triad::kv_put p{"gpu0", toks, pl};
+    sys.spawn([p, store = kv.store, to = caf::actor{collector}](caf::event_based_actor* self) {
+      self->request(store, 20s, triad::kv_put_atom::value, p).then([self, to](triad::kv_reply& r) {
+        self->send(to, r);
+      });
+    });
+  }
+  std::set<triad::block_id> shared;
+  int ok = 0;
+  for (int i = 0; i < sequences; ++i)
+    collector->receive(
+        [&](triad::kv_reply& r) {
+          ok += r.ok;
+          if (r.ok)
+            shared.insert(r.ids.begin(), r.ids.begin() + 4);
+        },
+        caf::after(30s) >> [] { BOOST_FAIL("a put was lost"); });
+  BOOST_TEST(ok == sequences);
+  BOOST_TEST(shared.size() == 4u);
+  auto s = stats();
+  BOOST_TEST(s.blocks == 4u + 2u * sequences);
+  BOOST_TEST(s.puts_shared == 4u * (sequences - 1));
+}
+
+BOOST_AUTO_TEST_CASE(the_disk_tier_survives_a_restart_and_rejects_damaged_files) {
+  auto c = config({{"host0", triad::tier::host, 0, 4}});
+  c.disk_dir = dir;
+  c.disk_capacity_bytes = 1 << 20;
+  start(c);
+  auto r = put("host0", tokens(12, 1), {payload(1), payload(2), payload(3)});
+  BOOST_REQUIRE(r.ok);
+  BOOST_REQUIRE(op(triad::kv_demote_atom::value, r.ids).ok);
+  stop_store();
+  // Damage the third block's payload (its header still checks).
+  auto third = triad::chain_hashes(tokens(12, 1), block_tokens)[2];
+  char name[17];
+  std::snprintf(name, sizeof(name), "%016llx", static_cast<unsigned long long>(third));
+  {
+    std::fstream f{dir / (std::string{name} + ".kvb"),
+                   std::ios::in | std::ios::out | std::ios::binary};
+    BOOST_REQUIRE(f.good());
+    f.seekp(-100, std::ios::end);
+    f.put('\x55');
+  }
+  // A stray file that is not a block file at all.
+  std::ofstream{dir / "0000000000000bad.kvb"} << "not a block";
+  start(c);
+  BOOST_TEST(stats().disk_damaged_on_open == 1u);
+  auto p = lookup(tokens(12, 1));
+  BOOST_TEST(p.tokens == 12u);
+  BOOST_TEST(p.tiers == std::vector<std::string>(3, "disk"));
+  BOOST_TEST(read(p.ids[0]).bytes == payload(1));
+  BOOST_TEST(read(p.ids[1]).bytes == payload(2));
+  auto damaged = read(p.ids[2]);
+  BOOST_TEST(!damaged.ok);
+  BOOST_TEST(damaged.reason.find("checksum") != std::string::npos);
+  BOOST_TEST(lookup(tokens(12, 1)).tokens == 8u); // the damaged block is now a miss
+}
+
+BOOST_AUTO_TEST_CASE(device_to_device_goes_direct_with_peer_access_else_through_host) {
+  auto c = config({{"gpu0", triad::tier::device, 0, 2},
+                   {"rdu1", triad::tier::device, 1, 2},
+                   {"host1", triad::tier::host, 1, 2}});
+  start(c);
+  auto r = put("gpu0", tokens(4, 1), {payload(5)});
+  BOOST_REQUIRE(r.ok);
+  auto p =
+      ask<triad::kv_reply>(kv.store, triad::kv_promote_atom::value, r.ids, std::string{"rdu1"});
+  BOOST_REQUIRE_MESSAGE(p.ok, p.reason);
+  auto text = metrics.render();
+  BOOST_TEST(text.find(R"(triad_kv_transfer_seconds_count{path="device->host"} 1)") !=
+             std::string::npos);
+  BOOST_TEST(text.find(R"(triad_kv_transfer_seconds_count{path="host->device"} 1)") !=
+             std::string::npos);
+  BOOST_TEST(read(r.ids[0]).bytes == payload(5));
+  BOOST_TEST(stats().pools[1].blocks == 1u); // rdu1
+  stop_store();
+  c.pools[0].peer_access = c.pools[1].peer_access = true;
+  triad::metrics_registry fresh;
+  c.metrics = &fresh;
+  start(c);
+  auto r2 = put("gpu0", tokens(4, 1), {payload(5)});
+  auto p2 =
+      ask<triad::kv_reply>(kv.store, triad::kv_promote_atom::value, r2.ids, std::string{"rdu1"});
+  BOOST_REQUIRE_MESSAGE(p2.ok, p2.reason);
+  BOOST_TEST(fresh.render().find(R"(triad_kv_transfer_seconds_count{path="device->device"} 1)") !=
+             std::string::npos);
+  stop_store(); // before `fresh` goes
+}
+
+BOOST_AUTO_TEST_CASE(bad_requests_name_the_problem) {
+  start(config({{"gpu0", triad::tier::device, 0, 2}}));
+  auto unknown = put("gpu9", tokens(4, 1), {payload(1)});
+  BOOST_TEST(unknown.reason.find("unknown pool 'gpu9'; pools: gpu0") != std::string::npos);
+  auto count = put("gpu0", tokens(8, 1), {payload(1)});
+  BOOST_TEST(count.reason.find("8 tokens make 2 blocks") != std::string::npos);
+  auto size = put("gpu0", tokens(4, 1), {std::vector<std::uint8_t>(10)});
+  BOOST_TEST(size.reason.find("payload 0 has 10 bytes") != std::string::npos);
+  auto missing = op(triad::kv_acquire_atom::value, {42});
+  BOOST_TEST(missing.reason.find("unknown blocks 42") != std::string::npos);
+  triad::kv_store_config none;
+  none.block_bytes = 10;
+  auto bad = triad::spawn_kv_store(*domains, domains->orchestration(), none);
+  BOOST_REQUIRE(!bad.has_value());
+  BOOST_TEST(bad.error().message.find("no pools") != std::string::npos);
+  auto c = config({{"gpu0", triad::tier::device, 7, 2}});
+  auto bad_domain = triad::spawn_kv_store(*domains, domains->orchestration(), c);
+  BOOST_REQUIRE(!bad_domain.has_value());
+  BOOST_TEST(bad_domain.error().message.find("gpu0") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
