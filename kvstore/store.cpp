@@ -98,6 +98,8 @@ public:
         },
         [this](kv_promote_atom, std::vector<block_id>& ids,
                std::string& pool) -> caf::result<kv_reply> { return on_promote(ids, pool); },
+        [this](kv_transfer_atom, std::vector<block_id>& ids,
+               std::string& pool) -> caf::result<kv_reply> { return on_promote(ids, pool, false); },
         [this](kv_read_atom, block_id id) -> caf::result<kv_bytes> { return on_read(id); },
         [this](kv_write_atom, block_id id, std::uint64_t offset, std::vector<std::uint8_t>& bytes)
             -> caf::result<kv_reply> { return on_write(id, offset, std::move(bytes)); },
@@ -418,8 +420,8 @@ private:
               });
   }
 
-  // Moves a block into device pool `dest`: directly from host, disk or a device in the same
-  // domain or with peer access; otherwise staged through a host pool nearest the target.
+  // Moves a block into memory pool `dest`: directly, except device to device across domains
+  // without peer access on both, which is staged through a host pool nearest the target.
   void bring(block_id id, int dest, std::function<void(expected<void>)> done) {
     auto it = blocks_.find(id);
     if (it == blocks_.end()) {
@@ -433,7 +435,9 @@ private:
       return;
     }
     bool from_device = b.loc != on_disk && pools_[b.loc]->kind() == tier::device;
-    bool direct = !from_device || pools_[b.loc]->domain() == pools_[dest]->domain() ||
+    bool to_device = pools_[dest]->kind() == tier::device;
+    bool promotion = to_device && !from_device;
+    bool direct = !from_device || !to_device || pools_[b.loc]->domain() == pools_[dest]->domain() ||
                   (config_.pools[b.loc].peer_access && config_.pools[dest].peer_access);
     auto go = [this, id](int target, std::function<void(expected<void>)> next) {
       run_waiting([this, id, target, next] {
@@ -458,8 +462,8 @@ private:
       });
     };
     if (direct) {
-      go(dest, [this, done](expected<void> r) {
-        if (r) {
+      go(dest, [this, done, promotion](expected<void> r) {
+        if (r && promotion) {
           ++promotions_;
           bump(promotions_metric_);
         }
@@ -481,13 +485,7 @@ private:
         done(std::move(r));
         return;
       }
-      go(dest, [this, done](expected<void> r2) {
-        if (r2) {
-          ++promotions_;
-          bump(promotions_metric_);
-        }
-        done(std::move(r2));
-      });
+      go(dest, [done](expected<void> r2) { done(std::move(r2)); });
     });
   }
 
@@ -740,12 +738,15 @@ private:
     return g->promise;
   }
 
-  caf::result<kv_reply> on_promote(const std::vector<block_id>& ids, const std::string& pool) {
+  caf::result<kv_reply> on_promote(const std::vector<block_id>& ids, const std::string& pool,
+                                   bool device_only = true) {
     kv_reply bad;
     int dest = find_pool(pool);
-    if (dest == -2 || pools_[dest]->kind() != tier::device) {
-      bad.reason =
-          "promote: '" + pool + "' is not a device pool; device pools: " + pool_names(tier::device);
+    if (dest == -2 || (device_only && pools_[dest]->kind() != tier::device)) {
+      bad.reason = device_only
+                       ? "promote: '" + pool +
+                             "' is not a device pool; device pools: " + pool_names(tier::device)
+                       : "transfer: unknown pool '" + pool + "'; pools: " + pool_names();
       return bad;
     }
     auto g = std::make_shared<gather>();

@@ -40,6 +40,10 @@ using kv_demote_atom = caf::atom_constant<caf::atom("kvdemote")>;
 /// Moves blocks into a device pool, from wherever they are (the prefetch when a tool returns):
 /// `(.., ids, std::string pool)` -> kv_reply.
 using kv_promote_atom = caf::atom_constant<caf::atom("kvpromote")>;
+/// Moves blocks into any memory pool, device or host (host to host across domains, say):
+/// `(.., ids, std::string pool)` -> kv_reply. Device to device across domains goes directly
+/// when both pools have peer access, else staged through a host pool nearest the target.
+using kv_transfer_atom = caf::atom_constant<caf::atom("kvxfer")>;
 /// Reads one block's bytes, checked: `(.., block_id)` -> kv_bytes.
 using kv_read_atom = caf::atom_constant<caf::atom("kvread")>;
 /// Writes into a private block: `(.., block_id, std::uint64_t offset, std::vector<std::uint8_t>)`

@@ -399,6 +399,25 @@ BOOST_AUTO_TEST_CASE(device_to_device_goes_direct_with_peer_access_else_through_
   stop_store(); // before `fresh` goes
 }
 
+BOOST_AUTO_TEST_CASE(blocks_move_between_host_pools_of_two_domains_intact) {
+  start(config({{"host0", triad::tier::host, 0, 4}, {"host1", triad::tier::host, 1, 4}}));
+  auto r = put("host0", tokens(12, 1), {payload(1), payload(2), payload(3)});
+  BOOST_REQUIRE(r.ok);
+  auto t =
+      ask<triad::kv_reply>(kv.store, triad::kv_transfer_atom::value, r.ids, std::string{"host1"});
+  BOOST_REQUIRE_MESSAGE(t.ok, t.reason);
+  auto s = stats();
+  BOOST_TEST(s.pools[0].blocks == 0u);
+  BOOST_TEST(s.pools[1].blocks == 3u);
+  BOOST_TEST(s.promotions == 0u);
+  BOOST_TEST(read(r.ids[2]).bytes == payload(3));
+  BOOST_TEST(metrics.render().find(R"(triad_kv_transfer_seconds_count{path="host->host"} 3)") !=
+             std::string::npos);
+  auto bad =
+      ask<triad::kv_reply>(kv.store, triad::kv_transfer_atom::value, r.ids, std::string{"nowhere"});
+  BOOST_TEST(bad.reason.find("unknown pool 'nowhere'") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(bad_requests_name_the_problem) {
   start(config({{"gpu0", triad::tier::device, 0, 2}}));
   auto unknown = put("gpu9", tokens(4, 1), {payload(1)});

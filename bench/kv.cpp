@@ -1,0 +1,260 @@
+// triad-bench-kv: the KV store's costs against plain memory operations, in one run.
+// - transfer_over_memcpy: blocks of the `small` preset's size moved between the host pools of
+//   two domains through the store (block actors, checked copies) against memcpy of the same
+//   bytes between two buffers; a throughput ratio (1.0: as fast as memcpy).
+// - block_ops_per_s: allocate (put), share (acquire), lookup (prefix index) and free, each a
+//   message round trip answered by the store or its index, pipelined from one client.
+// - bytes_per_block_actor: resident memory per stored block beyond its payload (the block
+//   actor, the store's record, the index entry and the LRU entry), and that against the
+//   `small` preset's block payload.
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <caf/all.hpp>
+
+#include "bench/report.hpp"
+#include "devices/model.hpp"
+#include "kvstore/store.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// Resident bytes of this process (from /proc/self/statm).
+std::uint64_t resident_bytes() {
+  std::ifstream f{"/proc/self/statm"};
+  std::uint64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+std::vector<triad::token> tokens_of(std::size_t n, triad::token first) {
+  std::vector<triad::token> t(n);
+  for (std::size_t i = 0; i < n; ++i)
+    t[i] = first + static_cast<triad::token>(i);
+  return t;
+}
+
+struct bench_node {
+  std::unique_ptr<triad::topology> topo;
+  std::unique_ptr<triad::domain_set> domains;
+};
+
+bench_node start_node() {
+  bench_node n;
+  auto t = triad::topology::load_synthetic("pack:1 numa:2 core:1 pu:1");
+  if (!t)
+    throw std::runtime_error(t.error().message);
+  n.topo = std::make_unique<triad::topology>(std::move(t).value());
+  triad::node_config nc;
+  nc.tools.cores = 1;
+  auto p = triad::make_plan(n.topo->info(), nc);
+  if (!p)
+    throw std::runtime_error(p.error().message);
+  for (auto& d : p->domains)
+    d.orchestration = true;
+  triad::scheduler_config sched = nc.scheduler;
+  sched.threads_per_domain = 1;
+  auto s = triad::domain_set::start(*n.topo, *p, sched, false);
+  if (!s)
+    throw std::runtime_error(s.error().message);
+  n.domains = std::move(s).value();
+  return n;
+}
+
+triad::kv_store start_store(bench_node& n, std::size_t block_tokens, std::size_t block_bytes,
+                            std::size_t blocks_per_pool) {
+  triad::kv_store_config c;
+  c.block_tokens = block_tokens;
+  c.block_bytes = block_bytes;
+  c.pools.push_back({"host0", triad::tier::host, 0, blocks_per_pool * block_bytes, false});
+  c.pools.push_back({"host1", triad::tier::host, 1, blocks_per_pool * block_bytes, false});
+  auto s = triad::spawn_kv_store(*n.domains, n.domains->orchestration(), c);
+  if (!s)
+    throw std::runtime_error(s.error().message);
+  return *s;
+}
+
+template<class R, class... Ts>
+R ask(caf::scoped_actor& self, const caf::actor& to, Ts&&... xs) {
+  R out{};
+  self->request(to, 120s, std::forward<Ts>(xs)...)
+      .receive([&](R& r) { out = std::move(r); },
+               [&](caf::error& e) { throw std::runtime_error(caf::to_string(e)); });
+  return out;
+}
+
+// Puts `blocks` blocks (as one sequence) into host0; returns their ids.
+std::vector<triad::block_id> fill(caf::scoped_actor& self, const triad::kv_store& kv,
+                                  std::size_t blocks, std::size_t block_tokens,
+                                  std::size_t block_bytes, triad::token first) {
+  triad::kv_put put;
+  put.pool = "host0";
+  put.tokens = tokens_of(blocks * block_tokens, first);
+  std::mt19937 rng{7};
+  for (std::size_t i = 0; i < blocks; ++i) {
+    std::vector<std::uint8_t> p(block_bytes);
+    for (auto& b : p)
+      b = static_cast<std::uint8_t>(rng());
+    put.payloads.push_back(std::move(p));
+  }
+  auto r = ask<triad::kv_reply>(self, kv.store, triad::kv_put_atom::value, std::move(put));
+  if (!r.ok)
+    throw std::runtime_error("put: " + r.reason);
+  return r.ids;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"triad-bench-kv: KV store transfers against memcpy, block operation rate, and "
+               "memory per block actor"};
+  std::string json_path;
+  bool quick = false;
+  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
+  app.add_flag("--quick", quick, "smaller inputs (under 60 s)");
+  CLI11_PARSE(app, argc, argv);
+
+  auto small = triad::model_preset("small");
+  if (!small) {
+    std::fprintf(stderr, "triad-bench-kv: %s\n", small.error().message.c_str());
+    return 1;
+  }
+  const std::size_t block_tokens = triad::defaults::kvstore::block_tokens;
+  const std::size_t block_bytes =
+      static_cast<std::size_t>(small->kv_bytes_per_token(triad::dtype::bf16)) * block_tokens;
+  const std::size_t transfer_blocks = quick ? 128 : 512;
+  const int reps = quick ? 7 : 11;
+  const std::size_t op_rounds = quick ? 4000 : 20000;
+  const std::size_t actor_blocks = quick ? 20000 : 100000;
+
+  triad::bench::report out;
+  out.quick = quick;
+  try {
+    auto node = start_node();
+    caf::scoped_actor self{node.domains->orchestration().system()};
+
+    // Transfers: the same blocks back and forth between host0 (domain 0) and host1 (domain 1).
+    {
+      auto kv = start_store(node, block_tokens, block_bytes, transfer_blocks);
+      auto ids = fill(self, kv, transfer_blocks, block_tokens, block_bytes, 1);
+      std::vector<std::byte> a(transfer_blocks * block_bytes), b(a.size());
+      std::memset(a.data(), 1, a.size());
+      std::memset(b.data(), 2, b.size());
+      std::vector<double> store_s, memcpy_s;
+      bool to_one = true;
+      // One untimed round trip first: pool pages and block actors' first allocations are
+      // touched once, as the buffers of the memcpy baseline are by its first rep.
+      for (auto pool : {"host1", "host0"}) {
+        auto m = ask<triad::kv_reply>(self, kv.store, triad::kv_transfer_atom::value, ids,
+                                      std::string{pool});
+        if (!m.ok)
+          throw std::runtime_error("transfer: " + m.reason);
+      }
+      for (int r = 0; r < reps; ++r) {
+        auto t0 = clock_type::now();
+        auto m = ask<triad::kv_reply>(self, kv.store, triad::kv_transfer_atom::value, ids,
+                                      std::string{to_one ? "host1" : "host0"});
+        store_s.push_back(seconds_since(t0));
+        if (!m.ok)
+          throw std::runtime_error("transfer: " + m.reason);
+        to_one = !to_one;
+        auto t1 = clock_type::now();
+        for (std::size_t i = 0; i < transfer_blocks; ++i)
+          std::memcpy((r % 2 ? a : b).data() + i * block_bytes,
+                      (r % 2 ? b : a).data() + i * block_bytes, block_bytes);
+        memcpy_s.push_back(seconds_since(t1));
+      }
+      auto bytes = static_cast<double>(transfer_blocks * block_bytes);
+      out.metrics["block_bytes"] = block_bytes;
+      out.metrics["transfer_gb_per_s"] = bytes / triad::bench::median(store_s) / 1e9;
+      out.metrics["memcpy_gb_per_s"] = bytes / triad::bench::median(memcpy_s) / 1e9;
+      out.ratios["transfer_over_memcpy"] =
+          triad::bench::median(memcpy_s) / triad::bench::median(store_s);
+      caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
+      self->wait_for(kv.store);
+    }
+
+    // Block operations: pipelined round trips of put, acquire, lookup and free.
+    {
+      const std::size_t op_bytes = 4096;
+      auto kv = start_store(node, block_tokens, op_bytes, op_rounds + 16);
+      auto t0 = clock_type::now();
+      for (std::size_t i = 0; i < op_rounds; ++i)
+        self->send(kv.store, triad::kv_put_atom::value,
+                   triad::kv_put{"host0",
+                                 tokens_of(block_tokens, static_cast<triad::token>(i * 97)),
+                                 {std::vector<std::uint8_t>(op_bytes, 1)}});
+      std::vector<triad::block_id> ids;
+      for (std::size_t i = 0; i < op_rounds; ++i)
+        self->receive([&](triad::kv_reply& r) {
+          if (!r.ok)
+            throw std::runtime_error("put: " + r.reason);
+          ids.push_back(r.ids[0]);
+        });
+      for (auto id : ids)
+        self->send(kv.store, triad::kv_acquire_atom::value, std::vector<triad::block_id>{id});
+      for (std::size_t i = 0; i < op_rounds; ++i)
+        self->receive([](triad::kv_reply&) {});
+      for (std::size_t i = 0; i < op_rounds; ++i)
+        self->send(kv.index, triad::kv_lookup_atom::value,
+                   tokens_of(block_tokens, static_cast<triad::token>(i * 97)));
+      std::size_t hits = 0;
+      for (std::size_t i = 0; i < op_rounds; ++i)
+        self->receive([&](triad::kv_prefix& p) { hits += p.tokens > 0; });
+      for (auto id : ids)
+        self->send(kv.store, triad::kv_free_atom::value, std::vector<triad::block_id>{id, id});
+      for (std::size_t i = 0; i < op_rounds; ++i)
+        self->receive([](triad::kv_reply&) {});
+      auto secs = seconds_since(t0);
+      out.metrics["block_ops_per_s"] = static_cast<double>(4 * op_rounds) / secs;
+      out.metrics["lookup_hit_fraction"] =
+          static_cast<double>(hits) / static_cast<double>(op_rounds);
+      caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
+      self->wait_for(kv.store);
+    }
+
+    // Memory per block actor: resident growth over `actor_blocks` stored blocks of 64 bytes,
+    // less the payload slots (reserved up front, touched as blocks fill them).
+    {
+      const std::size_t tiny = 64;
+      auto kv = start_store(node, block_tokens, tiny, actor_blocks);
+      auto before = resident_bytes();
+      std::size_t batch = 1000;
+      for (std::size_t done = 0; done < actor_blocks; done += batch)
+        fill(self, kv, batch, block_tokens, tiny, static_cast<triad::token>(done * block_tokens));
+      auto st = ask<triad::kv_store_stats>(self, kv.store, triad::kv_stats_atom::value);
+      auto after = resident_bytes();
+      auto per_block = static_cast<double>(after - before) / static_cast<double>(st.blocks) -
+                       static_cast<double>(tiny);
+      out.metrics["bytes_per_block_actor"] = per_block;
+      out.metrics["blocks_measured"] = st.blocks;
+      out.ratios["block_actor_bytes_over_small_block_payload"] =
+          per_block / static_cast<double>(block_bytes);
+      caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
+      self->wait_for(kv.store);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "triad-bench-kv: %s\n", e.what());
+    return 1;
+  }
+  out.print();
+  if (!json_path.empty() && !out.write(json_path))
+    return 1;
+  return 0;
+}
