@@ -60,6 +60,19 @@ public:
     };
   }
 
+  // Promises of calls still queued or running hold their callers; dropped at exit so no
+  // caller and this actor keep each other alive.
+  void on_exit() override {
+    tool_reply stopped;
+    stopped.content = "the tool executor stopped before this call finished";
+    for (auto& call : waiting_)
+      call.promise.deliver(stopped);
+    for (auto& [key, promise] : in_flight_)
+      promise.deliver(stopped);
+    waiting_.clear();
+    in_flight_.clear();
+  }
+
 private:
   struct pending {
     std::string name;

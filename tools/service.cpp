@@ -44,6 +44,13 @@ public:
     return {[](caf::ok_atom) {}}; // all work happens in response handlers
   }
 
+  // Drops the handles this actor holds, so a pending request's promise (which holds this
+  // actor) cannot keep it and the executors alive in a cycle.
+  void on_exit() override {
+    executors_.clear();
+    owner_ = nullptr;
+  }
+
 private:
   void ask_next() {
     if (tried_ == executors_.size()) {
