@@ -19,6 +19,8 @@ expected<device_profile> resolve_profile(const node_config& node, const std::str
     out.memory_bytes = static_cast<std::uint64_t>(p.memory_gib * static_cast<double>(1ull << 30));
     out.link_bandwidth = p.link_bandwidth_gb_s * 1e9;
     out.step_overhead = p.step_overhead_us * 1e-6;
+    out.attention_flops = p.attention_tflops * 1e12;
+    out.overlap = p.overlap;
     out.source = p.source;
     return out;
   }

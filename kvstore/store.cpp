@@ -73,6 +73,7 @@ public:
       , pools_(std::move(pools))
       , disk_(std::move(disk))
       , index_(std::move(index)) {
+    leaving_.assign(pools_.size() + 1, 0);
     for (std::size_t i = 0; i <= pools_.size(); ++i)
       policies_.push_back(config_.policy ? config_.policy() : std::make_unique<lru_policy>());
     add_metrics();
@@ -211,6 +212,9 @@ private:
 
   // ---- pressure -----------------------------------------------------------------------------
 
+  // Blocks moving out of a location right now.
+  std::size_t& leaving(int loc) { return leaving_[static_cast<std::size_t>(loc + 1)]; }
+
   bool evictable(const block_rec& b, clock_type::time_point now) const {
     return !b.busy && !(b.pinned && b.pin_deadline > now);
   }
@@ -257,6 +261,8 @@ private:
     for (;;) {
       if (has_room(loc))
         return room::ready;
+      if (leaving(loc) > 0)
+        return room::wait; // a block already on its way out frees a place; do not move more
       auto r = relieve(loc);
       if (r == relief::freed)
         continue;
@@ -370,14 +376,17 @@ private:
     auto actor = detail::spawn_block_actor(domain_of(dest), id, where);
     b.busy = true;
     ++moves_in_flight_;
+    auto from = b.loc;
+    ++leaving(from);
     detail::move_order order{where_is(b), b.checksum, -1};
     if (faults_ > 0) {
       --faults_;
       order.flip_bit = static_cast<std::int64_t>((id * 7919 + 13) % (config_.block_bytes * 8));
     }
     auto start = clock_type::now();
-    auto finish = [this, id, dest, slot, actor, start, done, attempt](detail::pull_result r) {
+    auto finish = [this, id, dest, slot, actor, start, done, attempt, from](detail::pull_result r) {
       --moves_in_flight_;
+      --leaving(from);
       auto& b = blocks_.at(id);
       if (!r.ok) {
         ++checksum_failures_;
@@ -1058,6 +1067,7 @@ private:
   block_id next_id_ = 1;
   std::size_t disk_blocks_ = 0;
   std::size_t moves_in_flight_ = 0;
+  std::vector<std::size_t> leaving_; // [0]: disk, [i + 1]: pools_[i]
   std::uint32_t faults_ = 0;
   bool expiry_scheduled_ = false;
   bool waking_ = false;

@@ -57,10 +57,15 @@ constexpr std::string_view model_keys[] = {"preset", "dtype", "page_tokens"};
 constexpr std::string_view device_keys[] = {
     "name",    "backend",    "role",       "topology_device", "domain",
     "profile", "time_scale", "memory_mib", "queue_capacity"};
-constexpr std::string_view sim_profile_keys[] = {
-    "name",       "peak_tflops",         "memory_bandwidth_gb_s",
-    "memory_gib", "link_bandwidth_gb_s", "step_overhead_us",
-    "source"};
+constexpr std::string_view sim_profile_keys[] = {"name",
+                                                 "peak_tflops",
+                                                 "memory_bandwidth_gb_s",
+                                                 "memory_gib",
+                                                 "link_bandwidth_gb_s",
+                                                 "step_overhead_us",
+                                                 "attention_tflops",
+                                                 "overlap",
+                                                 "source"};
 
 constexpr bool contains(std::span<const std::string_view> names, std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
@@ -761,6 +766,8 @@ void read_sim_profile(reader& r, const scope& s, sim_profile_config& out, seen_n
   required("memory_gib", out.memory_gib);
   r.number(s, "link_bandwidth_gb_s", non_negative, out.link_bandwidth_gb_s);
   r.number(s, "step_overhead_us", non_negative, out.step_overhead_us);
+  r.number(s, "attention_tflops", non_negative, out.attention_tflops);
+  r.boolean(s, "overlap", out.overlap);
 
   field source_state = field::absent;
   if (const auto* source = r.string(s, "source", "a string", source_state)) {
@@ -1118,6 +1125,8 @@ std::string to_toml(const node_config& config) {
     append_value(out, "memory_gib", profile.memory_gib);
     append_value(out, "link_bandwidth_gb_s", profile.link_bandwidth_gb_s);
     append_value(out, "step_overhead_us", profile.step_overhead_us);
+    append_value(out, "attention_tflops", profile.attention_tflops);
+    append_value(out, "overlap", profile.overlap);
     append_value(out, "source", profile.source);
   }
 

@@ -129,6 +129,10 @@ struct sim_profile_config {
   double link_bandwidth_gb_s = defaults::device::sim_link_bandwidth_gb_s;
   /// `step_overhead_us`: microseconds added to every step, >= 0.
   double step_overhead_us = defaults::device::sim_step_overhead_us;
+  /// `attention_tflops`: sustained TFLOP/s of attention over the KV cache, >= 0; 0 = peak.
+  double attention_tflops = 0;
+  /// `overlap`: whether compute and memory traffic overlap (step = the larger); false adds them.
+  bool overlap = true;
   /// `source`: where the figures come from.
   std::string source{defaults::device::sim_profile_source};
   bool operator==(const sim_profile_config&) const = default;

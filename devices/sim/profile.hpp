@@ -22,6 +22,13 @@ struct device_profile {
   double step_overhead = 0;            ///< seconds added to every step (launch, sync)
   std::string source;                  ///< where the figures come from
   bool vendor_claim = false;           ///< true when a figure is the vendor's word only
+  /// Sustained FLOP/s of attention over the KV cache; 0: attention runs at peak_flops (fused
+  /// attention kernels on GPUs and RDUs come close). Set for devices whose attention runs
+  /// well below their matmul peak, such as this machine's cpu backend.
+  double attention_flops = 0;
+  /// Whether the device overlaps arithmetic with memory traffic (roofline: the larger of the
+  /// two times). false adds the two, for kernels that stream weights and then compute.
+  bool overlap = true;
 };
 
 /// The built-in profiles: h100, h200, b200, gaudi3, sn40l, sn50, xeon6_amx.
@@ -37,9 +44,12 @@ struct step_work {
 
 /// The roofline estimate of one step (simulated).
 struct step_cost {
-  double flops = 0;   ///< arithmetic of the step
-  double bytes = 0;   ///< memory traffic: weights once, KV read and written, activations
-  double seconds = 0; ///< max(flops / peak, bytes / bandwidth) + overhead
+  double flops = 0;           ///< arithmetic of the step
+  double bytes = 0;           ///< memory traffic: weights once, KV read and written, activations
+  double attention_flops = 0; ///< the part of `flops` spent in attention over the KV cache
+  /// max(compute, bytes / bandwidth) + overhead (sum instead of max without overlap), where
+  /// compute = (flops - attention_flops) / peak + attention_flops / attention rate.
+  double seconds = 0;
   double operational_intensity = 0; ///< flops / bytes
   double capacity_footprint = 0;    ///< weights + activations + KV bytes the step needs resident
   bool fits = true;                 ///< capacity_footprint <= memory_bytes

@@ -102,7 +102,6 @@ void rmsnorm(const float* x, const float* w, float* out, std::size_t rows, std::
     rmsnorm_row(x + r * width, w, out + r * width, width, eps);
 }
 
-
 rope_table::rope_table(std::size_t max_positions, std::size_t head_dim, double theta)
     : half(head_dim / 2)
     , cos(max_positions * half)
