@@ -711,7 +711,9 @@ private:
     }
   }
 
-  caf::result<kv_reply> on_demote(const std::vector<block_id>& ids) {
+  // Runs `start(id, done)` for every block and answers once each has called its `done`.
+  template<class Start>
+  caf::result<kv_reply> for_each_block(const std::vector<block_id>& ids, Start start) {
     auto g = std::make_shared<gather>();
     g->promise = make_response_promise<kv_reply>();
     g->left = ids.size();
@@ -720,31 +722,36 @@ private:
     if (ids.empty())
       return g->reply;
     for (auto id : ids)
-      when_idle(id, [this, id, g] {
+      start(id, [g, id](expected<void> r) { g->one(std::move(r), id); });
+    return g->promise;
+  }
+
+  caf::result<kv_reply> on_demote(const std::vector<block_id>& ids) {
+    return for_each_block(ids, [this](block_id id, std::function<void(expected<void>)> done) {
+      when_idle(id, [this, id, done] {
         auto it = blocks_.find(id);
         if (it == blocks_.end()) {
-          g->one(make_error(errc::not_found, "unknown block (evicted or freed)"), id);
+          done(make_error(errc::not_found, "unknown block (evicted or freed)"));
           return;
         }
         if (it->second.loc == on_disk) {
-          g->one(make_error(errc::invalid_argument, "already on disk, the lowest tier"), id);
+          done(make_error(errc::invalid_argument, "already on disk, the lowest tier"));
           return;
         }
         auto target = demote_target(it->second);
         if (target == -2) {
           ++busy_;
-          g->one(make_error(
-                     errc::busy,
-                     "no tier below has room" +
-                         std::string{it->second.indexed ? "" : " (private blocks stay in memory)"}),
-                 id);
+          done(make_error(
+              errc::busy,
+              "no tier below has room" +
+                  std::string{it->second.indexed ? "" : " (private blocks stay in memory)"}));
           return;
         }
         ++demotions_;
         bump(demotions_metric_);
-        move(id, target, [g, id](expected<void> r) { g->one(std::move(r), id); });
+        move(id, target, done);
       });
-    return g->promise;
+    });
   }
 
   caf::result<kv_reply> on_promote(const std::vector<block_id>& ids, const std::string& pool,
@@ -758,16 +765,9 @@ private:
                        : "transfer: unknown pool '" + pool + "'; pools: " + pool_names();
       return bad;
     }
-    auto g = std::make_shared<gather>();
-    g->promise = make_response_promise<kv_reply>();
-    g->left = ids.size();
-    g->reply.ok = true;
-    g->reply.ids = ids;
-    if (ids.empty())
-      return g->reply;
-    for (auto id : ids)
-      bring(id, dest, [g, id](expected<void> r) { g->one(std::move(r), id); });
-    return g->promise;
+    return for_each_block(ids, [this, dest](block_id id, std::function<void(expected<void>)> done) {
+      bring(id, dest, std::move(done));
+    });
   }
 
   caf::result<kv_bytes> on_read(block_id id) {

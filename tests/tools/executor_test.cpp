@@ -2,30 +2,13 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
+#include "tests/tools/test_support.hpp"
 #include "tools/executor.hpp"
 
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
-namespace {
-
-// A registry with one tool that sleeps for the given milliseconds on its calling thread.
-std::shared_ptr<triad::tool_registry> sleeper() {
-  auto r = std::make_shared<triad::tool_registry>();
-  auto ok = r->add({"nap", "sleep a while",
-                    json::parse(R"({"type": "object", "required": ["ms"],
-                      "properties": {"ms": {"type": "integer", "minimum": 0}}})")
-                        .as_object()},
-                   [](const json::object& args) -> triad::expected<triad::tool_output> {
-                     std::this_thread::sleep_for(
-                         std::chrono::milliseconds{args.at("ms").to_number<int>()});
-                     return triad::tool_output{"rested", {{"ms", args.at("ms")}}};
-                   });
-  BOOST_REQUIRE(ok.has_value());
-  return r;
-}
-
-} // namespace
+namespace {} // namespace
 
 BOOST_AUTO_TEST_SUITE(executor)
 
@@ -34,7 +17,7 @@ BOOST_AUTO_TEST_CASE(calls_beyond_the_queue_are_refused_busy_and_the_rest_all_co
   triad::tool_executor_options o;
   o.concurrency = 2;
   o.queue_capacity = 3;
-  auto ex = triad::spawn_tool_executor(dom, sleeper(), o);
+  auto ex = triad::spawn_tool_executor(dom, triad::test::sleeper_registry(), o);
   BOOST_REQUIRE(ex.has_value());
   {
     caf::scoped_actor self{dom.system()};
@@ -55,7 +38,7 @@ BOOST_AUTO_TEST_CASE(calls_beyond_the_queue_are_refused_busy_and_the_rest_all_co
 
 BOOST_AUTO_TEST_CASE(a_bad_call_is_answered_with_the_reason) {
   triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
-  auto ex = triad::spawn_tool_executor(dom, sleeper());
+  auto ex = triad::spawn_tool_executor(dom, triad::test::sleeper_registry());
   BOOST_REQUIRE(ex.has_value());
   {
     caf::scoped_actor self{dom.system()};

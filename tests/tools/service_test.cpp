@@ -2,29 +2,13 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
+#include "tests/tools/test_support.hpp"
 #include "tools/service.hpp"
 
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
 namespace {
-
-// A registry with one tool that sleeps for the given milliseconds and reports the domain whose
-// worker ran it (its thread is a tool worker, not a domain thread, so -1).
-std::shared_ptr<triad::tool_registry> sleeper() {
-  auto r = std::make_shared<triad::tool_registry>();
-  auto ok = r->add({"nap", "sleep a while",
-                    json::parse(R"({"type": "object", "required": ["ms"],
-                      "properties": {"ms": {"type": "integer", "minimum": 0}}})")
-                        .as_object()},
-                   [](const json::object& args) -> triad::expected<triad::tool_output> {
-                     std::this_thread::sleep_for(
-                         std::chrono::milliseconds{args.at("ms").to_number<int>()});
-                     return triad::tool_output{"rested", {{"ms", args.at("ms")}}};
-                   });
-  BOOST_REQUIRE(ok.has_value());
-  return r;
-}
 
 // Two domains of two cores; `tool_cores` of them reserved for tools with `queue` waiting calls.
 struct node {
@@ -40,7 +24,8 @@ struct node {
     auto s = triad::domain_set::start(*topo, plan, config.scheduler, false);
     BOOST_REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().message));
     domains = std::move(s).value();
-    auto svc = triad::tool_service::start(*domains, plan, *topo, sleeper(), config.tools, &metrics);
+    auto svc = triad::tool_service::start(*domains, plan, *topo, triad::test::sleeper_registry(),
+                                          config.tools, &metrics);
     BOOST_REQUIRE_MESSAGE(svc.has_value(), (svc ? "" : svc.error().message));
     service = std::move(svc).value();
   }
@@ -174,7 +159,7 @@ BOOST_AUTO_TEST_CASE(a_plan_without_tool_cpus_is_an_error) {
     d.tool_cpus.clear();
   auto s = triad::domain_set::start(*t, *p, config.scheduler, false);
   BOOST_REQUIRE(s.has_value());
-  auto svc = triad::tool_service::start(**s, *p, *t, sleeper(), config.tools);
+  auto svc = triad::tool_service::start(**s, *p, *t, triad::test::sleeper_registry(), config.tools);
   BOOST_REQUIRE(!svc.has_value());
   BOOST_TEST(svc.error().message.find("no tool cpus") != std::string::npos);
   (*s)->stop(5s);

@@ -1,0 +1,32 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include <boost/json/parse.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "tools/registry.hpp"
+
+namespace triad::test {
+
+/// A registry with one tool, "nap", that sleeps for `ms` milliseconds on its calling thread
+/// and answers "rested": lets executor tests control how long a call holds a slot.
+inline std::shared_ptr<tool_registry> sleeper_registry() {
+  namespace json = boost::json;
+  auto r = std::make_shared<tool_registry>();
+  auto ok = r->add({"nap", "sleep a while",
+                    json::parse(R"({"type": "object", "required": ["ms"],
+                      "properties": {"ms": {"type": "integer", "minimum": 0}}})")
+                        .as_object()},
+                   [](const json::object& args) -> expected<tool_output> {
+                     std::this_thread::sleep_for(
+                         std::chrono::milliseconds{args.at("ms").to_number<int>()});
+                     return tool_output{"rested", {{"ms", args.at("ms")}}};
+                   });
+  BOOST_REQUIRE(ok.has_value());
+  return r;
+}
+
+} // namespace triad::test
