@@ -146,6 +146,28 @@ int main(int argc, char** argv) {
     auto node = start_node();
     caf::scoped_actor self{node.domains->orchestration().system()};
 
+    // Memory per block actor (first, before other phases free memory this one would reuse):
+    // resident growth over `actor_blocks` stored blocks of 64 bytes, less the payload slots
+    // (reserved up front, touched as blocks fill them).
+    {
+      const std::size_t tiny = 64;
+      auto kv = start_store(node, block_tokens, tiny, actor_blocks);
+      auto before = resident_bytes();
+      std::size_t batch = 1000;
+      for (std::size_t done = 0; done < actor_blocks; done += batch)
+        fill(self, kv, batch, block_tokens, tiny, static_cast<triad::token>(done * block_tokens));
+      auto st = ask<triad::kv_store_stats>(self, kv.store, triad::kv_stats_atom::value);
+      auto after = resident_bytes();
+      auto per_block = static_cast<double>(after - before) / static_cast<double>(st.blocks) -
+                       static_cast<double>(tiny);
+      out.metrics["bytes_per_block_actor"] = per_block;
+      out.metrics["blocks_measured"] = st.blocks;
+      out.ratios["block_actor_bytes_over_small_block_payload"] =
+          per_block / static_cast<double>(block_bytes);
+      caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
+      self->wait_for(kv.store);
+    }
     // Transfers: the same blocks back and forth between host0 (domain 0) and host1 (domain 1).
     {
       auto kv = start_store(node, block_tokens, block_bytes, transfer_blocks);
@@ -228,27 +250,6 @@ int main(int argc, char** argv) {
       self->wait_for(kv.store);
     }
 
-    // Memory per block actor: resident growth over `actor_blocks` stored blocks of 64 bytes,
-    // less the payload slots (reserved up front, touched as blocks fill them).
-    {
-      const std::size_t tiny = 64;
-      auto kv = start_store(node, block_tokens, tiny, actor_blocks);
-      auto before = resident_bytes();
-      std::size_t batch = 1000;
-      for (std::size_t done = 0; done < actor_blocks; done += batch)
-        fill(self, kv, batch, block_tokens, tiny, static_cast<triad::token>(done * block_tokens));
-      auto st = ask<triad::kv_store_stats>(self, kv.store, triad::kv_stats_atom::value);
-      auto after = resident_bytes();
-      auto per_block = static_cast<double>(after - before) / static_cast<double>(st.blocks) -
-                       static_cast<double>(tiny);
-      out.metrics["bytes_per_block_actor"] = per_block;
-      out.metrics["blocks_measured"] = st.blocks;
-      out.ratios["block_actor_bytes_over_small_block_payload"] =
-          per_block / static_cast<double>(block_bytes);
-      caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
-      caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
-      self->wait_for(kv.store);
-    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "triad-bench-kv: %s\n", e.what());
     return 1;

@@ -117,6 +117,12 @@ public:
   // Closures waiting here hold response promises (strong references to this actor and to
   // callers); dropping them at exit breaks those cycles so every actor can be destroyed.
   void on_exit() override {
+    for (auto& [id, b] : blocks_)
+      send_exit(b.actor, caf::exit_reason::user_shutdown);
+    for (auto& [d, idle] : spares_)
+      for (auto& a : idle)
+        send_exit(a, caf::exit_reason::user_shutdown);
+    spares_.clear();
     waiting_.clear();
     blocks_.clear();
     by_hash_.clear();
@@ -211,6 +217,30 @@ private:
   }
 
   // ---- pressure -----------------------------------------------------------------------------
+
+  // An actor for block `id` in `d`: an idle one from the domain's pool when there is one.
+  caf::actor take_actor(domain& d, block_id id, detail::block_location where) {
+    auto& idle = spares_[&d];
+    if (idle.empty()) {
+      ++actors_spawned_;
+      return detail::spawn_block_actor(d, id, std::move(where));
+    }
+    auto a = std::move(idle.back());
+    idle.pop_back();
+    send(a, detail::block_assign_atom::value, id, std::move(where));
+    return a;
+  }
+
+  // Returns a block's actor to its domain's pool (or ends it when the pool is full).
+  void retire(domain& d, caf::actor a) {
+    auto& idle = spares_[&d];
+    if (idle.size() >= defaults::kvstore::idle_actors_per_domain) {
+      send_exit(a, caf::exit_reason::user_shutdown);
+      return;
+    }
+    send(a, detail::block_release_atom::value);
+    idle.push_back(std::move(a));
+  }
 
   // Blocks moving out of a location right now.
   std::size_t& leaving(int loc) { return leaving_[static_cast<std::size_t>(loc + 1)]; }
@@ -330,7 +360,7 @@ private:
     b.indexed = full;
     b.loc = loc;
     auto where = take(loc, b, b.slot);
-    b.actor = detail::spawn_block_actor(domain_of(loc), id, std::move(where));
+    b.actor = take_actor(domain_of(loc), id, std::move(where));
     policies_[static_cast<std::size_t>(loc + 1)]->touched(id);
     return b;
   }
@@ -348,7 +378,7 @@ private:
       if (h != by_hash_.end() && h->second == id)
         by_hash_.erase(h);
     }
-    send_exit(b.actor, caf::exit_reason::user_shutdown);
+    retire(domain_of(b.loc), std::move(b.actor));
     auto after = std::move(b.after);
     blocks_.erase(it);
     for (auto& fn : after)
@@ -373,7 +403,7 @@ private:
     }
     slot_id slot = 0;
     auto where = take(dest, b, slot);
-    auto actor = detail::spawn_block_actor(domain_of(dest), id, where);
+    auto actor = take_actor(domain_of(dest), id, where);
     b.busy = true;
     ++moves_in_flight_;
     auto from = b.loc;
@@ -392,7 +422,7 @@ private:
         ++checksum_failures_;
         bump(checksum_metric_);
         give_back(dest, slot, b.hash);
-        send_exit(actor, caf::exit_reason::user_shutdown);
+        retire(domain_of(dest), actor);
         b.busy = false;
         if (attempt == 0) {
           move(id, dest, done, 1); // fetch it again
@@ -411,7 +441,7 @@ private:
       bytes_moved_ += config_.block_bytes;
       give_back(b.loc, b.slot, b.hash);
       policies_[static_cast<std::size_t>(b.loc + 1)]->erased(id);
-      send_exit(b.actor, caf::exit_reason::user_shutdown);
+      retire(domain_of(b.loc), std::move(b.actor));
       b.loc = dest;
       b.slot = slot;
       b.actor = actor;
@@ -950,7 +980,7 @@ private:
       b.loc = on_disk;
       b.checksum = e.checksum;
       ++disk_blocks_;
-      b.actor = detail::spawn_block_actor(*home_, id, where_is(b));
+      b.actor = take_actor(*home_, id, where_is(b));
       by_hash_[b.hash] = id;
       policies_[0]->touched(id);
       announce(b);
@@ -991,6 +1021,7 @@ private:
     s.dropped_damaged = dropped_damaged_;
     s.disk_damaged_on_open = disk_ ? disk_->damaged_on_open() : 0;
     s.busy = busy_;
+    s.actors_spawned = actors_spawned_;
     return s;
   }
 
@@ -1067,13 +1098,14 @@ private:
   block_id next_id_ = 1;
   std::size_t disk_blocks_ = 0;
   std::size_t moves_in_flight_ = 0;
-  std::vector<std::size_t> leaving_; // [0]: disk, [i + 1]: pools_[i]
+  std::vector<std::size_t> leaving_;                  // [0]: disk, [i + 1]: pools_[i]
+  std::map<domain*, std::vector<caf::actor>> spares_; // idle block actors by domain
   std::uint32_t faults_ = 0;
   bool expiry_scheduled_ = false;
   bool waking_ = false;
   std::uint64_t puts_shared_ = 0, bytes_moved_ = 0, transfers_ = 0, demotions_ = 0, promotions_ = 0,
                 evictions_ = 0, pin_expiries_ = 0, checksum_failures_ = 0, dropped_damaged_ = 0,
-                busy_ = 0;
+                busy_ = 0, actors_spawned_ = 0;
   counter *evictions_metric_ = nullptr, *demotions_metric_ = nullptr, *promotions_metric_ = nullptr,
           *expiries_metric_ = nullptr, *checksum_metric_ = nullptr;
   std::array<std::pair<gauge*, gauge*>, 3> tier_gauges_{};

@@ -70,6 +70,8 @@ inline constexpr std::size_t block_tokens = 16;
 inline constexpr std::chrono::milliseconds pin_ttl{30'000};
 /// How often pins are checked for expiry.
 inline constexpr std::chrono::milliseconds expiry_period{50};
+/// Idle block actors kept per domain for blocks moving in (beyond that they exit).
+inline constexpr std::size_t idle_actors_per_domain = 4096;
 /// Operations waiting for space (moves under way) before more are refused busy.
 inline constexpr std::size_t max_waiting = 256;
 } // namespace defaults::kvstore
@@ -183,6 +185,7 @@ struct kv_store_stats {
   std::uint64_t dropped_damaged = 0;      ///< blocks dropped because their bytes were damaged
   std::uint64_t disk_damaged_on_open = 0; ///< block files rejected when the store started
   std::uint64_t busy = 0;                 ///< operations refused for lack of space
+  std::uint64_t actors_spawned = 0;       ///< block actors spawned (idle ones are reused first)
 };
 
 /// Inspector of kv_store_stats.
@@ -190,7 +193,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_store_stats& x) {
   return f(caf::meta::type_name("kv_store_stats"), x.pools, x.blocks, x.puts_shared, x.bytes_moved,
            x.transfers, x.demotions, x.promotions, x.evictions, x.pin_expiries, x.checksum_failures,
-           x.dropped_damaged, x.disk_damaged_on_open, x.busy);
+           x.dropped_damaged, x.disk_damaged_on_open, x.busy, x.actors_spawned);
 }
 
 /// A running store: the store actor (lifecycle of every block) and its prefix index actor

@@ -21,6 +21,11 @@ public:
 
   caf::behavior make_behavior() override {
     return {
+        [this](block_assign_atom, block_id id, block_location& where) {
+          id_ = id;
+          where_ = std::move(where);
+        },
+        [this](block_release_atom) { where_ = {}; },
         [this](block_init_atom, std::vector<std::uint8_t>& payload) -> std::uint64_t {
           auto n = std::min(payload.size(), where_.memory.size());
           std::memcpy(where_.memory.data(), payload.data(), n);

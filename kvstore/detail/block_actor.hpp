@@ -24,6 +24,11 @@ using block_read_atom = caf::atom_constant<caf::atom("bread")>;
 /// Writes into the bytes: `(block_write_atom, offset, bytes)` -> new checksum.
 using block_write_atom = caf::atom_constant<caf::atom("bwrite")>;
 
+/// Gives a pooled actor a block to stand for: `(block_assign_atom, block_id, block_location)`.
+using block_assign_atom = caf::atom_constant<caf::atom("bassign")>;
+/// Returns an actor to its domain's pool of idle block actors: `(block_release_atom)`.
+using block_release_atom = caf::atom_constant<caf::atom("brelease")>;
+
 /// Where a block's bytes are: a memory slot, or a disk file.
 struct block_location {
   tier kind = tier::host;
@@ -48,10 +53,13 @@ struct pull_result {
   std::string reason;
 };
 
-/// Spawns the actor of one block in `home` (the domain of the memory at `where`).
+/// Spawns the actor of one block in `home` (the domain of the memory at `where`). The store
+/// keeps actors it no longer needs in a per-domain pool and assigns them to other blocks
+/// later, so moving a block between domains does not spawn and destroy an actor each time.
 caf::actor spawn_block_actor(domain& home, block_id id, block_location where);
 
 } // namespace triad::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::detail::move_order)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::detail::block_location)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::detail::pull_result)

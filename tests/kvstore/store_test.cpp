@@ -418,6 +418,28 @@ BOOST_AUTO_TEST_CASE(blocks_move_between_host_pools_of_two_domains_intact) {
   BOOST_TEST(bad.reason.find("unknown pool 'nowhere'") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(blocks_moving_back_and_forth_reuse_idle_block_actors) {
+  start(config({{"host0", triad::tier::host, 0, 4}, {"host1", triad::tier::host, 1, 4}}));
+  auto r = put("host0", tokens(12, 1), {payload(1), payload(2), payload(3)});
+  BOOST_REQUIRE(r.ok);
+  auto move_to = [&](const char* pool) {
+    auto t =
+        ask<triad::kv_reply>(kv.store, triad::kv_transfer_atom::value, r.ids, std::string{pool});
+    BOOST_REQUIRE_MESSAGE(t.ok, t.reason);
+  };
+  move_to("host1");
+  move_to("host0");
+  auto spawned = stats().actors_spawned;
+  BOOST_TEST(spawned == 6u); // three in domain 0 at put, three in domain 1 on the first move
+  for (int i = 0; i < 5; ++i) {
+    move_to("host1");
+    move_to("host0");
+  }
+  BOOST_TEST(stats().actors_spawned == spawned); // later moves reuse the idle actors
+  BOOST_TEST(stats().transfers == 36u);          // 3 blocks x 12 moves
+  BOOST_TEST(read(r.ids[1]).bytes == payload(2));
+}
+
 BOOST_AUTO_TEST_CASE(bad_requests_name_the_problem) {
   start(config({{"gpu0", triad::tier::device, 0, 2}}));
   auto unknown = put("gpu9", tokens(4, 1), {payload(1)});
