@@ -434,9 +434,9 @@ private:
         wake_waiters();
         return;
       }
-      auto path =
-          std::string{to_string(tier_of(b.loc))} + "->" + std::string{to_string(tier_of(dest))};
-      observe_transfer(path, std::chrono::duration<double>(clock_type::now() - start).count());
+      auto from_tier = tier_of(b.loc);
+      observe_transfer(from_tier, tier_of(dest),
+                       std::chrono::duration<double>(clock_type::now() - start).count());
       ++transfers_;
       bytes_moved_ += config_.block_bytes;
       give_back(b.loc, b.slot, b.hash);
@@ -446,7 +446,8 @@ private:
       b.slot = slot;
       b.actor = actor;
       policies_[static_cast<std::size_t>(dest + 1)]->touched(id);
-      announce(b);
+      if (tier_of(dest) != from_tier)
+        announce(b); // the index keeps tiers, not pools
       update_gauges();
       done({});
       set_idle(b);
@@ -1053,10 +1054,11 @@ private:
     }
   }
 
-  void observe_transfer(const std::string& path, double seconds) {
+  void observe_transfer(tier from, tier to, double seconds) {
     auto* m = config_.metrics;
     if (m == nullptr)
       return;
+    auto path = std::string{to_string(from)} + "->" + std::string{to_string(to)};
     auto& slot = paths_[path];
     if (slot.first == nullptr) {
       auto b = m->add_counter("triad_kv_bytes_moved_total", "KV block bytes moved, by path.",
