@@ -40,7 +40,7 @@ double measure_matmul_peak() {
   std::vector<float> dst(std::size_t{m} * n);
   lin.forward(strm, src.data(), dst.data(), m);
   double best = 0;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 12; ++i) {
     auto start = clock_type::now();
     lin.forward(strm, src.data(), dst.data(), m);
     best = std::max(best, 2.0 * m * k * n / seconds_since(start));
@@ -53,7 +53,7 @@ double measure_read_bandwidth() {
   std::vector<float> buf((512ull << 20) / sizeof(float), 1.0f);
   double best = 0;
   volatile float sink = 0;
-  for (int rep = 0; rep < 4; ++rep) {
+  for (int rep = 0; rep < 10; ++rep) {
     auto start = clock_type::now();
     float total = 0;
 #pragma omp parallel for simd reduction(+ : total) schedule(static)
@@ -75,7 +75,7 @@ double measure_attention_rate() {
   const std::size_t run = hd * pt * sizeof(std::uint16_t);
   const int calls = 5000;
   double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < 8; ++rep) {
     double seconds = 0;
 #pragma omp parallel reduction(max : seconds)
     {
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
   triad::seq_id next = 1;
   for (unsigned len : prefill_lengths) {
     std::vector<double> runs;
-    for (int r = 0; r < (quick ? 2 : 3) + 1; ++r) {
+    for (int r = 0; r < (quick ? 3 : 5) + 1; ++r) {
       triad::step_item item{next++, tokens(len)};
       auto start = clock_type::now();
       if (auto res = b.step({&item, 1}); !res) {
@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
         }
       }
       std::vector<double> runs;
-      const int steps = quick ? 4 : 8;
+      const int steps = quick ? 8 : 12;
       for (int st = 0; st <= steps; ++st) {
         std::vector<triad::step_item> items;
         for (auto id : seqs)
