@@ -33,8 +33,7 @@ expected<std::unique_ptr<memory_pool>> memory_pool::create(std::string name, tie
   if (slots > UINT32_MAX)
     slots = UINT32_MAX;
   auto bytes = slots * block_bytes;
-  auto a = arena::create(domain, bytes,
-                         topo != nullptr && topo->info().is_this_machine ? topo : nullptr);
+  auto a = arena::create(domain, bytes, topo); // binds only when topo is this machine
   if (!a)
     return a.error();
   auto buffer = (*a)->allocate(bytes);

@@ -136,8 +136,6 @@ private:
 
   std::string loc_name(int loc) const { return loc == on_disk ? "disk" : pools_[loc]->name(); }
 
-  std::size_t disk_capacity() const { return disk_ ? disk_->capacity() : 0; }
-
   bool has_room(int loc) const {
     if (loc == on_disk)
       return disk_ && disk_blocks_ < disk_->capacity();
@@ -151,34 +149,30 @@ private:
     return d ? **d : *home_;
   }
 
-  // Takes a slot (or a disk place) at `loc`; has_room(loc) must hold.
-  detail::block_location take(int loc, const block_rec& b, slot_id& slot) {
+  // Where block `b`'s bytes are (or go) at `loc`: slot `slot` of a pool, or its file.
+  detail::block_location location(int loc, slot_id slot, const block_rec& b) {
     detail::block_location where;
     where.kind = tier_of(loc);
     where.size = config_.block_bytes;
     if (loc == on_disk) {
-      ++disk_blocks_;
-      where.disk = disk_.get();
-      where.meta = {b.hash, b.parent, b.tokens, b.checksum, disk_->path_of(b.hash)};
-      return where;
-    }
-    slot = *pools_[loc]->allocate();
-    where.memory = pools_[loc]->bytes(slot);
-    return where;
-  }
-
-  detail::block_location where_is(const block_rec& b) {
-    detail::block_location where;
-    where.kind = tier_of(b.loc);
-    where.size = config_.block_bytes;
-    if (b.loc == on_disk) {
       where.disk = disk_.get();
       where.meta = {b.hash, b.parent, b.tokens, b.checksum, disk_->path_of(b.hash)};
     } else {
-      where.memory = pools_[b.loc]->bytes(b.slot);
+      where.memory = pools_[loc]->bytes(slot);
     }
     return where;
   }
+
+  // Takes a slot (or a disk place) at `loc`; has_room(loc) must hold.
+  detail::block_location take(int loc, const block_rec& b, slot_id& slot) {
+    if (loc == on_disk)
+      ++disk_blocks_;
+    else
+      slot = *pools_[loc]->allocate();
+    return location(loc, slot, b);
+  }
+
+  detail::block_location where_is(const block_rec& b) { return location(b.loc, b.slot, b); }
 
   void give_back(int loc, slot_id slot, block_hash hash) {
     if (loc == on_disk) {
@@ -245,6 +239,9 @@ private:
   // Blocks moving out of a location right now.
   std::size_t& leaving(int loc) { return leaving_[static_cast<std::size_t>(loc + 1)]; }
 
+  // The eviction order of a location.
+  eviction_policy& policy(int loc) { return *policies_[static_cast<std::size_t>(loc + 1)]; }
+
   bool evictable(const block_rec& b, clock_type::time_point now) const {
     return !b.busy && !(b.pinned && b.pin_deadline > now);
   }
@@ -254,18 +251,16 @@ private:
   // below first.
   relief relieve(int loc) {
     auto now = clock_type::now();
-    auto& policy = *policies_[static_cast<std::size_t>(loc + 1)];
-    auto movable = policy.victim([&](block_id id) {
+    auto& order = policy(loc);
+    auto movable = order.victim([&](block_id id) {
       auto& b = blocks_.at(id);
       return evictable(b, now) && demote_target(b) != -2;
     });
     if (movable) {
-      ++demotions_;
-      bump(demotions_metric_);
-      move(*movable, demote_target(blocks_.at(*movable)), [](expected<void>) {});
+      demote(*movable, demote_target(blocks_.at(*movable)), [](expected<void>) {});
       return relief::started;
     }
-    auto droppable = policy.victim([&](block_id id) {
+    auto droppable = order.victim([&](block_id id) {
       auto& b = blocks_.at(id);
       return evictable(b, now) && b.refs == 0;
     });
@@ -361,7 +356,7 @@ private:
     b.loc = loc;
     auto where = take(loc, b, b.slot);
     b.actor = take_actor(domain_of(loc), id, std::move(where));
-    policies_[static_cast<std::size_t>(loc + 1)]->touched(id);
+    policy(loc).touched(id);
     return b;
   }
 
@@ -371,7 +366,7 @@ private:
       return;
     auto& b = it->second;
     give_back(b.loc, b.slot, b.hash);
-    policies_[static_cast<std::size_t>(b.loc + 1)]->erased(id);
+    policy(b.loc).erased(id);
     if (b.indexed) {
       send(index_, detail::index_erase_atom::value, b.hash, id);
       auto h = by_hash_.find(b.hash);
@@ -440,12 +435,12 @@ private:
       ++transfers_;
       bytes_moved_ += config_.block_bytes;
       give_back(b.loc, b.slot, b.hash);
-      policies_[static_cast<std::size_t>(b.loc + 1)]->erased(id);
+      policy(b.loc).erased(id);
       retire(domain_of(b.loc), std::move(b.actor));
       b.loc = dest;
       b.slot = slot;
       b.actor = actor;
-      policies_[static_cast<std::size_t>(dest + 1)]->touched(id);
+      policy(dest).touched(id);
       if (tier_of(dest) != from_tier)
         announce(b); // the index keeps tiers, not pools
       update_gauges();
@@ -456,8 +451,15 @@ private:
     request(actor, caf::infinite, detail::block_pull_atom::value, order)
         .then([finish](detail::pull_result& r) { finish(std::move(r)); },
               [finish](caf::error& e) {
-                finish({false, false, "the copy failed: " + to_string(e)});
+                finish({false, "the copy failed: " + to_string(e)});
               });
+  }
+
+  // Moves a block one tier down to `target` (a demote_target), counted as a demotion.
+  void demote(block_id id, int target, std::function<void(expected<void>)> done) {
+    ++demotions_;
+    bump(demotions_metric_);
+    move(id, target, std::move(done));
   }
 
   // Moves a block into memory pool `dest`: directly, except device to device across domains
@@ -470,7 +472,7 @@ private:
     }
     auto& b = it->second;
     if (b.loc == dest) {
-      policies_[static_cast<std::size_t>(dest + 1)]->touched(id);
+      policy(dest).touched(id);
       done({});
       return;
     }
@@ -578,7 +580,7 @@ private:
           if (h != by_hash_.end()) {
             auto& b = blocks_.at(h->second);
             ++b.refs;
-            policies_[static_cast<std::size_t>(b.loc + 1)]->touched(b.id);
+            policy(b.loc).touched(b.id);
             ++puts_shared_;
             ids->push_back(b.id);
             *parent = hash;
@@ -642,7 +644,7 @@ private:
     for (auto id : ids) {
       auto& b = blocks_.at(id);
       ++b.refs;
-      policies_[static_cast<std::size_t>(b.loc + 1)]->touched(id);
+      policy(b.loc).touched(id);
     }
     r.ok = true;
     r.ids = ids;
@@ -730,11 +732,8 @@ private:
         if (it == blocks_.end())
           return;
         auto target = demote_target(it->second);
-        if (target != -2) {
-          ++demotions_;
-          bump(demotions_metric_);
-          move(id, target, [](expected<void>) {});
-        }
+        if (target != -2)
+          demote(id, target, [](expected<void>) {});
       });
     if (any) {
       expiry_scheduled_ = true;
@@ -778,9 +777,7 @@ private:
                   std::string{it->second.indexed ? "" : " (private blocks stay in memory)"}));
           return;
         }
-        ++demotions_;
-        bump(demotions_metric_);
-        move(id, target, done);
+        demote(id, target, std::move(done));
       });
     });
   }
@@ -816,7 +813,7 @@ private:
         promise.deliver(std::move(r));
         return;
       }
-      policies_[static_cast<std::size_t>(it->second.loc + 1)]->touched(id);
+      policy(it->second.loc).touched(id);
       request(it->second.actor, caf::infinite, detail::block_read_atom::value, it->second.checksum)
           .then([this, id, promise](kv_bytes& r) mutable {
             if (!r.ok) {
@@ -983,7 +980,7 @@ private:
       ++disk_blocks_;
       b.actor = take_actor(*home_, id, where_is(b));
       by_hash_[b.hash] = id;
-      policies_[0]->touched(id);
+      policy(on_disk).touched(id);
       announce(b);
     }
     update_gauges();

@@ -42,51 +42,28 @@ public:
   }
 
 private:
+  // A pull's answer from the outcome of its last step.
+  static pull_result outcome(const expected<void>& step) {
+    return step ? pull_result{true, {}} : pull_result{false, step.error().message};
+  }
+
   pull_result pull(const move_order& order) {
-    pull_result r;
     const auto& src = order.source;
-    std::vector<std::byte> staged;
-    std::span<const std::byte> from;
     if (src.kind == tier::disk) {
+      if (where_.kind == tier::disk)
+        return {false, "disk to disk moves are not made"};
       // A file is checked as it is read, straight into the new block's memory.
-      if (where_.kind == tier::disk) {
-        r.reason = "disk to disk moves are not made";
-        return r;
-      }
-      auto read = src.disk->read(src.meta.hash, where_.memory, order.flip_bit);
-      if (!read) {
-        r.source_damaged = true;
-        r.reason = read.error().message;
-        return r;
-      }
-      r.ok = true;
-      return r;
+      return outcome(src.disk->read(src.meta.hash, where_.memory, order.flip_bit));
     }
-    from = src.memory;
     if (where_.kind == tier::disk) {
-      staged.resize(from.size());
-      auto copied = copy_checked(staged, from, order.checksum, order.flip_bit);
-      if (!copied) {
-        r.reason = copied.error().message;
-        return r;
-      }
+      std::vector<std::byte> staged(src.memory.size());
+      if (auto copied = copy_checked(staged, src.memory, order.checksum, order.flip_bit); !copied)
+        return outcome(copied);
       auto meta = where_.meta;
       meta.checksum = order.checksum;
-      auto written = where_.disk->write(meta, staged);
-      if (!written) {
-        r.reason = written.error().message;
-        return r;
-      }
-      r.ok = true;
-      return r;
+      return outcome(where_.disk->write(meta, staged));
     }
-    auto copied = copy_checked(where_.memory, from, order.checksum, order.flip_bit);
-    if (!copied) {
-      r.reason = copied.error().message;
-      return r;
-    }
-    r.ok = true;
-    return r;
+    return outcome(copy_checked(where_.memory, src.memory, order.checksum, order.flip_bit));
   }
 
   kv_bytes read(std::uint64_t checksum) {

@@ -49,7 +49,6 @@ struct move_order {
 /// The outcome of a pull.
 struct pull_result {
   bool ok = false;
-  bool source_damaged = false; ///< the source itself failed its check: do not retry
   std::string reason;
 };
 
