@@ -67,8 +67,7 @@ private:
     auto left = call_.deadline - std::chrono::duration_cast<std::chrono::milliseconds>(
                                      std::chrono::steady_clock::now() - start_);
     if (left.count() <= 0) {
-      finish_failed("tool '" + call_.name + "' did not answer within " +
-                    std::to_string(call_.deadline.count()) + " ms");
+      finish_timed_out();
       return;
     }
     request(executor, left, tool_call_atom::value, call_.name, call_.arguments_json)
@@ -83,12 +82,16 @@ private:
             },
             [this](caf::error& err) {
               if (err == caf::sec::request_timeout)
-                finish_failed("tool '" + call_.name + "' did not answer within " +
-                              std::to_string(call_.deadline.count()) + " ms");
+                finish_timed_out();
               else
                 finish_failed("tool '" + call_.name +
                               "': its executor went away: " + system().render(err));
             });
+  }
+
+  void finish_timed_out() {
+    finish_failed("tool '" + call_.name + "' did not answer within " +
+                  std::to_string(call_.deadline.count()) + " ms");
   }
 
   void finish_failed(std::string message) {
