@@ -384,7 +384,7 @@ private:
   void announce(const block_rec& b) {
     if (b.indexed)
       send(index_, detail::index_put_atom::value, b.hash, b.id,
-           std::string{to_string(tier_of(b.loc))});
+           static_cast<std::uint8_t>(tier_of(b.loc)));
   }
 
   // Copies a block to `dest` through a new actor there, checked on arrival; a failed check is

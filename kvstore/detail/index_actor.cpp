@@ -33,8 +33,8 @@ public:
 
   caf::behavior make_behavior() override {
     return {
-        [this](index_put_atom, block_hash hash, block_id id, std::string& t) {
-          map_[hash] = {id, std::move(t)};
+        [this](index_put_atom, block_hash hash, block_id id, std::uint8_t t) {
+          map_[hash] = {id, static_cast<tier>(t)};
         },
         [this](index_erase_atom, block_hash hash, block_id id) {
           auto it = map_.find(hash);
@@ -50,8 +50,8 @@ public:
             if (it == map_.end())
               break;
             p.ids.push_back(it->second.id);
-            p.tiers.push_back(it->second.tier);
-            count_hit(it->second.tier);
+            p.tiers.emplace_back(to_string(it->second.where));
+            count_hit(it->second.where);
           }
           p.tokens = i * block_tokens_;
           misses_ += hashes.size() - i;
@@ -68,16 +68,14 @@ public:
 private:
   struct entry {
     block_id id = 0;
-    std::string tier;
+    tier where = tier::device;
   };
 
-  void count_hit(const std::string& t) {
-    for (auto k : {tier::device, tier::host, tier::disk})
-      if (t == to_string(k)) {
-        ++hits_[static_cast<std::size_t>(k)];
-        if (auto* m = hit_metric_[static_cast<std::size_t>(k)])
-          m->inc();
-      }
+  void count_hit(tier t) {
+    auto k = static_cast<std::size_t>(t);
+    ++hits_[k];
+    if (auto* m = hit_metric_[k])
+      m->inc();
   }
 
   std::size_t block_tokens_;

@@ -10,7 +10,7 @@
 namespace triad::detail {
 
 /// Records where a content-addressed block is: `(index_put_atom, block_hash, block_id,
-/// std::string tier)`; a later put of the same hash replaces it.
+/// std::uint8_t tier)` (a `tier` value); a later put of the same hash replaces it.
 using index_put_atom = caf::atom_constant<caf::atom("iput")>;
 /// Forgets a block: `(index_erase_atom, block_hash, block_id)` (ignored when the hash now
 /// names another block).
