@@ -1,7 +1,8 @@
 // triad-bench-kv: the KV store's costs against plain memory operations, in one run.
 // - transfer_over_memcpy: blocks of the `small` preset's size moved between the host pools of
 //   two domains through the store (block actors, checked copies) against memcpy of the same
-//   bytes between two buffers; a throughput ratio (1.0: as fast as memcpy).
+//   bytes between two buffers of the same kind (one arena buffer per domain, as the pools'
+//   are); a throughput ratio (1.0: as fast as memcpy).
 // - block_ops_per_s: allocate (put), share (acquire), lookup (prefix index) and free, each a
 //   message round trip answered by the store or its index, pipelined from one client.
 // - bytes_per_block_actor: resident memory per stored block beyond its payload (the block
@@ -22,6 +23,7 @@
 #include "bench/report.hpp"
 #include "devices/model.hpp"
 #include "kvstore/store.hpp"
+#include "runtime/memory.hpp"
 
 namespace {
 
@@ -172,9 +174,21 @@ int main(int argc, char** argv) {
     {
       auto kv = start_store(node, block_tokens, block_bytes, transfer_blocks);
       auto ids = fill(self, kv, transfer_blocks, block_tokens, block_bytes, 1);
-      std::vector<std::byte> a(transfer_blocks * block_bytes), b(a.size());
-      std::memset(a.data(), 1, a.size());
-      std::memset(b.data(), 2, b.size());
+      // The baseline copies between memory of the same kind as the pools': a buffer from an
+      // arena of each domain (pages of the same size, equally aligned, first touched here).
+      std::vector<triad::arena_buffer> sides;
+      for (unsigned d : {0U, 1U}) {
+        auto ar = triad::arena::create(d, transfer_blocks * block_bytes, nullptr);
+        if (!ar)
+          throw std::runtime_error(ar.error().message);
+        auto buf = (*ar)->allocate(transfer_blocks * block_bytes);
+        if (!buf)
+          throw std::runtime_error(buf.error().message);
+        std::memset(buf->data(), static_cast<int>(d + 1), buf->size());
+        sides.push_back(std::move(*buf));
+      }
+      std::byte* a = sides[0].data();
+      std::byte* b = sides[1].data();
       std::vector<double> store_s, memcpy_s;
       bool to_one = true;
       // One untimed round trip first: pool pages and block actors' first allocations are
@@ -195,8 +209,8 @@ int main(int argc, char** argv) {
         to_one = !to_one;
         auto t1 = clock_type::now();
         for (std::size_t i = 0; i < transfer_blocks; ++i)
-          std::memcpy((r % 2 ? a : b).data() + i * block_bytes,
-                      (r % 2 ? b : a).data() + i * block_bytes, block_bytes);
+          std::memcpy((r % 2 ? a : b) + i * block_bytes, (r % 2 ? b : a) + i * block_bytes,
+                      block_bytes);
         memcpy_s.push_back(seconds_since(t1));
       }
       auto bytes = static_cast<double>(transfer_blocks * block_bytes);

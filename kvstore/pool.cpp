@@ -69,6 +69,9 @@ void memory_pool::free(slot_id slot) {
 namespace {
 
 constexpr char magic[8] = {'T', 'R', 'I', 'A', 'D', 'K', 'V', '1'};
+// 2: the payload checksum is block_checksum's striped sum (1 was plain XXH3-64); files of
+// version 1 are rejected like any other foreign file, so they read as misses.
+constexpr std::uint32_t file_version = 2;
 
 // The fixed part of a block file's header; the tokens and the header checksum follow.
 struct file_header {
@@ -126,7 +129,7 @@ expected<disk_entry> read_header(int fd, const std::filesystem::path& path,
   };
   if (!read_all(fd, &h, sizeof(h)))
     return bad("shorter than its header");
-  if (std::memcmp(h.magic, magic, sizeof(magic)) != 0 || h.version != 1)
+  if (std::memcmp(h.magic, magic, sizeof(magic)) != 0 || h.version != file_version)
     return bad("not a triad block file (magic or version)");
   if (h.block_tokens != block_tokens || h.block_bytes != block_bytes)
     return bad("holds blocks of " + std::to_string(h.block_tokens) + " tokens and " +
@@ -221,7 +224,7 @@ expected<void> disk_pool::write(const disk_entry& meta, std::span<const std::byt
                       "disk tier: cannot create " + tmp.string() + ": " + std::strerror(errno));
   file_header h{};
   std::memcpy(h.magic, magic, sizeof(magic));
-  h.version = 1;
+  h.version = file_version;
   h.block_tokens = static_cast<std::uint32_t>(block_tokens_);
   h.block_bytes = block_bytes_;
   h.hash = meta.hash;

@@ -212,27 +212,30 @@ private:
 
   // ---- pressure -----------------------------------------------------------------------------
 
-  // An actor for block `id` in `d`: an idle one from the domain's pool when there is one.
-  caf::actor take_actor(domain& d, block_id id, detail::block_location where) {
+  // An actor for block `id` in `d`: an idle one from the domain's pool when there is one. A
+  // reused actor learns its block from the message that fills it (block_init or block_pull,
+  // which carry the block's id and place), so taking one costs no message of its own.
+  caf::actor take_actor(domain& d, block_id id, const detail::block_location& where) {
     auto& idle = spares_[&d];
     if (idle.empty()) {
       ++actors_spawned_;
-      return detail::spawn_block_actor(d, id, std::move(where));
+      return detail::spawn_block_actor(d, id, where);
     }
     auto a = std::move(idle.back());
     idle.pop_back();
-    send(a, detail::block_assign_atom::value, id, std::move(where));
     return a;
   }
 
-  // Returns a block's actor to its domain's pool (or ends it when the pool is full).
+  // Returns a block's actor to its domain's pool (or ends it when the pool is full). An idle
+  // actor is not told: nothing messages it until block_assign gives it a block again, and a
+  // message per retirement into the block's old domain cost a wake-up of that domain's worker
+  // for every block moved (a fifth of a cross-domain transfer's time here).
   void retire(domain& d, caf::actor a) {
     auto& idle = spares_[&d];
     if (idle.size() >= defaults::kvstore::idle_actors_per_domain) {
       send_exit(a, caf::exit_reason::user_shutdown);
       return;
     }
-    send(a, detail::block_release_atom::value);
     idle.push_back(std::move(a));
   }
 
@@ -354,8 +357,7 @@ private:
     b.hash = chain_hash(parent, b.tokens);
     b.indexed = full;
     b.loc = loc;
-    auto where = take(loc, b, b.slot);
-    b.actor = take_actor(domain_of(loc), id, std::move(where));
+    b.actor = take_actor(domain_of(loc), id, take(loc, b, b.slot));
     policy(loc).touched(id);
     return b;
   }
@@ -448,7 +450,7 @@ private:
       set_idle(b);
       wake_waiters();
     };
-    request(actor, caf::infinite, detail::block_pull_atom::value, order)
+    request(actor, caf::infinite, detail::block_pull_atom::value, id, where, order)
         .then([finish](detail::pull_result& r) { finish(std::move(r)); },
               [finish](caf::error& e) {
                 finish({false, "the copy failed: " + to_string(e)});
@@ -609,7 +611,7 @@ private:
           announce(b); // lookups may find it now; reads wait until it is filled
         }
         auto id = b.id;
-        request(b.actor, caf::infinite, detail::block_init_atom::value,
+        request(b.actor, caf::infinite, detail::block_init_atom::value, id, where_is(b),
                 std::move(state->payloads[i]))
             .then([this, id](std::uint64_t checksum) {
               auto it = blocks_.find(id);
@@ -932,7 +934,8 @@ private:
       ++moves_in_flight_;
       auto copy_id = copy.id;
       detail::move_order order{where_is(src), src.checksum, -1};
-      request(copy.actor, caf::infinite, detail::block_pull_atom::value, order)
+      request(copy.actor, caf::infinite, detail::block_pull_atom::value, copy_id, where_is(copy),
+              order)
           .then([this, id, copy_id, promise](detail::pull_result& r) mutable {
             --moves_in_flight_;
             kv_reply out;
@@ -979,6 +982,7 @@ private:
       b.checksum = e.checksum;
       ++disk_blocks_;
       b.actor = take_actor(*home_, id, where_is(b));
+      send(b.actor, detail::block_assign_atom::value, id, where_is(b)); // filled already
       by_hash_[b.hash] = id;
       policy(on_disk).touched(id);
       announce(b);

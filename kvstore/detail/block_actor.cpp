@@ -25,13 +25,20 @@ public:
           id_ = id;
           where_ = std::move(where);
         },
-        [this](block_release_atom) { where_ = {}; },
-        [this](block_init_atom, std::vector<std::uint8_t>& payload) -> std::uint64_t {
+        [this](block_init_atom, block_id id, block_location& where,
+               std::vector<std::uint8_t>& payload) -> std::uint64_t {
+          id_ = id;
+          where_ = std::move(where);
           auto n = std::min(payload.size(), where_.memory.size());
           std::memcpy(where_.memory.data(), payload.data(), n);
           return block_checksum(where_.memory);
         },
-        [this](block_pull_atom, move_order& order) -> pull_result { return pull(order); },
+        [this](block_pull_atom, block_id id, block_location& where,
+               move_order& order) -> pull_result {
+          id_ = id;
+          where_ = std::move(where);
+          return pull(order);
+        },
         [this](block_read_atom, std::uint64_t checksum) -> kv_bytes { return read(checksum); },
         [this](block_write_atom, std::uint64_t offset,
                std::vector<std::uint8_t>& bytes) -> std::uint64_t {

@@ -15,19 +15,20 @@
 
 namespace triad::detail {
 
-/// Fills a new block from a payload: `(block_init_atom, std::vector<std::uint8_t>)` -> checksum.
+/// Fills a new block from a payload: `(block_init_atom, block_id, block_location,
+/// std::vector<std::uint8_t>)` -> checksum. The actor stands for that block from then on.
 using block_init_atom = caf::atom_constant<caf::atom("binit")>;
-/// Fills a new block by copying another's bytes: `(block_pull_atom, move_order)` -> pull_result.
+/// Fills a new block by copying another's bytes: `(block_pull_atom, block_id, block_location,
+/// move_order)` -> pull_result. The actor stands for that block from then on.
 using block_pull_atom = caf::atom_constant<caf::atom("bpull")>;
 /// Reads the bytes, checked: `(block_read_atom, std::uint64_t checksum)` -> kv_bytes.
 using block_read_atom = caf::atom_constant<caf::atom("bread")>;
 /// Writes into the bytes: `(block_write_atom, offset, bytes)` -> new checksum.
 using block_write_atom = caf::atom_constant<caf::atom("bwrite")>;
 
-/// Gives a pooled actor a block to stand for: `(block_assign_atom, block_id, block_location)`.
+/// Gives a pooled actor a block that is filled already (found on disk at start):
+/// `(block_assign_atom, block_id, block_location)`.
 using block_assign_atom = caf::atom_constant<caf::atom("bassign")>;
-/// Returns an actor to its domain's pool of idle block actors: `(block_release_atom)`.
-using block_release_atom = caf::atom_constant<caf::atom("brelease")>;
 
 /// Where a block's bytes are: a memory slot, or a disk file.
 struct block_location {

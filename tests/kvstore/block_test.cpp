@@ -1,8 +1,12 @@
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
 #include <boost/test/unit_test.hpp>
+#include <xxhash.h>
 
 #include "kvstore/eviction.hpp"
 #include "kvstore/pool.hpp"
@@ -56,6 +60,55 @@ BOOST_AUTO_TEST_CASE(a_checked_copy_catches_one_flipped_bit_anywhere) {
     BOOST_REQUIRE(!r.has_value());
     BOOST_TEST(r.error().code == triad::errc::corrupted);
   }
+}
+
+// The checksum's definition (kvstore/block.cpp), written out plainly: whichever kernel this
+// CPU runs (AVX-512, AVX2 or portable) must give the same value, since checksums are kept in
+// disk files and travel between machines.
+std::uint64_t reference_checksum(std::span<const std::byte> bytes) {
+  static constexpr std::uint64_t key0[8] = {
+      0xbe4ba423396cfeb8ull, 0x1cad21f72c81017cull, 0xdb979083e96dd4deull, 0x1f67b3b7a4a44072ull,
+      0x78e5c0cc4ee679cbull, 0x2172ffcc7dd05a82ull, 0x8e2443f7744608b8ull, 0x4c263a81e69035e0ull};
+  std::uint64_t acc[8] = {};
+  for (std::size_t s = 0; s * 64 < bytes.size(); ++s) {
+    std::uint64_t d[8] = {};
+    std::memcpy(d, bytes.data() + s * 64, std::min<std::size_t>(64, bytes.size() - s * 64));
+    for (int i = 0; i < 8; ++i) {
+      std::uint64_t x = d[i] ^ (key0[i] + s * 0x9e3779b97f4a7c15ull);
+      acc[i] += (x & 0xffffffffu) * (x >> 32) + d[i ^ 1];
+    }
+  }
+  return XXH3_64bits_withSeed(acc, sizeof(acc), bytes.size());
+}
+
+BOOST_AUTO_TEST_CASE(the_checksum_is_its_definition_on_this_cpu_at_every_size) {
+  auto bytes = random_bytes(300'000, 5);
+  for (std::size_t n : {0UL, 1UL, 63UL, 64UL, 65UL, 1000UL, 65'536UL, 196'608UL, 299'999UL}) {
+    std::span<const std::byte> part{bytes.data(), n};
+    BOOST_TEST(triad::block_checksum(part) == reference_checksum(part), "size " << n);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_streamed_copy_into_aligned_memory_is_checked_and_exact) {
+  // 64-byte aligned and over 64 KiB: the copy takes the non-temporal path.
+  auto src = random_bytes(196'608, 6);
+  auto sum = triad::block_checksum(src);
+  auto* raw = static_cast<std::byte*>(std::aligned_alloc(64, src.size()));
+  BOOST_REQUIRE(raw != nullptr);
+  std::span<std::byte> dst{raw, src.size()};
+  BOOST_TEST(triad::copy_checked(dst, src, sum).has_value());
+  BOOST_TEST(std::memcmp(raw, src.data(), src.size()) == 0);
+  auto r = triad::copy_checked(dst, src, sum, 8L * 100'000 + 1);
+  BOOST_TEST(!r.has_value());
+  BOOST_TEST(std::to_integer<int>(raw[100'000] ^ src[100'000]) == 2); // the flipped bit landed
+  std::free(raw);
+}
+
+BOOST_AUTO_TEST_CASE(the_checksum_sees_two_stripes_swapped) {
+  auto a = random_bytes(4096, 7);
+  auto b = a;
+  std::swap_ranges(b.begin(), b.begin() + 64, b.begin() + 64);
+  BOOST_TEST(triad::block_checksum(a) != triad::block_checksum(b));
 }
 
 BOOST_AUTO_TEST_CASE(a_memory_pool_hands_out_whole_slots_and_then_says_full) {
