@@ -215,9 +215,10 @@ private:
       return refuse("invalid: sequence " + std::to_string(req.seq) + " has an empty prompt");
     if (auto ok = req.sampling.validate(); !ok)
       return refuse("invalid: " + ok.error().message);
-    for (auto t : req.prompt)
-      if (t < 0 || static_cast<unsigned>(t) >= backend_->shape().vocab)
-        return refuse("invalid: token " + std::to_string(t) + " outside the vocabulary");
+    for (const auto* list : {&req.prompt, &req.forced})
+      for (auto t : *list)
+        if (t < 0 || static_cast<unsigned>(t) >= backend_->shape().vocab)
+          return refuse("invalid: token " + std::to_string(t) + " outside the vocabulary");
     if (seqs_.count(req.seq) != 0)
       return refuse("invalid: sequence " + std::to_string(req.seq) + " already on device " +
                     options_.name);
@@ -397,7 +398,8 @@ private:
       }
       if (s->state == seq_state::parked || s->finished)
         continue;
-      auto tok = s->pick->sample(out.logits[i]);
+      auto tok = s->generated < s->req.forced.size() ? s->req.forced[s->generated]
+                                                     : s->pick->sample(out.logits[i]);
       s->tokens.push_back(tok);
       ++s->generated;
       ++stats_.generated;

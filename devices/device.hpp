@@ -55,6 +55,9 @@ struct generate_request {
   std::uint32_t max_new_tokens = 16; ///< generation stops after this many (prefill role: 1)
   std::vector<token> stop;           ///< tokens that end generation (EOS always does)
   caf::actor sink;                   ///< receives device_event messages
+  /// Scripted generation (benchmarks, tests): the n-th token generated is forced[n] while n is
+  /// below its size. The step still computes the logits; only the choice is forced.
+  std::vector<token> forced;
 };
 
 /// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format.
@@ -111,7 +114,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
-           x.stop, x.sink);
+           x.stop, x.sink, x.forced);
 }
 /// Inspector of admission.
 template<class Inspector>

@@ -109,6 +109,25 @@ BOOST_AUTO_TEST_CASE(a_sequence_streams_exactly_max_new_tokens_then_done) {
   BOOST_TEST(events[1].back().message == "length");
 }
 
+BOOST_AUTO_TEST_CASE(forced_tokens_are_generated_in_order_and_sampling_takes_over_after) {
+  device_fixture f;
+  caf::scoped_actor self{f.dom->system()};
+  auto r = f.request(1, 10, 5, self);
+  r.forced = {'a', 'b', triad::tokenizer::tool_call_start};
+  BOOST_REQUIRE(f.submit(self, r).accepted);
+  auto events = f.collect(self, 1)[1];
+  std::vector<triad::token> got;
+  for (auto& e : events)
+    if (e.kind == triad::device_event::token)
+      got.push_back(e.tok);
+  BOOST_REQUIRE_EQUAL(got.size(), 5u);
+  BOOST_TEST(got[0] == 'a');
+  BOOST_TEST(got[1] == 'b');
+  BOOST_TEST(got[2] == triad::tokenizer::tool_call_start);
+  auto st = f.stats(self);
+  BOOST_TEST(st.tokens == 10u + 4u); // the prompt and every generated token but the last ran
+}
+
 BOOST_AUTO_TEST_CASE(concurrent_sequences_get_the_tokens_they_get_alone) {
   std::vector<triad::token> alone_tokens;
   {

@@ -1,0 +1,97 @@
+#include "actors/chat.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+namespace triad {
+
+namespace {
+
+void append(std::vector<token>& out, std::string_view text) {
+  auto ids = tokenizer{}.encode(text, false); // message text never makes special tokens
+  out.insert(out.end(), ids.begin(), ids.end());
+}
+
+} // namespace
+
+std::vector<token> render_prompt(const std::vector<chat_message>& messages) {
+  std::vector<token> out{tokenizer::bos};
+  for (const auto& m : messages) {
+    append(out, m.role);
+    append(out, ":\n");
+    if (m.role == "tool") {
+      out.push_back(tokenizer::tool_response_start);
+      append(out, m.content);
+      out.push_back(tokenizer::tool_response_end);
+    } else {
+      append(out, m.content);
+    }
+    append(out, "\n");
+  }
+  append(out, "assistant:\n");
+  return out;
+}
+
+std::vector<token> render_tool_result(std::string_view output) {
+  std::vector<token> out;
+  append(out, "\ntool:\n");
+  out.push_back(tokenizer::tool_response_start);
+  append(out, output);
+  out.push_back(tokenizer::tool_response_end);
+  append(out, "\nassistant:\n");
+  return out;
+}
+
+std::vector<token> script_tokens(const generation_script& script) {
+  static constexpr std::string_view filler = "the agent thinks about the next step. ";
+  std::vector<token> out;
+  for (const auto& turn : script.turns) {
+    for (std::uint32_t i = 0; i < turn.tokens; ++i)
+      out.push_back(static_cast<unsigned char>(filler[i % filler.size()]));
+    if (turn.call) {
+      out.push_back(tokenizer::tool_call_start);
+      boost::json::object call;
+      call["name"] = turn.call->name;
+      std::error_code ec;
+      auto args = boost::json::parse(turn.call->arguments_json, ec);
+      call["arguments"] = ec ? boost::json::value(turn.call->arguments_json) : args;
+      append(out, boost::json::serialize(call));
+      out.push_back(tokenizer::tool_call_end);
+    }
+  }
+  out.push_back(tokenizer::eos);
+  return out;
+}
+
+expected<tool_call_text> parse_tool_call(std::string_view text) {
+  std::error_code ec;
+  auto v = boost::json::parse(text, ec);
+  if (ec)
+    return make_error(errc::invalid_argument, "tool call is not valid JSON: " + ec.message());
+  if (!v.is_object())
+    return make_error(errc::invalid_argument,
+                      "tool call must be a JSON object {\"name\": ..., \"arguments\": {...}}");
+  const auto& o = v.as_object();
+  auto* name = o.if_contains("name");
+  if (name == nullptr || !name->is_string() || name->as_string().empty())
+    return make_error(errc::invalid_argument, "tool call has no \"name\" string");
+  tool_call_text out;
+  out.name = std::string{name->as_string()};
+  auto* args = o.if_contains("arguments");
+  if (args == nullptr) {
+    out.arguments_json = "{}";
+  } else if (args->is_object()) {
+    out.arguments_json = boost::json::serialize(*args);
+  } else if (args->is_string()) { // some models write the arguments as a JSON string
+    auto inner = boost::json::parse(args->as_string(), ec);
+    if (ec || !inner.is_object())
+      return make_error(errc::invalid_argument,
+                        "tool call \"arguments\" is a string that is not a JSON object");
+    out.arguments_json = boost::json::serialize(inner);
+  } else {
+    return make_error(errc::invalid_argument, "tool call \"arguments\" must be a JSON object");
+  }
+  return out;
+}
+
+} // namespace triad

@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "devices/tokenizer.hpp"
+#include "runtime/error.hpp"
+
+namespace triad {
+
+/// One message of a conversation, OpenAI-style roles: "system", "user", "assistant", "tool".
+struct chat_message {
+  std::string role;    ///< who speaks
+  std::string content; ///< what was said (for "tool": the tool's output)
+};
+
+/// A tool call as the model writes it between `<tool_call>` and `</tool_call>`: a JSON object
+/// `{"name": "...", "arguments": {...}}` (the Hermes/Qwen convention).
+struct tool_call_text {
+  std::string name;           ///< the tool's name
+  std::string arguments_json; ///< its arguments, a JSON object as text
+};
+
+/// One turn of a generation script: `tokens` ordinary tokens, then (when `call` is set) a tool
+/// call in the model's own syntax; the last turn ends with EOS instead.
+struct script_turn {
+  std::uint32_t tokens = 0;           ///< ordinary tokens before the call (or before EOS)
+  std::optional<tool_call_text> call; ///< the call this turn ends with, if any
+};
+
+/// Forces what a random-weight model says, for benchmarks and tests (the agentic analogue of
+/// `ignore_eos` + `max_tokens`): every token is still computed on the device; only its choice
+/// is forced.
+struct generation_script {
+  std::vector<script_turn> turns; ///< in order; tool results come between turns
+};
+
+/// The prompt of a conversation: BOS, then each message as "<role>:\n<content>\n" (a tool's
+/// output wrapped in <tool_response> ... </tool_response>), then "assistant:\n", the cue for the
+/// model to answer.
+std::vector<token> render_prompt(const std::vector<chat_message>& messages);
+
+/// The tokens a tool's output adds to a conversation that stopped at `</tool_call>`: the
+/// output as a "tool" message, then the assistant's cue again.
+std::vector<token> render_tool_result(std::string_view output);
+
+/// The tokens a script makes the model generate, turn after turn: filler text, each call as
+/// `<tool_call>{"name": ..., "arguments": ...}</tool_call>`, EOS after the last turn.
+std::vector<token> script_tokens(const generation_script& script);
+
+/// Parses the text between `<tool_call>` and `</tool_call>`. A malformed call is an error
+/// whose message is fit to show the model ("tool call is not valid JSON: ...").
+expected<tool_call_text> parse_tool_call(std::string_view text);
+
+} // namespace triad

@@ -1,0 +1,168 @@
+#include "actors/node.hpp"
+
+#include <condition_variable>
+
+#include <caf/all.hpp>
+
+#include "actors/router.hpp"
+#include "devices/device.hpp"
+#include "devices/factory.hpp"
+#include "runtime/memory.hpp"
+#include "tools/service.hpp"
+
+namespace triad {
+
+struct node::live_set {
+  mutable std::mutex mutex;
+  std::condition_variable ended;
+  std::map<std::uint64_t, caf::actor> requests;
+};
+
+namespace {
+
+expected<topology> load_topology(const topology_config& c) {
+  switch (c.source) {
+  case topology_source::xml:
+    return topology::load_xml(c.xml);
+  case topology_source::synthetic:
+    return topology::load_synthetic(c.synthetic);
+  case topology_source::machine:
+    break;
+  }
+  return topology::load_machine();
+}
+
+} // namespace
+
+expected<std::unique_ptr<node>> node::start(const node_config& config, node_options options) {
+  std::unique_ptr<node> n{new node};
+  n->live_ = std::make_shared<live_set>();
+  auto topo = load_topology(config.topology);
+  if (!topo)
+    return topo.error();
+  n->topo_ = std::make_unique<topology>(std::move(*topo));
+  auto p = make_plan(n->topo_->info(), config);
+  if (!p)
+    return p.error();
+  n->plan_ = std::move(*p);
+  const bool machine = config.topology.source == topology_source::machine;
+  const bool bind = machine && config.topology.bind_threads;
+  auto domains = domain_set::start(*n->topo_, n->plan_, config.scheduler, bind);
+  if (!domains)
+    return domains.error();
+  n->domains_ = std::move(*domains);
+
+  std::vector<routed_device> routed;
+  for (const auto& dev : config.devices) {
+    const auto* placed = n->plan_.find_device(dev.name);
+    if (placed == nullptr)
+      return make_error(errc::invalid_argument, "device '" + dev.name + "' is not in the plan");
+    auto home = n->domains_->find(placed->domain);
+    if (!home)
+      return home.error();
+    // The device's KV pages come from an arena of its own domain, bound there on this machine.
+    auto storage = arena::create(placed->domain, (dev.memory_mib << 20) + (64ull << 20),
+                                 machine ? n->topo_.get() : nullptr);
+    if (!storage)
+      return storage.error();
+    auto be = make_backend(config, dev, std::move(*storage));
+    if (!be)
+      return make_error(be.error().code, "device '" + dev.name + "': " + be.error().message);
+    device_options o;
+    o.name = dev.name;
+    o.role = dev.role;
+    if (bind)
+      o.driver_cpus = {placed->driver_cpu};
+    o.topo = machine ? n->topo_.get() : nullptr;
+    o.metrics = &n->metrics_;
+    auto actor = spawn_device(**home, std::move(*be), o);
+    if (!actor)
+      return make_error(actor.error().code, "device '" + dev.name + "': " + actor.error().message);
+    n->devices_.emplace_back(dev.name, *actor);
+    auto slots = options.orchestration.device_slots;
+    routed.push_back({dev.name, dev.role, *actor, slots == 0 ? o.max_sequences : slots});
+  }
+  if (options.tools) {
+    auto tools = tool_service::start(*n->domains_, n->plan_, *n->topo_, options.tools, config.tools,
+                                     &n->metrics_);
+    if (!tools)
+      return tools.error();
+    n->tools_ = std::move(*tools);
+  }
+  n->router_ = spawn_router(n->domains_->orchestration(), std::move(routed), options.orchestration);
+  auto ctx = std::make_shared<request_context>();
+  ctx->router = n->router_;
+  ctx->tools = n->tools_.get();
+  ctx->options = options.orchestration;
+  n->context_ = std::move(ctx);
+  return n;
+}
+
+node::~node() {
+  stop();
+}
+
+request_handle node::submit(chat_request request, request_callback on_event) {
+  if (draining_.load() || stopped_) {
+    request_event ev;
+    ev.kind = request_event::error;
+    ev.text = "the node is draining: no new requests";
+    if (on_event)
+      on_event(ev);
+    return {};
+  }
+  auto id = next_id_.fetch_add(1);
+  auto live = live_;
+  auto wrapped = [live, id, cb = std::move(on_event)](const request_event& ev) {
+    if (cb)
+      cb(ev);
+    if (ev.kind == request_event::done || ev.kind == request_event::error) {
+      std::lock_guard<std::mutex> guard{live->mutex};
+      live->requests.erase(id);
+      live->ended.notify_all();
+    }
+  };
+  std::lock_guard<std::mutex> guard{live_->mutex};
+  auto actor = spawn_request(domains_->orchestration(), id, std::move(request), context_,
+                             std::move(wrapped));
+  live_->requests.emplace(id, actor);
+  return {id, actor};
+}
+
+void node::cancel(const request_handle& handle) {
+  if (handle.actor)
+    caf::anon_send(handle.actor, cancel_atom::value);
+}
+
+std::size_t node::in_flight() const {
+  std::lock_guard<std::mutex> guard{live_->mutex};
+  return live_->requests.size();
+}
+
+bool node::drain(std::chrono::milliseconds deadline) {
+  draining_ = true;
+  std::unique_lock<std::mutex> lock{live_->mutex};
+  return live_->ended.wait_for(lock, deadline, [&] { return live_->requests.empty(); });
+}
+
+void node::stop() {
+  if (stopped_)
+    return;
+  draining_ = true;
+  {
+    std::lock_guard<std::mutex> guard{live_->mutex};
+    for (auto& [id, actor] : live_->requests)
+      caf::anon_send(actor, cancel_atom::value);
+  }
+  drain(std::chrono::seconds{10});
+  stopped_ = true;
+  for (auto& [name, actor] : devices_)
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  if (router_)
+    caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
+  tools_.reset();
+  if (domains_)
+    domains_->stop();
+}
+
+} // namespace triad

@@ -1,0 +1,107 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <caf/actor.hpp>
+
+#include "actors/request.hpp"
+#include "runtime/config.hpp"
+#include "runtime/domains.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/placement.hpp"
+#include "runtime/topology.hpp"
+
+namespace triad {
+
+class tool_registry;
+class tool_service;
+
+/// What a node is started with beyond its configuration file.
+struct node_options {
+  /// The tools the node hosts (built-ins, MCP servers, the embedder's own); null: none, and a
+  /// model's tool call gets "this node hosts no tools" as its result.
+  std::shared_ptr<const tool_registry> tools;
+  orchestration_options orchestration; ///< policies of the request actors and the router
+};
+
+/// A submitted request: its id, and its actor for those who want to watch it.
+struct request_handle {
+  std::uint64_t id = 0; ///< unique in the node; 0: refused at once (see the error event)
+  caf::actor actor;     ///< the request actor (null when refused)
+};
+
+/// A triad node embedded in a process: the topology, the per-domain actor systems, the device
+/// actors, the tool domains and the router, started from one configuration. Requests go in with
+/// submit() and come out as events.
+class node {
+public:
+  /// Loads the topology the config names, plans, starts every domain, device and tool domain.
+  /// Errors name what failed (a device that could not start, a plan that does not fit).
+  static expected<std::unique_ptr<node>> start(const node_config& config,
+                                               node_options options = {});
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
+  /// Stops everything (stop()).
+  ~node();
+
+  /// Where everything runs.
+  const plan& placement() const noexcept { return plan_; }
+  /// The machine (or XML, or synthetic) topology it runs on.
+  const topology& machine() const noexcept { return *topo_; }
+  /// The domains, for spawning the embedder's own actors (see spawn()).
+  domain_set& domains() noexcept { return *domains_; }
+  /// The node's metrics (Prometheus text via render).
+  metrics_registry& metrics() noexcept { return metrics_; }
+  /// The device actors by config name.
+  const std::vector<std::pair<std::string, caf::actor>>& devices() const noexcept {
+    return devices_;
+  }
+
+  /// Spawns the embedder's class-based actor (derive from homed_actor to keep it home) into a
+  /// named domain: "orchestration", "tools", "domain<id>" or "device:<name>".
+  template<class Impl, class... Ts>
+  auto spawn(std::string_view domain_name, Ts&&... xs) {
+    return domains_->spawn_in<Impl>(domain_name, std::forward<Ts>(xs)...);
+  }
+
+  /// Starts a request; `on_event` receives its tokens, tool calls and results, then one done
+  /// or error event, on the request actor's thread (it must not block). While the node drains,
+  /// the request is refused with an error event at once and the handle's id is 0.
+  request_handle submit(chat_request request, request_callback on_event);
+  /// Cancels a request: its KV is freed and an error event "cancelled" ends it.
+  void cancel(const request_handle& handle);
+  /// Refuses new requests and waits up to `deadline` for those in flight; true when all ended.
+  bool drain(std::chrono::milliseconds deadline);
+  /// Requests submitted and not yet ended.
+  std::size_t in_flight() const;
+  /// Stops devices, tools and domains. Requests still in flight are cancelled first.
+  void stop();
+
+private:
+  node() = default;
+
+  std::unique_ptr<topology> topo_;
+  plan plan_;
+  metrics_registry metrics_;
+  std::unique_ptr<domain_set> domains_;
+  std::unique_ptr<tool_service> tools_;
+  std::vector<std::pair<std::string, caf::actor>> devices_;
+  caf::actor router_;
+  std::shared_ptr<const request_context> context_;
+  std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<bool> draining_{false};
+  /// Requests in flight (shared with their callbacks, which may outlive a stopping node).
+  struct live_set;
+  std::shared_ptr<live_set> live_;
+  bool stopped_ = false;
+};
+
+} // namespace triad

@@ -1,0 +1,484 @@
+#include "actors/request.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/router.hpp"
+#include "devices/device.hpp"
+#include "runtime/homed_actor.hpp"
+#include "tools/service.hpp"
+
+namespace triad {
+
+std::string_view to_string(kv_policy p) noexcept {
+  switch (p) {
+  case kv_policy::discard:
+    return "discard";
+  case kv_policy::pin:
+    return "pin";
+  case kv_policy::demote:
+    return "demote";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(layout l) noexcept {
+  return l == layout::three_stage ? "three_stage" : "monolithic";
+}
+
+std::string_view to_string(schedule_policy p) noexcept {
+  return p == schedule_policy::fcfs ? "fcfs" : "plas";
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// One request as a state machine:
+//   queued -> prefill -> transfer -> decode -> (tool wait -> prefill of the tool result ->
+//   decode)* -> done | failed | cancelled.
+// In the three-stage layout the prompt is prefilled on a prefill device, its KV exported and
+// imported into a decode device; in the monolithic layout one device does both. At a tool call
+// the decode device stops by itself (</tool_call> is a stop token); the KV then follows the
+// kv_policy while the tool runs on a tool domain.
+class request_actor : public homed_actor {
+public:
+  request_actor(caf::actor_config& cfg, std::uint64_t id, chat_request req,
+                std::shared_ptr<const request_context> ctx, request_callback on_event)
+      : homed_actor(cfg)
+      , id_(id)
+      , req_(std::move(req))
+      , ctx_(std::move(ctx))
+      , on_event_(std::move(on_event)) {}
+
+  caf::behavior make_behavior() override {
+    start_ = clock_type::now();
+    tokens_ = render_prompt(req_.messages);
+    usage_.prompt_tokens = tokens_.size();
+    if (req_.script)
+      forced_ = script_tokens(*req_.script);
+    budget_ = req_.script ? static_cast<std::uint32_t>(forced_.size()) : req_.max_tokens;
+    if (budget_ == 0) {
+      fail("max_tokens must be at least 1");
+      return {};
+    }
+    begin_prefill();
+    return {
+        [this](device_event& e) { on_device(e); },
+        [this](tool_result_atom, std::uint64_t, tool_reply& r) { on_tool_result(r); },
+        [this](cancel_atom) { fail("cancelled"); },
+    };
+  }
+
+  void on_exit() override {
+    release_all();
+    on_event_ = nullptr;
+  }
+
+private:
+  enum class stage { queued, prefill, transfer, decode, tool_wait, finished };
+
+  // ---- devices ------------------------------------------------------------------------------
+
+  struct holding {
+    caf::actor device;
+    std::string name;
+    seq_id seq = 0;    // 0: no sequence there
+    bool slot = false; // a router slot is held
+  };
+
+  // Asks the router for a device of `s`, then runs `next` with it.
+  void route(route_stage s, std::function<void(holding)> next) {
+    auto asked = clock_type::now();
+    stage_ = stage::queued;
+    route_order order{s, req_.session, usage_.completion_tokens};
+    request(ctx_->router, caf::infinite, route_atom::value, order)
+        .then(
+            [this, next, asked](route_reply& r) {
+              usage_.queued_s += since(asked);
+              if (stage_ == stage::finished) { // cancelled while waiting
+                if (r.ok)
+                  send(ctx_->router, release_atom::value, r.name);
+                return;
+              }
+              if (!r.ok) {
+                fail(r.reason);
+                return;
+              }
+              next(holding{r.device, r.name, 0, true});
+            },
+            [this](caf::error& e) { fail("the router did not answer: " + to_string(e)); });
+  }
+
+  seq_id next_seq() { return (id_ << 8) | (++attempt_ & 0xff); }
+
+  // The device generate order for the tokens so far, continuing the script where it is.
+  generate_request order_for(seq_id seq, std::uint32_t max_new) {
+    generate_request g;
+    g.seq = seq;
+    g.prompt = tokens_;
+    g.sampling = req_.sampling;
+    g.sampling.seed += attempt_; // a fresh stream per device sequence, still reproducible
+    g.max_new_tokens = max_new;
+    g.stop = {tokenizer::tool_call_end};
+    g.sink = caf::actor_cast<caf::actor>(this);
+    if (produced_ < forced_.size())
+      g.forced.assign(forced_.begin() + static_cast<std::ptrdiff_t>(produced_), forced_.end());
+    return g;
+  }
+
+  std::uint32_t left() const { return budget_ > produced_ ? budget_ - produced_ : 0; }
+
+  // Admits `order` on `h` (import when `blob` is given); on busy, tells the router and routes
+  // again.
+  void admit(holding h, generate_request order, std::optional<kv_blob> blob, route_stage s,
+             std::uint64_t prefilled) {
+    auto seq = order.seq;
+    auto handle = [this, h, seq, s, prefilled](admission& a) mutable {
+      if (stage_ == stage::finished) {
+        if (a.accepted)
+          send(h.device, free_atom::value, seq);
+        send(ctx_->router, release_atom::value, h.name);
+        return;
+      }
+      if (!a.accepted) {
+        send(ctx_->router, release_atom::value, h.name);
+        if (a.reason.rfind("busy", 0) == 0) {
+          send(ctx_->router, device_busy_atom::value, h.name);
+          resume_at(s); // the router sends nobody there until it frees a slot
+          return;
+        }
+        fail("device " + h.name + " refused the request: " + a.reason);
+        return;
+      }
+      usage_.prefill_tokens += prefilled;
+      h.seq = seq;
+      if (s == route_stage::decode)
+        parked_blob_.reset(); // the KV lives on the decode device now
+      (s == route_stage::prefill ? prefill_ : decode_) = h;
+    };
+    auto on_error = [this, h](caf::error& e) {
+      send(ctx_->router, release_atom::value, h.name);
+      fail("device " + h.name + " did not answer: " + to_string(e));
+    };
+    if (blob)
+      request(h.device, caf::infinite, import_atom::value, std::move(*blob), std::move(order))
+          .then(handle, on_error);
+    else
+      request(h.device, caf::infinite, generate_atom::value, std::move(order))
+          .then(handle, on_error);
+  }
+
+  // Starts again from stage `s` after a busy device (the router has been told).
+  void resume_at(route_stage s) {
+    if (s == route_stage::prefill || s == route_stage::any)
+      begin_prefill();
+    else
+      begin_decode();
+  }
+
+  // ---- stages -------------------------------------------------------------------------------
+
+  // Prefill of everything so far: on a prefill device (three-stage), or on one device that
+  // then decodes too (monolithic).
+  void begin_prefill() {
+    bool mono = ctx_->options.device_layout == layout::monolithic;
+    auto s = mono ? route_stage::any : route_stage::prefill;
+    route(s, [this, mono, s](holding h) {
+      stage_ = stage::prefill;
+      auto order = order_for(next_seq(), mono ? left() : 1);
+      auto n = order.prompt.size();
+      admit(std::move(h), std::move(order), std::nullopt, s, n);
+    });
+  }
+
+  // Moves the prefilled KV from the prefill device to a decode device.
+  void begin_transfer() {
+    stage_ = stage::transfer;
+    auto from = prefill_;
+    request(from.device, caf::infinite, export_atom::value, from.seq)
+        .then(
+            [this, from](kv_blob& blob) {
+              send(from.device, free_atom::value, from.seq);
+              send(ctx_->router, release_atom::value, from.name);
+              prefill_ = {};
+              parked_blob_ = std::move(blob);
+              begin_decode();
+            },
+            [this](caf::error& e) { fail("KV export failed: " + to_string(e)); });
+  }
+
+  // Imports the parked KV (after a transfer or a demotion) into a decode device; the tokens past
+  // it are prefilled there, then decoding goes on.
+  void begin_decode() {
+    route(route_stage::decode, [this](holding h) {
+      stage_ = stage::decode;
+      auto blob = parked_blob_;
+      if (!blob) {
+        fail("internal: no KV to import");
+        return;
+      }
+      auto order = order_for(next_seq(), left());
+      auto n = order.prompt.size() - blob->tokens;
+      admit(std::move(h), std::move(order), std::move(blob), route_stage::decode, n);
+    });
+  }
+
+  // ---- events -------------------------------------------------------------------------------
+
+  void on_device(device_event& e) {
+    if (stage_ == stage::finished)
+      return;
+    bool from_prefill = prefill_.seq == e.seq && prefill_.seq != 0;
+    bool from_decode = decode_.seq == e.seq && decode_.seq != 0;
+    if (!from_prefill && !from_decode)
+      return; // a sequence already let go
+    switch (e.kind) {
+    case device_event::token:
+      on_token(e.tok);
+      return;
+    case device_event::preempted:
+      return; // the device recomputes it; nothing is lost
+    case device_event::failed:
+      fail("device " + (from_prefill ? prefill_.name : decode_.name) + " failed: " + e.message);
+      return;
+    case device_event::done:
+      break;
+    }
+    bool mono = ctx_->options.device_layout == layout::monolithic;
+    if (from_prefill && !mono) {
+      if (ended_ || left() == 0)
+        return finish(ended_ ? "stop" : "length");
+      if (in_call_ && tokens_.back() == tokenizer::tool_call_end)
+        return begin_tool(); // a one-token call is impossible, but be exact
+      begin_transfer();
+      return;
+    }
+    if (ended_)
+      return finish("stop");
+    if (!tokens_.empty() && tokens_.back() == tokenizer::tool_call_end)
+      return begin_tool();
+    finish("length");
+  }
+
+  void on_token(token t) {
+    if (usage_.completion_tokens == 0)
+      usage_.ttft_s = since(start_);
+    tokens_.push_back(t);
+    ++produced_;
+    ++usage_.completion_tokens;
+    if (t == tokenizer::eos) {
+      ended_ = true;
+      return;
+    }
+    if (t == tokenizer::tool_call_start) {
+      in_call_ = true;
+      call_.clear();
+    } else if (in_call_ && t != tokenizer::tool_call_end) {
+      call_.push_back(t);
+    }
+    emit_token(t);
+  }
+
+  void emit_token(token t) {
+    request_event ev;
+    ev.request = id_;
+    ev.kind = request_event::token;
+    ev.tok = t;
+    ev.text = tokenizer{}.decode({t});
+    emit(std::move(ev));
+  }
+
+  // ---- tools --------------------------------------------------------------------------------
+
+  void begin_tool() {
+    stage_ = stage::tool_wait;
+    in_call_ = false;
+    tool_start_ = clock_type::now();
+    ++usage_.tool_calls;
+    auto parsed = parse_tool_call(tokenizer{}.decode(call_));
+    request_event ev;
+    ev.request = id_;
+    ev.kind = request_event::tool_call;
+    if (parsed) {
+      ev.text = parsed->name;
+      ev.arguments_json = parsed->arguments_json;
+    } else {
+      ev.text = "(malformed)";
+      ev.arguments_json = tokenizer{}.decode(call_);
+    }
+    emit(std::move(ev));
+    park_kv();
+    if (usage_.tool_calls > req_.max_tool_calls) {
+      finish("tool_calls_limit");
+      return;
+    }
+    if (!parsed) {
+      on_tool_result(tool_reply{false, false, "error: " + parsed.error().message, {}});
+      return;
+    }
+    if (ctx_->tools == nullptr) {
+      on_tool_result(tool_reply{false, false, "error: this node hosts no tools", {}});
+      return;
+    }
+    tool_invocation call{usage_.tool_calls, parsed->name, parsed->arguments_json,
+                         ctx_->options.tool_deadline};
+    ctx_->tools->invoke(std::move(call), caf::actor_cast<caf::actor>(this));
+  }
+
+  // What happens to the KV while the tool runs (kv_policy; the monolithic layout always keeps
+  // the sequence and its device slot).
+  void park_kv() {
+    if (ctx_->options.device_layout == layout::monolithic || ctx_->options.kv == kv_policy::pin) {
+      // The KV stays on the device, parked (not scheduled, evicted only after finished
+      // sequences), and so does the router slot: the device counts the sequence as held.
+      send(decode_.device, park_atom::value, decode_.seq);
+      return;
+    }
+    auto held = decode_;
+    decode_ = {};
+    send(ctx_->router, release_atom::value, held.name);
+    if (ctx_->options.kv == kv_policy::discard) {
+      send(held.device, free_atom::value, held.seq);
+      parked_blob_.reset();
+      return;
+    }
+    demoting_ = true;
+    request(held.device, caf::infinite, export_atom::value, held.seq)
+        .then(
+            [this, held](kv_blob& blob) {
+              send(held.device, free_atom::value, held.seq);
+              parked_blob_ = std::move(blob);
+              demoting_ = false;
+              if (pending_result_)
+                continue_after_tool();
+            },
+            [this, held](caf::error&) {
+              // Could not copy it out: fall back to recomputing after the tool.
+              send(held.device, free_atom::value, held.seq);
+              parked_blob_.reset();
+              demoting_ = false;
+              if (pending_result_)
+                continue_after_tool();
+            });
+  }
+
+  void on_tool_result(tool_reply r) {
+    if (stage_ != stage::tool_wait)
+      return;
+    usage_.tool_s += since(tool_start_);
+    request_event ev;
+    ev.request = id_;
+    ev.kind = request_event::tool_result;
+    ev.text =
+        r.ok ? r.content : (r.content.rfind("error", 0) == 0 ? r.content : "error: " + r.content);
+    emit(ev);
+    appended_ = render_tool_result(ev.text);
+    pending_result_ = true;
+    if (!demoting_)
+      continue_after_tool();
+  }
+
+  void continue_after_tool() {
+    pending_result_ = false;
+    auto appended = std::move(appended_);
+    appended_.clear();
+    tokens_.insert(tokens_.end(), appended.begin(), appended.end());
+    bool keep =
+        ctx_->options.device_layout == layout::monolithic || ctx_->options.kv == kv_policy::pin;
+    if (keep) { // the sequence waits parked on its device, which still counts its slot
+      stage_ = stage::decode;
+      // The device computes the tool result and the </tool_call> it stopped at (a sampled
+      // token runs through the model only with the step after it).
+      usage_.prefill_tokens += appended.size() + 1;
+      send(decode_.device, resume_atom::value, decode_.seq, appended);
+      return;
+    }
+    if (ctx_->options.kv == kv_policy::demote && parked_blob_)
+      begin_decode();
+    else
+      begin_prefill(); // discard, or a demotion that failed: recompute everything
+  }
+
+  // ---- endings ------------------------------------------------------------------------------
+
+  void finish(std::string reason) {
+    if (stage_ == stage::finished)
+      return;
+    usage_.total_s = since(start_);
+    request_event ev;
+    ev.request = id_;
+    ev.kind = request_event::done;
+    ev.text = std::move(reason);
+    ev.usage = usage_;
+    end(std::move(ev));
+  }
+
+  void fail(std::string message) {
+    if (stage_ == stage::finished)
+      return;
+    usage_.total_s = since(start_);
+    request_event ev;
+    ev.request = id_;
+    ev.kind = request_event::error;
+    ev.text = std::move(message);
+    ev.usage = usage_;
+    end(std::move(ev));
+  }
+
+  void end(request_event ev) {
+    stage_ = stage::finished;
+    release_all();
+    emit(std::move(ev));
+    on_event_ = nullptr;
+    quit();
+  }
+
+  // Frees every sequence this request holds and gives back its router slots.
+  void release_all() {
+    for (auto* h : {&prefill_, &decode_}) {
+      if (h->device && h->seq != 0)
+        send(h->device, free_atom::value, h->seq);
+      if (h->device && h->slot && ctx_)
+        send(ctx_->router, release_atom::value, h->name);
+      *h = {};
+    }
+    parked_blob_.reset();
+  }
+
+  void emit(request_event ev) {
+    if (on_event_)
+      on_event_(ev);
+  }
+
+  std::uint64_t id_;
+  chat_request req_;
+  std::shared_ptr<const request_context> ctx_;
+  request_callback on_event_;
+  stage stage_ = stage::queued;
+  clock_type::time_point start_, tool_start_;
+  std::vector<token> tokens_;  // the conversation so far, as the device sees it
+  std::vector<token> forced_;  // the script's tokens, when scripted
+  std::uint32_t budget_ = 0;   // completion tokens allowed
+  std::uint32_t produced_ = 0; // completion tokens generated
+  std::uint32_t attempt_ = 0;  // device sequences started
+  holding prefill_, decode_;
+  std::optional<kv_blob> parked_blob_;
+  bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;
+  std::vector<token> call_;     // tokens of the tool call being written
+  std::vector<token> appended_; // the tool result's tokens, until they are sent
+  request_usage usage_;
+};
+
+} // namespace
+
+caf::actor spawn_request(domain& home, std::uint64_t id, chat_request request,
+                         std::shared_ptr<const request_context> context,
+                         request_callback on_event) {
+  return home.spawn<request_actor>(id, std::move(request), std::move(context), std::move(on_event));
+}
+
+} // namespace triad

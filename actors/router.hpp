@@ -1,0 +1,65 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/atom.hpp>
+
+#include "actors/request.hpp"
+#include "runtime/config.hpp"
+
+namespace triad {
+
+/// Asks the router for a device: `(route_atom, route_order)` -> route_reply, answered when a
+/// device has room (or at once with a refusal when the wait queue is full).
+using route_atom = caf::atom_constant<caf::atom("route")>;
+/// Gives a device slot back: `(release_atom, std::string device)`.
+using release_atom = caf::atom_constant<caf::atom("release")>;
+/// Reports that a device answered busy: `(device_busy_atom, std::string device)`; the router
+/// sends nobody there until one of its slots is released.
+using device_busy_atom = caf::atom_constant<caf::atom("devbusy")>;
+
+/// Which kind of device a request needs.
+enum class route_stage : std::uint8_t {
+  prefill, ///< a device with role prefill (else both)
+  decode,  ///< a device with role decode (else both)
+  any,     ///< a device with role both (monolithic layout)
+};
+
+/// A request for a device slot.
+struct route_order {
+  route_stage stage = route_stage::any; ///< which devices qualify
+  std::string session;                  ///< for PLAS: whose attained service counts
+  std::uint64_t attained = 0;           ///< tokens the session has received so far
+};
+
+/// The router's answer.
+struct route_reply {
+  bool ok = false;            ///< false: refused (overloaded or no such device)
+  caf::actor device;          ///< the device actor
+  std::string name;           ///< its name, for release
+  std::string reason;         ///< why refused, e.g. "overloaded, retry after 200 ms"
+  std::uint32_t retry_ms = 0; ///< when refused as overloaded: when to retry
+};
+
+/// A device the router may send requests to.
+struct routed_device {
+  std::string name;                     ///< its config name
+  device_role role = device_role::both; ///< what it does
+  caf::actor actor;                     ///< its device actor
+  std::size_t slots = 1;                ///< requests it serves at once
+};
+
+/// Spawns the router in `home`. It hands each request the qualifying device with the most free
+/// slots (ties: config order), never one that said busy since its last release; a request with
+/// no device free waits in a queue of `options.max_waiting` (FCFS or least attained service
+/// first), beyond which it is refused "overloaded, retry after N ms".
+caf::actor spawn_router(domain& home, std::vector<routed_device> devices,
+                        orchestration_options options);
+
+} // namespace triad
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::route_order)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::route_reply)

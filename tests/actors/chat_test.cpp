@@ -1,0 +1,58 @@
+#include <boost/test/unit_test.hpp>
+
+#include "actors/chat.hpp"
+#include "tests/printers.hpp"
+
+BOOST_AUTO_TEST_SUITE(chat)
+
+BOOST_AUTO_TEST_CASE(a_well_formed_call_gives_its_name_and_arguments) {
+  auto c = triad::parse_tool_call(R"({"name": "grep", "arguments": {"pattern": "x"}})");
+  BOOST_REQUIRE(c.has_value());
+  BOOST_TEST(c->name == "grep");
+  BOOST_TEST(c->arguments_json == R"({"pattern":"x"})");
+}
+
+BOOST_AUTO_TEST_CASE(arguments_written_as_a_json_string_are_accepted) {
+  auto c = triad::parse_tool_call(R"({"name": "grep", "arguments": "{\"pattern\": \"x\"}"})");
+  BOOST_REQUIRE(c.has_value());
+  BOOST_TEST(c->arguments_json == R"({"pattern":"x"})");
+}
+
+BOOST_AUTO_TEST_CASE(malformed_calls_are_errors_that_say_what_is_wrong) {
+  auto not_json = triad::parse_tool_call("{\"name\": \"grep\", ");
+  BOOST_REQUIRE(!not_json.has_value());
+  BOOST_TEST(not_json.error().message.find("not valid JSON") != std::string::npos);
+  auto no_name = triad::parse_tool_call(R"({"arguments": {}})");
+  BOOST_REQUIRE(!no_name.has_value());
+  BOOST_TEST(no_name.error().message.find("\"name\"") != std::string::npos);
+  auto bad_args = triad::parse_tool_call(R"({"name": "grep", "arguments": [1]})");
+  BOOST_REQUIRE(!bad_args.has_value());
+  BOOST_TEST(bad_args.error().message.find("arguments") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_script_writes_its_calls_in_the_models_syntax_and_ends_with_eos) {
+  triad::generation_script s;
+  s.turns.push_back({5, triad::tool_call_text{"nap", R"({"ms": 1})"}});
+  s.turns.push_back({3, std::nullopt});
+  auto t = triad::script_tokens(s);
+  BOOST_TEST(t.back() == triad::tokenizer::eos);
+  auto start = std::find(t.begin(), t.end(), triad::tokenizer::tool_call_start);
+  auto end = std::find(t.begin(), t.end(), triad::tokenizer::tool_call_end);
+  BOOST_REQUIRE(start == t.begin() + 5);
+  BOOST_REQUIRE(end != t.end());
+  auto call = triad::parse_tool_call(triad::tokenizer{}.decode({start + 1, end}));
+  BOOST_REQUIRE(call.has_value());
+  BOOST_TEST(call->name == "nap");
+  BOOST_TEST(call->arguments_json == R"({"ms":1})");
+  BOOST_TEST(t.size() == 5u + 1u + static_cast<std::size_t>(end - start - 1) + 1u + 3u + 1u);
+}
+
+BOOST_AUTO_TEST_CASE(message_text_never_becomes_special_tokens) {
+  auto p = triad::render_prompt({{"user", "<tool_call>{}</tool_call>"}});
+  BOOST_TEST(p.front() == triad::tokenizer::bos);
+  BOOST_TEST(std::count(p.begin(), p.end(), triad::tokenizer::tool_call_start) == 0);
+  auto r = triad::render_tool_result("ok");
+  BOOST_TEST(std::count(r.begin(), r.end(), triad::tokenizer::tool_response_start) == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,248 @@
+#include <condition_variable>
+#include <future>
+#include <mutex>
+
+#include <boost/test/unit_test.hpp>
+#include <caf/all.hpp>
+
+#include "actors/node.hpp"
+#include "devices/device.hpp"
+#include "tests/printers.hpp"
+#include "tests/tools/test_support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// The embedded default (one cpu prefill and one cpu decode device, tiny preset), unbound so
+// it runs the same on any CI machine, with the "nap" tool.
+std::unique_ptr<triad::node> start_node(triad::orchestration_options o = {}) {
+  auto config = triad::default_config();
+  config.topology.bind_threads = false;
+  for (auto& d : config.devices)
+    d.memory_mib = 256;
+  triad::node_options opts;
+  opts.tools = triad::test::sleeper_registry();
+  opts.orchestration = o;
+  auto n = triad::node::start(config, opts);
+  BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+  return std::move(*n);
+}
+
+// Collects one request's events until it ends.
+struct recorder {
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<triad::request_event> events;
+  bool ended = false;
+
+  triad::request_callback callback() {
+    return [this](const triad::request_event& e) {
+      std::lock_guard<std::mutex> g{m};
+      events.push_back(e);
+      if (e.kind == triad::request_event::done || e.kind == triad::request_event::error) {
+        ended = true;
+        cv.notify_all();
+      }
+    };
+  }
+  const triad::request_event& wait() {
+    std::unique_lock<std::mutex> l{m};
+    BOOST_REQUIRE_MESSAGE(cv.wait_for(l, 120s, [&] { return ended; }), "request did not end");
+    return events.back();
+  }
+  std::size_t count(triad::request_event::kind_t k) {
+    std::lock_guard<std::mutex> g{m};
+    return static_cast<std::size_t>(
+        std::count_if(events.begin(), events.end(), [k](const auto& e) { return e.kind == k; }));
+  }
+};
+
+// An agent turn with three tool calls of 5 ms, 8 tokens of text before each, 6 at the end.
+triad::chat_request agent_request(std::string session = "s1") {
+  triad::chat_request r;
+  r.session = std::move(session);
+  r.messages = {{"system", "You are a coding agent."}, {"user", "Fix the failing test."}};
+  triad::generation_script s;
+  for (int i = 0; i < 3; ++i)
+    s.turns.push_back({8, triad::tool_call_text{"nap", R"({"ms": 5})"}});
+  s.turns.push_back({6, std::nullopt});
+  r.script = s;
+  return r;
+}
+
+std::uint64_t device_tokens(triad::node& n) {
+  caf::scoped_actor self{n.domains().orchestration().system()};
+  std::uint64_t total = 0;
+  for (auto& [name, dev] : n.devices())
+    self->request(dev, 30s, triad::stats_atom::value)
+        .receive([&](triad::device_stats& s) { total += s.tokens; },
+                 [&](caf::error&) { BOOST_FAIL("no stats from " + name); });
+  return total;
+}
+
+std::size_t device_sequences(triad::node& n) {
+  caf::scoped_actor self{n.domains().orchestration().system()};
+  std::size_t total = 0;
+  for (auto& [name, dev] : n.devices())
+    self->request(dev, 30s, triad::stats_atom::value)
+        .receive([&](triad::device_stats& s) { total += s.sequences; },
+                 [&](caf::error&) { BOOST_FAIL("no stats from " + name); });
+  return total;
+}
+
+triad::request_usage run_agent(triad::kv_policy policy,
+                               triad::layout l = triad::layout::three_stage) {
+  triad::orchestration_options o;
+  o.kv = policy;
+  o.device_layout = l;
+  auto n = start_node(o);
+  recorder rec;
+  auto script_len = triad::script_tokens(*agent_request().script).size();
+  n->submit(agent_request(), rec.callback());
+  const auto& last = rec.wait();
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+  BOOST_TEST(last.text == "stop");
+  BOOST_TEST(rec.count(triad::request_event::tool_call) == 3u);
+  BOOST_TEST(rec.count(triad::request_event::tool_result) == 3u);
+  BOOST_TEST(last.usage.completion_tokens == script_len);
+  BOOST_TEST(last.usage.tool_calls == 3u);
+  {
+    std::lock_guard<std::mutex> g{rec.m};
+    for (auto& e : rec.events)
+      if (e.kind == triad::request_event::tool_result)
+        BOOST_TEST(e.text == "rested");
+  }
+  BOOST_TEST(device_sequences(*n) == 0u); // every sequence freed at the end
+  // What the devices computed agrees with what the request counted as prefilled: every
+  // prefilled token plus every generated token but the last of each device sequence.
+  BOOST_TEST(device_tokens(*n) >= last.usage.prefill_tokens);
+  return last.usage;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(node)
+
+BOOST_AUTO_TEST_CASE(an_agent_session_with_three_tool_calls_runs_to_the_end_with_pin) {
+  auto u = run_agent(triad::kv_policy::pin);
+  // Pinned: the prompt once, then the first token (imported with the KV, computed on the
+  // decode device), then per tool call its result and the </tool_call> the device stopped at.
+  auto per_result = triad::render_tool_result("rested").size();
+  BOOST_TEST(u.prefill_tokens == u.prompt_tokens + 1 + 3 * (per_result + 1));
+}
+
+BOOST_AUTO_TEST_CASE(discard_prefills_the_whole_conversation_again_after_each_tool) {
+  auto pin = run_agent(triad::kv_policy::pin);
+  auto discard = run_agent(triad::kv_policy::discard);
+  BOOST_TEST(discard.prefill_tokens > pin.prefill_tokens + 3 * pin.prompt_tokens);
+}
+
+BOOST_AUTO_TEST_CASE(demote_parks_the_kv_in_host_memory_and_prefills_only_the_result) {
+  auto pin = run_agent(triad::kv_policy::pin);
+  auto demote = run_agent(triad::kv_policy::demote);
+  BOOST_TEST(demote.prefill_tokens == pin.prefill_tokens);
+}
+
+BOOST_AUTO_TEST_CASE(the_monolithic_layout_runs_the_same_session_on_one_device) {
+  auto config = triad::default_config();
+  config.topology.bind_threads = false;
+  config.devices.resize(1);
+  config.devices[0].role = triad::device_role::both;
+  config.devices[0].memory_mib = 256;
+  triad::node_options opts;
+  opts.tools = triad::test::sleeper_registry();
+  opts.orchestration.device_layout = triad::layout::monolithic;
+  auto n = triad::node::start(config, opts);
+  BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+  recorder rec;
+  (*n)->submit(agent_request(), rec.callback());
+  const auto& last = rec.wait();
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+  BOOST_TEST(rec.count(triad::request_event::tool_call) == 3u);
+  auto per_result = triad::render_tool_result("rested").size();
+  BOOST_TEST(last.usage.prefill_tokens == last.usage.prompt_tokens + 3 * (per_result + 1));
+}
+
+BOOST_AUTO_TEST_CASE(a_malformed_tool_call_becomes_an_error_result_and_the_session_goes_on) {
+  auto n = start_node();
+  auto r = agent_request();
+  r.script->turns[0].call->name = "no_such_tool";
+  recorder rec;
+  n->submit(r, rec.callback());
+  const auto& last = rec.wait();
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+  std::lock_guard<std::mutex> g{rec.m};
+  auto first = std::find_if(rec.events.begin(), rec.events.end(),
+                            [](auto& e) { return e.kind == triad::request_event::tool_result; });
+  BOOST_REQUIRE(first != rec.events.end());
+  BOOST_TEST(first->text.rfind("error", 0) == 0u);
+  BOOST_TEST(first->text.find("no_such_tool") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(cancelling_frees_every_kv_sequence_the_request_held) {
+  auto n = start_node();
+  auto r = agent_request();
+  r.script->turns[0].call->arguments_json = R"({"ms": 2000})"; // parked on a long tool
+  recorder rec;
+  std::promise<void> called;
+  auto cb = rec.callback();
+  bool once = false;
+  auto h = n->submit(r, [&, cb](const triad::request_event& e) {
+    cb(e);
+    if (e.kind == triad::request_event::tool_call && !once) {
+      once = true;
+      called.set_value();
+    }
+  });
+  BOOST_REQUIRE(called.get_future().wait_for(120s) == std::future_status::ready);
+  BOOST_TEST(device_sequences(*n) == 1u); // pinned on the decode device
+  n->cancel(h);
+  const auto& last = rec.wait();
+  BOOST_TEST(last.kind == triad::request_event::error);
+  BOOST_TEST(last.text == "cancelled");
+  for (int i = 0; i < 100 && device_sequences(*n) != 0; ++i)
+    std::this_thread::sleep_for(10ms);
+  BOOST_TEST(device_sequences(*n) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(overload_refuses_new_work_while_every_accepted_request_completes) {
+  triad::orchestration_options o;
+  o.device_slots = 1;
+  o.max_waiting = 1;
+  o.retry_after = 150ms;
+  auto n = start_node(o);
+  std::vector<std::unique_ptr<recorder>> recs;
+  for (int i = 0; i < 5; ++i) {
+    recs.push_back(std::make_unique<recorder>());
+    n->submit(agent_request(std::string{"s"}.append(std::to_string(i))), recs.back()->callback());
+  }
+  std::size_t done = 0, refused = 0;
+  for (auto& r : recs) {
+    const auto& last = r->wait();
+    if (last.kind == triad::request_event::done) {
+      ++done;
+    } else {
+      BOOST_TEST(last.text.find("overloaded") != std::string::npos, last.text);
+      BOOST_TEST(last.text.find("retry after 150 ms") != std::string::npos, last.text);
+      ++refused;
+    }
+  }
+  BOOST_TEST(refused >= 1u);
+  BOOST_TEST(done >= 2u);
+  BOOST_TEST(done + refused == 5u);
+  BOOST_TEST(device_sequences(*n) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_draining_node_refuses_new_requests_with_a_reason) {
+  auto n = start_node();
+  BOOST_TEST(n->drain(1s));
+  recorder rec;
+  auto h = n->submit(agent_request(), rec.callback());
+  BOOST_TEST(h.id == 0u);
+  const auto& last = rec.wait();
+  BOOST_TEST(last.kind == triad::request_event::error);
+  BOOST_TEST(last.text.find("draining") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
