@@ -94,6 +94,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->router = n->router_;
   ctx->tools = n->tools_.get();
   ctx->options = options.orchestration;
+  ctx->metrics = request_metrics::attach(n->metrics_);
   n->context_ = std::move(ctx);
   return n;
 }

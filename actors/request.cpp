@@ -29,6 +29,33 @@ std::string_view to_string(schedule_policy p) noexcept {
   return p == schedule_policy::fcfs ? "fcfs" : "plas";
 }
 
+std::string_view to_string(request_state s) noexcept {
+  static constexpr std::string_view names[] = {"queued",    "prefill", "transfer", "decode",
+                                               "tool_wait", "done",    "failed",   "cancelled"};
+  auto i = static_cast<std::size_t>(s);
+  return i < std::size(names) ? names[i] : "unknown";
+}
+
+request_metrics request_metrics::attach(metrics_registry& r) {
+  request_metrics m;
+  for (std::size_t i = 0; i < m.entered.size(); ++i) {
+    auto c = r.add_counter("triad_request_transitions_total",
+                           "Requests entering each state of the request state machine.",
+                           {{"state", std::string{to_string(static_cast<request_state>(i))}}});
+    if (c)
+      m.entered[i] = *c;
+  }
+  if (auto h = r.add_histogram("triad_request_seconds", "Requests from submit to their end.",
+                               default_duration_buckets()))
+    m.total_seconds = *h;
+  if (auto h = r.add_histogram("triad_request_ttft_seconds",
+                               "Requests from submit to their "
+                               "first token.",
+                               default_duration_buckets()))
+    m.ttft_seconds = *h;
+  return m;
+}
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -81,6 +108,18 @@ public:
 private:
   enum class stage { queued, prefill, transfer, decode, tool_wait, finished };
 
+  // A transition: counted, and reported to the caller as a state event.
+  void enter(stage s) { enter(static_cast<request_state>(s)), stage_ = s; }
+  void enter(request_state s) {
+    if (auto* c = ctx_->metrics.entered[static_cast<std::size_t>(s)])
+      c->inc();
+    request_event ev;
+    ev.request = id_;
+    ev.kind = request_event::state;
+    ev.text = std::string{to_string(s)};
+    emit(std::move(ev));
+  }
+
   // ---- devices ------------------------------------------------------------------------------
 
   struct holding {
@@ -93,7 +132,7 @@ private:
   // Asks the router for a device of `s`, then runs `next` with it.
   void route(route_stage s, std::function<void(holding)> next) {
     auto asked = clock_type::now();
-    stage_ = stage::queued;
+    enter(stage::queued);
     route_order order{s, req_.session, usage_.completion_tokens};
     request(ctx_->router, caf::infinite, route_atom::value, order)
         .then(
@@ -188,7 +227,7 @@ private:
     bool mono = ctx_->options.device_layout == layout::monolithic;
     auto s = mono ? route_stage::any : route_stage::prefill;
     route(s, [this, mono, s](holding h) {
-      stage_ = stage::prefill;
+      enter(stage::prefill);
       auto order = order_for(next_seq(), mono ? left() : 1);
       auto n = order.prompt.size();
       admit(std::move(h), std::move(order), std::nullopt, s, n);
@@ -197,7 +236,7 @@ private:
 
   // Moves the prefilled KV from the prefill device to a decode device.
   void begin_transfer() {
-    stage_ = stage::transfer;
+    enter(stage::transfer);
     auto from = prefill_;
     request(from.device, caf::infinite, export_atom::value, from.seq)
         .then(
@@ -215,7 +254,7 @@ private:
   // it are prefilled there, then decoding goes on.
   void begin_decode() {
     route(route_stage::decode, [this](holding h) {
-      stage_ = stage::decode;
+      enter(stage::decode);
       auto blob = parked_blob_;
       if (!blob) {
         fail("internal: no KV to import");
@@ -265,8 +304,11 @@ private:
   }
 
   void on_token(token t) {
-    if (usage_.completion_tokens == 0)
+    if (usage_.completion_tokens == 0) {
       usage_.ttft_s = since(start_);
+      if (ctx_->metrics.ttft_seconds != nullptr)
+        ctx_->metrics.ttft_seconds->observe(usage_.ttft_s);
+    }
     tokens_.push_back(t);
     ++produced_;
     ++usage_.completion_tokens;
@@ -295,7 +337,7 @@ private:
   // ---- tools --------------------------------------------------------------------------------
 
   void begin_tool() {
-    stage_ = stage::tool_wait;
+    enter(stage::tool_wait);
     in_call_ = false;
     tool_start_ = clock_type::now();
     ++usage_.tool_calls;
@@ -390,7 +432,7 @@ private:
     bool keep =
         ctx_->options.device_layout == layout::monolithic || ctx_->options.kv == kv_policy::pin;
     if (keep) { // the sequence waits parked on its device, which still counts its slot
-      stage_ = stage::decode;
+      enter(stage::decode);
       // The device computes the tool result and the </tool_call> it stopped at (a sampled
       // token runs through the model only with the step after it).
       usage_.prefill_tokens += appended.size() + 1;
@@ -405,31 +447,26 @@ private:
 
   // ---- endings ------------------------------------------------------------------------------
 
-  void finish(std::string reason) {
+  void finish(std::string reason) { end(request_event::done, std::move(reason)); }
+
+  void fail(std::string message) { end(request_event::error, std::move(message)); }
+
+  // Ends the request with its one done or error event: frees what it holds, reports, exits.
+  void end(request_event::kind_t kind, std::string text) {
     if (stage_ == stage::finished)
       return;
     usage_.total_s = since(start_);
     request_event ev;
     ev.request = id_;
-    ev.kind = request_event::done;
-    ev.text = std::move(reason);
+    ev.kind = kind;
+    ev.text = std::move(text);
     ev.usage = usage_;
-    end(std::move(ev));
-  }
-
-  void fail(std::string message) {
-    if (stage_ == stage::finished)
-      return;
-    usage_.total_s = since(start_);
-    request_event ev;
-    ev.request = id_;
-    ev.kind = request_event::error;
-    ev.text = std::move(message);
-    ev.usage = usage_;
-    end(std::move(ev));
-  }
-
-  void end(request_event ev) {
+    auto last = kind == request_event::done ? request_state::done
+                : ev.text == "cancelled"    ? request_state::cancelled
+                                            : request_state::failed;
+    if (ctx_->metrics.total_seconds != nullptr)
+      ctx_->metrics.total_seconds->observe(usage_.total_s);
+    enter(last);
     stage_ = stage::finished;
     release_all();
     emit(std::move(ev));

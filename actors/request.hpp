@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -14,6 +15,7 @@
 #include "actors/chat.hpp"
 #include "devices/sampling.hpp"
 #include "runtime/domains.hpp"
+#include "runtime/metrics.hpp"
 
 namespace triad {
 
@@ -88,6 +90,21 @@ struct chat_request {
   std::optional<generation_script> script; ///< forced output for benchmarks and tests
 };
 
+/// The states of a request; the first five match its stages, the last three are its ends.
+enum class request_state : std::uint8_t {
+  queued,    ///< waiting for a device slot
+  prefill,   ///< its conversation is being prefilled
+  transfer,  ///< its KV moves from the prefill to a decode device
+  decode,    ///< generating
+  tool_wait, ///< a tool call runs; the KV follows the kv_policy
+  done,      ///< finished (stop, length or tool call limit)
+  failed,    ///< ended by an error
+  cancelled, ///< ended by cancel
+};
+
+/// "queued", "prefill", ..., "cancelled".
+std::string_view to_string(request_state s) noexcept;
+
 /// Token counts and timings of a finished request.
 struct request_usage {
   std::uint64_t prompt_tokens = 0;     ///< tokens of the rendered conversation
@@ -104,12 +121,13 @@ struct request_usage {
 /// done or error.
 struct request_event {
   /// The kinds of events.
-  enum kind_t : std::uint8_t { token, tool_call, tool_result, done, error };
+  enum kind_t : std::uint8_t { token, tool_call, tool_result, state, done, error };
   std::uint64_t request = 0;  ///< the request's id
   kind_t kind = token;        ///< what happened
   triad::token tok = 0;       ///< token: its id
   std::string text;           ///< token: its text; tool_call: the call's name; tool_result:
-                              ///< the output; done: the finish reason; error: the message
+                              ///< the output; state: the state entered (to_string of
+                              ///< request_state); done: the finish reason; error: the message
   std::string arguments_json; ///< tool_call: the arguments
   request_usage usage;        ///< done: counts and timings
 };
@@ -121,11 +139,22 @@ using request_callback = std::function<void(const request_event&)>;
 /// and an error event "cancelled" ends it.
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 
+/// The request metrics of a node, shared by its request actors (null members: not counted).
+struct request_metrics {
+  /// `triad_request_transitions_total{state}`, indexed by request_state.
+  std::array<counter*, 8> entered{};
+  histogram* total_seconds = nullptr; ///< `triad_request_seconds`: submit to end
+  histogram* ttft_seconds = nullptr;  ///< `triad_request_ttft_seconds`: submit to first token
+  /// Registers them in `registry`.
+  static request_metrics attach(metrics_registry& registry);
+};
+
 /// What a request actor needs to find devices and tools.
 struct request_context {
   caf::actor router;             ///< the node's router
   tool_service* tools = nullptr; ///< the node's tool domains (null: no tools hosted)
   orchestration_options options; ///< policies
+  request_metrics metrics;       ///< where transitions are counted
 };
 
 /// Spawns the actor of one request in `home` (an orchestration domain); it starts at once and

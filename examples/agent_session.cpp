@@ -10,8 +10,8 @@
 #include <mutex>
 #include <string>
 
-#include <boost/json.hpp>
 #include <CLI/CLI.hpp>
+#include <boost/json.hpp>
 
 #include "actors/node.hpp"
 #include "tools/registry.hpp"
@@ -26,22 +26,22 @@ int main(int argc, char** argv) {
 
   // A custom tool: counts the words of a text.
   auto tools = std::make_shared<triad::tool_registry>();
-  auto added = tools->add(
-      {"word_count", "Counts the words of a text.",
-       json::parse(R"({"type": "object", "required": ["text"],
+  auto added =
+      tools->add({"word_count", "Counts the words of a text.",
+                  json::parse(R"({"type": "object", "required": ["text"],
                        "properties": {"text": {"type": "string", "maxLength": 10000}}})")
-           .as_object()},
-      [](const json::object& args) -> triad::expected<triad::tool_output> {
-        std::string text{args.at("text").as_string()};
-        std::size_t words = 0;
-        bool in_word = false;
-        for (char c : text) {
-          bool letter = c != ' ' && c != '\n' && c != '\t';
-          words += letter && !in_word;
-          in_word = letter;
-        }
-        return triad::tool_output{std::to_string(words) + " words", {{"words", words}}};
-      });
+                      .as_object()},
+                 [](const json::object& args) -> triad::expected<triad::tool_output> {
+                   std::string text{args.at("text").as_string()};
+                   std::size_t words = 0;
+                   bool in_word = false;
+                   for (char c : text) {
+                     bool letter = c != ' ' && c != '\n' && c != '\t';
+                     words += letter && !in_word;
+                     in_word = letter;
+                   }
+                   return triad::tool_output{std::to_string(words) + " words", {{"words", words}}};
+                 });
   if (!added) {
     std::fprintf(stderr, "example: %s\n", added.error().message.c_str());
     return 1;
@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
       return;
     case triad::request_event::tool_result:
       std::printf("tool result: %s\n", e.text.c_str());
+      return;
+    case triad::request_event::state:
+      std::printf("[%s]\n", e.text.c_str());
       return;
     case triad::request_event::done:
       std::printf("text: %s\ndone (%s): %llu prompt tokens, %llu generated, %llu prefilled, "

@@ -71,24 +71,24 @@ triad::chat_request agent_request(std::string session = "s1") {
   return r;
 }
 
-std::uint64_t device_tokens(triad::node& n) {
+// The sum of one field of every device's stats.
+template<class Field>
+std::uint64_t devices_sum(triad::node& n, Field field) {
   caf::scoped_actor self{n.domains().orchestration().system()};
   std::uint64_t total = 0;
   for (auto& [name, dev] : n.devices())
     self->request(dev, 30s, triad::stats_atom::value)
-        .receive([&](triad::device_stats& s) { total += s.tokens; },
+        .receive([&](triad::device_stats& s) { total += s.*field; },
                  [&](caf::error&) { BOOST_FAIL("no stats from " + name); });
   return total;
 }
 
-std::size_t device_sequences(triad::node& n) {
-  caf::scoped_actor self{n.domains().orchestration().system()};
-  std::size_t total = 0;
-  for (auto& [name, dev] : n.devices())
-    self->request(dev, 30s, triad::stats_atom::value)
-        .receive([&](triad::device_stats& s) { total += s.sequences; },
-                 [&](caf::error&) { BOOST_FAIL("no stats from " + name); });
-  return total;
+std::uint64_t device_tokens(triad::node& n) {
+  return devices_sum(n, &triad::device_stats::tokens);
+}
+
+std::uint64_t device_sequences(triad::node& n) {
+  return devices_sum(n, &triad::device_stats::sequences);
 }
 
 triad::request_usage run_agent(triad::kv_policy policy,
@@ -114,6 +114,24 @@ triad::request_usage run_agent(triad::kv_policy policy,
         BOOST_TEST(e.text == "rested");
   }
   BOOST_TEST(device_sequences(*n) == 0u); // every sequence freed at the end
+  {
+    // Every transition is an event and a metric.
+    std::vector<std::string> states;
+    std::lock_guard<std::mutex> g{rec.m};
+    for (auto& e : rec.events)
+      if (e.kind == triad::request_event::state)
+        states.push_back(e.text);
+    BOOST_REQUIRE(states.size() >= 6u);
+    BOOST_TEST(states[0] == "queued");
+    BOOST_TEST(states[1] == "prefill");
+    BOOST_TEST(states[2] == "transfer");
+    BOOST_TEST(states.back() == "done");
+    BOOST_TEST(std::count(states.begin(), states.end(), "tool_wait") == 3);
+    auto text = n->metrics().render();
+    BOOST_TEST(text.find("triad_request_transitions_total{state=\"tool_wait\"} 3") !=
+               std::string::npos);
+    BOOST_TEST(text.find("triad_request_transitions_total{state=\"done\"} 1") != std::string::npos);
+  }
   // What the devices computed agrees with what the request counted as prefilled: every
   // prefilled token plus every generated token but the last of each device sequence.
   BOOST_TEST(device_tokens(*n) >= last.usage.prefill_tokens);
