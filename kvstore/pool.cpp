@@ -12,6 +12,7 @@
 // times the SSE2 default on this machine).
 #include <xxh_x86dispatch.h>
 
+#include "runtime/io.hpp"
 #include "runtime/scope_guard.hpp"
 
 namespace triad {
@@ -90,34 +91,6 @@ std::string hex(block_hash h) {
   for (int i = 15; i >= 0; --i, h >>= 4)
     s[static_cast<std::size_t>(i)] = digits[h & 15];
   return s;
-}
-
-bool read_all(int fd, void* to, std::size_t n) {
-  auto* p = static_cast<char*>(to);
-  while (n > 0) {
-    auto r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
-bool write_all(int fd, const void* from, std::size_t n) {
-  auto* p = static_cast<const char*>(from);
-  while (n > 0) {
-    auto w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return false;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
 }
 
 // Reads and checks a file's header; the descriptor is left at the payload.

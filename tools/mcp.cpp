@@ -13,6 +13,8 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include "runtime/io.hpp"
+
 namespace triad {
 
 namespace json = boost::json;
@@ -114,18 +116,11 @@ expected<json::object> mcp_client::request(const std::string& method, json::obje
   std::string line = json::serialize(json::object{
                          {"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}}) +
                      "\n";
-  std::size_t sent = 0;
-  while (sent < line.size()) {
-    auto w = ::write(to_server_, line.data() + sent, line.size() - sent);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0) {
-      kill_server();
-      next_restart_ = clock_type::now() + backoff_;
-      return make_error(errc::io_error,
-                        "mcp server '" + config_.name + "' closed its input (" + method + ")");
-    }
-    sent += static_cast<std::size_t>(w);
+  if (!write_all(to_server_, line.data(), line.size())) {
+    kill_server();
+    next_restart_ = clock_type::now() + backoff_;
+    return make_error(errc::io_error,
+                      "mcp server '" + config_.name + "' closed its input (" + method + ")");
   }
   auto deadline = clock_type::now() + timeout;
   auto fail = [&](errc code, std::string why) {
