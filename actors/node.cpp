@@ -18,26 +18,10 @@ struct node::live_set {
   std::map<std::uint64_t, caf::actor> requests;
 };
 
-namespace {
-
-expected<topology> load_topology(const topology_config& c) {
-  switch (c.source) {
-  case topology_source::xml:
-    return topology::load_xml(c.xml);
-  case topology_source::synthetic:
-    return topology::load_synthetic(c.synthetic);
-  case topology_source::machine:
-    break;
-  }
-  return topology::load_machine();
-}
-
-} // namespace
-
 expected<std::unique_ptr<node>> node::start(const node_config& config, node_options options) {
   std::unique_ptr<node> n{new node};
   n->live_ = std::make_shared<live_set>();
-  auto topo = load_topology(config.topology);
+  auto topo = topology::load(config.topology);
   if (!topo)
     return topo.error();
   n->topo_ = std::make_unique<topology>(std::move(*topo));

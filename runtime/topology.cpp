@@ -8,6 +8,8 @@
 
 #include <hwloc.h>
 
+#include "runtime/config.hpp"
+
 namespace triad {
 
 namespace {
@@ -184,6 +186,18 @@ expected<topology> topology::load_xml(const std::string& path) {
   if (!loaded)
     return loaded.error();
   return topology{*loaded, snapshot(*loaded, "xml:" + path, false)};
+}
+
+expected<topology> topology::load(const topology_config& source) {
+  switch (source.source) {
+  case topology_source::xml:
+    return load_xml(source.xml);
+  case topology_source::synthetic:
+    return load_synthetic(source.synthetic);
+  case topology_source::machine:
+    break;
+  }
+  return load_machine();
 }
 
 expected<topology> topology::load_synthetic(const std::string& description) {

@@ -59,10 +59,15 @@ struct topology_info {
   const accelerator* find_device(std::string_view name) const noexcept;
 };
 
+struct topology_config;
+
 /// An hwloc topology, owned; loads from this machine, an XML file or a synthetic string and
 /// binds threads on the real machine.
 class topology {
 public:
+  /// Loads what a `[topology]` section names: the machine, its `xml` file or its `synthetic`
+  /// description.
+  static expected<topology> load(const topology_config& source);
   /// Discovers the running machine, including PCI and OS devices.
   static expected<topology> load_machine();
   /// Loads an hwloc XML file (format 2.0).

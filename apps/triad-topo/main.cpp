@@ -71,16 +71,17 @@ int main(int argc, char** argv) {
     config = std::move(*loaded);
   }
   // Command-line topology beats the config's.
-  std::string source_xml = !xml.empty() ? xml : config.topology.xml;
-  std::string source_syn = !synthetic.empty() ? synthetic : config.topology.synthetic;
-  auto source = !xml.empty()           ? triad::topology_source::xml
-                : !synthetic.empty()   ? triad::topology_source::synthetic
-                : !config_file.empty() ? config.topology.source
-                                       : triad::topology_source::machine;
-  auto topo = source == triad::topology_source::xml ? triad::topology::load_xml(source_xml)
-              : source == triad::topology_source::synthetic
-                  ? triad::topology::load_synthetic(source_syn)
-                  : triad::topology::load_machine();
+  auto source = config.topology;
+  if (!xml.empty()) {
+    source.source = triad::topology_source::xml;
+    source.xml = xml;
+  } else if (!synthetic.empty()) {
+    source.source = triad::topology_source::synthetic;
+    source.synthetic = synthetic;
+  } else if (config_file.empty()) {
+    source.source = triad::topology_source::machine;
+  }
+  auto topo = triad::topology::load(source);
   if (!topo)
     return fail(topo.error());
   if (config_file.empty())
