@@ -122,11 +122,11 @@ private:
 
   // ---- devices ------------------------------------------------------------------------------
 
+  // A device where this request holds a router slot (and, once admitted, a sequence).
   struct holding {
     caf::actor device;
     std::string name;
-    seq_id seq = 0;    // 0: no sequence there
-    bool slot = false; // a router slot is held
+    seq_id seq = 0; // 0: no sequence there
   };
 
   // Asks the router for a device of `s`, then runs `next` with it.
@@ -147,7 +147,7 @@ private:
                 fail(r.reason);
                 return;
               }
-              next(holding{r.device, r.name, 0, true});
+              next(holding{r.device, r.name, 0});
             },
             [this](caf::error& e) { fail("the router did not answer: " + to_string(e)); });
   }
@@ -291,8 +291,6 @@ private:
     if (from_prefill && !mono) {
       if (ended_ || left() == 0)
         return finish(ended_ ? "stop" : "length");
-      if (in_call_ && tokens_.back() == tokenizer::tool_call_end)
-        return begin_tool(); // a one-token call is impossible, but be exact
       begin_transfer();
       return;
     }
@@ -479,7 +477,7 @@ private:
     for (auto* h : {&prefill_, &decode_}) {
       if (h->device && h->seq != 0)
         send(h->device, free_atom::value, h->seq);
-      if (h->device && h->slot && ctx_)
+      if (h->device)
         send(ctx_->router, release_atom::value, h->name);
       *h = {};
     }
