@@ -133,7 +133,7 @@ private:
   void route(route_stage s, std::function<void(holding)> next) {
     auto asked = clock_type::now();
     enter(stage::queued);
-    route_order order{s, req_.session, usage_.completion_tokens};
+    route_order order{s, req_.session};
     request(ctx_->router, caf::infinite, route_atom::value, order)
         .then(
             [this, next, asked](route_reply& r) {
@@ -194,6 +194,7 @@ private:
         return;
       }
       usage_.prefill_tokens += prefilled;
+      unreported_ += prefilled;
       h.seq = seq;
       if (s == route_stage::decode)
         parked_blob_.reset(); // the KV lives on the decode device now
@@ -287,6 +288,7 @@ private:
     case device_event::done:
       break;
     }
+    report_service();
     bool mono = ctx_->options.device_layout == layout::monolithic;
     if (from_prefill && !mono) {
       if (ended_ || left() == 0)
@@ -309,6 +311,7 @@ private:
     }
     tokens_.push_back(t);
     ++produced_;
+    ++unreported_;
     ++usage_.completion_tokens;
     if (t == tokenizer::eos) {
       ended_ = true;
@@ -434,6 +437,7 @@ private:
       // The device computes the tool result and the </tool_call> it stopped at (a sampled
       // token runs through the model only with the step after it).
       usage_.prefill_tokens += appended.size() + 1;
+      unreported_ += appended.size() + 1;
       send(decode_.device, resume_atom::value, decode_.seq, appended);
       return;
     }
@@ -465,6 +469,7 @@ private:
     if (ctx_->metrics.total_seconds != nullptr)
       ctx_->metrics.total_seconds->observe(usage_.total_s);
     enter(last);
+    report_service();
     stage_ = stage::finished;
     release_all();
     emit(std::move(ev));
@@ -484,6 +489,15 @@ private:
     parked_blob_.reset();
   }
 
+  // Tells the router the tokens computed for this request's session since the last report
+  // (PLAS orders waiting requests by each session's sum).
+  void report_service() {
+    if (unreported_ == 0 || req_.session.empty())
+      return;
+    send(ctx_->router, served_atom::value, req_.session, unreported_);
+    unreported_ = 0;
+  }
+
   void emit(request_event ev) {
     if (on_event_)
       on_event_(ev);
@@ -495,11 +509,12 @@ private:
   request_callback on_event_;
   stage stage_ = stage::queued;
   clock_type::time_point start_, tool_start_;
-  std::vector<token> tokens_;  // the conversation so far, as the device sees it
-  std::vector<token> forced_;  // the script's tokens, when scripted
-  std::uint32_t budget_ = 0;   // completion tokens allowed
-  std::uint32_t produced_ = 0; // completion tokens generated
-  std::uint32_t attempt_ = 0;  // device sequences started
+  std::vector<token> tokens_;    // the conversation so far, as the device sees it
+  std::vector<token> forced_;    // the script's tokens, when scripted
+  std::uint32_t budget_ = 0;     // completion tokens allowed
+  std::uint32_t produced_ = 0;   // completion tokens generated
+  std::uint32_t attempt_ = 0;    // device sequences started
+  std::uint64_t unreported_ = 0; // tokens computed for the session, not yet told the router
   holding prefill_, decode_;
   std::optional<kv_blob> parked_blob_;
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;

@@ -66,6 +66,12 @@ inline constexpr std::uint32_t max_tokens = 256;
 inline constexpr std::uint32_t max_tool_calls = 16;
 /// How long one tool call may run.
 inline constexpr std::chrono::milliseconds tool_deadline{30'000};
+/// How long the router sends nothing to a device that answered busy, unless one of its slots
+/// is released sooner.
+inline constexpr std::chrono::milliseconds busy_backoff{5};
+/// Sessions whose attained service the router remembers; beyond, the least recently served
+/// half is forgotten (they start again from zero).
+inline constexpr std::size_t tracked_sessions = 65536;
 } // namespace defaults::orchestration
 
 /// Orchestration settings; every field documented where declared.

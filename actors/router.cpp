@@ -1,6 +1,9 @@
 #include "actors/router.hpp"
 
-#include <deque>
+#include <algorithm>
+#include <array>
+#include <map>
+#include <unordered_map>
 
 #include <caf/all.hpp>
 
@@ -9,6 +12,8 @@
 namespace triad {
 
 namespace {
+
+using unbusy_atom = caf::atom_constant<caf::atom("unbusy")>;
 
 bool qualifies(device_role role, route_stage stage) {
   switch (stage) {
@@ -37,20 +42,25 @@ public:
         [this](route_atom, route_order& order) -> caf::result<route_reply> {
           if (!any_qualifies(order.stage))
             return route_reply{false, {}, {}, "no device serves this stage", 0};
-          if (auto* d = pick(order.stage); d != nullptr && waiting_.empty())
+          auto& queue = waiting_[static_cast<std::size_t>(order.stage)];
+          if (auto* d = pick(order.stage); d != nullptr && queue.empty())
             return grant(*d);
-          if (waiting_.size() >= options_.max_waiting) {
+          if (waiting() >= options_.max_waiting) {
             auto ms = static_cast<std::uint32_t>(options_.retry_after.count());
             return route_reply{false,
                                {},
                                {},
-                               "overloaded: " + std::to_string(waiting_.size()) +
+                               "overloaded: " + std::to_string(waiting()) +
                                    " requests wait for devices; retry after " + std::to_string(ms) +
                                    " ms",
                                ms};
           }
           auto promise = make_response_promise<route_reply>();
-          waiting_.push_back({std::move(order), promise, next_order_++});
+          std::uint64_t priority = 0;
+          if (options_.schedule == schedule_policy::plas)
+            if (auto it = ledger_.find(order.session); it != ledger_.end())
+              priority = it->second.tokens;
+          queue.emplace(key{priority, next_order_++}, promise);
           serve();
           return promise;
         },
@@ -63,16 +73,38 @@ public:
           serve();
         },
         [this](device_busy_atom, std::string& name) {
-          if (auto* d = find(name))
+          if (auto* d = find(name)) {
             d->said_busy = true;
+            // Also cleared after a while, should no slot of the device be released (all its
+            // sequences held by other nodes' or the embedder's requests).
+            delayed_send(this, defaults::orchestration::busy_backoff, unbusy_atom::value, name);
+          }
+        },
+        [this](unbusy_atom, std::string& name) {
+          if (auto* d = find(name))
+            d->said_busy = false;
+          serve();
+        },
+        [this](served_atom, std::string& session, std::uint64_t tokens) {
+          auto& e = ledger_[session];
+          e.tokens += tokens;
+          e.last = ++served_seq_;
+          if (ledger_.size() > defaults::orchestration::tracked_sessions)
+            forget_oldest_half();
+        },
+        [this](attained_atom, std::string& session) -> std::uint64_t {
+          auto it = ledger_.find(session);
+          return it == ledger_.end() ? 0 : it->second.tokens;
         },
     };
   }
 
   void on_exit() override {
-    for (auto& w : waiting_)
-      w.promise.deliver(route_reply{false, {}, {}, "the node is stopping", 0});
-    waiting_.clear();
+    for (auto& queue : waiting_) {
+      for (auto& [k, promise] : queue)
+        promise.deliver(route_reply{false, {}, {}, "the node is stopping", 0});
+      queue.clear();
+    }
   }
 
 private:
@@ -81,10 +113,12 @@ private:
     std::size_t used;
     bool said_busy;
   };
-  struct waiter {
-    route_order order;
-    caf::response_promise promise;
-    std::uint64_t arrival;
+  // Waiting order: (priority, arrival); priority is 0 under FCFS, the session's attained
+  // service at arrival under PLAS.
+  using key = std::pair<std::uint64_t, std::uint64_t>;
+  struct service {
+    std::uint64_t tokens = 0; // computed for the session so far
+    std::uint64_t last = 0;   // when it was last served (a sequence number)
   };
 
   device* find(const std::string& name) {
@@ -99,6 +133,13 @@ private:
       if (qualifies(d.info.role, stage))
         return true;
     return false;
+  }
+
+  std::size_t waiting() const {
+    std::size_t n = 0;
+    for (const auto& queue : waiting_)
+      n += queue.size();
+    return n;
   }
 
   // The qualifying device with the most free slots; ties go to the first in config order.
@@ -118,34 +159,50 @@ private:
     return route_reply{true, d.info.actor, d.info.name, {}, 0};
   }
 
-  // Hands free slots to waiting requests: in arrival order (FCFS), or the least attained
-  // service first (PLAS, ties in arrival order). A waiter whose stage has no free device stays.
+  // Hands free slots to waiting requests. Each stage keeps its own ordered queue, so only the
+  // heads are looked at; among the heads whose stage has a free device the smallest key goes
+  // first (stages share devices of role both).
   void serve() {
     for (;;) {
-      auto best = waiting_.end();
-      for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-        if (pick(it->order.stage) == nullptr)
+      std::map<key, caf::response_promise>* best = nullptr;
+      route_stage best_stage = route_stage::any;
+      for (std::size_t i = 0; i < waiting_.size(); ++i) {
+        auto& queue = waiting_[i];
+        auto stage = static_cast<route_stage>(i);
+        if (queue.empty() || pick(stage) == nullptr)
           continue;
-        if (best == waiting_.end())
-          best = it;
-        else if (options_.schedule == schedule_policy::plas &&
-                 it->order.attained < best->order.attained)
-          best = it;
-        if (options_.schedule == schedule_policy::fcfs)
-          break;
+        if (best == nullptr || queue.begin()->first < best->begin()->first) {
+          best = &queue;
+          best_stage = stage;
+        }
       }
-      if (best == waiting_.end())
+      if (best == nullptr)
         return;
-      auto reply = grant(*pick(best->order.stage));
-      best->promise.deliver(std::move(reply));
-      waiting_.erase(best);
+      auto head = best->begin();
+      auto promise = std::move(head->second);
+      best->erase(head);
+      promise.deliver(grant(*pick(best_stage)));
     }
+  }
+
+  // Bounds the ledger: forgets the least recently served half of the sessions.
+  void forget_oldest_half() {
+    std::vector<std::uint64_t> lasts;
+    lasts.reserve(ledger_.size());
+    for (const auto& [name, e] : ledger_)
+      lasts.push_back(e.last);
+    auto mid = lasts.begin() + static_cast<std::ptrdiff_t>(lasts.size() / 2);
+    std::nth_element(lasts.begin(), mid, lasts.end());
+    auto cut = *mid;
+    std::erase_if(ledger_, [cut](const auto& kv) { return kv.second.last < cut; });
   }
 
   orchestration_options options_;
   std::vector<device> devices_;
-  std::deque<waiter> waiting_;
+  std::array<std::map<key, caf::response_promise>, 3> waiting_; // by route_stage
+  std::unordered_map<std::string, service> ledger_;             // attained service by session
   std::uint64_t next_order_ = 0;
+  std::uint64_t served_seq_ = 0;
 };
 
 } // namespace

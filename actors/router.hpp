@@ -20,6 +20,13 @@ using release_atom = caf::atom_constant<caf::atom("release")>;
 /// Reports that a device answered busy: `(device_busy_atom, std::string device)`; the router
 /// sends nobody there until one of its slots is released.
 using device_busy_atom = caf::atom_constant<caf::atom("devbusy")>;
+/// Reports service a session received: `(served_atom, std::string session, std::uint64_t
+/// tokens)`, tokens computed for it on a device (prefilled and generated). PLAS orders waiting
+/// requests by the sum.
+using served_atom = caf::atom_constant<caf::atom("served")>;
+/// Asks for a session's attained service: `(attained_atom, std::string session)` ->
+/// std::uint64_t tokens (0 for a session the router does not know).
+using attained_atom = caf::atom_constant<caf::atom("attained")>;
 
 /// Which kind of device a request needs.
 enum class route_stage : std::uint8_t {
@@ -32,7 +39,6 @@ enum class route_stage : std::uint8_t {
 struct route_order {
   route_stage stage = route_stage::any; ///< which devices qualify
   std::string session;                  ///< for PLAS: whose attained service counts
-  std::uint64_t attained = 0;           ///< tokens the session has received so far
 };
 
 /// The router's answer.
@@ -53,9 +59,13 @@ struct routed_device {
 };
 
 /// Spawns the router in `home`. It hands each request the qualifying device with the most free
-/// slots (ties: config order), never one that said busy since its last release; a request with
-/// no device free waits in a queue of `options.max_waiting` (FCFS or least attained service
-/// first), beyond which it is refused "overloaded, retry after N ms".
+/// slots (ties: config order), never one that said busy since its last release (or within
+/// defaults::orchestration::busy_backoff). A request with no device free waits, up to
+/// `options.max_waiting` in all, beyond which it is refused "overloaded, retry after N ms".
+/// When a slot frees, the waiting request served first is the earliest (FCFS) or the one whose
+/// session has received the fewest tokens so far, as reported with served_atom, earliest
+/// first among equals (PLAS). The service ledger keeps the most recently served
+/// defaults::orchestration::tracked_sessions sessions.
 caf::actor spawn_router(domain& home, std::vector<routed_device> devices,
                         orchestration_options options);
 

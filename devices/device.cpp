@@ -5,6 +5,7 @@
 #include <map>
 
 #include <cstring>
+#include <ctime>
 
 #include <caf/all.hpp>
 
@@ -23,7 +24,14 @@ struct step_result {
   std::vector<std::size_t> tokens; // tokens computed per item
   expected<step_output> output = make_error(errc::invalid_argument, "not run");
   kv_usage kv;
+  double cpu_seconds = 0; // driver thread CPU time inside the backend's step
 };
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 } // namespace
 } // namespace triad
@@ -125,11 +133,7 @@ public:
             }
             caf::anon_send(self, export_done_atom::value, key, std::move(blob), std::move(error));
           };
-          if (driver_->try_submit(std::move(job)) != submit_result::accepted) {
-            exports_.erase(key);
-            return caf::make_error(caf::sec::request_receiver_down,
-                                   "busy: driver queue of " + options_.name + " is full");
-          }
+          submit(std::move(job));
           return promise;
         },
         [this](export_done_atom, std::uint64_t key, kv_blob& blob, std::string& error) {
@@ -161,10 +165,7 @@ public:
             caf::anon_send(self, import_done_atom::value, id, tokens,
                            ok ? std::string{} : ok.error().message);
           };
-          if (driver_->try_submit(std::move(job)) != submit_result::accepted) {
-            seqs_.erase(id);
-            return refuse("busy: driver queue of " + options_.name + " is full");
-          }
+          submit(std::move(job));
           return a;
         },
         [this](import_done_atom, seq_id id, std::uint64_t tokens, std::string& error) {
@@ -243,9 +244,37 @@ private:
   void release(seq_id id) {
     seqs_.erase(id);
     // The backend is only touched on the driver thread.
-    if (driver_->try_submit([be = backend_, id] { be->free(id); }) != submit_result::accepted)
-      pending_frees_.push_back(id);
+    submit([be = backend_, id] { be->free(id); });
     update_gauges();
+  }
+
+  // Hands a job (export, import, free) to the driver, in order: straight into its queue when
+  // nothing waits before it, else behind the backlog, which goes in as the driver frees up.
+  // The backlog stays small: each sequence has at most one export or import outstanding.
+  void submit(driver_job&& job) {
+    if (backlog_.empty() && driver_->try_submit_in_order(std::move(job)) != submit_result::full)
+      return; // accepted, or refused because the device is stopping
+    backlog_.push_back(std::move(job));
+    retry_soon();
+  }
+
+  // Moves the backlog into the driver's queue while it has room; true when none is left.
+  bool drain_backlog() {
+    while (!backlog_.empty()) {
+      if (driver_->try_submit_in_order(std::move(backlog_.front())) == submit_result::full) {
+        retry_soon();
+        return false;
+      }
+      backlog_.pop_front();
+    }
+    return true;
+  }
+
+  void retry_soon() {
+    if (!retry_pending_) {
+      retry_pending_ = true;
+      delayed_send(this, std::chrono::milliseconds{1}, retry_atom::value);
+    }
   }
 
   // Pages a sequence of `tokens` tokens holds.
@@ -258,8 +287,8 @@ private:
   // free KV pages (the actor mirrors the cache: a sequence holds pages_for(computed)). When not
   // even the decodes fit, the newest sequence is preempted (KV dropped, recomputed later).
   void schedule() {
-    if (in_flight_)
-      return;
+    if (!drain_backlog() || in_flight_)
+      return; // a step goes behind the jobs queued before it
     std::vector<step_item> items;
     std::size_t budget = options_.step_token_budget;
     std::vector<sequence*> order;
@@ -338,11 +367,13 @@ private:
     auto job = [be = backend_, items = std::move(items), result, self, frees] {
       for (auto id : frees)
         be->free(id);
+      auto cpu = thread_cpu_seconds();
       result->output = be->step(items);
+      result->cpu_seconds = thread_cpu_seconds() - cpu;
       result->kv = be->kv();
       caf::anon_send(self, step_done_atom::value, result);
     };
-    switch (driver_->try_submit(std::move(job))) {
+    switch (driver_->try_submit_in_order(std::move(job))) {
     case submit_result::accepted:
       in_flight_ = true;
       break;
@@ -350,10 +381,7 @@ private:
       // The driver still holds the previous step's tail or frees: the frees taken for this
       // step go back, and scheduling is retried shortly, so no work is dropped.
       pending_frees_.insert(pending_frees_.end(), frees.begin(), frees.end());
-      if (!retry_pending_) {
-        retry_pending_ = true;
-        delayed_send(this, std::chrono::milliseconds{1}, retry_atom::value);
-      }
+      retry_soon();
       break;
     case submit_result::stopped:
       break; // the device is going down
@@ -363,6 +391,8 @@ private:
   void on_step(step_result& r) {
     in_flight_ = false;
     kv_ = r.kv;
+    stats_.backend_cpu_seconds += r.cpu_seconds;
+    stats_.backend_cpu_seconds += r.cpu_seconds;
     if (!r.output) {
       if (r.output.error().code == errc::exhausted && preempt_one())
         return schedule();
@@ -452,6 +482,7 @@ private:
 
   device_stats snapshot() const {
     auto st = stats_;
+    st.driver_cpu_seconds = driver_->stats().cpu_seconds;
     st.sequences = seqs_.size();
     for (const auto& [id, s] : seqs_) {
       st.waiting += s.state == seq_state::waiting;
@@ -482,6 +513,7 @@ private:
   std::uint64_t next_promise_ = 0;
   bool in_flight_ = false;
   bool retry_pending_ = false;
+  std::deque<driver_job> backlog_; // jobs waiting for room in the driver's queue, in order
   std::uint64_t next_order_ = 0;
   device_stats stats_;
   kv_usage kv_;

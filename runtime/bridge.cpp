@@ -1,6 +1,7 @@
 #include "runtime/bridge.hpp"
 
 #include <chrono>
+#include <ctime>
 
 #include <pthread.h>
 
@@ -10,9 +11,22 @@ namespace triad {
 
 struct driver_thread::queue {
   explicit queue(std::size_t capacity)
-      : jobs(capacity) {}
+      : jobs(capacity)
+      , owner(jobs) {}
   moodycamel::BlockingConcurrentQueue<driver_job> jobs;
+  moodycamel::ProducerToken owner; // one producer queue, so the owner's jobs stay in order
 };
+
+namespace {
+
+std::uint64_t thread_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+} // namespace
 
 std::string_view to_string(submit_result value) noexcept {
   switch (value) {
@@ -62,7 +76,7 @@ driver_thread::~driver_thread() {
   stop();
 }
 
-submit_result driver_thread::try_submit(driver_job job) {
+submit_result driver_thread::reserve() {
   // Reserve a slot first, then look at stopping_: with stop() storing stopping_ before the
   // driver's last look at pending_, a job is either refused here or run by the driver.
   if (pending_.fetch_add(1) >= capacity_) {
@@ -76,8 +90,21 @@ submit_result driver_thread::try_submit(driver_job job) {
     return submit_result::stopped;
   }
   accepted_.fetch_add(1, std::memory_order_relaxed);
-  queue_->jobs.enqueue(std::move(job));
   return submit_result::accepted;
+}
+
+submit_result driver_thread::try_submit(driver_job&& job) {
+  auto r = reserve();
+  if (r == submit_result::accepted)
+    queue_->jobs.enqueue(std::move(job));
+  return r;
+}
+
+submit_result driver_thread::try_submit_in_order(driver_job&& job) {
+  auto r = reserve();
+  if (r == submit_result::accepted)
+    queue_->jobs.enqueue(queue_->owner, std::move(job));
+  return r;
 }
 
 void driver_thread::run(std::shared_ptr<std::atomic<int>> bind_state) {
@@ -96,10 +123,12 @@ void driver_thread::run(std::shared_ptr<std::atomic<int>> bind_state) {
         failed_.fetch_add(1, std::memory_order_relaxed);
       }
       job = driver_job{};
+      cpu_ns_.store(thread_cpu_ns(), std::memory_order_relaxed);
       completed_.fetch_add(1, std::memory_order_release);
       pending_.fetch_sub(1);
       continue;
     }
+    cpu_ns_.store(thread_cpu_ns(), std::memory_order_relaxed);
     if (stopping_.load() && pending_.load() == 0)
       return;
   }
@@ -118,6 +147,7 @@ driver_stats driver_thread::stats() const noexcept {
   s.refused = refused_.load(std::memory_order_relaxed);
   s.failed = failed_.load(std::memory_order_relaxed);
   s.queued = pending_.load();
+  s.cpu_seconds = static_cast<double>(cpu_ns_.load(std::memory_order_relaxed)) * 1e-9;
   return s;
 }
 

@@ -37,6 +37,10 @@ struct driver_stats {
   std::size_t refused = 0;   ///< try_submit calls answered full or stopped
   std::size_t failed = 0;    ///< jobs that threw (counted as completed too)
   std::size_t queued = 0;    ///< accepted and not yet completed
+  /// CPU time of the driver thread so far (jobs and waiting for them), as of its last job or
+  /// idle wake-up: it has a core of its own by the placement plan, so cost accounting of the
+  /// actors can leave it out.
+  double cpu_seconds = 0;
 };
 
 /// Options of a driver thread; every field documented where declared.
@@ -62,7 +66,12 @@ public:
   /// Queues a job unless the queue is full or the driver is stopping; never blocks. A job
   /// counts against the capacity until it has returned, so a job that reports its result by
   /// message may be answered before its slot is free again.
-  submit_result try_submit(driver_job job);
+  submit_result try_submit(driver_job&& job);
+
+  /// Like try_submit, for the driver's one owner (an actor, used from one thread at a time):
+  /// its jobs run in the order it queued them, while jobs queued by different threads through
+  /// try_submit may overtake each other. A job refused (full, stopped) is left untouched.
+  submit_result try_submit_in_order(driver_job&& job);
 
   /// Queues `fun` and sends its result to `reply_to` as a message once it has run.
   template<class F>
@@ -85,6 +94,7 @@ private:
   struct queue;
   explicit driver_thread(driver_options options);
   void run(std::shared_ptr<std::atomic<int>> bind_state);
+  submit_result reserve(); // takes a slot of the capacity, or says why not
 
   std::string name_;
   std::size_t capacity_;
@@ -98,6 +108,7 @@ private:
   std::atomic<std::size_t> completed_{0};
   std::atomic<std::size_t> refused_{0};
   std::atomic<std::size_t> failed_{0};
+  std::atomic<std::uint64_t> cpu_ns_{0};
   std::thread thread_;
 };
 

@@ -1,0 +1,296 @@
+// triad-bench-orchestration: CPU time triad's own code spends per generated token and per
+// request, on `sim` devices with a zero-time profile (time_scale 0: a step returns as soon as
+// its simulated logits exist), for 1..1000 concurrent agent sessions, each a request with tool
+// calls to an in-process tool that answers at once.
+//
+// Orchestration CPU = the process's CPU time (every thread: request, router, device actors,
+// tool invocations, driver threads) minus the CPU the driver threads spent inside the sim
+// backend's steps (the device's own work). For each session count two runs differ only in
+// tokens per turn; the marginal CPU per extra token is the per-token cost, and what is left of
+// the shorter run per request the per-request cost (routing, admission, KV export/import, tool
+// calls, events). The raw CAF cost of one message between two actors is measured in the same
+// run, in the same actor system, as the yardstick.
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <boost/json/array.hpp>
+#include <caf/all.hpp>
+
+#include "actors/node.hpp"
+#include "bench/report.hpp"
+#include "devices/device.hpp"
+#include "tools/registry.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// User and system CPU seconds of the whole process.
+struct cpu_times {
+  double user = 0, sys = 0;
+  double total() const { return user + sys; }
+  cpu_times operator-(const cpu_times& o) const { return {user - o.user, sys - o.sys}; }
+  cpu_times& operator+=(const cpu_times& o) {
+    user += o.user, sys += o.sys;
+    return *this;
+  }
+};
+
+cpu_times process_cpu() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return {sec(ru.ru_utime), sec(ru.ru_stime)};
+}
+
+double process_cpu_seconds() {
+  return process_cpu().total();
+}
+
+// CPU microseconds per message of `n` messages from one actor to another in `sys`.
+double caf_us_per_message(caf::actor_system& sys, std::size_t n) {
+  std::promise<void> done;
+  auto count = std::make_shared<std::size_t>(0);
+  auto sink = sys.spawn([&done, count, n](caf::event_based_actor* self) -> caf::behavior {
+    return {[&done, count, n, self](int) {
+      if (++*count == n) {
+        done.set_value();
+        self->quit();
+      }
+    }};
+  });
+  auto cpu = process_cpu_seconds();
+  sys.spawn([sink, n](caf::event_based_actor* self) {
+    for (std::size_t i = 0; i < n; ++i)
+      self->send(sink, static_cast<int>(i));
+  });
+  done.get_future().wait();
+  return (process_cpu_seconds() - cpu) * 1e6 / static_cast<double>(n);
+}
+
+std::shared_ptr<triad::tool_registry> bench_tools() {
+  auto r = std::make_shared<triad::tool_registry>();
+  auto ok = r->add({"lookup", "answers at once",
+                    boost::json::object{{"type", "object"}, {"properties", boost::json::object{}}}},
+                   [](const boost::json::object&) -> triad::expected<triad::tool_output> {
+                     return triad::tool_output{"found", {}};
+                   });
+  if (!ok)
+    std::fprintf(stderr, "triad-bench-orchestration: %s\n", ok.error().message.c_str());
+  return r;
+}
+
+// CPU seconds of the process's threads in two classes: the threads that have cores of their own
+// by the placement plan (device drivers "drv.*": their steps are the device's work, and between
+// jobs they spin as a GPU driver thread would; tool workers "tool.*": running the tools), and
+// the rest (CAF workers of every domain, the caller's thread): the orchestration. From
+// /proc/self/task/*/stat, in clock ticks; summed over many runs the ticks average out.
+struct thread_cpu {
+  cpu_times orchestration, pinned;
+  thread_cpu operator-(const thread_cpu& o) const {
+    return {orchestration - o.orchestration, pinned - o.pinned};
+  }
+};
+
+thread_cpu threads_cpu() {
+  static const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  thread_cpu out;
+  for (const auto& task : std::filesystem::directory_iterator{"/proc/self/task"}) {
+    std::ifstream stat{task.path() / "stat"};
+    std::string line;
+    std::getline(stat, line);
+    auto open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos)
+      continue;
+    auto name = line.substr(open + 1, close - open - 1);
+    // Fields after the name: the state is field 3, utime field 14, stime field 15.
+    std::istringstream rest{line.substr(close + 2)};
+    std::string field;
+    cpu_times t;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14)
+        t.user = std::stod(field) * tick;
+      if (i == 15)
+        t.sys = std::stod(field) * tick;
+    }
+    bool pinned = name.rfind("drv.", 0) == 0 || name.rfind("tool.", 0) == 0;
+    (pinned ? out.pinned : out.orchestration) += t;
+  }
+  return out;
+}
+
+struct run_result {
+  std::uint64_t requests = 0, tokens = 0, tool_calls = 0, errors = 0;
+  thread_cpu cpu;
+  double wall_s = 0;
+};
+
+// `rounds` times `sessions` agent sessions at once, each one request: `calls` tool calls,
+// `tokens` tokens of text before each and after the last. CPU is read once around all rounds,
+// so the clock ticks of /proc are a small part of it.
+run_result run(triad::node& n, std::size_t sessions, std::size_t rounds, std::uint32_t calls,
+               std::uint32_t tokens) {
+  std::mutex m;
+  std::condition_variable cv;
+  std::size_t ended = 0;
+  run_result out;
+  auto cpu0 = threads_cpu();
+  auto start = clock_type::now();
+  for (std::size_t round = 0; round < rounds; ++round) {
+    for (std::size_t i = 0; i < sessions; ++i) {
+      triad::chat_request r;
+      r.session = "session-" + std::to_string(i);
+      r.messages = {{"system", "You are an agent."}, {"user", "Look it up."}};
+      triad::generation_script s;
+      for (std::uint32_t c = 0; c < calls; ++c)
+        s.turns.push_back({tokens, triad::tool_call_text{"lookup", "{}"}});
+      s.turns.push_back({tokens, std::nullopt});
+      r.script = s;
+      n.submit(std::move(r), [&](const triad::request_event& e) {
+        if (e.kind != triad::request_event::done && e.kind != triad::request_event::error)
+          return;
+        std::lock_guard<std::mutex> g{m};
+        if (e.kind == triad::request_event::error && out.errors++ == 0)
+          std::fprintf(stderr, "triad-bench-orchestration: request failed: %s\n", e.text.c_str());
+        out.tokens += e.usage.completion_tokens;
+        out.tool_calls += e.usage.tool_calls;
+        ++ended;
+        cv.notify_all();
+      });
+    }
+    std::unique_lock<std::mutex> l{m};
+    cv.wait(l, [&] { return ended == (round + 1) * sessions; });
+  }
+  out.wall_s = std::chrono::duration<double>(clock_type::now() - start).count();
+  out.cpu = threads_cpu() - cpu0;
+  out.requests = sessions * rounds;
+  return out;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"triad-bench-orchestration: triad's CPU time per token and per request on "
+               "zero-time sim devices, against raw CAF messages"};
+  std::string json_path;
+  bool quick = false;
+  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
+  app.add_flag("--quick", quick, "smaller runs (under 60 s)");
+  std::vector<std::size_t> session_counts = {1, 10, 100, 1000};
+  app.add_option("--sessions", session_counts, "concurrent session counts to run")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  auto config = triad::default_config();
+  config.topology.bind_threads = false;
+  // Idle workers sleep at once instead of polling (the node's default polls for latency), so
+  // the CPU time counts work, not waiting.
+  config.scheduler.poll_attempts = 1;
+  config.devices.clear();
+  for (auto [name, role] : {std::pair{"prefill0", triad::device_role::prefill},
+                            std::pair{"decode0", triad::device_role::decode}}) {
+    triad::device_config d;
+    d.name = name;
+    d.backend = triad::device_backend::sim;
+    d.role = role;
+    d.profile = "h200";
+    d.time_scale = 0; // zero-time: only triad's code and the simulated logits cost anything
+    config.devices.push_back(d);
+  }
+  triad::node_options opts;
+  opts.tools = bench_tools();
+  auto started = triad::node::start(config, opts);
+  if (!started) {
+    std::fprintf(stderr, "triad-bench-orchestration: %s\n", started.error().message.c_str());
+    return 1;
+  }
+  auto& n = **started;
+
+  const std::uint32_t calls = 3;
+  const std::uint32_t short_turn = 4, long_turn = quick ? 24 : 64;
+  // Rounds per session count: enough requests that thread wake-ups average out.
+  const std::size_t min_requests = quick ? 1000 : 4000;
+  triad::bench::report rep;
+  rep.quick = quick;
+  boost::json::array rows;
+  std::vector<double> per_token, per_request, per_token_all, per_request_all;
+  std::uint64_t errors = 0;
+  run(n, 10, 10, calls, short_turn); // warm-up: pools, first-touch pages, lazily built tables
+  for (auto sessions : session_counts) {
+    auto rounds = std::max<std::size_t>(2, (min_requests + sessions - 1) / sessions);
+    auto a = run(n, sessions, rounds, calls, short_turn);
+    auto b = run(n, sessions, rounds, calls, long_turn);
+    errors += a.errors + b.errors;
+    auto extra_tokens = static_cast<double>(b.tokens > a.tokens ? b.tokens - a.tokens : 1);
+    auto split = [&](double cpu_a, double cpu_b, double& tok, double& req) {
+      tok = (cpu_b - cpu_a) * 1e6 / extra_tokens;
+      req = (cpu_a * 1e6 - tok * static_cast<double>(a.tokens)) / static_cast<double>(a.requests);
+    };
+    double tok = 0, req = 0, tok_all = 0, req_all = 0;
+    split(a.cpu.orchestration.user, b.cpu.orchestration.user, tok, req);
+    split(a.cpu.orchestration.total(), b.cpu.orchestration.total(), tok_all, req_all);
+    per_token.push_back(tok);
+    per_request.push_back(req);
+    per_token_all.push_back(tok_all);
+    per_request_all.push_back(req_all);
+    rows.push_back(boost::json::object{
+        {"sessions", sessions},
+        {"rounds", rounds},
+        {"tool_calls_per_request", calls},
+        {"tokens_short", a.tokens},
+        {"tokens_long", b.tokens},
+        {"orchestration_user_s_short", a.cpu.orchestration.user},
+        {"orchestration_user_s_long", b.cpu.orchestration.user},
+        {"orchestration_sys_s_short", a.cpu.orchestration.sys},
+        {"orchestration_sys_s_long", b.cpu.orchestration.sys},
+        {"pinned_threads_cpu_s_short", a.cpu.pinned.total()},
+        {"pinned_threads_cpu_s_long", b.cpu.pinned.total()},
+        {"wall_s_short", a.wall_s},
+        {"wall_s_long", b.wall_s},
+        {"cpu_us_per_token", tok},
+        {"cpu_us_per_request", req},
+        {"with_kernel_cpu_us_per_token", tok_all},
+        {"with_kernel_cpu_us_per_request", req_all},
+    });
+    std::printf("%5zu sessions x %4zu rounds: %.2f us/token, %.1f us/request; with kernel "
+                "%.2f us/token, %.1f us/request (wall %.2f s)\n",
+                sessions, rounds, tok, req, tok_all, req_all, a.wall_s + b.wall_s);
+  }
+  auto caf_us =
+      caf_us_per_message(n.domains().orchestration().system(), quick ? 200'000 : 1'000'000);
+  n.stop();
+
+  // The headline figures: the worst over the session counts.
+  auto worst = [](const std::vector<double>& xs) {
+    return *std::max_element(xs.begin(), xs.end());
+  };
+  double worst_token = worst(per_token);
+  double worst_request = worst(per_request);
+  rep.metrics["cpu_us_per_token"] = worst_token;
+  rep.metrics["cpu_us_per_request"] = worst_request;
+  rep.metrics["with_kernel_cpu_us_per_token"] = worst(per_token_all);
+  rep.metrics["with_kernel_cpu_us_per_request"] = worst(per_request_all);
+  rep.metrics["caf_us_per_message"] = caf_us;
+  rep.metrics["errors"] = errors;
+  rep.metrics["runs"] = rows;
+  rep.ratios["token_over_caf_message"] = worst_token / caf_us;
+  rep.ratios["request_over_caf_message"] = worst_request / caf_us;
+  rep.print();
+  if (!json_path.empty() && !rep.write(json_path))
+    return 1;
+  return errors == 0 ? 0 : 1;
+}
