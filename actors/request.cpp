@@ -122,11 +122,13 @@ private:
 
   // ---- devices ------------------------------------------------------------------------------
 
-  // A device where this request holds a router slot (and, once admitted, a sequence).
+  // A device where this request holds a sequence (once admitted) and, unless its KV is pinned
+  // there across a tool call, a router slot.
   struct holding {
     caf::actor device;
     std::string name;
-    seq_id seq = 0; // 0: no sequence there
+    seq_id seq = 0;   // 0: no sequence there
+    bool slot = true; // holds one of the router's slots of the device
   };
 
   // Asks the router for a device of `s`, then runs `next` with it.
@@ -147,7 +149,7 @@ private:
                 fail(r.reason);
                 return;
               }
-              next(holding{r.device, r.name, 0});
+              next(holding{r.device, r.name, 0, true});
             },
             [this](caf::error& e) { fail("the router did not answer: " + to_string(e)); });
   }
@@ -375,10 +377,19 @@ private:
   // What happens to the KV while the tool runs (kv_policy; the monolithic layout always keeps
   // the sequence and its device slot).
   void park_kv() {
-    if (ctx_->options.device_layout == layout::monolithic || ctx_->options.kv == kv_policy::pin) {
-      // The KV stays on the device, parked (not scheduled, evicted only after finished
-      // sequences), and so does the router slot: the device counts the sequence as held.
+    if (ctx_->options.device_layout == layout::monolithic) {
+      // The device is held: the sequence stays, parked, and so does its router slot.
       send(decode_.device, park_atom::value, decode_.seq);
+      return;
+    }
+    if (ctx_->options.kv == kv_policy::pin) {
+      // The KV stays on the device, parked (not scheduled, evicted only after finished
+      // sequences), but the slot goes back: the device decodes others meanwhile, its own
+      // admission bound (sequences held, parked ones included) still applies.
+      send(decode_.device, park_atom::value, decode_.seq);
+      if (decode_.slot)
+        send(ctx_->router, release_atom::value, decode_.name);
+      decode_.slot = false;
       return;
     }
     auto held = decode_;
@@ -432,7 +443,7 @@ private:
     tokens_.insert(tokens_.end(), appended.begin(), appended.end());
     bool keep =
         ctx_->options.device_layout == layout::monolithic || ctx_->options.kv == kv_policy::pin;
-    if (keep) { // the sequence waits parked on its device, which still counts its slot
+    if (keep) { // the sequence waits parked on its device, which resumes it
       enter(stage::decode);
       // The device computes the tool result and the </tool_call> it stopped at (a sampled
       // token runs through the model only with the step after it).
@@ -482,7 +493,7 @@ private:
     for (auto* h : {&prefill_, &decode_}) {
       if (h->device && h->seq != 0)
         send(h->device, free_atom::value, h->seq);
-      if (h->device)
+      if (h->device && h->slot)
         send(ctx_->router, release_atom::value, h->name);
       *h = {};
     }

@@ -1,5 +1,7 @@
 #include "devices/factory.hpp"
 
+#include <algorithm>
+
 #include "devices/cpu/cpu_backend.hpp"
 #include "devices/sim/sim_backend.hpp"
 
@@ -38,6 +40,13 @@ expected<std::unique_ptr<backend>> make_backend(const node_config& node, const d
   const std::uint64_t budget = dev.memory_mib << 20;
   switch (dev.backend) {
   case device_backend::cpu: {
+    if (std::find(cpu_device_profiles.begin(), cpu_device_profiles.end(), node.model.preset) ==
+        cpu_device_profiles.end())
+      return make_error(errc::invalid_argument, "device '" + dev.name +
+                                                    "': backend \"cpu\" runs the presets \"tiny\" "
+                                                    "and \"small\"; [model].preset = \"" +
+                                                    node.model.preset +
+                                                    "\" is for sim devices only");
     cpu_backend_options o;
     o.shape = *shape;
     o.type = type;

@@ -71,6 +71,19 @@ expected<model_shape> model_preset(std::string_view name) {
     m.ffn = 2816;
     m.max_context = 8192;
     m.seed = 0x7417'0002;
+  } else if (name == "llama3-8b") {
+    // Llama-3-8B's shape, for sim devices only (its weights are never built): 8.0e9 parameters
+    // with the byte tokenizer's 320-token vocabulary instead of 128256 (the output layer and
+    // embedding of the real model add 1.0e9).
+    m.layers = 32;
+    m.hidden = 4096;
+    m.heads = 32;
+    m.kv_heads = 8;
+    m.head_dim = 128;
+    m.ffn = 14336;
+    m.max_context = 8192;
+    m.rope_theta = 500000.0;
+    m.seed = 0x7417'0003;
   } else {
     std::string allowed;
     for (const auto& n : model_preset_names())
@@ -82,7 +95,7 @@ expected<model_shape> model_preset(std::string_view name) {
 }
 
 std::vector<std::string> model_preset_names() {
-  return {"tiny", "small"};
+  return {"tiny", "small", "llama3-8b"};
 }
 
 } // namespace triad

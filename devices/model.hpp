@@ -49,7 +49,8 @@ struct model_shape {
   expected<void> validate() const;
 };
 
-/// The built-in presets, by name: "tiny" (about 24M parameters) and "small" (about 135M).
+/// The built-in presets, by name: "tiny" (about 24M parameters) and "small" (about 135M), which
+/// the cpu backend runs, and "llama3-8b" (Llama-3-8B's shape), which only sim devices run.
 /// Shapes are documented in devices/README.md.
 expected<model_shape> model_preset(std::string_view name);
 

@@ -686,7 +686,7 @@ void read_limits(reader& r, const scope& s, limits_config& out) {
 
 void read_model(reader& r, const scope& s, model_config& out) {
   r.check_keys(s, model_keys, "in [model]");
-  r.one_of(s, "preset", cpu_device_profiles, out.preset);
+  r.one_of(s, "preset", model_presets, out.preset);
   r.enumeration(s, "dtype", model_dtype_names, out.dtype);
   r.integer(s, "page_tokens", page_tokens_range, out.page_tokens);
 }

@@ -44,6 +44,9 @@ enum class model_dtype {
 /// `model.preset` values: presets of the real transformer model the `cpu` devices run.
 /// (A `cpu` device takes no `profile`; the model comes from `[model]`.)
 inline constexpr std::array<std::string_view, 2> cpu_device_profiles = {"tiny", "small"};
+/// Every `model.preset` value: the cpu presets, and shapes of real models (Llama-3-8B) that only
+/// `sim` devices run, for roofline timings at a realistic size (simulated).
+inline constexpr std::array<std::string_view, 3> model_presets = {"tiny", "small", "llama3-8b"};
 /// The built-in simulated accelerators: `profile` values a `sim` device accepts besides the
 /// names of the file's `[[sim_profiles]]`, which may not reuse them.
 /// A `cuda` device accepts any profile, including none.
@@ -107,7 +110,8 @@ struct limits_config {
 
 /// `[model]`: the transformer model the node serves.
 struct model_config {
-  /// `preset`: one of cpu_device_profiles ("tiny", "small").
+  /// `preset`: one of model_presets ("tiny", "small", "llama3-8b"); cpu devices run only
+  /// cpu_device_profiles ("tiny", "small").
   std::string preset{defaults::model::preset};
   /// `dtype`: "bf16" or "f32"; the default is defaults::model::dtype.
   model_dtype dtype = model_dtype::bf16;

@@ -125,6 +125,13 @@ expected<void> sim_backend::import_kv(seq_id seq, std::span<const std::byte> byt
                       "sim import: no room for " + std::to_string(h.length) + " tokens");
   pages_used_ += pages_for(h.length);
   lengths_[seq] = h.length;
+  // The KV crosses the device's link (simulated): its bytes at the profile's link bandwidth.
+  if (options_.time_scale > 0 && options_.profile.link_bandwidth > 0) {
+    double bytes = static_cast<double>(h.length) *
+                   static_cast<double>(options_.shape.kv_bytes_per_token(options_.type));
+    std::this_thread::sleep_for(std::chrono::duration<double>(
+        bytes / options_.profile.link_bandwidth / options_.time_scale));
+  }
   last_token_[seq] = static_cast<token>(h.last_token);
   return {};
 }

@@ -33,6 +33,8 @@ public:
   std::string kernel() const override { return "sim:" + options_.profile.name; }
   expected<step_output> step(std::span<const step_item> items) override;
   expected<std::vector<std::byte>> export_kv(seq_id seq) const override;
+  /// Takes the KV as its own; the import lasts as long as the KV's modelled bytes take over the
+  /// profile's link (when it has one and time_scale > 0).
   expected<void> import_kv(seq_id seq, std::span<const std::byte> bytes) override;
   void free(seq_id seq) override;
   std::size_t length(seq_id seq) const noexcept override;

@@ -69,4 +69,26 @@ BOOST_AUTO_TEST_CASE(cuda_is_refused_with_a_clear_message) {
   BOOST_TEST(b.error().message.find("'g'") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_cpu_device_refuses_a_sim_only_preset) {
+  auto config = triad::default_config();
+  config.model.preset = "llama3-8b";
+  auto b = triad::make_backend(config, config.devices.front(), nullptr);
+  BOOST_REQUIRE(!b);
+  BOOST_TEST(b.error().message.find("'prefill0'") != std::string::npos);
+  BOOST_TEST(b.error().message.find("llama3-8b") != std::string::npos);
+  BOOST_TEST(b.error().message.find("sim devices only") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_sim_device_runs_the_llama3_8b_shape) {
+  auto config = triad::default_config();
+  config.model.preset = "llama3-8b";
+  auto dev = config.devices.front();
+  dev.backend = triad::device_backend::sim;
+  dev.profile = "sn40l";
+  auto b = triad::make_backend(config, dev, nullptr);
+  BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
+  // 32 layers x 8 kv heads x 128 dims x 2 (K, V) x 2 bytes per token.
+  BOOST_TEST((*b)->shape().kv_bytes_per_token(triad::dtype::bf16) == 131072u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

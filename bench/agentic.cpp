@@ -1,0 +1,281 @@
+// triad-bench-agentic: the headline comparison of the orchestration layer, on simulated devices
+// (SIMULATED: roofline `sim` backends with the llama3-8b shape: two H200 for prefill, two SN40L
+// for decode; tools sleep for their scripted duration on the tool domains of a synthetic
+// two-socket topology). The same seeded agentic workload (sessions of 3-8 tool calls of
+// 50 ms-2 s, scripted output, tool results fed back) runs under four settings:
+//   three_stage + pin, three_stage + demote, three_stage + discard, and monolithic (each of the
+//   four devices prefills and decodes, and a request holds its slot while its tools run).
+// Every device has the same number of slots in every setting. It reports throughput, session
+// completion time p50/p99 and device busy fractions per setting, and the ratios between them.
+// --quick runs fewer sessions at time_scale 5 (device steps and tool sleeps 5x shorter in real
+// time, so modelled times and their ratios stay the same).
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <boost/json/array.hpp>
+#include <caf/all.hpp>
+
+#include "actors/node.hpp"
+#include "bench/report.hpp"
+#include "devices/device.hpp"
+#include "tools/registry.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// One session of the workload: its prompt and its script.
+struct session_spec {
+  std::string user;
+  triad::generation_script script;
+  std::uint32_t tool_calls = 0;
+};
+
+// The workload, the same for every setting: `n` sessions from `seed`. Tool durations are
+// modelled milliseconds; the tool sleeps them divided by `time_scale`.
+std::vector<session_spec> make_workload(std::size_t n, std::uint64_t seed, double time_scale) {
+  std::mt19937_64 rng{seed};
+  std::uniform_int_distribution<std::uint32_t> calls{3, 8}, text{20, 60}, result{100, 400},
+      prompt{300, 900};
+  std::uniform_real_distribution<double> tool_ms{50.0, 2000.0};
+  std::vector<session_spec> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    session_spec s;
+    s.user = "Session " + std::to_string(i) + ": ";
+    auto len = prompt(rng);
+    while (s.user.size() < len)
+      s.user += "investigate the failing build and fix it; ";
+    s.tool_calls = calls(rng);
+    for (std::uint32_t c = 0; c < s.tool_calls; ++c) {
+      auto ms = static_cast<int>(tool_ms(rng) / time_scale);
+      auto args =
+          "{\"ms\": " + std::to_string(ms) + ", \"bytes\": " + std::to_string(result(rng)) + "}";
+      s.script.turns.push_back({text(rng), triad::tool_call_text{"work", args}});
+    }
+    s.script.turns.push_back({text(rng), std::nullopt});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// "work": sleeps `ms` on its tool worker and answers `bytes` characters (a simulated tool).
+std::shared_ptr<triad::tool_registry> bench_tools() {
+  namespace json = boost::json;
+  auto r = std::make_shared<triad::tool_registry>();
+  auto schema = json::object{
+      {"type", "object"},
+      {"required", json::array{"ms", "bytes"}},
+      {"properties", json::object{{"ms", json::object{{"type", "integer"}, {"minimum", 0}}},
+                                  {"bytes", json::object{{"type", "integer"}, {"minimum", 0}}}}}};
+  auto ok = r->add({"work", "a tool that takes a while (simulated)", schema},
+                   [](const json::object& args) -> triad::expected<triad::tool_output> {
+                     std::this_thread::sleep_for(
+                         std::chrono::milliseconds{args.at("ms").to_number<int>()});
+                     auto n = args.at("bytes").to_number<std::size_t>();
+                     std::string out;
+                     while (out.size() < n)
+                       out += "PASS test_case ok; ";
+                     out.resize(n);
+                     return triad::tool_output{out, {}};
+                   });
+  if (!ok)
+    std::fprintf(stderr, "triad-bench-agentic: %s\n", ok.error().message.c_str());
+  return r;
+}
+
+struct setting {
+  std::string name;
+  triad::layout device_layout;
+  triad::kv_policy kv;
+};
+
+struct outcome {
+  std::vector<double> session_s; // modelled seconds from the start to each session's end
+  double makespan_s = 0;         // modelled
+  std::uint64_t completion_tokens = 0, prefill_tokens = 0, errors = 0;
+  double prefill_busy = 0, decode_busy = 0; // busy fraction, mean over the devices of a pool
+};
+
+double percentile(std::vector<double> xs, double p) {
+  std::sort(xs.begin(), xs.end());
+  auto i = static_cast<std::size_t>(p * static_cast<double>(xs.size() - 1) + 0.5);
+  return xs[std::min(i, xs.size() - 1)];
+}
+
+std::map<std::string, double> busy_seconds(triad::node& n) {
+  caf::scoped_actor self{n.domains().orchestration().system()};
+  std::map<std::string, double> out;
+  for (auto& [name, dev] : n.devices())
+    self->request(dev, std::chrono::seconds{30}, triad::stats_atom::value)
+        .receive([&, name = name](triad::device_stats& s) { out[name] = s.busy_seconds; },
+                 [&](caf::error&) {});
+  return out;
+}
+
+triad::expected<outcome> run(const setting& st, const std::vector<session_spec>& work,
+                             double time_scale, std::size_t slots) {
+  auto config = triad::default_config();
+  config.topology.source = triad::topology_source::synthetic;
+  config.topology.synthetic = "pack:2 numa:2 core:16 pu:1";
+  config.topology.bind_threads = false;
+  config.scheduler.threads_per_domain = 1;
+  config.tools.cores = 32; // enough tool workers that tools never queue
+  config.model.preset = "llama3-8b";
+  config.devices.clear();
+  bool mono = st.device_layout == triad::layout::monolithic;
+  for (auto [name, profile, role] : {std::tuple{"h200-0", "h200", triad::device_role::prefill},
+                                     std::tuple{"h200-1", "h200", triad::device_role::prefill},
+                                     std::tuple{"sn40l-0", "sn40l", triad::device_role::decode},
+                                     std::tuple{"sn40l-1", "sn40l", triad::device_role::decode}}) {
+    triad::device_config d;
+    d.name = name;
+    d.backend = triad::device_backend::sim;
+    d.profile = profile;
+    d.role = mono ? triad::device_role::both : role;
+    d.time_scale = time_scale;
+    config.devices.push_back(d);
+  }
+  triad::node_options opts;
+  opts.tools = bench_tools();
+  opts.orchestration.device_layout = st.device_layout;
+  opts.orchestration.kv = st.kv;
+  opts.orchestration.device_slots = slots;
+  auto started = triad::node::start(config, opts);
+  if (!started)
+    return started.error();
+  auto& n = **started;
+
+  std::mutex m;
+  std::condition_variable cv;
+  std::size_t ended = 0;
+  outcome out;
+  out.session_s.resize(work.size());
+  auto busy0 = busy_seconds(n);
+  auto start = clock_type::now();
+  for (std::size_t i = 0; i < work.size(); ++i) {
+    triad::chat_request r;
+    r.session = "session-" + std::to_string(i);
+    r.messages = {{"system", "You are a coding agent with a build tool."}, {"user", work[i].user}};
+    r.script = work[i].script;
+    r.max_tool_calls = 16;
+    n.submit(std::move(r), [&, i](const triad::request_event& e) {
+      if (e.kind != triad::request_event::done && e.kind != triad::request_event::error)
+        return;
+      auto t = std::chrono::duration<double>(clock_type::now() - start).count() * time_scale;
+      std::lock_guard<std::mutex> g{m};
+      if (e.kind == triad::request_event::error && out.errors++ == 0)
+        std::fprintf(stderr, "triad-bench-agentic: %s: session %zu failed: %s\n", st.name.c_str(),
+                     i, e.text.c_str());
+      out.session_s[i] = t;
+      out.completion_tokens += e.usage.completion_tokens;
+      out.prefill_tokens += e.usage.prefill_tokens;
+      ++ended;
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> l{m};
+    cv.wait(l, [&] { return ended == work.size(); });
+  }
+  out.makespan_s = std::chrono::duration<double>(clock_type::now() - start).count() * time_scale;
+  auto busy1 = busy_seconds(n);
+  std::size_t np = 0, nd = 0;
+  for (auto& [name, b] : busy1) {
+    double frac = (b - busy0[name]) / out.makespan_s;
+    if (name.rfind("h200", 0) == 0)
+      out.prefill_busy += frac, ++np;
+    else
+      out.decode_busy += frac, ++nd;
+  }
+  out.prefill_busy /= static_cast<double>(std::max<std::size_t>(np, 1));
+  out.decode_busy /= static_cast<double>(std::max<std::size_t>(nd, 1));
+  n.stop();
+  return out;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"triad-bench-agentic: three_stage vs monolithic, pin/demote vs discard, on "
+               "simulated H200 prefill and SN40L decode devices"};
+  std::string json_path;
+  bool quick = false;
+  std::uint64_t seed = 7;
+  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
+  app.add_flag("--quick", quick, "fewer sessions, time_scale 5 (under 60 s)");
+  app.add_option("--seed", seed, "workload seed");
+  CLI11_PARSE(app, argc, argv);
+
+  const double time_scale = quick ? 5.0 : 1.0;
+  const std::size_t sessions = quick ? 48 : 96;
+  const std::size_t slots = 8; // per device, in every setting
+  auto work = make_workload(sessions, seed, time_scale);
+  const std::vector<setting> settings = {
+      {"three_stage_pin", triad::layout::three_stage, triad::kv_policy::pin},
+      {"three_stage_demote", triad::layout::three_stage, triad::kv_policy::demote},
+      {"three_stage_discard", triad::layout::three_stage, triad::kv_policy::discard},
+      {"monolithic", triad::layout::monolithic, triad::kv_policy::pin},
+  };
+  triad::bench::report rep;
+  rep.quick = quick;
+  std::map<std::string, outcome> results;
+  std::uint64_t errors = 0;
+  for (const auto& st : settings) {
+    auto r = run(st, work, time_scale, slots);
+    if (!r) {
+      std::fprintf(stderr, "triad-bench-agentic: %s: %s\n", st.name.c_str(),
+                   r.error().message.c_str());
+      return 1;
+    }
+    errors += r->errors;
+    auto tput = static_cast<double>(r->completion_tokens) / r->makespan_s;
+    auto p50 = percentile(r->session_s, 0.5), p99 = percentile(r->session_s, 0.99);
+    std::printf("%-20s %7.1f tokens/s  session p50 %6.2f s  p99 %6.2f s  prefilled %8llu  busy "
+                "prefill %.2f decode %.2f\n",
+                st.name.c_str(), tput, p50, p99, static_cast<unsigned long long>(r->prefill_tokens),
+                r->prefill_busy, r->decode_busy);
+    rep.metrics[st.name] = boost::json::object{
+        {"throughput_tokens_per_s", tput},
+        {"session_p50_s", p50},
+        {"session_p99_s", p99},
+        {"makespan_s", r->makespan_s},
+        {"completion_tokens", r->completion_tokens},
+        {"prefill_tokens", r->prefill_tokens},
+        {"prefill_pool_busy_fraction", r->prefill_busy},
+        {"decode_pool_busy_fraction", r->decode_busy},
+        {"errors", r->errors},
+    };
+    results.emplace(st.name, std::move(*r));
+  }
+  auto tput = [&](const std::string& s) {
+    return static_cast<double>(results[s].completion_tokens) / results[s].makespan_s;
+  };
+  auto p = [&](const std::string& s, double q) { return percentile(results[s].session_s, q); };
+  rep.metrics["sessions"] = sessions;
+  rep.metrics["slots_per_device"] = slots;
+  rep.metrics["time_scale"] = time_scale;
+  rep.metrics["seed"] = seed;
+  rep.metrics["simulated"] = "sim devices (roofline, llama3-8b shape); tools sleep";
+  rep.ratios["three_stage_over_monolithic_throughput"] =
+      tput("three_stage_pin") / tput("monolithic");
+  rep.ratios["monolithic_over_three_stage_session_p99"] =
+      p("monolithic", 0.99) / p("three_stage_pin", 0.99);
+  rep.ratios["discard_over_pin_session_p50"] =
+      p("three_stage_discard", 0.5) / p("three_stage_pin", 0.5);
+  rep.ratios["discard_over_demote_session_p50"] =
+      p("three_stage_discard", 0.5) / p("three_stage_demote", 0.5);
+  rep.ratios["discard_over_pin_prefill_tokens"] =
+      static_cast<double>(results["three_stage_discard"].prefill_tokens) /
+      static_cast<double>(results["three_stage_pin"].prefill_tokens);
+  rep.print();
+  if (!json_path.empty() && !rep.write(json_path))
+    return 1;
+  return errors == 0 ? 0 : 1;
+}
