@@ -49,7 +49,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
                                  machine ? n->topo_.get() : nullptr);
     if (!storage)
       return storage.error();
-    auto be = make_backend(config, dev, std::move(*storage));
+    auto be = options.backend_factory ? options.backend_factory(config, dev, std::move(*storage))
+                                      : make_backend(config, dev, std::move(*storage));
     if (!be)
       return make_error(be.error().code, "device '" + dev.name + "': " + be.error().message);
     device_options o;
@@ -63,7 +64,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     if (!actor)
       return make_error(actor.error().code, "device '" + dev.name + "': " + actor.error().message);
     n->devices_.emplace_back(dev.name, *actor);
-    auto slots = options.orchestration.device_slots;
+    auto slots = config.orchestration.device_slots;
     routed.push_back({dev.name, dev.role, *actor, slots == 0 ? o.max_sequences : slots});
   }
   if (options.tools) {
@@ -73,11 +74,11 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
       return tools.error();
     n->tools_ = std::move(*tools);
   }
-  n->router_ = spawn_router(n->domains_->orchestration(), std::move(routed), options.orchestration);
+  n->router_ = spawn_router(n->domains_->orchestration(), std::move(routed), config.orchestration);
   auto ctx = std::make_shared<request_context>();
   ctx->router = n->router_;
   ctx->tools = n->tools_.get();
-  ctx->options = options.orchestration;
+  ctx->options = config.orchestration;
   ctx->metrics = request_metrics::attach(n->metrics_);
   n->context_ = std::move(ctx);
   return n;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,15 +22,22 @@
 
 namespace triad {
 
+class arena;
+class backend;
 class tool_registry;
 class tool_service;
 
-/// What a node is started with beyond its configuration file.
+/// What a node is started with beyond its configuration (whose `[orchestration]` section holds
+/// the policies of the request actors and the router).
 struct node_options {
   /// The tools the node hosts (built-ins, MCP servers, the embedder's own); null: none, and a
   /// model's tool call gets "this node hosts no tools" as its result.
   std::shared_ptr<const tool_registry> tools;
-  orchestration_options orchestration; ///< policies of the request actors and the router
+  /// Builds each device's backend; empty: make_backend (the cpu and sim backends of the config).
+  /// Embedders plug in their own backends (or wrap the built-in ones) here.
+  std::function<expected<std::unique_ptr<backend>>(const node_config&, const device_config&,
+                                                   std::shared_ptr<arena>)>
+      backend_factory;
 };
 
 /// A submitted request: its id, and its actor for those who want to watch it.

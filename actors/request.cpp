@@ -9,26 +9,6 @@
 
 namespace triad {
 
-std::string_view to_string(kv_policy p) noexcept {
-  switch (p) {
-  case kv_policy::discard:
-    return "discard";
-  case kv_policy::pin:
-    return "pin";
-  case kv_policy::demote:
-    return "demote";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(layout l) noexcept {
-  return l == layout::three_stage ? "three_stage" : "monolithic";
-}
-
-std::string_view to_string(schedule_policy p) noexcept {
-  return p == schedule_policy::fcfs ? "fcfs" : "plas";
-}
-
 std::string_view to_string(request_state s) noexcept {
   static constexpr std::string_view names[] = {"queued",    "prefill", "transfer", "decode",
                                                "tool_wait", "done",    "failed",   "cancelled"};
@@ -45,6 +25,9 @@ request_metrics request_metrics::attach(metrics_registry& r) {
     if (c)
       m.entered[i] = *c;
   }
+  if (auto c = r.add_counter("triad_request_device_retries_total",
+                             "Requests moved to another device after a failed step."))
+    m.device_retries = *c;
   if (auto h = r.add_histogram("triad_request_seconds", "Requests from submit to their end.",
                                default_duration_buckets()))
     m.total_seconds = *h;
@@ -135,7 +118,7 @@ private:
   void route(route_stage s, std::function<void(holding)> next) {
     auto asked = clock_type::now();
     enter(stage::queued);
-    route_order order{s, req_.session};
+    route_order order{s, req_.session, failed_devices_};
     request(ctx_->router, caf::infinite, route_atom::value, order)
         .then(
             [this, next, asked](route_reply& r) {
@@ -285,7 +268,7 @@ private:
     case device_event::preempted:
       return; // the device recomputes it; nothing is lost
     case device_event::failed:
-      fail("device " + (from_prefill ? prefill_.name : decode_.name) + " failed: " + e.message);
+      on_device_failed(from_prefill ? prefill_ : decode_, e.message);
       return;
     case device_event::done:
       break;
@@ -303,6 +286,23 @@ private:
     if (!tokens_.empty() && tokens_.back() == tokenizer::tool_call_end)
       return begin_tool();
     finish("length");
+  }
+
+  // The device dropped the sequence after a failed step: retry on another device (recomputing
+  // the KV from the tokens so far) or end with the error, per the device_failure policy.
+  void on_device_failed(holding& h, const std::string& message) {
+    auto what = "device " + h.name + " failed: " + message;
+    if (ctx_->options.device_failure == device_failure_policy::fail ||
+        retries_ >= ctx_->options.max_device_retries) {
+      fail(retries_ > 0 ? what + " (after " + std::to_string(retries_) + " retries)" : what);
+      return;
+    }
+    ++retries_;
+    if (ctx_->metrics.device_retries != nullptr)
+      ctx_->metrics.device_retries->inc();
+    failed_devices_.push_back(h.name);
+    release_all(); // the failed sequence is gone; any other is recomputed too
+    begin_prefill();
   }
 
   void on_token(token t) {
@@ -526,6 +526,8 @@ private:
   std::uint32_t produced_ = 0;   // completion tokens generated
   std::uint32_t attempt_ = 0;    // device sequences started
   std::uint64_t unreported_ = 0; // tokens computed for the session, not yet told the router
+  std::uint32_t retries_ = 0;    // moves to another device after failures
+  std::vector<std::string> failed_devices_; // devices that failed this request
   holding prefill_, decode_;
   std::optional<kv_blob> parked_blob_;
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;

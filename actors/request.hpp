@@ -14,77 +14,13 @@
 
 #include "actors/chat.hpp"
 #include "devices/sampling.hpp"
+#include "runtime/config.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
 
 namespace triad {
 
 class tool_service;
-
-/// Where a request's KV goes while one of its tool calls runs.
-enum class kv_policy : std::uint8_t {
-  discard, ///< freed; the whole conversation is prefilled again after the tool
-  pin,     ///< kept on the decode device (parked) until the tool returns
-  demote,  ///< copied to host memory of the orchestration domain, freed on the device, and
-           ///< imported into a decode device when the tool returns
-};
-
-/// How devices are used.
-enum class layout : std::uint8_t {
-  three_stage, ///< prefill devices, then decode devices; tools on CPU domains, asynchronously
-  monolithic,  ///< one device prefills and decodes, and its slot is held while a tool runs
-};
-
-/// Which waiting request the router serves first when a device frees up.
-enum class schedule_policy : std::uint8_t {
-  fcfs, ///< first come, first served
-  plas, ///< least attained service first: the session that received fewer tokens so far
-};
-
-/// "discard", "pin", "demote" (and the like for the other enums).
-std::string_view to_string(kv_policy p) noexcept;
-/// "three_stage" or "monolithic".
-std::string_view to_string(layout l) noexcept;
-/// "fcfs" or "plas".
-std::string_view to_string(schedule_policy p) noexcept;
-
-/// Defaults of the orchestration layer.
-namespace defaults::orchestration {
-/// KV across tool calls.
-inline constexpr kv_policy kv = kv_policy::pin;
-/// Device layout.
-inline constexpr layout device_layout = layout::three_stage;
-/// Scheduling of waiting requests.
-inline constexpr schedule_policy schedule = schedule_policy::fcfs;
-/// Requests that may wait for a device at once; beyond that new ones are refused.
-inline constexpr std::size_t max_waiting = 1024;
-/// What a refusal tells the caller to wait before retrying.
-inline constexpr std::chrono::milliseconds retry_after{200};
-/// Completion tokens of a request when it gives none.
-inline constexpr std::uint32_t max_tokens = 256;
-/// Tool calls one request may make before it is ended.
-inline constexpr std::uint32_t max_tool_calls = 16;
-/// How long one tool call may run.
-inline constexpr std::chrono::milliseconds tool_deadline{30'000};
-/// How long the router sends nothing to a device that answered busy, unless one of its slots
-/// is released sooner.
-inline constexpr std::chrono::milliseconds busy_backoff{5};
-/// Sessions whose attained service the router remembers; beyond, the least recently served
-/// half is forgotten (they start again from zero).
-inline constexpr std::size_t tracked_sessions = 65536;
-} // namespace defaults::orchestration
-
-/// Orchestration settings; every field documented where declared.
-struct orchestration_options {
-  kv_policy kv = defaults::orchestration::kv;                     ///< KV across tool calls
-  layout device_layout = defaults::orchestration::device_layout;  ///< device layout
-  schedule_policy schedule = defaults::orchestration::schedule;   ///< waiting order
-  std::size_t max_waiting = defaults::orchestration::max_waiting; ///< bounded wait queue
-  std::chrono::milliseconds retry_after = defaults::orchestration::retry_after;     ///< on refusal
-  std::chrono::milliseconds tool_deadline = defaults::orchestration::tool_deadline; ///< per call
-  /// Requests one device serves at once (router slots); 0 = the device's max_sequences.
-  std::size_t device_slots = 0;
-};
 
 /// One LLM call of an agent: a conversation to continue, possibly through tool calls.
 struct chat_request {
@@ -149,6 +85,7 @@ using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 struct request_metrics {
   /// `triad_request_transitions_total{state}`, indexed by request_state.
   std::array<counter*, 8> entered{};
+  counter* device_retries = nullptr;  ///< `triad_request_device_retries_total`
   histogram* total_seconds = nullptr; ///< `triad_request_seconds`: submit to end
   histogram* ttft_seconds = nullptr;  ///< `triad_request_ttft_seconds`: submit to first token
   /// Registers them in `registry`.

@@ -40,10 +40,16 @@ public:
   caf::behavior make_behavior() override {
     return {
         [this](route_atom, route_order& order) -> caf::result<route_reply> {
-          if (!any_qualifies(order.stage))
-            return route_reply{false, {}, {}, "no device serves this stage", 0};
+          if (!any_qualifies(order.stage, order.avoid))
+            return route_reply{false,
+                               {},
+                               {},
+                               order.avoid.empty() ? "no device serves this stage"
+                                                   : "no device left for this stage: " +
+                                                         join(order.avoid) + " failed this request",
+                               0};
           auto& queue = waiting_[static_cast<std::size_t>(order.stage)];
-          if (auto* d = pick(order.stage); d != nullptr && queue.empty())
+          if (auto* d = pick(order.stage, order.avoid); d != nullptr && queue.empty())
             return grant(*d);
           if (waiting() >= options_.max_waiting) {
             auto ms = static_cast<std::uint32_t>(options_.retry_after.count());
@@ -60,7 +66,7 @@ public:
           if (options_.schedule == schedule_policy::plas)
             if (auto it = ledger_.find(order.session); it != ledger_.end())
               priority = it->second.tokens;
-          queue.emplace(key{priority, next_order_++}, promise);
+          queue.emplace(key{priority, next_order_++}, waiter{promise, std::move(order.avoid)});
           serve();
           return promise;
         },
@@ -101,8 +107,8 @@ public:
 
   void on_exit() override {
     for (auto& queue : waiting_) {
-      for (auto& [k, promise] : queue)
-        promise.deliver(route_reply{false, {}, {}, "the node is stopping", 0});
+      for (auto& [k, w] : queue)
+        w.promise.deliver(route_reply{false, {}, {}, "the node is stopping", 0});
       queue.clear();
     }
   }
@@ -116,6 +122,10 @@ private:
   // Waiting order: (priority, arrival); priority is 0 under FCFS, the session's attained
   // service at arrival under PLAS.
   using key = std::pair<std::uint64_t, std::uint64_t>;
+  struct waiter {
+    caf::response_promise promise;
+    std::vector<std::string> avoid;
+  };
   struct service {
     std::uint64_t tokens = 0; // computed for the session so far
     std::uint64_t last = 0;   // when it was last served (a sequence number)
@@ -128,9 +138,20 @@ private:
     return nullptr;
   }
 
-  bool any_qualifies(route_stage stage) const {
+  static bool avoided(const device& d, const std::vector<std::string>& avoid) {
+    return std::find(avoid.begin(), avoid.end(), d.info.name) != avoid.end();
+  }
+
+  static std::string join(const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names)
+      out += (out.empty() ? "" : ", ") + n;
+    return out;
+  }
+
+  bool any_qualifies(route_stage stage, const std::vector<std::string>& avoid) const {
     for (const auto& d : devices_)
-      if (qualifies(d.info.role, stage))
+      if (qualifies(d.info.role, stage) && !avoided(d, avoid))
         return true;
     return false;
   }
@@ -143,10 +164,11 @@ private:
   }
 
   // The qualifying device with the most free slots; ties go to the first in config order.
-  device* pick(route_stage stage) {
+  device* pick(route_stage stage, const std::vector<std::string>& avoid) {
     device* best = nullptr;
     for (auto& d : devices_) {
-      if (!qualifies(d.info.role, stage) || d.said_busy || d.used >= d.info.slots)
+      if (!qualifies(d.info.role, stage) || d.said_busy || d.used >= d.info.slots ||
+          avoided(d, avoid))
         continue;
       if (best == nullptr || d.info.slots - d.used > best->info.slots - best->used)
         best = &d;
@@ -164,12 +186,12 @@ private:
   // first (stages share devices of role both).
   void serve() {
     for (;;) {
-      std::map<key, caf::response_promise>* best = nullptr;
+      std::map<key, waiter>* best = nullptr;
       route_stage best_stage = route_stage::any;
       for (std::size_t i = 0; i < waiting_.size(); ++i) {
         auto& queue = waiting_[i];
         auto stage = static_cast<route_stage>(i);
-        if (queue.empty() || pick(stage) == nullptr)
+        if (queue.empty() || pick(stage, queue.begin()->second.avoid) == nullptr)
           continue;
         if (best == nullptr || queue.begin()->first < best->begin()->first) {
           best = &queue;
@@ -179,9 +201,9 @@ private:
       if (best == nullptr)
         return;
       auto head = best->begin();
-      auto promise = std::move(head->second);
+      auto w = std::move(head->second);
       best->erase(head);
-      promise.deliver(grant(*pick(best_stage)));
+      w.promise.deliver(grant(*pick(best_stage, w.avoid)));
     }
   }
 
@@ -199,8 +221,8 @@ private:
 
   orchestration_options options_;
   std::vector<device> devices_;
-  std::array<std::map<key, caf::response_promise>, 3> waiting_; // by route_stage
-  std::unordered_map<std::string, service> ledger_;             // attained service by session
+  std::array<std::map<key, waiter>, 3> waiting_;    // by route_stage
+  std::unordered_map<std::string, service> ledger_; // attained service by session
   std::uint64_t next_order_ = 0;
   std::uint64_t served_seq_ = 0;
 };

@@ -39,6 +39,7 @@ enum class route_stage : std::uint8_t {
 struct route_order {
   route_stage stage = route_stage::any; ///< which devices qualify
   std::string session;                  ///< for PLAS: whose attained service counts
+  std::vector<std::string> avoid;       ///< devices that failed this request: never these
 };
 
 /// The router's answer.

@@ -144,9 +144,9 @@ triad::expected<outcome> run(const setting& st, const std::vector<session_spec>&
   }
   triad::node_options opts;
   opts.tools = bench_tools();
-  opts.orchestration.device_layout = st.device_layout;
-  opts.orchestration.kv = st.kv;
-  opts.orchestration.device_slots = slots;
+  config.orchestration.device_layout = st.device_layout;
+  config.orchestration.kv = st.kv;
+  config.orchestration.device_slots = slots;
   auto started = triad::node::start(config, opts);
   if (!started)
     return started.error();

@@ -368,7 +368,14 @@ private:
       for (auto id : frees)
         be->free(id);
       auto cpu = thread_cpu_seconds();
-      result->output = be->step(items);
+      try {
+        result->output = be->step(items);
+      } catch (const std::exception& e) { // a backend bug must not leave the step unanswered
+        result->output =
+            make_error(errc::system_error, std::string{"the backend threw: "} + e.what());
+      } catch (...) {
+        result->output = make_error(errc::system_error, "the backend threw");
+      }
       result->cpu_seconds = thread_cpu_seconds() - cpu;
       result->kv = be->kv();
       caf::anon_send(self, step_done_atom::value, result);

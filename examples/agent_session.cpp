@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     d.memory_mib = 256;
   triad::node_options options;
   options.tools = tools;
-  options.orchestration.kv = triad::kv_policy::pin;
+  config.orchestration.kv = triad::kv_policy::pin; // the default; "discard" and "demote" too
   auto node = triad::node::start(config, options);
   if (!node) {
     std::fprintf(stderr, "example: the node did not start: %s\n", node.error().message.c_str());

@@ -44,8 +44,9 @@ constexpr int_range page_tokens_range{1, 4096};
 constexpr std::size_t max_device_name_length = 64;
 constexpr std::string_view device_name_allowed = "1..64 characters from A-Z, a-z, 0-9, '_' and '-'";
 
-constexpr std::string_view root_keys[] = {"topology", "scheduler", "tools",   "memory",
-                                          "limits",   "model",     "devices", "sim_profiles"};
+constexpr std::string_view root_keys[] = {"topology",      "scheduler", "tools",
+                                          "memory",        "limits",    "model",
+                                          "orchestration", "devices",   "sim_profiles"};
 constexpr std::string_view topology_keys[] = {"source", "xml", "synthetic", "bind_threads"};
 constexpr std::string_view scheduler_keys[] = {"orchestration_domains", "threads_per_domain",
                                                "moderate_sleep_us", "poll_attempts"};
@@ -54,6 +55,15 @@ constexpr std::string_view memory_keys[] = {"arena_mib_per_domain"};
 constexpr std::string_view limits_keys[] = {"max_concurrent_requests", "max_queued_requests",
                                             "max_body_bytes"};
 constexpr std::string_view model_keys[] = {"preset", "dtype", "page_tokens"};
+constexpr std::string_view orchestration_keys[] = {
+    "kv",           "layout",         "schedule",
+    "max_waiting",  "retry_after_ms", "tool_deadline_ms",
+    "device_slots", "device_failure", "max_device_retries"};
+constexpr int_range max_waiting_range{0, 1'000'000};
+constexpr int_range retry_after_ms_range{1, 600'000};
+constexpr int_range tool_deadline_ms_range{1, 86'400'000};
+constexpr int_range device_slots_range{0, 65'536};
+constexpr int_range max_device_retries_range{0, 16};
 constexpr std::string_view device_keys[] = {
     "name",    "backend",    "role",       "topology_device", "domain",
     "profile", "time_scale", "memory_mib", "queue_capacity"};
@@ -101,6 +111,41 @@ constexpr enum_name<model_dtype> model_dtype_names[] = {
     {"bf16", model_dtype::bf16},
     {"f32", model_dtype::f32},
 };
+
+constexpr enum_name<kv_policy> kv_policy_names[] = {
+    {"discard", kv_policy::discard},
+    {"pin", kv_policy::pin},
+    {"demote", kv_policy::demote},
+};
+constexpr enum_name<layout> layout_names[] = {
+    {"three_stage", layout::three_stage},
+    {"monolithic", layout::monolithic},
+};
+constexpr enum_name<schedule_policy> schedule_policy_names[] = {
+    {"fcfs", schedule_policy::fcfs},
+    {"plas", schedule_policy::plas},
+};
+constexpr enum_name<device_failure_policy> device_failure_names[] = {
+    {"retry", device_failure_policy::retry},
+    {"fail", device_failure_policy::fail},
+};
+
+template<class E, std::size_t N>
+constexpr std::string_view name_of(const enum_name<E> (&names)[N], E value) {
+  for (const auto& entry : names)
+    if (entry.value == value)
+      return entry.name;
+  return "unknown";
+}
+
+// orchestration_options' initializers must be the defaults:: names.
+static_assert(name_of(kv_policy_names, orchestration_options{}.kv) == defaults::orchestration::kv);
+static_assert(name_of(layout_names, orchestration_options{}.device_layout) ==
+              defaults::orchestration::device_layout);
+static_assert(name_of(schedule_policy_names, orchestration_options{}.schedule) ==
+              defaults::orchestration::schedule);
+static_assert(name_of(device_failure_names, orchestration_options{}.device_failure) ==
+              defaults::orchestration::device_failure);
 
 /// model_config's `dtype` initializer (model_dtype::bf16) must be defaults::model::dtype.
 constexpr bool default_dtype_is_bf16() {
@@ -691,6 +736,23 @@ void read_model(reader& r, const scope& s, model_config& out) {
   r.integer(s, "page_tokens", page_tokens_range, out.page_tokens);
 }
 
+void read_orchestration(reader& r, const scope& s, orchestration_options& out) {
+  r.check_keys(s, orchestration_keys, "in [orchestration]");
+  r.enumeration(s, "kv", kv_policy_names, out.kv);
+  r.enumeration(s, "layout", layout_names, out.device_layout);
+  r.enumeration(s, "schedule", schedule_policy_names, out.schedule);
+  r.integer(s, "max_waiting", max_waiting_range, out.max_waiting);
+  std::int64_t ms = out.retry_after.count();
+  if (r.integer(s, "retry_after_ms", retry_after_ms_range, ms) == field::valid)
+    out.retry_after = std::chrono::milliseconds{ms};
+  ms = out.tool_deadline.count();
+  if (r.integer(s, "tool_deadline_ms", tool_deadline_ms_range, ms) == field::valid)
+    out.tool_deadline = std::chrono::milliseconds{ms};
+  r.integer(s, "device_slots", device_slots_range, out.device_slots);
+  r.enumeration(s, "device_failure", device_failure_names, out.device_failure);
+  r.integer(s, "max_device_retries", max_device_retries_range, out.max_device_retries);
+}
+
 /// First occurrence of each device or sim profile name, for the duplicate check.
 struct seen_name {
   std::string path;
@@ -918,6 +980,7 @@ node_config read_config(reader& r, const toml::table& document) {
   read_section(r, root, "memory", config.memory, read_memory);
   read_section(r, root, "limits", config.limits, read_limits);
   read_section(r, root, "model", config.model, read_model);
+  read_section(r, root, "orchestration", config.orchestration, read_orchestration);
 
   // Sim profiles first: a sim device may name one defined anywhere in the file.
   sim_profile_names sim_profiles;
@@ -965,6 +1028,22 @@ void append_value(std::string& out, std::string_view key, const T& value) {
 }
 
 } // namespace
+
+std::string_view to_string(kv_policy value) noexcept {
+  return name_of(kv_policy_names, value);
+}
+
+std::string_view to_string(layout value) noexcept {
+  return name_of(layout_names, value);
+}
+
+std::string_view to_string(schedule_policy value) noexcept {
+  return name_of(schedule_policy_names, value);
+}
+
+std::string_view to_string(device_failure_policy value) noexcept {
+  return name_of(device_failure_names, value);
+}
 
 std::string_view to_string(topology_source value) noexcept {
   switch (value) {
@@ -1116,6 +1195,18 @@ std::string to_toml(const node_config& config) {
   append_value(out, "preset", config.model.preset);
   append_value(out, "dtype", std::string{to_string(config.model.dtype)});
   append_value(out, "page_tokens", config.model.page_tokens);
+
+  const auto& o = config.orchestration;
+  out += "\n[orchestration]\n";
+  append_value(out, "kv", std::string{to_string(o.kv)});
+  append_value(out, "layout", std::string{to_string(o.device_layout)});
+  append_value(out, "schedule", std::string{to_string(o.schedule)});
+  append_value(out, "max_waiting", o.max_waiting);
+  append_value(out, "retry_after_ms", static_cast<std::int64_t>(o.retry_after.count()));
+  append_value(out, "tool_deadline_ms", static_cast<std::int64_t>(o.tool_deadline.count()));
+  append_value(out, "device_slots", o.device_slots);
+  append_value(out, "device_failure", std::string{to_string(o.device_failure)});
+  append_value(out, "max_device_retries", o.max_device_retries);
 
   for (const sim_profile_config& profile : config.sim_profiles) {
     out += "\n[[sim_profiles]]\n";

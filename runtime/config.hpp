@@ -163,6 +163,67 @@ struct device_config {
   bool operator==(const device_config&) const = default;
 };
 
+/// Where a request's KV goes while one of its tool calls runs.
+enum class kv_policy : std::uint8_t {
+  discard, ///< freed; the whole conversation is prefilled again after the tool
+  pin,     ///< kept on the decode device (parked) until the tool returns
+  demote,  ///< copied to host memory of the orchestration domain, freed on the device, and
+           ///< imported into a decode device when the tool returns
+};
+
+/// How devices are used.
+enum class layout : std::uint8_t {
+  three_stage, ///< prefill devices, then decode devices; tools on CPU domains, asynchronously
+  monolithic,  ///< one device prefills and decodes, and its slot is held while a tool runs
+};
+
+/// Which waiting request the router serves first when a device frees up.
+enum class schedule_policy : std::uint8_t {
+  fcfs, ///< first come, first served
+  plas, ///< least attained service first: the session that received fewer tokens so far
+};
+
+/// "discard", "pin", "demote" (and the like for the other enums).
+std::string_view to_string(kv_policy p) noexcept;
+/// "three_stage" or "monolithic".
+std::string_view to_string(layout l) noexcept;
+/// "fcfs" or "plas".
+std::string_view to_string(schedule_policy p) noexcept;
+
+/// What happens to the requests of a device whose step failed (the backend reported an error
+/// or threw).
+enum class device_failure_policy : std::uint8_t {
+  retry, ///< each moves to another device (up to max_device_retries times), recomputing its KV
+  fail,  ///< each ends with an error naming the device and the failure
+};
+
+/// "retry" or "fail".
+std::string_view to_string(device_failure_policy p) noexcept;
+
+/// `[orchestration]`: policies of the request actors and the router.
+struct orchestration_options {
+  /// `kv`: "discard", "pin" or "demote": where a request's KV stays while its tools run.
+  kv_policy kv = kv_policy::pin;
+  /// `layout`: "three_stage" or "monolithic".
+  layout device_layout = layout::three_stage;
+  /// `schedule`: "fcfs" or "plas": which waiting request gets a freed device slot.
+  schedule_policy schedule = schedule_policy::fcfs;
+  /// `max_waiting`: requests that may wait for devices at once, 0..1000000; beyond, refused.
+  std::size_t max_waiting = defaults::orchestration::max_waiting;
+  /// `retry_after_ms`: what a refusal tells the caller to wait, 1..600000 ms.
+  std::chrono::milliseconds retry_after = defaults::orchestration::retry_after;
+  /// `tool_deadline_ms`: how long one tool call may run, 1..86400000 ms.
+  std::chrono::milliseconds tool_deadline = defaults::orchestration::tool_deadline;
+  /// `device_slots`: requests one device serves at once (router slots), 0..65536; 0 = the
+  /// device's own admission bound (defaults::device_actor::max_sequences).
+  std::size_t device_slots = 0;
+  /// `device_failure`: "retry" or "fail".
+  device_failure_policy device_failure = device_failure_policy::retry;
+  /// `max_device_retries`: moves to another device per request after failures, 0..16.
+  std::uint32_t max_device_retries = defaults::orchestration::max_device_retries;
+  bool operator==(const orchestration_options&) const = default;
+};
+
 /// The whole node configuration, as read from a TOML file.
 struct node_config {
   topology_config topology;                     ///< `[topology]`
@@ -171,6 +232,7 @@ struct node_config {
   memory_config memory;                         ///< `[memory]`
   limits_config limits;                         ///< `[limits]`
   model_config model;                           ///< `[model]`
+  orchestration_options orchestration;          ///< `[orchestration]`
   std::vector<device_config> devices;           ///< `[[devices]]`
   std::vector<sim_profile_config> sim_profiles; ///< `[[sim_profiles]]`
   bool operator==(const node_config&) const = default;

@@ -89,4 +89,34 @@ inline constexpr double duration_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.
                                               1.0,    2.5,     5.0,    10.0,  30.0,   60.0};
 } // namespace metrics
 
+/// Defaults of the orchestration layer (`[orchestration]` and the request actors).
+namespace orchestration {
+/// KV across tool calls.
+inline constexpr std::string_view kv = "pin";
+/// Device layout.
+inline constexpr std::string_view device_layout = "three_stage";
+/// Scheduling of waiting requests.
+inline constexpr std::string_view schedule = "fcfs";
+/// Requests that may wait for a device at once; beyond that new ones are refused.
+inline constexpr std::size_t max_waiting = 1024;
+/// What a refusal tells the caller to wait before retrying.
+inline constexpr std::chrono::milliseconds retry_after{200};
+/// Completion tokens of a request when it gives none.
+inline constexpr std::uint32_t max_tokens = 256;
+/// What happens to a device's requests when a step fails there ("retry" or "fail").
+inline constexpr std::string_view device_failure = "retry";
+/// Times one request is moved to another device after failures before it fails.
+inline constexpr std::uint32_t max_device_retries = 2;
+/// Tool calls one request may make before it is ended.
+inline constexpr std::uint32_t max_tool_calls = 16;
+/// How long one tool call may run.
+inline constexpr std::chrono::milliseconds tool_deadline{30'000};
+/// How long the router sends nothing to a device that answered busy, unless one of its slots
+/// is released sooner.
+inline constexpr std::chrono::milliseconds busy_backoff{5};
+/// Sessions whose attained service the router remembers; beyond, the least recently served
+/// half is forgotten (they start again from zero).
+inline constexpr std::size_t tracked_sessions = 65536;
+} // namespace orchestration
+
 } // namespace triad::defaults

@@ -1,12 +1,15 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <stdexcept>
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
 #include "actors/node.hpp"
+#include "devices/backend.hpp"
 #include "devices/device.hpp"
+#include "devices/factory.hpp"
 #include "tests/printers.hpp"
 #include "tests/tools/test_support.hpp"
 
@@ -21,9 +24,9 @@ std::unique_ptr<triad::node> start_node(triad::orchestration_options o = {}) {
   config.topology.bind_threads = false;
   for (auto& d : config.devices)
     d.memory_mib = 256;
+  config.orchestration = o;
   triad::node_options opts;
   opts.tools = triad::test::sleeper_registry();
-  opts.orchestration = o;
   auto n = triad::node::start(config, opts);
   BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
   return std::move(*n);
@@ -170,7 +173,7 @@ BOOST_AUTO_TEST_CASE(the_monolithic_layout_runs_the_same_session_on_one_device) 
   config.devices[0].memory_mib = 256;
   triad::node_options opts;
   opts.tools = triad::test::sleeper_registry();
-  opts.orchestration.device_layout = triad::layout::monolithic;
+  config.orchestration.device_layout = triad::layout::monolithic;
   auto n = triad::node::start(config, opts);
   BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
   recorder rec;
@@ -261,6 +264,107 @@ BOOST_AUTO_TEST_CASE(a_draining_node_refuses_new_requests_with_a_reason) {
   const auto& last = rec.wait();
   BOOST_TEST(last.kind == triad::request_event::error);
   BOOST_TEST(last.text.find("draining") != std::string::npos);
+}
+
+// A backend that fails every step from its `after`-th on (a device breaking mid-session), or
+// throws when `throws` is set (a driver-thread fault); everything else goes to `inner`.
+class failing_backend final : public triad::backend {
+public:
+  failing_backend(std::unique_ptr<triad::backend> inner, int after, bool throws)
+      : inner_(std::move(inner))
+      , after_(after)
+      , throws_(throws) {}
+  const triad::model_shape& shape() const noexcept override { return inner_->shape(); }
+  std::string kernel() const override { return inner_->kernel(); }
+  triad::expected<triad::step_output> step(std::span<const triad::step_item> items) override {
+    if (steps_++ >= after_) {
+      if (throws_)
+        throw std::runtime_error{"driver fault"};
+      return triad::make_error(triad::errc::io_error, "injected: the device stopped answering");
+    }
+    return inner_->step(items);
+  }
+  triad::expected<std::vector<std::byte>> export_kv(triad::seq_id s) const override {
+    return inner_->export_kv(s);
+  }
+  triad::expected<void> import_kv(triad::seq_id s, std::span<const std::byte> b) override {
+    return inner_->import_kv(s, b);
+  }
+  void free(triad::seq_id s) override { inner_->free(s); }
+  std::size_t length(triad::seq_id s) const noexcept override { return inner_->length(s); }
+  triad::kv_usage kv() const noexcept override { return inner_->kv(); }
+
+private:
+  std::unique_ptr<triad::backend> inner_;
+  int after_;
+  bool throws_;
+  int steps_ = 0;
+};
+
+// Zero-time sim devices: a prefill device and two decode devices, of which decode0 fails after
+// a few steps (or throws), so an agent session breaks on it mid-decode.
+std::unique_ptr<triad::node> start_failing_node(triad::device_failure_policy policy, bool throws) {
+  auto config = triad::default_config();
+  config.topology.bind_threads = false;
+  config.devices.clear();
+  for (auto [name, role] : {std::pair{"prefill0", triad::device_role::prefill},
+                            std::pair{"decode0", triad::device_role::decode},
+                            std::pair{"decode1", triad::device_role::decode}}) {
+    triad::device_config d;
+    d.name = name;
+    d.backend = triad::device_backend::sim;
+    d.role = role;
+    d.time_scale = 0;
+    config.devices.push_back(d);
+  }
+  config.orchestration.device_failure = policy;
+  triad::node_options opts;
+  opts.tools = triad::test::sleeper_registry();
+  opts.backend_factory =
+      [throws](
+          const triad::node_config& c, const triad::device_config& d,
+          std::shared_ptr<triad::arena> a) -> triad::expected<std::unique_ptr<triad::backend>> {
+    auto be = triad::make_backend(c, d, std::move(a));
+    if (!be || d.name != "decode0")
+      return be;
+    return std::unique_ptr<triad::backend>{
+        std::make_unique<failing_backend>(std::move(*be), 5, throws)};
+  };
+  auto n = triad::node::start(config, opts);
+  BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+  return std::move(*n);
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_decode_device_moves_its_request_to_another) {
+  for (bool throws : {false, true}) {
+    auto n = start_failing_node(triad::device_failure_policy::retry, throws);
+    recorder rec;
+    // The first request goes to decode0 (config order breaks the tie), which fails mid-turn.
+    auto script_len = triad::script_tokens(*agent_request().script).size();
+    n->submit(agent_request(), rec.callback());
+    const auto& last = rec.wait();
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+    BOOST_TEST(last.usage.completion_tokens == script_len); // nothing lost, nothing repeated
+    BOOST_TEST(last.usage.tool_calls == 3u);
+    auto text = n->metrics().render();
+    BOOST_TEST(text.find("triad_request_device_retries_total 1") != std::string::npos, text);
+    // The node keeps serving: a second request completes too (on decode1).
+    recorder again;
+    n->submit(agent_request("s2"), again.callback());
+    BOOST_TEST(again.wait().kind == triad::request_event::done);
+    BOOST_TEST(device_sequences(*n) == 0u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_device_ends_its_request_with_a_clear_error_when_told_to) {
+  auto n = start_failing_node(triad::device_failure_policy::fail, false);
+  recorder rec;
+  n->submit(agent_request(), rec.callback());
+  const auto& last = rec.wait();
+  BOOST_REQUIRE(last.kind == triad::request_event::error);
+  BOOST_TEST(last.text.find("device decode0 failed") != std::string::npos, last.text);
+  BOOST_TEST(last.text.find("the device stopped answering") != std::string::npos, last.text);
+  BOOST_TEST(device_sequences(*n) == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -96,6 +96,15 @@ node_config rich_config() {
   config.model.preset = "small";
   config.model.dtype = model_dtype::f32;
   config.model.page_tokens = 4096;
+  config.orchestration.kv = kv_policy::demote;
+  config.orchestration.device_layout = layout::monolithic;
+  config.orchestration.schedule = schedule_policy::plas;
+  config.orchestration.max_waiting = 0;
+  config.orchestration.retry_after = std::chrono::milliseconds{600'000};
+  config.orchestration.tool_deadline = std::chrono::milliseconds{1};
+  config.orchestration.device_slots = 65'536;
+  config.orchestration.device_failure = device_failure_policy::fail;
+  config.orchestration.max_device_retries = 16;
 
   sim_profile_config fast;
   fast.name = "fast-chip_2";
@@ -322,12 +331,13 @@ BOOST_AUTO_TEST_CASE(unknown_top_level_key_is_an_error) {
                                 "[network]\n"
                                 "port = 8080\n");
   BOOST_TEST(message == "triad.toml:3:2: network = { port = 8080 }: unknown key; allowed keys at "
-                        "top level: topology, scheduler, tools, memory, limits, model, devices, "
-                        "sim_profiles");
+                        "top level: topology, scheduler, tools, memory, limits, model, "
+                        "orchestration, devices, sim_profiles");
 
   check_contains(error_of("colour = \"red\"\n"),
                  {"triad.toml:1:1: ", "colour = \"red\"", "unknown key",
-                  "topology, scheduler, tools, memory, limits, model, devices, sim_profiles"});
+                  "topology, scheduler, tools, memory, limits, model, orchestration, devices, "
+                  "sim_profiles"});
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_a_table_is_an_error) {
@@ -492,6 +502,43 @@ BOOST_AUTO_TEST_CASE(unknown_sim_profile_names_the_built_in_and_user_profiles) {
                         "backend \"sim\"; allowed: \"h100\", \"h200\", \"b200\", \"gaudi3\", "
                         "\"sn40l\", \"sn50\", \"xeon6_amx\" (built-in), \"chip_a\", \"chip-b\" "
                         "([[sim_profiles]])");
+}
+
+BOOST_AUTO_TEST_CASE(orchestration_policies_are_read) {
+  auto c = parse_config("[orchestration]\n"
+                        "kv = \"discard\"\n"
+                        "layout = \"monolithic\"\n"
+                        "schedule = \"plas\"\n"
+                        "max_waiting = 7\n"
+                        "retry_after_ms = 50\n"
+                        "tool_deadline_ms = 1500\n"
+                        "device_slots = 4\n"
+                        "device_failure = \"fail\"\n"
+                        "max_device_retries = 0\n",
+                        "triad.toml");
+  BOOST_REQUIRE_MESSAGE(c.has_value(), (c ? "" : c.error().message));
+  const auto& o = c->orchestration;
+  BOOST_TEST((o.kv == kv_policy::discard));
+  BOOST_TEST((o.device_layout == layout::monolithic));
+  BOOST_TEST((o.schedule == schedule_policy::plas));
+  BOOST_TEST(o.max_waiting == 7u);
+  BOOST_TEST(o.retry_after.count() == 50);
+  BOOST_TEST(o.tool_deadline.count() == 1500);
+  BOOST_TEST(o.device_slots == 4u);
+  BOOST_TEST((o.device_failure == device_failure_policy::fail));
+  BOOST_TEST(o.max_device_retries == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(orchestration_values_out_of_range_are_errors) {
+  BOOST_TEST(error_of("[orchestration]\nkv = \"keep\"\n") ==
+             "triad.toml:2:6: orchestration.kv = \"keep\": not allowed; allowed: \"discard\", "
+             "\"pin\", \"demote\"");
+  check_contains(error_of("[orchestration]\nretry_after_ms = 0\n"),
+                 {"triad.toml:2:18: ", "orchestration.retry_after_ms = 0", "1..600000"});
+  check_contains(error_of("[orchestration]\nmax_device_retries = 17\n"),
+                 {"orchestration.max_device_retries = 17", "0..16"});
+  check_contains(error_of("[orchestration]\nslots = 3\n"),
+                 {"orchestration.slots", "unknown key", "device_slots"});
 }
 
 BOOST_AUTO_TEST_CASE(model_preset_must_be_known) {
