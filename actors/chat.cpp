@@ -14,8 +14,9 @@ void append(std::vector<token>& out, std::string_view text) {
 
 } // namespace
 
-std::vector<token> render_prompt(const std::vector<chat_message>& messages) {
-  std::vector<token> out{tokenizer::bos};
+namespace {
+
+void append_messages(std::vector<token>& out, const std::vector<chat_message>& messages) {
   for (const auto& m : messages) {
     append(out, m.role);
     append(out, ":\n");
@@ -28,6 +29,21 @@ std::vector<token> render_prompt(const std::vector<chat_message>& messages) {
     }
     append(out, "\n");
   }
+}
+
+} // namespace
+
+std::vector<token> render_prompt(const std::vector<chat_message>& messages) {
+  std::vector<token> out{tokenizer::bos};
+  append_messages(out, messages);
+  append(out, "assistant:\n");
+  return out;
+}
+
+std::vector<token> render_turn(const std::vector<chat_message>& messages) {
+  std::vector<token> out;
+  append(out, "\n");
+  append_messages(out, messages);
   append(out, "assistant:\n");
   return out;
 }

@@ -43,6 +43,10 @@ struct generation_script {
 /// model to answer.
 std::vector<token> render_prompt(const std::vector<chat_message>& messages);
 
+/// The tokens new messages add to a conversation that ended (after EOS): a newline, each
+/// message as render_prompt writes it, then "assistant:\n".
+std::vector<token> render_turn(const std::vector<chat_message>& messages);
+
 /// The tokens a tool's output adds to a conversation that stopped at `</tool_call>`: the
 /// output as a "tool" message, then the assistant's cue again.
 std::vector<token> render_tool_result(std::string_view output);

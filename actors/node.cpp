@@ -115,6 +115,15 @@ request_handle node::submit(chat_request request, request_callback on_event) {
   return {id, actor};
 }
 
+caf::actor node::open_session(session_options options) {
+  auto actor = spawn_session(
+      domains_->orchestration(), std::move(options),
+      [this](chat_request r, request_callback cb) { return submit(std::move(r), std::move(cb)); });
+  std::lock_guard<std::mutex> guard{live_->mutex};
+  sessions_.push_back(actor);
+  return actor;
+}
+
 void node::cancel(const request_handle& handle) {
   if (handle.actor)
     caf::anon_send(handle.actor, cancel_atom::value);
@@ -142,6 +151,12 @@ void node::stop() {
   }
   drain(std::chrono::seconds{10});
   stopped_ = true;
+  {
+    std::lock_guard<std::mutex> guard{live_->mutex};
+    for (auto& s : sessions_)
+      caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    sessions_.clear();
+  }
   for (auto& [name, actor] : devices_)
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   if (router_)

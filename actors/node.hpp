@@ -14,6 +14,7 @@
 #include <caf/actor.hpp>
 
 #include "actors/request.hpp"
+#include "actors/session.hpp"
 #include "runtime/config.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
@@ -38,12 +39,6 @@ struct node_options {
   std::function<expected<std::unique_ptr<backend>>(const node_config&, const device_config&,
                                                    std::shared_ptr<arena>)>
       backend_factory;
-};
-
-/// A submitted request: its id, and its actor for those who want to watch it.
-struct request_handle {
-  std::uint64_t id = 0; ///< unique in the node; 0: refused at once (see the error event)
-  caf::actor actor;     ///< the request actor (null when refused)
 };
 
 /// A triad node embedded in a process: the topology, the per-domain actor systems, the device
@@ -84,6 +79,10 @@ public:
   /// or error event, on the request actor's thread (it must not block). While the node drains,
   /// the request is refused with an error event at once and the handle's id is 0.
   request_handle submit(chat_request request, request_callback on_event);
+  /// Opens an agent session (see session.hpp): send it `(turn_atom, turn_request,
+  /// request_callback)` for each turn and `(session_info_atom)` for its history and service.
+  /// It lives until the node stops or it is sent an exit.
+  caf::actor open_session(session_options options);
   /// Cancels a request: its KV is freed and an error event "cancelled" ends it.
   void cancel(const request_handle& handle);
   /// Refuses new requests and waits up to `deadline` for those in flight; true when all ended.
@@ -109,6 +108,7 @@ private:
   /// Requests in flight (shared with their callbacks, which may outlive a stopping node).
   struct live_set;
   std::shared_ptr<live_set> live_;
+  std::vector<caf::actor> sessions_; // told to exit at stop (guarded by live_->mutex)
   bool stopped_ = false;
 };
 

@@ -66,7 +66,13 @@ public:
 
   caf::behavior make_behavior() override {
     start_ = clock_type::now();
-    tokens_ = render_prompt(req_.messages);
+    if (req_.prior) {
+      tokens_ = req_.prior->tokens;
+      auto turn = render_turn(req_.messages);
+      tokens_.insert(tokens_.end(), turn.begin(), turn.end());
+    } else {
+      tokens_ = render_prompt(req_.messages);
+    }
     usage_.prompt_tokens = tokens_.size();
     if (req_.script)
       forced_ = script_tokens(*req_.script);
@@ -75,7 +81,12 @@ public:
       fail("max_tokens must be at least 1");
       return {};
     }
-    begin_prefill();
+    if (req_.prior && req_.prior->kv && req_.prior->kv->tokens < tokens_.size()) {
+      parked_blob_ = req_.prior->kv; // the earlier turns' KV: only this turn's tokens are new
+      begin_decode();
+    } else {
+      begin_prefill();
+    }
     return {
         [this](device_event& e) { on_device(e); },
         [this](tool_result_atom, std::uint64_t, tool_reply& r) { on_tool_result(r); },
@@ -460,7 +471,20 @@ private:
 
   // ---- endings ------------------------------------------------------------------------------
 
-  void finish(std::string reason) { end(request_event::done, std::move(reason)); }
+  // Ends with done; with keep_kv, after copying the KV out of the device that holds it (should
+  // that fail, the next turn recomputes it).
+  void finish(std::string reason) {
+    auto* h = decode_.seq != 0 ? &decode_ : prefill_.seq != 0 ? &prefill_ : nullptr;
+    if (!req_.keep_kv || h == nullptr)
+      return end(request_event::done, std::move(reason));
+    request(h->device, caf::infinite, export_atom::value, h->seq)
+        .then(
+            [this, reason](kv_blob& blob) {
+              kept_kv_ = std::move(blob);
+              end(request_event::done, reason);
+            },
+            [this, reason](caf::error&) { end(request_event::done, reason); });
+  }
 
   void fail(std::string message) { end(request_event::error, std::move(message)); }
 
@@ -474,6 +498,12 @@ private:
     ev.kind = kind;
     ev.text = std::move(text);
     ev.usage = usage_;
+    if (kind == request_event::done) {
+      auto state = std::make_shared<conversation_state>();
+      state->tokens = tokens_;
+      state->kv = std::move(kept_kv_);
+      ev.conversation = std::move(state);
+    }
     auto last = kind == request_event::done ? request_state::done
                 : ev.text == "cancelled"    ? request_state::cancelled
                                             : request_state::failed;
@@ -530,6 +560,7 @@ private:
   std::vector<std::string> failed_devices_; // devices that failed this request
   holding prefill_, decode_;
   std::optional<kv_blob> parked_blob_;
+  std::optional<kv_blob> kept_kv_; // keep_kv: the KV exported at the end
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;
   std::vector<token> call_;     // tokens of the tool call being written
   std::vector<token> appended_; // the tool result's tokens, until they are sent

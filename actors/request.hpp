@@ -13,6 +13,7 @@
 #include <caf/atom.hpp>
 
 #include "actors/chat.hpp"
+#include "devices/device.hpp"
 #include "devices/sampling.hpp"
 #include "runtime/config.hpp"
 #include "runtime/domains.hpp"
@@ -22,10 +23,22 @@ namespace triad {
 
 class tool_service;
 
+/// A conversation as the device saw it at the end of a request: its tokens and, when kept, their
+/// KV. A session carries it from one turn to the next, so the next turn prefills only its new
+/// messages.
+struct conversation_state {
+  std::vector<token> tokens; ///< every token so far (prompt, generated, tool results)
+  std::optional<kv_blob> kv; ///< the KV of a prefix of `tokens` (none: recompute all)
+};
+
 /// One LLM call of an agent: a conversation to continue, possibly through tool calls.
 struct chat_request {
-  std::string session;                ///< the agent session it belongs to (PLAS accounts by it)
-  std::vector<chat_message> messages; ///< the conversation so far
+  std::string session; ///< the agent session it belongs to (PLAS accounts by it)
+  /// The conversation so far; with `prior`, only the messages after it (rendered after its
+  /// tokens with render_turn).
+  std::vector<chat_message> messages;
+  std::shared_ptr<const conversation_state> prior; ///< where an earlier turn ended (optional)
+  bool keep_kv = false; ///< at the end, export the KV into the done event's conversation
   std::uint32_t max_tokens = defaults::orchestration::max_tokens; ///< completion tokens in all
   std::uint32_t max_tool_calls = defaults::orchestration::max_tool_calls; ///< calls in all
   sampling_params sampling;                                               ///< how tokens are chosen
@@ -72,6 +85,9 @@ struct request_event {
                               ///< request_state); done: the finish reason; error: the message
   std::string arguments_json; ///< tool_call: the arguments
   request_usage usage;        ///< done: counts and timings
+  /// done: the conversation's tokens (and its KV when the request asked keep_kv), for the next
+  /// turn's `prior`.
+  std::shared_ptr<const conversation_state> conversation;
 };
 
 /// Receives a request's events, on the request actor's thread: it must not block.
@@ -98,6 +114,12 @@ struct request_context {
   tool_service* tools = nullptr; ///< the node's tool domains (null: no tools hosted)
   orchestration_options options; ///< policies
   request_metrics metrics;       ///< where transitions are counted
+};
+
+/// A submitted request: its id, and its actor for those who want to watch it.
+struct request_handle {
+  std::uint64_t id = 0; ///< unique in the node; 0: refused at once (see the error event)
+  caf::actor actor;     ///< the request actor (null when refused)
 };
 
 /// Spawns the actor of one request in `home` (an orchestration domain); it starts at once and

@@ -117,6 +117,10 @@ inline constexpr std::chrono::milliseconds busy_backoff{5};
 /// Sessions whose attained service the router remembers; beyond, the least recently served
 /// half is forgotten (they start again from zero).
 inline constexpr std::size_t tracked_sessions = 65536;
+/// Turns one agent session may take.
+inline constexpr std::uint32_t session_max_turns = 256;
+/// Tokens one session's conversation may reach; a turn that starts beyond it is refused.
+inline constexpr std::uint64_t session_max_tokens = 1u << 20;
 } // namespace orchestration
 
 } // namespace triad::defaults
