@@ -205,11 +205,11 @@ triad::expected<outcome> run(const setting& st, const std::vector<session_spec>&
 int main(int argc, char** argv) {
   CLI::App app{"triad-bench-agentic: three_stage vs monolithic, pin/demote vs discard, on "
                "simulated H200 prefill and SN40L decode devices"};
-  std::string json_path;
-  bool quick = false;
+  triad::bench::common_options common;
+  auto& json_path = common.json_path;
+  auto& quick = common.quick;
   std::uint64_t seed = 7;
-  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
-  app.add_flag("--quick", quick, "fewer sessions, time_scale 5 (under 60 s)");
+  triad::bench::add_common_options(app, common, "fewer sessions, time_scale 5");
   app.add_option("--seed", seed, "workload seed");
   CLI11_PARSE(app, argc, argv);
 

@@ -80,11 +80,11 @@ struct matmul_set {
 
 int main(int argc, char** argv) {
   CLI::App app{"triad-bench-cpu: cpu backend prefill and decode against oneDNN matmuls alone"};
-  std::string json_path;
-  bool quick = false;
+  triad::bench::common_options common;
+  auto& json_path = common.json_path;
+  auto& quick = common.quick;
   std::string model = "small";
-  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
-  app.add_flag("--quick", quick, "smaller inputs (under 60 s)");
+  triad::bench::add_common_options(app, common, "smaller inputs");
   app.add_option("--model", model, "model preset")->check(CLI::IsMember({"tiny", "small"}));
   CLI11_PARSE(app, argc, argv);
 

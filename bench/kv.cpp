@@ -123,10 +123,10 @@ std::vector<triad::block_id> fill(caf::scoped_actor& self, const triad::kv_store
 int main(int argc, char** argv) {
   CLI::App app{"triad-bench-kv: KV store transfers against memcpy, block operation rate, and "
                "memory per block actor"};
-  std::string json_path;
-  bool quick = false;
-  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
-  app.add_flag("--quick", quick, "smaller inputs (under 60 s)");
+  triad::bench::common_options common;
+  auto& json_path = common.json_path;
+  auto& quick = common.quick;
+  triad::bench::add_common_options(app, common, "smaller inputs");
   CLI11_PARSE(app, argc, argv);
 
   auto small = triad::model_preset("small");

@@ -168,10 +168,10 @@ double thread_pingpong_us(std::size_t rounds) {
 int main(int argc, char** argv) {
   CLI::App app{"triad-bench-messaging: actor messaging throughput and round trips, raw CAF vs "
                "triad homed actors, in-domain, cross-domain and from a driver thread"};
-  std::string json_path;
-  bool quick = false;
-  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
-  app.add_flag("--quick", quick, "smaller inputs (under 60 s)");
+  triad::bench::common_options common;
+  auto& json_path = common.json_path;
+  auto& quick = common.quick;
+  triad::bench::add_common_options(app, common, "smaller inputs");
   CLI11_PARSE(app, argc, argv);
 
   std::size_t messages = quick ? 200'000 : 2'000'000;

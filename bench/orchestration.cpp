@@ -186,10 +186,10 @@ run_result run(triad::node& n, std::size_t sessions, std::size_t rounds, std::ui
 int main(int argc, char** argv) {
   CLI::App app{"triad-bench-orchestration: triad's CPU time per token and per request on "
                "zero-time sim devices, against raw CAF messages"};
-  std::string json_path;
-  bool quick = false;
-  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
-  app.add_flag("--quick", quick, "smaller runs (under 60 s)");
+  triad::bench::common_options common;
+  auto& json_path = common.json_path;
+  auto& quick = common.quick;
+  triad::bench::add_common_options(app, common, "smaller runs");
   std::vector<std::size_t> session_counts = {1, 10, 100, 1000};
   app.add_option("--sessions", session_counts, "concurrent session counts to run")
       ->check(CLI::PositiveNumber);

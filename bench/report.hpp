@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>
 
 namespace triad::bench {
@@ -20,6 +21,18 @@ struct report {
   /// Prints metrics and ratios, one per line.
   void print() const;
 };
+
+/// What every benchmark's command line has: `--json PATH` and `--quick`.
+struct common_options {
+  std::string json_path; ///< where the report goes (empty: printed only)
+  bool quick = false;    ///< smaller inputs, under 60 s
+};
+
+/// Adds --json and --quick to `app`; `quick_help` says what --quick shrinks.
+inline void add_common_options(CLI::App& app, common_options& out, const std::string& quick_help) {
+  app.add_option("--json", out.json_path, "write {\"metrics\", \"ratios\"} to this file");
+  app.add_flag("--quick", out.quick, quick_help + " (under 60 s)");
+}
 
 /// The median of a sample (copied, so the caller's order is kept).
 inline double median(std::vector<double> xs) {

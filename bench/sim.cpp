@@ -107,10 +107,10 @@ double measure_attention_rate() {
 
 int main(int argc, char** argv) {
   CLI::App app{"triad-bench-sim: roofline predictions against the cpu backend, measured here"};
-  std::string json_path;
-  bool quick = false;
-  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
-  app.add_flag("--quick", quick, "fewer points (under 60 s)");
+  triad::bench::common_options common;
+  auto& json_path = common.json_path;
+  auto& quick = common.quick;
+  triad::bench::add_common_options(app, common, "fewer points");
   CLI11_PARSE(app, argc, argv);
 
   auto shape = *triad::model_preset("small");

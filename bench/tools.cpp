@@ -47,10 +47,10 @@ double fork_exec_us() {
 
 int main(int argc, char** argv) {
   CLI::App app{"triad-bench-tools: sandbox latency against fork/exec, compile calls/s"};
-  std::string json_path;
-  bool quick = false;
-  app.add_option("--json", json_path, "write {\"metrics\", \"ratios\"} to this file");
-  app.add_flag("--quick", quick, "fewer repetitions (under 60 s)");
+  triad::bench::common_options common;
+  auto& json_path = common.json_path;
+  auto& quick = common.quick;
+  triad::bench::add_common_options(app, common, "fewer repetitions");
   CLI11_PARSE(app, argc, argv);
 
   const int runs = quick ? 60 : 400;
