@@ -72,9 +72,9 @@ expected<model_shape> model_preset(std::string_view name) {
     m.max_context = 8192;
     m.seed = 0x7417'0002;
   } else if (name == "llama3-8b") {
-    // Llama-3-8B's shape, for sim devices only (its weights are never built): 8.0e9 parameters
-    // with the byte tokenizer's 320-token vocabulary instead of 128256 (the output layer and
-    // embedding of the real model add 1.0e9).
+    // Llama-3-8B's shape, for sim devices only (its weights are never built): 7.0e9 parameters
+    // with the byte tokenizer's 320-token vocabulary; the real model's 128256-token embedding
+    // and output layer add 1.0e9 (8.0e9 in all).
     m.layers = 32;
     m.hidden = 4096;
     m.heads = 32;
