@@ -37,9 +37,9 @@ struct driver_stats {
   std::size_t refused = 0;   ///< try_submit calls answered full or stopped
   std::size_t failed = 0;    ///< jobs that threw (counted as completed too)
   std::size_t queued = 0;    ///< accepted and not yet completed
-  /// CPU time of the driver thread so far (jobs and waiting for them), as of its last job or
-  /// idle wake-up: it has a core of its own by the placement plan, so cost accounting of the
-  /// actors can leave it out.
+  /// CPU time of the driver thread so far (jobs and waiting for them), as of its last idle
+  /// wake-up (every 5 ms without work) or every 64th job: it has a core of its own by the
+  /// placement plan, so cost accounting of the actors can leave it out.
   double cpu_seconds = 0;
 };
 
