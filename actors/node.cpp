@@ -56,6 +56,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     device_options o;
     o.name = dev.name;
     o.role = dev.role;
+    o.queue_capacity = dev.queue_capacity;
     if (bind)
       o.driver_cpus = {placed->driver_cpu};
     o.topo = machine ? n->topo_.get() : nullptr;

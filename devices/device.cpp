@@ -533,14 +533,14 @@ expected<caf::actor> spawn_device(domain& home, std::unique_ptr<backend> be,
   if (be == nullptr)
     return make_error(errc::invalid_argument, "device '" + options.name + "': no backend");
   if (options.max_sequences == 0 || options.step_token_budget == 0 ||
-      options.max_prefill_chunk == 0)
-    return make_error(errc::invalid_argument,
-                      "device '" + options.name +
-                          "': max_sequences, step_token_budget and max_prefill_chunk must be >= 1");
-  // One step in flight plus frees: a small queue suffices and bounds the driver's backlog.
+      options.max_prefill_chunk == 0 || options.queue_capacity == 0)
+    return make_error(errc::invalid_argument, "device '" + options.name +
+                                                  "': max_sequences, step_token_budget, "
+                                                  "max_prefill_chunk and queue_capacity must be "
+                                                  ">= 1");
   driver_options d;
   d.name = "drv." + options.name;
-  d.capacity = 4;
+  d.capacity = options.queue_capacity;
   d.cpus = options.driver_cpus;
   d.topo = options.topo;
   auto driver = driver_thread::start(std::move(d));

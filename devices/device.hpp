@@ -151,6 +151,9 @@ struct device_options {
   std::size_t max_sequences = defaults::device_actor::max_sequences; ///< admission bound, >= 1
   std::size_t step_token_budget = defaults::device_actor::step_token_budget; ///< >= 1
   std::size_t max_prefill_chunk = defaults::device_actor::max_prefill_chunk; ///< >= 1
+  /// Jobs (steps, exports, imports, frees) queued to the driver thread at once, >= 1; more
+  /// wait in the device actor, in order (`[[devices]] queue_capacity`).
+  std::size_t queue_capacity = defaults::device::queue_capacity;
   std::vector<unsigned> driver_cpus;   ///< where the driver thread binds (empty: unbound)
   const topology* topo = nullptr;      ///< topology for binding (this machine only)
   metrics_registry* metrics = nullptr; ///< where per-device metrics go (may be null)

@@ -294,10 +294,18 @@ private:
       auto r = relieve(loc);
       if (r == relief::freed)
         continue;
-      if (r == relief::started || moves_in_flight_ > 0)
-        return room::wait;
+      if (r == relief::started || moves_in_flight_ > 0 || any_busy(loc))
+        return room::wait; // a block still being filled or read may be evictable once idle
       return room::busy;
     }
+  }
+
+  // Whether a block at `loc` is busy; it becomes idle by itself, and then wakes the waiters.
+  bool any_busy(int loc) const {
+    for (const auto& [id, b] : blocks_)
+      if (b.loc == loc && b.busy)
+        return true;
+    return false;
   }
 
   // Runs `step` now, and again whenever a move completes, until it reports done.

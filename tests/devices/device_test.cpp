@@ -284,6 +284,30 @@ BOOST_AUTO_TEST_CASE(kv_exported_from_a_prefill_device_decodes_on_another) {
   BOOST_TEST(joined == reference);
 }
 
+BOOST_AUTO_TEST_CASE(a_burst_of_exports_past_the_driver_queue_is_answered_in_full) {
+  // A driver queue of one job: the exports wait in the actor's backlog instead of failing.
+  triad::device_options o;
+  o.queue_capacity = 1;
+  device_fixture f{o};
+  caf::scoped_actor self{f.dom->system()};
+  const std::size_t n = 6;
+  for (triad::seq_id s = 1; s <= n; ++s)
+    BOOST_REQUIRE(f.submit(self, f.request(s, 20, 2, self)).accepted);
+  f.collect(self, n);
+  std::vector<caf::response_handle<caf::blocking_actor, caf::message, true>> pending;
+  for (triad::seq_id s = 1; s <= n; ++s)
+    pending.push_back(self->request(f.device, caf::infinite, triad::export_atom::value, s));
+  std::size_t answered = 0;
+  for (auto& p : pending)
+    p.receive(
+        [&](triad::kv_blob& b) {
+          BOOST_TEST(b.tokens == 21u); // the prompt and the first token (the second was last)
+          ++answered;
+        },
+        [&](caf::error& e) { BOOST_FAIL("export failed: " << to_string(e)); });
+  BOOST_TEST(answered == n);
+}
+
 BOOST_AUTO_TEST_CASE(an_import_without_a_token_past_the_kv_is_refused) {
   device_fixture f;
   caf::scoped_actor self{f.dom->system()};
