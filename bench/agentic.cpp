@@ -119,27 +119,56 @@ std::map<std::string, double> busy_seconds(triad::node& n) {
   return out;
 }
 
-triad::expected<outcome> run(const setting& st, const std::vector<session_spec>& work,
-                             double time_scale, std::size_t slots) {
+// The devices a run uses: sim (the headline: H200 prefill, SN40L decode, llama3-8b shape) or
+// cpu (this machine's cores, the tiny preset, real computation).
+struct hardware {
+  triad::device_backend backend = triad::device_backend::sim;
+  std::string preset;
+  struct device {
+    std::string name, profile;
+    triad::device_role role; // in the three-stage layout; monolithic makes every device "both"
+  };
+  std::vector<device> devices;
+};
+
+hardware sim_hardware() {
+  return {triad::device_backend::sim,
+          "llama3-8b",
+          {{"h200-0", "h200", triad::device_role::prefill},
+           {"h200-1", "h200", triad::device_role::prefill},
+           {"sn40l-0", "sn40l", triad::device_role::decode},
+           {"sn40l-1", "sn40l", triad::device_role::decode}}};
+}
+
+hardware cpu_hardware() {
+  return {triad::device_backend::cpu,
+          "tiny",
+          {{"cpu-prefill", "", triad::device_role::prefill},
+           {"cpu-decode", "", triad::device_role::decode}}};
+}
+
+triad::expected<outcome> run(const setting& st, const hardware& hw,
+                             const std::vector<session_spec>& work, double time_scale,
+                             std::size_t slots) {
   auto config = triad::default_config();
   config.topology.source = triad::topology_source::synthetic;
   config.topology.synthetic = "pack:2 numa:2 core:16 pu:1";
   config.topology.bind_threads = false;
   config.scheduler.threads_per_domain = 1;
   config.tools.cores = 32; // enough tool workers that tools never queue
-  config.model.preset = "llama3-8b";
+  config.model.preset = hw.preset;
   config.devices.clear();
   bool mono = st.device_layout == triad::layout::monolithic;
-  for (auto [name, profile, role] : {std::tuple{"h200-0", "h200", triad::device_role::prefill},
-                                     std::tuple{"h200-1", "h200", triad::device_role::prefill},
-                                     std::tuple{"sn40l-0", "sn40l", triad::device_role::decode},
-                                     std::tuple{"sn40l-1", "sn40l", triad::device_role::decode}}) {
+  for (const auto& dev : hw.devices) {
     triad::device_config d;
-    d.name = name;
-    d.backend = triad::device_backend::sim;
-    d.profile = profile;
-    d.role = mono ? triad::device_role::both : role;
-    d.time_scale = time_scale;
+    d.name = dev.name;
+    d.backend = hw.backend;
+    d.profile = dev.profile;
+    d.role = mono ? triad::device_role::both : dev.role;
+    if (hw.backend == triad::device_backend::sim)
+      d.time_scale = time_scale;
+    else
+      d.memory_mib = 256;
     config.devices.push_back(d);
   }
   triad::node_options opts;
@@ -187,9 +216,12 @@ triad::expected<outcome> run(const setting& st, const std::vector<session_spec>&
   out.makespan_s = std::chrono::duration<double>(clock_type::now() - start).count() * time_scale;
   auto busy1 = busy_seconds(n);
   std::size_t np = 0, nd = 0;
-  for (auto& [name, b] : busy1) {
-    double frac = (b - busy0[name]) / out.makespan_s;
-    if (name.rfind("h200", 0) == 0)
+  for (const auto& dev : hw.devices) {
+    // Modelled busy seconds for sim devices, real ones for cpu devices.
+    double frac =
+        (busy1[dev.name] - busy0[dev.name]) /
+        (hw.backend == triad::device_backend::sim ? out.makespan_s : out.makespan_s / time_scale);
+    if (dev.role == triad::device_role::prefill)
       out.prefill_busy += frac, ++np;
     else
       out.decode_busy += frac, ++nd;
@@ -210,12 +242,20 @@ int main(int argc, char** argv) {
   auto& quick = common.quick;
   std::uint64_t seed = 7;
   triad::bench::add_common_options(app, common, "fewer sessions, time_scale 5");
+  std::string backend = "sim";
+  app.add_option("--backend", backend,
+                 "sim: simulated H200 prefill + SN40L decode (the headline); cpu: this "
+                 "machine's cores with the tiny preset, real computation, 8 sessions")
+      ->check(CLI::IsMember({"sim", "cpu"}));
   app.add_option("--seed", seed, "workload seed");
   CLI11_PARSE(app, argc, argv);
 
-  const double time_scale = quick ? 5.0 : 1.0;
-  const std::size_t sessions = quick ? 48 : 96;
-  const std::size_t slots = 8; // per device, in every setting
+  const bool cpu = backend == "cpu";
+  const auto hw = cpu ? cpu_hardware() : sim_hardware();
+  // cpu devices run in real time, so their tools do too.
+  const double time_scale = quick && !cpu ? 5.0 : 1.0;
+  const std::size_t sessions = cpu ? 8 : quick ? 48 : 96;
+  const std::size_t slots = cpu ? 4 : 8; // per device, in every setting
   auto work = make_workload(sessions, seed, time_scale);
   const std::vector<setting> settings = {
       {"three_stage_pin", triad::layout::three_stage, triad::kv_policy::pin},
@@ -228,7 +268,7 @@ int main(int argc, char** argv) {
   std::map<std::string, outcome> results;
   std::uint64_t errors = 0;
   for (const auto& st : settings) {
-    auto r = run(st, work, time_scale, slots);
+    auto r = run(st, hw, work, time_scale, slots);
     if (!r) {
       std::fprintf(stderr, "triad-bench-agentic: %s: %s\n", st.name.c_str(),
                    r.error().message.c_str());
@@ -262,7 +302,9 @@ int main(int argc, char** argv) {
   rep.metrics["slots_per_device"] = slots;
   rep.metrics["time_scale"] = time_scale;
   rep.metrics["seed"] = seed;
-  rep.metrics["simulated"] = "sim devices (roofline, llama3-8b shape); tools sleep";
+  rep.metrics["backend"] = backend;
+  rep.metrics["simulated"] = cpu ? "tools sleep (devices compute for real)"
+                                 : "sim devices (roofline, llama3-8b shape); tools sleep";
   rep.ratios["three_stage_over_monolithic_throughput"] =
       tput("three_stage_pin") / tput("monolithic");
   rep.ratios["monolithic_over_three_stage_session_p99"] =
