@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
 #include <caf/all.hpp>
 
+#include "devices/device.hpp"
 #include "runtime/homed_actor.hpp"
 
 namespace triad {
@@ -14,6 +16,7 @@ namespace triad {
 namespace {
 
 using unbusy_atom = caf::atom_constant<caf::atom("unbusy")>;
+using poll_atom = caf::atom_constant<caf::atom("poll")>;
 
 bool qualifies(device_role role, route_stage stage) {
   switch (stage) {
@@ -34,11 +37,26 @@ public:
       : homed_actor(cfg)
       , options_(std::move(options)) {
     for (auto& d : devices)
-      devices_.push_back({std::move(d), 0, false});
+      devices_.push_back({std::move(d), 0, false, unknown_kv});
   }
 
   caf::behavior make_behavior() override {
+    poll();
     return {
+        [this](poll_atom) { poll(); },
+        [this](refresh_atom) -> caf::result<bool> {
+          // Answered once every device has answered (or failed to) a fresh stats request.
+          auto promise = make_response_promise<bool>();
+          auto left = std::make_shared<std::size_t>(devices_.size());
+          if (*left == 0)
+            return true;
+          for (std::size_t i = 0; i < devices_.size(); ++i)
+            ask_stats(i, [promise, left]() mutable {
+              if (--*left == 0)
+                promise.deliver(true);
+            });
+          return promise;
+        },
         [this](route_atom, route_order& order) -> caf::result<route_reply> {
           if (!any_qualifies(order.stage, order.avoid))
             return route_reply{false,
@@ -114,11 +132,32 @@ public:
   }
 
 private:
+  static constexpr std::size_t unknown_kv = std::numeric_limits<std::size_t>::max();
   struct device {
     routed_device info;
     std::size_t used;
     bool said_busy;
+    std::size_t kv_free; // KV pages free at the last stats answer (unknown_kv: none yet)
   };
+
+  // Asks device `i` for its stats, keeps its free KV pages, then runs `then`.
+  void ask_stats(std::size_t i, std::function<void()> then) {
+    request(devices_[i].info.actor, defaults::orchestration::stats_interval, stats_atom::value)
+        .then(
+            [this, i, then](device_stats& st) {
+              devices_[i].kv_free =
+                  st.kv_pages_total > st.kv_pages_used ? st.kv_pages_total - st.kv_pages_used : 0;
+              then();
+            },
+            [then](caf::error&) { then(); }); // keeps the last figure
+  }
+
+  // Refreshes every device's free KV pages, and again after stats_interval.
+  void poll() {
+    for (std::size_t i = 0; i < devices_.size(); ++i)
+      ask_stats(i, [] {});
+    delayed_send(this, defaults::orchestration::stats_interval, poll_atom::value);
+  }
   // Waiting order: (priority, arrival); priority is 0 under FCFS, the session's attained
   // service at arrival under PLAS.
   using key = std::pair<std::uint64_t, std::uint64_t>;
@@ -163,14 +202,21 @@ private:
     return n;
   }
 
-  // The qualifying device with the most free slots; ties go to the first in config order.
+  // The qualifying device with a free slot that is best for `stage`: for decode the most free
+  // KV pages (a decode holds its KV for long), then the most free slots; for prefill the most
+  // free slots. Ties go to the first in config order.
   device* pick(route_stage stage, const std::vector<std::string>& avoid) {
     device* best = nullptr;
+    auto better = [stage](const device& a, const device& b) {
+      if (stage == route_stage::decode && a.kv_free != b.kv_free)
+        return a.kv_free > b.kv_free;
+      return a.info.slots - a.used > b.info.slots - b.used;
+    };
     for (auto& d : devices_) {
       if (!qualifies(d.info.role, stage) || d.said_busy || d.used >= d.info.slots ||
           avoided(d, avoid))
         continue;
-      if (best == nullptr || d.info.slots - d.used > best->info.slots - best->used)
+      if (best == nullptr || better(d, *best))
         best = &d;
     }
     return best;

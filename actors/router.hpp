@@ -24,6 +24,9 @@ using device_busy_atom = caf::atom_constant<caf::atom("devbusy")>;
 /// tokens)`, tokens computed for it on a device (prefilled and generated). PLAS orders waiting
 /// requests by the sum.
 using served_atom = caf::atom_constant<caf::atom("served")>;
+/// Refreshes the router's view of every device's free KV pages (it also polls them every
+/// defaults::orchestration::stats_interval): `(refresh_atom)` -> true once all answered.
+using refresh_atom = caf::atom_constant<caf::atom("refresh")>;
 /// Asks for a session's attained service: `(attained_atom, std::string session)` ->
 /// std::uint64_t tokens (0 for a session the router does not know).
 using attained_atom = caf::atom_constant<caf::atom("attained")>;
@@ -59,9 +62,12 @@ struct routed_device {
   std::size_t slots = 1;                ///< requests it serves at once
 };
 
-/// Spawns the router in `home`. It hands each request the qualifying device with the most free
-/// slots (ties: config order), never one that said busy since its last release (or within
-/// defaults::orchestration::busy_backoff). A request with no device free waits, up to
+/// Spawns the router in `home`. It hands each request a qualifying device with a free slot:
+/// for decode the one with the most free KV pages (polled from the devices), then the most
+/// free slots; for prefill the most free slots (ties: config order); never one that said busy
+/// since its last release (or within defaults::orchestration::busy_backoff). Prefill routing
+/// does not look at cached prefixes: devices keep none across requests (sessions carry their
+/// own KV). A request with no device free waits, up to
 /// `options.max_waiting` in all, beyond which it is refused "overloaded, retry after N ms".
 /// When a slot frees, the waiting request served first is the earliest (FCFS) or the one whose
 /// session has received the fewest tokens so far, as reported with served_atom, earliest

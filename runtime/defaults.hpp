@@ -117,6 +117,8 @@ inline constexpr std::chrono::milliseconds busy_backoff{5};
 /// Sessions whose attained service the router remembers; beyond, the least recently served
 /// half is forgotten (they start again from zero).
 inline constexpr std::size_t tracked_sessions = 65536;
+/// How often the router asks the devices for their free KV pages.
+inline constexpr std::chrono::milliseconds stats_interval{50};
 /// Turns one agent session may take.
 inline constexpr std::uint32_t session_max_turns = 256;
 /// Tokens one session's conversation may reach; a turn that starts beyond it is refused.

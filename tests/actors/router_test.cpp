@@ -2,6 +2,7 @@
 #include <caf/all.hpp>
 
 #include "actors/router.hpp"
+#include "devices/device.hpp"
 #include "tests/actors/support.hpp"
 
 namespace {
@@ -9,11 +10,12 @@ namespace {
 using namespace std::chrono_literals;
 
 // A router over one device with one slot, in the orchestration domain of a test node; the
-// device actor is a stand-in (the router only hands it out).
+// device actor is a stand-in (the router hands it out and asks it for stats).
 struct router_fixture {
   std::unique_ptr<triad::node> node = triad::test::start_node();
   caf::scoped_actor self{node->domains().orchestration().system()};
-  caf::actor device = self->spawn([]() -> caf::behavior { return {[](int) {}}; });
+  caf::actor device = self->spawn(
+      []() -> caf::behavior { return {[](triad::stats_atom) { return triad::device_stats{}; }}; });
   caf::actor router;
 
   explicit router_fixture(triad::schedule_policy policy) {
@@ -85,6 +87,41 @@ BOOST_AUTO_TEST_CASE(a_request_is_never_sent_to_a_device_that_failed_it) {
       .receive([&](triad::route_reply& r) { reason = r.ok ? "granted" : r.reason; },
                [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); });
   BOOST_TEST(reason == "no device left for this stage: dev0 failed this request");
+}
+
+BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
+  auto node = triad::test::start_node();
+  auto& home = node->domains().orchestration();
+  caf::scoped_actor self{home.system()};
+  // Stand-in decode devices that report how many KV pages they hold.
+  auto device_using = [&](std::size_t used) {
+    return self->spawn([used]() -> caf::behavior {
+      return {[used](triad::stats_atom) {
+        triad::device_stats st;
+        st.kv_pages_total = 100;
+        st.kv_pages_used = used;
+        return st;
+      }};
+    });
+  };
+  auto full = device_using(90), roomy = device_using(10);
+  auto router = triad::spawn_router(home,
+                                    {{"full", triad::device_role::decode, full, 1},
+                                     {"roomy", triad::device_role::decode, roomy, 1}},
+                                    triad::orchestration_options{});
+  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
+  self->request(router, 30s, triad::refresh_atom::value).receive([](bool) {}, fail);
+  std::vector<std::string> order;
+  for (int i = 0; i < 2; ++i)
+    self->request(router, 30s, triad::route_atom::value,
+                  triad::route_order{triad::route_stage::decode, "s", {}})
+        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
+  // Config order would give "full" first; its KV is nearly used up. Once "roomy"'s one slot is
+  // taken, "full" is next.
+  std::vector<std::string> expected = {"roomy", "full"};
+  BOOST_TEST(order == expected, boost::test_tools::per_element());
+  for (auto& a : {router, full, roomy})
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
