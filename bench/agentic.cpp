@@ -103,12 +103,6 @@ struct outcome {
   double prefill_busy = 0, decode_busy = 0; // busy fraction, mean over the devices of a pool
 };
 
-double percentile(std::vector<double> xs, double p) {
-  std::sort(xs.begin(), xs.end());
-  auto i = static_cast<std::size_t>(p * static_cast<double>(xs.size() - 1) + 0.5);
-  return xs[std::min(i, xs.size() - 1)];
-}
-
 std::map<std::string, double> busy_seconds(triad::node& n) {
   caf::scoped_actor self{n.domains().orchestration().system()};
   std::map<std::string, double> out;
@@ -276,7 +270,8 @@ int main(int argc, char** argv) {
     }
     errors += r->errors;
     auto tput = static_cast<double>(r->completion_tokens) / r->makespan_s;
-    auto p50 = percentile(r->session_s, 0.5), p99 = percentile(r->session_s, 0.99);
+    auto p50 = triad::bench::percentile(r->session_s, 0.5),
+         p99 = triad::bench::percentile(r->session_s, 0.99);
     std::printf("%-20s %7.1f tokens/s  session p50 %6.2f s  p99 %6.2f s  prefilled %8llu  busy "
                 "prefill %.2f decode %.2f\n",
                 st.name.c_str(), tput, p50, p99, static_cast<unsigned long long>(r->prefill_tokens),
@@ -297,7 +292,9 @@ int main(int argc, char** argv) {
   auto tput = [&](const std::string& s) {
     return static_cast<double>(results[s].completion_tokens) / results[s].makespan_s;
   };
-  auto p = [&](const std::string& s, double q) { return percentile(results[s].session_s, q); };
+  auto p = [&](const std::string& s, double q) {
+    return triad::bench::percentile(results[s].session_s, q);
+  };
   rep.metrics["sessions"] = sessions;
   rep.metrics["slots_per_device"] = slots;
   rep.metrics["time_scale"] = time_scale;

@@ -34,6 +34,14 @@ inline void add_common_options(CLI::App& app, common_options& out, const std::st
   app.add_flag("--quick", out.quick, quick_help + " (under 60 s)");
 }
 
+/// The p-quantile (0..1) of a non-empty sample, nearest rank (copied, so the caller's order is
+/// kept).
+inline double percentile(std::vector<double> xs, double p) {
+  std::sort(xs.begin(), xs.end());
+  auto i = static_cast<std::size_t>(p * static_cast<double>(xs.size() - 1) + 0.5);
+  return xs[std::min(i, xs.size() - 1)];
+}
+
 /// The median of a sample (copied, so the caller's order is kept).
 inline double median(std::vector<double> xs) {
   if (xs.empty())

@@ -22,12 +22,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-double percentile(std::vector<double> xs, double p) {
-  std::sort(xs.begin(), xs.end());
-  auto i = static_cast<std::size_t>(p * static_cast<double>(xs.size() - 1) + 0.5);
-  return xs[std::min(i, xs.size() - 1)];
-}
-
 // Microseconds to fork, exec /bin/true and reap it, without any isolation.
 double fork_exec_us() {
   auto start = clock_type::now();
@@ -153,16 +147,17 @@ int main(int argc, char** argv) {
   triad::bench::report out;
   out.quick = quick;
   out.metrics["runs"] = runs;
-  out.metrics["sandbox_p50_us"] = percentile(sandboxed, 0.5);
-  out.metrics["sandbox_p99_us"] = percentile(sandboxed, 0.99);
-  out.metrics["forkexec_p50_us"] = percentile(plain, 0.5);
-  out.metrics["forkexec_p99_us"] = percentile(plain, 0.99);
+  out.metrics["sandbox_p50_us"] = triad::bench::percentile(sandboxed, 0.5);
+  out.metrics["sandbox_p99_us"] = triad::bench::percentile(sandboxed, 0.99);
+  out.metrics["forkexec_p50_us"] = triad::bench::percentile(plain, 0.5);
+  out.metrics["forkexec_p99_us"] = triad::bench::percentile(plain, 0.99);
   out.metrics["compile_calls_per_s"] = compiles / compile_s;
   out.metrics["corpus_chunks"] = n_chunks;
   out.metrics["index_build_s"] = build_s;
   out.metrics["queries_per_s"] = queries / search_s;
   out.metrics["recall_at_10"] = static_cast<double>(agree) / (10.0 * queries);
-  out.ratios["sandbox_over_forkexec"] = percentile(sandboxed, 0.5) / percentile(plain, 0.5);
+  out.ratios["sandbox_over_forkexec"] =
+      triad::bench::percentile(sandboxed, 0.5) / triad::bench::percentile(plain, 0.5);
   out.print();
   if (!json_path.empty() && !out.write(json_path))
     return 1;

@@ -5,7 +5,6 @@
 #include <map>
 
 #include <cstring>
-#include <ctime>
 
 #include <caf/all.hpp>
 
@@ -24,14 +23,7 @@ struct step_result {
   std::vector<std::size_t> tokens; // tokens computed per item
   expected<step_output> output = make_error(errc::invalid_argument, "not run");
   kv_usage kv;
-  double cpu_seconds = 0; // driver thread CPU time inside the backend's step
 };
-
-double thread_cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
 } // namespace
 } // namespace triad
@@ -367,7 +359,6 @@ private:
     auto job = [be = backend_, items = std::move(items), result, self, frees] {
       for (auto id : frees)
         be->free(id);
-      auto cpu = thread_cpu_seconds();
       try {
         result->output = be->step(items);
       } catch (const std::exception& e) { // a backend bug must not leave the step unanswered
@@ -376,7 +367,6 @@ private:
       } catch (...) {
         result->output = make_error(errc::system_error, "the backend threw");
       }
-      result->cpu_seconds = thread_cpu_seconds() - cpu;
       result->kv = be->kv();
       caf::anon_send(self, step_done_atom::value, result);
     };
@@ -398,8 +388,6 @@ private:
   void on_step(step_result& r) {
     in_flight_ = false;
     kv_ = r.kv;
-    stats_.backend_cpu_seconds += r.cpu_seconds;
-    stats_.backend_cpu_seconds += r.cpu_seconds;
     if (!r.output) {
       if (r.output.error().code == errc::exhausted && preempt_one())
         return schedule();
@@ -489,7 +477,6 @@ private:
 
   device_stats snapshot() const {
     auto st = stats_;
-    st.driver_cpu_seconds = driver_->stats().cpu_seconds;
     st.sequences = seqs_.size();
     for (const auto& [id, s] : seqs_) {
       st.waiting += s.state == seq_state::waiting;

@@ -1,7 +1,6 @@
 #include "runtime/bridge.hpp"
 
 #include <chrono>
-#include <ctime>
 
 #include <pthread.h>
 
@@ -16,17 +15,6 @@ struct driver_thread::queue {
   moodycamel::BlockingConcurrentQueue<driver_job> jobs;
   moodycamel::ProducerToken owner; // one producer queue, so the owner's jobs stay in order
 };
-
-namespace {
-
-std::uint64_t thread_cpu_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-} // namespace
 
 std::string_view to_string(submit_result value) noexcept {
   switch (value) {
@@ -123,14 +111,10 @@ void driver_thread::run(std::shared_ptr<std::atomic<int>> bind_state) {
         failed_.fetch_add(1, std::memory_order_relaxed);
       }
       job = driver_job{};
-      // Reading the thread's CPU clock is a system call: once every 64 jobs, and when idle.
-      if ((completed_.load(std::memory_order_relaxed) & 63) == 0)
-        cpu_ns_.store(thread_cpu_ns(), std::memory_order_relaxed);
       completed_.fetch_add(1, std::memory_order_release);
       pending_.fetch_sub(1);
       continue;
     }
-    cpu_ns_.store(thread_cpu_ns(), std::memory_order_relaxed);
     if (stopping_.load() && pending_.load() == 0)
       return;
   }
@@ -149,7 +133,6 @@ driver_stats driver_thread::stats() const noexcept {
   s.refused = refused_.load(std::memory_order_relaxed);
   s.failed = failed_.load(std::memory_order_relaxed);
   s.queued = pending_.load();
-  s.cpu_seconds = static_cast<double>(cpu_ns_.load(std::memory_order_relaxed)) * 1e-9;
   return s;
 }
 

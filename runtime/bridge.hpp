@@ -37,10 +37,6 @@ struct driver_stats {
   std::size_t refused = 0;   ///< try_submit calls answered full or stopped
   std::size_t failed = 0;    ///< jobs that threw (counted as completed too)
   std::size_t queued = 0;    ///< accepted and not yet completed
-  /// CPU time of the driver thread so far (jobs and waiting for them), as of its last idle
-  /// wake-up (every 5 ms without work) or every 64th job: it has a core of its own by the
-  /// placement plan, so cost accounting of the actors can leave it out.
-  double cpu_seconds = 0;
 };
 
 /// Options of a driver thread; every field documented where declared.
@@ -108,7 +104,6 @@ private:
   std::atomic<std::size_t> completed_{0};
   std::atomic<std::size_t> refused_{0};
   std::atomic<std::size_t> failed_{0};
-  std::atomic<std::uint64_t> cpu_ns_{0};
   std::thread thread_;
 };
 
