@@ -57,6 +57,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     o.name = dev.name;
     o.role = dev.role;
     o.queue_capacity = dev.queue_capacity;
+    o.prefix_cache = dev.prefix_cache;
     if (bind)
       o.driver_cpus = {placed->driver_cpu};
     o.topo = machine ? n->topo_.get() : nullptr;
@@ -80,6 +81,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->router = n->router_;
   ctx->tools = n->tools_.get();
   ctx->options = config.orchestration;
+  ctx->page_tokens = config.model.page_tokens;
   ctx->metrics = request_metrics::attach(n->metrics_);
   n->context_ = std::move(ctx);
   return n;

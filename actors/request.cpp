@@ -123,13 +123,16 @@ private:
     std::string name;
     seq_id seq = 0;   // 0: no sequence there
     bool slot = true; // holds one of the router's slots of the device
+    bool cache_counted = false; // the device's prefix-cache hit was taken off prefill_tokens
   };
 
   // Asks the router for a device of `s`, then runs `next` with it.
   void route(route_stage s, std::function<void(holding)> next) {
     auto asked = clock_type::now();
     enter(stage::queued);
-    route_order order{s, req_.session, failed_devices_};
+    route_order order{s, req_.session, failed_devices_, {}};
+    if (s != route_stage::decode && reuse_prefix())
+      order.prefix = chain_hashes(tokens_, ctx_->page_tokens);
     request(ctx_->router, caf::infinite, route_atom::value, order)
         .then(
             [this, next, asked](route_reply& r) {
@@ -160,9 +163,17 @@ private:
     g.max_new_tokens = max_new;
     g.stop = {tokenizer::tool_call_end};
     g.sink = caf::actor_cast<caf::actor>(this);
+    g.reuse_prefix = reuse_prefix();
     if (produced_ < forced_.size())
       g.forced.assign(forced_.begin() + static_cast<std::ptrdiff_t>(produced_), forced_.end());
     return g;
+  }
+
+  // Whether devices may start from a cached prefix: always, but for the recompute after a tool
+  // call under the discard policy (which is what discard measures).
+  bool reuse_prefix() const {
+    return ctx_->options.kv != kv_policy::discard || usage_.tool_calls == 0 ||
+           ctx_->options.device_layout == layout::monolithic;
   }
 
   std::uint32_t left() const { return budget_ > produced_ ? budget_ - produced_ : 0; }
@@ -272,6 +283,14 @@ private:
     bool from_decode = decode_.seq == e.seq && decode_.seq != 0;
     if (!from_prefill && !from_decode)
       return; // a sequence already let go
+    auto& held = from_prefill ? prefill_ : decode_;
+    if (e.cached != 0 && !held.cache_counted) {
+      // Admission counted the whole prompt as prefilled; the device reused this much of it.
+      held.cache_counted = true;
+      usage_.cached_tokens += e.cached;
+      usage_.prefill_tokens -= std::min<std::uint64_t>(usage_.prefill_tokens, e.cached);
+      unreported_ -= std::min<std::uint64_t>(unreported_, e.cached);
+    }
     switch (e.kind) {
     case device_event::token:
       on_token(e.tok);

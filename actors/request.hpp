@@ -65,6 +65,7 @@ struct request_usage {
   std::uint64_t prompt_tokens = 0;     ///< tokens of the rendered conversation
   std::uint64_t completion_tokens = 0; ///< tokens generated
   std::uint64_t prefill_tokens = 0;    ///< tokens prefilled on devices, recomputation included
+  std::uint64_t cached_tokens = 0;     ///< prompt tokens a device found in its prefix cache
   std::uint32_t tool_calls = 0;        ///< tool calls made
   double queued_s = 0;                 ///< waiting for devices, in all
   double ttft_s = 0;                   ///< submit to first token
@@ -114,6 +115,9 @@ struct request_context {
   tool_service* tools = nullptr; ///< the node's tool domains (null: no tools hosted)
   orchestration_options options; ///< policies
   request_metrics metrics;       ///< where transitions are counted
+  /// Tokens per KV page of the node's devices: prompts are hashed page by page for
+  /// prefix-aware routing.
+  std::size_t page_tokens = defaults::model::page_tokens;
 };
 
 /// A submitted request: its id, and its actor for those who want to watch it.

@@ -37,7 +37,7 @@ public:
       : homed_actor(cfg)
       , options_(std::move(options)) {
     for (auto& d : devices)
-      devices_.push_back({std::move(d), 0, false, unknown_kv});
+      devices_.push_back({std::move(d), 0, false, unknown_kv, {}});
   }
 
   caf::behavior make_behavior() override {
@@ -67,8 +67,8 @@ public:
                                                          join(order.avoid) + " failed this request",
                                0};
           auto& queue = waiting_[static_cast<std::size_t>(order.stage)];
-          if (auto* d = pick(order.stage, order.avoid); d != nullptr && queue.empty())
-            return grant(*d);
+          if (auto* d = pick(order.stage, order.avoid, order.prefix); d != nullptr && queue.empty())
+            return grant(*d, order.prefix);
           if (waiting() >= options_.max_waiting) {
             auto ms = static_cast<std::uint32_t>(options_.retry_after.count());
             return route_reply{false,
@@ -84,7 +84,8 @@ public:
           if (options_.schedule == schedule_policy::plas)
             if (auto it = ledger_.find(order.session); it != ledger_.end())
               priority = it->second.tokens;
-          queue.emplace(key{priority, next_order_++}, waiter{promise, std::move(order.avoid)});
+          queue.emplace(key{priority, next_order_++},
+                        waiter{promise, std::move(order.avoid), std::move(order.prefix)});
           serve();
           return promise;
         },
@@ -114,7 +115,7 @@ public:
           e.tokens += tokens;
           e.last = ++served_seq_;
           if (ledger_.size() > defaults::orchestration::tracked_sessions)
-            forget_oldest_half();
+            forget_oldest_half(ledger_, [](const service& e) { return e.last; });
         },
         [this](attained_atom, std::string& session) -> std::uint64_t {
           auto it = ledger_.find(session);
@@ -138,6 +139,7 @@ private:
     std::size_t used;
     bool said_busy;
     std::size_t kv_free; // KV pages free at the last stats answer (unknown_kv: none yet)
+    std::unordered_map<block_hash, std::uint64_t> prefixes; // prompt pages sent -> when
   };
 
   // Asks device `i` for its stats, keeps its free KV pages, then runs `then`.
@@ -164,6 +166,7 @@ private:
   struct waiter {
     caf::response_promise promise;
     std::vector<std::string> avoid;
+    std::vector<block_hash> prefix;
   };
   struct service {
     std::uint64_t tokens = 0; // computed for the session so far
@@ -202,28 +205,52 @@ private:
     return n;
   }
 
+  // Pages at the start of `prefix` that were sent to `d` before.
+  static std::size_t cached_run(const device& d, const std::vector<block_hash>& prefix) {
+    std::size_t n = 0;
+    while (n < prefix.size() && d.prefixes.count(prefix[n]) != 0)
+      ++n;
+    return n;
+  }
+
   // The qualifying device with a free slot that is best for `stage`: for decode the most free
-  // KV pages (a decode holds its KV for long), then the most free slots; for prefill the most
-  // free slots. Ties go to the first in config order.
-  device* pick(route_stage stage, const std::vector<std::string>& avoid) {
+  // KV pages (a decode holds its KV for long), then the most free slots; for prefill the
+  // longest run of `prefix` sent there before, then the most free slots. Ties go to the first
+  // in config order.
+  device* pick(route_stage stage, const std::vector<std::string>& avoid,
+               const std::vector<block_hash>& prefix) {
     device* best = nullptr;
-    auto better = [stage](const device& a, const device& b) {
-      if (stage == route_stage::decode && a.kv_free != b.kv_free)
-        return a.kv_free > b.kv_free;
-      return a.info.slots - a.used > b.info.slots - b.used;
-    };
+    std::size_t best_run = 0;
     for (auto& d : devices_) {
       if (!qualifies(d.info.role, stage) || d.said_busy || d.used >= d.info.slots ||
           avoided(d, avoid))
         continue;
-      if (best == nullptr || better(d, *best))
+      auto run = prefix.empty() ? 0 : cached_run(d, prefix);
+      bool better = best == nullptr;
+      if (!better && stage == route_stage::decode && d.kv_free != best->kv_free)
+        better = d.kv_free > best->kv_free;
+      else if (!better && run != best_run)
+        better = run > best_run;
+      else if (!better)
+        better = d.info.slots - d.used > best->info.slots - best->used;
+      if (better) {
         best = &d;
+        best_run = run;
+      }
     }
     return best;
   }
 
-  route_reply grant(device& d) {
+  // Hands out a slot of `d`, remembering the prompt pages it will cache.
+  route_reply grant(device& d, const std::vector<block_hash>& prefix) {
     ++d.used;
+    if (!prefix.empty()) {
+      auto now = ++prefix_seq_;
+      for (auto h : prefix)
+        d.prefixes[h] = now;
+      if (d.prefixes.size() > defaults::orchestration::tracked_prefixes)
+        forget_oldest_half(d.prefixes, [](std::uint64_t v) { return v; });
+    }
     return route_reply{true, d.info.actor, d.info.name, {}, 0};
   }
 
@@ -237,7 +264,10 @@ private:
       for (std::size_t i = 0; i < waiting_.size(); ++i) {
         auto& queue = waiting_[i];
         auto stage = static_cast<route_stage>(i);
-        if (queue.empty() || pick(stage, queue.begin()->second.avoid) == nullptr)
+        if (queue.empty())
+          continue;
+        const auto& head = queue.begin()->second;
+        if (pick(stage, head.avoid, head.prefix) == nullptr)
           continue;
         if (best == nullptr || queue.begin()->first < best->begin()->first) {
           best = &queue;
@@ -249,20 +279,22 @@ private:
       auto head = best->begin();
       auto w = std::move(head->second);
       best->erase(head);
-      w.promise.deliver(grant(*pick(best_stage, w.avoid)));
+      w.promise.deliver(grant(*pick(best_stage, w.avoid, w.prefix), w.prefix));
     }
   }
 
-  // Bounds the ledger: forgets the least recently served half of the sessions.
-  void forget_oldest_half() {
+  // Bounds a map of entries stamped with when they were last used (`stamp` reads it): forgets
+  // the least recently used half.
+  template<class Map, class Stamp>
+  static void forget_oldest_half(Map& map, Stamp stamp) {
     std::vector<std::uint64_t> lasts;
-    lasts.reserve(ledger_.size());
-    for (const auto& [name, e] : ledger_)
-      lasts.push_back(e.last);
+    lasts.reserve(map.size());
+    for (const auto& [k, v] : map)
+      lasts.push_back(stamp(v));
     auto mid = lasts.begin() + static_cast<std::ptrdiff_t>(lasts.size() / 2);
     std::nth_element(lasts.begin(), mid, lasts.end());
     auto cut = *mid;
-    std::erase_if(ledger_, [cut](const auto& kv) { return kv.second.last < cut; });
+    std::erase_if(map, [cut, &stamp](const auto& kv) { return stamp(kv.second) < cut; });
   }
 
   orchestration_options options_;
@@ -271,6 +303,7 @@ private:
   std::unordered_map<std::string, service> ledger_; // attained service by session
   std::uint64_t next_order_ = 0;
   std::uint64_t served_seq_ = 0;
+  std::uint64_t prefix_seq_ = 0;
 };
 
 } // namespace

@@ -8,6 +8,7 @@
 #include <caf/atom.hpp>
 
 #include "actors/request.hpp"
+#include "devices/prefix_hash.hpp"
 #include "runtime/config.hpp"
 
 namespace triad {
@@ -43,6 +44,9 @@ struct route_order {
   route_stage stage = route_stage::any; ///< which devices qualify
   std::string session;                  ///< for PLAS: whose attained service counts
   std::vector<std::string> avoid;       ///< devices that failed this request: never these
+  /// Prefill: chain_hashes of the prompt's full pages (empty: no prefix preference). The
+  /// device that was sent the longest run of them goes first.
+  std::vector<block_hash> prefix;
 };
 
 /// The router's answer.
@@ -64,10 +68,13 @@ struct routed_device {
 
 /// Spawns the router in `home`. It hands each request a qualifying device with a free slot:
 /// for decode the one with the most free KV pages (polled from the devices), then the most
-/// free slots; for prefill the most free slots (ties: config order); never one that said busy
-/// since its last release (or within defaults::orchestration::busy_backoff). Prefill routing
-/// does not look at cached prefixes: devices keep none across requests (sessions carry their
-/// own KV). A request with no device free waits, up to
+/// free slots; for prefill (and the monolithic layout) the one with the longest cached prefix
+/// of the prompt, then the most free slots (ties: config order); never one that said busy
+/// since its last release (or within defaults::orchestration::busy_backoff). The cached
+/// prefixes are the router's own record of the prompts it sent each device (their page hashes,
+/// the defaults::orchestration::tracked_prefixes most recent per device): an approximation of
+/// the devices' prefix caches, which evict on their own; a wrong guess costs only recompute.
+/// A request with no device free waits, up to
 /// `options.max_waiting` in all, beyond which it is refused "overloaded, retry after N ms".
 /// When a slot frees, the waiting request served first is the earliest (FCFS) or the one whose
 /// session has received the fewest tokens so far, as reported with served_atom, earliest

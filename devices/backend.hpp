@@ -34,6 +34,7 @@ struct step_output {
 struct kv_usage {
   std::size_t pages_total = 0; ///< pages the memory budget holds
   std::size_t pages_used = 0;  ///< pages held by sequences
+  std::size_t pages_cached = 0; ///< pages held only by the prefix cache (evicted when needed)
   std::size_t page_tokens = 0; ///< tokens per page
   std::size_t page_bytes = 0;  ///< bytes per page (all layers, K and V)
   std::size_t sequences = 0;   ///< live sequences
@@ -65,8 +66,14 @@ public:
   virtual expected<std::vector<std::byte>> export_kv(seq_id seq) const = 0;
   /// Recreates a sequence from export_kv's bytes; errors on a shape mismatch or damage.
   virtual expected<void> import_kv(seq_id seq, std::span<const std::byte> bytes) = 0;
-  /// Drops a sequence and returns its pages; unknown ids are ignored.
+  /// Drops a sequence and returns its pages (published ones stay in the prefix cache); unknown
+  /// ids are ignored.
   virtual void free(seq_id seq) = 0;
+  /// Creates `seq` (not known yet) on the longest cached prefix of `tokens` (whole pages, at
+  /// least one token left to compute) and returns the tokens it covers; 0 on a miss.
+  virtual std::size_t attach_prefix(seq_id seq, std::span<const token> tokens) = 0;
+  /// Offers the full pages of `seq`, whose first tokens are `tokens`, to the prefix cache.
+  virtual void publish(seq_id seq, std::span<const token> tokens) = 0;
   /// Tokens held for a sequence (0 when unknown).
   virtual std::size_t length(seq_id seq) const noexcept = 0;
   /// KV cache usage.

@@ -20,7 +20,9 @@ using import_done_atom = caf::atom_constant<caf::atom("importdone")>;
 // What a step needs back: per item its sequence and logits, or the step's error.
 struct step_result {
   std::vector<seq_id> seqs;
-  std::vector<std::size_t> tokens; // tokens computed per item
+  std::vector<std::size_t> tokens; // tokens the item moves its sequence on (computed or cached)
+  std::vector<std::size_t> cached; // of those, tokens found in the prefix cache
+  std::vector<int> row;            // the item's row of the output's logits; -1: not computed
   expected<step_output> output = make_error(errc::invalid_argument, "not run");
   kv_usage kv;
 };
@@ -45,6 +47,7 @@ struct device_metrics {
   histogram* batch = nullptr;
   histogram* step_tokens = nullptr;
   histogram* step_seconds = nullptr;
+  counter* cached = nullptr;
 
   void attach(metrics_registry& r, const std::string& name) {
     labels l{{"device", name}};
@@ -59,6 +62,8 @@ struct device_metrics {
                                  {1, 2, 4, 8, 16, 32, 64, 128}, l));
     step_tokens = take(r.add_histogram("triad_device_step_tokens", "tokens per step",
                                        {1, 4, 16, 64, 256, 1024, 4096}, l));
+    cached = take(r.add_counter("triad_device_prefix_cached_tokens_total",
+                                "prompt tokens whose KV came from the prefix cache", l));
     step_seconds = take(
         r.add_histogram("triad_device_step_seconds", "step time", default_duration_buckets(), l));
   }
@@ -185,6 +190,8 @@ private:
     generate_request req;
     std::vector<token> tokens; // prompt, generated and appended tokens
     std::size_t computed = 0;  // tokens whose KV the backend holds
+    std::size_t cached = 0;    // of those, tokens attached from the prefix cache (whole pages)
+    bool lookup = false;       // look the prompt up in the prefix cache before computing it
     std::uint32_t generated = 0;
     seq_state state = seq_state::waiting;
     bool finished = false;
@@ -224,6 +231,7 @@ private:
     sequence s;
     s.tokens = req.prompt;
     s.state = importing ? seq_state::importing : seq_state::waiting;
+    s.lookup = !importing && options_.prefix_cache && req.reuse_prefix;
     s.pick = std::make_unique<sampler>(req.sampling);
     s.admitted_order = next_order_++;
     s.req = std::move(req);
@@ -234,9 +242,21 @@ private:
   }
 
   void release(seq_id id) {
-    seqs_.erase(id);
-    // The backend is only touched on the driver thread.
-    submit([be = backend_, id] { be->free(id); });
+    auto it = seqs_.find(id);
+    std::vector<token> computed;
+    if (it != seqs_.end() && options_.prefix_cache && it->second.computed > 0) {
+      const auto& t = it->second.tokens;
+      computed.assign(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(it->second.computed));
+    }
+    if (it != seqs_.end())
+      seqs_.erase(it);
+    // The backend is only touched on the driver thread; the KV's full pages go into the prefix
+    // cache before the sequence lets go of them.
+    submit([be = backend_, id, computed = std::move(computed)] {
+      if (!computed.empty())
+        be->publish(id, computed);
+      be->free(id);
+    });
     update_gauges();
   }
 
@@ -287,7 +307,9 @@ private:
     std::size_t used = 0;
     for (auto& [id, s] : seqs_) {
       order.push_back(&s);
-      used += pages_for(s.computed);
+      // Pages attached from the prefix cache are shared: counted as free here (an estimate;
+      // the backend's reservation is exact and answers exhausted when it is wrong).
+      used += pages_for(s.computed) - s.cached / kv_.page_tokens;
     }
     std::size_t free_pages = kv_.pages_total > used ? kv_.pages_total - used : 0;
     std::sort(order.begin(), order.end(),
@@ -349,18 +371,54 @@ private:
     if (items.empty())
       return;
     auto result = std::make_shared<step_result>();
-    for (const auto& it : items) {
-      result->seqs.push_back(it.seq);
-      result->tokens.push_back(it.tokens.size());
+    // Sequences computed from their first token look their prompt up in the prefix cache first,
+    // on the driver thread, just before the step.
+    std::vector<std::pair<std::size_t, std::vector<token>>> lookups;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      auto* s = find(items[i].seq);
+      result->seqs.push_back(items[i].seq);
+      result->tokens.push_back(items[i].tokens.size());
+      result->cached.push_back(0);
+      result->row.push_back(static_cast<int>(i));
+      if (s->lookup && s->computed == 0) {
+        lookups.emplace_back(i, s->tokens);
+        s->lookup = false;
+      }
     }
     auto frees = std::move(pending_frees_);
     pending_frees_.clear();
     auto self = caf::actor_cast<caf::actor>(this);
-    auto job = [be = backend_, items = std::move(items), result, self, frees] {
+    auto job = [be = backend_, items = std::move(items), result, self, frees,
+                lookups = std::move(lookups)]() mutable {
       for (auto id : frees)
         be->free(id);
+      bool trimmed = false;
+      for (auto& [i, prompt] : lookups) {
+        auto covered = be->attach_prefix(items[i].seq, prompt);
+        if (covered == 0)
+          continue;
+        // The item starts at token 0; its first `covered` tokens need no computing.
+        auto& toks = items[i].tokens;
+        auto skip = std::min(covered, toks.size());
+        toks.erase(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(skip));
+        result->tokens[i] = std::max(covered, result->tokens[i]);
+        result->cached[i] = covered;
+        trimmed = trimmed || toks.empty();
+      }
+      if (trimmed) { // items wholly cached leave the step
+        std::vector<step_item> kept;
+        for (std::size_t i = 0; i < items.size(); ++i) {
+          result->row[i] = items[i].tokens.empty() ? -1 : static_cast<int>(kept.size());
+          if (!items[i].tokens.empty())
+            kept.push_back(std::move(items[i]));
+        }
+        items = std::move(kept);
+      }
       try {
-        result->output = be->step(items);
+        if (items.empty())
+          result->output = step_output{};
+        else
+          result->output = be->step(items);
       } catch (const std::exception& e) { // a backend bug must not leave the step unanswered
         result->output =
             make_error(errc::system_error, std::string{"the backend threw: "} + e.what());
@@ -400,10 +458,11 @@ private:
       return schedule();
     }
     auto& out = *r.output;
-    ++stats_.steps;
+    bool ran = !out.logits.empty();
+    stats_.steps += ran ? 1 : 0;
     stats_.tokens += out.tokens;
     stats_.busy_seconds += out.seconds;
-    if (metrics_.steps != nullptr) {
+    if (metrics_.steps != nullptr && ran) {
       metrics_.steps->inc();
       metrics_.tokens->inc(static_cast<double>(out.tokens));
       metrics_.busy->inc(out.seconds);
@@ -416,7 +475,13 @@ private:
       if (s == nullptr) // freed while the step ran
         continue;
       s->computed += r.tokens[i];
-      if (s->computed < s->tokens.size()) {
+      if (r.cached[i] != 0) {
+        s->cached = r.cached[i];
+        stats_.cached_tokens += r.cached[i];
+        if (metrics_.cached != nullptr)
+          metrics_.cached->inc(static_cast<double>(r.cached[i]));
+      }
+      if (s->computed < s->tokens.size() || r.row[i] < 0) {
         if (s->state != seq_state::parked)
           s->state = seq_state::waiting;
         continue;
@@ -424,7 +489,7 @@ private:
       if (s->state == seq_state::parked || s->finished)
         continue;
       auto tok = s->generated < s->req.forced.size() ? s->req.forced[s->generated]
-                                                     : s->pick->sample(out.logits[i]);
+                                                     : s->pick->sample(out.logits[r.row[i]]);
       s->tokens.push_back(tok);
       ++s->generated;
       ++stats_.generated;
@@ -463,6 +528,8 @@ private:
     ++stats_.preemptions;
     pending_frees_.push_back(victim->req.seq);
     victim->computed = 0;
+    victim->cached = 0;
+    victim->lookup = options_.prefix_cache && victim->req.reuse_prefix;
     if (victim->state == seq_state::running)
       victim->state = seq_state::waiting;
     emit(*victim, device_event::preempted, 0, "KV memory exhausted; recomputing when scheduled");
@@ -472,7 +539,8 @@ private:
   void emit(const sequence& s, device_event::kind_t kind, token tok, std::string message) {
     if (!s.req.sink)
       return;
-    send(s.req.sink, device_event{s.req.seq, kind, tok, s.generated, std::move(message)});
+    send(s.req.sink, device_event{s.req.seq, kind, tok, s.generated, std::move(message),
+                                  static_cast<std::uint32_t>(s.cached)});
   }
 
   device_stats snapshot() const {
@@ -485,6 +553,7 @@ private:
     }
     st.kv_pages_used = kv_.pages_used;
     st.kv_pages_total = kv_.pages_total;
+    st.kv_pages_cached = kv_.pages_cached;
     return st;
   }
 

@@ -58,6 +58,9 @@ struct generate_request {
   /// Scripted generation (benchmarks, tests): the n-th token generated is forced[n] while n is
   /// below its size. The step still computes the logits; only the choice is forced.
   std::vector<token> forced;
+  /// Starts from the longest prefix of `prompt` in the device's prefix cache, when it has one;
+  /// false computes every token (the `discard` policy's recompute after a tool call).
+  bool reuse_prefix = true;
 };
 
 /// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format.
@@ -87,6 +90,7 @@ struct device_event {
   triad::token tok = 0;        ///< the token, for `token`
   std::uint32_t generated = 0; ///< tokens generated so far
   std::string message;         ///< detail for `done` (reason) and `failed`
+  std::uint32_t cached = 0;    ///< prompt tokens whose KV came from the prefix cache
 };
 
 /// A snapshot of a device's scheduler and cache.
@@ -103,6 +107,8 @@ struct device_stats {
   double busy_seconds = 0;        ///< time the driver spent in steps (modelled time for sim)
   std::size_t kv_pages_used = 0;  ///< KV pages held
   std::size_t kv_pages_total = 0; ///< KV pages of the budget
+  std::size_t kv_pages_cached = 0; ///< KV pages held only by the prefix cache (evictable)
+  std::uint64_t cached_tokens = 0; ///< prompt tokens whose KV came from the prefix cache
 };
 
 /// Inspectors, so the messages can be logged and (later) cross the network.
@@ -114,7 +120,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
-           x.stop, x.sink, x.forced);
+           x.stop, x.sink, x.forced, x.reuse_prefix);
 }
 /// Inspector of admission.
 template<class Inspector>
@@ -124,7 +130,8 @@ typename Inspector::result_type inspect(Inspector& f, admission& x) {
 /// Inspector of device_event.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_event& x) {
-  return f(caf::meta::type_name("device_event"), x.seq, x.kind, x.tok, x.generated, x.message);
+  return f(caf::meta::type_name("device_event"), x.seq, x.kind, x.tok, x.generated, x.message,
+           x.cached);
 }
 /// Inspector of kv_blob.
 template<class Inspector>
@@ -136,7 +143,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
   return f(caf::meta::type_name("device_stats"), x.steps, x.tokens, x.generated, x.refused,
            x.preemptions, x.sequences, x.waiting, x.running, x.parked, x.busy_seconds,
-           x.kv_pages_used, x.kv_pages_total);
+           x.kv_pages_used, x.kv_pages_total, x.kv_pages_cached, x.cached_tokens);
 }
 
 /// Options of a device actor; every field documented where declared.
@@ -149,6 +156,9 @@ struct device_options {
   /// Jobs (steps, exports, imports, frees) queued to the driver thread at once, >= 1; more
   /// wait in the device actor, in order (`[[devices]] queue_capacity`).
   std::size_t queue_capacity = defaults::device::queue_capacity;
+  /// Keeps the KV pages of finished sequences, indexed by content, so a later prompt with the
+  /// same start reuses them instead of computing them (`[[devices]] prefix_cache`).
+  bool prefix_cache = defaults::device::prefix_cache;
   std::vector<unsigned> driver_cpus;   ///< where the driver thread binds (empty: unbound)
   const topology* topo = nullptr;      ///< topology for binding (this machine only)
   metrics_registry* metrics = nullptr; ///< where per-device metrics go (may be null)

@@ -33,82 +33,38 @@ paged_kv_cache::create(const model_shape& shape, dtype type, std::size_t page_to
                        std::uint64_t budget_bytes, std::shared_ptr<arena> storage) {
   if (page_tokens == 0)
     return make_error(errc::invalid_argument, "kv cache: page_tokens 0; allowed: 1 or more");
-  std::unique_ptr<paged_kv_cache> self{new paged_kv_cache};
+  auto run_bytes = page_tokens * shape.head_dim * size_of(type);
+  auto page_bytes = 2ull * shape.layers * shape.kv_heads * run_bytes;
+  auto total_pages = budget_bytes / page_bytes;
+  if (total_pages == 0)
+    return make_error(errc::invalid_argument,
+                      "kv cache: a budget of " + std::to_string(budget_bytes) +
+                          " bytes holds no page of " + std::to_string(page_bytes) + " bytes (" +
+                          std::to_string(page_tokens) + " tokens of model '" + shape.name + "')");
+  std::unique_ptr<paged_kv_cache> self{new paged_kv_cache(total_pages, page_tokens)};
   self->shape_ = shape;
   self->type_ = type;
   self->page_tokens_ = page_tokens;
-  self->run_bytes_ = page_tokens * shape.head_dim * size_of(type);
-  self->page_bytes_ = 2ull * shape.layers * shape.kv_heads * self->run_bytes_;
-  self->total_pages_ = budget_bytes / self->page_bytes_;
-  if (self->total_pages_ == 0)
-    return make_error(errc::invalid_argument,
-                      "kv cache: a budget of " + std::to_string(budget_bytes) +
-                          " bytes holds no page of " + std::to_string(self->page_bytes_) +
-                          " bytes (" + std::to_string(page_tokens) + " tokens of model '" +
-                          shape.name + "')");
-  auto buf = storage->allocate(self->total_pages_ * self->page_bytes_);
+  self->run_bytes_ = run_bytes;
+  self->page_bytes_ = page_bytes;
+  auto buf = storage->allocate(total_pages * page_bytes);
   if (!buf)
     return buf.error();
   self->storage_ = std::move(*buf);
   self->base_ = self->storage_.data();
-  self->free_pages_.reserve(self->total_pages_);
-  for (std::size_t i = self->total_pages_; i > 0; --i)
-    self->free_pages_.push_back(static_cast<std::uint32_t>(i - 1));
   return self;
 }
 
-expected<void> paged_kv_cache::reserve(std::span<const std::pair<seq_id, std::size_t>> wanted) {
-  std::size_t needed = 0;
-  for (const auto& [id, new_length] : wanted) {
-    auto it = seqs_.find(id);
-    std::size_t have = it == seqs_.end() ? 0 : it->second.pages.size();
-    auto want = pages_for(new_length, page_tokens_);
-    if (want > have)
-      needed += want - have;
-  }
-  if (needed > free_pages_.size())
-    return make_error(errc::exhausted, "kv cache: step needs " + std::to_string(needed) +
-                                           " more pages, " + std::to_string(free_pages_.size()) +
-                                           " of " + std::to_string(total_pages_) + " free");
-  for (const auto& [id, new_length] : wanted) {
-    auto& s = seqs_[id];
-    auto want = pages_for(new_length, page_tokens_);
-    while (s.pages.size() < want) {
-      s.pages.push_back(free_pages_.back());
-      free_pages_.pop_back();
-    }
-  }
-  return {};
-}
-
-void paged_kv_cache::set_length(seq_id seq, std::size_t length) {
-  seqs_[seq].length = length;
-}
-
-std::size_t paged_kv_cache::length(seq_id seq) const noexcept {
-  auto it = seqs_.find(seq);
-  return it == seqs_.end() ? 0 : it->second.length;
-}
-
-void paged_kv_cache::free(seq_id seq) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end())
-    return;
-  for (auto page : it->second.pages)
-    free_pages_.push_back(page);
-  seqs_.erase(it);
-}
-
 expected<std::vector<std::byte>> paged_kv_cache::export_seq(seq_id seq) const {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end())
+  const auto* held = table_.pages(seq);
+  if (held == nullptr)
     return make_error(errc::not_found, "kv cache: no sequence " + std::to_string(seq));
-  const auto& s = it->second;
-  auto pages = pages_for(s.length, page_tokens_);
+  auto length = table_.length(seq);
+  auto pages = pages_for(length, page_tokens_);
   std::vector<std::byte> out(sizeof(export_header) + pages * page_bytes_);
   auto* body = out.data() + sizeof(export_header);
   for (std::size_t p = 0; p < pages; ++p)
-    std::memcpy(body + p * page_bytes_, page_base(s.pages[p]), page_bytes_);
+    std::memcpy(body + p * page_bytes_, page_base((*held)[p]), page_bytes_);
   export_header h{};
   std::memcpy(h.magic, export_magic, sizeof(export_magic));
   h.layers = shape_.layers;
@@ -116,7 +72,7 @@ expected<std::vector<std::byte>> paged_kv_cache::export_seq(seq_id seq) const {
   h.head_dim = shape_.head_dim;
   h.dtype_bytes = static_cast<std::uint32_t>(size_of(type_));
   h.page_tokens = page_tokens_;
-  h.length = s.length;
+  h.length = length;
   h.checksum = XXH3_64bits(body, pages * page_bytes_);
   std::memcpy(out.data(), &h, sizeof(h));
   return out;
@@ -149,24 +105,25 @@ expected<void> paged_kv_cache::import_seq(seq_id seq, std::span<const std::byte>
   const auto* body = bytes.data() + sizeof(h);
   if (XXH3_64bits(body, pages * page_bytes_) != h.checksum)
     return make_error(errc::io_error, "kv import: checksum mismatch (damaged transfer)");
-  free(seq);
+  table_.free(seq);
   std::pair<seq_id, std::size_t> want{seq, static_cast<std::size_t>(h.length)};
-  if (auto ok = reserve({&want, 1}); !ok)
+  if (auto ok = table_.reserve({&want, 1}); !ok)
     return ok;
-  auto& s = seqs_[seq];
+  const auto& held = *table_.pages(seq);
   for (std::size_t p = 0; p < pages; ++p)
-    std::memcpy(page_base(s.pages[p]), body + p * page_bytes_, page_bytes_);
-  s.length = h.length;
+    std::memcpy(page_base(held[p]), body + p * page_bytes_, page_bytes_);
+  table_.set_length(seq, h.length);
   return {};
 }
 
 kv_usage paged_kv_cache::usage() const noexcept {
   kv_usage u;
-  u.pages_total = total_pages_;
-  u.pages_used = total_pages_ - free_pages_.size();
+  u.pages_total = table_.total_pages();
+  u.pages_used = table_.used_pages();
+  u.pages_cached = table_.cached_pages();
   u.page_tokens = page_tokens_;
   u.page_bytes = page_bytes_;
-  u.sequences = seqs_.size();
+  u.sequences = table_.sequences();
   return u;
 }
 

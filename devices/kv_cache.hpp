@@ -4,11 +4,11 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "devices/backend.hpp"
 #include "devices/model.hpp"
+#include "devices/page_table.hpp"
 #include "runtime/memory.hpp"
 
 namespace triad {
@@ -24,22 +24,18 @@ public:
                                                           std::uint64_t budget_bytes,
                                                           std::shared_ptr<arena> storage);
 
-  /// Makes room for `new_length` tokens in each listed sequence (creating unknown ones), all or
-  /// nothing: errc::exhausted when the free pages do not suffice.
-  expected<void> reserve(std::span<const std::pair<seq_id, std::size_t>> wanted);
-  /// Sets a sequence's length (after its K and V were written).
-  void set_length(seq_id seq, std::size_t length);
+  /// The page bookkeeping (sequences, prefix cache); reserve, attach_prefix and publish go
+  /// through it.
+  page_table& table() noexcept { return table_; }
+  /// The page bookkeeping, read-only.
+  const page_table& table() const noexcept { return table_; }
   /// Tokens held for a sequence, 0 when unknown.
-  std::size_t length(seq_id seq) const noexcept;
-  /// Drops a sequence and frees its pages.
-  void free(seq_id seq);
-
+  std::size_t length(seq_id seq) const noexcept { return table_.length(seq); }
+  /// Drops a sequence's references to its pages (published ones stay cached).
+  void free(seq_id seq) { table_.free(seq); }
   /// The page ids of a sequence in order (nullptr when unknown), for kernels that walk pages
   /// without a lookup per page.
-  const std::vector<std::uint32_t>* pages(seq_id seq) const noexcept {
-    auto it = seqs_.find(seq);
-    return it == seqs_.end() ? nullptr : &it->second.pages;
-  }
+  const std::vector<std::uint32_t>* pages(seq_id seq) const noexcept { return table_.pages(seq); }
   /// Start of page 0; page p starts at base() + p * page_bytes().
   std::byte* base() const noexcept { return base_; }
   /// Bytes of one page.
@@ -63,7 +59,8 @@ public:
   dtype type() const noexcept { return type_; }
 
 private:
-  paged_kv_cache() = default;
+  paged_kv_cache(std::size_t pages, std::size_t page_tokens)
+      : table_(pages, page_tokens) {}
   std::byte* page_base(std::uint32_t page) const noexcept { return base_ + page * page_bytes_; }
 
   model_shape shape_;
@@ -73,13 +70,7 @@ private:
   std::size_t run_bytes_ = 0; // one (layer, K|V, head) run of a page
   arena_buffer storage_;
   std::byte* base_ = nullptr;
-  std::vector<std::uint32_t> free_pages_;
-  struct sequence {
-    std::size_t length = 0;
-    std::vector<std::uint32_t> pages;
-  };
-  std::unordered_map<seq_id, sequence> seqs_;
-  std::size_t total_pages_ = 0;
+  page_table table_;
 };
 
 } // namespace triad

@@ -25,22 +25,6 @@ std::string_view to_string(tier t) noexcept {
   return "unknown";
 }
 
-block_hash chain_hash(block_hash parent, std::span<const token> tokens) noexcept {
-  return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), parent);
-}
-
-std::vector<block_hash> chain_hashes(std::span<const token> tokens, std::size_t block_tokens) {
-  std::vector<block_hash> out;
-  if (block_tokens == 0)
-    return out;
-  block_hash parent = root_hash;
-  for (std::size_t at = 0; at + block_tokens <= tokens.size(); at += block_tokens) {
-    parent = chain_hash(parent, tokens.subspan(at, block_tokens));
-    out.push_back(parent);
-  }
-  return out;
-}
-
 namespace {
 
 // The block checksum, defined over 64-byte stripes (the last one zero-padded) read as eight

@@ -7,19 +7,13 @@
 #include <vector>
 
 #include "devices/backend.hpp"
+#include "devices/prefix_hash.hpp"
 #include "runtime/error.hpp"
 
 namespace triad {
 
 /// A block's id in the store; never reused while the store runs.
 using block_id = std::uint64_t;
-
-/// A block's content hash: XXH3-64 of its token ids seeded with its parent's hash, so equal
-/// hashes mean equal prefixes, not just equal blocks.
-using block_hash = std::uint64_t;
-
-/// The hash the first block of every sequence chains from.
-inline constexpr block_hash root_hash = 0x7472'6961'645f'6b76ull; // "triad_kv"
 
 /// Where a block's bytes live.
 enum class tier : std::uint8_t {
@@ -30,13 +24,6 @@ enum class tier : std::uint8_t {
 
 /// "device", "host" or "disk".
 std::string_view to_string(tier t) noexcept;
-
-/// The chained hash of one block: its tokens, seeded with the parent's hash.
-block_hash chain_hash(block_hash parent, std::span<const token> tokens) noexcept;
-
-/// The chained hashes of every full block of `tokens`, `block_tokens` tokens each, from the
-/// root; a trailing partial block is not hashed.
-std::vector<block_hash> chain_hashes(std::span<const token> tokens, std::size_t block_tokens);
 
 /// A block's checksum: what travels with a block and is checked on arrival. XXH3's accumulate
 /// step over 64-byte stripes with a per-stripe key, finished by XXH3-64 (defined in block.cpp);

@@ -66,7 +66,7 @@ constexpr int_range device_slots_range{0, 65'536};
 constexpr int_range max_device_retries_range{0, 16};
 constexpr std::string_view device_keys[] = {
     "name",    "backend",    "role",       "topology_device", "domain",
-    "profile", "time_scale", "memory_mib", "queue_capacity"};
+    "profile", "time_scale", "memory_mib", "queue_capacity", "prefix_cache"};
 constexpr std::string_view sim_profile_keys[] = {"name",
                                                  "peak_tflops",
                                                  "memory_bandwidth_gb_s",
@@ -927,6 +927,7 @@ void read_device(reader& r, const scope& s, device_config& out, seen_names& name
 
   r.integer(s, "memory_mib", device_memory_mib_range, out.memory_mib);
   r.integer(s, "queue_capacity", queue_capacity_range, out.queue_capacity);
+  r.boolean(s, "prefix_cache", out.prefix_cache);
 }
 
 /// Reads the array of tables `key` (`[[key]]`), each element with `read`.
@@ -1242,6 +1243,7 @@ std::string to_toml(const node_config& config) {
     }
     append_value(out, "memory_mib", device.memory_mib);
     append_value(out, "queue_capacity", device.queue_capacity);
+    append_value(out, "prefix_cache", device.prefix_cache);
   }
   return out;
 }

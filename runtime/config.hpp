@@ -160,6 +160,8 @@ struct device_config {
   double time_scale = defaults::device::time_scale;
   std::uint64_t memory_mib = defaults::device::memory_mib; ///< `memory_mib`: memory budget, >= 1
   std::size_t queue_capacity = defaults::device::queue_capacity; ///< `queue_capacity`, >= 1
+  /// `prefix_cache`: keep finished sequences' KV pages for later prompts with the same start.
+  bool prefix_cache = defaults::device::prefix_cache;
   bool operator==(const device_config&) const = default;
 };
 

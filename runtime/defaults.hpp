@@ -68,6 +68,8 @@ namespace device {
 inline constexpr std::uint64_t memory_mib = 2048;
 /// Jobs queued to a device's driver thread.
 inline constexpr std::size_t queue_capacity = 256;
+/// Devices keep finished sequences' KV pages as a prefix cache (evicted when space is needed).
+inline constexpr bool prefix_cache = true;
 /// Modelled seconds per real second of a `sim` device: 1 waits as long as the modelled step
 /// takes, 0 does not wait at all.
 inline constexpr double time_scale = 1.0;
@@ -117,6 +119,9 @@ inline constexpr std::chrono::milliseconds busy_backoff{5};
 /// Sessions whose attained service the router remembers; beyond, the least recently served
 /// half is forgotten (they start again from zero).
 inline constexpr std::size_t tracked_sessions = 65536;
+/// Prompt pages (chain hashes) the router remembers per device for prefix-aware prefill
+/// routing; beyond, the least recently routed half is forgotten.
+inline constexpr std::size_t tracked_prefixes = 65536;
 /// How often the router asks the devices for their free KV pages.
 inline constexpr std::chrono::milliseconds stats_interval{50};
 /// Turns one agent session may take.

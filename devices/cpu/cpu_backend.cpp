@@ -124,7 +124,7 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
     wanted.emplace_back(item.seq, new_length);
     rows += item.tokens.size();
   }
-  if (auto ok = cache_->reserve(wanted); !ok)
+  if (auto ok = cache_->table().reserve(wanted); !ok)
     return ok.error();
 
   // Row r of the step: which item, sequence and position.
@@ -233,7 +233,7 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
     detail::add_inplace(m.x.data(), m.tmp.data(), rows * hidden);
   }
   for (std::size_t i = 0; i < items.size(); ++i)
-    cache_->set_length(items[i].seq, cache_->length(items[i].seq) + items[i].tokens.size());
+    cache_->table().set_length(items[i].seq, cache_->length(items[i].seq) + items[i].tokens.size());
 
   // Logits of each item's last token only.
   const std::size_t n_items = items.size();

@@ -43,6 +43,12 @@ public:
   expected<std::vector<std::byte>> export_kv(seq_id seq) const override;
   expected<void> import_kv(seq_id seq, std::span<const std::byte> bytes) override;
   void free(seq_id seq) override { cache_->free(seq); }
+  std::size_t attach_prefix(seq_id seq, std::span<const token> tokens) override {
+    return cache_->table().attach_prefix(seq, tokens);
+  }
+  void publish(seq_id seq, std::span<const token> tokens) override {
+    cache_->table().publish(seq, tokens);
+  }
   std::size_t length(seq_id seq) const noexcept override { return cache_->length(seq); }
   kv_usage kv() const noexcept override { return cache_->usage(); }
 

@@ -43,11 +43,12 @@ expected<std::unique_ptr<sim_backend>> sim_backend::create(sim_backend_options o
   std::uint64_t budget = options.kv_budget_bytes != 0 ? options.kv_budget_bytes
                                                       : options.profile.memory_bytes - weights;
   self->page_bytes_ = options.page_tokens * options.shape.kv_bytes_per_token(options.type);
-  self->pages_total_ = budget / self->page_bytes_;
-  if (self->pages_total_ == 0)
+  auto pages_total = budget / self->page_bytes_;
+  if (pages_total == 0)
     return make_error(errc::invalid_argument, "sim: a KV budget of " + std::to_string(budget) +
                                                   " bytes holds no page of " +
                                                   std::to_string(self->page_bytes_) + " bytes");
+  self->table_.emplace(pages_total, options.page_tokens);
   return self;
 }
 
@@ -56,28 +57,24 @@ expected<step_output> sim_backend::step(std::span<const step_item> items) {
   if (auto ok = check_step(items, s, *this); !ok)
     return ok.error();
   std::vector<step_work> work;
-  std::size_t needed = 0;
+  std::vector<std::pair<seq_id, std::size_t>> wanted;
   for (const auto& item : items) {
     auto have = length(item.seq);
-    needed += pages_for(have + item.tokens.size()) - pages_for(have);
     work.push_back({have, item.tokens.size()});
+    wanted.emplace_back(item.seq, have + item.tokens.size());
   }
-  if (needed > pages_total_ - pages_used_)
-    return make_error(errc::exhausted, "sim " + options_.profile.name + ": step needs " +
-                                           std::to_string(needed) + " more KV pages, " +
-                                           std::to_string(pages_total_ - pages_used_) + " of " +
-                                           std::to_string(pages_total_) + " free");
   last_cost_ = estimate_step(s, options_.type, options_.profile, work);
   if (!last_cost_.fits)
     return make_error(errc::exhausted, "sim " + options_.profile.name + ": step needs " +
                                            std::to_string(last_cost_.capacity_footprint) +
                                            " bytes resident, device has " +
                                            std::to_string(options_.profile.memory_bytes));
+  if (auto ok = table_->reserve(wanted); !ok)
+    return make_error(errc::exhausted, "sim " + options_.profile.name + ": " + ok.error().message);
   step_output out;
   for (const auto& item : items) {
-    auto& len = lengths_[item.seq];
-    pages_used_ += pages_for(len + item.tokens.size()) - pages_for(len);
-    len += item.tokens.size();
+    auto len = table_->length(item.seq) + item.tokens.size();
+    table_->set_length(item.seq, len);
     last_token_[item.seq] = item.tokens.back();
     // Simulated logits: noise plus one clear peak, a pure function of (last token, position).
     std::uint64_t h =
@@ -96,12 +93,11 @@ expected<step_output> sim_backend::step(std::span<const step_item> items) {
 }
 
 expected<std::vector<std::byte>> sim_backend::export_kv(seq_id seq) const {
-  auto it = lengths_.find(seq);
-  if (it == lengths_.end())
+  if (table_->pages(seq) == nullptr)
     return make_error(errc::not_found, "sim: no sequence " + std::to_string(seq));
   sim_export_header h{};
   std::memcpy(h.magic, sim_magic, sizeof(sim_magic));
-  h.length = it->second;
+  h.length = table_->length(seq);
   h.page_tokens = options_.page_tokens;
   h.last_token = last_token_.at(seq);
   std::vector<std::byte> out(sizeof(h));
@@ -120,11 +116,11 @@ expected<void> sim_backend::import_kv(seq_id seq, std::span<const std::byte> byt
       h.page_tokens != options_.page_tokens)
     return make_error(errc::invalid_argument, "sim import: not a sim export of this page size");
   free(seq);
-  if (pages_for(h.length) > pages_total_ - pages_used_)
-    return make_error(errc::exhausted,
-                      "sim import: no room for " + std::to_string(h.length) + " tokens");
-  pages_used_ += pages_for(h.length);
-  lengths_[seq] = h.length;
+  std::pair<seq_id, std::size_t> want{seq, static_cast<std::size_t>(h.length)};
+  if (auto ok = table_->reserve({&want, 1}); !ok)
+    return make_error(errc::exhausted, "sim import: no room for " + std::to_string(h.length) +
+                                           " tokens: " + ok.error().message);
+  table_->set_length(seq, h.length);
   // The KV crosses the device's link (simulated): its bytes at the profile's link bandwidth.
   if (options_.time_scale > 0 && options_.profile.link_bandwidth > 0) {
     double bytes = static_cast<double>(h.length) *
@@ -137,21 +133,28 @@ expected<void> sim_backend::import_kv(seq_id seq, std::span<const std::byte> byt
 }
 
 void sim_backend::free(seq_id seq) {
-  auto it = lengths_.find(seq);
-  if (it == lengths_.end())
-    return;
-  pages_used_ -= pages_for(it->second);
-  lengths_.erase(it);
+  table_->free(seq);
   last_token_.erase(seq);
 }
 
+std::size_t sim_backend::attach_prefix(seq_id seq, std::span<const token> tokens) {
+  auto covered = table_->attach_prefix(seq, tokens);
+  if (covered != 0)
+    last_token_[seq] = tokens[covered - 1];
+  return covered;
+}
+
+void sim_backend::publish(seq_id seq, std::span<const token> tokens) {
+  table_->publish(seq, tokens);
+}
+
 std::size_t sim_backend::length(seq_id seq) const noexcept {
-  auto it = lengths_.find(seq);
-  return it == lengths_.end() ? 0 : it->second;
+  return table_->length(seq);
 }
 
 kv_usage sim_backend::kv() const noexcept {
-  return {pages_total_, pages_used_, options_.page_tokens, page_bytes_, lengths_.size()};
+  return {table_->total_pages(), table_->used_pages(),  table_->cached_pages(),
+          options_.page_tokens,  page_bytes_,           table_->sequences()};
 }
 
 } // namespace triad

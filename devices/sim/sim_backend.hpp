@@ -1,9 +1,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "devices/backend.hpp"
+#include "devices/page_table.hpp"
 #include "devices/sim/profile.hpp"
 
 namespace triad {
@@ -37,6 +39,8 @@ public:
   /// profile's link (when it has one and time_scale > 0).
   expected<void> import_kv(seq_id seq, std::span<const std::byte> bytes) override;
   void free(seq_id seq) override;
+  std::size_t attach_prefix(seq_id seq, std::span<const token> tokens) override;
+  void publish(seq_id seq, std::span<const token> tokens) override;
   std::size_t length(seq_id seq) const noexcept override;
   kv_usage kv() const noexcept override;
 
@@ -46,15 +50,10 @@ public:
 private:
   explicit sim_backend(sim_backend_options options)
       : options_(std::move(options)) {}
-  std::size_t pages_for(std::size_t tokens) const noexcept {
-    return (tokens + options_.page_tokens - 1) / options_.page_tokens;
-  }
 
   sim_backend_options options_;
   std::size_t page_bytes_ = 0;
-  std::size_t pages_total_ = 0;
-  std::size_t pages_used_ = 0;
-  std::unordered_map<seq_id, std::size_t> lengths_;
+  std::optional<page_table> table_; // pages are accounted, not stored
   std::unordered_map<seq_id, token> last_token_;
   step_cost last_cost_;
 };

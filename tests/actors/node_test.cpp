@@ -144,6 +144,33 @@ BOOST_AUTO_TEST_CASE(the_monolithic_layout_runs_the_same_session_on_one_device) 
   BOOST_TEST(last.usage.prefill_tokens == last.usage.prompt_tokens + 3 * (per_result + 1));
 }
 
+BOOST_AUTO_TEST_CASE(a_second_session_on_the_same_system_prompt_prefills_only_what_differs) {
+  auto n = start_node();
+  auto ask = [&](std::string session, std::string question) {
+    triad::chat_request r;
+    r.session = std::move(session);
+    r.messages = {{"system", "You are a careful coding agent. Read the failing test, find the "
+                             "cause, change as little as you can, and run the suite again."},
+                  {"user", std::move(question)}};
+    r.script = triad::generation_script{{{6, std::nullopt}}};
+    recorder rec;
+    n->submit(r, rec.callback());
+    auto last = rec.wait();
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+    return last.usage;
+  };
+  auto first = ask("a", "Fix test_parse.");
+  auto second = ask("b", "Fix test_render.");
+  BOOST_TEST(first.cached_tokens == 0u);
+  // The prompt, and the first generated token, which the decode device computes.
+  BOOST_TEST(first.prefill_tokens == first.prompt_tokens + 1);
+  // The system prompt's full pages come from the prefill device's prefix cache.
+  BOOST_TEST(second.cached_tokens >= 96u);
+  BOOST_TEST(second.cached_tokens % 16 == 0u);
+  BOOST_TEST(second.prefill_tokens == second.prompt_tokens - second.cached_tokens + 1);
+  BOOST_TEST(device_tokens(*n) >= first.prefill_tokens + second.prefill_tokens);
+}
+
 BOOST_AUTO_TEST_CASE(a_malformed_tool_call_becomes_an_error_result_and_the_session_goes_on) {
   auto n = start_node();
   auto r = agent_request();
@@ -250,6 +277,12 @@ public:
     return inner_->import_kv(s, b);
   }
   void free(triad::seq_id s) override { inner_->free(s); }
+  std::size_t attach_prefix(triad::seq_id s, std::span<const triad::token> t) override {
+    return inner_->attach_prefix(s, t);
+  }
+  void publish(triad::seq_id s, std::span<const triad::token> t) override {
+    inner_->publish(s, t);
+  }
   std::size_t length(triad::seq_id s) const noexcept override { return inner_->length(s); }
   triad::kv_usage kv() const noexcept override { return inner_->kv(); }
 

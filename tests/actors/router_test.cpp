@@ -33,7 +33,7 @@ struct router_fixture {
   // Asks for a slot for `session`; the answer comes with receive().
   auto route(const std::string& session, std::vector<std::string> avoid = {}) {
     return self->request(router, 30s, triad::route_atom::value,
-                         triad::route_order{triad::route_stage::any, session, std::move(avoid)});
+                         triad::route_order{triad::route_stage::any, session, std::move(avoid), {}});
   }
 
   void served(const std::string& session, std::uint64_t tokens) {
@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
   std::vector<std::string> order;
   for (int i = 0; i < 2; ++i)
     self->request(router, 30s, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::decode, "s", {}})
+                  triad::route_order{triad::route_stage::decode, "s", {}, {}})
         .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
   // Config order would give "full" first; its KV is nearly used up. Once "roomy"'s one slot is
   // taken, "full" is next.
@@ -122,6 +122,39 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
   BOOST_TEST(order == expected, boost::test_tools::per_element());
   for (auto& a : {router, full, roomy})
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_before_load) {
+  auto node = triad::test::start_node();
+  auto& home = node->domains().orchestration();
+  caf::scoped_actor self{home.system()};
+  auto stand_in = [&] {
+    return self->spawn(
+        []() -> caf::behavior { return {[](triad::stats_atom) { return triad::device_stats{}; }}; });
+  };
+  auto a = stand_in(), b = stand_in();
+  auto router = triad::spawn_router(home,
+                                    {{"a", triad::device_role::prefill, a, 2},
+                                     {"b", triad::device_role::prefill, b, 1}},
+                                    triad::orchestration_options{});
+  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
+  std::vector<std::string> order;
+  auto route = [&](std::vector<triad::block_hash> prefix) {
+    self->request(router, 30s, triad::route_atom::value,
+                  triad::route_order{triad::route_stage::prefill, "s", {}, std::move(prefix)})
+        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
+  };
+  route({1});   // a: more free slots
+  route({2});   // a: a tie, config order
+  route({5});   // b: a is full
+  for (const char* name : {"a", "a", "b"})
+    self->send(router, triad::release_atom::value, std::string{name});
+  route({5, 6}); // b holds its start; a has more free slots
+  route({7});    // a
+  std::vector<std::string> expected = {"a", "a", "b", "b", "a"};
+  BOOST_TEST(order == expected, boost::test_tools::per_element());
+  for (auto& x : {router, a, b})
+    caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -148,6 +148,30 @@ BOOST_AUTO_TEST_CASE(a_step_that_does_not_fit_the_cache_is_refused_and_changes_n
   BOOST_TEST(backend->step({&big, 1}).has_value());
 }
 
+BOOST_AUTO_TEST_CASE(a_prompt_on_a_cached_prefix_gets_the_logits_of_a_full_recompute) {
+  auto cached = make(triad::dtype::bf16, 8);
+  auto fresh = make(triad::dtype::bf16, 8);
+  auto shared = random_tokens(27);
+  prefill(*cached, 1, shared);
+  cached->publish(1, shared);
+  cached->free(1);
+  BOOST_TEST(cached->kv().pages_cached == 3u); // 3 full pages of 8; the partial one is freed
+  BOOST_TEST(cached->kv().pages_used == 0u);
+  auto prompt = shared;
+  for (auto t : random_tokens(6))
+    prompt.push_back(t);
+  BOOST_TEST(cached->attach_prefix(2, prompt) == 24u);
+  BOOST_TEST(cached->kv().pages_used == 3u);
+  auto got = prefill(*cached, 2, {prompt.begin() + 24, prompt.end()});
+  auto want = prefill(*fresh, 2, prompt);
+  BOOST_TEST(relative_error(got, want) <= 1e-5);
+  // Decoding on top of shared pages leaves them intact for the next sequence.
+  prefill(*cached, 2, {7});
+  BOOST_TEST(cached->attach_prefix(3, prompt) == 24u);
+  auto again = prefill(*cached, 3, {prompt.begin() + 24, prompt.end()});
+  BOOST_TEST(relative_error(again, want) <= 1e-5);
+}
+
 BOOST_AUTO_TEST_CASE(exported_kv_imports_on_another_device_and_decodes_identically) {
   auto a = make(triad::dtype::bf16, 8);
   auto b = make(triad::dtype::bf16, 8);

@@ -151,6 +151,47 @@ BOOST_AUTO_TEST_CASE(concurrent_sequences_get_the_tokens_they_get_alone) {
   BOOST_TEST(st.steps < 4u * 10u);
 }
 
+// Runs seq 1 on `prompt`, frees it, then seq 2 on `prompt` plus five tokens; returns seq 2's
+// events and the device's stats.
+std::pair<std::vector<triad::device_event>, triad::device_stats>
+second_prompt_on_a_shared_start(triad::device_options options, bool reuse) {
+  device_fixture f{options};
+  caf::scoped_actor self{f.dom->system()};
+  auto first = f.request(1, 40, 4, self);
+  BOOST_REQUIRE(f.submit(self, first).accepted);
+  f.collect(self, 1);
+  self->send(f.device, triad::free_atom::value, triad::seq_id{1});
+  auto second = f.request(2, 0, 6, self);
+  second.prompt = first.prompt;
+  for (triad::token t : {3, 1, 4, 1, 5})
+    second.prompt.push_back(t);
+  second.reuse_prefix = reuse;
+  BOOST_REQUIRE(f.submit(self, second).accepted);
+  auto events = f.collect(self, 1)[2];
+  return {events, f.stats(self)};
+}
+
+BOOST_AUTO_TEST_CASE(a_prompt_starting_like_a_freed_one_reuses_its_cached_pages) {
+  auto [events, st] = second_prompt_on_a_shared_start({}, true);
+  // Seq 1 computed 40 + 3 tokens: two full pages of 16 went into the cache.
+  BOOST_TEST(events.front().cached == 32u);
+  BOOST_TEST(st.cached_tokens == 32u);
+  auto [plain, plain_st] = second_prompt_on_a_shared_start({}, false);
+  BOOST_TEST(plain.front().cached == 0u);
+  BOOST_TEST(plain_st.cached_tokens == 0u);
+  BOOST_TEST(st.tokens + 32 == plain_st.tokens); // the cached tokens were not computed
+  BOOST_TEST(tokens_of(events) == tokens_of(plain)); // and change nothing generated
+}
+
+BOOST_AUTO_TEST_CASE(a_device_without_a_prefix_cache_computes_every_prompt_in_full) {
+  triad::device_options options;
+  options.prefix_cache = false;
+  auto [events, st] = second_prompt_on_a_shared_start(options, true);
+  BOOST_TEST(events.front().cached == 0u);
+  BOOST_TEST(st.cached_tokens == 0u);
+  BOOST_TEST(st.kv_pages_cached == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(a_full_device_answers_busy_at_once) {
   triad::device_options o;
   o.max_sequences = 2;

@@ -1,0 +1,137 @@
+#include "devices/page_table.hpp"
+
+#include <string>
+
+namespace triad {
+
+namespace {
+
+std::size_t pages_for(std::size_t tokens, std::size_t page_tokens) {
+  return (tokens + page_tokens - 1) / page_tokens;
+}
+
+} // namespace
+
+page_table::page_table(std::size_t total_pages, std::size_t page_tokens)
+    : page_tokens_(page_tokens == 0 ? 1 : page_tokens)
+    , info_(total_pages) {
+  free_.reserve(total_pages);
+  for (std::size_t i = total_pages; i > 0; --i)
+    free_.push_back(static_cast<std::uint32_t>(i - 1));
+}
+
+std::uint32_t page_table::take_page() {
+  std::uint32_t page;
+  if (!free_.empty()) {
+    page = free_.back();
+    free_.pop_back();
+  } else { // evict the least recently released cached page
+    page = lru_.front();
+    lru_.pop_front();
+    index_.erase(info_[page].hash);
+    info_[page].indexed = false;
+  }
+  info_[page].refs = 1;
+  return page;
+}
+
+void page_table::unref(std::uint32_t page) {
+  auto& p = info_[page];
+  if (--p.refs != 0)
+    return;
+  if (p.indexed)
+    p.lru = lru_.insert(lru_.end(), page);
+  else
+    free_.push_back(page);
+}
+
+expected<void> page_table::reserve(std::span<const std::pair<seq_id, std::size_t>> wanted) {
+  std::size_t needed = 0;
+  for (const auto& [id, new_length] : wanted) {
+    auto it = seqs_.find(id);
+    std::size_t have = it == seqs_.end() ? 0 : it->second.pages.size();
+    auto want = pages_for(new_length, page_tokens_);
+    if (want > have)
+      needed += want - have;
+  }
+  auto available = free_.size() + lru_.size();
+  if (needed > available)
+    return make_error(errc::exhausted, "kv cache: step needs " + std::to_string(needed) +
+                                           " more pages, " + std::to_string(available) + " of " +
+                                           std::to_string(info_.size()) +
+                                           " free or evictable");
+  for (const auto& [id, new_length] : wanted) {
+    auto& s = seqs_[id];
+    auto want = pages_for(new_length, page_tokens_);
+    while (s.pages.size() < want)
+      s.pages.push_back(take_page());
+  }
+  return {};
+}
+
+void page_table::set_length(seq_id seq, std::size_t length) {
+  seqs_[seq].length = length;
+}
+
+std::size_t page_table::length(seq_id seq) const noexcept {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : it->second.length;
+}
+
+void page_table::free(seq_id seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end())
+    return;
+  // Deepest pages first into the LRU list: a prefix's tail is evicted before its head, which
+  // later prefixes are likelier to share.
+  for (auto p = it->second.pages.rbegin(); p != it->second.pages.rend(); ++p)
+    unref(*p);
+  seqs_.erase(it);
+}
+
+std::size_t page_table::attach_prefix(seq_id seq, std::span<const token> tokens) {
+  if (tokens.empty() || seqs_.count(seq) != 0)
+    return 0;
+  std::vector<std::uint32_t> hit;
+  block_hash parent = root_hash;
+  // Whole pages only, and one token left over.
+  for (std::size_t at = 0; at + page_tokens_ < tokens.size(); at += page_tokens_) {
+    parent = chain_hash(parent, tokens.subspan(at, page_tokens_));
+    auto it = index_.find(parent);
+    if (it == index_.end())
+      break;
+    hit.push_back(it->second);
+  }
+  if (hit.empty())
+    return 0;
+  for (auto page : hit) {
+    auto& p = info_[page];
+    if (p.refs++ == 0)
+      lru_.erase(p.lru);
+  }
+  auto& s = seqs_[seq];
+  s.pages = std::move(hit);
+  s.length = s.pages.size() * page_tokens_;
+  return s.length;
+}
+
+void page_table::publish(seq_id seq, std::span<const token> tokens) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end())
+    return;
+  const auto& s = it->second;
+  auto full = std::min(s.length, tokens.size()) / page_tokens_;
+  block_hash parent = root_hash;
+  for (std::size_t p = 0; p < full && p < s.pages.size(); ++p) {
+    parent = chain_hash(parent, tokens.subspan(p * page_tokens_, page_tokens_));
+    auto& info = info_[s.pages[p]];
+    if (info.indexed)
+      continue; // attached from the cache, or published before
+    if (index_.emplace(parent, s.pages[p]).second) {
+      info.indexed = true;
+      info.hash = parent;
+    }
+  }
+}
+
+} // namespace triad
