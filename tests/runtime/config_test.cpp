@@ -357,7 +357,7 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_device_is_an_error) {
                                 "  speed = 3\n");
   BOOST_TEST(message == "triad.toml:6:3: devices[1].speed = 3: unknown key; allowed keys in "
                         "[[devices]]: name, backend, role, topology_device, domain, profile, "
-                        "time_scale, memory_mib, queue_capacity");
+                        "time_scale, memory_mib, queue_capacity, prefix_cache");
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_model_is_an_error) {
