@@ -5,6 +5,7 @@
 #include "actors/router.hpp"
 #include "devices/device.hpp"
 #include "runtime/homed_actor.hpp"
+#include "tools/registry.hpp"
 #include "tools/service.hpp"
 
 namespace triad {
@@ -386,6 +387,10 @@ private:
       ev.arguments_json = tokenizer{}.decode(call_);
     }
     emit(std::move(ev));
+    if (parsed && req_.return_unhosted_calls && !hosted(parsed->name)) {
+      finish("tool_calls"); // the caller runs it
+      return;
+    }
     park_kv();
     if (usage_.tool_calls > req_.max_tool_calls) {
       finish("tool_calls_limit");
@@ -402,6 +407,11 @@ private:
     tool_invocation call{usage_.tool_calls, parsed->name, parsed->arguments_json,
                          ctx_->options.tool_deadline};
     ctx_->tools->invoke(std::move(call), caf::actor_cast<caf::actor>(this));
+  }
+
+  bool hosted(const std::string& name) const {
+    return ctx_->tools != nullptr && ctx_->tools->registry() != nullptr &&
+           ctx_->tools->registry()->find(name) != nullptr;
   }
 
   // What happens to the KV while the tool runs (kv_policy; the monolithic layout always keeps

@@ -43,6 +43,10 @@ struct chat_request {
   std::uint32_t max_tool_calls = defaults::orchestration::max_tool_calls; ///< calls in all
   sampling_params sampling;                                               ///< how tokens are chosen
   std::optional<generation_script> script; ///< forced output for benchmarks and tests
+  /// A call to a tool the node does not host ends the request with finish reason "tool_calls"
+  /// (the caller runs it, as an OpenAI client does) instead of feeding "no such tool" back to
+  /// the model. Calls to hosted tools always run on the node.
+  bool return_unhosted_calls = false;
 };
 
 /// The states of a request; the first five match its stages, the last three are its ends.

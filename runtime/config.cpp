@@ -1,5 +1,7 @@
 #include "runtime/config.hpp"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -46,7 +48,15 @@ constexpr std::string_view device_name_allowed = "1..64 characters from A-Z, a-z
 
 constexpr std::string_view root_keys[] = {"topology",      "scheduler", "tools",
                                           "memory",        "limits",    "model",
-                                          "orchestration", "devices",   "sim_profiles"};
+                                          "orchestration", "devices",   "sim_profiles",
+                                          "server"};
+constexpr std::string_view server_keys[] = {
+    "listen",          "port",           "api_key_env", "max_header_bytes", "header_timeout_ms",
+    "idle_timeout_ms", "drain_timeout_ms", "threads"};
+constexpr int_range port_range{0, 65535};
+constexpr int_range max_header_bytes_range{1024, 1 << 20};
+constexpr int_range server_timeout_ms_range{1, 3'600'000};
+constexpr int_range server_threads_range{1, 256};
 constexpr std::string_view topology_keys[] = {"source", "xml", "synthetic", "bind_threads"};
 constexpr std::string_view scheduler_keys[] = {"orchestration_domains", "threads_per_domain",
                                                "moderate_sleep_us", "poll_attempts"};
@@ -729,6 +739,29 @@ void read_limits(reader& r, const scope& s, limits_config& out) {
   r.integer(s, "max_body_bytes", max_body_bytes_range, out.max_body_bytes);
 }
 
+void read_server(reader& r, const scope& s, server_config& out) {
+  r.check_keys(s, server_keys, "in [server]");
+  field state = field::absent;
+  if (const auto* listen = r.string(s, "listen", "an IPv4 or IPv6 address", state)) {
+    unsigned char addr[16];
+    if (::inet_pton(AF_INET, listen->get().c_str(), addr) != 1 &&
+        ::inet_pton(AF_INET6, listen->get().c_str(), addr) != 1)
+      r.fail_value(s.value_pos(*listen), s.key_path("listen"), *listen, "not an IP address",
+                   "an IPv4 or IPv6 address, e.g. \"127.0.0.1\" or \"::\"");
+    else
+      out.listen = listen->get();
+  }
+  r.integer(s, "port", port_range, out.port);
+  state = field::absent;
+  if (const auto* env = r.string(s, "api_key_env", "an environment variable name", state))
+    out.api_key_env = env->get();
+  r.integer(s, "max_header_bytes", max_header_bytes_range, out.max_header_bytes);
+  r.integer(s, "header_timeout_ms", server_timeout_ms_range, out.header_timeout_ms);
+  r.integer(s, "idle_timeout_ms", server_timeout_ms_range, out.idle_timeout_ms);
+  r.integer(s, "drain_timeout_ms", server_timeout_ms_range, out.drain_timeout_ms);
+  r.integer(s, "threads", server_threads_range, out.threads);
+}
+
 void read_model(reader& r, const scope& s, model_config& out) {
   r.check_keys(s, model_keys, "in [model]");
   r.one_of(s, "preset", model_presets, out.preset);
@@ -980,6 +1013,7 @@ node_config read_config(reader& r, const toml::table& document) {
   read_section(r, root, "tools", config.tools, read_tools);
   read_section(r, root, "memory", config.memory, read_memory);
   read_section(r, root, "limits", config.limits, read_limits);
+  read_section(r, root, "server", config.server, read_server);
   read_section(r, root, "model", config.model, read_model);
   read_section(r, root, "orchestration", config.orchestration, read_orchestration);
 
@@ -1191,6 +1225,16 @@ std::string to_toml(const node_config& config) {
   append_value(out, "max_concurrent_requests", config.limits.max_concurrent_requests);
   append_value(out, "max_queued_requests", config.limits.max_queued_requests);
   append_value(out, "max_body_bytes", config.limits.max_body_bytes);
+
+  out += "\n[server]\n";
+  append_value(out, "listen", config.server.listen);
+  append_value(out, "port", config.server.port);
+  append_value(out, "api_key_env", config.server.api_key_env);
+  append_value(out, "max_header_bytes", config.server.max_header_bytes);
+  append_value(out, "header_timeout_ms", config.server.header_timeout_ms);
+  append_value(out, "idle_timeout_ms", config.server.idle_timeout_ms);
+  append_value(out, "drain_timeout_ms", config.server.drain_timeout_ms);
+  append_value(out, "threads", config.server.threads);
 
   out += "\n[model]\n";
   append_value(out, "preset", config.model.preset);

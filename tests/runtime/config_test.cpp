@@ -400,6 +400,24 @@ BOOST_AUTO_TEST_CASE(wrong_type_is_an_error) {
                   "wrong type (string)", "allowed: integer 0..4294967295"});
 }
 
+BOOST_AUTO_TEST_CASE(the_server_section_is_read_and_checked) {
+  auto parsed = parse_config("[server]\nlisten = \"::1\"\nport = 0\napi_key_env = \"TRIAD_KEY\"\n"
+                             "max_header_bytes = 4096\nthreads = 3\n",
+                             "triad.toml");
+  BOOST_REQUIRE(parsed.has_value());
+  BOOST_TEST(parsed->server.listen == "::1");
+  BOOST_TEST(parsed->server.port == 0u);
+  BOOST_TEST(parsed->server.api_key_env == "TRIAD_KEY");
+  BOOST_TEST(parsed->server.max_header_bytes == 4096u);
+  BOOST_TEST(parsed->server.threads == 3u);
+  BOOST_TEST(parsed->server.drain_timeout_ms == defaults::server::drain_timeout_ms);
+  check_contains(error_of("[server]\nlisten = \"localhost\"\n"),
+                 {"triad.toml:2:10: ", "server.listen = \"localhost\"", "not an IP address"});
+  check_contains(error_of("[server]\nport = 70000\n"),
+                 {"server.port = 70000", "out of range", "allowed: integer 0..65535"});
+  check_contains(error_of("[server]\ntls = true\n"), {"server.tls", "unknown key"});
+}
+
 BOOST_AUTO_TEST_CASE(out_of_range_is_an_error) {
   check_contains(error_of("[limits]\nmax_body_bytes = 2147483648\n"),
                  {"triad.toml:2:18: ", "limits.max_body_bytes = 2147483648", "out of range",
@@ -800,7 +818,7 @@ BOOST_AUTO_TEST_CASE(default_config_round_trips_through_toml) {
         "domains = []", "queue_capacity = 64", "arena_mib_per_domain = 1024",
         "max_concurrent_requests = 256", "max_queued_requests = 1024", "max_body_bytes = 4194304",
         "[model]", "preset = \"tiny\"", "dtype = \"bf16\"", "page_tokens = 16", "memory_mib = 2048",
-        "queue_capacity = 256"}) {
+        "queue_capacity = 256", "[server]", "listen = \"127.0.0.1\"", "port = 8080"}) {
     BOOST_TEST((text.find(key) != std::string::npos), "to_toml lacks [" << key << "]");
   }
   // cpu devices carry no profile and no time_scale.

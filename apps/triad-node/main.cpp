@@ -1,0 +1,126 @@
+// triad-node: the OpenAI-compatible HTTP node. Reads a TOML config (or the embedded default),
+// prints where everything was placed, serves until SIGTERM or SIGINT, then drains: stops
+// accepting, lets in-flight requests finish up to [server].drain_timeout_ms, exits 0.
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include "actors/node.hpp"
+#include "runtime/report.hpp"
+#include "server/http_server.hpp"
+#include "tools/builtin.hpp"
+#include "tools/registry.hpp"
+
+namespace {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "triad-node: %s\n", message.c_str());
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"triad-node: an OpenAI-compatible triad node over HTTP"};
+  std::string config_path;
+  app.add_option("--config", config_path, "node configuration (TOML); default: the embedded one")
+      ->check(CLI::ExistingFile);
+  int port = -1;
+  app.add_option("--port", port, "listen on this port instead of [server].port (0: any free)")
+      ->check(CLI::Range(0, 65535));
+  std::string listen;
+  app.add_option("--listen", listen, "listen on this address instead of [server].listen");
+  std::string tools_root;
+  app.add_option("--tools-root", tools_root,
+                 "directory the hosted tools work in (file_read's jail, shell's work "
+                 "directories); default: a fresh directory under the temp directory");
+  CLI11_PARSE(app, argc, argv);
+
+  triad::node_config config = triad::default_config();
+  if (!config_path.empty()) {
+    auto loaded = triad::load_config(config_path);
+    if (!loaded)
+      return fail(loaded.error().message);
+    config = std::move(*loaded);
+  }
+  if (port >= 0)
+    config.server.port = static_cast<std::uint16_t>(port);
+  if (!listen.empty())
+    config.server.listen = listen;
+
+  std::string api_key;
+  if (!config.server.api_key_env.empty()) {
+    const char* key = std::getenv(config.server.api_key_env.c_str());
+    if (key == nullptr || *key == '\0')
+      return fail("[server].api_key_env names " + config.server.api_key_env +
+                  ", which is not set or empty; set it to the bearer token clients must send");
+    api_key = key;
+  }
+
+  // The tools the node hosts: calls to them run here; calls to others go back to the client.
+  std::error_code ec;
+  std::filesystem::path root = tools_root.empty() ? std::filesystem::temp_directory_path(ec) /
+                                                        ("triad-node-" + std::to_string(::getpid()))
+                                                  : std::filesystem::path{tools_root};
+  std::filesystem::create_directories(root / "work", ec);
+  if (ec)
+    return fail("cannot create the tools directory " + root.string() + ": " + ec.message());
+  auto tools = std::make_shared<triad::tool_registry>();
+  for (auto added : {triad::add_file_read_tool(*tools, root),
+                     triad::add_shell_tool(*tools, root / "work")})
+    if (!added)
+      return fail(added.error().message);
+
+  // Signals are taken by sigwait in this thread only: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  triad::node_options options;
+  options.tools = tools;
+  auto started = triad::node::start(config, options);
+  if (!started)
+    return fail("the node did not start: " + started.error().message);
+  auto& node = **started;
+  std::printf("%s", triad::describe(node.placement()).c_str());
+
+  triad::http_server_options http;
+  http.server = config.server;
+  http.limits = config.limits;
+  http.model_id = "triad-" + config.model.preset;
+  http.api_key = api_key;
+  auto server = triad::http_server::start(node, http);
+  if (!server)
+    return fail(server.error().message);
+  std::printf("triad-node: serving model %s on http://%s:%u (tools: file_read, shell in %s)\n",
+              http.model_id.c_str(), config.server.listen.c_str(), (*server)->port(),
+              root.string().c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  auto deadline = std::chrono::milliseconds{config.server.drain_timeout_ms};
+  std::printf("triad-node: %s: draining (%zu requests in flight, up to %lld ms)\n",
+              sig == SIGTERM ? "SIGTERM" : "SIGINT", (*server)->active(),
+              static_cast<long long>(deadline.count()));
+  std::fflush(stdout);
+  auto start = std::chrono::steady_clock::now();
+  (*server)->stop_accepting();
+  bool drained = node.drain(deadline);
+  auto left = deadline - std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now() - start);
+  drained = (*server)->wait_idle(std::max(left, std::chrono::milliseconds{100})) && drained;
+  (*server)->stop();
+  node.stop();
+  std::printf("triad-node: stopped (%s)\n",
+              drained ? "every request answered" : "drain deadline passed; the rest cancelled");
+  return 0;
+}

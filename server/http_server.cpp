@@ -1,0 +1,764 @@
+#include "server/http_server.hpp"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+#include "actors/node.hpp"
+#include "devices/tokenizer.hpp"
+#include "server/openai.hpp"
+
+namespace triad {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = net::ip::tcp;
+
+namespace {
+
+// Counts of answered requests by status, for /metrics.
+struct http_metrics {
+  metrics_registry* registry = nullptr;
+  std::mutex m;
+  std::map<unsigned, counter*> by_status;
+  gauge* active = nullptr;
+
+  void answered(unsigned status) {
+    if (registry == nullptr)
+      return;
+    counter* c = nullptr;
+    {
+      std::lock_guard<std::mutex> g{m};
+      auto& slot = by_status[status];
+      if (slot == nullptr)
+        if (auto r = registry->add_counter("triad_http_responses_total",
+                                           "HTTP responses sent, by status.",
+                                           {{"status", std::to_string(status)}}))
+          slot = *r;
+      c = slot;
+    }
+    if (c != nullptr)
+      c->inc();
+  }
+};
+
+// Server state shared by the connections.
+struct shared_state {
+  node* n = nullptr;
+  http_server_options options;
+  std::atomic<bool> accepting{true};
+  std::atomic<std::size_t> active{0};
+  std::atomic<std::uint64_t> next_call{0};
+  std::mutex post_m;  // guards `stopped` against posts racing the io_context's end
+  bool stopped = false;
+  std::mutex idle_m;
+  std::condition_variable idle_cv;
+  http_metrics metrics;
+
+  void begin() {
+    ++active;
+    if (metrics.active != nullptr)
+      metrics.active->set(static_cast<double>(active.load()));
+  }
+  void end() {
+    --active;
+    if (metrics.active != nullptr)
+      metrics.active->set(static_cast<double>(active.load()));
+    std::lock_guard<std::mutex> g{idle_m};
+    idle_cv.notify_all();
+  }
+};
+
+std::string reason_to_finish(const std::string& reason) {
+  if (reason == "length" || reason == "tool_calls")
+    return reason;
+  return "stop"; // "stop", "tool_calls_limit"
+}
+
+// One HTTP connection: reads requests one at a time and answers each.
+class connection : public std::enable_shared_from_this<connection> {
+public:
+  connection(tcp::socket socket, std::shared_ptr<shared_state> state)
+      : stream_(std::move(socket))
+      , state_(std::move(state)) {}
+
+  ~connection() {
+    if (in_request_ && !finished_) { // gone with its answer unfinished (server stopping)
+      state_->n->cancel(handle_);
+      state_->end();
+    }
+  }
+
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+  }
+
+private:
+  using request_t = http::request<http::string_body>;
+
+  // ---- reading -----------------------------------------------------------------------------
+
+  void read() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(state_->options.server.max_header_bytes));
+    parser_->body_limit(state_->options.limits.max_body_bytes);
+    // The first request must arrive whole within the header timeout; a kept-alive connection
+    // gets the idle timeout for its next one.
+    const auto& o = state_->options.server;
+    stream_.expires_after(
+        std::chrono::milliseconds{served_ == 0 ? o.header_timeout_ms : o.idle_timeout_ms});
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       self->on_read(ec);
+                     });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == net::error::connection_reset || ec == net::error::eof)
+      return close();
+    if (ec == http::error::header_limit)
+      return fail(error(431, "the request head is larger than " +
+                                 std::to_string(state_->options.server.max_header_bytes) +
+                                 " bytes ([server].max_header_bytes)",
+                        "request_header_fields_too_large"),
+                  false);
+    if (ec == http::error::body_limit)
+      return fail(error(413, "the request body is larger than " +
+                                 std::to_string(state_->options.limits.max_body_bytes) +
+                                 " bytes ([limits].max_body_bytes)",
+                        "request_too_large"),
+                  false);
+    if (ec)
+      return fail(error(400, "malformed HTTP request: " + ec.message(), "bad_request"), false);
+    stream_.expires_never();
+    req_ = parser_->release();
+    ++served_;
+    route();
+  }
+
+  // ---- routing -----------------------------------------------------------------------------
+
+  static api_error error(unsigned status, std::string message, std::string code = {},
+                         std::string type = {}) {
+    api_error e;
+    e.status = status;
+    e.message = std::move(message);
+    e.code = std::move(code);
+    e.type = type.empty() ? (status >= 500 ? "server_error" : "invalid_request_error") : type;
+    return e;
+  }
+
+  void route() {
+    auto target = std::string{req_.target()};
+    auto path = target.substr(0, target.find('?'));
+    auto method = req_.method();
+    auto only = [&](http::verb v, const char* allow) {
+      if (method == v)
+        return true;
+      auto e = error(405, "method " + std::string{req_.method_string()} + " is not allowed on " +
+                              path + "; allowed: " + allow,
+                     "method_not_allowed");
+      fail(e, req_.keep_alive(), allow);
+      return false;
+    };
+    if (path == "/health") {
+      if (only(http::verb::get, "GET"))
+        send_text(200, "application/json", R"({"status":"ok"})");
+      return;
+    }
+    if (path == "/ready") {
+      if (!only(http::verb::get, "GET"))
+        return;
+      if (state_->accepting.load())
+        send_text(200, "application/json", R"({"status":"ready"})");
+      else
+        fail(error(503, "the node is draining", "draining"), false);
+      return;
+    }
+    if (path == "/metrics") {
+      if (only(http::verb::get, "GET"))
+        send_text(200, std::string{metrics_registry::content_type},
+                  state_->n->metrics().render());
+      return;
+    }
+    bool api = path == "/v1/models" || path == "/v1/chat/completions";
+    if (!api) {
+      fail(error(404, "no such endpoint: " + path +
+                          "; served: POST /v1/chat/completions, GET /v1/models, GET /metrics, "
+                          "GET /health, GET /ready",
+                 "not_found"),
+           req_.keep_alive());
+      return;
+    }
+    if (!authorized()) {
+      fail(error(401, "missing or wrong bearer token (send 'Authorization: Bearer <key>')",
+                 "invalid_api_key", "authentication_error"),
+           req_.keep_alive());
+      return;
+    }
+    if (path == "/v1/models") {
+      if (only(http::verb::get, "GET"))
+        send_text(200, "application/json", models_json());
+      return;
+    }
+    if (only(http::verb::post, "POST"))
+      chat();
+  }
+
+  bool authorized() const {
+    const auto& key = state_->options.api_key;
+    if (key.empty())
+      return true;
+    auto it = req_.find(http::field::authorization);
+    if (it == req_.end())
+      return false;
+    std::string_view value{it->value().data(), it->value().size()};
+    if (value.size() != 7 + key.size() || value.substr(0, 7) != "Bearer ")
+      return false;
+    // Compared in constant time.
+    unsigned char diff = 0;
+    for (std::size_t i = 0; i < key.size(); ++i)
+      diff |= static_cast<unsigned char>(value[7 + i] ^ key[i]);
+    return diff == 0;
+  }
+
+  std::string models_json() const {
+    return json::serialize(json::object{
+        {"object", "list"},
+        {"data", json::array{json::object{{"id", state_->options.model_id},
+                                          {"object", "model"},
+                                          {"created", std::time(nullptr)},
+                                          {"owned_by", "triad"}}}},
+    });
+  }
+
+  // ---- chat completions --------------------------------------------------------------------
+
+  void chat() {
+    if (!state_->accepting.load())
+      return fail(error(503, "the node is draining: no new requests", "draining"), false);
+    auto parsed = parse_chat_request(req_.body(), state_->options.model_id);
+    if (auto* e = std::get_if<api_error>(&parsed))
+      return fail(*e, req_.keep_alive());
+    chat_ = std::get<openai_chat>(std::move(parsed));
+    if (state_->active.load() >= state_->options.limits.max_concurrent_requests) {
+      auto e = error(429,
+                     "too many concurrent requests (" +
+                         std::to_string(state_->options.limits.max_concurrent_requests) +
+                         ", [limits].max_concurrent_requests); retry after 1 s",
+                     "rate_limit_exceeded", "rate_limit_error");
+      e.retry_ms = 1000;
+      return fail(e, req_.keep_alive());
+    }
+    state_->begin();
+    in_request_ = true;
+    keep_alive_ = req_.keep_alive();
+    id_ = "chatcmpl-" + std::to_string(state_->next_call.fetch_add(1) + 1);
+    created_ = std::time(nullptr);
+    hold_back_ = 0;
+    for (const auto& s : chat_.stop)
+      hold_back_ = std::max(hold_back_, s.size() - 1);
+    // The request's events come on its actor's thread and go to this connection's strand. They
+    // hold the connection weakly (a connection that is gone cancels its request as it goes), and
+    // are not posted once the server stopped.
+    std::weak_ptr<connection> weak = shared_from_this();
+    auto strand = stream_.get_executor();
+    handle_ = state_->n->submit(
+        std::move(chat_.request), [weak, strand, state = state_](const request_event& ev) {
+          std::lock_guard<std::mutex> g{state->post_m};
+          if (!state->stopped)
+            net::post(strand, [weak, ev] {
+              if (auto self = weak.lock())
+                self->on_event(ev);
+            });
+        });
+    watch_disconnect();
+  }
+
+  // A client that closes its connection while its answer is generated cancels the request.
+  void watch_disconnect() {
+    stream_.socket().async_wait(
+        tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+          if (!self->in_request_ || self->finished_)
+            return;
+          char probe;
+          auto n = ::recv(self->stream_.socket().native_handle(), &probe, 1,
+                          MSG_PEEK | MSG_DONTWAIT);
+          if (ec || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            self->client_gone_ = true;
+            self->state_->n->cancel(self->handle_);
+          }
+          // Data (a pipelined request) waits in the socket for the next read.
+        });
+  }
+
+  void on_event(const request_event& ev) {
+    if (finished_)
+      return;
+    switch (ev.kind) {
+    case request_event::state:
+    case request_event::tool_result:
+      if (ev.kind == request_event::tool_result && !server_calls_.empty())
+        server_calls_.back().as_object()["result"] = ev.text;
+      return;
+    case request_event::token:
+      on_token(ev);
+      return;
+    case request_event::tool_call:
+      last_call_ = ev;
+      // Until its result arrives it may be the client's to run (the request then ends with
+      // "tool_calls"); a hosted one is followed by its result.
+      server_calls_.push_back(json::object{{"name", ev.text}, {"arguments", ev.arguments_json}});
+      return;
+    case request_event::done:
+      return on_done(ev);
+    case request_event::error:
+      return on_error(ev);
+    }
+  }
+
+  void on_token(const request_event& ev) {
+    if (ev.tok == tokenizer::tool_call_start) {
+      in_call_ = true;
+      return;
+    }
+    if (ev.tok == tokenizer::tool_call_end) {
+      in_call_ = false;
+      return;
+    }
+    if (in_call_ || tokenizer::is_special(ev.tok) || stopped_by_string_)
+      return;
+    auto text = utf8_.push(ev.text);
+    if (text.empty())
+      return;
+    ++pending_tokens_;
+    content_ += text;
+    if (!chat_.stop.empty()) {
+      for (const auto& s : chat_.stop) {
+        auto from = content_.size() > text.size() + s.size() ? content_.size() - text.size() - s.size()
+                                                             : 0;
+        auto at = content_.find(s, from);
+        if (at != std::string::npos) {
+          content_.resize(at);
+          stopped_by_string_ = true;
+          state_->n->cancel(handle_); // ends with "cancelled", answered as stop
+          break;
+        }
+      }
+    }
+    if (chat_.stream)
+      flush_stream(false);
+  }
+
+  void on_done(const request_event& ev) {
+    usage_ = ev.usage;
+    content_ += utf8_.finish();
+    auto finish = reason_to_finish(ev.text);
+    if (finish == "tool_calls" && last_call_) {
+      client_call_ = last_call_;
+      if (!server_calls_.empty())
+        server_calls_.pop_back();
+    }
+    complete(finish);
+  }
+
+  void on_error(const request_event& ev) {
+    if (ev.text == "cancelled" && stopped_by_string_) {
+      usage_ = ev.usage;
+      return complete("stop");
+    }
+    if (client_gone_) {
+      finished_ = true;
+      state_->end();
+      return close();
+    }
+    api_error e;
+    if (ev.text.rfind("overloaded", 0) == 0) {
+      e = error(429, ev.text, "rate_limit_exceeded", "rate_limit_error");
+      e.retry_ms = 200;
+      auto at = ev.text.find("retry after ");
+      if (at != std::string::npos)
+        e.retry_ms = static_cast<std::uint32_t>(std::strtoul(ev.text.c_str() + at + 12, nullptr, 10));
+    } else if (ev.text.find("draining") != std::string::npos) {
+      e = error(503, ev.text, "draining");
+      e.retry_ms = 1000;
+    } else {
+      e = error(500, ev.text, "generation_failed");
+    }
+    finished_ = true;
+    state_->end();
+    if (headers_sent_) { // mid-stream: an error event, then the end of the stream
+      queue_chunk("data: " + to_json(e) + "\n\ndata: [DONE]\n\n");
+      end_stream_ = true;
+      pump();
+      return;
+    }
+    fail(e, keep_alive_);
+  }
+
+  json::object message_json() const {
+    json::object msg{{"role", "assistant"}};
+    msg["content"] = content_.empty() && client_call_ ? json::value(nullptr) : json::value(content_);
+    if (client_call_)
+      msg["tool_calls"] = json::array{call_json(*client_call_, false)};
+    return msg;
+  }
+
+  json::object call_json(const request_event& call, bool delta) const {
+    json::object o{{"id", "call_" + std::to_string(handle_.id)},
+                   {"type", "function"},
+                   {"function", json::object{{"name", call.text},
+                                             {"arguments", call.arguments_json}}}};
+    if (delta)
+      o["index"] = 0;
+    return o;
+  }
+
+  json::object chunk(json::object delta, json::value finish) const {
+    return json::object{
+        {"id", id_},
+        {"object", "chat.completion.chunk"},
+        {"created", created_},
+        {"model", state_->options.model_id},
+        {"choices", json::array{json::object{
+                        {"index", 0}, {"delta", std::move(delta)}, {"finish_reason", finish}}}},
+    };
+  }
+
+  void complete(const std::string& finish) {
+    finished_ = true;
+    state_->end();
+    if (!chat_.stream) {
+      json::object body{
+          {"id", id_},
+          {"object", "chat.completion"},
+          {"created", created_},
+          {"model", state_->options.model_id},
+          {"choices", json::array{json::object{{"index", 0},
+                                               {"message", message_json()},
+                                               {"finish_reason", finish}}}},
+          {"usage", json::parse(usage_json(usage_))},
+      };
+      if (!server_calls_.empty())
+        body["triad"] = json::object{{"server_tool_calls", json::array(server_calls_.begin(),
+                                                                        server_calls_.end())}};
+      send_text(200, "application/json", json::serialize(body));
+      return;
+    }
+    flush_stream(true);
+    if (client_call_)
+      queue_chunk("data: " +
+                  json::serialize(chunk(json::object{{"tool_calls",
+                                                      json::array{call_json(*client_call_, true)}}},
+                                        nullptr)) +
+                  "\n\n");
+    queue_chunk("data: " + json::serialize(chunk(json::object{}, json::value(finish))) + "\n\n");
+    if (chat_.include_usage) {
+      auto last = chunk(json::object{}, nullptr);
+      last["choices"] = json::array{};
+      last["usage"] = json::parse(usage_json(usage_));
+      queue_chunk("data: " + json::serialize(last) + "\n\n");
+    }
+    queue_chunk("data: [DONE]\n\n");
+    end_stream_ = true;
+    pump();
+  }
+
+  // Streams the content not yet sent (all of it at the end; before that, all but the last
+  // hold_back_ bytes, which could be the start of a stop string).
+  void flush_stream(bool all) {
+    if (!headers_sent_ && !all && content_.size() <= hold_back_)
+      return;
+    auto limit = all ? content_.size()
+                     : (content_.size() > hold_back_ ? content_.size() - hold_back_ : 0);
+    if (!role_sent_) {
+      role_sent_ = true;
+      queue_chunk("data: " +
+                  json::serialize(chunk(json::object{{"role", "assistant"}, {"content", ""}},
+                                        nullptr)) +
+                  "\n\n");
+    }
+    if (limit > streamed_) {
+      // Only what is complete UTF-8 is in content_, so any cut is at a character boundary but
+      // hold_back_ may split one: back up to a boundary.
+      while (limit > streamed_ && limit < content_.size() &&
+             (static_cast<unsigned char>(content_[limit]) & 0xc0) == 0x80)
+        --limit;
+      auto piece = content_.substr(streamed_, limit - streamed_);
+      streamed_ = limit;
+      if (!piece.empty())
+        queue_chunk("data: " + json::serialize(chunk(json::object{{"content", piece}}, nullptr)) +
+                    "\n\n");
+    }
+    pump();
+  }
+
+  // ---- writing -----------------------------------------------------------------------------
+
+  void queue_chunk(std::string s) { outbox_.push_back(std::move(s)); }
+
+  // Writes the stream head once, then the queued chunks one write at a time (chunks queued
+  // while a write is under way go together in the next).
+  void pump() {
+    if (writing_)
+      return;
+    if (!headers_sent_) {
+      headers_sent_ = true;
+      writing_ = true;
+      head_.emplace(http::status::ok, req_.version());
+      head_->set(http::field::content_type, "text/event-stream");
+      head_->set(http::field::cache_control, "no-cache");
+      head_->keep_alive(keep_alive_);
+      head_->chunked(true);
+      head_sr_.emplace(*head_);
+      http::async_write_header(stream_, *head_sr_,
+                               [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                                 self->writing_ = false;
+                                 if (ec)
+                                   return self->on_write_failed();
+                                 self->pump();
+                               });
+      return;
+    }
+    if (outbox_.empty()) {
+      if (end_stream_ && !ended_) {
+        ended_ = true;
+        writing_ = true;
+        net::async_write(stream_, http::make_chunk_last(),
+                         [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                           self->writing_ = false;
+                           self->state_->metrics.answered(200);
+                           if (ec)
+                             return self->close();
+                           self->next_request();
+                         });
+      }
+      return;
+    }
+    wire_.clear();
+    for (auto& s : outbox_)
+      wire_ += s;
+    outbox_.clear();
+    writing_ = true;
+    net::async_write(stream_, http::make_chunk(net::buffer(wire_)),
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       self->writing_ = false;
+                       if (ec)
+                         return self->on_write_failed();
+                       self->pump();
+                     });
+  }
+
+  void on_write_failed() {
+    client_gone_ = true;
+    if (!finished_)
+      state_->n->cancel(handle_); // its error event ends it
+    close();
+  }
+
+  void send_text(unsigned status, std::string content_type, std::string body) {
+    auto res = std::make_shared<http::response<http::string_body>>(
+        static_cast<http::status>(status), req_.version());
+    res->set(http::field::content_type, content_type);
+    res->keep_alive(req_.keep_alive() && state_->accepting.load());
+    res->body() = std::move(body);
+    res->prepare_payload();
+    write(res, status);
+  }
+
+  void fail(const api_error& e, bool keep_alive, const char* allow = nullptr) {
+    auto res = std::make_shared<http::response<http::string_body>>(
+        static_cast<http::status>(e.status), req_.version() == 0 ? 11 : req_.version());
+    res->set(http::field::content_type, "application/json");
+    if (e.retry_ms != 0)
+      res->set(http::field::retry_after, std::to_string((e.retry_ms + 999) / 1000));
+    if (allow != nullptr)
+      res->set(http::field::allow, allow);
+    res->keep_alive(keep_alive && state_->accepting.load());
+    res->body() = to_json(e);
+    res->prepare_payload();
+    write(res, e.status);
+  }
+
+  void write(std::shared_ptr<http::response<http::string_body>> res, unsigned status) {
+    state_->metrics.answered(status);
+    bool keep = res->keep_alive();
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res, keep](beast::error_code ec, std::size_t) {
+                        if (ec || !keep)
+                          return self->close();
+                        self->next_request();
+                      });
+  }
+
+  void next_request() {
+    if (!state_->accepting.load() || !keep_alive_ok())
+      return close();
+    in_request_ = false;
+    finished_ = false;
+    headers_sent_ = role_sent_ = end_stream_ = ended_ = in_call_ = false;
+    stopped_by_string_ = client_gone_ = false;
+    content_.clear();
+    streamed_ = 0;
+    pending_tokens_ = 0;
+    server_calls_.clear();
+    last_call_.reset();
+    client_call_.reset();
+    utf8_ = {};
+    head_sr_.reset();
+    head_.reset();
+    read();
+  }
+
+  bool keep_alive_ok() const { return !in_request_ || keep_alive_; }
+
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.close();
+  }
+
+  beast::tcp_stream stream_;
+  std::shared_ptr<shared_state> state_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  request_t req_;
+  std::uint64_t served_ = 0;
+  // The generation being answered.
+  openai_chat chat_;
+  request_handle handle_;
+  std::string id_;
+  std::time_t created_ = 0;
+  bool in_request_ = false, finished_ = false, keep_alive_ = true, client_gone_ = false;
+  bool in_call_ = false, stopped_by_string_ = false;
+  utf8_stream utf8_;
+  std::string content_;
+  std::size_t streamed_ = 0, hold_back_ = 0, pending_tokens_ = 0;
+  request_usage usage_;
+  std::vector<json::value> server_calls_;
+  std::optional<request_event> last_call_, client_call_;
+  // Streaming output.
+  bool headers_sent_ = false, role_sent_ = false, writing_ = false, end_stream_ = false,
+       ended_ = false;
+  std::optional<http::response<http::empty_body>> head_;
+  std::optional<http::response_serializer<http::empty_body>> head_sr_;
+  std::deque<std::string> outbox_;
+  std::string wire_;
+};
+
+} // namespace
+
+struct http_server::impl {
+  net::io_context io;
+  tcp::acceptor acceptor{io};
+  std::shared_ptr<shared_state> state = std::make_shared<shared_state>();
+  std::vector<std::thread> threads;
+  std::uint16_t port = 0;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+
+  void accept() {
+    acceptor.async_accept(net::make_strand(io), [this](beast::error_code ec, tcp::socket s) {
+      if (ec == net::error::operation_aborted || !acceptor.is_open())
+        return;
+      if (!ec)
+        std::make_shared<connection>(std::move(s), state)->start();
+      accept();
+    });
+  }
+};
+
+http_server::http_server(std::unique_ptr<impl> p)
+    : impl_(std::move(p)) {}
+
+http_server::~http_server() {
+  stop();
+}
+
+expected<std::unique_ptr<http_server>> http_server::start(node& n, http_server_options options) {
+  auto p = std::make_unique<impl>();
+  p->state->n = &n;
+  p->state->metrics.registry = &n.metrics();
+  if (auto g = n.metrics().add_gauge("triad_http_active_requests",
+                                     "Generation requests being answered over HTTP."))
+    p->state->metrics.active = *g;
+  auto where = options.server.listen + ":" + std::to_string(options.server.port);
+  boost::system::error_code ec;
+  auto address = net::ip::make_address(options.server.listen, ec);
+  if (ec)
+    return make_error(errc::invalid_argument,
+                      "server: listen = \"" + options.server.listen + "\" is not an IP address");
+  tcp::endpoint endpoint{address, options.server.port};
+  p->acceptor.open(endpoint.protocol(), ec);
+  if (!ec)
+    p->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec)
+    p->acceptor.bind(endpoint, ec);
+  if (!ec)
+    p->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return make_error(errc::io_error, "server: cannot listen on " + where + ": " + ec.message());
+  p->port = p->acceptor.local_endpoint().port();
+  p->state->options = std::move(options);
+  p->work.emplace(p->io.get_executor());
+  p->accept();
+  for (std::size_t i = 0; i < p->state->options.server.threads; ++i)
+    p->threads.emplace_back([io = &p->io] { io->run(); });
+  return std::unique_ptr<http_server>{new http_server(std::move(p))};
+}
+
+std::uint16_t http_server::port() const noexcept {
+  return impl_->port;
+}
+
+void http_server::stop_accepting() {
+  impl_->state->accepting = false;
+  net::post(impl_->io, [p = impl_.get()] {
+    boost::system::error_code ec;
+    p->acceptor.close(ec);
+  });
+}
+
+bool http_server::wait_idle(std::chrono::milliseconds deadline) {
+  std::unique_lock<std::mutex> l{impl_->state->idle_m};
+  return impl_->state->idle_cv.wait_for(l, deadline,
+                                        [this] { return impl_->state->active.load() == 0; });
+}
+
+std::size_t http_server::active() const noexcept {
+  return impl_->state->active.load();
+}
+
+void http_server::stop() {
+  if (!impl_ || impl_->threads.empty())
+    return;
+  stop_accepting();
+  {
+    std::lock_guard<std::mutex> g{impl_->state->post_m};
+    impl_->state->stopped = true;
+  }
+  impl_->work.reset();
+  impl_->io.stop();
+  for (auto& t : impl_->threads)
+    t.join();
+  impl_->threads.clear();
+}
+
+} // namespace triad

@@ -1,0 +1,463 @@
+#include "server/openai.hpp"
+
+#include <cmath>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+namespace triad {
+
+namespace json = boost::json;
+
+std::string to_json(const api_error& e) {
+  json::object err;
+  err["message"] = e.message;
+  err["type"] = e.type.empty() ? "invalid_request_error" : e.type;
+  err["param"] = e.param.empty() ? json::value(nullptr) : json::value(e.param);
+  err["code"] = e.code.empty() ? json::value(nullptr) : json::value(e.code);
+  return json::serialize(json::object{{"error", std::move(err)}});
+}
+
+std::string usage_json(const request_usage& u) {
+  return json::serialize(json::object{
+      {"prompt_tokens", u.prompt_tokens},
+      {"completion_tokens", u.completion_tokens},
+      {"total_tokens", u.prompt_tokens + u.completion_tokens},
+      {"prompt_tokens_details", json::object{{"cached_tokens", u.cached_tokens}}},
+  });
+}
+
+namespace {
+
+// What a JSON value is, for error messages.
+std::string kind_of(const json::value& v) {
+  switch (v.kind()) {
+  case json::kind::null:
+    return "null";
+  case json::kind::bool_:
+    return "a boolean";
+  case json::kind::int64:
+  case json::kind::uint64:
+    return "an integer";
+  case json::kind::double_:
+    return "a number";
+  case json::kind::string:
+    return "a string";
+  case json::kind::array:
+    return "an array";
+  case json::kind::object:
+    return "an object";
+  }
+  return "a value";
+}
+
+// A short rendering of a value for messages (long strings cut).
+std::string shown(const json::value& v) {
+  auto s = json::serialize(v);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+api_error bad(std::string param, std::string message) {
+  api_error e;
+  e.status = 400;
+  e.type = "invalid_request_error";
+  e.message = param.empty() ? message : param + ": " + message;
+  e.param = std::move(param);
+  return e;
+}
+
+api_error wrong_type(const std::string& param, const json::value& v, std::string_view want) {
+  return bad(param, "expected " + std::string{want} + ", got " + kind_of(v) + " " + shown(v));
+}
+
+// Reads a number (integer or float) into `out`.
+bool number(const json::value& v, double& out) {
+  if (v.is_int64())
+    out = static_cast<double>(v.get_int64());
+  else if (v.is_uint64())
+    out = static_cast<double>(v.get_uint64());
+  else if (v.is_double())
+    out = v.get_double();
+  else
+    return false;
+  return std::isfinite(out);
+}
+
+// Reads a whole number (1.0 counts) into `out`.
+bool whole(const json::value& v, std::int64_t& out) {
+  double d = 0;
+  if (v.is_int64()) {
+    out = v.get_int64();
+    return true;
+  }
+  if (v.is_uint64()) {
+    if (v.get_uint64() > static_cast<std::uint64_t>(INT64_MAX))
+      return false;
+    out = static_cast<std::int64_t>(v.get_uint64());
+    return true;
+  }
+  if (!number(v, d) || std::floor(d) != d || std::fabs(d) > 9e18)
+    return false;
+  out = static_cast<std::int64_t>(d);
+  return true;
+}
+
+// A message's content as text: a string, null, or an array of {"type": "text", "text"} parts.
+std::variant<std::string, api_error> content_text(const json::value& v, const std::string& p) {
+  if (v.is_null())
+    return std::string{};
+  if (v.is_string())
+    return std::string{v.get_string()};
+  if (!v.is_array())
+    return wrong_type(p, v, "a string, null or an array of text parts");
+  std::string out;
+  const auto& parts = v.get_array();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    auto pp = p + "[" + std::to_string(i) + "]";
+    const auto* part = parts[i].if_object();
+    if (part == nullptr)
+      return wrong_type(pp, parts[i], "an object {\"type\": \"text\", \"text\": ...}");
+    const auto* type = part->if_contains("type");
+    if (type == nullptr || !type->is_string() || type->get_string() != "text")
+      return bad(pp + ".type", "only \"text\" parts are supported");
+    const auto* text = part->if_contains("text");
+    if (text == nullptr || !text->is_string())
+      return bad(pp + ".text", "expected a string");
+    out += text->get_string();
+  }
+  return out;
+}
+
+// An assistant message's tool_calls rendered the way the model writes them.
+std::variant<std::string, api_error> rendered_calls(const json::value& v, const std::string& p) {
+  if (!v.is_array())
+    return wrong_type(p, v, "an array of tool calls");
+  std::string out;
+  const auto& calls = v.get_array();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    auto pp = p + "[" + std::to_string(i) + "]";
+    const auto* call = calls[i].if_object();
+    const json::object* fn = nullptr;
+    if (call != nullptr)
+      if (const auto* f = call->if_contains("function"))
+        fn = f->if_object();
+    if (fn == nullptr)
+      return bad(pp, "expected {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    const auto* name = fn->if_contains("name");
+    if (name == nullptr || !name->is_string() || name->get_string().empty())
+      return bad(pp + ".function.name", "expected a non-empty string");
+    json::value args = json::object{};
+    if (const auto* a = fn->if_contains("arguments")) {
+      if (a->is_string()) {
+        boost::system::error_code ec;
+        args = json::parse(a->get_string(), ec);
+        if (ec || !args.is_object())
+          return bad(pp + ".function.arguments", "expected a JSON object encoded as a string");
+      } else if (a->is_object()) {
+        args = *a;
+      } else {
+        return wrong_type(pp + ".function.arguments", *a, "a string");
+      }
+    }
+    out += "<tool_call>" +
+           json::serialize(json::object{{"name", name->get_string()}, {"arguments", args}}) +
+           "</tool_call>";
+  }
+  return out;
+}
+
+// The `triad.script` extension: [{"tokens": N, "tool_call": {"name", "arguments"}}, ...].
+std::variant<generation_script, api_error> script_of(const json::value& v) {
+  const std::string p = "triad.script";
+  if (!v.is_array() || v.get_array().empty())
+    return wrong_type(p, v, "a non-empty array of {\"tokens\", \"tool_call\"} turns");
+  generation_script script;
+  const auto& turns = v.get_array();
+  if (turns.size() > 256)
+    return bad(p, "at most 256 turns, got " + std::to_string(turns.size()));
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    auto pp = p + "[" + std::to_string(i) + "]";
+    const auto* t = turns[i].if_object();
+    if (t == nullptr)
+      return wrong_type(pp, turns[i], "an object");
+    script_turn turn;
+    std::int64_t n = 0;
+    const auto* tokens = t->if_contains("tokens");
+    if (tokens == nullptr || !whole(*tokens, n) || n < 0 || n > 65536)
+      return bad(pp + ".tokens", "expected an integer 0..65536");
+    turn.tokens = static_cast<std::uint32_t>(n);
+    if (const auto* call = t->if_contains("tool_call"); call != nullptr && !call->is_null()) {
+      const auto* c = call->if_object();
+      const json::value* name = c ? c->if_contains("name") : nullptr;
+      if (name == nullptr || !name->is_string() || name->get_string().empty())
+        return bad(pp + ".tool_call.name", "expected a non-empty string");
+      json::value args = json::object{};
+      if (const auto* a = c->if_contains("arguments")) {
+        if (!a->is_object())
+          return wrong_type(pp + ".tool_call.arguments", *a, "an object");
+        args = *a;
+      }
+      turn.call = tool_call_text{std::string{name->get_string()}, json::serialize(args)};
+    } else if (i + 1 < turns.size()) {
+      return bad(pp + ".tool_call", "every turn but the last ends with a tool call");
+    }
+    script.turns.push_back(std::move(turn));
+  }
+  if (script.turns.back().call)
+    return bad(p, "the last turn must end the answer (no tool_call)");
+  return script;
+}
+
+} // namespace
+
+std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
+                                                        std::string_view served_model) {
+  boost::system::error_code ec;
+  auto doc = json::parse(body, ec);
+  if (ec)
+    return bad("", "the body is not valid JSON: " + ec.message());
+  const auto* root = doc.if_object();
+  if (root == nullptr)
+    return bad("", "the body must be a JSON object, got " + kind_of(doc));
+  openai_chat out;
+  auto& req = out.request;
+
+  const auto* model = root->if_contains("model");
+  if (model == nullptr)
+    return bad("model", "required");
+  if (!model->is_string())
+    return wrong_type("model", *model, "a string");
+  if (model->get_string() != served_model) {
+    api_error e = bad("model", "the model '" + std::string{model->get_string()} +
+                                   "' does not exist; this node serves '" +
+                                   std::string{served_model} + "'");
+    e.status = 404;
+    e.code = "model_not_found";
+    return e;
+  }
+
+  const auto* messages = root->if_contains("messages");
+  if (messages == nullptr)
+    return bad("messages", "required");
+  if (!messages->is_array() || messages->get_array().empty())
+    return wrong_type("messages", *messages, "a non-empty array");
+  const auto& list = messages->get_array();
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    auto p = "messages[" + std::to_string(i) + "]";
+    const auto* m = list[i].if_object();
+    if (m == nullptr)
+      return wrong_type(p, list[i], "an object");
+    const auto* role = m->if_contains("role");
+    if (role == nullptr || !role->is_string())
+      return bad(p + ".role", "expected one of system, developer, user, assistant, tool");
+    std::string r{role->get_string()};
+    if (r == "developer")
+      r = "system";
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+      return bad(p + ".role", "'" + std::string{role->get_string()} +
+                                  "' is not one of system, developer, user, assistant, tool");
+    std::string text;
+    if (const auto* c = m->if_contains("content")) {
+      auto t = content_text(*c, p + ".content");
+      if (auto* e = std::get_if<api_error>(&t))
+        return *e;
+      text = std::get<std::string>(t);
+    } else if (r != "assistant") {
+      return bad(p + ".content", "required");
+    }
+    if (r == "assistant")
+      if (const auto* calls = m->if_contains("tool_calls"); calls && !calls->is_null()) {
+        auto rendered = rendered_calls(*calls, p + ".tool_calls");
+        if (auto* e = std::get_if<api_error>(&rendered))
+          return *e;
+        text += std::get<std::string>(rendered);
+      }
+    req.messages.push_back({std::move(r), std::move(text)});
+  }
+
+  if (const auto* tools = root->if_contains("tools"); tools && !tools->is_null()) {
+    if (!tools->is_array())
+      return wrong_type("tools", *tools, "an array of {\"type\": \"function\", ...}");
+    const auto& ts = tools->get_array();
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      auto p = "tools[" + std::to_string(i) + "]";
+      const auto* t = ts[i].if_object();
+      const json::object* fn = nullptr;
+      if (t != nullptr)
+        if (const auto* f = t->if_contains("function"))
+          fn = f->if_object();
+      const json::value* name = fn ? fn->if_contains("name") : nullptr;
+      if (name == nullptr || !name->is_string() || name->get_string().empty())
+        return bad(p + ".function.name", "expected a non-empty string");
+      out.tools.emplace_back(name->get_string());
+    }
+  }
+  if (const auto* choice = root->if_contains("tool_choice"); choice && !choice->is_null()) {
+    if (choice->is_string()) {
+      std::string c{choice->get_string()};
+      if (c != "none" && c != "auto" && c != "required")
+        return bad("tool_choice", "'" + c + "' is not one of none, auto, required");
+      out.tool_choice = c;
+    } else if (const auto* o = choice->if_object()) {
+      const json::value* name = nullptr;
+      if (const auto* f = o->if_contains("function"); f && f->is_object())
+        name = f->get_object().if_contains("name");
+      if (name == nullptr || !name->is_string())
+        return bad("tool_choice.function.name", "expected a string");
+      out.tool_choice = std::string{name->get_string()};
+    } else {
+      return wrong_type("tool_choice", *choice, "a string or {\"type\": \"function\", ...}");
+    }
+  }
+
+  if (const auto* s = root->if_contains("stream"); s && !s->is_null()) {
+    if (!s->is_bool())
+      return wrong_type("stream", *s, "a boolean");
+    out.stream = s->get_bool();
+  }
+  if (const auto* so = root->if_contains("stream_options"); so && !so->is_null()) {
+    if (!so->is_object())
+      return wrong_type("stream_options", *so, "an object");
+    if (const auto* iu = so->get_object().if_contains("include_usage")) {
+      if (!iu->is_bool())
+        return wrong_type("stream_options.include_usage", *iu, "a boolean");
+      out.include_usage = iu->get_bool();
+    }
+  }
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    const auto* v = root->if_contains(key);
+    if (v == nullptr || v->is_null())
+      continue;
+    std::int64_t n = 0;
+    if (!whole(*v, n) || n < 1 || n > 1'000'000)
+      return bad(key, "expected an integer 1..1000000, got " + shown(*v));
+    req.max_tokens = static_cast<std::uint32_t>(n);
+  }
+  if (const auto* v = root->if_contains("temperature"); v && !v->is_null()) {
+    double t = 0;
+    if (!number(*v, t) || t < 0 || t > 2)
+      return bad("temperature", "expected a number 0..2, got " + shown(*v));
+    req.sampling.temperature = static_cast<float>(t);
+  } else {
+    req.sampling.temperature = 1.0f; // OpenAI's default
+  }
+  if (const auto* v = root->if_contains("top_p"); v && !v->is_null()) {
+    double p = 0;
+    if (!number(*v, p) || p <= 0 || p > 1)
+      return bad("top_p", "expected a number 0 < top_p <= 1, got " + shown(*v));
+    req.sampling.top_p = static_cast<float>(p);
+  }
+  if (const auto* v = root->if_contains("top_k"); v && !v->is_null()) {
+    std::int64_t k = 0;
+    if (!whole(*v, k) || k < 0 || k > 1'000'000)
+      return bad("top_k", "expected an integer 0..1000000 (0: all), got " + shown(*v));
+    req.sampling.top_k = static_cast<unsigned>(k);
+  }
+  if (const auto* v = root->if_contains("seed"); v && !v->is_null()) {
+    std::int64_t seed = 0;
+    if (!whole(*v, seed))
+      return bad("seed", "expected an integer, got " + shown(*v));
+    req.sampling.seed = static_cast<std::uint64_t>(seed);
+  }
+  if (const auto* v = root->if_contains("n"); v && !v->is_null()) {
+    std::int64_t n = 0;
+    if (!whole(*v, n) || n != 1)
+      return bad("n", "only n = 1 is supported, got " + shown(*v));
+  }
+  if (const auto* v = root->if_contains("stop"); v && !v->is_null()) {
+    if (v->is_string()) {
+      if (!v->get_string().empty())
+        out.stop.emplace_back(v->get_string());
+    } else if (v->is_array()) {
+      const auto& a = v->get_array();
+      if (a.size() > 4)
+        return bad("stop", "at most 4 stop strings, got " + std::to_string(a.size()));
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (!a[i].is_string())
+          return wrong_type("stop[" + std::to_string(i) + "]", a[i], "a string");
+        if (!a[i].get_string().empty())
+          out.stop.emplace_back(a[i].get_string());
+      }
+    } else {
+      return wrong_type("stop", *v, "a string or an array of strings");
+    }
+  }
+  if (const auto* v = root->if_contains("user"); v && v->is_string())
+    req.session = std::string{v->get_string()};
+
+  if (const auto* ext = root->if_contains("triad"); ext && !ext->is_null()) {
+    const auto* o = ext->if_object();
+    if (o == nullptr)
+      return wrong_type("triad", *ext, "an object");
+    if (const auto* s = o->if_contains("session"); s && !s->is_null()) {
+      if (!s->is_string())
+        return wrong_type("triad.session", *s, "a string");
+      req.session = std::string{s->get_string()};
+    }
+    if (const auto* s = o->if_contains("script"); s && !s->is_null()) {
+      auto script = script_of(*s);
+      if (auto* e = std::get_if<api_error>(&script))
+        return *e;
+      req.script = std::get<generation_script>(std::move(script));
+    }
+  }
+  req.return_unhosted_calls = true;
+  if (out.tool_choice == "none")
+    req.max_tool_calls = 0;
+  return out;
+}
+
+std::string utf8_stream::push(std::string_view bytes) {
+  pending_.append(bytes);
+  std::string out;
+  std::size_t i = 0;
+  while (i < pending_.size()) {
+    auto c = static_cast<unsigned char>(pending_[i]);
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (len == 0 || (len == 2 && c < 0xc2) || (len == 4 && c > 0xf4)) {
+      out += "\xef\xbf\xbd";
+      ++i;
+      continue;
+    }
+    if (i + len > pending_.size()) {
+      // Check what is there so far; wait for the rest if it could still be valid.
+      bool ok = true;
+      for (std::size_t k = i + 1; k < pending_.size(); ++k)
+        ok = ok && (static_cast<unsigned char>(pending_[k]) & 0xc0) == 0x80;
+      if (ok)
+        break;
+      out += "\xef\xbf\xbd";
+      ++i;
+      continue;
+    }
+    bool ok = true;
+    for (std::size_t k = 1; k < len; ++k)
+      ok = ok && (static_cast<unsigned char>(pending_[i + k]) & 0xc0) == 0x80;
+    if (ok && len == 3) { // no overlongs, no surrogates
+      auto c1 = static_cast<unsigned char>(pending_[i + 1]);
+      ok = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0);
+    }
+    if (ok && len == 4) {
+      auto c1 = static_cast<unsigned char>(pending_[i + 1]);
+      ok = !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 >= 0x90);
+    }
+    if (!ok) {
+      out += "\xef\xbf\xbd";
+      ++i;
+      continue;
+    }
+    out.append(pending_, i, len);
+    i += len;
+  }
+  pending_.erase(0, i);
+  return out;
+}
+
+std::string utf8_stream::finish() {
+  std::string out = pending_.empty() ? "" : "\xef\xbf\xbd";
+  pending_.clear();
+  return out;
+}
+
+} // namespace triad
