@@ -1,0 +1,283 @@
+#include <future>
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "server/http_server.hpp"
+#include "tests/actors/support.hpp"
+
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = net::ip::tcp;
+using namespace std::chrono_literals;
+
+struct reply {
+  unsigned status = 0;
+  std::string body;
+  http::fields headers;
+  json::value json() const { return json::parse(body); }
+};
+
+// A node (tiny cpu devices, the "nap" tool) behind an HTTP server on a free port.
+struct server_fixture {
+  std::unique_ptr<triad::node> node = triad::test::start_node();
+  std::unique_ptr<triad::http_server> server;
+
+  explicit server_fixture(std::string api_key = {}, std::size_t max_concurrent = 64) {
+    triad::http_server_options o;
+    o.server.port = 0;
+    o.server.max_header_bytes = 2048;
+    o.server.header_timeout_ms = 300;
+    o.limits.max_body_bytes = 64 * 1024;
+    o.limits.max_concurrent_requests = max_concurrent;
+    o.model_id = "triad-tiny";
+    o.api_key = std::move(api_key);
+    auto s = triad::http_server::start(*node, o);
+    BOOST_REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().message));
+    server = std::move(*s);
+  }
+
+  reply call(http::verb verb, std::string target, std::string body = {},
+             std::vector<std::pair<std::string, std::string>> headers = {}) {
+    net::io_context io;
+    beast::tcp_stream stream{io};
+    stream.connect(tcp::endpoint{net::ip::make_address("127.0.0.1"), server->port()});
+    http::request<http::string_body> req{verb, target, 11};
+    req.set(http::field::host, "localhost");
+    req.set(http::field::content_type, "application/json");
+    for (auto& [k, v] : headers)
+      req.set(k, v);
+    req.body() = std::move(body);
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    beast::error_code ec;
+    http::read(stream, buf, parser, ec);
+    BOOST_REQUIRE_MESSAGE(!ec, "no answer: " << ec.message());
+    auto res = parser.release();
+    reply r;
+    r.status = res.result_int();
+    r.body = res.body();
+    r.headers = res.base();
+    return r;
+  }
+
+  reply chat(std::string body, std::vector<std::pair<std::string, std::string>> headers = {}) {
+    return call(http::verb::post, "/v1/chat/completions", std::move(body), std::move(headers));
+  }
+};
+
+std::string ask(std::string extra = {}) {
+  return R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "Hello"}],
+             "max_tokens": 5, "temperature": 0)" +
+         extra + "}";
+}
+
+// The data lines of an event stream.
+std::vector<std::string> events_of(const std::string& body) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    auto end = body.find("\n\n", at);
+    out.push_back(body.substr(at + 6, end - at - 6));
+    at = end;
+  }
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(http_api)
+
+BOOST_AUTO_TEST_CASE(a_completion_answers_with_the_message_and_usage) {
+  server_fixture f;
+  auto r = f.chat(ask());
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  auto j = r.json().as_object();
+  BOOST_TEST(j.at("object").as_string() == "chat.completion");
+  auto& choice = j.at("choices").as_array().at(0).as_object();
+  BOOST_TEST(choice.at("finish_reason").as_string() == "length");
+  BOOST_TEST(choice.at("message").at("role").as_string() == "assistant");
+  BOOST_TEST(choice.at("message").at("content").is_string());
+  BOOST_TEST(j.at("usage").at("completion_tokens").as_int64() == 5);
+  BOOST_TEST(j.at("usage").at("total_tokens").as_int64() ==
+             j.at("usage").at("prompt_tokens").as_int64() + 5);
+}
+
+BOOST_AUTO_TEST_CASE(a_streamed_completion_sends_chunks_usage_and_done) {
+  server_fixture f;
+  auto r = f.chat(ask(R"(, "stream": true, "stream_options": {"include_usage": true})"));
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  BOOST_TEST(r.headers[http::field::content_type] == "text/event-stream");
+  auto events = events_of(r.body);
+  BOOST_REQUIRE(events.size() >= 4u);
+  BOOST_TEST(events.back() == "[DONE]");
+  auto first = json::parse(events.front()).as_object();
+  BOOST_TEST(first.at("choices").at(0).at("delta").at("role").as_string() == "assistant");
+  auto usage = json::parse(events[events.size() - 2]).as_object();
+  BOOST_TEST(usage.at("choices").as_array().empty());
+  BOOST_TEST(usage.at("usage").at("completion_tokens").as_int64() == 5);
+  auto finish = json::parse(events[events.size() - 3]).as_object();
+  BOOST_TEST(finish.at("choices").at(0).at("finish_reason").as_string() == "length");
+  for (std::size_t i = 0; i + 1 < events.size(); ++i)
+    BOOST_TEST(json::parse(events[i]).as_object().at("object").as_string() ==
+               "chat.completion.chunk");
+}
+
+BOOST_AUTO_TEST_CASE(a_call_to_a_tool_the_node_does_not_host_goes_back_to_the_client) {
+  server_fixture f;
+  auto r = f.chat(ask(R"(, "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+    "triad": {"script": [{"tokens": 2, "tool_call": {"name": "get_weather",
+      "arguments": {"city": "Oslo"}}}, {"tokens": 2}]})"));
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  auto choice = r.json().at("choices").at(0).as_object();
+  BOOST_TEST(choice.at("finish_reason").as_string() == "tool_calls");
+  auto call = choice.at("message").at("tool_calls").at(0).as_object();
+  BOOST_TEST(call.at("function").at("name").as_string() == "get_weather");
+  BOOST_TEST(json::parse(call.at("function").at("arguments").as_string()) ==
+             json::parse(R"({"city": "Oslo"})"));
+}
+
+BOOST_AUTO_TEST_CASE(a_call_to_a_hosted_tool_runs_on_the_node_and_generation_goes_on) {
+  server_fixture f;
+  auto r = f.chat(ask(R"(, "triad": {"script": [{"tokens": 2, "tool_call": {"name": "nap",
+      "arguments": {"ms": 5}}}, {"tokens": 3}]})"));
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  auto j = r.json().as_object();
+  BOOST_TEST(j.at("choices").at(0).at("finish_reason").as_string() == "stop");
+  auto ran = j.at("triad").at("server_tool_calls").at(0).as_object();
+  BOOST_TEST(ran.at("name").as_string() == "nap");
+  BOOST_TEST(ran.at("result").as_string() == "rested");
+}
+
+BOOST_AUTO_TEST_CASE(a_stop_string_ends_the_answer_before_it) {
+  server_fixture f;
+  // Scripted tokens are printable bytes; stop at the second character of the answer.
+  auto first = f.chat(ask(R"(, "triad": {"script": [{"tokens": 6}]})"));
+  auto text = std::string{first.json().at("choices").at(0).at("message").at("content").as_string()};
+  BOOST_REQUIRE(text.size() >= 3u);
+  auto stop = text.substr(1, 1);
+  auto r = f.chat(ask(R"(, "stop": ")" + stop + R"(", "triad": {"script": [{"tokens": 6}]})"));
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  auto choice = r.json().at("choices").at(0).as_object();
+  BOOST_TEST(choice.at("finish_reason").as_string() == "stop");
+  auto got = std::string{choice.at("message").at("content").as_string()};
+  BOOST_TEST(got == text.substr(0, text.find(stop)));
+}
+
+BOOST_AUTO_TEST_CASE(bad_requests_get_the_right_status_and_an_openai_error_body) {
+  server_fixture f;
+  auto error_of = [](const reply& r) { return r.json().at("error").as_object(); };
+  auto bad_json = f.chat("{\"model\": ");
+  BOOST_TEST(bad_json.status == 400u);
+  BOOST_TEST(error_of(bad_json).at("type").as_string() == "invalid_request_error");
+  auto wrong_type = f.chat(ask(R"(, "max_tokens": "many")"));
+  BOOST_TEST(wrong_type.status == 400u);
+  BOOST_TEST(error_of(wrong_type).at("param").as_string() == "max_tokens");
+  auto unknown = f.call(http::verb::get, "/v2/everything");
+  BOOST_TEST(unknown.status == 404u);
+  auto method = f.call(http::verb::get, "/v1/chat/completions");
+  BOOST_TEST(method.status == 405u);
+  BOOST_TEST(method.headers[http::field::allow] == "POST");
+  auto huge = f.chat(ask(R"(, "pad": ")" + std::string(70 * 1024, 'x') + "\""));
+  BOOST_TEST(huge.status == 413u);
+  auto big_head = f.chat(ask(), {{"X-Padding", std::string(4096, 'y')}});
+  BOOST_TEST(big_head.status == 431u);
+  // The node is unaffected.
+  BOOST_TEST(f.chat(ask()).status == 200u);
+  BOOST_TEST(f.call(http::verb::get, "/health").status == 200u);
+}
+
+BOOST_AUTO_TEST_CASE(with_an_api_key_the_api_needs_the_bearer_token) {
+  server_fixture f{"sekret"};
+  auto none = f.chat(ask());
+  BOOST_TEST(none.status == 401u);
+  BOOST_TEST(none.json().at("error").at("type").as_string() == "authentication_error");
+  BOOST_TEST(f.chat(ask(), {{"Authorization", "Bearer wrong!"}}).status == 401u);
+  BOOST_TEST(f.chat(ask(), {{"Authorization", "Bearer sekret"}}).status == 200u);
+  BOOST_TEST(f.call(http::verb::get, "/health").status == 200u); // probes need no token
+}
+
+BOOST_AUTO_TEST_CASE(a_client_that_sends_its_head_too_slowly_is_disconnected) {
+  server_fixture f;
+  net::io_context io;
+  tcp::socket s{io};
+  s.connect(tcp::endpoint{net::ip::make_address("127.0.0.1"), f.server->port()});
+  net::write(s, net::buffer(std::string{"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"}));
+  char c;
+  beast::error_code ec;
+  auto start = std::chrono::steady_clock::now();
+  s.read_some(net::buffer(&c, 1), ec); // blocks until the server closes (header_timeout 300 ms)
+  BOOST_TEST((ec == net::error::eof || ec == net::error::connection_reset));
+  BOOST_TEST((std::chrono::steady_clock::now() - start < 20s));
+  BOOST_TEST(f.chat(ask()).status == 200u);
+}
+
+BOOST_AUTO_TEST_CASE(past_the_concurrency_limit_requests_get_429_with_retry_after) {
+  server_fixture f{{}, 1};
+  auto slow = std::async(std::launch::async, [&] {
+    return f.chat(ask(R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
+        "arguments": {"ms": 1500}}}, {"tokens": 1}]})"));
+  });
+  while (f.server->active() == 0)
+    std::this_thread::sleep_for(5ms);
+  auto refused = f.chat(ask());
+  BOOST_TEST(refused.status == 429u);
+  BOOST_TEST(refused.headers[http::field::retry_after] == "1");
+  BOOST_TEST(refused.json().at("error").at("type").as_string() == "rate_limit_error");
+  BOOST_TEST(slow.get().status == 200u); // the accepted one completes
+}
+
+BOOST_AUTO_TEST_CASE(a_client_that_disconnects_cancels_its_request) {
+  server_fixture f;
+  {
+    net::io_context io;
+    beast::tcp_stream stream{io};
+    stream.connect(tcp::endpoint{net::ip::make_address("127.0.0.1"), f.server->port()});
+    http::request<http::string_body> req{http::verb::post, "/v1/chat/completions", 11};
+    req.set(http::field::host, "localhost");
+    req.body() = ask(R"(, "stream": true, "triad": {"script": [{"tokens": 1, "tool_call":
+        {"name": "nap", "arguments": {"ms": 30000}}}, {"tokens": 1}]})");
+    req.prepare_payload();
+    http::write(stream, req);
+    while (f.node->in_flight() == 0)
+      std::this_thread::sleep_for(5ms);
+  } // closed here, while the tool naps
+  for (int i = 0; i < 1000 && f.node->in_flight() != 0; ++i)
+    std::this_thread::sleep_for(10ms);
+  BOOST_TEST(f.node->in_flight() == 0u);
+  for (int i = 0; i < 1000 && f.server->active() != 0; ++i)
+    std::this_thread::sleep_for(10ms);
+  BOOST_TEST(f.server->active() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(models_metrics_and_readiness_are_served) {
+  server_fixture f;
+  auto models = f.call(http::verb::get, "/v1/models");
+  BOOST_TEST(models.status == 200u);
+  BOOST_TEST(models.json().at("data").at(0).at("id").as_string() == "triad-tiny");
+  f.chat(ask());
+  auto metrics = f.call(http::verb::get, "/metrics");
+  BOOST_TEST(metrics.status == 200u);
+  BOOST_TEST(metrics.headers[http::field::content_type] ==
+             "text/plain; version=0.0.4; charset=utf-8");
+  BOOST_TEST(metrics.body.find("triad_http_responses_total{status=\"200\"}") != std::string::npos);
+  BOOST_TEST(metrics.body.find("triad_request_transitions_total") != std::string::npos);
+  BOOST_TEST(f.call(http::verb::get, "/ready").status == 200u);
+  f.server->stop_accepting();
+  BOOST_TEST(f.server->wait_idle(1s)); // nothing in flight: a drain ends at once
+}
+
+BOOST_AUTO_TEST_SUITE_END()
