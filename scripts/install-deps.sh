@@ -13,15 +13,26 @@ stack=(
   libseccomp-dev libhnswlib-dev clang ccache
 )
 
+# With --test, what the test suite needs beyond the build: promtool (Debian's prometheus) to
+# check /metrics, and Node.js with npm for the official openai client (and the MCP test
+# server), unless a node and npm are already on the PATH.
+test_tools=()
+if [ "${1:-}" = "--test" ]; then
+  test_tools=(prometheus)
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    test_tools+=(nodejs npm)
+  fi
+fi
+
 missing=()
-for pkg in "${toolchain[@]}" "${stack[@]}"; do
+for pkg in "${toolchain[@]}" "${stack[@]}" "${test_tools[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$pkg")
   fi
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#toolchain[@]} toolchain and ${#stack[@]} stack packages present"
+  echo "install-deps: all ${#toolchain[@]} toolchain, ${#stack[@]} stack and ${#test_tools[@]} test packages present"
   exit 0
 fi
 

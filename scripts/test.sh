@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${TRIAD_JOBS:-2}"
 
-scripts/install-deps.sh
+scripts/install-deps.sh --test
 
 # The real MCP server the tools tests talk to (pinned). Without npm or the registry the MCP
 # tests report themselves skipped; everything else still runs.

@@ -1,0 +1,119 @@
+// Conformance of triad-node with the official `openai` npm client: non-streaming, streaming
+// (with usage), tool calls returned to the client, server-side tool execution, and errors.
+// Usage: node openai_client.mjs BASE_URL API_KEY
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+
+const [baseURL, apiKey] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 120_000 });
+const model = "triad-tiny";
+const user = [{ role: "user", content: "What is the weather in Oslo?" }];
+let passed = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    console.log(`FAIL ${name}: ${e.stack ?? e}`);
+    process.exitCode = 1;
+  }
+}
+
+await check("models.list names the served model", async () => {
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), [model]);
+});
+
+await check("a completion, not streamed", async () => {
+  const r = await client.chat.completions.create({ model, messages: user, max_tokens: 6, temperature: 0 });
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.equal(typeof r.choices[0].message.content, "string");
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.usage.completion_tokens, 6);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 6);
+});
+
+await check("a streamed completion with usage", async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: user, max_tokens: 5, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = "", finish = null, usage = null, chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    assert.equal(chunk.object, "chat.completion.chunk");
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.delta.content ?? "";
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.ok(chunks >= 3);
+  assert.equal(finish, "length");
+  assert.equal(usage.completion_tokens, 5);
+  const whole = await client.chat.completions.create({ model, messages: user, max_tokens: 5, temperature: 0 });
+  assert.equal(text, whole.choices[0].message.content); // greedy: the same text either way
+});
+
+const weather = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
+  parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+const callScript = { script: [{ tokens: 3, tool_call: { name: "get_weather", arguments: { city: "Oslo" } } }, { tokens: 2 }] };
+
+await check("a tool call the node does not host is returned to the client", async () => {
+  const r = await client.chat.completions.create({ model, messages: user, tools: weather, triad: callScript });
+  const choice = r.choices[0];
+  assert.equal(choice.finish_reason, "tool_calls");
+  const call = choice.message.tool_calls[0];
+  assert.equal(call.type, "function");
+  assert.equal(call.function.name, "get_weather");
+  assert.deepEqual(JSON.parse(call.function.arguments), { city: "Oslo" });
+  // The client runs it and sends the result back: the conversation goes on.
+  const next = await client.chat.completions.create({
+    model, max_tokens: 4,
+    messages: [...user, choice.message, { role: "tool", tool_call_id: call.id, content: "sunny, 18 C" }],
+  });
+  assert.equal(next.choices[0].finish_reason, "length");
+});
+
+await check("a streamed tool call arrives as tool_calls deltas", async () => {
+  const stream = await client.chat.completions.create({ model, messages: user, tools: weather, triad: callScript, stream: true });
+  let name = "", args = "", finish = null;
+  for await (const chunk of stream)
+    for (const c of chunk.choices) {
+      for (const t of c.delta.tool_calls ?? []) {
+        name += t.function?.name ?? "";
+        args += t.function?.arguments ?? "";
+      }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  assert.equal(finish, "tool_calls");
+  assert.equal(name, "get_weather");
+  assert.deepEqual(JSON.parse(args), { city: "Oslo" });
+});
+
+await check("a call to a hosted tool runs on the node and generation goes on", async () => {
+  const r = await client.chat.completions.create({
+    model, messages: user,
+    triad: { script: [{ tokens: 2, tool_call: { name: "shell", arguments: { command: "echo conformance" } } }, { tokens: 3 }] },
+  });
+  assert.equal(r.choices[0].finish_reason, "stop");
+  assert.equal(r.choices[0].message.tool_calls, undefined);
+  const ran = r.triad.server_tool_calls[0];
+  assert.equal(ran.name, "shell");
+  assert.match(ran.result, /conformance/);
+});
+
+await check("errors come as the client's typed errors", async () => {
+  await assert.rejects(client.chat.completions.create({ model: "no-such-model", messages: user }),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+  await assert.rejects(client.chat.completions.create({ model, messages: user, temperature: 9 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.error?.param === "temperature");
+  const anonymous = new OpenAI({ baseURL, apiKey: "wrong", maxRetries: 0 });
+  await assert.rejects(anonymous.chat.completions.create({ model, messages: user }),
+    (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
+});
+
+console.log(`${passed} conformance checks passed`);

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Runs the official `openai` npm client against a real triad-node (and promtool on its
+# /metrics), then drains it with SIGTERM and checks it exits 0 with nothing left behind.
+# Usage: run.sh TRIAD_NODE_BINARY WORK_DIR (the client is installed there once and reused; the
+# node's config, log and tool directory are written to a fresh directory under it per run)
+set -euo pipefail
+node_bin=$1
+work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+openai_version=4.95.0
+
+command -v node >/dev/null || { echo "conformance: node (Node.js) not found: run scripts/install-deps.sh --test" >&2; exit 1; }
+command -v npm >/dev/null || { echo "conformance: npm not found: run scripts/install-deps.sh --test" >&2; exit 1; }
+command -v promtool >/dev/null || { echo "conformance: promtool not found (Debian package prometheus): run scripts/install-deps.sh --test" >&2; exit 1; }
+
+mkdir -p "$work"
+if [ ! -f "$work/node_modules/openai/package.json" ] ||
+   ! grep -q "\"version\": \"$openai_version\"" "$work/node_modules/openai/package.json"; then
+  echo "conformance: installing openai@$openai_version from the npm registry into $work"
+  (cd "$work" && npm init -y >/dev/null && npm install --no-audit --no-fund "openai@$openai_version" >/dev/null)
+fi
+cp "$here/openai_client.mjs" "$work/"
+run=$(mktemp -d "$work/run.XXXXXX")
+
+config=$run/node.toml
+cat > "$config" <<TOML
+[topology]
+bind_threads = false
+[server]
+port = 0
+api_key_env = "TRIAD_CONFORMANCE_KEY"
+[[devices]]
+name = "prefill0"
+backend = "cpu"
+role = "prefill"
+memory_mib = 256
+[[devices]]
+name = "decode0"
+backend = "cpu"
+role = "decode"
+memory_mib = 256
+TOML
+log=$run/node.log
+export TRIAD_CONFORMANCE_KEY=conformance-key
+"$node_bin" --config "$config" --tools-root "$run/tools" > "$log" 2>&1 &
+pid=$!
+trap 'kill -KILL $pid 2>/dev/null || true' EXIT
+port=""
+for _ in $(seq 1 600); do
+  port=$(sed -n 's|.*serving model .* on http://[^:]*:\([0-9]*\).*|\1|p' "$log")
+  [ -n "$port" ] && break
+  kill -0 $pid 2>/dev/null || { echo "conformance: triad-node exited:"; cat "$log"; exit 1; }
+  sleep 0.1
+done
+[ -n "$port" ] || { echo "conformance: triad-node did not start within 60 s"; cat "$log"; exit 1; }
+echo "conformance: triad-node on port $port"
+
+status=0
+(cd "$work" && node openai_client.mjs "http://127.0.0.1:$port/v1" "$TRIAD_CONFORMANCE_KEY") || status=1
+if node -e 'fetch(process.argv[1]).then(async (r) => { if (!r.ok) process.exit(1); process.stdout.write(await r.text()); })' \
+     "http://127.0.0.1:$port/metrics" > "$run/metrics.txt" && promtool check metrics < "$run/metrics.txt"; then
+  echo "ok   /metrics passes promtool check metrics"
+else
+  echo "FAIL /metrics: promtool check metrics"; status=1
+fi
+
+kill -TERM $pid
+rc=0
+wait $pid || rc=$?
+trap - EXIT
+if [ $rc -ne 0 ]; then echo "FAIL triad-node exited $rc after SIGTERM"; cat "$log"; status=1; else echo "ok   SIGTERM: triad-node drained and exited 0"; fi
+if kill -0 $pid 2>/dev/null; then echo "FAIL triad-node still running"; status=1; fi
+[ $status -eq 0 ] && rm -rf "$run"
+exit $status
