@@ -67,7 +67,11 @@ public:
 
   caf::behavior make_behavior() override {
     start_ = clock_type::now();
-    if (req_.prior) {
+    if (req_.raw_prompt) {
+      tokens_ = {tokenizer::bos};
+      auto text = tokenizer{}.encode(*req_.raw_prompt, false);
+      tokens_.insert(tokens_.end(), text.begin(), text.end());
+    } else if (req_.prior) {
       tokens_ = req_.prior->tokens;
       auto turn = render_turn(req_.messages);
       tokens_.insert(tokens_.end(), turn.begin(), turn.end());

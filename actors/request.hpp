@@ -47,6 +47,9 @@ struct chat_request {
   /// (the caller runs it, as an OpenAI client does) instead of feeding "no such tool" back to
   /// the model. Calls to hosted tools always run on the node.
   bool return_unhosted_calls = false;
+  /// A plain completion (`/v1/completions`): the prompt is BOS then this text's bytes, with no
+  /// chat template; `messages` is not used.
+  std::optional<std::string> raw_prompt;
 };
 
 /// The states of a request; the first five match its stages, the last three are its ends.

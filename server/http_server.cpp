@@ -199,10 +199,11 @@ private:
                   state_->n->metrics().render());
       return;
     }
-    bool api = path == "/v1/models" || path == "/v1/chat/completions";
+    bool api = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions";
     if (!api) {
       fail(error(404, "no such endpoint: " + path +
-                          "; served: POST /v1/chat/completions, GET /v1/models, GET /metrics, "
+                          "; served: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, "
+                          "GET /metrics, "
                           "GET /health, GET /ready",
                  "not_found"),
            req_.keep_alive());
@@ -220,7 +221,7 @@ private:
       return;
     }
     if (only(http::verb::post, "POST"))
-      chat();
+      generate(path == "/v1/completions");
   }
 
   bool authorized() const {
@@ -252,10 +253,12 @@ private:
 
   // ---- chat completions --------------------------------------------------------------------
 
-  void chat() {
+  // A chat completion, or a plain one (`completion`).
+  void generate(bool completion) {
     if (!state_->accepting.load())
       return fail(error(503, "the node is draining: no new requests", "draining"), false);
-    auto parsed = parse_chat_request(req_.body(), state_->options.model_id);
+    auto parsed = completion ? parse_completion_request(req_.body(), state_->options.model_id)
+                             : parse_chat_request(req_.body(), state_->options.model_id);
     if (auto* e = std::get_if<api_error>(&parsed))
       return fail(*e, req_.keep_alive());
     chat_ = std::get<openai_chat>(std::move(parsed));
@@ -271,7 +274,7 @@ private:
     state_->begin();
     in_request_ = true;
     keep_alive_ = req_.keep_alive();
-    id_ = "chatcmpl-" + std::to_string(state_->next_call.fetch_add(1) + 1);
+    id_ = (completion ? "cmpl-" : "chatcmpl-") + std::to_string(state_->next_call.fetch_add(1) + 1);
     created_ = std::time(nullptr);
     hold_back_ = 0;
     for (const auto& s : chat_.stop)
@@ -432,7 +435,22 @@ private:
     return o;
   }
 
+  // One streamed event: a chat chunk with `delta`, or for a plain completion a text_completion
+  // carrying delta's content as `text`.
   json::object chunk(json::object delta, json::value finish) const {
+    if (chat_.completion) {
+      const auto* text = delta.if_contains("content");
+      return json::object{
+          {"id", id_},
+          {"object", "text_completion"},
+          {"created", created_},
+          {"model", state_->options.model_id},
+          {"choices", json::array{json::object{{"index", 0},
+                                               {"text", text ? *text : json::value("")},
+                                               {"logprobs", nullptr},
+                                               {"finish_reason", finish}}}},
+      };
+    }
     return json::object{
         {"id", id_},
         {"object", "chat.completion.chunk"},
@@ -447,14 +465,19 @@ private:
     finished_ = true;
     state_->end();
     if (!chat_.stream) {
+      json::object choice{{"index", 0}, {"finish_reason", finish}};
+      if (chat_.completion) {
+        choice["text"] = content_;
+        choice["logprobs"] = nullptr;
+      } else {
+        choice["message"] = message_json();
+      }
       json::object body{
           {"id", id_},
-          {"object", "chat.completion"},
+          {"object", chat_.completion ? "text_completion" : "chat.completion"},
           {"created", created_},
           {"model", state_->options.model_id},
-          {"choices", json::array{json::object{{"index", 0},
-                                               {"message", message_json()},
-                                               {"finish_reason", finish}}}},
+          {"choices", json::array{std::move(choice)}},
           {"usage", json::parse(usage_json(usage_))},
       };
       if (!server_calls_.empty())
@@ -489,7 +512,7 @@ private:
       return;
     auto limit = all ? content_.size()
                      : (content_.size() > hold_back_ ? content_.size() - hold_back_ : 0);
-    if (!role_sent_) {
+    if (!role_sent_ && !chat_.completion) {
       role_sent_ = true;
       queue_chunk("data: " +
                   json::serialize(chunk(json::object{{"role", "assistant"}, {"content", ""}},

@@ -1,6 +1,7 @@
 #include "server/openai.hpp"
 
 #include <cmath>
+#include <optional>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -209,20 +210,19 @@ std::variant<generation_script, api_error> script_of(const json::value& v) {
   return script;
 }
 
-} // namespace
-
-std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
-                                                        std::string_view served_model) {
+// The body as a JSON object, or the error.
+std::variant<json::value, api_error> parse_body(std::string_view body) {
   boost::system::error_code ec;
   auto doc = json::parse(body, ec);
   if (ec)
     return bad("", "the body is not valid JSON: " + ec.message());
-  const auto* root = doc.if_object();
-  if (root == nullptr)
+  if (!doc.is_object())
     return bad("", "the body must be a JSON object, got " + kind_of(doc));
-  openai_chat out;
-  auto& req = out.request;
+  return doc;
+}
 
+// `model` must name the served model.
+std::optional<api_error> check_model(const json::object* root, std::string_view served_model) {
   const auto* model = root->if_contains("model");
   if (model == nullptr)
     return bad("model", "required");
@@ -236,81 +236,13 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
     e.code = "model_not_found";
     return e;
   }
+  return std::nullopt;
+}
 
-  const auto* messages = root->if_contains("messages");
-  if (messages == nullptr)
-    return bad("messages", "required");
-  if (!messages->is_array() || messages->get_array().empty())
-    return wrong_type("messages", *messages, "a non-empty array");
-  const auto& list = messages->get_array();
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    auto p = "messages[" + std::to_string(i) + "]";
-    const auto* m = list[i].if_object();
-    if (m == nullptr)
-      return wrong_type(p, list[i], "an object");
-    const auto* role = m->if_contains("role");
-    if (role == nullptr || !role->is_string())
-      return bad(p + ".role", "expected one of system, developer, user, assistant, tool");
-    std::string r{role->get_string()};
-    if (r == "developer")
-      r = "system";
-    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
-      return bad(p + ".role", "'" + std::string{role->get_string()} +
-                                  "' is not one of system, developer, user, assistant, tool");
-    std::string text;
-    if (const auto* c = m->if_contains("content")) {
-      auto t = content_text(*c, p + ".content");
-      if (auto* e = std::get_if<api_error>(&t))
-        return *e;
-      text = std::get<std::string>(t);
-    } else if (r != "assistant") {
-      return bad(p + ".content", "required");
-    }
-    if (r == "assistant")
-      if (const auto* calls = m->if_contains("tool_calls"); calls && !calls->is_null()) {
-        auto rendered = rendered_calls(*calls, p + ".tool_calls");
-        if (auto* e = std::get_if<api_error>(&rendered))
-          return *e;
-        text += std::get<std::string>(rendered);
-      }
-    req.messages.push_back({std::move(r), std::move(text)});
-  }
-
-  if (const auto* tools = root->if_contains("tools"); tools && !tools->is_null()) {
-    if (!tools->is_array())
-      return wrong_type("tools", *tools, "an array of {\"type\": \"function\", ...}");
-    const auto& ts = tools->get_array();
-    for (std::size_t i = 0; i < ts.size(); ++i) {
-      auto p = "tools[" + std::to_string(i) + "]";
-      const auto* t = ts[i].if_object();
-      const json::object* fn = nullptr;
-      if (t != nullptr)
-        if (const auto* f = t->if_contains("function"))
-          fn = f->if_object();
-      const json::value* name = fn ? fn->if_contains("name") : nullptr;
-      if (name == nullptr || !name->is_string() || name->get_string().empty())
-        return bad(p + ".function.name", "expected a non-empty string");
-      out.tools.emplace_back(name->get_string());
-    }
-  }
-  if (const auto* choice = root->if_contains("tool_choice"); choice && !choice->is_null()) {
-    if (choice->is_string()) {
-      std::string c{choice->get_string()};
-      if (c != "none" && c != "auto" && c != "required")
-        return bad("tool_choice", "'" + c + "' is not one of none, auto, required");
-      out.tool_choice = c;
-    } else if (const auto* o = choice->if_object()) {
-      const json::value* name = nullptr;
-      if (const auto* f = o->if_contains("function"); f && f->is_object())
-        name = f->get_object().if_contains("name");
-      if (name == nullptr || !name->is_string())
-        return bad("tool_choice.function.name", "expected a string");
-      out.tool_choice = std::string{name->get_string()};
-    } else {
-      return wrong_type("tool_choice", *choice, "a string or {\"type\": \"function\", ...}");
-    }
-  }
-
+// The fields chat and plain completions share: stream, stream_options, max_tokens, sampling,
+// n, stop, user and the triad extension.
+std::optional<api_error> parse_common(const json::object* root, openai_chat& out) {
+  auto& req = out.request;
   if (const auto* s = root->if_contains("stream"); s && !s->is_null()) {
     if (!s->is_bool())
       return wrong_type("stream", *s, "a boolean");
@@ -402,9 +334,135 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
       req.script = std::get<generation_script>(std::move(script));
     }
   }
+  return std::nullopt;
+}
+
+} // namespace
+
+std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
+                                                        std::string_view served_model) {
+  auto doc = parse_body(body);
+  if (auto* e = std::get_if<api_error>(&doc))
+    return *e;
+  const auto* root = std::get<json::value>(doc).if_object();
+  if (auto e = check_model(root, served_model))
+    return *e;
+  openai_chat out;
+  auto& req = out.request;
+  const auto* messages = root->if_contains("messages");
+  if (messages == nullptr)
+    return bad("messages", "required");
+  if (!messages->is_array() || messages->get_array().empty())
+    return wrong_type("messages", *messages, "a non-empty array");
+  const auto& list = messages->get_array();
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    auto p = "messages[" + std::to_string(i) + "]";
+    const auto* m = list[i].if_object();
+    if (m == nullptr)
+      return wrong_type(p, list[i], "an object");
+    const auto* role = m->if_contains("role");
+    if (role == nullptr || !role->is_string())
+      return bad(p + ".role", "expected one of system, developer, user, assistant, tool");
+    std::string r{role->get_string()};
+    if (r == "developer")
+      r = "system";
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+      return bad(p + ".role", "'" + std::string{role->get_string()} +
+                                  "' is not one of system, developer, user, assistant, tool");
+    std::string text;
+    if (const auto* c = m->if_contains("content")) {
+      auto t = content_text(*c, p + ".content");
+      if (auto* e = std::get_if<api_error>(&t))
+        return *e;
+      text = std::get<std::string>(t);
+    } else if (r != "assistant") {
+      return bad(p + ".content", "required");
+    }
+    if (r == "assistant")
+      if (const auto* calls = m->if_contains("tool_calls"); calls && !calls->is_null()) {
+        auto rendered = rendered_calls(*calls, p + ".tool_calls");
+        if (auto* e = std::get_if<api_error>(&rendered))
+          return *e;
+        text += std::get<std::string>(rendered);
+      }
+    req.messages.push_back({std::move(r), std::move(text)});
+  }
+
+  if (const auto* tools = root->if_contains("tools"); tools && !tools->is_null()) {
+    if (!tools->is_array())
+      return wrong_type("tools", *tools, "an array of {\"type\": \"function\", ...}");
+    const auto& ts = tools->get_array();
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      auto p = "tools[" + std::to_string(i) + "]";
+      const auto* t = ts[i].if_object();
+      const json::object* fn = nullptr;
+      if (t != nullptr)
+        if (const auto* f = t->if_contains("function"))
+          fn = f->if_object();
+      const json::value* name = fn ? fn->if_contains("name") : nullptr;
+      if (name == nullptr || !name->is_string() || name->get_string().empty())
+        return bad(p + ".function.name", "expected a non-empty string");
+      out.tools.emplace_back(name->get_string());
+    }
+  }
+  if (const auto* choice = root->if_contains("tool_choice"); choice && !choice->is_null()) {
+    if (choice->is_string()) {
+      std::string c{choice->get_string()};
+      if (c != "none" && c != "auto" && c != "required")
+        return bad("tool_choice", "'" + c + "' is not one of none, auto, required");
+      out.tool_choice = c;
+    } else if (const auto* o = choice->if_object()) {
+      const json::value* name = nullptr;
+      if (const auto* f = o->if_contains("function"); f && f->is_object())
+        name = f->get_object().if_contains("name");
+      if (name == nullptr || !name->is_string())
+        return bad("tool_choice.function.name", "expected a string");
+      out.tool_choice = std::string{name->get_string()};
+    } else {
+      return wrong_type("tool_choice", *choice, "a string or {\"type\": \"function\", ...}");
+    }
+  }
+
+  if (auto e = parse_common(root, out))
+    return *e;
   req.return_unhosted_calls = true;
   if (out.tool_choice == "none")
     req.max_tool_calls = 0;
+  return out;
+}
+
+std::variant<openai_chat, api_error> parse_completion_request(std::string_view body,
+                                                              std::string_view served_model) {
+  auto doc = parse_body(body);
+  if (auto* e = std::get_if<api_error>(&doc))
+    return *e;
+  const auto* root = std::get<json::value>(doc).if_object();
+  if (auto e = check_model(root, served_model))
+    return *e;
+  openai_chat out;
+  out.completion = true;
+  out.request.max_tokens = 16; // OpenAI's default for completions
+  const auto* prompt = root->if_contains("prompt");
+  if (prompt == nullptr)
+    return bad("prompt", "required");
+  if (prompt->is_string()) {
+    out.request.raw_prompt = std::string{prompt->get_string()};
+  } else if (prompt->is_array() && prompt->get_array().size() == 1 &&
+             prompt->get_array()[0].is_string()) {
+    out.request.raw_prompt = std::string{prompt->get_array()[0].get_string()};
+  } else {
+    return wrong_type("prompt", *prompt, "a string (or an array of one string)");
+  }
+  for (const char* key : {"echo", "logprobs", "suffix", "best_of"}) {
+    const auto* v = root->if_contains(key);
+    if (v == nullptr || v->is_null() || (v->is_bool() && !v->get_bool()) ||
+        (std::string_view{key} == "best_of" && v->is_int64() && v->get_int64() == 1))
+      continue;
+    return bad(key, "not supported by this node, got " + shown(*v));
+  }
+  if (auto e = parse_common(root, out))
+    return *e;
+  out.request.max_tool_calls = 0; // a completion has no tools
   return out;
 }
 

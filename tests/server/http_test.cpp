@@ -136,6 +136,25 @@ BOOST_AUTO_TEST_CASE(a_streamed_completion_sends_chunks_usage_and_done) {
                "chat.completion.chunk");
 }
 
+BOOST_AUTO_TEST_CASE(a_plain_completion_answers_with_text_streamed_or_not) {
+  server_fixture f;
+  auto body = R"({"model": "triad-tiny", "prompt": "int main() {", "max_tokens": 4,
+                  "temperature": 0)";
+  auto r = f.call(http::verb::post, "/v1/completions", std::string{body} + "}");
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  auto j = r.json().as_object();
+  BOOST_TEST(j.at("object").as_string() == "text_completion");
+  auto text = std::string{j.at("choices").at(0).at("text").as_string()};
+  BOOST_TEST(j.at("usage").at("completion_tokens").as_int64() == 4);
+  auto s = f.call(http::verb::post, "/v1/completions", std::string{body} + R"(, "stream": true})");
+  BOOST_REQUIRE_EQUAL(s.status, 200u);
+  std::string streamed;
+  for (const auto& e : events_of(s.body))
+    if (e != "[DONE]")
+      streamed += json::parse(e).at("choices").at(0).at("text").as_string();
+  BOOST_TEST(streamed == text);
+}
+
 BOOST_AUTO_TEST_CASE(a_call_to_a_tool_the_node_does_not_host_goes_back_to_the_client) {
   server_fixture f;
   auto r = f.chat(ask(R"(, "tools": [{"type": "function", "function": {"name": "get_weather"}}],

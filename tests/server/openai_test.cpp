@@ -120,6 +120,22 @@ BOOST_AUTO_TEST_CASE(bad_json_and_an_unknown_model_are_refused) {
   BOOST_TEST(m.code == "model_not_found");
 }
 
+BOOST_AUTO_TEST_CASE(a_plain_completion_takes_a_prompt_and_refuses_what_it_cannot_do) {
+  auto c = triad::parse_completion_request(
+      R"({"model": "triad-tiny", "prompt": ["def add(a, b):"], "stop": "\n"})", "triad-tiny");
+  BOOST_REQUIRE(std::holds_alternative<triad::openai_chat>(c));
+  const auto& chat = std::get<triad::openai_chat>(c);
+  BOOST_TEST(chat.completion);
+  BOOST_TEST(*chat.request.raw_prompt == "def add(a, b):");
+  BOOST_TEST(chat.request.max_tokens == 16u);
+  BOOST_TEST(chat.stop == std::vector<std::string>{"\n"});
+  auto missing = triad::parse_completion_request(R"({"model": "triad-tiny"})", "triad-tiny");
+  BOOST_TEST(std::get<triad::api_error>(missing).param == "prompt");
+  auto echo = triad::parse_completion_request(
+      R"({"model": "triad-tiny", "prompt": "x", "echo": true})", "triad-tiny");
+  BOOST_TEST(std::get<triad::api_error>(echo).message.find("not supported") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(utf8_stream_passes_text_joins_split_characters_and_replaces_junk) {
   triad::utf8_stream u;
   BOOST_TEST(u.push("ab") == "ab");

@@ -58,6 +58,16 @@ await check("a streamed completion with usage", async () => {
   assert.equal(text, whole.choices[0].message.content); // greedy: the same text either way
 });
 
+await check("a plain completion, streamed and not", async () => {
+  const r = await client.completions.create({ model, prompt: "int main() {", max_tokens: 4, temperature: 0 });
+  assert.equal(r.object, "text_completion");
+  assert.equal(r.usage.completion_tokens, 4);
+  const stream = await client.completions.create({ model, prompt: "int main() {", max_tokens: 4, temperature: 0, stream: true });
+  let text = "";
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+  assert.equal(text, r.choices[0].text);
+});
+
 const weather = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
   parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
 const callScript = { script: [{ tokens: 3, tool_call: { name: "get_weather", arguments: { city: "Oslo" } } }, { tokens: 2 }] };
