@@ -1,0 +1,333 @@
+// triad-load: load generator and SLO reporter for OpenAI-compatible servers (--url), an
+// in-process triad node (--inproc CONFIG), or a built-in mock server that measures the client
+// itself (--self-test).
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <boost/json/serialize.hpp>
+
+#include "actors/node.hpp"
+#include "load/mock_server.hpp"
+#include "load/report.hpp"
+#include "load/runner.hpp"
+#include "load/trace.hpp"
+#include "server/http_server.hpp"
+
+namespace {
+
+using namespace triad::load;
+namespace json = boost::json;
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "triad-load: %s\n", message.c_str());
+  return 2;
+}
+
+bool write_text(const std::string& path, const std::string& text) {
+  std::ofstream f{path};
+  f << text;
+  if (!f) {
+    std::fprintf(stderr, "triad-load: cannot write %s\n", path.c_str());
+    return false;
+  }
+  return true;
+}
+
+// Raises the open-file limit to its hard maximum: thousands of streams need thousands of fds.
+void raise_fd_limit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+// Chat jobs of `tokens` output tokens and a short prompt, enough for `seconds` at `rate`.
+std::vector<job_plan> small_jobs(std::size_t n, std::uint32_t tokens) {
+  workload_options w;
+  w.kind = workload_options::chat;
+  w.input = {distribution_spec::fixed, 16, 0};
+  w.output = {distribution_spec::fixed, static_cast<double>(tokens), 0};
+  return plan_jobs(w, n, 1);
+}
+
+// --self-test: the mock server in this process, measured three ways.
+int self_test(double duration, std::size_t streams, const std::string& json_path) {
+  raise_fd_limit();
+  rlimit r{};
+  ::getrlimit(RLIMIT_NOFILE, &r);
+  streams = std::min<std::size_t>(streams, r.rlim_cur > 200 ? (r.rlim_cur - 100) / 2 : 50);
+  json::object metrics, ratios;
+  run_options base;
+  base.scripted = false;
+
+  // 1. Capacity: closed loop, 64 connections, one-token streamed answers.
+  double capacity = 0;
+  {
+    auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
+    if (!mock)
+      return fail(mock.error().message);
+    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1",
+                               "", "mock", 1, std::chrono::milliseconds{30'000}});
+    if (!t)
+      return fail(t.error().message);
+    auto o = base;
+    o.concurrency = 64;
+    o.duration_s = duration * 0.4;
+    auto res = run(**t, small_jobs(static_cast<std::size_t>(60'000 * o.duration_s), 1), o);
+    auto s = summarize(res, {});
+    capacity = s.calls_per_s;
+    metrics["requests_per_s"] = capacity;
+    metrics["capacity_errors"] = s.calls - s.calls_ok;
+    std::printf("self-test 1/3: %.0f requests/s (closed loop, 64 connections, streamed, 1 token)\n",
+                capacity);
+  }
+  // 2. Schedule accuracy: open loop, Poisson at half that rate.
+  {
+    auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
+    if (!mock)
+      return fail(mock.error().message);
+    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1",
+                               "", "mock", 1, std::chrono::milliseconds{30'000}});
+    if (!t)
+      return fail(t.error().message);
+    auto o = base;
+    double rate = std::max(10.0, capacity / 2);
+    o.arrival = triad::load::arrival_spec{arrival_kind::poisson, rate, 1.0};
+    double seconds = duration * 0.3;
+    auto res = run(**t, small_jobs(static_cast<std::size_t>(rate * seconds), 4), o);
+    auto s = summarize(res, {});
+    metrics["send_error_p99_us"] = s.send_lag.p99 * 1e6;
+    metrics["send_error_p50_us"] = s.send_lag.p50 * 1e6;
+    metrics["dispatch_lag_p99_us"] = s.dispatch_lag.p99 * 1e6;
+    metrics["open_loop_rate"] = rate;
+    metrics["open_loop_achieved_per_s"] = s.calls_per_s;
+    std::printf("self-test 2/3: Poisson %.0f/s: send error p50 %.0f us, p99 %.0f us "
+                "(dispatch lag p99 %.0f us)\n",
+                rate, s.send_lag.p50 * 1e6, s.send_lag.p99 * 1e6, s.dispatch_lag.p99 * 1e6);
+  }
+  // 3. Concurrent streams: closed loop of `streams`, each ~2 s long (20 tokens 100 ms apart).
+  {
+    auto mock = mock_server::start({1, std::chrono::microseconds{100'000}, 20});
+    if (!mock)
+      return fail(mock.error().message);
+    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1",
+                               "", "mock", 1, std::chrono::milliseconds{60'000}});
+    if (!t)
+      return fail(t.error().message);
+    auto o = base;
+    o.concurrency = streams;
+    o.duration_s = std::max(2.5, duration * 0.3);
+    auto res = run(**t, small_jobs(streams * 2, 20), o);
+    auto s = summarize(res, {});
+    metrics["concurrent_streams"] = (*mock)->peak_streams();
+    metrics["streams_asked"] = streams;
+    metrics["stream_errors"] = s.calls - s.calls_ok;
+    metrics["stream_itl_p99_ms"] = s.itl.p99 * 1e3;
+    std::printf("self-test 3/3: %zu concurrent streams held (asked %zu), %zu errors, ITL p99 "
+                "%.1f ms (server sends every 100 ms)\n",
+                (*mock)->peak_streams(), streams, s.calls - s.calls_ok, s.itl.p99 * 1e3);
+  }
+  ratios["send_error_p99_over_target"] = metrics["send_error_p99_us"].to_number<double>() / 200.0;
+  ratios["requests_per_s_over_target"] = capacity / 20'000.0;
+  json::object out{{"metrics", metrics}, {"ratios", ratios}};
+  if (!json_path.empty() && !write_text(json_path, json::serialize(out) + "\n"))
+    return 1;
+  std::printf("%s\n", json::serialize(out).c_str());
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"triad-load: agentic load generator and SLO reporter for OpenAI-compatible "
+               "servers"};
+  std::string url, inproc, workload = "chat", trace_path, arrival, api_key, model;
+  std::string input = "256", output = "64", turns = "uniform:1:2", tool_calls = "uniform:3:8",
+              tool_ms = "uniform:50:2000", think_ms = "uniform:0:1000";
+  std::string json_path, jsonl_path, csv_path, html_path, sweep;
+  std::size_t requests = 100, concurrency = 0, streams = 5000;
+  std::uint32_t system_tokens = 512;
+  double duration = 0, trace_speed = 1, slo_ttft = 0, slo_tpot = 0, slo_e2e = 0, slo_session = 0;
+  std::uint64_t seed = 1;
+  bool no_script = false, no_stream = false, progress = false, self = false;
+  auto* target_group = app.add_option_group("target", "what to load (exactly one)");
+  target_group->add_option("--url", url, "an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1");
+  target_group->add_option("--inproc", inproc, "a triad node config (TOML) to run in this process")
+      ->check(CLI::ExistingFile);
+  target_group->add_flag("--self-test", self, "measure this client against a built-in mock server");
+  target_group->require_option(1);
+  app.add_option("--workload", workload, "chat, agent or trace")
+      ->check(CLI::IsMember({"chat", "agent", "trace"}));
+  app.add_option("--trace", trace_path, "Mooncake JSONL trace (--workload trace)");
+  app.add_option("--trace-speed", trace_speed, "replay speed-up of the trace's timestamps")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--requests", requests, "jobs: chat requests or agent sessions")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--duration", duration,
+                 "seconds: jobs scheduled later do not start (--self-test: its length)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--arrival", arrival, "open loop: poisson:RATE, gamma:RATE:CV or constant:RATE");
+  app.add_option("--concurrency", concurrency, "closed loop: jobs in flight");
+  app.add_option("--sweep", sweep, "Poisson rates, comma-separated: one phase of --requests each");
+  app.add_option("--seed", seed, "seeds the workload and the schedule");
+  app.add_option("--input-tokens", input, "chat: prompt length distribution");
+  app.add_option("--output-tokens", output, "chat and agent: answer length distribution");
+  app.add_option("--turns", turns, "agent: turns per session");
+  app.add_option("--tool-calls", tool_calls, "agent: tool calls per turn");
+  app.add_option("--tool-ms", tool_ms, "agent: tool durations in ms");
+  app.add_option("--think-ms", think_ms, "agent: user think time between turns in ms");
+  app.add_option("--system-tokens", system_tokens, "agent: the shared system prompt's length");
+  app.add_flag("--no-script", no_script,
+               "do not send triad's forced-generation extension (lengths become max_tokens)");
+  app.add_flag("--no-stream", no_stream, "ask for whole answers instead of event streams");
+  app.add_option("--slo-ttft-ms", slo_ttft, "goodput SLO: TTFT from the intended send time");
+  app.add_option("--slo-tpot-ms", slo_tpot, "goodput SLO: time per output token");
+  app.add_option("--slo-e2e-ms", slo_e2e, "goodput SLO: end to end from the intended send time");
+  app.add_option("--slo-session-s", slo_session, "goodput SLO: session completion time");
+  app.add_option("--api-key", api_key, "bearer token (default: $TRIAD_API_KEY)");
+  app.add_option("--model", model, "model name (default: asked from GET /v1/models)");
+  app.add_option("--streams", streams, "--self-test: concurrent streams to hold")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--json", json_path, "write the run summary (JSON)");
+  app.add_option("--jsonl", jsonl_path, "write one JSON object per call");
+  app.add_option("--csv", csv_path, "write one CSV row per call");
+  app.add_option("--html", html_path, "write a self-contained HTML report");
+  app.add_flag("--progress", progress, "a live progress line on stderr");
+  CLI11_PARSE(app, argc, argv);
+
+  if (self)
+    return self_test(duration > 0 ? duration : 10.0, streams, json_path);
+  raise_fd_limit();
+
+  workload_options w;
+  w.kind = workload == "agent"   ? workload_options::agent
+           : workload == "trace" ? workload_options::trace_replay
+                                 : workload_options::chat;
+  for (auto [text, what, out] :
+       {std::tuple{&input, "--input-tokens", &w.input}, std::tuple{&output, "--output-tokens", &w.output},
+        std::tuple{&turns, "--turns", &w.turns}, std::tuple{&tool_calls, "--tool-calls", &w.tool_calls},
+        std::tuple{&tool_ms, "--tool-ms", &w.tool_ms}, std::tuple{&think_ms, "--think-ms", &w.think_ms}}) {
+    auto d = parse_distribution(*text, what);
+    if (!d)
+      return fail(d.error().message);
+    *out = *d;
+  }
+  w.system_tokens = system_tokens;
+
+  std::optional<trace> tr;
+  if (w.kind == workload_options::trace_replay) {
+    if (trace_path.empty())
+      return fail("--workload trace needs --trace FILE");
+    auto t = read_mooncake(trace_path);
+    if (!t)
+      return fail(t.error().message);
+    tr = std::move(*t);
+    for (const auto& p : tr->problems)
+      std::fprintf(stderr, "triad-load: %s:%zu: skipped: %s\n", trace_path.c_str(), p.line,
+                   p.reason.c_str());
+    std::fprintf(stderr, "triad-load: trace %s: %zu requests, %zu bad lines skipped\n",
+                 trace_path.c_str(), tr->entries.size(), tr->problems.size());
+    if (tr->entries.empty())
+      return fail("trace " + trace_path + " has no usable request");
+  }
+
+  std::unique_ptr<target> t;
+  if (!url.empty()) {
+    if (api_key.empty())
+      if (const char* k = std::getenv("TRIAD_API_KEY"))
+        api_key = k;
+    auto made = make_http_target({url, api_key, model, 1, std::chrono::milliseconds{600'000}});
+    if (!made)
+      return fail(made.error().message);
+    t = std::move(*made);
+  } else {
+    auto config = triad::load_config(inproc);
+    if (!config)
+      return fail(config.error().message);
+    auto made = make_inproc_target(*config);
+    if (!made)
+      return fail(made.error().message);
+    t = std::move(*made);
+  }
+
+  run_options o;
+  o.seed = seed;
+  o.duration_s = duration;
+  o.scripted = !no_script;
+  o.stream = !no_stream;
+  o.progress = progress;
+  o.tool_name = w.tool_name;
+  o.tool_result_tokens = w.tool_result_tokens;
+  if (!arrival.empty()) {
+    auto a = parse_arrival(arrival);
+    if (!a)
+      return fail(a.error().message);
+    o.arrival = *a;
+  } else if (tr) {
+    o.trace_times = true;
+  } else if (concurrency == 0 && sweep.empty()) {
+    concurrency = 1;
+  }
+  o.concurrency = concurrency;
+  slo objectives{slo_ttft, slo_tpot, slo_e2e, slo_session};
+
+  std::vector<double> rates;
+  if (!sweep.empty()) {
+    std::stringstream ss{sweep};
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      auto a = parse_arrival("poisson:" + item);
+      if (!a)
+        return fail("--sweep: " + a.error().message);
+      rates.push_back(a->rate);
+    }
+  }
+  std::printf("triad-load: %s, workload %s, model %s\n", t->describe().c_str(), workload.c_str(),
+              t->model().c_str());
+  json::object out;
+  run_result last;
+  summary last_summary;
+  if (!rates.empty()) {
+    json::array phases;
+    for (auto rate : rates) {
+      o.arrival = arrival_spec{arrival_kind::poisson, rate, 1.0};
+      auto res = run(*t, plan_jobs(w, requests, seed), o);
+      auto s = summarize(res, objectives);
+      print(s, stdout);
+      phases.push_back(to_json(s));
+      last = std::move(res);
+      last_summary = s;
+    }
+    out["sweep"] = std::move(phases);
+  } else {
+    last = run(*t, plan_jobs(w, requests, seed, tr ? &*tr : nullptr, trace_speed), o);
+    last_summary = summarize(last, objectives);
+    print(last_summary, stdout);
+    out["metrics"] = to_json(last_summary);
+  }
+  out["target"] = t->describe();
+  out["workload"] = workload;
+  out["seed"] = seed;
+  if (tr)
+    out["trace"] = json::object{{"file", trace_path}, {"requests", tr->entries.size()},
+                                {"bad_lines", tr->problems.size()}};
+  std::string error;
+  bool ok = true;
+  if (!json_path.empty())
+    ok = write_text(json_path, json::serialize(out) + "\n") && ok;
+  if (!jsonl_path.empty() && !write_jsonl(last, jsonl_path, error))
+    ok = (std::fprintf(stderr, "triad-load: %s\n", error.c_str()), false);
+  if (!csv_path.empty() && !write_csv(last, csv_path, error))
+    ok = (std::fprintf(stderr, "triad-load: %s\n", error.c_str()), false);
+  if (!html_path.empty() &&
+      !write_html(last, last_summary, "triad-load: " + t->describe(), html_path, error))
+    ok = (std::fprintf(stderr, "triad-load: %s\n", error.c_str()), false);
+  return ok ? 0 : 1;
+}

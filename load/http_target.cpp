@@ -1,0 +1,373 @@
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+#include "load/detail/sse.hpp"
+#include "load/target.hpp"
+
+namespace triad::load {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = net::ip::tcp;
+
+namespace {
+
+// The JSON body of a chat completion request.
+std::string body_of(const call_spec& spec, const std::string& model) {
+  json::array messages;
+  for (const auto& m : spec.messages) {
+    json::object o{{"role", m.role}, {"content", m.content}};
+    if (!m.tool_name.empty()) {
+      if (m.content.empty())
+        o["content"] = nullptr;
+      o["tool_calls"] = json::array{json::object{
+          {"id", m.tool_call_id},
+          {"type", "function"},
+          {"function", json::object{{"name", m.tool_name}, {"arguments", m.tool_arguments}}}}};
+    }
+    if (m.role == "tool")
+      o["tool_call_id"] = m.tool_call_id;
+    messages.push_back(std::move(o));
+  }
+  json::object body{{"model", model}, {"messages", std::move(messages)},
+                    {"max_tokens", spec.max_tokens}, {"stream", spec.stream}};
+  if (spec.stream)
+    body["stream_options"] = json::object{{"include_usage", true}};
+  if (!spec.tools.empty()) {
+    json::array tools;
+    for (const auto& t : spec.tools)
+      tools.push_back(json::object{
+          {"type", "function"},
+          {"function", json::object{{"name", t}, {"parameters", json::object{{"type", "object"}}}}}});
+    body["tools"] = std::move(tools);
+  }
+  json::object ext;
+  if (!spec.session.empty())
+    ext["session"] = spec.session;
+  if (!spec.script.empty()) {
+    json::array script;
+    for (const auto& s : spec.script) {
+      json::object step{{"tokens", s.tokens}};
+      if (!s.tool.empty())
+        step["tool_call"] = json::object{{"name", s.tool}, {"arguments", json::object{}}};
+      script.push_back(std::move(step));
+    }
+    ext["script"] = std::move(script);
+  }
+  if (!ext.empty())
+    body["triad"] = std::move(ext);
+  return json::serialize(body);
+}
+
+struct url_parts {
+  std::string host, port, prefix;
+};
+
+expected<url_parts> split_url(const std::string& url) {
+  const std::string scheme = "http://";
+  if (url.rfind(scheme, 0) != 0)
+    return make_error(errc::invalid_argument,
+                      "--url " + url + ": only http:// URLs are supported (e.g. "
+                                       "http://127.0.0.1:8080/v1)");
+  auto rest = url.substr(scheme.size());
+  auto slash = rest.find('/');
+  auto authority = rest.substr(0, slash);
+  url_parts p;
+  p.prefix = slash == std::string::npos ? "/v1" : rest.substr(slash);
+  while (!p.prefix.empty() && p.prefix.back() == '/')
+    p.prefix.pop_back();
+  auto colon = authority.rfind(':');
+  if (colon == std::string::npos || authority.empty() || authority.back() == ']') {
+    p.host = authority;
+    p.port = "80";
+  } else {
+    p.host = authority.substr(0, colon);
+    p.port = authority.substr(colon + 1);
+  }
+  if (!p.host.empty() && p.host.front() == '[' && p.host.back() == ']')
+    p.host = p.host.substr(1, p.host.size() - 2);
+  if (p.host.empty())
+    return make_error(errc::invalid_argument, "--url " + url + ": no host");
+  return p;
+}
+
+class http_target;
+
+// One request on one connection.
+class exchange : public std::enable_shared_from_this<exchange> {
+public:
+  exchange(http_target& owner, std::unique_ptr<beast::tcp_stream> stream, bool reused,
+           std::shared_ptr<http::request<http::string_body>> req, call_callback done)
+      : owner_(owner)
+      , stream_(std::move(stream))
+      , reused_(reused)
+      , req_(std::move(req))
+      , done_(std::move(done)) {}
+
+  void start();
+
+private:
+  void connect();
+  void write();
+  void read();
+  void on_chunk(std::string_view data);
+  void finish(bool keep);
+  void fail(std::string kind, std::string message);
+
+  http_target& owner_;
+  std::unique_ptr<beast::tcp_stream> stream_;
+  bool reused_;
+  bool got_bytes_ = false;
+  std::shared_ptr<http::request<http::string_body>> req_;
+  call_callback done_;
+  beast::flat_buffer buffer_;
+  std::function<std::size_t(std::uint64_t, std::string_view, beast::error_code&)> on_chunk_;
+  http::response_parser<http::string_body> parser_;
+  detail::sse_reader sse_;
+  call_result result_;
+};
+
+class http_target final : public target {
+public:
+  http_target(http_target_options o, url_parts p, tcp::resolver::results_type endpoints)
+      : options_(std::move(o))
+      , url_(std::move(p))
+      , endpoints_(std::move(endpoints))
+      , work_(io_.get_executor()) {
+    for (std::size_t i = 0; i < std::max<std::size_t>(1, options_.threads); ++i)
+      threads_.emplace_back([this] { io_.run(); });
+  }
+
+  ~http_target() override {
+    work_.reset();
+    {
+      std::lock_guard<std::mutex> g{m_};
+      idle_.clear();
+    }
+    io_.stop();
+    for (auto& t : threads_)
+      t.join();
+  }
+
+  void call(call_spec spec, call_callback done) override {
+    auto req = std::make_shared<http::request<http::string_body>>(
+        http::verb::post, url_.prefix + "/chat/completions", 11);
+    req->set(http::field::host, url_.host);
+    req->set(http::field::content_type, "application/json");
+    if (!options_.api_key.empty())
+      req->set(http::field::authorization, "Bearer " + options_.api_key);
+    req->keep_alive(true);
+    req->body() = body_of(spec, options_.model);
+    req->prepare_payload();
+    start(std::move(req), std::move(done), false);
+  }
+
+  std::string describe() const override { return options_.url; }
+  std::string model() const override { return options_.model; }
+
+  // Runs the request on an idle connection, or a new one (`fresh`: always a new one).
+  void start(std::shared_ptr<http::request<http::string_body>> req, call_callback done,
+             bool fresh) {
+    std::unique_ptr<beast::tcp_stream> stream;
+    if (!fresh) {
+      std::lock_guard<std::mutex> g{m_};
+      if (!idle_.empty()) {
+        stream = std::move(idle_.back());
+        idle_.pop_back();
+      }
+    }
+    bool reused = stream != nullptr;
+    if (!reused)
+      stream = std::make_unique<beast::tcp_stream>(net::make_strand(io_));
+    auto x = std::make_shared<exchange>(*this, std::move(stream), reused, std::move(req),
+                                        std::move(done));
+    x->start();
+  }
+
+  void give_back(std::unique_ptr<beast::tcp_stream> s) {
+    std::lock_guard<std::mutex> g{m_};
+    idle_.push_back(std::move(s));
+  }
+
+  const tcp::resolver::results_type& endpoints() const { return endpoints_; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+
+private:
+  http_target_options options_;
+  url_parts url_;
+  tcp::resolver::results_type endpoints_;
+  net::io_context io_;
+  net::executor_work_guard<net::io_context::executor_type> work_;
+  std::vector<std::thread> threads_;
+  std::mutex m_;
+  std::vector<std::unique_ptr<beast::tcp_stream>> idle_;
+};
+
+void exchange::start() {
+  parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+  // Chunked bodies (event streams) come here as they arrive instead of into the string body.
+  on_chunk_ = [this](std::uint64_t, std::string_view data, beast::error_code&) {
+    on_chunk(data);
+    return data.size();
+  };
+  parser_.on_chunk_body(on_chunk_);
+  net::dispatch(stream_->get_executor(), [self = shared_from_this()] {
+    if (self->reused_)
+      self->write();
+    else
+      self->connect();
+  });
+}
+
+void exchange::connect() {
+  stream_->expires_after(owner_.timeout());
+  stream_->async_connect(owner_.endpoints(),
+                         [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+                           if (ec)
+                             return self->fail("connect", "cannot connect: " + ec.message());
+                           beast::error_code ignore;
+                           self->stream_->socket().set_option(tcp::no_delay(true), ignore);
+                           self->write();
+                         });
+}
+
+void exchange::write() {
+  stream_->expires_after(owner_.timeout());
+  http::async_write(*stream_, *req_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    if (ec)
+      return self->fail("write", "sending the request failed: " + ec.message());
+    self->result_.sent = clock_type::now();
+    self->read();
+  });
+}
+
+void exchange::read() {
+  http::async_read_some(*stream_, buffer_, parser_,
+                        [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                          if (n > 0)
+                            self->got_bytes_ = true;
+                          if (ec)
+                            return self->fail(ec == beast::error::timeout ? "timeout" : "read",
+                                              "reading the answer failed: " + ec.message());
+                          if (!self->parser_.is_done())
+                            return self->read();
+                          self->finish(self->parser_.get().keep_alive());
+                        });
+}
+
+void exchange::on_chunk(std::string_view data) {
+  sse_.feed(data, clock_type::now());
+}
+
+void exchange::finish(bool keep) {
+  const auto& res = parser_.get();
+  result_.ended = clock_type::now();
+  if (res.result_int() != 200) {
+    std::string message = res.body();
+    boost::system::error_code ec;
+    auto j = json::parse(message, ec);
+    if (!ec && j.is_object())
+      if (const auto* e = j.get_object().if_contains("error"); e && e->is_object())
+        if (const auto* m = e->get_object().if_contains("message"); m && m->is_string())
+          message = std::string{m->get_string()};
+    result_.error_kind = "http_" + std::to_string(res.result_int());
+    result_.error = message;
+  } else if (parser_.chunked() ||
+             res[http::field::content_type].starts_with("text/event-stream")) {
+    if (!parser_.chunked()) // an event stream sent with Content-Length
+      sse_.feed(res.body(), result_.ended);
+    sse_.finish_into(result_);
+  } else {
+    detail::read_completion(res.body(), result_);
+    result_.token_times.assign(result_.completion_tokens, result_.ended);
+  }
+  if (keep && result_.error_kind.find("http_5") != 0)
+    owner_.give_back(std::move(stream_));
+  else
+    stream_->close();
+  auto done = std::move(done_);
+  done(std::move(result_));
+}
+
+void exchange::fail(std::string kind, std::string message) {
+  // A kept-alive connection the server closed while idle: try once more on a new one.
+  if (reused_ && !got_bytes_ && (kind == "write" || kind == "read")) {
+    stream_->close();
+    owner_.start(req_, std::move(done_), true);
+    return;
+  }
+  stream_->close();
+  result_.ok = false;
+  result_.error_kind = std::move(kind);
+  result_.error = std::move(message);
+  result_.ended = clock_type::now();
+  auto done = std::move(done_);
+  done(std::move(result_));
+}
+
+} // namespace
+
+expected<std::unique_ptr<target>> make_http_target(http_target_options options) {
+  auto parts = split_url(options.url);
+  if (!parts)
+    return parts.error();
+  net::io_context io;
+  tcp::resolver resolver{io};
+  boost::system::error_code ec;
+  auto endpoints = resolver.resolve(parts->host, parts->port, ec);
+  if (ec)
+    return make_error(errc::not_found, "--url " + options.url + ": cannot resolve " +
+                                           parts->host + ":" + parts->port + ": " + ec.message());
+  if (options.model.empty()) {
+    // Ask the server which model it serves.
+    beast::tcp_stream s{io};
+    s.expires_after(std::chrono::seconds{10});
+    s.connect(endpoints, ec);
+    if (ec)
+      return make_error(errc::io_error, "--url " + options.url + ": cannot connect: " +
+                                            ec.message());
+    http::request<http::empty_body> req{http::verb::get, parts->prefix + "/models", 11};
+    req.set(http::field::host, parts->host);
+    if (!options.api_key.empty())
+      req.set(http::field::authorization, "Bearer " + options.api_key);
+    http::write(s, req, ec);
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    if (!ec)
+      http::read(s, buf, res, ec);
+    if (ec || res.result_int() != 200)
+      return make_error(errc::io_error,
+                        "--url " + options.url + ": GET /models failed (" +
+                            (ec ? ec.message() : "HTTP " + std::to_string(res.result_int())) +
+                            "); give --model");
+    auto j = json::parse(res.body(), ec);
+    const json::value* id = nullptr;
+    if (!ec && j.is_object())
+      if (const auto* data = j.get_object().if_contains("data");
+          data && data->is_array() && !data->get_array().empty() &&
+          data->get_array()[0].is_object())
+        id = data->get_array()[0].get_object().if_contains("id");
+    if (id == nullptr || !id->is_string())
+      return make_error(errc::parse_error,
+                        "--url " + options.url + ": GET /models gave no model id; give --model");
+    options.model = std::string{id->get_string()};
+  }
+  return std::unique_ptr<target>{new http_target(std::move(options), std::move(*parts), endpoints)};
+}
+
+} // namespace triad::load

@@ -1,0 +1,115 @@
+#include <mutex>
+
+#include "actors/node.hpp"
+#include "devices/tokenizer.hpp"
+#include "load/target.hpp"
+#include "server/openai.hpp"
+
+namespace triad::load {
+
+namespace {
+
+class inproc_target final : public target {
+public:
+  inproc_target(std::unique_ptr<node> n, std::string model)
+      : node_(std::move(n))
+      , model_(std::move(model)) {}
+
+  ~inproc_target() override { node_->stop(); }
+
+  void call(call_spec spec, call_callback done) override {
+    chat_request req;
+    req.session = spec.session;
+    req.max_tokens = spec.max_tokens;
+    req.return_unhosted_calls = true;
+    for (const auto& m : spec.messages) {
+      std::string content = m.content;
+      if (!m.tool_name.empty())
+        content += "<tool_call>{\"name\":\"" + m.tool_name +
+                   "\",\"arguments\":" + (m.tool_arguments.empty() ? "{}" : m.tool_arguments) +
+                   "}</tool_call>";
+      req.messages.push_back({m.role, std::move(content)});
+    }
+    if (!spec.script.empty()) {
+      generation_script s;
+      for (const auto& step : spec.script) {
+        script_turn t;
+        t.tokens = step.tokens;
+        if (!step.tool.empty())
+          t.call = tool_call_text{step.tool, "{}"};
+        s.turns.push_back(std::move(t));
+      }
+      req.script = std::move(s);
+    }
+    // The request actor reports on one thread at a time, in order.
+    struct state {
+      call_result r;
+      utf8_stream text;
+      bool in_call = false;
+      call_callback done;
+    };
+    auto st = std::make_shared<state>();
+    st->done = std::move(done);
+    st->r.sent = clock_type::now();
+    node_->submit(std::move(req), [st](const request_event& ev) {
+      auto& r = st->r;
+      switch (ev.kind) {
+      case request_event::token:
+        r.token_times.push_back(clock_type::now());
+        if (ev.tok == tokenizer::tool_call_start || ev.tok == tokenizer::tool_call_end)
+          st->in_call = ev.tok == tokenizer::tool_call_start;
+        else if (!st->in_call && !tokenizer::is_special(ev.tok))
+          r.content += st->text.push(ev.text);
+        return;
+      case request_event::tool_call:
+        r.tool_name = ev.text;
+        r.tool_arguments = ev.arguments_json;
+        r.tool_call_id = "call_" + std::to_string(ev.request);
+        return;
+      case request_event::tool_result: // a tool the node ran itself
+        r.tool_name.clear();
+        return;
+      case request_event::state:
+        return;
+      case request_event::done:
+      case request_event::error:
+        break;
+      }
+      r.ended = clock_type::now();
+      r.prompt_tokens = ev.usage.prompt_tokens;
+      r.completion_tokens = ev.usage.completion_tokens;
+      r.cached_tokens = ev.usage.cached_tokens;
+      if (ev.kind == request_event::done) {
+        r.ok = true;
+        r.content += st->text.finish();
+        r.finish_reason = ev.text == "length" || ev.text == "tool_calls" ? ev.text : "stop";
+        if (r.finish_reason != "tool_calls")
+          r.tool_name.clear();
+      } else {
+        r.ok = false;
+        r.error_kind = ev.text.rfind("overloaded", 0) == 0 ? "overloaded" : "error";
+        r.error = ev.text;
+      }
+      auto cb = std::move(st->done);
+      cb(std::move(r));
+    });
+  }
+
+  std::string describe() const override { return "inproc " + model_; }
+  std::string model() const override { return model_; }
+
+private:
+  std::unique_ptr<node> node_;
+  std::string model_;
+};
+
+} // namespace
+
+expected<std::unique_ptr<target>> make_inproc_target(const node_config& config) {
+  auto n = node::start(config);
+  if (!n)
+    return make_error(n.error().code, "--inproc: the node did not start: " + n.error().message);
+  return std::unique_ptr<target>{new inproc_target(std::move(*n), "triad-" + config.model.preset)};
+}
+
+} // namespace triad::load

@@ -1,0 +1,269 @@
+#include "load/runner.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+namespace triad::load {
+
+namespace net = boost::asio;
+
+namespace {
+
+class runner {
+public:
+  runner(target& t, std::vector<job_plan> jobs, const run_options& o)
+      : target_(t)
+      , options_(o)
+      , plans_(std::move(jobs))
+      , work_(io_.get_executor()) {
+    result_.jobs.resize(plans_.size());
+    for (std::size_t i = 0; i < plans_.size(); ++i) {
+      result_.jobs[i].job = i;
+      result_.jobs[i].session = plans_[i].session;
+    }
+  }
+
+  run_result go() {
+    start_ = clock_type::now();
+    std::thread io_thread{[this] { io_.run(); }};
+    std::thread progress;
+    std::atomic<bool> stop_progress{false};
+    if (options_.progress)
+      progress = std::thread{[&] {
+        while (!stop_progress.load()) {
+          std::this_thread::sleep_for(std::chrono::seconds{1});
+          std::fprintf(stderr, "\r[%6.1f s] jobs started %zu/%zu, done %zu; calls done %zu, failed %zu   ",
+                       since_start(), started_.load(), plans_.size(), jobs_done_.load(),
+                       calls_done_.load(), calls_failed_.load());
+        }
+        std::fprintf(stderr, "\n");
+      }};
+    net::post(io_, [this] { launch(); });
+    {
+      std::unique_lock<std::mutex> l{m_};
+      cv_.wait(l, [&] { return finished_; });
+    }
+    result_.wall_s = since_start();
+    work_.reset();
+    io_.stop();
+    io_thread.join();
+    stop_progress = true;
+    if (progress.joinable())
+      progress.join();
+    return std::move(result_);
+  }
+
+private:
+  struct job_state {
+    std::size_t index = 0;
+    std::vector<message> messages;
+    std::size_t turn = 0, call = 0;
+    bool has_tools = false;
+  };
+
+  double since_start() const {
+    return std::chrono::duration<double>(clock_type::now() - start_).count();
+  }
+  double seconds(clock_type::time_point t) const {
+    return std::chrono::duration<double>(t - start_).count();
+  }
+
+  // Starts jobs: all on their schedule (open loop), or the first `concurrency` (closed loop).
+  void launch() {
+    if (plans_.empty())
+      return done_all();
+    if (options_.arrival || options_.trace_times) {
+      std::vector<double> at;
+      if (options_.trace_times)
+        for (const auto& p : plans_)
+          at.push_back(std::max(0.0, p.arrival_s));
+      else
+        at = arrival_times(*options_.arrival, plans_.size(), options_.seed);
+      result_.mode = options_.trace_times ? "open trace" : "open " + to_string(*options_.arrival);
+      for (std::size_t i = 0; i < plans_.size(); ++i)
+        start_job_at(i, at[i]);
+    } else {
+      auto c = std::max<std::size_t>(1, options_.concurrency);
+      result_.mode = "closed " + std::to_string(c);
+      next_closed_ = std::min(c, plans_.size());
+      for (std::size_t i = 0; i < next_closed_; ++i)
+        start_job_at(i, 0);
+    }
+  }
+
+  void start_job_at(std::size_t i, double at_s) {
+    auto& rec = result_.jobs[i];
+    rec.intended_s = at_s;
+    if (options_.duration_s > 0 && at_s > options_.duration_s) {
+      job_finished(i, false);
+      return;
+    }
+    auto js = std::make_shared<job_state>();
+    js->index = i;
+    const auto& plan = plans_[i];
+    if (!plan.system_text.empty())
+      js->messages.push_back({"system", plan.system_text, {}, {}, {}});
+    js->messages.push_back({"user", plan.turns[0].user_text, {}, {}, {}});
+    for (const auto& t : plan.turns)
+      for (const auto& c : t.calls)
+        js->has_tools = js->has_tools || c.tool_ms >= 0;
+    rec.started = true;
+    ++started_;
+    at(at_s, [this, js, at_s] { dispatch(js, at_s); });
+  }
+
+  // Runs `fn` on the runner thread at `at_s` seconds from the start (at once if past).
+  template<class F>
+  void at(double at_s, F fn) {
+    auto when = start_ + std::chrono::duration_cast<clock_type::duration>(
+                             std::chrono::duration<double>(at_s));
+    if (when <= clock_type::now()) {
+      fn();
+      return;
+    }
+    auto timer = std::make_shared<net::steady_timer>(io_, when);
+    timer->async_wait([timer, fn = std::move(fn)](const boost::system::error_code& ec) {
+      if (!ec)
+        fn();
+    });
+  }
+
+  void dispatch(std::shared_ptr<job_state> js, double intended_s) {
+    const auto& plan = plans_[js->index];
+    const auto& cp = plan.turns[js->turn].calls[js->call];
+    call_spec spec;
+    spec.messages = js->messages;
+    spec.session = plan.session;
+    spec.stream = options_.stream;
+    bool tool = cp.tool_ms >= 0;
+    if (options_.scripted) {
+      spec.script.push_back({cp.tokens, tool ? options_.tool_name : std::string{}});
+      if (tool)
+        spec.script.push_back({0, {}});
+      spec.max_tokens = cp.tokens + 512; // the script decides; room for the call's own tokens
+    } else {
+      spec.max_tokens = std::max<std::uint32_t>(1, cp.tokens);
+    }
+    if (js->has_tools)
+      spec.tools.push_back(options_.tool_name);
+    auto dispatched = since_start();
+    target_.call(std::move(spec), [this, js, intended_s, dispatched](call_result&& r) {
+      net::post(io_, [this, js, intended_s, dispatched, r = std::move(r)]() mutable {
+        on_result(js, intended_s, dispatched, std::move(r));
+      });
+    });
+  }
+
+  void on_result(std::shared_ptr<job_state> js, double intended_s, double dispatched_s,
+                 call_result r) {
+    const auto& plan = plans_[js->index];
+    auto& job = result_.jobs[js->index];
+    call_record c;
+    c.job = js->index;
+    c.turn = js->turn;
+    c.call = js->call;
+    c.session = plan.session;
+    c.intended_s = intended_s;
+    c.dispatched_s = dispatched_s;
+    c.sent_s = r.sent.time_since_epoch().count() == 0 ? dispatched_s : seconds(r.sent);
+    c.end_s = seconds(r.ended);
+    c.token_s.reserve(r.token_times.size());
+    for (auto t : r.token_times)
+      c.token_s.push_back(seconds(t));
+    if (!c.token_s.empty())
+      c.first_token_s = c.token_s.front();
+    c.prompt_tokens = r.prompt_tokens;
+    c.completion_tokens = r.completion_tokens;
+    c.cached_tokens = r.cached_tokens;
+    c.ok = r.ok;
+    c.error_kind = r.error_kind;
+    c.error = r.error;
+    c.finish_reason = r.finish_reason;
+    c.tool_call = !r.tool_name.empty();
+    ++job.calls;
+    ++calls_done_;
+    result_.calls.push_back(c);
+    if (!r.ok) {
+      ++calls_failed_;
+      job.end_s = c.end_s;
+      return job_finished(js->index, false);
+    }
+    const auto& turn = plan.turns[js->turn];
+    bool planned_tool = turn.calls[js->call].tool_ms >= 0;
+    if (planned_tool && c.tool_call) {
+      // The client runs the tool (simulated: it takes the planned time), then sends its result.
+      js->messages.push_back({"assistant", r.content, r.tool_name, r.tool_arguments,
+                              r.tool_call_id});
+      auto tool_ms = turn.calls[js->call].tool_ms;
+      job.tool_s += tool_ms / 1000.0;
+      ++js->call;
+      auto result_text = filler_text(plan.index * 977 + js->call, options_.tool_result_tokens);
+      js->messages.push_back({"tool", result_text, {}, {}, r.tool_call_id});
+      auto next = c.end_s + tool_ms / 1000.0;
+      at(next, [this, js, next] { dispatch(js, next); });
+      return;
+    }
+    // The turn's answer (or a server that did not call the tool): next turn, or the end.
+    js->messages.push_back({"assistant", r.content, {}, {}, {}});
+    ++js->turn;
+    js->call = 0;
+    if (js->turn >= plan.turns.size()) {
+      job.end_s = c.end_s;
+      return job_finished(js->index, true);
+    }
+    const auto& next_turn = plan.turns[js->turn];
+    job.think_s += next_turn.think_ms / 1000.0;
+    js->messages.push_back({"user", next_turn.user_text, {}, {}, {}});
+    auto next = c.end_s + next_turn.think_ms / 1000.0;
+    at(next, [this, js, next] { dispatch(js, next); });
+  }
+
+  void job_finished(std::size_t i, bool ok) {
+    result_.jobs[i].ok = ok;
+    ++jobs_done_;
+    if (!options_.arrival && !options_.trace_times && next_closed_ < plans_.size()) {
+      // Closed loop: the freed slot starts the next job now.
+      auto now = since_start();
+      start_job_at(next_closed_++, now);
+      return;
+    }
+    if (jobs_done_.load() == plans_.size())
+      done_all();
+  }
+
+  void done_all() {
+    std::lock_guard<std::mutex> g{m_};
+    finished_ = true;
+    cv_.notify_all();
+  }
+
+  target& target_;
+  run_options options_;
+  std::vector<job_plan> plans_;
+  net::io_context io_;
+  net::executor_work_guard<net::io_context::executor_type> work_;
+  clock_type::time_point start_;
+  run_result result_;
+  std::size_t next_closed_ = 0;
+  std::atomic<std::size_t> started_{0}, jobs_done_{0}, calls_done_{0}, calls_failed_{0};
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool finished_ = false;
+};
+
+} // namespace
+
+run_result run(target& t, std::vector<job_plan> jobs, const run_options& options) {
+  runner r{t, std::move(jobs), options};
+  return r.go();
+}
+
+} // namespace triad::load

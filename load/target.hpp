@@ -1,0 +1,97 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/config.hpp"
+#include "runtime/error.hpp"
+
+namespace triad::load {
+
+using clock_type = std::chrono::steady_clock;
+
+/// A message of an OpenAI conversation as triad-load builds it.
+struct message {
+  std::string role;    ///< system, user, assistant or tool
+  std::string content; ///< text (may be empty for an assistant message with a tool call)
+  std::string tool_name;      ///< assistant: the tool it called (empty: none)
+  std::string tool_arguments; ///< assistant: its arguments, a JSON object as text
+  std::string tool_call_id;   ///< assistant with a call, and tool: the call's id
+};
+
+/// One turn of a forced generation (triad's `triad.script` extension; other servers ignore it).
+struct script_step {
+  std::uint32_t tokens = 0; ///< text tokens
+  std::string tool;         ///< then a call to this tool (empty: the answer ends)
+};
+
+/// One LLM call to make.
+struct call_spec {
+  std::vector<message> messages;   ///< the conversation so far
+  std::uint32_t max_tokens = 16;   ///< completion bound
+  std::vector<script_step> script; ///< forced output (empty: the model decides)
+  std::vector<std::string> tools;  ///< functions declared to the server (client-side tools)
+  std::string session;             ///< PLAS accounting key (`triad.session`)
+  bool stream = true;              ///< ask for server-sent events
+};
+
+/// What came back.
+struct call_result {
+  bool ok = false;            ///< a complete answer
+  std::string error_kind;     ///< "http_429", "http_500", "connect", "timeout", "protocol", ...
+  std::string error;          ///< the message
+  std::string content;        ///< the answer's text
+  std::string finish_reason;  ///< stop, length, tool_calls
+  std::string tool_name;      ///< a tool call returned to the client (empty: none)
+  std::string tool_arguments; ///< its arguments
+  std::string tool_call_id;   ///< its id
+  std::uint64_t prompt_tokens = 0;     ///< usage, when the server reported it
+  std::uint64_t completion_tokens = 0; ///< usage, or the tokens counted in the stream
+  std::uint64_t cached_tokens = 0;     ///< usage.prompt_tokens_details.cached_tokens
+  clock_type::time_point sent;         ///< when the request was handed to the connection
+  /// When each completion token arrived; a chunk carrying several tokens counts as several at
+  /// its arrival time (tokens per chunk: usage.completion_tokens spread over the chunks in
+  /// proportion to their text, or one per chunk when usage is missing).
+  std::vector<clock_type::time_point> token_times;
+  clock_type::time_point ended; ///< when the answer (or error) was complete
+};
+
+/// Receives a call's result on one of the target's threads; must not block.
+using call_callback = std::function<void(call_result&&)>;
+
+/// Something to load: an OpenAI-compatible HTTP server, or a node in this process.
+class target {
+public:
+  virtual ~target() = default;
+  /// Starts `spec`; `done` is called exactly once. `sent` in the result is stamped when the
+  /// request leaves for the server.
+  virtual void call(call_spec spec, call_callback done) = 0;
+  /// A short description ("http://127.0.0.1:8080/v1", "inproc triad-tiny").
+  virtual std::string describe() const = 0;
+  /// The model name requests carry.
+  virtual std::string model() const = 0;
+};
+
+/// Where an HTTP target is.
+struct http_target_options {
+  std::string url;          ///< base URL up to and including /v1, e.g. http://127.0.0.1:8080/v1
+  std::string api_key;      ///< bearer token (empty: none)
+  std::string model;        ///< model name (empty: asked from GET /v1/models)
+  std::size_t threads = 1;  ///< client I/O threads
+  std::chrono::milliseconds timeout{600'000}; ///< per request, connect to last byte
+};
+
+/// An OpenAI-compatible server over HTTP/1.1 (keep-alive connections, reused when idle; SSE
+/// parsed as it arrives). Errors name the URL.
+expected<std::unique_ptr<target>> make_http_target(http_target_options options);
+
+/// A node embedded in this process, started from a config file (its devices, tools, policies):
+/// requests go through node::submit, without HTTP.
+expected<std::unique_ptr<target>> make_inproc_target(const node_config& config);
+
+} // namespace triad::load

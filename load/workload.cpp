@@ -1,0 +1,150 @@
+#include "load/workload.hpp"
+
+#include <charconv>
+#include <cmath>
+
+namespace triad::load {
+
+namespace {
+
+bool number(std::string_view s, double& out) {
+  auto r = std::from_chars(s.data(), s.data() + s.size(), out);
+  return r.ec == std::errc{} && r.ptr == s.data() + s.size() && std::isfinite(out);
+}
+
+std::string num(double x) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string{buf, r.ptr};
+}
+
+} // namespace
+
+std::uint64_t distribution_spec::sample(std::mt19937_64& rng, std::uint64_t floor) const {
+  double v = a;
+  switch (kind) {
+  case fixed:
+    break;
+  case uniform:
+    v = static_cast<double>(std::uniform_int_distribution<std::int64_t>{
+        static_cast<std::int64_t>(a), static_cast<std::int64_t>(b)}(rng));
+    break;
+  case lognormal:
+    v = std::lognormal_distribution<double>{std::log(a), b}(rng);
+    break;
+  }
+  auto r = static_cast<std::uint64_t>(std::llround(std::max(0.0, v)));
+  return std::max(r, floor);
+}
+
+double distribution_spec::mean() const {
+  switch (kind) {
+  case fixed:
+    return a;
+  case uniform:
+    return (a + b) / 2;
+  case lognormal:
+    return a * std::exp(b * b / 2);
+  }
+  return a;
+}
+
+expected<distribution_spec> parse_distribution(std::string_view text, std::string_view what) {
+  auto bad = [&](std::string why) {
+    return make_error(errc::invalid_argument,
+                      std::string{what} + " '" + std::string{text} + "': " + why +
+                          "; allowed: N, fixed:N, uniform:LO:HI (0 <= LO <= HI), "
+                          "lognormal:MEDIAN:SIGMA (MEDIAN > 0, SIGMA >= 0)");
+  };
+  std::vector<std::string_view> parts;
+  for (std::size_t at = 0;;) {
+    auto colon = text.find(':', at);
+    parts.push_back(text.substr(at, colon - at));
+    if (colon == std::string_view::npos)
+      break;
+    at = colon + 1;
+  }
+  distribution_spec d;
+  if (parts.size() == 1) {
+    if (!number(parts[0], d.a) || d.a < 0)
+      return bad("not a number >= 0");
+    return d;
+  }
+  if (parts[0] == "fixed" && parts.size() == 2) {
+    if (!number(parts[1], d.a) || d.a < 0)
+      return bad("not a number >= 0");
+    return d;
+  }
+  if (parts[0] == "uniform" && parts.size() == 3) {
+    d.kind = distribution_spec::uniform;
+    if (!number(parts[1], d.a) || !number(parts[2], d.b) || d.a < 0 || d.b < d.a)
+      return bad("bounds must be numbers with 0 <= LO <= HI");
+    return d;
+  }
+  if (parts[0] == "lognormal" && parts.size() == 3) {
+    d.kind = distribution_spec::lognormal;
+    if (!number(parts[1], d.a) || !number(parts[2], d.b) || d.a <= 0 || d.b < 0)
+      return bad("needs MEDIAN > 0 and SIGMA >= 0");
+    return d;
+  }
+  return bad("unknown form");
+}
+
+std::string to_string(const distribution_spec& d) {
+  switch (d.kind) {
+  case distribution_spec::fixed:
+    return "fixed:" + num(d.a);
+  case distribution_spec::uniform:
+    return "uniform:" + num(d.a) + ":" + num(d.b);
+  case distribution_spec::lognormal:
+    return "lognormal:" + num(d.a) + ":" + num(d.b);
+  }
+  return "unknown";
+}
+
+std::vector<job_plan> plan_jobs(const workload_options& o, std::size_t count, std::uint64_t seed,
+                                const trace* tr, double trace_speed) {
+  std::vector<job_plan> jobs;
+  std::mt19937_64 rng{seed};
+  if (o.kind == workload_options::trace_replay && tr != nullptr) {
+    for (std::size_t i = 0; i < tr->entries.size(); ++i) {
+      const auto& e = tr->entries[i];
+      job_plan j;
+      j.index = i;
+      j.session = "trace-" + std::to_string(i);
+      j.arrival_s = e.timestamp_ms / 1000.0 / trace_speed;
+      j.turns.push_back({0, trace_prompt(e, i), {{e.output_length, -1}}});
+      jobs.push_back(std::move(j));
+    }
+    return jobs;
+  }
+  auto system = o.kind == workload_options::agent ? filler_text(1, o.system_tokens) : "";
+  for (std::size_t i = 0; i < count; ++i) {
+    job_plan j;
+    j.index = i;
+    j.session = (o.kind == workload_options::agent ? "agent-" : "chat-") + std::to_string(i);
+    j.system_text = system;
+    if (o.kind == workload_options::chat) {
+      auto in = o.input.sample(rng, 1);
+      auto out = static_cast<std::uint32_t>(o.output.sample(rng, 1));
+      j.turns.push_back({0, filler_text(seed * 1'000'003 + i, in), {{out, -1}}});
+    } else {
+      auto turns = o.turns.sample(rng, 1);
+      for (std::uint64_t t = 0; t < turns; ++t) {
+        turn_plan turn;
+        turn.think_ms = t == 0 ? 0 : static_cast<double>(o.think_ms.sample(rng));
+        turn.user_text = filler_text(seed * 7'919 + i * 131 + t, o.user_tokens.sample(rng, 1));
+        auto calls = o.tool_calls.sample(rng);
+        for (std::uint64_t c = 0; c < calls; ++c)
+          turn.calls.push_back({static_cast<std::uint32_t>(o.call_tokens.sample(rng)),
+                                static_cast<double>(o.tool_ms.sample(rng))});
+        turn.calls.push_back({static_cast<std::uint32_t>(o.output.sample(rng, 1)), -1});
+        j.turns.push_back(std::move(turn));
+      }
+    }
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+} // namespace triad::load
