@@ -1,5 +1,7 @@
 #include "load/runner.hpp"
 
+#include <sys/prctl.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -17,13 +19,17 @@ namespace net = boost::asio;
 
 namespace {
 
+// How long before an arrival the runner stops sleeping and spins.
+constexpr auto spin_window = std::chrono::microseconds{200};
+
 class runner {
 public:
   runner(target& t, std::vector<job_plan> jobs, const run_options& o)
       : target_(t)
       , options_(o)
       , plans_(std::move(jobs))
-      , work_(io_.get_executor()) {
+      , io_(t.single_thread_io() != nullptr ? *t.single_thread_io() : own_io_)
+      , work_(own_io_.get_executor()) {
     result_.jobs.resize(plans_.size());
     for (std::size_t i = 0; i < plans_.size(); ++i) {
       result_.jobs[i].job = i;
@@ -33,7 +39,12 @@ public:
 
   run_result go() {
     start_ = clock_type::now();
-    std::thread io_thread{[this] { io_.run(); }};
+    std::thread io_thread;
+    if (&io_ == &own_io_)
+      io_thread = std::thread{[this] {
+        ::prctl(PR_SET_TIMERSLACK, 1UL); // timers fire on time, not up to 50 us late
+        own_io_.run();
+      }};
     std::thread progress;
     std::atomic<bool> stop_progress{false};
     if (options_.progress)
@@ -53,8 +64,9 @@ public:
     }
     result_.wall_s = since_start();
     work_.reset();
-    io_.stop();
-    io_thread.join();
+    own_io_.stop();
+    if (io_thread.joinable())
+      io_thread.join();
     stop_progress = true;
     if (progress.joinable())
       progress.join();
@@ -88,14 +100,49 @@ private:
       else
         at = arrival_times(*options_.arrival, plans_.size(), options_.seed);
       result_.mode = options_.trace_times ? "open trace" : "open " + to_string(*options_.arrival);
-      for (std::size_t i = 0; i < plans_.size(); ++i)
-        start_job_at(i, at[i]);
+      // One timer walks the arrivals in time order (traces need not be sorted).
+      order_.resize(plans_.size());
+      for (std::size_t i = 0; i < order_.size(); ++i)
+        order_[i] = i;
+      std::stable_sort(order_.begin(), order_.end(),
+                       [&](std::size_t a, std::size_t b) { return at[a] < at[b]; });
+      arrivals_ = std::move(at);
+      arrival_timer_ = std::make_unique<net::steady_timer>(io_);
+      next_arrivals();
     } else {
       auto c = std::max<std::size_t>(1, options_.concurrency);
       result_.mode = "closed " + std::to_string(c);
       next_closed_ = std::min(c, plans_.size());
       for (std::size_t i = 0; i < next_closed_; ++i)
         start_job_at(i, 0);
+    }
+  }
+
+  // Starts every job whose arrival time has come, then waits for the next one.
+  void next_arrivals() {
+    while (next_arrival_ < order_.size()) {
+      auto i = order_[next_arrival_];
+      auto when = start_ + std::chrono::duration_cast<clock_type::duration>(
+                               std::chrono::duration<double>(arrivals_[i]));
+      auto now = clock_type::now();
+      // Sparse arrivals (the thread would idle anyway): wake a little early and spin the rest,
+      // since timer wake-ups can be a few hundred microseconds late; dense ones: the timer only
+      // (spinning would starve the answers this thread also reads).
+      bool sparse = when - last_arrival_ >= 4 * spin_window;
+      auto early = sparse ? spin_window : clock_type::duration::zero();
+      if (when > now + early) {
+        arrival_timer_->expires_at(when - early);
+        arrival_timer_->async_wait([this](const boost::system::error_code& ec) {
+          if (!ec)
+            next_arrivals();
+        });
+        return;
+      }
+      while (clock_type::now() < when) {
+      }
+      last_arrival_ = when;
+      ++next_arrival_;
+      start_job_at(i, arrivals_[i]);
     }
   }
 
@@ -156,6 +203,10 @@ private:
       spec.tools.push_back(options_.tool_name);
     auto dispatched = since_start();
     target_.call(std::move(spec), [this, js, intended_s, dispatched](call_result&& r) {
+      if (&io_ != &own_io_) { // the target's one thread is the runner's: no hand-off
+        on_result(js, intended_s, dispatched, std::move(r));
+        return;
+      }
       net::post(io_, [this, js, intended_s, dispatched, r = std::move(r)]() mutable {
         on_result(js, intended_s, dispatched, std::move(r));
       });
@@ -248,11 +299,17 @@ private:
   target& target_;
   run_options options_;
   std::vector<job_plan> plans_;
-  net::io_context io_;
+  net::io_context own_io_; // the runner's thread, when the target has none to share
+  net::io_context& io_;    // where timers and job state live
   net::executor_work_guard<net::io_context::executor_type> work_;
   clock_type::time_point start_;
   run_result result_;
   std::size_t next_closed_ = 0;
+  std::vector<double> arrivals_;   // open loop: each job's intended start
+  std::vector<std::size_t> order_; // jobs by arrival time
+  std::size_t next_arrival_ = 0;
+  clock_type::time_point last_arrival_{};
+  std::unique_ptr<net::steady_timer> arrival_timer_;
   std::atomic<std::size_t> started_{0}, jobs_done_{0}, calls_done_{0}, calls_failed_{0};
   std::mutex m_;
   std::condition_variable cv_;

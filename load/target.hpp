@@ -9,6 +9,10 @@
 #include <vector>
 
 #include "runtime/config.hpp"
+
+namespace boost::asio {
+class io_context;
+}
 #include "runtime/error.hpp"
 
 namespace triad::load {
@@ -75,6 +79,10 @@ public:
   virtual std::string describe() const = 0;
   /// The model name requests carry.
   virtual std::string model() const = 0;
+  /// The io_context the target does its I/O on, when it has exactly one thread running it: the
+  /// runner then sets its timers there too, so a timer that fires writes the request in the
+  /// same thread, without a hand-off (null: the runner uses its own thread).
+  virtual boost::asio::io_context* single_thread_io() { return nullptr; }
 };
 
 /// Where an HTTP target is.

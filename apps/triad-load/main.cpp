@@ -99,6 +99,8 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
       return fail(t.error().message);
     auto o = base;
     double rate = std::max(10.0, capacity / 2);
+    if (const char* r = std::getenv("TRIAD_SELFTEST_RATE"))
+      rate = std::atof(r);
     o.arrival = triad::load::arrival_spec{arrival_kind::poisson, rate, 1.0};
     double seconds = duration * 0.3;
     auto res = run(**t, small_jobs(static_cast<std::size_t>(rate * seconds), 4), o);
