@@ -11,18 +11,13 @@
 // calls, events). The raw CAF cost of one message between two actors is measured in the same
 // run, in the same actor system, as the yardstick.
 
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <future>
 #include <mutex>
-#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <boost/json/array.hpp>
@@ -31,31 +26,15 @@
 #include "actors/node.hpp"
 #include "bench/report.hpp"
 #include "devices/device.hpp"
+#include "runtime/cpu_time.hpp"
 #include "tools/registry.hpp"
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-// User and system CPU seconds of the whole process.
-struct cpu_times {
-  double user = 0, sys = 0;
-  double total() const { return user + sys; }
-  cpu_times operator-(const cpu_times& o) const { return {user - o.user, sys - o.sys}; }
-  cpu_times& operator+=(const cpu_times& o) {
-    user += o.user, sys += o.sys;
-    return *this;
-  }
-};
-
-cpu_times process_cpu() {
-  rusage ru{};
-  ::getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) {
-    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
-  };
-  return {sec(ru.ru_utime), sec(ru.ru_stime)};
-}
+using triad::cpu_times;
+using triad::process_cpu;
 
 double process_cpu_seconds() {
   return process_cpu().total();
@@ -107,28 +86,10 @@ struct thread_cpu {
 };
 
 thread_cpu threads_cpu() {
-  static const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
   thread_cpu out;
-  for (const auto& task : std::filesystem::directory_iterator{"/proc/self/task"}) {
-    std::ifstream stat{task.path() / "stat"};
-    std::string line;
-    std::getline(stat, line);
-    auto open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos)
-      continue;
-    auto name = line.substr(open + 1, close - open - 1);
-    // Fields after the name: the state is field 3, utime field 14, stime field 15.
-    std::istringstream rest{line.substr(close + 2)};
-    std::string field;
-    cpu_times t;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {
-      if (i == 14)
-        t.user = std::stod(field) * tick;
-      if (i == 15)
-        t.sys = std::stod(field) * tick;
-    }
-    bool pinned = name.rfind("drv.", 0) == 0 || name.rfind("tool.", 0) == 0;
-    (pinned ? out.pinned : out.orchestration) += t;
+  for (const auto& t : triad::process_threads_cpu()) {
+    bool pinned = t.name.rfind("drv.", 0) == 0 || t.name.rfind("tool.", 0) == 0;
+    (pinned ? out.pinned : out.orchestration) += t.cpu;
   }
   return out;
 }

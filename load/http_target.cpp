@@ -18,6 +18,7 @@
 
 #include "load/detail/sse.hpp"
 #include "load/target.hpp"
+#include "runtime/cpu_time.hpp"
 
 namespace triad::load {
 
@@ -154,6 +155,7 @@ public:
     for (std::size_t i = 0; i < std::max<std::size_t>(1, options_.threads); ++i)
       threads_.emplace_back([this] {
         ::prctl(PR_SET_TIMERSLACK, 1UL); // timers fire on time, not up to 50 us late
+        name_this_thread("load.io");
         io_.run();
       });
   }

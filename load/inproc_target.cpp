@@ -11,11 +11,15 @@ namespace {
 
 class inproc_target final : public target {
 public:
-  inproc_target(std::unique_ptr<node> n, std::string model)
-      : node_(std::move(n))
+  inproc_target(std::unique_ptr<node> owned, node* n, std::string model)
+      : owned_(std::move(owned))
+      , node_(n)
       , model_(std::move(model)) {}
 
-  ~inproc_target() override { node_->stop(); }
+  ~inproc_target() override {
+    if (owned_)
+      owned_->stop();
+  }
 
   void call(call_spec spec, call_callback done) override {
     chat_request req;
@@ -99,7 +103,8 @@ public:
   std::string model() const override { return model_; }
 
 private:
-  std::unique_ptr<node> node_;
+  std::unique_ptr<node> owned_; // the node, when the target started it
+  node* node_;
   std::string model_;
 };
 
@@ -109,7 +114,13 @@ expected<std::unique_ptr<target>> make_inproc_target(const node_config& config) 
   auto n = node::start(config);
   if (!n)
     return make_error(n.error().code, "--inproc: the node did not start: " + n.error().message);
-  return std::unique_ptr<target>{new inproc_target(std::move(*n), "triad-" + config.model.preset)};
+  auto* raw = n->get();
+  return std::unique_ptr<target>{
+      new inproc_target(std::move(*n), raw, "triad-" + config.model.preset)};
+}
+
+std::unique_ptr<target> make_inproc_target(node& n, std::string model) {
+  return std::unique_ptr<target>{new inproc_target(nullptr, &n, std::move(model))};
 }
 
 } // namespace triad::load

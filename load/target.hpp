@@ -15,6 +15,10 @@ class io_context;
 }
 #include "runtime/error.hpp"
 
+namespace triad {
+class node;
+}
+
 namespace triad::load {
 
 using clock_type = std::chrono::steady_clock;
@@ -101,5 +105,9 @@ expected<std::unique_ptr<target>> make_http_target(http_target_options options);
 /// A node embedded in this process, started from a config file (its devices, tools, policies):
 /// requests go through node::submit, without HTTP.
 expected<std::unique_ptr<target>> make_inproc_target(const node_config& config);
+
+/// The same on a node someone else started and keeps (it must outlive the target); `model`
+/// is what the target reports.
+std::unique_ptr<target> make_inproc_target(node& n, std::string model);
 
 } // namespace triad::load

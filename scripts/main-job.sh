@@ -1,18 +1,50 @@
 #!/usr/bin/env bash
-# README command (1): installs what is missing, builds, prints this machine's topology and
-# placement plan for the embedded default config (triad-topo), and runs the messaging
-# micro-benchmark (JSON in build/bench-messaging.json). Until triad-node exists (issue #7) this
-# is the main job.
+# README command (1): installs what is missing, builds triad-node and triad-load, starts
+# triad-node on the embedded default config (real cpu-backend devices with the tiny model,
+# tools hosted), runs a short agentic workload against it with triad-load (agent sessions
+# whose tool calls the client runs, over HTTP with streaming), prints the summary, writes the
+# HTML report (build/main-job/report.html) and the run JSON, then drains the node with SIGTERM
+# and checks it exited 0 with no process left behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${TRIAD_JOBS:-2}"
+out=build/main-job
 
 scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j"$jobs" --target triad-topo triad-bench-messaging
+cmake --build build -j"$jobs" --target triad-node triad-load
 
-echo "== triad-topo (this machine, embedded default config)"
-build/bin/triad-topo
-echo "== triad-bench-messaging"
-build/bin/triad-bench-messaging ${TRIAD_BENCH_QUICK:+--quick} --json build/bench-messaging.json
-echo "== wrote build/bench-messaging.json"
+mkdir -p "$out"
+start=$(date +%s)
+echo "== triad-node (embedded default config, any free port)"
+build/bin/triad-node --port 0 --tools-root "$out/tools" > "$out/node.log" 2>&1 &
+node_pid=$!
+trap 'kill -KILL $node_pid 2>/dev/null || true' EXIT
+port=""
+for _ in $(seq 1 600); do
+  port=$(sed -n 's|.*serving model .* on http://[^:]*:\([0-9]*\).*|\1|p' "$out/node.log")
+  [ -n "$port" ] && break
+  if ! kill -0 $node_pid 2>/dev/null; then
+    echo "main-job: triad-node exited before serving:"; cat "$out/node.log"; exit 1
+  fi
+  sleep 0.1
+done
+[ -n "$port" ] || { echo "main-job: triad-node did not start within 60 s"; cat "$out/node.log"; exit 1; }
+cat "$out/node.log"
+
+echo "== triad-load: 6 agent sessions, 3 at a time, 2-3 client-side tool calls each"
+build/bin/triad-load --url "http://127.0.0.1:$port/v1" --workload agent --requests 6 \
+  --concurrency 3 --turns 1 --tool-calls uniform:2:3 --tool-ms uniform:50:300 \
+  --output-tokens uniform:8:24 --system-tokens 256 --user-tokens uniform:16:48 \
+  --slo-ttft-ms 3000 --slo-session-s 60 \
+  --json "$out/run.json" --jsonl "$out/calls.jsonl" --html "$out/report.html"
+
+echo "== draining triad-node (SIGTERM)"
+kill -TERM $node_pid
+rc=0
+wait $node_pid || rc=$?
+trap - EXIT
+tail -2 "$out/node.log"
+if [ $rc -ne 0 ]; then echo "main-job: triad-node exited $rc"; exit 1; fi
+if kill -0 $node_pid 2>/dev/null; then echo "main-job: triad-node still running"; exit 1; fi
+echo "== done in $(( $(date +%s) - start )) s after the build: report in $out/report.html, run in $out/run.json"

@@ -21,6 +21,7 @@
 
 #include "actors/node.hpp"
 #include "devices/tokenizer.hpp"
+#include "runtime/cpu_time.hpp"
 #include "server/openai.hpp"
 
 namespace triad {
@@ -743,7 +744,10 @@ expected<std::unique_ptr<http_server>> http_server::start(node& n, http_server_o
   p->work.emplace(p->io.get_executor());
   p->accept();
   for (std::size_t i = 0; i < p->state->options.server.threads; ++i)
-    p->threads.emplace_back([io = &p->io] { io->run(); });
+    p->threads.emplace_back([io = &p->io, i] {
+      name_this_thread("http." + std::to_string(i));
+      io->run();
+    });
   return std::unique_ptr<http_server>{new http_server(std::move(p))};
 }
 

@@ -17,6 +17,7 @@
 #include "load/report.hpp"
 #include "load/runner.hpp"
 #include "load/trace.hpp"
+#include "runtime/cpu_time.hpp"
 #include "server/http_server.hpp"
 
 namespace {
@@ -85,7 +86,7 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
     capacity = s.calls_per_s;
     metrics["requests_per_s"] = capacity;
     metrics["capacity_errors"] = s.calls - s.calls_ok;
-    std::printf("self-test 1/3: %.0f requests/s (closed loop, 64 connections, streamed, 1 token)\n",
+    std::printf("self-test 1/4: %.0f requests/s (closed loop, 64 connections, streamed, 1 token)\n",
                 capacity);
   }
   // 2. Schedule accuracy: open loop, Poisson at half that rate.
@@ -110,7 +111,7 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
     metrics["dispatch_lag_p99_us"] = s.dispatch_lag.p99 * 1e6;
     metrics["open_loop_rate"] = rate;
     metrics["open_loop_achieved_per_s"] = s.calls_per_s;
-    std::printf("self-test 2/3: Poisson %.0f/s: send error p50 %.0f us, p99 %.0f us "
+    std::printf("self-test 2/4: Poisson %.0f/s: send error p50 %.0f us, p99 %.0f us "
                 "(dispatch lag p99 %.0f us)\n",
                 rate, s.send_lag.p50 * 1e6, s.send_lag.p99 * 1e6, s.dispatch_lag.p99 * 1e6);
   }
@@ -132,9 +133,76 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
     metrics["streams_asked"] = streams;
     metrics["stream_errors"] = s.calls - s.calls_ok;
     metrics["stream_itl_p99_ms"] = s.itl.p99 * 1e3;
-    std::printf("self-test 3/3: %zu concurrent streams held (asked %zu), %zu errors, ITL p99 "
+    std::printf("self-test 3/4: %zu concurrent streams held (asked %zu), %zu errors, ITL p99 "
                 "%.1f ms (server sends every 100 ms)\n",
                 (*mock)->peak_streams(), streams, s.calls - s.calls_ok, s.itl.p99 * 1e3);
+  }
+  // 4. Node HTTP overhead per streamed token: the same streamed requests to one node (zero-time
+  // sim devices) through triad-node's HTTP server and through node::submit, in this process.
+  // The node's CPU per token in each (the whole process but the load client's own I/O thread).
+  {
+    auto config = triad::default_config();
+    config.topology.bind_threads = false;
+    config.scheduler.poll_attempts = 1; // idle workers sleep: CPU time counts work only
+    config.devices.clear();
+    for (auto [name, role] : {std::pair{"prefill0", triad::device_role::prefill},
+                              std::pair{"decode0", triad::device_role::decode}}) {
+      triad::device_config d;
+      d.name = name;
+      d.backend = triad::device_backend::sim;
+      d.role = role;
+      d.time_scale = 0;
+      config.devices.push_back(d);
+    }
+    auto n = triad::node::start(config);
+    if (!n)
+      return fail(n.error().message);
+    triad::http_server_options h;
+    h.server.port = 0;
+    h.model_id = "triad-tiny";
+    auto server = triad::http_server::start(**n, h);
+    if (!server)
+      return fail(server.error().message);
+    auto http = make_http_target({"http://127.0.0.1:" + std::to_string((*server)->port()) + "/v1",
+                                  "", "triad-tiny", 1, std::chrono::milliseconds{60'000}});
+    if (!http)
+      return fail(http.error().message);
+    auto inproc = make_inproc_target(**n, "triad-tiny");
+    run_options o;
+    o.concurrency = 8;
+    auto jobs = static_cast<std::size_t>(std::max(20.0, 40 * duration));
+    auto measure = [&](target& t) {
+      auto client = [] {
+        triad::cpu_times c;
+        for (const auto& th : triad::process_threads_cpu())
+          if (th.name == "load.io")
+            c += th.cpu;
+        return c;
+      };
+      auto all0 = triad::process_cpu();
+      auto client0 = client();
+      auto res = run(t, small_jobs(jobs, 64), o);
+      auto all = triad::process_cpu() - all0;
+      auto mine = client() - client0;
+      auto s = summarize(res, {});
+      return std::pair{(all.total() - mine.total()) * 1e6 /
+                           static_cast<double>(std::max<std::uint64_t>(1, s.output_tokens)),
+                       s.calls - s.calls_ok};
+    };
+    measure(*inproc); // warm-up: pools, first-touch pages
+    measure(**http);
+    auto [in_us, in_err] = measure(*inproc);
+    auto [http_us, http_err] = measure(**http);
+    metrics["inproc_cpu_us_per_token"] = in_us;
+    metrics["http_cpu_us_per_token"] = http_us;
+    metrics["http_overhead_us_per_token"] = http_us - in_us;
+    metrics["overhead_run_errors"] = in_err + http_err;
+    ratios["http_over_inproc_cpu_per_token"] = http_us / in_us;
+    std::printf("self-test 4/4: node CPU per streamed token: in-process %.2f us, over HTTP %.2f "
+                "us (%zu requests of 64 tokens each way)\n",
+                in_us, http_us, jobs);
+    (*server)->stop();
+    (*n)->stop();
   }
   ratios["send_error_p99_over_target"] = metrics["send_error_p99_us"].to_number<double>() / 200.0;
   ratios["requests_per_s_over_target"] = capacity / 20'000.0;
@@ -152,7 +220,8 @@ int main(int argc, char** argv) {
                "servers"};
   std::string url, inproc, workload = "chat", trace_path, arrival, api_key, model;
   std::string input = "256", output = "64", turns = "uniform:1:2", tool_calls = "uniform:3:8",
-              tool_ms = "uniform:50:2000", think_ms = "uniform:0:1000";
+              tool_ms = "uniform:50:2000", think_ms = "uniform:0:1000",
+              user_tokens = "uniform:32:128";
   std::string json_path, jsonl_path, csv_path, html_path, sweep;
   std::size_t requests = 100, concurrency = 0, streams = 5000;
   std::uint32_t system_tokens = 512;
@@ -186,6 +255,7 @@ int main(int argc, char** argv) {
   app.add_option("--tool-ms", tool_ms, "agent: tool durations in ms");
   app.add_option("--think-ms", think_ms, "agent: user think time between turns in ms");
   app.add_option("--system-tokens", system_tokens, "agent: the shared system prompt's length");
+  app.add_option("--user-tokens", user_tokens, "agent: user message length distribution");
   app.add_flag("--no-script", no_script,
                "do not send triad's forced-generation extension (lengths become max_tokens)");
   app.add_flag("--no-stream", no_stream, "ask for whole answers instead of event streams");
@@ -215,7 +285,8 @@ int main(int argc, char** argv) {
   for (auto [text, what, out] :
        {std::tuple{&input, "--input-tokens", &w.input}, std::tuple{&output, "--output-tokens", &w.output},
         std::tuple{&turns, "--turns", &w.turns}, std::tuple{&tool_calls, "--tool-calls", &w.tool_calls},
-        std::tuple{&tool_ms, "--tool-ms", &w.tool_ms}, std::tuple{&think_ms, "--think-ms", &w.think_ms}}) {
+        std::tuple{&tool_ms, "--tool-ms", &w.tool_ms}, std::tuple{&think_ms, "--think-ms", &w.think_ms},
+        std::tuple{&user_tokens, "--user-tokens", &w.user_tokens}}) {
     auto d = parse_distribution(*text, what);
     if (!d)
       return fail(d.error().message);

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace triad {
+
+/// User and system CPU seconds.
+struct cpu_times {
+  double user = 0; ///< user mode
+  double sys = 0;  ///< kernel mode
+  /// Both together.
+  double total() const { return user + sys; }
+  /// The difference, e.g. after - before.
+  cpu_times operator-(const cpu_times& o) const { return {user - o.user, sys - o.sys}; }
+  /// Adds `o`.
+  cpu_times& operator+=(const cpu_times& o) {
+    user += o.user, sys += o.sys;
+    return *this;
+  }
+};
+
+/// The CPU time of the whole process so far (getrusage, microsecond resolution).
+cpu_times process_cpu();
+
+/// One thread of this process: its name (as set with pthread_setname_np, at most 15 bytes) and
+/// CPU time so far.
+struct thread_cpu_time {
+  std::string name; ///< the thread's name
+  cpu_times cpu;    ///< user and system seconds (clock-tick resolution: 10 ms)
+};
+
+/// Every thread of this process, from /proc/self/task/*/stat. Benchmarks use it to split the
+/// process's CPU time by the threads' roles (named by their owners: "drv.*", "tool.*", ...).
+std::vector<thread_cpu_time> process_threads_cpu();
+
+/// Names the calling thread (truncated to 15 bytes), so process_threads_cpu can tell it apart.
+void name_this_thread(const std::string& name);
+
+} // namespace triad
