@@ -126,8 +126,8 @@ private:
   struct holding {
     caf::actor device;
     std::string name;
-    seq_id seq = 0;   // 0: no sequence there
-    bool slot = true; // holds one of the router's slots of the device
+    seq_id seq = 0;             // 0: no sequence there
+    bool slot = true;           // holds one of the router's slots of the device
     bool cache_counted = false; // the device's prefix-cache hit was taken off prefill_tokens
   };
 

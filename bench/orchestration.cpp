@@ -11,7 +11,6 @@
 // calls, events). The raw CAF cost of one message between two actors is measured in the same
 // run, in the same actor system, as the yardstick.
 
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

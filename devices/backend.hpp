@@ -32,12 +32,12 @@ struct step_output {
 
 /// Usage of a device's paged KV cache.
 struct kv_usage {
-  std::size_t pages_total = 0; ///< pages the memory budget holds
-  std::size_t pages_used = 0;  ///< pages held by sequences
+  std::size_t pages_total = 0;  ///< pages the memory budget holds
+  std::size_t pages_used = 0;   ///< pages held by sequences
   std::size_t pages_cached = 0; ///< pages held only by the prefix cache (evicted when needed)
-  std::size_t page_tokens = 0; ///< tokens per page
-  std::size_t page_bytes = 0;  ///< bytes per page (all layers, K and V)
-  std::size_t sequences = 0;   ///< live sequences
+  std::size_t page_tokens = 0;  ///< tokens per page
+  std::size_t page_bytes = 0;   ///< bytes per page (all layers, K and V)
+  std::size_t sequences = 0;    ///< live sequences
 };
 
 /// Checks a step's items against a model, as every backend must before computing: at least one

@@ -95,18 +95,18 @@ struct device_event {
 
 /// A snapshot of a device's scheduler and cache.
 struct device_stats {
-  std::uint64_t steps = 0;        ///< steps run
-  std::uint64_t tokens = 0;       ///< tokens computed
-  std::uint64_t generated = 0;    ///< tokens sampled
-  std::uint64_t refused = 0;      ///< generate requests answered busy
-  std::uint64_t preemptions = 0;  ///< sequences whose KV was dropped for memory
-  std::size_t sequences = 0;      ///< sequences held
-  std::size_t waiting = 0;        ///< sequences waiting for (more) prefill
-  std::size_t running = 0;        ///< sequences decoding
-  std::size_t parked = 0;         ///< sequences parked
-  double busy_seconds = 0;        ///< time the driver spent in steps (modelled time for sim)
-  std::size_t kv_pages_used = 0;  ///< KV pages held
-  std::size_t kv_pages_total = 0; ///< KV pages of the budget
+  std::uint64_t steps = 0;         ///< steps run
+  std::uint64_t tokens = 0;        ///< tokens computed
+  std::uint64_t generated = 0;     ///< tokens sampled
+  std::uint64_t refused = 0;       ///< generate requests answered busy
+  std::uint64_t preemptions = 0;   ///< sequences whose KV was dropped for memory
+  std::size_t sequences = 0;       ///< sequences held
+  std::size_t waiting = 0;         ///< sequences waiting for (more) prefill
+  std::size_t running = 0;         ///< sequences decoding
+  std::size_t parked = 0;          ///< sequences parked
+  double busy_seconds = 0;         ///< time the driver spent in steps (modelled time for sim)
+  std::size_t kv_pages_used = 0;   ///< KV pages held
+  std::size_t kv_pages_total = 0;  ///< KV pages of the budget
   std::size_t kv_pages_cached = 0; ///< KV pages held only by the prefix cache (evictable)
   std::uint64_t cached_tokens = 0; ///< prompt tokens whose KV came from the prefix cache
 };

@@ -58,8 +58,7 @@ expected<void> page_table::reserve(std::span<const std::pair<seq_id, std::size_t
   if (needed > available)
     return make_error(errc::exhausted, "kv cache: step needs " + std::to_string(needed) +
                                            " more pages, " + std::to_string(available) + " of " +
-                                           std::to_string(info_.size()) +
-                                           " free or evictable");
+                                           std::to_string(info_.size()) + " free or evictable");
   for (const auto& [id, new_length] : wanted) {
     auto& s = seqs_[id];
     auto want = pages_for(new_length, page_tokens_);

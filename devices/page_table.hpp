@@ -63,9 +63,9 @@ public:
 
 private:
   struct page_info {
-    std::uint32_t refs = 0;      // sequences reading it
-    bool indexed = false;        // in index_ under `hash`
-    block_hash hash = 0;         // its chain hash, when indexed
+    std::uint32_t refs = 0;                 // sequences reading it
+    bool indexed = false;                   // in index_ under `hash`
+    block_hash hash = 0;                    // its chain hash, when indexed
     std::list<std::uint32_t>::iterator lru; // its place in lru_, when unreferenced and indexed
   };
   struct sequence {
@@ -78,8 +78,8 @@ private:
 
   std::size_t page_tokens_;
   std::vector<page_info> info_;
-  std::vector<std::uint32_t> free_;   // unreferenced, not indexed
-  std::list<std::uint32_t> lru_;      // unreferenced, indexed: evicted from the front
+  std::vector<std::uint32_t> free_; // unreferenced, not indexed
+  std::list<std::uint32_t> lru_;    // unreferenced, indexed: evicted from the front
   std::unordered_map<block_hash, std::uint32_t> index_;
   std::unordered_map<seq_id, sequence> seqs_;
 };

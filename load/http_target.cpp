@@ -6,8 +6,8 @@
 #include <thread>
 
 #include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
@@ -47,8 +47,10 @@ std::string body_of(const call_spec& spec, const std::string& model) {
       o["tool_call_id"] = m.tool_call_id;
     messages.push_back(std::move(o));
   }
-  json::object body{{"model", model}, {"messages", std::move(messages)},
-                    {"max_tokens", spec.max_tokens}, {"stream", spec.stream}};
+  json::object body{{"model", model},
+                    {"messages", std::move(messages)},
+                    {"max_tokens", spec.max_tokens},
+                    {"stream", spec.stream}};
   if (spec.stream)
     body["stream_options"] = json::object{{"include_usage", true}};
   if (!spec.tools.empty()) {
@@ -56,7 +58,8 @@ std::string body_of(const call_spec& spec, const std::string& model) {
     for (const auto& t : spec.tools)
       tools.push_back(json::object{
           {"type", "function"},
-          {"function", json::object{{"name", t}, {"parameters", json::object{{"type", "object"}}}}}});
+          {"function",
+           json::object{{"name", t}, {"parameters", json::object{{"type", "object"}}}}}});
     body["tools"] = std::move(tools);
   }
   json::object ext;
@@ -84,9 +87,9 @@ struct url_parts {
 expected<url_parts> split_url(const std::string& url) {
   const std::string scheme = "http://";
   if (url.rfind(scheme, 0) != 0)
-    return make_error(errc::invalid_argument,
-                      "--url " + url + ": only http:// URLs are supported (e.g. "
-                                       "http://127.0.0.1:8080/v1)");
+    return make_error(errc::invalid_argument, "--url " + url +
+                                                  ": only http:// URLs are supported (e.g. "
+                                                  "http://127.0.0.1:8080/v1)");
   auto rest = url.substr(scheme.size());
   auto slash = rest.find('/');
   auto authority = rest.substr(0, slash);
@@ -201,9 +204,8 @@ public:
     }
     bool reused = stream != nullptr;
     if (!reused)
-      stream = threads_.size() == 1
-                   ? std::make_unique<beast::tcp_stream>(io_.get_executor())
-                   : std::make_unique<beast::tcp_stream>(net::make_strand(io_));
+      stream = threads_.size() == 1 ? std::make_unique<beast::tcp_stream>(io_.get_executor())
+                                    : std::make_unique<beast::tcp_stream>(net::make_strand(io_));
     auto x = std::make_shared<exchange>(*this, std::move(stream), reused, std::move(req),
                                         std::move(done));
     x->start();
@@ -261,11 +263,12 @@ void exchange::write() {
   // Sent: when the request is handed to the socket (an idle socket takes it at once, in the
   // write's first system call, before the completion handler is queued).
   result_.sent = clock_type::now();
-  http::async_write(*stream_, *req_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-    if (ec)
-      return self->fail("write", "sending the request failed: " + ec.message());
-    self->read();
-  });
+  http::async_write(*stream_, *req_,
+                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                      if (ec)
+                        return self->fail("write", "sending the request failed: " + ec.message());
+                      self->read();
+                    });
 }
 
 void exchange::read() {
@@ -299,8 +302,7 @@ void exchange::finish(bool keep) {
           message = std::string{m->get_string()};
     result_.error_kind = "http_" + std::to_string(res.result_int());
     result_.error = message;
-  } else if (parser_.chunked() ||
-             res[http::field::content_type].starts_with("text/event-stream")) {
+  } else if (parser_.chunked() || res[http::field::content_type].starts_with("text/event-stream")) {
     if (!parser_.chunked()) // an event stream sent with Content-Length
       sse_.feed(res.body(), result_.ended);
     sse_.finish_into(result_);
@@ -343,16 +345,16 @@ expected<std::unique_ptr<target>> make_http_target(http_target_options options) 
   boost::system::error_code ec;
   auto endpoints = resolver.resolve(parts->host, parts->port, ec);
   if (ec)
-    return make_error(errc::not_found, "--url " + options.url + ": cannot resolve " +
-                                           parts->host + ":" + parts->port + ": " + ec.message());
+    return make_error(errc::not_found, "--url " + options.url + ": cannot resolve " + parts->host +
+                                           ":" + parts->port + ": " + ec.message());
   if (options.model.empty()) {
     // Ask the server which model it serves.
     beast::tcp_stream s{io};
     s.expires_after(std::chrono::seconds{10});
     s.connect(endpoints, ec);
     if (ec)
-      return make_error(errc::io_error, "--url " + options.url + ": cannot connect: " +
-                                            ec.message());
+      return make_error(errc::io_error,
+                        "--url " + options.url + ": cannot connect: " + ec.message());
     http::request<http::empty_body> req{http::verb::get, parts->prefix + "/models", 11};
     req.set(http::field::host, parts->host);
     if (!options.api_key.empty())
@@ -370,9 +372,9 @@ expected<std::unique_ptr<target>> make_http_target(http_target_options options) 
     auto j = json::parse(res.body(), ec);
     const json::value* id = nullptr;
     if (!ec && j.is_object())
-      if (const auto* data = j.get_object().if_contains("data");
-          data && data->is_array() && !data->get_array().empty() &&
-          data->get_array()[0].is_object())
+      if (const auto* data = j.get_object().if_contains("data"); data && data->is_array() &&
+                                                                 !data->get_array().empty() &&
+                                                                 data->get_array()[0].is_object())
         id = data->get_array()[0].get_object().if_contains("id");
     if (id == nullptr || !id->is_string())
       return make_error(errc::parse_error,

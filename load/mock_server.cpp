@@ -87,11 +87,11 @@ private:
       tokens_ = 1;
     if (body.find("\"stream\":true") == std::string::npos &&
         body.find("\"stream\": true") == std::string::npos)
-      return send_body(R"({"id":"m","object":"chat.completion","model":"mock","choices":[{"index":0,"message":{"role":"assistant","content":")" +
-                       std::string(tokens_, 'x') +
-                       R"("},"finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":)" +
-                       std::to_string(tokens_) + R"(,"total_tokens":)" +
-                       std::to_string(tokens_ + 1) + "}}");
+      return send_body(
+          R"({"id":"m","object":"chat.completion","model":"mock","choices":[{"index":0,"message":{"role":"assistant","content":")" +
+          std::string(tokens_, 'x') +
+          R"("},"finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":)" +
+          std::to_string(tokens_) + R"(,"total_tokens":)" + std::to_string(tokens_ + 1) + "}}");
     owner_.stream_opened();
     head_.emplace(http::status::ok, req_.version());
     head_->set(http::field::content_type, "text/event-stream");

@@ -10,9 +10,9 @@ namespace triad::load {
 
 /// Options of the mock server behind `triad-load --self-test`.
 struct mock_options {
-  std::size_t threads = 1;                       ///< server I/O threads
-  std::chrono::microseconds token_interval{0};   ///< between streamed tokens (0: all at once)
-  std::uint32_t max_tokens = 64;                 ///< tokens per answer at most
+  std::size_t threads = 1;                     ///< server I/O threads
+  std::chrono::microseconds token_interval{0}; ///< between streamed tokens (0: all at once)
+  std::uint32_t max_tokens = 64;               ///< tokens per answer at most
 };
 
 /// A minimal OpenAI-compatible streaming server on 127.0.0.1 (any free port), for measuring

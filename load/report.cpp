@@ -55,8 +55,8 @@ summary summarize(const run_result& r, const slo& o) {
       sum_decode += c.end_s - c.first_token_s;
       good = good && (o.ttft_ms <= 0 || (c.first_token_s - c.intended_s) * 1e3 <= o.ttft_ms);
       if (c.token_s.size() > 1) {
-        double per = (c.token_s.back() - c.token_s.front()) /
-                     static_cast<double>(c.token_s.size() - 1);
+        double per =
+            (c.token_s.back() - c.token_s.front()) / static_cast<double>(c.token_s.size() - 1);
         tpot.push_back(per);
         good = good && (o.tpot_ms <= 0 || per * 1e3 <= o.tpot_ms);
         for (std::size_t i = 1; i < c.token_s.size(); ++i)
@@ -102,10 +102,11 @@ summary summarize(const run_result& r, const slo& o) {
   s.goodput_jobs_per_s = static_cast<double>(good_jobs) / wall;
   for (const auto& [k, v] : errors)
     s.errors[k] = v;
-  s.fell_behind = s.dispatch_lag.count > 0 && (s.dispatch_lag.p99 > 0.010 || s.dispatch_lag.max > 0.100);
+  s.fell_behind =
+      s.dispatch_lag.count > 0 && (s.dispatch_lag.p99 > 0.010 || s.dispatch_lag.max > 0.100);
   for (std::size_t b = 0; b < buckets; ++b)
-    s.timeline.push_back(json::object{{"second", b}, {"calls", ended[b]}, {"tokens", tokens[b]},
-                                      {"errors", failed[b]}});
+    s.timeline.push_back(json::object{
+        {"second", b}, {"calls", ended[b]}, {"tokens", tokens[b]}, {"errors", failed[b]}});
   auto per_call = [&](double x) { return s.calls_ok ? x / static_cast<double>(s.calls_ok) : 0.0; };
   auto per_job = [&](double x) { return s.jobs_ok ? x / static_cast<double>(s.jobs_ok) : 0.0; };
   s.stages = json::object{{"send_lag_s_per_call", per_call(sum_lag)},
@@ -154,17 +155,16 @@ void print(const summary& s, std::FILE* out) {
       std::fprintf(out, "  %-22s -\n", name);
       return;
     }
-    std::fprintf(out, "  %-22s p50 %9.2f  p90 %9.2f  p99 %9.2f  p99.9 %9.2f  max %9.2f %s\n",
-                 name, d.p50 * scale, d.p90 * scale, d.p99 * scale, d.p999 * scale,
-                 d.max * scale, unit);
+    std::fprintf(out, "  %-22s p50 %9.2f  p90 %9.2f  p99 %9.2f  p99.9 %9.2f  max %9.2f %s\n", name,
+                 d.p50 * scale, d.p90 * scale, d.p99 * scale, d.p999 * scale, d.max * scale, unit);
   };
   std::fprintf(out, "triad-load: %s, %.2f s\n", s.mode.c_str(), s.wall_s);
-  std::fprintf(out, "  jobs %zu (ok %zu, not started %zu); calls %zu (ok %zu)\n", s.jobs,
-               s.jobs_ok, s.jobs_not_started, s.calls, s.calls_ok);
-  std::fprintf(out, "  throughput %.2f calls/s, %.1f output tokens/s; goodput %.2f calls/s, "
-                    "%.3f jobs/s\n",
-               s.calls_per_s, s.output_tokens_per_s, s.goodput_calls_per_s,
-               s.goodput_jobs_per_s);
+  std::fprintf(out, "  jobs %zu (ok %zu, not started %zu); calls %zu (ok %zu)\n", s.jobs, s.jobs_ok,
+               s.jobs_not_started, s.calls, s.calls_ok);
+  std::fprintf(out,
+               "  throughput %.2f calls/s, %.1f output tokens/s; goodput %.2f calls/s, "
+               "%.3f jobs/s\n",
+               s.calls_per_s, s.output_tokens_per_s, s.goodput_calls_per_s, s.goodput_jobs_per_s);
   std::fprintf(out, "  tokens: prompt %llu (cached %llu), output %llu\n",
                static_cast<unsigned long long>(s.prompt_tokens),
                static_cast<unsigned long long>(s.cached_tokens),
@@ -178,8 +178,9 @@ void print(const summary& s, std::FILE* out) {
   if (!s.errors.empty())
     std::fprintf(out, "  errors: %s\n", json::serialize(s.errors).c_str());
   if (s.fell_behind)
-    std::fprintf(out, "  WARNING: the client fell behind its schedule (dispatch lag p99 %.1f ms, "
-                      "max %.1f ms): the offered load was lower than asked\n",
+    std::fprintf(out,
+                 "  WARNING: the client fell behind its schedule (dispatch lag p99 %.1f ms, "
+                 "max %.1f ms): the offered load was lower than asked\n",
                  s.dispatch_lag.p99 * 1e3, s.dispatch_lag.max * 1e3);
 }
 
@@ -266,8 +267,8 @@ std::string cdf_svg(const std::vector<std::pair<std::string, std::vector<double>
   static const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
   std::ostringstream o;
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h << "'>";
-  o << "<rect x='" << l << "' y='" << t << "' width='" << w - l - rgt << "' height='"
-    << h - t - b << "' fill='none' stroke='#999'/>";
+  o << "<rect x='" << l << "' y='" << t << "' width='" << w - l - rgt << "' height='" << h - t - b
+    << "' fill='none' stroke='#999'/>";
   for (int i = 0; i <= 4; ++i) {
     double y = t + (h - t - b) * (1 - i / 4.0);
     double x = l + (w - l - rgt) * i / 4.0;
@@ -287,7 +288,8 @@ std::string cdf_svg(const std::vector<std::pair<std::string, std::vector<double>
     std::size_t step = std::max<std::size_t>(1, xs.size() / 400);
     for (std::size_t i = 0; i < xs.size(); i += step) {
       double x = l + (w - l - rgt) * xs[i] / xmax;
-      double y = t + (h - t - b) * (1 - static_cast<double>(i + 1) / static_cast<double>(xs.size()));
+      double y =
+          t + (h - t - b) * (1 - static_cast<double>(i + 1) / static_cast<double>(xs.size()));
       o << fmt(x, 1) << "," << fmt(y, 1) << " ";
     }
     if (!xs.empty())
@@ -309,8 +311,8 @@ std::string bars_svg(const std::vector<double>& values, const std::string& unit)
     ymax = std::max(ymax, v);
   std::ostringstream o;
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h << "'>";
-  o << "<rect x='" << l << "' y='" << t << "' width='" << w - l - rgt << "' height='"
-    << h - t - b << "' fill='none' stroke='#999'/>";
+  o << "<rect x='" << l << "' y='" << t << "' width='" << w - l - rgt << "' height='" << h - t - b
+    << "' fill='none' stroke='#999'/>";
   double bw = (w - l - rgt) / std::max<std::size_t>(1, values.size());
   for (std::size_t i = 0; i < values.size(); ++i) {
     double bh = (h - t - b) * values[i] / ymax;
@@ -348,8 +350,8 @@ bool write_csv(const run_result& r, const std::filesystem::path& path, std::stri
       << (c.ok ? 1 : 0) << ',' << fmt(c.intended_s, 6) << ',' << fmt(c.dispatched_s, 6) << ','
       << fmt(c.sent_s, 6) << ',' << fmt(c.first_token_s, 6) << ',' << fmt(c.end_s, 6) << ','
       << c.prompt_tokens << ',' << c.completion_tokens << ',' << c.cached_tokens << ','
-      << c.finish_reason << ',' << (c.tool_call ? 1 : 0) << ',' << csv_field(c.error_kind)
-      << ',' << csv_field(c.error) << '\n';
+      << c.finish_reason << ',' << (c.tool_call ? 1 : 0) << ',' << csv_field(c.error_kind) << ','
+      << csv_field(c.error) << '\n';
   return static_cast<bool>(f) || (error = "writing " + path.string() + " failed", false);
 }
 

@@ -12,37 +12,37 @@ namespace triad::load {
 
 /// Service-level objectives: a call (or session) meeting all that apply counts as goodput.
 struct slo {
-  double ttft_ms = 0;    ///< time to first token, from the intended send time (0: none)
-  double tpot_ms = 0;    ///< time per output token after the first (0: none)
-  double e2e_ms = 0;     ///< call end to end, from the intended send time (0: none)
-  double session_s = 0;  ///< session (job) completion time (0: none)
+  double ttft_ms = 0;   ///< time to first token, from the intended send time (0: none)
+  double tpot_ms = 0;   ///< time per output token after the first (0: none)
+  double e2e_ms = 0;    ///< call end to end, from the intended send time (0: none)
+  double session_s = 0; ///< session (job) completion time (0: none)
 };
 
 /// A run summarised. Latencies are measured from the intended send time (so a client that
 /// fell behind cannot hide the server's queueing), and also from the actual send time.
 struct summary {
-  std::string mode;              ///< how jobs arrived
-  double wall_s = 0;             ///< run length
-  std::size_t jobs = 0, jobs_ok = 0, jobs_not_started = 0; ///< jobs
-  std::size_t calls = 0, calls_ok = 0; ///< LLM calls
+  std::string mode;                                                      ///< how jobs arrived
+  double wall_s = 0;                                                     ///< run length
+  std::size_t jobs = 0, jobs_ok = 0, jobs_not_started = 0;               ///< jobs
+  std::size_t calls = 0, calls_ok = 0;                                   ///< LLM calls
   std::uint64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0; ///< usage sums
-  distribution ttft;        ///< first token - intended (s)
-  distribution ttft_sent;   ///< first token - sent (s)
-  distribution tpot;        ///< (end - first token) / (tokens - 1) (s)
-  distribution itl;         ///< gaps between consecutive tokens, one per token (s)
-  distribution e2e;         ///< end - intended (s)
-  distribution e2e_sent;    ///< end - sent (s)
-  distribution session;     ///< job end - job intended start, ok jobs (s)
-  distribution send_lag;    ///< sent - intended (s): the client's own delay
+  distribution ttft;         ///< first token - intended (s)
+  distribution ttft_sent;    ///< first token - sent (s)
+  distribution tpot;         ///< (end - first token) / (tokens - 1) (s)
+  distribution itl;          ///< gaps between consecutive tokens, one per token (s)
+  distribution e2e;          ///< end - intended (s)
+  distribution e2e_sent;     ///< end - sent (s)
+  distribution session;      ///< job end - job intended start, ok jobs (s)
+  distribution send_lag;     ///< sent - intended (s): the client's own delay
   distribution dispatch_lag; ///< dispatched - intended (s): timer lateness
   double calls_per_s = 0, output_tokens_per_s = 0; ///< throughput
-  double goodput_calls_per_s = 0; ///< ok calls meeting the call SLOs, per second
-  double goodput_jobs_per_s = 0;  ///< ok jobs meeting the session SLO and all their calls'
-  boost::json::object errors;     ///< count per error kind
-  bool fell_behind = false;       ///< the client sent late (dispatch lag p99 > 10 ms or max >
-                                  ///< 100 ms): the offered load was not what was asked
-  boost::json::array timeline;    ///< per second: calls ended, tokens, errors
-  boost::json::object stages;     ///< mean seconds per stage: send lag, ttft, decode, tool, think
+  double goodput_calls_per_s = 0;                  ///< ok calls meeting the call SLOs, per second
+  double goodput_jobs_per_s = 0; ///< ok jobs meeting the session SLO and all their calls'
+  boost::json::object errors;    ///< count per error kind
+  bool fell_behind = false;      ///< the client sent late (dispatch lag p99 > 10 ms or max >
+                                 ///< 100 ms): the offered load was not what was asked
+  boost::json::array timeline;   ///< per second: calls ended, tokens, errors
+  boost::json::object stages;    ///< mean seconds per stage: send lag, ttft, decode, tool, think
 };
 
 /// Summarises `r` under `objectives`.

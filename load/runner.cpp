@@ -51,7 +51,8 @@ public:
       progress = std::thread{[&] {
         while (!stop_progress.load()) {
           std::this_thread::sleep_for(std::chrono::seconds{1});
-          std::fprintf(stderr, "\r[%6.1f s] jobs started %zu/%zu, done %zu; calls done %zu, failed %zu   ",
+          std::fprintf(stderr,
+                       "\r[%6.1f s] jobs started %zu/%zu, done %zu; calls done %zu, failed %zu   ",
                        since_start(), started_.load(), plans_.size(), jobs_done_.load(),
                        calls_done_.load(), calls_failed_.load());
         }
@@ -251,8 +252,8 @@ private:
     bool planned_tool = turn.calls[js->call].tool_ms >= 0;
     if (planned_tool && c.tool_call) {
       // The client runs the tool (simulated: it takes the planned time), then sends its result.
-      js->messages.push_back({"assistant", r.content, r.tool_name, r.tool_arguments,
-                              r.tool_call_id});
+      js->messages.push_back(
+          {"assistant", r.content, r.tool_name, r.tool_arguments, r.tool_call_id});
       auto tool_ms = turn.calls[js->call].tool_ms;
       job.tool_s += tool_ms / 1000.0;
       ++js->call;

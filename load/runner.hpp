@@ -15,45 +15,45 @@ namespace triad::load {
 struct call_record {
   std::size_t job = 0, turn = 0, call = 0; ///< where it was in its job's plan
   std::string session;                     ///< the job's session
-  double intended_s = 0;   ///< when the schedule said to send it
-  double dispatched_s = 0; ///< when the client got to it (timer fired)
-  double sent_s = 0;       ///< when the request left for the server
-  double first_token_s = -1; ///< first token's arrival (< 0: none)
-  double end_s = 0;        ///< answer complete (or failed)
-  std::vector<double> token_s; ///< each token's arrival
+  double intended_s = 0;                   ///< when the schedule said to send it
+  double dispatched_s = 0;                 ///< when the client got to it (timer fired)
+  double sent_s = 0;                       ///< when the request left for the server
+  double first_token_s = -1;               ///< first token's arrival (< 0: none)
+  double end_s = 0;                        ///< answer complete (or failed)
+  std::vector<double> token_s;             ///< each token's arrival
   std::uint64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0; ///< usage
-  bool ok = false;           ///< a complete answer
-  std::string error_kind;    ///< when not ok
-  std::string error;         ///< when not ok
+  bool ok = false;                                                           ///< a complete answer
+  std::string error_kind;                                                    ///< when not ok
+  std::string error;                                                         ///< when not ok
   std::string finish_reason; ///< stop, length, tool_calls
   bool tool_call = false;    ///< the answer asked the client to run a tool
 };
 
 /// One job (chat request or agent session) as it happened.
 struct job_record {
-  std::size_t job = 0;      ///< index
-  std::string session;      ///< its session id
-  double intended_s = 0;    ///< when it should have started
-  double end_s = 0;         ///< when its last call ended
-  bool ok = false;          ///< every call ok
-  bool started = false;     ///< false: never started (beyond --duration)
-  std::size_t calls = 0;    ///< calls made
-  double tool_s = 0;        ///< time its client-side tools took
-  double think_s = 0;       ///< time its user thought between turns
+  std::size_t job = 0;   ///< index
+  std::string session;   ///< its session id
+  double intended_s = 0; ///< when it should have started
+  double end_s = 0;      ///< when its last call ended
+  bool ok = false;       ///< every call ok
+  bool started = false;  ///< false: never started (beyond --duration)
+  std::size_t calls = 0; ///< calls made
+  double tool_s = 0;     ///< time its client-side tools took
+  double think_s = 0;    ///< time its user thought between turns
 };
 
 /// How to run.
 struct run_options {
-  std::optional<arrival_spec> arrival; ///< open loop (jobs start on this schedule)
-  std::size_t concurrency = 0;          ///< closed loop: jobs in flight (when no arrival)
-  bool trace_times = false;             ///< open loop on the jobs' own arrival times (traces)
-  double duration_s = 0;                ///< > 0: jobs scheduled after this do not start
-  std::uint64_t seed = 1;               ///< for the schedule
-  bool scripted = true;                 ///< send triad's script extension (forced lengths)
-  bool stream = true;                   ///< ask for streaming answers
-  std::string tool_name = "sim_tool";   ///< client-side tool of agent plans
+  std::optional<arrival_spec> arrival;   ///< open loop (jobs start on this schedule)
+  std::size_t concurrency = 0;           ///< closed loop: jobs in flight (when no arrival)
+  bool trace_times = false;              ///< open loop on the jobs' own arrival times (traces)
+  double duration_s = 0;                 ///< > 0: jobs scheduled after this do not start
+  std::uint64_t seed = 1;                ///< for the schedule
+  bool scripted = true;                  ///< send triad's script extension (forced lengths)
+  bool stream = true;                    ///< ask for streaming answers
+  std::string tool_name = "sim_tool";    ///< client-side tool of agent plans
   std::uint32_t tool_result_tokens = 64; ///< its results' length
-  bool progress = false;                ///< a live progress line on stderr
+  bool progress = false;                 ///< a live progress line on stderr
 };
 
 /// Everything a run produced.

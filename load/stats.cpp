@@ -35,9 +35,9 @@ distribution summarize(std::vector<double> values) {
 }
 
 boost::json::object to_json(const distribution& d, double scale) {
-  return {{"count", d.count},      {"mean", d.mean * scale}, {"min", d.min * scale},
-          {"max", d.max * scale},  {"p50", d.p50 * scale},   {"p90", d.p90 * scale},
-          {"p95", d.p95 * scale},  {"p99", d.p99 * scale},   {"p99.9", d.p999 * scale}};
+  return {{"count", d.count},     {"mean", d.mean * scale}, {"min", d.min * scale},
+          {"max", d.max * scale}, {"p50", d.p50 * scale},   {"p90", d.p90 * scale},
+          {"p95", d.p95 * scale}, {"p99", d.p99 * scale},   {"p99.9", d.p999 * scale}};
 }
 
 } // namespace triad::load

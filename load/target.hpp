@@ -25,8 +25,8 @@ using clock_type = std::chrono::steady_clock;
 
 /// A message of an OpenAI conversation as triad-load builds it.
 struct message {
-  std::string role;    ///< system, user, assistant or tool
-  std::string content; ///< text (may be empty for an assistant message with a tool call)
+  std::string role;           ///< system, user, assistant or tool
+  std::string content;        ///< text (may be empty for an assistant message with a tool call)
   std::string tool_name;      ///< assistant: the tool it called (empty: none)
   std::string tool_arguments; ///< assistant: its arguments, a JSON object as text
   std::string tool_call_id;   ///< assistant with a call, and tool: the call's id
@@ -91,10 +91,10 @@ public:
 
 /// Where an HTTP target is.
 struct http_target_options {
-  std::string url;          ///< base URL up to and including /v1, e.g. http://127.0.0.1:8080/v1
-  std::string api_key;      ///< bearer token (empty: none)
-  std::string model;        ///< model name (empty: asked from GET /v1/models)
-  std::size_t threads = 1;  ///< client I/O threads
+  std::string url;         ///< base URL up to and including /v1, e.g. http://127.0.0.1:8080/v1
+  std::string api_key;     ///< bearer token (empty: none)
+  std::string model;       ///< model name (empty: asked from GET /v1/models)
+  std::size_t threads = 1; ///< client I/O threads
   std::chrono::milliseconds timeout{600'000}; ///< per request, connect to last byte
 };
 

@@ -74,9 +74,9 @@ trace parse_mooncake(std::istream& in, std::size_t block_tokens) {
       const auto* v = o->if_contains(key);
       std::int64_t n = 0;
       if (v == nullptr || !whole(*v, n) || n < 1 || n > 10'000'000) {
-        problem(std::string{key} + (v == nullptr ? ": missing"
-                                                 : ": expected an integer 1..10000000, got " +
-                                                       shown(*v)));
+        problem(std::string{key} + (v == nullptr
+                                        ? ": missing"
+                                        : ": expected an integer 1..10000000, got " + shown(*v)));
         ok = false;
         break;
       }
@@ -91,9 +91,9 @@ trace parse_mooncake(std::istream& in, std::size_t block_tokens) {
       }
       auto limit = (e.input_length + block_tokens - 1) / block_tokens;
       if (ids->get_array().size() > limit) {
-        problem("hash_ids: " + std::to_string(ids->get_array().size()) +
-                " ids for input_length " + std::to_string(e.input_length) + " (at most " +
-                std::to_string(limit) + " blocks of " + std::to_string(block_tokens) + ")");
+        problem("hash_ids: " + std::to_string(ids->get_array().size()) + " ids for input_length " +
+                std::to_string(e.input_length) + " (at most " + std::to_string(limit) +
+                " blocks of " + std::to_string(block_tokens) + ")");
         continue;
       }
       for (const auto& id : ids->get_array()) {

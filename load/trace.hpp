@@ -12,11 +12,12 @@ namespace triad::load {
 
 /// One request of a Mooncake-format trace (JSON Lines, one object per line).
 struct trace_entry {
-  double timestamp_ms = 0;              ///< `timestamp`: when it arrives, ms from the start
-  std::uint32_t input_length = 0;       ///< `input_length`: prompt tokens
-  std::uint32_t output_length = 0;      ///< `output_length`: completion tokens
-  std::vector<std::uint64_t> hash_ids;  ///< `hash_ids`: one per prompt block; equal ids, equal blocks
-  std::size_t line = 0;                 ///< where it was in the file (1-based)
+  double timestamp_ms = 0;         ///< `timestamp`: when it arrives, ms from the start
+  std::uint32_t input_length = 0;  ///< `input_length`: prompt tokens
+  std::uint32_t output_length = 0; ///< `output_length`: completion tokens
+  std::vector<std::uint64_t>
+      hash_ids;         ///< `hash_ids`: one per prompt block; equal ids, equal blocks
+  std::size_t line = 0; ///< where it was in the file (1-based)
 };
 
 /// A line that could not be used, and why.

@@ -41,36 +41,36 @@ struct call_plan {
 
 /// One user turn: the user's message, then calls until one ends without a tool call.
 struct turn_plan {
-  double think_ms = 0;           ///< the user's pause before sending it (0 for the first)
-  std::string user_text;         ///< the message
-  std::vector<call_plan> calls;  ///< at least one; only the last has no tool call
+  double think_ms = 0;          ///< the user's pause before sending it (0 for the first)
+  std::string user_text;        ///< the message
+  std::vector<call_plan> calls; ///< at least one; only the last has no tool call
 };
 
 /// A unit of load: a chat request (one turn of one call), a trace request, or an agent session.
 struct job_plan {
-  std::size_t index = 0;       ///< 0.. in arrival order
-  std::string session;         ///< the session id (PLAS accounting)
-  std::string system_text;     ///< the system prompt (shared by all agent sessions: a prefix)
+  std::size_t index = 0;        ///< 0.. in arrival order
+  std::string session;          ///< the session id (PLAS accounting)
+  std::string system_text;      ///< the system prompt (shared by all agent sessions: a prefix)
   std::vector<turn_plan> turns; ///< at least one
-  double arrival_s = -1;       ///< the trace's own arrival time (seconds), or < 0
+  double arrival_s = -1;        ///< the trace's own arrival time (seconds), or < 0
 };
 
 /// What to generate.
 struct workload_options {
   /// The kinds.
   enum kind_t : std::uint8_t { chat, agent, trace_replay };
-  kind_t kind = chat;                                         ///< which
-  distribution_spec input{distribution_spec::fixed, 256, 0};  ///< chat: prompt tokens
-  distribution_spec output{distribution_spec::fixed, 64, 0};  ///< chat, agent: answer tokens
-  distribution_spec turns{distribution_spec::uniform, 1, 2};  ///< agent: turns per session
-  distribution_spec tool_calls{distribution_spec::uniform, 3, 8}; ///< agent: calls per turn
-  distribution_spec tool_ms{distribution_spec::uniform, 50, 2000}; ///< agent: tool durations
-  distribution_spec think_ms{distribution_spec::uniform, 0, 1000}; ///< agent: between turns
+  kind_t kind = chat;                                               ///< which
+  distribution_spec input{distribution_spec::fixed, 256, 0};        ///< chat: prompt tokens
+  distribution_spec output{distribution_spec::fixed, 64, 0};        ///< chat, agent: answer tokens
+  distribution_spec turns{distribution_spec::uniform, 1, 2};        ///< agent: turns per session
+  distribution_spec tool_calls{distribution_spec::uniform, 3, 8};   ///< agent: calls per turn
+  distribution_spec tool_ms{distribution_spec::uniform, 50, 2000};  ///< agent: tool durations
+  distribution_spec think_ms{distribution_spec::uniform, 0, 1000};  ///< agent: between turns
   distribution_spec call_tokens{distribution_spec::uniform, 8, 48}; ///< agent: text before a call
   distribution_spec user_tokens{distribution_spec::uniform, 32, 128}; ///< agent: user messages
-  std::uint32_t system_tokens = 512; ///< agent: the shared system prompt
+  std::uint32_t system_tokens = 512;     ///< agent: the shared system prompt
   std::uint32_t tool_result_tokens = 64; ///< agent: each tool result's length
-  std::string tool_name = "sim_tool"; ///< agent: the (client-side) tool's name
+  std::string tool_name = "sim_tool";    ///< agent: the (client-side) tool's name
 };
 
 /// `count` jobs of `options`, drawn from `seed` (trace_replay: one per entry of `tr`, `count`

@@ -46,13 +46,17 @@ constexpr int_range page_tokens_range{1, 4096};
 constexpr std::size_t max_device_name_length = 64;
 constexpr std::string_view device_name_allowed = "1..64 characters from A-Z, a-z, 0-9, '_' and '-'";
 
-constexpr std::string_view root_keys[] = {"topology",      "scheduler", "tools",
-                                          "memory",        "limits",    "model",
-                                          "orchestration", "devices",   "sim_profiles",
-                                          "server"};
-constexpr std::string_view server_keys[] = {
-    "listen",          "port",           "api_key_env", "max_header_bytes", "header_timeout_ms",
-    "idle_timeout_ms", "drain_timeout_ms", "threads"};
+constexpr std::string_view root_keys[] = {"topology",     "scheduler", "tools",         "memory",
+                                          "limits",       "model",     "orchestration", "devices",
+                                          "sim_profiles", "server"};
+constexpr std::string_view server_keys[] = {"listen",
+                                            "port",
+                                            "api_key_env",
+                                            "max_header_bytes",
+                                            "header_timeout_ms",
+                                            "idle_timeout_ms",
+                                            "drain_timeout_ms",
+                                            "threads"};
 constexpr int_range port_range{0, 65535};
 constexpr int_range max_header_bytes_range{1024, 1 << 20};
 constexpr int_range server_timeout_ms_range{1, 3'600'000};
@@ -76,7 +80,7 @@ constexpr int_range device_slots_range{0, 65'536};
 constexpr int_range max_device_retries_range{0, 16};
 constexpr std::string_view device_keys[] = {
     "name",    "backend",    "role",       "topology_device", "domain",
-    "profile", "time_scale", "memory_mib", "queue_capacity", "prefix_cache"};
+    "profile", "time_scale", "memory_mib", "queue_capacity",  "prefix_cache"};
 constexpr std::string_view sim_profile_keys[] = {"name",
                                                  "peak_tflops",
                                                  "memory_bandwidth_gb_s",

@@ -102,13 +102,13 @@ struct memory_config {
 
 /// `[server]`: triad-node's HTTP endpoint.
 struct server_config {
-  std::string listen{defaults::server::listen};          ///< `listen`: an IPv4 or IPv6 address
-  std::uint16_t port = defaults::server::port;           ///< `port`: 0..65535 (0: any free port)
+  std::string listen{defaults::server::listen}; ///< `listen`: an IPv4 or IPv6 address
+  std::uint16_t port = defaults::server::port;  ///< `port`: 0..65535 (0: any free port)
   /// `api_key_env`: the environment variable holding the bearer token clients must send
   /// (`Authorization: Bearer <token>`); empty: no authentication. The token itself never sits
   /// in the config file.
   std::string api_key_env;
-  std::size_t max_header_bytes = defaults::server::max_header_bytes; ///< `max_header_bytes`
+  std::size_t max_header_bytes = defaults::server::max_header_bytes;     ///< `max_header_bytes`
   std::uint32_t header_timeout_ms = defaults::server::header_timeout_ms; ///< `header_timeout_ms`
   std::uint32_t idle_timeout_ms = defaults::server::idle_timeout_ms;     ///< `idle_timeout_ms`
   std::uint32_t drain_timeout_ms = defaults::server::drain_timeout_ms;   ///< `drain_timeout_ms`

@@ -67,7 +67,7 @@ struct shared_state {
   std::atomic<bool> accepting{true};
   std::atomic<std::size_t> active{0};
   std::atomic<std::uint64_t> next_call{0};
-  std::mutex post_m;  // guards `stopped` against posts racing the io_context's end
+  std::mutex post_m; // guards `stopped` against posts racing the io_context's end
   bool stopped = false;
   std::mutex idle_m;
   std::condition_variable idle_cv;
@@ -125,10 +125,9 @@ private:
     const auto& o = state_->options.server;
     stream_.expires_after(
         std::chrono::milliseconds{served_ == 0 ? o.header_timeout_ms : o.idle_timeout_ms});
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                       self->on_read(ec);
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
@@ -136,15 +135,17 @@ private:
         ec == net::error::connection_reset || ec == net::error::eof)
       return close();
     if (ec == http::error::header_limit)
-      return fail(error(431, "the request head is larger than " +
-                                 std::to_string(state_->options.server.max_header_bytes) +
-                                 " bytes ([server].max_header_bytes)",
+      return fail(error(431,
+                        "the request head is larger than " +
+                            std::to_string(state_->options.server.max_header_bytes) +
+                            " bytes ([server].max_header_bytes)",
                         "request_header_fields_too_large"),
                   false);
     if (ec == http::error::body_limit)
-      return fail(error(413, "the request body is larger than " +
-                                 std::to_string(state_->options.limits.max_body_bytes) +
-                                 " bytes ([limits].max_body_bytes)",
+      return fail(error(413,
+                        "the request body is larger than " +
+                            std::to_string(state_->options.limits.max_body_bytes) +
+                            " bytes ([limits].max_body_bytes)",
                         "request_too_large"),
                   false);
     if (ec)
@@ -174,8 +175,9 @@ private:
     auto only = [&](http::verb v, const char* allow) {
       if (method == v)
         return true;
-      auto e = error(405, "method " + std::string{req_.method_string()} + " is not allowed on " +
-                              path + "; allowed: " + allow,
+      auto e = error(405,
+                     "method " + std::string{req_.method_string()} + " is not allowed on " + path +
+                         "; allowed: " + allow,
                      "method_not_allowed");
       fail(e, req_.keep_alive(), allow);
       return false;
@@ -196,16 +198,16 @@ private:
     }
     if (path == "/metrics") {
       if (only(http::verb::get, "GET"))
-        send_text(200, std::string{metrics_registry::content_type},
-                  state_->n->metrics().render());
+        send_text(200, std::string{metrics_registry::content_type}, state_->n->metrics().render());
       return;
     }
     bool api = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions";
     if (!api) {
-      fail(error(404, "no such endpoint: " + path +
-                          "; served: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, "
-                          "GET /metrics, "
-                          "GET /health, GET /ready",
+      fail(error(404,
+                 "no such endpoint: " + path +
+                     "; served: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, "
+                     "GET /metrics, "
+                     "GET /health, GET /ready",
                  "not_found"),
            req_.keep_alive());
       return;
@@ -285,33 +287,32 @@ private:
     // are not posted once the server stopped.
     std::weak_ptr<connection> weak = shared_from_this();
     auto strand = stream_.get_executor();
-    handle_ = state_->n->submit(
-        std::move(chat_.request), [weak, strand, state = state_](const request_event& ev) {
-          std::lock_guard<std::mutex> g{state->post_m};
-          if (!state->stopped)
-            net::post(strand, [weak, ev] {
-              if (auto self = weak.lock())
-                self->on_event(ev);
-            });
-        });
+    handle_ = state_->n->submit(std::move(chat_.request),
+                                [weak, strand, state = state_](const request_event& ev) {
+                                  std::lock_guard<std::mutex> g{state->post_m};
+                                  if (!state->stopped)
+                                    net::post(strand, [weak, ev] {
+                                      if (auto self = weak.lock())
+                                        self->on_event(ev);
+                                    });
+                                });
     watch_disconnect();
   }
 
   // A client that closes its connection while its answer is generated cancels the request.
   void watch_disconnect() {
-    stream_.socket().async_wait(
-        tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-          if (!self->in_request_ || self->finished_)
-            return;
-          char probe;
-          auto n = ::recv(self->stream_.socket().native_handle(), &probe, 1,
-                          MSG_PEEK | MSG_DONTWAIT);
-          if (ec || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-            self->client_gone_ = true;
-            self->state_->n->cancel(self->handle_);
-          }
-          // Data (a pipelined request) waits in the socket for the next read.
-        });
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](
+                                                            beast::error_code ec) {
+      if (!self->in_request_ || self->finished_)
+        return;
+      char probe;
+      auto n = ::recv(self->stream_.socket().native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (ec || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        self->client_gone_ = true;
+        self->state_->n->cancel(self->handle_);
+      }
+      // Data (a pipelined request) waits in the socket for the next read.
+    });
   }
 
   void on_event(const request_event& ev) {
@@ -357,8 +358,8 @@ private:
     content_ += text;
     if (!chat_.stop.empty()) {
       for (const auto& s : chat_.stop) {
-        auto from = content_.size() > text.size() + s.size() ? content_.size() - text.size() - s.size()
-                                                             : 0;
+        auto from =
+            content_.size() > text.size() + s.size() ? content_.size() - text.size() - s.size() : 0;
         auto at = content_.find(s, from);
         if (at != std::string::npos) {
           content_.resize(at);
@@ -400,7 +401,8 @@ private:
       e.retry_ms = 200;
       auto at = ev.text.find("retry after ");
       if (at != std::string::npos)
-        e.retry_ms = static_cast<std::uint32_t>(std::strtoul(ev.text.c_str() + at + 12, nullptr, 10));
+        e.retry_ms =
+            static_cast<std::uint32_t>(std::strtoul(ev.text.c_str() + at + 12, nullptr, 10));
     } else if (ev.text.find("draining") != std::string::npos) {
       e = error(503, ev.text, "draining");
       e.retry_ms = 1000;
@@ -420,17 +422,18 @@ private:
 
   json::object message_json() const {
     json::object msg{{"role", "assistant"}};
-    msg["content"] = content_.empty() && client_call_ ? json::value(nullptr) : json::value(content_);
+    msg["content"] =
+        content_.empty() && client_call_ ? json::value(nullptr) : json::value(content_);
     if (client_call_)
       msg["tool_calls"] = json::array{call_json(*client_call_, false)};
     return msg;
   }
 
   json::object call_json(const request_event& call, bool delta) const {
-    json::object o{{"id", "call_" + std::to_string(handle_.id)},
-                   {"type", "function"},
-                   {"function", json::object{{"name", call.text},
-                                             {"arguments", call.arguments_json}}}};
+    json::object o{
+        {"id", "call_" + std::to_string(handle_.id)},
+        {"type", "function"},
+        {"function", json::object{{"name", call.text}, {"arguments", call.arguments_json}}}};
     if (delta)
       o["index"] = 0;
     return o;
@@ -482,18 +485,18 @@ private:
           {"usage", json::parse(usage_json(usage_))},
       };
       if (!server_calls_.empty())
-        body["triad"] = json::object{{"server_tool_calls", json::array(server_calls_.begin(),
-                                                                        server_calls_.end())}};
+        body["triad"] = json::object{
+            {"server_tool_calls", json::array(server_calls_.begin(), server_calls_.end())}};
       send_text(200, "application/json", json::serialize(body));
       return;
     }
     flush_stream(true);
     if (client_call_)
-      queue_chunk("data: " +
-                  json::serialize(chunk(json::object{{"tool_calls",
-                                                      json::array{call_json(*client_call_, true)}}},
-                                        nullptr)) +
-                  "\n\n");
+      queue_chunk(
+          "data: " +
+          json::serialize(chunk(
+              json::object{{"tool_calls", json::array{call_json(*client_call_, true)}}}, nullptr)) +
+          "\n\n");
     queue_chunk("data: " + json::serialize(chunk(json::object{}, json::value(finish))) + "\n\n");
     if (chat_.include_usage) {
       auto last = chunk(json::object{}, nullptr);
@@ -511,14 +514,14 @@ private:
   void flush_stream(bool all) {
     if (!headers_sent_ && !all && content_.size() <= hold_back_)
       return;
-    auto limit = all ? content_.size()
-                     : (content_.size() > hold_back_ ? content_.size() - hold_back_ : 0);
+    auto limit =
+        all ? content_.size() : (content_.size() > hold_back_ ? content_.size() - hold_back_ : 0);
     if (!role_sent_ && !chat_.completion) {
       role_sent_ = true;
-      queue_chunk("data: " +
-                  json::serialize(chunk(json::object{{"role", "assistant"}, {"content", ""}},
-                                        nullptr)) +
-                  "\n\n");
+      queue_chunk(
+          "data: " +
+          json::serialize(chunk(json::object{{"role", "assistant"}, {"content", ""}}, nullptr)) +
+          "\n\n");
     }
     if (limit > streamed_) {
       // Only what is complete UTF-8 is in content_, so any cut is at a character boundary but

@@ -14,10 +14,10 @@ class node;
 
 /// What the HTTP server needs beyond the node.
 struct http_server_options {
-  server_config server;  ///< address, port, timeouts, header limit, threads
-  limits_config limits;  ///< body size and concurrent generation bounds
-  std::string model_id;  ///< the model name clients must send (and /v1/models lists)
-  std::string api_key;   ///< the bearer token required on /v1/*; empty: none
+  server_config server; ///< address, port, timeouts, header limit, threads
+  limits_config limits; ///< body size and concurrent generation bounds
+  std::string model_id; ///< the model name clients must send (and /v1/models lists)
+  std::string api_key;  ///< the bearer token required on /v1/*; empty: none
 };
 
 /// triad-node's HTTP/1.1 front end (Boost.Beast): the OpenAI-compatible endpoints

@@ -229,9 +229,9 @@ std::optional<api_error> check_model(const json::object* root, std::string_view 
   if (!model->is_string())
     return wrong_type("model", *model, "a string");
   if (model->get_string() != served_model) {
-    api_error e = bad("model", "the model '" + std::string{model->get_string()} +
-                                   "' does not exist; this node serves '" +
-                                   std::string{served_model} + "'");
+    api_error e =
+        bad("model", "the model '" + std::string{model->get_string()} +
+                         "' does not exist; this node serves '" + std::string{served_model} + "'");
     e.status = 404;
     e.code = "model_not_found";
     return e;
@@ -472,7 +472,11 @@ std::string utf8_stream::push(std::string_view bytes) {
   std::size_t i = 0;
   while (i < pending_.size()) {
     auto c = static_cast<unsigned char>(pending_[i]);
-    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    std::size_t len = c < 0x80           ? 1
+                      : (c >> 5) == 0x6  ? 2
+                      : (c >> 4) == 0xe  ? 3
+                      : (c >> 3) == 0x1e ? 4
+                                         : 0;
     if (len == 0 || (len == 2 && c < 0xc2) || (len == 4 && c > 0xf4)) {
       out += "\xef\xbf\xbd";
       ++i;

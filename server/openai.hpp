@@ -14,11 +14,11 @@ namespace triad {
 /// An API error as OpenAI-compatible servers report it: an HTTP status and the body
 /// `{"error": {"message", "type", "param", "code"}}`.
 struct api_error {
-  unsigned status = 400;   ///< HTTP status
-  std::string message;     ///< what is wrong, naming the field and the value
-  std::string type;        ///< "invalid_request_error", "authentication_error", ...
-  std::string param;       ///< the offending field ("messages[2].role"), or empty
-  std::string code;        ///< a machine-readable code, or empty
+  unsigned status = 400;      ///< HTTP status
+  std::string message;        ///< what is wrong, naming the field and the value
+  std::string type;           ///< "invalid_request_error", "authentication_error", ...
+  std::string param;          ///< the offending field ("messages[2].role"), or empty
+  std::string code;           ///< a machine-readable code, or empty
   std::uint32_t retry_ms = 0; ///< 429 and 503: the Retry-After to send (rounded up to seconds)
 };
 
@@ -28,12 +28,12 @@ std::string to_json(const api_error& e);
 /// A chat completion request as triad-node serves it: the node's request plus what only the
 /// HTTP layer acts on.
 struct openai_chat {
-  chat_request request;            ///< what goes to the node
-  bool completion = false;         ///< a `/v1/completions` request (text in, text out)
-  bool stream = false;             ///< answer with server-sent events
-  bool include_usage = false;      ///< stream_options.include_usage: a last chunk with usage
-  std::vector<std::string> stop;   ///< stop strings (up to 4), applied to the output text
-  std::vector<std::string> tools;  ///< names of the functions the client declared
+  chat_request request;             ///< what goes to the node
+  bool completion = false;          ///< a `/v1/completions` request (text in, text out)
+  bool stream = false;              ///< answer with server-sent events
+  bool include_usage = false;       ///< stream_options.include_usage: a last chunk with usage
+  std::vector<std::string> stop;    ///< stop strings (up to 4), applied to the output text
+  std::vector<std::string> tools;   ///< names of the functions the client declared
   std::string tool_choice = "auto"; ///< "none", "auto", "required" or a function's name
 };
 

@@ -74,8 +74,8 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
     auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
     if (!mock)
       return fail(mock.error().message);
-    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1",
-                               "", "mock", 1, std::chrono::milliseconds{30'000}});
+    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1", "",
+                               "mock", 1, std::chrono::milliseconds{30'000}});
     if (!t)
       return fail(t.error().message);
     auto o = base;
@@ -94,8 +94,8 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
     auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
     if (!mock)
       return fail(mock.error().message);
-    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1",
-                               "", "mock", 1, std::chrono::milliseconds{30'000}});
+    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1", "",
+                               "mock", 1, std::chrono::milliseconds{30'000}});
     if (!t)
       return fail(t.error().message);
     auto o = base;
@@ -120,8 +120,8 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
     auto mock = mock_server::start({1, std::chrono::microseconds{100'000}, 20});
     if (!mock)
       return fail(mock.error().message);
-    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1",
-                               "", "mock", 1, std::chrono::milliseconds{60'000}});
+    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1", "",
+                               "mock", 1, std::chrono::milliseconds{60'000}});
     if (!t)
       return fail(t.error().message);
     auto o = base;
@@ -229,7 +229,8 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 1;
   bool no_script = false, no_stream = false, progress = false, self = false;
   auto* target_group = app.add_option_group("target", "what to load (exactly one)");
-  target_group->add_option("--url", url, "an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1");
+  target_group->add_option("--url", url,
+                           "an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1");
   target_group->add_option("--inproc", inproc, "a triad node config (TOML) to run in this process")
       ->check(CLI::ExistingFile);
   target_group->add_flag("--self-test", self, "measure this client against a built-in mock server");
@@ -283,9 +284,11 @@ int main(int argc, char** argv) {
            : workload == "trace" ? workload_options::trace_replay
                                  : workload_options::chat;
   for (auto [text, what, out] :
-       {std::tuple{&input, "--input-tokens", &w.input}, std::tuple{&output, "--output-tokens", &w.output},
-        std::tuple{&turns, "--turns", &w.turns}, std::tuple{&tool_calls, "--tool-calls", &w.tool_calls},
-        std::tuple{&tool_ms, "--tool-ms", &w.tool_ms}, std::tuple{&think_ms, "--think-ms", &w.think_ms},
+       {std::tuple{&input, "--input-tokens", &w.input},
+        std::tuple{&output, "--output-tokens", &w.output}, std::tuple{&turns, "--turns", &w.turns},
+        std::tuple{&tool_calls, "--tool-calls", &w.tool_calls},
+        std::tuple{&tool_ms, "--tool-ms", &w.tool_ms},
+        std::tuple{&think_ms, "--think-ms", &w.think_ms},
         std::tuple{&user_tokens, "--user-tokens", &w.user_tokens}}) {
     auto d = parse_distribution(*text, what);
     if (!d)
@@ -389,8 +392,8 @@ int main(int argc, char** argv) {
   out["workload"] = workload;
   out["seed"] = seed;
   if (tr)
-    out["trace"] = json::object{{"file", trace_path}, {"requests", tr->entries.size()},
-                                {"bad_lines", tr->problems.size()}};
+    out["trace"] = json::object{
+        {"file", trace_path}, {"requests", tr->entries.size()}, {"bad_lines", tr->problems.size()}};
   std::string error;
   bool ok = true;
   if (!json_path.empty())

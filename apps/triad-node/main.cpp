@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
   if (ec)
     return fail("cannot create the tools directory " + root.string() + ": " + ec.message());
   auto tools = std::make_shared<triad::tool_registry>();
-  for (auto added : {triad::add_file_read_tool(*tools, root),
-                     triad::add_shell_tool(*tools, root / "work")})
+  for (auto added :
+       {triad::add_file_read_tool(*tools, root), triad::add_shell_tool(*tools, root / "work")})
     if (!added)
       return fail(added.error().message);
 

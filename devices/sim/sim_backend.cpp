@@ -153,8 +153,8 @@ std::size_t sim_backend::length(seq_id seq) const noexcept {
 }
 
 kv_usage sim_backend::kv() const noexcept {
-  return {table_->total_pages(), table_->used_pages(),  table_->cached_pages(),
-          options_.page_tokens,  page_bytes_,           table_->sequences()};
+  return {table_->total_pages(), table_->used_pages(), table_->cached_pages(),
+          options_.page_tokens,  page_bytes_,          table_->sequences()};
 }
 
 } // namespace triad

@@ -155,9 +155,9 @@ void sse_reader::finish_into(call_result& r) {
     std::uint64_t given = 0;
     for (const auto& p : pieces_) {
       seen += p.bytes;
-      auto upto = usage_ ? static_cast<std::uint64_t>(std::llround(
-                               static_cast<double>(r.completion_tokens) *
-                               static_cast<double>(seen) / static_cast<double>(total)))
+      auto upto = usage_ ? static_cast<std::uint64_t>(
+                               std::llround(static_cast<double>(r.completion_tokens) *
+                                            static_cast<double>(seen) / static_cast<double>(total)))
                          : given + 1;
       for (; given < upto; ++given)
         r.token_times.push_back(p.at);
@@ -188,9 +188,9 @@ void read_completion(std::string_view body, call_result& r) {
   const auto& o = j.get_object();
   if (const auto* u = o.if_contains("usage"); u && u->is_object())
     read_usage(u->get_object(), r.prompt_tokens, r.completion_tokens, r.cached_tokens);
-  if (const auto* choices = o.if_contains("choices");
-      choices && choices->is_array() && !choices->get_array().empty() &&
-      choices->get_array()[0].is_object()) {
+  if (const auto* choices = o.if_contains("choices"); choices && choices->is_array() &&
+                                                      !choices->get_array().empty() &&
+                                                      choices->get_array()[0].is_object()) {
     const auto& c = choices->get_array()[0].get_object();
     r.finish_reason = str(c, "finish_reason");
     r.content = str(c, "text");

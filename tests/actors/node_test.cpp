@@ -280,9 +280,7 @@ public:
   std::size_t attach_prefix(triad::seq_id s, std::span<const triad::token> t) override {
     return inner_->attach_prefix(s, t);
   }
-  void publish(triad::seq_id s, std::span<const triad::token> t) override {
-    inner_->publish(s, t);
-  }
+  void publish(triad::seq_id s, std::span<const triad::token> t) override { inner_->publish(s, t); }
   std::size_t length(triad::seq_id s) const noexcept override { return inner_->length(s); }
   triad::kv_usage kv() const noexcept override { return inner_->kv(); }
 

@@ -32,8 +32,9 @@ struct router_fixture {
 
   // Asks for a slot for `session`; the answer comes with receive().
   auto route(const std::string& session, std::vector<std::string> avoid = {}) {
-    return self->request(router, 30s, triad::route_atom::value,
-                         triad::route_order{triad::route_stage::any, session, std::move(avoid), {}});
+    return self->request(
+        router, 30s, triad::route_atom::value,
+        triad::route_order{triad::route_stage::any, session, std::move(avoid), {}});
   }
 
   void served(const std::string& session, std::uint64_t tokens) {
@@ -129,14 +130,14 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_
   auto& home = node->domains().orchestration();
   caf::scoped_actor self{home.system()};
   auto stand_in = [&] {
-    return self->spawn(
-        []() -> caf::behavior { return {[](triad::stats_atom) { return triad::device_stats{}; }}; });
+    return self->spawn([]() -> caf::behavior {
+      return {[](triad::stats_atom) { return triad::device_stats{}; }};
+    });
   };
   auto a = stand_in(), b = stand_in();
-  auto router = triad::spawn_router(home,
-                                    {{"a", triad::device_role::prefill, a, 2},
-                                     {"b", triad::device_role::prefill, b, 1}},
-                                    triad::orchestration_options{});
+  auto router = triad::spawn_router(
+      home, {{"a", triad::device_role::prefill, a, 2}, {"b", triad::device_role::prefill, b, 1}},
+      triad::orchestration_options{});
   auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
   std::vector<std::string> order;
   auto route = [&](std::vector<triad::block_hash> prefix) {
@@ -144,9 +145,9 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_
                   triad::route_order{triad::route_stage::prefill, "s", {}, std::move(prefix)})
         .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
   };
-  route({1});   // a: more free slots
-  route({2});   // a: a tie, config order
-  route({5});   // b: a is full
+  route({1}); // a: more free slots
+  route({2}); // a: a tie, config order
+  route({5}); // b: a is full
   for (const char* name : {"a", "a", "b"})
     self->send(router, triad::release_atom::value, std::string{name});
   route({5, 6}); // b holds its start; a has more free slots

@@ -179,7 +179,7 @@ BOOST_AUTO_TEST_CASE(a_prompt_starting_like_a_freed_one_reuses_its_cached_pages)
   auto [plain, plain_st] = second_prompt_on_a_shared_start({}, false);
   BOOST_TEST(plain.front().cached == 0u);
   BOOST_TEST(plain_st.cached_tokens == 0u);
-  BOOST_TEST(st.tokens + 32 == plain_st.tokens); // the cached tokens were not computed
+  BOOST_TEST(st.tokens + 32 == plain_st.tokens);     // the cached tokens were not computed
   BOOST_TEST(tokens_of(events) == tokens_of(plain)); // and change nothing generated
 }
 

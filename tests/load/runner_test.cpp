@@ -55,7 +55,7 @@ BOOST_AUTO_TEST_CASE(a_closed_loop_run_answers_every_job_and_counts_every_token)
   auto s = summarize(r, {});
   BOOST_TEST(s.calls_ok == 40u);
   BOOST_TEST(s.output_tokens == 240u);
-  BOOST_TEST(s.itl.count == 40u * 5u); // inter-token gaps, one per token after the first
+  BOOST_TEST(s.itl.count == 40u * 5u);    // inter-token gaps, one per token after the first
   BOOST_TEST((*mock)->answered() == 41u); // and GET /v1/models
 }
 
@@ -142,7 +142,8 @@ BOOST_AUTO_TEST_CASE(reports_are_written_as_json_lines_csv_and_html) {
   o.scripted = false;
   auto r = run(*t, chat_jobs(6, 3), o);
   auto s = summarize(r, {1000, 0, 0, 0});
-  auto dir = std::filesystem::temp_directory_path() / ("triad-load-test-" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("triad-load-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::string error;
   BOOST_REQUIRE(write_jsonl(r, dir / "calls.jsonl", error));

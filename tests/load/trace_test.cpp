@@ -11,16 +11,24 @@ BOOST_AUTO_TEST_SUITE(trace_replay)
 
 BOOST_AUTO_TEST_CASE(mooncake_lines_parse_and_bad_ones_are_reported_counted_and_skipped) {
   std::istringstream in{
-      R"({"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [0, 1]})" "\n"
-      R"({"timestamp": 27482, "input_length": 600, "output_length": 3, "hash_ids": [0, 2]})" "\n"
+      R"({"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [0, 1]})"
+      "\n"
+      R"({"timestamp": 27482, "input_length": 600, "output_length": 3, "hash_ids": [0, 2]})"
+      "\n"
       "\n"
       "not json\n"
-      R"({"timestamp": -5, "input_length": 10, "output_length": 1})" "\n"
-      R"({"timestamp": 9, "input_length": 0, "output_length": 1})" "\n"
-      R"({"timestamp": 9, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]})" "\n"
-      R"({"timestamp": 9, "input_length": 10, "output_length": 1, "hash_ids": ["a"]})" "\n"
-      R"([1, 2])" "\n"
-      R"({"timestamp": 30000.5, "input_length": 8, "output_length": 2})" "\n"};
+      R"({"timestamp": -5, "input_length": 10, "output_length": 1})"
+      "\n"
+      R"({"timestamp": 9, "input_length": 0, "output_length": 1})"
+      "\n"
+      R"({"timestamp": 9, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]})"
+      "\n"
+      R"({"timestamp": 9, "input_length": 10, "output_length": 1, "hash_ids": ["a"]})"
+      "\n"
+      R"([1, 2])"
+      "\n"
+      R"({"timestamp": 30000.5, "input_length": 8, "output_length": 2})"
+      "\n"};
   auto t = parse_mooncake(in);
   BOOST_TEST(t.lines == 9u);
   BOOST_REQUIRE(t.entries.size() == 3u);
@@ -44,7 +52,7 @@ BOOST_AUTO_TEST_CASE(equal_hash_ids_give_equal_prompt_prefixes) {
   auto pa = trace_prompt(a, 0), pb = trace_prompt(b, 1);
   BOOST_TEST(pa.size() == 1200u);
   BOOST_TEST(pb.size() == 1100u);
-  BOOST_TEST(pa.substr(0, 1024) == pb.substr(0, 1024)); // blocks 7 and 8
+  BOOST_TEST(pa.substr(0, 1024) == pb.substr(0, 1024));   // blocks 7 and 8
   BOOST_TEST(pa.substr(1024, 76) != pb.substr(1024, 76)); // block 9 vs 4
   BOOST_TEST(trace_prompt(a, 0) == pa);
 }
@@ -56,8 +64,10 @@ BOOST_AUTO_TEST_CASE(a_missing_trace_file_is_an_error_naming_it) {
 }
 
 BOOST_AUTO_TEST_CASE(trace_jobs_arrive_at_the_trace_times_scaled_by_the_speed) {
-  std::istringstream in{R"({"timestamp": 0, "input_length": 4, "output_length": 2})" "\n"
-                        R"({"timestamp": 1500, "input_length": 4, "output_length": 3})" "\n"};
+  std::istringstream in{R"({"timestamp": 0, "input_length": 4, "output_length": 2})"
+                        "\n"
+                        R"({"timestamp": 1500, "input_length": 4, "output_length": 3})"
+                        "\n"};
   auto t = parse_mooncake(in);
   workload_options w;
   w.kind = workload_options::trace_replay;

@@ -812,13 +812,28 @@ BOOST_AUTO_TEST_CASE(default_config_round_trips_through_toml) {
   BOOST_TEST_REQUIRE(parsed.has_value(), (parsed ? "" : parsed.error().to_string()));
   BOOST_TEST((*parsed == original), "to_toml gave:\n" << text);
   // Every field is written out, defaults included.
-  for (std::string_view key :
-       {"source = \"machine\"", "bind_threads = true", "orchestration_domains = []",
-        "threads_per_domain = 0", "moderate_sleep_us = 0", "poll_attempts = 3000", "cores = 1",
-        "domains = []", "queue_capacity = 64", "arena_mib_per_domain = 1024",
-        "max_concurrent_requests = 256", "max_queued_requests = 1024", "max_body_bytes = 4194304",
-        "[model]", "preset = \"tiny\"", "dtype = \"bf16\"", "page_tokens = 16", "memory_mib = 2048",
-        "queue_capacity = 256", "[server]", "listen = \"127.0.0.1\"", "port = 8080"}) {
+  for (std::string_view key : {"source = \"machine\"",
+                               "bind_threads = true",
+                               "orchestration_domains = []",
+                               "threads_per_domain = 0",
+                               "moderate_sleep_us = 0",
+                               "poll_attempts = 3000",
+                               "cores = 1",
+                               "domains = []",
+                               "queue_capacity = 64",
+                               "arena_mib_per_domain = 1024",
+                               "max_concurrent_requests = 256",
+                               "max_queued_requests = 1024",
+                               "max_body_bytes = 4194304",
+                               "[model]",
+                               "preset = \"tiny\"",
+                               "dtype = \"bf16\"",
+                               "page_tokens = 16",
+                               "memory_mib = 2048",
+                               "queue_capacity = 256",
+                               "[server]",
+                               "listen = \"127.0.0.1\"",
+                               "port = 8080"}) {
     BOOST_TEST((text.find(key) != std::string::npos), "to_toml lacks [" << key << "]");
   }
   // cpu devices carry no profile and no time_scale.

@@ -139,7 +139,7 @@ BOOST_AUTO_TEST_CASE(a_plain_completion_takes_a_prompt_and_refuses_what_it_canno
 BOOST_AUTO_TEST_CASE(utf8_stream_passes_text_joins_split_characters_and_replaces_junk) {
   triad::utf8_stream u;
   BOOST_TEST(u.push("ab") == "ab");
-  BOOST_TEST(u.push("\xc3") == "");      // first byte of "é"
+  BOOST_TEST(u.push("\xc3") == "");         // first byte of "é"
   BOOST_TEST(u.push("\xa9") == "\xc3\xa9"); // completed
   BOOST_TEST(u.push("\xff") == "\xef\xbf\xbd");
   BOOST_TEST(u.push("\xe2\x82") == "");
