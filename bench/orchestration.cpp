@@ -155,22 +155,13 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  auto config = triad::default_config();
-  config.topology.bind_threads = false;
+  // Zero-time sim devices: only triad's code and the simulated logits cost anything.
+  auto config = triad::zero_time_sim_config();
   // Idle workers sleep at once instead of polling (the node's default polls for latency), so
   // the CPU time counts work, not waiting.
   config.scheduler.poll_attempts = 1;
-  config.devices.clear();
-  for (auto [name, role] : {std::pair{"prefill0", triad::device_role::prefill},
-                            std::pair{"decode0", triad::device_role::decode}}) {
-    triad::device_config d;
-    d.name = name;
-    d.backend = triad::device_backend::sim;
-    d.role = role;
+  for (auto& d : config.devices)
     d.profile = "h200";
-    d.time_scale = 0; // zero-time: only triad's code and the simulated logits cost anything
-    config.devices.push_back(d);
-  }
   triad::node_options opts;
   opts.tools = bench_tools();
   auto started = triad::node::start(config, opts);

@@ -4,27 +4,17 @@
 #include <cmath>
 #include <random>
 
+#include "load/detail/text.hpp"
+
 namespace triad::load {
 
-namespace {
-
-bool number(std::string_view s, double& out) {
-  auto r = std::from_chars(s.data(), s.data() + s.size(), out);
-  return r.ec == std::errc{} && r.ptr == s.data() + s.size() && std::isfinite(out);
-}
-
-} // namespace
+using detail::number_text;
+using detail::split_colons;
+using detail::to_number;
 
 expected<arrival_spec> parse_arrival(std::string_view text) {
   auto forms = "; allowed: poisson:RATE, gamma:RATE:CV or constant:RATE (RATE and CV > 0)";
-  std::vector<std::string_view> parts;
-  for (std::size_t at = 0;;) {
-    auto colon = text.find(':', at);
-    parts.push_back(text.substr(at, colon - at));
-    if (colon == std::string_view::npos)
-      break;
-    at = colon + 1;
-  }
+  auto parts = split_colons(text);
   arrival_spec a;
   auto bad = [&](std::string why) {
     return make_error(errc::invalid_argument,
@@ -41,19 +31,15 @@ expected<arrival_spec> parse_arrival(std::string_view text) {
   std::size_t want = a.kind == arrival_kind::gamma ? 3 : 2;
   if (parts.size() != want)
     return bad("expected " + std::to_string(want - 1) + " number(s) after the name");
-  if (!number(parts[1], a.rate) || a.rate <= 0)
+  if (!to_number(parts[1], a.rate) || a.rate <= 0)
     return bad("RATE '" + std::string{parts[1]} + "' is not a number > 0");
-  if (want == 3 && (!number(parts[2], a.cv) || a.cv <= 0))
+  if (want == 3 && (!to_number(parts[2], a.cv) || a.cv <= 0))
     return bad("CV '" + std::string{parts[2]} + "' is not a number > 0");
   return a;
 }
 
 std::string to_string(const arrival_spec& a) {
-  auto num = [](double x) {
-    char buf[32];
-    auto r = std::to_chars(buf, buf + sizeof buf, x);
-    return std::string{buf, r.ptr};
-  };
+  const auto& num = number_text;
   switch (a.kind) {
   case arrival_kind::poisson:
     return "poisson:" + num(a.rate);

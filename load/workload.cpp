@@ -3,20 +3,15 @@
 #include <charconv>
 #include <cmath>
 
+#include "load/detail/text.hpp"
+
 namespace triad::load {
 
 namespace {
 
-bool number(std::string_view s, double& out) {
-  auto r = std::from_chars(s.data(), s.data() + s.size(), out);
-  return r.ec == std::errc{} && r.ptr == s.data() + s.size() && std::isfinite(out);
-}
-
-std::string num(double x) {
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof buf, x);
-  return std::string{buf, r.ptr};
-}
+using detail::split_colons;
+constexpr auto number = detail::to_number;
+constexpr auto num = detail::number_text;
 
 } // namespace
 
@@ -56,14 +51,7 @@ expected<distribution_spec> parse_distribution(std::string_view text, std::strin
                           "; allowed: N, fixed:N, uniform:LO:HI (0 <= LO <= HI), "
                           "lognormal:MEDIAN:SIGMA (MEDIAN > 0, SIGMA >= 0)");
   };
-  std::vector<std::string_view> parts;
-  for (std::size_t at = 0;;) {
-    auto colon = text.find(':', at);
-    parts.push_back(text.substr(at, colon - at));
-    if (colon == std::string_view::npos)
-      break;
-    at = colon + 1;
-  }
+  auto parts = split_colons(text);
   distribution_spec d;
   if (parts.size() == 1) {
     if (!number(parts[0], d.a) || d.a < 0)

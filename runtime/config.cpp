@@ -1316,4 +1316,19 @@ node_config default_config() {
   return config;
 }
 
+node_config zero_time_sim_config(const std::vector<std::pair<std::string, device_role>>& devices) {
+  auto config = default_config();
+  config.topology.bind_threads = false;
+  config.devices.clear();
+  for (const auto& [name, role] : devices) {
+    device_config d;
+    d.name = name;
+    d.backend = device_backend::sim;
+    d.role = role;
+    d.time_scale = 0;
+    config.devices.push_back(d);
+  }
+  return config;
+}
+
 } // namespace triad

@@ -276,4 +276,11 @@ std::string to_toml(const node_config& config);
 /// cpu decode device.
 node_config default_config();
 
+/// The embedded default with threads unbound and `devices` (name, role) as zero-time sim
+/// devices (time_scale 0: a step costs only its simulated logits): a node whose CPU time is
+/// triad's own, for tests and overhead benchmarks.
+node_config zero_time_sim_config(const std::vector<std::pair<std::string, device_role>>& devices = {
+                                     {"prefill0", device_role::prefill},
+                                     {"decode0", device_role::decode}});
+
 } // namespace triad

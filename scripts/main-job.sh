@@ -7,6 +7,7 @@
 # and checks it exited 0 with no process left behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/node-lib.sh
 jobs="${TRIAD_JOBS:-2}"
 out=build/main-job
 
@@ -20,16 +21,8 @@ echo "== triad-node (embedded default config, any free port)"
 build/bin/triad-node --port 0 --tools-root "$out/tools" > "$out/node.log" 2>&1 &
 node_pid=$!
 trap 'kill -KILL $node_pid 2>/dev/null || true' EXIT
-port=""
-for _ in $(seq 1 600); do
-  port=$(sed -n 's|.*serving model .* on http://[^:]*:\([0-9]*\).*|\1|p' "$out/node.log")
-  [ -n "$port" ] && break
-  if ! kill -0 $node_pid 2>/dev/null; then
-    echo "main-job: triad-node exited before serving:"; cat "$out/node.log"; exit 1
-  fi
-  sleep 0.1
-done
-[ -n "$port" ] || { echo "main-job: triad-node did not start within 60 s"; cat "$out/node.log"; exit 1; }
+wait_for_node $node_pid "$out/node.log"
+port=$NODE_PORT
 cat "$out/node.log"
 
 echo "== triad-load: 6 agent sessions, 3 at a time, 2-3 client-side tool calls each"
@@ -40,11 +33,7 @@ build/bin/triad-load --url "http://127.0.0.1:$port/v1" --workload agent --reques
   --json "$out/run.json" --jsonl "$out/calls.jsonl" --html "$out/report.html"
 
 echo "== draining triad-node (SIGTERM)"
-kill -TERM $node_pid
-rc=0
-wait $node_pid || rc=$?
+stop_node $node_pid "$out/node.log"
 trap - EXIT
 tail -2 "$out/node.log"
-if [ $rc -ne 0 ]; then echo "main-job: triad-node exited $rc"; exit 1; fi
-if kill -0 $node_pid 2>/dev/null; then echo "main-job: triad-node still running"; exit 1; fi
 echo "== done in $(( $(date +%s) - start )) s after the build: report in $out/report.html, run in $out/run.json"

@@ -210,20 +210,16 @@ std::variant<generation_script, api_error> script_of(const json::value& v) {
   return script;
 }
 
-// The body as a JSON object, or the error.
-std::variant<json::value, api_error> parse_body(std::string_view body) {
+// The body as a JSON object whose `model` names the served model, or the error.
+std::variant<json::value, api_error> parse_root(std::string_view body,
+                                                std::string_view served_model) {
   boost::system::error_code ec;
   auto doc = json::parse(body, ec);
   if (ec)
     return bad("", "the body is not valid JSON: " + ec.message());
   if (!doc.is_object())
     return bad("", "the body must be a JSON object, got " + kind_of(doc));
-  return doc;
-}
-
-// `model` must name the served model.
-std::optional<api_error> check_model(const json::object* root, std::string_view served_model) {
-  const auto* model = root->if_contains("model");
+  const auto* model = doc.get_object().if_contains("model");
   if (model == nullptr)
     return bad("model", "required");
   if (!model->is_string())
@@ -236,7 +232,7 @@ std::optional<api_error> check_model(const json::object* root, std::string_view 
     e.code = "model_not_found";
     return e;
   }
-  return std::nullopt;
+  return doc;
 }
 
 // The fields chat and plain completions share: stream, stream_options, max_tokens, sampling,
@@ -341,12 +337,10 @@ std::optional<api_error> parse_common(const json::object* root, openai_chat& out
 
 std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
                                                         std::string_view served_model) {
-  auto doc = parse_body(body);
+  auto doc = parse_root(body, served_model);
   if (auto* e = std::get_if<api_error>(&doc))
     return *e;
   const auto* root = std::get<json::value>(doc).if_object();
-  if (auto e = check_model(root, served_model))
-    return *e;
   openai_chat out;
   auto& req = out.request;
   const auto* messages = root->if_contains("messages");
@@ -433,12 +427,10 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
 
 std::variant<openai_chat, api_error> parse_completion_request(std::string_view body,
                                                               std::string_view served_model) {
-  auto doc = parse_body(body);
+  auto doc = parse_root(body, served_model);
   if (auto* e = std::get_if<api_error>(&doc))
     return *e;
   const auto* root = std::get<json::value>(doc).if_object();
-  if (auto e = check_model(root, served_model))
-    return *e;
   openai_chat out;
   out.completion = true;
   out.request.max_tokens = 16; // OpenAI's default for completions

@@ -58,7 +58,25 @@ std::vector<job_plan> small_jobs(std::size_t n, std::uint32_t tokens) {
   return plan_jobs(w, n, 1);
 }
 
-// --self-test: the mock server in this process, measured three ways.
+// A mock server and an HTTP client of it, for the self-test.
+struct mock_pair {
+  std::unique_ptr<mock_server> server;
+  std::unique_ptr<target> client;
+};
+
+triad::expected<mock_pair> start_mock(mock_options options, std::chrono::milliseconds timeout) {
+  auto server = mock_server::start(options);
+  if (!server)
+    return server.error();
+  auto client = make_http_target(
+      {"http://127.0.0.1:" + std::to_string((*server)->port()) + "/v1", "", "mock", 1, timeout});
+  if (!client)
+    return client.error();
+  return mock_pair{std::move(*server), std::move(*client)};
+}
+
+// --self-test: the mock server in this process, measured three ways, then triad-node's HTTP
+// overhead on a zero-time node.
 int self_test(double duration, std::size_t streams, const std::string& json_path) {
   raise_fd_limit();
   rlimit r{};
@@ -71,17 +89,15 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
   // 1. Capacity: closed loop, 64 connections, one-token streamed answers.
   double capacity = 0;
   {
-    auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
-    if (!mock)
-      return fail(mock.error().message);
-    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1", "",
-                               "mock", 1, std::chrono::milliseconds{30'000}});
-    if (!t)
-      return fail(t.error().message);
+    auto pair =
+        start_mock({1, std::chrono::microseconds{0}, 64}, std::chrono::milliseconds{30'000});
+    if (!pair)
+      return fail(pair.error().message);
+    auto& t = pair->client;
     auto o = base;
     o.concurrency = 64;
     o.duration_s = duration * 0.4;
-    auto res = run(**t, small_jobs(static_cast<std::size_t>(60'000 * o.duration_s), 1), o);
+    auto res = run(*t, small_jobs(static_cast<std::size_t>(60'000 * o.duration_s), 1), o);
     auto s = summarize(res, {});
     capacity = s.calls_per_s;
     metrics["requests_per_s"] = capacity;
@@ -91,20 +107,18 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
   }
   // 2. Schedule accuracy: open loop, Poisson at half that rate.
   {
-    auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
-    if (!mock)
-      return fail(mock.error().message);
-    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1", "",
-                               "mock", 1, std::chrono::milliseconds{30'000}});
-    if (!t)
-      return fail(t.error().message);
+    auto pair =
+        start_mock({1, std::chrono::microseconds{0}, 64}, std::chrono::milliseconds{30'000});
+    if (!pair)
+      return fail(pair.error().message);
+    auto& t = pair->client;
     auto o = base;
     double rate = std::max(10.0, capacity / 2);
     if (const char* r = std::getenv("TRIAD_SELFTEST_RATE"))
       rate = std::atof(r);
     o.arrival = triad::load::arrival_spec{arrival_kind::poisson, rate, 1.0};
     double seconds = duration * 0.3;
-    auto res = run(**t, small_jobs(static_cast<std::size_t>(rate * seconds), 4), o);
+    auto res = run(*t, small_jobs(static_cast<std::size_t>(rate * seconds), 4), o);
     auto s = summarize(res, {});
     metrics["send_error_p99_us"] = s.send_lag.p99 * 1e6;
     metrics["send_error_p50_us"] = s.send_lag.p50 * 1e6;
@@ -117,43 +131,31 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
   }
   // 3. Concurrent streams: closed loop of `streams`, each ~2 s long (20 tokens 100 ms apart).
   {
-    auto mock = mock_server::start({1, std::chrono::microseconds{100'000}, 20});
-    if (!mock)
-      return fail(mock.error().message);
-    auto t = make_http_target({"http://127.0.0.1:" + std::to_string((*mock)->port()) + "/v1", "",
-                               "mock", 1, std::chrono::milliseconds{60'000}});
-    if (!t)
-      return fail(t.error().message);
+    auto pair =
+        start_mock({1, std::chrono::microseconds{100'000}, 20}, std::chrono::milliseconds{60'000});
+    if (!pair)
+      return fail(pair.error().message);
+    auto& mock = pair->server;
+    auto& t = pair->client;
     auto o = base;
     o.concurrency = streams;
     o.duration_s = std::max(2.5, duration * 0.3);
-    auto res = run(**t, small_jobs(streams * 2, 20), o);
+    auto res = run(*t, small_jobs(streams * 2, 20), o);
     auto s = summarize(res, {});
-    metrics["concurrent_streams"] = (*mock)->peak_streams();
+    metrics["concurrent_streams"] = mock->peak_streams();
     metrics["streams_asked"] = streams;
     metrics["stream_errors"] = s.calls - s.calls_ok;
     metrics["stream_itl_p99_ms"] = s.itl.p99 * 1e3;
     std::printf("self-test 3/4: %zu concurrent streams held (asked %zu), %zu errors, ITL p99 "
                 "%.1f ms (server sends every 100 ms)\n",
-                (*mock)->peak_streams(), streams, s.calls - s.calls_ok, s.itl.p99 * 1e3);
+                mock->peak_streams(), streams, s.calls - s.calls_ok, s.itl.p99 * 1e3);
   }
   // 4. Node HTTP overhead per streamed token: the same streamed requests to one node (zero-time
   // sim devices) through triad-node's HTTP server and through node::submit, in this process.
   // The node's CPU per token in each (the whole process but the load client's own I/O thread).
   {
-    auto config = triad::default_config();
-    config.topology.bind_threads = false;
+    auto config = triad::zero_time_sim_config();
     config.scheduler.poll_attempts = 1; // idle workers sleep: CPU time counts work only
-    config.devices.clear();
-    for (auto [name, role] : {std::pair{"prefill0", triad::device_role::prefill},
-                              std::pair{"decode0", triad::device_role::decode}}) {
-      triad::device_config d;
-      d.name = name;
-      d.backend = triad::device_backend::sim;
-      d.role = role;
-      d.time_scale = 0;
-      config.devices.push_back(d);
-    }
     auto n = triad::node::start(config);
     if (!n)
       return fail(n.error().message);

@@ -294,19 +294,9 @@ private:
 // Zero-time sim devices: a prefill device and two decode devices, of which decode0 fails after
 // a few steps (or throws), so an agent session breaks on it mid-decode.
 std::unique_ptr<triad::node> start_failing_node(triad::device_failure_policy policy, bool throws) {
-  auto config = triad::default_config();
-  config.topology.bind_threads = false;
-  config.devices.clear();
-  for (auto [name, role] : {std::pair{"prefill0", triad::device_role::prefill},
-                            std::pair{"decode0", triad::device_role::decode},
-                            std::pair{"decode1", triad::device_role::decode}}) {
-    triad::device_config d;
-    d.name = name;
-    d.backend = triad::device_backend::sim;
-    d.role = role;
-    d.time_scale = 0;
-    config.devices.push_back(d);
-  }
+  auto config = triad::zero_time_sim_config({{"prefill0", triad::device_role::prefill},
+                                             {"decode0", triad::device_role::decode},
+                                             {"decode1", triad::device_role::decode}});
   config.orchestration.device_failure = policy;
   triad::node_options opts;
   opts.tools = triad::test::sleeper_registry();

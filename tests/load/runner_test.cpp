@@ -95,19 +95,7 @@ BOOST_AUTO_TEST_CASE(jobs_scheduled_past_the_duration_do_not_start) {
 }
 
 BOOST_AUTO_TEST_CASE(agent_sessions_on_an_inproc_node_run_their_client_side_tools) {
-  auto config = triad::default_config();
-  config.topology.bind_threads = false;
-  config.devices.clear();
-  for (auto [name, role] : {std::pair{"prefill0", triad::device_role::prefill},
-                            std::pair{"decode0", triad::device_role::decode}}) {
-    triad::device_config d;
-    d.name = name;
-    d.backend = triad::device_backend::sim;
-    d.role = role;
-    d.time_scale = 0;
-    config.devices.push_back(d);
-  }
-  auto t = make_inproc_target(config);
+  auto t = make_inproc_target(triad::zero_time_sim_config());
   BOOST_REQUIRE_MESSAGE(t.has_value(), (t ? "" : t.error().message));
   workload_options w;
   w.kind = workload_options::agent;

@@ -7,6 +7,7 @@ set -euo pipefail
 node_bin=$1
 work=$2
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../../../scripts/node-lib.sh"
 openai_version=4.95.0
 
 command -v node >/dev/null || { echo "conformance: node (Node.js) not found: run scripts/install-deps.sh --test" >&2; exit 1; }
@@ -45,14 +46,8 @@ export TRIAD_CONFORMANCE_KEY=conformance-key
 "$node_bin" --config "$config" --tools-root "$run/tools" > "$log" 2>&1 &
 pid=$!
 trap 'kill -KILL $pid 2>/dev/null || true' EXIT
-port=""
-for _ in $(seq 1 600); do
-  port=$(sed -n 's|.*serving model .* on http://[^:]*:\([0-9]*\).*|\1|p' "$log")
-  [ -n "$port" ] && break
-  kill -0 $pid 2>/dev/null || { echo "conformance: triad-node exited:"; cat "$log"; exit 1; }
-  sleep 0.1
-done
-[ -n "$port" ] || { echo "conformance: triad-node did not start within 60 s"; cat "$log"; exit 1; }
+wait_for_node $pid "$log"
+port=$NODE_PORT
 echo "conformance: triad-node on port $port"
 
 status=0
@@ -64,11 +59,7 @@ else
   echo "FAIL /metrics: promtool check metrics"; status=1
 fi
 
-kill -TERM $pid
-rc=0
-wait $pid || rc=$?
+if stop_node $pid "$log"; then echo "ok   SIGTERM: triad-node drained and exited 0"; else status=1; fi
 trap - EXIT
-if [ $rc -ne 0 ]; then echo "FAIL triad-node exited $rc after SIGTERM"; cat "$log"; status=1; else echo "ok   SIGTERM: triad-node drained and exited 0"; fi
-if kill -0 $pid 2>/dev/null; then echo "FAIL triad-node still running"; status=1; fi
 [ $status -eq 0 ] && rm -rf "$run"
 exit $status
