@@ -77,7 +77,8 @@ triad::expected<mock_pair> start_mock(mock_options options, std::chrono::millise
 
 // --self-test: the mock server in this process, measured three ways, then triad-node's HTTP
 // overhead on a zero-time node.
-int self_test(double duration, std::size_t streams, const std::string& json_path) {
+int self_test(double duration, std::size_t streams, double open_rate,
+              const std::string& json_path) {
   raise_fd_limit();
   rlimit r{};
   ::getrlimit(RLIMIT_NOFILE, &r);
@@ -113,9 +114,7 @@ int self_test(double duration, std::size_t streams, const std::string& json_path
       return fail(pair.error().message);
     auto& t = pair->client;
     auto o = base;
-    double rate = std::max(10.0, capacity / 2);
-    if (const char* r = std::getenv("TRIAD_SELFTEST_RATE"))
-      rate = std::atof(r);
+    double rate = open_rate > 0 ? open_rate : std::max(10.0, capacity / 2);
     o.arrival = triad::load::arrival_spec{arrival_kind::poisson, rate, 1.0};
     double seconds = duration * 0.3;
     auto res = run(*t, small_jobs(static_cast<std::size_t>(rate * seconds), 4), o);
@@ -270,6 +269,11 @@ int main(int argc, char** argv) {
   app.add_option("--model", model, "model name (default: asked from GET /v1/models)");
   app.add_option("--streams", streams, "--self-test: concurrent streams to hold")
       ->check(CLI::PositiveNumber);
+  double self_rate = 0;
+  app.add_option("--self-test-rate", self_rate,
+                 "--self-test: the open-loop rate whose send error is measured (default: half "
+                 "the measured capacity)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "write the run summary (JSON)");
   app.add_option("--jsonl", jsonl_path, "write one JSON object per call");
   app.add_option("--csv", csv_path, "write one CSV row per call");
@@ -278,7 +282,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (self)
-    return self_test(duration > 0 ? duration : 10.0, streams, json_path);
+    return self_test(duration > 0 ? duration : 10.0, streams, self_rate, json_path);
   raise_fd_limit();
 
   workload_options w;

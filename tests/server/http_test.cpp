@@ -259,6 +259,55 @@ BOOST_AUTO_TEST_CASE(past_the_concurrency_limit_requests_get_429_with_retry_afte
   BOOST_TEST(slow.get().status == 200u); // the accepted one completes
 }
 
+BOOST_AUTO_TEST_CASE(far_above_capacity_every_request_gets_exactly_one_answer) {
+  server_fixture f{{}, 2};
+  // 24 clients at once against 2 concurrent slots: each gets one complete answer, 200 or 429.
+  std::vector<std::future<reply>> replies;
+  for (int i = 0; i < 24; ++i)
+    replies.push_back(std::async(std::launch::async, [&] {
+      return f.chat(ask(R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
+          "arguments": {"ms": 200}}}, {"tokens": 1}]})"));
+    }));
+  std::size_t ok = 0, refused = 0;
+  for (auto& r : replies) {
+    BOOST_REQUIRE(r.wait_for(120s) == std::future_status::ready); // none hangs
+    auto got = r.get();
+    if (got.status == 200) {
+      ++ok;
+      BOOST_TEST(got.json().at("choices").at(0).at("finish_reason").as_string() == "stop");
+    } else {
+      ++refused;
+      BOOST_TEST(got.status == 429u);
+      BOOST_TEST(!got.headers[http::field::retry_after].empty());
+    }
+  }
+  BOOST_TEST(ok >= 2u);
+  BOOST_TEST(refused >= 1u);
+  BOOST_TEST(ok + refused == 24u);
+  BOOST_TEST(f.node->in_flight() == 0u);
+  BOOST_TEST(f.server->active() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_drain_finishes_the_requests_in_flight_and_takes_no_new_ones) {
+  server_fixture f;
+  auto slow = std::async(std::launch::async, [&] {
+    return f.chat(ask(R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
+        "arguments": {"ms": 500}}}, {"tokens": 2}]})"));
+  });
+  while (f.server->active() == 0)
+    std::this_thread::sleep_for(5ms);
+  f.server->stop_accepting();
+  BOOST_TEST(f.node->drain(60s));
+  BOOST_TEST(f.server->wait_idle(60s));
+  auto r = slow.get();
+  BOOST_TEST(r.status == 200u); // finished, not cut off
+  net::io_context io;
+  tcp::socket s{io};
+  beast::error_code ec;
+  s.connect(tcp::endpoint{net::ip::make_address("127.0.0.1"), f.server->port()}, ec);
+  BOOST_TEST(ec == net::error::connection_refused); // no longer listening
+}
+
 BOOST_AUTO_TEST_CASE(a_client_that_disconnects_cancels_its_request) {
   server_fixture f;
   {
