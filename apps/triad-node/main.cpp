@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   std::string tools_root;
   app.add_option("--tools-root", tools_root,
                  "directory the hosted tools work in (file_read's jail, shell's work "
-                 "directories); default: a fresh directory under the temp directory");
+                 "directories); default: a fresh directory under the temp directory, removed "
+                 "at exit");
   CLI11_PARSE(app, argc, argv);
 
   triad::node_config config = triad::default_config();
@@ -120,6 +121,8 @@ int main(int argc, char** argv) {
   drained = (*server)->wait_idle(std::max(left, std::chrono::milliseconds{100})) && drained;
   (*server)->stop();
   node.stop();
+  if (tools_root.empty()) // the directory it made for itself
+    std::filesystem::remove_all(root, ec);
   std::printf("triad-node: stopped (%s)\n",
               drained ? "every request answered" : "drain deadline passed; the rest cancelled");
   return 0;
