@@ -320,6 +320,35 @@ int main(int argc, char** argv) {
       return fail("trace " + trace_path + " has no usable request");
   }
 
+  run_options o;
+  o.seed = seed;
+  o.duration_s = duration;
+  o.scripted = !no_script;
+  o.stream = !no_stream;
+  o.progress = progress;
+  o.tool_name = w.tool_name;
+  o.tool_result_tokens = w.tool_result_tokens;
+  if (!arrival.empty()) {
+    auto a = parse_arrival(arrival);
+    if (!a)
+      return fail(a.error().message);
+    o.arrival = *a;
+  } else if (tr) {
+    o.trace_times = true;
+  } else if (concurrency == 0 && sweep.empty()) {
+    concurrency = 1;
+  }
+  std::vector<double> rates;
+  if (!sweep.empty()) {
+    std::stringstream ss{sweep};
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      auto a = parse_arrival("poisson:" + item);
+      if (!a)
+        return fail("--sweep: " + a.error().message);
+      rates.push_back(a->rate);
+    }
+  }
   std::unique_ptr<target> t;
   if (!url.empty()) {
     if (api_key.empty())
@@ -339,38 +368,9 @@ int main(int argc, char** argv) {
     t = std::move(*made);
   }
 
-  run_options o;
-  o.seed = seed;
-  o.duration_s = duration;
-  o.scripted = !no_script;
-  o.stream = !no_stream;
-  o.progress = progress;
-  o.tool_name = w.tool_name;
-  o.tool_result_tokens = w.tool_result_tokens;
-  if (!arrival.empty()) {
-    auto a = parse_arrival(arrival);
-    if (!a)
-      return fail(a.error().message);
-    o.arrival = *a;
-  } else if (tr) {
-    o.trace_times = true;
-  } else if (concurrency == 0 && sweep.empty()) {
-    concurrency = 1;
-  }
   o.concurrency = concurrency;
   slo objectives{slo_ttft, slo_tpot, slo_e2e, slo_session};
 
-  std::vector<double> rates;
-  if (!sweep.empty()) {
-    std::stringstream ss{sweep};
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      auto a = parse_arrival("poisson:" + item);
-      if (!a)
-        return fail("--sweep: " + a.error().message);
-      rates.push_back(a->rate);
-    }
-  }
   std::printf("triad-load: %s, workload %s, model %s\n", t->describe().c_str(), workload.c_str(),
               t->model().c_str());
   json::object out;

@@ -1,0 +1,103 @@
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <boost/json/parse.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "tests/process.hpp"
+
+namespace json = boost::json;
+using triad::test::binary;
+using triad::test::run_command;
+
+namespace {
+
+// A scratch directory with a node config of zero-time sim devices (a node that answers at
+// once) and a small Mooncake trace with one bad line.
+struct scratch {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("triad-load-cli-" + std::to_string(::getpid()));
+  scratch() {
+    std::filesystem::create_directories(dir);
+    std::ofstream{dir / "node.toml"} << "[topology]\nbind_threads = false\n"
+                                        "[[devices]]\nname = \"prefill0\"\nbackend = \"sim\"\n"
+                                        "role = \"prefill\"\ntime_scale = 0\n"
+                                        "[[devices]]\nname = \"decode0\"\nbackend = \"sim\"\n"
+                                        "role = \"decode\"\ntime_scale = 0\n";
+    std::ofstream{dir / "trace.jsonl"}
+        << R"({"timestamp": 0, "input_length": 700, "output_length": 4, "hash_ids": [1, 2]})"
+           "\n"
+           R"({"timestamp": 50, "input_length": 600, "output_length": 3, "hash_ids": [1, 3]})"
+           "\n"
+           "{broken\n"
+           R"({"timestamp": 100, "input_length": 40, "output_length": 2})"
+           "\n";
+  }
+  ~scratch() { std::filesystem::remove_all(dir); }
+  std::string path(const char* name) const { return (dir / name).string(); }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f{path};
+  return {std::istreambuf_iterator<char>{f}, {}};
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(triad_load)
+
+BOOST_AUTO_TEST_CASE(a_trace_replays_on_an_inproc_node_and_every_output_is_written) {
+  scratch s;
+  auto r = run_command(binary("triad-load") + " --inproc " + s.path("node.toml") +
+                       " --workload trace --trace " + s.path("trace.jsonl") +
+                       " --trace-speed 2 --json " + s.path("run.json") + " --jsonl " +
+                       s.path("calls.jsonl") + " --csv " + s.path("calls.csv") + " --html " +
+                       s.path("report.html") + " 2>" + s.path("stderr.txt"));
+  BOOST_REQUIRE_EQUAL(r.status, 0);
+  BOOST_TEST(r.out.find("calls 3 (ok 3)") != std::string::npos, r.out);
+  auto err = slurp(s.path("stderr.txt"));
+  BOOST_TEST(err.find("trace.jsonl:3: skipped: not valid JSON") != std::string::npos, err);
+  BOOST_TEST(err.find("3 requests, 1 bad lines skipped") != std::string::npos, err);
+  auto run = json::parse(slurp(s.path("run.json"))).as_object();
+  BOOST_TEST(run.at("metrics").at("calls_ok").as_int64() == 3);
+  BOOST_TEST(run.at("metrics").at("mode").as_string() == "open trace");
+  BOOST_TEST(run.at("trace").at("bad_lines").as_int64() == 1);
+  BOOST_TEST(slurp(s.path("report.html")).find("<svg") != std::string::npos);
+  BOOST_TEST(slurp(s.path("calls.csv")).find("job,turn,call,session") == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_rate_sweep_reports_one_phase_per_rate) {
+  scratch s;
+  auto r = run_command(binary("triad-load") + " --inproc " + s.path("node.toml") +
+                       " --sweep 50,100 --requests 10 --input-tokens 32 --output-tokens 4" +
+                       " --json " + s.path("run.json"));
+  BOOST_REQUIRE_EQUAL(r.status, 0);
+  auto phases = json::parse(slurp(s.path("run.json"))).at("sweep").as_array();
+  BOOST_REQUIRE(phases.size() == 2u);
+  BOOST_TEST(phases[0].at("mode").as_string() == "open poisson:50");
+  BOOST_TEST(phases[1].at("mode").as_string() == "open poisson:100");
+  BOOST_TEST(phases[1].at("calls_ok").as_int64() == 10);
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_servers_are_clear_errors) {
+  auto bad_arrival =
+      run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --arrival burst:3 2>&1");
+  BOOST_TEST(bad_arrival.status == 2);
+  BOOST_TEST(bad_arrival.out.find("arrival 'burst:3': unknown process") != std::string::npos,
+             bad_arrival.out);
+  auto unreachable = run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 2>&1");
+  BOOST_TEST(unreachable.status == 2);
+  BOOST_TEST(unreachable.out.find("--url http://127.0.0.1:1/v1: cannot connect") !=
+                 std::string::npos,
+             unreachable.out);
+  auto no_trace = run_command(binary("triad-load") + " --url http://x/v1 --workload trace 2>&1");
+  BOOST_TEST(no_trace.status == 2);
+  BOOST_TEST(no_trace.out.find("--workload trace needs --trace FILE") != std::string::npos);
+  auto bad_dist =
+      run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --turns uniform:5:1 2>&1");
+  BOOST_TEST(bad_dist.out.find("--turns 'uniform:5:1'") != std::string::npos, bad_dist.out);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
