@@ -14,17 +14,16 @@ std::size_t pages_for(std::size_t tokens, std::size_t page_tokens) {
 
 page_table::page_table(std::size_t total_pages, std::size_t page_tokens)
     : page_tokens_(page_tokens == 0 ? 1 : page_tokens)
-    , info_(total_pages) {
-  free_.reserve(total_pages);
-  for (std::size_t i = total_pages; i > 0; --i)
-    free_.push_back(static_cast<std::uint32_t>(i - 1));
-}
+    , total_(total_pages) {}
 
 std::uint32_t page_table::take_page() {
   std::uint32_t page;
   if (!free_.empty()) {
     page = free_.back();
     free_.pop_back();
+  } else if (info_.size() < total_) { // a page never used before
+    page = static_cast<std::uint32_t>(info_.size());
+    info_.emplace_back();
   } else { // evict the least recently released cached page
     page = lru_.front();
     lru_.pop_front();
@@ -54,11 +53,11 @@ expected<void> page_table::reserve(std::span<const std::pair<seq_id, std::size_t
     if (want > have)
       needed += want - have;
   }
-  auto available = free_.size() + lru_.size();
+  auto available = free_.size() + lru_.size() + (total_ - info_.size());
   if (needed > available)
     return make_error(errc::exhausted, "kv cache: step needs " + std::to_string(needed) +
                                            " more pages, " + std::to_string(available) + " of " +
-                                           std::to_string(info_.size()) + " free or evictable");
+                                           std::to_string(total_) + " free or evictable");
   for (const auto& [id, new_length] : wanted) {
     auto& s = seqs_[id];
     auto want = pages_for(new_length, page_tokens_);

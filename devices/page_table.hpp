@@ -51,7 +51,7 @@ public:
   void publish(seq_id seq, std::span<const token> tokens);
 
   /// Pages in all.
-  std::size_t total_pages() const noexcept { return info_.size(); }
+  std::size_t total_pages() const noexcept { return total_; }
   /// Pages referenced by at least one sequence.
   std::size_t used_pages() const noexcept { return info_.size() - free_.size() - lru_.size(); }
   /// Pages held only by the prefix index (evictable).
@@ -77,6 +77,9 @@ private:
   void unref(std::uint32_t page);
 
   std::size_t page_tokens_;
+  std::size_t total_; // pages in all
+  // Pages handed out at least once (ids 0..size-1); the others were never used, so a large
+  // budget costs nothing until it is used.
   std::vector<page_info> info_;
   std::vector<std::uint32_t> free_; // unreferenced, not indexed
   std::list<std::uint32_t> lru_;    // unreferenced, indexed: evicted from the front
