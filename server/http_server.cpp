@@ -125,9 +125,33 @@ private:
     const auto& o = state_->options.server;
     stream_.expires_after(
         std::chrono::milliseconds{served_ == 0 ? o.header_timeout_ms : o.idle_timeout_ms});
-    http::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                              if (ec)
+                                return self->on_read(ec);
+                              self->read_body();
+                            });
+  }
+
+  // The head is in: a client that asked to be told to go on (curl does, for bodies over 1 KiB)
+  // is told before the body is read, instead of waiting a second for nothing.
+  void read_body() {
+    auto on_body = [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_read(ec);
+    };
+    const auto& head = parser_->get();
+    auto expect = head[http::field::expect];
+    if (!parser_->is_done() && beast::iequals(expect, "100-continue")) {
+      static constexpr std::string_view go_on = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(go_on.data(), go_on.size()),
+                       [self = shared_from_this(), on_body](beast::error_code ec, std::size_t) {
+                         if (ec)
+                           return self->close();
+                         http::async_read(self->stream_, self->buffer_, *self->parser_, on_body);
+                       });
+      return;
+    }
+    http::async_read(stream_, buffer_, *parser_, on_body);
   }
 
   void on_read(beast::error_code ec) {

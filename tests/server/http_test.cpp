@@ -219,6 +219,26 @@ BOOST_AUTO_TEST_CASE(bad_requests_get_the_right_status_and_an_openai_error_body)
   BOOST_TEST(f.call(http::verb::get, "/health").status == 200u);
 }
 
+BOOST_AUTO_TEST_CASE(a_client_that_expects_100_continue_is_told_to_go_on) {
+  server_fixture f;
+  net::io_context io;
+  tcp::socket s{io};
+  s.connect(tcp::endpoint{net::ip::make_address("127.0.0.1"), f.server->port()});
+  auto body = ask();
+  net::write(s, net::buffer("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                            "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+                            "Content-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n"));
+  beast::flat_buffer buf;
+  http::response_parser<http::empty_body> interim;
+  http::read_header(s, buf, interim); // sent before the body, as curl waits for it
+  BOOST_TEST(interim.get().result_int() == 100);
+  net::write(s, net::buffer(body));
+  http::response<http::string_body> res;
+  http::read(s, buf, res);
+  BOOST_TEST(res.result_int() == 200);
+}
+
 BOOST_AUTO_TEST_CASE(with_an_api_key_the_api_needs_the_bearer_token) {
   server_fixture f{"sekret"};
   auto none = f.chat(ask());
