@@ -22,10 +22,6 @@ struct export_header {
 
 constexpr char export_magic[8] = {'T', 'R', 'I', 'A', 'D', 'K', 'V', '1'};
 
-std::size_t pages_for(std::size_t tokens, std::size_t page_tokens) {
-  return (tokens + page_tokens - 1) / page_tokens;
-}
-
 } // namespace
 
 expected<std::unique_ptr<paged_kv_cache>>
@@ -60,7 +56,7 @@ expected<std::vector<std::byte>> paged_kv_cache::export_seq(seq_id seq) const {
   if (held == nullptr)
     return make_error(errc::not_found, "kv cache: no sequence " + std::to_string(seq));
   auto length = table_.length(seq);
-  auto pages = pages_for(length, page_tokens_);
+  auto pages = table_.pages_for(length);
   std::vector<std::byte> out(sizeof(export_header) + pages * page_bytes_);
   auto* body = out.data() + sizeof(export_header);
   for (std::size_t p = 0; p < pages; ++p)
@@ -97,7 +93,7 @@ expected<void> paged_kv_cache::import_seq(seq_id seq, std::span<const std::byte>
                           std::to_string(shape_.layers) + "/" + std::to_string(shape_.kv_heads) +
                           "/" + std::to_string(shape_.head_dim) + "/" +
                           std::to_string(size_of(type_)) + "/" + std::to_string(page_tokens_));
-  auto pages = pages_for(h.length, page_tokens_);
+  auto pages = table_.pages_for(h.length);
   if (bytes.size() != sizeof(h) + pages * page_bytes_)
     return make_error(errc::invalid_argument, "kv import: " + std::to_string(bytes.size()) +
                                                   " bytes, expected " +

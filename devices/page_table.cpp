@@ -4,14 +4,6 @@
 
 namespace triad {
 
-namespace {
-
-std::size_t pages_for(std::size_t tokens, std::size_t page_tokens) {
-  return (tokens + page_tokens - 1) / page_tokens;
-}
-
-} // namespace
-
 page_table::page_table(std::size_t total_pages, std::size_t page_tokens)
     : page_tokens_(page_tokens == 0 ? 1 : page_tokens)
     , total_(total_pages) {}
@@ -49,7 +41,7 @@ expected<void> page_table::reserve(std::span<const std::pair<seq_id, std::size_t
   for (const auto& [id, new_length] : wanted) {
     auto it = seqs_.find(id);
     std::size_t have = it == seqs_.end() ? 0 : it->second.pages.size();
-    auto want = pages_for(new_length, page_tokens_);
+    auto want = pages_for(new_length);
     if (want > have)
       needed += want - have;
   }
@@ -60,7 +52,7 @@ expected<void> page_table::reserve(std::span<const std::pair<seq_id, std::size_t
                                            std::to_string(total_) + " free or evictable");
   for (const auto& [id, new_length] : wanted) {
     auto& s = seqs_[id];
-    auto want = pages_for(new_length, page_tokens_);
+    auto want = pages_for(new_length);
     while (s.pages.size() < want)
       s.pages.push_back(take_page());
   }

@@ -60,6 +60,10 @@ public:
   std::size_t sequences() const noexcept { return seqs_.size(); }
   /// Tokens per page.
   std::size_t page_tokens() const noexcept { return page_tokens_; }
+  /// Pages that hold `tokens` tokens.
+  std::size_t pages_for(std::size_t tokens) const noexcept {
+    return (tokens + page_tokens_ - 1) / page_tokens_;
+  }
 
 private:
   struct page_info {

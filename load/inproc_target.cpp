@@ -1,7 +1,6 @@
 #include <mutex>
 
 #include "actors/node.hpp"
-#include "devices/tokenizer.hpp"
 #include "load/target.hpp"
 #include "server/openai.hpp"
 
@@ -48,8 +47,7 @@ public:
     // The request actor reports on one thread at a time, in order.
     struct state {
       call_result r;
-      utf8_stream text;
-      bool in_call = false;
+      answer_text text;
       call_callback done;
     };
     auto st = std::make_shared<state>();
@@ -60,10 +58,7 @@ public:
       switch (ev.kind) {
       case request_event::token:
         r.token_times.push_back(clock_type::now());
-        if (ev.tok == tokenizer::tool_call_start || ev.tok == tokenizer::tool_call_end)
-          st->in_call = ev.tok == tokenizer::tool_call_start;
-        else if (!st->in_call && !tokenizer::is_special(ev.tok))
-          r.content += st->text.push(ev.text);
+        r.content += st->text.push(ev.tok, ev.text);
         return;
       case request_event::tool_call:
         r.tool_name = ev.text;
@@ -86,7 +81,7 @@ public:
       if (ev.kind == request_event::done) {
         r.ok = true;
         r.content += st->text.finish();
-        r.finish_reason = ev.text == "length" || ev.text == "tool_calls" ? ev.text : "stop";
+        r.finish_reason = finish_reason_of(ev.text);
         if (r.finish_reason != "tool_calls")
           r.tool_name.clear();
       } else {

@@ -7,6 +7,8 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include "runtime/json_text.hpp"
+
 namespace triad::load {
 
 namespace json = boost::json;
@@ -14,26 +16,10 @@ namespace json = boost::json;
 namespace {
 
 std::string shown(const json::value& v) {
-  auto s = json::serialize(v);
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+  return json_excerpt(v, 40);
 }
 
-bool whole(const json::value& v, std::int64_t& out) {
-  if (v.is_int64()) {
-    out = v.get_int64();
-    return true;
-  }
-  if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(INT64_MAX)) {
-    out = static_cast<std::int64_t>(v.get_uint64());
-    return true;
-  }
-  if (v.is_double() && std::floor(v.get_double()) == v.get_double() &&
-      std::fabs(v.get_double()) < 9e18) {
-    out = static_cast<std::int64_t>(v.get_double());
-    return true;
-  }
-  return false;
-}
+constexpr auto whole = json_whole;
 
 } // namespace
 

@@ -20,7 +20,6 @@
 #include <boost/json/value.hpp>
 
 #include "actors/node.hpp"
-#include "devices/tokenizer.hpp"
 #include "runtime/cpu_time.hpp"
 #include "server/openai.hpp"
 
@@ -86,12 +85,6 @@ struct shared_state {
     idle_cv.notify_all();
   }
 };
-
-std::string reason_to_finish(const std::string& reason) {
-  if (reason == "length" || reason == "tool_calls")
-    return reason;
-  return "stop"; // "stop", "tool_calls_limit"
-}
 
 // One HTTP connection: reads requests one at a time and answers each.
 class connection : public std::enable_shared_from_this<connection> {
@@ -365,17 +358,9 @@ private:
   }
 
   void on_token(const request_event& ev) {
-    if (ev.tok == tokenizer::tool_call_start) {
-      in_call_ = true;
+    if (stopped_by_string_)
       return;
-    }
-    if (ev.tok == tokenizer::tool_call_end) {
-      in_call_ = false;
-      return;
-    }
-    if (in_call_ || tokenizer::is_special(ev.tok) || stopped_by_string_)
-      return;
-    auto text = utf8_.push(ev.text);
+    auto text = answer_.push(ev.tok, ev.text);
     if (text.empty())
       return;
     ++pending_tokens_;
@@ -399,8 +384,8 @@ private:
 
   void on_done(const request_event& ev) {
     usage_ = ev.usage;
-    content_ += utf8_.finish();
-    auto finish = reason_to_finish(ev.text);
+    content_ += answer_.finish();
+    auto finish = finish_reason_of(ev.text);
     if (finish == "tool_calls" && last_call_) {
       client_call_ = last_call_;
       if (!server_calls_.empty())
@@ -665,7 +650,7 @@ private:
       return close();
     in_request_ = false;
     finished_ = false;
-    headers_sent_ = role_sent_ = end_stream_ = ended_ = in_call_ = false;
+    headers_sent_ = role_sent_ = end_stream_ = ended_ = false;
     stopped_by_string_ = client_gone_ = false;
     content_.clear();
     streamed_ = 0;
@@ -673,7 +658,7 @@ private:
     server_calls_.clear();
     last_call_.reset();
     client_call_.reset();
-    utf8_ = {};
+    answer_ = {};
     head_sr_.reset();
     head_.reset();
     read();
@@ -699,8 +684,8 @@ private:
   std::string id_;
   std::time_t created_ = 0;
   bool in_request_ = false, finished_ = false, keep_alive_ = true, client_gone_ = false;
-  bool in_call_ = false, stopped_by_string_ = false;
-  utf8_stream utf8_;
+  bool stopped_by_string_ = false;
+  answer_text answer_;
   std::string content_;
   std::size_t streamed_ = 0, hold_back_ = 0, pending_tokens_ = 0;
   request_usage usage_;

@@ -7,6 +7,9 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include "devices/tokenizer.hpp"
+#include "runtime/json_text.hpp"
+
 namespace triad {
 
 namespace json = boost::json;
@@ -55,8 +58,7 @@ std::string kind_of(const json::value& v) {
 
 // A short rendering of a value for messages (long strings cut).
 std::string shown(const json::value& v) {
-  auto s = json::serialize(v);
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+  return json_excerpt(v);
 }
 
 api_error bad(std::string param, std::string message) {
@@ -86,23 +88,7 @@ bool number(const json::value& v, double& out) {
 }
 
 // Reads a whole number (1.0 counts) into `out`.
-bool whole(const json::value& v, std::int64_t& out) {
-  double d = 0;
-  if (v.is_int64()) {
-    out = v.get_int64();
-    return true;
-  }
-  if (v.is_uint64()) {
-    if (v.get_uint64() > static_cast<std::uint64_t>(INT64_MAX))
-      return false;
-    out = static_cast<std::int64_t>(v.get_uint64());
-    return true;
-  }
-  if (!number(v, d) || std::floor(d) != d || std::fabs(d) > 9e18)
-    return false;
-  out = static_cast<std::int64_t>(d);
-  return true;
-}
+constexpr auto whole = json_whole;
 
 // A message's content as text: a string, null, or an array of {"type": "text", "text"} parts.
 std::variant<std::string, api_error> content_text(const json::value& v, const std::string& p) {
@@ -506,6 +492,22 @@ std::string utf8_stream::push(std::string_view bytes) {
   }
   pending_.erase(0, i);
   return out;
+}
+
+std::string answer_text::push(token t, std::string_view bytes) {
+  if (t == tokenizer::tool_call_start || t == tokenizer::tool_call_end) {
+    in_call_ = t == tokenizer::tool_call_start;
+    return {};
+  }
+  if (in_call_ || tokenizer::is_special(t))
+    return {};
+  return utf8_.push(bytes);
+}
+
+std::string finish_reason_of(std::string_view done_text) {
+  if (done_text == "length" || done_text == "tool_calls")
+    return std::string{done_text};
+  return "stop";
 }
 
 std::string utf8_stream::finish() {

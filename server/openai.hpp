@@ -68,6 +68,25 @@ private:
   std::string pending_;
 };
 
+/// The answer's text as a client sees it, from a request's token events: the tokens between
+/// `<tool_call>` and `</tool_call>` (the call, reported apart) and other special tokens are
+/// left out, and the bytes are turned into valid UTF-8 (utf8_stream).
+class answer_text {
+public:
+  /// The visible text token `t` (decoded as `bytes`) adds; empty when none (yet).
+  std::string push(token t, std::string_view bytes);
+  /// Ends the answer: what a dangling partial character becomes.
+  std::string finish() { return utf8_.finish(); }
+
+private:
+  bool in_call_ = false;
+  utf8_stream utf8_;
+};
+
+/// OpenAI's finish_reason for the text of a request's done event: "length" and "tool_calls"
+/// as they are, "stop" for the rest (stop, tool_calls_limit).
+std::string finish_reason_of(std::string_view done_text);
+
 /// The usage object: prompt_tokens, completion_tokens, total_tokens and
 /// prompt_tokens_details.cached_tokens.
 std::string usage_json(const request_usage& usage);

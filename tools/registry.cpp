@@ -3,6 +3,8 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include "runtime/json_text.hpp"
+
 namespace triad {
 
 namespace {
@@ -31,8 +33,7 @@ std::string kind_of(const json::value& v) {
 }
 
 std::string shown(const json::value& v) {
-  auto s = json::serialize(v);
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+  return json_excerpt(v);
 }
 
 bool has_type(const json::value& v, std::string_view type) {
