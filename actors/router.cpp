@@ -260,18 +260,18 @@ private:
   void serve() {
     for (;;) {
       std::map<key, waiter>* best = nullptr;
-      route_stage best_stage = route_stage::any;
+      device* chosen = nullptr; // the device the best head gets
       for (std::size_t i = 0; i < waiting_.size(); ++i) {
         auto& queue = waiting_[i];
-        auto stage = static_cast<route_stage>(i);
         if (queue.empty())
           continue;
         const auto& head = queue.begin()->second;
-        if (pick(stage, head.avoid, head.prefix) == nullptr)
+        auto* d = pick(static_cast<route_stage>(i), head.avoid, head.prefix);
+        if (d == nullptr)
           continue;
         if (best == nullptr || queue.begin()->first < best->begin()->first) {
           best = &queue;
-          best_stage = stage;
+          chosen = d;
         }
       }
       if (best == nullptr)
@@ -279,7 +279,7 @@ private:
       auto head = best->begin();
       auto w = std::move(head->second);
       best->erase(head);
-      w.promise.deliver(grant(*pick(best_stage, w.avoid, w.prefix), w.prefix));
+      w.promise.deliver(grant(*chosen, w.prefix));
     }
   }
 

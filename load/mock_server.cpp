@@ -193,7 +193,6 @@ mock_server::mock_server(std::unique_ptr<impl> p)
     : impl_(std::move(p)) {}
 
 mock_server::~mock_server() {
-  beast::error_code ec;
   net::post(impl_->io, [p = impl_.get()] {
     beast::error_code ignore;
     p->acceptor.close(ignore);

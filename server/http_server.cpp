@@ -363,7 +363,6 @@ private:
     auto text = answer_.push(ev.tok, ev.text);
     if (text.empty())
       return;
-    ++pending_tokens_;
     content_ += text;
     if (!chat_.stop.empty()) {
       for (const auto& s : chat_.stop) {
@@ -654,7 +653,6 @@ private:
     stopped_by_string_ = client_gone_ = false;
     content_.clear();
     streamed_ = 0;
-    pending_tokens_ = 0;
     server_calls_.clear();
     last_call_.reset();
     client_call_.reset();
@@ -687,7 +685,7 @@ private:
   bool stopped_by_string_ = false;
   answer_text answer_;
   std::string content_;
-  std::size_t streamed_ = 0, hold_back_ = 0, pending_tokens_ = 0;
+  std::size_t streamed_ = 0, hold_back_ = 0;
   request_usage usage_;
   std::vector<json::value> server_calls_;
   std::optional<request_event> last_call_, client_call_;
