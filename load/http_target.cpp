@@ -1,8 +1,8 @@
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
-#include <mutex>
 #include <thread>
 
 #include <boost/asio/connect.hpp>
@@ -15,6 +15,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
+#include <concurrentqueue/concurrentqueue.h>
 
 #include "load/detail/sse.hpp"
 #include "load/target.hpp"
@@ -118,18 +119,18 @@ class http_target;
 class exchange : public std::enable_shared_from_this<exchange> {
 public:
   exchange(http_target& owner, std::unique_ptr<beast::tcp_stream> stream, bool reused,
-           std::shared_ptr<http::request<http::string_body>> req, call_callback done)
+           std::shared_ptr<const std::string> wire, call_callback done)
       : owner_(owner)
       , stream_(std::move(stream))
       , reused_(reused)
-      , req_(std::move(req))
+      , wire_(std::move(wire))
       , done_(std::move(done)) {}
 
   void start();
 
 private:
   void connect();
-  void write();
+  void write(std::size_t from);
   void read();
   void on_chunk(std::string_view data);
   void finish(bool keep);
@@ -139,7 +140,7 @@ private:
   std::unique_ptr<beast::tcp_stream> stream_;
   bool reused_;
   bool got_bytes_ = false;
-  std::shared_ptr<http::request<http::string_body>> req_;
+  std::shared_ptr<const std::string> wire_; // the request as bytes, head and body
   call_callback done_;
   beast::flat_buffer buffer_;
   std::function<std::size_t(std::uint64_t, std::string_view, beast::error_code&)> on_chunk_;
@@ -165,26 +166,22 @@ public:
 
   ~http_target() override {
     work_.reset();
-    {
-      std::lock_guard<std::mutex> g{m_};
-      idle_.clear();
-    }
+    std::unique_ptr<beast::tcp_stream> s;
+    while (idle_.try_dequeue(s))
+      s.reset();
     io_.stop();
     for (auto& t : threads_)
       t.join();
   }
 
-  void call(call_spec spec, call_callback done) override {
-    auto req = std::make_shared<http::request<http::string_body>>(
-        http::verb::post, url_.prefix + "/chat/completions", 11);
-    req->set(http::field::host, url_.host);
-    req->set(http::field::content_type, "application/json");
-    if (!options_.api_key.empty())
-      req->set(http::field::authorization, "Bearer " + options_.api_key);
-    req->keep_alive(true);
-    req->body() = body_of(spec, options_.model);
-    req->prepare_payload();
-    start(std::move(req), std::move(done), false);
+  std::unique_ptr<prepared_call> prepare(call_spec spec, call_callback done) override {
+    auto body = body_of(spec, options_.model);
+    auto wire = std::make_shared<std::string>();
+    wire->reserve(head_.size() + 32 + body.size());
+    *wire += head_;
+    *wire += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+    *wire += body;
+    return std::make_unique<prepared>(*this, std::move(wire), std::move(done));
   }
 
   std::string describe() const override { return options_.url; }
@@ -192,42 +189,66 @@ public:
   std::string model() const override { return options_.model; }
 
   // Runs the request on an idle connection, or a new one (`fresh`: always a new one).
-  void start(std::shared_ptr<http::request<http::string_body>> req, call_callback done,
-             bool fresh) {
+  void start(std::shared_ptr<const std::string> wire, call_callback done, bool fresh) {
     std::unique_ptr<beast::tcp_stream> stream;
-    if (!fresh) {
-      std::lock_guard<std::mutex> g{m_};
-      if (!idle_.empty()) {
-        stream = std::move(idle_.back());
-        idle_.pop_back();
-      }
-    }
+    if (!fresh)
+      idle_.try_dequeue(stream);
     bool reused = stream != nullptr;
     if (!reused)
       stream = threads_.size() == 1 ? std::make_unique<beast::tcp_stream>(io_.get_executor())
                                     : std::make_unique<beast::tcp_stream>(net::make_strand(io_));
-    auto x = std::make_shared<exchange>(*this, std::move(stream), reused, std::move(req),
+    auto x = std::make_shared<exchange>(*this, std::move(stream), reused, std::move(wire),
                                         std::move(done));
     x->start();
   }
 
-  void give_back(std::unique_ptr<beast::tcp_stream> s) {
-    std::lock_guard<std::mutex> g{m_};
-    idle_.push_back(std::move(s));
-  }
+  void give_back(std::unique_ptr<beast::tcp_stream> s) { idle_.enqueue(std::move(s)); }
 
   const tcp::resolver::results_type& endpoints() const { return endpoints_; }
+  // Whether the caller is one of the target's I/O threads.
+  bool on_io_thread() const {
+    auto me = std::this_thread::get_id();
+    return std::any_of(threads_.begin(), threads_.end(),
+                       [&](const std::thread& t) { return t.get_id() == me; });
+  }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
 
 private:
+  // A request serialised ahead; send() starts it from the calling thread.
+  class prepared final : public prepared_call {
+  public:
+    prepared(http_target& owner, std::shared_ptr<const std::string> wire, call_callback done)
+        : owner_(owner)
+        , wire_(std::move(wire))
+        , done_(std::move(done)) {}
+
+    void send() override { owner_.start(std::move(wire_), std::move(done_), false); }
+
+  private:
+    http_target& owner_;
+    std::shared_ptr<const std::string> wire_;
+    call_callback done_;
+  };
+
+  // The request head every call shares (Content-Length follows per call).
+  static std::string head_of(const http_target_options& o, const url_parts& u) {
+    std::string h = "POST " + u.prefix + "/chat/completions HTTP/1.1\r\nHost: " + u.host +
+                    "\r\nContent-Type: application/json\r\n";
+    if (!o.api_key.empty())
+      h += "Authorization: Bearer " + o.api_key + "\r\n";
+    return h;
+  }
+
   http_target_options options_;
   url_parts url_;
+  std::string head_ = head_of(options_, url_);
   tcp::resolver::results_type endpoints_;
   net::io_context io_;
   net::executor_work_guard<net::io_context::executor_type> work_;
   std::vector<std::thread> threads_;
-  std::mutex m_;
-  std::vector<std::unique_ptr<beast::tcp_stream>> idle_;
+  // Idle keep-alive connections. Lock-free: the pacer takes them at real-time priority, and a
+  // lock the I/O thread held while preempted would stall it for a time slice.
+  moodycamel::ConcurrentQueue<std::unique_ptr<beast::tcp_stream>> idle_;
 };
 
 void exchange::start() {
@@ -238,12 +259,40 @@ void exchange::start() {
     return data.size();
   };
   parser_.on_chunk_body(on_chunk_);
-  net::dispatch(stream_->get_executor(), [self = shared_from_this()] {
-    if (self->reused_)
-      self->write();
-    else
-      self->connect();
-  });
+  beast::error_code ec;
+  if (!reused_) {
+    if (owner_.on_io_thread()) {
+      net::dispatch(stream_->get_executor(), [self = shared_from_this()] { self->connect(); });
+      return;
+    }
+    // Another thread (the runner's pacer) sends now rather than wait for the I/O thread: it
+    // connects itself (a new socket nothing else uses yet).
+    stream_->connect(owner_.endpoints(), ec);
+    if (ec) {
+      net::dispatch(stream_->get_executor(), [self = shared_from_this(), ec] {
+        self->fail("connect", "cannot connect: " + ec.message());
+      });
+      return;
+    }
+    stream_->socket().set_option(tcp::no_delay(true), ec);
+  }
+  // The request goes to the socket at once, from the calling thread (the runner's pacer sends
+  // at the intended time without waiting for the I/O thread); what the socket does not take
+  // now, and the answer, go on on the connection's thread. Nothing else uses an idle
+  // connection, and the pool's queue orders this use after the last one.
+  result_.sent = clock_type::now();
+  auto& socket = stream_->socket();
+  socket.non_blocking(true, ec);
+  std::size_t n = ec ? 0 : socket.write_some(net::buffer(*wire_), ec);
+  if (ec == net::error::would_block || ec == net::error::try_again)
+    ec = {};
+  if (ec) {
+    net::dispatch(stream_->get_executor(), [self = shared_from_this(), ec] {
+      self->fail("write", "sending the request failed: " + ec.message());
+    });
+    return;
+  }
+  net::dispatch(stream_->get_executor(), [self = shared_from_this(), n] { self->write(n); });
 }
 
 void exchange::connect() {
@@ -254,21 +303,23 @@ void exchange::connect() {
                              return self->fail("connect", "cannot connect: " + ec.message());
                            beast::error_code ignore;
                            self->stream_->socket().set_option(tcp::no_delay(true), ignore);
-                           self->write();
+                           self->result_.sent = clock_type::now();
+                           self->write(0);
                          });
 }
 
-void exchange::write() {
+// Writes the request from byte `from` on (the bytes before it are already sent), then reads.
+// `sent` is stamped where the first byte is handed to the socket.
+void exchange::write(std::size_t from) {
   stream_->expires_after(owner_.timeout());
-  // Sent: when the request is handed to the socket (an idle socket takes it at once, in the
-  // write's first system call, before the completion handler is queued).
-  result_.sent = clock_type::now();
-  http::async_write(*stream_, *req_,
-                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                      if (ec)
-                        return self->fail("write", "sending the request failed: " + ec.message());
-                      self->read();
-                    });
+  if (from >= wire_->size())
+    return read();
+  net::async_write(*stream_, net::buffer(*wire_) + from,
+                   [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                     if (ec)
+                       return self->fail("write", "sending the request failed: " + ec.message());
+                     self->read();
+                   });
 }
 
 void exchange::read() {
@@ -322,7 +373,7 @@ void exchange::fail(std::string kind, std::string message) {
   // A kept-alive connection the server closed while idle: try once more on a new one.
   if (reused_ && !got_bytes_ && (kind == "write" || kind == "read")) {
     stream_->close();
-    owner_.start(req_, std::move(done_), true);
+    owner_.start(wire_, std::move(done_), true);
     return;
   }
   stream_->close();

@@ -20,7 +20,17 @@ public:
       owned_->stop();
   }
 
-  void call(call_spec spec, call_callback done) override {
+  std::unique_ptr<prepared_call> prepare(call_spec spec, call_callback done) override {
+    return std::make_unique<prepared>(*node_, request_of(spec), std::move(done));
+  }
+
+  std::string describe() const override { return "inproc " + model_; }
+  std::string model() const override { return model_; }
+
+private:
+  // The node's request for `spec`: tool calls of earlier answers back in the model's markers,
+  // the script as the node's own.
+  static chat_request request_of(const call_spec& spec) {
     chat_request req;
     req.session = spec.session;
     req.max_tokens = spec.max_tokens;
@@ -44,64 +54,80 @@ public:
       }
       req.script = std::move(s);
     }
-    // The request actor reports on one thread at a time, in order.
-    struct state {
-      call_result r;
-      answer_text text;
-      call_callback done;
-    };
-    auto st = std::make_shared<state>();
-    st->done = std::move(done);
-    st->r.sent = clock_type::now();
-    node_->submit(std::move(req), [st](const request_event& ev) {
-      auto& r = st->r;
-      switch (ev.kind) {
-      case request_event::token:
-        r.token_times.push_back(clock_type::now());
-        r.content += st->text.push(ev.tok, ev.text);
-        return;
-      case request_event::tool_call:
-        r.tool_name = ev.text;
-        r.tool_arguments = ev.arguments_json;
-        r.tool_call_id = "call_" + std::to_string(ev.request);
-        return;
-      case request_event::tool_result: // a tool the node ran itself
-        r.tool_name.clear();
-        return;
-      case request_event::state:
-        return;
-      case request_event::done:
-      case request_event::error:
-        break;
-      }
-      r.ended = clock_type::now();
-      r.prompt_tokens = ev.usage.prompt_tokens;
-      r.completion_tokens = ev.usage.completion_tokens;
-      r.cached_tokens = ev.usage.cached_tokens;
-      if (ev.kind == request_event::done) {
-        r.ok = true;
-        r.content += st->text.finish();
-        r.finish_reason = finish_reason_of(ev.text);
-        if (r.finish_reason != "tool_calls")
-          r.tool_name.clear();
-      } else {
-        r.ok = false;
-        r.error_kind = ev.text.rfind("overloaded", 0) == 0 ? "overloaded" : "error";
-        r.error = ev.text;
-      }
-      auto cb = std::move(st->done);
-      cb(std::move(r));
-    });
+    return req;
   }
 
-  std::string describe() const override { return "inproc " + model_; }
-  std::string model() const override { return model_; }
+  // A request built ahead; send() submits it.
+  class prepared final : public prepared_call {
+  public:
+    prepared(node& n, chat_request req, call_callback done)
+        : node_(n)
+        , req_(std::move(req))
+        , done_(std::move(done)) {}
 
-private:
+    void send() override;
+
+  private:
+    node& node_;
+    chat_request req_;
+    call_callback done_;
+  };
+
   std::unique_ptr<node> owned_; // the node, when the target started it
   node* node_;
   std::string model_;
 };
+
+void inproc_target::prepared::send() {
+  // The request actor reports on one thread at a time, in order.
+  struct state {
+    call_result r;
+    answer_text text;
+    call_callback done;
+  };
+  auto st = std::make_shared<state>();
+  st->done = std::move(done_);
+  st->r.sent = clock_type::now();
+  node_.submit(std::move(req_), [st](const request_event& ev) {
+    auto& r = st->r;
+    switch (ev.kind) {
+    case request_event::token:
+      r.token_times.push_back(clock_type::now());
+      r.content += st->text.push(ev.tok, ev.text);
+      return;
+    case request_event::tool_call:
+      r.tool_name = ev.text;
+      r.tool_arguments = ev.arguments_json;
+      r.tool_call_id = "call_" + std::to_string(ev.request);
+      return;
+    case request_event::tool_result: // a tool the node ran itself
+      r.tool_name.clear();
+      return;
+    case request_event::state:
+      return;
+    case request_event::done:
+    case request_event::error:
+      break;
+    }
+    r.ended = clock_type::now();
+    r.prompt_tokens = ev.usage.prompt_tokens;
+    r.completion_tokens = ev.usage.completion_tokens;
+    r.cached_tokens = ev.usage.cached_tokens;
+    if (ev.kind == request_event::done) {
+      r.ok = true;
+      r.content += st->text.finish();
+      r.finish_reason = finish_reason_of(ev.text);
+      if (r.finish_reason != "tool_calls")
+        r.tool_name.clear();
+    } else {
+      r.ok = false;
+      r.error_kind = ev.text.rfind("overloaded", 0) == 0 ? "overloaded" : "error";
+      r.error = ev.text;
+    }
+    auto cb = std::move(st->done);
+    cb(std::move(r));
+  });
+}
 
 } // namespace
 

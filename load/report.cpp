@@ -16,6 +16,7 @@ namespace json = boost::json;
 summary summarize(const run_result& r, const slo& o) {
   summary s;
   s.mode = r.mode;
+  s.realtime_pacer = r.realtime_pacer;
   s.wall_s = r.wall_s;
   s.jobs = r.jobs.size();
   s.calls = r.calls.size();
@@ -120,6 +121,7 @@ summary summarize(const run_result& r, const slo& o) {
 json::object to_json(const summary& s) {
   return json::object{
       {"mode", s.mode},
+      {"realtime_pacer", s.realtime_pacer},
       {"wall_s", s.wall_s},
       {"jobs", s.jobs},
       {"jobs_ok", s.jobs_ok},
@@ -158,7 +160,8 @@ void print(const summary& s, std::FILE* out) {
     std::fprintf(out, "  %-22s p50 %9.2f  p90 %9.2f  p99 %9.2f  p99.9 %9.2f  max %9.2f %s\n", name,
                  d.p50 * scale, d.p90 * scale, d.p99 * scale, d.p999 * scale, d.max * scale, unit);
   };
-  std::fprintf(out, "triad-load: %s, %.2f s\n", s.mode.c_str(), s.wall_s);
+  std::fprintf(out, "triad-load: %s%s, %.2f s\n", s.mode.c_str(),
+               s.realtime_pacer ? " (real-time sender)" : "", s.wall_s);
   std::fprintf(out, "  jobs %zu (ok %zu, not started %zu); calls %zu (ok %zu)\n", s.jobs, s.jobs_ok,
                s.jobs_not_started, s.calls, s.calls_ok);
   std::fprintf(out,

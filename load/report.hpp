@@ -21,8 +21,9 @@ struct slo {
 /// A run summarised. Latencies are measured from the intended send time (so a client that
 /// fell behind cannot hide the server's queueing), and also from the actual send time.
 struct summary {
-  std::string mode;                                                      ///< how jobs arrived
-  double wall_s = 0;                                                     ///< run length
+  std::string mode;            ///< how jobs arrived
+  bool realtime_pacer = false; ///< the open-loop sender ran at real-time priority
+  double wall_s = 0;           ///< run length
   std::size_t jobs = 0, jobs_ok = 0, jobs_not_started = 0;               ///< jobs
   std::size_t calls = 0, calls_ok = 0;                                   ///< LLM calls
   std::uint64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0; ///< usage sums

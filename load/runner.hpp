@@ -54,6 +54,9 @@ struct run_options {
   std::string tool_name = "sim_tool";    ///< client-side tool of agent plans
   std::uint32_t tool_result_tokens = 64; ///< its results' length
   bool progress = false;                 ///< a live progress line on stderr
+  /// Open loop: run the thread that sends on the schedule at real-time priority (SCHED_FIFO 1)
+  /// where the system allows it (root or CAP_SYS_NICE), so sends are not late for lack of CPU.
+  bool realtime_pacer = true;
 };
 
 /// Everything a run produced.
@@ -62,6 +65,7 @@ struct run_result {
   std::vector<job_record> jobs;   ///< by job index
   double wall_s = 0;              ///< start to last answer
   std::string mode;               ///< "open poisson:10", "closed 8", "trace x1"
+  bool realtime_pacer = false;    ///< the open-loop pacer got real-time priority
 };
 
 /// Runs `jobs` against `t` as `options` says and waits for every started job to end. Every

@@ -72,20 +72,34 @@ struct call_result {
 /// Receives a call's result on one of the target's threads; must not block.
 using call_callback = std::function<void(call_result&&)>;
 
+/// A call built ahead of its send time (serialised, ready to go), so that sending it at its
+/// intended time costs only the hand-off to the server.
+class prepared_call {
+public:
+  virtual ~prepared_call() = default;
+  /// Hands the call to the server from the calling thread, at once; the `done` given to
+  /// `target::prepare` is then called exactly once, on one of the target's threads.
+  virtual void send() = 0;
+};
+
 /// Something to load: an OpenAI-compatible HTTP server, or a node in this process.
 class target {
 public:
   virtual ~target() = default;
-  /// Starts `spec`; `done` is called exactly once. `sent` in the result is stamped when the
-  /// request leaves for the server.
-  virtual void call(call_spec spec, call_callback done) = 0;
+  /// Builds `spec` for a later `send()`; `sent` in the result is stamped when the request
+  /// leaves for the server.
+  virtual std::unique_ptr<prepared_call> prepare(call_spec spec, call_callback done) = 0;
+  /// Starts `spec` now: `prepare` and `send` in one step.
+  void call(call_spec spec, call_callback done) {
+    prepare(std::move(spec), std::move(done))->send();
+  }
   /// A short description ("http://127.0.0.1:8080/v1", "inproc triad-tiny").
   virtual std::string describe() const = 0;
   /// The model name requests carry.
   virtual std::string model() const = 0;
   /// The io_context the target does its I/O on, when it has exactly one thread running it: the
-  /// runner then sets its timers there too, so a timer that fires writes the request in the
-  /// same thread, without a hand-off (null: the runner uses its own thread).
+  /// runner then sets its follow-up timers there too, so a timer that fires writes the request
+  /// in the same thread, without a hand-off (null: the runner uses its own thread).
   virtual boost::asio::io_context* single_thread_io() { return nullptr; }
 };
 
