@@ -103,61 +103,6 @@ double measure_attention_rate() {
   return best;
 }
 
-// Bytes/s at which the attention kernel reads KV pages it does not find in cache, beyond the
-// time its arithmetic takes: the `small` preset's page layout (16-token pages holding every
-// layer's and KV head's 2 KiB K and V runs), pages picked at random from 256 MiB per thread,
-// 2048 positions per call; the same calls over one cached set of pages give the arithmetic's
-// share, which is taken off.
-double measure_kv_bandwidth(const triad::model_shape& shape) {
-  const std::size_t pt = 16, hd = shape.head_dim, group = shape.heads / shape.kv_heads, n = 2048;
-  const std::size_t pages = n / pt, run = hd * pt * sizeof(std::uint16_t);
-  const std::size_t runs_per_page = std::size_t{shape.layers} * shape.kv_heads * 2;
-  const std::size_t page_bytes = runs_per_page * run;
-  const std::size_t pool_pages = (256ull << 20) / page_bytes;
-  const int calls = 400;
-  double cold = 0, warm = 0;
-#pragma omp parallel reduction(max : cold, warm)
-  {
-    std::vector<std::uint16_t> mem(pool_pages * page_bytes / sizeof(std::uint16_t), 0x3c00);
-    std::mt19937 rng{static_cast<unsigned>(omp_get_thread_num() + 1)};
-    std::vector<std::vector<std::uint32_t>> ids(calls, std::vector<std::uint32_t>(pages));
-    std::vector<std::size_t> at(calls);
-    for (int c = 0; c < calls; ++c) {
-      for (auto& id : ids[c])
-        id = static_cast<std::uint32_t>(rng() % pool_pages);
-      at[c] = rng() % (runs_per_page / 2) * 2 * run; // one layer's and head's K, V next to it
-    }
-    std::vector<float> q(group * hd, 0.01f), out(group * hd), scratch(group * n);
-    auto pass = [&](bool same_pages) {
-      auto start = clock_type::now();
-      for (int c = 0; c < calls; ++c) {
-        const auto& use = ids[same_pages ? 0 : c];
-        std::size_t k = at[same_pages ? 0 : c];
-        triad::detail::kv_runs kv{reinterpret_cast<const std::byte*>(mem.data()),
-                                  use.data(),
-                                  page_bytes,
-                                  k,
-                                  k + run,
-                                  pt,
-                                  true};
-        triad::detail::attend(q.data(), group, hd, n, kv, 0.125f, out.data(), scratch.data());
-      }
-      return seconds_since(start);
-    };
-    pass(true);
-#pragma omp barrier
-    cold = pass(false);
-#pragma omp barrier
-    warm = pass(true);
-  }
-  int threads = 1;
-#pragma omp parallel
-#pragma omp single
-  threads = omp_get_num_threads();
-  double bytes = 2.0 * static_cast<double>(n * hd * sizeof(std::uint16_t)) * calls * threads;
-  return bytes / std::max(cold - warm, 1e-9);
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -176,11 +121,10 @@ int main(int argc, char** argv) {
   here.memory_bytes = 16ull << 30;
   here.step_overhead = 0;
   here.attention_flops = measure_attention_rate();
-  here.kv_bandwidth = measure_kv_bandwidth(shape);
   // The cpu backend streams each layer's weights and then computes; it does not overlap the two.
   here.overlap = false;
   here.source = "measured by triad-bench-sim: oneDNN bf16 matmul peak, streaming read bandwidth, "
-                "the attention kernel alone in cache, its KV reads out of cache";
+                "the attention kernel alone in cache";
 
   triad::cpu_backend_options options;
   options.shape = shape;
@@ -282,7 +226,6 @@ int main(int argc, char** argv) {
   out.metrics["profile_peak_tflops"] = here.peak_flops / 1e12;
   out.metrics["profile_read_gb_per_s"] = here.memory_bandwidth / 1e9;
   out.metrics["profile_attention_tflops"] = here.attention_flops / 1e12;
-  out.metrics["profile_kv_gb_per_s"] = here.kv_bandwidth / 1e9;
   out.metrics["profile_overlap"] = here.overlap;
   out.metrics["kernel"] = b.kernel();
   out.metrics["calibration"] = std::move(table);

@@ -22,7 +22,6 @@ expected<device_profile> resolve_profile(const node_config& node, const std::str
     out.link_bandwidth = p.link_bandwidth_gb_s * 1e9;
     out.step_overhead = p.step_overhead_us * 1e-6;
     out.attention_flops = p.attention_tflops * 1e12;
-    out.kv_bandwidth = p.kv_bandwidth_gb_s * 1e9;
     out.overlap = p.overlap;
     out.source = p.source;
     return out;

@@ -88,7 +88,6 @@ constexpr std::string_view sim_profile_keys[] = {"name",
                                                  "link_bandwidth_gb_s",
                                                  "step_overhead_us",
                                                  "attention_tflops",
-                                                 "kv_bandwidth_gb_s",
                                                  "overlap",
                                                  "source"};
 
@@ -867,7 +866,6 @@ void read_sim_profile(reader& r, const scope& s, sim_profile_config& out, seen_n
   r.number(s, "link_bandwidth_gb_s", non_negative, out.link_bandwidth_gb_s);
   r.number(s, "step_overhead_us", non_negative, out.step_overhead_us);
   r.number(s, "attention_tflops", non_negative, out.attention_tflops);
-  r.number(s, "kv_bandwidth_gb_s", non_negative, out.kv_bandwidth_gb_s);
   r.boolean(s, "overlap", out.overlap);
 
   field source_state = field::absent;
@@ -1268,7 +1266,6 @@ std::string to_toml(const node_config& config) {
     append_value(out, "link_bandwidth_gb_s", profile.link_bandwidth_gb_s);
     append_value(out, "step_overhead_us", profile.step_overhead_us);
     append_value(out, "attention_tflops", profile.attention_tflops);
-    append_value(out, "kv_bandwidth_gb_s", profile.kv_bandwidth_gb_s);
     append_value(out, "overlap", profile.overlap);
     append_value(out, "source", profile.source);
   }

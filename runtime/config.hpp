@@ -151,8 +151,6 @@ struct sim_profile_config {
   double step_overhead_us = defaults::device::sim_step_overhead_us;
   /// `attention_tflops`: sustained TFLOP/s of attention over the KV cache, >= 0; 0 = peak.
   double attention_tflops = 0;
-  /// `kv_bandwidth_gb_s`: GB/s at which attention reads KV pages, >= 0; 0 = the memory's.
-  double kv_bandwidth_gb_s = 0;
   /// `overlap`: whether compute and memory traffic overlap (step = the larger); false adds them.
   bool overlap = true;
   /// `source`: where the figures come from.

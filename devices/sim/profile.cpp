@@ -84,7 +84,6 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
     c.attention_flops += 4.0 * s.layers * attn * positions;
     // KV: the cached context is read once per step, the new tokens written.
     kv_bytes += (ctx + n) * kv_per_token + n * kv_per_token;
-    c.kv_read_bytes += (ctx + n) * kv_per_token;
     kv_resident += (ctx + n) * kv_per_token;
   }
   // Activations: each layer reads and writes the hidden state, qkv, attention output and the
@@ -96,9 +95,7 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
       profile.attention_flops > 0 ? profile.attention_flops : profile.peak_flops;
   double compute =
       (c.flops - c.attention_flops) / profile.peak_flops + c.attention_flops / attention_rate;
-  const double kv_rate = profile.kv_bandwidth > 0 ? profile.kv_bandwidth : profile.memory_bandwidth;
-  double memory =
-      (c.bytes - c.kv_read_bytes) / profile.memory_bandwidth + c.kv_read_bytes / kv_rate;
+  double memory = c.bytes / profile.memory_bandwidth;
   c.compute_bound = compute > memory;
   c.seconds =
       (profile.overlap ? std::max(compute, memory) : compute + memory) + profile.step_overhead;

@@ -29,11 +29,6 @@ struct device_profile {
   /// Whether the device overlaps arithmetic with memory traffic (roofline: the larger of the
   /// two times). false adds the two, for kernels that stream weights and then compute.
   bool overlap = true;
-  /// Bytes/s at which attention reads KV pages beyond what its arithmetic takes (scattered
-  /// page-sized runs, not one stream); 0: memory_bandwidth (paged attention kernels on GPUs
-  /// reach it). Set for devices whose KV reads fall short of it, such as this machine's cpu
-  /// backend, whose attention streams 2 KiB runs.
-  double kv_bandwidth = 0;
 };
 
 /// The built-in profiles: h100, h200, b200, gaudi3, sn40l, sn50, xeon6_amx.
@@ -52,10 +47,8 @@ struct step_cost {
   double flops = 0;           ///< arithmetic of the step
   double bytes = 0;           ///< memory traffic: weights once, KV read and written, activations
   double attention_flops = 0; ///< the part of `flops` spent in attention over the KV cache
-  double kv_read_bytes = 0;   ///< the part of `bytes` that attention reads from the KV cache
-  /// max(compute, memory) + overhead (sum instead of max without overlap), where
-  /// compute = (flops - attention_flops) / peak + attention_flops / attention rate and
-  /// memory = (bytes - kv_read_bytes) / bandwidth + kv_read_bytes / KV bandwidth.
+  /// max(compute, bytes / bandwidth) + overhead (sum instead of max without overlap), where
+  /// compute = (flops - attention_flops) / peak + attention_flops / attention rate.
   double seconds = 0;
   double operational_intensity = 0; ///< flops / bytes
   double capacity_footprint = 0;    ///< weights + activations + KV bytes the step needs resident

@@ -69,23 +69,6 @@ BOOST_AUTO_TEST_CASE(a_long_prefill_is_compute_bound) {
   BOOST_TEST(c.operational_intensity > h100.peak_flops / h100.memory_bandwidth);
 }
 
-BOOST_AUTO_TEST_CASE(kv_reads_take_the_kv_bandwidth_when_the_profile_sets_one) {
-  auto s = small();
-  auto h100 = *triad::builtin_profile("h100");
-  std::vector<triad::step_work> batch(8, {4000, 1});
-  auto same = triad::estimate_step(s, triad::dtype::bf16, h100, batch);
-  auto slow = h100;
-  slow.kv_bandwidth = h100.memory_bandwidth / 4;
-  auto slower = triad::estimate_step(s, triad::dtype::bf16, slow, batch);
-  double kv = static_cast<double>(s.kv_bytes_per_token(triad::dtype::bf16));
-  // Each sequence reads its 4001 cached and new positions once.
-  BOOST_TEST(same.kv_read_bytes == 8 * 4001.0 * kv, boost::test_tools::tolerance(1e-9));
-  BOOST_TEST(!same.compute_bound);
-  BOOST_TEST(!slower.compute_bound);
-  BOOST_TEST(slower.seconds - same.seconds == 3 * same.kv_read_bytes / h100.memory_bandwidth,
-             boost::test_tools::tolerance(1e-6));
-}
-
 BOOST_AUTO_TEST_CASE(the_capacity_footprint_counts_weights_and_every_sequences_kv) {
   auto s = small();
   auto h200 = *triad::builtin_profile("h200");
