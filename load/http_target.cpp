@@ -184,6 +184,19 @@ public:
     return std::make_unique<prepared>(*this, std::move(wire), std::move(done));
   }
 
+  void warm(std::size_t connections) override {
+    for (std::size_t i = 0; i < connections; ++i) {
+      auto s = threads_.size() == 1 ? std::make_unique<beast::tcp_stream>(io_.get_executor())
+                                    : std::make_unique<beast::tcp_stream>(net::make_strand(io_));
+      beast::error_code ec;
+      s->connect(endpoints_, ec);
+      if (ec)
+        return;
+      s->socket().set_option(tcp::no_delay(true), ec);
+      give_back(std::move(s));
+    }
+  }
+
   std::string describe() const override { return options_.url; }
   net::io_context* single_thread_io() override { return threads_.size() == 1 ? &io_ : nullptr; }
   std::string model() const override { return options_.model; }

@@ -44,6 +44,9 @@ public:
   }
 
   run_result go() {
+    bool open_loop = options_.arrival || options_.trace_times;
+    if (open_loop) // before the clock starts: the first sends find connections open
+      target_.warm(std::min(options_.warm_connections, plans_.size()));
     start_ = clock_type::now();
     std::thread io_thread;
     if (&io_ == &own_io_)
@@ -67,7 +70,7 @@ public:
     std::thread pacer;
     if (plans_.empty())
       done_all();
-    else if (options_.arrival || options_.trace_times)
+    else if (open_loop)
       pacer = std::thread{[this] { pace(); }};
     else
       net::post(io_, [this] { launch_closed(); });

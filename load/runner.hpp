@@ -57,6 +57,8 @@ struct run_options {
   /// Open loop: run the thread that sends on the schedule at real-time priority (SCHED_FIFO 1)
   /// where the system allows it (root or CAP_SYS_NICE), so sends are not late for lack of CPU.
   bool realtime_pacer = true;
+  /// Open loop: connections opened before the first send (the pacer then rarely connects).
+  std::size_t warm_connections = 16;
 };
 
 /// Everything a run produced.

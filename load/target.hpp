@@ -93,6 +93,10 @@ public:
   void call(call_spec spec, call_callback done) {
     prepare(std::move(spec), std::move(done))->send();
   }
+  /// Opens up to `connections` idle connections ahead of a run, so that sends on a schedule
+  /// need not connect first; those that fail are left out (a call connects when none is idle).
+  /// Targets without connections ignore it.
+  virtual void warm(std::size_t connections) { (void)connections; }
   /// A short description ("http://127.0.0.1:8080/v1", "inproc triad-tiny").
   virtual std::string describe() const = 0;
   /// The model name requests carry.

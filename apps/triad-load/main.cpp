@@ -117,6 +117,7 @@ int self_test(double duration, std::size_t streams, double open_rate, bool realt
     double rate = open_rate > 0 ? open_rate : std::max(10.0, capacity / 2);
     o.arrival = triad::load::arrival_spec{arrival_kind::poisson, rate, 1.0};
     o.realtime_pacer = realtime;
+    o.warm_connections = 256; // answers a few ms late keep hundreds in flight at this rate
     double seconds = duration * 0.3;
     auto res = run(*t, small_jobs(static_cast<std::size_t>(rate * seconds), 1), o);
     auto s = summarize(res, {});
