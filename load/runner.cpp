@@ -37,10 +37,16 @@ public:
       , io_(t.single_thread_io() != nullptr ? *t.single_thread_io() : own_io_)
       , work_(own_io_.get_executor()) {
     result_.jobs.resize(plans_.size());
+    std::size_t calls = 0;
     for (std::size_t i = 0; i < plans_.size(); ++i) {
       result_.jobs[i].job = i;
       result_.jobs[i].session = plans_[i].session;
+      for (const auto& t : plans_[i].turns)
+        calls += t.calls.size();
     }
+    // Room for every planned call up front: growing a vector of tens of thousands of records
+    // mid-run moves them all, a stall of milliseconds on the thread that reads the answers.
+    result_.calls.reserve(calls);
   }
 
   run_result go() {
