@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -50,10 +51,18 @@ public:
   }
 
   run_result go() {
-    bool open_loop = options_.arrival || options_.trace_times;
-    if (open_loop) // before the clock starts: the first sends find connections open
+    // An open loop's schedule, connections and pacer thread are made before the clock starts,
+    // so the first sends are not late for them.
+    bool open_loop = !plans_.empty() && (options_.arrival || options_.trace_times);
+    std::promise<void> clock_started;
+    std::thread pacer;
+    if (open_loop) {
+      plan_arrivals();
       target_.warm(std::min(options_.warm_connections, plans_.size()));
+      pacer = std::thread{[this, go = clock_started.get_future().share()] { pace(go); }};
+    }
     start_ = clock_type::now();
+    clock_started.set_value();
     std::thread io_thread;
     if (&io_ == &own_io_)
       io_thread = std::thread{[this] {
@@ -73,12 +82,9 @@ public:
         }
         std::fprintf(stderr, "\n");
       }};
-    std::thread pacer;
     if (plans_.empty())
       done_all();
-    else if (open_loop)
-      pacer = std::thread{[this] { pace(); }};
-    else
+    else if (!open_loop)
       net::post(io_, [this] { launch_closed(); });
     {
       std::unique_lock<std::mutex> l{m_};
@@ -116,7 +122,24 @@ private:
   // Open loop, on a thread of its own (the pacer): each job's first call is built ahead, then
   // sent at its intended time from this thread, so the answers the I/O thread reads do not
   // delay it. Jobs start in time order (traces need not be sorted).
-  void pace() {
+  // The open loop's schedule: each job's intended start, and the jobs in time order (traces
+  // need not be sorted). Computed before the clock starts.
+  void plan_arrivals() {
+    if (options_.trace_times)
+      for (const auto& p : plans_)
+        arrivals_.push_back(std::max(0.0, p.arrival_s));
+    else
+      arrivals_ = arrival_times(*options_.arrival, plans_.size(), options_.seed);
+    result_.mode = options_.trace_times ? "open trace" : "open " + to_string(*options_.arrival);
+    order_.resize(plans_.size());
+    for (std::size_t i = 0; i < order_.size(); ++i)
+      order_[i] = i;
+    std::stable_sort(order_.begin(), order_.end(),
+                     [&](std::size_t a, std::size_t b) { return arrivals_[a] < arrivals_[b]; });
+  }
+
+  // Runs on the pacer thread; starts sending once `go` is ready (start_ set).
+  void pace(std::shared_future<void> go) {
     ::prctl(PR_SET_TIMERSLACK, 1UL); // timers fire on time, not up to 50 us late
     name_this_thread("load.pacer");
     if (options_.realtime_pacer) {
@@ -127,18 +150,9 @@ private:
       p.sched_priority = 1;
       result_.realtime_pacer = ::pthread_setschedparam(::pthread_self(), SCHED_FIFO, &p) == 0;
     }
-    std::vector<double> at;
-    if (options_.trace_times)
-      for (const auto& p : plans_)
-        at.push_back(std::max(0.0, p.arrival_s));
-    else
-      at = arrival_times(*options_.arrival, plans_.size(), options_.seed);
-    result_.mode = options_.trace_times ? "open trace" : "open " + to_string(*options_.arrival);
-    std::vector<std::size_t> order(plans_.size());
-    for (std::size_t i = 0; i < order.size(); ++i)
-      order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return at[a] < at[b]; });
+    go.wait(); // the clock starts
+    const auto& at = arrivals_;
+    const auto& order = order_;
     // Calls are built ahead (up to `lookahead`) while there is time before the next is due, so
     // a burst of arrivals costs only the sends.
     struct ready_call {
@@ -381,6 +395,8 @@ private:
   clock_type::time_point start_;
   run_result result_;
   std::size_t next_closed_ = 0;
+  std::vector<double> arrivals_;   // open loop: each job's intended start
+  std::vector<std::size_t> order_; // open loop: jobs by arrival time
   std::atomic<std::size_t> started_{0}, jobs_done_{0}, calls_done_{0}, calls_failed_{0};
   std::mutex m_;
   std::condition_variable cv_;
