@@ -186,13 +186,9 @@ public:
 
   void warm(std::size_t connections) override {
     for (std::size_t i = 0; i < connections; ++i) {
-      auto s = threads_.size() == 1 ? std::make_unique<beast::tcp_stream>(io_.get_executor())
-                                    : std::make_unique<beast::tcp_stream>(net::make_strand(io_));
-      beast::error_code ec;
-      s->connect(endpoints_, ec);
-      if (ec)
+      auto s = new_stream();
+      if (connect_now(*s))
         return;
-      s->socket().set_option(tcp::no_delay(true), ec);
       give_back(std::move(s));
     }
   }
@@ -208,14 +204,23 @@ public:
       idle_.try_dequeue(stream);
     bool reused = stream != nullptr;
     if (!reused)
-      stream = threads_.size() == 1 ? std::make_unique<beast::tcp_stream>(io_.get_executor())
-                                    : std::make_unique<beast::tcp_stream>(net::make_strand(io_));
+      stream = new_stream();
     auto x = std::make_shared<exchange>(*this, std::move(stream), reused, std::move(wire),
                                         std::move(done));
     x->start();
   }
 
   void give_back(std::unique_ptr<beast::tcp_stream> s) { idle_.enqueue(std::move(s)); }
+
+  // Connects `s` from the calling thread (blocking; a socket nothing else uses yet), without
+  // Nagle's delay (best effort, as on the I/O thread); the connect's error, if any.
+  beast::error_code connect_now(beast::tcp_stream& s) const {
+    beast::error_code ec, ignore;
+    s.connect(endpoints_, ec);
+    if (!ec)
+      s.socket().set_option(tcp::no_delay(true), ignore);
+    return ec;
+  }
 
   const tcp::resolver::results_type& endpoints() const { return endpoints_; }
   // Whether the caller is one of the target's I/O threads.
@@ -227,6 +232,12 @@ public:
   std::chrono::milliseconds timeout() const { return options_.timeout; }
 
 private:
+  // A new connection's stream: on the one I/O thread, or on a strand of the several.
+  std::unique_ptr<beast::tcp_stream> new_stream() {
+    return threads_.size() == 1 ? std::make_unique<beast::tcp_stream>(io_.get_executor())
+                                : std::make_unique<beast::tcp_stream>(net::make_strand(io_));
+  }
+
   // A request serialised ahead; send() starts it from the calling thread.
   class prepared final : public prepared_call {
   public:
@@ -279,15 +290,13 @@ void exchange::start() {
       return;
     }
     // Another thread (the runner's pacer) sends now rather than wait for the I/O thread: it
-    // connects itself (a new socket nothing else uses yet).
-    stream_->connect(owner_.endpoints(), ec);
-    if (ec) {
+    // connects itself.
+    if (ec = owner_.connect_now(*stream_); ec) {
       net::dispatch(stream_->get_executor(), [self = shared_from_this(), ec] {
         self->fail("connect", "cannot connect: " + ec.message());
       });
       return;
     }
-    stream_->socket().set_option(tcp::no_delay(true), ec);
   }
   // The request goes to the socket at once, from the calling thread (the runner's pacer sends
   // at the intended time without waiting for the I/O thread); what the socket does not take

@@ -119,9 +119,6 @@ private:
     return std::chrono::duration<double>(t - start_).count();
   }
 
-  // Open loop, on a thread of its own (the pacer): each job's first call is built ahead, then
-  // sent at its intended time from this thread, so the answers the I/O thread reads do not
-  // delay it. Jobs start in time order (traces need not be sorted).
   // The open loop's schedule: each job's intended start, and the jobs in time order (traces
   // need not be sorted). Computed before the clock starts.
   void plan_arrivals() {
@@ -138,7 +135,9 @@ private:
                      [&](std::size_t a, std::size_t b) { return arrivals_[a] < arrivals_[b]; });
   }
 
-  // Runs on the pacer thread; starts sending once `go` is ready (start_ set).
+  // Open loop, on a thread of its own (the pacer): each job's first call is built ahead, then
+  // sent at its intended time from this thread, so the answers the I/O thread reads do not
+  // delay it. Starts sending once `go` is ready (start_ set).
   void pace(std::shared_future<void> go) {
     ::prctl(PR_SET_TIMERSLACK, 1UL); // timers fire on time, not up to 50 us late
     name_this_thread("load.pacer");
