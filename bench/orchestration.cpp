@@ -153,6 +153,8 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> session_counts = {1, 10, 100, 1000};
   app.add_option("--sessions", session_counts, "concurrent session counts to run")
       ->check(CLI::PositiveNumber);
+  std::uint32_t calls = 3;
+  app.add_option("--tool-calls", calls, "tool calls per request")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   // Zero-time sim devices: only triad's code and the simulated logits cost anything.
@@ -171,7 +173,6 @@ int main(int argc, char** argv) {
   }
   auto& n = **started;
 
-  const std::uint32_t calls = 3;
   const std::uint32_t short_turn = 4, long_turn = quick ? 24 : 64;
   // Rounds per session count: enough requests that thread wake-ups average out.
   const std::size_t min_requests = quick ? 1000 : 4000;

@@ -1,6 +1,7 @@
 #include "devices/device.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <map>
 
@@ -17,14 +18,48 @@ using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using export_done_atom = caf::atom_constant<caf::atom("exportdone")>;
 using import_done_atom = caf::atom_constant<caf::atom("importdone")>;
 
-// What a step needs back: per item its sequence and logits, or the step's error.
+// One forward step of a job: its batch size, tokens computed and time.
+struct step_stat {
+  std::size_t batch = 0;
+  std::uint64_t tokens = 0;
+  double seconds = 0;
+};
+
+// What a step job hands back: per item its sequence, the tokens it moved on, and the tokens
+// chosen for it on the driver; or the job's error.
 struct step_result {
   std::vector<seq_id> seqs;
   std::vector<std::size_t> tokens; // tokens the item moves its sequence on (computed or cached)
   std::vector<std::size_t> cached; // of those, tokens found in the prefix cache
-  std::vector<int> row;            // the item's row of the output's logits; -1: not computed
-  expected<step_output> output = make_error(errc::invalid_argument, "not run");
+  std::vector<int> row;            // the item's row in the first step; -1: not computed
+  // Per item, the tokens chosen (one per step it took part in); all but the last were fed back
+  // in the job's later steps and are in the KV (counted in `tokens`).
+  std::vector<std::vector<token>> sampled;
+  std::vector<step_stat> steps; // the forward steps run, in order
+  expected<void> output = make_error(errc::invalid_argument, "not run");
   kv_usage kv;
+};
+
+// How one sequence's tokens are chosen. Made at admission and then only used on the driver
+// thread, which does the choosing: the actor reads its constant fields alone, and a sequence has
+// one step job in flight at a time.
+struct sample_plan {
+  sampler pick;
+  std::vector<token> forced; // scripted choices: the n-th token generated is forced[n]
+  std::vector<token> stop;   // tokens that end generation besides EOS
+  std::uint32_t max_new_tokens = 0;
+
+  // The `generated`-th token (counting from 0) after these logits.
+  token choose(std::uint32_t generated, std::span<const float> logits) {
+    return generated < forced.size() ? forced[generated] : pick.sample(logits);
+  }
+  // Whether `tok`, the `generated`-th token generated (counting from 1), ends the sequence, and
+  // why ("stop" or "length"); nullptr when it goes on.
+  const char* ends(token tok, std::uint32_t generated) const {
+    if (tok == tokenizer::eos || std::find(stop.begin(), stop.end(), tok) != stop.end())
+      return "stop";
+    return generated >= max_new_tokens ? "length" : nullptr;
+  }
 };
 
 } // namespace
@@ -69,6 +104,112 @@ struct device_metrics {
   }
 };
 
+// One job for the driver thread: the frees and prefix lookups queued before the step, the step,
+// and the choice of each completed prompt's next token. Then, up to `max_steps` steps in all,
+// the sequences whose token did not end them decode again with it, until the steps have taken
+// `window` or the actor raises `interrupt` (a message that changes the batch has arrived).
+struct step_job {
+  std::shared_ptr<backend> be;
+  std::vector<step_item> items;
+  std::shared_ptr<step_result> result;
+  std::vector<std::shared_ptr<sample_plan>> plans; // per item; null: its prompt goes on
+  std::vector<std::uint32_t> generated;            // per item, tokens generated before the job
+  std::vector<seq_id> frees;
+  std::vector<std::pair<std::size_t, std::vector<token>>> lookups; // item index, its prompt
+  std::size_t max_steps = 1;
+  std::chrono::microseconds window{};
+  std::shared_ptr<std::atomic<bool>> interrupt;
+  caf::actor reply_to;
+
+  void operator()() {
+    for (auto id : frees)
+      be->free(id);
+    attach_prefixes();
+    auto& r = *result;
+    r.sampled.resize(r.seqs.size());
+    std::vector<std::size_t> live; // result index of each entry of `items`
+    for (std::size_t i = 0; i < r.seqs.size(); ++i)
+      if (r.row[i] >= 0)
+        live.push_back(i);
+    if (items.empty())
+      r.output = expected<void>{};
+    auto start = std::chrono::steady_clock::now();
+    for (std::size_t step = 0; !items.empty(); ++step) {
+      auto out = run(items);
+      if (!out) {
+        if (step == 0) // a later step's failure ends the burst; what it made so far stands
+          r.output = out.error();
+        break;
+      }
+      r.output = expected<void>{};
+      r.steps.push_back({items.size(), out->tokens, out->seconds});
+      std::vector<step_item> next;
+      std::vector<std::size_t> next_live;
+      for (std::size_t k = 0; k < items.size(); ++k) {
+        auto i = live[k];
+        if (step > 0)
+          ++r.tokens[i]; // the token chosen in the previous step is in the KV now
+        auto& plan = plans[i];
+        if (!plan)
+          continue;
+        auto n = generated[i] + static_cast<std::uint32_t>(r.sampled[i].size());
+        auto tok = plan->choose(n, out->logits[k]);
+        r.sampled[i].push_back(tok);
+        if (plan->ends(tok, n + 1) == nullptr) {
+          next.push_back({items[k].seq, {tok}});
+          next_live.push_back(i);
+        }
+      }
+      if (step + 1 >= max_steps || interrupt->load(std::memory_order_relaxed) ||
+          std::chrono::steady_clock::now() - start >= window)
+        break;
+      items = std::move(next);
+      live = std::move(next_live);
+    }
+    r.kv = be->kv();
+    caf::anon_send(reply_to, step_done_atom::value, result);
+  }
+
+  // Sequences computed from their first token start from their prompt's longest prefix in the
+  // cache; items wholly cached leave the step (row -1).
+  void attach_prefixes() {
+    auto& r = *result;
+    bool trimmed = false;
+    for (auto& [i, prompt] : lookups) {
+      auto covered = be->attach_prefix(items[i].seq, prompt);
+      if (covered == 0)
+        continue;
+      // The item starts at token 0; its first `covered` tokens need no computing.
+      auto& toks = items[i].tokens;
+      auto skip = std::min(covered, toks.size());
+      toks.erase(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(skip));
+      r.tokens[i] = std::max(covered, r.tokens[i]);
+      r.cached[i] = covered;
+      trimmed = trimmed || toks.empty();
+    }
+    if (!trimmed)
+      return;
+    std::vector<step_item> kept;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      r.row[i] = items[i].tokens.empty() ? -1 : static_cast<int>(kept.size());
+      if (!items[i].tokens.empty())
+        kept.push_back(std::move(items[i]));
+    }
+    items = std::move(kept);
+  }
+
+  // One forward step; a backend bug must not leave the job unanswered.
+  expected<step_output> run(std::span<const step_item> batch) {
+    try {
+      return be->step(batch);
+    } catch (const std::exception& e) {
+      return make_error(errc::system_error, std::string{"the backend threw: "} + e.what());
+    } catch (...) {
+      return make_error(errc::system_error, "the backend threw");
+    }
+  }
+};
+
 class device_actor : public homed_actor {
 public:
   device_actor(caf::actor_config& cfg, std::shared_ptr<backend> be,
@@ -88,10 +229,12 @@ public:
     return {
         [this](generate_atom, generate_request& req) { return admit(std::move(req)); },
         [this](park_atom, seq_id id) {
+          interrupt_burst();
           if (auto* s = find(id))
             s->state = seq_state::parked;
         },
         [this](resume_atom, seq_id id, std::vector<token>& appended) {
+          interrupt_burst();
           auto* s = find(id);
           if (s == nullptr)
             return;
@@ -166,6 +309,7 @@ public:
           return a;
         },
         [this](import_done_atom, seq_id id, std::uint64_t tokens, std::string& error) {
+          interrupt_burst();
           auto* s = find(id);
           if (s == nullptr)
             return;
@@ -195,9 +339,15 @@ private:
     std::uint32_t generated = 0;
     seq_state state = seq_state::waiting;
     bool finished = false;
-    std::unique_ptr<sampler> pick;
+    std::shared_ptr<sample_plan> plan; // how its tokens are chosen (on the driver)
     std::uint64_t admitted_order = 0;
   };
+
+  // Ends the driver's burst after its current step: the batch is about to change.
+  void interrupt_burst() {
+    if (in_flight_)
+      interrupt_->store(true, std::memory_order_relaxed);
+  }
 
   sequence* find(seq_id id) {
     auto it = seqs_.find(id);
@@ -211,6 +361,7 @@ private:
 
   // Admits a sequence; an importing one waits (not scheduled) until its KV has arrived.
   admission admit(generate_request req, bool importing = false) {
+    interrupt_burst();
     if (req.prompt.empty())
       return refuse("invalid: sequence " + std::to_string(req.seq) + " has an empty prompt");
     if (auto ok = req.sampling.validate(); !ok)
@@ -232,7 +383,8 @@ private:
     s.tokens = req.prompt;
     s.state = importing ? seq_state::importing : seq_state::waiting;
     s.lookup = !importing && options_.prefix_cache && req.reuse_prefix;
-    s.pick = std::make_unique<sampler>(req.sampling);
+    s.plan = std::make_shared<sample_plan>(sample_plan{sampler{req.sampling}, std::move(req.forced),
+                                                       std::move(req.stop), req.max_new_tokens});
     s.admitted_order = next_order_++;
     s.req = std::move(req);
     auto id = s.req.seq;
@@ -242,6 +394,7 @@ private:
   }
 
   void release(seq_id id) {
+    interrupt_burst();
     auto it = seqs_.find(id);
     std::vector<token> computed;
     if (it != seqs_.end() && options_.prefix_cache && it->second.computed > 0) {
@@ -264,6 +417,7 @@ private:
   // nothing waits before it, else behind the backlog, which goes in as the driver frees up.
   // The backlog stays small: each sequence has at most one export or import outstanding.
   void submit(driver_job&& job) {
+    interrupt_burst();
     if (backlog_.empty() && driver_->try_submit_in_order(std::move(job)) != submit_result::full)
       return; // accepted, or refused because the device is stopping
     backlog_.push_back(std::move(job));
@@ -370,64 +524,45 @@ private:
     }
     if (items.empty())
       return;
+    // Every sequence that could take part is in the step and each one's prompt completes in
+    // it: the driver may decode on with the same batch (a burst).
+    std::size_t eligible = 0;
+    for (auto& [id, s] : seqs_)
+      eligible += s.state == seq_state::waiting || s.state == seq_state::importing ||
+                  (s.state == seq_state::running && !s.finished);
     auto result = std::make_shared<step_result>();
-    // Sequences computed from their first token look their prompt up in the prefix cache first,
-    // on the driver thread, just before the step.
-    std::vector<std::pair<std::size_t, std::vector<token>>> lookups;
+    step_job job;
+    job.be = backend_;
+    bool all_complete = true;
     for (std::size_t i = 0; i < items.size(); ++i) {
       auto* s = find(items[i].seq);
       result->seqs.push_back(items[i].seq);
       result->tokens.push_back(items[i].tokens.size());
       result->cached.push_back(0);
       result->row.push_back(static_cast<int>(i));
+      bool completes = s->computed + items[i].tokens.size() == s->tokens.size();
+      all_complete = all_complete && completes;
+      job.plans.push_back(completes ? s->plan : nullptr);
+      job.generated.push_back(s->generated);
       if (s->lookup && s->computed == 0) {
-        lookups.emplace_back(i, s->tokens);
+        job.lookups.emplace_back(i, s->tokens);
         s->lookup = false;
       }
     }
-    auto frees = std::move(pending_frees_);
+    job.items = std::move(items);
+    job.result = result;
+    job.frees = std::move(pending_frees_);
     pending_frees_.clear();
-    auto self = caf::actor_cast<caf::actor>(this);
-    auto job = [be = backend_, items = std::move(items), result, self, frees,
-                lookups = std::move(lookups)]() mutable {
-      for (auto id : frees)
-        be->free(id);
-      bool trimmed = false;
-      for (auto& [i, prompt] : lookups) {
-        auto covered = be->attach_prefix(items[i].seq, prompt);
-        if (covered == 0)
-          continue;
-        // The item starts at token 0; its first `covered` tokens need no computing.
-        auto& toks = items[i].tokens;
-        auto skip = std::min(covered, toks.size());
-        toks.erase(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(skip));
-        result->tokens[i] = std::max(covered, result->tokens[i]);
-        result->cached[i] = covered;
-        trimmed = trimmed || toks.empty();
-      }
-      if (trimmed) { // items wholly cached leave the step
-        std::vector<step_item> kept;
-        for (std::size_t i = 0; i < items.size(); ++i) {
-          result->row[i] = items[i].tokens.empty() ? -1 : static_cast<int>(kept.size());
-          if (!items[i].tokens.empty())
-            kept.push_back(std::move(items[i]));
-        }
-        items = std::move(kept);
-      }
-      try {
-        if (items.empty())
-          result->output = step_output{};
-        else
-          result->output = be->step(items);
-      } catch (const std::exception& e) { // a backend bug must not leave the step unanswered
-        result->output =
-            make_error(errc::system_error, std::string{"the backend threw: "} + e.what());
-      } catch (...) {
-        result->output = make_error(errc::system_error, "the backend threw");
-      }
-      result->kv = be->kv();
-      caf::anon_send(self, step_done_atom::value, result);
-    };
+    job.max_steps =
+        all_complete && !starved && eligible == job.items.size() ? options_.burst_steps : 1;
+    job.window = options_.burst_window;
+    interrupt_->store(false, std::memory_order_relaxed);
+    job.interrupt = interrupt_;
+    job.reply_to = caf::actor_cast<caf::actor>(this);
+    auto frees = job.frees;
+    std::vector<seq_id> looked_up;
+    for (auto& [i, prompt] : job.lookups)
+      looked_up.push_back(job.items[i].seq);
     switch (driver_->try_submit_in_order(std::move(job))) {
     case submit_result::accepted:
       in_flight_ = true;
@@ -436,6 +571,9 @@ private:
       // The driver still holds the previous step's tail or frees: the frees taken for this
       // step go back, and scheduling is retried shortly, so no work is dropped.
       pending_frees_.insert(pending_frees_.end(), frees.begin(), frees.end());
+      for (auto id : looked_up)
+        if (auto* s = find(id))
+          s->lookup = true;
       retry_soon();
       break;
     case submit_result::stopped:
@@ -457,18 +595,19 @@ private:
         }
       return schedule();
     }
-    auto& out = *r.output;
-    bool ran = !out.logits.empty();
-    stats_.steps += ran ? 1 : 0;
-    stats_.tokens += out.tokens;
-    stats_.busy_seconds += out.seconds;
-    if (metrics_.steps != nullptr && ran) {
-      metrics_.steps->inc();
-      metrics_.tokens->inc(static_cast<double>(out.tokens));
-      metrics_.busy->inc(out.seconds);
-      metrics_.batch->observe(static_cast<double>(r.seqs.size()));
-      metrics_.step_tokens->observe(static_cast<double>(out.tokens));
-      metrics_.step_seconds->observe(out.seconds);
+    stats_.step_jobs += r.steps.empty() ? 0 : 1;
+    for (const auto& st : r.steps) {
+      ++stats_.steps;
+      stats_.tokens += st.tokens;
+      stats_.busy_seconds += st.seconds;
+      if (metrics_.steps != nullptr) {
+        metrics_.steps->inc();
+        metrics_.tokens->inc(static_cast<double>(st.tokens));
+        metrics_.busy->inc(st.seconds);
+        metrics_.batch->observe(static_cast<double>(st.batch));
+        metrics_.step_tokens->observe(static_cast<double>(st.tokens));
+        metrics_.step_seconds->observe(st.seconds);
+      }
     }
     for (std::size_t i = 0; i < r.seqs.size(); ++i) {
       auto* s = find(r.seqs[i]);
@@ -481,27 +620,30 @@ private:
         if (metrics_.cached != nullptr)
           metrics_.cached->inc(static_cast<double>(r.cached[i]));
       }
-      if (s->computed < s->tokens.size() || r.row[i] < 0) {
+      const auto& sampled = r.sampled[i];
+      if (sampled.empty()) { // the prompt goes on (or was all cached)
         if (s->state != seq_state::parked)
           s->state = seq_state::waiting;
         continue;
       }
-      if (s->state == seq_state::parked || s->finished)
-        continue;
-      auto tok = s->generated < s->req.forced.size() ? s->req.forced[s->generated]
-                                                     : s->pick->sample(out.logits[r.row[i]]);
-      s->tokens.push_back(tok);
-      ++s->generated;
-      ++stats_.generated;
-      emit(*s, device_event::token, tok, {});
-      bool stop = tok == tokenizer::eos ||
-                  std::find(s->req.stop.begin(), s->req.stop.end(), tok) != s->req.stop.end();
-      if (stop || s->generated >= s->req.max_new_tokens) {
-        s->finished = true;
-        s->state = seq_state::done;
-        emit(*s, device_event::done, 0, stop ? "stop" : "length");
-      } else {
-        s->state = seq_state::running;
+      for (std::size_t j = 0; j < sampled.size(); ++j) {
+        // The last token is not in the KV yet: a sequence parked meanwhile drops it, as if it
+        // had never been chosen. The others are in the KV and stay.
+        if (j + 1 == sampled.size() && (s->state == seq_state::parked || s->finished))
+          break;
+        s->tokens.push_back(sampled[j]);
+        ++s->generated;
+        ++stats_.generated;
+        emit(*s, device_event::token, sampled[j], {});
+        if (j + 1 < sampled.size())
+          continue;
+        if (const char* why = s->plan->ends(sampled[j], s->generated)) {
+          s->finished = true;
+          s->state = seq_state::done;
+          emit(*s, device_event::done, 0, why);
+        } else {
+          s->state = seq_state::running;
+        }
       }
     }
     update_gauges();
@@ -575,6 +717,8 @@ private:
   std::map<std::uint64_t, caf::response_promise> exports_;
   std::uint64_t next_promise_ = 0;
   bool in_flight_ = false;
+  // Raised when a message changes what the next step should hold: the driver ends a burst.
+  std::shared_ptr<std::atomic<bool>> interrupt_ = std::make_shared<std::atomic<bool>>(false);
   bool retry_pending_ = false;
   std::deque<driver_job> backlog_; // jobs waiting for room in the driver's queue, in order
   std::uint64_t next_order_ = 0;
@@ -589,10 +733,11 @@ expected<caf::actor> spawn_device(domain& home, std::unique_ptr<backend> be,
   if (be == nullptr)
     return make_error(errc::invalid_argument, "device '" + options.name + "': no backend");
   if (options.max_sequences == 0 || options.step_token_budget == 0 ||
-      options.max_prefill_chunk == 0 || options.queue_capacity == 0)
+      options.max_prefill_chunk == 0 || options.queue_capacity == 0 || options.burst_steps == 0)
     return make_error(errc::invalid_argument, "device '" + options.name +
                                                   "': max_sequences, step_token_budget, "
-                                                  "max_prefill_chunk and queue_capacity must be "
+                                                  "max_prefill_chunk, queue_capacity and "
+                                                  "burst_steps must be "
                                                   ">= 1");
   driver_options d;
   d.name = "drv." + options.name;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,6 +46,13 @@ inline constexpr std::size_t max_sequences = 64;
 inline constexpr std::size_t step_token_budget = 512;
 /// Longest prefill chunk of one sequence in one step.
 inline constexpr std::size_t max_prefill_chunk = 256;
+/// Decode steps the driver thread may run back to back for an unchanged batch (sampling on the
+/// driver) before the actor sees the result: a handful of steps per round trip when steps are
+/// far shorter than a thread hand-off.
+inline constexpr std::size_t burst_steps = 8;
+/// A burst ends once its steps have taken this long on the driver, so a streamed token is held
+/// back at most this long; steps longer than this (a real model's) each go back at once.
+inline constexpr std::chrono::microseconds burst_window{100};
 } // namespace defaults::device_actor
 
 /// A generation order for one sequence.
@@ -96,6 +104,7 @@ struct device_event {
 /// A snapshot of a device's scheduler and cache.
 struct device_stats {
   std::uint64_t steps = 0;         ///< steps run
+  std::uint64_t step_jobs = 0;     ///< driver jobs that ran them (fewer when steps ran in bursts)
   std::uint64_t tokens = 0;        ///< tokens computed
   std::uint64_t generated = 0;     ///< tokens sampled
   std::uint64_t refused = 0;       ///< generate requests answered busy
@@ -141,8 +150,8 @@ typename Inspector::result_type inspect(Inspector& f, kv_blob& x) {
 /// Inspector of device_stats.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
-  return f(caf::meta::type_name("device_stats"), x.steps, x.tokens, x.generated, x.refused,
-           x.preemptions, x.sequences, x.waiting, x.running, x.parked, x.busy_seconds,
+  return f(caf::meta::type_name("device_stats"), x.steps, x.step_jobs, x.tokens, x.generated,
+           x.refused, x.preemptions, x.sequences, x.waiting, x.running, x.parked, x.busy_seconds,
            x.kv_pages_used, x.kv_pages_total, x.kv_pages_cached, x.cached_tokens);
 }
 
@@ -153,6 +162,11 @@ struct device_options {
   std::size_t max_sequences = defaults::device_actor::max_sequences; ///< admission bound, >= 1
   std::size_t step_token_budget = defaults::device_actor::step_token_budget; ///< >= 1
   std::size_t max_prefill_chunk = defaults::device_actor::max_prefill_chunk; ///< >= 1
+  /// Decode steps one driver job may run back to back, >= 1 (1: every step goes back to the
+  /// actor); only while nothing waits to be prefilled and no message has changed the batch.
+  std::size_t burst_steps = defaults::device_actor::burst_steps;
+  /// Driver time after which a burst ends and its tokens go out.
+  std::chrono::microseconds burst_window = defaults::device_actor::burst_window;
   /// Jobs (steps, exports, imports, frees) queued to the driver thread at once, >= 1; more
   /// wait in the device actor, in order (`[[devices]] queue_capacity`).
   std::size_t queue_capacity = defaults::device::queue_capacity;

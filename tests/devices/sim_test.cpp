@@ -1,3 +1,5 @@
+#include <map>
+
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
@@ -146,6 +148,77 @@ BOOST_AUTO_TEST_CASE(the_device_actor_runs_a_simulated_device) {
   }
   caf::anon_send_exit(*dev, caf::exit_reason::user_shutdown);
   dom.stop(std::chrono::seconds{10});
+}
+
+// Runs four sequences on a zero-time sim device (sampled with a seed; one scripted to end at a
+// stop token) and returns each one's tokens and end, and the device's stats.
+struct burst_run {
+  std::map<triad::seq_id, std::vector<triad::token>> tokens;
+  std::map<triad::seq_id, std::string> ends;
+  triad::device_stats stats;
+};
+
+burst_run run_four(std::size_t burst_steps) {
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  triad::device_options o;
+  o.name = "sim0";
+  o.burst_steps = burst_steps;
+  o.burst_window = std::chrono::seconds{10}; // steps alone bound the bursts
+  auto dev = triad::spawn_device(dom, make("h200"), o);
+  BOOST_REQUIRE(dev.has_value());
+  burst_run out;
+  {
+    caf::scoped_actor self{dom.system()};
+    for (triad::seq_id seq = 1; seq <= 4; ++seq) {
+      triad::generate_request r;
+      r.seq = seq;
+      r.prompt = std::vector<triad::token>(20 + seq * 7, static_cast<triad::token>(60 + seq));
+      r.max_new_tokens = static_cast<std::uint32_t>(25 + seq * 3);
+      r.sampling.temperature = 4.0f; // flat enough that the noise decides some tokens
+      r.sampling.seed = seq;
+      if (seq == 3) { // scripted: the 11th token is a stop token
+        r.forced = std::vector<triad::token>(10, 'x');
+        r.forced.push_back('!');
+        r.stop = {'!'};
+      }
+      r.sink = self;
+      self->request(*dev, caf::infinite, triad::generate_atom::value, r)
+          .receive([](triad::admission& a) { BOOST_TEST(a.accepted); },
+                   [](caf::error&) { BOOST_FAIL("no admission"); });
+    }
+    std::size_t done = 0;
+    while (done < 4)
+      self->receive([&](triad::device_event& e) {
+        if (e.kind == triad::device_event::token)
+          out.tokens[e.seq].push_back(e.tok);
+        if (e.kind == triad::device_event::done) {
+          out.ends[e.seq] = e.message;
+          ++done;
+        }
+      });
+    self->request(*dev, caf::infinite, triad::stats_atom::value)
+        .receive([&](triad::device_stats& s) { out.stats = s; },
+                 [](caf::error&) { BOOST_FAIL("no stats"); });
+  }
+  caf::anon_send_exit(*dev, caf::exit_reason::user_shutdown);
+  dom.stop(std::chrono::seconds{10});
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(decode_bursts_choose_the_same_tokens_as_single_steps) {
+  auto single = run_four(1);
+  auto burst = run_four(8);
+  BOOST_TEST(single.stats.step_jobs == single.stats.steps);
+  BOOST_TEST(burst.stats.step_jobs < burst.stats.steps); // several steps per driver job
+  for (triad::seq_id seq = 1; seq <= 4; ++seq) {
+    BOOST_TEST(burst.tokens[seq] == single.tokens[seq]);
+    BOOST_TEST(burst.ends[seq] == single.ends[seq]);
+  }
+  BOOST_TEST(burst.tokens[3].size() == 11u);
+  BOOST_TEST(burst.ends[3] == "stop");
+  BOOST_TEST(burst.tokens[4].size() == 37u);
+  BOOST_TEST(burst.ends[4] == "length");
+  BOOST_TEST(burst.stats.generated == single.stats.generated);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
