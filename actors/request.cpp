@@ -368,7 +368,7 @@ private:
     ev.request = id_;
     ev.kind = request_event::token;
     ev.tok = t;
-    ev.text = tokenizer{}.decode({t});
+    ev.text = tokenizer{}.decode(t);
     emit(std::move(ev));
   }
 

@@ -173,9 +173,9 @@ int main(int argc, char** argv) {
   }
   auto& n = **started;
 
-  const std::uint32_t short_turn = 4, long_turn = quick ? 24 : 64;
+  const std::uint32_t short_turn = 4, long_turn = 64;
   // Rounds per session count: enough requests that thread wake-ups average out.
-  const std::size_t min_requests = quick ? 1000 : 4000;
+  const std::size_t min_requests = quick ? 2000 : 8000;
   triad::bench::report rep;
   rep.quick = quick;
   boost::json::array rows;

@@ -53,16 +53,17 @@ std::vector<token> tokenizer::encode(std::string_view text, bool specials) const
 
 std::string tokenizer::decode(const std::vector<token>& ids) const {
   std::string out;
-  for (auto id : ids) {
-    if (id >= 0 && id < 256) {
-      out += static_cast<char>(id);
-    } else if (auto s = special_spelling(id); !s.empty()) {
-      out += s;
-    } else {
-      out += "<|" + std::to_string(id) + "|>";
-    }
-  }
+  for (auto id : ids)
+    out += decode(id);
   return out;
+}
+
+std::string tokenizer::decode(token id) const {
+  if (id >= 0 && id < 256)
+    return std::string(1, static_cast<char>(id));
+  if (auto s = special_spelling(id); !s.empty())
+    return std::string{s};
+  return "<|" + std::to_string(id) + "|>";
 }
 
 } // namespace triad

@@ -27,6 +27,8 @@ public:
   std::vector<token> encode(std::string_view text, bool specials = true) const;
   /// Ids to text; special ids become their spellings, unused ids become "<|id|>".
   std::string decode(const std::vector<token>& ids) const;
+  /// One id to text, as decode does (no list built: this runs for every streamed token).
+  std::string decode(token id) const;
   /// The spelling of a special token, or an empty view for byte and unused ids.
   static std::string_view special_spelling(token id) noexcept;
   /// True for ids 256 and above.
