@@ -366,9 +366,10 @@ private:
       return refuse("invalid: sequence " + std::to_string(req.seq) + " has an empty prompt");
     if (auto ok = req.sampling.validate(); !ok)
       return refuse("invalid: " + ok.error().message);
+    const auto vocab = backend_->shape().vocab;
     for (const auto* list : {&req.prompt, &req.forced})
       for (auto t : *list)
-        if (t < 0 || static_cast<unsigned>(t) >= backend_->shape().vocab)
+        if (t < 0 || static_cast<unsigned>(t) >= vocab)
           return refuse("invalid: token " + std::to_string(t) + " outside the vocabulary");
     if (seqs_.count(req.seq) != 0)
       return refuse("invalid: sequence " + std::to_string(req.seq) + " already on device " +
