@@ -58,6 +58,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     o.role = dev.role;
     o.queue_capacity = dev.queue_capacity;
     o.prefix_cache = dev.prefix_cache;
+    o.burst_steps = dev.burst_steps;
+    o.burst_window = std::chrono::microseconds{dev.burst_window_us};
     if (bind)
       o.driver_cpus = {placed->driver_cpu};
     o.topo = machine ? n->topo_.get() : nullptr;

@@ -46,13 +46,6 @@ inline constexpr std::size_t max_sequences = 64;
 inline constexpr std::size_t step_token_budget = 512;
 /// Longest prefill chunk of one sequence in one step.
 inline constexpr std::size_t max_prefill_chunk = 256;
-/// Decode steps the driver thread may run back to back for an unchanged batch (sampling on the
-/// driver) before the actor sees the result: a handful of steps per round trip when steps are
-/// far shorter than a thread hand-off.
-inline constexpr std::size_t burst_steps = 8;
-/// A burst ends once its steps have taken this long on the driver, so a streamed token is held
-/// back at most this long; steps longer than this (a real model's) each go back at once.
-inline constexpr std::chrono::microseconds burst_window{100};
 } // namespace defaults::device_actor
 
 /// A generation order for one sequence.
@@ -163,10 +156,11 @@ struct device_options {
   std::size_t step_token_budget = defaults::device_actor::step_token_budget; ///< >= 1
   std::size_t max_prefill_chunk = defaults::device_actor::max_prefill_chunk; ///< >= 1
   /// Decode steps one driver job may run back to back, >= 1 (1: every step goes back to the
-  /// actor); only while nothing waits to be prefilled and no message has changed the batch.
-  std::size_t burst_steps = defaults::device_actor::burst_steps;
-  /// Driver time after which a burst ends and its tokens go out.
-  std::chrono::microseconds burst_window = defaults::device_actor::burst_window;
+  /// actor); only while nothing waits to be prefilled and no message has changed the batch
+  /// (`[[devices]] burst_steps`).
+  std::size_t burst_steps = defaults::device::burst_steps;
+  /// Driver time after which a burst ends and its tokens go out (`[[devices]] burst_window_us`).
+  std::chrono::microseconds burst_window{defaults::device::burst_window_us};
   /// Jobs (steps, exports, imports, frees) queued to the driver thread at once, >= 1; more
   /// wait in the device actor, in order (`[[devices]] queue_capacity`).
   std::size_t queue_capacity = defaults::device::queue_capacity;

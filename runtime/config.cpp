@@ -42,6 +42,8 @@ constexpr int_range max_body_bytes_range{1, std::int64_t{1} << 30};
 constexpr int_range device_memory_mib_range{1, mib_in_16_tib};
 constexpr int_range domain_id_range{0, max_domain_id};
 constexpr int_range page_tokens_range{1, 4096};
+constexpr int_range burst_steps_range{1, 1024};
+constexpr int_range burst_window_us_range{0, 1'000'000};
 
 constexpr std::size_t max_device_name_length = 64;
 constexpr std::string_view device_name_allowed = "1..64 characters from A-Z, a-z, 0-9, '_' and '-'";
@@ -79,8 +81,9 @@ constexpr int_range tool_deadline_ms_range{1, 86'400'000};
 constexpr int_range device_slots_range{0, 65'536};
 constexpr int_range max_device_retries_range{0, 16};
 constexpr std::string_view device_keys[] = {
-    "name",    "backend",    "role",       "topology_device", "domain",
-    "profile", "time_scale", "memory_mib", "queue_capacity",  "prefix_cache"};
+    "name",           "backend",      "role",        "topology_device",
+    "domain",         "profile",      "time_scale",  "memory_mib",
+    "queue_capacity", "prefix_cache", "burst_steps", "burst_window_us"};
 constexpr std::string_view sim_profile_keys[] = {"name",
                                                  "peak_tflops",
                                                  "memory_bandwidth_gb_s",
@@ -965,6 +968,8 @@ void read_device(reader& r, const scope& s, device_config& out, seen_names& name
   r.integer(s, "memory_mib", device_memory_mib_range, out.memory_mib);
   r.integer(s, "queue_capacity", queue_capacity_range, out.queue_capacity);
   r.boolean(s, "prefix_cache", out.prefix_cache);
+  r.integer(s, "burst_steps", burst_steps_range, out.burst_steps);
+  r.integer(s, "burst_window_us", burst_window_us_range, out.burst_window_us);
 }
 
 /// Reads the array of tables `key` (`[[key]]`), each element with `read`.
@@ -1292,6 +1297,8 @@ std::string to_toml(const node_config& config) {
     append_value(out, "memory_mib", device.memory_mib);
     append_value(out, "queue_capacity", device.queue_capacity);
     append_value(out, "prefix_cache", device.prefix_cache);
+    append_value(out, "burst_steps", device.burst_steps);
+    append_value(out, "burst_window_us", device.burst_window_us);
   }
   return out;
 }

@@ -178,6 +178,10 @@ struct device_config {
   std::size_t queue_capacity = defaults::device::queue_capacity; ///< `queue_capacity`, >= 1
   /// `prefix_cache`: keep finished sequences' KV pages for later prompts with the same start.
   bool prefix_cache = defaults::device::prefix_cache;
+  /// `burst_steps`: decode steps one driver job may run back to back, 1..1024 (1: none).
+  std::size_t burst_steps = defaults::device::burst_steps;
+  /// `burst_window_us`: driver time after which a burst's tokens go out, 0..1000000.
+  std::uint32_t burst_window_us = defaults::device::burst_window_us;
   bool operator==(const device_config&) const = default;
 };
 

@@ -89,6 +89,14 @@ inline constexpr std::uint64_t memory_mib = 2048;
 inline constexpr std::size_t queue_capacity = 256;
 /// Devices keep finished sequences' KV pages as a prefix cache (evicted when space is needed).
 inline constexpr bool prefix_cache = true;
+/// Decode steps one driver job may run back to back for an unchanged batch (sampling on the
+/// driver) before the device actor sees the result: a handful of steps per round trip when
+/// steps are far shorter than a thread hand-off.
+inline constexpr std::size_t burst_steps = 8;
+/// Driver time in microseconds after which a burst ends and its tokens go out, so a streamed
+/// token is held back at most this long; steps longer than this (a real model's) each go back
+/// at once.
+inline constexpr std::uint32_t burst_window_us = 100;
 /// Modelled seconds per real second of a `sim` device: 1 waits as long as the modelled step
 /// takes, 0 does not wait at all.
 inline constexpr double time_scale = 1.0;

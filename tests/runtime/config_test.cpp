@@ -132,6 +132,8 @@ node_config rich_config() {
   sim.time_scale = 0.25;
   sim.memory_mib = 143360;
   sim.queue_capacity = 1'000'000;
+  sim.burst_steps = 1;
+  sim.burst_window_us = 0;
   config.devices.push_back(sim);
 
   device_config cpu;
@@ -357,7 +359,8 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_device_is_an_error) {
                                 "  speed = 3\n");
   BOOST_TEST(message == "triad.toml:6:3: devices[1].speed = 3: unknown key; allowed keys in "
                         "[[devices]]: name, backend, role, topology_device, domain, profile, "
-                        "time_scale, memory_mib, queue_capacity, prefix_cache");
+                        "time_scale, memory_mib, queue_capacity, prefix_cache, burst_steps, "
+                        "burst_window_us");
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_model_is_an_error) {
@@ -431,6 +434,9 @@ BOOST_AUTO_TEST_CASE(out_of_range_is_an_error) {
   check_contains(error_of("[[devices]]\nname = \"a\"\nqueue_capacity = 0\n"),
                  {"triad.toml:3:18: ", "devices[0].queue_capacity = 0", "out of range",
                   "allowed: integer 1..1000000"});
+  check_contains(error_of("[[devices]]\nname = \"a\"\nburst_steps = 0\n"),
+                 {"triad.toml:3:15: ", "devices[0].burst_steps = 0", "out of range",
+                  "allowed: integer 1..1024"});
 }
 
 BOOST_AUTO_TEST_CASE(zero_tool_cores_is_an_error) {
