@@ -13,6 +13,8 @@ namespace {
 
 using call_done_atom = caf::atom_constant<caf::atom("calldone")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
+using expire_atom = caf::atom_constant<caf::atom("expire")>;
+using clock_type = std::chrono::steady_clock;
 
 class executor_actor : public homed_actor {
 public:
@@ -31,17 +33,16 @@ public:
   caf::behavior make_behavior() override {
     return {
         [this](tool_call_atom, std::string& name, std::string& args) -> caf::result<tool_reply> {
-          if (running_ >= options_.concurrency && waiting_.size() >= options_.queue_capacity) {
-            tool_reply busy;
-            busy.busy = true;
-            busy.content = "busy: " + std::to_string(running_) + " tool calls running and " +
-                           std::to_string(waiting_.size()) + " waiting; retry later";
-            return busy;
-          }
-          auto promise = make_response_promise<tool_reply>();
-          waiting_.push_back({std::move(name), std::move(args), promise});
-          start_next();
-          return promise;
+          return accept(std::move(name), std::move(args), clock_type::time_point::max());
+        },
+        [this](tool_call_atom, std::string& name, std::string& args,
+               std::int64_t deadline_ms) -> caf::result<tool_reply> {
+          return accept(std::move(name), std::move(args),
+                        clock_type::now() + std::chrono::milliseconds{deadline_ms});
+        },
+        [this](expire_atom) {
+          expiry_pending_ = false;
+          expire();
         },
         [this](retry_atom) {
           retry_pending_ = false;
@@ -49,8 +50,8 @@ public:
         },
         [this](call_done_atom, std::uint64_t key, std::size_t worker, tool_reply& reply) {
           auto it = in_flight_.find(key);
-          if (it != in_flight_.end()) {
-            it->second.deliver(std::move(reply));
+          if (it != in_flight_.end()) { // else it expired: its caller has had the timeout
+            it->second.promise.deliver(std::move(reply));
             in_flight_.erase(it);
           }
           free_.push_back(worker);
@@ -67,8 +68,8 @@ public:
     stopped.content = "the tool executor stopped before this call finished";
     for (auto& call : waiting_)
       call.promise.deliver(stopped);
-    for (auto& [key, promise] : in_flight_)
-      promise.deliver(stopped);
+    for (auto& [key, call] : in_flight_)
+      call.promise.deliver(stopped);
     waiting_.clear();
     in_flight_.clear();
   }
@@ -78,7 +79,65 @@ private:
     std::string name;
     std::string args;
     caf::response_promise promise;
+    clock_type::time_point deadline = clock_type::time_point::max();
   };
+
+  struct running {
+    caf::response_promise promise;
+    clock_type::time_point deadline;
+  };
+
+  caf::result<tool_reply> accept(std::string name, std::string args,
+                                 clock_type::time_point deadline) {
+    if (running_ >= options_.concurrency && waiting_.size() >= options_.queue_capacity) {
+      tool_reply busy;
+      busy.busy = true;
+      busy.content = "busy: " + std::to_string(running_) + " tool calls running and " +
+                     std::to_string(waiting_.size()) + " waiting; retry later";
+      return busy;
+    }
+    auto promise = make_response_promise<tool_reply>();
+    waiting_.push_back({std::move(name), std::move(args), promise, deadline});
+    if (deadline != clock_type::time_point::max())
+      check_deadlines_soon();
+    start_next();
+    return promise;
+  }
+
+  void check_deadlines_soon() {
+    if (!expiry_pending_) {
+      expiry_pending_ = true;
+      delayed_send(this, defaults::tool_executor::deadline_check, expire_atom::value);
+    }
+  }
+
+  // Answers every call past its deadline with a timeout, waiting or running (a running tool
+  // ends under its own limits; its late result is dropped), and checks again while calls with a
+  // deadline remain.
+  void expire() {
+    auto now = clock_type::now();
+    bool left = false;
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (it->deadline <= now) {
+        it->promise.deliver(caf::make_error(caf::sec::request_timeout));
+        it = waiting_.erase(it);
+      } else {
+        left = left || it->deadline != clock_type::time_point::max();
+        ++it;
+      }
+    }
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      if (it->second.deadline <= now) {
+        it->second.promise.deliver(caf::make_error(caf::sec::request_timeout));
+        it = in_flight_.erase(it);
+      } else {
+        left = left || it->second.deadline != clock_type::time_point::max();
+        ++it;
+      }
+    }
+    if (left)
+      check_deadlines_soon();
+  }
 
   // Starts waiting calls while workers are free; each worker is a thread of its own (the
   // runtime bridge) that reports back by message, so a slow tool never blocks this actor.
@@ -89,7 +148,7 @@ private:
       auto key = next_key_++;
       auto worker = free_.back();
       free_.pop_back();
-      in_flight_.emplace(key, call->promise);
+      in_flight_.emplace(key, running{call->promise, call->deadline});
       ++running_;
       auto self = caf::actor_cast<caf::actor>(this);
       auto job = [tools = tools_, self, key, worker, call] {
@@ -124,11 +183,12 @@ private:
   std::shared_ptr<const tool_registry> tools_;
   tool_executor_options options_;
   std::deque<pending> waiting_;
-  std::map<std::uint64_t, caf::response_promise> in_flight_;
+  std::map<std::uint64_t, running> in_flight_;
   std::vector<std::unique_ptr<driver_thread>> workers_;
   std::vector<std::size_t> free_;
   std::size_t running_ = 0;
   bool retry_pending_ = false;
+  bool expiry_pending_ = false;
   std::uint64_t next_key_ = 0;
 };
 

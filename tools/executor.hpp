@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,7 +15,10 @@
 namespace triad {
 
 /// Asks a tool executor to run a tool: `(tool_call_atom, std::string name, std::string
-/// arguments_json)` -> tool_reply. Answered "busy" at once when the queue is full.
+/// arguments_json)` -> tool_reply, or with a deadline: `(tool_call_atom, name, arguments_json,
+/// std::int64_t deadline_ms)`, answered with the error caf::sec::request_timeout when no result
+/// came within deadline_ms (the executor checks its calls' deadlines every `deadline_check`, so
+/// callers need no timer of their own). Answered "busy" at once when the queue is full.
 using tool_call_atom = caf::atom_constant<caf::atom("toolcall")>;
 
 /// Defaults of the tool executor.
@@ -23,6 +27,9 @@ namespace defaults::tool_executor {
 inline constexpr std::size_t concurrency = 2;
 /// Calls waiting for a slot before new ones are refused.
 inline constexpr std::size_t queue_capacity = 64;
+/// How often an executor with calls under a deadline looks for expired ones: one timer for all
+/// of them instead of one per call (a deadline is met within this much).
+inline constexpr std::chrono::milliseconds deadline_check{10};
 } // namespace defaults::tool_executor
 
 /// The answer to a tool call.

@@ -70,7 +70,9 @@ private:
       finish_timed_out();
       return;
     }
-    request(executor, left, tool_call_atom::value, call_.name, call_.arguments_json)
+    // The executor answers a timeout itself once the deadline has passed: no timer per call.
+    request(executor, caf::infinite, tool_call_atom::value, call_.name, call_.arguments_json,
+            static_cast<std::int64_t>(left.count()))
         .then(
             [this](tool_reply& reply) {
               if (reply.busy) {
