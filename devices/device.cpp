@@ -31,7 +31,6 @@ struct step_result {
   std::vector<seq_id> seqs;
   std::vector<std::size_t> tokens; // tokens the item moves its sequence on (computed or cached)
   std::vector<std::size_t> cached; // of those, tokens found in the prefix cache
-  std::vector<int> row;            // the item's row in the first step; -1: not computed
   // Per item, the tokens chosen (one per step it took part in); all but the last were fed back
   // in the job's later steps and are in the KV (counted in `tokens`).
   std::vector<std::vector<token>> sampled;
@@ -124,13 +123,9 @@ struct step_job {
   void operator()() {
     for (auto id : frees)
       be->free(id);
-    attach_prefixes();
+    auto live = attach_prefixes(); // the result index of each entry of `items`
     auto& r = *result;
     r.sampled.resize(r.seqs.size());
-    std::vector<std::size_t> live; // result index of each entry of `items`
-    for (std::size_t i = 0; i < r.seqs.size(); ++i)
-      if (r.row[i] >= 0)
-        live.push_back(i);
     if (items.empty())
       r.output = expected<void>{};
     auto start = std::chrono::steady_clock::now();
@@ -171,8 +166,8 @@ struct step_job {
   }
 
   // Sequences computed from their first token start from their prompt's longest prefix in the
-  // cache; items wholly cached leave the step (row -1).
-  void attach_prefixes() {
+  // cache; items wholly cached leave the step. Returns the result index of each item left.
+  std::vector<std::size_t> attach_prefixes() {
     auto& r = *result;
     bool trimmed = false;
     for (auto& [i, prompt] : lookups) {
@@ -187,15 +182,18 @@ struct step_job {
       r.cached[i] = covered;
       trimmed = trimmed || toks.empty();
     }
-    if (!trimmed)
-      return;
+    std::vector<std::size_t> live;
     std::vector<step_item> kept;
     for (std::size_t i = 0; i < items.size(); ++i) {
-      r.row[i] = items[i].tokens.empty() ? -1 : static_cast<int>(kept.size());
-      if (!items[i].tokens.empty())
+      if (items[i].tokens.empty())
+        continue;
+      live.push_back(i);
+      if (trimmed)
         kept.push_back(std::move(items[i]));
     }
-    items = std::move(kept);
+    if (trimmed)
+      items = std::move(kept);
+    return live;
   }
 
   // One forward step; a backend bug must not leave the job unanswered.
@@ -395,7 +393,6 @@ private:
   }
 
   void release(seq_id id) {
-    interrupt_burst();
     auto it = seqs_.find(id);
     std::vector<token> computed;
     if (it != seqs_.end() && options_.prefix_cache && it->second.computed > 0) {
@@ -540,7 +537,6 @@ private:
       result->seqs.push_back(items[i].seq);
       result->tokens.push_back(items[i].tokens.size());
       result->cached.push_back(0);
-      result->row.push_back(static_cast<int>(i));
       bool completes = s->computed + items[i].tokens.size() == s->tokens.size();
       all_complete = all_complete && completes;
       job.plans.push_back(completes ? s->plan : nullptr);
