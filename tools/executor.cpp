@@ -15,6 +15,8 @@ using call_done_atom = caf::atom_constant<caf::atom("calldone")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using expire_atom = caf::atom_constant<caf::atom("expire")>;
 using clock_type = std::chrono::steady_clock;
+// The deadline of a call that has none.
+constexpr clock_type::time_point no_deadline = clock_type::time_point::max();
 
 class executor_actor : public homed_actor {
 public:
@@ -33,7 +35,7 @@ public:
   caf::behavior make_behavior() override {
     return {
         [this](tool_call_atom, std::string& name, std::string& args) -> caf::result<tool_reply> {
-          return accept(std::move(name), std::move(args), clock_type::time_point::max());
+          return accept(std::move(name), std::move(args), no_deadline);
         },
         [this](tool_call_atom, std::string& name, std::string& args,
                std::int64_t deadline_ms) -> caf::result<tool_reply> {
@@ -79,7 +81,7 @@ private:
     std::string name;
     std::string args;
     caf::response_promise promise;
-    clock_type::time_point deadline = clock_type::time_point::max();
+    clock_type::time_point deadline = no_deadline;
   };
 
   struct running {
@@ -98,7 +100,7 @@ private:
     }
     auto promise = make_response_promise<tool_reply>();
     waiting_.push_back({std::move(name), std::move(args), promise, deadline});
-    if (deadline != clock_type::time_point::max())
+    if (deadline != no_deadline)
       check_deadlines_soon();
     start_next();
     return promise;
@@ -117,24 +119,22 @@ private:
   void expire() {
     auto now = clock_type::now();
     bool left = false;
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if (it->deadline <= now) {
-        it->promise.deliver(caf::make_error(caf::sec::request_timeout));
-        it = waiting_.erase(it);
-      } else {
-        left = left || it->deadline != clock_type::time_point::max();
-        ++it;
+    // One pass over `calls`, whose entries `call_of` turns into something with a promise and a
+    // deadline.
+    auto sweep = [&](auto& calls, auto call_of) {
+      for (auto it = calls.begin(); it != calls.end();) {
+        auto& call = call_of(*it);
+        if (call.deadline <= now) {
+          call.promise.deliver(caf::make_error(caf::sec::request_timeout));
+          it = calls.erase(it);
+        } else {
+          left = left || call.deadline != no_deadline;
+          ++it;
+        }
       }
-    }
-    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-      if (it->second.deadline <= now) {
-        it->second.promise.deliver(caf::make_error(caf::sec::request_timeout));
-        it = in_flight_.erase(it);
-      } else {
-        left = left || it->second.deadline != clock_type::time_point::max();
-        ++it;
-      }
-    }
+    };
+    sweep(waiting_, [](pending& p) -> pending& { return p; });
+    sweep(in_flight_, [](auto& entry) -> running& { return entry.second; });
     if (left)
       check_deadlines_soon();
   }
