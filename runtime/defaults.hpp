@@ -69,6 +69,10 @@ inline constexpr std::uint32_t idle_timeout_ms = 60'000;
 inline constexpr std::uint32_t drain_timeout_ms = 30'000;
 /// `[server].threads`: threads running the HTTP connections.
 inline constexpr std::size_t threads = 2;
+/// How often a connection whose client sent more while its answer is generated (a pipelined
+/// request, which stays in the socket for later) looks again whether the client is still there
+/// (not a config key).
+inline constexpr std::chrono::milliseconds pipelined_recheck{50};
 } // namespace server
 
 namespace model {

@@ -12,6 +12,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -317,6 +318,10 @@ private:
   }
 
   // A client that closes its connection while its answer is generated cancels the request.
+  // The watch is what holds the connection while the request runs (the request's events hold
+  // it weakly), so it goes on until the answer is done: after a wake-up with nothing to read
+  // (readiness can be reported spuriously), and, while a pipelined request waits in the socket
+  // for the next read, by looking again every `pipelined_recheck`.
   void watch_disconnect() {
     stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](
                                                             beast::error_code ec) {
@@ -324,11 +329,19 @@ private:
         return;
       char probe;
       auto n = ::recv(self->stream_.socket().native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (ec || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+      bool nothing = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+      if (ec || n == 0 || (n < 0 && !nothing)) {
         self->client_gone_ = true;
         self->state_->n->cancel(self->handle_);
+        return;
       }
-      // Data (a pipelined request) waits in the socket for the next read.
+      if (nothing)
+        return self->watch_disconnect();
+      self->recheck_.expires_after(defaults::server::pipelined_recheck);
+      self->recheck_.async_wait([self](beast::error_code e) {
+        if (!e)
+          self->watch_disconnect();
+      });
     });
   }
 
@@ -671,6 +684,7 @@ private:
   }
 
   beast::tcp_stream stream_;
+  net::steady_timer recheck_{stream_.get_executor()}; // see watch_disconnect
   std::shared_ptr<shared_state> state_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
