@@ -118,15 +118,26 @@ class http_target;
 // One request on one connection.
 class exchange : public std::enable_shared_from_this<exchange> {
 public:
-  exchange(http_target& owner, std::unique_ptr<beast::tcp_stream> stream, bool reused,
-           std::shared_ptr<const std::string> wire, call_callback done)
+  /// A call not yet on a connection: its parser and buffers are made here, ahead of the send
+  /// (a prepared call is built this way while the pacer has time to spare).
+  exchange(http_target& owner, std::shared_ptr<const std::string> wire, call_callback done)
       : owner_(owner)
-      , stream_(std::move(stream))
-      , reused_(reused)
       , wire_(std::move(wire))
-      , done_(std::move(done)) {}
+      , done_(std::move(done)) {
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+    // Chunked bodies (event streams) come here as they arrive instead of into the string body.
+    on_chunk_ = [this](std::uint64_t, std::string_view data, beast::error_code&) {
+      on_chunk(data);
+      return data.size();
+    };
+    parser_.on_chunk_body(on_chunk_);
+  }
+  exchange(const exchange&) = delete; // the parser keeps a pointer to on_chunk_, bound to this
+  exchange& operator=(const exchange&) = delete;
 
-  void start();
+  /// Puts the call on `stream` (an idle keep-alive connection when `reused`, else a new one)
+  /// and starts it.
+  void start(std::unique_ptr<beast::tcp_stream> stream, bool reused);
 
 private:
   void connect();
@@ -138,7 +149,7 @@ private:
 
   http_target& owner_;
   std::unique_ptr<beast::tcp_stream> stream_;
-  bool reused_;
+  bool reused_ = false;
   bool got_bytes_ = false;
   std::shared_ptr<const std::string> wire_; // the request as bytes, head and body
   call_callback done_;
@@ -197,17 +208,20 @@ public:
   net::io_context* single_thread_io() override { return threads_.size() == 1 ? &io_ : nullptr; }
   std::string model() const override { return options_.model; }
 
-  // Runs the request on an idle connection, or a new one (`fresh`: always a new one).
-  void start(std::shared_ptr<const std::string> wire, call_callback done, bool fresh) {
+  // Runs the exchange on an idle connection, or a new one (`fresh`: always a new one).
+  void start(std::shared_ptr<exchange> x, bool fresh) {
     std::unique_ptr<beast::tcp_stream> stream;
     if (!fresh)
       idle_.try_dequeue(stream);
     bool reused = stream != nullptr;
     if (!reused)
       stream = new_stream();
-    auto x = std::make_shared<exchange>(*this, std::move(stream), reused, std::move(wire),
-                                        std::move(done));
-    x->start();
+    x->start(std::move(stream), reused);
+  }
+
+  // Runs the request on an idle connection, or a new one (`fresh`: always a new one).
+  void start(std::shared_ptr<const std::string> wire, call_callback done, bool fresh) {
+    start(std::make_shared<exchange>(*this, std::move(wire), std::move(done)), fresh);
   }
 
   void give_back(std::unique_ptr<beast::tcp_stream> s) { idle_.enqueue(std::move(s)); }
@@ -243,15 +257,13 @@ private:
   public:
     prepared(http_target& owner, std::shared_ptr<const std::string> wire, call_callback done)
         : owner_(owner)
-        , wire_(std::move(wire))
-        , done_(std::move(done)) {}
+        , exchange_(std::make_shared<exchange>(owner, std::move(wire), std::move(done))) {}
 
-    void send() override { owner_.start(std::move(wire_), std::move(done_), false); }
+    void send() override { owner_.start(std::move(exchange_), false); }
 
   private:
     http_target& owner_;
-    std::shared_ptr<const std::string> wire_;
-    call_callback done_;
+    std::shared_ptr<exchange> exchange_;
   };
 
   // The request head every call shares (Content-Length follows per call).
@@ -275,14 +287,10 @@ private:
   moodycamel::ConcurrentQueue<std::unique_ptr<beast::tcp_stream>> idle_;
 };
 
-void exchange::start() {
-  parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
-  // Chunked bodies (event streams) come here as they arrive instead of into the string body.
-  on_chunk_ = [this](std::uint64_t, std::string_view data, beast::error_code&) {
-    on_chunk(data);
-    return data.size();
-  };
-  parser_.on_chunk_body(on_chunk_);
+void exchange::start(std::unique_ptr<beast::tcp_stream> stream, bool reused) {
+  stream_ = std::move(stream);
+  reused_ = reused;
+  result_.new_connection = !reused;
   beast::error_code ec;
   if (!reused_) {
     if (owner_.on_io_thread()) {
@@ -304,7 +312,8 @@ void exchange::start() {
   // connection, and the pool's queue orders this use after the last one.
   result_.sent = clock_type::now();
   auto& socket = stream_->socket();
-  socket.non_blocking(true, ec);
+  if (!socket.non_blocking()) // set once per connection: each setting is a system call
+    socket.non_blocking(true, ec);
   std::size_t n = ec ? 0 : socket.write_some(net::buffer(*wire_), ec);
   if (ec == net::error::would_block || ec == net::error::try_again)
     ec = {};

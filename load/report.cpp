@@ -29,6 +29,7 @@ summary summarize(const run_result& r, const slo& o) {
   double sum_lag = 0, sum_ttft = 0, sum_decode = 0;
   for (const auto& c : r.calls) {
     send_lag.push_back(c.sent_s - c.intended_s);
+    s.calls_new_connection += c.new_connection ? 1 : 0;
     dispatch_lag.push_back(c.dispatched_s - c.intended_s);
     auto b = std::min(buckets - 1, static_cast<std::size_t>(std::max(0.0, c.end_s)));
     if (!c.ok) {
@@ -128,6 +129,7 @@ json::object to_json(const summary& s) {
       {"jobs_not_started", s.jobs_not_started},
       {"calls", s.calls},
       {"calls_ok", s.calls_ok},
+      {"calls_new_connection", s.calls_new_connection},
       {"prompt_tokens", s.prompt_tokens},
       {"cached_tokens", s.cached_tokens},
       {"output_tokens", s.output_tokens},
@@ -164,6 +166,9 @@ void print(const summary& s, std::FILE* out) {
                s.realtime_pacer ? " (real-time sender)" : "", s.wall_s);
   std::fprintf(out, "  jobs %zu (ok %zu, not started %zu); calls %zu (ok %zu)\n", s.jobs, s.jobs_ok,
                s.jobs_not_started, s.calls, s.calls_ok);
+  if (s.calls_new_connection > 0)
+    std::fprintf(out, "  %zu calls connected before sending (no idle connection was left)\n",
+                 s.calls_new_connection);
   std::fprintf(out,
                "  throughput %.2f calls/s, %.1f output tokens/s; goodput %.2f calls/s, "
                "%.3f jobs/s\n",

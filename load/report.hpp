@@ -24,8 +24,9 @@ struct summary {
   std::string mode;            ///< how jobs arrived
   bool realtime_pacer = false; ///< the open-loop sender ran at real-time priority
   double wall_s = 0;           ///< run length
-  std::size_t jobs = 0, jobs_ok = 0, jobs_not_started = 0;               ///< jobs
-  std::size_t calls = 0, calls_ok = 0;                                   ///< LLM calls
+  std::size_t jobs = 0, jobs_ok = 0, jobs_not_started = 0; ///< jobs
+  std::size_t calls = 0, calls_ok = 0;                     ///< LLM calls
+  std::size_t calls_new_connection = 0;                    ///< calls that connected before sending
   std::uint64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0; ///< usage sums
   distribution ttft;         ///< first token - intended (s)
   distribution ttft_sent;    ///< first token - sent (s)

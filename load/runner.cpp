@@ -328,6 +328,7 @@ private:
     c.error = r.error;
     c.finish_reason = r.finish_reason;
     c.tool_call = !r.tool_name.empty();
+    c.new_connection = r.new_connection;
     ++job.calls;
     ++calls_done_;
     result_.calls.push_back(c);

@@ -25,8 +25,9 @@ struct call_record {
   bool ok = false;                                                           ///< a complete answer
   std::string error_kind;                                                    ///< when not ok
   std::string error;                                                         ///< when not ok
-  std::string finish_reason; ///< stop, length, tool_calls
-  bool tool_call = false;    ///< the answer asked the client to run a tool
+  std::string finish_reason;   ///< stop, length, tool_calls
+  bool tool_call = false;      ///< the answer asked the client to run a tool
+  bool new_connection = false; ///< it connected before sending (no idle connection was left)
 };
 
 /// One job (chat request or agent session) as it happened.

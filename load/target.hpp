@@ -62,6 +62,9 @@ struct call_result {
   std::uint64_t completion_tokens = 0; ///< usage, or the tokens counted in the stream
   std::uint64_t cached_tokens = 0;     ///< usage.prompt_tokens_details.cached_tokens
   clock_type::time_point sent;         ///< when the request was handed to the connection
+  /// The call opened a connection of its own before sending (none was idle): over HTTP a
+  /// connect on the clock, so many of these in an open loop explain late sends.
+  bool new_connection = false;
   /// When each completion token arrived; a chunk carrying several tokens counts as several at
   /// its arrival time (tokens per chunk: usage.completion_tokens spread over the chunks in
   /// proportion to their text, or one per chunk when usage is missing).

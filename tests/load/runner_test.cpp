@@ -59,6 +59,23 @@ BOOST_AUTO_TEST_CASE(a_closed_loop_run_answers_every_job_and_counts_every_token)
   BOOST_TEST((*mock)->answered() == 41u); // and GET /v1/models
 }
 
+BOOST_AUTO_TEST_CASE(a_closed_loop_connects_once_per_slot_and_keeps_the_connections_alive) {
+  auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
+  BOOST_REQUIRE(mock.has_value());
+  auto t = mock_target(**mock);
+  run_options o;
+  o.concurrency = 4;
+  o.scripted = false;
+  auto r = run(*t, chat_jobs(30, 2), o);
+  auto s = summarize(r, {});
+  BOOST_TEST(s.calls_ok == 30u);
+  BOOST_TEST(s.calls_new_connection == 4u); // each later call finds one given back
+  std::size_t flagged = 0;
+  for (const auto& c : r.calls)
+    flagged += c.new_connection ? 1 : 0;
+  BOOST_TEST(flagged == 4u);
+}
+
 BOOST_AUTO_TEST_CASE(an_open_loop_run_sends_on_the_schedule_computed_up_front) {
   auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
   BOOST_REQUIRE(mock.has_value());
