@@ -24,6 +24,10 @@ inline constexpr std::chrono::microseconds moderate_sleep{0};
 /// (two domains, one worker each) 6-17 us per round trip at 100/500, 3.6 us at 1000, 3.4 us at
 /// 10000. Idle workers spin this long before sleeping.
 inline constexpr std::size_t poll_attempts = 3000;
+/// A domain prunes finished actors from the list of those it stops once the list holds this
+/// many (and again each time it doubles): every request spawns actors, and each address kept
+/// would keep its actor's memory until the node stops.
+inline constexpr std::size_t tracked_prune_min = 1024;
 } // namespace scheduler
 
 namespace bridge {

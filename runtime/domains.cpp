@@ -2,6 +2,7 @@
 
 #include <caf/logger.hpp>
 
+#include <algorithm>
 #include <thread>
 
 #include <caf/actor_cast.hpp>
@@ -90,7 +91,20 @@ void domain::track(const caf::strong_actor_ptr& ptr) {
   if (ptr == nullptr)
     return;
   std::lock_guard guard{tracked_mutex_};
+  if (tracked_.size() >= prune_at_) {
+    // An address keeps its actor's memory (CAF frees an actor's storage with its last weak
+    // reference): drop the finished ones, each time the list has doubled since the last pass.
+    std::erase_if(tracked_, [](const caf::actor_addr& a) {
+      return caf::actor_cast<caf::strong_actor_ptr>(a) == nullptr;
+    });
+    prune_at_ = std::max(defaults::scheduler::tracked_prune_min, 2 * tracked_.size());
+  }
   tracked_.push_back(caf::actor_cast<caf::actor_addr>(ptr));
+}
+
+std::size_t domain::tracked() {
+  std::lock_guard guard{tracked_mutex_};
+  return tracked_.size();
 }
 
 std::size_t domain::stop(std::chrono::milliseconds deadline) {

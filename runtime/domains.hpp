@@ -75,6 +75,10 @@ public:
     return handle;
   }
 
+  /// Actors spawned here that stop() will still tell to exit: the running ones, and finished
+  /// ones not yet pruned (at most twice the running ones, or `tracked_prune_min`).
+  std::size_t tracked();
+
   /// Sends an exit to every actor spawned through this domain and waits up to `deadline` for
   /// all of the system's actors to finish. Returns the actors still running at the deadline.
   std::size_t stop(std::chrono::milliseconds deadline);
@@ -90,7 +94,8 @@ private:
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
   std::mutex tracked_mutex_;
-  std::vector<caf::actor_addr> tracked_;
+  std::vector<caf::actor_addr> tracked_; // spawned here; finished ones pruned as it grows
+  std::size_t prune_at_ = defaults::scheduler::tracked_prune_min; // size of the next pruning
   bool stopped_ = false;
 };
 

@@ -1,5 +1,6 @@
 #include <atomic>
 #include <future>
+#include <thread>
 
 #include <sched.h>
 
@@ -162,6 +163,24 @@ BOOST_FIXTURE_TEST_CASE(stop_exits_every_spawned_actor_and_joins, two_domains) {
   BOOST_TEST(exited.load() == 10);
   // Stopping twice is harmless.
   BOOST_TEST(set->stop() == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(finished_actors_are_not_kept_for_stop, two_domains) {
+  // A node spawns actors per request; the list stop() works from must not keep every one
+  // (each kept address would keep its actor's memory until the node stops).
+  auto& d = set->orchestration();
+  auto baseline = d.system().registry().running();
+  for (int batch = 0; batch < 10; ++batch) {
+    for (int i = 0; i < 500; ++i)
+      d.spawn([](triad::homed_actor* self) -> caf::behavior {
+        self->quit();
+        return {[](int) {}};
+      });
+    while (d.system().registry().running() > baseline)
+      std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+  BOOST_TEST(d.tracked() <= triad::defaults::scheduler::tracked_prune_min);
+  BOOST_TEST(set->stop(std::chrono::seconds{10}) == 0u);
 }
 
 BOOST_FIXTURE_TEST_CASE(an_actor_spawning_into_another_domain_does_not_block_its_shutdown,
