@@ -25,7 +25,7 @@ struct mock_server::impl {
   tcp::acceptor acceptor{io};
   std::vector<std::thread> threads;
   std::atomic<std::size_t> open{0}, peak{0};
-  std::atomic<std::uint64_t> answered{0};
+  std::atomic<std::uint64_t> answered{0}, accepted{0};
 
   void stream_opened() {
     auto now = ++open;
@@ -181,6 +181,7 @@ void mock_server::impl::accept() {
     if (!acceptor.is_open())
       return;
     if (!ec) {
+      ++accepted;
       beast::error_code ignore;
       s.set_option(tcp::no_delay(true), ignore);
       std::make_shared<mock_connection>(std::move(s), *this)->read();
@@ -230,6 +231,9 @@ std::size_t mock_server::open_streams() const noexcept {
 }
 std::size_t mock_server::peak_streams() const noexcept {
   return impl_->peak.load();
+}
+std::uint64_t mock_server::accepted() const noexcept {
+  return impl_->accepted.load();
 }
 std::uint64_t mock_server::answered() const noexcept {
   return impl_->answered.load();

@@ -37,6 +37,8 @@ public:
   std::size_t peak_streams() const noexcept;
   /// Requests answered so far.
   std::uint64_t answered() const noexcept;
+  /// Connections accepted so far.
+  std::uint64_t accepted() const noexcept;
 
   /// Its state (defined in mock_server.cpp, where its connections use it).
   struct impl;

@@ -58,7 +58,10 @@ public:
     std::thread pacer;
     if (open_loop) {
       plan_arrivals();
-      target_.warm(std::min(options_.warm_connections, plans_.size()));
+      auto warmed = std::min(options_.warm_connections, plans_.size());
+      target_.warm(warmed);
+      if (options_.before_clock)
+        options_.before_clock(warmed);
       pacer = std::thread{[this, go = clock_started.get_future().share()] { pace(go); }};
     }
     start_ = clock_type::now();

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,10 @@ struct run_options {
   bool realtime_pacer = true;
   /// Open loop: connections opened before the first send (the pacer then rarely connects).
   std::size_t warm_connections = 16;
+  /// Open loop: called once the warm connections are open and before the clock starts; for
+  /// waiting until the server has taken them (a server still accepting hundreds of new
+  /// connections answers the first sends late, and the pacer then runs out of idle ones).
+  std::function<void(std::size_t warmed)> before_clock;
 };
 
 /// Everything a run produced.

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <boost/json/serialize.hpp>
@@ -122,6 +123,17 @@ int self_test(double duration, std::size_t streams, double open_rate, bool realt
     // and answers here stall for tens of ms at times (measured: with 256 at ~14000/s, 5-22%
     // of sends connected first; with 2048, none in most runs).
     o.warm_connections = std::clamp<std::size_t>(static_cast<std::size_t>(rate * 0.15), 256, 4096);
+    // The clock starts once the mock server has accepted them all (up to 5 s): it accepts them
+    // one by one on its one thread, and sends made meanwhile waited for that (the answers then
+    // stalled some 300 ms after the start, and thousands of sends connected on the clock).
+    auto* server = pair->server.get();
+    // The model lookup when the target was made opened one connection before these.
+    const auto before = server->accepted();
+    o.before_clock = [server, before](std::size_t warmed) {
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+      while (server->accepted() < before + warmed && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds{1});
+    };
     double seconds = duration * 0.3;
     auto res = run(*t, small_jobs(static_cast<std::size_t>(rate * seconds), 1), o);
     auto s = summarize(res, {});

@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <thread>
 
 #include <boost/test/unit_test.hpp>
 
@@ -95,6 +96,30 @@ BOOST_AUTO_TEST_CASE(an_open_loop_run_sends_on_the_schedule_computed_up_front) {
   auto s = summarize(r, {});
   BOOST_TEST(s.send_lag.count == 50u);
   BOOST_TEST(s.send_lag.min >= 0.0); // never sent early
+}
+
+BOOST_AUTO_TEST_CASE(an_open_loop_calls_before_clock_with_its_warm_connections_before_any_send) {
+  auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
+  BOOST_REQUIRE(mock.has_value());
+  auto* server = mock->get();
+  auto t = mock_target(*server);
+  auto accepted_before = server->accepted(); // the model lookup's connection
+  run_options o;
+  o.arrival = arrival_spec{arrival_kind::constant, 500.0, 1.0};
+  o.scripted = false;
+  o.warm_connections = 6;
+  std::size_t warmed = 0, answered_then = 1;
+  o.before_clock = [&](std::size_t n) {
+    warmed = n;
+    answered_then = server->answered() - 1; // less the model lookup
+    while (server->accepted() < accepted_before + n)
+      std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  };
+  auto r = run(*t, chat_jobs(20, 1), o);
+  BOOST_TEST(warmed == 6u);
+  BOOST_TEST(answered_then == 0u); // nothing was sent before the clock
+  BOOST_TEST(r.calls.size() == 20u);
+  BOOST_TEST(server->accepted() >= accepted_before + 6u);
 }
 
 BOOST_AUTO_TEST_CASE(jobs_scheduled_past_the_duration_do_not_start) {
