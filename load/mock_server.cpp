@@ -117,10 +117,12 @@ private:
                        [self = shared_from_this()](beast::error_code ec, std::size_t) {
                          if (ec)
                            return self->closed();
+                         // Counted before the last bytes go out: the client may have the
+                         // whole answer before this write's handler runs.
+                         ++self->owner_.answered;
                          net::async_write(self->stream_, http::make_chunk_last(),
                                           [self](beast::error_code ec2, std::size_t) {
                                             --self->owner_.open;
-                                            ++self->owner_.answered;
                                             if (!ec2 && self->req_.keep_alive())
                                               self->read();
                                           });
@@ -155,9 +157,9 @@ private:
     res->keep_alive(req_.keep_alive());
     res->body() = std::move(body);
     res->prepare_payload();
+    ++owner_.answered; // before the bytes go out, as in next_token
     http::async_write(stream_, *res,
                       [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
-                        ++self->owner_.answered;
                         if (!ec && res->keep_alive())
                           self->read();
                       });

@@ -35,7 +35,8 @@ public:
   std::size_t open_streams() const noexcept;
   /// The most streams open at once so far.
   std::size_t peak_streams() const noexcept;
-  /// Requests answered so far.
+  /// Requests answered so far, counted as each answer's last bytes are handed to the socket
+  /// (so a client that has an answer finds it counted).
   std::uint64_t answered() const noexcept;
   /// Connections accepted so far.
   std::uint64_t accepted() const noexcept;

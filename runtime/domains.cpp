@@ -90,12 +90,19 @@ domain::~domain() {
 void domain::track(const caf::strong_actor_ptr& ptr) {
   if (ptr == nullptr)
     return;
+  // Running actors seen while pruning, released after the lock: the last reference to an
+  // actor may go with them, and its destruction must not run under the lock.
+  std::vector<caf::strong_actor_ptr> alive;
   std::lock_guard guard{tracked_mutex_};
   if (tracked_.size() >= prune_at_) {
     // An address keeps its actor's memory (CAF frees an actor's storage with its last weak
     // reference): drop the finished ones, each time the list has doubled since the last pass.
-    std::erase_if(tracked_, [](const caf::actor_addr& a) {
-      return caf::actor_cast<caf::strong_actor_ptr>(a) == nullptr;
+    std::erase_if(tracked_, [&](const caf::actor_addr& a) {
+      auto p = caf::actor_cast<caf::strong_actor_ptr>(a);
+      if (p == nullptr)
+        return true;
+      alive.push_back(std::move(p));
+      return false;
     });
     prune_at_ = std::max(defaults::scheduler::tracked_prune_min, 2 * tracked_.size());
   }

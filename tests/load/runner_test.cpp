@@ -22,6 +22,18 @@ std::unique_ptr<target> mock_target(const mock_server& m) {
   return std::move(*t);
 }
 
+// A mock server answering at once, and an HTTP target of it.
+struct instant_mock {
+  instant_mock() {
+    auto m = mock_server::start({1, std::chrono::microseconds{0}, 64});
+    BOOST_REQUIRE_MESSAGE(m.has_value(), (m ? "" : m.error().message));
+    server = std::move(*m);
+    t = mock_target(*server);
+  }
+  std::unique_ptr<mock_server> server;
+  std::unique_ptr<target> t;
+};
+
 std::vector<job_plan> chat_jobs(std::size_t n, std::uint32_t out) {
   workload_options w;
   w.input = {distribution_spec::fixed, 32, 0};
@@ -60,10 +72,8 @@ BOOST_AUTO_TEST_CASE(a_closed_loop_run_answers_every_job_and_counts_every_token)
   BOOST_TEST((*mock)->answered() == 41u); // and GET /v1/models
 }
 
-BOOST_AUTO_TEST_CASE(a_closed_loop_connects_once_per_slot_and_keeps_the_connections_alive) {
-  auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
-  BOOST_REQUIRE(mock.has_value());
-  auto t = mock_target(**mock);
+BOOST_FIXTURE_TEST_CASE(a_closed_loop_connects_once_per_slot_and_keeps_the_connections_alive,
+                        instant_mock) {
   run_options o;
   o.concurrency = 4;
   o.scripted = false;
@@ -77,10 +87,7 @@ BOOST_AUTO_TEST_CASE(a_closed_loop_connects_once_per_slot_and_keeps_the_connecti
   BOOST_TEST(flagged == 4u);
 }
 
-BOOST_AUTO_TEST_CASE(an_open_loop_run_sends_on_the_schedule_computed_up_front) {
-  auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
-  BOOST_REQUIRE(mock.has_value());
-  auto t = mock_target(**mock);
+BOOST_FIXTURE_TEST_CASE(an_open_loop_run_sends_on_the_schedule_computed_up_front, instant_mock) {
   run_options o;
   o.arrival = arrival_spec{arrival_kind::constant, 200.0, 1.0};
   o.scripted = false;
@@ -98,11 +105,8 @@ BOOST_AUTO_TEST_CASE(an_open_loop_run_sends_on_the_schedule_computed_up_front) {
   BOOST_TEST(s.send_lag.min >= 0.0); // never sent early
 }
 
-BOOST_AUTO_TEST_CASE(an_open_loop_calls_before_clock_with_its_warm_connections_before_any_send) {
-  auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
-  BOOST_REQUIRE(mock.has_value());
-  auto* server = mock->get();
-  auto t = mock_target(*server);
+BOOST_FIXTURE_TEST_CASE(an_open_loop_calls_before_clock_with_its_warm_connections_before_any_send,
+                        instant_mock) {
   auto accepted_before = server->accepted(); // the model lookup's connection
   run_options o;
   o.arrival = arrival_spec{arrival_kind::constant, 500.0, 1.0};
@@ -122,10 +126,7 @@ BOOST_AUTO_TEST_CASE(an_open_loop_calls_before_clock_with_its_warm_connections_b
   BOOST_TEST(server->accepted() >= accepted_before + 6u);
 }
 
-BOOST_AUTO_TEST_CASE(jobs_scheduled_past_the_duration_do_not_start) {
-  auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
-  BOOST_REQUIRE(mock.has_value());
-  auto t = mock_target(**mock);
+BOOST_FIXTURE_TEST_CASE(jobs_scheduled_past_the_duration_do_not_start, instant_mock) {
   run_options o;
   o.arrival = arrival_spec{arrival_kind::constant, 100.0, 1.0};
   o.duration_s = 0.2; // 20 of the 50 arrive in time
@@ -163,10 +164,7 @@ BOOST_AUTO_TEST_CASE(agent_sessions_on_an_inproc_node_run_their_client_side_tool
   BOOST_TEST(s.cached_tokens > 0u); // the shared system prompt and each session's own history
 }
 
-BOOST_AUTO_TEST_CASE(reports_are_written_as_json_lines_csv_and_html) {
-  auto mock = mock_server::start({1, std::chrono::microseconds{0}, 64});
-  BOOST_REQUIRE(mock.has_value());
-  auto t = mock_target(**mock);
+BOOST_FIXTURE_TEST_CASE(reports_are_written_as_json_lines_csv_and_html, instant_mock) {
   run_options o;
   o.concurrency = 2;
   o.scripted = false;
