@@ -167,7 +167,7 @@ void print(const summary& s, std::FILE* out) {
   std::fprintf(out, "  jobs %zu (ok %zu, not started %zu); calls %zu (ok %zu)\n", s.jobs, s.jobs_ok,
                s.jobs_not_started, s.calls, s.calls_ok);
   if (s.calls_new_connection > 0)
-    std::fprintf(out, "  %zu calls connected before sending (no idle connection was left)\n",
+    std::fprintf(out, "  %zu calls opened a connection before sending (none was idle)\n",
                  s.calls_new_connection);
   std::fprintf(out,
                "  throughput %.2f calls/s, %.1f output tokens/s; goodput %.2f calls/s, "
