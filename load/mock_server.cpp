@@ -237,6 +237,15 @@ std::size_t mock_server::peak_streams() const noexcept {
 std::uint64_t mock_server::accepted() const noexcept {
   return impl_->accepted.load();
 }
+bool mock_server::await_accepted(std::uint64_t n, std::chrono::milliseconds timeout) const {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (accepted() < n) {
+    if (std::chrono::steady_clock::now() >= until)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+  return true;
+}
 std::uint64_t mock_server::answered() const noexcept {
   return impl_->answered.load();
 }

@@ -40,6 +40,9 @@ public:
   std::uint64_t answered() const noexcept;
   /// Connections accepted so far.
   std::uint64_t accepted() const noexcept;
+  /// Waits until `n` connections in all have been accepted, up to `timeout`; whether they
+  /// were (an open loop starts its clock once its warm connections are taken).
+  bool await_accepted(std::uint64_t n, std::chrono::milliseconds timeout) const;
 
   /// Its state (defined in mock_server.cpp, where its connections use it).
   struct impl;

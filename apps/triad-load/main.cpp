@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <boost/json/serialize.hpp>
@@ -127,12 +126,9 @@ int self_test(double duration, std::size_t streams, double open_rate, bool realt
     // one by one on its one thread, and sends made meanwhile waited for that (the answers then
     // stalled some 300 ms after the start, and thousands of sends connected on the clock).
     auto* server = pair->server.get();
-    // The model lookup when the target was made opened one connection before these.
-    const auto before = server->accepted();
+    const auto before = server->accepted(); // connections made before the warm ones, if any
     o.before_clock = [server, before](std::size_t warmed) {
-      auto until = std::chrono::steady_clock::now() + std::chrono::seconds{5};
-      while (server->accepted() < before + warmed && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds{1});
+      server->await_accepted(before + warmed, std::chrono::seconds{5});
     };
     double seconds = duration * 0.3;
     auto res = run(*t, small_jobs(static_cast<std::size_t>(rate * seconds), 1), o);

@@ -1,7 +1,6 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <thread>
 
 #include <boost/test/unit_test.hpp>
 
@@ -113,15 +112,16 @@ BOOST_FIXTURE_TEST_CASE(an_open_loop_calls_before_clock_with_its_warm_connection
   o.scripted = false;
   o.warm_connections = 6;
   std::size_t warmed = 0, answered_then = 1;
+  bool all_accepted = false;
   o.before_clock = [&](std::size_t n) {
     warmed = n;
     answered_then = server->answered() - 1; // less the model lookup
-    while (server->accepted() < accepted_before + n)
-      std::this_thread::sleep_for(std::chrono::milliseconds{1});
+    all_accepted = server->await_accepted(accepted_before + n, std::chrono::seconds{10});
   };
   auto r = run(*t, chat_jobs(20, 1), o);
   BOOST_TEST(warmed == 6u);
   BOOST_TEST(answered_then == 0u); // nothing was sent before the clock
+  BOOST_TEST(all_accepted);
   BOOST_TEST(r.calls.size() == 20u);
   BOOST_TEST(server->accepted() >= accepted_before + 6u);
 }
