@@ -1,9 +1,11 @@
 // triad-bench-sim: calibrates the roofline model (the sim backend's) against the real cpu
 // backend on this machine. A profile is measured here (matmul peak from oneDNN, memory
-// bandwidth from a streaming read); the roofline then predicts the cpu backend's prefill and
-// decode step times for the `small` preset across batch sizes 1-32 and contexts 128-2048, and
-// the table of predicted vs measured times, with the error per point, goes to the JSON.
+// bandwidth from a streaming read), beside each point's own runs; the roofline then predicts the
+// cpu backend's prefill and decode step times for the `small` preset across batch sizes 1-32 and
+// contexts 128-2048, and the table of predicted vs measured times, with the error per point, goes
+// to the JSON.
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,56 +31,57 @@ double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
-// Best bf16 matmul FLOP/s oneDNN reaches here on large shapes.
-double measure_matmul_peak() {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  dnnl::stream strm{eng};
-  const unsigned m = 1024, k = 2048, n = 2048;
-  std::vector<float> w(std::size_t{k} * n, 0.01f);
-  triad::detail::onednn_linear lin{eng, k, n, triad::dtype::bf16, w.data()};
-  std::vector<std::uint16_t> src(std::size_t{m} * k, 0x3c00);
-  std::vector<float> dst(std::size_t{m} * n);
-  lin.forward(strm, src.data(), dst.data(), m);
-  double best = 0;
-  for (int i = 0; i < 12; ++i) {
-    auto start = clock_type::now();
-    lin.forward(strm, src.data(), dst.data(), m);
-    best = std::max(best, 2.0 * m * k * n / seconds_since(start));
+// The profile's three rates, measured one repetition at a time so that each table point can
+// take them right beside its own step runs: this VM's speed drifts by up to 25% within a
+// minute, and a profile measured once at the start predicts later points with that drift in
+// the error. Each point uses the median of its repetitions, as its measured step time is the
+// median of its runs.
+class profile_probe {
+public:
+  profile_probe()
+      : eng_{dnnl::engine::kind::cpu, 0}
+      , strm_{eng_}
+      , weights_(std::size_t{k_} * n_, 0.01f)
+      , lin_{eng_, k_, n_, triad::dtype::bf16, weights_.data()}
+      , src_(std::size_t{m_} * k_, 0x3c00)
+      , dst_(std::size_t{m_} * n_)
+      , buf_((512ull << 20) / sizeof(float), 1.0f) {
+    lin_.forward(strm_, src_.data(), dst_.data(), m_); // primitive set up, pages touched
   }
-  return best;
-}
 
-// Best read bandwidth over a buffer far larger than the caches, all threads reading.
-double measure_read_bandwidth() {
-  std::vector<float> buf((512ull << 20) / sizeof(float), 1.0f);
-  double best = 0;
-  volatile float sink = 0;
-  for (int rep = 0; rep < 10; ++rep) {
+  /// bf16 matmul FLOP/s of oneDNN on a large shape (1024 x 2048 x 2048), one repetition.
+  double matmul_rate() {
+    auto start = clock_type::now();
+    lin_.forward(strm_, src_.data(), dst_.data(), m_);
+    return 2.0 * m_ * k_ * n_ / seconds_since(start);
+  }
+
+  /// Read bandwidth over 512 MiB (far beyond the caches), all threads, one pass.
+  double read_rate() {
     auto start = clock_type::now();
     float total = 0;
 #pragma omp parallel for simd reduction(+ : total) schedule(static)
-    for (std::size_t i = 0; i < buf.size(); ++i)
-      total += buf[i];
+    for (std::size_t i = 0; i < buf_.size(); ++i)
+      total += buf_[i];
     double s = seconds_since(start);
-    sink = sink + total;
-    best = std::max(best, static_cast<double>(buf.size() * sizeof(float)) / s);
+    sink_ = sink_ + total;
+    return static_cast<double>(buf_.size() * sizeof(float)) / s;
   }
-  return best;
-}
 
-// Sustained FLOP/s of the attention kernel alone, all threads, on KV pages already in cache
-// (the roofline's memory term accounts for streaming them): the `small` preset's group of 4
-// query heads per KV head, head width 64, 16-token pages, 512 positions per call (the middle of
-// the calibrated contexts; its K and V stay in L2).
-double measure_attention_rate() {
-  const std::size_t pt = 16, hd = 64, group = 4, n = 512, pages = n / pt;
-  const std::size_t run = hd * pt * sizeof(std::uint16_t);
-  const int calls = 5000;
-  double best = 0;
-  for (int rep = 0; rep < 8; ++rep) {
+  /// Sustained FLOP/s of the attention kernel alone, all threads, on KV pages already in cache
+  /// (the roofline's memory term accounts for streaming them): the `small` preset's group of 4
+  /// query heads per KV head, head width 64, 16-token pages, 512 positions per call (the middle
+  /// of the calibrated contexts; its K and V stay in L2).
+  double attention_rate() {
+    const std::size_t pt = 16, hd = 64, group = 4, n = 512, pages = n / pt;
+    const std::size_t run = hd * pt * sizeof(std::uint16_t);
+    const int calls = 1000;
     double seconds = 0;
+    int threads = 1;
 #pragma omp parallel reduction(max : seconds)
     {
+#pragma omp single
+      threads = omp_get_num_threads();
       std::vector<std::uint16_t> mem(pages * 2 * run / sizeof(std::uint16_t), 0x3c00);
       std::vector<std::uint32_t> ids(pages);
       for (std::size_t i = 0; i < pages; ++i)
@@ -93,15 +96,51 @@ double measure_attention_rate() {
         triad::detail::attend(q.data(), group, hd, n, kv, 0.125f, out.data(), scratch.data());
       seconds = seconds_since(start);
     }
-    int threads = 1;
-#pragma omp parallel
-#pragma omp single
-    threads = omp_get_num_threads();
-    double flops = 4.0 * n * hd * group * calls * threads;
-    best = std::max(best, flops / seconds);
+    return 4.0 * n * hd * group * calls * threads / seconds;
   }
-  return best;
-}
+
+  /// One repetition of all three, recorded. The first pass over the read buffer after a long
+  /// step reads at a half to a third of the speed on this VM (seen after prefills of 512 and
+  /// 2048 tokens; the passes after it are at full speed), so one unrecorded pass goes first.
+  void sample() {
+    attention_.push_back(attention_rate());
+    matmul_.push_back(matmul_rate());
+    read_rate();
+    read_.push_back(read_rate());
+  }
+
+  /// The profile from the repetitions since the last call (their medians); starts afresh.
+  triad::device_profile take() {
+    triad::device_profile p;
+    p.name = "this_machine";
+    p.peak_flops = triad::bench::median(matmul_);
+    p.memory_bandwidth = triad::bench::median(read_);
+    p.attention_flops = triad::bench::median(attention_);
+    p.memory_bytes = 16ull << 30;
+    p.step_overhead = 0;
+    // The cpu backend streams each layer's weights and then computes; it does not overlap
+    // the two.
+    p.overlap = false;
+    p.source = "measured by triad-bench-sim beside each point: oneDNN bf16 matmul, streaming "
+               "read bandwidth, the attention kernel alone in cache (medians)";
+    matmul_.clear();
+    read_.clear();
+    attention_.clear();
+    return p;
+  }
+
+private:
+  static constexpr unsigned m_ = 1024, k_ = 2048, n_ = 2048;
+  dnnl::engine eng_;
+  dnnl::stream strm_;
+  std::vector<float> weights_;
+  triad::detail::onednn_linear lin_;
+  std::vector<std::uint16_t> src_;
+  std::vector<float> dst_;
+  std::vector<float> buf_;
+  volatile float sink_ = 0;
+  std::vector<double> matmul_, read_, attention_;
+};
 
 } // namespace
 
@@ -114,17 +153,16 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   auto shape = *triad::model_preset("small");
-  triad::device_profile here;
-  here.name = "this_machine";
-  here.peak_flops = measure_matmul_peak();
-  here.memory_bandwidth = measure_read_bandwidth();
-  here.memory_bytes = 16ull << 30;
-  here.step_overhead = 0;
-  here.attention_flops = measure_attention_rate();
-  // The cpu backend streams each layer's weights and then computes; it does not overlap the two.
-  here.overlap = false;
-  here.source = "measured by triad-bench-sim: oneDNN bf16 matmul peak, streaming read bandwidth, "
-                "the attention kernel alone in cache";
+  profile_probe probe;
+  // Every point's profile, for the JSON: the range they spanned shows this machine's drift.
+  std::vector<double> peaks, reads, attentions;
+  auto profile = [&] {
+    auto p = probe.take();
+    peaks.push_back(p.peak_flops);
+    reads.push_back(p.memory_bandwidth);
+    attentions.push_back(p.attention_flops);
+    return p;
+  };
 
   triad::cpu_backend_options options;
   options.shape = shape;
@@ -141,7 +179,7 @@ int main(int argc, char** argv) {
   boost::json::array table;
   double max_error = 0;
   auto record = [&](const char* phase, unsigned batch, unsigned context, double measured,
-                    const triad::step_cost& cost) {
+                    const triad::device_profile& here, const triad::step_cost& cost) {
     double err = std::abs(cost.seconds - measured) / measured;
     max_error = std::max(max_error, err);
     table.push_back(boost::json::object{{"phase", phase},
@@ -151,6 +189,9 @@ int main(int argc, char** argv) {
                                         {"predicted_s", cost.seconds},
                                         {"rel_error", err},
                                         {"compute_bound", cost.compute_bound},
+                                        {"profile_peak_tflops", here.peak_flops / 1e12},
+                                        {"profile_read_gb_per_s", here.memory_bandwidth / 1e9},
+                                        {"profile_attention_tflops", here.attention_flops / 1e12},
                                         {"operational_intensity", cost.operational_intensity}});
     std::printf("%-8s batch %2u context %5u: measured %8.2f ms predicted %8.2f ms error %5.1f%%\n",
                 phase, batch, context, measured * 1e3, cost.seconds * 1e3, err * 100);
@@ -163,6 +204,8 @@ int main(int argc, char** argv) {
     std::vector<double> runs;
     for (int r = 0; r < (quick ? 3 : 5) + 1; ++r) {
       triad::step_item item{next++, tokens(len)};
+      if (r > 0)
+        probe.sample();
       auto start = clock_type::now();
       if (auto res = b.step({&item, 1}); !res) {
         std::fprintf(stderr, "triad-bench-sim: %s\n", res.error().message.c_str());
@@ -172,7 +215,8 @@ int main(int argc, char** argv) {
         runs.push_back(seconds_since(start));
       b.free(item.seq);
     }
-    record("prefill", 1, len, triad::bench::median(runs),
+    auto here = profile();
+    record("prefill", 1, len, triad::bench::median(runs), here,
            triad::estimate_step(shape, triad::dtype::bf16, here, {{0, len}}));
   }
 
@@ -204,6 +248,8 @@ int main(int argc, char** argv) {
         std::vector<triad::step_item> items;
         for (auto id : seqs)
           items.push_back({id, tokens(1)});
+        if (st > 0)
+          probe.sample();
         auto start = clock_type::now();
         if (auto res = b.step(items); !res) {
           std::fprintf(stderr, "triad-bench-sim: %s\n", res.error().message.c_str());
@@ -213,7 +259,8 @@ int main(int argc, char** argv) {
           runs.push_back(seconds_since(start));
       }
       std::vector<triad::step_work> work(batch, {context + steps / 2, 1});
-      record("decode", batch, context, triad::bench::median(runs),
+      auto here = profile();
+      record("decode", batch, context, triad::bench::median(runs), here,
              triad::estimate_step(shape, triad::dtype::bf16, here, work));
       for (auto id : seqs)
         b.free(id);
@@ -223,10 +270,18 @@ int main(int argc, char** argv) {
   triad::bench::report out;
   out.quick = quick;
   out.metrics["model"] = "small";
-  out.metrics["profile_peak_tflops"] = here.peak_flops / 1e12;
-  out.metrics["profile_read_gb_per_s"] = here.memory_bandwidth / 1e9;
-  out.metrics["profile_attention_tflops"] = here.attention_flops / 1e12;
-  out.metrics["profile_overlap"] = here.overlap;
+  auto span = [](const std::vector<double>& xs, double unit) {
+    auto [lo, hi] = std::minmax_element(xs.begin(), xs.end());
+    return boost::json::array{*lo / unit, *hi / unit};
+  };
+  // The profiles' medians over the points, and the range each rate spanned.
+  out.metrics["profile_peak_tflops"] = triad::bench::median(peaks) / 1e12;
+  out.metrics["profile_read_gb_per_s"] = triad::bench::median(reads) / 1e9;
+  out.metrics["profile_attention_tflops"] = triad::bench::median(attentions) / 1e12;
+  out.metrics["profile_peak_tflops_range"] = span(peaks, 1e12);
+  out.metrics["profile_read_gb_per_s_range"] = span(reads, 1e9);
+  out.metrics["profile_attention_tflops_range"] = span(attentions, 1e12);
+  out.metrics["profile_overlap"] = false;
   out.metrics["kernel"] = b.kernel();
   out.metrics["calibration"] = std::move(table);
   out.metrics["calibration_max_rel_error"] = max_error;
