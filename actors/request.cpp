@@ -296,9 +296,10 @@ private:
       usage_.prefill_tokens -= std::min<std::uint64_t>(usage_.prefill_tokens, e.cached);
       unreported_ -= std::min<std::uint64_t>(unreported_, e.cached);
     }
+    for (auto t : e.tokens)
+      on_token(t);
     switch (e.kind) {
     case device_event::token:
-      on_token(e.tok);
       return;
     case device_event::preempted:
       return; // the device recomputes it; nothing is lost

@@ -312,7 +312,7 @@ public:
           if (s == nullptr)
             return;
           if (!error.empty()) {
-            emit(*s, device_event::failed, 0, "KV import failed: " + error);
+            emit(*s, device_event::failed, "KV import failed: " + error);
             seqs_.erase(id);
             return;
           }
@@ -488,7 +488,7 @@ private:
         continue;
       if (pages_for(s->tokens.size()) > kv_.pages_total) {
         auto id = s->req.seq;
-        emit(*s, device_event::failed, 0,
+        emit(*s, device_event::failed,
              "sequence of " + std::to_string(s->tokens.size()) + " tokens needs " +
                  std::to_string(pages_for(s->tokens.size())) + " KV pages; device " +
                  options_.name + " has " + std::to_string(kv_.pages_total));
@@ -515,7 +515,7 @@ private:
       // Nothing holds KV and still nothing fits: fail what waits rather than hang.
       for (auto* s : order)
         if (s->state == seq_state::waiting || s->state == seq_state::running) {
-          emit(*s, device_event::failed, 0, "no KV pages free on " + options_.name);
+          emit(*s, device_event::failed, "no KV pages free on " + options_.name);
           seqs_.erase(s->req.seq);
         }
       return;
@@ -586,7 +586,7 @@ private:
         return schedule();
       for (auto id : r.seqs)
         if (auto* s = find(id)) {
-          emit(*s, device_event::failed, 0, r.output.error().message);
+          emit(*s, device_event::failed, r.output.error().message);
           seqs_.erase(id);
           pending_frees_.push_back(id);
         }
@@ -623,6 +623,8 @@ private:
           s->state = seq_state::waiting;
         continue;
       }
+      std::vector<token> made; // this job's tokens of the sequence: one event carries them
+      const char* ended = nullptr;
       for (std::size_t j = 0; j < sampled.size(); ++j) {
         // The last token is not in the KV yet: a sequence parked meanwhile drops it, as if it
         // had never been chosen. The others are in the KV and stay.
@@ -631,17 +633,21 @@ private:
         s->tokens.push_back(sampled[j]);
         ++s->generated;
         ++stats_.generated;
-        emit(*s, device_event::token, sampled[j], {});
+        made.push_back(sampled[j]);
         if (j + 1 < sampled.size())
           continue;
         if (const char* why = s->plan->ends(sampled[j], s->generated)) {
           s->finished = true;
           s->state = seq_state::done;
-          emit(*s, device_event::done, 0, why);
+          ended = why;
         } else {
           s->state = seq_state::running;
         }
       }
+      if (ended != nullptr)
+        emit(*s, device_event::done, ended, std::move(made));
+      else if (!made.empty())
+        emit(*s, device_event::token, {}, std::move(made));
     }
     update_gauges();
     schedule();
@@ -671,15 +677,16 @@ private:
     victim->lookup = options_.prefix_cache && victim->req.reuse_prefix;
     if (victim->state == seq_state::running)
       victim->state = seq_state::waiting;
-    emit(*victim, device_event::preempted, 0, "KV memory exhausted; recomputing when scheduled");
+    emit(*victim, device_event::preempted, "KV memory exhausted; recomputing when scheduled");
     return true;
   }
 
-  void emit(const sequence& s, device_event::kind_t kind, token tok, std::string message) {
+  void emit(const sequence& s, device_event::kind_t kind, std::string message,
+            std::vector<token> tokens = {}) {
     if (!s.req.sink)
       return;
-    send(s.req.sink, device_event{s.req.seq, kind, tok, s.generated, std::move(message),
-                                  static_cast<std::uint32_t>(s.cached)});
+    send(s.req.sink, device_event{s.req.seq, kind, std::move(tokens), s.generated,
+                                  std::move(message), static_cast<std::uint32_t>(s.cached)});
   }
 
   device_stats snapshot() const {

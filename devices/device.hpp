@@ -81,15 +81,19 @@ struct admission {
 struct device_event {
   /// The kinds of events.
   enum kind_t : std::uint8_t {
-    token,     ///< one generated token (value in `tok`)
-    done,      ///< generation ended (EOS, stop token or max_new_tokens); KV kept until freed
+    token,     ///< generated tokens (in `tokens`)
+    done,      ///< generation ended (EOS, stop token or max_new_tokens), after the tokens in
+               ///< `tokens`; KV kept until freed
     preempted, ///< KV dropped for lack of memory; the sequence is recomputed, nothing is lost
     failed,    ///< the step failed; `message` says why; the sequence is dropped
   };
-  seq_id seq = 0;              ///< the sequence
-  kind_t kind = token;         ///< what happened
-  triad::token tok = 0;        ///< the token, for `token`
-  std::uint32_t generated = 0; ///< tokens generated so far
+  seq_id seq = 0;      ///< the sequence
+  kind_t kind = token; ///< what happened
+  /// token and done: the tokens generated since the last event, in order. A driver job that
+  /// ran several decode steps (a burst) sends them in one event: one message per job and
+  /// sequence instead of one per token.
+  std::vector<triad::token> tokens;
+  std::uint32_t generated = 0; ///< tokens generated so far, these included
   std::string message;         ///< detail for `done` (reason) and `failed`
   std::uint32_t cached = 0;    ///< prompt tokens whose KV came from the prefix cache
 };
@@ -132,7 +136,7 @@ typename Inspector::result_type inspect(Inspector& f, admission& x) {
 /// Inspector of device_event.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_event& x) {
-  return f(caf::meta::type_name("device_event"), x.seq, x.kind, x.tok, x.generated, x.message,
+  return f(caf::meta::type_name("device_event"), x.seq, x.kind, x.tokens, x.generated, x.message,
            x.cached);
 }
 /// Inspector of kv_blob.

@@ -89,8 +89,7 @@ struct device_fixture {
 std::vector<triad::token> tokens_of(const std::vector<triad::device_event>& events) {
   std::vector<triad::token> out;
   for (const auto& e : events)
-    if (e.kind == triad::device_event::token)
-      out.push_back(e.tok);
+    out.insert(out.end(), e.tokens.begin(), e.tokens.end());
   return out;
 }
 
@@ -116,10 +115,7 @@ BOOST_AUTO_TEST_CASE(forced_tokens_are_generated_in_order_and_sampling_takes_ove
   r.forced = {'a', 'b', triad::tokenizer::tool_call_start};
   BOOST_REQUIRE(f.submit(self, r).accepted);
   auto events = f.collect(self, 1)[1];
-  std::vector<triad::token> got;
-  for (auto& e : events)
-    if (e.kind == triad::device_event::token)
-      got.push_back(e.tok);
+  auto got = tokens_of(events);
   BOOST_REQUIRE_EQUAL(got.size(), 5u);
   BOOST_TEST(got[0] == 'a');
   BOOST_TEST(got[1] == 'b');

@@ -141,7 +141,7 @@ BOOST_AUTO_TEST_CASE(the_device_actor_runs_a_simulated_device) {
     bool done = false;
     while (!done)
       self->receive([&](triad::device_event& e) {
-        tokens += e.kind == triad::device_event::token;
+        tokens += static_cast<int>(e.tokens.size());
         done = e.kind == triad::device_event::done;
       });
     BOOST_TEST(tokens == 20);
@@ -189,8 +189,8 @@ burst_run run_four(std::size_t burst_steps) {
     std::size_t done = 0;
     while (done < 4)
       self->receive([&](triad::device_event& e) {
-        if (e.kind == triad::device_event::token)
-          out.tokens[e.seq].push_back(e.tok);
+        auto& seq = out.tokens[e.seq];
+        seq.insert(seq.end(), e.tokens.begin(), e.tokens.end());
         if (e.kind == triad::device_event::done) {
           out.ends[e.seq] = e.message;
           ++done;
