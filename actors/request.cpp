@@ -196,12 +196,14 @@ private:
         return;
       }
       if (!a.accepted) {
-        send(ctx_->router, release_atom::value, h.name);
         if (a.reason.rfind("busy", 0) == 0) {
+          // The slot goes back with the report: the router sends nobody else there until a
+          // sequence leaves it.
           send(ctx_->router, device_busy_atom::value, h.name);
-          resume_at(s); // the router sends nobody there until it frees a slot
+          resume_at(s);
           return;
         }
+        send(ctx_->router, release_atom::value, h.name);
         fail("device " + h.name + " refused the request: " + a.reason);
         return;
       }
@@ -433,7 +435,7 @@ private:
       // admission bound (sequences held, parked ones included) still applies.
       send(decode_.device, park_atom::value, decode_.seq);
       if (decode_.slot)
-        send(ctx_->router, release_atom::value, decode_.name);
+        send(ctx_->router, park_release_atom::value, decode_.name);
       decode_.slot = false;
       return;
     }

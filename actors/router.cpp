@@ -37,7 +37,7 @@ public:
       : homed_actor(cfg)
       , options_(std::move(options)) {
     for (auto& d : devices)
-      devices_.push_back({std::move(d), 0, false, unknown_kv, {}});
+      devices_.push_back({std::move(d), 0, false, 0, false, unknown_kv, {}});
   }
 
   caf::behavior make_behavior() override {
@@ -90,24 +90,39 @@ public:
           return promise;
         },
         [this](release_atom, std::string& name) {
-          if (auto* d = find(name)) {
-            if (d->used > 0)
-              --d->used;
-            d->said_busy = false;
-          }
+          if (auto* d = give_back(name); d != nullptr && d->said_busy)
+            ++d->room; // its sequence left the device
+          serve();
+        },
+        [this](park_release_atom, std::string& name) {
+          give_back(name);
           serve();
         },
         [this](device_busy_atom, std::string& name) {
-          if (auto* d = find(name)) {
-            d->said_busy = true;
-            // Also cleared after a while, should no slot of the device be released (all its
-            // sequences held by other nodes' or the embedder's requests).
-            delayed_send(this, defaults::orchestration::busy_backoff, unbusy_atom::value, name);
+          if (auto* d = give_back(name)) {
+            d->room = 0;
+            d->busy_again = true;
+            if (!d->said_busy) {
+              d->said_busy = true;
+              delayed_send(this, options_.busy_backoff, unbusy_atom::value, name);
+            }
           }
+          serve();
         },
         [this](unbusy_atom, std::string& name) {
-          if (auto* d = find(name))
-            d->said_busy = false;
+          // A busy period ends after a backoff with no refusal. Until then each backoff lets
+          // one request try (room for it may have come without a release: sequences held by
+          // other nodes' or the embedder's requests).
+          if (auto* d = find(name)) {
+            if (d->busy_again) {
+              d->busy_again = false;
+              ++d->room;
+              delayed_send(this, options_.busy_backoff, unbusy_atom::value, name);
+            } else {
+              d->said_busy = false;
+              d->room = 0;
+            }
+          }
           serve();
         },
         [this](served_atom, std::string& session, std::uint64_t tokens) {
@@ -137,7 +152,9 @@ private:
   struct device {
     routed_device info;
     std::size_t used;
-    bool said_busy;
+    bool said_busy;      // in a busy period: answered busy, no backoff since without one
+    std::size_t room;    // while said_busy: grants it may have (one per sequence that left)
+    bool busy_again;     // answered busy again since the last backoff began
     std::size_t kv_free; // KV pages free at the last stats answer (unknown_kv: none yet)
     std::unordered_map<block_hash, std::uint64_t> prefixes; // prompt pages sent -> when
   };
@@ -172,6 +189,14 @@ private:
     std::uint64_t tokens = 0; // computed for the session so far
     std::uint64_t last = 0;   // when it was last served (a sequence number)
   };
+
+  // Takes back one slot of device `name` (null: no such device).
+  device* give_back(const std::string& name) {
+    auto* d = find(name);
+    if (d != nullptr && d->used > 0)
+      --d->used;
+    return d;
+  }
 
   device* find(const std::string& name) {
     for (auto& d : devices_)
@@ -222,8 +247,8 @@ private:
     device* best = nullptr;
     std::size_t best_run = 0;
     for (auto& d : devices_) {
-      if (!qualifies(d.info.role, stage) || d.said_busy || d.used >= d.info.slots ||
-          avoided(d, avoid))
+      if (!qualifies(d.info.role, stage) || (d.said_busy && d.room == 0) ||
+          d.used >= d.info.slots || avoided(d, avoid))
         continue;
       auto run = prefix.empty() ? 0 : cached_run(d, prefix);
       bool better = best == nullptr;
@@ -244,6 +269,8 @@ private:
   // Hands out a slot of `d`, remembering the prompt pages it will cache.
   route_reply grant(device& d, const std::vector<block_hash>& prefix) {
     ++d.used;
+    if (d.said_busy)
+      --d.room;
     if (!prefix.empty()) {
       auto now = ++prefix_seq_;
       for (auto h : prefix)

@@ -16,10 +16,17 @@ namespace triad {
 /// Asks the router for a device: `(route_atom, route_order)` -> route_reply, answered when a
 /// device has room (or at once with a refusal when the wait queue is full).
 using route_atom = caf::atom_constant<caf::atom("route")>;
-/// Gives a device slot back: `(release_atom, std::string device)`.
+/// Gives a device slot back, its sequence gone from the device: `(release_atom, std::string
+/// device)`. A device that answered busy has room for one more then.
 using release_atom = caf::atom_constant<caf::atom("release")>;
-/// Reports that a device answered busy: `(device_busy_atom, std::string device)`; the router
-/// sends nobody there until one of its slots is released.
+/// Gives a device slot back while the device keeps the sequence, parked across a tool call
+/// (the pin policy): `(park_release_atom, std::string device)`. The device's own bound still
+/// counts it, so a device that answered busy gets no one more for it.
+using park_release_atom = caf::atom_constant<caf::atom("parkrel")>;
+/// Gives back the slot of a request the device refused busy: `(device_busy_atom, std::string
+/// device)`. Until the busy backoff ends, the router hands the device one slot per sequence
+/// that leaves it (each release_atom), never more: a grant beyond the device's room would be
+/// refused again, and each refusal costs a round trip and an admission.
 using device_busy_atom = caf::atom_constant<caf::atom("devbusy")>;
 /// Reports service a session received: `(served_atom, std::string session, std::uint64_t
 /// tokens)`, tokens computed for it on a device (prefilled and generated). PLAS orders waiting

@@ -71,15 +71,22 @@ constexpr std::string_view memory_keys[] = {"arena_mib_per_domain"};
 constexpr std::string_view limits_keys[] = {"max_concurrent_requests", "max_queued_requests",
                                             "max_body_bytes"};
 constexpr std::string_view model_keys[] = {"preset", "dtype", "page_tokens"};
-constexpr std::string_view orchestration_keys[] = {
-    "kv",           "layout",         "schedule",
-    "max_waiting",  "retry_after_ms", "tool_deadline_ms",
-    "device_slots", "device_failure", "max_device_retries"};
+constexpr std::string_view orchestration_keys[] = {"kv",
+                                                   "layout",
+                                                   "schedule",
+                                                   "max_waiting",
+                                                   "retry_after_ms",
+                                                   "tool_deadline_ms",
+                                                   "device_slots",
+                                                   "device_failure",
+                                                   "max_device_retries",
+                                                   "busy_backoff_ms"};
 constexpr int_range max_waiting_range{0, 1'000'000};
 constexpr int_range retry_after_ms_range{1, 600'000};
 constexpr int_range tool_deadline_ms_range{1, 86'400'000};
 constexpr int_range device_slots_range{0, 65'536};
 constexpr int_range max_device_retries_range{0, 16};
+constexpr int_range busy_backoff_ms_range{1, 60'000};
 constexpr std::string_view device_keys[] = {
     "name",           "backend",      "role",        "topology_device",
     "domain",         "profile",      "time_scale",  "memory_mib",
@@ -791,6 +798,9 @@ void read_orchestration(reader& r, const scope& s, orchestration_options& out) {
   r.integer(s, "device_slots", device_slots_range, out.device_slots);
   r.enumeration(s, "device_failure", device_failure_names, out.device_failure);
   r.integer(s, "max_device_retries", max_device_retries_range, out.max_device_retries);
+  ms = out.busy_backoff.count();
+  if (r.integer(s, "busy_backoff_ms", busy_backoff_ms_range, ms) == field::valid)
+    out.busy_backoff = std::chrono::milliseconds{ms};
 }
 
 /// First occurrence of each device or sim profile name, for the duplicate check.
@@ -1261,6 +1271,7 @@ std::string to_toml(const node_config& config) {
   append_value(out, "device_slots", o.device_slots);
   append_value(out, "device_failure", std::string{to_string(o.device_failure)});
   append_value(out, "max_device_retries", o.max_device_retries);
+  append_value(out, "busy_backoff_ms", static_cast<std::int64_t>(o.busy_backoff.count()));
 
   for (const sim_profile_config& profile : config.sim_profiles) {
     out += "\n[[sim_profiles]]\n";

@@ -243,6 +243,10 @@ struct orchestration_options {
   device_failure_policy device_failure = device_failure_policy::retry;
   /// `max_device_retries`: moves to another device per request after failures, 0..16.
   std::uint32_t max_device_retries = defaults::orchestration::max_device_retries;
+  /// `busy_backoff_ms`: after a device answers busy, the router hands it one request per
+  /// sequence that leaves it, and one more per backoff; a backoff with no busy answer ends
+  /// that, 1..60000 ms.
+  std::chrono::milliseconds busy_backoff = defaults::orchestration::busy_backoff;
   bool operator==(const orchestration_options&) const = default;
 };
 

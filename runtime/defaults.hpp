@@ -148,8 +148,9 @@ inline constexpr std::uint32_t max_device_retries = 2;
 inline constexpr std::uint32_t max_tool_calls = 16;
 /// How long one tool call may run.
 inline constexpr std::chrono::milliseconds tool_deadline{30'000};
-/// How long the router sends nothing to a device that answered busy, unless one of its slots
-/// is released sooner.
+/// After a device answers busy: how often the router lets one request try it while it keeps
+/// answering busy (besides one per sequence that leaves it); a backoff with no busy answer ends
+/// the busy period.
 inline constexpr std::chrono::milliseconds busy_backoff{5};
 /// Sessions whose attained service the router remembers; beyond, the least recently served
 /// half is forgotten (they start again from zero).

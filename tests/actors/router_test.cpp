@@ -18,11 +18,13 @@ struct router_fixture {
       []() -> caf::behavior { return {[](triad::stats_atom) { return triad::device_stats{}; }}; });
   caf::actor router;
 
-  explicit router_fixture(triad::schedule_policy policy) {
+  explicit router_fixture(triad::schedule_policy policy, std::size_t slots = 1,
+                          std::chrono::milliseconds busy_backoff = 5ms) {
     triad::orchestration_options o;
     o.schedule = policy;
+    o.busy_backoff = busy_backoff;
     router = triad::spawn_router(node->domains().orchestration(),
-                                 {{"dev0", triad::device_role::both, device, 1}}, o);
+                                 {{"dev0", triad::device_role::both, device, slots}}, o);
   }
 
   ~router_fixture() {
@@ -88,6 +90,33 @@ BOOST_AUTO_TEST_CASE(a_request_is_never_sent_to_a_device_that_failed_it) {
       .receive([&](triad::route_reply& r) { reason = r.ok ? "granted" : r.reason; },
                [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); });
   BOOST_TEST(reason == "no device left for this stage: dev0 failed this request");
+}
+
+BOOST_AUTO_TEST_CASE(a_device_that_said_busy_gets_one_request_per_sequence_that_leaves_it) {
+  // Four router slots, a backoff far beyond the test: only releases open the device again.
+  router_fixture f{triad::schedule_policy::fcfs, 4, 60s};
+  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
+  auto ok = [](triad::route_reply& r) { BOOST_TEST(r.ok); };
+  f.route("a").receive(ok, fail);
+  f.route("b").receive(ok, fail);
+  f.self->send(f.router, triad::device_busy_atom::value, std::string{"dev0"}); // b refused
+  auto c = f.route("c"); // two of four slots free, but the device said busy: c waits
+  f.self->send(f.router, triad::park_release_atom::value, std::string{"dev0"}); // a parks
+  // The park freed no room on the device: a request behind c waits too (it times out here;
+  // granted, it would answer at once).
+  auto waits = [&](const std::string& session) {
+    bool waited = false;
+    f.self
+        ->request(f.router, 200ms, triad::route_atom::value,
+                  triad::route_order{triad::route_stage::any, session, {}, {}})
+        .receive([](triad::route_reply&) { BOOST_FAIL("granted while the device is full"); },
+                 [&](caf::error& e) { waited = e == caf::sec::request_timeout; });
+    return waited;
+  };
+  BOOST_TEST(waits("d"));
+  f.self->send(f.router, triad::release_atom::value, std::string{"dev0"}); // a sequence left
+  c.receive(ok, fail);
+  BOOST_TEST(waits("e")); // that room went to c; d (still queued) and e wait for the next
 }
 
 BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {

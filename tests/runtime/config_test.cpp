@@ -538,7 +538,8 @@ BOOST_AUTO_TEST_CASE(orchestration_policies_are_read) {
                         "tool_deadline_ms = 1500\n"
                         "device_slots = 4\n"
                         "device_failure = \"fail\"\n"
-                        "max_device_retries = 0\n",
+                        "max_device_retries = 0\n"
+                        "busy_backoff_ms = 20\n",
                         "triad.toml");
   BOOST_REQUIRE_MESSAGE(c.has_value(), (c ? "" : c.error().message));
   const auto& o = c->orchestration;
@@ -551,12 +552,15 @@ BOOST_AUTO_TEST_CASE(orchestration_policies_are_read) {
   BOOST_TEST(o.device_slots == 4u);
   BOOST_TEST((o.device_failure == device_failure_policy::fail));
   BOOST_TEST(o.max_device_retries == 0u);
+  BOOST_TEST(o.busy_backoff.count() == 20);
 }
 
 BOOST_AUTO_TEST_CASE(orchestration_values_out_of_range_are_errors) {
   BOOST_TEST(error_of("[orchestration]\nkv = \"keep\"\n") ==
              "triad.toml:2:6: orchestration.kv = \"keep\": not allowed; allowed: \"discard\", "
              "\"pin\", \"demote\"");
+  check_contains(error_of("[orchestration]\nbusy_backoff_ms = 0\n"),
+                 {"triad.toml:2:19: ", "orchestration.busy_backoff_ms = 0", "1..60000"});
   check_contains(error_of("[orchestration]\nretry_after_ms = 0\n"),
                  {"triad.toml:2:18: ", "orchestration.retry_after_ms = 0", "1..600000"});
   check_contains(error_of("[orchestration]\nmax_device_retries = 17\n"),
