@@ -205,6 +205,11 @@ int main(int argc, char** argv) {
         {"tool_calls_per_request", calls},
         {"tokens_short", a.tokens},
         {"tokens_long", b.tokens},
+        // Unsplit: all orchestration user CPU of each run per request, tokens included.
+        {"user_us_per_request_short",
+         a.cpu.orchestration.user * 1e6 / static_cast<double>(a.requests)},
+        {"user_us_per_request_long",
+         b.cpu.orchestration.user * 1e6 / static_cast<double>(b.requests)},
         {"orchestration_user_s_short", a.cpu.orchestration.user},
         {"orchestration_user_s_long", b.cpu.orchestration.user},
         {"orchestration_sys_s_short", a.cpu.orchestration.sys},
