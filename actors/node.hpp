@@ -68,6 +68,9 @@ public:
     return devices_;
   }
 
+  /// The router (route_atom and friends in router.hpp): for inspection, such as a session's
+  /// attained service under PLAS (attained_atom).
+  const caf::actor& router() const noexcept { return router_; }
   /// Spawns the embedder's class-based actor (derive from homed_actor to keep it home) into a
   /// named domain: "orchestration", "tools", "domain<id>" or "device:<name>".
   template<class Impl, class... Ts>

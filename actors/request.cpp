@@ -567,9 +567,10 @@ private:
   }
 
   // Tells the router the tokens computed for this request's session since the last report
-  // (PLAS orders waiting requests by each session's sum).
+  // (PLAS orders waiting requests by each session's sum). Under FCFS nothing reads that sum,
+  // and the report would be a message at every device phase for nothing.
   void report_service() {
-    if (unreported_ == 0 || req_.session.empty())
+    if (unreported_ == 0 || req_.session.empty() || ctx_->options.schedule != schedule_policy::plas)
       return;
     send(ctx_->router, served_atom::value, req_.session, unreported_);
     unreported_ = 0;

@@ -30,13 +30,14 @@ using park_release_atom = caf::atom_constant<caf::atom("parkrel")>;
 using device_busy_atom = caf::atom_constant<caf::atom("devbusy")>;
 /// Reports service a session received: `(served_atom, std::string session, std::uint64_t
 /// tokens)`, tokens computed for it on a device (prefilled and generated). PLAS orders waiting
-/// requests by the sum.
+/// requests by the sum; request actors report it under PLAS only.
 using served_atom = caf::atom_constant<caf::atom("served")>;
 /// Refreshes the router's view of every device's free KV pages (it also polls them every
 /// defaults::orchestration::stats_interval): `(refresh_atom)` -> true once all answered.
 using refresh_atom = caf::atom_constant<caf::atom("refresh")>;
 /// Asks for a session's attained service: `(attained_atom, std::string session)` ->
-/// std::uint64_t tokens (0 for a session the router does not know).
+/// std::uint64_t tokens (0 for a session the router does not know; under FCFS requests report
+/// none).
 using attained_atom = caf::atom_constant<caf::atom("attained")>;
 
 /// Which kind of device a request needs.

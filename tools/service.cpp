@@ -108,6 +108,8 @@ private:
       counters_->seconds->observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
     send(owner_, tool_result_atom::value, call_.id, std::move(reply));
+    // The owner would otherwise send this (then dead) actor a down message when it exits.
+    demonitor(owner_);
     quit();
   }
 

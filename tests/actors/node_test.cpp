@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 
 #include "actors/node.hpp"
+#include "actors/router.hpp"
 #include "devices/backend.hpp"
 #include "devices/device.hpp"
 #include "devices/factory.hpp"
@@ -313,6 +314,30 @@ std::unique_ptr<triad::node> start_failing_node(triad::device_failure_policy pol
   auto n = triad::node::start(config, opts);
   BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
   return std::move(*n);
+}
+
+BOOST_AUTO_TEST_CASE(requests_report_their_sessions_service_to_the_router_under_plas_only) {
+  for (auto policy : {triad::schedule_policy::plas, triad::schedule_policy::fcfs}) {
+    auto config = triad::zero_time_sim_config();
+    config.orchestration.schedule = policy;
+    triad::node_options opts;
+    opts.tools = triad::test::sleeper_registry();
+    auto n = triad::node::start(config, opts);
+    BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+    recorder rec;
+    (*n)->submit(agent_request("s1"), rec.callback());
+    const auto& last = rec.wait();
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+    std::uint64_t attained = 0;
+    caf::scoped_actor self{(*n)->domains().orchestration().system()};
+    self->request((*n)->router(), 30s, triad::attained_atom::value, std::string{"s1"})
+        .receive([&](std::uint64_t t) { attained = t; },
+                 [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); });
+    if (policy == triad::schedule_policy::plas) // every token computed for it, cached ones not
+      BOOST_TEST(attained == last.usage.prefill_tokens + last.usage.completion_tokens);
+    else
+      BOOST_TEST(attained == 0u); // nothing reads it: no report, no message
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_failing_decode_device_moves_its_request_to_another) {
