@@ -139,12 +139,15 @@ public:
     };
   }
 
+  // Waiting requests get an answer; the device handles go, so no device (whose sequences hold
+  // requests, which hold this router through their context) is kept alive in a cycle.
   void on_exit() override {
     for (auto& queue : waiting_) {
       for (auto& [k, w] : queue)
         w.promise.deliver(route_reply{false, {}, {}, "the node is stopping", 0});
       queue.clear();
     }
+    devices_.clear();
   }
 
 private:

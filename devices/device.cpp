@@ -223,6 +223,19 @@ public:
     attach_functor([driver = driver_.get()](const caf::error&) { driver->stop(); });
   }
 
+  // Sequences hold their requests' actors (sinks), export promises their callers and queued
+  // jobs this actor: dropped at exit, so no request and this device keep each other alive
+  // through a cycle (CAF frees an actor only when its last strong reference goes). LeakSanitizer
+  // found one at a node's stop: device -> sequence -> request -> its context -> router -> device.
+  void on_exit() override {
+    for (auto& [key, promise] : exports_)
+      promise.deliver(caf::make_error(caf::sec::request_receiver_down));
+    exports_.clear();
+    seqs_.clear();
+    backlog_.clear();
+    pending_frees_.clear();
+  }
+
   caf::behavior make_behavior() override {
     return {
         [this](generate_atom, generate_request& req) { return admit(std::move(req)); },

@@ -97,6 +97,27 @@ std::vector<triad::token> tokens_of(const std::vector<triad::device_event>& even
 
 BOOST_AUTO_TEST_SUITE(device)
 
+BOOST_AUTO_TEST_CASE(a_device_that_exits_lets_go_of_the_requests_it_held) {
+  // A finished sequence stays (its KV kept until freed) with its sink, the request actor. The
+  // fixture keeps a handle to the device, as a request's context does (through the router): the
+  // device must drop its sinks when it exits, or a request and the device keep each other alive.
+  device_fixture f;
+  caf::scoped_actor self{f.dom->system()};
+  caf::actor_addr sink_addr;
+  {
+    auto sink =
+        f.dom->system().spawn([]() -> caf::behavior { return {[](triad::device_event&) {}}; });
+    sink_addr = sink.address();
+    BOOST_REQUIRE(f.submit(self, f.request(1, 40, 5, sink)).accepted);
+    self->send_exit(sink, caf::exit_reason::user_shutdown);
+    self->wait_for(sink);
+  }
+  self->send_exit(f.device, caf::exit_reason::user_shutdown);
+  self->wait_for(f.device);
+  BOOST_TEST((caf::actor_cast<caf::strong_actor_ptr>(sink_addr) == nullptr),
+             "the exited device still holds the request actor");
+}
+
 BOOST_AUTO_TEST_CASE(a_sequence_streams_exactly_max_new_tokens_then_done) {
   device_fixture f;
   caf::scoped_actor self{f.dom->system()};
