@@ -510,6 +510,17 @@ public:
     return field::valid;
   }
 
+  /// Reads an integer count of `out`'s unit (the key's `_ms` or `_us`) within `range`.
+  template<class Rep, class Period>
+  field duration(const scope& s, std::string_view key, int_range range,
+                 std::chrono::duration<Rep, Period>& out) {
+    auto count = static_cast<std::int64_t>(out.count());
+    auto state = integer(s, key, range, count);
+    if (state == field::valid)
+      out = std::chrono::duration<Rep, Period>{count};
+    return state;
+  }
+
   /// Reads a boolean into `out`.
   field boolean(const scope& s, std::string_view key, bool& out) {
     const toml::node* node = s.table.get(key);
@@ -726,10 +737,7 @@ void read_scheduler(reader& r, const scope& s, scheduler_config& out) {
   r.check_keys(s, scheduler_keys, "in [scheduler]");
   r.domain_ids(s, "orchestration_domains", out.orchestration_domains);
   r.integer(s, "threads_per_domain", threads_per_domain_range, out.threads_per_domain);
-  std::int64_t sleep_us = out.moderate_sleep.count();
-  if (r.integer(s, "moderate_sleep_us", moderate_sleep_us_range, sleep_us) == field::valid) {
-    out.moderate_sleep = std::chrono::microseconds{sleep_us};
-  }
+  r.duration(s, "moderate_sleep_us", moderate_sleep_us_range, out.moderate_sleep);
   r.integer(s, "poll_attempts", poll_attempts_range, out.poll_attempts);
 }
 
@@ -789,18 +797,12 @@ void read_orchestration(reader& r, const scope& s, orchestration_options& out) {
   r.enumeration(s, "layout", layout_names, out.device_layout);
   r.enumeration(s, "schedule", schedule_policy_names, out.schedule);
   r.integer(s, "max_waiting", max_waiting_range, out.max_waiting);
-  std::int64_t ms = out.retry_after.count();
-  if (r.integer(s, "retry_after_ms", retry_after_ms_range, ms) == field::valid)
-    out.retry_after = std::chrono::milliseconds{ms};
-  ms = out.tool_deadline.count();
-  if (r.integer(s, "tool_deadline_ms", tool_deadline_ms_range, ms) == field::valid)
-    out.tool_deadline = std::chrono::milliseconds{ms};
+  r.duration(s, "retry_after_ms", retry_after_ms_range, out.retry_after);
+  r.duration(s, "tool_deadline_ms", tool_deadline_ms_range, out.tool_deadline);
   r.integer(s, "device_slots", device_slots_range, out.device_slots);
   r.enumeration(s, "device_failure", device_failure_names, out.device_failure);
   r.integer(s, "max_device_retries", max_device_retries_range, out.max_device_retries);
-  ms = out.busy_backoff.count();
-  if (r.integer(s, "busy_backoff_ms", busy_backoff_ms_range, ms) == field::valid)
-    out.busy_backoff = std::chrono::milliseconds{ms};
+  r.duration(s, "busy_backoff_ms", busy_backoff_ms_range, out.busy_backoff);
 }
 
 /// First occurrence of each device or sim profile name, for the duplicate check.
