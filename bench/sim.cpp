@@ -32,10 +32,10 @@ double seconds_since(clock_type::time_point start) {
 }
 
 // The profile's three rates, measured one repetition at a time so that each table point can
-// take them right beside its own step runs: this VM's speed drifts by up to 25% within a
-// minute, and a profile measured once at the start predicts later points with that drift in
-// the error. Each point uses the median of its repetitions, as its measured step time is the
-// median of its runs.
+// take them right beside its own step runs: this VM's rates moved by up to 25% between runs
+// a minute apart (read bandwidth 39-53 GB/s), and a profile measured once at the start
+// predicts later points with any such drift in the error. Each point uses the median of its
+// repetitions, as its measured step time is the median of its runs.
 class profile_probe {
 public:
   profile_probe()
