@@ -1,8 +1,10 @@
 // triad-bench-kv: the KV store's costs against plain memory operations, in one run.
 // - transfer_over_memcpy: blocks of the `small` preset's size moved between the host pools of
-//   two domains through the store (block actors, checked copies) against memcpy of the same
-//   bytes between two buffers of the same kind (one arena buffer per domain, as the pools'
-//   are); a throughput ratio (1.0: as fast as memcpy).
+//   two domains through the store (the caller's request, the store, the destination domain's
+//   movers, checked copies, the answer) against memcpy of the same bytes between two buffers
+//   of the same kind (one arena buffer per domain, as the pools' are) by the worker thread that
+//   copies for the store in that direction; each domain's worker is bound to a cpu of its own.
+//   A throughput ratio per direction (1.0: as fast as memcpy); the headline is the worse one.
 // - block_ops_per_s: allocate (put), share (acquire), lookup (prefix index) and free, each a
 //   message round trip answered by the store or its index, pipelined from one client.
 // - bytes_per_block_actor: resident memory per stored block beyond its payload (the block
@@ -13,8 +15,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <random>
+#include <thread>
 
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -47,6 +53,67 @@ std::vector<triad::token> tokens_of(std::size_t n, triad::token first) {
   for (std::size_t i = 0; i < n; ++i)
     t[i] = first + static_cast<triad::token>(i);
   return t;
+}
+
+// The cpus this process may run on.
+std::vector<unsigned> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<unsigned> out;
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (unsigned c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set))
+        out.push_back(c);
+  if (out.empty())
+    out.push_back(0);
+  return out;
+}
+
+// Binds the calling thread to `cpu`.
+bool pin_this_thread(unsigned cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set) == 0;
+}
+
+// Runs `fn` on a worker of domain `d` (the only one in this benchmark's domains) and returns
+// its result.
+template<class R, class F>
+R in_domain(triad::domain& d, F fn) {
+  std::promise<R> result;
+  d.spawn([&](caf::event_based_actor* self) {
+    result.set_value(fn());
+    self->quit();
+  });
+  return result.get_future().get();
+}
+
+// Actors running in each domain.
+std::vector<std::size_t> running_actors(triad::domain_set& domains) {
+  std::vector<std::size_t> out;
+  for (unsigned d = 0;; ++d) {
+    auto dom = domains.find(d);
+    if (!dom)
+      return out;
+    out.push_back((*dom)->system().registry().running());
+  }
+}
+
+// Waits (up to 30 s) until no domain runs more actors than `before`: a store's block actors
+// end after the store does, on the domains' workers, and a phase that ran beside their exits
+// would measure them too.
+void settle(triad::domain_set& domains, const std::vector<std::size_t>& before) {
+  auto until = clock_type::now() + 30s;
+  for (;;) {
+    auto now = running_actors(domains);
+    bool done = true;
+    for (std::size_t d = 0; d < now.size() && d < before.size(); ++d)
+      done = done && now[d] <= before[d];
+    if (done || clock_type::now() > until)
+      return;
+    std::this_thread::sleep_for(1ms);
+  }
 }
 
 struct bench_node {
@@ -138,7 +205,7 @@ int main(int argc, char** argv) {
   const std::size_t block_bytes =
       static_cast<std::size_t>(small->kv_bytes_per_token(triad::dtype::bf16)) * block_tokens;
   const std::size_t transfer_blocks = quick ? 128 : 512;
-  const int reps = quick ? 7 : 11;
+  const int reps = quick ? 41 : 101;
   const std::size_t op_rounds = quick ? 4000 : 20000;
   const std::size_t actor_blocks = quick ? 20000 : 100000;
 
@@ -147,6 +214,7 @@ int main(int argc, char** argv) {
   try {
     auto node = start_node();
     caf::scoped_actor self{node.domains->orchestration().system()};
+    const auto idle = running_actors(*node.domains);
 
     // Memory per block actor (first, before other phases free memory this one would reuse):
     // resident growth over `actor_blocks` stored blocks of 64 bytes, less the payload slots
@@ -169,6 +237,7 @@ int main(int argc, char** argv) {
       caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
       self->wait_for(kv.store);
+      settle(*node.domains, idle);
     }
     // Transfers: the same blocks back and forth between host0 (domain 0) and host1 (domain 1).
     {
@@ -187,41 +256,66 @@ int main(int argc, char** argv) {
         std::memset(buf->data(), static_cast<int>(d + 1), buf->size());
         sides.push_back(std::move(*buf));
       }
-      std::byte* a = sides[0].data();
-      std::byte* b = sides[1].data();
-      std::vector<double> store_s, memcpy_s;
-      bool to_one = true;
-      // One untimed round trip first: pool pages and block actors' first allocations are
-      // touched once, as the buffers of the memcpy baseline are by its first rep.
+      // Each domain's worker on a cpu of its own, and each direction's baseline copied by the
+      // worker that copies for the store in that direction: the two vCPUs of this machine copy
+      // at different speeds (13-14 against 22-26 GB/s measured with taskset -c 0 and -c 1), so
+      // a baseline on another thread measured which cpu each thread ran on.
+      auto cpus = allowed_cpus();
+      std::array<triad::domain*, 2> doms{};
+      for (unsigned d : {0U, 1U}) {
+        auto dom = node.domains->find(d);
+        if (!dom)
+          throw std::runtime_error(dom.error().message);
+        doms[d] = *dom;
+        auto cpu = cpus[d % cpus.size()];
+        if (!in_domain<bool>(*doms[d], [cpu] { return pin_this_thread(cpu); }))
+          throw std::runtime_error("cannot pin domain " + std::to_string(d) + "'s worker to cpu " +
+                                   std::to_string(cpu));
+        out.metrics["domain" + std::to_string(d) + "_cpu"] = cpu;
+      }
+      // One untimed round trip first: pool pages and the movers are touched once, as the
+      // buffers of the baseline are by its first rep.
       for (auto pool : {"host1", "host0"}) {
         auto m = ask<triad::kv_reply>(self, kv.store, triad::kv_transfer_atom::value, ids,
                                       std::string{pool});
         if (!m.ok)
           throw std::runtime_error("transfer: " + m.reason);
       }
-      for (int r = 0; r < reps; ++r) {
+      std::array<std::vector<double>, 2> store_s, memcpy_s; // by destination domain
+      for (int r = 0; r < 2 * reps; ++r) {
+        unsigned to = r % 2 == 0 ? 1 : 0;
         auto t0 = clock_type::now();
         auto m = ask<triad::kv_reply>(self, kv.store, triad::kv_transfer_atom::value, ids,
-                                      std::string{to_one ? "host1" : "host0"});
-        store_s.push_back(seconds_since(t0));
+                                      std::string{to == 1 ? "host1" : "host0"});
+        store_s[to].push_back(seconds_since(t0));
         if (!m.ok)
           throw std::runtime_error("transfer: " + m.reason);
-        to_one = !to_one;
-        auto t1 = clock_type::now();
-        for (std::size_t i = 0; i < transfer_blocks; ++i)
-          std::memcpy((r % 2 ? a : b) + i * block_bytes, (r % 2 ? b : a) + i * block_bytes,
-                      block_bytes);
-        memcpy_s.push_back(seconds_since(t1));
+        std::byte* dst = sides[to].data();
+        const std::byte* src = sides[1 - to].data();
+        memcpy_s[to].push_back(in_domain<double>(*doms[to], [&] {
+          auto t1 = clock_type::now();
+          for (std::size_t i = 0; i < transfer_blocks; ++i)
+            std::memcpy(dst + i * block_bytes, src + i * block_bytes, block_bytes);
+          return seconds_since(t1);
+        }));
       }
       auto bytes = static_cast<double>(transfer_blocks * block_bytes);
       out.metrics["block_bytes"] = block_bytes;
-      out.metrics["transfer_gb_per_s"] = bytes / triad::bench::median(store_s) / 1e9;
-      out.metrics["memcpy_gb_per_s"] = bytes / triad::bench::median(memcpy_s) / 1e9;
-      out.ratios["transfer_over_memcpy"] =
-          triad::bench::median(memcpy_s) / triad::bench::median(store_s);
+      out.metrics["transfer_blocks"] = transfer_blocks;
+      double worst = 0;
+      for (unsigned to : {0U, 1U}) {
+        auto name = std::string{"_into_domain"} + std::to_string(to);
+        auto ratio = triad::bench::median(memcpy_s[to]) / triad::bench::median(store_s[to]);
+        out.metrics["transfer_gb_per_s" + name] = bytes / triad::bench::median(store_s[to]) / 1e9;
+        out.metrics["memcpy_gb_per_s" + name] = bytes / triad::bench::median(memcpy_s[to]) / 1e9;
+        out.metrics["transfer_over_memcpy" + name] = ratio;
+        worst = to == 0 ? ratio : std::min(worst, ratio);
+      }
+      out.ratios["transfer_over_memcpy"] = worst;
       caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
       self->wait_for(kv.store);
+      settle(*node.domains, idle);
     }
 
     // Block operations: pipelined round trips of put, acquire, lookup and free.
@@ -262,6 +356,7 @@ int main(int argc, char** argv) {
       caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
       self->wait_for(kv.store);
+      settle(*node.domains, idle);
     }
 
   } catch (const std::exception& e) {

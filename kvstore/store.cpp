@@ -1,5 +1,6 @@
 #include "kvstore/store.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -17,6 +18,8 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 using expiry_atom = caf::atom_constant<caf::atom("kvexpiry")>;
+// Sends the copies queued in this turn to the movers, one batch per destination domain.
+using flush_moves_atom = caf::atom_constant<caf::atom("kvflush")>;
 
 // Where a block is: a memory pool by index, or the disk tier.
 constexpr int on_disk = -1;
@@ -74,6 +77,10 @@ public:
       , disk_(std::move(disk))
       , index_(std::move(index)) {
     leaving_.assign(pools_.size() + 1, 0);
+    for (auto& p : pools_) {
+      auto d = domains_->find(p->domain());
+      pool_domains_.push_back(d ? *d : home_);
+    }
     for (std::size_t i = 0; i <= pools_.size(); ++i)
       policies_.push_back(config_.policy ? config_.policy() : std::make_unique<lru_policy>());
     add_metrics();
@@ -111,6 +118,7 @@ public:
         [this](kv_fault_atom, std::uint32_t n) { faults_ += n; },
         [this](kv_stats_atom) -> kv_store_stats { return stats(); },
         [this](expiry_atom) { on_expiry(); },
+        [this](flush_moves_atom) { flush_moves(); },
     };
   }
 
@@ -123,6 +131,11 @@ public:
       for (auto& a : idle)
         send_exit(a, caf::exit_reason::user_shutdown);
     spares_.clear();
+    for (auto& [d, m] : movers_)
+      for (auto& a : m.all)
+        send_exit(a, caf::exit_reason::user_shutdown);
+    movers_.clear();
+    outbox_.clear();
     waiting_.clear();
     blocks_.clear();
     by_hash_.clear();
@@ -142,12 +155,7 @@ private:
     return pools_[loc]->used() < pools_[loc]->capacity();
   }
 
-  domain& domain_of(int loc) {
-    if (loc == on_disk)
-      return *home_;
-    auto d = domains_->find(pools_[loc]->domain());
-    return d ? **d : *home_;
-  }
+  domain& domain_of(int loc) { return loc == on_disk ? *home_ : *pool_domains_[loc]; }
 
   // Where block `b`'s bytes are (or go) at `loc`: slot `slot` of a pool, or its file.
   detail::block_location location(int loc, slot_id slot, const block_rec& b) {
@@ -156,7 +164,8 @@ private:
     where.size = config_.block_bytes;
     if (loc == on_disk) {
       where.disk = disk_.get();
-      where.meta = {b.hash, b.parent, b.tokens, b.checksum, disk_->path_of(b.hash)};
+      where.meta = std::make_shared<const disk_entry>(
+          disk_entry{b.hash, b.parent, b.tokens, b.checksum, disk_->path_of(b.hash)});
     } else {
       where.memory = pools_[loc]->bytes(slot);
     }
@@ -213,8 +222,9 @@ private:
   // ---- pressure -----------------------------------------------------------------------------
 
   // An actor for block `id` in `d`: an idle one from the domain's pool when there is one. A
-  // reused actor learns its block from the message that fills it (block_init or block_pull,
-  // which carry the block's id and place), so taking one costs no message of its own.
+  // reused actor learns its block from the message that fills it (block_init, or block_assign
+  // once its domain's mover has copied the bytes in), so taking one costs no message of its
+  // own.
   caf::actor take_actor(domain& d, block_id id, const detail::block_location& where) {
     auto& idle = spares_[&d];
     if (idle.empty()) {
@@ -309,10 +319,12 @@ private:
   }
 
   // Runs `step` now, and again whenever a move completes, until it reports done.
-  void run_waiting(std::function<bool()> step) {
+  // (A template: a step that is done at once, the common case, is never wrapped.)
+  template<class Step>
+  void run_waiting(Step step) {
     if (step())
       return;
-    waiting_.push_back(std::move(step));
+    waiting_.emplace_back(std::move(step));
   }
 
   void wake_waiters() {
@@ -419,7 +431,8 @@ private:
       order.flip_bit = static_cast<std::int64_t>((id * 7919 + 13) % (config_.block_bytes * 8));
     }
     auto start = clock_type::now();
-    auto finish = [this, id, dest, slot, actor, start, done, attempt, from](detail::pull_result r) {
+    auto finish = [this, id, dest, slot, actor, start, done = std::move(done), attempt,
+                   from](detail::pull_result r) {
       --moves_in_flight_;
       --leaving(from);
       auto& b = blocks_.at(id);
@@ -458,11 +471,86 @@ private:
       set_idle(b);
       wake_waiters();
     };
-    request(actor, caf::infinite, detail::block_pull_atom::value, id, where, order)
-        .then([finish](detail::pull_result& r) { finish(std::move(r)); },
-              [finish](caf::error& e) {
+    copy_in(actor, domain_of(dest), id, std::move(where), std::move(order), std::move(finish));
+  }
+
+  // A copy waiting for the end of the turn: block `id`'s new actor, its new location, the
+  // source, and what runs with the outcome.
+  struct pending_copy {
+    caf::actor actor;
+    block_id id = 0;
+    detail::block_location where;
+    detail::move_order order;
+    std::function<void(detail::pull_result)> finish;
+  };
+
+  // Fills block `id` at `where` (in domain `d`) from `order`'s source, has `actor` stand for
+  // it (the mover tells it), then runs `finish` with the outcome. Copies wait for the end of this
+  // turn (a high-priority message to itself), or until a batch's worth is queued for the
+  // domain (`first_move_batch_blocks`, doubling up to `move_batch_blocks` within a turn), and
+  // go to its mover as one batch.
+  void copy_in(caf::actor actor, domain& d, block_id id, detail::block_location where,
+               detail::move_order order, std::function<void(detail::pull_result)> finish) {
+    auto& box = outbox_[&d];
+    box.copies.push_back(
+        {std::move(actor), id, std::move(where), std::move(order), std::move(finish)});
+    if (box.copies.size() >= box.limit) {
+      // The first batch of a turn is small so the mover starts at once; later ones grow.
+      box.limit = std::min(box.limit * 2, defaults::kvstore::move_batch_blocks);
+      send_batch(d, std::move(box.copies));
+      box.copies.clear();
+      return;
+    }
+    if (!flush_pending_) {
+      flush_pending_ = true;
+      send<caf::message_priority::high>(this, flush_moves_atom::value);
+    }
+  }
+
+  void flush_moves() {
+    flush_pending_ = false;
+    auto out = std::move(outbox_);
+    outbox_.clear();
+    for (auto& [d, box] : out)
+      if (!box.copies.empty())
+        send_batch(*d, std::move(box.copies));
+  }
+
+  // Sends `copies` (all into domain `d`) to its mover as one batch.
+  void send_batch(domain& d, std::vector<pending_copy> copies) {
+    std::vector<detail::pull_item> items;
+    items.reserve(copies.size());
+    auto finishes = std::make_shared<std::vector<std::function<void(detail::pull_result)>>>();
+    finishes->reserve(copies.size());
+    for (auto& c : copies) {
+      items.push_back({std::move(c.actor), c.id, std::move(c.where), std::move(c.order)});
+      finishes->push_back(std::move(c.finish));
+    }
+    request(mover_of(d), caf::infinite, detail::move_batch_atom::value, std::move(items))
+        .then(
+            [finishes](detail::pull_outcomes& o) {
+              for (std::size_t i = 0; i < finishes->size(); ++i)
+                (*finishes)[i](i < o.results.size() ? std::move(o.results[i])
+                                                    : detail::pull_result{false, "no outcome"});
+            },
+            [finishes](caf::error& e) {
+              for (auto& finish : *finishes)
                 finish({false, "the copy failed: " + to_string(e)});
-              });
+            });
+  }
+
+  // A mover of domain `d`, in turn: one per worker of the domain (up to
+  // `movers_per_domain`), spawned on first use, so the batches of a long transfer are copied
+  // by as many cores as the domain has.
+  const caf::actor& mover_of(domain& d) {
+    auto& m = movers_[&d];
+    if (m.all.empty()) {
+      auto n = std::clamp<std::size_t>(d.system().scheduler().num_workers(), 1,
+                                       defaults::kvstore::movers_per_domain);
+      for (std::size_t i = 0; i < n; ++i)
+        m.all.push_back(detail::spawn_mover_actor(d));
+    }
+    return m.all[m.next++ % m.all.size()];
   }
 
   // Moves a block one tier down to `target` (a demote_target), counted as a demotion.
@@ -492,7 +580,7 @@ private:
     bool direct = !from_device || !to_device || pools_[b.loc]->domain() == pools_[dest]->domain() ||
                   (config_.pools[b.loc].peer_access && config_.pools[dest].peer_access);
     auto go = [this, id](int target, std::function<void(expected<void>)> next) {
-      run_waiting([this, id, target, next] {
+      run_waiting([this, id, target, next = std::move(next)]() mutable {
         if (!blocks_.count(id)) {
           next(make_error(errc::not_found, "the block was dropped"));
           return true;
@@ -501,7 +589,7 @@ private:
           return false;
         switch (ensure_room(target)) {
         case room::ready:
-          move(id, target, next);
+          move(id, target, std::move(next));
           return true;
         case room::wait:
           return false;
@@ -942,31 +1030,30 @@ private:
       ++moves_in_flight_;
       auto copy_id = copy.id;
       detail::move_order order{where_is(src), src.checksum, -1};
-      request(copy.actor, caf::infinite, detail::block_pull_atom::value, copy_id, where_is(copy),
-              order)
-          .then([this, id, copy_id, promise](detail::pull_result& r) mutable {
-            --moves_in_flight_;
-            kv_reply out;
-            if (auto s = blocks_.find(id); s != blocks_.end()) {
-              if (r.ok && s->second.refs > 0)
-                --s->second.refs; // the caller's reference moves to the copy
-              set_idle(s->second);
-            }
-            auto c = blocks_.find(copy_id);
-            if (!r.ok) {
-              ++checksum_failures_;
-              bump(checksum_metric_);
-              drop(copy_id);
-              out.reason = "cow: " + r.reason;
-            } else if (c != blocks_.end()) {
-              out.ok = true;
-              out.ids = {copy_id};
-              set_idle(c->second);
-            }
-            update_gauges();
-            promise.deliver(std::move(out));
-            wake_waiters();
-          });
+      copy_in(copy.actor, domain_of(loc), copy_id, where_is(copy), std::move(order),
+              [this, id, copy_id, promise](detail::pull_result r) mutable {
+                --moves_in_flight_;
+                kv_reply out;
+                if (auto s = blocks_.find(id); s != blocks_.end()) {
+                  if (r.ok && s->second.refs > 0)
+                    --s->second.refs; // the caller's reference moves to the copy
+                  set_idle(s->second);
+                }
+                auto c = blocks_.find(copy_id);
+                if (!r.ok) {
+                  ++checksum_failures_;
+                  bump(checksum_metric_);
+                  drop(copy_id);
+                  out.reason = "cow: " + r.reason;
+                } else if (c != blocks_.end()) {
+                  out.ok = true;
+                  out.ids = {copy_id};
+                  set_idle(c->second);
+                }
+                update_gauges();
+                promise.deliver(std::move(out));
+                wake_waiters();
+              });
       return true;
     });
     return promise;
@@ -1100,6 +1187,7 @@ private:
   domain* home_;
   kv_store_config config_;
   std::vector<std::unique_ptr<memory_pool>> pools_;
+  std::vector<domain*> pool_domains_; // by pool: the domain of its memory (else home_)
   std::unique_ptr<disk_pool> disk_;
   caf::actor index_;
   std::vector<std::unique_ptr<eviction_policy>> policies_; // [0]: disk, [i + 1]: pools_[i]
@@ -1114,6 +1202,17 @@ private:
   std::uint32_t faults_ = 0;
   bool expiry_scheduled_ = false;
   bool waking_ = false;
+  struct domain_movers {
+    std::vector<caf::actor> all;
+    std::size_t next = 0; // the next batch's
+  };
+  std::map<domain*, domain_movers> movers_; // by domain
+  struct domain_outbox {
+    std::vector<pending_copy> copies;
+    std::size_t limit = defaults::kvstore::first_move_batch_blocks; // sent when this many
+  };
+  std::map<domain*, domain_outbox> outbox_; // copies of this turn, by domain
+  bool flush_pending_ = false;
   std::uint64_t puts_shared_ = 0, bytes_moved_ = 0, transfers_ = 0, demotions_ = 0, promotions_ = 0,
                 evictions_ = 0, pin_expiries_ = 0, checksum_failures_ = 0, dropped_damaged_ = 0,
                 busy_ = 0, actors_spawned_ = 0;

@@ -163,12 +163,12 @@ domain_set::~domain_set() {
 }
 
 expected<domain*> domain_set::find(unsigned id) {
-  std::string have;
-  for (auto& d : domains_) {
+  for (auto& d : domains_)
     if (d->id() == id)
       return d.get();
+  std::string have;
+  for (auto& d : domains_)
     have += (have.empty() ? "" : ", ") + d->name();
-  }
   return make_error(errc::not_found, "no running domain with id " + std::to_string(id) +
                                          "; running domains: " + have);
 }
@@ -188,12 +188,12 @@ expected<domain*> domain_set::find(std::string_view name) {
       return find(p->domain);
     return make_error(errc::not_found, "no device named '" + std::string{dev} + "' in the plan");
   }
-  std::string have;
-  for (auto& d : domains_) {
+  for (auto& d : domains_)
     if (d->name() == name)
       return d.get();
+  std::string have;
+  for (auto& d : domains_)
     have += d->name() + ", ";
-  }
   return make_error(errc::not_found, "no domain named '" + std::string{name} + "'; allowed: " +
                                          have + "orchestration, tools, device:<name>");
 }

@@ -1,5 +1,7 @@
 #include "kvstore/detail/block_actor.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include <caf/all.hpp>
@@ -33,12 +35,6 @@ public:
           std::memcpy(where_.memory.data(), payload.data(), n);
           return block_checksum(where_.memory);
         },
-        [this](block_pull_atom, block_id id, block_location& where,
-               move_order& order) -> pull_result {
-          id_ = id;
-          where_ = std::move(where);
-          return pull(order);
-        },
         [this](block_read_atom, std::uint64_t checksum) -> kv_bytes { return read(checksum); },
         [this](block_write_atom, std::uint64_t offset,
                std::vector<std::uint8_t>& bytes) -> std::uint64_t {
@@ -49,35 +45,11 @@ public:
   }
 
 private:
-  // A pull's answer from the outcome of its last step.
-  static pull_result outcome(const expected<void>& step) {
-    return step ? pull_result{true, {}} : pull_result{false, step.error().message};
-  }
-
-  pull_result pull(const move_order& order) {
-    const auto& src = order.source;
-    if (src.kind == tier::disk) {
-      if (where_.kind == tier::disk)
-        return {false, "disk to disk moves are not made"};
-      // A file is checked as it is read, straight into the new block's memory.
-      return outcome(src.disk->read(src.meta.hash, where_.memory, order.flip_bit));
-    }
-    if (where_.kind == tier::disk) {
-      std::vector<std::byte> staged(src.memory.size());
-      if (auto copied = copy_checked(staged, src.memory, order.checksum, order.flip_bit); !copied)
-        return outcome(copied);
-      auto meta = where_.meta;
-      meta.checksum = order.checksum;
-      return outcome(where_.disk->write(meta, staged));
-    }
-    return outcome(copy_checked(where_.memory, src.memory, order.checksum, order.flip_bit));
-  }
-
   kv_bytes read(std::uint64_t checksum) {
     kv_bytes out;
     if (where_.kind == tier::disk) {
       std::vector<std::byte> tmp(where_.size);
-      auto r = where_.disk->read(where_.meta.hash, tmp);
+      auto r = where_.disk->read(where_.meta->hash, tmp);
       if (!r) {
         out.reason = "block " + std::to_string(id_) + ": " + r.error().message;
         return out;
@@ -103,7 +75,58 @@ private:
   block_location where_;
 };
 
+// A copy's outcome from the outcome of its last step.
+pull_result outcome(const expected<void>& step) {
+  return step ? pull_result{true, {}} : pull_result{false, step.error().message};
+}
+
+// Fills the block at `to` from `order`'s source, checked on arrival.
+pull_result copy_in(const block_location& to, const move_order& order) {
+  const auto& src = order.source;
+  if (src.kind == tier::disk) {
+    if (to.kind == tier::disk)
+      return {false, "disk to disk moves are not made"};
+    // A file is checked as it is read, straight into the new block's memory.
+    return outcome(src.disk->read(src.meta->hash, to.memory, order.flip_bit));
+  }
+  if (to.kind == tier::disk) {
+    std::vector<std::byte> staged(src.memory.size());
+    if (auto copied = copy_checked(staged, src.memory, order.checksum, order.flip_bit); !copied)
+      return outcome(copied);
+    auto meta = *to.meta;
+    meta.checksum = order.checksum;
+    return outcome(to.disk->write(meta, staged));
+  }
+  return outcome(copy_checked(to.memory, src.memory, order.checksum, order.flip_bit));
+}
+
+// A domain's copy engine: fills new blocks in its domain, a batch per message.
+class mover_actor : public homed_actor {
+public:
+  explicit mover_actor(caf::actor_config& cfg)
+      : homed_actor(cfg) {}
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](move_batch_atom, const std::vector<pull_item>& items) {
+          pull_outcomes out;
+          out.results.reserve(items.size());
+          for (const auto& item : items) {
+            out.results.push_back(copy_in(item.to, item.order));
+            if (out.results.back().ok)
+              send(item.block, block_assign_atom::value, item.id, item.to);
+          }
+          return out;
+        },
+    };
+  }
+};
+
 } // namespace
+
+caf::actor spawn_mover_actor(domain& home) {
+  return home.spawn<mover_actor>();
+}
 
 caf::actor spawn_block_actor(domain& home, block_id id, block_location where) {
   return home.spawn<block_actor>(id, std::move(where));
