@@ -425,6 +425,31 @@ BOOST_AUTO_TEST_CASE(blocks_move_between_host_pools_of_two_domains_intact) {
   BOOST_TEST(bad.reason.find("unknown pool 'nowhere'") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_move_of_many_blocks_in_several_batches_keeps_every_byte) {
+  // 100 blocks go to a domain's movers in batches of 4, 8, 16, 32, 32 and 8. Each block's
+  // actor in its new place must be told where that is: the last move takes domain 1's idle
+  // actors, which held blocks of the other pool there, and the reads go through them.
+  const std::size_t n = 100;
+  start(config({{"host0", triad::tier::host, 0, n},
+                {"host1", triad::tier::host, 1, n},
+                {"host1b", triad::tier::host, 1, n}}));
+  std::vector<std::vector<std::uint8_t>> payloads;
+  for (std::size_t i = 0; i < n; ++i)
+    payloads.push_back(payload(static_cast<unsigned>(100 + i)));
+  auto r = put("host0", tokens(n * block_tokens, 1), payloads);
+  BOOST_REQUIRE_MESSAGE(r.ok, r.reason);
+  for (const char* pool : {"host1", "host0", "host1b"}) {
+    auto t =
+        ask<triad::kv_reply>(kv.store, triad::kv_transfer_atom::value, r.ids, std::string{pool});
+    BOOST_REQUIRE_MESSAGE(t.ok, t.reason);
+  }
+  auto s = stats();
+  BOOST_TEST(s.pools[2].blocks == n);
+  BOOST_TEST(s.transfers == 3 * n);
+  for (std::size_t i = 0; i < n; ++i)
+    BOOST_TEST(read(r.ids[i]).bytes == payloads[i], "block " << i);
+}
+
 BOOST_AUTO_TEST_CASE(blocks_moving_back_and_forth_reuse_idle_block_actors) {
   start(config({{"host0", triad::tier::host, 0, 4}, {"host1", triad::tier::host, 1, 4}}));
   auto r = put("host0", tokens(12, 1), {payload(1), payload(2), payload(3)});
