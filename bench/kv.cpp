@@ -1,10 +1,13 @@
 // triad-bench-kv: the KV store's costs against plain memory operations, in one run.
 // - transfer_over_memcpy: blocks of the `small` preset's size moved between the host pools of
-//   two domains through the store (the caller's request, the store, the destination domain's
-//   movers, checked copies, the answer) against memcpy of the same bytes between two buffers
-//   of the same kind (one arena buffer per domain, as the pools' are) by the worker thread that
-//   copies for the store in that direction; each domain's worker is bound to a cpu of its own.
-//   A throughput ratio per direction (1.0: as fast as memcpy); the headline is the worse one.
+//   two domains through the store (a client actor's request, the store, the destination
+//   domain's movers, checked copies, the answer) against memcpy of the same bytes between two
+//   buffers of the same kind (one arena buffer per domain, as the pools' are) by the worker
+//   thread that copies for the store in that direction; each domain's worker is bound to a cpu
+//   of its own. A throughput ratio per direction (1.0: as fast as memcpy); the headline is the
+//   worse one. The client actor lives in the store's domain, as the node's request and device
+//   actors do; `transfer_over_memcpy_thread_client_*` gives the same asked from a non-actor
+//   thread, whose wake-ups it includes.
 // - block_ops_per_s: allocate (put), share (acquire), lookup (prefix index) and free, each a
 //   message round trip answered by the store or its index, pipelined from one client.
 // - bytes_per_block_actor: resident memory per stored block beyond its payload (the block
@@ -114,6 +117,30 @@ void settle(triad::domain_set& domains, const std::vector<std::size_t>& before) 
       return;
     std::this_thread::sleep_for(1ms);
   }
+}
+
+// Seconds a transfer of `ids` into `pool` takes, asked by an actor in `home`: from its request
+// to the store's answer, both seen on that actor's worker.
+double timed_transfer(triad::domain& home, const caf::actor& store,
+                      const std::vector<triad::block_id>& ids, const std::string& pool) {
+  std::promise<std::pair<double, std::string>> result;
+  home.spawn([&](caf::event_based_actor* client) {
+    auto t0 = clock_type::now();
+    client->request(store, caf::infinite, triad::kv_transfer_atom::value, ids, pool)
+        .then(
+            [&, client, t0](triad::kv_reply& r) {
+              result.set_value({seconds_since(t0), r.ok ? "" : r.reason});
+              client->quit();
+            },
+            [&, client](caf::error& e) {
+              result.set_value({0, caf::to_string(e)});
+              client->quit();
+            });
+  });
+  auto [secs, error] = result.get_future().get();
+  if (!error.empty())
+    throw std::runtime_error("transfer: " + error);
+  return secs;
 }
 
 struct bench_node {
@@ -281,15 +308,22 @@ int main(int argc, char** argv) {
         if (!m.ok)
           throw std::runtime_error("transfer: " + m.reason);
       }
-      std::array<std::vector<double>, 2> store_s, memcpy_s; // by destination domain
-      for (int r = 0; r < 2 * reps; ++r) {
+      // By destination domain: transfers asked by an actor in the store's domain (as the
+      // node's request and device actors ask), the same asked from this (non-actor) thread,
+      // and the baseline.
+      std::array<std::vector<double>, 2> store_s, thread_s, memcpy_s;
+      for (int r = 0; r < 4 * reps; ++r) {
         unsigned to = r % 2 == 0 ? 1 : 0;
-        auto t0 = clock_type::now();
-        auto m = ask<triad::kv_reply>(self, kv.store, triad::kv_transfer_atom::value, ids,
-                                      std::string{to == 1 ? "host1" : "host0"});
-        store_s[to].push_back(seconds_since(t0));
-        if (!m.ok)
-          throw std::runtime_error("transfer: " + m.reason);
+        std::string pool = to == 1 ? "host1" : "host0";
+        if (r % 4 >= 2) {
+          auto t0 = clock_type::now();
+          auto m = ask<triad::kv_reply>(self, kv.store, triad::kv_transfer_atom::value, ids, pool);
+          thread_s[to].push_back(seconds_since(t0));
+          if (!m.ok)
+            throw std::runtime_error("transfer: " + m.reason);
+          continue;
+        }
+        store_s[to].push_back(timed_transfer(node.domains->orchestration(), kv.store, ids, pool));
         std::byte* dst = sides[to].data();
         const std::byte* src = sides[1 - to].data();
         memcpy_s[to].push_back(in_domain<double>(*doms[to], [&] {
@@ -309,6 +343,8 @@ int main(int argc, char** argv) {
         out.metrics["transfer_gb_per_s" + name] = bytes / triad::bench::median(store_s[to]) / 1e9;
         out.metrics["memcpy_gb_per_s" + name] = bytes / triad::bench::median(memcpy_s[to]) / 1e9;
         out.metrics["transfer_over_memcpy" + name] = ratio;
+        out.metrics["transfer_over_memcpy_thread_client" + name] =
+            triad::bench::median(memcpy_s[to]) / triad::bench::median(thread_s[to]);
         worst = to == 0 ? ratio : std::min(worst, ratio);
       }
       out.ratios["transfer_over_memcpy"] = worst;
