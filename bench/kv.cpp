@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
   const std::size_t block_bytes =
       static_cast<std::size_t>(small->kv_bytes_per_token(triad::dtype::bf16)) * block_tokens;
   const std::size_t transfer_blocks = quick ? 128 : 512;
-  const int reps = quick ? 41 : 101;
+  const int reps = quick ? 101 : 201;
   const std::size_t op_rounds = quick ? 4000 : 20000;
   const std::size_t actor_blocks = quick ? 20000 : 100000;
 
