@@ -491,6 +491,10 @@ private:
   // go to its mover as one batch.
   void copy_in(caf::actor actor, domain& d, block_id id, detail::block_location where,
                detail::move_order order, std::function<void(detail::pull_result)> finish) {
+    if (!flush_pending_) { // the turn's end sends what is left and resets the batch sizes
+      flush_pending_ = true;
+      send<caf::message_priority::high>(this, flush_moves_atom::value);
+    }
     auto& box = outbox_[&d];
     box.copies.push_back(
         {std::move(actor), id, std::move(where), std::move(order), std::move(finish)});
@@ -499,11 +503,6 @@ private:
       box.limit = std::min(box.limit * 2, defaults::kvstore::move_batch_blocks);
       send_batch(d, std::move(box.copies));
       box.copies.clear();
-      return;
-    }
-    if (!flush_pending_) {
-      flush_pending_ = true;
-      send<caf::message_priority::high>(this, flush_moves_atom::value);
     }
   }
 
