@@ -1,6 +1,10 @@
 #include "tools/service.hpp"
 
+#include <mutex>
+
 #include <caf/all.hpp>
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::tool_invocation)
 
 namespace triad {
 
@@ -17,31 +21,80 @@ struct tool_service::counters {
   }
 };
 
+// Idle invocation actors, by tool domain, shared by the service and its invocations: an
+// invocation that has reported goes back here for the next call into its domain, so a call
+// costs a message instead of an actor's spawn and exit (about 2 us of CPU each, and a wake-up
+// of CAF's clock thread, which every exiting actor tells to drop its timeouts).
+struct tool_service::idle_invocations {
+  std::mutex mutex;
+  std::vector<std::vector<caf::actor>> by_domain;
+
+  // An idle invocation of domain `d`, or none.
+  caf::actor take(std::size_t d) {
+    std::lock_guard guard{mutex};
+    auto& idle = by_domain[d];
+    if (idle.empty())
+      return nullptr;
+    auto a = std::move(idle.back());
+    idle.pop_back();
+    return a;
+  }
+
+  // Keeps `a` for the next call into domain `d`; false when enough are idle there already.
+  bool put_back(std::size_t d, caf::actor a) {
+    std::lock_guard guard{mutex};
+    auto& idle = by_domain[d];
+    if (idle.size() >= defaults::tool_invocation::idle_per_domain)
+      return false;
+    idle.push_back(std::move(a));
+    return true;
+  }
+
+  // Drops every idle handle (their actors are stopped with their domains).
+  void clear() {
+    std::lock_guard guard{mutex};
+    for (auto& idle : by_domain)
+      idle.clear();
+  }
+};
+
 namespace {
 
-// Supervises one tool call: asks the executors in turn, starting at `first`, until one accepts,
-// then waits for its reply up to the deadline, reports to the owner once, and exits.
+// Starts an idle invocation on a call: `(invoke_atom, tool_invocation, caf::actor owner,
+// std::size_t first)`.
+using invoke_atom = caf::atom_constant<caf::atom("toolinv")>;
+
+// Supervises tool calls, one at a time: asks the executors in turn, starting at `first`, until
+// one accepts, then waits for its reply up to the deadline, reports to the owner once, and goes
+// back to its domain's idle invocations for the next call (or exits when enough are idle).
 class invocation_actor : public homed_actor {
 public:
   invocation_actor(caf::actor_config& cfg, tool_invocation call, caf::actor owner,
                    std::vector<caf::actor> executors, std::size_t first,
-                   std::shared_ptr<tool_service::counters> counters)
+                   std::shared_ptr<tool_service::counters> counters,
+                   std::shared_ptr<tool_service::idle_invocations> idle)
       : homed_actor(cfg)
-      , call_(std::move(call))
-      , owner_(std::move(owner))
       , executors_(std::move(executors))
-      , next_(first)
+      , home_(first)
       , counters_(std::move(counters))
-      , start_(std::chrono::steady_clock::now()) {}
+      , idle_(std::move(idle)) {
+    call_ = std::move(call);
+    owner_ = std::move(owner);
+  }
 
   caf::behavior make_behavior() override {
-    monitor(owner_);
     set_down_handler([this](const caf::down_msg& down) {
       if (down.source == owner_.address())
         quit(); // nobody is left to tell; the tool process ends under its own limits
     });
-    ask_next();
-    return {[](caf::ok_atom) {}}; // all work happens in response handlers
+    begin(home_);
+    return {
+        [this](invoke_atom, tool_invocation& call, caf::actor& owner, std::size_t first) {
+          call_ = std::move(call);
+          owner_ = std::move(owner);
+          begin(first);
+        },
+    }; // the rest happens in response handlers
   }
 
   // Drops the handles this actor holds, so a pending request's promise (which holds this
@@ -49,9 +102,18 @@ public:
   void on_exit() override {
     executors_.clear();
     owner_ = nullptr;
+    idle_ = nullptr;
   }
 
 private:
+  void begin(std::size_t first) {
+    next_ = first;
+    tried_ = 0;
+    start_ = std::chrono::steady_clock::now();
+    monitor(owner_);
+    ask_next();
+  }
+
   void ask_next() {
     if (tried_ == executors_.size()) {
       counters_->inc(counters_->busy);
@@ -107,18 +169,28 @@ private:
     if (counters_->seconds != nullptr)
       counters_->seconds->observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
-    send(owner_, tool_result_atom::value, call_.id, std::move(reply));
-    // The owner would otherwise send this (then dead) actor a down message when it exits.
+    // The owner would otherwise send this actor a down message when it exits.
     demonitor(owner_);
-    quit();
+    auto owner = std::move(owner_);
+    auto id = call_.id;
+    owner_ = nullptr;
+    call_ = {};
+    // Idle again before the owner hears: its next call can find this actor (a call that comes
+    // now waits in the mailbox until this handler is done).
+    bool kept = idle_ != nullptr && idle_->put_back(home_, caf::actor_cast<caf::actor>(this));
+    send(owner, tool_result_atom::value, id, std::move(reply));
+    if (!kept)
+      quit();
   }
 
   tool_invocation call_;
   caf::actor owner_;
   std::vector<caf::actor> executors_;
-  std::size_t next_;
+  std::size_t home_;     // the tool domain it lives in (index into the service's domains)
+  std::size_t next_ = 0; // the executor asked first for the current call
   std::size_t tried_ = 0;
   std::shared_ptr<tool_service::counters> counters_;
+  std::shared_ptr<tool_service::idle_invocations> idle_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -133,6 +205,7 @@ tool_service::start(domain_set& domains, const plan& p, const topology& topo,
   std::unique_ptr<tool_service> service{new tool_service};
   service->tools_ = tools;
   service->counters_ = std::make_shared<counters>();
+  service->idle_ = std::make_shared<idle_invocations>();
   if (metrics != nullptr) {
     auto& c = *service->counters_;
     auto add = [&](counter*& slot, std::string_view outcome) -> expected<void> {
@@ -176,10 +249,12 @@ tool_service::start(domain_set& domains, const plan& p, const topology& topo,
   if (service->domains_.empty())
     return make_error(errc::invalid_argument,
                       "tool service: the plan reserves no tool cpus in any domain");
+  service->idle_->by_domain.resize(service->domains_.size());
   return service;
 }
 
 tool_service::~tool_service() {
+  idle_->clear();
   for (auto& d : domains_)
     caf::anon_send_exit(d.executor, caf::exit_reason::user_shutdown);
 }
@@ -187,11 +262,15 @@ tool_service::~tool_service() {
 caf::actor tool_service::invoke(tool_invocation call, caf::actor owner) {
   counters_->inc(counters_->started);
   auto first = next_.fetch_add(1, std::memory_order_relaxed) % domains_.size();
+  if (auto idle = idle_->take(first)) {
+    caf::anon_send(idle, invoke_atom::value, std::move(call), std::move(owner), first);
+    return idle;
+  }
   std::vector<caf::actor> executors;
   for (auto& d : domains_)
     executors.push_back(d.executor);
-  return domains_[first].home->spawn<invocation_actor>(std::move(call), std::move(owner),
-                                                       std::move(executors), first, counters_);
+  return domains_[first].home->spawn<invocation_actor>(
+      std::move(call), std::move(owner), std::move(executors), first, counters_, idle_);
 }
 
 std::vector<unsigned> tool_service::domain_ids() const {

@@ -26,6 +26,8 @@ namespace defaults::tool_invocation {
 /// How long an invocation waits for its executor before it reports the call as failed. The
 /// sandbox's own wall limit (10 s by default) ends the process well before this.
 inline constexpr std::chrono::milliseconds deadline{60'000};
+/// Idle invocation actors kept per tool domain for the next calls (beyond that they exit).
+inline constexpr std::size_t idle_per_domain = 256;
 } // namespace defaults::tool_invocation
 
 /// One tool call, as the model made it.
@@ -39,7 +41,7 @@ struct tool_invocation {
 
 /// The node's tool domains at run time: one executor per domain of the plan with tool cpus,
 /// its workers (and the tool processes they start) bound to those cpus, and one
-/// tool-invocation actor per call supervising it.
+/// tool-invocation actor per call at a time supervising it (reused for later calls).
 class tool_service {
 public:
   /// Starts an executor in every domain of `p` that has tool cpus: as many tool processes at
@@ -56,10 +58,12 @@ public:
   /// Stops the executors (running tool processes finish first).
   ~tool_service();
 
-  /// Spawns a tool-invocation actor for `call` in the next tool domain (round robin). It asks
+  /// Has a tool-invocation actor in the next tool domain (round robin; an idle one, else a new
+  /// one) supervise `call`. It asks
   /// that domain's executor; when it answers busy, the other domains' executors in turn; it
   /// sends `(tool_result_atom, id, tool_reply)` to `owner` exactly once (busy when every
-  /// domain refused, a failure when the deadline passed or an executor went away) and exits.
+  /// domain refused, a failure when the deadline passed or an executor went away), then waits
+  /// idle for a later call.
   /// Should the owner exit first, the invocation stops waiting and drops the result.
   caf::actor invoke(tool_invocation call, caf::actor owner);
 
@@ -70,6 +74,8 @@ public:
 
   /// Counters shared with the invocation actors.
   struct counters;
+  /// Idle invocation actors, reused for later calls.
+  struct idle_invocations;
 
 private:
   struct tool_domain {
@@ -82,6 +88,7 @@ private:
   std::vector<tool_domain> domains_;
   std::atomic<std::size_t> next_{0};
   std::shared_ptr<counters> counters_;
+  std::shared_ptr<idle_invocations> idle_;
 };
 
 } // namespace triad

@@ -149,6 +149,24 @@ BOOST_AUTO_TEST_CASE(an_invocation_whose_owner_exits_stops_waiting) {
   BOOST_TEST(down);
 }
 
+BOOST_AUTO_TEST_CASE(a_finished_invocation_supervises_the_next_call_into_its_domain) {
+  node n{1, 4};
+  BOOST_REQUIRE(n.service->domain_ids().size() == 1u);
+  caf::scoped_actor self{n.domains->orchestration().system()};
+  std::vector<caf::actor> invocations;
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    invocations.push_back(n.service->invoke(nap(id, 1), caf::actor{self}));
+    self->receive(
+        [&](triad::tool_result_atom, std::uint64_t got, triad::tool_reply& r) {
+          BOOST_TEST(got == id);
+          BOOST_TEST(r.ok, r.content);
+        },
+        caf::after(30s) >> [] { BOOST_FAIL("a tool result was lost"); });
+  }
+  BOOST_TEST((invocations[1] == invocations[0]));
+  BOOST_TEST((invocations[2] == invocations[0]));
+}
+
 BOOST_AUTO_TEST_CASE(a_plan_without_tool_cpus_is_an_error) {
   auto t = triad::topology::load_synthetic("pack:1 numa:1 core:2 pu:1");
   BOOST_REQUIRE(t.has_value());
