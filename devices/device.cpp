@@ -606,18 +606,24 @@ private:
       return schedule();
     }
     stats_.step_jobs += r.steps.empty() ? 0 : 1;
+    std::uint64_t job_tokens = 0;
+    double job_seconds = 0;
     for (const auto& st : r.steps) {
-      ++stats_.steps;
-      stats_.tokens += st.tokens;
-      stats_.busy_seconds += st.seconds;
-      if (metrics_.steps != nullptr) {
-        metrics_.steps->inc();
-        metrics_.tokens->inc(static_cast<double>(st.tokens));
-        metrics_.busy->inc(st.seconds);
+      job_tokens += st.tokens;
+      job_seconds += st.seconds;
+      if (metrics_.steps != nullptr) { // the distributions per step
         metrics_.batch->observe(static_cast<double>(st.batch));
         metrics_.step_tokens->observe(static_cast<double>(st.tokens));
         metrics_.step_seconds->observe(st.seconds);
       }
+    }
+    stats_.steps += r.steps.size();
+    stats_.tokens += job_tokens;
+    stats_.busy_seconds += job_seconds;
+    if (metrics_.steps != nullptr && !r.steps.empty()) { // the totals once per job
+      metrics_.steps->inc(static_cast<double>(r.steps.size()));
+      metrics_.tokens->inc(static_cast<double>(job_tokens));
+      metrics_.busy->inc(job_seconds);
     }
     for (std::size_t i = 0; i < r.seqs.size(); ++i) {
       auto* s = find(r.seqs[i]);
