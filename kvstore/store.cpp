@@ -471,7 +471,7 @@ private:
       set_idle(b);
       wake_waiters();
     };
-    copy_in(actor, domain_of(dest), id, std::move(where), std::move(order), std::move(finish));
+    queue_copy(actor, domain_of(dest), id, std::move(where), std::move(order), std::move(finish));
   }
 
   // A copy waiting for the end of the turn: block `id`'s new actor, its new location, the
@@ -489,8 +489,8 @@ private:
   // turn (a high-priority message to itself), or until a batch's worth is queued for the
   // domain (`first_move_batch_blocks`, doubling up to `move_batch_blocks` within a turn), and
   // go to its mover as one batch.
-  void copy_in(caf::actor actor, domain& d, block_id id, detail::block_location where,
-               detail::move_order order, std::function<void(detail::pull_result)> finish) {
+  void queue_copy(caf::actor actor, domain& d, block_id id, detail::block_location where,
+                  detail::move_order order, std::function<void(detail::pull_result)> finish) {
     if (!flush_pending_) { // the turn's end sends what is left and resets the batch sizes
       flush_pending_ = true;
       send<caf::message_priority::high>(this, flush_moves_atom::value);
@@ -1029,30 +1029,30 @@ private:
       ++moves_in_flight_;
       auto copy_id = copy.id;
       detail::move_order order{where_is(src), src.checksum, -1};
-      copy_in(copy.actor, domain_of(loc), copy_id, where_is(copy), std::move(order),
-              [this, id, copy_id, promise](detail::pull_result r) mutable {
-                --moves_in_flight_;
-                kv_reply out;
-                if (auto s = blocks_.find(id); s != blocks_.end()) {
-                  if (r.ok && s->second.refs > 0)
-                    --s->second.refs; // the caller's reference moves to the copy
-                  set_idle(s->second);
-                }
-                auto c = blocks_.find(copy_id);
-                if (!r.ok) {
-                  ++checksum_failures_;
-                  bump(checksum_metric_);
-                  drop(copy_id);
-                  out.reason = "cow: " + r.reason;
-                } else if (c != blocks_.end()) {
-                  out.ok = true;
-                  out.ids = {copy_id};
-                  set_idle(c->second);
-                }
-                update_gauges();
-                promise.deliver(std::move(out));
-                wake_waiters();
-              });
+      queue_copy(copy.actor, domain_of(loc), copy_id, where_is(copy), std::move(order),
+                 [this, id, copy_id, promise](detail::pull_result r) mutable {
+                   --moves_in_flight_;
+                   kv_reply out;
+                   if (auto s = blocks_.find(id); s != blocks_.end()) {
+                     if (r.ok && s->second.refs > 0)
+                       --s->second.refs; // the caller's reference moves to the copy
+                     set_idle(s->second);
+                   }
+                   auto c = blocks_.find(copy_id);
+                   if (!r.ok) {
+                     ++checksum_failures_;
+                     bump(checksum_metric_);
+                     drop(copy_id);
+                     out.reason = "cow: " + r.reason;
+                   } else if (c != blocks_.end()) {
+                     out.ok = true;
+                     out.ids = {copy_id};
+                     set_idle(c->second);
+                   }
+                   update_gauges();
+                   promise.deliver(std::move(out));
+                   wake_waiters();
+                 });
       return true;
     });
     return promise;

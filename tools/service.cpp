@@ -74,13 +74,12 @@ public:
                    std::shared_ptr<tool_service::counters> counters,
                    std::shared_ptr<tool_service::idle_invocations> idle)
       : homed_actor(cfg)
+      , call_(std::move(call))
+      , owner_(std::move(owner))
       , executors_(std::move(executors))
       , home_(first)
       , counters_(std::move(counters))
-      , idle_(std::move(idle)) {
-    call_ = std::move(call);
-    owner_ = std::move(owner);
-  }
+      , idle_(std::move(idle)) {}
 
   caf::behavior make_behavior() override {
     set_down_handler([this](const caf::down_msg& down) {

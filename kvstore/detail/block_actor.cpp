@@ -1,7 +1,5 @@
 #include "kvstore/detail/block_actor.hpp"
 
-#include <atomic>
-#include <chrono>
 #include <cstring>
 
 #include <caf/all.hpp>
