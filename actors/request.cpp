@@ -132,10 +132,11 @@ private:
   };
 
   // Asks the router for a device of `s`, then runs `next` with it.
-  void route(route_stage s, std::function<void(holding)> next) {
+  // `release`: a slot to give back in the same message (see route_order::release).
+  void route(route_stage s, std::function<void(holding)> next, std::string release = {}) {
     auto asked = clock_type::now();
     enter(stage::queued);
-    route_order order{s, req_.session, failed_devices_, {}};
+    route_order order{s, req_.session, failed_devices_, {}, std::move(release)};
     if (s != route_stage::decode && reuse_prefix())
       order.prefix = chain_hashes(tokens_, ctx_->page_tokens);
     request(ctx_->router, caf::infinite, route_atom::value, order)
@@ -169,6 +170,8 @@ private:
     g.stop = {tokenizer::tool_call_end};
     g.sink = caf::actor_cast<caf::actor>(this);
     g.reuse_prefix = reuse_prefix();
+    // Where the KV stays across a tool call, the device parks the sequence at </tool_call>.
+    g.park_on_stop = keeps_kv_across_tools();
     if (produced_ < forced_.size())
       g.forced.assign(forced_.begin() + static_cast<std::ptrdiff_t>(produced_), forced_.end());
     return g;
@@ -179,6 +182,12 @@ private:
   bool reuse_prefix() const {
     return ctx_->options.kv != kv_policy::discard || usage_.tool_calls == 0 ||
            ctx_->options.device_layout == layout::monolithic;
+  }
+
+  // Whether a sequence stays on its decode device across a tool call, parked: the pin policy,
+  // and always in the monolithic layout (the device is held).
+  bool keeps_kv_across_tools() const {
+    return ctx_->options.device_layout == layout::monolithic || ctx_->options.kv == kv_policy::pin;
   }
 
   std::uint32_t left() const { return budget_ > produced_ ? budget_ - produced_ : 0; }
@@ -253,32 +262,35 @@ private:
   void begin_transfer() {
     enter(stage::transfer);
     auto from = prefill_;
-    request(from.device, caf::infinite, export_atom::value, from.seq)
+    // The device frees the sequence behind the copy: one message for both.
+    request(from.device, caf::infinite, move_out_atom::value, from.seq)
         .then(
             [this, from](kv_blob& blob) {
-              send(from.device, free_atom::value, from.seq);
-              send(ctx_->router, release_atom::value, from.name);
               prefill_ = {};
               parked_blob_ = std::move(blob);
-              begin_decode();
+              begin_decode(from.name); // gives the prefill slot back with the decode order
             },
             [this](caf::error& e) { fail("KV export failed: " + to_string(e)); });
   }
 
   // Imports the parked KV (after a transfer or a demotion) into a decode device; the tokens past
   // it are prefilled there, then decoding goes on.
-  void begin_decode() {
-    route(route_stage::decode, [this](holding h) {
-      enter(stage::decode);
-      auto blob = parked_blob_;
-      if (!blob) {
-        fail("internal: no KV to import");
-        return;
-      }
-      auto order = order_for(next_seq(), left());
-      auto n = order.prompt.size() - blob->tokens;
-      admit(std::move(h), std::move(order), std::move(blob), route_stage::decode, n);
-    });
+  // `release`: a device slot to give back with the routing order.
+  void begin_decode(std::string release = {}) {
+    route(
+        route_stage::decode,
+        [this](holding h) {
+          enter(stage::decode);
+          auto blob = parked_blob_;
+          if (!blob) {
+            fail("internal: no KV to import");
+            return;
+          }
+          auto order = order_for(next_seq(), left());
+          auto n = order.prompt.size() - blob->tokens;
+          admit(std::move(h), std::move(order), std::move(blob), route_stage::decode, n);
+        },
+        std::move(release));
   }
 
   // ---- events -------------------------------------------------------------------------------
@@ -424,16 +436,13 @@ private:
   // What happens to the KV while the tool runs (kv_policy; the monolithic layout always keeps
   // the sequence and its device slot).
   void park_kv() {
-    if (ctx_->options.device_layout == layout::monolithic) {
-      // The device is held: the sequence stays, parked, and so does its router slot.
-      send(decode_.device, park_atom::value, decode_.seq);
-      return;
-    }
+    // Monolithic and pin: the device parked the sequence itself at </tool_call> (park_on_stop).
+    if (ctx_->options.device_layout == layout::monolithic)
+      return; // the device is held: the sequence stays, parked, and so does its router slot
     if (ctx_->options.kv == kv_policy::pin) {
       // The KV stays on the device, parked (not scheduled, evicted only after finished
       // sequences), but the slot goes back: the device decodes others meanwhile, its own
       // admission bound (sequences held, parked ones included) still applies.
-      send(decode_.device, park_atom::value, decode_.seq);
       if (decode_.slot)
         send(ctx_->router, park_release_atom::value, decode_.name);
       decode_.slot = false;
@@ -448,10 +457,9 @@ private:
       return;
     }
     demoting_ = true;
-    request(held.device, caf::infinite, export_atom::value, held.seq)
+    request(held.device, caf::infinite, move_out_atom::value, held.seq)
         .then(
             [this, held](kv_blob& blob) {
-              send(held.device, free_atom::value, held.seq);
               parked_blob_ = std::move(blob);
               demoting_ = false;
               if (pending_result_)
@@ -488,9 +496,7 @@ private:
     auto appended = std::move(appended_);
     appended_.clear();
     tokens_.insert(tokens_.end(), appended.begin(), appended.end());
-    bool keep =
-        ctx_->options.device_layout == layout::monolithic || ctx_->options.kv == kv_policy::pin;
-    if (keep) { // the sequence waits parked on its device, which resumes it
+    if (keeps_kv_across_tools()) { // the sequence waits parked on its device, which resumes it
       enter(stage::decode);
       // The device computes the tool result and the </tool_call> it stopped at (a sampled
       // token runs through the model only with the step after it).

@@ -58,6 +58,8 @@ public:
           return promise;
         },
         [this](route_atom, route_order& order) -> caf::result<route_reply> {
+          if (!order.release.empty())
+            release(order.release);
           if (!any_qualifies(order.stage, order.avoid))
             return route_reply{false,
                                {},
@@ -89,11 +91,7 @@ public:
           serve();
           return promise;
         },
-        [this](release_atom, std::string& name) {
-          if (auto* d = give_back(name); d != nullptr && d->said_busy)
-            ++d->room; // its sequence left the device
-          serve();
-        },
+        [this](release_atom, std::string& name) { release(name); },
         [this](park_release_atom, std::string& name) {
           give_back(name);
           serve();
@@ -192,6 +190,14 @@ private:
     std::uint64_t tokens = 0; // computed for the session so far
     std::uint64_t last = 0;   // when it was last served (a sequence number)
   };
+
+  // A slot of `name` given back with its sequence gone from the device: a device that said
+  // busy has room for one more; waiting requests are served.
+  void release(const std::string& name) {
+    if (auto* d = give_back(name); d != nullptr && d->said_busy)
+      ++d->room;
+    serve();
+  }
 
   // Takes back one slot of device `name` (null: no such device).
   device* give_back(const std::string& name) {

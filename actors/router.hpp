@@ -55,6 +55,9 @@ struct route_order {
   /// Prefill: chain_hashes of the prompt's full pages (empty: no prefix preference). The
   /// device that was sent the longest run of them goes first.
   std::vector<block_hash> prefix;
+  /// A device slot to give back first, as `release_atom` would (empty: none): the prefill
+  /// device's after a transfer, in the same message as the decode device's order.
+  std::string release;
 };
 
 /// The router's answer.

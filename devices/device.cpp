@@ -260,33 +260,8 @@ public:
           retry_pending_ = false;
           schedule();
         },
-        [this](export_atom, seq_id id) -> caf::result<kv_blob> {
-          auto* s = find(id);
-          if (s == nullptr || s->computed == 0)
-            return caf::make_error(caf::sec::invalid_argument, "no KV for sequence " +
-                                                                   std::to_string(id) + " on " +
-                                                                   options_.name);
-          auto promise = make_response_promise<kv_blob>();
-          auto key = next_promise_++;
-          exports_.emplace(key, promise);
-          auto self = caf::actor_cast<caf::actor>(this);
-          auto job = [be = backend_, id, key, self] {
-            auto bytes = be->export_kv(id);
-            kv_blob blob;
-            blob.seq = id;
-            std::string error;
-            if (bytes) {
-              blob.tokens = be->length(id);
-              blob.bytes.resize(bytes->size());
-              std::memcpy(blob.bytes.data(), bytes->data(), bytes->size());
-            } else {
-              error = bytes.error().message;
-            }
-            caf::anon_send(self, export_done_atom::value, key, std::move(blob), std::move(error));
-          };
-          submit(std::move(job));
-          return promise;
-        },
+        [this](export_atom, seq_id id) { return export_kv(id, false); },
+        [this](move_out_atom, seq_id id) { return export_kv(id, true); },
         [this](export_done_atom, std::uint64_t key, kv_blob& blob, std::string& error) {
           auto it = exports_.find(key);
           if (it == exports_.end())
@@ -353,6 +328,37 @@ private:
     std::shared_ptr<sample_plan> plan; // how its tokens are chosen (on the driver)
     std::uint64_t admitted_order = 0;
   };
+
+  // Answers the sequence's KV as bytes, copied out on the driver; with `then_free`, the sequence
+  // is dropped behind the copy (the driver runs the two jobs in order).
+  caf::result<kv_blob> export_kv(seq_id id, bool then_free) {
+    auto* s = find(id);
+    if (s == nullptr || s->computed == 0)
+      return caf::make_error(caf::sec::invalid_argument,
+                             "no KV for sequence " + std::to_string(id) + " on " + options_.name);
+    auto promise = make_response_promise<kv_blob>();
+    auto key = next_promise_++;
+    exports_.emplace(key, promise);
+    auto self = caf::actor_cast<caf::actor>(this);
+    auto job = [be = backend_, id, key, self] {
+      auto bytes = be->export_kv(id);
+      kv_blob blob;
+      blob.seq = id;
+      std::string error;
+      if (bytes) {
+        blob.tokens = be->length(id);
+        blob.bytes.resize(bytes->size());
+        std::memcpy(blob.bytes.data(), bytes->data(), bytes->size());
+      } else {
+        error = bytes.error().message;
+      }
+      caf::anon_send(self, export_done_atom::value, key, std::move(blob), std::move(error));
+    };
+    submit(std::move(job));
+    if (then_free)
+      release(id);
+    return promise;
+  }
 
   // Ends the driver's burst after its current step: the batch is about to change.
   void interrupt_burst() {
@@ -657,7 +663,9 @@ private:
           continue;
         if (const char* why = s->plan->ends(sampled[j], s->generated)) {
           s->finished = true;
-          s->state = seq_state::done;
+          bool park = s->req.park_on_stop && sampled[j] != tokenizer::eos &&
+                      std::string_view{why} == "stop";
+          s->state = park ? seq_state::parked : seq_state::done;
           ended = why;
         } else {
           s->state = seq_state::running;

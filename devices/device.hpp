@@ -30,6 +30,10 @@ using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using free_atom = caf::atom_constant<caf::atom("free")>;
 /// Asks for a sequence's KV as bytes (for a transfer): `(export_atom, seq_id)` -> kv_blob.
 using export_atom = caf::atom_constant<caf::atom("export")>;
+/// Exports a sequence's KV, then drops the sequence: `(move_out_atom, seq_id)` -> kv_blob. A
+/// transfer's or demotion's export and free in one message; the free runs on the driver after
+/// the export, so the bytes are taken before the pages go.
+using move_out_atom = caf::atom_constant<caf::atom("moveout")>;
 /// Admits a sequence whose KV arrives as bytes: `(import_atom, kv_blob, generate_request)` ->
 /// admission; the request's prompt holds every token so far, at least one more than the blob
 /// covers (typically the first generated token); those past the blob are prefilled, then
@@ -62,6 +66,10 @@ struct generate_request {
   /// Starts from the longest prefix of `prompt` in the device's prefix cache, when it has one;
   /// false computes every token (the `discard` policy's recompute after a tool call).
   bool reuse_prefix = true;
+  /// A stop token from `stop` (not EOS, not the length limit) parks the sequence instead of
+  /// ending it, as `park_atom` would: its KV stays until a resume or a free. Saves the park
+  /// message at each tool call when the KV is pinned or the device held (monolithic layout).
+  bool park_on_stop = false;
 };
 
 /// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format.
@@ -126,7 +134,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
-           x.stop, x.sink, x.forced, x.reuse_prefix);
+           x.stop, x.sink, x.forced, x.reuse_prefix, x.park_on_stop);
 }
 /// Inspector of admission.
 template<class Inspector>

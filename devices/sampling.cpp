@@ -58,7 +58,9 @@ token sampler::sample(std::span<const float> logits) {
     total = std::accumulate(probs.begin(), probs.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
   }
   std::uniform_real_distribution<double> uniform{0.0, total};
-  double draw = uniform(rng_);
+  if (!rng_)
+    rng_.emplace(params_.seed);
+  double draw = uniform(*rng_);
   for (std::size_t i = 0; i < keep; ++i) {
     draw -= probs[i];
     if (draw <= 0)

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 
@@ -26,15 +27,16 @@ class sampler {
 public:
   /// A sampler for one request.
   explicit sampler(const sampling_params& params)
-      : params_(params)
-      , rng_(params.seed) {}
+      : params_(params) {}
 
   /// Picks a token from `logits` (one per vocabulary id).
   token sample(std::span<const float> logits);
 
 private:
   sampling_params params_;
-  std::mt19937_64 rng_;
+  // Seeded at the first random draw: greedy and scripted sequences never draw, and seeding the
+  // 312-word state costs about as much as admitting the sequence.
+  std::optional<std::mt19937_64> rng_;
 };
 
 } // namespace triad

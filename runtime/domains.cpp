@@ -15,8 +15,6 @@ namespace triad {
 namespace {
 
 thread_local int current_domain_id = -1;
-// The actor system whose scheduler started this thread (null for other threads).
-thread_local caf::actor_system* current_domain_system = nullptr;
 
 // Marks every thread of a domain's actor system with its domain id and, on the real machine,
 // binds it to the domain's worker cpus.
@@ -29,22 +27,17 @@ public:
       , cpus_(std::move(cpus))
       , failures_(std::move(failures)) {}
 
-  void init(caf::actor_system& sys) override { system_ = &sys; }
+  void init(caf::actor_system&) override {}
 
   void thread_started() override {
     current_domain_id = id_;
-    current_domain_system = system_;
     if (topo_ != nullptr && !topo_->bind_this_thread(cpus_))
       failures_->fetch_add(1);
   }
 
-  void thread_terminates() override {
-    current_domain_id = -1;
-    current_domain_system = nullptr;
-  }
+  void thread_terminates() override { current_domain_id = -1; }
 
 private:
-  caf::actor_system* system_ = nullptr;
   int id_;
   const topology* topo_;
   std::vector<unsigned> cpus_;
@@ -60,7 +53,15 @@ int current_domain() noexcept {
 namespace detail {
 
 void restore_thread_logger() noexcept {
-  caf::logger::set_current_actor_system(current_domain_system);
+  caf::logger::set_current_actor_system(nullptr);
+}
+
+void drop_thread_logger() noexcept {
+  thread_local bool dropped = false;
+  if (!dropped) {
+    dropped = true;
+    caf::logger::set_current_actor_system(nullptr);
+  }
 }
 
 } // namespace detail

@@ -36,7 +36,7 @@ struct router_fixture {
   auto route(const std::string& session, std::vector<std::string> avoid = {}) {
     return self->request(
         router, 30s, triad::route_atom::value,
-        triad::route_order{triad::route_stage::any, session, std::move(avoid), {}});
+        triad::route_order{triad::route_stage::any, session, std::move(avoid), {}, {}});
   }
 
   void served(const std::string& session, std::uint64_t tokens) {
@@ -83,6 +83,20 @@ BOOST_AUTO_TEST_CASE(fcfs_serves_in_arrival_order_whatever_the_service) {
   f.expect_order("heavy", "light", "heavy");
 }
 
+BOOST_AUTO_TEST_CASE(an_order_that_gives_a_slot_back_is_served_from_it) {
+  router_fixture f{triad::schedule_policy::fcfs};
+  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
+  f.route("holder").receive([](triad::route_reply& r) { BOOST_REQUIRE(r.ok); }, fail);
+  // The only slot is taken: an order giving it back in the same message gets it at once (without
+  // the release it would wait until the 1 s limit below).
+  bool granted = false;
+  f.self
+      ->request(f.router, 1s, triad::route_atom::value,
+                triad::route_order{triad::route_stage::any, "holder", {}, {}, "dev0"})
+      .receive([&](triad::route_reply& r) { granted = r.ok; }, fail);
+  BOOST_TEST(granted);
+}
+
 BOOST_AUTO_TEST_CASE(a_request_is_never_sent_to_a_device_that_failed_it) {
   router_fixture f{triad::schedule_policy::fcfs};
   std::string reason;
@@ -108,7 +122,7 @@ BOOST_AUTO_TEST_CASE(a_device_that_said_busy_gets_one_request_per_sequence_that_
     bool waited = false;
     f.self
         ->request(f.router, 200ms, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::any, session, {}, {}})
+                  triad::route_order{triad::route_stage::any, session, {}, {}, {}})
         .receive([](triad::route_reply&) { BOOST_FAIL("granted while the device is full"); },
                  [&](caf::error& e) { waited = e == caf::sec::request_timeout; });
     return waited;
@@ -144,7 +158,7 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
   std::vector<std::string> order;
   for (int i = 0; i < 2; ++i)
     self->request(router, 30s, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::decode, "s", {}, {}})
+                  triad::route_order{triad::route_stage::decode, "s", {}, {}, {}})
         .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
   // Config order would give "full" first; its KV is nearly used up. Once "roomy"'s one slot is
   // taken, "full" is next.
@@ -171,7 +185,7 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_
   std::vector<std::string> order;
   auto route = [&](std::vector<triad::block_hash> prefix) {
     self->request(router, 30s, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::prefill, "s", {}, std::move(prefix)})
+                  triad::route_order{triad::route_stage::prefill, "s", {}, std::move(prefix), {}})
         .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
   };
   route({1}); // a: more free slots

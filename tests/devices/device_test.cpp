@@ -261,6 +261,32 @@ BOOST_AUTO_TEST_CASE(a_parked_sequence_keeps_its_kv_and_resumes_with_appended_to
   BOOST_TEST(more[1].back().kind == triad::device_event::done);
 }
 
+BOOST_AUTO_TEST_CASE(a_stop_token_parks_the_sequence_when_the_request_asks) {
+  device_fixture f;
+  caf::scoped_actor self{f.dom->system()};
+  for (bool park : {false, true}) {
+    auto seq = triad::seq_id{park ? 2u : 1u};
+    auto r = f.request(seq, 16, 50, self);
+    r.forced = {'a', 'b', triad::tokenizer::tool_call_end};
+    r.stop = {triad::tokenizer::tool_call_end};
+    r.park_on_stop = park;
+    BOOST_REQUIRE(f.submit(self, std::move(r)).accepted);
+    auto events = f.collect(self, 1);
+    BOOST_TEST(tokens_of(events[seq]).size() == 3u);
+    BOOST_TEST(events[seq].back().kind == triad::device_event::done);
+    // Ended at the stop token: parked (its KV kept for a resume) only when asked.
+    BOOST_TEST(f.stats(self).parked == (park ? 1u : 0u));
+  }
+  // The parked sequence resumes with a tool result; no park message was sent.
+  self->send(f.device, triad::resume_atom::value, triad::seq_id{2},
+             std::vector<triad::token>{triad::tokenizer::tool_response_start, 'o', 'k',
+                                       triad::tokenizer::tool_response_end});
+  auto more = f.collect(self, 1);
+  BOOST_TEST(tokens_of(more[2]).size() >= 1u);
+  BOOST_TEST(more[2].back().kind == triad::device_event::done);
+
+}
+
 BOOST_AUTO_TEST_CASE(memory_pressure_preempts_and_every_sequence_still_completes) {
   triad::device_options o;
   o.step_token_budget = 64;
