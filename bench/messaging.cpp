@@ -1,8 +1,9 @@
 // triad-bench-messaging: message throughput and round-trip latency of (a) raw CAF actors,
 // (b) triad homed actors in one domain, (c) homed actors across two domains and (d) a driver
 // thread sending completions to an actor through the bridge. All in one run; ratios b/a, c/b,
-// d/a go to the JSON. Each configuration runs one CAF worker per domain with the same scheduler
-// settings, so the ratios compare mechanisms, not thread counts.
+// d/a go to the JSON. Each configuration runs one worker per actor system with the same idle
+// polling, so the ratios compare mechanisms, not thread counts: (a) on CAF's own work-stealing
+// scheduler, (b) and (c) on triad's domain scheduler (runtime/detail/scheduler.hpp).
 
 #include <atomic>
 #include <chrono>

@@ -78,10 +78,11 @@ struct scheduler_config {
   std::vector<unsigned> orchestration_domains;
   /// `threads_per_domain`: CAF workers per domain; 0 = one per worker cpu of the domain.
   std::size_t threads_per_domain = defaults::scheduler::threads_per_domain;
-  /// `moderate_sleep_us`: CAF work-stealing moderate sleep, in microseconds.
+  /// `moderate_sleep_us`: after its polls, an idle worker polls as many times again with a sleep
+  /// this long between them before it blocks, in microseconds (0: it blocks at once).
   std::chrono::microseconds moderate_sleep = defaults::scheduler::moderate_sleep;
-  /// `poll_attempts`: times an idle worker polls its queue in each of CAF's aggressive and
-  /// moderate phases before it sleeps on a condition variable; at least 1.
+  /// `poll_attempts`: times an idle worker checks its domain's queue (with a CPU pause after
+  /// each) before it sleeps; at least 1.
   std::size_t poll_attempts = defaults::scheduler::poll_attempts;
   bool operator==(const scheduler_config&) const = default;
 };

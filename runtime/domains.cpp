@@ -1,5 +1,7 @@
 #include "runtime/domains.hpp"
 
+#include "runtime/detail/scheduler.hpp"
+
 #include <caf/logger.hpp>
 
 #include <algorithm>
@@ -76,11 +78,10 @@ domain::domain(unsigned id, std::vector<unsigned> cpus, const topology* topo,
     , config_(std::make_unique<caf::actor_system_config>()) {
   auto threads = sched.threads_per_domain != 0 ? sched.threads_per_domain : cpus_.size();
   config_->set("scheduler.max-threads", threads);
-  config_->set("work-stealing.moderate-sleep-duration",
-               caf::timespan{std::chrono::duration_cast<caf::timespan>(sched.moderate_sleep)});
-  config_->set("work-stealing.aggressive-poll-attempts", sched.poll_attempts);
-  config_->set("work-stealing.moderate-poll-attempts", sched.poll_attempts);
   config_->add_thread_hook<domain_thread_hook>(static_cast<int>(id_), topo, cpus_, bind_failures_);
+  detail::idle_policy idle{sched.poll_attempts, sched.moderate_sleep};
+  config_->module_factories.push_back(
+      [idle](caf::actor_system& sys) { return detail::make_domain_scheduler(sys, idle); });
   system_ = std::make_unique<caf::actor_system>(*config_);
 }
 

@@ -210,6 +210,62 @@ BOOST_FIXTURE_TEST_CASE(an_actor_spawning_into_another_domain_does_not_block_its
   BOOST_TEST(set->stop(std::chrono::seconds{10}) == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(actors_bouncing_messages_do_not_starve_others_on_their_worker) {
+  // One worker: two actors hand a message back and forth without end, each hand-off waking the
+  // other on the same worker. A message to a third actor must still be served.
+  triad::scheduler_config sched;
+  sched.threads_per_domain = 1;
+  triad::domain d{0, {0}, nullptr, sched};
+  auto running = std::make_shared<std::atomic<bool>>(true);
+  auto bouncer = [running](triad::homed_actor* self) -> caf::behavior {
+    return {[self, running](caf::actor& peer) {
+      if (running->load())
+        self->send(peer, caf::actor_cast<caf::actor>(self));
+    }};
+  };
+  auto a = d.spawn(bouncer);
+  auto b = d.spawn(bouncer);
+  caf::anon_send(a, b);
+  std::promise<void> served;
+  auto third = d.spawn([&served](triad::homed_actor*) -> caf::behavior {
+    return {[&served](int) { served.set_value(); }};
+  });
+  caf::anon_send(third, 1);
+  auto ok = served.get_future().wait_for(std::chrono::seconds{20}) == std::future_status::ready;
+  running->store(false);
+  BOOST_TEST(ok);
+  BOOST_TEST(d.stop(std::chrono::seconds{5}) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_domain_spreads_independent_actors_over_its_workers) {
+  // Two workers, two actors that each block their worker until both have started: served one
+  // after the other on one worker, they would wait forever.
+  triad::scheduler_config sched;
+  sched.threads_per_domain = 2;
+  triad::domain d{0, {0, 1}, nullptr, sched};
+  auto started = std::make_shared<std::atomic<int>>(0);
+  auto told = std::make_shared<std::atomic<bool>>(false);
+  auto both = std::make_shared<std::promise<bool>>();
+  auto waiter = [started, told, both](triad::homed_actor*) -> caf::behavior {
+    return {[started, told, both](int) {
+      started->fetch_add(1);
+      // Gives up after 20 s; the test waits 10 s, so serving them in turn fails it.
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds{20};
+      while (started->load() < 2 && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+      if (started->load() == 2 && !told->exchange(true))
+        both->set_value(true);
+    }};
+  };
+  auto x = d.spawn(waiter);
+  auto y = d.spawn(waiter);
+  caf::anon_send(x, 1);
+  caf::anon_send(y, 1);
+  auto got = both->get_future();
+  BOOST_TEST((got.wait_for(std::chrono::seconds{10}) == std::future_status::ready && got.get()));
+  BOOST_TEST(d.stop(std::chrono::seconds{30}) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(threads_bind_to_the_domain_cpus_on_this_machine) {
   auto topo = triad::topology::load_machine();
   BOOST_REQUIRE(topo.has_value());

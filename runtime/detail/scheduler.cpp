@@ -1,0 +1,218 @@
+#include "runtime/detail/scheduler.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <pthread.h>
+
+#include <caf/detail/thread_safe_actor_clock.hpp>
+#include <caf/execution_unit.hpp>
+#include <caf/ref_counted.hpp>
+#include <caf/resumable.hpp>
+#include <caf/scheduler/abstract_coordinator.hpp>
+#include <concurrentqueue/concurrentqueue.h>
+#include <concurrentqueue/lightweightsemaphore.h>
+
+namespace triad::detail {
+
+namespace {
+
+inline void cpu_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Ends the worker that runs it: stop() queues one per worker (each worker takes one and ends).
+class shutdown_job final : public caf::resumable, public caf::ref_counted {
+public:
+  resume_result resume(caf::execution_unit*, std::size_t) override {
+    return resumable::shutdown_execution_unit;
+  }
+  void intrusive_ptr_add_ref_impl() override { ref(); }
+  void intrusive_ptr_release_impl() override { deref(); }
+};
+
+class domain_scheduler;
+
+// One worker thread: resumes actors taken from the domain's queue.
+class worker final : public caf::execution_unit {
+public:
+  worker(domain_scheduler& parent);
+
+  // Called by an actor this worker runs, for an actor it woke: the first one runs next on this
+  // worker (no other worker is woken for it, and its mailbox is warm in this cache), the rest go
+  // into the domain's queue for any worker. A chain of hand-offs keeps the next slot at most
+  // `max_next_streak` times in a row, so actors bouncing messages cannot starve the queue.
+  void exec_later(caf::resumable* job) override;
+
+  void start(std::size_t index);
+  void join() {
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+private:
+  void run();
+
+  static constexpr std::size_t max_next_streak = 64;
+
+  domain_scheduler& parent_;
+  caf::resumable* next_ = nullptr; // runs before anything from the queue
+  std::size_t streak_ = 0;         // jobs run from next_ in a row
+  moodycamel::ProducerToken producer_;
+  moodycamel::ConsumerToken consumer_;
+  std::thread thread_;
+};
+
+class domain_scheduler final : public caf::scheduler::abstract_coordinator {
+public:
+  domain_scheduler(caf::actor_system& sys, idle_policy idle)
+      : abstract_coordinator(sys)
+      , idle_(idle)
+      , ready_(0, 0) {}
+
+  void enqueue(caf::resumable* job) override {
+    queue_.enqueue(job);
+    ready_.signal();
+  }
+
+  caf::detail::thread_safe_actor_clock& clock() noexcept override { return clock_; }
+
+  void start() override {
+    for (std::size_t i = 0; i < std::max<std::size_t>(num_workers(), 1); ++i)
+      workers_.push_back(std::make_unique<worker>(*this));
+    for (std::size_t i = 0; i < workers_.size(); ++i)
+      workers_[i]->start(i);
+    clock_thread_ = std::thread{[this] {
+      pthread_setname_np(pthread_self(), "caf.clock");
+      system().thread_started();
+      clock_.run_dispatch_loop();
+      system().thread_terminates();
+    }};
+    abstract_coordinator::start(); // the printer actor (detached)
+  }
+
+  void stop() override {
+    shutdown_job done;
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      done.ref(); // never released to zero: it lives on this stack
+      enqueue(&done);
+    }
+    for (auto& w : workers_)
+      w->join();
+    stop_actors();
+    // Actors still queued are cleaned up (their exits run) and released, as CAF's own does.
+    caf::resumable* job = nullptr;
+    while (queue_.try_dequeue(job))
+      cleanup_and_release(job);
+    clock_.cancel_dispatch_loop();
+    clock_thread_.join();
+  }
+
+  // The next job; an idle worker polls, then (with a moderate sleep) polls with sleeps, then
+  // blocks on the semaphore.
+  caf::resumable* take(moodycamel::ConsumerToken& token) {
+    if (!ready_.tryWait() && !poll()) {
+      ready_.wait();
+    }
+    caf::resumable* job = nullptr;
+    // The count says a job is in; the queue may show it a moment later (moodycamel's queue is
+    // not linearizable across producers).
+    while (!queue_.try_dequeue(token, job))
+      cpu_pause();
+    return job;
+  }
+
+  void put(moodycamel::ProducerToken& token, caf::resumable* job) {
+    queue_.enqueue(token, job);
+    ready_.signal();
+  }
+
+  moodycamel::ConcurrentQueue<caf::resumable*>& queue() noexcept { return queue_; }
+
+private:
+  bool poll() {
+    for (std::size_t i = 0; i < idle_.polls; ++i) {
+      if (ready_.availableApprox() > 0 && ready_.tryWait())
+        return true;
+      cpu_pause();
+    }
+    if (idle_.moderate_sleep.count() > 0)
+      for (std::size_t i = 0; i < idle_.polls; ++i) {
+        if (ready_.tryWait())
+          return true;
+        std::this_thread::sleep_for(idle_.moderate_sleep);
+      }
+    return false;
+  }
+
+  idle_policy idle_;
+  moodycamel::ConcurrentQueue<caf::resumable*> queue_;
+  moodycamel::LightweightSemaphore ready_; // jobs in queue_; no spinning of its own
+  caf::detail::thread_safe_actor_clock clock_;
+  std::vector<std::unique_ptr<worker>> workers_;
+  std::thread clock_thread_;
+};
+
+worker::worker(domain_scheduler& parent)
+    : caf::execution_unit(&parent.system())
+    , parent_(parent)
+    , producer_(parent.queue())
+    , consumer_(parent.queue()) {}
+
+void worker::exec_later(caf::resumable* job) {
+  if (next_ == nullptr && streak_ < max_next_streak)
+    next_ = job;
+  else
+    parent_.put(producer_, job);
+}
+
+void worker::start(std::size_t index) {
+  thread_ = std::thread{[this, index] {
+    auto name = "caf.worker." + std::to_string(index);
+    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+    system().thread_started();
+    run();
+    system().thread_terminates();
+  }};
+}
+
+void worker::run() {
+  const auto max_throughput = parent_.max_throughput();
+  for (;;) {
+    caf::resumable* job = next_;
+    if (job != nullptr) {
+      next_ = nullptr;
+      ++streak_;
+    } else {
+      streak_ = 0;
+      job = parent_.take(consumer_);
+    }
+    switch (job->resume(this, max_throughput)) {
+    case caf::resumable::resume_later:
+      parent_.put(producer_, job); // it yielded: behind the others
+      break;
+    case caf::resumable::done:
+    case caf::resumable::awaiting_message:
+      caf::intrusive_ptr_release(job);
+      break;
+    case caf::resumable::shutdown_execution_unit:
+      return;
+    }
+  }
+}
+
+} // namespace
+
+caf::actor_system::module* make_domain_scheduler(caf::actor_system& sys, idle_policy idle) {
+  return new domain_scheduler(sys, idle);
+}
+
+} // namespace triad::detail
