@@ -83,6 +83,10 @@ struct device_fixture {
     return st;
   }
 
+  // Resumes parked sequence `seq` with a short tool result and expects it to generate on to
+  // its end.
+  void resume_with_tool_result(caf::scoped_actor& self, triad::seq_id seq);
+
   triad::metrics_registry metrics;
   std::unique_ptr<triad::domain> dom;
   caf::actor device;
@@ -93,6 +97,15 @@ std::vector<triad::token> tokens_of(const std::vector<triad::device_event>& even
   for (const auto& e : events)
     out.insert(out.end(), e.tokens.begin(), e.tokens.end());
   return out;
+}
+
+void device_fixture::resume_with_tool_result(caf::scoped_actor& self, triad::seq_id seq) {
+  self->send(device, triad::resume_atom::value, seq,
+             std::vector<triad::token>{triad::tokenizer::tool_response_start, 'o', 'k',
+                                       triad::tokenizer::tool_response_end});
+  auto more = collect(self, 1);
+  BOOST_TEST(tokens_of(more[seq]).size() >= 1u);
+  BOOST_TEST(more[seq].back().kind == triad::device_event::done);
 }
 
 } // namespace
@@ -253,12 +266,7 @@ BOOST_AUTO_TEST_CASE(a_parked_sequence_keeps_its_kv_and_resumes_with_appended_to
   BOOST_TEST(parked.parked == 1u);
   BOOST_TEST(parked.kv_pages_used > 0u);
   // A tool result arrives: appended, prefilled incrementally, generation goes on.
-  self->send(f.device, triad::resume_atom::value, triad::seq_id{1},
-             std::vector<triad::token>{triad::tokenizer::tool_response_start, 'o', 'k',
-                                       triad::tokenizer::tool_response_end});
-  auto more = f.collect(self, 1);
-  BOOST_TEST(tokens_of(more[1]).size() >= 1u);
-  BOOST_TEST(more[1].back().kind == triad::device_event::done);
+  f.resume_with_tool_result(self, 1);
 }
 
 BOOST_AUTO_TEST_CASE(a_stop_token_parks_the_sequence_when_the_request_asks) {
@@ -278,13 +286,7 @@ BOOST_AUTO_TEST_CASE(a_stop_token_parks_the_sequence_when_the_request_asks) {
     BOOST_TEST(f.stats(self).parked == (park ? 1u : 0u));
   }
   // The parked sequence resumes with a tool result; no park message was sent.
-  self->send(f.device, triad::resume_atom::value, triad::seq_id{2},
-             std::vector<triad::token>{triad::tokenizer::tool_response_start, 'o', 'k',
-                                       triad::tokenizer::tool_response_end});
-  auto more = f.collect(self, 1);
-  BOOST_TEST(tokens_of(more[2]).size() >= 1u);
-  BOOST_TEST(more[2].back().kind == triad::device_event::done);
-
+  f.resume_with_tool_result(self, 2);
 }
 
 BOOST_AUTO_TEST_CASE(memory_pressure_preempts_and_every_sequence_still_completes) {
