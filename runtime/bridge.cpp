@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <concurrentqueue/blockingconcurrentqueue.h>
 
@@ -33,6 +34,7 @@ driver_thread::driver_thread(driver_options options)
     , capacity_(options.capacity)
     , cpus_(std::move(options.cpus))
     , topo_(options.topo)
+    , idle_poll_(options.idle_poll)
     , queue_(std::make_unique<queue>(options.capacity)) {}
 
 expected<std::unique_ptr<driver_thread>> driver_thread::start(driver_options options) {
@@ -103,8 +105,15 @@ void driver_thread::run(std::shared_ptr<std::atomic<int>> bind_state) {
   else
     bind_state->store(1);
   driver_job job;
+  auto poll_until = std::chrono::steady_clock::now();
   for (;;) {
-    if (queue_->jobs.wait_dequeue_timed(job, std::chrono::milliseconds{5})) {
+    // Polls (yielding the cpu to whatever else is runnable) until idle_poll after the last job,
+    // then waits on the queue's semaphore, waking every 5 ms to look for stop().
+    bool got = false;
+    while (!(got = queue_->jobs.try_dequeue(job)) && std::chrono::steady_clock::now() < poll_until)
+      sched_yield();
+    if (got || queue_->jobs.wait_dequeue_timed(job, std::chrono::milliseconds{5})) {
+      poll_until = std::chrono::steady_clock::now() + idle_poll_;
       try {
         job();
       } catch (...) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -45,6 +46,9 @@ struct driver_options {
   std::size_t capacity = defaults::bridge::queue_capacity; ///< jobs queued at most, >= 1
   std::vector<unsigned> cpus;                              ///< PUs to bind to; empty = no binding
   const topology* topo = nullptr; ///< topology used to bind; binding only on this machine
+  /// After each job, the thread polls for the next one this long, yielding its cpu between
+  /// polls, before it sleeps (0: sleeps at once).
+  std::chrono::microseconds idle_poll = defaults::bridge::idle_poll;
 };
 
 /// A thread that runs a device's work, fed by a bounded lock-free queue (moodycamel).
@@ -96,6 +100,7 @@ private:
   std::size_t capacity_;
   std::vector<unsigned> cpus_;
   const topology* topo_;
+  std::chrono::microseconds idle_poll_;
   bool bound_ = false;
   std::unique_ptr<queue> queue_;
   std::atomic<std::size_t> pending_{0};

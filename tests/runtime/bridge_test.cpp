@@ -15,9 +15,14 @@
 
 namespace {
 
-std::unique_ptr<triad::driver_thread> start_driver(std::size_t capacity) {
-  auto d = triad::driver_thread::start(
-      {.name = "test.driver", .capacity = capacity, .cpus = {}, .topo = nullptr});
+std::unique_ptr<triad::driver_thread>
+start_driver(std::size_t capacity,
+             std::chrono::microseconds idle_poll = triad::defaults::bridge::idle_poll) {
+  auto d = triad::driver_thread::start({.name = "test.driver",
+                                        .capacity = capacity,
+                                        .cpus = {},
+                                        .topo = nullptr,
+                                        .idle_poll = idle_poll});
   BOOST_REQUIRE_MESSAGE(d.has_value(), (d ? "" : d.error().message));
   return std::move(d).value();
 }
@@ -95,6 +100,26 @@ BOOST_AUTO_TEST_CASE(every_accepted_job_runs_exactly_once_under_concurrent_produ
   BOOST_TEST(s.completed == s.accepted);
   BOOST_TEST(s.refused == static_cast<std::size_t>(full.load()));
   BOOST_TEST(s.queued == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(jobs_apart_in_time_run_whether_the_driver_polls_or_sleeps_between) {
+  // A job 1 ms after the last finds the driver asleep (no polling, or polling for 200 us) or
+  // still polling (50 ms): either way it runs, once.
+  for (auto poll : {std::chrono::microseconds{0}, std::chrono::microseconds{200},
+                    std::chrono::microseconds{50'000}}) {
+    auto driver = start_driver(4, poll);
+    for (int i = 0; i < 20; ++i) {
+      std::promise<void> done;
+      auto ran = done.get_future();
+      BOOST_REQUIRE(driver->try_submit([&done] { done.set_value(); }) ==
+                    triad::submit_result::accepted);
+      BOOST_REQUIRE_MESSAGE(ran.wait_for(std::chrono::seconds{10}) == std::future_status::ready,
+                            "job " << i << " did not run (idle_poll " << poll.count() << " us)");
+      std::this_thread::sleep_for(std::chrono::milliseconds{1});
+    }
+    driver->stop();
+    BOOST_TEST(driver->stats().completed == 20u);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(stop_drains_accepted_jobs_then_refuses) {
