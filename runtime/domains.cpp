@@ -59,11 +59,10 @@ void restore_thread_logger() noexcept {
 }
 
 void drop_thread_logger() noexcept {
-  thread_local bool dropped = false;
-  if (!dropped) {
-    dropped = true;
+  // Checked on every resume (a thread-local read): anything that spawns through CAF directly
+  // points the thread's logger at a system again.
+  if (caf::logger::current_logger() != nullptr)
     caf::logger::set_current_actor_system(nullptr);
-  }
 }
 
 } // namespace detail

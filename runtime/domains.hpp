@@ -31,7 +31,7 @@ namespace detail {
 /// drop_thread_logger).
 void restore_thread_logger() noexcept;
 
-/// Drops the calling thread's CAF logger pointer, once per thread. CAF 0.17 records the running
+/// Drops the calling thread's CAF logger pointer when it has one. CAF 0.17 records the running
 /// actor's id for its logger on every resume (twice, under one spinlock shared by all threads of
 /// the system), even when built without logging (CAF_LOG_LEVEL quiet, as Debian's is): with no
 /// logger pointer it skips that. Homed actors call it as they resume, on their worker.

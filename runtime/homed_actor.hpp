@@ -28,8 +28,8 @@ public:
   }
   using Base::enqueue;
 
-  /// Runs the actor's messages on a worker of its home system; the worker's first run of a homed
-  /// actor drops the thread's CAF logger pointer (detail::drop_thread_logger).
+  /// Runs the actor's messages on a worker of its home system, with the thread's CAF logger
+  /// pointer dropped first (detail::drop_thread_logger).
   caf::resumable::resume_result resume(caf::execution_unit* ctx, std::size_t max) override {
     detail::drop_thread_logger();
     return Base::resume(ctx, max);
