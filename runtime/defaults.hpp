@@ -21,11 +21,13 @@ inline constexpr std::size_t threads_per_domain = 0;
 /// domains used before, 50 us made a request/response from a non-actor thread take 85 us against
 /// 8.7 us at 0.
 inline constexpr std::chrono::microseconds moderate_sleep{0};
-/// Times an idle worker checks its domain's queue (each check followed by a CPU pause, tens of
-/// nanoseconds) before it sleeps. Too few let workers fall asleep between the hops of a
-/// cross-domain round trip (under CAF's scheduler: 6-17 us per round trip at its default 100
-/// polls, 3.4 us at 3000).
-inline constexpr std::size_t poll_attempts = 3000;
+/// Times an idle worker checks its domain's queue (each check followed by a CPU pause: 23 ns on
+/// the AMD EPYC this was measured on, so about 0.46 ms in all) before it sleeps; a worker that
+/// sleeps costs the next message a wake-up (50-100 us on that VM). CAF's scheduler, before,
+/// polled about 0.15 ms at its 3000 + 3000 slower polls. triad-bench-kv in three interleaved
+/// pairs against 3000 polls (69 us): transfer_over_memcpy 0.71, 0.73, 0.81 against 0.70, 0.68,
+/// 0.76 (the checked copies ran at 22-24 GB/s either way, memcpy then at 26-33 GB/s).
+inline constexpr std::size_t poll_attempts = 20000;
 /// A domain prunes finished actors from the list of those it stops once the list holds this
 /// many (and again each time it doubles): every request spawns actors, and each address kept
 /// would keep its actor's memory until the node stops.

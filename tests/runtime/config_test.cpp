@@ -827,7 +827,7 @@ BOOST_AUTO_TEST_CASE(default_config_round_trips_through_toml) {
                                "orchestration_domains = []",
                                "threads_per_domain = 0",
                                "moderate_sleep_us = 0",
-                               "poll_attempts = 3000",
+                               "poll_attempts = 20000",
                                "cores = 1",
                                "domains = []",
                                "queue_capacity = 64",
