@@ -58,13 +58,6 @@ void restore_thread_logger() noexcept {
   caf::logger::set_current_actor_system(nullptr);
 }
 
-void drop_thread_logger() noexcept {
-  // Checked on every resume (a thread-local read): anything that spawns through CAF directly
-  // points the thread's logger at a system again.
-  if (caf::logger::current_logger() != nullptr)
-    caf::logger::set_current_actor_system(nullptr);
-}
-
 } // namespace detail
 
 domain::domain(unsigned id, std::vector<unsigned> cpus, const topology* topo,

@@ -27,15 +27,9 @@ int current_domain() noexcept;
 namespace detail {
 /// CAF 0.17's spawn points the calling thread's logger at the spawning system and keeps a
 /// reference to it, so a domain thread that spawns into another domain would keep that domain's
-/// system from ever finishing its destructor. Drops the thread's logger pointer again (see
-/// drop_thread_logger).
+/// system from ever finishing its destructor. Drops the thread's logger pointer again (domain
+/// workers run without one: see runtime/detail/scheduler.cpp).
 void restore_thread_logger() noexcept;
-
-/// Drops the calling thread's CAF logger pointer when it has one. CAF 0.17 records the running
-/// actor's id for its logger on every resume (twice, under one spinlock shared by all threads of
-/// the system), even when built without logging (CAF_LOG_LEVEL quiet, as Debian's is): with no
-/// logger pointer it skips that. Homed actors call it as they resume, on their worker.
-void drop_thread_logger() noexcept;
 } // namespace detail
 
 /// One NUMA domain at run time: a CAF actor system whose threads are bound to the domain's

@@ -7,11 +7,6 @@
 
 namespace triad {
 
-namespace detail {
-/// See runtime/domains.hpp.
-void drop_thread_logger() noexcept;
-} // namespace detail
-
 /// Keeps an actor on its home domain. CAF 0.17 schedules a receiver woken by an actor of
 /// another actor system on the sender's worker (`exec_later` on the sender's execution unit);
 /// this mixin drops such a foreign execution unit so the home system's scheduler runs it.
@@ -27,13 +22,6 @@ public:
     Base::enqueue(std::move(what), host);
   }
   using Base::enqueue;
-
-  /// Runs the actor's messages on a worker of its home system, with the thread's CAF logger
-  /// pointer dropped first (detail::drop_thread_logger).
-  caf::resumable::resume_result resume(caf::execution_unit* ctx, std::size_t max) override {
-    detail::drop_thread_logger();
-    return Base::resume(ctx, max);
-  }
 };
 
 /// A dynamically typed event-based actor that stays on its home domain.

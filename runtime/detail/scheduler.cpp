@@ -1,7 +1,6 @@
 #include "runtime/detail/scheduler.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -11,6 +10,7 @@
 
 #include <caf/detail/thread_safe_actor_clock.hpp>
 #include <caf/execution_unit.hpp>
+#include <caf/logger.hpp>
 #include <caf/ref_counted.hpp>
 #include <caf/resumable.hpp>
 #include <caf/scheduler/abstract_coordinator.hpp>
@@ -119,9 +119,8 @@ public:
   // The next job; an idle worker polls, then (with a moderate sleep) polls with sleeps, then
   // blocks on the semaphore.
   caf::resumable* take(moodycamel::ConsumerToken& token) {
-    if (!ready_.tryWait() && !poll()) {
+    if (!ready_.tryWait() && !poll())
       ready_.wait();
-    }
     caf::resumable* job = nullptr;
     // The count says a job is in; the queue may show it a moment later (moodycamel's queue is
     // not linearizable across producers).
@@ -195,6 +194,13 @@ void worker::run() {
       streak_ = 0;
       job = parent_.take(consumer_);
     }
+    // CAF 0.17 records the running actor's id for its logger on every resume (twice, under one
+    // spinlock shared by all threads of the system), even built without logging (CAF_LOG_LEVEL
+    // quiet, as Debian's is); with no logger pointer on the thread it skips that. A spawn
+    // through CAF points the thread's logger at a system again, so it is checked every time (a
+    // thread-local read).
+    if (caf::logger::current_logger() != nullptr)
+      caf::logger::set_current_actor_system(nullptr);
     switch (job->resume(this, max_throughput)) {
     case caf::resumable::resume_later:
       parent_.put(producer_, job); // it yielded: behind the others
