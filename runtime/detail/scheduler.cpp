@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include <pthread.h>
 
+#include <caf/abstract_actor.hpp>
 #include <caf/detail/thread_safe_actor_clock.hpp>
 #include <caf/execution_unit.hpp>
 #include <caf/logger.hpp>
@@ -37,6 +40,51 @@ public:
   }
   void intrusive_ptr_add_ref_impl() override { ref(); }
   void intrusive_ptr_release_impl() override { deref(); }
+};
+
+// CAF's clock thread, told only what it needs to know. CAF 0.17 has every actor that ends cancel
+// its timeouts through the clock thread's queue (an allocation, a lock and a wake-up of that
+// thread per actor), although most actors never set one: a request actor of triad lives for one
+// LLM call and sets none. This clock remembers which actors set a timeout and passes only their
+// cancellations on. Delayed messages are not timeouts: CAF delivers them whatever happens.
+class domain_clock final : public caf::detail::thread_safe_actor_clock {
+public:
+  using super = caf::detail::thread_safe_actor_clock;
+
+  void set_ordinary_timeout(time_point t, caf::abstract_actor* self, caf::atom_value type,
+                            std::uint64_t id) override {
+    remember(self);
+    super::set_ordinary_timeout(t, self, type, id);
+  }
+
+  void set_request_timeout(time_point t, caf::abstract_actor* self, caf::message_id id) override {
+    remember(self);
+    super::set_request_timeout(t, self, id);
+  }
+
+  void set_multi_timeout(time_point t, caf::abstract_actor* self, caf::atom_value type,
+                         std::uint64_t id) override {
+    remember(self);
+    super::set_multi_timeout(t, self, type, id);
+  }
+
+  void cancel_timeouts(caf::abstract_actor* self) override {
+    {
+      std::lock_guard<std::mutex> g{mutex_};
+      if (with_timeouts_.erase(self->id()) == 0)
+        return;
+    }
+    super::cancel_timeouts(self);
+  }
+
+private:
+  void remember(caf::abstract_actor* self) {
+    std::lock_guard<std::mutex> g{mutex_};
+    with_timeouts_.insert(self->id());
+  }
+
+  std::mutex mutex_;
+  std::unordered_set<caf::actor_id> with_timeouts_; // live actors that set a timeout
 };
 
 class domain_scheduler;
@@ -91,11 +139,12 @@ public:
     for (std::size_t i = 0; i < workers_.size(); ++i)
       workers_[i]->start(i);
     clock_thread_ = std::thread{[this] {
-      pthread_setname_np(pthread_self(), "caf.clock");
       system().thread_started();
       clock_.run_dispatch_loop();
       system().thread_terminates();
     }};
+    // Named here, not in the thread, so the names are there once the system has started.
+    pthread_setname_np(clock_thread_.native_handle(), "caf.clock");
     abstract_coordinator::start(); // the printer actor (detached)
   }
 
@@ -155,7 +204,7 @@ private:
   idle_policy idle_;
   moodycamel::ConcurrentQueue<caf::resumable*> queue_;
   moodycamel::LightweightSemaphore ready_; // jobs in queue_; no spinning of its own
-  caf::detail::thread_safe_actor_clock clock_;
+  domain_clock clock_;
   std::vector<std::unique_ptr<worker>> workers_;
   std::thread clock_thread_;
 };
@@ -174,13 +223,13 @@ void worker::exec_later(caf::resumable* job) {
 }
 
 void worker::start(std::size_t index) {
-  thread_ = std::thread{[this, index] {
-    auto name = "caf.worker." + std::to_string(index);
-    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+  thread_ = std::thread{[this] {
     system().thread_started();
     run();
     system().thread_terminates();
   }};
+  auto name = "caf.worker." + std::to_string(index);
+  pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
 }
 
 void worker::run() {

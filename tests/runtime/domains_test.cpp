@@ -1,5 +1,8 @@
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <string>
 #include <thread>
 
 #include <sched.h>
@@ -264,6 +267,89 @@ BOOST_AUTO_TEST_CASE(a_domain_spreads_independent_actors_over_its_workers) {
   auto got = both->get_future();
   BOOST_TEST((got.wait_for(std::chrono::seconds{10}) == std::future_status::ready && got.get()));
   BOOST_TEST(d.stop(std::chrono::seconds{30}) == 0u);
+}
+
+// Sets a promise when destroyed: tells the test that an actor's memory was released.
+struct on_release {
+  std::shared_ptr<std::promise<void>> released;
+  ~on_release() {
+    if (released)
+      released->set_value();
+  }
+};
+
+// The voluntary context switches of this process's thread named `name` (the first one found),
+// from /proc/self/task/*/status; -1 if there is none.
+long voluntary_switches_of(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator{"/proc/self/task"}) {
+    std::ifstream comm{task.path() / "comm"};
+    std::string n;
+    std::getline(comm, n);
+    if (n != name)
+      continue;
+    std::ifstream status{task.path() / "status"};
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0)
+        return std::stol(line.substr(line.find(':') + 1));
+  }
+  return -1;
+}
+
+// Waits an hour for a message, or ends on an int; tells `released` when its memory goes.
+class patient_actor : public triad::homed_actor {
+public:
+  patient_actor(caf::actor_config& cfg, std::shared_ptr<std::promise<void>> released)
+      : triad::homed_actor(cfg)
+      , guard_{std::move(released)} {}
+
+  caf::behavior make_behavior() override {
+    return {[this](int) { quit(); }, caf::after(std::chrono::seconds{3600}) >> [] {}};
+  }
+
+private:
+  on_release guard_;
+};
+
+BOOST_AUTO_TEST_CASE(an_ending_actor_with_a_pending_timeout_is_released) {
+  // A receive timeout an hour away keeps a reference to its actor in the clock thread's
+  // schedule; when the actor ends, the clock must be told, or the actor's memory stays taken
+  // for that hour.
+  triad::scheduler_config sched;
+  sched.threads_per_domain = 1;
+  triad::domain d{0, {0}, nullptr, sched};
+  auto released = std::make_shared<std::promise<void>>();
+  auto done = released->get_future();
+  auto a = d.spawn<patient_actor>(released);
+  caf::anon_send(a, 1);
+  a = nullptr;
+  BOOST_TEST((done.wait_for(std::chrono::seconds{10}) == std::future_status::ready));
+  BOOST_TEST(d.stop(std::chrono::seconds{5}) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(actors_without_timeouts_end_without_waking_the_clock_thread) {
+  // A request actor lives for one LLM call and sets no timeout; its end must not cost a
+  // wake-up of CAF's clock thread (CAF 0.17 sends every ending actor's cancellation there).
+  triad::scheduler_config sched;
+  sched.threads_per_domain = 1;
+  triad::domain d{0, {0}, nullptr, sched};
+  auto before = voluntary_switches_of("caf.clock");
+  BOOST_REQUIRE(before >= 0);
+  constexpr int actors = 200;
+  for (int i = 0; i < actors; ++i) {
+    auto released = std::make_shared<std::promise<void>>();
+    auto done = released->get_future();
+    auto a = d.spawn([released](triad::homed_actor* self) -> caf::behavior {
+      auto guard = std::make_shared<on_release>(released);
+      return {[self, guard](int) { self->quit(); }};
+    });
+    caf::anon_send(a, 1);
+    a = nullptr;
+    BOOST_REQUIRE((done.wait_for(std::chrono::seconds{10}) == std::future_status::ready));
+  }
+  auto woken = voluntary_switches_of("caf.clock") - before;
+  BOOST_TEST_MESSAGE("clock thread woken " << woken << " times for " << actors << " actors");
+  BOOST_TEST(woken < actors / 10);
+  BOOST_TEST(d.stop(std::chrono::seconds{5}) == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(threads_bind_to_the_domain_cpus_on_this_machine) {
