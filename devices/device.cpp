@@ -474,7 +474,8 @@ private:
       return; // a step goes behind the jobs queued before it
     std::vector<step_item> items;
     std::size_t budget = options_.step_token_budget;
-    std::vector<sequence*> order;
+    auto& order = order_; // kept between calls: its memory is reused
+    order.clear();
     std::size_t used = 0;
     for (auto& [id, s] : seqs_) {
       order.push_back(&s);
@@ -548,8 +549,13 @@ private:
       eligible += s.state == seq_state::waiting || s.state == seq_state::importing ||
                   (s.state == seq_state::running && !s.finished);
     auto result = std::make_shared<step_result>();
+    result->seqs.reserve(items.size());
+    result->tokens.reserve(items.size());
+    result->cached.reserve(items.size());
     step_job job;
     job.be = backend_;
+    job.plans.reserve(items.size());
+    job.generated.reserve(items.size());
     bool all_complete = true;
     for (std::size_t i = 0; i < items.size(); ++i) {
       auto* s = find(items[i].seq);
@@ -617,11 +623,13 @@ private:
     for (const auto& st : r.steps) {
       job_tokens += st.tokens;
       job_seconds += st.seconds;
-      if (metrics_.steps != nullptr) { // the distributions per step
-        metrics_.batch->observe(static_cast<double>(st.batch));
-        metrics_.step_tokens->observe(static_cast<double>(st.tokens));
-        metrics_.step_seconds->observe(st.seconds);
-      }
+    }
+    if (metrics_.steps != nullptr) { // the distributions per step
+      metrics_.batch->observe_each(
+          r.steps, [](const step_stat& st) { return static_cast<double>(st.batch); });
+      metrics_.step_tokens->observe_each(
+          r.steps, [](const step_stat& st) { return static_cast<double>(st.tokens); });
+      metrics_.step_seconds->observe_each(r.steps, [](const step_stat& st) { return st.seconds; });
     }
     stats_.steps += r.steps.size();
     stats_.tokens += job_tokens;
@@ -649,6 +657,7 @@ private:
         continue;
       }
       std::vector<token> made; // this job's tokens of the sequence: one event carries them
+      made.reserve(sampled.size());
       const char* ended = nullptr;
       for (std::size_t j = 0; j < sampled.size(); ++j) {
         // The last token is not in the KV yet: a sequence parked meanwhile drops it, as if it
@@ -744,6 +753,7 @@ private:
   device_options options_;
   device_metrics metrics_;
   std::map<seq_id, sequence> seqs_;
+  std::vector<sequence*> order_; // schedule()'s scratch: the sequences in admission order
   std::vector<seq_id> pending_frees_;
   std::map<std::uint64_t, caf::response_promise> exports_;
   std::uint64_t next_promise_ = 0;

@@ -250,15 +250,17 @@ histogram::histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds))
     , buckets_(std::make_unique<std::atomic<std::uint64_t>[]>(bounds_.size() + 1)) {}
 
-void histogram::observe(double value) noexcept {
+std::size_t histogram::bucket_of(double value) const noexcept {
   // lower_bound finds the first bound >= value: buckets are inclusive ("le"). NaN compares false
   // against every bound, so it is sent to the +Inf bucket explicitly.
-  std::size_t index = bounds_.size();
-  if (!std::isnan(value)) {
-    index = static_cast<std::size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), value) -
-                                     bounds_.begin());
-  }
-  buckets_[index].fetch_add(1, std::memory_order_relaxed);
+  if (std::isnan(value))
+    return bounds_.size();
+  return static_cast<std::size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), value) -
+                                  bounds_.begin());
+}
+
+void histogram::observe(double value) noexcept {
+  buckets_[bucket_of(value)].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(value, std::memory_order_relaxed);
 }
 

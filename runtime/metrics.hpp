@@ -88,6 +88,29 @@ public:
 
   /// Records one observation; values above the last bound, +Inf and NaN land in the +Inf bucket.
   void observe(double value) noexcept;
+  /// Records `value(x)` for each x in `xs`, as observe() would one by one, but touching each
+  /// bucket once per run of values in it and the sum once: a device records its steps per job.
+  template<class Range, class Value>
+  void observe_each(const Range& xs, Value value) noexcept {
+    double total = 0;
+    std::size_t run_index = 0;
+    std::uint64_t run = 0;
+    for (const auto& x : xs) {
+      double v = value(x);
+      auto index = bucket_of(v);
+      if (run > 0 && index != run_index) {
+        buckets_[run_index].fetch_add(run, std::memory_order_relaxed);
+        run = 0;
+      }
+      run_index = index;
+      ++run;
+      total += v;
+    }
+    if (run > 0) {
+      buckets_[run_index].fetch_add(run, std::memory_order_relaxed);
+      sum_.fetch_add(total, std::memory_order_relaxed);
+    }
+  }
   /// The finite bucket upper bounds, strictly increasing (the +Inf bucket is implicit).
   std::span<const double> bounds() const noexcept { return bounds_; }
   /// Cumulative counts, one per bound plus a last one for +Inf that equals the total count.
@@ -100,6 +123,8 @@ public:
 private:
   friend class metrics_registry;
   explicit histogram(std::vector<double> bounds);
+  // The index of the bucket `value` falls in (bounds_.size() for +Inf and NaN).
+  std::size_t bucket_of(double value) const noexcept;
 
   std::vector<double> bounds_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> buckets_; // non-cumulative, bounds_.size() + 1

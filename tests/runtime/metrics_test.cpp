@@ -528,6 +528,34 @@ BOOST_AUTO_TEST_CASE(histogram_buckets_are_cumulative_with_inf_equal_to_count) {
   BOOST_TEST((*h)->count() == observations.size());
 }
 
+BOOST_AUTO_TEST_CASE(observing_a_range_counts_as_observing_each_value) {
+  // Runs within one bucket, changes of bucket, a return to an earlier bucket and NaN.
+  const std::vector<double> values = {
+      0.5, 0.7, 0.7, 3, 0.2, 20, 20, 20, 1, std::numeric_limits<double>::quiet_NaN(), 2};
+  triad::metrics_registry reg;
+  auto one_by_one = reg.add_histogram("triad_one_by_one", "h", {1, 2, 10});
+  auto at_once = reg.add_histogram("triad_at_once", "h", {1, 2, 10});
+  BOOST_REQUIRE(one_by_one && at_once);
+  for (double v : values)
+    (*one_by_one)->observe(v);
+  (*at_once)->observe_each(values, [](double v) { return v; });
+  auto want = (*one_by_one)->cumulative_counts();
+  auto got = (*at_once)->cumulative_counts();
+  BOOST_TEST(got == want, boost::test_tools::per_element());
+  BOOST_TEST(want.back() == values.size());
+  // NaN makes both sums NaN; the sums of the finite values agree.
+  BOOST_TEST(std::isnan((*at_once)->sum()));
+  std::vector<double> finite(values.begin(), values.begin() + 9);
+  auto finite_once = reg.add_histogram("triad_finite", "h", {1, 2, 10});
+  BOOST_REQUIRE(finite_once.has_value());
+  (*finite_once)->observe_each(finite, [](double v) { return v * 2; });
+  BOOST_TEST((*finite_once)->sum() == 2 * 66.1, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST((*finite_once)->count() == finite.size());
+  // An empty range records nothing.
+  (*finite_once)->observe_each(std::vector<double>{}, [](double v) { return v; });
+  BOOST_TEST((*finite_once)->count() == finite.size());
+}
+
 BOOST_AUTO_TEST_CASE(histogram_with_default_duration_buckets) {
   triad::metrics_registry reg;
   auto h = reg.add_histogram("triad_step_seconds", "step", triad::default_duration_buckets());
