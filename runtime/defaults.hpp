@@ -111,8 +111,10 @@ inline constexpr bool prefix_cache = true;
 /// driver) before the device actor sees the result, when steps are far shorter than a thread
 /// hand-off. burst_window_us bounds how long tokens are held back, so this only caps fast
 /// (simulated) devices: 32 instead of 8 cut triad-bench-orchestration's user CPU per request
-/// at 1 session from 295-305 to 185-215 us.
-inline constexpr std::size_t burst_steps = 32;
+/// at 1 session from 295-305 to 185-215 us; 128 instead of 32 runs each of its agent turns
+/// (up to about 100 tokens) in one job: 5 driver jobs per request instead of 8 with 4-token
+/// turns and 16 with 64-token turns.
+inline constexpr std::size_t burst_steps = 128;
 /// Driver time in microseconds after which a burst ends and its tokens go out, so a streamed
 /// token is held back at most this long; steps longer than this (a real model's) each go back
 /// at once.
