@@ -1,5 +1,6 @@
 #include "actors/chat.hpp"
 
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -81,7 +82,11 @@ std::vector<token> script_tokens(const generation_script& script) {
 
 expected<tool_call_text> parse_tool_call(std::string_view text) {
   std::error_code ec;
-  auto v = boost::json::parse(text, ec);
+  // A call is short: its parsed tree lives in this buffer (spilling to the heap when longer),
+  // not in one allocation per node.
+  unsigned char buffer[2048];
+  boost::json::monotonic_resource arena{buffer, sizeof buffer};
+  auto v = boost::json::parse(text, ec, &arena);
   if (ec)
     return make_error(errc::invalid_argument, "tool call is not valid JSON: " + ec.message());
   if (!v.is_object())

@@ -95,9 +95,13 @@ public:
     double total = 0;
     std::size_t run_index = 0;
     std::uint64_t run = 0;
+    double last = 0;
     for (const auto& x : xs) {
       double v = value(x);
-      auto index = bucket_of(v);
+      // A value equal to the one before falls in its bucket: no search (a job's steps often
+      // share their batch size and token count).
+      auto index = run > 0 && v == last ? run_index : bucket_of(v);
+      last = v;
       if (run > 0 && index != run_index) {
         buckets_[run_index].fetch_add(run, std::memory_order_relaxed);
         run = 0;

@@ -12,6 +12,29 @@ BOOST_AUTO_TEST_CASE(a_well_formed_call_gives_its_name_and_arguments) {
   BOOST_TEST(c->arguments_json == R"({"pattern":"x"})");
 }
 
+BOOST_AUTO_TEST_CASE(a_call_larger_than_the_parse_buffer_is_read_whole) {
+  // The parser's stack buffer is 2 KiB; a longer call (here about 40 KiB of arguments in 1000
+  // entries) continues on the heap.
+  std::string args = "{";
+  for (int i = 0; i < 1000; ++i) {
+    if (i > 0)
+      args += ',';
+    args += "\"k";
+    args += std::to_string(i);
+    args += "\":\"";
+    args.append(30, static_cast<char>('a' + i % 26));
+    args += '"';
+  }
+  args += "}";
+  std::string call = R"({"name": "write", "arguments": )";
+  call += args;
+  call += '}';
+  auto c = triad::parse_tool_call(call);
+  BOOST_REQUIRE(c.has_value());
+  BOOST_TEST(c->name == "write");
+  BOOST_TEST(c->arguments_json == args);
+}
+
 BOOST_AUTO_TEST_CASE(arguments_written_as_a_json_string_are_accepted) {
   auto c = triad::parse_tool_call(R"({"name": "grep", "arguments": "{\"pattern\": \"x\"}"})");
   BOOST_REQUIRE(c.has_value());
