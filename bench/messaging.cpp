@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
 
+#include "bench/machine.hpp"
 #include "bench/report.hpp"
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
@@ -141,29 +142,6 @@ double bridge_throughput(triad::driver_thread& driver, caf::actor_system& sys, s
   return static_cast<double>(n) / s.count();
 }
 
-// Round trip of two plain threads handing a value back and forth through two atomics: the
-// floor any cross-thread (so cross-domain) round trip on this machine pays, in microseconds.
-double thread_pingpong_us(std::size_t rounds) {
-  alignas(64) std::atomic<std::size_t> ping{0};
-  alignas(64) std::atomic<std::size_t> pong{0};
-  std::thread peer([&] {
-    for (std::size_t i = 1; i <= rounds; ++i) {
-      while (ping.load(std::memory_order_acquire) != i) {
-      }
-      pong.store(i, std::memory_order_release);
-    }
-  });
-  auto start = clock_type::now();
-  for (std::size_t i = 1; i <= rounds; ++i) {
-    ping.store(i, std::memory_order_release);
-    while (pong.load(std::memory_order_acquire) != i) {
-    }
-  }
-  std::chrono::duration<double, std::micro> us = clock_type::now() - start;
-  peer.join();
-  return us.count() / static_cast<double>(rounds);
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -221,7 +199,7 @@ int main(int argc, char** argv) {
         d0.system(), d0.system(), rounds, 0, 0));
     cross_rtt.push_back(round_trip_us<triad::homed_actor, triad::homed_actor>(
         d0.system(), d1.system(), rounds, 0, 1));
-    floor_rtt.push_back(thread_pingpong_us(rounds));
+    floor_rtt.push_back(triad::bench::thread_pingpong_us(rounds));
     homed_over_raw.push_back(homed_tput.back() / raw_tput.back());
     cross_over_local.push_back(cross_rtt.back() / homed_rtt.back());
     bridge_over_raw.push_back(bridge_tput.back() / raw_tput.back());

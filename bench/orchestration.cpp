@@ -9,7 +9,8 @@
 // tokens per turn; the marginal CPU per extra token is the per-token cost, and what is left of
 // the shorter run per request the per-request cost (routing, admission, KV export/import, tool
 // calls, events). The raw CAF cost of one message between two actors is measured in the same
-// run, in the same actor system, as the yardstick.
+// run, in the same actor system, as the yardstick, and the round trip of two plain threads
+// around each session count's runs as the machine's cross-thread floor.
 
 #include <atomic>
 #include <chrono>
@@ -23,6 +24,7 @@
 #include <caf/all.hpp>
 
 #include "actors/node.hpp"
+#include "bench/machine.hpp"
 #include "bench/report.hpp"
 #include "devices/device.hpp"
 #include "runtime/cpu_time.hpp"
@@ -198,7 +200,18 @@ int main(int argc, char** argv) {
   std::vector<double> per_token, per_request, per_token_all, per_request_all;
   std::uint64_t errors = 0;
   run(n, 10, 10, calls, short_turn); // warm-up: pools, first-touch pages, lazily built tables
+  // This VM's cross-core hand-offs change cost by several times within minutes, and every
+  // hop between a driver thread and an actor pays one: the floor is measured around each session
+  // count's runs and reported beside its figures.
+  auto floor_us = [] {
+    std::vector<double> xs;
+    for (int i = 0; i < 3; ++i)
+      xs.push_back(triad::bench::thread_pingpong_us(20'000));
+    return triad::bench::median(xs);
+  };
+  std::vector<double> floors;
   for (auto sessions : session_counts) {
+    auto floor_before = floor_us();
     auto rounds = std::max<std::size_t>(2, (min_requests + sessions - 1) / sessions);
     // The short and long runs alternate in parts, so a change of the machine's speed during
     // the measurement (common here) falls on both alike instead of on their difference.
@@ -209,6 +222,9 @@ int main(int argc, char** argv) {
       a += run(n, sessions, part_rounds, calls, short_turn);
       b += run(n, sessions, part_rounds, calls, long_turn);
     }
+    auto floor_after = floor_us();
+    floors.push_back(floor_before);
+    floors.push_back(floor_after);
     errors += a.errors + b.errors;
     auto extra_tokens = static_cast<double>(b.tokens > a.tokens ? b.tokens - a.tokens : 1);
     auto split = [&](double cpu_a, double cpu_b, double& tok, double& req) {
@@ -245,10 +261,14 @@ int main(int argc, char** argv) {
         {"cpu_us_per_request", req},
         {"with_kernel_cpu_us_per_token", tok_all},
         {"with_kernel_cpu_us_per_request", req_all},
+        // The cross-thread floor just before and just after this session count's runs.
+        {"thread_pingpong_rtt_us_before", floor_before},
+        {"thread_pingpong_rtt_us_after", floor_after},
     });
     std::printf("%5zu sessions x %4zu rounds: %.2f us/token, %.1f us/request; with kernel "
-                "%.2f us/token, %.1f us/request (wall %.2f s)\n",
-                sessions, rounds, tok, req, tok_all, req_all, a.wall_s + b.wall_s);
+                "%.2f us/token, %.1f us/request (wall %.2f s; thread ping-pong %.2f / %.2f us)\n",
+                sessions, rounds, tok, req, tok_all, req_all, a.wall_s + b.wall_s, floor_before,
+                floor_after);
   }
   auto caf_us =
       caf_us_per_message(n.domains().orchestration().system(), quick ? 200'000 : 1'000'000);
@@ -265,6 +285,7 @@ int main(int argc, char** argv) {
   rep.metrics["with_kernel_cpu_us_per_token"] = worst(per_token_all);
   rep.metrics["with_kernel_cpu_us_per_request"] = worst(per_request_all);
   rep.metrics["caf_us_per_message"] = caf_us;
+  rep.metrics["thread_pingpong_rtt_us"] = triad::bench::median(floors);
   rep.metrics["errors"] = errors;
   rep.metrics["runs"] = rows;
   rep.ratios["token_over_caf_message"] = worst_token / caf_us;
