@@ -52,10 +52,12 @@ struct sample_plan {
   token choose(std::uint32_t generated, std::span<const float> logits) {
     return generated < forced.size() ? forced[generated] : pick.sample(logits);
   }
+  // Whether `tok` is one of the request's own stop tokens.
+  bool stops_at(token tok) const { return std::find(stop.begin(), stop.end(), tok) != stop.end(); }
   // Whether `tok`, the `generated`-th token generated (counting from 1), ends the sequence, and
   // why ("stop" or "length"); nullptr when it goes on.
   const char* ends(token tok, std::uint32_t generated) const {
-    if (tok == tokenizer::eos || std::find(stop.begin(), stop.end(), tok) != stop.end())
+    if (tok == tokenizer::eos || stops_at(tok))
       return "stop";
     return generated >= max_new_tokens ? "length" : nullptr;
   }
@@ -672,8 +674,8 @@ private:
           continue;
         if (const char* why = s->plan->ends(sampled[j], s->generated)) {
           s->finished = true;
-          bool park = s->req.park_on_stop && sampled[j] != tokenizer::eos &&
-                      std::string_view{why} == "stop";
+          bool park =
+              s->req.park_on_stop && sampled[j] != tokenizer::eos && s->plan->stops_at(sampled[j]);
           s->state = park ? seq_state::parked : seq_state::done;
           ended = why;
         } else {
