@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
   // Rounds per session count: enough requests that thread wake-ups average out.
   // The orchestration threads' user time comes from /proc in clock ticks, split from system
   // time by sampling: with 4000 requests the per-request figure still moved by +-15 us between
-  // runs of one binary, so quick runs take 8000 (about 30 s).
+  // runs of one binary, so quick runs take 8000 (about 20 s).
   const std::size_t min_requests = quick ? 8000 : 16000;
   triad::bench::report rep;
   rep.quick = quick;

@@ -21,7 +21,8 @@ struct idle_policy {
 /// lock-free queue (moodycamel) counted by a semaphore that only makes a system call when a
 /// worker sleeps. It replaces CAF 0.17's work-stealing coordinator, whose every enqueue from
 /// another thread takes the target worker's mutex, allocates a queue node and, per resume, runs
-/// a dynamic_cast for its logger; the clock thread and printer actor are CAF's own.
+/// a dynamic_cast for its logger. The printer actor is CAF's own, and so is the clock thread's
+/// clock, told only of the ending actors that set a timeout.
 caf::actor_system::module* make_domain_scheduler(caf::actor_system& sys, idle_policy idle);
 
 } // namespace triad::detail
