@@ -3,14 +3,23 @@
 #include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/json/serializer.hpp>
 
 namespace triad {
 
 namespace {
 
 void append(std::vector<token>& out, std::string_view text) {
-  auto ids = tokenizer{}.encode(text, false); // message text never makes special tokens
-  out.insert(out.end(), ids.begin(), ids.end());
+  tokenizer{}.encode_to(out, text, false); // message text never makes special tokens
+}
+
+// Appends the JSON text of `v`, read through a stack buffer instead of built as a string.
+void append_json(std::vector<token>& out, const boost::json::object& v) {
+  boost::json::serializer sr;
+  sr.reset(&v);
+  char buffer[256];
+  while (!sr.done())
+    append(out, sr.read(buffer, sizeof buffer));
 }
 
 } // namespace
@@ -18,6 +27,10 @@ void append(std::vector<token>& out, std::string_view text) {
 namespace {
 
 void append_messages(std::vector<token>& out, const std::vector<chat_message>& messages) {
+  std::size_t size = out.size() + 16; // and "assistant:\n" after them
+  for (const auto& m : messages)
+    size += m.role.size() + m.content.size() + 5;
+  out.reserve(size);
   for (const auto& m : messages) {
     append(out, m.role);
     append(out, ":\n");
@@ -51,6 +64,7 @@ std::vector<token> render_turn(const std::vector<chat_message>& messages) {
 
 std::vector<token> render_tool_result(std::string_view output) {
   std::vector<token> out;
+  out.reserve(output.size() + 24); // the output and its frame: one allocation
   append(out, "\ntool:\n");
   out.push_back(tokenizer::tool_response_start);
   append(out, output);
@@ -62,17 +76,25 @@ std::vector<token> render_tool_result(std::string_view output) {
 std::vector<token> script_tokens(const generation_script& script) {
   static constexpr std::string_view filler = "the agent thinks about the next step. ";
   std::vector<token> out;
+  std::size_t size = 1;
+  for (const auto& turn : script.turns)
+    size += turn.tokens +
+            (turn.call ? 32 + turn.call->name.size() + turn.call->arguments_json.size() : 0);
+  out.reserve(size);
   for (const auto& turn : script.turns) {
     for (std::uint32_t i = 0; i < turn.tokens; ++i)
       out.push_back(static_cast<unsigned char>(filler[i % filler.size()]));
     if (turn.call) {
       out.push_back(tokenizer::tool_call_start);
-      boost::json::object call;
+      // A call's JSON is short: its tree lives in this buffer (the heap beyond it).
+      unsigned char buffer[1024];
+      boost::json::monotonic_resource arena{buffer, sizeof buffer};
+      boost::json::object call{&arena};
       call["name"] = turn.call->name;
       std::error_code ec;
-      auto args = boost::json::parse(turn.call->arguments_json, ec);
-      call["arguments"] = ec ? boost::json::value(turn.call->arguments_json) : args;
-      append(out, boost::json::serialize(call));
+      auto args = boost::json::parse(turn.call->arguments_json, ec, &arena);
+      call["arguments"] = ec ? boost::json::value(turn.call->arguments_json, &arena) : args;
+      append_json(out, call);
       out.push_back(tokenizer::tool_call_end);
     }
   }

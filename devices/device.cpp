@@ -63,10 +63,12 @@ struct sample_plan {
   }
 };
 
+struct step_job;
+
 } // namespace
 } // namespace triad
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::step_result>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::step_job>)
 
 namespace triad {
 
@@ -109,40 +111,82 @@ struct device_metrics {
 // and the choice of each completed prompt's next token. Then, up to `max_steps` steps in all,
 // the sequences whose token did not end them decode again with it, until the steps have taken
 // `window` or the actor raises `interrupt` (a message that changes the batch has arrived).
+// A device keeps one job object and fills it again for each job (one job is in flight at a
+// time): its vectors keep their memory, so a job costs no allocation on the actor's thread and
+// no memory goes from one thread to the other to be freed there.
 struct step_job {
   std::shared_ptr<backend> be;
   std::vector<step_item> items;
-  std::shared_ptr<step_result> result;
+  std::size_t item_count = 0; // items in use; entries past it keep their memory for later jobs
   std::vector<std::shared_ptr<sample_plan>> plans; // per item; null: its prompt goes on
   std::vector<std::uint32_t> generated;            // per item, tokens generated before the job
   std::vector<seq_id> frees;
   std::vector<std::pair<std::size_t, std::vector<token>>> lookups; // item index, its prompt
+  std::size_t lookup_count = 0;                                    // as item_count, for lookups
   std::size_t max_steps = 1;
   std::chrono::microseconds window{};
   std::shared_ptr<std::atomic<bool>> interrupt;
-  caf::actor reply_to;
+  step_result result;
+
+  // Empties the job for the next one, keeping every vector's memory.
+  void reset() {
+    item_count = 0;
+    lookup_count = 0;
+    plans.clear();
+    generated.clear();
+    frees.clear();
+    result.seqs.clear();
+    result.tokens.clear();
+    result.cached.clear();
+    for (auto& s : result.sampled)
+      s.clear();
+    result.steps.clear();
+    result.output = make_error(errc::invalid_argument, "not run");
+  }
+
+  // Adds an item of `seq` with the tokens [first, last), reusing an earlier job's entry.
+  template<class It>
+  void add_item(seq_id seq, It first, It last) {
+    if (item_count == items.size())
+      items.emplace_back();
+    auto& item = items[item_count++];
+    item.seq = seq;
+    item.tokens.assign(first, last);
+  }
+
+  // Adds a prefix lookup for item `i` of the prompt `prompt`.
+  void add_lookup(std::size_t i, const std::vector<token>& prompt) {
+    if (lookup_count == lookups.size())
+      lookups.emplace_back();
+    lookups[lookup_count].first = i;
+    lookups[lookup_count++].second.assign(prompt.begin(), prompt.end());
+  }
 
   void operator()() {
     for (auto id : frees)
       be->free(id);
-    auto live = attach_prefixes(); // the result index of each entry of `items`
-    auto& r = *result;
-    r.sampled.resize(r.seqs.size());
-    if (items.empty())
+    auto& r = result;
+    if (r.sampled.size() < r.seqs.size())
+      r.sampled.resize(r.seqs.size());
+    std::span<step_item> batch{items.data(), item_count};
+    auto live = attach_prefixes(batch); // the result index of each entry of `batch`
+    if (batch.empty())
       r.output = expected<void>{};
     auto start = std::chrono::steady_clock::now();
-    for (std::size_t step = 0; !items.empty(); ++step) {
-      auto out = run(items);
+    std::vector<step_item> next; // the burst's later steps: one token per item
+    std::vector<std::size_t> next_live;
+    for (std::size_t step = 0; !batch.empty(); ++step) {
+      auto out = run(batch);
       if (!out) {
         if (step == 0) // a later step's failure ends the burst; what it made so far stands
           r.output = out.error();
         break;
       }
       r.output = expected<void>{};
-      r.steps.push_back({items.size(), out->tokens, out->seconds});
-      std::vector<step_item> next;
-      std::vector<std::size_t> next_live;
-      for (std::size_t k = 0; k < items.size(); ++k) {
+      r.steps.push_back({batch.size(), out->tokens, out->seconds});
+      std::size_t kept = 0;
+      next_live.clear();
+      for (std::size_t k = 0; k < batch.size(); ++k) {
         auto i = live[k];
         if (step > 0)
           ++r.tokens[i]; // the token chosen in the previous step is in the KV now
@@ -153,48 +197,52 @@ struct step_job {
         auto tok = plan->choose(n, out->logits[k]);
         r.sampled[i].push_back(tok);
         if (plan->ends(tok, n + 1) == nullptr) {
-          next.push_back({items[k].seq, {tok}});
+          // Written in place: entry `kept` of `next` is read no more in this step.
+          if (kept == next.size())
+            next.emplace_back();
+          next[kept].seq = batch[k].seq;
+          next[kept].tokens.assign(1, tok);
+          ++kept;
           next_live.push_back(i);
         }
       }
       if (step + 1 >= max_steps || interrupt->load(std::memory_order_relaxed) ||
           std::chrono::steady_clock::now() - start >= window)
         break;
-      items = std::move(next);
-      live = std::move(next_live);
+      batch = std::span<step_item>{next.data(), kept};
+      live.swap(next_live);
     }
     r.kv = be->kv();
-    caf::anon_send(reply_to, step_done_atom::value, result);
   }
 
   // Sequences computed from their first token start from their prompt's longest prefix in the
-  // cache; items wholly cached leave the step. Returns the result index of each item left.
-  std::vector<std::size_t> attach_prefixes() {
-    auto& r = *result;
-    bool trimmed = false;
-    for (auto& [i, prompt] : lookups) {
-      auto covered = be->attach_prefix(items[i].seq, prompt);
+  // cache; items wholly cached leave the step (`batch` shrinks). Returns the result index of each
+  // item left.
+  std::vector<std::size_t> attach_prefixes(std::span<step_item>& batch) {
+    auto& r = result;
+    for (std::size_t l = 0; l < lookup_count; ++l) {
+      auto& [i, prompt] = lookups[l];
+      auto covered = be->attach_prefix(batch[i].seq, prompt);
       if (covered == 0)
         continue;
       // The item starts at token 0; its first `covered` tokens need no computing.
-      auto& toks = items[i].tokens;
+      auto& toks = batch[i].tokens;
       auto skip = std::min(covered, toks.size());
       toks.erase(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(skip));
       r.tokens[i] = std::max(covered, r.tokens[i]);
       r.cached[i] = covered;
-      trimmed = trimmed || toks.empty();
     }
+    // The items left move to the front, in order (swapped: every entry keeps its memory).
     std::vector<std::size_t> live;
-    std::vector<step_item> kept;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (items[i].tokens.empty())
+    live.reserve(batch.size());
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].tokens.empty())
         continue;
+      if (live.size() != i)
+        std::swap(batch[live.size()], batch[i]);
       live.push_back(i);
-      if (trimmed)
-        kept.push_back(std::move(items[i]));
     }
-    if (trimmed)
-      items = std::move(kept);
+    batch = batch.first(live.size());
     return live;
   }
 
@@ -311,7 +359,7 @@ public:
             s->state = seq_state::waiting; // the tokens past the KV are prefilled next
           schedule();
         },
-        [this](step_done_atom, std::shared_ptr<step_result>& r) { on_step(*r); },
+        [this](step_done_atom, std::shared_ptr<step_job>& job) { on_step(std::move(job)); },
     };
   }
 
@@ -474,7 +522,8 @@ private:
   void schedule() {
     if (!drain_backlog() || in_flight_)
       return; // a step goes behind the jobs queued before it
-    std::vector<step_item> items;
+    auto job = spare_job_ ? std::move(spare_job_) : std::make_shared<step_job>();
+    job->reset();
     std::size_t budget = options_.step_token_budget;
     auto& order = order_; // kept between calls: its memory is reused
     order.clear();
@@ -499,7 +548,7 @@ private:
           continue;
         }
         free_pages -= need;
-        items.push_back({s->req.seq, {s->tokens.back()}});
+        job->add_item(s->req.seq, s->tokens.end() - 1, s->tokens.end());
         --budget;
       }
     }
@@ -526,12 +575,14 @@ private:
         continue;
       }
       free_pages -= pages_for(s->computed + chunk) - pages_for(s->computed);
-      items.push_back({s->req.seq,
-                       {s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed),
-                        s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed + chunk)}});
+      auto first = s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed);
+      job->add_item(s->req.seq, first, first + static_cast<std::ptrdiff_t>(chunk));
       budget -= chunk;
     }
-    if (items.empty() && starved) {
+    if (job->item_count == 0) {
+      spare_job_ = std::move(job);
+      if (!starved)
+        return;
       if (preempt_one())
         return schedule();
       // Nothing holds KV and still nothing fits: fail what waits rather than hang.
@@ -542,62 +593,52 @@ private:
         }
       return;
     }
-    if (items.empty())
-      return;
     // Every sequence that could take part is in the step and each one's prompt completes in
     // it: the driver may decode on with the same batch (a burst).
     std::size_t eligible = 0;
     for (auto& [id, s] : seqs_)
       eligible += s.state == seq_state::waiting || s.state == seq_state::importing ||
                   (s.state == seq_state::running && !s.finished);
-    auto result = std::make_shared<step_result>();
-    result->seqs.reserve(items.size());
-    result->tokens.reserve(items.size());
-    result->cached.reserve(items.size());
-    step_job job;
-    job.be = backend_;
-    job.plans.reserve(items.size());
-    job.generated.reserve(items.size());
+    auto& result = job->result;
     bool all_complete = true;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      auto* s = find(items[i].seq);
-      result->seqs.push_back(items[i].seq);
-      result->tokens.push_back(items[i].tokens.size());
-      result->cached.push_back(0);
-      bool completes = s->computed + items[i].tokens.size() == s->tokens.size();
+    for (std::size_t i = 0; i < job->item_count; ++i) {
+      const auto& item = job->items[i];
+      auto* s = find(item.seq);
+      result.seqs.push_back(item.seq);
+      result.tokens.push_back(item.tokens.size());
+      result.cached.push_back(0);
+      bool completes = s->computed + item.tokens.size() == s->tokens.size();
       all_complete = all_complete && completes;
-      job.plans.push_back(completes ? s->plan : nullptr);
-      job.generated.push_back(s->generated);
+      job->plans.push_back(completes ? s->plan : nullptr);
+      job->generated.push_back(s->generated);
       if (s->lookup && s->computed == 0) {
-        job.lookups.emplace_back(i, s->tokens);
+        job->add_lookup(i, s->tokens);
         s->lookup = false;
       }
     }
-    job.items = std::move(items);
-    job.result = result;
-    job.frees = std::move(pending_frees_);
-    pending_frees_.clear();
-    job.max_steps =
-        all_complete && !starved && eligible == job.items.size() ? options_.burst_steps : 1;
-    job.window = options_.burst_window;
+    job->be = backend_;
+    job->frees.swap(pending_frees_); // both empty before: pending_frees_ is empty after
+    job->max_steps =
+        all_complete && !starved && eligible == job->item_count ? options_.burst_steps : 1;
+    job->window = options_.burst_window;
     interrupt_->store(false, std::memory_order_relaxed);
-    job.interrupt = interrupt_;
-    job.reply_to = caf::actor_cast<caf::actor>(this);
-    auto frees = job.frees;
-    std::vector<seq_id> looked_up;
-    for (auto& [i, prompt] : job.lookups)
-      looked_up.push_back(job.items[i].seq);
-    switch (driver_->try_submit_in_order(std::move(job))) {
+    job->interrupt = interrupt_;
+    auto run = [job, reply_to = caf::actor_cast<caf::actor>(this)]() mutable {
+      (*job)();
+      caf::anon_send(reply_to, step_done_atom::value, std::move(job));
+    };
+    switch (driver_->try_submit_in_order(std::move(run))) {
     case submit_result::accepted:
       in_flight_ = true;
       break;
     case submit_result::full:
       // The driver still holds the previous step's tail or frees: the frees taken for this
       // step go back, and scheduling is retried shortly, so no work is dropped.
-      pending_frees_.insert(pending_frees_.end(), frees.begin(), frees.end());
-      for (auto id : looked_up)
-        if (auto* s = find(id))
+      pending_frees_.swap(job->frees);
+      for (std::size_t l = 0; l < job->lookup_count; ++l)
+        if (auto* s = find(job->items[job->lookups[l].first].seq))
           s->lookup = true;
+      spare_job_ = std::move(job);
       retry_soon();
       break;
     case submit_result::stopped:
@@ -605,18 +646,23 @@ private:
     }
   }
 
-  void on_step(step_result& r) {
+  // A job's result; the job object is kept for the next job once it has been read.
+  void on_step(std::shared_ptr<step_job> job) {
     in_flight_ = false;
+    auto& r = job->result;
     kv_ = r.kv;
     if (!r.output) {
-      if (r.output.error().code == errc::exhausted && preempt_one())
+      if (r.output.error().code == errc::exhausted && preempt_one()) {
+        spare_job_ = std::move(job);
         return schedule();
+      }
       for (auto id : r.seqs)
         if (auto* s = find(id)) {
           emit(*s, device_event::failed, r.output.error().message);
           seqs_.erase(id);
           pending_frees_.push_back(id);
         }
+      spare_job_ = std::move(job);
       return schedule();
     }
     stats_.step_jobs += r.steps.empty() ? 0 : 1;
@@ -688,6 +734,7 @@ private:
         emit(*s, device_event::token, {}, std::move(made));
     }
     update_gauges();
+    spare_job_ = std::move(job);
     schedule();
   }
 
@@ -755,7 +802,8 @@ private:
   device_options options_;
   device_metrics metrics_;
   std::map<seq_id, sequence> seqs_;
-  std::vector<sequence*> order_; // schedule()'s scratch: the sequences in admission order
+  std::vector<sequence*> order_;        // schedule()'s scratch: the sequences in admission order
+  std::shared_ptr<step_job> spare_job_; // the job object filled again for the next job
   std::vector<seq_id> pending_frees_;
   std::map<std::uint64_t, caf::response_promise> exports_;
   std::uint64_t next_promise_ = 0;

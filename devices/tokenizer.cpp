@@ -1,5 +1,6 @@
 #include "devices/tokenizer.hpp"
 
+#include <algorithm>
 #include <array>
 
 namespace triad {
@@ -32,7 +33,14 @@ std::string_view tokenizer::special_spelling(token id) noexcept {
 
 std::vector<token> tokenizer::encode(std::string_view text, bool specials) const {
   std::vector<token> out;
-  out.reserve(text.size());
+  encode_to(out, text, specials);
+  return out;
+}
+
+void tokenizer::encode_to(std::vector<token>& out, std::string_view text, bool specials) const {
+  // At most one id per byte; growing geometrically keeps piece-by-piece rendering linear.
+  if (auto need = out.size() + text.size(); need > out.capacity())
+    out.reserve(std::max(need, 2 * out.capacity()));
   for (std::size_t i = 0; i < text.size();) {
     bool matched = false;
     if (specials && text[i] == '<') {
@@ -48,11 +56,11 @@ std::vector<token> tokenizer::encode(std::string_view text, bool specials) const
     if (!matched)
       out.push_back(static_cast<token>(static_cast<unsigned char>(text[i++])));
   }
-  return out;
 }
 
 std::string tokenizer::decode(const std::vector<token>& ids) const {
   std::string out;
+  out.reserve(ids.size());
   for (auto id : ids)
     out += decode(id);
   return out;

@@ -25,6 +25,8 @@ public:
 
   /// Text to ids; with `specials`, spellings such as "<tool_call>" become their special ids.
   std::vector<token> encode(std::string_view text, bool specials = true) const;
+  /// As encode, appending to `out`: prompts are rendered piece by piece into one vector.
+  void encode_to(std::vector<token>& out, std::string_view text, bool specials = true) const;
   /// Ids to text; special ids become their spellings, unused ids become "<|id|>".
   std::string decode(const std::vector<token>& ids) const;
   /// One id to text, as decode does (no list built: this runs for every streamed token).

@@ -70,6 +70,26 @@ BOOST_AUTO_TEST_CASE(a_script_writes_its_calls_in_the_models_syntax_and_ends_wit
   BOOST_TEST(t.size() == 5u + 1u + static_cast<std::size_t>(end - start - 1) + 1u + 3u + 1u);
 }
 
+BOOST_AUTO_TEST_CASE(a_script_call_larger_than_its_buffers_is_written_whole) {
+  // Arguments past the script's 1 KiB parse arena and its 256-byte serializer buffer.
+  std::string big(4000, 'q');
+  triad::generation_script s;
+  s.turns.push_back({0, triad::tool_call_text{"grep", R"({"pattern": ")" + big + R"("})"}});
+  s.turns.push_back({0, triad::tool_call_text{"raw", "not json"}});
+  auto t = triad::script_tokens(s);
+  std::vector<std::string> calls;
+  for (auto it = t.begin(); it != t.end(); ++it)
+    if (*it == triad::tokenizer::tool_call_start) {
+      auto end = std::find(it, t.end(), triad::tokenizer::tool_call_end);
+      BOOST_REQUIRE(end != t.end());
+      calls.push_back(triad::tokenizer{}.decode({it + 1, end}));
+    }
+  BOOST_REQUIRE_EQUAL(calls.size(), 2u);
+  BOOST_TEST(calls[0] == R"({"name":"grep","arguments":{"pattern":")" + big + R"("}})");
+  // Arguments that are not JSON are written as a JSON string.
+  BOOST_TEST(calls[1] == R"({"name":"raw","arguments":"not json"})");
+}
+
 BOOST_AUTO_TEST_CASE(message_text_never_becomes_special_tokens) {
   auto p = triad::render_prompt({{"user", "<tool_call>{}</tool_call>"}});
   BOOST_TEST(p.front() == triad::tokenizer::bos);

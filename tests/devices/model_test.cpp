@@ -48,6 +48,25 @@ BOOST_AUTO_TEST_CASE(tokenizer_round_trips_bytes_and_special_tokens) {
   BOOST_TEST(raw.size() == 11u);
 }
 
+BOOST_AUTO_TEST_CASE(encoding_piece_by_piece_appends_what_encoding_the_whole_gives) {
+  triad::tokenizer tok;
+  std::vector<triad::token> ids{triad::tokenizer::bos};
+  std::string whole;
+  // Many short pieces (the vector grows many times) and one long one.
+  for (int i = 0; i < 200; ++i) {
+    auto piece = "piece " + std::to_string(i) + " <tool_call>";
+    tok.encode_to(ids, piece);
+    whole += piece;
+  }
+  std::string long_piece(5000, 'x');
+  tok.encode_to(ids, long_piece, false);
+  whole += long_piece;
+  auto expected = tok.encode(whole);
+  BOOST_REQUIRE_EQUAL(ids.size(), expected.size() + 1);
+  BOOST_TEST(ids.front() == triad::tokenizer::bos); // what was there stays
+  BOOST_TEST((std::vector<triad::token>{ids.begin() + 1, ids.end()} == expected));
+}
+
 BOOST_AUTO_TEST_CASE(greedy_sampling_takes_the_argmax) {
   triad::sampler s{{}};
   std::vector<float> logits{0.1f, 3.0f, -1.0f, 2.9f};

@@ -1,3 +1,4 @@
+#include <array>
 #include <atomic>
 #include <future>
 #include <latch>
@@ -133,6 +134,63 @@ BOOST_AUTO_TEST_CASE(stop_drains_accepted_jobs_then_refuses) {
   driver->stop();
   BOOST_TEST(ran.load() == 200);
   BOOST_TEST(driver->try_submit([] {}) == triad::submit_result::stopped);
+}
+
+// A job counting its runs in `runs` and its live objects (moved-from ones included) in `live`,
+// with `Pad` bytes besides.
+template<std::size_t Pad>
+struct counting_job {
+  int* runs;
+  int* live;
+  std::array<char, Pad> pad{};
+  counting_job(int* r, int* l)
+      : runs(r)
+      , live(l) {
+    ++*live;
+  }
+  counting_job(counting_job&& o) noexcept
+      : runs(o.runs)
+      , live(o.live) {
+    ++*live;
+  }
+  ~counting_job() { --*live; }
+  void operator()() { ++*runs; }
+};
+
+BOOST_AUTO_TEST_CASE(a_job_is_kept_once_and_freed_once_whether_stored_inline_or_on_the_heap) {
+  auto check = [](auto tag) {
+    using job_t = counting_job<decltype(tag)::value>;
+    int runs = 0, live = 0;
+    {
+      triad::driver_job a{job_t{&runs, &live}};
+      BOOST_TEST(live == 1);
+      triad::driver_job b{std::move(a)}; // moved: still one object
+      BOOST_TEST(live == 1);
+      BOOST_TEST(!a);
+      triad::driver_job c{job_t{&runs, &live}};
+      BOOST_TEST(live == 2);
+      c = std::move(b); // c's own job is freed, b's moves in
+      BOOST_TEST(live == 1);
+      c();
+      c();
+      BOOST_TEST(runs == 2);
+    }
+    BOOST_TEST(live == 0); // freed with the last holder
+  };
+  check(std::integral_constant<std::size_t, 8>{});   // inline
+  check(std::integral_constant<std::size_t, 200>{}); // on the heap
+  static_assert(sizeof(counting_job<8>) <= triad::detail::unique_function::inline_size);
+  static_assert(sizeof(counting_job<200>) > triad::detail::unique_function::inline_size);
+  // Both kinds through a driver, where the queue moves them.
+  int runs = 0, live = 0;
+  auto driver = start_driver(4);
+  BOOST_REQUIRE(driver->try_submit(counting_job<8>{&runs, &live}) ==
+                triad::submit_result::accepted);
+  BOOST_REQUIRE(driver->try_submit(counting_job<200>{&runs, &live}) ==
+                triad::submit_result::accepted);
+  driver->stop(); // joins: the counts are the driver's last writes
+  BOOST_TEST(runs == 2);
+  BOOST_TEST(live == 0);
 }
 
 BOOST_AUTO_TEST_CASE(completions_reach_a_homed_actor_as_messages) {
