@@ -1,6 +1,8 @@
 #include "tools/executor.hpp"
 
 #include <deque>
+#include <mutex>
+#include <unordered_map>
 
 #include "runtime/bridge.hpp"
 
@@ -11,25 +13,214 @@ namespace triad {
 
 namespace {
 
-using call_done_atom = caf::atom_constant<caf::atom("calldone")>;
-using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using expire_atom = caf::atom_constant<caf::atom("expire")>;
 using clock_type = std::chrono::steady_clock;
 // The deadline of a call that has none.
 constexpr clock_type::time_point no_deadline = clock_type::time_point::max();
 
+tool_reply stopped_reply() {
+  tool_reply r;
+  r.content = "the tool executor stopped before this call finished";
+  return r;
+}
+
+tool_reply timed_out_reply(const std::string& name) {
+  tool_reply r;
+  r.content = "tool '" + name + "' did not answer within its deadline";
+  r.timed_out = true;
+  return r;
+}
+
+void send_result(const tool_submission& call, tool_reply reply) {
+  caf::anon_send(call.reply_to, tool_result_atom::value, call.id, std::move(reply));
+}
+
+} // namespace
+
+// Calls waiting and running, free workers, and the deadline sweep's state, behind one mutex:
+// submitters (any actor), the workers (after each call) and the actor (sweeps) meet here. A
+// worker that ends a call takes the next waiting one itself, so no message goes to the actor
+// between calls.
+struct tool_executor::state {
+  std::shared_ptr<const tool_registry> tools;
+  tool_executor_options options;
+  std::vector<std::unique_ptr<driver_thread>> workers;
+  caf::actor_addr actor; // the executor's actor: sweeps run there (weak: it owns this state)
+
+  std::mutex mutex;
+  std::deque<std::pair<std::uint64_t, tool_submission>> waiting; // key, call
+  // Running calls by key; a call leaves when its result or its timeout is sent, so exactly one
+  // of them is.
+  std::unordered_map<std::uint64_t, tool_submission> running;
+  std::vector<std::size_t> free; // idle workers
+  std::uint64_t next_key = 0;
+  bool stopping = false;
+  bool sweep_armed = false;      // a sweep is scheduled on the actor
+  std::size_t with_deadline = 0; // calls waiting or running that have a deadline
+
+  ~state() { stop(); } // the workers' jobs use this state: they end first
+
+  // Admits `call` (see tool_executor::submit).
+  bool submit(tool_submission& call) {
+    std::unique_lock guard{mutex};
+    if (stopping || (free.empty() && waiting.size() >= options.queue_capacity))
+      return false;
+    auto key = next_key++;
+    bool arm = false;
+    if (call.deadline != no_deadline) {
+      ++with_deadline;
+      arm = !std::exchange(sweep_armed, true);
+    }
+    if (free.empty()) {
+      waiting.emplace_back(key, std::move(call));
+    } else {
+      auto w = free.back();
+      free.pop_back();
+      auto& run = running.emplace(key, std::move(call)).first->second;
+      start(w, key, run.name, std::move(run.arguments_json), guard);
+    }
+    if (arm) {
+      guard.unlock();
+      schedule_sweep();
+    }
+    return true;
+  }
+
+  // Hands call `key` to worker `w`. A free worker's queue holds at most the tail of its last
+  // job, and its capacity is two: only a stopping worker refuses.
+  void start(std::size_t w, std::uint64_t key, std::string name, std::string args,
+             std::unique_lock<std::mutex>& guard) {
+    auto job = [this, w, key, name = std::move(name), args = std::move(args)]() mutable {
+      work(w, key, std::move(name), std::move(args));
+    };
+    if (workers[w]->try_submit(std::move(job)) != submit_result::accepted) {
+      auto it = running.find(key);
+      auto call = std::move(it->second);
+      running.erase(it);
+      finished_with_deadline(call);
+      guard.unlock();
+      send_result(call, stopped_reply());
+      guard.lock();
+    }
+  }
+
+  // On worker `w`: runs the call, sends its result unless it timed out meanwhile, then takes the
+  // next waiting call, until none waits.
+  void work(std::size_t w, std::uint64_t key, std::string name, std::string args) {
+    for (;;) {
+      tool_reply reply;
+      auto out = tools->call(name, args);
+      if (out) {
+        reply.ok = true;
+        reply.content = std::move(out->content);
+        reply.details_json = boost::json::serialize(out->details);
+      } else {
+        reply.content = out.error().message;
+      }
+      std::unique_lock guard{mutex};
+      std::optional<tool_submission> done;
+      if (auto it = running.find(key); it != running.end()) { // else it timed out
+        done = std::move(it->second);
+        running.erase(it);
+        finished_with_deadline(*done);
+      }
+      bool more = !stopping && !waiting.empty();
+      if (more) {
+        auto [next, call] = std::move(waiting.front());
+        waiting.pop_front();
+        key = next;
+        auto& run = running.emplace(key, std::move(call)).first->second;
+        name = run.name;
+        args = std::move(run.arguments_json); // the running entry needs its name alone
+      } else {
+        free.push_back(w);
+      }
+      guard.unlock();
+      if (done)
+        send_result(*done, std::move(reply));
+      if (!more)
+        return;
+    }
+  }
+
+  void finished_with_deadline(const tool_submission& call) {
+    if (call.deadline != no_deadline)
+      --with_deadline;
+  }
+
+  void schedule_sweep() {
+    if (auto self = caf::actor_cast<caf::actor>(actor))
+      caf::delayed_anon_send(self, defaults::tool_executor::deadline_check, expire_atom::value);
+  }
+
+  // On the actor: answers every call past its deadline, waiting or running, with a timeout, and
+  // schedules the next sweep while calls with a deadline remain.
+  void sweep() {
+    std::vector<tool_submission> expired;
+    bool again = false;
+    {
+      std::lock_guard guard{mutex};
+      auto now = clock_type::now();
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        if (it->second.deadline <= now) {
+          expired.push_back(std::move(it->second));
+          it = waiting.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      for (auto it = running.begin(); it != running.end();) {
+        if (it->second.deadline <= now) {
+          expired.push_back(std::move(it->second));
+          it = running.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      with_deadline -= expired.size();
+      again = sweep_armed = with_deadline > 0;
+    }
+    for (auto& call : expired)
+      send_result(call, timed_out_reply(call.name));
+    if (again)
+      schedule_sweep();
+  }
+
+  // See tool_executor::stop.
+  void stop() {
+    {
+      std::lock_guard guard{mutex};
+      if (stopping)
+        return;
+      stopping = true;
+    }
+    workers.clear(); // each finishes its call and takes no other
+    std::deque<std::pair<std::uint64_t, tool_submission>> left;
+    std::unordered_map<std::uint64_t, tool_submission> lost;
+    {
+      std::lock_guard guard{mutex};
+      left.swap(waiting);
+      lost.swap(running); // none: every worker has joined
+    }
+    for (auto& [key, call] : left)
+      send_result(call, stopped_reply());
+    for (auto& [key, call] : lost)
+      send_result(call, stopped_reply());
+  }
+};
+
+namespace {
+
+// The executor's actor: answers tool_call_atom requests through the shared state (each
+// request's result comes back to it under the request's key and goes to its promise) and runs
+// the deadline sweeps.
 class executor_actor : public homed_actor {
 public:
-  executor_actor(caf::actor_config& cfg, std::shared_ptr<const tool_registry> tools,
-                 tool_executor_options options, std::vector<std::unique_ptr<driver_thread>> workers)
+  executor_actor(caf::actor_config& cfg, std::shared_ptr<tool_executor::state> state)
       : homed_actor(cfg)
-      , tools_(std::move(tools))
-      , options_(options)
-      , workers_(std::move(workers)) {
-    for (std::size_t i = 0; i < workers_.size(); ++i)
-      free_.push_back(i);
+      , state_(std::move(state)) {
     // Workers finish their current call and join when the actor goes away.
-    attach_functor([this](const caf::error&) { workers_.clear(); });
+    attach_functor([st = state_](const caf::error&) { st->stop(); });
   }
 
   caf::behavior make_behavior() override {
@@ -42,177 +233,102 @@ public:
           return accept(std::move(name), std::move(args),
                         clock_type::now() + std::chrono::milliseconds{deadline_ms});
         },
-        [this](expire_atom) {
-          expiry_pending_ = false;
-          expire();
+        [this](tool_result_atom, std::uint64_t key, tool_reply& reply) {
+          auto it = promises_.find(key);
+          if (it == promises_.end())
+            return;
+          if (reply.timed_out)
+            it->second.deliver(caf::make_error(caf::sec::request_timeout));
+          else
+            it->second.deliver(std::move(reply));
+          promises_.erase(it);
         },
-        [this](retry_atom) {
-          retry_pending_ = false;
-          start_next();
-        },
-        [this](call_done_atom, std::uint64_t key, std::size_t worker, tool_reply& reply) {
-          auto it = in_flight_.find(key);
-          if (it != in_flight_.end()) { // else it expired: its caller has had the timeout
-            it->second.promise.deliver(std::move(reply));
-            in_flight_.erase(it);
-          }
-          free_.push_back(worker);
-          --running_;
-          start_next();
-        },
+        [this](expire_atom) { state_->sweep(); },
     };
   }
 
-  // Promises of calls still queued or running hold their callers; dropped at exit so no
-  // caller and this actor keep each other alive.
+  // Promises of calls still queued or running hold their callers; answered and dropped at exit
+  // so no caller and this actor keep each other alive.
   void on_exit() override {
-    tool_reply stopped;
-    stopped.content = "the tool executor stopped before this call finished";
-    for (auto& call : waiting_)
-      call.promise.deliver(stopped);
-    for (auto& [key, call] : in_flight_)
-      call.promise.deliver(stopped);
-    waiting_.clear();
-    in_flight_.clear();
+    for (auto& [key, promise] : promises_)
+      promise.deliver(stopped_reply());
+    promises_.clear();
   }
 
 private:
-  struct pending {
-    std::string name;
-    std::string args;
-    caf::response_promise promise;
-    clock_type::time_point deadline = no_deadline;
-  };
-
-  struct running {
-    caf::response_promise promise;
-    clock_type::time_point deadline;
-  };
-
   caf::result<tool_reply> accept(std::string name, std::string args,
                                  clock_type::time_point deadline) {
-    if (running_ >= options_.concurrency && waiting_.size() >= options_.queue_capacity) {
+    auto key = next_key_++;
+    tool_submission call{std::move(name), std::move(args), deadline,
+                         caf::actor_cast<caf::actor>(this), key};
+    if (!state_->submit(call)) {
       tool_reply busy;
       busy.busy = true;
-      busy.content = "busy: " + std::to_string(running_) + " tool calls running and " +
-                     std::to_string(waiting_.size()) + " waiting; retry later";
+      std::lock_guard guard{state_->mutex};
+      busy.content = state_->stopping
+                         ? "busy: the tool executor is stopping"
+                         : "busy: " + std::to_string(state_->running.size()) +
+                               " tool calls running and " + std::to_string(state_->waiting.size()) +
+                               " waiting; retry later";
       return busy;
     }
     auto promise = make_response_promise<tool_reply>();
-    waiting_.push_back({std::move(name), std::move(args), promise, deadline});
-    if (deadline != no_deadline)
-      check_deadlines_soon();
-    start_next();
+    promises_.emplace(key, promise);
     return promise;
   }
 
-  void check_deadlines_soon() {
-    if (!expiry_pending_) {
-      expiry_pending_ = true;
-      delayed_send(this, defaults::tool_executor::deadline_check, expire_atom::value);
-    }
-  }
-
-  // Answers every call past its deadline with a timeout, waiting or running (a running tool
-  // ends under its own limits; its late result is dropped), and checks again while calls with a
-  // deadline remain.
-  void expire() {
-    auto now = clock_type::now();
-    bool left = false;
-    // One pass over `calls`, whose entries `call_of` turns into something with a promise and a
-    // deadline.
-    auto sweep = [&](auto& calls, auto call_of) {
-      for (auto it = calls.begin(); it != calls.end();) {
-        auto& call = call_of(*it);
-        if (call.deadline <= now) {
-          call.promise.deliver(caf::make_error(caf::sec::request_timeout));
-          it = calls.erase(it);
-        } else {
-          left = left || call.deadline != no_deadline;
-          ++it;
-        }
-      }
-    };
-    sweep(waiting_, [](pending& p) -> pending& { return p; });
-    sweep(in_flight_, [](auto& entry) -> running& { return entry.second; });
-    if (left)
-      check_deadlines_soon();
-  }
-
-  // Starts waiting calls while workers are free; each worker is a thread of its own (the
-  // runtime bridge) that reports back by message, so a slow tool never blocks this actor.
-  void start_next() {
-    while (!free_.empty() && !waiting_.empty()) {
-      auto call = std::make_shared<pending>(std::move(waiting_.front()));
-      waiting_.pop_front();
-      auto key = next_key_++;
-      auto worker = free_.back();
-      free_.pop_back();
-      in_flight_.emplace(key, running{call->promise, call->deadline});
-      ++running_;
-      auto self = caf::actor_cast<caf::actor>(this);
-      auto job = [tools = tools_, self, key, worker, call] {
-        tool_reply reply;
-        auto out = tools->call(call->name, call->args);
-        if (out) {
-          reply.ok = true;
-          reply.content = std::move(out->content);
-          reply.details_json = boost::json::serialize(out->details);
-        } else {
-          reply.content = out.error().message;
-        }
-        caf::anon_send(self, call_done_atom::value, key, worker, std::move(reply));
-      };
-      // A free worker may still be finishing its previous job (it reports before it returns),
-      // so each worker's queue holds two; should it refuse anyway, the call waits again and
-      // starting is retried shortly: nothing is lost.
-      if (workers_[worker]->try_submit(std::move(job)) != submit_result::accepted) {
-        waiting_.push_front(std::move(*call));
-        in_flight_.erase(key);
-        free_.push_back(worker);
-        --running_;
-        if (!retry_pending_) {
-          retry_pending_ = true;
-          delayed_send(this, std::chrono::milliseconds{1}, retry_atom::value);
-        }
-        return;
-      }
-    }
-  }
-
-  std::shared_ptr<const tool_registry> tools_;
-  tool_executor_options options_;
-  std::deque<pending> waiting_;
-  std::map<std::uint64_t, running> in_flight_;
-  std::vector<std::unique_ptr<driver_thread>> workers_;
-  std::vector<std::size_t> free_;
-  std::size_t running_ = 0;
-  bool retry_pending_ = false;
-  bool expiry_pending_ = false;
+  std::shared_ptr<tool_executor::state> state_;
+  std::unordered_map<std::uint64_t, caf::response_promise> promises_;
   std::uint64_t next_key_ = 0;
 };
 
 } // namespace
 
-expected<caf::actor> spawn_tool_executor(domain& home, std::shared_ptr<const tool_registry> tools,
-                                         tool_executor_options options) {
+expected<std::shared_ptr<tool_executor>>
+tool_executor::start(domain& home, std::shared_ptr<const tool_registry> tools,
+                     tool_executor_options options) {
   if (tools == nullptr)
     return make_error(errc::invalid_argument, "tool executor: no registry");
   if (options.concurrency == 0)
     return make_error(errc::invalid_argument, "tool executor: concurrency 0; allowed: 1 or more");
-  std::vector<std::unique_ptr<driver_thread>> workers;
+  auto st = std::make_shared<state>();
+  st->tools = std::move(tools);
+  st->options = options;
   for (std::size_t i = 0; i < options.concurrency; ++i) {
     driver_options d;
     d.name = "tool." + std::to_string(i);
-    d.capacity = 2; // the next job may arrive while the previous one returns
+    d.capacity = 2; // the next call may arrive while the previous job returns
     d.cpus = options.cpus;
     d.topo = options.topo;
     auto w = driver_thread::start(std::move(d));
     if (!w)
       return w.error();
-    workers.push_back(std::move(*w));
+    st->workers.push_back(std::move(*w));
+    st->free.push_back(i);
   }
-  return home.spawn<executor_actor>(std::move(tools), options, std::move(workers));
+  std::shared_ptr<tool_executor> ex{new tool_executor};
+  ex->actor_ = home.spawn<executor_actor>(st);
+  st->actor = ex->actor_.address();
+  ex->state_ = std::move(st);
+  return ex;
+}
+
+tool_executor::~tool_executor() = default;
+
+bool tool_executor::submit(tool_submission& call) {
+  return state_->submit(call);
+}
+
+void tool_executor::stop() {
+  state_->stop();
+}
+
+expected<caf::actor> spawn_tool_executor(domain& home, std::shared_ptr<const tool_registry> tools,
+                                         tool_executor_options options) {
+  auto ex = tool_executor::start(home, std::move(tools), options);
+  if (!ex)
+    return ex.error();
+  return (*ex)->actor();
 }
 
 } // namespace triad

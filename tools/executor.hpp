@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,18 +33,25 @@ inline constexpr std::size_t queue_capacity = 64;
 inline constexpr std::chrono::milliseconds deadline_check{10};
 } // namespace defaults::tool_executor
 
+/// What a call submitted with tool_executor::submit (and a tool invocation, to its owner) sends
+/// when the call ends, whatever the outcome: `(tool_result_atom, std::uint64_t call_id,
+/// tool_reply)`.
+using tool_result_atom = caf::atom_constant<caf::atom("toolres")>;
+
 /// The answer to a tool call.
 struct tool_reply {
   bool ok = false;          ///< false: refused (busy, unknown tool, bad arguments) or failed
   bool busy = false;        ///< refused because the executor's queue is full; retry later
   std::string content;      ///< the tool's output for the model, or the error message
   std::string details_json; ///< the tool's structured details (JSON object), when ok
+  bool timed_out = false;   ///< no result within the call's deadline (a submitted call only)
 };
 
 /// Inspector of tool_reply.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tool_reply& x) {
-  return f(caf::meta::type_name("tool_reply"), x.ok, x.busy, x.content, x.details_json);
+  return f(caf::meta::type_name("tool_reply"), x.ok, x.busy, x.content, x.details_json,
+           x.timed_out);
 }
 
 /// Options of a tool executor.
@@ -57,7 +65,57 @@ struct tool_executor_options {
   const topology* topo = nullptr;
 };
 
-/// Spawns the executor of a tool domain: a homed actor admitting calls up to `concurrency`
+/// A call for tool_executor::submit.
+struct tool_submission {
+  std::string name;           ///< the tool's registry name
+  std::string arguments_json; ///< its arguments, a JSON object as text
+  /// When the call times out: `reply_to` then gets a reply with timed_out set (a tool still
+  /// running ends under its own limits; its late result is dropped). max(): none.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  caf::actor reply_to;  ///< gets `(tool_result_atom, id, tool_reply)` once
+  std::uint64_t id = 0; ///< echoed in the result
+};
+
+/// The executor of a tool domain: admits calls up to `concurrency` running plus
+/// `queue_capacity` waiting and runs each on one of `concurrency` worker threads (the runtime
+/// bridge), so tool processes never block the domain's actors. Its actor answers
+/// `tool_call_atom` requests; callers inside the node submit instead, which costs no message on
+/// the way in, and the worker that ran the call sends its result straight to the caller.
+class tool_executor {
+public:
+  /// Starts the worker threads and spawns the executor's actor in `home`.
+  static expected<std::shared_ptr<tool_executor>> start(domain& home,
+                                                        std::shared_ptr<const tool_registry> tools,
+                                                        tool_executor_options options = {});
+
+  tool_executor(const tool_executor&) = delete;
+  tool_executor& operator=(const tool_executor&) = delete;
+  /// Leaves the executor running: its actor owns it (an exit message to the actor stops it).
+  ~tool_executor();
+
+  /// Queues `call` without blocking: false, with `call` untouched, when `concurrency` calls run
+  /// and `queue_capacity` wait (busy) or the executor has stopped; true when `call.reply_to`
+  /// will get exactly one result.
+  bool submit(tool_submission& call);
+
+  /// The executor's actor (see tool_call_atom); it stops the executor when it exits.
+  const caf::actor& actor() const noexcept { return actor_; }
+
+  /// Refuses new calls, lets the running ones finish and joins the workers, and answers every
+  /// call still waiting as stopped. Called by the actor's exit; never from a worker.
+  void stop();
+
+  /// The shared state of the executor (its actor, its workers' jobs and submitters).
+  struct state;
+
+private:
+  tool_executor() = default;
+  std::shared_ptr<state> state_;
+  caf::actor actor_;
+};
+
+/// Spawns the executor of a tool domain (tool_executor::start, keeping only its actor): a homed
+/// actor admitting calls up to `concurrency`
 /// running plus `queue_capacity` waiting (more are answered busy at once), running each on one
 /// of `concurrency` worker threads (the runtime bridge) so tool processes never block the
 /// domain's actors.

@@ -57,15 +57,15 @@ struct sandbox_request {
 
 /// What happened to a sandboxed process.
 struct sandbox_result {
-  int exit_code = -1;                 ///< exit status, or -1 when killed by a signal
-  int signal = 0;                     ///< the signal that ended it, 0 when it exited
-  std::string out;                    ///< stdout, up to the cap
-  std::string err;                    ///< stderr, up to the cap
-  bool out_truncated = false;         ///< stdout went past its cap
-  bool err_truncated = false;         ///< stderr went past its cap
-  double cpu_seconds = 0;             ///< user + system time of the process tree
-  std::uint64_t peak_rss_bytes = 0;   ///< largest resident set in the tree
-  double wall_seconds = 0;            ///< from start to reaped
+  int exit_code = -1;               ///< exit status, or -1 when killed by a signal
+  int signal = 0;                   ///< the signal that ended it, 0 when it exited
+  std::string out;                  ///< stdout, up to the cap
+  std::string err;                  ///< stderr, up to the cap
+  bool out_truncated = false;       ///< stdout went past its cap
+  bool err_truncated = false;       ///< stderr went past its cap
+  double cpu_seconds = 0;           ///< user + system time of the process tree
+  std::uint64_t peak_rss_bytes = 0; ///< largest resident set in the tree
+  double wall_seconds = 0;          ///< from start to reaped
   /// Which limit fired: "wall", "cpu", "file_size", "memory" (inferred: RLIMIT_AS fails
   /// allocations without a signal, so a failed process whose resident set reached half the limit
   /// or whose stderr reports an allocation failure counts), or empty.

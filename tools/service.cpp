@@ -64,13 +64,14 @@ namespace {
 // std::size_t first)`.
 using invoke_atom = caf::atom_constant<caf::atom("toolinv")>;
 
-// Supervises tool calls, one at a time: asks the executors in turn, starting at `first`, until
-// one accepts, then waits for its reply up to the deadline, reports to the owner once, and goes
-// back to its domain's idle invocations for the next call (or exits when enough are idle).
+// Supervises tool calls, one at a time: submits the call to the executors in turn, starting at
+// `first`, until one accepts; the executor's worker sends the result straight here (past the
+// deadline, the executor sends a timeout instead). Reports to the owner once, and goes back to
+// its domain's idle invocations for the next call (or exits when enough are idle).
 class invocation_actor : public homed_actor {
 public:
   invocation_actor(caf::actor_config& cfg, tool_invocation call, caf::actor owner,
-                   std::vector<caf::actor> executors, std::size_t first,
+                   std::vector<std::shared_ptr<tool_executor>> executors, std::size_t first,
                    std::shared_ptr<tool_service::counters> counters,
                    std::shared_ptr<tool_service::idle_invocations> idle)
       : homed_actor(cfg)
@@ -93,11 +94,20 @@ public:
           owner_ = std::move(owner);
           begin(first);
         },
-    }; // the rest happens in response handlers
+        [this](tool_result_atom, std::uint64_t ticket, tool_reply& reply) {
+          if (ticket != ticket_ || !owner_)
+            return; // the result of a call that has ended already
+          if (reply.timed_out) {
+            finish_timed_out();
+            return;
+          }
+          counters_->inc(reply.ok ? counters_->succeeded : counters_->failed);
+          finish(std::move(reply));
+        },
+    };
   }
 
-  // Drops the handles this actor holds, so a pending request's promise (which holds this
-  // actor) cannot keep it and the executors alive in a cycle.
+  // Drops the handles this actor holds, so nothing it holds keeps the executors alive.
   void on_exit() override {
     executors_.clear();
     owner_ = nullptr;
@@ -114,42 +124,25 @@ private:
   }
 
   void ask_next() {
-    if (tried_ == executors_.size()) {
-      counters_->inc(counters_->busy);
-      tool_reply busy;
-      busy.busy = true;
-      busy.content =
-          "busy: all " + std::to_string(executors_.size()) + " tool domains are full; retry later";
-      finish(std::move(busy));
-      return;
+    auto deadline = start_ + call_.deadline;
+    while (tried_ < executors_.size()) {
+      auto& executor = executors_[(next_ + tried_) % executors_.size()];
+      ++tried_;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        finish_timed_out();
+        return;
+      }
+      tool_submission s{call_.name, call_.arguments_json, deadline,
+                        caf::actor_cast<caf::actor>(this), ++ticket_};
+      if (executor->submit(s))
+        return; // the result or a timeout comes as tool_result_atom
     }
-    auto& executor = executors_[(next_ + tried_) % executors_.size()];
-    ++tried_;
-    auto left = call_.deadline - std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::steady_clock::now() - start_);
-    if (left.count() <= 0) {
-      finish_timed_out();
-      return;
-    }
-    // The executor answers a timeout itself once the deadline has passed: no timer per call.
-    request(executor, caf::infinite, tool_call_atom::value, call_.name, call_.arguments_json,
-            static_cast<std::int64_t>(left.count()))
-        .then(
-            [this](tool_reply& reply) {
-              if (reply.busy) {
-                ask_next();
-                return;
-              }
-              counters_->inc(reply.ok ? counters_->succeeded : counters_->failed);
-              finish(std::move(reply));
-            },
-            [this](caf::error& err) {
-              if (err == caf::sec::request_timeout)
-                finish_timed_out();
-              else
-                finish_failed("tool '" + call_.name +
-                              "': its executor went away: " + system().render(err));
-            });
+    counters_->inc(counters_->busy);
+    tool_reply busy;
+    busy.busy = true;
+    busy.content =
+        "busy: all " + std::to_string(executors_.size()) + " tool domains are full; retry later";
+    finish(std::move(busy));
   }
 
   void finish_timed_out() {
@@ -184,10 +177,11 @@ private:
 
   tool_invocation call_;
   caf::actor owner_;
-  std::vector<caf::actor> executors_;
+  std::vector<std::shared_ptr<tool_executor>> executors_;
   std::size_t home_;     // the tool domain it lives in (index into the service's domains)
   std::size_t next_ = 0; // the executor asked first for the current call
   std::size_t tried_ = 0;
+  std::uint64_t ticket_ = 0; // the current submission's id (results of others are dropped)
   std::shared_ptr<tool_service::counters> counters_;
   std::shared_ptr<tool_service::idle_invocations> idle_;
   std::chrono::steady_clock::time_point start_;
@@ -240,7 +234,7 @@ tool_service::start(domain_set& domains, const plan& p, const topology& topo,
     o.queue_capacity = config.queue_capacity;
     o.cpus = d.tool_cpus;
     o.topo = topo.info().is_this_machine ? &topo : nullptr;
-    auto ex = spawn_tool_executor(**home, tools, o);
+    auto ex = tool_executor::start(**home, tools, o);
     if (!ex)
       return ex.error();
     service->domains_.push_back({*home, std::move(*ex)});
@@ -255,7 +249,7 @@ tool_service::start(domain_set& domains, const plan& p, const topology& topo,
 tool_service::~tool_service() {
   idle_->clear();
   for (auto& d : domains_)
-    caf::anon_send_exit(d.executor, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(d.executor->actor(), caf::exit_reason::user_shutdown);
 }
 
 caf::actor tool_service::invoke(tool_invocation call, caf::actor owner) {
@@ -265,7 +259,7 @@ caf::actor tool_service::invoke(tool_invocation call, caf::actor owner) {
     caf::anon_send(idle, invoke_atom::value, std::move(call), std::move(owner), first);
     return idle;
   }
-  std::vector<caf::actor> executors;
+  std::vector<std::shared_ptr<tool_executor>> executors;
   for (auto& d : domains_)
     executors.push_back(d.executor);
   return domains_[first].home->spawn<invocation_actor>(

@@ -17,10 +17,6 @@
 
 namespace triad {
 
-/// What a tool invocation sends its owner when the call ends, whatever the outcome:
-/// `(tool_result_atom, std::uint64_t call_id, tool_reply)`.
-using tool_result_atom = caf::atom_constant<caf::atom("toolres")>;
-
 /// Defaults of tool invocations.
 namespace defaults::tool_invocation {
 /// How long an invocation waits for its executor before it reports the call as failed. The
@@ -59,11 +55,10 @@ public:
   ~tool_service();
 
   /// Has a tool-invocation actor in the next tool domain (round robin; an idle one, else a new
-  /// one) supervise `call`. It asks
-  /// that domain's executor; when it answers busy, the other domains' executors in turn; it
-  /// sends `(tool_result_atom, id, tool_reply)` to `owner` exactly once (busy when every
-  /// domain refused, a failure when the deadline passed or an executor went away), then waits
-  /// idle for a later call.
+  /// one) supervise `call`. It submits the call to that domain's executor; when it is full, to
+  /// the other domains' executors in turn; it sends `(tool_result_atom, id, tool_reply)` to
+  /// `owner` exactly once (busy when every domain refused, a failure when the deadline passed or
+  /// the executor stopped), then waits idle for a later call.
   /// Should the owner exit first, the invocation stops waiting and drops the result.
   caf::actor invoke(tool_invocation call, caf::actor owner);
 
@@ -80,7 +75,7 @@ public:
 private:
   struct tool_domain {
     domain* home = nullptr;
-    caf::actor executor;
+    std::shared_ptr<tool_executor> executor;
   };
   tool_service() = default;
 

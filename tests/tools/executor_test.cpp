@@ -1,3 +1,5 @@
+#include <map>
+
 #include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
@@ -8,7 +10,35 @@
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
-namespace {} // namespace
+namespace {
+
+triad::tool_submission nap(int ms, std::uint64_t id, caf::actor to,
+                           std::chrono::milliseconds deadline = std::chrono::hours{1}) {
+  return {"nap", "{\"ms\": " + std::to_string(ms) + "}",
+          std::chrono::steady_clock::now() + deadline, std::move(to), id};
+}
+
+// Receives `n` results, by call id, failing on a second result for an id.
+std::map<std::uint64_t, triad::tool_reply> results(caf::scoped_actor& self, std::size_t n) {
+  std::map<std::uint64_t, triad::tool_reply> out;
+  for (std::size_t i = 0; i < n; ++i)
+    self->receive(
+        [&](triad::tool_result_atom, std::uint64_t id, triad::tool_reply& r) {
+          BOOST_TEST(out.count(id) == 0u, "a second result for call " << id);
+          out[id] = std::move(r);
+        },
+        caf::after(30s) >> [] { BOOST_FAIL("a submitted call's result was lost"); });
+  return out;
+}
+
+// True when no message comes within `wait`.
+bool nothing_more(caf::scoped_actor& self, std::chrono::milliseconds wait) {
+  bool quiet = true;
+  self->receive([&](caf::message&) { quiet = false; }, caf::after(wait) >> [] {});
+  return quiet;
+}
+
+} // namespace
 
 BOOST_AUTO_TEST_SUITE(executor)
 
@@ -79,6 +109,109 @@ BOOST_AUTO_TEST_CASE(calls_past_their_deadline_time_out_running_or_waiting_and_o
                    [](caf::error&) { BOOST_FAIL("the call with time left failed"); });
   }
   caf::anon_send_exit(*ex, caf::exit_reason::user_shutdown);
+  dom.stop(10s);
+}
+
+BOOST_AUTO_TEST_CASE(submitted_calls_report_straight_to_their_caller_once_each) {
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  triad::tool_executor_options o;
+  o.concurrency = 2;
+  o.queue_capacity = 8;
+  auto ex = triad::tool_executor::start(dom, triad::test::sleeper_registry(), o);
+  BOOST_REQUIRE(ex.has_value());
+  {
+    caf::scoped_actor self{dom.system()};
+    // More calls than workers: the workers take the waiting ones themselves.
+    for (std::uint64_t id = 1; id <= 6; ++id) {
+      auto s = nap(20, id, caf::actor{self});
+      BOOST_REQUIRE((*ex)->submit(s));
+    }
+    auto got = results(self, 6);
+    BOOST_TEST(got.size() == 6u);
+    for (auto& [id, r] : got) {
+      BOOST_TEST(r.ok, "call " << id << ": " << r.content);
+      BOOST_TEST(r.details_json.find("20") != std::string::npos);
+    }
+    BOOST_TEST(nothing_more(self, 200ms));
+  }
+  caf::anon_send_exit((*ex)->actor(), caf::exit_reason::user_shutdown);
+  dom.stop(10s);
+}
+
+BOOST_AUTO_TEST_CASE(a_submission_beyond_the_queue_is_refused_at_once_and_left_untouched) {
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  triad::tool_executor_options o;
+  o.concurrency = 1;
+  o.queue_capacity = 1;
+  auto ex = triad::tool_executor::start(dom, triad::test::sleeper_registry(), o);
+  BOOST_REQUIRE(ex.has_value());
+  {
+    caf::scoped_actor self{dom.system()};
+    auto running = nap(300, 1, caf::actor{self});
+    auto waiting = nap(10, 2, caf::actor{self});
+    auto refused = nap(10, 3, caf::actor{self});
+    BOOST_REQUIRE((*ex)->submit(running));
+    BOOST_REQUIRE((*ex)->submit(waiting));
+    BOOST_TEST(!(*ex)->submit(refused));
+    BOOST_TEST(refused.name == "nap"); // the caller can take it elsewhere
+    BOOST_TEST((refused.reply_to == caf::actor{self}));
+    auto got = results(self, 2);
+    BOOST_TEST(got[1].ok);
+    BOOST_TEST(got[2].ok);
+    BOOST_TEST(nothing_more(self, 200ms));
+  }
+  caf::anon_send_exit((*ex)->actor(), caf::exit_reason::user_shutdown);
+  dom.stop(10s);
+}
+
+BOOST_AUTO_TEST_CASE(a_submitted_call_past_its_deadline_times_out_once_and_the_next_runs) {
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  triad::tool_executor_options o;
+  o.concurrency = 1;
+  auto ex = triad::tool_executor::start(dom, triad::test::sleeper_registry(), o);
+  BOOST_REQUIRE(ex.has_value());
+  {
+    caf::scoped_actor self{dom.system()};
+    auto running = nap(600, 1, caf::actor{self}, 100ms);
+    auto waiting = nap(10, 2, caf::actor{self}, 150ms);
+    auto spared = nap(10, 3, caf::actor{self});
+    for (auto* s : {&running, &waiting, &spared})
+      BOOST_REQUIRE((*ex)->submit(*s));
+    auto got = results(self, 3);
+    BOOST_TEST(got[1].timed_out);
+    BOOST_TEST(!got[1].ok);
+    BOOST_TEST(got[1].content.find("'nap' did not answer") != std::string::npos);
+    BOOST_TEST(got[2].timed_out);
+    BOOST_TEST(got[3].ok);
+    BOOST_TEST(!got[3].timed_out);
+    // The first call's late result (at 600 ms) is dropped.
+    BOOST_TEST(nothing_more(self, 800ms));
+  }
+  caf::anon_send_exit((*ex)->actor(), caf::exit_reason::user_shutdown);
+  dom.stop(10s);
+}
+
+BOOST_AUTO_TEST_CASE(stopping_finishes_the_running_call_answers_the_waiting_and_refuses_more) {
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  triad::tool_executor_options o;
+  o.concurrency = 1;
+  auto ex = triad::tool_executor::start(dom, triad::test::sleeper_registry(), o);
+  BOOST_REQUIRE(ex.has_value());
+  {
+    caf::scoped_actor self{dom.system()};
+    auto running = nap(200, 1, caf::actor{self});
+    auto waiting = nap(10, 2, caf::actor{self});
+    BOOST_REQUIRE((*ex)->submit(running));
+    BOOST_REQUIRE((*ex)->submit(waiting));
+    (*ex)->stop();
+    auto got = results(self, 2);
+    BOOST_TEST(got[1].ok);
+    BOOST_TEST(!got[2].ok);
+    BOOST_TEST(got[2].content.find("stopped") != std::string::npos);
+    auto late = nap(10, 3, caf::actor{self});
+    BOOST_TEST(!(*ex)->submit(late));
+  }
+  caf::anon_send_exit((*ex)->actor(), caf::exit_reason::user_shutdown);
   dom.stop(10s);
 }
 
