@@ -95,13 +95,11 @@ public:
     double total = 0;
     std::size_t run_index = 0;
     std::uint64_t run = 0;
-    double last = 0;
     for (const auto& x : xs) {
       double v = value(x);
-      // A value equal to the one before falls in its bucket: no search (a job's steps often
-      // share their batch size and token count).
-      auto index = run > 0 && v == last ? run_index : bucket_of(v);
-      last = v;
+      // A value in the bucket of the one before needs no search (a job's steps often share
+      // their batch size and token count, and their times differ by little).
+      auto index = run > 0 && holds(run_index, v) ? run_index : bucket_of(v);
       if (run > 0 && index != run_index) {
         buckets_[run_index].fetch_add(run, std::memory_order_relaxed);
         run = 0;
@@ -129,6 +127,13 @@ private:
   explicit histogram(std::vector<double> bounds);
   // The index of the bucket `value` falls in (bounds_.size() for +Inf and NaN).
   std::size_t bucket_of(double value) const noexcept;
+  // Whether bucket `i` is the one `value` falls in, in constant time: at most its bound and above
+  // the bound before (the +Inf bucket: above the last bound, or NaN; every value when none).
+  bool holds(std::size_t i, double value) const noexcept {
+    if (i == bounds_.size())
+      return bounds_.empty() || !(value <= bounds_.back());
+    return value <= bounds_[i] && (i == 0 || value > bounds_[i - 1]);
+  }
 
   std::vector<double> bounds_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> buckets_; // non-cumulative, bounds_.size() + 1

@@ -554,6 +554,11 @@ BOOST_AUTO_TEST_CASE(observing_a_range_counts_as_observing_each_value) {
   // An empty range records nothing.
   (*finite_once)->observe_each(std::vector<double>{}, [](double v) { return v; });
   BOOST_TEST((*finite_once)->count() == finite.size());
+  // Without finite bounds every value lands in +Inf.
+  auto inf_only = reg.add_histogram("triad_inf_only", "h", {});
+  BOOST_REQUIRE(inf_only.has_value());
+  (*inf_only)->observe_each(values, [](double v) { return v; });
+  BOOST_TEST((*inf_only)->count() == values.size());
 }
 
 BOOST_AUTO_TEST_CASE(histogram_with_default_duration_buckets) {
