@@ -76,7 +76,8 @@ struct topology_config {
 struct scheduler_config {
   /// `orchestration_domains`: NUMA domain ids hosting orchestration actors; empty = automatic.
   std::vector<unsigned> orchestration_domains;
-  /// `threads_per_domain`: CAF workers per domain; 0 = one per worker cpu of the domain.
+  /// `threads_per_domain`: CAF workers per domain; 0 = the placement plan's count (one per
+  /// worker cpu of the domain, one when all its cpus run driver threads).
   std::size_t threads_per_domain = defaults::scheduler::threads_per_domain;
   /// `moderate_sleep_us`: after its polls, an idle worker polls as many times again with a sleep
   /// this long between them before it blocks, in microseconds (0: it blocks at once).

@@ -14,7 +14,8 @@ inline constexpr bool bind_threads = true;
 } // namespace topology
 
 namespace scheduler {
-/// CAF worker threads per domain; 0 means one per cpu the plan gives the domain's workers.
+/// CAF worker threads per domain; 0 means the plan's count: one per cpu it gives the domain's
+/// workers, or one when every cpu of the domain runs a driver thread.
 inline constexpr std::size_t threads_per_domain = 0;
 /// After its polls, an idle worker polls as many times again with a sleep this long between
 /// them before it blocks (0: it blocks at once). Under CAF's work-stealing scheduler, which the

@@ -143,7 +143,10 @@ expected<std::unique_ptr<domain_set>> domain_set::start(const topology& topo, co
     if (dp.worker_cpus.empty())
       return make_error(errc::invalid_argument,
                         "plan gives domain " + std::to_string(dp.domain) + " no worker cpus");
-    set->domains_.push_back(std::make_unique<domain>(dp.domain, dp.worker_cpus, binder, sched));
+    auto threads = sched;
+    if (threads.threads_per_domain == 0) // the plan's count
+      threads.threads_per_domain = dp.worker_threads;
+    set->domains_.push_back(std::make_unique<domain>(dp.domain, dp.worker_cpus, binder, threads));
     if (dp.orchestration && set->orchestration_ == nullptr)
       set->orchestration_ = set->domains_.back().get();
   }

@@ -238,10 +238,13 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
         result.notes.push_back("domain " + std::to_string(dp.domain) +
                                ": actor workers share cpus with tool processes");
     }
+    dp.worker_threads = dp.worker_cpus.size();
     if (dp.worker_cpus.empty()) {
       dp.worker_cpus = dom.cpus;
+      dp.worker_threads = 1;
       result.notes.push_back("domain " + std::to_string(dp.domain) +
-                             ": actor workers share cpus with driver threads (no free cpu left)");
+                             ": actor workers share cpus with driver threads (no free cpu left); "
+                             "one worker thread");
     }
   }
   return result;

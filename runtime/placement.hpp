@@ -28,6 +28,10 @@ struct domain_plan {
   std::vector<unsigned> tool_cpus;   ///< PUs (OS indices) reserved for tool processes
   std::vector<std::string> devices;  ///< device actors homed here
   std::vector<unsigned> worker_cpus; ///< PUs the domain's actor-system workers bind to
+  /// Worker threads the domain runs when the config leaves it to the plan: one per worker cpu,
+  /// but one when every cpu of the domain runs a driver thread (more workers would only take
+  /// turns with the drivers and each other on the same cores).
+  std::size_t worker_threads = 0;
   /// True when this domain needs an actor system (it hosts orchestration, tools or devices).
   bool active() const noexcept { return orchestration || !tool_cpus.empty() || !devices.empty(); }
 };

@@ -89,6 +89,7 @@ boost::json::object to_json(const plan& p) {
     o["tool_cpus"] = ids(d.tool_cpus);
     o["devices"] = strings(d.devices);
     o["worker_cpus"] = ids(d.worker_cpus);
+    o["worker_threads"] = d.worker_threads;
     domains.emplace_back(std::move(o));
   }
   out["domains"] = std::move(domains);
@@ -133,8 +134,8 @@ std::string describe(const plan& p) {
     if (!d.active())
       continue;
     out += "  domain " + std::to_string(d.domain) + ":" +
-           (d.orchestration ? " orchestration," : "") + " workers on cpus " +
-           cpu_list(d.worker_cpus);
+           (d.orchestration ? " orchestration," : "") + " " + std::to_string(d.worker_threads) +
+           (d.worker_threads == 1 ? " worker" : " workers") + " on cpus " + cpu_list(d.worker_cpus);
     if (!d.tool_cpus.empty())
       out += ", tools on cpus " + cpu_list(d.tool_cpus);
     out += "\n";

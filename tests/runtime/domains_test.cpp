@@ -213,6 +213,31 @@ BOOST_FIXTURE_TEST_CASE(an_actor_spawning_into_another_domain_does_not_block_its
   BOOST_TEST(set->stop(std::chrono::seconds{10}) == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(a_domain_runs_the_plans_worker_count_unless_the_config_sets_one) {
+  auto t = triad::topology::load_synthetic("numa:1 core:2 pu:1");
+  BOOST_REQUIRE(t.has_value());
+  triad::node_config config;
+  config.tools.cores = 1;
+  triad::device_config a, b;
+  a.name = "a";
+  b.name = "b";
+  config.devices = {a, b}; // a driver on each core: the plan gives one worker
+  auto p = triad::make_plan(t->info(), config);
+  BOOST_REQUIRE(p.has_value());
+  BOOST_REQUIRE(p->domains[0].worker_threads == 1u);
+  auto workers = [&](std::size_t threads_per_domain) {
+    auto sched = config.scheduler;
+    sched.threads_per_domain = threads_per_domain;
+    auto s = triad::domain_set::start(*t, *p, sched, false);
+    BOOST_REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().message));
+    auto n = (*s)->orchestration().system().scheduler().num_workers();
+    (*s)->stop(std::chrono::seconds{10});
+    return n;
+  };
+  BOOST_TEST(workers(0) == 1u); // the plan's
+  BOOST_TEST(workers(2) == 2u); // the config's
+}
+
 BOOST_AUTO_TEST_CASE(actors_bouncing_messages_do_not_starve_others_on_their_worker) {
   // One worker: two actors hand a message back and forth without end, each hand-off waking the
   // other on the same worker. A message to a third actor must still be served.

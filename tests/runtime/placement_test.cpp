@@ -108,6 +108,22 @@ BOOST_AUTO_TEST_CASE(workers_avoid_driver_and_tool_cpus_when_any_remain) {
   BOOST_TEST(driver == 3u);
   BOOST_TEST(dom.tool_cpus == std::vector<unsigned>{0});
   BOOST_TEST(dom.worker_cpus == (std::vector<unsigned>{1, 2}));
+  BOOST_TEST(dom.worker_threads == 2u); // one per worker cpu
+}
+
+BOOST_AUTO_TEST_CASE(workers_that_only_have_driver_cpus_run_as_one_thread) {
+  // Two cores, a driver on each: the workers share them with the drivers, and a second worker
+  // would only take turns with the first and the drivers.
+  auto topo = synthetic("numa:1 core:2 pu:1");
+  auto p = triad::make_plan(topo.info(), config_with({device("a"), device("b")}, 1));
+  BOOST_REQUIRE(p.has_value());
+  const auto& dom = p->domains[0];
+  BOOST_TEST(dom.worker_cpus == (std::vector<unsigned>{0, 1}));
+  BOOST_TEST(dom.worker_threads == 1u);
+  bool noted = false;
+  for (const auto& n : p->notes)
+    noted = noted || n.find("one worker thread") != std::string::npos;
+  BOOST_TEST(noted);
 }
 
 BOOST_AUTO_TEST_CASE(a_device_the_topology_lacks_is_an_error_naming_it) {
