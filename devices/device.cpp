@@ -16,7 +16,6 @@ namespace {
 using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using export_done_atom = caf::atom_constant<caf::atom("exportdone")>;
-using import_done_atom = caf::atom_constant<caf::atom("importdone")>;
 
 // One forward step of a job: its batch size, tokens computed and time.
 struct step_stat {
@@ -107,7 +106,8 @@ struct device_metrics {
   }
 };
 
-// One job for the driver thread: the frees and prefix lookups queued before the step, the step,
+// One job for the driver thread: the frees, KV imports and prefix lookups queued before the
+// step, the step,
 // and the choice of each completed prompt's next token. Then, up to `max_steps` steps in all,
 // the sequences whose token did not end them decode again with it, until the steps have taken
 // `window` or the actor raises `interrupt` (a message that changes the batch has arrived).
@@ -123,6 +123,14 @@ struct step_job {
   std::vector<seq_id> frees;
   std::vector<std::pair<std::size_t, std::vector<token>>> lookups; // item index, its prompt
   std::size_t lookup_count = 0;                                    // as item_count, for lookups
+  // KV imported into an item's sequence before the step (its item holds the tokens past the
+  // KV); `error` is the driver's answer, empty when the import succeeded.
+  struct import {
+    std::size_t item = 0;
+    kv_blob blob;
+    std::string error;
+  };
+  std::vector<import> imports;
   std::size_t max_steps = 1;
   std::chrono::microseconds window{};
   std::shared_ptr<std::atomic<bool>> interrupt;
@@ -132,6 +140,7 @@ struct step_job {
   void reset() {
     item_count = 0;
     lookup_count = 0;
+    imports.clear();
     plans.clear();
     generated.clear();
     frees.clear();
@@ -165,6 +174,14 @@ struct step_job {
   void operator()() {
     for (auto id : frees)
       be->free(id);
+    for (auto& im : imports) {
+      std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(im.blob.bytes.data()),
+                                       im.blob.bytes.size()};
+      if (auto ok = be->import_kv(items[im.item].seq, bytes); !ok) {
+        im.error = ok.error().message;
+        items[im.item].tokens.clear(); // leaves the step (attach_prefixes drops empty items)
+      }
+    }
     auto& r = result;
     if (r.sampled.size() < r.seqs.size())
       r.sampled.resize(r.seqs.size());
@@ -323,41 +340,13 @@ public:
           exports_.erase(it);
         },
         [this](import_atom, kv_blob& blob, generate_request& req) -> admission {
-          auto id = req.seq;
           // At least one token past the KV: its logits give the next token.
           if (req.prompt.size() <= blob.tokens)
-            return refuse("invalid: sequence " + std::to_string(id) + " has " +
+            return refuse("invalid: sequence " + std::to_string(req.seq) + " has " +
                           std::to_string(req.prompt.size()) + " tokens; its KV covers " +
                           std::to_string(blob.tokens) + ", and at least one more is needed");
-          auto tokens = blob.tokens;
-          auto a = admit(std::move(req), true);
-          if (!a.accepted)
-            return a;
-          auto self = caf::actor_cast<caf::actor>(this);
-          auto job = [be = backend_, id, tokens, self, blob = std::move(blob)] {
-            std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(blob.bytes.data()),
-                                             blob.bytes.size()};
-            auto ok = be->import_kv(id, bytes);
-            caf::anon_send(self, import_done_atom::value, id, tokens,
-                           ok ? std::string{} : ok.error().message);
-          };
-          submit(std::move(job));
-          return a;
-        },
-        [this](import_done_atom, seq_id id, std::uint64_t tokens, std::string& error) {
-          interrupt_burst();
-          auto* s = find(id);
-          if (s == nullptr)
-            return;
-          if (!error.empty()) {
-            emit(*s, device_event::failed, "KV import failed: " + error);
-            seqs_.erase(id);
-            return;
-          }
-          s->computed = tokens;
-          if (s->state == seq_state::importing)
-            s->state = seq_state::waiting; // the tokens past the KV are prefilled next
-          schedule();
+          // The import runs in the sequence's first step job, before the step.
+          return admit(std::move(req), std::move(blob));
         },
         [this](step_done_atom, std::shared_ptr<step_job>& job) { on_step(std::move(job)); },
     };
@@ -377,6 +366,8 @@ private:
     bool finished = false;
     std::shared_ptr<sample_plan> plan; // how its tokens are chosen (on the driver)
     std::uint64_t admitted_order = 0;
+    std::optional<kv_blob> import;   // importing: the KV to import with its first step
+    std::uint64_t import_tokens = 0; // importing, once in a job: the tokens its KV covers
   };
 
   // Answers the sequence's KV as bytes, copied out on the driver; with `then_free`, the sequence
@@ -426,8 +417,10 @@ private:
     return admission{false, std::move(why)};
   }
 
-  // Admits a sequence; an importing one waits (not scheduled) until its KV has arrived.
-  admission admit(generate_request req, bool importing = false) {
+  // Admits a sequence; with `import`, its KV comes from those bytes, imported in the step job
+  // that first computes the tokens past them.
+  admission admit(generate_request req, std::optional<kv_blob> import = std::nullopt) {
+    bool importing = import.has_value();
     interrupt_burst();
     if (req.prompt.empty())
       return refuse("invalid: sequence " + std::to_string(req.seq) + " has an empty prompt");
@@ -454,6 +447,7 @@ private:
     s.plan = std::make_shared<sample_plan>(sample_plan{sampler{req.sampling}, std::move(req.forced),
                                                        std::move(req.stop), req.max_new_tokens});
     s.admitted_order = next_order_++;
+    s.import = std::move(import);
     s.req = std::move(req);
     auto id = s.req.seq;
     seqs_.emplace(id, std::move(s));
@@ -555,7 +549,10 @@ private:
     for (auto* s : order) {
       if (budget == 0)
         break;
-      if (s->state != seq_state::waiting)
+      // An importing sequence's KV arrives in the step job, before the step: it is computed up
+      // to the KV's tokens by then, and needs pages for them too.
+      bool importing = s->state == seq_state::importing && s->import;
+      if (s->state != seq_state::waiting && !importing)
         continue;
       if (pages_for(s->tokens.size()) > kv_.pages_total) {
         auto id = s->req.seq;
@@ -567,16 +564,23 @@ private:
         seqs_.erase(id);
         continue;
       }
-      auto fit = (pages_for(s->computed) + free_pages) * kv_.page_tokens - s->computed;
-      auto left = s->tokens.size() - s->computed;
+      auto computed = importing ? s->import->tokens : s->computed;
+      auto room = (pages_for(s->computed) + free_pages) * kv_.page_tokens;
+      auto fit = room > computed ? room - computed : 0;
+      auto left = s->tokens.size() - computed;
       auto chunk = std::min({left, budget, options_.max_prefill_chunk, fit});
       if (chunk == 0) {
         starved = true;
         continue;
       }
-      free_pages -= pages_for(s->computed + chunk) - pages_for(s->computed);
-      auto first = s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed);
+      free_pages -= pages_for(computed + chunk) - pages_for(s->computed);
+      auto first = s->tokens.begin() + static_cast<std::ptrdiff_t>(computed);
       job->add_item(s->req.seq, first, first + static_cast<std::ptrdiff_t>(chunk));
+      if (importing) {
+        s->import_tokens = computed;
+        job->imports.push_back({job->item_count - 1, std::move(*s->import), {}});
+        s->import.reset();
+      }
       budget -= chunk;
     }
     if (job->item_count == 0) {
@@ -607,7 +611,8 @@ private:
       result.seqs.push_back(item.seq);
       result.tokens.push_back(item.tokens.size());
       result.cached.push_back(0);
-      bool completes = s->computed + item.tokens.size() == s->tokens.size();
+      auto computed = s->state == seq_state::importing ? s->import_tokens : s->computed;
+      bool completes = computed + item.tokens.size() == s->tokens.size();
       all_complete = all_complete && completes;
       job->plans.push_back(completes ? s->plan : nullptr);
       job->generated.push_back(s->generated);
@@ -635,6 +640,9 @@ private:
       // The driver still holds the previous step's tail or frees: the frees taken for this
       // step go back, and scheduling is retried shortly, so no work is dropped.
       pending_frees_.swap(job->frees);
+      for (auto& im : job->imports) // imported with a later job
+        if (auto* s = find(job->items[im.item].seq))
+          s->import = std::move(im.blob);
       for (std::size_t l = 0; l < job->lookup_count; ++l)
         if (auto* s = find(job->items[job->lookups[l].first].seq))
           s->lookup = true;
@@ -651,6 +659,19 @@ private:
     in_flight_ = false;
     auto& r = job->result;
     kv_ = r.kv;
+    // Imports first: a sequence whose KV arrived holds it even when the step then failed.
+    for (const auto& im : job->imports) {
+      auto* s = find(r.seqs[im.item]);
+      if (s == nullptr) // freed while the job ran (its KV is freed with the next job)
+        continue;
+      if (!im.error.empty()) {
+        emit(*s, device_event::failed, "KV import failed: " + im.error);
+        seqs_.erase(r.seqs[im.item]);
+        continue;
+      }
+      s->computed = s->import_tokens; // the tokens past it are counted below
+      s->state = seq_state::waiting;
+    }
     if (!r.output) {
       if (r.output.error().code == errc::exhausted && preempt_one()) {
         spare_job_ = std::move(job);
