@@ -253,15 +253,24 @@ private:
     route(s, [this, mono, s](holding h) {
       enter(stage::prefill);
       auto order = order_for(next_seq(), mono ? left() : 1);
+      // A prefill device hands the KV over with its done event (no move_out round trip).
+      order.move_out_when_done = !mono;
       auto n = order.prompt.size();
       admit(std::move(h), std::move(order), std::nullopt, s, n);
     });
   }
 
-  // Moves the prefilled KV from the prefill device to a decode device.
-  void begin_transfer() {
+  // Moves the prefilled KV from the prefill device to a decode device; `moved`: the KV the
+  // prefill device already handed over with its done event (it dropped the sequence).
+  void begin_transfer(std::optional<kv_blob> moved = std::nullopt) {
     enter(stage::transfer);
     auto from = prefill_;
+    if (moved) {
+      prefill_ = {};
+      parked_blob_ = std::move(moved);
+      begin_decode(from.name); // gives the prefill slot back with the decode order
+      return;
+    }
     // The device frees the sequence behind the copy: one message for both.
     request(from.device, caf::infinite, move_out_atom::value, from.seq)
         .then(
@@ -325,10 +334,18 @@ private:
     }
     report_service();
     bool mono = ctx_->options.device_layout == layout::monolithic;
+    std::optional<kv_blob> moved;
+    if (from_prefill && !e.kv.bytes.empty()) {
+      prefill_.seq = 0; // the device let go of it; its KV came with the event
+      moved = std::move(e.kv);
+    }
     if (from_prefill && !mono) {
-      if (ended_ || left() == 0)
+      if (ended_ || left() == 0) {
+        if (moved && req_.keep_kv)
+          kept_kv_ = std::move(moved);
         return finish(ended_ ? "stop" : "length");
-      begin_transfer();
+      }
+      begin_transfer(std::move(moved));
       return;
     }
     if (ended_)

@@ -131,6 +131,20 @@ struct step_job {
     std::string error;
   };
   std::vector<import> imports;
+  // Items whose sequence moves out when done: if the job ends its generation (not at a stop
+  // token that parks it), the driver exports its KV into `blob`, publishes `publish` (its
+  // computed tokens) to the prefix cache and frees it; `moved` then says so. An export error
+  // leaves the sequence in place, with the reason in `error`.
+  struct move_out {
+    std::size_t item = 0;
+    std::vector<token> publish;
+    bool park_on_stop = false;
+    kv_blob blob;
+    std::string error;
+    bool moved = false;
+    const char* reason = nullptr; // why generation ended ("stop", "length"), when it did
+  };
+  std::vector<move_out> move_outs;
   std::size_t max_steps = 1;
   std::chrono::microseconds window{};
   std::shared_ptr<std::atomic<bool>> interrupt;
@@ -141,6 +155,7 @@ struct step_job {
     item_count = 0;
     lookup_count = 0;
     imports.clear();
+    move_outs.clear();
     plans.clear();
     generated.clear();
     frees.clear();
@@ -229,7 +244,36 @@ struct step_job {
       batch = std::span<step_item>{next.data(), kept};
       live.swap(next_live);
     }
+    for (auto& mo : move_outs)
+      export_if_ended(mo);
     r.kv = be->kv();
+  }
+
+  // See move_out.
+  void export_if_ended(move_out& mo) {
+    auto& r = result;
+    const auto& sampled = r.sampled[mo.item];
+    const auto& plan = plans[mo.item];
+    if (sampled.empty() || !plan)
+      return;
+    auto last = sampled.back();
+    mo.reason = plan->ends(last, generated[mo.item] + static_cast<std::uint32_t>(sampled.size()));
+    if (mo.reason == nullptr || (mo.park_on_stop && last != tokenizer::eos && plan->stops_at(last)))
+      return; // generation goes on, or the sequence parks
+    auto seq = r.seqs[mo.item];
+    auto bytes = be->export_kv(seq);
+    if (!bytes) {
+      mo.error = bytes.error().message;
+      return;
+    }
+    mo.blob.seq = seq;
+    mo.blob.tokens = be->length(seq);
+    mo.blob.bytes.resize(bytes->size());
+    std::memcpy(mo.blob.bytes.data(), bytes->data(), bytes->size());
+    if (!mo.publish.empty())
+      be->publish(seq, mo.publish);
+    be->free(seq);
+    mo.moved = true;
   }
 
   // Sequences computed from their first token start from their prompt's longest prefix in the
@@ -615,6 +659,14 @@ private:
       bool completes = computed + item.tokens.size() == s->tokens.size();
       all_complete = all_complete && completes;
       job->plans.push_back(completes ? s->plan : nullptr);
+      if (completes && s->req.move_out_when_done) {
+        job->move_outs.emplace_back();
+        auto& mo = job->move_outs.back();
+        mo.item = i;
+        mo.park_on_stop = s->req.park_on_stop;
+        if (options_.prefix_cache) // the whole prompt is computed once the item has run
+          mo.publish = s->tokens;
+      }
       job->generated.push_back(s->generated);
       if (s->lookup && s->computed == 0) {
         job->add_lookup(i, s->tokens);
@@ -749,7 +801,13 @@ private:
           s->state = seq_state::running;
         }
       }
-      if (ended != nullptr)
+      auto mo = std::find_if(job->move_outs.begin(), job->move_outs.end(),
+                             [i](const auto& m) { return m.item == i && m.moved; });
+      if (mo != job->move_outs.end()) {
+        // Exported and freed on the driver: the KV goes with the done event, the sequence goes.
+        emit(*s, device_event::done, mo->reason, std::move(made), std::move(mo->blob));
+        seqs_.erase(r.seqs[i]);
+      } else if (ended != nullptr)
         emit(*s, device_event::done, ended, std::move(made));
       else if (!made.empty())
         emit(*s, device_event::token, {}, std::move(made));
@@ -788,11 +846,12 @@ private:
   }
 
   void emit(const sequence& s, device_event::kind_t kind, std::string message,
-            std::vector<token> tokens = {}) {
+            std::vector<token> tokens = {}, kv_blob kv = {}) {
     if (!s.req.sink)
       return;
-    send(s.req.sink, device_event{s.req.seq, kind, std::move(tokens), s.generated,
-                                  std::move(message), static_cast<std::uint32_t>(s.cached)});
+    send(s.req.sink,
+         device_event{s.req.seq, kind, std::move(tokens), s.generated, std::move(message),
+                      static_cast<std::uint32_t>(s.cached), std::move(kv)});
   }
 
   device_stats snapshot() const {

@@ -70,6 +70,10 @@ struct generate_request {
   /// ending it, as `park_atom` would: its KV stays until a resume or a free. Saves the park
   /// message at each tool call when the KV is pinned or the device held (monolithic layout).
   bool park_on_stop = false;
+  /// When generation ends (not parked), the driver job that ended it also exports the KV and
+  /// drops the sequence (its full pages still go to the prefix cache), and the done event
+  /// carries the KV: a prefill device's hand-off to decode without a move_out_atom round trip.
+  bool move_out_when_done = false;
 };
 
 /// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format.
@@ -104,6 +108,9 @@ struct device_event {
   std::uint32_t generated = 0; ///< tokens generated so far, these included
   std::string message;         ///< detail for `done` (reason) and `failed`
   std::uint32_t cached = 0;    ///< prompt tokens whose KV came from the prefix cache
+  /// done, for a sequence that asked to move out when done: its KV (the sequence is gone from
+  /// the device). Empty bytes otherwise, or when the export failed (the sequence is then kept).
+  kv_blob kv;
 };
 
 /// A snapshot of a device's scheduler and cache.
@@ -134,7 +141,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
-           x.stop, x.sink, x.forced, x.reuse_prefix, x.park_on_stop);
+           x.stop, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done);
 }
 /// Inspector of admission.
 template<class Inspector>
@@ -145,7 +152,7 @@ typename Inspector::result_type inspect(Inspector& f, admission& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_event& x) {
   return f(caf::meta::type_name("device_event"), x.seq, x.kind, x.tokens, x.generated, x.message,
-           x.cached);
+           x.cached, x.kv);
 }
 /// Inspector of kv_blob.
 template<class Inspector>

@@ -378,6 +378,53 @@ BOOST_AUTO_TEST_CASE(kv_exported_from_a_prefill_device_decodes_on_another) {
   BOOST_TEST(joined == reference);
 }
 
+BOOST_AUTO_TEST_CASE(a_sequence_moving_out_when_done_hands_its_kv_over_with_done_and_leaves) {
+  std::vector<triad::token> reference;
+  {
+    device_fixture f;
+    caf::scoped_actor self{f.dom->system()};
+    BOOST_REQUIRE(f.submit(self, f.request(1, 24, 8, self)).accepted);
+    reference = tokens_of(f.collect(self, 1)[1]);
+  }
+  triad::device_options prefill_role;
+  prefill_role.name = "prefill";
+  prefill_role.role = triad::device_role::prefill;
+  device_fixture pre{prefill_role};
+  triad::device_options decode_role;
+  decode_role.name = "decode";
+  decode_role.role = triad::device_role::decode;
+  device_fixture dec{decode_role};
+  caf::scoped_actor self{pre.dom->system()};
+  auto req = pre.request(1, 24, 8, self);
+  req.move_out_when_done = true;
+  BOOST_REQUIRE(pre.submit(self, req).accepted);
+  auto events = pre.collect(self, 1)[1];
+  BOOST_REQUIRE(!events.empty());
+  auto& done = events.back();
+  BOOST_REQUIRE(done.kind == triad::device_event::done);
+  BOOST_TEST(done.message == "length");
+  BOOST_TEST(done.kv.tokens == 24u);
+  BOOST_REQUIRE(!done.kv.bytes.empty());
+  auto first = tokens_of(events);
+  BOOST_REQUIRE_EQUAL(first.size(), 1u);
+  // The sequence is gone from the prefill device: nothing held, nothing left to export.
+  BOOST_TEST(pre.stats(self).sequences == 0u);
+  self->request(pre.device, caf::infinite, triad::export_atom::value, triad::seq_id{1})
+      .receive([](triad::kv_blob&) { BOOST_FAIL("the sequence is still there"); },
+               [](caf::error&) {});
+  // Its KV decodes on another device as an exported one does.
+  auto cont = dec.request(1, 24, 7, self);
+  cont.prompt.push_back(first[0]);
+  triad::admission a;
+  self->request(dec.device, caf::infinite, triad::import_atom::value, done.kv, cont)
+      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
+  BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
+  auto rest = tokens_of(dec.collect(self, 1)[1]);
+  std::vector<triad::token> joined{first};
+  joined.insert(joined.end(), rest.begin(), rest.end());
+  BOOST_TEST(joined == reference);
+}
+
 BOOST_AUTO_TEST_CASE(a_burst_of_exports_past_the_driver_queue_is_answered_in_full) {
   // A driver queue of one job: the exports wait in the actor's backlog instead of failing.
   triad::device_options o;
