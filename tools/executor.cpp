@@ -161,22 +161,19 @@ struct tool_executor::state {
     {
       std::lock_guard guard{mutex};
       auto now = clock_type::now();
-      for (auto it = waiting.begin(); it != waiting.end();) {
-        if (it->second.deadline <= now) {
-          expired.push_back(std::move(it->second));
-          it = waiting.erase(it);
-        } else {
-          ++it;
+      // Both containers hold (key, call) pairs.
+      auto take_expired = [&](auto& calls) {
+        for (auto it = calls.begin(); it != calls.end();) {
+          if (it->second.deadline <= now) {
+            expired.push_back(std::move(it->second));
+            it = calls.erase(it);
+          } else {
+            ++it;
+          }
         }
-      }
-      for (auto it = running.begin(); it != running.end();) {
-        if (it->second.deadline <= now) {
-          expired.push_back(std::move(it->second));
-          it = running.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      };
+      take_expired(waiting);
+      take_expired(running);
       with_deadline -= expired.size();
       again = sweep_armed = with_deadline > 0;
     }

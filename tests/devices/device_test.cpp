@@ -339,66 +339,65 @@ BOOST_AUTO_TEST_SUITE(device_transfer)
 
 // Prefill on one device, move the KV, decode on another: the tokens equal those of one device
 // doing both.
-BOOST_AUTO_TEST_CASE(kv_exported_from_a_prefill_device_decodes_on_another) {
-  std::vector<triad::token> reference;
-  {
+// Seq 1 (24 prompt tokens, 8 new) on a prefill device and then, by its KV, on a decode device.
+struct prefill_then_decode {
+  // The tokens it gets on one device alone: what the hand-over must reproduce.
+  std::vector<triad::token> reference() {
     device_fixture f;
     caf::scoped_actor self{f.dom->system()};
     BOOST_REQUIRE(f.submit(self, f.request(1, 24, 8, self)).accepted);
-    reference = tokens_of(f.collect(self, 1)[1]);
+    return tokens_of(f.collect(self, 1)[1]);
   }
-  triad::device_options prefill_role;
-  prefill_role.name = "prefill";
-  prefill_role.role = triad::device_role::prefill;
-  device_fixture pre{prefill_role};
-  triad::device_options decode_role;
-  decode_role.name = "decode";
-  decode_role.role = triad::device_role::decode;
-  device_fixture dec{decode_role};
-  caf::scoped_actor self{pre.dom->system()};
-  auto req = pre.request(1, 24, 8, self);
-  BOOST_REQUIRE(pre.submit(self, req).accepted);
-  auto first = tokens_of(pre.collect(self, 1)[1]);
+  // Imports `blob` with the prompt and the prefill device's `first` token into the decode
+  // device; returns `first` and the tokens decoded there.
+  std::vector<triad::token> decode(caf::scoped_actor& self, const triad::kv_blob& blob,
+                                   triad::token first) {
+    auto cont = dec.request(1, 24, 7, self);
+    cont.prompt.push_back(first);
+    triad::admission a;
+    self->request(dec.device, caf::infinite, triad::import_atom::value, blob, cont)
+        .receive([&](triad::admission& x) { a = x; },
+                 [&](caf::error&) { BOOST_FAIL("no answer"); });
+    BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
+    auto rest = tokens_of(dec.collect(self, 1)[1]);
+    std::vector<triad::token> joined{first};
+    joined.insert(joined.end(), rest.begin(), rest.end());
+    return joined;
+  }
+  static triad::device_options role(std::string name, triad::device_role r) {
+    triad::device_options o;
+    o.name = std::move(name);
+    o.role = r;
+    return o;
+  }
+  device_fixture pre{role("prefill", triad::device_role::prefill)};
+  device_fixture dec{role("decode", triad::device_role::decode)};
+};
+
+BOOST_AUTO_TEST_CASE(kv_exported_from_a_prefill_device_decodes_on_another) {
+  prefill_then_decode p;
+  auto reference = p.reference();
+  caf::scoped_actor self{p.pre.dom->system()};
+  BOOST_REQUIRE(p.pre.submit(self, p.pre.request(1, 24, 8, self)).accepted);
+  auto first = tokens_of(p.pre.collect(self, 1)[1]);
   BOOST_REQUIRE_EQUAL(first.size(), 1u); // a prefill device stops after the first token
   triad::kv_blob blob;
-  self->request(pre.device, caf::infinite, triad::export_atom::value, triad::seq_id{1})
+  self->request(p.pre.device, caf::infinite, triad::export_atom::value, triad::seq_id{1})
       .receive([&](triad::kv_blob& b) { blob = std::move(b); },
                [&](caf::error& e) { BOOST_FAIL("export failed: " << to_string(e)); });
   BOOST_TEST(blob.tokens == 24u);
-  self->send(pre.device, triad::free_atom::value, triad::seq_id{1});
-  auto cont = dec.request(1, 24, 7, self);
-  cont.prompt.push_back(first[0]);
-  triad::admission a;
-  self->request(dec.device, caf::infinite, triad::import_atom::value, blob, cont)
-      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
-  BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
-  auto rest = tokens_of(dec.collect(self, 1)[1]);
-  std::vector<triad::token> joined{first};
-  joined.insert(joined.end(), rest.begin(), rest.end());
-  BOOST_TEST(joined == reference);
+  self->send(p.pre.device, triad::free_atom::value, triad::seq_id{1});
+  BOOST_TEST(p.decode(self, blob, first[0]) == reference);
 }
 
 BOOST_AUTO_TEST_CASE(a_sequence_moving_out_when_done_hands_its_kv_over_with_done_and_leaves) {
-  std::vector<triad::token> reference;
-  {
-    device_fixture f;
-    caf::scoped_actor self{f.dom->system()};
-    BOOST_REQUIRE(f.submit(self, f.request(1, 24, 8, self)).accepted);
-    reference = tokens_of(f.collect(self, 1)[1]);
-  }
-  triad::device_options prefill_role;
-  prefill_role.name = "prefill";
-  prefill_role.role = triad::device_role::prefill;
-  device_fixture pre{prefill_role};
-  triad::device_options decode_role;
-  decode_role.name = "decode";
-  decode_role.role = triad::device_role::decode;
-  device_fixture dec{decode_role};
-  caf::scoped_actor self{pre.dom->system()};
-  auto req = pre.request(1, 24, 8, self);
+  prefill_then_decode p;
+  auto reference = p.reference();
+  caf::scoped_actor self{p.pre.dom->system()};
+  auto req = p.pre.request(1, 24, 8, self);
   req.move_out_when_done = true;
-  BOOST_REQUIRE(pre.submit(self, req).accepted);
-  auto events = pre.collect(self, 1)[1];
+  BOOST_REQUIRE(p.pre.submit(self, req).accepted);
+  auto events = p.pre.collect(self, 1)[1];
   BOOST_REQUIRE(!events.empty());
   auto& done = events.back();
   BOOST_REQUIRE(done.kind == triad::device_event::done);
@@ -408,21 +407,12 @@ BOOST_AUTO_TEST_CASE(a_sequence_moving_out_when_done_hands_its_kv_over_with_done
   auto first = tokens_of(events);
   BOOST_REQUIRE_EQUAL(first.size(), 1u);
   // The sequence is gone from the prefill device: nothing held, nothing left to export.
-  BOOST_TEST(pre.stats(self).sequences == 0u);
-  self->request(pre.device, caf::infinite, triad::export_atom::value, triad::seq_id{1})
+  BOOST_TEST(p.pre.stats(self).sequences == 0u);
+  self->request(p.pre.device, caf::infinite, triad::export_atom::value, triad::seq_id{1})
       .receive([](triad::kv_blob&) { BOOST_FAIL("the sequence is still there"); },
                [](caf::error&) {});
   // Its KV decodes on another device as an exported one does.
-  auto cont = dec.request(1, 24, 7, self);
-  cont.prompt.push_back(first[0]);
-  triad::admission a;
-  self->request(dec.device, caf::infinite, triad::import_atom::value, done.kv, cont)
-      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
-  BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
-  auto rest = tokens_of(dec.collect(self, 1)[1]);
-  std::vector<triad::token> joined{first};
-  joined.insert(joined.end(), rest.begin(), rest.end());
-  BOOST_TEST(joined == reference);
+  BOOST_TEST(p.decode(self, done.kv, first[0]) == reference);
 }
 
 BOOST_AUTO_TEST_CASE(a_burst_of_exports_past_the_driver_queue_is_answered_in_full) {

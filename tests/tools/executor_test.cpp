@@ -31,6 +31,27 @@ std::map<std::uint64_t, triad::tool_reply> results(caf::scoped_actor& self, std:
   return out;
 }
 
+// A domain and a started executor of `concurrency` workers and `queue` waiting calls; the
+// executor's actor is told to exit and the domain stopped at the end.
+struct started_executor {
+  explicit started_executor(std::size_t concurrency,
+                            std::size_t queue = triad::defaults::tool_executor::queue_capacity) {
+    triad::tool_executor_options o;
+    o.concurrency = concurrency;
+    o.queue_capacity = queue;
+    auto started = triad::tool_executor::start(dom, triad::test::sleeper_registry(), o);
+    BOOST_REQUIRE(started.has_value());
+    ex = std::move(started).value();
+  }
+  ~started_executor() {
+    if (ex)
+      caf::anon_send_exit(ex->actor(), caf::exit_reason::user_shutdown);
+    dom.stop(10s);
+  }
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  std::shared_ptr<triad::tool_executor> ex;
+};
+
 // True when no message comes within `wait`.
 bool nothing_more(caf::scoped_actor& self, std::chrono::milliseconds wait) {
   bool quiet = true;
@@ -113,106 +134,72 @@ BOOST_AUTO_TEST_CASE(calls_past_their_deadline_time_out_running_or_waiting_and_o
 }
 
 BOOST_AUTO_TEST_CASE(submitted_calls_report_straight_to_their_caller_once_each) {
-  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
-  triad::tool_executor_options o;
-  o.concurrency = 2;
-  o.queue_capacity = 8;
-  auto ex = triad::tool_executor::start(dom, triad::test::sleeper_registry(), o);
-  BOOST_REQUIRE(ex.has_value());
-  {
-    caf::scoped_actor self{dom.system()};
-    // More calls than workers: the workers take the waiting ones themselves.
-    for (std::uint64_t id = 1; id <= 6; ++id) {
-      auto s = nap(20, id, caf::actor{self});
-      BOOST_REQUIRE((*ex)->submit(s));
-    }
-    auto got = results(self, 6);
-    BOOST_TEST(got.size() == 6u);
-    for (auto& [id, r] : got) {
-      BOOST_TEST(r.ok, "call " << id << ": " << r.content);
-      BOOST_TEST(r.details_json.find("20") != std::string::npos);
-    }
-    BOOST_TEST(nothing_more(self, 200ms));
+  started_executor f{2, 8};
+  caf::scoped_actor self{f.dom.system()};
+  // More calls than workers: the workers take the waiting ones themselves.
+  for (std::uint64_t id = 1; id <= 6; ++id) {
+    auto s = nap(20, id, caf::actor{self});
+    BOOST_REQUIRE(f.ex->submit(s));
   }
-  caf::anon_send_exit((*ex)->actor(), caf::exit_reason::user_shutdown);
-  dom.stop(10s);
+  auto got = results(self, 6);
+  BOOST_TEST(got.size() == 6u);
+  for (auto& [id, r] : got) {
+    BOOST_TEST(r.ok, "call " << id << ": " << r.content);
+    BOOST_TEST(r.details_json.find("20") != std::string::npos);
+  }
+  BOOST_TEST(nothing_more(self, 200ms));
 }
 
 BOOST_AUTO_TEST_CASE(a_submission_beyond_the_queue_is_refused_at_once_and_left_untouched) {
-  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
-  triad::tool_executor_options o;
-  o.concurrency = 1;
-  o.queue_capacity = 1;
-  auto ex = triad::tool_executor::start(dom, triad::test::sleeper_registry(), o);
-  BOOST_REQUIRE(ex.has_value());
-  {
-    caf::scoped_actor self{dom.system()};
-    auto running = nap(300, 1, caf::actor{self});
-    auto waiting = nap(10, 2, caf::actor{self});
-    auto refused = nap(10, 3, caf::actor{self});
-    BOOST_REQUIRE((*ex)->submit(running));
-    BOOST_REQUIRE((*ex)->submit(waiting));
-    BOOST_TEST(!(*ex)->submit(refused));
-    BOOST_TEST(refused.name == "nap"); // the caller can take it elsewhere
-    BOOST_TEST((refused.reply_to == caf::actor{self}));
-    auto got = results(self, 2);
-    BOOST_TEST(got[1].ok);
-    BOOST_TEST(got[2].ok);
-    BOOST_TEST(nothing_more(self, 200ms));
-  }
-  caf::anon_send_exit((*ex)->actor(), caf::exit_reason::user_shutdown);
-  dom.stop(10s);
+  started_executor f{1, 1};
+  caf::scoped_actor self{f.dom.system()};
+  auto running = nap(300, 1, caf::actor{self});
+  auto waiting = nap(10, 2, caf::actor{self});
+  auto refused = nap(10, 3, caf::actor{self});
+  BOOST_REQUIRE(f.ex->submit(running));
+  BOOST_REQUIRE(f.ex->submit(waiting));
+  BOOST_TEST(!f.ex->submit(refused));
+  BOOST_TEST(refused.name == "nap"); // the caller can take it elsewhere
+  BOOST_TEST((refused.reply_to == caf::actor{self}));
+  auto got = results(self, 2);
+  BOOST_TEST(got[1].ok);
+  BOOST_TEST(got[2].ok);
+  BOOST_TEST(nothing_more(self, 200ms));
 }
 
 BOOST_AUTO_TEST_CASE(a_submitted_call_past_its_deadline_times_out_once_and_the_next_runs) {
-  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
-  triad::tool_executor_options o;
-  o.concurrency = 1;
-  auto ex = triad::tool_executor::start(dom, triad::test::sleeper_registry(), o);
-  BOOST_REQUIRE(ex.has_value());
-  {
-    caf::scoped_actor self{dom.system()};
-    auto running = nap(600, 1, caf::actor{self}, 100ms);
-    auto waiting = nap(10, 2, caf::actor{self}, 150ms);
-    auto spared = nap(10, 3, caf::actor{self});
-    for (auto* s : {&running, &waiting, &spared})
-      BOOST_REQUIRE((*ex)->submit(*s));
-    auto got = results(self, 3);
-    BOOST_TEST(got[1].timed_out);
-    BOOST_TEST(!got[1].ok);
-    BOOST_TEST(got[1].content.find("'nap' did not answer") != std::string::npos);
-    BOOST_TEST(got[2].timed_out);
-    BOOST_TEST(got[3].ok);
-    BOOST_TEST(!got[3].timed_out);
-    // The first call's late result (at 600 ms) is dropped.
-    BOOST_TEST(nothing_more(self, 800ms));
-  }
-  caf::anon_send_exit((*ex)->actor(), caf::exit_reason::user_shutdown);
-  dom.stop(10s);
+  started_executor f{1};
+  caf::scoped_actor self{f.dom.system()};
+  auto running = nap(600, 1, caf::actor{self}, 100ms);
+  auto waiting = nap(10, 2, caf::actor{self}, 150ms);
+  auto spared = nap(10, 3, caf::actor{self});
+  for (auto* s : {&running, &waiting, &spared})
+    BOOST_REQUIRE(f.ex->submit(*s));
+  auto got = results(self, 3);
+  BOOST_TEST(got[1].timed_out);
+  BOOST_TEST(!got[1].ok);
+  BOOST_TEST(got[1].content.find("'nap' did not answer") != std::string::npos);
+  BOOST_TEST(got[2].timed_out);
+  BOOST_TEST(got[3].ok);
+  BOOST_TEST(!got[3].timed_out);
+  // The first call's late result (at 600 ms) is dropped.
+  BOOST_TEST(nothing_more(self, 800ms));
 }
 
 BOOST_AUTO_TEST_CASE(stopping_finishes_the_running_call_answers_the_waiting_and_refuses_more) {
-  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
-  triad::tool_executor_options o;
-  o.concurrency = 1;
-  auto ex = triad::tool_executor::start(dom, triad::test::sleeper_registry(), o);
-  BOOST_REQUIRE(ex.has_value());
-  {
-    caf::scoped_actor self{dom.system()};
-    auto running = nap(200, 1, caf::actor{self});
-    auto waiting = nap(10, 2, caf::actor{self});
-    BOOST_REQUIRE((*ex)->submit(running));
-    BOOST_REQUIRE((*ex)->submit(waiting));
-    (*ex)->stop();
-    auto got = results(self, 2);
-    BOOST_TEST(got[1].ok);
-    BOOST_TEST(!got[2].ok);
-    BOOST_TEST(got[2].content.find("stopped") != std::string::npos);
-    auto late = nap(10, 3, caf::actor{self});
-    BOOST_TEST(!(*ex)->submit(late));
-  }
-  caf::anon_send_exit((*ex)->actor(), caf::exit_reason::user_shutdown);
-  dom.stop(10s);
+  started_executor f{1};
+  caf::scoped_actor self{f.dom.system()};
+  auto running = nap(200, 1, caf::actor{self});
+  auto waiting = nap(10, 2, caf::actor{self});
+  BOOST_REQUIRE(f.ex->submit(running));
+  BOOST_REQUIRE(f.ex->submit(waiting));
+  f.ex->stop();
+  auto got = results(self, 2);
+  BOOST_TEST(got[1].ok);
+  BOOST_TEST(!got[2].ok);
+  BOOST_TEST(got[2].content.find("stopped") != std::string::npos);
+  auto late = nap(10, 3, caf::actor{self});
+  BOOST_TEST(!f.ex->submit(late));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
