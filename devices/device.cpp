@@ -129,6 +129,7 @@ struct step_job {
     std::size_t item = 0;
     kv_blob blob;
     std::string error;
+    bool exhausted = false; // the error was a lack of KV pages: the import waits and retries
   };
   std::vector<import> imports;
   // Items whose sequence moves out when done: if the job ends its generation (not at a stop
@@ -194,6 +195,7 @@ struct step_job {
                                        im.blob.bytes.size()};
       if (auto ok = be->import_kv(items[im.item].seq, bytes); !ok) {
         im.error = ok.error().message;
+        im.exhausted = ok.error().code == errc::exhausted;
         items[im.item].tokens.clear(); // leaves the step (attach_prefixes drops empty items)
       }
     }
@@ -590,7 +592,7 @@ private:
         --budget;
       }
     }
-    for (auto* s : order) {
+    for (auto*& s : order) {
       if (budget == 0)
         break;
       // An importing sequence's KV arrives in the step job, before the step: it is computed up
@@ -606,6 +608,7 @@ private:
                  options_.name + " has " + std::to_string(kv_.pages_total));
         pending_frees_.push_back(id);
         seqs_.erase(id);
+        s = nullptr; // gone: the loops below skip it
         continue;
       }
       auto computed = importing ? s->import->tokens : s->computed;
@@ -635,7 +638,7 @@ private:
         return schedule();
       // Nothing holds KV and still nothing fits: fail what waits rather than hang.
       for (auto* s : order)
-        if (s->state == seq_state::waiting || s->state == seq_state::running) {
+        if (s != nullptr && (s->state == seq_state::waiting || s->state == seq_state::running)) {
           emit(*s, device_event::failed, "no KV pages free on " + options_.name);
           seqs_.erase(s->req.seq);
         }
@@ -681,7 +684,17 @@ private:
     interrupt_->store(false, std::memory_order_relaxed);
     job->interrupt = interrupt_;
     auto run = [job, reply_to = caf::actor_cast<caf::actor>(this)]() mutable {
-      (*job)();
+      // The step itself is guarded in the job; this guards the imports, lookups and exports
+      // around it, so a throw fails the job's sequences instead of leaving the device waiting
+      // for a result forever.
+      try {
+        (*job)();
+      } catch (const std::exception& e) {
+        job->result.output =
+            make_error(errc::system_error, std::string{"the driver job threw: "} + e.what());
+      } catch (...) {
+        job->result.output = make_error(errc::system_error, "the driver job threw");
+      }
       caf::anon_send(reply_to, step_done_atom::value, std::move(job));
     };
     switch (driver_->try_submit_in_order(std::move(run))) {
@@ -712,18 +725,31 @@ private:
     auto& r = job->result;
     kv_ = r.kv;
     // Imports first: a sequence whose KV arrived holds it even when the step then failed.
-    for (const auto& im : job->imports) {
+    std::vector<std::pair<seq_id, std::string>> starved_imports;
+    for (auto& im : job->imports) {
       auto* s = find(r.seqs[im.item]);
       if (s == nullptr) // freed while the job ran (its KV is freed with the next job)
         continue;
+      if (im.exhausted) { // no KV pages for it after all: it waits, another sequence yields
+        s->import = std::move(im.blob);
+        starved_imports.emplace_back(r.seqs[im.item], std::move(im.error));
+        continue;
+      }
       if (!im.error.empty()) {
         emit(*s, device_event::failed, "KV import failed: " + im.error);
         seqs_.erase(r.seqs[im.item]);
         continue;
       }
-      s->computed = s->import_tokens; // the tokens past it are counted below
-      s->state = seq_state::waiting;
+      s->computed = s->import_tokens;       // the tokens past it are counted below
+      if (s->state == seq_state::importing) // else parked meanwhile
+        s->state = seq_state::waiting;
     }
+    if (!starved_imports.empty() && !preempt_one()) // nothing to make room: they fail
+      for (auto& [id, error] : starved_imports)
+        if (auto* s = find(id)) {
+          emit(*s, device_event::failed, "KV import failed: " + error);
+          seqs_.erase(id);
+        }
     if (!r.output) {
       if (r.output.error().code == errc::exhausted && preempt_one()) {
         spare_job_ = std::move(job);

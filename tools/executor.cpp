@@ -61,10 +61,12 @@ struct tool_executor::state {
   ~state() { stop(); } // the workers' jobs use this state: they end first
 
   // Admits `call` (see tool_executor::submit).
-  bool submit(tool_submission& call) {
+  submit_result submit(tool_submission& call) {
     std::unique_lock guard{mutex};
-    if (stopping || (free.empty() && waiting.size() >= options.queue_capacity))
-      return false;
+    if (stopping)
+      return submit_result::stopped;
+    if (free.empty() && waiting.size() >= options.queue_capacity)
+      return submit_result::full;
     auto key = next_key++;
     bool arm = false;
     if (call.deadline != no_deadline) {
@@ -83,7 +85,7 @@ struct tool_executor::state {
       guard.unlock();
       schedule_sweep();
     }
-    return true;
+    return submit_result::accepted;
   }
 
   // Hands call `key` to worker `w`. A free worker's queue holds at most the tail of its last
@@ -108,15 +110,7 @@ struct tool_executor::state {
   // next waiting call, until none waits.
   void work(std::size_t w, std::uint64_t key, std::string name, std::string args) {
     for (;;) {
-      tool_reply reply;
-      auto out = tools->call(name, args);
-      if (out) {
-        reply.ok = true;
-        reply.content = std::move(out->content);
-        reply.details_json = boost::json::serialize(out->details);
-      } else {
-        reply.content = out.error().message;
-      }
+      auto reply = run(name, args);
       std::unique_lock guard{mutex};
       std::optional<tool_submission> done;
       if (auto it = running.find(key); it != running.end()) { // else it timed out
@@ -141,6 +135,28 @@ struct tool_executor::state {
       if (!more)
         return;
     }
+  }
+
+  // Runs one call; a tool that throws answers with the error, so its worker goes on.
+  tool_reply run(const std::string& name, const std::string& args) {
+    tool_reply reply;
+    try {
+      auto out = tools->call(name, args);
+      if (out) {
+        reply.ok = true;
+        reply.content = std::move(out->content);
+        reply.details_json = boost::json::serialize(out->details);
+      } else {
+        reply.content = out.error().message;
+      }
+    } catch (const std::exception& e) {
+      reply = {};
+      reply.content = "tool '" + name + "' threw: " + e.what();
+    } catch (...) {
+      reply = {};
+      reply.content = "tool '" + name + "' threw";
+    }
+    return reply;
   }
 
   void finished_with_deadline(const tool_submission& call) {
@@ -258,7 +274,7 @@ private:
     auto key = next_key_++;
     tool_submission call{std::move(name), std::move(args), deadline,
                          caf::actor_cast<caf::actor>(this), key};
-    if (!state_->submit(call)) {
+    if (state_->submit(call) != submit_result::accepted) {
       tool_reply busy;
       busy.busy = true;
       std::lock_guard guard{state_->mutex};
@@ -312,7 +328,7 @@ tool_executor::start(domain& home, std::shared_ptr<const tool_registry> tools,
 
 tool_executor::~tool_executor() = default;
 
-bool tool_executor::submit(tool_submission& call) {
+submit_result tool_executor::submit(tool_submission& call) {
   return state_->submit(call);
 }
 

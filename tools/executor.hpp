@@ -9,6 +9,7 @@
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
 
+#include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/topology.hpp"
 #include "tools/registry.hpp"
@@ -93,10 +94,9 @@ public:
   /// Leaves the executor running: its actor owns it (an exit message to the actor stops it).
   ~tool_executor();
 
-  /// Queues `call` without blocking: false, with `call` untouched, when `concurrency` calls run
-  /// and `queue_capacity` wait (busy) or the executor has stopped; true when `call.reply_to`
-  /// will get exactly one result.
-  bool submit(tool_submission& call);
+  /// Queues `call` without blocking: accepted when `call.reply_to` will get exactly one result;
+  /// full (`concurrency` calls run and `queue_capacity` wait) or stopped with `call` untouched.
+  submit_result submit(tool_submission& call);
 
   /// The executor's actor (see tool_call_atom); it stops the executor when it exits.
   const caf::actor& actor() const noexcept { return actor_; }

@@ -125,6 +125,7 @@ private:
 
   void ask_next() {
     auto deadline = start_ + call_.deadline;
+    std::size_t stopped = 0;
     while (tried_ < executors_.size()) {
       auto& executor = executors_[(next_ + tried_) % executors_.size()];
       ++tried_;
@@ -134,8 +135,14 @@ private:
       }
       tool_submission s{call_.name, call_.arguments_json, deadline,
                         caf::actor_cast<caf::actor>(this), ++ticket_};
-      if (executor->submit(s))
+      auto r = executor->submit(s);
+      if (r == submit_result::accepted)
         return; // the result or a timeout comes as tool_result_atom
+      stopped += r == submit_result::stopped;
+    }
+    if (stopped == executors_.size()) { // not busy: no executor will take calls again
+      finish_failed("tool '" + call_.name + "': every tool executor has stopped");
+      return;
     }
     counters_->inc(counters_->busy);
     tool_reply busy;

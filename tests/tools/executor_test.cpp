@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
+#include "tests/printers.hpp"
 #include "tests/tools/test_support.hpp"
 #include "tools/executor.hpp"
 
@@ -35,11 +36,13 @@ std::map<std::uint64_t, triad::tool_reply> results(caf::scoped_actor& self, std:
 // executor's actor is told to exit and the domain stopped at the end.
 struct started_executor {
   explicit started_executor(std::size_t concurrency,
-                            std::size_t queue = triad::defaults::tool_executor::queue_capacity) {
+                            std::size_t queue = triad::defaults::tool_executor::queue_capacity,
+                            std::shared_ptr<const triad::tool_registry> tools = nullptr) {
     triad::tool_executor_options o;
     o.concurrency = concurrency;
     o.queue_capacity = queue;
-    auto started = triad::tool_executor::start(dom, triad::test::sleeper_registry(), o);
+    auto started =
+        triad::tool_executor::start(dom, tools ? tools : triad::test::sleeper_registry(), o);
     BOOST_REQUIRE(started.has_value());
     ex = std::move(started).value();
   }
@@ -139,7 +142,7 @@ BOOST_AUTO_TEST_CASE(submitted_calls_report_straight_to_their_caller_once_each) 
   // More calls than workers: the workers take the waiting ones themselves.
   for (std::uint64_t id = 1; id <= 6; ++id) {
     auto s = nap(20, id, caf::actor{self});
-    BOOST_REQUIRE(f.ex->submit(s));
+    BOOST_REQUIRE(f.ex->submit(s) == triad::submit_result::accepted);
   }
   auto got = results(self, 6);
   BOOST_TEST(got.size() == 6u);
@@ -156,9 +159,9 @@ BOOST_AUTO_TEST_CASE(a_submission_beyond_the_queue_is_refused_at_once_and_left_u
   auto running = nap(300, 1, caf::actor{self});
   auto waiting = nap(10, 2, caf::actor{self});
   auto refused = nap(10, 3, caf::actor{self});
-  BOOST_REQUIRE(f.ex->submit(running));
-  BOOST_REQUIRE(f.ex->submit(waiting));
-  BOOST_TEST(!f.ex->submit(refused));
+  BOOST_REQUIRE(f.ex->submit(running) == triad::submit_result::accepted);
+  BOOST_REQUIRE(f.ex->submit(waiting) == triad::submit_result::accepted);
+  BOOST_TEST(f.ex->submit(refused) == triad::submit_result::full);
   BOOST_TEST(refused.name == "nap"); // the caller can take it elsewhere
   BOOST_TEST((refused.reply_to == caf::actor{self}));
   auto got = results(self, 2);
@@ -174,7 +177,7 @@ BOOST_AUTO_TEST_CASE(a_submitted_call_past_its_deadline_times_out_once_and_the_n
   auto waiting = nap(10, 2, caf::actor{self}, 150ms);
   auto spared = nap(10, 3, caf::actor{self});
   for (auto* s : {&running, &waiting, &spared})
-    BOOST_REQUIRE(f.ex->submit(*s));
+    BOOST_REQUIRE(f.ex->submit(*s) == triad::submit_result::accepted);
   auto got = results(self, 3);
   BOOST_TEST(got[1].timed_out);
   BOOST_TEST(!got[1].ok);
@@ -191,15 +194,36 @@ BOOST_AUTO_TEST_CASE(stopping_finishes_the_running_call_answers_the_waiting_and_
   caf::scoped_actor self{f.dom.system()};
   auto running = nap(200, 1, caf::actor{self});
   auto waiting = nap(10, 2, caf::actor{self});
-  BOOST_REQUIRE(f.ex->submit(running));
-  BOOST_REQUIRE(f.ex->submit(waiting));
+  BOOST_REQUIRE(f.ex->submit(running) == triad::submit_result::accepted);
+  BOOST_REQUIRE(f.ex->submit(waiting) == triad::submit_result::accepted);
   f.ex->stop();
   auto got = results(self, 2);
   BOOST_TEST(got[1].ok);
   BOOST_TEST(!got[2].ok);
   BOOST_TEST(got[2].content.find("stopped") != std::string::npos);
   auto late = nap(10, 3, caf::actor{self});
-  BOOST_TEST(!f.ex->submit(late));
+  BOOST_TEST(f.ex->submit(late) == triad::submit_result::stopped);
+}
+
+BOOST_AUTO_TEST_CASE(a_tool_that_throws_answers_with_the_error_and_its_worker_goes_on) {
+  auto tools = triad::test::sleeper_registry();
+  auto added = tools->add({"boom", "throws", json::parse(R"({"type": "object"})").as_object()},
+                          [](const json::object&) -> triad::expected<triad::tool_output> {
+                            throw std::runtime_error{"kaboom"};
+                          });
+  BOOST_REQUIRE(added.has_value());
+  // One worker: it must survive the throw to run the nap.
+  started_executor f{1, triad::defaults::tool_executor::queue_capacity, tools};
+  caf::scoped_actor self{f.dom.system()};
+  triad::tool_submission boom{"boom", "{}", std::chrono::steady_clock::time_point::max(),
+                              caf::actor{self}, 1};
+  auto after = nap(10, 2, caf::actor{self});
+  BOOST_REQUIRE(f.ex->submit(boom) == triad::submit_result::accepted);
+  BOOST_REQUIRE(f.ex->submit(after) == triad::submit_result::accepted);
+  auto got = results(self, 2);
+  BOOST_TEST(!got[1].ok);
+  BOOST_TEST(got[1].content.find("kaboom") != std::string::npos, got[1].content);
+  BOOST_TEST(got[2].ok);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
