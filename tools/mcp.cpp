@@ -101,7 +101,8 @@ expected<void> mcp_client::launch() {
   std::string note =
       json::serialize(json::object{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}) +
       "\n";
-  [[maybe_unused]] auto n = ::write(to_server_, note.data(), note.size());
+  // A server that exits right away shows at the next call; the note itself may go unread.
+  [[maybe_unused]] auto sent = write_all(to_server_, note.data(), note.size());
   backoff_ = defaults::mcp::min_backoff;
   return {};
 }

@@ -22,6 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "runtime/io.hpp"
+
 namespace triad {
 
 namespace {
@@ -375,7 +377,8 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
       if (fds[i].revents == 0)
         continue;
       if (fds[i].fd == in_w.fd) {
-        auto w = ::write(in_w.fd, req.stdin_data.data() + written, req.stdin_data.size() - written);
+        auto w = write_no_sigpipe(in_w.fd, req.stdin_data.data() + written,
+                                  req.stdin_data.size() - written);
         if (w > 0)
           written += static_cast<std::size_t>(w);
         if (w < 0 && errno != EAGAIN)
