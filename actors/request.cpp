@@ -87,7 +87,9 @@ public:
       return {};
     }
     if (req_.prior && req_.prior->kv && req_.prior->kv->tokens < tokens_.size()) {
-      parked_blob_ = req_.prior->kv; // the earlier turns' KV: only this turn's tokens are new
+      // The earlier turns' KV (a copy: the conversation keeps its own); only this turn's tokens
+      // are new.
+      parked_blob_ = std::make_shared<const kv_blob>(*req_.prior->kv);
       begin_decode();
     } else {
       begin_prefill();
@@ -194,7 +196,7 @@ private:
 
   // Admits `order` on `h` (import when `blob` is given); on busy, tells the router and routes
   // again.
-  void admit(holding h, generate_request order, std::optional<kv_blob> blob, route_stage s,
+  void admit(holding h, generate_request order, std::shared_ptr<const kv_blob> blob, route_stage s,
              std::uint64_t prefilled) {
     auto seq = order.seq;
     auto handle = [this, h, seq, s, prefilled](admission& a) mutable {
@@ -228,7 +230,7 @@ private:
       fail("device " + h.name + " did not answer: " + to_string(e));
     };
     if (blob)
-      request(h.device, caf::infinite, import_atom::value, std::move(*blob), std::move(order))
+      request(h.device, caf::infinite, import_atom::value, std::move(blob), std::move(order))
           .then(handle, on_error);
     else
       request(h.device, caf::infinite, generate_atom::value, std::move(order))
@@ -256,7 +258,7 @@ private:
       // A prefill device hands the KV over with its done event (no move_out round trip).
       order.move_out_when_done = !mono;
       auto n = order.prompt.size();
-      admit(std::move(h), std::move(order), std::nullopt, s, n);
+      admit(std::move(h), std::move(order), nullptr, s, n);
     });
   }
 
@@ -267,7 +269,7 @@ private:
     auto from = prefill_;
     if (moved) {
       prefill_ = {};
-      parked_blob_ = std::move(moved);
+      parked_blob_ = std::make_shared<const kv_blob>(std::move(*moved));
       begin_decode(from.name); // gives the prefill slot back with the decode order
       return;
     }
@@ -276,7 +278,7 @@ private:
         .then(
             [this, from](kv_blob& blob) {
               prefill_ = {};
-              parked_blob_ = std::move(blob);
+              parked_blob_ = std::make_shared<const kv_blob>(std::move(blob));
               begin_decode(from.name); // gives the prefill slot back with the decode order
             },
             [this](caf::error& e) { fail("KV export failed: " + to_string(e)); });
@@ -477,7 +479,7 @@ private:
     request(held.device, caf::infinite, move_out_atom::value, held.seq)
         .then(
             [this, held](kv_blob& blob) {
-              parked_blob_ = std::move(blob);
+              parked_blob_ = std::make_shared<const kv_blob>(std::move(blob));
               demoting_ = false;
               if (pending_result_)
                 continue_after_tool();
@@ -619,7 +621,9 @@ private:
   std::uint32_t retries_ = 0;    // moves to another device after failures
   std::vector<std::string> failed_devices_; // devices that failed this request
   holding prefill_, decode_;
-  std::optional<kv_blob> parked_blob_;
+  // The KV between devices (a transfer, a demotion), shared with the device importing it, so a
+  // retry elsewhere needs no copy.
+  std::shared_ptr<const kv_blob> parked_blob_;
   std::optional<kv_blob> kept_kv_; // keep_kv: the KV exported at the end
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;
   std::vector<token> call_;     // tokens of the tool call being written

@@ -127,7 +127,7 @@ struct step_job {
   // KV); `error` is the driver's answer, empty when the import succeeded.
   struct import {
     std::size_t item = 0;
-    kv_blob blob;
+    std::shared_ptr<const kv_blob> blob; // shared with its sender: not copied
     std::string error;
     bool exhausted = false; // the error was a lack of KV pages: the import waits and retries
   };
@@ -191,8 +191,8 @@ struct step_job {
     for (auto id : frees)
       be->free(id);
     for (auto& im : imports) {
-      std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(im.blob.bytes.data()),
-                                       im.blob.bytes.size()};
+      std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(im.blob->bytes.data()),
+                                       im.blob->bytes.size()};
       if (auto ok = be->import_kv(items[im.item].seq, bytes); !ok) {
         im.error = ok.error().message;
         im.exhausted = ok.error().code == errc::exhausted;
@@ -386,13 +386,10 @@ public:
           exports_.erase(it);
         },
         [this](import_atom, kv_blob& blob, generate_request& req) -> admission {
-          // At least one token past the KV: its logits give the next token.
-          if (req.prompt.size() <= blob.tokens)
-            return refuse("invalid: sequence " + std::to_string(req.seq) + " has " +
-                          std::to_string(req.prompt.size()) + " tokens; its KV covers " +
-                          std::to_string(blob.tokens) + ", and at least one more is needed");
-          // The import runs in the sequence's first step job, before the step.
-          return admit(std::move(req), std::move(blob));
+          return import(std::make_shared<const kv_blob>(std::move(blob)), std::move(req));
+        },
+        [this](import_atom, std::shared_ptr<const kv_blob>& blob, generate_request& req) {
+          return import(std::move(blob), std::move(req));
         },
         [this](step_done_atom, std::shared_ptr<step_job>& job) { on_step(std::move(job)); },
     };
@@ -412,8 +409,8 @@ private:
     bool finished = false;
     std::shared_ptr<sample_plan> plan; // how its tokens are chosen (on the driver)
     std::uint64_t admitted_order = 0;
-    std::optional<kv_blob> import;   // importing: the KV to import with its first step
-    std::uint64_t import_tokens = 0; // importing, once in a job: the tokens its KV covers
+    std::shared_ptr<const kv_blob> import; // importing: the KV to import with its first step
+    std::uint64_t import_tokens = 0;       // importing, once in a job: the tokens its KV covers
   };
 
   // Answers the sequence's KV as bytes, copied out on the driver; with `then_free`, the sequence
@@ -463,10 +460,23 @@ private:
     return admission{false, std::move(why)};
   }
 
+  // Admits a sequence whose KV comes from `blob`; the import runs in the sequence's first step
+  // job, before the step.
+  admission import(std::shared_ptr<const kv_blob> blob, generate_request req) {
+    if (!blob)
+      return refuse("invalid: sequence " + std::to_string(req.seq) + " has no KV to import");
+    // At least one token past the KV: its logits give the next token.
+    if (req.prompt.size() <= blob->tokens)
+      return refuse("invalid: sequence " + std::to_string(req.seq) + " has " +
+                    std::to_string(req.prompt.size()) + " tokens; its KV covers " +
+                    std::to_string(blob->tokens) + ", and at least one more is needed");
+    return admit(std::move(req), std::move(blob));
+  }
+
   // Admits a sequence; with `import`, its KV comes from those bytes, imported in the step job
   // that first computes the tokens past them.
-  admission admit(generate_request req, std::optional<kv_blob> import = std::nullopt) {
-    bool importing = import.has_value();
+  admission admit(generate_request req, std::shared_ptr<const kv_blob> import = nullptr) {
+    bool importing = import != nullptr;
     interrupt_burst();
     if (req.prompt.empty())
       return refuse("invalid: sequence " + std::to_string(req.seq) + " has an empty prompt");
@@ -625,8 +635,7 @@ private:
       job->add_item(s->req.seq, first, first + static_cast<std::ptrdiff_t>(chunk));
       if (importing) {
         s->import_tokens = computed;
-        job->imports.push_back({job->item_count - 1, std::move(*s->import), {}});
-        s->import.reset();
+        job->imports.push_back({job->item_count - 1, std::move(s->import), {}});
       }
       budget -= chunk;
     }
@@ -744,6 +753,7 @@ private:
       if (s->state == seq_state::importing) // else parked meanwhile
         s->state = seq_state::waiting;
     }
+    job->imports.clear(); // the blobs' memory goes now, not with the next job
     if (!starved_imports.empty() && !preempt_one()) // nothing to make room: they fail
       for (auto& [id, error] : starved_imports)
         if (auto* s = find(id)) {

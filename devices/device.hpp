@@ -37,7 +37,9 @@ using move_out_atom = caf::atom_constant<caf::atom("moveout")>;
 /// Admits a sequence whose KV arrives as bytes: `(import_atom, kv_blob, generate_request)` ->
 /// admission; the request's prompt holds every token so far, at least one more than the blob
 /// covers (typically the first generated token); those past the blob are prefilled, then
-/// generation goes on.
+/// generation goes on. `(import_atom, std::shared_ptr<const kv_blob>, generate_request)` is the
+/// same without a copy of the bytes: a caller that keeps the blob (to try another device when
+/// this one is busy) shares it with the device until the import has run.
 using import_atom = caf::atom_constant<caf::atom("import")>;
 /// Asks for a device_stats snapshot: `(stats_atom)`.
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
@@ -201,3 +203,4 @@ expected<caf::actor> spawn_device(domain& home, std::unique_ptr<backend> backend
 } // namespace triad
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::device_event::kind_t)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const triad::kv_blob>)

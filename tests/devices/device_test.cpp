@@ -350,8 +350,9 @@ struct prefill_then_decode {
   }
   // Imports `blob` with the prompt and the prefill device's `first` token into the decode
   // device; returns `first` and the tokens decoded there.
-  std::vector<triad::token> decode(caf::scoped_actor& self, const triad::kv_blob& blob,
-                                   triad::token first) {
+  // `Blob`: a kv_blob, or a shared_ptr to one (imported without a copy).
+  template<class Blob>
+  std::vector<triad::token> decode(caf::scoped_actor& self, const Blob& blob, triad::token first) {
     auto cont = dec.request(1, 24, 7, self);
     cont.prompt.push_back(first);
     triad::admission a;
@@ -413,6 +414,24 @@ BOOST_AUTO_TEST_CASE(a_sequence_moving_out_when_done_hands_its_kv_over_with_done
                [](caf::error&) {});
   // Its KV decodes on another device as an exported one does.
   BOOST_TEST(p.decode(self, done.kv, first[0]) == reference);
+}
+
+BOOST_AUTO_TEST_CASE(a_shared_kv_blob_is_imported_without_a_copy_and_let_go_after) {
+  prefill_then_decode p;
+  auto reference = p.reference();
+  caf::scoped_actor self{p.pre.dom->system()};
+  auto req = p.pre.request(1, 24, 8, self);
+  req.move_out_when_done = true;
+  BOOST_REQUIRE(p.pre.submit(self, req).accepted);
+  auto events = p.pre.collect(self, 1)[1];
+  BOOST_REQUIRE(!events.empty());
+  auto first = tokens_of(events);
+  BOOST_REQUIRE_EQUAL(first.size(), 1u);
+  auto blob = std::make_shared<const triad::kv_blob>(std::move(events.back().kv));
+  auto bytes = blob->bytes; // what the holder keeps must not change
+  BOOST_TEST(p.decode(self, blob, first[0]) == reference);
+  BOOST_TEST((blob->bytes == bytes));
+  BOOST_TEST(blob.use_count() == 1); // the device let go of it once imported
 }
 
 BOOST_AUTO_TEST_CASE(a_burst_of_exports_past_the_driver_queue_is_answered_in_full) {
