@@ -350,6 +350,17 @@ struct prefill_then_decode {
   }
   // Imports `blob` with the prompt and the prefill device's `first` token into the decode
   // device; returns `first` and the tokens decoded there.
+  // Runs seq 1 on the prefill device, moving out when done; returns its events (the last one
+  // done, with the KV).
+  std::vector<triad::device_event> prefill_moving_out(caf::scoped_actor& self) {
+    auto req = pre.request(1, 24, 8, self);
+    req.move_out_when_done = true;
+    BOOST_REQUIRE(pre.submit(self, req).accepted);
+    auto events = pre.collect(self, 1)[1];
+    BOOST_REQUIRE(!events.empty());
+    BOOST_REQUIRE_EQUAL(tokens_of(events).size(), 1u); // a prefill device stops after one
+    return events;
+  }
   // `Blob`: a kv_blob, or a shared_ptr to one (imported without a copy).
   template<class Blob>
   std::vector<triad::token> decode(caf::scoped_actor& self, const Blob& blob, triad::token first) {
@@ -395,18 +406,13 @@ BOOST_AUTO_TEST_CASE(a_sequence_moving_out_when_done_hands_its_kv_over_with_done
   prefill_then_decode p;
   auto reference = p.reference();
   caf::scoped_actor self{p.pre.dom->system()};
-  auto req = p.pre.request(1, 24, 8, self);
-  req.move_out_when_done = true;
-  BOOST_REQUIRE(p.pre.submit(self, req).accepted);
-  auto events = p.pre.collect(self, 1)[1];
-  BOOST_REQUIRE(!events.empty());
+  auto events = p.prefill_moving_out(self);
   auto& done = events.back();
   BOOST_REQUIRE(done.kind == triad::device_event::done);
   BOOST_TEST(done.message == "length");
   BOOST_TEST(done.kv.tokens == 24u);
   BOOST_REQUIRE(!done.kv.bytes.empty());
   auto first = tokens_of(events);
-  BOOST_REQUIRE_EQUAL(first.size(), 1u);
   // The sequence is gone from the prefill device: nothing held, nothing left to export.
   BOOST_TEST(p.pre.stats(self).sequences == 0u);
   self->request(p.pre.device, caf::infinite, triad::export_atom::value, triad::seq_id{1})
@@ -420,13 +426,8 @@ BOOST_AUTO_TEST_CASE(a_shared_kv_blob_is_imported_without_a_copy_and_let_go_afte
   prefill_then_decode p;
   auto reference = p.reference();
   caf::scoped_actor self{p.pre.dom->system()};
-  auto req = p.pre.request(1, 24, 8, self);
-  req.move_out_when_done = true;
-  BOOST_REQUIRE(p.pre.submit(self, req).accepted);
-  auto events = p.pre.collect(self, 1)[1];
-  BOOST_REQUIRE(!events.empty());
+  auto events = p.prefill_moving_out(self);
   auto first = tokens_of(events);
-  BOOST_REQUIRE_EQUAL(first.size(), 1u);
   auto blob = std::make_shared<const triad::kv_blob>(std::move(events.back().kv));
   auto bytes = blob->bytes; // what the holder keeps must not change
   BOOST_TEST(p.decode(self, blob, first[0]) == reference);
