@@ -62,6 +62,27 @@ struct sample_plan {
   }
 };
 
+// On the driver thread: sequence `seq`'s KV copied out of `be`.
+expected<kv_blob> export_blob(backend& be, seq_id seq) {
+  auto bytes = be.export_kv(seq);
+  if (!bytes)
+    return bytes.error();
+  kv_blob blob;
+  blob.seq = seq;
+  blob.tokens = be.length(seq);
+  blob.bytes.resize(bytes->size());
+  std::memcpy(blob.bytes.data(), bytes->data(), bytes->size());
+  return blob;
+}
+
+// On the driver thread: lets go of `seq`, the full pages of its `computed` tokens (empty: none)
+// going into the prefix cache first.
+void publish_and_free(backend& be, seq_id seq, const std::vector<token>& computed) {
+  if (!computed.empty())
+    be.publish(seq, computed);
+  be.free(seq);
+}
+
 struct step_job;
 
 } // namespace
@@ -107,10 +128,10 @@ struct device_metrics {
 };
 
 // One job for the driver thread: the frees, KV imports and prefix lookups queued before the
-// step, the step,
-// and the choice of each completed prompt's next token. Then, up to `max_steps` steps in all,
-// the sequences whose token did not end them decode again with it, until the steps have taken
-// `window` or the actor raises `interrupt` (a message that changes the batch has arrived).
+// step, the step, and the choice of each completed prompt's next token. Then, up to `max_steps`
+// steps in all, the sequences whose token did not end them decode again with it, until the steps
+// have taken `window` or the actor raises `interrupt` (a message that changes the batch has
+// arrived). Last, the sequences that move out when done and are done are exported and freed.
 // A device keeps one job object and fills it again for each job (one job is in flight at a
 // time): its vectors keep their memory, so a job costs no allocation on the actor's thread and
 // no memory goes from one thread to the other to be freed there.
@@ -263,18 +284,13 @@ struct step_job {
     if (mo.reason == nullptr || (mo.park_on_stop && last != tokenizer::eos && plan->stops_at(last)))
       return; // generation goes on, or the sequence parks
     auto seq = r.seqs[mo.item];
-    auto bytes = be->export_kv(seq);
-    if (!bytes) {
-      mo.error = bytes.error().message;
+    auto blob = export_blob(*be, seq);
+    if (!blob) {
+      mo.error = blob.error().message;
       return;
     }
-    mo.blob.seq = seq;
-    mo.blob.tokens = be->length(seq);
-    mo.blob.bytes.resize(bytes->size());
-    std::memcpy(mo.blob.bytes.data(), bytes->data(), bytes->size());
-    if (!mo.publish.empty())
-      be->publish(seq, mo.publish);
-    be->free(seq);
+    mo.blob = std::move(*blob);
+    publish_and_free(*be, seq, mo.publish);
     mo.moved = true;
   }
 
@@ -425,17 +441,14 @@ private:
     exports_.emplace(key, promise);
     auto self = caf::actor_cast<caf::actor>(this);
     auto job = [be = backend_, id, key, self] {
-      auto bytes = be->export_kv(id);
+      auto out = export_blob(*be, id);
       kv_blob blob;
       blob.seq = id;
       std::string error;
-      if (bytes) {
-        blob.tokens = be->length(id);
-        blob.bytes.resize(bytes->size());
-        std::memcpy(blob.bytes.data(), bytes->data(), bytes->size());
-      } else {
-        error = bytes.error().message;
-      }
+      if (out)
+        blob = std::move(*out);
+      else
+        error = out.error().message;
       caf::anon_send(self, export_done_atom::value, key, std::move(blob), std::move(error));
     };
     submit(std::move(job));
@@ -523,9 +536,7 @@ private:
     // The backend is only touched on the driver thread; the KV's full pages go into the prefix
     // cache before the sequence lets go of them.
     submit([be = backend_, id, computed = std::move(computed)] {
-      if (!computed.empty())
-        be->publish(id, computed);
-      be->free(id);
+      publish_and_free(*be, id, computed);
     });
     update_gauges();
   }
