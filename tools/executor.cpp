@@ -55,8 +55,7 @@ struct tool_executor::state {
   std::vector<std::size_t> free; // idle workers
   std::uint64_t next_key = 0;
   bool stopping = false;
-  bool sweep_armed = false;      // a sweep is scheduled on the actor
-  std::size_t with_deadline = 0; // calls waiting or running that have a deadline
+  bool sweep_armed = false; // a sweep is scheduled on the actor
 
   ~state() { stop(); } // the workers' jobs use this state: they end first
 
@@ -68,18 +67,14 @@ struct tool_executor::state {
     if (free.empty() && waiting.size() >= options.queue_capacity)
       return submit_result::full;
     auto key = next_key++;
-    bool arm = false;
-    if (call.deadline != no_deadline) {
-      ++with_deadline;
-      arm = !std::exchange(sweep_armed, true);
-    }
+    bool arm = call.deadline != no_deadline && !std::exchange(sweep_armed, true);
     if (free.empty()) {
       waiting.emplace_back(key, std::move(call));
     } else {
       auto w = free.back();
       free.pop_back();
-      auto& run = running.emplace(key, std::move(call)).first->second;
-      start(w, key, run.name, std::move(run.arguments_json), guard);
+      auto& entry = running.emplace(key, std::move(call)).first->second;
+      start(w, key, entry.name, std::move(entry.arguments_json), guard);
     }
     if (arm) {
       guard.unlock();
@@ -99,7 +94,6 @@ struct tool_executor::state {
       auto it = running.find(key);
       auto call = std::move(it->second);
       running.erase(it);
-      finished_with_deadline(call);
       guard.unlock();
       send_result(call, stopped_reply());
       guard.lock();
@@ -116,16 +110,15 @@ struct tool_executor::state {
       if (auto it = running.find(key); it != running.end()) { // else it timed out
         done = std::move(it->second);
         running.erase(it);
-        finished_with_deadline(*done);
       }
       bool more = !stopping && !waiting.empty();
       if (more) {
         auto [next, call] = std::move(waiting.front());
         waiting.pop_front();
         key = next;
-        auto& run = running.emplace(key, std::move(call)).first->second;
-        name = run.name;
-        args = std::move(run.arguments_json); // the running entry needs its name alone
+        auto& entry = running.emplace(key, std::move(call)).first->second;
+        name = entry.name;
+        args = std::move(entry.arguments_json); // the running entry needs its name alone
       } else {
         free.push_back(w);
       }
@@ -159,11 +152,6 @@ struct tool_executor::state {
     return reply;
   }
 
-  void finished_with_deadline(const tool_submission& call) {
-    if (call.deadline != no_deadline)
-      --with_deadline;
-  }
-
   void schedule_sweep() {
     if (auto self = caf::actor_cast<caf::actor>(actor))
       caf::delayed_anon_send(self, defaults::tool_executor::deadline_check, expire_atom::value);
@@ -177,21 +165,22 @@ struct tool_executor::state {
     {
       std::lock_guard guard{mutex};
       auto now = clock_type::now();
-      // Both containers hold (key, call) pairs.
+      // Both containers hold (key, call) pairs; the sweep goes on while calls with a deadline
+      // remain.
       auto take_expired = [&](auto& calls) {
         for (auto it = calls.begin(); it != calls.end();) {
           if (it->second.deadline <= now) {
             expired.push_back(std::move(it->second));
             it = calls.erase(it);
           } else {
+            again = again || it->second.deadline != no_deadline;
             ++it;
           }
         }
       };
       take_expired(waiting);
       take_expired(running);
-      with_deadline -= expired.size();
-      again = sweep_armed = with_deadline > 0;
+      sweep_armed = again;
     }
     for (auto& call : expired)
       send_result(call, timed_out_reply(call.name));

@@ -115,10 +115,9 @@ private:
 };
 
 /// Spawns the executor of a tool domain (tool_executor::start, keeping only its actor): a homed
-/// actor admitting calls up to `concurrency`
-/// running plus `queue_capacity` waiting (more are answered busy at once), running each on one
-/// of `concurrency` worker threads (the runtime bridge) so tool processes never block the
-/// domain's actors.
+/// actor admitting calls up to `concurrency` running plus `queue_capacity` waiting (more are
+/// answered busy at once), running each on one of `concurrency` worker threads (the runtime
+/// bridge) so tool processes never block the domain's actors.
 expected<caf::actor> spawn_tool_executor(domain& home, std::shared_ptr<const tool_registry> tools,
                                          tool_executor_options options = {});
 

@@ -116,19 +116,18 @@ public:
 
 private:
   void begin(std::size_t first) {
-    next_ = first;
-    tried_ = 0;
     start_ = std::chrono::steady_clock::now();
     monitor(owner_);
-    ask_next();
+    submit_from(first);
   }
 
-  void ask_next() {
+  // Submits the call to the executors in turn, starting at `first`, until one accepts; answers
+  // busy when all are full.
+  void submit_from(std::size_t first) {
     auto deadline = start_ + call_.deadline;
     std::size_t stopped = 0;
-    while (tried_ < executors_.size()) {
-      auto& executor = executors_[(next_ + tried_) % executors_.size()];
-      ++tried_;
+    for (std::size_t tried = 0; tried < executors_.size(); ++tried) {
+      auto& executor = executors_[(first + tried) % executors_.size()];
       if (std::chrono::steady_clock::now() >= deadline) {
         finish_timed_out();
         return;
@@ -185,9 +184,7 @@ private:
   tool_invocation call_;
   caf::actor owner_;
   std::vector<std::shared_ptr<tool_executor>> executors_;
-  std::size_t home_;     // the tool domain it lives in (index into the service's domains)
-  std::size_t next_ = 0; // the executor asked first for the current call
-  std::size_t tried_ = 0;
+  std::size_t home_;         // the tool domain it lives in (index into the service's domains)
   std::uint64_t ticket_ = 0; // the current submission's id (results of others are dropped)
   std::shared_ptr<tool_service::counters> counters_;
   std::shared_ptr<tool_service::idle_invocations> idle_;
