@@ -5,12 +5,62 @@
 #include <caf/all.hpp>
 
 #include "actors/router.hpp"
+#include "devices/cpu/cpu_backend.hpp"
 #include "devices/device.hpp"
 #include "devices/factory.hpp"
 #include "runtime/memory.hpp"
 #include "tools/service.hpp"
 
 namespace triad {
+
+namespace {
+
+// The configured factory or make_backend; an exception from either is the device's error.
+expected<std::unique_ptr<backend>> build_backend(const node_options& options,
+                                                 const node_config& config,
+                                                 const device_config& dev,
+                                                 std::shared_ptr<arena> storage,
+                                                 const compute_placement& compute) {
+  try {
+    return options.backend_factory ? options.backend_factory(config, dev, std::move(storage))
+                                   : make_backend(config, dev, std::move(storage), compute);
+  } catch (const std::exception& e) {
+    return make_error(errc::system_error, std::string{"building the backend threw: "} + e.what());
+  } catch (...) {
+    return make_error(errc::system_error, "building the backend threw");
+  }
+}
+
+void describe_compute(const node_config& config, const device_config& dev, const backend& be,
+                      device_report& out) {
+  out.dtype = config.model.dtype == model_dtype::f32 ? "f32" : "bf16";
+  if (dev.backend != device_backend::cpu)
+    return;
+  if (const auto* cpu = dynamic_cast<const cpu_backend*>(&be)) {
+    out.dtype = std::string{to_string(cpu->type())};
+    out.path = std::string{to_string(cpu->kernel_path())};
+  }
+  if (auto choice = cpu_compute_for(config); choice && out.path.empty())
+    out.path = std::string{to_string(choice->kernel)};
+}
+
+// triad_device_info{device, backend, dtype, path, kernel, isa} 1: what each device runs.
+void add_device_info(metrics_registry& metrics, const device_report& r) {
+  const auto& cpu = detect_cpu();
+  auto g = metrics.add_gauge("triad_device_info",
+                             "What runs each device: backend, dtype, matmul path and kernel, and "
+                             "the CPU ISA oneDNN reports (1 for each device)",
+                             {{"device", r.name},
+                              {"backend", r.backend},
+                              {"dtype", r.dtype},
+                              {"path", r.path},
+                              {"kernel", r.kernel},
+                              {"isa", r.backend == "cpu" ? cpu.onednn_isa : ""}});
+  if (g)
+    (*g)->set(1);
+}
+
+} // namespace
 
 struct node::live_set {
   mutable std::mutex mutex;
@@ -29,6 +79,9 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   if (!p)
     return p.error();
   n->plan_ = std::move(*p);
+  if (!options.backend_factory)
+    if (auto ok = check_backends(config); !ok)
+      return ok.error();
   const bool machine = config.topology.source == topology_source::machine;
   const bool bind = machine && config.topology.bind_threads;
   auto domains = domain_set::start(*n->topo_, n->plan_, config.scheduler, bind);
@@ -49,10 +102,29 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
                                  machine ? n->topo_.get() : nullptr);
     if (!storage)
       return storage.error();
-    auto be = options.backend_factory ? options.backend_factory(config, dev, std::move(*storage))
-                                      : make_backend(config, dev, std::move(*storage));
-    if (!be)
-      return make_error(be.error().code, "device '" + dev.name + "': " + be.error().message);
+    compute_placement compute;
+    for (auto core : placed->compute_cores)
+      compute.team.push_back(n->topo_->info().cores[core].pus);
+    compute.topo = bind ? n->topo_.get() : nullptr;
+    auto be = build_backend(options, config, dev, std::move(*storage), compute);
+    device_report report;
+    report.name = dev.name;
+    report.backend = std::string{to_string(dev.backend)};
+    if (!be) {
+      // Config errors were refused above; what fails now (oneDNN, memory) fails this device
+      // only: it answers with the error and the node serves on the others.
+      report.failure = "device '" + dev.name + "': " + be.error().message;
+      auto shape = model_preset(config.model.preset);
+      if (!shape)
+        return shape.error();
+      be = make_failed_backend(*shape, config.model.page_tokens,
+                               make_error(be.error().code, report.failure));
+    }
+    report.kernel = (*be)->kernel();
+    report.team = compute.team.size();
+    describe_compute(config, dev, **be, report);
+    add_device_info(n->metrics_, report);
+    n->reports_.push_back(report);
     device_options o;
     o.name = dev.name;
     o.role = dev.role;

@@ -41,6 +41,17 @@ struct node_options {
       backend_factory;
 };
 
+/// What runs one device, as the node built it (for start-up logs, triad-node and tests).
+struct device_report {
+  std::string name;    ///< config name
+  std::string backend; ///< "cpu", "sim", "cuda"
+  std::string kernel;  ///< backend::kernel(): what does its matmuls (or "failed: ...")
+  std::string dtype;   ///< element type it computes in ("bf16", "f32")
+  std::string path;    ///< cpu devices: the matmul path (cpu_kernel), else empty
+  std::size_t team = 0; ///< cpu devices: threads of its compute team (its compute cores)
+  std::string failure; ///< why its backend did not build (it then answers every step so)
+};
+
 /// A triad node embedded in a process: the topology, the per-domain actor systems, the device
 /// actors, the tool domains and the router, started from one configuration. Requests go in with
 /// submit() and come out as events.
@@ -63,6 +74,8 @@ public:
   domain_set& domains() noexcept { return *domains_; }
   /// The node's metrics (Prometheus text via render).
   metrics_registry& metrics() noexcept { return metrics_; }
+  /// What each device runs, in config order.
+  const std::vector<device_report>& device_reports() const noexcept { return reports_; }
   /// The device actors by config name.
   const std::vector<std::pair<std::string, caf::actor>>& devices() const noexcept {
     return devices_;
@@ -104,6 +117,7 @@ private:
   std::unique_ptr<domain_set> domains_;
   std::unique_ptr<tool_service> tools_;
   std::vector<std::pair<std::string, caf::actor>> devices_;
+  std::vector<device_report> reports_;
   caf::actor router_;
   std::shared_ptr<const request_context> context_;
   std::atomic<std::uint64_t> next_id_{1};

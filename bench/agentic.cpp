@@ -26,6 +26,7 @@
 #include "bench/report.hpp"
 #include "devices/device.hpp"
 #include "tools/registry.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace {
 
@@ -228,7 +229,9 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
 
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"triad-bench-agentic: three_stage vs monolithic, pin/demote vs discard, on "
                "simulated H200 prefill and SN40L decode devices"};
   triad::bench::common_options common;
@@ -317,4 +320,10 @@ int main(int argc, char** argv) {
   if (!json_path.empty() && !rep.write(json_path))
     return 1;
   return errors == 0 ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("triad-bench-agentic", argc, argv, run);
 }

@@ -1,20 +1,27 @@
-// triad-bench-cpu: the cpu backend against oneDNN's matmuls alone, in one run.
+// triad-bench-cpu: the cpu backend against oneDNN's matmuls alone and against a plain read loop,
+// in one run, for each dtype this CPU runs.
 // Prefill: achieved matmul FLOP/s of a whole prefill step over the FLOP/s of the same matmuls
 // run alone (ratio prefill_flops_over_matmul). Decode: step time against the same matmuls alone
 // at M = batch (ratio decode_overhead_over_matmul = (step - matmuls) / matmuls at batch 16),
-// and decode tokens/s at batch 1, 4, 16, 64. The matmuls alone use distinct weights per layer
-// like the model, so weight traffic is the same.
+// decode tokens/s at batch 1, 4, 16, 64, and decode_bandwidth_over_stream: the bytes a batch-1
+// step must read (weights + the KV of its context) x steps/s, over the read bandwidth of a plain
+// multi-threaded read loop on the same cores over a buffer of the same size. The matmuls alone
+// use distinct weights per layer like the model, so weight traffic is the same.
+// `--dtype` picks the dtype whose figures are the ratios (auto: what a node would run); the
+// other dtypes this CPU runs are measured too, as metrics prefixed with their name.
 
 #include <chrono>
 #include <cstdio>
 #include <random>
 
 #include <CLI/CLI.hpp>
+#include <omp.h>
 
 #include "bench/inputs.hpp"
 #include "bench/report.hpp"
 #include "devices/cpu/cpu_backend.hpp"
-#include "devices/cpu/detail/onednn_linear.hpp"
+#include "devices/cpu/detail/matrix.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace {
 
@@ -28,12 +35,12 @@ double seconds_since(clock_type::time_point start) {
 struct matmul_set {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  std::vector<std::unique_ptr<triad::detail::onednn_linear>> layers;
-  std::unique_ptr<triad::detail::onednn_linear> output;
-  std::vector<std::uint16_t> src;
+  std::vector<std::unique_ptr<triad::detail::cpu_matrix>> layers;
+  std::unique_ptr<triad::detail::cpu_matrix> output;
+  std::vector<float> src;
   std::vector<float> dst;
 
-  matmul_set(const triad::model_shape& s, triad::dtype type) {
+  matmul_set(const triad::model_shape& s, const triad::cpu_compute_choice& c) {
     unsigned qkv = (s.heads + 2 * s.kv_heads) * s.head_dim, attn = s.heads * s.head_dim;
     std::vector<float> plain(
         std::max<std::size_t>(std::size_t{s.hidden} * 2 * s.ffn, std::size_t{s.hidden} * s.vocab));
@@ -41,14 +48,15 @@ struct matmul_set {
     std::uniform_real_distribution<float> u{-0.05f, 0.05f};
     for (auto& x : plain)
       x = u(rng);
-    for (unsigned l = 0; l < s.layers; ++l) {
+    auto make = [&](unsigned k, unsigned n) {
+      return std::make_unique<triad::detail::cpu_matrix>(engine, k, n, c.kernel, c.type, c.isa,
+                                                         plain.data());
+    };
+    for (unsigned l = 0; l < s.layers; ++l)
       for (auto [k, n] :
            {std::pair{s.hidden, qkv}, {attn, s.hidden}, {s.hidden, 2 * s.ffn}, {s.ffn, s.hidden}})
-        layers.push_back(
-            std::make_unique<triad::detail::onednn_linear>(engine, k, n, type, plain.data()));
-    }
-    output = std::make_unique<triad::detail::onednn_linear>(engine, s.hidden, s.vocab, type,
-                                                            plain.data());
+        layers.push_back(make(k, n));
+    output = make(s.hidden, s.vocab);
   }
 
   // Seconds to run every layer matmul at M = rows and the output at M = out_rows.
@@ -56,8 +64,8 @@ struct matmul_set {
     std::size_t widest = 0;
     for (auto& l : layers)
       widest = std::max<std::size_t>(widest, std::max(l->k(), l->n()));
-    if (src.size() < rows * widest * 2)
-      src.assign(rows * widest * 2, 0x3c00); // bf16 or f32 bits; values do not matter
+    if (src.size() < rows * widest)
+      src.assign(rows * widest, 0.01f); // also valid bf16 bits in its first half
     if (dst.size() < rows * widest)
       dst.resize(rows * widest);
     auto start = clock_type::now();
@@ -74,95 +82,148 @@ struct matmul_set {
       f += 2.0 * rows * l->k() * l->n();
     return f + 2.0 * out_rows * output->k() * output->n();
   }
+
+  // Weight elements every step reads.
+  double weight_elements() const {
+    double e = 0;
+    for (auto& l : layers)
+      e += static_cast<double>(l->k()) * l->n();
+    return e + static_cast<double>(output->k()) * output->n();
+  }
 };
 
-} // namespace
+// Sums `n` floats: the plain read loop decode is compared with (vectorised for the CPU).
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) float
+sum_run(const float* p, std::size_t n) {
+  float acc[16] = {};
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+#pragma omp simd
+    for (std::size_t j = 0; j < 16; ++j)
+      acc[j] += p[i + j];
+  float total = 0;
+  for (float a : acc)
+    total += a;
+  for (; i < n; ++i)
+    total += p[i];
+  return total;
+}
 
-int main(int argc, char** argv) {
-  CLI::App app{"triad-bench-cpu: cpu backend prefill and decode against oneDNN matmuls alone"};
-  triad::bench::common_options common;
-  auto& json_path = common.json_path;
-  auto& quick = common.quick;
-  std::string model = "small";
-  triad::bench::add_common_options(app, common, "smaller inputs");
-  app.add_option("--model", model, "model preset")->check(CLI::IsMember({"tiny", "small"}));
-  CLI11_PARSE(app, argc, argv);
-
-  auto shape = triad::model_preset(model);
-  if (!shape) {
-    std::fprintf(stderr, "triad-bench-cpu: %s\n", shape.error().message.c_str());
-    return 1;
+// Read bandwidth (bytes/s, median of `reps`) of the calling thread's OpenMP team (the team the
+// backend computes on) reading a buffer of `bytes`.
+double stream_read_bandwidth(std::size_t bytes, int reps) {
+  std::size_t n = bytes / sizeof(float);
+  std::vector<float> buf(n);
+#pragma omp parallel for schedule(static)
+  for (std::size_t i = 0; i < n; ++i) // first touch by the reading threads
+    buf[i] = static_cast<float>(i & 7);
+  std::vector<double> rates;
+  volatile float sink = 0;
+  for (int r = 0; r <= reps; ++r) {
+    float total = 0;
+    auto start = clock_type::now();
+#pragma omp parallel reduction(+ : total)
+    {
+      auto t = static_cast<std::size_t>(omp_get_thread_num());
+      auto nt = static_cast<std::size_t>(omp_get_num_threads());
+      std::size_t begin = n * t / nt, end = n * (t + 1) / nt;
+      total += sum_run(buf.data() + begin, end - begin);
+    }
+    double s = seconds_since(start);
+    sink = sink + total;
+    if (r > 0)
+      rates.push_back(static_cast<double>(n * sizeof(float)) / s);
   }
-  const unsigned prefill_tokens = quick ? 256 : 1024;
-  const unsigned context = quick ? 128 : 512;
-  const int decode_steps = quick ? 6 : 16;
-  const int reps = quick ? 3 : 5;
+  return triad::bench::median(rates);
+}
+
+struct sizes {
+  unsigned prefill_tokens;
+  unsigned context;          // cached tokens per sequence at batch 4, 16, 64
+  unsigned bandwidth_context; // cached tokens at batch 1 for the bandwidth figure
+  int decode_steps;
+  int reps;
+};
+
+// Runs one dtype's measurements into `out` (metric names prefixed with `prefix`); sets the
+// ratios when `primary`. Returns false (having printed why) on a backend error.
+bool measure(const triad::model_shape& shape, const triad::cpu_compute_choice& choice,
+             const sizes& z, bool primary, triad::bench::report& out) {
   triad::cpu_backend_options options;
-  options.shape = *shape;
-  options.type = triad::dtype::bf16;
+  options.shape = shape;
+  options.type = choice.type;
+  options.kernel = choice.kernel;
+  options.isa = choice.isa;
   options.kv_budget_bytes = 1ull << 30;
   auto backend = triad::cpu_backend::create(options);
   if (!backend) {
     std::fprintf(stderr, "triad-bench-cpu: %s\n", backend.error().message.c_str());
-    return 1;
+    return false;
   }
   auto& b = **backend;
-  matmul_set alone{*shape, options.type};
+  matmul_set alone{shape, choice};
+  const std::string name{triad::to_string(choice.type)};
+  const std::string p = primary ? "" : name + "_";
+  auto metric = [&](const std::string& key, auto value) {
+    out.metrics[p + key] = value;
+    if (primary)
+      out.metrics[name + "_" + key] = value;
+  };
   std::mt19937 rng{7};
   auto tokens = [&](std::size_t n) { return triad::bench::random_tokens(rng, n); };
-  triad::bench::report out;
-  out.quick = quick;
-  out.metrics["model"] = model;
-  out.metrics["dtype"] = "bf16";
-  out.metrics["kernel"] = b.kernel();
+  metric("path", std::string{triad::to_string(choice.kernel)});
+  metric("kernel", b.kernel());
 
   // Prefill: one step of `prefill_tokens`, interleaved with the same matmuls alone.
   std::vector<double> prefill_s, prefill_alone_s;
-  alone.run(prefill_tokens, 1); // warm-up: primitives created
-  for (int r = 0; r <= reps; ++r) {
-    triad::step_item item{1000 + static_cast<triad::seq_id>(r), tokens(prefill_tokens)};
+  alone.run(z.prefill_tokens, 1); // warm-up: primitives created
+  for (int r = 0; r <= z.reps; ++r) {
+    triad::step_item item{1000 + static_cast<triad::seq_id>(r), tokens(z.prefill_tokens)};
     auto start = clock_type::now();
     auto res = b.step({&item, 1});
     auto s = seconds_since(start);
     b.free(item.seq);
     if (!res) {
       std::fprintf(stderr, "triad-bench-cpu: %s\n", res.error().message.c_str());
-      return 1;
+      return false;
     }
-    double a = alone.run(prefill_tokens, 1);
+    double a = alone.run(z.prefill_tokens, 1);
     if (r > 0) { // the first step creates primitives
-      out.metrics["prefill_in_step_matmul_ms"] = b.last_profile().matmul_seconds * 1e3;
-      out.metrics["prefill_attention_ms"] = b.last_profile().attention_seconds * 1e3;
+      metric("prefill_in_step_matmul_ms", b.last_profile().matmul_seconds * 1e3);
+      metric("prefill_attention_ms", b.last_profile().attention_seconds * 1e3);
       prefill_s.push_back(s);
       prefill_alone_s.push_back(a);
     }
   }
-  double mm_flops = alone.flops(prefill_tokens, 1);
+  double mm_flops = alone.flops(z.prefill_tokens, 1);
   double prefill_time = triad::bench::median(prefill_s);
   double prefill_alone = triad::bench::median(prefill_alone_s);
-  out.metrics["prefill_tokens"] = prefill_tokens;
-  out.metrics["prefill_tokens_per_s"] = prefill_tokens / prefill_time;
-  out.metrics["prefill_matmul_tflops"] = mm_flops / prefill_time / 1e12;
-  out.metrics["matmul_alone_tflops"] = mm_flops / prefill_alone / 1e12;
-  out.ratios["prefill_flops_over_matmul"] = prefill_alone / prefill_time;
+  metric("prefill_tokens", z.prefill_tokens);
+  metric("prefill_tokens_per_s", z.prefill_tokens / prefill_time);
+  metric("prefill_matmul_tflops", mm_flops / prefill_time / 1e12);
+  metric("matmul_alone_tflops", mm_flops / prefill_alone / 1e12);
+  if (primary)
+    out.ratios["prefill_flops_over_matmul"] = prefill_alone / prefill_time;
 
-  // Decode at batch sizes 1, 4, 16, 64 with `context` tokens cached per sequence.
-  out.metrics["decode_context"] = context;
+  // Decode at batch sizes 1, 4, 16, 64; batch 1 with bandwidth_context tokens cached (the
+  // bandwidth figure), the others with `context`.
+  metric("decode_context", z.context);
   double overhead_16 = 0;
   triad::seq_id next_seq = 1;
   for (unsigned batch : {1u, 4u, 16u, 64u}) {
+    const unsigned ctx = batch == 1 ? z.bandwidth_context : z.context;
     std::vector<triad::seq_id> seqs;
     for (unsigned i = 0; i < batch; ++i) {
-      triad::step_item item{next_seq, tokens(context)};
+      triad::step_item item{next_seq, tokens(ctx)};
       seqs.push_back(next_seq++);
       if (auto r = b.step({&item, 1}); !r) {
         std::fprintf(stderr, "triad-bench-cpu: %s\n", r.error().message.c_str());
-        return 1;
+        return false;
       }
     }
     alone.run(batch, batch);
     std::vector<double> step_s, alone_s, in_step_mm, in_step_attn;
-    for (int st = 0; st <= decode_steps; ++st) {
+    for (int st = 0; st <= z.decode_steps; ++st) {
       std::vector<triad::step_item> items;
       for (auto id : seqs)
         items.push_back({id, tokens(1)});
@@ -171,7 +232,7 @@ int main(int argc, char** argv) {
       auto s = seconds_since(start);
       if (!res) {
         std::fprintf(stderr, "triad-bench-cpu: %s\n", res.error().message.c_str());
-        return 1;
+        return false;
       }
       double a = alone.run(batch, batch);
       if (st > 0) {
@@ -184,19 +245,111 @@ int main(int argc, char** argv) {
     for (auto id : seqs)
       b.free(id);
     double step = triad::bench::median(step_s), mm = triad::bench::median(alone_s);
-    auto name = std::to_string(batch);
-    out.metrics["decode_tokens_per_s_batch_" + name] = batch / step;
-    out.metrics["decode_step_ms_batch_" + name] = step * 1e3;
-    out.metrics["decode_matmul_alone_ms_batch_" + name] = mm * 1e3;
-    out.metrics["decode_overhead_batch_" + name] = (step - mm) / mm;
-    out.metrics["decode_in_step_matmul_ms_batch_" + name] = triad::bench::median(in_step_mm) * 1e3;
-    out.metrics["decode_attention_ms_batch_" + name] = triad::bench::median(in_step_attn) * 1e3;
+    auto n = std::to_string(batch);
+    metric("decode_tokens_per_s_batch_" + n, batch / step);
+    metric("decode_step_ms_batch_" + n, step * 1e3);
+    metric("decode_matmul_alone_ms_batch_" + n, mm * 1e3);
+    metric("decode_overhead_batch_" + n, (step - mm) / mm);
+    metric("decode_in_step_matmul_ms_batch_" + n, triad::bench::median(in_step_mm) * 1e3);
+    metric("decode_attention_ms_batch_" + n, triad::bench::median(in_step_attn) * 1e3);
     if (batch == 16)
       overhead_16 = (step - mm) / mm;
+    if (batch == 1) {
+      // What a batch-1 step must read: every weight matrix, and the KV of its context.
+      double bytes = alone.weight_elements() * static_cast<double>(triad::size_of(choice.type)) +
+                     static_cast<double>(shape.kv_bytes_per_token(choice.type)) * (ctx + 1);
+      double stream = stream_read_bandwidth(static_cast<std::size_t>(bytes), z.reps + 2);
+      double achieved = bytes / step;
+      metric("decode_bytes_per_step_batch_1", bytes);
+      metric("decode_read_gb_s_batch_1", achieved / 1e9);
+      metric("stream_read_gb_s", stream / 1e9);
+      metric("decode_bandwidth_over_stream", achieved / stream);
+      if (primary)
+        out.ratios["decode_bandwidth_over_stream"] = achieved / stream;
+    }
   }
-  out.ratios["decode_overhead_over_matmul"] = overhead_16;
+  if (primary)
+    out.ratios["decode_overhead_over_matmul"] = overhead_16;
+  return true;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"triad-bench-cpu: cpu backend prefill and decode against oneDNN matmuls alone "
+               "and a plain read loop, per dtype"};
+  triad::bench::common_options common;
+  auto& json_path = common.json_path;
+  auto& quick = common.quick;
+  std::string model = "small";
+  std::string dtype_name = "auto";
+  triad::bench::add_common_options(app, common, "smaller inputs");
+  app.add_option("--model", model, "model preset")->check(CLI::IsMember({"tiny", "small"}));
+  app.add_option("--dtype", dtype_name,
+                 "dtype whose figures are the ratios: auto (what a node runs here), f32, bf16; "
+                 "the other dtypes this CPU runs are measured too")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  bool only = false;
+  app.add_flag("--only", only, "measure the chosen dtype only");
+  CLI11_PARSE(app, argc, argv);
+
+  auto shape = triad::model_preset(model);
+  if (!shape) {
+    std::fprintf(stderr, "triad-bench-cpu: %s\n", shape.error().message.c_str());
+    return 1;
+  }
+  const auto& cpu = triad::detect_cpu();
+  auto wanted = dtype_name == "f32"    ? triad::model_dtype::f32
+                : dtype_name == "bf16" ? triad::model_dtype::bf16
+                                       : triad::model_dtype::automatic;
+  auto primary = triad::choose_cpu_compute(wanted, cpu);
+  if (!primary) {
+    std::fprintf(stderr, "triad-bench-cpu: --dtype %s: %s\n", dtype_name.c_str(),
+                 primary.error().message.c_str());
+    return 2;
+  }
+  sizes z;
+  z.prefill_tokens = quick ? 256 : 1024;
+  z.context = quick ? 128 : 512;
+  z.bandwidth_context = 512;
+  z.decode_steps = quick ? 6 : 16;
+  z.reps = quick ? 3 : 5;
+
+  triad::bench::report out;
+  out.quick = quick;
+  out.metrics["model"] = model;
+  out.metrics["cpu"] = cpu.describe();
+  out.metrics["onednn_isa"] = cpu.onednn_isa;
+  out.metrics["dtype"] = std::string{triad::to_string(primary->type)};
+  out.metrics["dtype_reason"] = primary->reason;
+  out.metrics["threads"] = omp_get_max_threads();
+  if (!measure(*shape, *primary, z, true, out))
+    return 1;
+  if (!only) {
+    // The other dtype this CPU runs, for comparison (bf16 against f32).
+    auto other_dtype = primary->type == triad::dtype::f32 ? triad::model_dtype::bf16
+                                                          : triad::model_dtype::f32;
+    if (auto other = triad::choose_cpu_compute(other_dtype, cpu); other) {
+      if (!measure(*shape, *other, z, false, out))
+        return 1;
+      auto ratio = [&](const std::string& key) {
+        auto bf = out.metrics.at("bf16_" + key).to_number<double>();
+        auto f = out.metrics.at("f32_" + key).to_number<double>();
+        out.ratios["bf16_over_f32_" + key] = bf / f;
+      };
+      for (auto key : {"decode_tokens_per_s_batch_1", "decode_tokens_per_s_batch_16",
+                       "prefill_tokens_per_s"})
+        ratio(key);
+    } else {
+      out.metrics["skipped"] = "the other dtype: " + other.error().message;
+    }
+  }
   out.print();
   if (!json_path.empty() && !out.write(json_path))
     return 1;
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("triad-bench-cpu", argc, argv, run);
 }

@@ -33,6 +33,7 @@
 #include "devices/model.hpp"
 #include "kvstore/store.hpp"
 #include "runtime/memory.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace {
 
@@ -214,7 +215,9 @@ std::vector<triad::block_id> fill(caf::scoped_actor& self, const triad::kv_store
 
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"triad-bench-kv: KV store transfers against memcpy, block operation rate, and "
                "memory per block actor"};
   triad::bench::common_options common;
@@ -403,4 +406,10 @@ int main(int argc, char** argv) {
   if (!json_path.empty() && !out.write(json_path))
     return 1;
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("triad-bench-kv", argc, argv, run);
 }

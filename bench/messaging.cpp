@@ -19,6 +19,7 @@
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/topology.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace {
 
@@ -144,7 +145,9 @@ double bridge_throughput(triad::driver_thread& driver, caf::actor_system& sys, s
 
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"triad-bench-messaging: actor messaging throughput and round trips, raw CAF vs "
                "triad homed actors, in-domain, cross-domain and from a driver thread"};
   triad::bench::common_options common;
@@ -228,4 +231,10 @@ int main(int argc, char** argv) {
   if (!json_path.empty() && !out.write(json_path))
     return 1;
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("triad-bench-messaging", argc, argv, run);
 }

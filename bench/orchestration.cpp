@@ -29,6 +29,7 @@
 #include "devices/device.hpp"
 #include "runtime/cpu_time.hpp"
 #include "tools/registry.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace {
 
@@ -152,7 +153,9 @@ run_result run(triad::node& n, std::size_t sessions, std::size_t rounds, std::ui
 
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"triad-bench-orchestration: triad's CPU time per token and per request on "
                "zero-time sim devices, against raw CAF messages"};
   triad::bench::common_options common;
@@ -294,4 +297,10 @@ int main(int argc, char** argv) {
   if (!json_path.empty() && !rep.write(json_path))
     return 1;
   return errors == 0 ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("triad-bench-orchestration", argc, argv, run);
 }

@@ -22,6 +22,7 @@
 #include "devices/cpu/detail/kernels.hpp"
 #include "devices/cpu/detail/onednn_linear.hpp"
 #include "devices/sim/profile.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace {
 
@@ -144,7 +145,9 @@ private:
 
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"triad-bench-sim: roofline predictions against the cpu backend, measured here"};
   triad::bench::common_options common;
   auto& json_path = common.json_path;
@@ -290,4 +293,10 @@ int main(int argc, char** argv) {
   if (!json_path.empty() && !out.write(json_path))
     return 1;
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("triad-bench-sim", argc, argv, run);
 }

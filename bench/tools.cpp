@@ -17,6 +17,7 @@
 #include "bench/report.hpp"
 #include "tools/builtin.hpp"
 #include "tools/sandbox.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace {
 
@@ -39,7 +40,9 @@ double fork_exec_us() {
 
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"triad-bench-tools: sandbox latency against fork/exec, compile calls/s"};
   triad::bench::common_options common;
   auto& json_path = common.json_path;
@@ -162,4 +165,10 @@ int main(int argc, char** argv) {
   if (!json_path.empty() && !out.write(json_path))
     return 1;
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("triad-bench-tools", argc, argv, run);
 }

@@ -32,3 +32,45 @@ expected<void> check_step(std::span<const step_item> items, const model_shape& s
 }
 
 } // namespace triad
+
+namespace triad {
+
+namespace {
+
+class failed_backend final : public backend {
+public:
+  failed_backend(model_shape shape, std::size_t page_tokens, error why)
+      : shape_(std::move(shape))
+      , why_(std::move(why)) {
+    // Room is reported so that work is admitted and answered with the error at its first step
+    // (a device with no room would leave work waiting for room that never comes).
+    kv_.page_tokens = page_tokens == 0 ? 1 : page_tokens;
+    kv_.pages_total = std::size_t{1} << 20;
+  }
+
+  const model_shape& shape() const noexcept override { return shape_; }
+  std::string kernel() const override { return "failed: " + why_.message; }
+  expected<step_output> step(std::span<const step_item>) override { return why_; }
+  expected<std::vector<std::byte>> export_kv(seq_id) const override { return why_; }
+  expected<void> import_kv(seq_id, std::span<const std::byte>) override { return why_; }
+  void free(seq_id) override {}
+  std::size_t attach_prefix(seq_id, std::span<const token>) override { return 0; }
+  void publish(seq_id, std::span<const token>) override {}
+  std::size_t length(seq_id) const noexcept override { return 0; }
+  kv_usage kv() const noexcept override { return kv_; }
+
+private:
+  model_shape shape_;
+  error why_;
+  kv_usage kv_;
+
+};
+
+} // namespace
+
+std::unique_ptr<backend> make_failed_backend(model_shape shape, std::size_t page_tokens,
+                                             error why) {
+  return std::make_unique<failed_backend>(std::move(shape), page_tokens, std::move(why));
+}
+
+} // namespace triad

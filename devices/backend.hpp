@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -79,5 +80,16 @@ public:
   /// KV cache usage.
   virtual kv_usage kv() const noexcept = 0;
 };
+
+} // namespace triad
+
+namespace triad {
+
+/// A backend standing in for one that failed to build: it runs the same model shape, and every
+/// step, export and import answers with the build error (so a request routed to it fails or
+/// moves on, as the device failure policy says), while the node serves on its other devices.
+/// `page_tokens` is the node's page size (its KV usage reports no pages of that size).
+std::unique_ptr<backend> make_failed_backend(model_shape shape, std::size_t page_tokens,
+                                             error why);
 
 } // namespace triad

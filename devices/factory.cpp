@@ -29,27 +29,54 @@ expected<device_profile> resolve_profile(const node_config& node, const std::str
   return builtin_profile(wanted);
 }
 
+expected<void> check_cpu_device(const node_config& node, const device_config& dev) {
+  if (std::find(cpu_device_profiles.begin(), cpu_device_profiles.end(), node.model.preset) ==
+      cpu_device_profiles.end())
+    return make_error(errc::invalid_argument, "device '" + dev.name +
+                                                  "': backend \"cpu\" runs the presets \"tiny\" "
+                                                  "and \"small\"; [model].preset = \"" +
+                                                  node.model.preset +
+                                                  "\" is for sim devices only");
+  if (auto choice = cpu_compute_for(node); !choice)
+    return make_error(choice.error().code, "device '" + dev.name + "': " + choice.error().message);
+  return {};
+}
+
 } // namespace
 
+expected<cpu_compute_choice> cpu_compute_for(const node_config& node) {
+  return choose_cpu_compute(node.model.dtype, detect_cpu());
+}
+
+expected<void> check_backends(const node_config& node) {
+  for (const auto& dev : node.devices)
+    if (dev.backend == device_backend::cpu)
+      if (auto ok = check_cpu_device(node, dev); !ok)
+        return ok.error();
+  return {};
+}
+
 expected<std::unique_ptr<backend>> make_backend(const node_config& node, const device_config& dev,
-                                                std::shared_ptr<arena> storage) {
+                                                std::shared_ptr<arena> storage,
+                                                const compute_placement& compute) {
   auto shape = model_preset(node.model.preset);
   if (!shape)
     return shape.error();
+  // Sim devices model accelerators, which run bf16 unless f32 is asked for.
   const dtype type = node.model.dtype == model_dtype::f32 ? dtype::f32 : dtype::bf16;
   const std::uint64_t budget = dev.memory_mib << 20;
   switch (dev.backend) {
   case device_backend::cpu: {
-    if (std::find(cpu_device_profiles.begin(), cpu_device_profiles.end(), node.model.preset) ==
-        cpu_device_profiles.end())
-      return make_error(errc::invalid_argument, "device '" + dev.name +
-                                                    "': backend \"cpu\" runs the presets \"tiny\" "
-                                                    "and \"small\"; [model].preset = \"" +
-                                                    node.model.preset +
-                                                    "\" is for sim devices only");
+    if (auto ok = check_cpu_device(node, dev); !ok)
+      return ok.error();
+    auto choice = cpu_compute_for(node);
     cpu_backend_options o;
     o.shape = *shape;
-    o.type = type;
+    o.type = choice->type;
+    o.kernel = choice->kernel;
+    o.isa = choice->isa;
+    o.team = compute.team;
+    o.topo = compute.topo;
     o.page_tokens = node.model.page_tokens;
     o.kv_budget_bytes = budget;
     o.storage = std::move(storage);

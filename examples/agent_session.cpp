@@ -15,10 +15,13 @@
 
 #include "actors/node.hpp"
 #include "tools/registry.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace json = boost::json;
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"triad example: an agent session with a custom tool on an embedded node"};
   int calls = 2;
   app.add_option("--calls", calls, "tool calls the agent makes")->check(CLI::Range(0, 16));
@@ -115,4 +118,10 @@ int main(int argc, char** argv) {
   lock.unlock();
   (*node)->stop();
   return ok ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("agent_session", argc, argv, run);
 }

@@ -44,6 +44,7 @@ constexpr int_range domain_id_range{0, max_domain_id};
 constexpr int_range page_tokens_range{1, 4096};
 constexpr int_range burst_steps_range{1, 1024};
 constexpr int_range burst_window_us_range{0, 1'000'000};
+constexpr int_range compute_cores_range{0, 4096};
 
 constexpr std::size_t max_device_name_length = 64;
 constexpr std::string_view device_name_allowed = "1..64 characters from A-Z, a-z, 0-9, '_' and '-'";
@@ -88,9 +89,9 @@ constexpr int_range device_slots_range{0, 65'536};
 constexpr int_range max_device_retries_range{0, 16};
 constexpr int_range busy_backoff_ms_range{1, 60'000};
 constexpr std::string_view device_keys[] = {
-    "name",           "backend",      "role",        "topology_device",
-    "domain",         "profile",      "time_scale",  "memory_mib",
-    "queue_capacity", "prefix_cache", "burst_steps", "burst_window_us"};
+    "name",        "backend",         "role",         "topology_device", "domain",
+    "profile",     "time_scale",      "memory_mib",   "queue_capacity",  "prefix_cache",
+    "burst_steps", "burst_window_us", "compute_cores"};
 constexpr std::string_view sim_profile_keys[] = {"name",
                                                  "peak_tflops",
                                                  "memory_bandwidth_gb_s",
@@ -132,6 +133,7 @@ constexpr enum_name<device_backend> device_backend_names[] = {
     {"cuda", device_backend::cuda},
 };
 constexpr enum_name<model_dtype> model_dtype_names[] = {
+    {"auto", model_dtype::automatic},
     {"bf16", model_dtype::bf16},
     {"f32", model_dtype::f32},
 };
@@ -171,16 +173,8 @@ static_assert(name_of(schedule_policy_names, orchestration_options{}.schedule) =
 static_assert(name_of(device_failure_names, orchestration_options{}.device_failure) ==
               defaults::orchestration::device_failure);
 
-/// model_config's `dtype` initializer (model_dtype::bf16) must be defaults::model::dtype.
-constexpr bool default_dtype_is_bf16() {
-  for (const auto& entry : model_dtype_names) {
-    if (entry.name == defaults::model::dtype) {
-      return entry.value == model_dtype::bf16;
-    }
-  }
-  return false;
-}
-static_assert(default_dtype_is_bf16(), "model_config::dtype must match defaults::model::dtype");
+// model_config's `dtype` initializer must be defaults::model::dtype.
+static_assert(name_of(model_dtype_names, model_config{}.dtype) == defaults::model::dtype);
 
 /// A 1-based line and column in the config text.
 struct position {
@@ -982,6 +976,19 @@ void read_device(reader& r, const scope& s, device_config& out, seen_names& name
   r.boolean(s, "prefix_cache", out.prefix_cache);
   r.integer(s, "burst_steps", burst_steps_range, out.burst_steps);
   r.integer(s, "burst_window_us", burst_window_us_range, out.burst_window_us);
+
+  std::size_t compute_cores = out.compute_cores;
+  const field compute_cores_state =
+      r.integer(s, "compute_cores", compute_cores_range, compute_cores);
+  if (compute_cores_state == field::valid && compute_cores != 0 && backend != field::invalid &&
+      out.backend != device_backend::cpu) {
+    const toml::node& node = *s.table.get("compute_cores");
+    r.fail_value(s.value_pos(node), s.key_path("compute_cores"), node,
+                 "only allowed when backend = \"cpu\" (backend = " + backend_text + ")",
+                 "0, no compute_cores key, or backend = \"cpu\"");
+  } else if (compute_cores_state == field::valid) {
+    out.compute_cores = compute_cores;
+  }
 }
 
 /// Reads the array of tables `key` (`[[key]]`), each element with `read`.
@@ -1138,13 +1145,7 @@ std::string_view to_string(device_backend value) noexcept {
 }
 
 std::string_view to_string(model_dtype value) noexcept {
-  switch (value) {
-  case model_dtype::bf16:
-    return "bf16";
-  case model_dtype::f32:
-    return "f32";
-  }
-  return "unknown";
+  return name_of(model_dtype_names, value);
 }
 
 expected<node_config> parse_config(std::string_view toml_text, std::string_view source_name) {
@@ -1312,6 +1313,10 @@ std::string to_toml(const node_config& config) {
     append_value(out, "prefix_cache", device.prefix_cache);
     append_value(out, "burst_steps", device.burst_steps);
     append_value(out, "burst_window_us", device.burst_window_us);
+    // Written for every cpu device; for another backend only when set (an invalid config).
+    if (device.backend == device_backend::cpu || device.compute_cores != 0) {
+      append_value(out, "compute_cores", device.compute_cores);
+    }
   }
   return out;
 }

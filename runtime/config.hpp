@@ -37,8 +37,9 @@ enum class device_backend {
 
 /// Element type of the model's weights and KV cache.
 enum class model_dtype {
-  bf16, ///< bfloat16
-  f32,  ///< IEEE single precision
+  automatic, ///< "auto": bf16 where this CPU runs it well, else f32 (chosen at run time)
+  bf16,      ///< bfloat16
+  f32,       ///< IEEE single precision
 };
 
 /// `model.preset` values: presets of the real transformer model the `cpu` devices run.
@@ -59,7 +60,7 @@ std::string_view to_string(topology_source value) noexcept;
 std::string_view to_string(device_role value) noexcept;
 /// Name of a device backend as written in the config file.
 std::string_view to_string(device_backend value) noexcept;
-/// Name of a model dtype as written in the config file ("bf16", "f32").
+/// Name of a model dtype as written in the config file ("auto", "bf16", "f32").
 std::string_view to_string(model_dtype value) noexcept;
 
 /// `[topology]`: where the topology comes from.
@@ -131,8 +132,9 @@ struct model_config {
   /// `preset`: one of model_presets ("tiny", "small", "llama3-8b"); cpu devices run only
   /// cpu_device_profiles ("tiny", "small").
   std::string preset{defaults::model::preset};
-  /// `dtype`: "bf16" or "f32"; the default is defaults::model::dtype.
-  model_dtype dtype = model_dtype::bf16;
+  /// `dtype`: "auto", "bf16" or "f32"; the default is defaults::model::dtype. "auto" is
+  /// resolved per machine by the cpu backend (devices/cpu/isa.hpp); sim devices count bf16.
+  model_dtype dtype = model_dtype::automatic;
   /// `page_tokens`: tokens per KV cache page, 1..4096.
   std::size_t page_tokens = defaults::model::page_tokens;
   bool operator==(const model_config&) const = default;
@@ -184,6 +186,10 @@ struct device_config {
   std::size_t burst_steps = defaults::device::burst_steps;
   /// `burst_window_us`: driver time after which a burst's tokens go out, 0..1000000.
   std::uint32_t burst_window_us = defaults::device::burst_window_us;
+  /// `compute_cores`: cores of the device's domain its compute (oneDNN, OpenMP team) runs on,
+  /// 0..4096; 0 = automatic (the placement plan splits the domain's free cores among its cpu
+  /// devices, see make_plan). Non-zero only for backend "cpu".
+  std::size_t compute_cores = defaults::device::compute_cores;
   bool operator==(const device_config&) const = default;
 };
 

@@ -95,8 +95,8 @@ namespace model {
 /// triad::cpu_device_profiles).
 inline constexpr std::string_view preset = "tiny";
 /// `[model].dtype`: element type of weights and KV, as written in the config file
-/// (triad::model_dtype::bf16).
-inline constexpr std::string_view dtype = "bf16";
+/// (triad::model_dtype::automatic): bf16 where the CPU runs it well, else f32, chosen at start.
+inline constexpr std::string_view dtype = "auto";
 /// `[model].page_tokens`: tokens per KV cache page.
 inline constexpr std::size_t page_tokens = 16;
 } // namespace model
@@ -120,6 +120,9 @@ inline constexpr std::size_t burst_steps = 128;
 /// token is held back at most this long; steps longer than this (a real model's) each go back
 /// at once.
 inline constexpr std::uint32_t burst_window_us = 100;
+/// Compute cores of a `cpu` device when its entry gives none: 0 = automatic, the placement
+/// plan splits its domain's free cores among the domain's cpu devices.
+inline constexpr std::size_t compute_cores = 0;
 /// Modelled seconds per real second of a `sim` device: 1 waits as long as the modelled step
 /// takes, 0 does not wait at all.
 inline constexpr double time_scale = 1.0;

@@ -14,11 +14,18 @@ struct device_placement {
   std::string name;                     ///< the device's config name
   std::string topology_device;          ///< hwloc OS device it stands for, empty if none
   device_role role = device_role::both; ///< its role, from the config
-  unsigned domain = 0;      ///< the domain hosting its device actor (nearest to the device)
-  unsigned driver_core = 0; ///< the core its driver thread binds to
-  unsigned driver_cpu = 0;  ///< the first PU (OS index) of that core
-  bool shared_core = false; ///< true when other drivers bind to the same core
+  unsigned domain = 0; ///< the domain hosting its device actor (nearest to the device)
+  /// The core its driver thread binds to; for a `cpu` device the first (lowest) core of
+  /// compute_cores, where its OpenMP master thread runs.
+  unsigned driver_core = 0;
+  unsigned driver_cpu = 0;              ///< the first PU (OS index) of that core
+  bool shared_core = false;             ///< true when other drivers bind to the same core
   std::vector<std::string> shares_with; ///< the other drivers on that core
+  /// A `cpu` device's compute cores (core ids, ascending) in its domain, where its oneDNN
+  /// OpenMP team runs; empty for sim and cuda devices.
+  std::vector<unsigned> compute_cores;
+  /// The PUs (OS indices, ascending) of compute_cores; empty for sim and cuda devices.
+  std::vector<unsigned> compute_cpus;
 };
 
 /// What one NUMA domain hosts.
@@ -48,14 +55,32 @@ struct plan {
   const device_placement* find_device(std::string_view name) const noexcept;
 };
 
-/// Plans a node on a topology. Rules: each device lives in the nearest domain of its
-/// topology device (else its configured domain, else domains round-robin); each driver thread
-/// gets a core of its own in that domain, from the highest core down, while cores allow, and
-/// otherwise shares the least-loaded core there (recorded in shares_with and notes);
-/// orchestration goes to the configured domains or the first domain with cores; tool cores come
-/// from the configured tool domains (else the non-orchestration domains, then the
-/// orchestration domain), avoiding driver cores while possible; workers bind to their domain's
-/// cpus minus driver cores unless that leaves none. Errors name the offending config key.
+/// Plans a node on a topology. Rules:
+/// - each device lives in the nearest domain of its topology device (else its configured
+///   domain, else domains round-robin); orchestration goes to the configured domains or the
+///   first domain with cores;
+/// - each sim or cuda device's driver thread gets a core of its own in that domain, from the
+///   highest core down, while cores allow, and otherwise shares the least-loaded core there
+///   (recorded in shares_with and notes);
+/// - tool cores come from the configured tool domains (else the non-orchestration domains,
+///   then the orchestration domain), from the lowest core up, avoiding those driver cores
+///   while possible;
+/// - per domain, the cores available to its `cpu` devices are the domain's cores minus the tool
+///   cores planned there, minus the sim/cuda driver cores, and minus one core (the lowest left)
+///   kept for actor workers when the domain hosts orchestration, while that leaves at least the
+///   cores the domain's cpu devices ask for (one per automatic device); else all of the
+///   domain's cores (the sets then overlap workers, tools or drivers: a note says so). A device
+///   with `compute_cores = N` takes N of them (an error naming the key when N exceeds the
+///   domain's cores); automatic devices split the rest evenly, the remainder to the first.
+///   Sets are contiguous core ranges handed out in config order from the highest core down, so
+///   two cpu devices' sets are disjoint while the domain has the cores they ask for; when it
+///   has fewer (e.g. fewer cores than cpu devices), the ranges wrap round-robin and devices
+///   share cores (a note names who shares). A cpu device's driver core is the first (lowest)
+///   core of its set, driver_cpu that core's first PU;
+/// - workers bind to their domain's cpus minus driver, compute and tool cpus; if that leaves
+///   none, minus driver and compute cpus (sharing the tools' cpus); if that leaves none, all of
+///   the domain's cpus with one worker thread (notes say so).
+/// Errors name the offending config key.
 expected<plan> make_plan(const topology_info& topo, const node_config& config);
 
 } // namespace triad

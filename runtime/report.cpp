@@ -104,6 +104,8 @@ boost::json::object to_json(const plan& p) {
     o["driver_cpu"] = d.driver_cpu;
     o["shared_core"] = d.shared_core;
     o["shares_with"] = strings(d.shares_with);
+    o["compute_cores"] = ids(d.compute_cores);
+    o["compute_cpus"] = ids(d.compute_cpus);
     devices.emplace_back(std::move(o));
   }
   out["devices"] = std::move(devices);
@@ -140,11 +142,17 @@ std::string describe(const plan& p) {
       out += ", tools on cpus " + cpu_list(d.tool_cpus);
     out += "\n";
   }
-  for (const auto& d : p.devices)
+  for (const auto& d : p.devices) {
     out += "  device " + d.name + " (" + std::string{to_string(d.role)} +
            (d.topology_device.empty() ? "" : ", " + d.topology_device) + "): domain " +
            std::to_string(d.domain) + ", driver on core " + std::to_string(d.driver_core) +
-           " (cpu " + std::to_string(d.driver_cpu) + ")" + (d.shared_core ? ", shared" : "") + "\n";
+           " (cpu " + std::to_string(d.driver_cpu) + ")" + (d.shared_core ? ", shared" : "");
+    if (!d.compute_cores.empty())
+      out += ", compute on " + std::to_string(d.compute_cores.size()) +
+             (d.compute_cores.size() == 1 ? " core " : " cores ") + cpu_list(d.compute_cores) +
+             " (cpus " + cpu_list(d.compute_cpus) + ")";
+    out += "\n";
+  }
   for (const auto& n : p.notes)
     out += "  note: " + n + "\n";
   return out;

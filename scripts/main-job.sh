@@ -36,4 +36,6 @@ echo "== draining triad-node (SIGTERM)"
 stop_node $node_pid "$out/node.log"
 trap - EXIT
 tail -2 "$out/node.log"
+echo "== what computed (the node's start lines):"
+grep -E "^triad-node: (cpu|device)" "$out/node.log" || true
 echo "== done in $(( $(date +%s) - start )) s after the build: report in $out/report.html, run in $out/run.json"

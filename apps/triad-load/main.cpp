@@ -20,6 +20,7 @@
 #include "load/trace.hpp"
 #include "runtime/cpu_time.hpp"
 #include "server/http_server.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace {
 
@@ -234,7 +235,9 @@ int self_test(double duration, std::size_t streams, double open_rate, bool realt
 
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"triad-load: agentic load generator and SLO reporter for OpenAI-compatible "
                "servers"};
   std::string url, inproc, workload = "chat", trace_path, arrival, api_key, model;
@@ -436,4 +439,10 @@ int main(int argc, char** argv) {
       !write_html(last, last_summary, "triad-load: " + t->describe(), html_path, error))
     ok = (std::fprintf(stderr, "triad-load: %s\n", error.c_str()), false);
   return ok ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("triad-load", argc, argv, run);
 }

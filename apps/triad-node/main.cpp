@@ -12,21 +12,28 @@
 #include <CLI/CLI.hpp>
 
 #include "actors/node.hpp"
+#include "devices/factory.hpp"
 #include "runtime/report.hpp"
 #include "server/http_server.hpp"
 #include "tools/builtin.hpp"
 #include "tools/registry.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace {
 
-int fail(const std::string& message) {
+int fail(const std::string& message, int code = 1) {
   std::fprintf(stderr, "triad-node: %s\n", message.c_str());
-  return 1;
+  return code;
 }
+
+// Exit code of a configuration the node cannot run (a bad file, a dtype this CPU lacks).
+constexpr int config_error = 2;
 
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"triad-node: an OpenAI-compatible triad node over HTTP"};
   std::string config_path;
   app.add_option("--config", config_path, "node configuration (TOML); default: the embedded one")
@@ -47,13 +54,16 @@ int main(int argc, char** argv) {
   if (!config_path.empty()) {
     auto loaded = triad::load_config(config_path);
     if (!loaded)
-      return fail(loaded.error().message);
+      return fail(loaded.error().message, config_error);
     config = std::move(*loaded);
   }
   if (port >= 0)
     config.server.port = static_cast<std::uint16_t>(port);
   if (!listen.empty())
     config.server.listen = listen;
+
+  if (auto ok = triad::check_backends(config); !ok)
+    return fail(ok.error().message, config_error);
 
   std::string api_key;
   if (!config.server.api_key_env.empty()) {
@@ -92,6 +102,19 @@ int main(int argc, char** argv) {
     return fail("the node did not start: " + started.error().message);
   auto& node = **started;
   std::printf("%s", triad::describe(node.placement()).c_str());
+  std::printf("triad-node: cpu: %s\n", triad::detect_cpu().describe().c_str());
+  for (const auto& d : node.device_reports()) {
+    if (!d.failure.empty())
+      std::printf("triad-node: device %s: FAILED, answers every request with: %s\n",
+                  d.name.c_str(), d.failure.c_str());
+    else if (d.backend == "cpu")
+      std::printf("triad-node: device %s: cpu, dtype %s, path %s, %zu compute thread%s, kernel %s\n",
+                  d.name.c_str(), d.dtype.c_str(), d.path.c_str(), d.team, d.team == 1 ? "" : "s",
+                  d.kernel.c_str());
+    else
+      std::printf("triad-node: device %s: %s, kernel %s\n", d.name.c_str(), d.backend.c_str(),
+                  d.kernel.c_str());
+  }
 
   triad::http_server_options http;
   http.server = config.server;
@@ -126,4 +149,10 @@ int main(int argc, char** argv) {
   std::printf("triad-node: stopped (%s)\n",
               drained ? "every request answered" : "drain deadline passed; the rest cancelled");
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("triad-node", argc, argv, run);
 }

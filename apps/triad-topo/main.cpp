@@ -8,11 +8,13 @@
 #include <CLI/CLI.hpp>
 #include <boost/json/serialize.hpp>
 
+#include "devices/factory.hpp"
 #include "runtime/config.hpp"
 #include "runtime/memory.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/report.hpp"
 #include "runtime/topology.hpp"
+#include "runtime/main_guard.hpp"
 
 namespace {
 
@@ -45,7 +47,9 @@ int fail(const triad::error& err) {
 
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"triad-topo: print a machine's topology and triad's placement plan for it"};
   std::string xml;
   std::string synthetic;
@@ -90,6 +94,11 @@ int main(int argc, char** argv) {
   if (!placement)
     return fail(placement.error());
   auto alloc = triad::process_allocator();
+  // What the cpu backend runs on this CPU for the config's dtype (the CPU running triad-topo,
+  // whatever topology it plans for).
+  const auto& cpu = triad::detect_cpu();
+  auto choice = triad::cpu_compute_for(config);
+  const std::string kernel = choice ? triad::probe_kernel(*choice) : std::string{};
   if (json) {
     auto out = triad::to_json(topo->info());
     out["config"] = config_file.empty() ? "embedded default" : config_file;
@@ -97,6 +106,19 @@ int main(int argc, char** argv) {
     out["allocator"] = {{"name", alloc.name},
                         {"version", alloc.version},
                         {"malloc_is_mimalloc", alloc.malloc_is_mimalloc}};
+    boost::json::object c{{"onednn_isa", cpu.onednn_isa},
+                          {"native_bf16", cpu.native_bf16},
+                          {"own_kernels", std::string{triad::to_string(cpu.own)}},
+                          {"config_dtype", std::string{triad::to_string(config.model.dtype)}}};
+    if (choice) {
+      c["dtype"] = std::string{triad::to_string(choice->type)};
+      c["path"] = std::string{triad::to_string(choice->kernel)};
+      c["kernel"] = kernel;
+      c["reason"] = choice->reason;
+    } else {
+      c["error"] = choice.error().message;
+    }
+    out["cpu"] = std::move(c);
     std::cout << boost::json::serialize(out) << "\n";
     return 0;
   }
@@ -105,5 +127,18 @@ int main(int argc, char** argv) {
   std::cout << triad::describe(*placement);
   std::cout << "allocator: " << alloc.name << " " << alloc.version
             << (alloc.malloc_is_mimalloc ? " (serves malloc)" : " (NOT serving malloc)") << "\n";
+  std::cout << "cpu: " << cpu.describe() << "\n";
+  if (choice)
+    std::cout << "cpu devices: dtype " << triad::to_string(choice->type) << ", path "
+              << triad::to_string(choice->kernel) << " (" << choice->reason << "), kernel "
+              << kernel << "\n";
+  else
+    std::cout << "cpu devices: " << choice.error().message << "\n";
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return triad::guarded_main("triad-topo", argc, argv, run);
 }

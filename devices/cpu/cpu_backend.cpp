@@ -5,14 +5,15 @@
 #include <cmath>
 #include <cstring>
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "devices/cpu/detail/boundary.hpp"
 #include "devices/cpu/detail/kernels.hpp"
-#include "devices/cpu/detail/onednn_linear.hpp"
+#include "devices/cpu/detail/matrix.hpp"
 
 namespace triad {
 
-using detail::onednn_linear;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
@@ -23,14 +24,16 @@ double since(clock_type::time_point start) {
 
 } // namespace
 
+using matrix = detail::cpu_matrix;
+
 struct cpu_backend::impl {
   struct layer {
     std::vector<float> attn_norm;
     std::vector<float> mlp_norm;
-    std::unique_ptr<onednn_linear> wqkv;
-    std::unique_ptr<onednn_linear> wo;
-    std::unique_ptr<onednn_linear> wgate_up;
-    std::unique_ptr<onednn_linear> wdown;
+    std::unique_ptr<matrix> wqkv;
+    std::unique_ptr<matrix> wo;
+    std::unique_ptr<matrix> wgate_up;
+    std::unique_ptr<matrix> wdown;
   };
 
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -38,18 +41,17 @@ struct cpu_backend::impl {
   std::vector<float> embedding;
   std::vector<layer> layers;
   std::vector<float> final_norm;
-  std::unique_ptr<onednn_linear> output;
+  std::unique_ptr<matrix> output;
   std::unique_ptr<detail::rope_table> rope;
 
   // Step buffers, grown to the largest step seen.
   std::vector<float> x, h, qkv, attn, tmp, gate_up, act;
   std::vector<std::uint16_t> h16;
 
-  // Runs a matmul from `src` (f32), converting to bf16 first when the model is bf16.
-  void linear(onednn_linear& w, const float* src, float* dst, std::size_t rows, dtype type,
-              double& matmul_seconds) {
+  // Runs a matmul from `src` (f32), converting to bf16 first where the path multiplies bf16.
+  void linear(matrix& w, const float* src, float* dst, std::size_t rows, double& matmul_seconds) {
     const void* in = src;
-    if (type == dtype::bf16) {
+    if (w.bf16_inputs()) {
       if (h16.size() < rows * w.k())
         h16.resize(rows * w.k());
       detail::to_bf16(src, h16.data(), rows * w.k());
@@ -70,49 +72,110 @@ cpu_backend::~cpu_backend() = default;
 expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options options) {
   if (auto ok = options.shape.validate(); !ok)
     return ok.error();
+  const auto& cpu = detect_cpu();
+  if (options.isa == vector_isa::none)
+    options.isa = cpu.own;
+  if (!options.kernel) {
+    auto best = choose_cpu_compute(
+        options.type == dtype::f32 ? model_dtype::f32 : model_dtype::bf16, cpu);
+    if (!best)
+      return best.error();
+    options.kernel = best->kernel;
+  }
+  const cpu_kernel kernel = *options.kernel;
+  if (kernel != cpu_kernel::onednn_f32 && options.type != dtype::bf16)
+    return make_error(errc::invalid_argument, "cpu backend: kernel " +
+                                                  std::string{to_string(kernel)} +
+                                                  " multiplies bf16 weights; dtype is f32");
+  if (kernel == cpu_kernel::onednn_f32 && options.type != dtype::f32)
+    return make_error(errc::invalid_argument,
+                      "cpu backend: kernel onednn_f32 multiplies f32 weights; dtype is bf16");
+  if (!can_run(kernel, cpu) || (kernel == cpu_kernel::own_bf16 && options.isa > cpu.own))
+    return make_error(errc::unsupported, "cpu backend: kernel " +
+                                             std::string{to_string(kernel)} + " (" +
+                                             std::string{to_string(options.isa)} +
+                                             ") cannot run on this CPU (" + cpu.describe() + ")");
   if (options.storage == nullptr) {
     auto a = arena::create(0, options.kv_budget_bytes, nullptr);
     if (!a)
       return a.error();
     options.storage = *a;
   }
-  std::unique_ptr<cpu_backend> self{new cpu_backend(options)};
-  auto cache = paged_kv_cache::create(options.shape, options.type, options.page_tokens,
-                                      options.kv_budget_bytes, options.storage);
-  if (!cache)
-    return cache.error();
-  self->cache_ = std::move(*cache);
-  const auto& s = options.shape;
-  auto weights = generate_weights(s, options.type);
-  auto& m = *self->impl_;
-  unsigned qkv = (s.heads + 2 * s.kv_heads) * s.head_dim;
-  unsigned attn = s.heads * s.head_dim;
-  for (auto& lw : weights.layers) {
-    impl::layer l;
-    l.attn_norm = std::move(lw.attn_norm);
-    l.mlp_norm = std::move(lw.mlp_norm);
-    l.wqkv = std::make_unique<onednn_linear>(m.engine, s.hidden, qkv, options.type, lw.wqkv.data());
-    l.wo = std::make_unique<onednn_linear>(m.engine, attn, s.hidden, options.type, lw.wo.data());
-    l.wgate_up = std::make_unique<onednn_linear>(m.engine, s.hidden, 2 * s.ffn, options.type,
-                                                 lw.wgate_up.data());
-    l.wdown =
-        std::make_unique<onednn_linear>(m.engine, s.ffn, s.hidden, options.type, lw.wdown.data());
-    lw = layer_weights{}; // release the plain copy as soon as it is packed
-    m.layers.push_back(std::move(l));
-  }
-  m.embedding = std::move(weights.embedding);
-  m.final_norm = std::move(weights.final_norm);
-  m.output = std::make_unique<onednn_linear>(m.engine, s.hidden, s.vocab, options.type,
-                                             weights.output.data());
-  m.rope = std::make_unique<detail::rope_table>(s.max_context, s.head_dim, s.rope_theta);
-  return self;
+  return detail::onednn_boundary(
+      "cpu backend: building the model",
+      [&]() -> expected<std::unique_ptr<cpu_backend>> {
+        std::unique_ptr<cpu_backend> self{new cpu_backend(options)};
+        auto cache = paged_kv_cache::create(options.shape, options.type, options.page_tokens,
+                                            options.kv_budget_bytes, options.storage);
+        if (!cache)
+          return cache.error();
+        self->cache_ = std::move(*cache);
+        const auto& s = options.shape;
+        auto weights = generate_weights(s, options.type);
+        auto& m = *self->impl_;
+        unsigned qkv = (s.heads + 2 * s.kv_heads) * s.head_dim;
+        unsigned attn = s.heads * s.head_dim;
+        for (auto& lw : weights.layers) {
+          impl::layer l;
+          l.attn_norm = std::move(lw.attn_norm);
+          l.mlp_norm = std::move(lw.mlp_norm);
+          l.wqkv = std::make_unique<matrix>(m.engine, s.hidden, qkv, kernel, options.type, options.isa, lw.wqkv.data());
+          l.wo = std::make_unique<matrix>(m.engine, attn, s.hidden, kernel, options.type, options.isa, lw.wo.data());
+          l.wgate_up =
+              std::make_unique<matrix>(m.engine, s.hidden, 2 * s.ffn, kernel, options.type, options.isa, lw.wgate_up.data());
+          l.wdown = std::make_unique<matrix>(m.engine, s.ffn, s.hidden, kernel, options.type, options.isa, lw.wdown.data());
+          lw = layer_weights{}; // release the plain copy as soon as it is packed
+          m.layers.push_back(std::move(l));
+        }
+        m.embedding = std::move(weights.embedding);
+        m.final_norm = std::move(weights.final_norm);
+        m.output =
+            std::make_unique<matrix>(m.engine, s.hidden, s.vocab, kernel, options.type, options.isa, weights.output.data());
+        m.rope = std::make_unique<detail::rope_table>(s.max_context, s.head_dim, s.rope_theta);
+        return self;
+      });
 }
 
 std::string cpu_backend::kernel() const {
   return impl_->output->kernel();
 }
 
+void cpu_backend::join_team() {
+  if (team_owner_ == std::this_thread::get_id())
+    return;
+  team_owner_ = std::this_thread::get_id();
+  if (options_.team.empty()) {
+    team_size_ = static_cast<std::size_t>(omp_get_max_threads());
+    return;
+  }
+  // The team of this thread (its own OpenMP pool: libgomp keeps one per master thread) gets
+  // one thread per core of the set, thread i bound to core i; the pool's threads live on, bound.
+  const int n = static_cast<int>(options_.team.size());
+  omp_set_num_threads(n);
+  team_size_ = options_.team.size();
+  if (options_.topo == nullptr)
+    return;
+  const auto& team = options_.team;
+  const auto* topo = options_.topo;
+#pragma omp parallel num_threads(n)
+  {
+    auto i = static_cast<std::size_t>(omp_get_thread_num());
+    if (i < team.size())
+      (void)topo->bind_this_thread(team[i]);
+  }
+}
+
+void cpu_backend::free(seq_id seq) {
+  cache_->free(seq);
+}
+
 expected<step_output> cpu_backend::step(std::span<const step_item> items) {
+  return detail::onednn_boundary("cpu backend: step",
+                                 [&]() -> expected<step_output> { return step_unguarded(items); });
+}
+
+expected<step_output> cpu_backend::step_unguarded(std::span<const step_item> items) {
+  join_team();
   auto start = clock_type::now();
   const auto& s = options_.shape;
   if (auto ok = check_step(items, s, *this); !ok)
@@ -182,7 +245,7 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
   for (unsigned l = 0; l < s.layers; ++l) {
     auto& L = m.layers[l];
     detail::rmsnorm(m.x.data(), L.attn_norm.data(), m.h.data(), rows, hidden, s.rms_eps);
-    m.linear(*L.wqkv, m.h.data(), m.qkv.data(), rows, options_.type, matmul_seconds);
+    m.linear(*L.wqkv, m.h.data(), m.qkv.data(), rows, matmul_seconds);
     auto attention_start = clock_type::now();
     // Rotary positions on q and k and K, V into the cache; then (after the loop's barrier)
     // causal attention of every new token over its sequence's positions 0..pos, one job per
@@ -224,12 +287,12 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
       }
     }
     attention_seconds += since(attention_start);
-    m.linear(*L.wo, m.attn.data(), m.tmp.data(), rows, options_.type, matmul_seconds);
+    m.linear(*L.wo, m.attn.data(), m.tmp.data(), rows, matmul_seconds);
     detail::add_inplace(m.x.data(), m.tmp.data(), rows * hidden);
     detail::rmsnorm(m.x.data(), L.mlp_norm.data(), m.h.data(), rows, hidden, s.rms_eps);
-    m.linear(*L.wgate_up, m.h.data(), m.gate_up.data(), rows, options_.type, matmul_seconds);
+    m.linear(*L.wgate_up, m.h.data(), m.gate_up.data(), rows, matmul_seconds);
     detail::silu_mul(m.gate_up.data(), m.act.data(), rows, s.ffn);
-    m.linear(*L.wdown, m.act.data(), m.tmp.data(), rows, options_.type, matmul_seconds);
+    m.linear(*L.wdown, m.act.data(), m.tmp.data(), rows, matmul_seconds);
     detail::add_inplace(m.x.data(), m.tmp.data(), rows * hidden);
   }
   for (std::size_t i = 0; i < items.size(); ++i)
@@ -241,7 +304,7 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
     detail::rmsnorm(&m.x[last_row[i] * hidden], m.final_norm.data(), &m.h[i * hidden], 1, hidden,
                     s.rms_eps);
   std::vector<float> logits(n_items * s.vocab);
-  m.linear(*m.output, m.h.data(), logits.data(), n_items, options_.type, matmul_seconds);
+  m.linear(*m.output, m.h.data(), logits.data(), n_items, matmul_seconds);
   step_output out;
   out.logits.resize(n_items);
   for (std::size_t i = 0; i < n_items; ++i)
@@ -254,11 +317,12 @@ expected<step_output> cpu_backend::step(std::span<const step_item> items) {
 }
 
 expected<std::vector<std::byte>> cpu_backend::export_kv(seq_id seq) const {
-  return cache_->export_seq(seq);
+  return detail::onednn_boundary("cpu backend: exporting KV", [&] { return cache_->export_seq(seq); });
 }
 
 expected<void> cpu_backend::import_kv(seq_id seq, std::span<const std::byte> bytes) {
-  return cache_->import_seq(seq, bytes);
+  return detail::onednn_boundary("cpu backend: importing KV",
+                                 [&] { return cache_->import_seq(seq, bytes); });
 }
 
 } // namespace triad

@@ -1,13 +1,17 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "devices/backend.hpp"
+#include "devices/cpu/isa.hpp"
 #include "devices/cpu/weights.hpp"
 #include "devices/kv_cache.hpp"
 #include "runtime/memory.hpp"
+#include "runtime/topology.hpp"
 
 namespace triad {
 
@@ -15,6 +19,17 @@ namespace triad {
 struct cpu_backend_options {
   model_shape shape;                            ///< the model (a preset or a custom shape)
   dtype type = dtype::bf16;                     ///< weights, matmul inputs and KV pages
+  /// The matmul path; must suit `type` (bf16 for onednn_bf16 and own_bf16) and this CPU
+  /// (can_run). Empty: the best path this CPU runs for `type` (choose_cpu_compute).
+  std::optional<cpu_kernel> kernel;
+  /// ISA of triad's own kernels (own_bf16); none = the widest this CPU allows (detect_cpu).
+  vector_isa isa = vector_isa::none;
+  /// The compute team: one entry per thread, the PUs (OS indices) it binds to (one core each).
+  /// Empty: the team is the calling thread's default (every cpu of the process), unbound.
+  /// The thread that calls step() is the team's first thread.
+  std::vector<std::vector<unsigned>> team;
+  /// Topology that binds the team's threads (this machine only); null: sized, not bound.
+  const topology* topo = nullptr;
   std::size_t page_tokens = 16;                 ///< tokens per KV page
   std::uint64_t kv_budget_bytes = 256ull << 20; ///< memory for KV pages
   std::shared_ptr<arena> storage; ///< arena of the device's domain; null = a private one
@@ -30,10 +45,12 @@ struct cpu_step_profile {
 
 /// A real Llama-architecture decoder on this machine's cores: embedding, RMSNorm, rotary
 /// positions, grouped-query attention over the paged KV cache, SwiGLU MLP, output projection.
-/// Matmuls run in oneDNN (AMX / AVX-512 bf16 where present); the rest is vectorised C++.
+/// Matmuls run in oneDNN (AMX / AVX-512 bf16 where present) or, for bf16 weights on CPUs without
+/// native bf16, in triad's own AVX2 / AVX-512 kernels; the rest is vectorised C++.
 class cpu_backend final : public backend {
 public:
-  /// Generates the model's deterministic weights, packs them for oneDNN and sizes the KV cache.
+  /// Generates the model's deterministic weights, packs them for the kernel and sizes the KV
+  /// cache. Never throws: oneDNN errors and allocation failures come back as errors.
   static expected<std::unique_ptr<cpu_backend>> create(cpu_backend_options options);
   ~cpu_backend() override;
 
@@ -42,7 +59,7 @@ public:
   expected<step_output> step(std::span<const step_item> items) override;
   expected<std::vector<std::byte>> export_kv(seq_id seq) const override;
   expected<void> import_kv(seq_id seq, std::span<const std::byte> bytes) override;
-  void free(seq_id seq) override { cache_->free(seq); }
+  void free(seq_id seq) override;
   std::size_t attach_prefix(seq_id seq, std::span<const token> tokens) override {
     return cache_->table().attach_prefix(seq, tokens);
   }
@@ -56,12 +73,22 @@ public:
   const cpu_step_profile& last_profile() const noexcept { return profile_; }
   /// The dtype it computes in.
   dtype type() const noexcept { return options_.type; }
+  /// The matmul path it runs.
+  cpu_kernel kernel_path() const noexcept { return *options_.kernel; }
+  /// Threads of its compute team (0 until the first step sized it).
+  std::size_t team_size() const noexcept { return team_size_; }
 
 private:
   struct impl;
   explicit cpu_backend(cpu_backend_options options);
 
+  // Sizes (and binds) the calling thread's OpenMP team the first time a thread steps.
+  void join_team();
+  expected<step_output> step_unguarded(std::span<const step_item> items);
+
   cpu_backend_options options_;
+  std::size_t team_size_ = 0;
+  std::thread::id team_owner_;
   std::unique_ptr<paged_kv_cache> cache_;
   std::unique_ptr<impl> impl_;
   cpu_step_profile profile_;

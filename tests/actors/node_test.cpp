@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include <boost/test/unit_test.hpp>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <caf/all.hpp>
 
 #include "actors/node.hpp"
@@ -370,6 +371,57 @@ BOOST_AUTO_TEST_CASE(a_failing_device_ends_its_request_with_a_clear_error_when_t
   BOOST_TEST(last.text.find("device decode0 failed") != std::string::npos, last.text);
   BOOST_TEST(last.text.find("the device stopped answering") != std::string::npos, last.text);
   BOOST_TEST(device_sequences(*n) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_device_whose_backend_throws_at_construction_answers_with_the_error) {
+  // prefill0's backend throws while it is built (as oneDNN does on a CPU it cannot run): the
+  // node still starts, prefill0 answers with that error, and the node serves on prefill1.
+  for (auto policy : {triad::device_failure_policy::fail, triad::device_failure_policy::retry}) {
+    auto config = triad::zero_time_sim_config({{"prefill0", triad::device_role::prefill},
+                                               {"prefill1", triad::device_role::prefill},
+                                               {"decode0", triad::device_role::decode}});
+    config.orchestration.device_failure = policy;
+    triad::node_options opts;
+    opts.tools = triad::test::sleeper_registry();
+    opts.backend_factory =
+        [](const triad::node_config& c, const triad::device_config& d,
+           std::shared_ptr<triad::arena> a) -> triad::expected<std::unique_ptr<triad::backend>> {
+      if (d.name == "prefill0")
+        throw dnnl::error(dnnl_unimplemented, "could not create a primitive descriptor iterator");
+      return triad::make_backend(c, d, std::move(a));
+    };
+    auto n = triad::node::start(config, opts);
+    BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+    const auto& reports = (*n)->device_reports();
+    BOOST_REQUIRE(reports.size() == 3u);
+    BOOST_TEST(reports[0].failure.find("could not create a primitive descriptor") !=
+                   std::string::npos,
+               reports[0].failure);
+    BOOST_TEST(reports[1].failure.empty());
+    auto text = (*n)->metrics().render();
+    BOOST_TEST(text.find("triad_device_info{device=\"prefill0\"") != std::string::npos, text);
+    recorder first;
+    // The first request goes to prefill0 (config order breaks the tie).
+    (*n)->submit(agent_request(), first.callback());
+    const auto& last = first.wait();
+    if (policy == triad::device_failure_policy::fail) {
+      BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::error,
+                            "kind " << static_cast<int>(last.kind) << ": " << last.text);
+      BOOST_TEST(last.text.find("could not create a primitive descriptor") != std::string::npos,
+                 last.text);
+    } else {
+      BOOST_TEST(last.kind == triad::request_event::done, last.text);
+    }
+    // The node keeps serving: later requests complete.
+    for (const char* session : {"s0", "s1", "s2"}) {
+      recorder again;
+      (*n)->submit(agent_request(session), again.callback());
+      const auto& ev = again.wait();
+      if (policy == triad::device_failure_policy::retry)
+        BOOST_TEST(ev.kind == triad::request_event::done, ev.text);
+    }
+    BOOST_TEST(device_sequences(**n) == 0u);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

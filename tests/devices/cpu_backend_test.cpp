@@ -1,4 +1,8 @@
 #include <random>
+#include <thread>
+
+#include <omp.h>
+#include <sched.h>
 
 #include <boost/test/unit_test.hpp>
 
@@ -48,15 +52,41 @@ std::vector<float> prefill(triad::backend& b, triad::seq_id seq,
   return out->logits.front();
 }
 
-void check_reference(triad::dtype type, double tolerance) {
-  auto backend = make(type);
+void check_reference(triad::cpu_backend& backend, triad::dtype type, double tolerance) {
   auto weights = triad::generate_weights(tiny(), type);
   auto tokens = random_tokens(19);
-  auto got = prefill(*backend, 1, tokens);
+  auto got = prefill(backend, 1, tokens);
   auto want = triad::test::reference_logits(tiny(), weights, tokens);
   auto err = relative_error(got, want);
-  BOOST_TEST_MESSAGE(to_string(type) << " relative error vs double reference: " << err);
+  BOOST_TEST_MESSAGE(to_string(type) << " (" << to_string(backend.kernel_path()) << ", "
+                                     << backend.kernel()
+                                     << ") relative error vs double reference: " << err);
   BOOST_TEST(err <= tolerance);
+  // Then one decode step on the cache matches the reference over the longer sequence.
+  tokens.push_back(42);
+  triad::step_item next{1, {42}};
+  auto out = backend.step({&next, 1});
+  BOOST_REQUIRE_MESSAGE(out.has_value(), (out ? "" : out.error().message));
+  auto decode_err =
+      relative_error(out->logits.front(), triad::test::reference_logits(tiny(), weights, tokens));
+  BOOST_TEST(decode_err <= tolerance);
+}
+
+void check_reference(triad::dtype type, double tolerance) {
+  auto backend = make(type);
+  check_reference(*backend, type, tolerance);
+}
+
+// The PUs the calling thread may run on.
+std::vector<unsigned> affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  BOOST_REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  std::vector<unsigned> out;
+  for (unsigned cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set))
+      out.push_back(cpu);
+  return out;
 }
 
 } // namespace
@@ -205,6 +235,104 @@ BOOST_AUTO_TEST_CASE(bad_steps_are_errors_naming_the_problem) {
   std::vector<triad::step_item> twice{{1, {1}}, {1, {2}}};
   BOOST_TEST(backend->step(twice).error().message.find("appears twice") != std::string::npos);
   BOOST_TEST(backend->length(1) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(every_matmul_path_this_cpu_runs_matches_the_reference) {
+  // The contract on every path: each one this CPU runs (under DNNL_MAX_CPU_ISA too) computes the
+  // reference model; the ones it cannot run are named as not run.
+  struct path {
+    triad::cpu_kernel kernel;
+    triad::dtype type;
+    triad::vector_isa isa;
+    double tolerance;
+  };
+  const auto& cpu = triad::detect_cpu();
+  BOOST_TEST_MESSAGE("this CPU: " << cpu.describe());
+  for (auto p : {path{triad::cpu_kernel::onednn_f32, triad::dtype::f32, triad::vector_isa::none,
+                      1e-4},
+                 path{triad::cpu_kernel::onednn_bf16, triad::dtype::bf16, triad::vector_isa::none,
+                      1e-2},
+                 path{triad::cpu_kernel::own_bf16, triad::dtype::bf16, triad::vector_isa::avx2,
+                      1e-2},
+                 path{triad::cpu_kernel::own_bf16, triad::dtype::bf16, triad::vector_isa::avx512,
+                      1e-2}}) {
+    const bool runs = triad::can_run(p.kernel, cpu) &&
+                      (p.kernel != triad::cpu_kernel::own_bf16 || p.isa <= cpu.own);
+    triad::cpu_backend_options o;
+    o.shape = tiny();
+    o.type = p.type;
+    o.kernel = p.kernel;
+    o.isa = p.isa;
+    o.kv_budget_bytes = 64ull << 20;
+    auto b = triad::cpu_backend::create(o);
+    if (!runs) {
+      BOOST_TEST_MESSAGE("not run: " << to_string(p.kernel) << " (" << to_string(p.isa)
+                                     << "): this CPU cannot run it");
+      BOOST_REQUIRE(!b.has_value()); // refused with a reason, never an abort
+      BOOST_TEST((b.error().code == triad::errc::unsupported));
+      BOOST_TEST(b.error().message.find(cpu.onednn_isa) != std::string::npos, b.error().message);
+      continue;
+    }
+    BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
+    BOOST_TEST((((*b)->kernel_path() == p.kernel)));
+    check_reference(**b, p.type, p.tolerance);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_compute_team_is_sized_to_its_cores_and_each_thread_bound_to_one) {
+  auto topo = triad::topology::load(triad::topology_config{});
+  BOOST_REQUIRE(topo.has_value());
+  // One team thread per core of this machine, as the plan gives a device its compute set.
+  std::vector<std::vector<unsigned>> team;
+  for (const auto& core : topo->info().cores)
+    team.push_back(core.pus);
+  triad::cpu_backend_options o;
+  o.shape = tiny();
+  o.type = triad::dtype::f32;
+  o.kv_budget_bytes = 16ull << 20;
+  o.team = team;
+  o.topo = &*topo;
+  auto b = triad::cpu_backend::create(o);
+  BOOST_REQUIRE(b.has_value());
+  std::vector<std::vector<unsigned>> seen(team.size());
+  int team_threads = 0;
+  // A driver thread of its own: the team is that thread's, bound where the plan says.
+  std::thread driver{[&] {
+    auto tokens = random_tokens(40);
+    triad::step_item item{1, tokens};
+    auto out = (*b)->step({&item, 1});
+    BOOST_REQUIRE(out.has_value());
+    team_threads = omp_get_max_threads();
+#pragma omp parallel
+    {
+      auto mask = affinity();
+#pragma omp critical
+      seen[static_cast<std::size_t>(omp_get_thread_num()) % seen.size()] = mask;
+    }
+  }};
+  driver.join();
+  BOOST_TEST((*b)->team_size() == team.size());
+  BOOST_TEST(team_threads == static_cast<int>(team.size()));
+  for (std::size_t i = 0; i < team.size(); ++i)
+    BOOST_TEST((seen[i] == team[i]), "team thread " << i);
+}
+
+BOOST_AUTO_TEST_CASE(an_unbound_team_is_sized_without_binding) {
+  triad::cpu_backend_options o;
+  o.shape = tiny();
+  o.type = triad::dtype::f32;
+  o.kv_budget_bytes = 16ull << 20;
+  o.team = {{0}};
+  auto b = triad::cpu_backend::create(o);
+  BOOST_REQUIRE(b.has_value());
+  std::thread driver{[&] {
+    auto before = affinity();
+    triad::step_item item{1, random_tokens(8)};
+    BOOST_REQUIRE((*b)->step({&item, 1}).has_value());
+    BOOST_TEST(omp_get_max_threads() == 1);
+    BOOST_TEST((affinity() == before)); // nothing bound
+  }};
+  driver.join();
 }
 
 BOOST_AUTO_TEST_CASE(the_kernel_in_use_is_reported) {

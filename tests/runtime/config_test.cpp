@@ -141,6 +141,7 @@ node_config rich_config() {
   cpu.backend = device_backend::cpu;
   cpu.role = device_role::both;
   cpu.domain = 0;
+  cpu.compute_cores = 4;
   config.devices.push_back(cpu);
 
   device_config cuda;
@@ -173,6 +174,7 @@ BOOST_AUTO_TEST_CASE(enum_names_match_the_file_format) {
   BOOST_TEST(to_string(device_backend::cpu) == "cpu");
   BOOST_TEST(to_string(device_backend::sim) == "sim");
   BOOST_TEST(to_string(device_backend::cuda) == "cuda");
+  BOOST_TEST(to_string(model_dtype::automatic) == "auto");
   BOOST_TEST(to_string(model_dtype::bf16) == "bf16");
   BOOST_TEST(to_string(model_dtype::f32) == "f32");
 }
@@ -283,6 +285,7 @@ BOOST_AUTO_TEST_CASE(missing_keys_take_their_defaults) {
   BOOST_TEST(d.memory_mib == defaults::device::memory_mib);
   BOOST_TEST(d.queue_capacity == defaults::device::queue_capacity);
   BOOST_TEST(d.time_scale == defaults::device::time_scale);
+  BOOST_TEST(d.compute_cores == defaults::device::compute_cores);
   BOOST_TEST(d.profile.empty());
   BOOST_TEST(result->limits.max_body_bytes == defaults::limits::max_body_bytes);
   BOOST_TEST(result->model.preset == defaults::model::preset);
@@ -312,7 +315,7 @@ BOOST_AUTO_TEST_CASE(default_config_has_a_cpu_prefill_and_decode_device) {
   BOOST_TEST(c.scheduler.orchestration_domains.empty());
   BOOST_TEST(c.tools.cores == 1u);
   BOOST_TEST(c.model.preset == "tiny");
-  BOOST_TEST((c.model.dtype == model_dtype::bf16));
+  BOOST_TEST((c.model.dtype == model_dtype::automatic));
   BOOST_TEST(c.model.page_tokens == 16u);
   BOOST_TEST(c.sim_profiles.empty());
   BOOST_TEST_REQUIRE(c.devices.size() == 2u);
@@ -360,7 +363,7 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_device_is_an_error) {
   BOOST_TEST(message == "triad.toml:6:3: devices[1].speed = 3: unknown key; allowed keys in "
                         "[[devices]]: name, backend, role, topology_device, domain, profile, "
                         "time_scale, memory_mib, queue_capacity, prefix_cache, burst_steps, "
-                        "burst_window_us");
+                        "burst_window_us, compute_cores");
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_model_is_an_error) {
@@ -581,8 +584,9 @@ BOOST_AUTO_TEST_CASE(model_preset_must_be_known) {
 
 BOOST_AUTO_TEST_CASE(model_dtype_must_be_known) {
   const auto message = error_of("[model]\ndtype = \"fp16\"\n");
-  BOOST_TEST(message ==
-             "triad.toml:2:9: model.dtype = \"fp16\": not allowed; allowed: \"bf16\", \"f32\"");
+  BOOST_TEST(
+      message ==
+      "triad.toml:2:9: model.dtype = \"fp16\": not allowed; allowed: \"auto\", \"bf16\", \"f32\"");
 }
 
 BOOST_AUTO_TEST_CASE(model_page_tokens_must_be_in_range) {
@@ -633,6 +637,30 @@ BOOST_AUTO_TEST_CASE(time_scale_needs_the_sim_backend) {
                  {"triad.toml:4:14: ", "devices[0].time_scale = 2",
                   "only allowed when backend = \"sim\" (backend = \"cuda\")",
                   "allowed: no time_scale key, or backend = \"sim\""});
+}
+
+BOOST_AUTO_TEST_CASE(compute_cores_needs_the_cpu_backend) {
+  const auto message = error_of("[[devices]]\n"
+                                "name = \"s\"\n"
+                                "compute_cores = 8\n"
+                                "backend = \"sim\"\n");
+  BOOST_TEST(message == "triad.toml:3:17: devices[0].compute_cores = 8: only allowed when "
+                        "backend = \"cpu\" (backend = \"sim\"); allowed: 0, no compute_cores "
+                        "key, or backend = \"cpu\"");
+  check_contains(error_of("[[devices]]\nname = \"g\"\nbackend = \"cuda\"\ncompute_cores = 2\n"),
+                 {"triad.toml:4:17: ", "devices[0].compute_cores = 2",
+                  "only allowed when backend = \"cpu\" (backend = \"cuda\")"});
+  check_contains(error_of("[[devices]]\nname = \"c\"\ncompute_cores = 4097\n"),
+                 {"triad.toml:3:17: ", "devices[0].compute_cores = 4097", "out of range",
+                  "allowed: integer 0..4096"});
+  // 0 (automatic) is allowed for every backend; a cpu device takes any count in range.
+  const auto sim =
+      parse_config("[[devices]]\nname = \"s\"\nbackend = \"sim\"\ncompute_cores = 0\n", "t");
+  BOOST_TEST_REQUIRE(sim.has_value(), (sim ? "" : sim.error().to_string()));
+  BOOST_TEST(sim->devices.at(0).compute_cores == 0u);
+  const auto cpu = parse_config("[[devices]]\nname = \"c\"\ncompute_cores = 12\n", "t");
+  BOOST_TEST_REQUIRE(cpu.has_value(), (cpu ? "" : cpu.error().to_string()));
+  BOOST_TEST(cpu->devices.at(0).compute_cores == 12u);
 }
 
 BOOST_AUTO_TEST_CASE(sim_profile_may_not_reuse_a_built_in_name) {
@@ -837,10 +865,11 @@ BOOST_AUTO_TEST_CASE(default_config_round_trips_through_toml) {
                                "max_body_bytes = 4194304",
                                "[model]",
                                "preset = \"tiny\"",
-                               "dtype = \"bf16\"",
+                               "dtype = \"auto\"",
                                "page_tokens = 16",
                                "memory_mib = 2048",
                                "queue_capacity = 256",
+                               "compute_cores = 0",
                                "[server]",
                                "listen = \"127.0.0.1\"",
                                "port = 8080"}) {

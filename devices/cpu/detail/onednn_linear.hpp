@@ -26,6 +26,8 @@ public:
   unsigned k() const noexcept { return k_; }
   /// Output width.
   unsigned n() const noexcept { return n_; }
+  /// Whether it multiplies bf16 inputs (else f32).
+  bool bf16() const noexcept { return src_type_ == dnnl::memory::data_type::bf16; }
 
 private:
   dnnl::matmul& primitive(unsigned m);

@@ -1,0 +1,79 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "devices/cpu/isa.hpp"
+
+namespace triad::detail {
+
+/// The ISA levels of triad's own kernels (defined with the CPU probe in devices/cpu/isa.hpp).
+using vector_isa = triad::vector_isa;
+
+/// One weight matrix [K][N] stored once as bf16 (half the bytes of f32), for CPUs on which
+/// oneDNN has no native bf16 matmul. Small M (decode, M <= small_m_limit) runs the project's own
+/// kernels, which widen bf16 to f32 in registers and read the weights once at close to memory
+/// bandwidth; larger M (prefill) widens tiles of columns to f32 and runs oneDNN's f32 matmul.
+class bf16_linear {
+public:
+  /// Largest M the own kernel runs (above it: widened tiles and oneDNN f32).
+  static constexpr unsigned small_m_limit = 16;
+  /// Columns of weights widened to f32 per oneDNN matmul on the large-M path (a multiple of 16).
+  static constexpr unsigned tile_columns = 256;
+
+  /// Rounds `plain` ([K][N] row-major floats) to bf16 (nearest even, as detail::to_bf16) and
+  /// stores it in column panels of 16 (panel p = columns 16p..16p+15 as [K][16]; N padded with
+  /// zero columns). `isa` picks the own kernels; none runs a portable scalar loop.
+  bf16_linear(dnnl::engine& eng, unsigned k, unsigned n, const float* plain, vector_isa isa);
+
+  /// dst[M][N] (f32, row-major, leading dim N) = src[M][K] (f32, row-major) x W. Runs on the
+  /// calling thread's OpenMP team; oneDNN errors (dnnl::error) propagate.
+  void forward(dnnl::stream& strm, const float* src, float* dst, unsigned m);
+
+  /// What runs, e.g. "triad:bf16_avx512 (M<=16) + onednn f32 brg:avx512_core (prefill)".
+  std::string kernel() const;
+  /// Input width.
+  unsigned k() const noexcept { return k_; }
+  /// Output width.
+  unsigned n() const noexcept { return n_; }
+  /// Bytes of the stored weights (K x N rounded up to 16 x 2).
+  std::size_t weight_bytes() const noexcept {
+    return std::size_t{panels_} * 16 * k_ * sizeof(std::uint16_t);
+  }
+
+private:
+  /// dst = src x W by the own kernels, for m <= small_m_limit.
+  void forward_small(const float* src, float* dst, unsigned m) const;
+  /// dst = src x W by widened tiles and oneDNN's f32 matmul.
+  void forward_large(dnnl::stream& strm, const float* src, float* dst, unsigned m);
+  /// Widens columns [first, first + width) to f32 [K][width] in scratch_.
+  void widen(unsigned first, unsigned width);
+  /// The cached f32 matmul of [m][K] x [K][width] into rows of stride N.
+  dnnl::matmul& primitive(unsigned m, unsigned width);
+
+  /// Frees what std::aligned_alloc returned.
+  struct aligned_free {
+    /// Calls std::free.
+    void operator()(void* p) const noexcept;
+  };
+
+  dnnl::engine* eng_;
+  unsigned k_;
+  unsigned n_;
+  unsigned panels_;
+  vector_isa isa_;
+  std::unique_ptr<std::uint16_t[], aligned_free> weights_; ///< [panel][K][16], 64-byte aligned
+  std::unique_ptr<float[], aligned_free> scratch_; ///< [K][tile_columns], made on first large M
+  std::string prefill_kernel_;
+  std::map<std::pair<unsigned, unsigned>, dnnl::matmul> primitives_;
+};
+
+} // namespace triad::detail

@@ -1,0 +1,50 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "devices/cpu/detail/bf16_linear.hpp"
+#include "devices/cpu/detail/onednn_linear.hpp"
+#include "devices/cpu/isa.hpp"
+
+namespace triad::detail {
+
+/// One weight matrix [K][N] on a cpu device's matmul path (cpu_kernel): packed by oneDNN (bf16
+/// or f32), or stored as bf16 for triad's own kernels. The backend and triad-bench-cpu's
+/// "matmuls alone" use the same class, so both multiply the same way.
+class cpu_matrix {
+public:
+  /// Stores `plain` ([K][N] row-major floats) for `kernel` (`type` is the weights' dtype, `isa`
+  /// the own kernels' ISA). oneDNN errors throw dnnl::error.
+  cpu_matrix(dnnl::engine& eng, unsigned k, unsigned n, cpu_kernel kernel, dtype type,
+             vector_isa isa, const float* plain) {
+    if (kernel == cpu_kernel::own_bf16)
+      own_ = std::make_unique<bf16_linear>(eng, k, n, plain, isa);
+    else
+      packed_ = std::make_unique<onednn_linear>(eng, k, n, type, plain);
+  }
+  /// Input width.
+  unsigned k() const noexcept { return own_ ? own_->k() : packed_->k(); }
+  /// Output width.
+  unsigned n() const noexcept { return own_ ? own_->n() : packed_->n(); }
+  /// Whether inputs must be converted to bf16 first (oneDNN's bf16 matmul).
+  bool bf16_inputs() const noexcept { return packed_ != nullptr && packed_->bf16(); }
+  /// What runs, e.g. "brg:avx512_core_bf16".
+  std::string kernel() const { return own_ ? own_->kernel() : packed_->kernel(); }
+  /// dst[M][N] (f32) = src x W: `src` is f32, or bf16 bits when bf16_inputs().
+  void forward(dnnl::stream& strm, const void* src, float* dst, unsigned m) {
+    if (own_)
+      own_->forward(strm, static_cast<const float*>(src), dst, m);
+    else
+      packed_->forward(strm, src, dst, m);
+  }
+
+private:
+  std::unique_ptr<onednn_linear> packed_;
+  std::unique_ptr<bf16_linear> own_;
+};
+
+} // namespace triad::detail

@@ -1,0 +1,138 @@
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "devices/cpu/detail/bf16_linear.hpp"
+#include "devices/cpu/weights.hpp"
+
+// The class, under a name that leaves `bf16_linear` to the test suite.
+using linear = triad::detail::bf16_linear;
+using triad::detail::vector_isa;
+
+namespace {
+
+// Whether this CPU runs the own kernels of `isa` (none always runs).
+bool cpu_has(vector_isa isa) {
+  switch (isa) {
+  case vector_isa::avx512:
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("fma");
+  case vector_isa::avx2:
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  case vector_isa::none:
+    break;
+  }
+  return true;
+}
+
+// Fresh random values each run; the seed is logged so a failure can be replayed.
+std::vector<float> random_floats(std::size_t n) {
+  static std::uint64_t seed = std::random_device{}();
+  BOOST_TEST_MESSAGE("random seed " << seed);
+  std::mt19937_64 rng{seed++};
+  std::uniform_real_distribution<float> dist{-1.0f, 1.0f};
+  std::vector<float> out(n);
+  for (auto& v : out)
+    v = dist(rng);
+  return out;
+}
+
+struct fixture {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+
+// Largest |got - want| over every output, relative to sum_k |x||w| of that output, where want
+// is computed in double from the bf16-rounded weights. Also checks that nothing past the M x N
+// outputs was written.
+double worst_error(fixture& f, vector_isa isa, unsigned k, unsigned n, unsigned m) {
+  auto w = random_floats(std::size_t{k} * n);
+  auto x = random_floats(std::size_t{m} * k);
+  linear lin(f.engine, k, n, w.data(), isa);
+  constexpr float guard = 12345.0f;
+  std::vector<float> dst(std::size_t{m} * n + 64, guard);
+  lin.forward(f.stream, x.data(), dst.data(), m);
+  for (std::size_t i = std::size_t{m} * n; i < dst.size(); ++i)
+    BOOST_REQUIRE_MESSAGE(dst[i] == guard, "wrote past the outputs at " << i);
+  double worst = 0;
+  for (unsigned r = 0; r < m; ++r)
+    for (unsigned j = 0; j < n; ++j) {
+      double want = 0;
+      double scale = 0;
+      for (unsigned i = 0; i < k; ++i) {
+        double term = static_cast<double>(x[std::size_t{r} * k + i]) *
+                      triad::round_to_bf16(w[std::size_t{i} * n + j]);
+        want += term;
+        scale += std::abs(term);
+      }
+      double err = std::abs(dst[std::size_t{r} * n + j] - want) / std::max(scale, 1e-30);
+      worst = std::max(worst, err);
+    }
+  return worst;
+}
+
+void check_isa(vector_isa isa) {
+  if (!cpu_has(isa)) {
+    BOOST_TEST_MESSAGE("not run: this CPU lacks " << to_string(isa));
+    return;
+  }
+  fixture f;
+  const unsigned limit = linear::small_m_limit;
+  for (unsigned k : {72u, 576u})
+    for (unsigned n : {100u, 320u})
+      for (unsigned m : {1u, 2u, 3u, 5u, 16u, 17u, 64u, 300u, limit, limit + 1}) {
+        double err = worst_error(f, isa, k, n, m);
+        BOOST_TEST_INFO(to_string(isa) << " K=" << k << " N=" << n << " M=" << m);
+        BOOST_TEST(err <= 1e-5);
+      }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(bf16_linear)
+
+BOOST_AUTO_TEST_CASE(isa_names_are_stable) {
+  BOOST_TEST(to_string(vector_isa::none) == "none");
+  BOOST_TEST(to_string(vector_isa::avx2) == "avx2");
+  BOOST_TEST(to_string(vector_isa::avx512) == "avx512");
+}
+
+BOOST_AUTO_TEST_CASE(weights_are_stored_once_as_bf16_in_zero_padded_panels_of_16) {
+  fixture f;
+  auto w = random_floats(576 * 320);
+  linear a(f.engine, 72, 100, w.data(), vector_isa::none);
+  linear b(f.engine, 576, 320, w.data(), vector_isa::none);
+  BOOST_TEST(a.weight_bytes() == 72u * 112 * 2);
+  BOOST_TEST(b.weight_bytes() == 576u * 320 * 2);
+  BOOST_TEST(a.k() == 72u);
+  BOOST_TEST(a.n() == 100u);
+}
+
+BOOST_AUTO_TEST_CASE(avx512_results_match_a_double_reference_of_the_rounded_weights) {
+  check_isa(vector_isa::avx512);
+}
+
+BOOST_AUTO_TEST_CASE(avx2_results_match_a_double_reference_of_the_rounded_weights) {
+  check_isa(vector_isa::avx2);
+}
+
+BOOST_AUTO_TEST_CASE(scalar_results_match_a_double_reference_of_the_rounded_weights) {
+  check_isa(vector_isa::none);
+}
+
+BOOST_AUTO_TEST_CASE(kernel_names_the_own_isa_and_the_onednn_prefill_implementation) {
+  fixture f;
+  auto w = random_floats(72 * 100);
+  linear lin(f.engine, 72, 100, w.data(), vector_isa::none);
+  auto name = lin.kernel();
+  BOOST_TEST_MESSAGE("kernel: " << name);
+  auto own = "triad:bf16_scalar (M<=" + std::to_string(linear::small_m_limit) + ") + onednn f32 ";
+  BOOST_TEST(name.starts_with(own));
+  BOOST_TEST(name.ends_with(" (prefill)"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
