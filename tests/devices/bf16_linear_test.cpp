@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -82,24 +83,21 @@ void check_isa(vector_isa isa) {
   }
   fixture f;
   const unsigned limit = linear::small_m_limit;
+  double worst = 0;
   for (unsigned k : {72u, 576u})
     for (unsigned n : {100u, 320u})
       for (unsigned m : {1u, 2u, 3u, 5u, 16u, 17u, 64u, 300u, limit, limit + 1}) {
         double err = worst_error(f, isa, k, n, m);
         BOOST_TEST_INFO(to_string(isa) << " K=" << k << " N=" << n << " M=" << m);
-        BOOST_TEST(err <= 1e-5);
+        BOOST_TEST(err <= 2e-6);
+        worst = std::max(worst, err);
       }
+  BOOST_TEST_MESSAGE(to_string(isa) << " worst error relative to sum |x||w|: " << worst);
 }
 
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(bf16_linear)
-
-BOOST_AUTO_TEST_CASE(isa_names_are_stable) {
-  BOOST_TEST(to_string(vector_isa::none) == "none");
-  BOOST_TEST(to_string(vector_isa::avx2) == "avx2");
-  BOOST_TEST(to_string(vector_isa::avx512) == "avx512");
-}
 
 BOOST_AUTO_TEST_CASE(weights_are_stored_once_as_bf16_in_zero_padded_panels_of_16) {
   fixture f;

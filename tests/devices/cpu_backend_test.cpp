@@ -77,6 +77,15 @@ void check_reference(triad::dtype type, double tolerance) {
   check_reference(*backend, type, tolerance);
 }
 
+// How far two ways of cutting the same tokens into steps may differ. On the oneDNN paths every M
+// runs the same reduction, so results agree to f32 rounding. own_bf16 runs steps of up to 128
+// rows in triad's own kernels and longer ones in oneDNN f32: the sums differ in their last bits,
+// and where that moves a K or V value across a bf16 rounding boundary the KV page differs by
+// one bf16 step (2^-8 relative); a wrong page or position would differ by O(1).
+double chunking_tolerance(const triad::cpu_backend& b) {
+  return b.kernel_path() == triad::cpu_kernel::own_bf16 ? 3e-3 : 1e-5;
+}
+
 // The PUs the calling thread may run on.
 std::vector<unsigned> affinity() {
   cpu_set_t set;
@@ -154,10 +163,10 @@ BOOST_AUTO_TEST_CASE(chunked_prefill_across_page_boundaries_gives_identical_resu
     at += chunk;
   }
   BOOST_REQUIRE(at == tokens.size());
-  BOOST_TEST(relative_error(got, want) <= 1e-5);
+  BOOST_TEST(relative_error(got, want) <= chunking_tolerance(*whole));
   auto next_whole = prefill(*whole, 1, {42});
   auto next_chunked = prefill(*chunked, 1, {42});
-  BOOST_TEST(relative_error(next_chunked, next_whole) <= 1e-5);
+  BOOST_TEST(relative_error(next_chunked, next_whole) <= chunking_tolerance(*whole));
   BOOST_TEST(chunked->kv().pages_used == 5u); // 38 tokens in pages of 8
 }
 
@@ -194,12 +203,12 @@ BOOST_AUTO_TEST_CASE(a_prompt_on_a_cached_prefix_gets_the_logits_of_a_full_recom
   BOOST_TEST(cached->kv().pages_used == 3u);
   auto got = prefill(*cached, 2, {prompt.begin() + 24, prompt.end()});
   auto want = prefill(*fresh, 2, prompt);
-  BOOST_TEST(relative_error(got, want) <= 1e-5);
+  BOOST_TEST(relative_error(got, want) <= chunking_tolerance(*fresh));
   // Decoding on top of shared pages leaves them intact for the next sequence.
   prefill(*cached, 2, {7});
   BOOST_TEST(cached->attach_prefix(3, prompt) == 24u);
   auto again = prefill(*cached, 3, {prompt.begin() + 24, prompt.end()});
-  BOOST_TEST(relative_error(again, want) <= 1e-5);
+  BOOST_TEST(relative_error(again, want) <= chunking_tolerance(*fresh));
 }
 
 BOOST_AUTO_TEST_CASE(exported_kv_imports_on_another_device_and_decodes_identically) {
@@ -339,7 +348,8 @@ BOOST_AUTO_TEST_CASE(the_kernel_in_use_is_reported) {
   auto backend = make(triad::dtype::bf16);
   BOOST_TEST_MESSAGE("matmul kernel: " << backend->kernel());
   BOOST_TEST(!backend->kernel().empty());
-  BOOST_TEST(backend->kernel().find("ref") == std::string::npos); // never the reference kernel
+  // Never one of oneDNN's reference implementations ("ref:any" and the like).
+  BOOST_TEST(backend->kernel().find("ref:") == std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -37,7 +37,7 @@ constexpr unsigned panel = 16;
 constexpr std::size_t parallel_threshold = 1 << 15;
 
 // Most rows of x one kernel call multiplies, all accumulators in registers over the whole of K
-// (measured on Zen 4: more rows per call lose a third of the FMA rate).
+// (measured on Zen 4 with AVX-512: 12 rows per call lose a fifth of the FMA rate, 16 half).
 constexpr unsigned max_rows_avx512 = 10;
 constexpr unsigned max_rows_avx2 = 6;
 constexpr unsigned max_rows_scalar = 16;
@@ -169,6 +169,27 @@ TRIAD_AVX2 void block_avx2(const std::uint16_t* w, const float* x, std::size_t l
   }
 }
 
+// Widens `rows` full rows of a panel to floats, row r at out + r * ldo (the large-M path).
+TRIAD_AVX512 void widen_rows_avx512(const std::uint16_t* w, unsigned rows, float* out,
+                                    std::size_t ldo) {
+  for (unsigned r = 0; r < rows; ++r)
+    _mm512_storeu_ps(out + r * ldo, widen_avx512(w + std::size_t{r} * panel));
+}
+TRIAD_AVX2 void widen_rows_avx2(const std::uint16_t* w, unsigned rows, float* out,
+                                std::size_t ldo) {
+  for (unsigned r = 0; r < rows; ++r) {
+    _mm256_storeu_ps(out + r * ldo, widen_avx2(w + std::size_t{r} * panel));
+    _mm256_storeu_ps(out + r * ldo + 8, widen_avx2(w + std::size_t{r} * panel + 8));
+  }
+}
+// Also the first `cols` columns only.
+void widen_rows_scalar(const std::uint16_t* w, unsigned rows, float* out, std::size_t ldo,
+                       unsigned cols) {
+  for (unsigned r = 0; r < rows; ++r)
+    for (unsigned j = 0; j < cols; ++j)
+      out[r * ldo + j] = from_bf16(w[std::size_t{r} * panel + j]);
+}
+
 // Portable fallback: any block of up to max_rows_scalar rows.
 void block_scalar(const std::uint16_t* w, const float* x, std::size_t ldx, unsigned k,
                   unsigned rows, float* out, std::size_t ldo, unsigned cols) {
@@ -246,7 +267,8 @@ bf16_linear::bf16_linear(dnnl::engine& eng, unsigned k, unsigned n, const float*
   }
   // The name of the prefill implementation; primitives that run are made in forward(), on the
   // calling thread's OpenMP team.
-  prefill_kernel_ = make_pd(eng, 64, k, std::min(n, tile_columns), n).impl_info_str();
+  prefill_kernel_ =
+      make_pd(eng, small_m_limit + 1, k, std::min(n, tile_columns), n).impl_info_str();
 }
 
 std::string bf16_linear::kernel() const {
@@ -293,30 +315,50 @@ void bf16_linear::forward_small(const float* src, float* dst, unsigned m) const 
   }
 }
 
-void bf16_linear::widen(unsigned first, unsigned width) {
+namespace {
+
+// The widened tile, one per calling (driver) thread and shared by every matrix it multiplies:
+// K x tile_columns floats of the widest K seen, instead of one tile per matrix.
+float* tile_scratch(std::size_t floats) {
+  struct buffer {
+    float* data = nullptr;
+    std::size_t size = 0;
+    ~buffer() { std::free(data); }
+  };
+  thread_local buffer b;
+  if (b.size < floats) {
+    std::free(b.data);
+    b.data = nullptr;
+    b.size = 0;
+    b.data = aligned_array<float>(floats);
+    b.size = floats;
+  }
+  return b.data;
+}
+
+} // namespace
+
+void bf16_linear::widen(float* tile, unsigned first, unsigned width) {
   // Chunks of rows of every panel of the tile: each chunk reads contiguous runs of panels and
   // writes whole rows of the tile.
   constexpr unsigned chunk = 64;
   const unsigned chunks = (k_ + chunk - 1) / chunk;
   const unsigned p0 = first / panel;
   const unsigned tile_panels = (width + panel - 1) / panel;
-  float* tile = scratch_.get();
 #pragma omp parallel for schedule(static) if (std::size_t{k_} * width >= parallel_threshold)
   for (unsigned c = 0; c < chunks; ++c) {
     const unsigned end = std::min(k_, (c + 1) * chunk);
     for (unsigned q = 0; q < tile_panels; ++q) {
       const std::uint16_t* w = weights_.get() + std::size_t{p0 + q} * k_ * panel;
       const unsigned cols = std::min(panel, width - q * panel);
-      for (unsigned i = c * chunk; i < end; ++i) {
-        float* row = tile + std::size_t{i} * width + q * panel;
-        const std::uint16_t* s = w + std::size_t{i} * panel;
-        if (cols == panel)
-          for (unsigned j = 0; j < panel; ++j)
-            row[j] = from_bf16(s[j]);
-        else
-          for (unsigned j = 0; j < cols; ++j)
-            row[j] = from_bf16(s[j]);
-      }
+      const std::uint16_t* rows = w + std::size_t{c} * chunk * panel;
+      float* out = tile + std::size_t{c} * chunk * width + q * panel;
+      if (cols == panel && isa_ == vector_isa::avx512)
+        widen_rows_avx512(rows, end - c * chunk, out, width);
+      else if (cols == panel && isa_ == vector_isa::avx2)
+        widen_rows_avx2(rows, end - c * chunk, out, width);
+      else
+        widen_rows_scalar(rows, end - c * chunk, out, width, cols);
     }
   }
 }
@@ -330,14 +372,13 @@ dnnl::matmul& bf16_linear::primitive(unsigned m, unsigned width) {
 }
 
 void bf16_linear::forward_large(dnnl::stream& strm, const float* src, float* dst, unsigned m) {
-  if (!scratch_)
-    scratch_.reset(aligned_array<float>(std::size_t{k_} * std::min(n_, tile_columns)));
+  float* tile = tile_scratch(std::size_t{k_} * std::min(n_, tile_columns));
   dnnl::memory a({{m, k_}, dt::f32, tag::ab}, *eng_, const_cast<float*>(src));
   for (unsigned first = 0; first < n_; first += tile_columns) {
     const unsigned width = std::min(tile_columns, n_ - first);
-    widen(first, width);
+    widen(tile, first, width);
     auto& prim = primitive(m, width);
-    dnnl::memory b({{k_, width}, dt::f32, tag::ab}, *eng_, scratch_.get());
+    dnnl::memory b({{k_, width}, dt::f32, tag::ab}, *eng_, tile);
     dnnl::memory c({{m, width}, dt::f32, dnnl::memory::dims{n_, 1}}, *eng_, dst + first);
     prim.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     strm.wait();

@@ -5,9 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <utility>
-#include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -19,15 +17,20 @@ namespace triad::detail {
 using vector_isa = triad::vector_isa;
 
 /// One weight matrix [K][N] stored once as bf16 (half the bytes of f32), for CPUs on which
-/// oneDNN has no native bf16 matmul. Small M (decode, M <= small_m_limit) runs the project's own
-/// kernels, which widen bf16 to f32 in registers and read the weights once at close to memory
-/// bandwidth; larger M (prefill) widens tiles of columns to f32 and runs oneDNN's f32 matmul.
+/// oneDNN has no native bf16 matmul. Up to small_m_limit rows (decode batches, short prompts) run
+/// the project's own kernels, which widen bf16 to f32 in registers: memory-bound at M = 1..2
+/// (the weights read at the machine's read bandwidth), FMA-bound from M of about 8. Larger M
+/// (long prefills) widens tiles of columns to f32 and runs oneDNN's f32 matmul.
 class bf16_linear {
 public:
-  /// Largest M the own kernel runs (above it: widened tiles and oneDNN f32).
-  static constexpr unsigned small_m_limit = 16;
-  /// Columns of weights widened to f32 per oneDNN matmul on the large-M path (a multiple of 16).
-  static constexpr unsigned tile_columns = 256;
+  /// Largest M the own kernel runs (above it: widened tiles and oneDNN f32). Measured on Zen 4
+  /// (2 threads, `small` model shapes): the own kernels beat the widened tiles by 70% at M = 32,
+  /// 25% at 64, 20% at 128 and 7% at 256; past 128 the rows of x no longer fit in L2 and the own
+  /// kernels do not block M, so longer prefills go to oneDNN.
+  static constexpr unsigned small_m_limit = 128;
+  /// Columns of weights widened to f32 per oneDNN matmul on the large-M path (a multiple of 16;
+  /// measured at M = 32..256: 512 beats 128, 256 and 1024).
+  static constexpr unsigned tile_columns = 512;
 
   /// Rounds `plain` ([K][N] row-major floats) to bf16 (nearest even, as detail::to_bf16) and
   /// stores it in column panels of 16 (panel p = columns 16p..16p+15 as [K][16]; N padded with
@@ -38,7 +41,7 @@ public:
   /// calling thread's OpenMP team; oneDNN errors (dnnl::error) propagate.
   void forward(dnnl::stream& strm, const float* src, float* dst, unsigned m);
 
-  /// What runs, e.g. "triad:bf16_avx512 (M<=16) + onednn f32 brg:avx512_core (prefill)".
+  /// What runs, e.g. "triad:bf16_avx512 (M<=128) + onednn f32 brg:avx512_core (prefill)".
   std::string kernel() const;
   /// Input width.
   unsigned k() const noexcept { return k_; }
@@ -54,8 +57,8 @@ private:
   void forward_small(const float* src, float* dst, unsigned m) const;
   /// dst = src x W by widened tiles and oneDNN's f32 matmul.
   void forward_large(dnnl::stream& strm, const float* src, float* dst, unsigned m);
-  /// Widens columns [first, first + width) to f32 [K][width] in scratch_.
-  void widen(unsigned first, unsigned width);
+  /// Widens columns [first, first + width) to f32 [K][width] into `tile`.
+  void widen(float* tile, unsigned first, unsigned width);
   /// The cached f32 matmul of [m][K] x [K][width] into rows of stride N.
   dnnl::matmul& primitive(unsigned m, unsigned width);
 
@@ -71,7 +74,6 @@ private:
   unsigned panels_;
   vector_isa isa_;
   std::unique_ptr<std::uint16_t[], aligned_free> weights_; ///< [panel][K][16], 64-byte aligned
-  std::unique_ptr<float[], aligned_free> scratch_; ///< [K][tile_columns], made on first large M
   std::string prefill_kernel_;
   std::map<std::pair<unsigned, unsigned>, dnnl::matmul> primitives_;
 };
