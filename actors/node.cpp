@@ -16,11 +16,9 @@ namespace triad {
 namespace {
 
 // The configured factory or make_backend; an exception from either is the device's error.
-expected<std::unique_ptr<backend>> build_backend(const node_options& options,
-                                                 const node_config& config,
-                                                 const device_config& dev,
-                                                 std::shared_ptr<arena> storage,
-                                                 const compute_placement& compute) {
+expected<std::unique_ptr<backend>>
+build_backend(const node_options& options, const node_config& config, const device_config& dev,
+              std::shared_ptr<arena> storage, const compute_placement& compute) {
   try {
     return options.backend_factory ? options.backend_factory(config, dev, std::move(storage))
                                    : make_backend(config, dev, std::move(storage), compute);

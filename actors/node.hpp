@@ -43,13 +43,13 @@ struct node_options {
 
 /// What runs one device, as the node built it (for start-up logs, triad-node and tests).
 struct device_report {
-  std::string name;    ///< config name
-  std::string backend; ///< "cpu", "sim", "cuda"
-  std::string kernel;  ///< backend::kernel(): what does its matmuls (or "failed: ...")
-  std::string dtype;   ///< element type it computes in ("bf16", "f32")
-  std::string path;    ///< cpu devices: the matmul path (cpu_kernel), else empty
+  std::string name;     ///< config name
+  std::string backend;  ///< "cpu", "sim", "cuda"
+  std::string kernel;   ///< backend::kernel(): what does its matmuls (or "failed: ...")
+  std::string dtype;    ///< element type it computes in ("bf16", "f32")
+  std::string path;     ///< cpu devices: the matmul path (cpu_kernel), else empty
   std::size_t team = 0; ///< cpu devices: threads of its compute team (its compute cores)
-  std::string failure; ///< why its backend did not build (it then answers every step so)
+  std::string failure;  ///< why its backend did not build (it then answers every step so)
 };
 
 /// A triad node embedded in a process: the topology, the per-domain actor systems, the device

@@ -25,8 +25,8 @@
 #include "actors/node.hpp"
 #include "bench/report.hpp"
 #include "devices/device.hpp"
-#include "tools/registry.hpp"
 #include "runtime/main_guard.hpp"
+#include "tools/registry.hpp"
 
 namespace {
 

@@ -94,8 +94,8 @@ struct matmul_set {
 
 // Sums `n` floats: the plain read loop decode is compared with (vectorised for the CPU, with 64
 // independent sums so that the adds' latency does not bound it).
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) float
-sum_run(const float* p, std::size_t n) {
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) float sum_run(const float* p,
+                                                                                  std::size_t n) {
   float acc[64] = {};
   std::size_t i = 0;
   for (; i + 64 <= n; i += 64)
@@ -140,7 +140,7 @@ double stream_read_bandwidth(std::size_t bytes, int reps) {
 
 struct sizes {
   unsigned prefill_tokens;
-  unsigned context;          // cached tokens per sequence at batch 4, 16, 64
+  unsigned context;           // cached tokens per sequence at batch 4, 16, 64
   unsigned bandwidth_context; // cached tokens at batch 1 for the bandwidth figure
   int decode_steps;
   int reps;
@@ -326,8 +326,8 @@ int run(int argc, char** argv) {
     return 1;
   if (!only) {
     // The other dtype this CPU runs, for comparison (bf16 against f32).
-    auto other_dtype = primary->type == triad::dtype::f32 ? triad::model_dtype::bf16
-                                                          : triad::model_dtype::f32;
+    auto other_dtype =
+        primary->type == triad::dtype::f32 ? triad::model_dtype::bf16 : triad::model_dtype::f32;
     if (auto other = triad::choose_cpu_compute(other_dtype, cpu); other) {
       if (!measure(*shape, *other, z, false, out))
         return 1;
@@ -336,8 +336,8 @@ int run(int argc, char** argv) {
         auto f = out.metrics.at("f32_" + key).to_number<double>();
         out.ratios["bf16_over_f32_" + key] = bf / f;
       };
-      for (auto key : {"decode_tokens_per_s_batch_1", "decode_tokens_per_s_batch_16",
-                       "prefill_tokens_per_s"})
+      for (auto key :
+           {"decode_tokens_per_s_batch_1", "decode_tokens_per_s_batch_16", "prefill_tokens_per_s"})
         ratio(key);
     } else {
       out.metrics["skipped"] = "the other dtype: " + other.error().message;

@@ -32,8 +32,8 @@
 #include "bench/report.hpp"
 #include "devices/model.hpp"
 #include "kvstore/store.hpp"
-#include "runtime/memory.hpp"
 #include "runtime/main_guard.hpp"
+#include "runtime/memory.hpp"
 
 namespace {
 

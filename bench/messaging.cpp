@@ -18,8 +18,8 @@
 #include "bench/report.hpp"
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
-#include "runtime/topology.hpp"
 #include "runtime/main_guard.hpp"
+#include "runtime/topology.hpp"
 
 namespace {
 

@@ -28,8 +28,8 @@
 #include "bench/report.hpp"
 #include "devices/device.hpp"
 #include "runtime/cpu_time.hpp"
-#include "tools/registry.hpp"
 #include "runtime/main_guard.hpp"
+#include "tools/registry.hpp"
 
 namespace {
 

@@ -15,9 +15,9 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/report.hpp"
+#include "runtime/main_guard.hpp"
 #include "tools/builtin.hpp"
 #include "tools/sandbox.hpp"
-#include "runtime/main_guard.hpp"
 
 namespace {
 

@@ -63,7 +63,6 @@ private:
   model_shape shape_;
   error why_;
   kv_usage kv_;
-
 };
 
 } // namespace

@@ -89,7 +89,6 @@ namespace triad {
 /// step, export and import answers with the build error (so a request routed to it fails or
 /// moves on, as the device failure policy says), while the node serves on its other devices.
 /// `page_tokens` is the node's page size (its KV usage reports no pages of that size).
-std::unique_ptr<backend> make_failed_backend(model_shape shape, std::size_t page_tokens,
-                                             error why);
+std::unique_ptr<backend> make_failed_backend(model_shape shape, std::size_t page_tokens, error why);
 
 } // namespace triad

@@ -35,8 +35,7 @@ expected<void> check_cpu_device(const node_config& node, const device_config& de
     return make_error(errc::invalid_argument, "device '" + dev.name +
                                                   "': backend \"cpu\" runs the presets \"tiny\" "
                                                   "and \"small\"; [model].preset = \"" +
-                                                  node.model.preset +
-                                                  "\" is for sim devices only");
+                                                  node.model.preset + "\" is for sim devices only");
   if (auto choice = cpu_compute_for(node); !choice)
     return make_error(choice.error().code, "device '" + dev.name + "': " + choice.error().message);
   return {};

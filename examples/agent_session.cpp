@@ -14,8 +14,8 @@
 #include <boost/json.hpp>
 
 #include "actors/node.hpp"
-#include "tools/registry.hpp"
 #include "runtime/main_guard.hpp"
+#include "tools/registry.hpp"
 
 namespace json = boost::json;
 

@@ -19,8 +19,8 @@
 #include "load/runner.hpp"
 #include "load/trace.hpp"
 #include "runtime/cpu_time.hpp"
-#include "server/http_server.hpp"
 #include "runtime/main_guard.hpp"
+#include "server/http_server.hpp"
 
 namespace {
 

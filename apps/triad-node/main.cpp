@@ -13,11 +13,11 @@
 
 #include "actors/node.hpp"
 #include "devices/factory.hpp"
+#include "runtime/main_guard.hpp"
 #include "runtime/report.hpp"
 #include "server/http_server.hpp"
 #include "tools/builtin.hpp"
 #include "tools/registry.hpp"
-#include "runtime/main_guard.hpp"
 
 namespace {
 
@@ -105,12 +105,13 @@ int run(int argc, char** argv) {
   std::printf("triad-node: cpu: %s\n", triad::detect_cpu().describe().c_str());
   for (const auto& d : node.device_reports()) {
     if (!d.failure.empty())
-      std::printf("triad-node: device %s: FAILED, answers every request with: %s\n",
-                  d.name.c_str(), d.failure.c_str());
+      std::printf("triad-node: device %s: FAILED, answers every request with: %s\n", d.name.c_str(),
+                  d.failure.c_str());
     else if (d.backend == "cpu")
-      std::printf("triad-node: device %s: cpu, dtype %s, path %s, %zu compute thread%s, kernel %s\n",
-                  d.name.c_str(), d.dtype.c_str(), d.path.c_str(), d.team, d.team == 1 ? "" : "s",
-                  d.kernel.c_str());
+      std::printf(
+          "triad-node: device %s: cpu, dtype %s, path %s, %zu compute thread%s, kernel %s\n",
+          d.name.c_str(), d.dtype.c_str(), d.path.c_str(), d.team, d.team == 1 ? "" : "s",
+          d.kernel.c_str());
     else
       std::printf("triad-node: device %s: %s, kernel %s\n", d.name.c_str(), d.backend.c_str(),
                   d.kernel.c_str());

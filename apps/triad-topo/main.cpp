@@ -10,11 +10,11 @@
 
 #include "devices/factory.hpp"
 #include "runtime/config.hpp"
+#include "runtime/main_guard.hpp"
 #include "runtime/memory.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/report.hpp"
 #include "runtime/topology.hpp"
-#include "runtime/main_guard.hpp"
 
 namespace {
 

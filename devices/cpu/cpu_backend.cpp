@@ -76,8 +76,8 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
   if (options.isa == vector_isa::none)
     options.isa = cpu.own;
   if (!options.kernel) {
-    auto best = choose_cpu_compute(
-        options.type == dtype::f32 ? model_dtype::f32 : model_dtype::bf16, cpu);
+    auto best =
+        choose_cpu_compute(options.type == dtype::f32 ? model_dtype::f32 : model_dtype::bf16, cpu);
     if (!best)
       return best.error();
     options.kernel = best->kernel;
@@ -91,9 +91,8 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
     return make_error(errc::invalid_argument,
                       "cpu backend: kernel onednn_f32 multiplies f32 weights; dtype is bf16");
   if (!can_run(kernel, cpu) || (kernel == cpu_kernel::own_bf16 && options.isa > cpu.own))
-    return make_error(errc::unsupported, "cpu backend: kernel " +
-                                             std::string{to_string(kernel)} + " (" +
-                                             std::string{to_string(options.isa)} +
+    return make_error(errc::unsupported, "cpu backend: kernel " + std::string{to_string(kernel)} +
+                                             " (" + std::string{to_string(options.isa)} +
                                              ") cannot run on this CPU (" + cpu.describe() + ")");
   if (options.storage == nullptr) {
     auto a = arena::create(0, options.kv_budget_bytes, nullptr);
@@ -102,8 +101,7 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
     options.storage = *a;
   }
   return detail::onednn_boundary(
-      "cpu backend: building the model",
-      [&]() -> expected<std::unique_ptr<cpu_backend>> {
+      "cpu backend: building the model", [&]() -> expected<std::unique_ptr<cpu_backend>> {
         std::unique_ptr<cpu_backend> self{new cpu_backend(options)};
         auto cache = paged_kv_cache::create(options.shape, options.type, options.page_tokens,
                                             options.kv_budget_bytes, options.storage);
@@ -119,18 +117,21 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
           impl::layer l;
           l.attn_norm = std::move(lw.attn_norm);
           l.mlp_norm = std::move(lw.mlp_norm);
-          l.wqkv = std::make_unique<matrix>(m.engine, s.hidden, qkv, kernel, options.type, options.isa, lw.wqkv.data());
-          l.wo = std::make_unique<matrix>(m.engine, attn, s.hidden, kernel, options.type, options.isa, lw.wo.data());
-          l.wgate_up =
-              std::make_unique<matrix>(m.engine, s.hidden, 2 * s.ffn, kernel, options.type, options.isa, lw.wgate_up.data());
-          l.wdown = std::make_unique<matrix>(m.engine, s.ffn, s.hidden, kernel, options.type, options.isa, lw.wdown.data());
+          l.wqkv = std::make_unique<matrix>(m.engine, s.hidden, qkv, kernel, options.type,
+                                            options.isa, lw.wqkv.data());
+          l.wo = std::make_unique<matrix>(m.engine, attn, s.hidden, kernel, options.type,
+                                          options.isa, lw.wo.data());
+          l.wgate_up = std::make_unique<matrix>(m.engine, s.hidden, 2 * s.ffn, kernel, options.type,
+                                                options.isa, lw.wgate_up.data());
+          l.wdown = std::make_unique<matrix>(m.engine, s.ffn, s.hidden, kernel, options.type,
+                                             options.isa, lw.wdown.data());
           lw = layer_weights{}; // release the plain copy as soon as it is packed
           m.layers.push_back(std::move(l));
         }
         m.embedding = std::move(weights.embedding);
         m.final_norm = std::move(weights.final_norm);
-        m.output =
-            std::make_unique<matrix>(m.engine, s.hidden, s.vocab, kernel, options.type, options.isa, weights.output.data());
+        m.output = std::make_unique<matrix>(m.engine, s.hidden, s.vocab, kernel, options.type,
+                                            options.isa, weights.output.data());
         m.rope = std::make_unique<detail::rope_table>(s.max_context, s.head_dim, s.rope_theta);
         return self;
       });
@@ -317,7 +318,8 @@ expected<step_output> cpu_backend::step_unguarded(std::span<const step_item> ite
 }
 
 expected<std::vector<std::byte>> cpu_backend::export_kv(seq_id seq) const {
-  return detail::onednn_boundary("cpu backend: exporting KV", [&] { return cache_->export_seq(seq); });
+  return detail::onednn_boundary("cpu backend: exporting KV",
+                                 [&] { return cache_->export_seq(seq); });
 }
 
 expected<void> cpu_backend::import_kv(seq_id seq, std::span<const std::byte> bytes) {

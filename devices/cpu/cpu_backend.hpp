@@ -17,8 +17,8 @@ namespace triad {
 
 /// Options of a cpu backend; every field documented where declared.
 struct cpu_backend_options {
-  model_shape shape;                            ///< the model (a preset or a custom shape)
-  dtype type = dtype::bf16;                     ///< weights, matmul inputs and KV pages
+  model_shape shape;        ///< the model (a preset or a custom shape)
+  dtype type = dtype::bf16; ///< weights, matmul inputs and KV pages
   /// The matmul path; must suit `type` (bf16 for onednn_bf16 and own_bf16) and this CPU
   /// (can_run). Empty: the best path this CPU runs for `type` (choose_cpu_compute).
   std::optional<cpu_kernel> kernel;

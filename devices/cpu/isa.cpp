@@ -13,8 +13,7 @@ namespace {
 
 // Bits of dnnl_cpu_isa_t: each ISA value includes the bits of the ones it extends.
 bool has_isa(dnnl_cpu_isa_t have, dnnl_cpu_isa_t want) noexcept {
-  return (static_cast<unsigned>(have) & static_cast<unsigned>(want)) ==
-         static_cast<unsigned>(want);
+  return (static_cast<unsigned>(have) & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
 }
 
 std::string isa_name(dnnl_cpu_isa_t isa) {
@@ -129,8 +128,7 @@ bool can_run(cpu_kernel kernel, const cpu_capabilities& cpu) noexcept {
   return false;
 }
 
-expected<cpu_compute_choice> choose_cpu_compute(model_dtype wanted,
-                                                const cpu_capabilities& cpu) {
+expected<cpu_compute_choice> choose_cpu_compute(model_dtype wanted, const cpu_capabilities& cpu) {
   cpu_compute_choice out;
   out.isa = cpu.own;
   if (wanted == model_dtype::f32) {

@@ -24,8 +24,8 @@ std::string_view to_string(vector_isa value) noexcept;
 /// caps oneDNN and triad's own kernels alike, so one variable makes an AVX-512 machine behave as
 /// an AVX2 one for every kernel.
 struct cpu_capabilities {
-  std::string onednn_isa;        ///< dnnl::get_effective_cpu_isa as a name, e.g. "avx512_core_bf16"
-  bool native_bf16 = false;      ///< oneDNN runs bf16 matmuls natively (AVX-512 bf16 or AMX)
+  std::string onednn_isa;   ///< dnnl::get_effective_cpu_isa as a name, e.g. "avx512_core_bf16"
+  bool native_bf16 = false; ///< oneDNN runs bf16 matmuls natively (AVX-512 bf16 or AMX)
   vector_isa own = vector_isa::none; ///< widest ISA triad's own kernels may use here
   /// One line for logs: "oneDNN ISA avx2, triad kernels avx2, no native bf16".
   std::string describe() const;
@@ -47,10 +47,10 @@ std::string_view to_string(cpu_kernel value) noexcept;
 
 /// A resolved `[model].dtype` for the cpu backend.
 struct cpu_compute_choice {
-  dtype type = dtype::f32;                ///< weights and KV pages
+  dtype type = dtype::f32;                    ///< weights and KV pages
   cpu_kernel kernel = cpu_kernel::onednn_f32; ///< the matmul path
-  vector_isa isa = vector_isa::none;      ///< ISA of triad's own kernels on this path
-  std::string reason;                     ///< why, in a few words, for logs and triad-topo
+  vector_isa isa = vector_isa::none;          ///< ISA of triad's own kernels on this path
+  std::string reason;                         ///< why, in a few words, for logs and triad-topo
 };
 
 /// Whether `kernel` can run on `cpu`.

@@ -4,8 +4,8 @@
 #include <stdexcept>
 
 #include <boost/test/unit_test.hpp>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <caf/all.hpp>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include "actors/node.hpp"
 #include "actors/router.hpp"

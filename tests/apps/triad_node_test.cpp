@@ -25,8 +25,8 @@ BOOST_AUTO_TEST_CASE(an_explicit_dtype_this_cpu_cannot_run_exits_2_naming_the_is
   // An SSE4.1 cap makes oneDNN (and triad's own kernels) behave as on a CPU without AVX2.
   auto path = config_file("triad-node-test-bf16.toml", "dtype = \"bf16\"\n");
   // `timeout`: a node that starts anyway is stopped, and the test fails on its status.
-  auto r = run_command("DNNL_MAX_CPU_ISA=SSE41 timeout 20 " + binary("triad-node") +
-                       " --config " + path + " --port 0 2>&1");
+  auto r = run_command("DNNL_MAX_CPU_ISA=SSE41 timeout 20 " + binary("triad-node") + " --config " +
+                       path + " --port 0 2>&1");
   BOOST_TEST(r.status == 2);
   BOOST_TEST(r.out.find("[model].dtype = \"bf16\"") != std::string::npos, r.out);
   BOOST_TEST(r.out.find("sse41") != std::string::npos, r.out);
@@ -37,8 +37,8 @@ BOOST_AUTO_TEST_CASE(an_explicit_dtype_this_cpu_cannot_run_exits_2_naming_the_is
 
 BOOST_AUTO_TEST_CASE(a_config_file_error_exits_2) {
   auto path = config_file("triad-node-test-bad.toml", "dtype = \"fp16\"\n");
-  auto r = run_command("timeout 20 " + binary("triad-node") + " --config " + path +
-                       " --port 0 2>&1");
+  auto r =
+      run_command("timeout 20 " + binary("triad-node") + " --config " + path + " --port 0 2>&1");
   BOOST_TEST(r.status == 2);
   BOOST_TEST(r.out.find("allowed: \"auto\", \"bf16\", \"f32\"") != std::string::npos, r.out);
   std::filesystem::remove(path);

@@ -58,9 +58,9 @@ void check_reference(triad::cpu_backend& backend, triad::dtype type, double tole
   auto got = prefill(backend, 1, tokens);
   auto want = triad::test::reference_logits(tiny(), weights, tokens);
   auto err = relative_error(got, want);
-  BOOST_TEST_MESSAGE(to_string(type) << " (" << to_string(backend.kernel_path()) << ", "
-                                     << backend.kernel()
-                                     << ") relative error vs double reference: " << err);
+  BOOST_TEST_MESSAGE(to_string(type)
+                     << " (" << to_string(backend.kernel_path()) << ", " << backend.kernel()
+                     << ") relative error vs double reference: " << err);
   BOOST_TEST(err <= tolerance);
   // Then one decode step on the cache matches the reference over the longer sequence.
   tokens.push_back(42);
@@ -257,14 +257,11 @@ BOOST_AUTO_TEST_CASE(every_matmul_path_this_cpu_runs_matches_the_reference) {
   };
   const auto& cpu = triad::detect_cpu();
   BOOST_TEST_MESSAGE("this CPU: " << cpu.describe());
-  for (auto p : {path{triad::cpu_kernel::onednn_f32, triad::dtype::f32, triad::vector_isa::none,
-                      1e-4},
-                 path{triad::cpu_kernel::onednn_bf16, triad::dtype::bf16, triad::vector_isa::none,
-                      1e-2},
-                 path{triad::cpu_kernel::own_bf16, triad::dtype::bf16, triad::vector_isa::avx2,
-                      1e-2},
-                 path{triad::cpu_kernel::own_bf16, triad::dtype::bf16, triad::vector_isa::avx512,
-                      1e-2}}) {
+  for (auto p :
+       {path{triad::cpu_kernel::onednn_f32, triad::dtype::f32, triad::vector_isa::none, 1e-4},
+        path{triad::cpu_kernel::onednn_bf16, triad::dtype::bf16, triad::vector_isa::none, 1e-2},
+        path{triad::cpu_kernel::own_bf16, triad::dtype::bf16, triad::vector_isa::avx2, 1e-2},
+        path{triad::cpu_kernel::own_bf16, triad::dtype::bf16, triad::vector_isa::avx512, 1e-2}}) {
     const bool runs = triad::can_run(p.kernel, cpu) &&
                       (p.kernel != triad::cpu_kernel::own_bf16 || p.isa <= cpu.own);
     triad::cpu_backend_options o;

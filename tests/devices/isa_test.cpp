@@ -80,16 +80,18 @@ BOOST_AUTO_TEST_CASE(this_cpu_is_probed_and_what_it_runs_is_consistent) {
 }
 
 BOOST_AUTO_TEST_CASE(onednn_errors_and_exhaustion_become_errors_naming_the_step) {
-  auto dnnl_failure = triad::detail::onednn_boundary("cpu backend: step", []() -> triad::expected<int> {
-    throw dnnl::error(dnnl_unimplemented, "could not create a primitive descriptor iterator");
-  });
+  auto dnnl_failure =
+      triad::detail::onednn_boundary("cpu backend: step", []() -> triad::expected<int> {
+        throw dnnl::error(dnnl_unimplemented, "could not create a primitive descriptor iterator");
+      });
   BOOST_REQUIRE(!dnnl_failure.has_value());
   BOOST_TEST((dnnl_failure.error().code == triad::errc::system_error));
   BOOST_TEST(dnnl_failure.error().message.find("cpu backend: step: oneDNN failed: could not "
                                                "create a primitive descriptor iterator") !=
-             std::string::npos, dnnl_failure.error().message);
-  auto oom = triad::detail::onednn_boundary("cpu backend: building the model",
-                                            []() -> triad::expected<int> { throw std::bad_alloc{}; });
+                 std::string::npos,
+             dnnl_failure.error().message);
+  auto oom = triad::detail::onednn_boundary(
+      "cpu backend: building the model", []() -> triad::expected<int> { throw std::bad_alloc{}; });
   BOOST_REQUIRE(!oom.has_value());
   BOOST_TEST((oom.error().code == triad::errc::exhausted));
   BOOST_TEST(oom.error().message == "cpu backend: building the model: out of memory");
