@@ -83,27 +83,15 @@ cpu_capabilities probe() noexcept {
 } // namespace
 
 std::string_view to_string(vector_isa value) noexcept {
-  switch (value) {
-  case vector_isa::none:
-    return "none";
-  case vector_isa::avx2:
-    return "avx2";
-  case vector_isa::avx512:
-    return "avx512";
-  }
-  return "unknown";
+  constexpr std::string_view names[] = {"none", "avx2", "avx512"}; // in enum order
+  auto i = static_cast<std::size_t>(value);
+  return i < std::size(names) ? names[i] : "unknown";
 }
 
 std::string_view to_string(cpu_kernel value) noexcept {
-  switch (value) {
-  case cpu_kernel::onednn_bf16:
-    return "onednn_bf16";
-  case cpu_kernel::own_bf16:
-    return "own_bf16";
-  case cpu_kernel::onednn_f32:
-    return "onednn_f32";
-  }
-  return "unknown";
+  constexpr std::string_view names[] = {"onednn_bf16", "own_bf16", "onednn_f32"}; // enum order
+  auto i = static_cast<std::size_t>(value);
+  return i < std::size(names) ? names[i] : "unknown";
 }
 
 std::string cpu_capabilities::describe() const {
