@@ -20,8 +20,9 @@ expected<std::unique_ptr<backend>>
 build_backend(const node_options& options, const node_config& config, const device_config& dev,
               std::shared_ptr<arena> storage, const compute_placement& compute) {
   try {
-    return options.backend_factory ? options.backend_factory(config, dev, std::move(storage))
-                                   : make_backend(config, dev, std::move(storage), compute);
+    return options.backend_factory
+               ? options.backend_factory(config, dev, std::move(storage), compute)
+               : make_backend(config, dev, std::move(storage), compute);
   } catch (const std::exception& e) {
     return make_error(errc::system_error, std::string{"building the backend threw: "} + e.what());
   } catch (...) {
@@ -29,17 +30,15 @@ build_backend(const node_options& options, const node_config& config, const devi
   }
 }
 
-void describe_compute(const node_config& config, const device_config& dev, const backend& be,
-                      device_report& out) {
-  out.dtype = config.model.dtype == model_dtype::f32 ? "f32" : "bf16";
-  if (dev.backend != device_backend::cpu)
-    return;
+// The dtype (and for a cpu backend, its matmul path) a built device computes in; nothing for
+// a device whose backend failed to build.
+void describe_compute(const node_config& config, const backend& be, device_report& out) {
   if (const auto* cpu = dynamic_cast<const cpu_backend*>(&be)) {
     out.dtype = std::string{to_string(cpu->type())};
     out.path = std::string{to_string(cpu->kernel_path())};
+  } else if (out.failure.empty()) {
+    out.dtype = std::string{to_string(accelerator_dtype(config))};
   }
-  if (auto choice = cpu_compute_for(config); choice && out.path.empty())
-    out.path = std::string{to_string(choice->kernel)};
 }
 
 // triad_device_info{device, backend, dtype, path, kernel, isa} 1: what each device runs.
@@ -120,7 +119,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     }
     report.kernel = (*be)->kernel();
     report.team = compute.team.size();
-    describe_compute(config, dev, **be, report);
+    describe_compute(config, **be, report);
     add_device_info(n->metrics_, report);
     n->reports_.push_back(report);
     device_options o;

@@ -25,6 +25,7 @@ namespace triad {
 
 class arena;
 class backend;
+struct compute_placement;
 class tool_registry;
 class tool_service;
 
@@ -35,9 +36,10 @@ struct node_options {
   /// model's tool call gets "this node hosts no tools" as its result.
   std::shared_ptr<const tool_registry> tools;
   /// Builds each device's backend; empty: make_backend (the cpu and sim backends of the config).
-  /// Embedders plug in their own backends (or wrap the built-in ones) here.
-  std::function<expected<std::unique_ptr<backend>>(const node_config&, const device_config&,
-                                                   std::shared_ptr<arena>)>
+  /// Embedders plug in their own backends (or wrap the built-in ones) here; the last argument
+  /// is where the plan says a cpu device computes (pass it on to make_backend).
+  std::function<expected<std::unique_ptr<backend>>(
+      const node_config&, const device_config&, std::shared_ptr<arena>, const compute_placement&)>
       backend_factory;
 };
 

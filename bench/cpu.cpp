@@ -49,8 +49,7 @@ struct matmul_set {
     for (auto& x : plain)
       x = u(rng);
     auto make = [&](unsigned k, unsigned n) {
-      return std::make_unique<triad::detail::cpu_matrix>(engine, k, n, c.kernel, c.type, c.isa,
-                                                         plain.data());
+      return std::make_unique<triad::detail::cpu_matrix>(engine, k, n, c, plain.data());
     };
     for (unsigned l = 0; l < s.layers; ++l)
       for (auto [k, n] :
@@ -152,9 +151,7 @@ bool measure(const triad::model_shape& shape, const triad::cpu_compute_choice& c
              const sizes& z, bool primary, triad::bench::report& out) {
   triad::cpu_backend_options options;
   options.shape = shape;
-  options.type = choice.type;
-  options.kernel = choice.kernel;
-  options.isa = choice.isa;
+  options.compute = choice;
   options.kv_budget_bytes = 1ull << 30;
   auto backend = triad::cpu_backend::create(options);
   if (!backend) {
@@ -163,7 +160,7 @@ bool measure(const triad::model_shape& shape, const triad::cpu_compute_choice& c
   }
   auto& b = **backend;
   matmul_set alone{shape, choice};
-  const std::string name{triad::to_string(choice.type)};
+  const std::string name{triad::to_string(choice.type())};
   const std::string p = primary ? "" : name + "_";
   auto metric = [&](const std::string& key, auto value) {
     out.metrics[p + key] = value;
@@ -257,8 +254,8 @@ bool measure(const triad::model_shape& shape, const triad::cpu_compute_choice& c
       overhead_16 = (step - mm) / mm;
     if (batch == 1) {
       // What a batch-1 step must read: every weight matrix, and the KV of its context.
-      double bytes = alone.weight_elements() * static_cast<double>(triad::size_of(choice.type)) +
-                     static_cast<double>(shape.kv_bytes_per_token(choice.type)) * (ctx + 1);
+      double bytes = alone.weight_elements() * static_cast<double>(triad::size_of(choice.type())) +
+                     static_cast<double>(shape.kv_bytes_per_token(choice.type())) * (ctx + 1);
       double stream = stream_read_bandwidth(static_cast<std::size_t>(bytes), z.reps + 2);
       double achieved = bytes / step;
       metric("decode_bytes_per_step_batch_1", bytes);
@@ -319,7 +316,7 @@ int run(int argc, char** argv) {
   out.metrics["model"] = model;
   out.metrics["cpu"] = cpu.describe();
   out.metrics["onednn_isa"] = cpu.onednn_isa;
-  out.metrics["dtype"] = std::string{triad::to_string(primary->type)};
+  out.metrics["dtype"] = std::string{triad::to_string(primary->type())};
   out.metrics["dtype_reason"] = primary->reason;
   out.metrics["threads"] = omp_get_max_threads();
   if (!measure(*shape, *primary, z, true, out))
@@ -327,7 +324,7 @@ int run(int argc, char** argv) {
   if (!only) {
     // The other dtype this CPU runs, for comparison (bf16 against f32).
     auto other_dtype =
-        primary->type == triad::dtype::f32 ? triad::model_dtype::bf16 : triad::model_dtype::f32;
+        primary->type() == triad::dtype::f32 ? triad::model_dtype::bf16 : triad::model_dtype::f32;
     if (auto other = triad::choose_cpu_compute(other_dtype, cpu); other) {
       if (!measure(*shape, *other, z, false, out))
         return 1;

@@ -31,10 +31,6 @@ expected<void> check_step(std::span<const step_item> items, const model_shape& s
   return {};
 }
 
-} // namespace triad
-
-namespace triad {
-
 namespace {
 
 class failed_backend final : public backend {

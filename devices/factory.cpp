@@ -29,19 +29,25 @@ expected<device_profile> resolve_profile(const node_config& node, const std::str
   return builtin_profile(wanted);
 }
 
-expected<void> check_cpu_device(const node_config& node, const device_config& dev) {
+// What a cpu device computes with, or the config error that stops it.
+expected<cpu_compute_choice> check_cpu_device(const node_config& node, const device_config& dev) {
   if (std::find(cpu_device_profiles.begin(), cpu_device_profiles.end(), node.model.preset) ==
       cpu_device_profiles.end())
     return make_error(errc::invalid_argument, "device '" + dev.name +
                                                   "': backend \"cpu\" runs the presets \"tiny\" "
                                                   "and \"small\"; [model].preset = \"" +
                                                   node.model.preset + "\" is for sim devices only");
-  if (auto choice = cpu_compute_for(node); !choice)
+  auto choice = cpu_compute_for(node);
+  if (!choice)
     return make_error(choice.error().code, "device '" + dev.name + "': " + choice.error().message);
-  return {};
+  return choice;
 }
 
 } // namespace
+
+dtype accelerator_dtype(const node_config& node) noexcept {
+  return node.model.dtype == model_dtype::f32 ? dtype::f32 : dtype::bf16;
+}
 
 expected<cpu_compute_choice> cpu_compute_for(const node_config& node) {
   return choose_cpu_compute(node.model.dtype, detect_cpu());
@@ -50,8 +56,8 @@ expected<cpu_compute_choice> cpu_compute_for(const node_config& node) {
 expected<void> check_backends(const node_config& node) {
   for (const auto& dev : node.devices)
     if (dev.backend == device_backend::cpu)
-      if (auto ok = check_cpu_device(node, dev); !ok)
-        return ok.error();
+      if (auto choice = check_cpu_device(node, dev); !choice)
+        return choice.error();
   return {};
 }
 
@@ -61,19 +67,15 @@ expected<std::unique_ptr<backend>> make_backend(const node_config& node, const d
   auto shape = model_preset(node.model.preset);
   if (!shape)
     return shape.error();
-  // Sim devices model accelerators, which run bf16 unless f32 is asked for.
-  const dtype type = node.model.dtype == model_dtype::f32 ? dtype::f32 : dtype::bf16;
   const std::uint64_t budget = dev.memory_mib << 20;
   switch (dev.backend) {
   case device_backend::cpu: {
-    if (auto ok = check_cpu_device(node, dev); !ok)
-      return ok.error();
-    auto choice = cpu_compute_for(node);
+    auto choice = check_cpu_device(node, dev);
+    if (!choice)
+      return choice.error();
     cpu_backend_options o;
     o.shape = *shape;
-    o.type = choice->type;
-    o.kernel = choice->kernel;
-    o.isa = choice->isa;
+    o.compute = std::move(*choice);
     o.team = compute.team;
     o.topo = compute.topo;
     o.page_tokens = node.model.page_tokens;
@@ -91,7 +93,7 @@ expected<std::unique_ptr<backend>> make_backend(const node_config& node, const d
                         "device '" + dev.name + "': " + profile.error().message);
     sim_backend_options o;
     o.shape = *shape;
-    o.type = type;
+    o.type = accelerator_dtype(node);
     o.profile = *profile;
     o.page_tokens = node.model.page_tokens;
     o.time_scale = dev.time_scale;

@@ -23,6 +23,10 @@ struct compute_placement {
 /// names the CPU's ISA and the dtypes it can run). A config error: triad-node exits 2.
 expected<void> check_backends(const node_config& node);
 
+/// The dtype sim and cuda devices model: bf16, as accelerators run, unless `[model].dtype` is
+/// "f32".
+dtype accelerator_dtype(const node_config& node) noexcept;
+
 /// What `[model].dtype` means on this CPU for cpu devices (see choose_cpu_compute).
 expected<cpu_compute_choice> cpu_compute_for(const node_config& node);
 

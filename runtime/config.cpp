@@ -883,6 +883,17 @@ void read_sim_profile(reader& r, const scope& s, sim_profile_config& out, seen_n
   }
 }
 
+/// Reports device key `key`, which only backend `only` takes, given for backend `backend_text`;
+/// `allowed` says what may be written instead.
+void refuse_for_backend(reader& r, const scope& s, std::string_view key, std::string_view only,
+                        const std::string& backend_text, std::string_view allowed) {
+  const toml::node& node = *s.table.get(key);
+  r.fail_value(s.value_pos(node), s.key_path(key), node,
+               "only allowed when backend = \"" + std::string{only} +
+                   "\" (backend = " + backend_text + ")",
+               allowed);
+}
+
 void read_device(reader& r, const scope& s, device_config& out, seen_names& names,
                  const sim_profile_names& sim_profiles) {
   r.check_keys(s, device_keys, "in [[devices]]");
@@ -963,10 +974,8 @@ void read_device(reader& r, const scope& s, device_config& out, seen_names& name
   const field time_scale_state = r.number(s, "time_scale", non_negative, time_scale);
   if (time_scale_state != field::absent && backend != field::invalid &&
       out.backend != device_backend::sim) {
-    const toml::node& node = *s.table.get("time_scale");
-    r.fail_value(s.value_pos(node), s.key_path("time_scale"), node,
-                 "only allowed when backend = \"sim\" (backend = " + backend_text + ")",
-                 "no time_scale key, or backend = \"sim\"");
+    refuse_for_backend(r, s, "time_scale", "sim", backend_text,
+                       "no time_scale key, or backend = \"sim\"");
   } else if (time_scale_state == field::valid) {
     out.time_scale = time_scale;
   }
@@ -982,10 +991,8 @@ void read_device(reader& r, const scope& s, device_config& out, seen_names& name
       r.integer(s, "compute_cores", compute_cores_range, compute_cores);
   if (compute_cores_state == field::valid && compute_cores != 0 && backend != field::invalid &&
       out.backend != device_backend::cpu) {
-    const toml::node& node = *s.table.get("compute_cores");
-    r.fail_value(s.value_pos(node), s.key_path("compute_cores"), node,
-                 "only allowed when backend = \"cpu\" (backend = " + backend_text + ")",
-                 "0, no compute_cores key, or backend = \"cpu\"");
+    refuse_for_backend(r, s, "compute_cores", "cpu", backend_text,
+                       "0, no compute_cores key, or backend = \"cpu\"");
   } else if (compute_cores_state == field::valid) {
     out.compute_cores = compute_cores;
   }

@@ -111,7 +111,7 @@ int run(int argc, char** argv) {
                           {"own_kernels", std::string{triad::to_string(cpu.own)}},
                           {"config_dtype", std::string{triad::to_string(config.model.dtype)}}};
     if (choice) {
-      c["dtype"] = std::string{triad::to_string(choice->type)};
+      c["dtype"] = std::string{triad::to_string(choice->type())};
       c["path"] = std::string{triad::to_string(choice->kernel)};
       c["kernel"] = kernel;
       c["reason"] = choice->reason;
@@ -129,7 +129,7 @@ int run(int argc, char** argv) {
             << (alloc.malloc_is_mimalloc ? " (serves malloc)" : " (NOT serving malloc)") << "\n";
   std::cout << "cpu: " << cpu.describe() << "\n";
   if (choice)
-    std::cout << "cpu devices: dtype " << triad::to_string(choice->type) << ", path "
+    std::cout << "cpu devices: dtype " << triad::to_string(choice->type()) << ", path "
               << triad::to_string(choice->kernel) << " (" << choice->reason << "), kernel "
               << kernel << "\n";
   else

@@ -73,26 +73,19 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
   if (auto ok = options.shape.validate(); !ok)
     return ok.error();
   const auto& cpu = detect_cpu();
-  if (options.isa == vector_isa::none)
-    options.isa = cpu.own;
-  if (!options.kernel) {
+  if (!options.compute) {
     auto best =
         choose_cpu_compute(options.type == dtype::f32 ? model_dtype::f32 : model_dtype::bf16, cpu);
     if (!best)
       return best.error();
-    options.kernel = best->kernel;
+    options.compute = std::move(*best);
   }
-  const cpu_kernel kernel = *options.kernel;
-  if (kernel != cpu_kernel::onednn_f32 && options.type != dtype::bf16)
-    return make_error(errc::invalid_argument, "cpu backend: kernel " +
-                                                  std::string{to_string(kernel)} +
-                                                  " multiplies bf16 weights; dtype is f32");
-  if (kernel == cpu_kernel::onednn_f32 && options.type != dtype::f32)
-    return make_error(errc::invalid_argument,
-                      "cpu backend: kernel onednn_f32 multiplies f32 weights; dtype is bf16");
-  if (!can_run(kernel, cpu) || (kernel == cpu_kernel::own_bf16 && options.isa > cpu.own))
-    return make_error(errc::unsupported, "cpu backend: kernel " + std::string{to_string(kernel)} +
-                                             " (" + std::string{to_string(options.isa)} +
+  const cpu_compute_choice& path = *options.compute;
+  options.type = path.type();
+  if (!can_run(path, cpu))
+    return make_error(errc::unsupported, "cpu backend: kernel " +
+                                             std::string{to_string(path.kernel)} + " (" +
+                                             std::string{to_string(path.isa)} +
                                              ") cannot run on this CPU (" + cpu.describe() + ")");
   if (options.storage == nullptr) {
     auto a = arena::create(0, options.kv_budget_bytes, nullptr);
@@ -117,21 +110,18 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
           impl::layer l;
           l.attn_norm = std::move(lw.attn_norm);
           l.mlp_norm = std::move(lw.mlp_norm);
-          l.wqkv = std::make_unique<matrix>(m.engine, s.hidden, qkv, kernel, options.type,
-                                            options.isa, lw.wqkv.data());
-          l.wo = std::make_unique<matrix>(m.engine, attn, s.hidden, kernel, options.type,
-                                          options.isa, lw.wo.data());
-          l.wgate_up = std::make_unique<matrix>(m.engine, s.hidden, 2 * s.ffn, kernel, options.type,
-                                                options.isa, lw.wgate_up.data());
-          l.wdown = std::make_unique<matrix>(m.engine, s.ffn, s.hidden, kernel, options.type,
-                                             options.isa, lw.wdown.data());
+          l.wqkv = std::make_unique<matrix>(m.engine, s.hidden, qkv, path, lw.wqkv.data());
+          l.wo = std::make_unique<matrix>(m.engine, attn, s.hidden, path, lw.wo.data());
+          l.wgate_up =
+              std::make_unique<matrix>(m.engine, s.hidden, 2 * s.ffn, path, lw.wgate_up.data());
+          l.wdown = std::make_unique<matrix>(m.engine, s.ffn, s.hidden, path, lw.wdown.data());
           lw = layer_weights{}; // release the plain copy as soon as it is packed
           m.layers.push_back(std::move(l));
         }
         m.embedding = std::move(weights.embedding);
         m.final_norm = std::move(weights.final_norm);
-        m.output = std::make_unique<matrix>(m.engine, s.hidden, s.vocab, kernel, options.type,
-                                            options.isa, weights.output.data());
+        m.output =
+            std::make_unique<matrix>(m.engine, s.hidden, s.vocab, path, weights.output.data());
         m.rope = std::make_unique<detail::rope_table>(s.max_context, s.head_dim, s.rope_theta);
         return self;
       });
@@ -164,10 +154,6 @@ void cpu_backend::join_team() {
     if (i < team.size())
       (void)topo->bind_this_thread(team[i]);
   }
-}
-
-void cpu_backend::free(seq_id seq) {
-  cache_->free(seq);
 }
 
 expected<step_output> cpu_backend::step(std::span<const step_item> items) {

@@ -17,13 +17,12 @@ namespace triad {
 
 /// Options of a cpu backend; every field documented where declared.
 struct cpu_backend_options {
-  model_shape shape;        ///< the model (a preset or a custom shape)
-  dtype type = dtype::bf16; ///< weights, matmul inputs and KV pages
-  /// The matmul path; must suit `type` (bf16 for onednn_bf16 and own_bf16) and this CPU
-  /// (can_run). Empty: the best path this CPU runs for `type` (choose_cpu_compute).
-  std::optional<cpu_kernel> kernel;
-  /// ISA of triad's own kernels (own_bf16); none = the widest this CPU allows (detect_cpu).
-  vector_isa isa = vector_isa::none;
+  model_shape shape; ///< the model (a preset or a custom shape)
+  /// Weights, matmul inputs and KV pages, when `compute` is empty; else compute's dtype.
+  dtype type = dtype::bf16;
+  /// The matmul path and its ISA, which this CPU must run (can_run). Empty: the best path this
+  /// CPU runs for `type` (choose_cpu_compute).
+  std::optional<cpu_compute_choice> compute;
   /// The compute team: one entry per thread, the PUs (OS indices) it binds to (one core each).
   /// Empty: the team is the calling thread's default (every cpu of the process), unbound.
   /// The thread that calls step() is the team's first thread.
@@ -59,7 +58,7 @@ public:
   expected<step_output> step(std::span<const step_item> items) override;
   expected<std::vector<std::byte>> export_kv(seq_id seq) const override;
   expected<void> import_kv(seq_id seq, std::span<const std::byte> bytes) override;
-  void free(seq_id seq) override;
+  void free(seq_id seq) override { cache_->free(seq); }
   std::size_t attach_prefix(seq_id seq, std::span<const token> tokens) override {
     return cache_->table().attach_prefix(seq, tokens);
   }
@@ -72,9 +71,9 @@ public:
   /// Timing of the most recent step.
   const cpu_step_profile& last_profile() const noexcept { return profile_; }
   /// The dtype it computes in.
-  dtype type() const noexcept { return options_.type; }
+  dtype type() const noexcept { return options_.compute->type(); }
   /// The matmul path it runs.
-  cpu_kernel kernel_path() const noexcept { return *options_.kernel; }
+  cpu_kernel kernel_path() const noexcept { return options_.compute->kernel; }
   /// Threads of its compute team (0 until the first step sized it).
   std::size_t team_size() const noexcept { return team_size_; }
 

@@ -4,8 +4,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "devices/cpu/detail/bf16_linear.hpp"
-#include "devices/cpu/detail/onednn_linear.hpp"
+#include "devices/cpu/detail/matrix.hpp"
 
 namespace triad {
 
@@ -104,12 +103,12 @@ const cpu_capabilities& detect_cpu() noexcept {
   return caps;
 }
 
-bool can_run(cpu_kernel kernel, const cpu_capabilities& cpu) noexcept {
-  switch (kernel) {
+bool can_run(const cpu_compute_choice& choice, const cpu_capabilities& cpu) noexcept {
+  switch (choice.kernel) {
   case cpu_kernel::onednn_bf16:
     return cpu.native_bf16;
   case cpu_kernel::own_bf16:
-    return cpu.own != vector_isa::none;
+    return choice.isa != vector_isa::none && choice.isa <= cpu.own;
   case cpu_kernel::onednn_f32:
     return true;
   }
@@ -120,20 +119,17 @@ expected<cpu_compute_choice> choose_cpu_compute(model_dtype wanted, const cpu_ca
   cpu_compute_choice out;
   out.isa = cpu.own;
   if (wanted == model_dtype::f32) {
-    out.type = dtype::f32;
     out.kernel = cpu_kernel::onednn_f32;
     out.reason = "dtype f32 as configured";
     return out;
   }
   const std::string how = wanted == model_dtype::bf16 ? "dtype bf16 as configured" : "dtype auto";
   if (cpu.native_bf16) {
-    out.type = dtype::bf16;
     out.kernel = cpu_kernel::onednn_bf16;
     out.reason = how + ": oneDNN runs bf16 natively (" + cpu.onednn_isa + ")";
     return out;
   }
   if (cpu.own != vector_isa::none) {
-    out.type = dtype::bf16;
     out.kernel = cpu_kernel::own_bf16;
     out.reason = how + ": no native bf16 (" + cpu.onednn_isa + "); bf16 weights widened in " +
                  std::string{to_string(cpu.own)} + " kernels";
@@ -144,7 +140,6 @@ expected<cpu_compute_choice> choose_cpu_compute(model_dtype wanted, const cpu_ca
                       "[model].dtype = \"bf16\": this CPU (oneDNN ISA " + cpu.onednn_isa +
                           ", no AVX2) cannot run bf16; it runs dtype \"f32\" (and \"auto\", "
                           "which is f32 here)");
-  out.type = dtype::f32;
   out.kernel = cpu_kernel::onednn_f32;
   out.reason = "dtype auto: neither native bf16 nor AVX2 (" + cpu.onednn_isa + "): f32";
   return out;
@@ -154,9 +149,7 @@ std::string probe_kernel(const cpu_compute_choice& choice) {
   try {
     dnnl::engine eng{dnnl::engine::kind::cpu, 0};
     std::vector<float> plain(64 * 64, 0.5f);
-    if (choice.kernel == cpu_kernel::own_bf16)
-      return detail::bf16_linear(eng, 64, 64, plain.data(), choice.isa).kernel();
-    return detail::onednn_linear(eng, 64, 64, choice.type, plain.data()).kernel();
+    return detail::cpu_matrix(eng, 64, 64, choice, plain.data()).kernel();
   } catch (const std::exception& e) {
     return std::string{"oneDNN refused it: "} + e.what();
   }

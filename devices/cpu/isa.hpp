@@ -45,16 +45,24 @@ enum class cpu_kernel : std::uint8_t {
 /// "onednn_bf16", "own_bf16" or "onednn_f32".
 std::string_view to_string(cpu_kernel value) noexcept;
 
+/// The dtype of the weights and KV pages `kernel` multiplies: bf16 for onednn_bf16 and
+/// own_bf16, f32 for onednn_f32.
+constexpr dtype weights_dtype(cpu_kernel kernel) noexcept {
+  return kernel == cpu_kernel::onednn_f32 ? dtype::f32 : dtype::bf16;
+}
+
 /// A resolved `[model].dtype` for the cpu backend.
 struct cpu_compute_choice {
-  dtype type = dtype::f32;                    ///< weights and KV pages
   cpu_kernel kernel = cpu_kernel::onednn_f32; ///< the matmul path
   vector_isa isa = vector_isa::none;          ///< ISA of triad's own kernels on this path
   std::string reason;                         ///< why, in a few words, for logs and triad-topo
+  /// Weights and KV pages: what the kernel multiplies.
+  dtype type() const noexcept { return weights_dtype(kernel); }
 };
 
-/// Whether `kernel` can run on `cpu`.
-bool can_run(cpu_kernel kernel, const cpu_capabilities& cpu) noexcept;
+/// Whether `cpu` runs `choice`: its kernel, and for own_bf16 its ISA (none, or wider than the
+/// CPU allows, does not run).
+bool can_run(const cpu_compute_choice& choice, const cpu_capabilities& cpu) noexcept;
 
 /// Resolves `wanted` on `cpu`. `auto`: onednn_bf16 where bf16 is native, else own_bf16 where
 /// AVX2 or AVX-512 may be used (decode reads half the bytes; see triad-bench-cpu), else

@@ -302,11 +302,11 @@ std::unique_ptr<triad::node> start_failing_node(triad::device_failure_policy pol
   config.orchestration.device_failure = policy;
   triad::node_options opts;
   opts.tools = triad::test::sleeper_registry();
-  opts.backend_factory =
-      [throws](
-          const triad::node_config& c, const triad::device_config& d,
-          std::shared_ptr<triad::arena> a) -> triad::expected<std::unique_ptr<triad::backend>> {
-    auto be = triad::make_backend(c, d, std::move(a));
+  opts.backend_factory = [throws](const triad::node_config& c, const triad::device_config& d,
+                                  std::shared_ptr<triad::arena> a,
+                                  const triad::compute_placement& compute)
+      -> triad::expected<std::unique_ptr<triad::backend>> {
+    auto be = triad::make_backend(c, d, std::move(a), compute);
     if (!be || d.name != "decode0")
       return be;
     return std::unique_ptr<triad::backend>{
@@ -383,12 +383,13 @@ BOOST_AUTO_TEST_CASE(a_device_whose_backend_throws_at_construction_answers_with_
     config.orchestration.device_failure = policy;
     triad::node_options opts;
     opts.tools = triad::test::sleeper_registry();
-    opts.backend_factory =
-        [](const triad::node_config& c, const triad::device_config& d,
-           std::shared_ptr<triad::arena> a) -> triad::expected<std::unique_ptr<triad::backend>> {
+    opts.backend_factory = [](const triad::node_config& c, const triad::device_config& d,
+                              std::shared_ptr<triad::arena> a,
+                              const triad::compute_placement& compute)
+        -> triad::expected<std::unique_ptr<triad::backend>> {
       if (d.name == "prefill0")
         throw dnnl::error(dnnl_unimplemented, "could not create a primitive descriptor iterator");
-      return triad::make_backend(c, d, std::move(a));
+      return triad::make_backend(c, d, std::move(a), compute);
     };
     auto n = triad::node::start(config, opts);
     BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));

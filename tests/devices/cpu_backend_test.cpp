@@ -250,38 +250,31 @@ BOOST_AUTO_TEST_CASE(every_matmul_path_this_cpu_runs_matches_the_reference) {
   // The contract on every path: each one this CPU runs (under DNNL_MAX_CPU_ISA too) computes the
   // reference model; the ones it cannot run are named as not run.
   struct path {
-    triad::cpu_kernel kernel;
-    triad::dtype type;
-    triad::vector_isa isa;
+    triad::cpu_compute_choice compute;
     double tolerance;
   };
   const auto& cpu = triad::detect_cpu();
   BOOST_TEST_MESSAGE("this CPU: " << cpu.describe());
-  for (auto p :
-       {path{triad::cpu_kernel::onednn_f32, triad::dtype::f32, triad::vector_isa::none, 1e-4},
-        path{triad::cpu_kernel::onednn_bf16, triad::dtype::bf16, triad::vector_isa::none, 1e-2},
-        path{triad::cpu_kernel::own_bf16, triad::dtype::bf16, triad::vector_isa::avx2, 1e-2},
-        path{triad::cpu_kernel::own_bf16, triad::dtype::bf16, triad::vector_isa::avx512, 1e-2}}) {
-    const bool runs = triad::can_run(p.kernel, cpu) &&
-                      (p.kernel != triad::cpu_kernel::own_bf16 || p.isa <= cpu.own);
+  for (const auto& p : {path{{triad::cpu_kernel::onednn_f32, triad::vector_isa::none, {}}, 1e-4},
+                        path{{triad::cpu_kernel::onednn_bf16, triad::vector_isa::none, {}}, 1e-2},
+                        path{{triad::cpu_kernel::own_bf16, triad::vector_isa::avx2, {}}, 1e-2},
+                        path{{triad::cpu_kernel::own_bf16, triad::vector_isa::avx512, {}}, 1e-2}}) {
     triad::cpu_backend_options o;
     o.shape = tiny();
-    o.type = p.type;
-    o.kernel = p.kernel;
-    o.isa = p.isa;
+    o.compute = p.compute;
     o.kv_budget_bytes = 64ull << 20;
     auto b = triad::cpu_backend::create(o);
-    if (!runs) {
-      BOOST_TEST_MESSAGE("not run: " << to_string(p.kernel) << " (" << to_string(p.isa)
-                                     << "): this CPU cannot run it");
+    if (!triad::can_run(p.compute, cpu)) {
+      BOOST_TEST_MESSAGE("not run: " << to_string(p.compute.kernel) << " ("
+                                     << to_string(p.compute.isa) << "): this CPU cannot run it");
       BOOST_REQUIRE(!b.has_value()); // refused with a reason, never an abort
       BOOST_TEST((b.error().code == triad::errc::unsupported));
       BOOST_TEST(b.error().message.find(cpu.onednn_isa) != std::string::npos, b.error().message);
       continue;
     }
     BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
-    BOOST_TEST((((*b)->kernel_path() == p.kernel)));
-    check_reference(**b, p.type, p.tolerance);
+    BOOST_TEST((((*b)->kernel_path() == p.compute.kernel)));
+    check_reference(**b, p.compute.type(), p.tolerance);
   }
 }
 

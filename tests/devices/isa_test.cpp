@@ -24,7 +24,7 @@ BOOST_AUTO_TEST_CASE(auto_takes_native_bf16_where_onednn_has_it) {
   auto c = triad::choose_cpu_compute(triad::model_dtype::automatic,
                                      caps("avx512_core_amx", true, triad::vector_isa::avx512));
   BOOST_REQUIRE(c.has_value());
-  BOOST_TEST((c->type == triad::dtype::bf16));
+  BOOST_TEST((c->type() == triad::dtype::bf16));
   BOOST_TEST((c->kernel == triad::cpu_kernel::onednn_bf16));
 }
 
@@ -32,7 +32,7 @@ BOOST_AUTO_TEST_CASE(auto_takes_bf16_weights_in_own_kernels_without_native_bf16)
   for (auto own : {triad::vector_isa::avx2, triad::vector_isa::avx512}) {
     auto c = triad::choose_cpu_compute(triad::model_dtype::automatic, caps("avx2", false, own));
     BOOST_REQUIRE(c.has_value());
-    BOOST_TEST((c->type == triad::dtype::bf16));
+    BOOST_TEST((c->type() == triad::dtype::bf16));
     BOOST_TEST((c->kernel == triad::cpu_kernel::own_bf16));
     BOOST_TEST((c->isa == own));
     BOOST_TEST(c->reason.find("no native bf16") != std::string::npos, c->reason);
@@ -43,7 +43,7 @@ BOOST_AUTO_TEST_CASE(auto_falls_back_to_f32_without_avx2) {
   auto c = triad::choose_cpu_compute(triad::model_dtype::automatic,
                                      caps("sse41", false, triad::vector_isa::none));
   BOOST_REQUIRE(c.has_value());
-  BOOST_TEST((c->type == triad::dtype::f32));
+  BOOST_TEST((c->type() == triad::dtype::f32));
   BOOST_TEST((c->kernel == triad::cpu_kernel::onednn_f32));
 }
 
@@ -71,10 +71,10 @@ BOOST_AUTO_TEST_CASE(this_cpu_is_probed_and_what_it_runs_is_consistent) {
   const auto& cpu = triad::detect_cpu();
   BOOST_TEST_MESSAGE("this CPU: " << cpu.describe());
   BOOST_TEST(!cpu.onednn_isa.empty());
-  BOOST_TEST(triad::can_run(triad::cpu_kernel::onednn_f32, cpu));
+  BOOST_TEST(triad::can_run({triad::cpu_kernel::onednn_f32, triad::vector_isa::none, {}}, cpu));
   auto c = triad::choose_cpu_compute(triad::model_dtype::automatic, cpu);
   BOOST_REQUIRE(c.has_value());
-  BOOST_TEST(triad::can_run(c->kernel, cpu));
+  BOOST_TEST(triad::can_run(*c, cpu));
   BOOST_TEST_MESSAGE("dtype auto here: " << c->reason << "; kernel " << triad::probe_kernel(*c));
   BOOST_TEST(triad::probe_kernel(*c).find("refused") == std::string::npos);
 }

@@ -315,28 +315,19 @@ void bf16_linear::forward_small(const float* src, float* dst, unsigned m) const 
   }
 }
 
-namespace {
-
-// The widened tile, one per calling (driver) thread and shared by every matrix it multiplies:
-// K x tile_columns floats of the widest K seen, instead of one tile per matrix.
-float* tile_scratch(std::size_t floats) {
-  struct buffer {
-    float* data = nullptr;
-    std::size_t size = 0;
-    ~buffer() { std::free(data); }
-  };
-  thread_local buffer b;
-  if (b.size < floats) {
-    std::free(b.data);
-    b.data = nullptr;
-    b.size = 0;
-    b.data = aligned_array<float>(floats);
-    b.size = floats;
+float* bf16_linear::tile_scratch(std::size_t floats) {
+  // One per calling (driver) thread, shared by every matrix it multiplies: K x tile_columns
+  // floats of the widest K seen, instead of one tile per matrix.
+  thread_local std::unique_ptr<float[], aligned_free> tile;
+  thread_local std::size_t size = 0;
+  if (size < floats) {
+    tile.reset(); // the old one goes before the new one is made
+    size = 0;
+    tile.reset(aligned_array<float>(floats));
+    size = floats;
   }
-  return b.data;
+  return tile.get();
 }
-
-} // namespace
 
 void bf16_linear::widen(float* tile, unsigned first, unsigned width) {
   // Chunks of rows of every panel of the tile: each chunk reads contiguous runs of panels and

@@ -57,6 +57,8 @@ private:
   void forward_small(const float* src, float* dst, unsigned m) const;
   /// dst = src x W by widened tiles and oneDNN's f32 matmul.
   void forward_large(dnnl::stream& strm, const float* src, float* dst, unsigned m);
+  /// The calling thread's widened tile, at least `floats` long.
+  static float* tile_scratch(std::size_t floats);
   /// Widens columns [first, first + width) to f32 [K][width] into `tile`.
   void widen(float* tile, unsigned first, unsigned width);
   /// The cached f32 matmul of [m][K] x [K][width] into rows of stride N.

@@ -17,14 +17,14 @@ namespace triad::detail {
 /// "matmuls alone" use the same class, so both multiply the same way.
 class cpu_matrix {
 public:
-  /// Stores `plain` ([K][N] row-major floats) for `kernel` (`type` is the weights' dtype, `isa`
-  /// the own kernels' ISA). oneDNN errors throw dnnl::error.
-  cpu_matrix(dnnl::engine& eng, unsigned k, unsigned n, cpu_kernel kernel, dtype type,
-             vector_isa isa, const float* plain) {
-    if (kernel == cpu_kernel::own_bf16)
-      own_ = std::make_unique<bf16_linear>(eng, k, n, plain, isa);
+  /// Stores `plain` ([K][N] row-major floats) for `path`'s kernel, in its dtype (and for
+  /// own_bf16, its ISA). oneDNN errors throw dnnl::error.
+  cpu_matrix(dnnl::engine& eng, unsigned k, unsigned n, const cpu_compute_choice& path,
+             const float* plain) {
+    if (path.kernel == cpu_kernel::own_bf16)
+      own_ = std::make_unique<bf16_linear>(eng, k, n, plain, path.isa);
     else
-      packed_ = std::make_unique<onednn_linear>(eng, k, n, type, plain);
+      packed_ = std::make_unique<onednn_linear>(eng, k, n, path.type(), plain);
   }
   /// Input width.
   unsigned k() const noexcept { return own_ ? own_->k() : packed_->k(); }
