@@ -258,6 +258,7 @@ bool measure(const triad::model_shape& shape, const triad::cpu_compute_choice& c
                      static_cast<double>(shape.kv_bytes_per_token(choice.type())) * (ctx + 1);
       double stream = stream_read_bandwidth(static_cast<std::size_t>(bytes), z.reps + 2);
       double achieved = bytes / step;
+      metric("decode_context_batch_1", ctx);
       metric("decode_bytes_per_step_batch_1", bytes);
       metric("decode_read_gb_s_batch_1", achieved / 1e9);
       metric("stream_read_gb_s", stream / 1e9);

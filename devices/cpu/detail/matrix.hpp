@@ -24,7 +24,7 @@ public:
     if (path.kernel == cpu_kernel::own_bf16)
       own_ = std::make_unique<bf16_linear>(eng, k, n, plain, path.isa);
     else
-      packed_ = std::make_unique<onednn_linear>(eng, k, n, path.type(), plain);
+      packed_ = std::make_unique<onednn_linear>(eng, k, n, path.type(), plain, path.isa);
   }
   /// Input width.
   unsigned k() const noexcept { return own_ ? own_->k() : packed_->k(); }

@@ -21,7 +21,7 @@ dnnl::matmul::primitive_desc make_pd(dnnl::engine& eng, unsigned m, unsigned k, 
 } // namespace
 
 onednn_linear::onednn_linear(dnnl::engine& eng, unsigned k, unsigned n, dtype type,
-                             const float* plain)
+                             const float* plain, vector_isa own)
     : eng_(&eng)
     , k_(k)
     , n_(n)
@@ -32,6 +32,7 @@ onednn_linear::onednn_linear(dnnl::engine& eng, unsigned k, unsigned n, dtype ty
   auto pd = make_pd(eng, 64, k, n, src_type_, any);
   weights_desc_ = pd.weights_desc();
   kernel_ = pd.impl_info_str();
+  small_ = packed_small_m::for_weights(weights_desc_, k, n, type, own);
   weights_ = dnnl::memory(weights_desc_, eng);
   dnnl::stream strm(eng);
   std::size_t count = std::size_t{k} * n;
@@ -56,7 +57,17 @@ dnnl::matmul& onednn_linear::primitive(unsigned m) {
   return it->second;
 }
 
+std::string onednn_linear::kernel() const {
+  if (!small_)
+    return kernel_;
+  return kernel_ + " + " + small_->name() + " (M<=" + std::to_string(packed_small_m::m_limit) + ")";
+}
+
 void onednn_linear::forward(dnnl::stream& strm, const void* src, float* dst, unsigned m) {
+  if (small_ && m >= 1 && m <= packed_small_m::m_limit) {
+    small_->forward(weights_.get_data_handle(), src, dst, m);
+    return;
+  }
   auto& prim = primitive(m);
   dnnl::memory a({{m, k_}, src_type_, tag::ab}, *eng_, const_cast<void*>(src));
   dnnl::memory c({{m, n_}, dt::f32, tag::ab}, *eng_, dst);
