@@ -36,10 +36,12 @@ const cpu_capabilities& detect_cpu() noexcept;
 
 /// How a cpu device multiplies activations by its weights.
 enum class cpu_kernel : std::uint8_t {
-  onednn_bf16, ///< weights packed bf16 by oneDNN, bf16 matmuls (needs native bf16)
+  onednn_bf16, ///< weights packed bf16 by oneDNN, bf16 matmuls (needs native bf16); decode
+               ///< batches <= 16 in triad's AVX512_BF16 kernels over the same packed weights
   own_bf16,    ///< weights stored bf16; decode (M <= 128) in triad's AVX2 / AVX-512 kernels that
                ///< widen bf16 in registers, prefill on widened tiles in oneDNN f32 (needs AVX2)
-  onednn_f32,  ///< weights f32, oneDNN f32 matmuls (runs everywhere)
+  onednn_f32,  ///< weights f32, oneDNN f32 matmuls (runs everywhere); on AVX-512, decode
+               ///< batches <= 16 in triad's kernels over the same packed weights
 };
 
 /// "onednn_bf16", "own_bf16" or "onednn_f32".
