@@ -8,6 +8,7 @@
 
 #include "devices/cpu/detail/bf16_linear.hpp"
 #include "devices/cpu/weights.hpp"
+#include "tests/devices/kernel_support.hpp"
 
 // The class, under a name that leaves `bf16_linear` to the test suite.
 using linear = triad::detail::bf16_linear;
@@ -19,28 +20,16 @@ namespace {
 bool cpu_has(vector_isa isa) {
   switch (isa) {
   case vector_isa::avx512:
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("fma");
+    return triad::test::cpu_has_avx512();
   case vector_isa::avx2:
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return triad::test::cpu_has_avx2();
   case vector_isa::none:
     break;
   }
   return true;
 }
 
-// Fresh random values each run; the seed is logged so a failure can be replayed.
-std::vector<float> random_floats(std::size_t n) {
-  static std::uint64_t seed = std::random_device{}();
-  BOOST_TEST_MESSAGE("random seed " << seed);
-  std::mt19937_64 rng{seed++};
-  std::uniform_real_distribution<float> dist{-1.0f, 1.0f};
-  std::vector<float> out(n);
-  for (auto& v : out)
-    v = dist(rng);
-  return out;
-}
+using triad::test::random_floats;
 
 struct fixture {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -57,23 +46,9 @@ double worst_error(fixture& f, vector_isa isa, unsigned k, unsigned n, unsigned 
   constexpr float guard = 12345.0f;
   std::vector<float> dst(std::size_t{m} * n + 64, guard);
   lin.forward(f.stream, x.data(), dst.data(), m);
-  for (std::size_t i = std::size_t{m} * n; i < dst.size(); ++i)
-    BOOST_REQUIRE_MESSAGE(dst[i] == guard, "wrote past the outputs at " << i);
-  double worst = 0;
-  for (unsigned r = 0; r < m; ++r)
-    for (unsigned j = 0; j < n; ++j) {
-      double want = 0;
-      double scale = 0;
-      for (unsigned i = 0; i < k; ++i) {
-        double term = static_cast<double>(x[std::size_t{r} * k + i]) *
-                      triad::round_to_bf16(w[std::size_t{i} * n + j]);
-        want += term;
-        scale += std::abs(term);
-      }
-      double err = std::abs(dst[std::size_t{r} * n + j] - want) / std::max(scale, 1e-30);
-      worst = std::max(worst, err);
-    }
-  return worst;
+  std::vector<float> rounded(w.size());
+  std::transform(w.begin(), w.end(), rounded.begin(), triad::round_to_bf16);
+  return triad::test::worst_matmul_error(dst, x, rounded, m, k, n, guard);
 }
 
 void check_isa(vector_isa isa) {

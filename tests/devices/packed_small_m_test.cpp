@@ -12,6 +12,7 @@
 #include "devices/cpu/detail/packed_small_m.hpp"
 #include "devices/cpu/isa.hpp"
 #include "devices/cpu/weights.hpp"
+#include "tests/devices/kernel_support.hpp"
 
 // The class, under a name that leaves `packed_small_m` to the test suite.
 using kernels = triad::detail::packed_small_m;
@@ -24,27 +25,15 @@ namespace {
 
 // Whether this CPU runs the kernels for `type` (AVX-512, and AVX512_BF16 for bf16).
 bool cpu_runs(dtype type) {
-  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                __builtin_cpu_supports("fma");
-  return avx512 && (type == dtype::f32 || __builtin_cpu_supports("avx512bf16"));
+  return triad::test::cpu_has_avx512() &&
+         (type == dtype::f32 || __builtin_cpu_supports("avx512bf16"));
 }
 
 const char* name(dtype type) {
   return type == dtype::bf16 ? "bf16" : "f32";
 }
 
-// Fresh random values each run; the seed is logged so a failure can be replayed.
-std::vector<float> random_floats(std::size_t n) {
-  static std::uint64_t seed = std::random_device{}();
-  BOOST_TEST_MESSAGE("random seed " << seed);
-  std::mt19937_64 rng{seed++};
-  std::uniform_real_distribution<float> dist{-1.0f, 1.0f};
-  std::vector<float> out(n);
-  for (auto& v : out)
-    v = dist(rng);
-  return out;
-}
+using triad::test::random_floats;
 
 // `values` as the kernels' inputs: bf16 bits (rounded to nearest even) or f32, and `values`
 // rounded the same way so a reference multiplies exactly what the kernels do.
@@ -72,27 +61,10 @@ struct fixture {
   dnnl::stream stream{engine};
 };
 
-// Largest |got - want| over the M x N outputs relative to sum_k |x||w| of each output (want in
-// double from the rounded inputs); fails if anything past the outputs was written.
+// The worst error of `got` against a double reference of the rounded inputs.
 double worst_error(const std::vector<float>& got, const operand& x, const operand& w, unsigned m,
                    unsigned k, unsigned n, float guard) {
-  for (std::size_t i = std::size_t{m} * n; i < got.size(); ++i)
-    BOOST_REQUIRE_MESSAGE(got[i] == guard, "wrote past the outputs at " << i);
-  double worst = 0;
-  for (unsigned r = 0; r < m; ++r)
-    for (unsigned j = 0; j < n; ++j) {
-      double want = 0;
-      double scale = 0;
-      for (unsigned i = 0; i < k; ++i) {
-        double term = static_cast<double>(x.rounded[std::size_t{r} * k + i]) *
-                      w.rounded[std::size_t{i} * n + j];
-        want += term;
-        scale += std::abs(term);
-      }
-      worst =
-          std::max(worst, std::abs(got[std::size_t{r} * n + j] - want) / std::max(scale, 1e-30));
-    }
-  return worst;
+  return triad::test::worst_matmul_error(got, x.rounded, w.rounded, m, k, n, guard);
 }
 
 // The kernels on weights packed by a oneDNN reorder into the layout they read.
