@@ -102,6 +102,39 @@ std::vector<token> script_tokens(const generation_script& script) {
   return out;
 }
 
+expected<void> check_context(std::size_t prompt, std::uint32_t max_tokens, std::size_t context) {
+  if (prompt + max_tokens <= context)
+    return {};
+  return make_error(errc::exhausted,
+                    "the prompt is " + std::to_string(prompt) +
+                        " tokens (after the chat template) and max_tokens is " +
+                        std::to_string(max_tokens) + ": " + std::to_string(prompt + max_tokens) +
+                        " tokens, more than the model's context of " + std::to_string(context) +
+                        "; shorten the prompt or lower max_tokens");
+}
+
+std::optional<std::string> fit_tool_result(std::string_view output, std::size_t room) {
+  const std::size_t overhead = render_tool_result("").size();
+  if (render_tool_result(output).size() <= room)
+    return std::string{output};
+  // Byte tokens: each byte of text is one token, so the cut is exact.
+  const std::string note = "\n[triad: tool output truncated to fit the model's context: " +
+                           std::to_string(output.size()) + " bytes, first ";
+  const std::size_t fixed = overhead + note.size() + 20 + 8; // digits of the count, " shown]"
+  if (room < fixed)
+    return std::nullopt;
+  std::size_t keep = std::min(output.size(), room - fixed);
+  // Never cut a UTF-8 sequence: back off over continuation bytes.
+  while (keep > 0 && keep < output.size() &&
+         (static_cast<unsigned char>(output[keep]) & 0xC0) == 0x80)
+    --keep;
+  return std::string{output.substr(0, keep)} + note + std::to_string(keep) + " shown]";
+}
+
+std::uint32_t script_length(const generation_script& script) {
+  return static_cast<std::uint32_t>(script_tokens(script).size());
+}
+
 expected<tool_call_text> parse_tool_call(std::string_view text) {
   std::error_code ec;
   // A call is short: its parsed tree lives in this buffer (spilling to the heap when longer),

@@ -55,6 +55,20 @@ std::vector<token> render_tool_result(std::string_view output);
 /// `<tool_call>{"name": ..., "arguments": ...}</tool_call>`, EOS after the last turn.
 std::vector<token> script_tokens(const generation_script& script);
 
+/// Whether a prompt of `prompt` tokens (after the chat template) plus up to `max_tokens`
+/// generated ones fits a model context of `context` tokens; else errc::exhausted naming
+/// the numbers. Work that cannot fit is refused before any compute.
+expected<void> check_context(std::size_t prompt, std::uint32_t max_tokens, std::size_t context);
+
+/// A tool's output cut to at most `room` tokens once rendered (render_tool_result), with a note
+/// to the model saying how much was left out; the whole output when it fits. Empty optional
+/// when not even the note fits.
+std::optional<std::string> fit_tool_result(std::string_view output, std::size_t room);
+
+/// The tokens `script` forces: the max_tokens a request needs to run all of it (a request's
+/// max_tokens caps its script as it caps any answer).
+std::uint32_t script_length(const generation_script& script);
+
 /// Parses the text between `<tool_call>` and `</tool_call>`. A malformed call is an error
 /// whose message is fit to show the model ("tool call is not valid JSON: ...").
 expected<tool_call_text> parse_tool_call(std::string_view text);

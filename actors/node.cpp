@@ -147,12 +147,16 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
       return tools.error();
     n->tools_ = std::move(*tools);
   }
-  n->router_ = spawn_router(n->domains_->orchestration(), std::move(routed), config.orchestration);
+  n->router_ = spawn_router(n->domains_->orchestration(), std::move(routed), config.orchestration,
+                            std::chrono::milliseconds{config.limits.queue_timeout_ms});
   auto ctx = std::make_shared<request_context>();
   ctx->router = n->router_;
   ctx->tools = n->tools_.get();
   ctx->options = config.orchestration;
   ctx->page_tokens = config.model.page_tokens;
+  ctx->request_timeout = std::chrono::milliseconds{config.limits.request_timeout_ms};
+  if (auto shape = model_preset(config.model.preset))
+    ctx->max_context = shape->max_context;
   ctx->metrics = request_metrics::attach(n->metrics_);
   n->context_ = std::move(ctx);
   return n;

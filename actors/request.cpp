@@ -43,6 +43,8 @@ request_metrics request_metrics::attach(metrics_registry& r) {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+// The request's total deadline ([limits].request_timeout_ms): `(deadline_atom)` to itself.
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 
 double since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
@@ -81,11 +83,19 @@ public:
     usage_.prompt_tokens = tokens_.size();
     if (req_.script)
       forced_ = script_tokens(*req_.script);
-    budget_ = req_.script ? static_cast<std::uint32_t>(forced_.size()) : req_.max_tokens;
+    // A script is forced output, still capped by the request's max_tokens like any answer.
+    budget_ = req_.script ? std::min(static_cast<std::uint32_t>(forced_.size()), req_.max_tokens)
+                          : req_.max_tokens;
     if (budget_ == 0) {
-      fail("max_tokens must be at least 1");
+      fail("max_tokens must be at least 1", errc::invalid_argument);
       return {};
     }
+    if (auto fits = check_context(tokens_.size(), budget_, ctx_->max_context); !fits) {
+      fail(fits.error().message, fits.error().code);
+      return {};
+    }
+    if (ctx_->request_timeout.count() > 0)
+      delayed_send(this, ctx_->request_timeout, deadline_atom::value);
     if (req_.prior && req_.prior->kv && req_.prior->kv->tokens < tokens_.size()) {
       // The earlier turns' KV (a copy: the conversation keeps its own); only this turn's tokens
       // are new.
@@ -98,6 +108,12 @@ public:
         [this](device_event& e) { on_device(e); },
         [this](tool_result_atom, std::uint64_t, tool_reply& r) { on_tool_result(r); },
         [this](cancel_atom) { fail("cancelled"); },
+        [this](deadline_atom) {
+          fail("the request did not finish within " +
+                   std::to_string(ctx_->request_timeout.count()) +
+                   " ms ([limits].request_timeout_ms)",
+               errc::timed_out);
+        },
     };
   }
 
@@ -141,22 +157,31 @@ private:
     route_order order{s, req_.session, failed_devices_, {}, std::move(release)};
     if (s != route_stage::decode && reuse_prefix())
       order.prefix = chain_hashes(tokens_, ctx_->page_tokens);
+    routing_ = true;
     request(ctx_->router, caf::infinite, route_atom::value, order)
         .then(
             [this, next, asked](route_reply& r) {
+              routing_ = false;
               usage_.queued_s += since(asked);
-              if (stage_ == stage::finished) { // cancelled while waiting
+              if (stage_ == stage::finished) { // ended while waiting: answered, now it goes
                 if (r.ok)
                   send(ctx_->router, release_atom::value, r.name);
+                quit();
                 return;
               }
               if (!r.ok) {
-                fail(r.reason);
+                fail(r.reason, r.code, r.retry_ms);
                 return;
               }
               next(holding{r.device, r.name, 0, true});
             },
-            [this](caf::error& e) { fail("the router did not answer: " + to_string(e)); });
+            [this](caf::error& e) {
+              routing_ = false;
+              if (stage_ == stage::finished)
+                quit();
+              else
+                fail("the router did not answer: " + to_string(e));
+            });
   }
 
   seq_id next_seq() { return (id_ << 8) | (++attempt_ & 0xff); }
@@ -503,6 +528,23 @@ private:
     ev.kind = request_event::tool_result;
     ev.text =
         r.ok ? r.content : (r.content.rfind("error", 0) == 0 ? r.content : "error: " + r.content);
+    // What the context holds for the output: past the tokens so far and those still to be
+    // generated (tool_result_overflow).
+    const std::size_t used = tokens_.size() + left();
+    const std::size_t room = ctx_->max_context > used ? ctx_->max_context - used : 0;
+    auto fitted = fit_tool_result(ev.text, room);
+    if (!fitted ||
+        (*fitted != ev.text && ctx_->options.tool_result_overflow == tool_overflow_policy::fail)) {
+      fail("the output of tool call " + std::to_string(usage_.tool_calls) + " is " +
+               std::to_string(ev.text.size()) + " bytes; the model's context (" +
+               std::to_string(ctx_->max_context) + " tokens) has room for " + std::to_string(room) +
+               " after the conversation and the tokens still to "
+               "generate ([orchestration].tool_result_overflow = " +
+               std::string{to_string(ctx_->options.tool_result_overflow)} + ")",
+           errc::exhausted);
+      return;
+    }
+    ev.text = std::move(*fitted);
     emit(ev);
     appended_ = render_tool_result(ev.text);
     pending_result_ = true;
@@ -547,10 +589,13 @@ private:
             [this, reason](caf::error&) { end(request_event::done, reason); });
   }
 
-  void fail(std::string message) { end(request_event::error, std::move(message)); }
+  void fail(std::string message, errc code = errc::system_error, std::uint32_t retry_ms = 0) {
+    end(request_event::error, std::move(message), code, retry_ms);
+  }
 
   // Ends the request with its one done or error event: frees what it holds, reports, exits.
-  void end(request_event::kind_t kind, std::string text) {
+  void end(request_event::kind_t kind, std::string text, errc code = errc::system_error,
+           std::uint32_t retry_ms = 0) {
     if (stage_ == stage::finished)
       return;
     usage_.total_s = since(start_);
@@ -558,6 +603,8 @@ private:
     ev.request = id_;
     ev.kind = kind;
     ev.text = std::move(text);
+    ev.code = code;
+    ev.retry_ms = retry_ms;
     ev.usage = usage_;
     if (kind == request_event::done) {
       auto state = std::make_shared<conversation_state>();
@@ -576,7 +623,12 @@ private:
     release_all();
     emit(std::move(ev));
     on_event_ = nullptr;
-    quit();
+    // A request still waiting for a device stays until the router answers (withdrawn, or a
+    // grant it then gives back), so no slot is granted to an actor that is gone.
+    if (routing_)
+      send(ctx_->router, withdraw_atom::value);
+    else
+      quit();
   }
 
   // Frees every sequence this request holds and gives back its router slots.
@@ -614,6 +666,7 @@ private:
   clock_type::time_point start_, tool_start_;
   std::vector<token> tokens_;    // the conversation so far, as the device sees it
   std::vector<token> forced_;    // the script's tokens, when scripted
+  bool routing_ = false;         // a route_atom request to the router is unanswered
   std::uint32_t budget_ = 0;     // completion tokens allowed
   std::uint32_t produced_ = 0;   // completion tokens generated
   std::uint32_t attempt_ = 0;    // device sequences started

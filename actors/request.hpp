@@ -42,7 +42,9 @@ struct chat_request {
   std::uint32_t max_tokens = defaults::orchestration::max_tokens; ///< completion tokens in all
   std::uint32_t max_tool_calls = defaults::orchestration::max_tool_calls; ///< calls in all
   sampling_params sampling;                                               ///< how tokens are chosen
-  std::optional<generation_script> script; ///< forced output for benchmarks and tests
+  /// Forced output for benchmarks and tests, capped by max_tokens (script_length gives what a
+  /// whole script needs).
+  std::optional<generation_script> script;
   /// A call to a tool the node does not host ends the request with finish reason "tool_calls"
   /// (the caller runs it, as an OpenAI client does) instead of feeding "no such tool" back to
   /// the model. Calls to hosted tools always run on the node.
@@ -92,6 +94,11 @@ struct request_event {
                               ///< the output; state: the state entered (to_string of
                               ///< request_state); done: the finish reason; error: the message
   std::string arguments_json; ///< tool_call: the arguments
+  /// error: what kind (exhausted: the request does not fit the model's context, or a tool
+  /// output overflowed it; invalid_argument: the request cannot be served as given;
+  /// system_error otherwise).
+  errc code = errc::system_error;
+  std::uint32_t retry_ms = 0; ///< error with code busy: when to try again
   request_usage usage;        ///< done: counts and timings
   /// done: the conversation's tokens (and its KV when the request asked keep_kv), for the next
   /// turn's `prior`.
@@ -125,6 +132,11 @@ struct request_context {
   /// Tokens per KV page of the node's devices: prompts are hashed page by page for
   /// prefix-aware routing.
   std::size_t page_tokens = defaults::model::page_tokens;
+  /// The model's context in tokens: a request whose prompt and max_tokens exceed it is refused
+  /// before any compute, and tool outputs are fitted to it (tool_result_overflow).
+  std::size_t max_context = 4096;
+  /// How long a request may take in all before it ends with errc::timed_out (0: no limit).
+  std::chrono::milliseconds request_timeout{0};
 };
 
 /// A submitted request: its id, and its actor for those who want to watch it.

@@ -17,6 +17,8 @@ namespace {
 
 using unbusy_atom = caf::atom_constant<caf::atom("unbusy")>;
 using poll_atom = caf::atom_constant<caf::atom("poll")>;
+// A waiting order's queue timeout: `(expire_atom, stage index, order number)`.
+using expire_atom = caf::atom_constant<caf::atom("expire")>;
 
 bool qualifies(device_role role, route_stage stage) {
   switch (stage) {
@@ -33,9 +35,10 @@ bool qualifies(device_role role, route_stage stage) {
 class router_actor : public homed_actor {
 public:
   router_actor(caf::actor_config& cfg, std::vector<routed_device> devices,
-               orchestration_options options)
+               orchestration_options options, std::chrono::milliseconds queue_timeout)
       : homed_actor(cfg)
-      , options_(std::move(options)) {
+      , options_(std::move(options))
+      , queue_timeout_(queue_timeout) {
     for (auto& d : devices)
       devices_.push_back({std::move(d), 0, false, 0, false, unknown_kv, {}});
   }
@@ -86,10 +89,34 @@ public:
           if (options_.schedule == schedule_policy::plas)
             if (auto it = ledger_.find(order.session); it != ledger_.end())
               priority = it->second.tokens;
-          queue.emplace(key{priority, next_order_++},
-                        waiter{promise, std::move(order.avoid), std::move(order.prefix)});
+          const auto number = next_order_++;
+          queue.emplace(key{priority, number}, waiter{promise, std::move(order.avoid),
+                                                      std::move(order.prefix), current_sender()});
+          if (queue_timeout_.count() > 0)
+            delayed_send(this, queue_timeout_, expire_atom::value,
+                         static_cast<std::uint32_t>(order.stage), number);
           serve();
           return promise;
+        },
+        [this](expire_atom, std::uint32_t stage, std::uint64_t number) {
+          auto ms = static_cast<std::uint32_t>(options_.retry_after.count());
+          refuse_waiting(
+              stage, [number](const key& k, const waiter&) { return k.second == number; },
+              route_reply{false,
+                          {},
+                          {},
+                          "waited " + std::to_string(queue_timeout_.count()) +
+                              " ms for a device ([limits].queue_timeout_ms); retry after " +
+                              std::to_string(ms) + " ms",
+                          ms,
+                          errc::busy});
+        },
+        [this](withdraw_atom) {
+          auto who = current_sender();
+          for (std::uint32_t stage = 0; stage < waiting_.size(); ++stage)
+            refuse_waiting(
+                stage, [&who](const key&, const waiter& w) { return w.who == who; },
+                route_reply{false, {}, {}, "withdrawn", 0, errc::stopped});
         },
         [this](release_atom, std::string& name) { release(name); },
         [this](park_release_atom, std::string& name) {
@@ -185,7 +212,24 @@ private:
     caf::response_promise promise;
     std::vector<std::string> avoid;
     std::vector<block_hash> prefix;
+    caf::strong_actor_ptr who; // the request actor waiting
   };
+
+  // Answers `reply` to the waiters of queue `stage` that `match` picks, and drops them.
+  template<class Match>
+  void refuse_waiting(std::uint32_t stage, Match match, const route_reply& reply) {
+    if (stage >= waiting_.size())
+      return;
+    auto& queue = waiting_[stage];
+    for (auto it = queue.begin(); it != queue.end();) {
+      if (match(it->first, it->second)) {
+        it->second.promise.deliver(reply);
+        it = queue.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
   struct service {
     std::uint64_t tokens = 0; // computed for the session so far
     std::uint64_t last = 0;   // when it was last served (a sequence number)
@@ -334,6 +378,7 @@ private:
   }
 
   orchestration_options options_;
+  std::chrono::milliseconds queue_timeout_;
   std::vector<device> devices_;
   std::array<std::map<key, waiter>, 3> waiting_;    // by route_stage
   std::unordered_map<std::string, service> ledger_; // attained service by session
@@ -345,8 +390,8 @@ private:
 } // namespace
 
 caf::actor spawn_router(domain& home, std::vector<routed_device> devices,
-                        orchestration_options options) {
-  return home.spawn<router_actor>(std::move(devices), std::move(options));
+                        orchestration_options options, std::chrono::milliseconds queue_timeout) {
+  return home.spawn<router_actor>(std::move(devices), std::move(options), queue_timeout);
 }
 
 } // namespace triad

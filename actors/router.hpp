@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,6 +41,11 @@ using refresh_atom = caf::atom_constant<caf::atom("refresh")>;
 /// none).
 using attained_atom = caf::atom_constant<caf::atom("attained")>;
 
+/// Takes the sender's waiting route_order out of the queue: `(withdraw_atom)`. Its route_atom
+/// request is answered at once with a refusal ("withdrawn"), so a request that ends while it
+/// waits (cancelled, past its deadline) is answered and holds no slot.
+using withdraw_atom = caf::atom_constant<caf::atom("withdraw")>;
+
 /// Which kind of device a request needs.
 enum class route_stage : std::uint8_t {
   prefill, ///< a device with role prefill (else both)
@@ -67,6 +73,8 @@ struct route_reply {
   std::string name;           ///< its name, for release
   std::string reason;         ///< why refused, e.g. "overloaded, retry after 200 ms"
   std::uint32_t retry_ms = 0; ///< when refused as overloaded: when to retry
+  /// When refused: busy (waited past the queue timeout), or system_error (anything else).
+  errc code = errc::system_error;
 };
 
 /// A device the router may send requests to.
@@ -91,8 +99,11 @@ struct routed_device {
 /// session has received the fewest tokens so far, as reported with served_atom, earliest
 /// first among equals (PLAS). The service ledger keeps the most recently served
 /// defaults::orchestration::tracked_sessions sessions.
+/// A request that waits longer than `queue_timeout` (0: no limit) is refused with errc::busy,
+/// "waited N ms for a device ([limits].queue_timeout_ms); retry after M ms".
 caf::actor spawn_router(domain& home, std::vector<routed_device> devices,
-                        orchestration_options options);
+                        orchestration_options options,
+                        std::chrono::milliseconds queue_timeout = std::chrono::milliseconds{0});
 
 } // namespace triad
 

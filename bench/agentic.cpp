@@ -22,6 +22,7 @@
 #include <boost/json/array.hpp>
 #include <caf/all.hpp>
 
+#include "actors/chat.hpp"
 #include "actors/node.hpp"
 #include "bench/report.hpp"
 #include "devices/device.hpp"
@@ -188,6 +189,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
     r.session = "session-" + std::to_string(i);
     r.messages = {{"system", "You are a coding agent with a build tool."}, {"user", work[i].user}};
     r.script = work[i].script;
+    r.max_tokens = triad::script_length(*r.script);
     r.max_tool_calls = 16;
     n.submit(std::move(r), [&, i](const triad::request_event& e) {
       if (e.kind != triad::request_event::done && e.kind != triad::request_event::error)

@@ -23,6 +23,7 @@
 #include <boost/json/array.hpp>
 #include <caf/all.hpp>
 
+#include "actors/chat.hpp"
 #include "actors/node.hpp"
 #include "bench/machine.hpp"
 #include "bench/report.hpp"
@@ -130,6 +131,7 @@ run_result run(triad::node& n, std::size_t sessions, std::size_t rounds, std::ui
         s.turns.push_back({tokens, triad::tool_call_text{"lookup", "{}"}});
       s.turns.push_back({tokens, std::nullopt});
       r.script = s;
+      r.max_tokens = triad::script_length(s);
       n.submit(std::move(r), [&](const triad::request_event& e) {
         if (e.kind != triad::request_event::done && e.kind != triad::request_event::error)
           return;

@@ -51,15 +51,11 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const int runs = quick ? 60 : 400;
-  auto base =
-      std::filesystem::temp_directory_path() / ("triad-bench-tools-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(base / "work");
   std::vector<double> plain, sandboxed;
   for (int i = 0; i < runs; ++i) {
     plain.push_back(fork_exec_us());
     triad::sandbox_request req;
     req.argv = {"/bin/true"};
-    req.workdir = base / "work";
     auto start = clock_type::now();
     auto r = triad::run_sandboxed(req);
     if (!r || r->exit_code != 0) {
@@ -130,7 +126,7 @@ int run(int argc, char** argv) {
         agree += a.chunk == e.chunk;
 
   triad::tool_registry registry;
-  if (auto ok = triad::add_compile_tool(registry, base); !ok) {
+  if (auto ok = triad::add_compile_tool(registry); !ok) {
     std::fprintf(stderr, "triad-bench-tools: %s\n", ok.error().message.c_str());
     return 1;
   }
@@ -145,7 +141,6 @@ int run(int argc, char** argv) {
     }
   }
   double compile_s = std::chrono::duration<double>(clock_type::now() - start).count();
-  std::filesystem::remove_all(base);
 
   triad::bench::report out;
   out.quick = quick;

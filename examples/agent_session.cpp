@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
 
+#include "actors/chat.hpp"
 #include "actors/node.hpp"
 #include "runtime/main_guard.hpp"
 #include "tools/registry.hpp"
@@ -74,6 +75,7 @@ int run(int argc, char** argv) {
         {12, triad::tool_call_text{"word_count", R"({"text": "triad serves agents fast"})"}});
   script.turns.push_back({16, std::nullopt});
   request.script = script;
+  request.max_tokens = triad::script_length(script);
 
   std::mutex m;
   std::condition_variable cv;

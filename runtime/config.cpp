@@ -39,6 +39,7 @@ constexpr int_range arena_mib_range{1, mib_in_16_tib};
 constexpr int_range max_concurrent_requests_range{1, 1'000'000};
 constexpr int_range max_queued_requests_range{0, 10'000'000};
 constexpr int_range max_body_bytes_range{1, std::int64_t{1} << 30};
+constexpr int_range request_deadline_ms_range{0, 86'400'000};
 constexpr int_range device_memory_mib_range{1, mib_in_16_tib};
 constexpr int_range domain_id_range{0, max_domain_id};
 constexpr int_range page_tokens_range{1, 4096};
@@ -52,13 +53,10 @@ constexpr std::string_view device_name_allowed = "1..64 characters from A-Z, a-z
 constexpr std::string_view root_keys[] = {"topology",     "scheduler", "tools",         "memory",
                                           "limits",       "model",     "orchestration", "devices",
                                           "sim_profiles", "server"};
-constexpr std::string_view server_keys[] = {"listen",
-                                            "port",
-                                            "api_key_env",
-                                            "max_header_bytes",
-                                            "header_timeout_ms",
-                                            "idle_timeout_ms",
-                                            "drain_timeout_ms",
+constexpr std::string_view server_keys[] = {"listen",           "port",
+                                            "api_key_env",      "allow_scripts",
+                                            "max_header_bytes", "header_timeout_ms",
+                                            "idle_timeout_ms",  "drain_timeout_ms",
                                             "threads"};
 constexpr int_range port_range{0, 65535};
 constexpr int_range max_header_bytes_range{1024, 1 << 20};
@@ -67,10 +65,14 @@ constexpr int_range server_threads_range{1, 256};
 constexpr std::string_view topology_keys[] = {"source", "xml", "synthetic", "bind_threads"};
 constexpr std::string_view scheduler_keys[] = {"orchestration_domains", "threads_per_domain",
                                                "moderate_sleep_us", "poll_attempts"};
-constexpr std::string_view tools_keys[] = {"cores", "domains", "queue_capacity"};
+constexpr std::string_view tools_keys[] = {"cores", "domains", "queue_capacity", "hosted"};
+// What [tools].hosted may name: the built-in tools.
+constexpr std::string_view builtin_tool_names[] = {"file_read", "shell", "compile",
+                                                   "vector_search"};
 constexpr std::string_view memory_keys[] = {"arena_mib_per_domain"};
 constexpr std::string_view limits_keys[] = {"max_concurrent_requests", "max_queued_requests",
-                                            "max_body_bytes"};
+                                            "max_body_bytes", "queue_timeout_ms",
+                                            "request_timeout_ms"};
 constexpr std::string_view model_keys[] = {"preset", "dtype", "page_tokens"};
 constexpr std::string_view orchestration_keys[] = {"kv",
                                                    "layout",
@@ -80,6 +82,7 @@ constexpr std::string_view orchestration_keys[] = {"kv",
                                                    "tool_deadline_ms",
                                                    "device_slots",
                                                    "device_failure",
+                                                   "tool_result_overflow",
                                                    "max_device_retries",
                                                    "busy_backoff_ms"};
 constexpr int_range max_waiting_range{0, 1'000'000};
@@ -151,6 +154,10 @@ constexpr enum_name<schedule_policy> schedule_policy_names[] = {
     {"fcfs", schedule_policy::fcfs},
     {"plas", schedule_policy::plas},
 };
+constexpr enum_name<tool_overflow_policy> tool_overflow_names[] = {
+    {"truncate", tool_overflow_policy::truncate},
+    {"fail", tool_overflow_policy::fail},
+};
 constexpr enum_name<device_failure_policy> device_failure_names[] = {
     {"retry", device_failure_policy::retry},
     {"fail", device_failure_policy::fail},
@@ -170,6 +177,8 @@ static_assert(name_of(layout_names, orchestration_options{}.device_layout) ==
               defaults::orchestration::device_layout);
 static_assert(name_of(schedule_policy_names, orchestration_options{}.schedule) ==
               defaults::orchestration::schedule);
+static_assert(name_of(tool_overflow_names, orchestration_options{}.tool_result_overflow) ==
+              defaults::orchestration::tool_result_overflow);
 static_assert(name_of(device_failure_names, orchestration_options{}.device_failure) ==
               defaults::orchestration::device_failure);
 
@@ -669,6 +678,48 @@ public:
     return field::valid;
   }
 
+  /// Reads an array of distinct strings, each one of `names`, into `out`.
+  field names(const scope& s, std::string_view key, std::span<const std::string_view> names,
+              std::vector<std::string>& out) {
+    const toml::node* node = s.table.get(key);
+    if (node == nullptr) {
+      return field::absent;
+    }
+    const std::string path = s.key_path(key);
+    const std::string allowed = "an array of distinct names from " + join(names, true);
+    const auto* array = node->as_array();
+    if (array == nullptr) {
+      fail_value(s.value_pos(*node), path, *node, wrong_type(*node), allowed);
+      return field::invalid;
+    }
+    const position array_pos = s.value_pos(*node);
+    std::vector<std::string> picked;
+    bool valid = true;
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const toml::node& element = (*array)[i];
+      const std::string element_path = path + "[" + std::to_string(i) + "]";
+      const position element_pos = position_of(element.source(), array_pos);
+      const auto* value = element.as_string();
+      const char* problem = value == nullptr                 ? "wrong type"
+                            : !contains(names, value->get()) ? "not allowed"
+                            : std::find(picked.begin(), picked.end(), value->get()) != picked.end()
+                                ? "named twice"
+                                : nullptr;
+      if (problem != nullptr) {
+        fail_value(element_pos, element_path, element,
+                   value == nullptr ? wrong_type(element) : std::string{problem}, allowed);
+        valid = false;
+        continue;
+      }
+      picked.push_back(value->get());
+    }
+    if (!valid) {
+      return field::invalid;
+    }
+    out = std::move(picked);
+    return field::valid;
+  }
+
 private:
   static std::string wrong_type(const toml::node& node) {
     return "wrong type (" + std::string{type_name(node)} + ")";
@@ -740,6 +791,7 @@ void read_tools(reader& r, const scope& s, tools_config& out) {
   r.integer(s, "cores", tools_cores_range, out.cores, "tools need at least one core");
   r.domain_ids(s, "domains", out.domains);
   r.integer(s, "queue_capacity", queue_capacity_range, out.queue_capacity);
+  r.names(s, "hosted", builtin_tool_names, out.hosted);
 }
 
 void read_memory(reader& r, const scope& s, memory_config& out) {
@@ -753,6 +805,8 @@ void read_limits(reader& r, const scope& s, limits_config& out) {
             out.max_concurrent_requests);
   r.integer(s, "max_queued_requests", max_queued_requests_range, out.max_queued_requests);
   r.integer(s, "max_body_bytes", max_body_bytes_range, out.max_body_bytes);
+  r.integer(s, "queue_timeout_ms", request_deadline_ms_range, out.queue_timeout_ms);
+  r.integer(s, "request_timeout_ms", request_deadline_ms_range, out.request_timeout_ms);
 }
 
 void read_server(reader& r, const scope& s, server_config& out) {
@@ -771,6 +825,7 @@ void read_server(reader& r, const scope& s, server_config& out) {
   state = field::absent;
   if (const auto* env = r.string(s, "api_key_env", "an environment variable name", state))
     out.api_key_env = env->get();
+  r.boolean(s, "allow_scripts", out.allow_scripts);
   r.integer(s, "max_header_bytes", max_header_bytes_range, out.max_header_bytes);
   r.integer(s, "header_timeout_ms", server_timeout_ms_range, out.header_timeout_ms);
   r.integer(s, "idle_timeout_ms", server_timeout_ms_range, out.idle_timeout_ms);
@@ -795,6 +850,7 @@ void read_orchestration(reader& r, const scope& s, orchestration_options& out) {
   r.duration(s, "tool_deadline_ms", tool_deadline_ms_range, out.tool_deadline);
   r.integer(s, "device_slots", device_slots_range, out.device_slots);
   r.enumeration(s, "device_failure", device_failure_names, out.device_failure);
+  r.enumeration(s, "tool_result_overflow", tool_overflow_names, out.tool_result_overflow);
   r.integer(s, "max_device_retries", max_device_retries_range, out.max_device_retries);
   r.duration(s, "busy_backoff_ms", busy_backoff_ms_range, out.busy_backoff);
 }
@@ -1091,6 +1147,11 @@ void append_value(std::string& out, std::string_view key, const T& value) {
   } else if constexpr (std::is_same_v<T, std::vector<unsigned>>) {
     append_ids(out, value);
     return;
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    out += '[';
+    for (std::size_t i = 0; i < value.size(); ++i)
+      out += (i > 0 ? ", " : "") + quote(value[i]);
+    out += ']';
   } else {
     out += quote(value);
   }
@@ -1109,6 +1170,10 @@ std::string_view to_string(layout value) noexcept {
 
 std::string_view to_string(schedule_policy value) noexcept {
   return name_of(schedule_policy_names, value);
+}
+
+std::string_view to_string(tool_overflow_policy value) noexcept {
+  return name_of(tool_overflow_names, value);
 }
 
 std::string_view to_string(device_failure_policy value) noexcept {
@@ -1246,6 +1311,7 @@ std::string to_toml(const node_config& config) {
   append_value(out, "cores", config.tools.cores);
   append_value(out, "domains", config.tools.domains);
   append_value(out, "queue_capacity", config.tools.queue_capacity);
+  append_value(out, "hosted", config.tools.hosted);
 
   out += "\n[memory]\n";
   append_value(out, "arena_mib_per_domain", config.memory.arena_mib_per_domain);
@@ -1254,11 +1320,14 @@ std::string to_toml(const node_config& config) {
   append_value(out, "max_concurrent_requests", config.limits.max_concurrent_requests);
   append_value(out, "max_queued_requests", config.limits.max_queued_requests);
   append_value(out, "max_body_bytes", config.limits.max_body_bytes);
+  append_value(out, "queue_timeout_ms", config.limits.queue_timeout_ms);
+  append_value(out, "request_timeout_ms", config.limits.request_timeout_ms);
 
   out += "\n[server]\n";
   append_value(out, "listen", config.server.listen);
   append_value(out, "port", config.server.port);
   append_value(out, "api_key_env", config.server.api_key_env);
+  append_value(out, "allow_scripts", config.server.allow_scripts);
   append_value(out, "max_header_bytes", config.server.max_header_bytes);
   append_value(out, "header_timeout_ms", config.server.header_timeout_ms);
   append_value(out, "idle_timeout_ms", config.server.idle_timeout_ms);
@@ -1280,6 +1349,7 @@ std::string to_toml(const node_config& config) {
   append_value(out, "tool_deadline_ms", static_cast<std::int64_t>(o.tool_deadline.count()));
   append_value(out, "device_slots", o.device_slots);
   append_value(out, "device_failure", std::string{to_string(o.device_failure)});
+  append_value(out, "tool_result_overflow", std::string{to_string(o.tool_result_overflow)});
   append_value(out, "max_device_retries", o.max_device_retries);
   append_value(out, "busy_backoff_ms", static_cast<std::int64_t>(o.busy_backoff.count()));
 

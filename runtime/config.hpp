@@ -94,6 +94,10 @@ struct tools_config {
   unsigned cores = defaults::tools::cores; ///< `cores`: cores reserved for tools, at least 1
   std::vector<unsigned> domains; ///< `domains`: NUMA domain ids for tools; empty = automatic
   std::size_t queue_capacity = defaults::tools::queue_capacity; ///< `queue_capacity`, at least 1
+  /// `hosted`: the built-in tools the node runs itself ("file_read", "shell", "compile",
+  /// "vector_search"); empty by default, so a node runs no tool the operator did not name.
+  /// Calls to any other tool go back to the client.
+  std::vector<std::string> hosted;
   bool operator==(const tools_config&) const = default;
 };
 
@@ -111,6 +115,9 @@ struct server_config {
   /// (`Authorization: Bearer <token>`); empty: no authentication. The token itself never sits
   /// in the config file.
   std::string api_key_env;
+  /// `allow_scripts`: whether requests may carry the `triad.script` extension (forced output
+  /// for benchmarks and tests); off by default, a refused script is a 400 naming this key.
+  bool allow_scripts = false;
   std::size_t max_header_bytes = defaults::server::max_header_bytes;     ///< `max_header_bytes`
   std::uint32_t header_timeout_ms = defaults::server::header_timeout_ms; ///< `header_timeout_ms`
   std::uint32_t idle_timeout_ms = defaults::server::idle_timeout_ms;     ///< `idle_timeout_ms`
@@ -124,6 +131,12 @@ struct limits_config {
   std::size_t max_concurrent_requests = defaults::limits::max_concurrent_requests; ///< at least 1
   std::size_t max_queued_requests = defaults::limits::max_queued_requests;         ///< 0 = no queue
   std::uint64_t max_body_bytes = defaults::limits::max_body_bytes;                 ///< at least 1
+  /// `queue_timeout_ms`: how long a request may wait for a device before it is answered "busy"
+  /// (HTTP 503 with Retry-After) and leaves the queue; 0 = no limit.
+  std::uint32_t queue_timeout_ms = defaults::limits::queue_timeout_ms;
+  /// `request_timeout_ms`: how long an admitted request may take in all (queueing, compute and
+  /// tools) before it ends with a timeout error (HTTP 504); 0 = no limit.
+  std::uint32_t request_timeout_ms = defaults::limits::request_timeout_ms;
   bool operator==(const limits_config&) const = default;
 };
 
@@ -230,6 +243,15 @@ enum class device_failure_policy : std::uint8_t {
 /// "retry" or "fail".
 std::string_view to_string(device_failure_policy p) noexcept;
 
+/// What happens to a tool's output that would overflow the model's context.
+enum class tool_overflow_policy : std::uint8_t {
+  truncate, ///< the output is cut to fit, with a note to the model saying how much was left out
+  fail,     ///< the request ends with an error naming the sizes
+};
+
+/// "truncate" or "fail".
+std::string_view to_string(tool_overflow_policy p) noexcept;
+
 /// `[orchestration]`: policies of the request actors and the router.
 struct orchestration_options {
   /// `kv`: "discard", "pin" or "demote": where a request's KV stays while its tools run.
@@ -249,6 +271,9 @@ struct orchestration_options {
   std::size_t device_slots = 0;
   /// `device_failure`: "retry" or "fail".
   device_failure_policy device_failure = device_failure_policy::retry;
+  /// `tool_result_overflow`: "truncate" or "fail": a tool output that would overflow the
+  /// model's context (with the tokens the request may still generate).
+  tool_overflow_policy tool_result_overflow = tool_overflow_policy::truncate;
   /// `max_device_retries`: moves to another device per request after failures, 0..16.
   std::uint32_t max_device_retries = defaults::orchestration::max_device_retries;
   /// `busy_backoff_ms`: after a device answers busy, the router hands it one request per

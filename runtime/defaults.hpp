@@ -65,6 +65,10 @@ inline constexpr std::size_t max_concurrent_requests = 256;
 inline constexpr std::size_t max_queued_requests = 1024;
 /// Largest request body the node accepts.
 inline constexpr std::uint64_t max_body_bytes = 4 * 1024 * 1024;
+/// How long a request may wait for a device before it is answered busy (ms).
+inline constexpr std::uint32_t queue_timeout_ms = 30'000;
+/// How long an admitted request may take in all (ms).
+inline constexpr std::uint32_t request_timeout_ms = 600'000;
 } // namespace limits
 
 namespace server {
@@ -160,6 +164,8 @@ inline constexpr std::chrono::milliseconds retry_after{200};
 inline constexpr std::uint32_t max_tokens = 256;
 /// What happens to a device's requests when a step fails there ("retry" or "fail").
 inline constexpr std::string_view device_failure = "retry";
+/// What happens to a tool output that would overflow the model's context.
+inline constexpr std::string_view tool_result_overflow = "truncate";
 /// Times one request is moved to another device after failures before it fails.
 inline constexpr std::uint32_t max_device_retries = 2;
 /// Tool calls one request may make before it is ended.

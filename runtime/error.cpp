@@ -24,6 +24,8 @@ std::string_view to_string(errc code) noexcept {
     return "stopped";
   case errc::corrupted:
     return "corrupted";
+  case errc::timed_out:
+    return "timed_out";
   }
   return "unknown";
 }

@@ -21,6 +21,7 @@ enum class errc {
   system_error,     ///< an OS or library call failed
   stopped,          ///< the component is shutting down and accepts no more work
   corrupted,        ///< data failed its checksum; it was not used
+  timed_out,        ///< a deadline passed before the work finished
 };
 
 /// Returns the name of an error code, e.g. "invalid_argument".

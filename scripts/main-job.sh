@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command (1): installs what is missing, builds triad-node and triad-load, starts
 # triad-node on the embedded default config (real cpu-backend devices with the tiny model,
-# tools hosted), runs a short agentic workload against it with triad-load (agent sessions
+# scripts allowed, no hosted tool), runs a short agentic workload against it with triad-load (agent sessions
 # whose tool calls the client runs, over HTTP with streaming), prints the summary, writes the
 # HTML report (build/main-job/report.html) and the run JSON, then drains the node with SIGTERM
 # and checks it exited 0 with no process left behind.
@@ -18,7 +18,10 @@ cmake --build build -j"$jobs" --target triad-node triad-load
 mkdir -p "$out"
 start=$(date +%s)
 echo "== triad-node (embedded default config, any free port)"
-build/bin/triad-node --port 0 --tools-root "$out/tools" > "$out/node.log" 2>&1 &
+# triad-load's agent workload forces each call's length with the triad.script extension, which
+# a node accepts only when told to (--allow-scripts); its tool calls run on the client, so the
+# node hosts no tool.
+build/bin/triad-node --port 0 --allow-scripts > "$out/node.log" 2>&1 &
 node_pid=$!
 trap 'kill -KILL $node_pid 2>/dev/null || true' EXIT
 wait_for_node $node_pid "$out/node.log"

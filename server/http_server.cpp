@@ -1,6 +1,9 @@
 #include "server/http_server.hpp"
 
+#include <arpa/inet.h>
 #include <sys/socket.h>
+
+#include <cstring>
 
 #include <atomic>
 #include <condition_variable>
@@ -22,9 +25,23 @@
 
 #include "actors/node.hpp"
 #include "runtime/cpu_time.hpp"
+#include "server/http_framing.hpp"
 #include "server/openai.hpp"
 
 namespace triad {
+
+bool is_loopback(std::string_view address) noexcept {
+  std::string text{address};
+  unsigned char v4[4];
+  if (::inet_pton(AF_INET, text.c_str(), v4) == 1)
+    return v4[0] == 127;
+  unsigned char v6[16];
+  if (::inet_pton(AF_INET6, text.c_str(), v6) != 1)
+    return false;
+  static constexpr unsigned char one[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  static constexpr unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(v6, one, 16) == 0 || (std::memcmp(v6, mapped, 12) == 0 && v6[12] == 127);
+}
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -134,6 +151,10 @@ private:
       self->on_read(ec);
     };
     const auto& head = parser_->get();
+    // A body framed any way but Content-Length or chunked alone is refused before it is read,
+    // and the connection closed: where the next request would start is unknown.
+    if (auto e = check_body_framing(head))
+      return fail(*e, false);
     auto expect = head[http::field::expect];
     if (!parser_->is_done() && beast::iequals(expect, "100-continue")) {
       static constexpr std::string_view go_on = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -152,22 +173,11 @@ private:
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
         ec == net::error::connection_reset || ec == net::error::eof)
       return close();
-    if (ec == http::error::header_limit)
-      return fail(error(431,
-                        "the request head is larger than " +
-                            std::to_string(state_->options.server.max_header_bytes) +
-                            " bytes ([server].max_header_bytes)",
-                        "request_header_fields_too_large"),
-                  false);
-    if (ec == http::error::body_limit)
-      return fail(error(413,
-                        "the request body is larger than " +
-                            std::to_string(state_->options.limits.max_body_bytes) +
-                            " bytes ([limits].max_body_bytes)",
-                        "request_too_large"),
-                  false);
     if (ec)
-      return fail(error(400, "malformed HTTP request: " + ec.message(), "bad_request"), false);
+      return fail(read_failure(ec,
+                               static_cast<std::uint32_t>(state_->options.server.max_header_bytes),
+                               state_->options.limits.max_body_bytes),
+                  false);
     stream_.expires_never();
     req_ = parser_->release();
     ++served_;
@@ -283,6 +293,14 @@ private:
     if (auto* e = std::get_if<api_error>(&parsed))
       return fail(*e, req_.keep_alive());
     chat_ = std::get<openai_chat>(std::move(parsed));
+    if (chat_.request.script && !state_->options.server.allow_scripts) {
+      auto e = error(400,
+                     "triad.script is off on this node: forced output is for benchmarks and "
+                     "tests ([server].allow_scripts = true, or triad-node --allow-scripts)",
+                     "scripts_not_allowed");
+      e.param = "triad.script";
+      return fail(e, req_.keep_alive());
+    }
     if (state_->active.load() >= state_->options.limits.max_concurrent_requests) {
       auto e = error(429,
                      "too many concurrent requests (" +
@@ -302,16 +320,18 @@ private:
       hold_back_ = std::max(hold_back_, s.size() - 1);
     // The request's events come on its actor's thread and go to this connection's strand. They
     // hold the connection weakly (a connection that is gone cancels its request as it goes), and
-    // are not posted once the server stopped.
+    // are not posted once the server stopped. The callback holds no executor: the request actor
+    // may drop it after the server's io_context is gone, and a strand must not outlive that.
     std::weak_ptr<connection> weak = shared_from_this();
-    auto strand = stream_.get_executor();
     handle_ = state_->n->submit(std::move(chat_.request),
-                                [weak, strand, state = state_](const request_event& ev) {
+                                [weak, state = state_](const request_event& ev) {
                                   std::lock_guard<std::mutex> g{state->post_m};
-                                  if (!state->stopped)
-                                    net::post(strand, [weak, ev] {
-                                      if (auto self = weak.lock())
-                                        self->on_event(ev);
+                                  if (state->stopped)
+                                    return;
+                                  if (auto self = weak.lock())
+                                    net::post(self->stream_.get_executor(), [weak, ev] {
+                                      if (auto alive = weak.lock())
+                                        alive->on_event(ev);
                                     });
                                 });
     watch_disconnect();
@@ -417,7 +437,11 @@ private:
       return close();
     }
     api_error e;
-    if (ev.text.rfind("overloaded", 0) == 0) {
+    if (ev.code == errc::exhausted) {
+      e = error(400, ev.text, "context_length_exceeded");
+    } else if (ev.code == errc::invalid_argument) {
+      e = error(400, ev.text, "invalid_request");
+    } else if (ev.text.rfind("overloaded", 0) == 0) {
       e = error(429, ev.text, "rate_limit_exceeded", "rate_limit_error");
       e.retry_ms = 200;
       auto at = ev.text.find("retry after ");
@@ -427,6 +451,11 @@ private:
     } else if (ev.text.find("draining") != std::string::npos) {
       e = error(503, ev.text, "draining");
       e.retry_ms = 1000;
+    } else if (ev.code == errc::busy) {
+      e = error(503, ev.text, "queue_timeout");
+      e.retry_ms = ev.retry_ms != 0 ? ev.retry_ms : 1000;
+    } else if (ev.code == errc::timed_out) {
+      e = error(504, ev.text, "request_timeout");
     } else {
       e = error(500, ev.text, "generation_failed");
     }

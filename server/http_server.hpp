@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "runtime/config.hpp"
 #include "runtime/error.hpp"
@@ -19,6 +20,11 @@ struct http_server_options {
   std::string model_id; ///< the model name clients must send (and /v1/models lists)
   std::string api_key;  ///< the bearer token required on /v1/*; empty: none
 };
+
+/// Whether `address` (an IP address as [server].listen holds it) is loopback only: 127.0.0.0/8,
+/// ::1, or an IPv4-mapped loopback address. Anything else (including "0.0.0.0" and "::") can be
+/// reached from other machines.
+bool is_loopback(std::string_view address) noexcept;
 
 /// triad-node's HTTP/1.1 front end (Boost.Beast): the OpenAI-compatible endpoints
 /// (`POST /v1/chat/completions`, streaming or not; `GET /v1/models`), `GET /metrics`,

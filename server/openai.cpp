@@ -406,8 +406,15 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
   if (auto e = parse_common(root, out))
     return *e;
   req.return_unhosted_calls = true;
-  if (out.tool_choice == "none")
+  if (out.tool_choice == "none") {
     req.max_tool_calls = 0;
+    // A script may not force the call the client ruled out.
+    if (req.script)
+      for (std::size_t i = 0; i < req.script->turns.size(); ++i)
+        if (req.script->turns[i].call)
+          return bad("triad.script[" + std::to_string(i) + "].tool_call",
+                     "the request has tool_choice \"none\"; a script cannot call a tool then");
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -25,31 +26,18 @@ json::object schema(const char* text) {
   return json::parse(text).as_object();
 }
 
-// A fresh directory for one call, removed when the call ends.
-struct call_dir {
-  explicit call_dir(const fs::path& root) {
-    static std::atomic<std::uint64_t> counter{0};
-    path = root / ("call-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path, ec);
-  }
-  ~call_dir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  fs::path path;
-  std::error_code ec;
-};
-
-const std::vector<std::string> sandbox_env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp/work",
+const std::vector<std::string> sandbox_env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work",
                                               "LANG=C.UTF-8", "TMPDIR=/tmp"};
 
-// Runs a tool's process in the sandbox inside the call's directory, with the tools' environment.
-expected<sandbox_result> run_in(const call_dir& dir, std::vector<std::string> argv,
-                                const sandbox_limits& limits) {
+// Runs a tool's process in the sandbox with the tools' environment, `files` in its /work.
+expected<sandbox_result> run_tool(std::vector<std::string> argv, const sandbox_limits& limits,
+                                  std::vector<sandbox_file> files = {},
+                                  std::vector<std::string> collect = {}) {
   sandbox_request req;
   req.argv = std::move(argv);
   req.env = sandbox_env;
-  req.workdir = dir.path;
+  req.files = std::move(files);
+  req.collect = std::move(collect);
   req.limits = limits;
   return run_sandboxed(req);
 }
@@ -67,6 +55,21 @@ json::object describe(const sandbox_result& r) {
           {"peak_rss_bytes", r.peak_rss_bytes},
           {"wall_seconds", r.wall_seconds},
           {"isolation", std::move(iso)}};
+}
+
+// What a file that is not a regular one is, for file_read's refusal.
+std::string file_kind(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  return "not a regular file";
 }
 
 } // namespace
@@ -96,7 +99,9 @@ expected<void> add_file_read_tool(tool_registry& registry, const fs::path& root)
           return make_error(errc::io_error,
                             "file_read: workspace: " + std::string{std::strerror(errno)});
         open_how how{};
-        how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
+        // O_NONBLOCK: opening a FIFO with no writer must not block the tool worker; anything
+        // but a regular file is refused below, before a read.
+        how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
         how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
         int fd = static_cast<int>(::syscall(SYS_openat2, dir, path.c_str(), &how, sizeof(how)));
         int err = errno;
@@ -107,6 +112,13 @@ expected<void> add_file_read_tool(tool_registry& registry, const fs::path& root)
                                 (err == EXDEV   ? std::string{"leads outside the workspace"}
                                  : err == ELOOP ? std::string{"is a symlink"}
                                                 : std::string{std::strerror(err)}));
+        struct stat st {};
+        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+          ::close(fd);
+          return make_error(errc::invalid_argument,
+                            "file_read: '" + path + "' is not a regular file (" +
+                                file_kind(st.st_mode) + "); only regular files are read");
+        }
         std::string data;
         char buf[65536];
         bool truncated = false;
@@ -143,38 +155,30 @@ expected<void> add_file_read_tool(tool_registry& registry, const fs::path& root)
       });
 }
 
-expected<void> add_shell_tool(tool_registry& registry, const fs::path& work_root,
-                              sandbox_limits limits) {
+expected<void> add_shell_tool(tool_registry& registry, sandbox_limits limits) {
   tool_spec spec{"shell", "Run a bash command in an isolated sandbox without network access.",
                  schema(R"({"type": "object", "additionalProperties": false,
                    "required": ["command"],
                    "properties": {
                      "command": {"type": "string", "minLength": 1, "maxLength": 16384}}})")};
-  return registry.add(
-      std::move(spec), [work_root, limits](const json::object& args) -> expected<tool_output> {
-        call_dir dir{work_root};
-        if (dir.ec)
-          return make_error(errc::io_error, "shell: cannot create a work directory under '" +
-                                                work_root.string() + "': " + dir.ec.message());
-        auto r =
-            run_in(dir, {"/bin/bash", "-c", std::string{args.at("command").as_string()}}, limits);
-        if (!r)
-          return r.error();
-        auto details = describe(*r);
-        details["stdout"] = r->out;
-        details["stderr"] = r->err;
-        std::string content = r->out;
-        if (!r->err.empty())
-          content += (content.empty() ? "" : "\n") + std::string{"[stderr]\n"} + r->err;
-        content += "[exit " + std::to_string(r->exit_code) +
-                   (r->signal != 0 ? ", signal " + std::to_string(r->signal) : "") +
-                   (r->limit.empty() ? "" : ", limit " + r->limit) + "]";
-        return tool_output{content, details};
-      });
+  return registry.add(std::move(spec), [limits](const json::object& args) -> expected<tool_output> {
+    auto r = run_tool({"/bin/bash", "-c", std::string{args.at("command").as_string()}}, limits);
+    if (!r)
+      return r.error();
+    auto details = describe(*r);
+    details["stdout"] = r->out;
+    details["stderr"] = r->err;
+    std::string content = r->out;
+    if (!r->err.empty())
+      content += (content.empty() ? "" : "\n") + std::string{"[stderr]\n"} + r->err;
+    content += "[exit " + std::to_string(r->exit_code) +
+               (r->signal != 0 ? ", signal " + std::to_string(r->signal) : "") +
+               (r->limit.empty() ? "" : ", limit " + r->limit) + "]";
+    return tool_output{content, details};
+  });
 }
 
-expected<void> add_compile_tool(tool_registry& registry, const fs::path& work_root,
-                                sandbox_limits limits) {
+expected<void> add_compile_tool(tool_registry& registry, sandbox_limits limits) {
   tool_spec spec{"compile",
                  "Compile C or C++ source with clang (syntax check or object file) and return "
                  "the diagnostics.",
@@ -186,77 +190,66 @@ expected<void> add_compile_tool(tool_registry& registry, const fs::path& work_ro
                      "mode": {"enum": ["syntax", "object"]},
                      "flags": {"type": "array", "maxItems": 32,
                                "items": {"type": "string", "maxLength": 128}}}})")};
-  return registry.add(
-      std::move(spec), [work_root, limits](const json::object& args) -> expected<tool_output> {
-        // Flags from an allowlist: standards, optimisation, warnings and macro definitions.
-        static const std::regex allowed{
-            R"(^(-std=(c|c\+\+|gnu|gnu\+\+)[0-9a-z]{2}|-O[0-3sz]?|-W[a-z0-9-]+|-Wno-[a-z0-9-]+|-pedantic|-D[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.]*)?|-g|-fno-exceptions|-fno-rtti)$)"};
-        std::vector<std::string> flags;
-        if (const auto* f = args.if_contains("flags"))
-          for (std::size_t i = 0; i < f->as_array().size(); ++i) {
-            std::string flag{f->as_array()[i].as_string()};
-            if (!std::regex_match(flag, allowed))
-              return make_error(
-                  errc::invalid_argument,
-                  "compile: arguments.flags[" + std::to_string(i) + "] = \"" + flag +
-                      "\" is not allowed; allowed: -std=..., -O0..-O3/-Os/-Oz, -W..., "
-                      "-pedantic, -DNAME[=VALUE], -g, -fno-exceptions, -fno-rtti");
-            flags.push_back(flag);
-          }
-        bool cxx = args.at("language").as_string() == "c++";
-        bool object = args.contains("mode") && args.at("mode").as_string() == "object";
-        call_dir dir{work_root};
-        if (dir.ec)
-          return make_error(errc::io_error,
-                            "compile: cannot create a work directory: " + dir.ec.message());
-        std::string file = cxx ? "input.cpp" : "input.c";
-        {
-          std::ofstream out{dir.path / file};
-          out << std::string_view{args.at("source").as_string()};
-        }
-        if (::getuid() == 0)
-          fs::permissions(dir.path / file, fs::perms::all, fs::perm_options::add);
-        std::vector<std::string> argv{cxx ? "/usr/bin/clang++" : "/usr/bin/clang",
-                                      "-fno-color-diagnostics", "-fno-caret-diagnostics"};
-        argv.insert(argv.end(), flags.begin(), flags.end());
-        if (object)
-          argv.insert(argv.end(), {"-c", file, "-o", "input.o"});
-        else
-          argv.insert(argv.end(), {"-fsyntax-only", file});
-        auto r = run_in(dir, std::move(argv), limits);
-        if (!r)
-          return r.error();
-        // clang's "file:line:col: severity: message" lines.
-        static const std::regex diag{
-            R"(^([^:\n]+):(\d+):(\d+): (error|warning|note|fatal error): (.*)$)"};
-        json::array diagnostics;
-        std::istringstream lines{r->err};
-        std::string line;
-        std::size_t errors = 0, warnings = 0;
-        while (std::getline(lines, line)) {
-          std::smatch m;
-          if (!std::regex_match(line, m, diag))
-            continue;
-          std::string severity = m[4] == "fatal error" ? "error" : std::string{m[4]};
-          errors += severity == "error";
-          warnings += severity == "warning";
-          diagnostics.push_back(json::object{{"file", std::string{m[1]}},
-                                             {"line", std::stoll(m[2])},
-                                             {"column", std::stoll(m[3])},
-                                             {"severity", severity},
-                                             {"message", std::string{m[5]}}});
-        }
-        bool ok = r->exit_code == 0;
-        auto details = describe(*r);
-        details["success"] = ok;
-        details["diagnostics"] = std::move(diagnostics);
-        if (object && ok)
-          details["object_bytes"] = fs::file_size(dir.path / "input.o");
-        std::string content = (ok ? "compiled" : "failed") + std::string{": "} +
-                              std::to_string(errors) + " error(s), " + std::to_string(warnings) +
-                              " warning(s)\n" + r->err;
-        return tool_output{content, details};
-      });
+  return registry.add(std::move(spec), [limits](const json::object& args) -> expected<tool_output> {
+    // Flags from an allowlist: standards, optimisation, warnings and macro definitions.
+    static const std::regex allowed{
+        R"(^(-std=(c|c\+\+|gnu|gnu\+\+)[0-9a-z]{2}|-O[0-3sz]?|-W[a-z0-9-]+|-Wno-[a-z0-9-]+|-pedantic|-D[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.]*)?|-g|-fno-exceptions|-fno-rtti)$)"};
+    std::vector<std::string> flags;
+    if (const auto* f = args.if_contains("flags"))
+      for (std::size_t i = 0; i < f->as_array().size(); ++i) {
+        std::string flag{f->as_array()[i].as_string()};
+        if (!std::regex_match(flag, allowed))
+          return make_error(errc::invalid_argument,
+                            "compile: arguments.flags[" + std::to_string(i) + "] = \"" + flag +
+                                "\" is not allowed; allowed: -std=..., -O0..-O3/-Os/-Oz, -W..., "
+                                "-pedantic, -DNAME[=VALUE], -g, -fno-exceptions, -fno-rtti");
+        flags.push_back(flag);
+      }
+    bool cxx = args.at("language").as_string() == "c++";
+    bool object = args.contains("mode") && args.at("mode").as_string() == "object";
+    std::string file = cxx ? "input.cpp" : "input.c";
+    std::vector<std::string> argv{cxx ? "/usr/bin/clang++" : "/usr/bin/clang",
+                                  "-fno-color-diagnostics", "-fno-caret-diagnostics"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    if (object)
+      argv.insert(argv.end(), {"-c", file, "-o", "input.o"});
+    else
+      argv.insert(argv.end(), {"-fsyntax-only", file});
+    auto r = run_tool(std::move(argv), limits, {{file, std::string{args.at("source").as_string()}}},
+                      object ? std::vector<std::string>{"input.o"} : std::vector<std::string>{});
+    if (!r)
+      return r.error();
+    // clang's "file:line:col: severity: message" lines.
+    static const std::regex diag{
+        R"(^([^:\n]+):(\d+):(\d+): (error|warning|note|fatal error): (.*)$)"};
+    json::array diagnostics;
+    std::istringstream lines{r->err};
+    std::string line;
+    std::size_t errors = 0, warnings = 0;
+    while (std::getline(lines, line)) {
+      std::smatch m;
+      if (!std::regex_match(line, m, diag))
+        continue;
+      std::string severity = m[4] == "fatal error" ? "error" : std::string{m[4]};
+      errors += severity == "error";
+      warnings += severity == "warning";
+      diagnostics.push_back(json::object{{"file", std::string{m[1]}},
+                                         {"line", std::stoll(m[2])},
+                                         {"column", std::stoll(m[3])},
+                                         {"severity", severity},
+                                         {"message", std::string{m[5]}}});
+    }
+    bool ok = r->exit_code == 0;
+    auto details = describe(*r);
+    details["success"] = ok;
+    details["diagnostics"] = std::move(diagnostics);
+    if (object && ok && !r->collected.empty() && r->collected[0].second >= 0)
+      details["object_bytes"] = static_cast<std::uint64_t>(r->collected[0].second);
+    std::string content = (ok ? "compiled" : "failed") + std::string{": "} +
+                          std::to_string(errors) + " error(s), " + std::to_string(warnings) +
+                          " warning(s)\n" + r->err;
+    return tool_output{content, details};
+  });
 }
 
 expected<void> add_vector_search_tool(tool_registry& registry,
@@ -287,6 +280,35 @@ expected<void> add_vector_search_tool(tool_registry& registry,
     }
     return tool_output{content, {{"results", std::move(results)}}};
   });
+}
+
+expected<void> add_hosted_tools(tool_registry& registry, const std::vector<std::string>& hosted,
+                                const fs::path& root) {
+  for (const auto& name : hosted) {
+    expected<void> added;
+    if (name == "file_read") {
+      added = add_file_read_tool(registry, root);
+    } else if (name == "shell") {
+      added = add_shell_tool(registry);
+    } else if (name == "compile") {
+      added = add_compile_tool(registry);
+    } else if (name == "vector_search") {
+      auto index = vector_index::open(root, root / ".index");
+      if (!index)
+        return make_error(index.error().code, "vector_search: indexing " + root.string() + ": " +
+                                                  index.error().message);
+      added =
+          add_vector_search_tool(registry, std::shared_ptr<const vector_index>(std::move(*index)));
+    } else {
+      return make_error(errc::invalid_argument,
+                        "[tools].hosted names \"" + name +
+                            "\", which is not a built-in tool; built-in: file_read, shell, "
+                            "compile, vector_search");
+    }
+    if (!added)
+      return added.error();
+  }
+  return {};
 }
 
 } // namespace triad

@@ -1,8 +1,9 @@
 #include "tools/sandbox.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
+#include <optional>
 
 #include <fcntl.h>
 #include <grp.h>
@@ -18,11 +19,13 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "runtime/io.hpp"
+#include "tools/detail/cgroup.hpp"
 
 namespace triad {
 
@@ -30,24 +33,15 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-// Isolation bits the child reports back through the status pipe.
-enum isolation_bit : std::uint32_t {
-  pid_ns = 1,
-  net_ns = 2,
-  mount_ns = 4,
-  ipc_ns = 8,
-  uts_ns = 16,
-  user_dropped = 32,
-  private_tmp = 64,
-};
+// -- the seccomp filter --
 
 struct bpf_program_bytes {
   std::vector<sock_filter> code;
   std::string error;
 };
 
-// The seccomp filter, compiled once in the parent (libseccomp allocates, which a child of a
-// multi-threaded process must not do); the child only loads it with prctl.
+// Compiled once in the parent (libseccomp allocates, which a child of a multi-threaded process
+// must not do); the tool's process only loads it with prctl.
 const bpf_program_bytes& seccomp_program() {
   static bpf_program_bytes program = [] {
     bpf_program_bytes out;
@@ -62,6 +56,13 @@ const bpf_program_bytes& seccomp_program() {
                     SCMP_SYS(umount2),
                     SCMP_SYS(pivot_root),
                     SCMP_SYS(chroot),
+                    SCMP_SYS(open_tree),
+                    SCMP_SYS(move_mount),
+                    SCMP_SYS(fsopen),
+                    SCMP_SYS(fsconfig),
+                    SCMP_SYS(fsmount),
+                    SCMP_SYS(fspick),
+                    SCMP_SYS(mount_setattr),
                     SCMP_SYS(init_module),
                     SCMP_SYS(finit_module),
                     SCMP_SYS(delete_module),
@@ -80,6 +81,7 @@ const bpf_program_bytes& seccomp_program() {
                     SCMP_SYS(process_vm_readv),
                     SCMP_SYS(process_vm_writev),
                     SCMP_SYS(open_by_handle_at),
+                    SCMP_SYS(name_to_handle_at),
                     SCMP_SYS(iopl),
                     SCMP_SYS(ioperm),
                     SCMP_SYS(acct),
@@ -92,7 +94,8 @@ const bpf_program_bytes& seccomp_program() {
                     SCMP_SYS(syslog),
                     SCMP_SYS(io_uring_setup),
                     SCMP_SYS(io_uring_enter),
-                    SCMP_SYS(io_uring_register)})
+                    SCMP_SYS(io_uring_register),
+                    SCMP_SYS(personality)})
       seccomp_rule_add(ctx, eperm, sys, 0);
     // Sockets other than local ones.
     seccomp_rule_add(ctx, eperm, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
@@ -119,134 +122,442 @@ const bpf_program_bytes& seccomp_program() {
   return program;
 }
 
-// Closes a descriptor once.
-struct fd_guard {
-  int fd = -1;
-  ~fd_guard() { reset(); }
-  void reset() {
-    if (fd >= 0)
-      ::close(fd);
-    fd = -1;
-  }
+// -- messages from the sandbox's processes to the node --
+
+// One record on the report pipe (atomic: shorter than PIPE_BUF).
+struct report {
+  enum kind_t : std::int32_t {
+    ready = 1,     // the outer process made its namespaces: write its id maps, then say go
+    failed = 2,    // a step failed: a = step, b = errno
+    status = 3,    // the tool's wait status: a
+    collected = 4, // a = index in collect, b = size or -1
+    no_proc = 5,   // /proc could not be mounted (b = errno): the tool runs without it
+  };
+  std::int32_t kind = 0;
+  std::int32_t a = 0;
+  std::int64_t b = 0;
 };
 
-[[noreturn]] void child_fail(int status_fd, int err) {
-  std::int32_t code = -err;
-  [[maybe_unused]] auto n = ::write(status_fd, &code, sizeof(code));
+// The steps that can fail, named in the error.
+enum step : std::int32_t {
+  drop_user = 1,
+  make_namespaces,
+  wait_go,
+  private_mounts,
+  root_tmpfs,
+  bind_read_only,
+  make_links,
+  make_dev,
+  make_dirs,
+  mount_tmpfs,
+  write_etc,
+  pivot,
+  remount_root,
+  write_files,
+  enter_work,
+  fork_tool,
+  redirect,
+  seal,
+  exec_tool,
+};
+
+const char* step_name(std::int32_t s) {
+  switch (s) {
+  case drop_user:
+    return "dropping to the sandbox user";
+  case make_namespaces:
+    return "making the user, pid, net, mount, ipc and uts namespaces";
+  case wait_go:
+    return "waiting for the id maps";
+  case private_mounts:
+    return "making the mounts private";
+  case root_tmpfs:
+    return "mounting the new root (tmpfs)";
+  case bind_read_only:
+    return "binding a read-only host path";
+  case make_links:
+    return "linking /bin, /lib to /usr";
+  case make_dev:
+    return "making /dev";
+  case make_dirs:
+    return "making directories of the new root";
+  case mount_tmpfs:
+    return "mounting /work, /tmp or /dev/shm";
+  case write_etc:
+    return "writing /etc";
+  case pivot:
+    return "pivot_root into the new root";
+  case remount_root:
+    return "making the new root read-only";
+  case write_files:
+    return "writing the call's files into /work";
+  case enter_work:
+    return "entering /work";
+  case fork_tool:
+    return "starting the tool's process";
+  case redirect:
+    return "redirecting stdin, stdout, stderr";
+  case seal:
+    return "loading the seccomp filter";
+  case exec_tool:
+    return "executing the program";
+  }
+  return "setting up the sandbox";
+}
+
+[[noreturn]] void child_fail(int fd, std::int32_t at, int err) {
+  report r{report::failed, at, err};
+  [[maybe_unused]] auto n = ::write(fd, &r, sizeof r);
   ::_exit(127);
 }
 
-// Runs in the forked child: only system calls from here on (the parent has threads).
-[[noreturn]] void child_main(const sandbox_request& req, char* const* argv, char* const* envp,
-                             int in_fd, int out_fd, int err_fd, int status_fd,
-                             const int (&parent_ends)[4], const sock_fprog* filter) {
-  // The parent's ends of the pipes: close-on-exec alone would leave them open in the
-  // namespace's waiting process, and the tool would never see stdin end.
-  for (int fd : parent_ends)
-    ::close(fd);
-  ::setpgid(0, 0);
+void send(int fd, report r) {
+  [[maybe_unused]] auto n = ::write(fd, &r, sizeof r);
+}
+
+// -- the plan: every path and text the children need, made before fork (they may not
+// allocate) --
+
+// Where the new root is built before pivot_root: a tmpfs mounted over /tmp, which is then
+// the new root itself; the old root goes to /.old and is detached.
+constexpr const char* new_root = "/tmp";
+
+struct bind_plan {
+  std::string source; // host path
+  std::string target; // under new_root
+  unsigned long keep; // flags of the source mount to keep (nosuid, nodev, noexec, ...)
+  bool file = false;  // a file (an empty file is made to bind onto), else a directory
+};
+
+struct sandbox_plan {
+  std::vector<std::string> dirs;                          // made in order under new_root
+  std::vector<bind_plan> binds;                           // read-only binds
+  std::vector<std::pair<std::string, std::string>> links; // (link, points to)
+  std::vector<std::pair<std::string, std::string>> devs;  // (host device, target)
+  std::string root_options, work_options, tmp_options;
+  std::string etc_passwd, etc_group;
+  std::vector<std::pair<std::string, const std::string*>> files; // (/work/name, content)
+  std::vector<std::string> collect;                              // /work/name
+  std::string uid_map, gid_map;
+  bool as_root = false;
+  // RLIMIT_NPROC for the tool: only as root and without a cgroup. It counts every process of
+  // the user nobody, so concurrent calls would share it; pids.max is per call.
+  bool limit_nproc = false;
+};
+
+// The flags of the mount holding `path` that a read-only bind must keep: in a user namespace
+// the kernel refuses to drop a locked flag such as nosuid.
+unsigned long mount_flags_of(const std::string& path) {
+  struct statvfs v {};
+  if (::statvfs(path.c_str(), &v) != 0)
+    return 0;
+  unsigned long out = 0;
+  if (v.f_flag & ST_NOSUID)
+    out |= MS_NOSUID;
+  if (v.f_flag & ST_NODEV)
+    out |= MS_NODEV;
+  if (v.f_flag & ST_NOEXEC)
+    out |= MS_NOEXEC;
+  if (v.f_flag & ST_NOATIME)
+    out |= MS_NOATIME;
+  if (v.f_flag & ST_NODIRATIME)
+    out |= MS_NODIRATIME;
+  if (v.f_flag & ST_RELATIME)
+    out |= MS_RELATIME;
+  return out;
+}
+
+// Every directory from `path`'s first component down (e.g. "/usr/lib" -> "/usr", "/usr/lib").
+void add_parents(std::vector<std::string>& dirs, const std::string& path) {
+  for (std::size_t at = 1; at <= path.size(); ++at) {
+    if (at == path.size() || path[at] == '/') {
+      auto dir = std::string{new_root} + path.substr(0, at);
+      if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end())
+        dirs.push_back(dir);
+    }
+  }
+}
+
+// A plain file name: not empty, no '/', not "." or "..".
+bool plain_name(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
+         name.find('\0') == std::string::npos;
+}
+
+expected<sandbox_plan> make_plan(const sandbox_request& req) {
+  sandbox_plan p;
+  const std::string root{new_root};
+  p.as_root = ::geteuid() == 0;
+  const unsigned outer_uid = p.as_root ? defaults::sandbox::uid : ::geteuid();
+  const unsigned outer_gid = p.as_root ? defaults::sandbox::uid : ::getegid();
+  p.uid_map = std::to_string(defaults::sandbox::uid) + " " + std::to_string(outer_uid) + " 1\n";
+  p.gid_map = std::to_string(defaults::sandbox::uid) + " " + std::to_string(outer_gid) + " 1\n";
+  const auto& l = req.limits;
+  p.root_options = "size=1m,mode=0755";
+  p.work_options = "size=" + std::to_string(l.work_bytes) +
+                   ",mode=0755,uid=" + std::to_string(defaults::sandbox::uid) +
+                   ",gid=" + std::to_string(defaults::sandbox::uid);
+  p.tmp_options = "size=" + std::to_string(l.tmp_bytes) + ",mode=1777";
+  // Host paths, read-only; /bin, /lib, /lib64 and /sbin as links where the host merged them
+  // into /usr, else bound like the rest.
+  std::vector<std::string> read_only = req.read_only;
+  for (const char* top : {"/bin", "/lib", "/lib64", "/sbin"}) {
+    char target[256];
+    auto n = ::readlink(top, target, sizeof target - 1);
+    if (n > 0) {
+      target[n] = '\0';
+      p.links.emplace_back(root + top, target);
+    } else if (::access(top, F_OK) == 0 &&
+               std::find(read_only.begin(), read_only.end(), top) == read_only.end()) {
+      read_only.push_back(top);
+    }
+  }
+  for (const auto& path : read_only) {
+    struct stat st {};
+    if (path.empty() || path[0] != '/' || path.find("/..") != std::string::npos ||
+        ::stat(path.c_str(), &st) != 0)
+      return make_error(errc::invalid_argument,
+                        "sandbox: read-only path '" + path +
+                            "' must be an absolute path of an existing directory or file");
+    if (S_ISDIR(st.st_mode))
+      add_parents(p.dirs, path);
+    else
+      add_parents(p.dirs, path.substr(0, path.rfind('/')));
+    p.binds.push_back({path, root + path, mount_flags_of(path), !S_ISDIR(st.st_mode)});
+  }
+  // The dynamic loader's cache (no secret), so programs find their libraries quickly.
+  if (::access("/etc/ld.so.cache", R_OK) == 0)
+    p.binds.push_back(
+        {"/etc/ld.so.cache", root + "/etc/ld.so.cache", mount_flags_of("/etc/ld.so.cache"), true});
+  for (const char* dir : {"/etc", "/dev", "/proc", "/tmp", "/work", "/.old"})
+    add_parents(p.dirs, dir);
+  for (const char* dev : {"null", "zero", "full", "random", "urandom"})
+    if (::access((std::string{"/dev/"} + dev).c_str(), F_OK) == 0)
+      p.devs.emplace_back(std::string{"/dev/"} + dev, root + "/dev/" + dev);
+  p.links.emplace_back(root + "/dev/fd", "/proc/self/fd");
+  p.links.emplace_back(root + "/dev/stdin", "/proc/self/fd/0");
+  p.links.emplace_back(root + "/dev/stdout", "/proc/self/fd/1");
+  p.links.emplace_back(root + "/dev/stderr", "/proc/self/fd/2");
+  const std::string uid = std::to_string(defaults::sandbox::uid);
+  p.etc_passwd = "root:x:0:0:root:/:/usr/sbin/nologin\nnobody:x:" + uid + ":" + uid +
+                 ":nobody:/work:/bin/sh\n";
+  p.etc_group = "root:x:0:\nnogroup:x:" + uid + ":\n";
+  std::uint64_t total = 0;
+  for (const auto& f : req.files) {
+    if (!plain_name(f.name))
+      return make_error(errc::invalid_argument,
+                        "sandbox: file name '" + f.name + "' must be a plain name (no '/')");
+    total += f.content.size();
+    p.files.emplace_back("/work/" + f.name, &f.content);
+  }
+  if (total > l.work_bytes)
+    return make_error(errc::invalid_argument, "sandbox: the call's files (" +
+                                                  std::to_string(total) +
+                                                  " bytes) do not fit its /work (" +
+                                                  std::to_string(l.work_bytes) + " bytes)");
+  for (const auto& name : req.collect) {
+    if (!plain_name(name))
+      return make_error(errc::invalid_argument,
+                        "sandbox: collect name '" + name + "' must be a plain name (no '/')");
+    p.collect.push_back("/work/" + name);
+  }
+  return p;
+}
+
+// -- the processes --
+
+// Writes `text` to a new file `path` (mode 0644); false on failure.
+bool write_whole(const char* path, const std::string& text, int mode = 0644) {
+  int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0)
+    return false;
+  std::size_t done = 0;
+  while (done < text.size()) {
+    auto n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      ::close(fd);
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return ::close(fd) == 0;
+}
+
+struct child_args {
+  const sandbox_request* req;
+  const sandbox_plan* plan;
+  char* const* argv;
+  char* const* envp;
+  int in_fd, out_fd, err_fd, report_fd, go_fd;
+  int parent_ends[4];
+  const sock_fprog* filter;
+};
+
+// The tool's process (pid 2 in its namespace): limits, stdio, no privileges, the filter, exec.
+[[noreturn]] void tool_main(const child_args& a) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  std::uint32_t applied = 0;
-  struct {
-    int flag;
-    std::uint32_t bit;
-  } spaces[] = {{CLONE_NEWPID, pid_ns},
-                {CLONE_NEWNET, net_ns},
-                {CLONE_NEWNS, mount_ns},
-                {CLONE_NEWIPC, ipc_ns},
-                {CLONE_NEWUTS, uts_ns}};
-  for (auto& s : spaces)
-    if (::unshare(s.flag) == 0)
-      applied |= s.bit;
-  if (applied & pid_ns) {
-    // The first child in the new pid namespace is its init; this process waits for it and
-    // passes its end on, so the parent sees the tool's exit status or signal.
-    pid_t init = ::fork();
-    if (init < 0)
-      child_fail(status_fd, errno);
-    if (init > 0) {
-      ::close(status_fd);
-      ::close(in_fd);
-      ::close(out_fd);
-      ::close(err_fd);
-      int st = 0;
-      while (::waitpid(init, &st, 0) < 0 && errno == EINTR) {
-      }
-      if (WIFSIGNALED(st)) {
-        ::signal(WTERMSIG(st), SIG_DFL);
-        ::kill(::getpid(), WTERMSIG(st));
-      }
-      ::_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128);
-    }
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  }
-  // The work directory is reached through a descriptor taken before /tmp is replaced, then
-  // bound at /tmp/work inside the private /tmp, so ".." from it never reaches the host.
-  int work = ::open(req.workdir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (work < 0)
-    child_fail(status_fd, errno);
-  bool in_place = false;
-  if (applied & mount_ns) {
-    ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
-    bool tmp_ok = true;
-    for (const char* dir : {"/tmp", "/var/tmp", "/dev/shm"})
-      if (::access(dir, F_OK) == 0 &&
-          ::mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777") != 0)
-        tmp_ok = false;
-    if (tmp_ok) {
-      char source[64] = "/proc/self/fd/";
-      char digits[16];
-      int len = 0;
-      for (int v = work; v > 0 || len == 0; v /= 10)
-        digits[len++] = static_cast<char>('0' + v % 10);
-      int at = 14;
-      while (len > 0)
-        source[at++] = digits[--len];
-      source[at] = '\0';
-      if (::mkdir("/tmp/work", 0777) == 0 &&
-          ::mount(source, "/tmp/work", nullptr, MS_BIND, nullptr) == 0 &&
-          ::chdir("/tmp/work") == 0) {
-        applied |= private_tmp;
-        in_place = true;
-      }
-    }
-    if (applied & pid_ns)
-      ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
-  }
-  if (!in_place && ::fchdir(work) != 0)
-    child_fail(status_fd, errno);
-  ::close(work);
-  rlimit lim{};
   auto set = [](int which, std::uint64_t value) {
     rlimit r{value, value};
     ::setrlimit(which, &r);
   };
-  // CPU: SIGXCPU at the soft limit, SIGKILL one second later.
-  lim.rlim_cur = req.limits.cpu_seconds;
-  lim.rlim_max = req.limits.cpu_seconds + 1;
-  ::setrlimit(RLIMIT_CPU, &lim);
-  set(RLIMIT_AS, req.limits.address_space_bytes);
-  set(RLIMIT_FSIZE, req.limits.file_size_bytes);
-  set(RLIMIT_NOFILE, req.limits.open_files);
-  set(RLIMIT_NPROC, req.limits.processes);
+  const auto& l = a.req->limits;
+  rlimit cpu{l.cpu_seconds, l.cpu_seconds + 1}; // SIGXCPU at the soft limit, SIGKILL after
+  ::setrlimit(RLIMIT_CPU, &cpu);
+  set(RLIMIT_AS, l.address_space_bytes);
+  set(RLIMIT_FSIZE, l.file_size_bytes);
+  set(RLIMIT_NOFILE, l.open_files);
   set(RLIMIT_CORE, 0);
-  if (::geteuid() == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(defaults::sandbox::uid) != 0 ||
-        ::setuid(defaults::sandbox::uid) != 0)
-      child_fail(status_fd, errno);
-    applied |= user_dropped;
-  }
-  [[maybe_unused]] auto n = ::write(status_fd, &applied, sizeof(applied));
-  if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0)
-    child_fail(status_fd, errno);
+  if (a.plan->limit_nproc)
+    set(RLIMIT_NPROC, l.processes);
+  if (::dup2(a.in_fd, 0) < 0 || ::dup2(a.out_fd, 1) < 0 || ::dup2(a.err_fd, 2) < 0)
+    child_fail(a.report_fd, redirect, errno);
   for (int fd = 3; fd < 1024; ++fd)
-    if (fd != status_fd)
+    if (fd != a.report_fd)
       ::close(fd);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-      (filter != nullptr && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, filter) != 0))
-    child_fail(status_fd, errno);
-  ::execve(argv[0], argv, envp);
-  child_fail(status_fd, errno);
+      (a.filter != nullptr && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, a.filter) != 0))
+    child_fail(a.report_fd, seal, errno);
+  // The uid is not 0 inside the namespace: exec drops every capability the process had there.
+  ::execve(a.argv[0], a.argv, a.envp);
+  child_fail(a.report_fd, exec_tool, errno);
+}
+
+// The namespace's init (pid 1): builds the new root, starts the tool, reaps everything, and
+// reports the tool's status and the sizes of the files to collect. When it exits, the kernel
+// kills whatever is left in the namespace.
+[[noreturn]] void init_main(const child_args& a) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const auto& p = *a.plan;
+  const int fd = a.report_fd;
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    child_fail(fd, private_mounts, errno);
+  if (::mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, p.root_options.c_str()) != 0)
+    child_fail(fd, root_tmpfs, errno);
+  for (const auto& d : p.dirs)
+    if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST)
+      child_fail(fd, make_dirs, errno);
+  for (const auto& b : p.binds) {
+    if (b.file) {
+      int f = ::open(b.target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
+      if (f < 0)
+        child_fail(fd, bind_read_only, errno);
+      ::close(f);
+    }
+    if (::mount(b.source.c_str(), b.target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+        ::mount(nullptr, b.target.c_str(), nullptr,
+                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | b.keep, nullptr) != 0)
+      child_fail(fd, bind_read_only, errno);
+  }
+  const std::string dev = std::string{new_root} + "/dev";
+  if (::mount("tmpfs", dev.c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755") != 0)
+    child_fail(fd, make_dev, errno);
+  for (const auto& [host, target] : p.devs) {
+    int f = ::open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (f < 0)
+      child_fail(fd, make_dev, errno);
+    ::close(f);
+    if (::mount(host.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      child_fail(fd, make_dev, errno);
+  }
+  for (const auto& [link, to] : p.links)
+    if (::symlink(to.c_str(), link.c_str()) != 0)
+      child_fail(fd, make_links, errno);
+  const std::string shm = dev + "/shm", tmp = std::string{new_root} + "/tmp",
+                    work = std::string{new_root} + "/work", proc = std::string{new_root} + "/proc";
+  if (::mkdir(shm.c_str(), 01777) != 0 ||
+      ::mount("tmpfs", shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.tmp_options.c_str()) != 0 ||
+      ::mount("tmpfs", tmp.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.tmp_options.c_str()) != 0 ||
+      ::mount("tmpfs", work.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.work_options.c_str()) != 0)
+    child_fail(fd, mount_tmpfs, errno);
+  // /dev holds its nodes, links and /dev/shm: nothing more is written there.
+  if (::mount(nullptr, dev.c_str(), nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
+              "size=64k,mode=0755") != 0)
+    child_fail(fd, make_dev, errno);
+  if (::mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    send(fd, {report::no_proc, 0, errno});
+  const std::string passwd = std::string{new_root} + "/etc/passwd",
+                    group = std::string{new_root} + "/etc/group";
+  if (!write_whole(passwd.c_str(), p.etc_passwd) || !write_whole(group.c_str(), p.etc_group))
+    child_fail(fd, write_etc, errno);
+  const std::string old = std::string{new_root} + "/.old";
+  if (::syscall(SYS_pivot_root, new_root, old.c_str()) != 0 || ::chdir("/") != 0 ||
+      ::umount2("/.old", MNT_DETACH) != 0 || ::rmdir("/.old") != 0)
+    child_fail(fd, pivot, errno);
+  if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
+    child_fail(fd, remount_root, errno);
+  for (const auto& [path, content] : p.files)
+    if (!write_whole(path.c_str(), *content, 0644))
+      child_fail(fd, write_files, errno);
+  if (::chdir("/work") != 0)
+    child_fail(fd, enter_work, errno);
+  ::sethostname("sandbox", 7);
+
+  pid_t tool = ::fork();
+  if (tool < 0)
+    child_fail(fd, fork_tool, errno);
+  if (tool == 0)
+    tool_main(a);
+  ::close(a.in_fd);
+  ::close(a.out_fd);
+  ::close(a.err_fd);
+  int tool_status = 0;
+  for (;;) {
+    int st = 0;
+    pid_t got = ::waitpid(-1, &st, 0);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      break; // no children left
+    if (got == tool) {
+      tool_status = st;
+      break; // the rest dies with this process
+    }
+  }
+  for (std::size_t i = 0; i < p.collect.size(); ++i) {
+    struct stat st {};
+    send(fd, {report::collected, static_cast<std::int32_t>(i),
+              ::stat(p.collect[i].c_str(), &st) == 0 ? st.st_size : -1});
+  }
+  send(fd, {report::status, tool_status, 0});
+  ::_exit(0);
+}
+
+// The outer process: leaves the node's identity and namespaces, waits for its id maps and
+// cgroup, then starts the namespace's init and waits for it.
+[[noreturn]] void outer_main(const child_args& a) {
+  for (int fd : a.parent_ends)
+    ::close(fd);
+  ::setpgid(0, 0);
+  const int fd = a.report_fd;
+  if (a.plan->as_root) {
+    const gid_t id = defaults::sandbox::uid;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(id, id, id) != 0 ||
+        ::setresuid(id, id, id) != 0)
+      child_fail(fd, drop_user, errno);
+  }
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL); // after the uid change, which clears it
+  ::prctl(PR_SET_DUMPABLE, 1);        // so the node may write its id maps
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                CLONE_NEWUTS) != 0)
+    child_fail(fd, make_namespaces, errno);
+  send(fd, {report::ready, 0, 0});
+  char go = 0;
+  if (::read(a.go_fd, &go, 1) != 1 || go != 'g')
+    child_fail(fd, wait_go, errno);
+  ::close(a.go_fd);
+  pid_t init = ::fork();
+  if (init < 0)
+    child_fail(fd, fork_tool, errno);
+  if (init == 0)
+    init_main(a);
+  ::close(fd);
+  ::close(a.in_fd);
+  ::close(a.out_fd);
+  ::close(a.err_fd);
+  int st = 0;
+  while (::waitpid(init, &st, 0) < 0 && errno == EINTR) {
+  }
+  ::_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
 }
 
 // RLIMIT_AS makes allocations fail rather than sending a signal, so the hit is inferred: a
@@ -262,6 +573,39 @@ bool hit_address_space_limit(const sandbox_result& r, std::uint64_t limit) {
   return false;
 }
 
+// Closes a descriptor once.
+struct fd_guard {
+  int fd = -1;
+  ~fd_guard() { reset(); }
+  void reset() {
+    if (fd >= 0)
+      ::close(fd);
+    fd = -1;
+  }
+};
+
+// Writes the id maps of process `pid` (its new user namespace): `deny` setgroups first, as an
+// unprivileged writer must.
+expected<void> write_id_maps(pid_t pid, const sandbox_plan& p) {
+  const std::string base = "/proc/" + std::to_string(pid) + "/";
+  for (auto [file, text] : {std::pair<const char*, const std::string*>{"setgroups", nullptr},
+                            {"uid_map", &p.uid_map},
+                            {"gid_map", &p.gid_map}}) {
+    static const std::string deny = "deny";
+    const std::string& value = text == nullptr ? deny : *text;
+    int f = ::open((base + file).c_str(), O_WRONLY | O_CLOEXEC);
+    bool ok =
+        f >= 0 && ::write(f, value.data(), value.size()) == static_cast<ssize_t>(value.size());
+    int err = errno;
+    if (f >= 0)
+      ::close(f);
+    if (!ok)
+      return make_error(errc::system_error,
+                        "sandbox: writing " + base + file + ": " + std::strerror(err));
+  }
+  return {};
+}
+
 } // namespace
 
 expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
@@ -269,26 +613,28 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
     return make_error(errc::invalid_argument,
                       "sandbox: argv[0] must be an absolute program path, got '" +
                           (req.argv.empty() ? std::string{} : req.argv[0]) + "'");
-  std::error_code ec;
-  if (!std::filesystem::is_directory(req.workdir, ec))
-    return make_error(errc::not_found,
-                      "sandbox: work directory '" + req.workdir.string() + "' does not exist");
-  if (::geteuid() == 0 &&
-      ::chown(req.workdir.c_str(), defaults::sandbox::uid, defaults::sandbox::uid) != 0)
-    return make_error(errc::system_error, "sandbox: cannot hand the work directory to the "
-                                          "sandbox user: " +
-                                              std::string{std::strerror(errno)});
+  auto plan = make_plan(req);
+  if (!plan)
+    return plan.error();
   const auto& program = seccomp_program();
   sandbox_result result;
   sock_fprog filter{};
   if (program.error.empty()) {
     filter.len = static_cast<unsigned short>(program.code.size());
     filter.filter = const_cast<sock_filter*>(program.code.data());
-    result.isolation.push_back("seccomp");
   } else {
     result.warnings.push_back("seccomp not applied: " + program.error);
   }
-  // argv and envp prepared before fork: the child may not allocate.
+  // The call's cgroup: memory, processes and CPU of the whole tree.
+  std::optional<detail::call_cgroup> group;
+  if (auto g =
+          detail::call_cgroup::create({req.limits.memory_bytes, req.limits.pids, req.limits.cpus}))
+    group.emplace(std::move(*g));
+  else
+    result.warnings.push_back("no cgroup for the call (" + g.error().message +
+                              "): its processes are bounded by rlimits only, not in total");
+  plan->limit_nproc = plan->as_root && !group;
+  // argv and envp prepared before fork: the children may not allocate.
   std::vector<char*> argv, envp;
   for (const auto& a : req.argv)
     argv.push_back(const_cast<char*>(a.c_str()));
@@ -297,66 +643,93 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
     envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
-  int in[2], out[2], err[2], status[2];
+  int in[2], out[2], err[2], rep[2], go[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
-      ::pipe2(status, O_CLOEXEC) != 0)
+      ::pipe2(rep, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0)
     return make_error(errc::system_error, std::string{"sandbox: pipe: "} + std::strerror(errno));
-  fd_guard in_w{in[1]}, out_r{out[0]}, err_r{err[0]}, status_r{status[0]};
-  fd_guard in_r{in[0]}, out_w{out[1]}, err_w{err[1]}, status_w{status[1]};
+  fd_guard in_w{in[1]}, out_r{out[0]}, err_r{err[0]}, rep_r{rep[0]}, go_w{go[1]};
+  fd_guard in_r{in[0]}, out_w{out[1]}, err_w{err[1]}, rep_w{rep[1]}, go_r{go[0]};
+  child_args args{&req,
+                  &*plan,
+                  argv.data(),
+                  envp.data(),
+                  in[0],
+                  out[1],
+                  err[1],
+                  rep[1],
+                  go[0],
+                  {in[1], out[0], err[0], rep[0]},
+                  program.error.empty() ? &filter : nullptr};
   auto start = clock_type::now();
   pid_t pid = ::fork();
   if (pid < 0)
     return make_error(errc::system_error, std::string{"sandbox: fork: "} + std::strerror(errno));
   if (pid == 0) {
-    const int parent_ends[4] = {in[1], out[0], err[0], status[0]};
-    child_main(req, argv.data(), envp.data(), in[0], out[1], err[1], status[1], parent_ends,
-               program.error.empty() ? &filter : nullptr);
+    ::close(go[1]);
+    outer_main(args);
   }
   in_r.reset();
   out_w.reset();
   err_w.reset();
-  status_w.reset();
+  rep_w.reset();
+  go_r.reset();
 
-  // Isolation report, then EOF (exec succeeded) or an errno (it failed).
-  std::uint32_t applied = 0;
-  std::int32_t exec_error = 0;
-  if (::read(status_r.fd, &applied, sizeof(applied)) == sizeof(applied) &&
-      static_cast<std::int32_t>(applied) < 0) {
-    exec_error = static_cast<std::int32_t>(applied);
-    applied = 0;
-  } else if (::read(status_r.fd, &exec_error, sizeof(exec_error)) != sizeof(exec_error)) {
-    exec_error = 0;
+  // Handshake: the outer process made its namespaces; map its ids, put it in the cgroup, go.
+  std::string setup_error;
+  report first{};
+  if (::read(rep_r.fd, &first, sizeof first) != sizeof first) {
+    setup_error = "the sandbox's process ended before it made its namespaces";
+  } else if (first.kind == report::failed) {
+    setup_error = std::string{step_name(first.a)} + ": " + std::strerror(static_cast<int>(first.b));
+  } else {
+    if (auto maps = write_id_maps(pid, *plan); !maps)
+      setup_error = maps.error().message;
+    else if (group)
+      if (auto attached = group->attach(pid); !attached)
+        setup_error = attached.error().message;
+    if (setup_error.empty() && ::write(go_w.fd, "g", 1) != 1)
+      setup_error = std::string{"telling the sandbox to go on: "} + std::strerror(errno);
   }
-  struct {
-    std::uint32_t bit;
-    const char* name;
-  } names[] = {{pid_ns, "pid_ns"},          {net_ns, "net_ns"}, {mount_ns, "mount_ns"},
-               {ipc_ns, "ipc_ns"},          {uts_ns, "uts_ns"}, {user_dropped, "unprivileged_user"},
-               {private_tmp, "private_tmp"}};
-  for (auto& n : names) {
-    if (applied & n.bit)
-      result.isolation.push_back(n.name);
-    else if (exec_error == 0)
-      result.warnings.push_back(std::string{n.name} + " not applied (the kernel or privileges "
-                                                      "refused it)");
+  go_w.reset();
+  if (!setup_error.empty()) {
+    ::kill(pid, SIGKILL);
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return make_error(errc::unsupported,
+                      "sandbox: cannot seal the process off (" + setup_error + "); it was not run");
   }
+  result.isolation = {"user_ns", "pid_ns",     "net_ns",         "mount_ns",   "ipc_ns",
+                      "uts_ns",  "pivot_root", "read_only_root", "tmpfs_work", "unprivileged_user"};
+  if (program.error.empty())
+    result.isolation.push_back("seccomp");
+  if (group)
+    result.isolation.push_back(group->name());
   result.isolation.push_back("rlimits");
 
-  // Feed stdin, drain stdout/stderr under the caps, enforce the wall clock.
+  // Feed stdin, drain stdout/stderr under the caps, read the reports, enforce the wall clock.
   ::fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
   std::size_t written = 0;
   if (req.stdin_data.empty())
     in_w.reset();
   auto deadline = start + req.limits.wall;
   bool killed = false;
+  std::optional<int> tool_status;
+  std::int32_t failed_step = 0;
+  int failed_errno = 0;
+  result.collected.resize(req.collect.size());
+  for (std::size_t i = 0; i < req.collect.size(); ++i)
+    result.collected[i] = {req.collect[i], -1};
   char buf[65536];
-  while (out_r.fd >= 0 || err_r.fd >= 0) {
-    pollfd fds[3];
+  while (out_r.fd >= 0 || err_r.fd >= 0 || rep_r.fd >= 0) {
+    pollfd fds[4];
     int n = 0;
     if (out_r.fd >= 0)
       fds[n++] = {out_r.fd, POLLIN, 0};
     if (err_r.fd >= 0)
       fds[n++] = {err_r.fd, POLLIN, 0};
+    if (rep_r.fd >= 0)
+      fds[n++] = {rep_r.fd, POLLIN, 0};
     if (in_w.fd >= 0)
       fds[n++] = {in_w.fd, POLLOUT, 0};
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
@@ -366,7 +739,11 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
       break;
     if (ready == 0) {
       if (killed)
-        break; // descendants outside the namespace still hold the pipes: give up on them
+        break;
+      // The outer process's death takes the namespace's init with it (parent-death signal),
+      // and the init's the namespace; the cgroup and the process group catch the rest.
+      if (group)
+        group->kill_all();
       ::kill(-pid, SIGKILL);
       ::kill(pid, SIGKILL);
       killed = true;
@@ -381,10 +758,26 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
                                   req.stdin_data.size() - written);
         if (w > 0)
           written += static_cast<std::size_t>(w);
-        if (w < 0 && errno != EAGAIN)
+        if ((w < 0 && errno != EAGAIN) || written == req.stdin_data.size())
           in_w.reset();
-        if (written == req.stdin_data.size())
-          in_w.reset();
+        continue;
+      }
+      if (fds[i].fd == rep_r.fd) {
+        report r{};
+        if (::read(rep_r.fd, &r, sizeof r) != sizeof r) {
+          rep_r.reset();
+          continue;
+        }
+        if (r.kind == report::status)
+          tool_status = r.a;
+        else if (r.kind == report::failed && failed_step == 0)
+          failed_step = r.a, failed_errno = static_cast<int>(r.b);
+        else if (r.kind == report::collected && r.a >= 0 &&
+                 static_cast<std::size_t>(r.a) < result.collected.size())
+          result.collected[static_cast<std::size_t>(r.a)].second = r.b;
+        else if (r.kind == report::no_proc)
+          result.warnings.push_back(std::string{"no /proc in the sandbox: "} +
+                                    std::strerror(static_cast<int>(r.b)));
         continue;
       }
       bool is_out = fds[i].fd == out_r.fd;
@@ -407,18 +800,32 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
   rusage usage{};
   while (::wait4(pid, &st, 0, &usage) < 0 && errno == EINTR) {
   }
-  ::kill(-pid, SIGKILL); // anything of its group still alive outside the namespace
+  ::kill(-pid, SIGKILL); // anything of its group still alive
   result.wall_seconds = std::chrono::duration<double>(clock_type::now() - start).count();
   result.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                        static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
   result.peak_rss_bytes = static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
-  if (exec_error != 0)
-    return make_error(errc::system_error,
-                      "sandbox: cannot start '" + req.argv[0] + "': " + std::strerror(-exec_error));
-  if (WIFEXITED(st)) {
-    result.exit_code = WEXITSTATUS(st);
-  } else if (WIFSIGNALED(st)) {
-    result.signal = WTERMSIG(st);
+  if (group && group->peak_bytes() > 0)
+    result.peak_rss_bytes = group->peak_bytes();
+  if (failed_step != 0) {
+    if (failed_step == exec_tool)
+      return make_error(errc::system_error, "sandbox: cannot start '" + req.argv[0] +
+                                                "': " + std::strerror(failed_errno));
+    return make_error(errc::unsupported, "sandbox: cannot seal the process off (" +
+                                             std::string{step_name(failed_step)} + ": " +
+                                             std::strerror(failed_errno) + "); it was not run");
+  }
+  // The tool's own status when its init reported it; else the outer process was killed (the
+  // wall clock) before it could.
+  int tool = tool_status.value_or(0);
+  if (tool_status && WIFEXITED(tool)) {
+    result.exit_code = WEXITSTATUS(tool);
+  } else if (tool_status && WIFSIGNALED(tool)) {
+    result.signal = WTERMSIG(tool);
+  } else {
+    result.signal = WIFSIGNALED(st) ? WTERMSIG(st) : SIGKILL;
+  }
+  if (result.signal != 0) {
     if (result.limit.empty() && result.signal == SIGXCPU)
       result.limit = "cpu";
     if (result.limit.empty() && result.signal == SIGXFSZ)
@@ -427,6 +834,8 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
         result.cpu_seconds >= req.limits.cpu_seconds)
       result.limit = "cpu";
   }
+  if (result.limit.empty() && group && group->oom_killed())
+    result.limit = "memory";
   if (result.limit.empty() && (result.exit_code != 0 || result.signal != 0) &&
       hit_address_space_limit(result, req.limits.address_space_bytes))
     result.limit = "memory";

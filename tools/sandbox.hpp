@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/error.hpp"
@@ -12,46 +13,71 @@ namespace triad {
 
 /// Defaults of the tools area.
 namespace defaults::sandbox {
-/// Wall-clock limit of one tool process.
+/// Wall-clock limit of one tool call.
 inline constexpr std::chrono::milliseconds wall{10'000};
-/// CPU seconds (RLIMIT_CPU; SIGXCPU at the soft limit).
+/// CPU seconds per process (RLIMIT_CPU; SIGXCPU at the soft limit).
 inline constexpr unsigned cpu_seconds = 10;
-/// Address space (RLIMIT_AS).
+/// Address space per process (RLIMIT_AS).
 inline constexpr std::uint64_t address_space_bytes = 1ull << 30;
+/// Memory of the whole call (cgroup memory.max, swap off): what all its processes hold at once.
+inline constexpr std::uint64_t memory_bytes = 1ull << 30;
+/// Processes and threads of the whole call (cgroup pids.max).
+inline constexpr unsigned pids = 64;
+/// CPUs the whole call may use (cgroup v2 cpu.max).
+inline constexpr double cpus = 1.0;
+/// Size of the call's /work (a tmpfs: the only place it can write besides /tmp).
+inline constexpr std::uint64_t work_bytes = 64ull << 20;
+/// Size of the call's /tmp and /dev/shm (tmpfs each).
+inline constexpr std::uint64_t tmp_bytes = 16ull << 20;
 /// Largest file the process may write (RLIMIT_FSIZE).
 inline constexpr std::uint64_t file_size_bytes = 16ull << 20;
 /// Open files (RLIMIT_NOFILE).
 inline constexpr unsigned open_files = 64;
-/// Processes of the sandbox user (RLIMIT_NPROC).
+/// Processes of the sandbox user (RLIMIT_NPROC), where no cgroup caps the call's pids and the
+/// node runs as root (the limit counts all of nobody's processes, across calls).
 inline constexpr unsigned processes = 32;
 /// Bytes of stdout kept; the rest is read and dropped, and the result says so.
 inline constexpr std::size_t stdout_cap = 1 << 20;
 /// Bytes of stderr kept.
 inline constexpr std::size_t stderr_cap = 256 << 10;
-/// The unprivileged user tool processes run as when the node runs as root (nobody).
+/// The unprivileged user tool processes run as: nobody, inside the sandbox's user namespace
+/// (and outside it too when the node runs as root).
 inline constexpr unsigned uid = 65534;
 } // namespace defaults::sandbox
 
-/// Limits of one sandboxed process; every field documented where declared.
+/// Limits of one sandboxed call; every field documented where declared.
 struct sandbox_limits {
   std::chrono::milliseconds wall = defaults::sandbox::wall; ///< then the whole tree is killed
-  unsigned cpu_seconds = defaults::sandbox::cpu_seconds;    ///< RLIMIT_CPU
+  unsigned cpu_seconds = defaults::sandbox::cpu_seconds;    ///< RLIMIT_CPU per process
   std::uint64_t address_space_bytes = defaults::sandbox::address_space_bytes; ///< RLIMIT_AS
-  std::uint64_t file_size_bytes = defaults::sandbox::file_size_bytes;         ///< RLIMIT_FSIZE
-  unsigned open_files = defaults::sandbox::open_files;                        ///< RLIMIT_NOFILE
-  unsigned processes = defaults::sandbox::processes;      ///< RLIMIT_NPROC of the sandbox user
+  std::uint64_t memory_bytes = defaults::sandbox::memory_bytes; ///< cgroup memory.max of the call
+  unsigned pids = defaults::sandbox::pids;                      ///< cgroup pids.max of the call
+  double cpus = defaults::sandbox::cpus;                        ///< cgroup v2 cpu.max of the call
+  std::uint64_t work_bytes = defaults::sandbox::work_bytes;     ///< size of /work (tmpfs)
+  std::uint64_t tmp_bytes = defaults::sandbox::tmp_bytes;       ///< size of /tmp, /dev/shm
+  std::uint64_t file_size_bytes = defaults::sandbox::file_size_bytes; ///< RLIMIT_FSIZE
+  unsigned open_files = defaults::sandbox::open_files;                ///< RLIMIT_NOFILE
+  unsigned processes = defaults::sandbox::processes; ///< RLIMIT_NPROC (no cgroup, node as root)
   std::size_t stdout_cap = defaults::sandbox::stdout_cap; ///< bytes of stdout kept
   std::size_t stderr_cap = defaults::sandbox::stderr_cap; ///< bytes of stderr kept
 };
 
+/// A file the call finds in its /work when it starts.
+struct sandbox_file {
+  std::string name;    ///< a plain name (no '/'), e.g. "input.cpp"
+  std::string content; ///< its bytes
+};
+
 /// One process to run in the sandbox.
 struct sandbox_request {
-  std::vector<std::string> argv; ///< program (absolute path) and arguments
-  std::vector<std::string> env;  ///< the whole environment, "KEY=value"
-  std::string stdin_data;        ///< written to its stdin, then closed
-  /// Private working directory (must exist); inside the sandbox it appears as /tmp/work in a
-  /// private /tmp (where the mount namespace is available), else under its own path.
-  std::filesystem::path workdir;
+  std::vector<std::string> argv;    ///< program (absolute path inside the sandbox) and arguments
+  std::vector<std::string> env;     ///< the whole environment, "KEY=value"
+  std::string stdin_data;           ///< written to its stdin, then closed
+  std::vector<sandbox_file> files;  ///< written into /work before it starts
+  std::vector<std::string> collect; ///< plain names in /work whose sizes come back
+  /// Host directories bound read-only at the same path (the rest of the host is not there);
+  /// /bin, /lib, /lib64 and /sbin follow /usr where the host merged them into it.
+  std::vector<std::string> read_only = {"/usr"};
   sandbox_limits limits; ///< resource limits
 };
 
@@ -64,21 +90,29 @@ struct sandbox_result {
   bool out_truncated = false;       ///< stdout went past its cap
   bool err_truncated = false;       ///< stderr went past its cap
   double cpu_seconds = 0;           ///< user + system time of the process tree
-  std::uint64_t peak_rss_bytes = 0; ///< largest resident set in the tree
+  std::uint64_t peak_rss_bytes = 0; ///< the call's peak memory (cgroup), else the largest RSS
   double wall_seconds = 0;          ///< from start to reaped
-  /// Which limit fired: "wall", "cpu", "file_size", "memory" (inferred: RLIMIT_AS fails
-  /// allocations without a signal, so a failed process whose resident set reached half the limit
-  /// or whose stderr reports an allocation failure counts), or empty.
+  /// Which limit fired: "wall", "cpu", "file_size", "memory" (the cgroup's OOM killer, or
+  /// inferred for RLIMIT_AS, which fails allocations without a signal: a failed process whose
+  /// resident set reached half the limit or whose stderr reports an allocation failure), or
+  /// empty.
   std::string limit;
-  std::vector<std::string> isolation; ///< what was applied: "pid_ns", "net_ns", "mount_ns", ...
-  std::vector<std::string> warnings;  ///< isolation that could not be applied, and why
+  /// Sizes of the `collect` files after the run, in request order (-1: not there).
+  std::vector<std::pair<std::string, std::int64_t>> collected;
+  std::vector<std::string> isolation; ///< what was applied: "user_ns", "pivot_root", ...
+  std::vector<std::string> warnings;  ///< what could not be applied, and why
 };
 
-/// Runs a process isolated from the node: new pid, net, mount, ipc and uts namespaces where the
-/// kernel allows (each reported in `isolation`, each refusal in `warnings`), an unprivileged
-/// user, private /tmp, rlimits, a seccomp filter (no non-local sockets, ptrace, mount, module,
-/// reboot, namespace or keyring calls), its own process group, and a wall-clock timeout that
-/// kills the whole tree. Errors only when the process cannot be started at all.
+/// Runs a process sealed off from the host with the kernel's own mechanisms (the practice of
+/// bubblewrap and nsjail): new user, pid, net, mount, ipc and uts namespaces; a new root
+/// (pivot_root onto a read-only tmpfs) holding only `read_only` host paths (read-only, nosuid,
+/// nodev), a few device nodes, a fresh /proc, and size-capped tmpfs /work, /tmp and /dev/shm,
+/// so no host path is visible or writable; the user nobody with no capabilities; a cgroup per
+/// call capping the memory, processes and CPU of the whole tree (cgroup v2, or the v1 memory and
+/// pids controllers; where neither is delegated, rlimits only and a warning); rlimits; a
+/// seccomp filter (no sockets but local ones, no ptrace, mount, module, reboot, namespace or
+/// keyring calls); and a wall-clock timeout that kills the whole tree. An error when the process
+/// cannot be started or sealed (it never runs unsealed).
 expected<sandbox_result> run_sandboxed(const sandbox_request& request);
 
 } // namespace triad

@@ -48,6 +48,18 @@ int run(int argc, char** argv) {
                  "directory the hosted tools work in (file_read's jail, shell's work "
                  "directories); default: a fresh directory under the temp directory, removed "
                  "at exit");
+  std::vector<std::string> host_tools;
+  app.add_option("--host-tools", host_tools,
+                 "built-in tools to host instead of [tools].hosted (file_read, shell, compile, "
+                 "vector_search); \"none\" for none")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"file_read", "shell", "compile", "vector_search", "none"}));
+  bool allow_scripts = false;
+  app.add_flag("--allow-scripts", allow_scripts,
+               "accept the triad.script request extension ([server].allow_scripts = true)");
+  bool insecure = false;
+  app.add_flag("--insecure", insecure,
+               "serve on a non-loopback address without an API key ([server].api_key_env)");
   CLI11_PARSE(app, argc, argv);
 
   triad::node_config config = triad::default_config();
@@ -61,6 +73,12 @@ int run(int argc, char** argv) {
     config.server.port = static_cast<std::uint16_t>(port);
   if (!listen.empty())
     config.server.listen = listen;
+  if (!host_tools.empty()) {
+    std::erase(host_tools, "none");
+    config.tools.hosted = host_tools;
+  }
+  if (allow_scripts)
+    config.server.allow_scripts = true;
 
   if (auto ok = triad::check_backends(config); !ok)
     return fail(ok.error().message, config_error);
@@ -73,6 +91,12 @@ int run(int argc, char** argv) {
                   ", which is not set or empty; set it to the bearer token clients must send");
     api_key = key;
   }
+  if (api_key.empty() && !triad::is_loopback(config.server.listen) && !insecure)
+    return fail("[server].listen = \"" + config.server.listen +
+                    "\" is reachable from other machines and no API key is set: set "
+                    "[server].api_key_env to a variable holding the bearer token clients must "
+                    "send, listen on 127.0.0.1 or ::1, or pass --insecure to serve anyone",
+                config_error);
 
   // The tools the node hosts: calls to them run here; calls to others go back to the client.
   std::error_code ec;
@@ -83,10 +107,8 @@ int run(int argc, char** argv) {
   if (ec)
     return fail("cannot create the tools directory " + root.string() + ": " + ec.message());
   auto tools = std::make_shared<triad::tool_registry>();
-  for (auto added :
-       {triad::add_file_read_tool(*tools, root), triad::add_shell_tool(*tools, root / "work")})
-    if (!added)
-      return fail(added.error().message);
+  if (auto added = triad::add_hosted_tools(*tools, config.tools.hosted, root); !added)
+    return fail(added.error().message, config_error);
 
   // Signals are taken by sigwait in this thread only: block them before any thread starts.
   sigset_t signals;
@@ -125,9 +147,14 @@ int run(int argc, char** argv) {
   auto server = triad::http_server::start(node, http);
   if (!server)
     return fail(server.error().message);
-  std::printf("triad-node: serving model %s on http://%s:%u (tools: file_read, shell in %s)\n",
+  std::string hosted;
+  for (const auto& name : config.tools.hosted)
+    hosted += (hosted.empty() ? "" : ", ") + name;
+  std::printf("triad-node: serving model %s on http://%s:%u (hosted tools: %s%s; scripts %s)\n",
               http.model_id.c_str(), config.server.listen.c_str(), (*server)->port(),
-              root.string().c_str());
+              hosted.empty() ? "none" : hosted.c_str(),
+              hosted.empty() ? "" : (" in " + root.string()).c_str(),
+              config.server.allow_scripts ? "allowed" : "off");
   std::fflush(stdout);
 
   int sig = 0;

@@ -2,11 +2,13 @@
 #include <future>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "actors/chat.hpp"
 #include "actors/node.hpp"
 #include "actors/router.hpp"
 #include "devices/backend.hpp"
@@ -187,6 +189,127 @@ BOOST_AUTO_TEST_CASE(a_malformed_tool_call_becomes_an_error_result_and_the_sessi
   BOOST_REQUIRE(first != rec.events.end());
   BOOST_TEST(first->text.rfind("error", 0) == 0u);
   BOOST_TEST(first->text.find("no_such_tool") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_prompt_past_the_models_context_is_refused_before_any_compute) {
+  auto n = triad::test::start_node();
+  triad::chat_request r;
+  r.messages = {{"user", std::string(5000, 'a')}}; // byte tokens: past the tiny 4096
+  r.max_tokens = 16;
+  triad::test::recorder rec;
+  n->submit(std::move(r), rec.callback());
+  const auto& end = rec.wait();
+  BOOST_TEST(end.kind == triad::request_event::error);
+  BOOST_TEST((end.code == triad::errc::exhausted));
+  BOOST_TEST(end.text.find("4096") != std::string::npos, end.text);
+  BOOST_TEST(end.text.find("max_tokens is 16") != std::string::npos, end.text);
+  BOOST_TEST(device_tokens(*n) == 0u); // nothing computed
+}
+
+// A request whose one tool call answers `bytes` bytes.
+triad::chat_request flooding(std::size_t bytes) {
+  triad::chat_request r;
+  r.messages = {{"user", "Read the log."}};
+  triad::generation_script s;
+  s.turns.push_back(
+      {4, triad::tool_call_text{"flood", R"({"bytes": )" + std::to_string(bytes) + "}"}});
+  s.turns.push_back({4, std::nullopt});
+  r.max_tokens = triad::script_length(s);
+  r.script = s;
+  return r;
+}
+
+BOOST_AUTO_TEST_CASE(a_tool_output_past_the_context_is_truncated_with_a_note) {
+  auto n = triad::test::start_node();
+  triad::test::recorder rec;
+  n->submit(flooding(20000), rec.callback());
+  const auto& end = rec.wait();
+  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.text);
+  std::string result;
+  for (const auto& e : rec.events)
+    if (e.kind == triad::request_event::tool_result)
+      result = e.text;
+  BOOST_TEST(result.size() < 4096u);
+  BOOST_TEST(result.find("truncated") != std::string::npos);
+  BOOST_TEST(result.find("20000 bytes") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_tool_output_past_the_context_fails_the_request_when_told_to) {
+  triad::orchestration_options o;
+  o.tool_result_overflow = triad::tool_overflow_policy::fail;
+  auto n = triad::test::start_node(o);
+  triad::test::recorder ok, big;
+  n->submit(flooding(100), ok.callback());
+  BOOST_TEST(ok.wait().kind == triad::request_event::done);
+  n->submit(flooding(20000), big.callback());
+  const auto& end = big.wait();
+  BOOST_TEST(end.kind == triad::request_event::error);
+  BOOST_TEST((end.code == triad::errc::exhausted));
+  BOOST_TEST(end.text.find("tool_result_overflow") != std::string::npos, end.text);
+}
+
+// One device of role both, one request at a time, the monolithic layout (the device is held
+// across a tool call), and these limits.
+std::unique_ptr<triad::node> one_slot_node(triad::limits_config limits) {
+  auto config = triad::default_config();
+  config.topology.bind_threads = false;
+  config.devices.resize(1);
+  config.devices[0].role = triad::device_role::both;
+  config.devices[0].memory_mib = 256;
+  config.orchestration.device_layout = triad::layout::monolithic;
+  config.orchestration.device_slots = 1;
+  config.limits = limits;
+  triad::node_options opts;
+  opts.tools = triad::test::sleeper_registry();
+  auto n = triad::node::start(config, opts);
+  BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+  return std::move(*n);
+}
+
+// A request that holds its device for `ms` (one tool call that naps).
+triad::chat_request napping(int ms) {
+  auto r = agent_request();
+  r.script->turns.resize(1);
+  r.script->turns[0].call->arguments_json = R"({"ms": )" + std::to_string(ms) + "}";
+  r.script->turns.push_back({2, std::nullopt});
+  return r;
+}
+
+BOOST_AUTO_TEST_CASE(a_request_waiting_past_the_queue_timeout_is_answered_busy_and_leaves) {
+  triad::limits_config limits;
+  limits.queue_timeout_ms = 200;
+  auto n = one_slot_node(limits);
+  recorder first, second, third;
+  n->submit(napping(1500), first.callback());
+  while (first.count(triad::request_event::tool_call) == 0)
+    std::this_thread::sleep_for(5ms);
+  n->submit(napping(0), second.callback()); // waits for the one slot
+  const auto& refused = second.wait();
+  BOOST_TEST(refused.kind == triad::request_event::error);
+  BOOST_TEST((refused.code == triad::errc::busy));
+  BOOST_TEST(refused.retry_ms > 0u);
+  BOOST_TEST(refused.text.find("queue_timeout_ms") != std::string::npos, refused.text);
+  BOOST_TEST(first.wait().kind == triad::request_event::done);
+  n->submit(napping(0), third.callback()); // the slot came back: nothing leaked
+  BOOST_TEST(third.wait().kind == triad::request_event::done);
+}
+
+BOOST_AUTO_TEST_CASE(a_request_past_its_total_deadline_ends_with_a_timeout_and_frees_its_device) {
+  triad::limits_config limits;
+  limits.request_timeout_ms = 300;
+  auto n = one_slot_node(limits);
+  recorder slow, waiting, next;
+  n->submit(napping(700), slow.callback());
+  n->submit(napping(0), waiting.callback()); // ends past its deadline while queued
+  const auto& timed_out = slow.wait();
+  BOOST_TEST(timed_out.kind == triad::request_event::error);
+  BOOST_TEST((timed_out.code == triad::errc::timed_out));
+  BOOST_TEST(timed_out.text.find("request_timeout_ms") != std::string::npos, timed_out.text);
+  BOOST_TEST((waiting.wait().code == triad::errc::timed_out));
+  std::this_thread::sleep_for(600ms); // the nap goes on in its tool worker until it ends
+  n->submit(napping(0), next.callback());
+  BOOST_TEST(next.wait().kind == triad::request_event::done);
+  BOOST_TEST(device_sequences(*n) == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(cancelling_frees_every_kv_sequence_the_request_held) {

@@ -89,10 +89,13 @@ node_config rich_config() {
   config.tools.cores = 4096;
   config.tools.domains = {1};
   config.tools.queue_capacity = 1;
+  config.tools.hosted = {"shell", "file_read"};
   config.memory.arena_mib_per_domain = 16ull * 1024 * 1024;
   config.limits.max_concurrent_requests = 1;
   config.limits.max_queued_requests = 0;
   config.limits.max_body_bytes = 1ull << 30;
+  config.limits.queue_timeout_ms = 0;
+  config.limits.request_timeout_ms = 86'400'000;
   config.model.preset = "small";
   config.model.dtype = model_dtype::f32;
   config.model.page_tokens = 4096;
@@ -105,6 +108,7 @@ node_config rich_config() {
   config.orchestration.device_slots = 65'536;
   config.orchestration.device_failure = device_failure_policy::fail;
   config.orchestration.max_device_retries = 16;
+  config.orchestration.tool_result_overflow = tool_overflow_policy::fail;
 
   sim_profile_config fast;
   fast.name = "fast-chip_2";
@@ -350,7 +354,16 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_table_is_an_error) {
                                 "cores = 2\n"
                                 "colour = \"red\"\n");
   BOOST_TEST(message == "triad.toml:3:1: tools.colour = \"red\": unknown key; allowed keys in "
-                        "[tools]: cores, domains, queue_capacity");
+                        "[tools]: cores, domains, queue_capacity, hosted");
+}
+
+BOOST_AUTO_TEST_CASE(hosted_tools_must_be_distinct_built_in_names) {
+  BOOST_TEST(error_of("[tools]\nhosted = [\"shell\", \"rm_rf\"]\n") ==
+             "triad.toml:2:20: tools.hosted[1] = \"rm_rf\": not allowed; allowed: an array of "
+             "distinct names from \"file_read\", \"shell\", \"compile\", \"vector_search\"");
+  BOOST_TEST(error_of("[tools]\nhosted = [\"shell\", \"shell\"]\n").find("named twice") !=
+             std::string::npos);
+  BOOST_TEST(error_of("[tools]\nhosted = \"shell\"\n").find("wrong type") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_a_device_is_an_error) {
@@ -408,9 +421,11 @@ BOOST_AUTO_TEST_CASE(wrong_type_is_an_error) {
 
 BOOST_AUTO_TEST_CASE(the_server_section_is_read_and_checked) {
   auto parsed = parse_config("[server]\nlisten = \"::1\"\nport = 0\napi_key_env = \"TRIAD_KEY\"\n"
-                             "max_header_bytes = 4096\nthreads = 3\n",
+                             "max_header_bytes = 4096\nthreads = 3\nallow_scripts = true\n",
                              "triad.toml");
   BOOST_REQUIRE(parsed.has_value());
+  BOOST_TEST(parsed->server.allow_scripts);
+  BOOST_TEST(!default_config().server.allow_scripts); // off unless configured
   BOOST_TEST(parsed->server.listen == "::1");
   BOOST_TEST(parsed->server.port == 0u);
   BOOST_TEST(parsed->server.api_key_env == "TRIAD_KEY");

@@ -33,7 +33,8 @@ struct server_fixture {
   std::unique_ptr<triad::node> node = triad::test::start_node();
   std::unique_ptr<triad::http_server> server;
 
-  explicit server_fixture(std::string api_key = {}, std::size_t max_concurrent = 64) {
+  explicit server_fixture(std::string api_key = {}, std::size_t max_concurrent = 64,
+                          bool allow_scripts = true) {
     triad::http_server_options o;
     o.server.port = 0;
     o.server.max_header_bytes = 2048;
@@ -42,6 +43,7 @@ struct server_fixture {
     o.limits.max_concurrent_requests = max_concurrent;
     o.model_id = "triad-tiny";
     o.api_key = std::move(api_key);
+    o.server.allow_scripts = allow_scripts;
     auto s = triad::http_server::start(*node, o);
     BOOST_REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().message));
     server = std::move(*s);
@@ -79,10 +81,14 @@ struct server_fixture {
   }
 };
 
-std::string ask(std::string extra = {}) {
+// A chat request; `extra` fields are appended. max_tokens caps a script as it caps any answer,
+// so a scripted request gets room for its tool call's tokens.
+std::string ask(std::string extra = {}, unsigned max_tokens = 0) {
+  if (max_tokens == 0)
+    max_tokens = extra.find("\"script\"") != std::string::npos ? 200 : 5;
   return R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "Hello"}],
-             "max_tokens": 5, "temperature": 0)" +
-         extra + "}";
+             "max_tokens": )" +
+         std::to_string(max_tokens) + R"(, "temperature": 0)" + extra + "}";
 }
 
 // The data lines of an event stream.
@@ -263,6 +269,62 @@ BOOST_AUTO_TEST_CASE(a_request_pipelined_behind_one_being_answered_is_answered_a
     http::read(s, buf, res);
     BOOST_TEST(res.result_int() == 200);
   }
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_body_in_a_transfer_coding_triad_does_not_decode_is_refused_and_never_served) {
+  // Smuggling: a body framed by a coding the server does not decode must not be read as the
+  // next request on the connection. One 501, then the connection closes.
+  for (std::string coding : {"gzip", "xchunked"}) {
+    server_fixture f;
+    net::io_context io;
+    tcp::socket s{io};
+    s.connect(tcp::endpoint{net::ip::make_address("127.0.0.1"), f.server->port()});
+    net::write(s, net::buffer("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                              "Transfer-Encoding: " +
+                              coding + "\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+    std::string all;
+    beast::error_code ec;
+    char chunk[4096];
+    while (!ec) {
+      auto n = s.read_some(net::buffer(chunk), ec);
+      all.append(chunk, n);
+    }
+    BOOST_TEST_INFO(coding << ": " << all);
+    BOOST_TEST(all.starts_with("HTTP/1.1 501"));
+    BOOST_TEST_INFO(coding << ": " << all);
+    BOOST_TEST(all.find("HTTP/1.1", 1) == std::string::npos); // no second answer
+    BOOST_TEST(all.find(coding) != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_script_is_refused_unless_the_node_allows_scripts) {
+  server_fixture f{{}, 64, false};
+  auto r = f.chat(ask(R"(, "triad": {"script": [{"tokens": 3}]})"));
+  BOOST_TEST(r.status == 400u);
+  BOOST_TEST(r.json().at("error").at("param").as_string() == "triad.script");
+  BOOST_TEST(r.body.find("allow_scripts") != std::string::npos);
+  BOOST_TEST(f.chat(ask()).status == 200u); // the rest is served
+}
+
+BOOST_AUTO_TEST_CASE(a_script_never_outruns_max_tokens) {
+  server_fixture f;
+  auto r = f.chat(ask(R"(, "triad": {"script": [{"tokens": 40}]})", 5));
+  BOOST_REQUIRE(r.status == 200u);
+  BOOST_TEST(r.json().at("usage").at("completion_tokens").as_int64() == 5);
+  BOOST_TEST(r.json().at("choices").at(0).at("finish_reason").as_string() == "length");
+}
+
+BOOST_AUTO_TEST_CASE(a_prompt_past_the_context_is_a_400_naming_both_numbers) {
+  server_fixture f;
+  auto r = f.chat(R"({"model": "triad-tiny", "max_tokens": 100,
+    "messages": [{"role": "user", "content": ")" +
+                  std::string(5000, 'a') + R"("}]})");
+  BOOST_TEST(r.status == 400u);
+  BOOST_TEST(r.json().at("error").at("code").as_string() == "context_length_exceeded");
+  BOOST_TEST(r.body.find("max_tokens is 100") != std::string::npos, r.body);
+  BOOST_TEST(r.body.find("context of 4096") != std::string::npos, r.body);
+  BOOST_TEST(f.chat(ask()).status == 200u);
 }
 
 BOOST_AUTO_TEST_CASE(with_an_api_key_the_api_needs_the_bearer_token) {

@@ -98,6 +98,10 @@ BOOST_AUTO_TEST_CASE(every_bad_field_is_named_with_its_value) {
       {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}],
            "triad": {"script": [{"tokens": -1}]}})",
        "triad.script[0].tokens", "0..65536"},
+      {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}],
+           "tool_choice": "none", "triad": {"script": [{"tokens": 2, "tool_call": {"name": "x"}},
+           {"tokens": 1}]}})",
+       "triad.script[0].tool_call", "tool_choice \"none\""},
   };
   for (const auto& c : cases) {
     auto e = refused(c.body);

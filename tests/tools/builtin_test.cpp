@@ -1,6 +1,8 @@
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/json/serialize.hpp>
@@ -21,8 +23,8 @@ struct tools_fixture {
     fs::create_symlink("/etc/shadow", base / "workspace" / "shadow-link");
     fs::create_symlink("../../etc/passwd", base / "workspace" / "src" / "up-link");
     BOOST_REQUIRE(triad::add_file_read_tool(registry, base / "workspace").has_value());
-    BOOST_REQUIRE(triad::add_shell_tool(registry, base / "work").has_value());
-    BOOST_REQUIRE(triad::add_compile_tool(registry, base / "work").has_value());
+    BOOST_REQUIRE(triad::add_shell_tool(registry).has_value());
+    BOOST_REQUIRE(triad::add_compile_tool(registry).has_value());
   }
   ~tools_fixture() {
     std::error_code ec;
@@ -58,6 +60,18 @@ BOOST_AUTO_TEST_CASE(file_read_refuses_every_way_out_of_the_workspace) {
   BOOST_TEST(!registry.call("file_read", R"({"path": "src/up-link"})"));
   BOOST_TEST(refused("file_read", R"({"path": "src/missing.txt"})").find("No such file") !=
              std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(file_read_of_a_fifo_or_directory_is_refused_at_once) {
+  // A FIFO without a writer would block a blocking open (and the tool worker) forever.
+  auto fifo = base / "workspace" / "pipe";
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto start = std::chrono::steady_clock::now();
+  BOOST_TEST(refused("file_read", R"({"path": "pipe"})").find("a FIFO") != std::string::npos);
+  BOOST_TEST(refused("file_read", R"({"path": "src"})").find("a directory") != std::string::npos);
+  BOOST_TEST_MESSAGE(
+      "refused in "
+      << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s");
 }
 
 BOOST_AUTO_TEST_CASE(shell_runs_in_the_sandbox) {

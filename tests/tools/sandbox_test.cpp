@@ -17,7 +17,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A fresh private work directory per test, removed afterwards.
+// Runs bash scripts in the sandbox; a host directory per test for what the tests put on the
+// host side (never visible inside).
 struct workdir_fixture {
   workdir_fixture() {
     dir = fs::temp_directory_path() /
@@ -29,16 +30,20 @@ struct workdir_fixture {
     fs::remove_all(dir, ec);
   }
 
-  triad::sandbox_result bash(const std::string& script, triad::sandbox_limits limits = {}) {
+  triad::sandbox_result bash(const std::string& script, triad::sandbox_limits limits = {},
+                             std::vector<std::string> collect = {}) {
     triad::sandbox_request r;
     r.argv = {"/bin/bash", "-c", script};
-    r.env = {"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C"};
-    r.workdir = dir;
+    r.env = {"PATH=/usr/bin:/bin", "HOME=/work", "LANG=C"};
     r.limits = limits;
+    r.collect = std::move(collect);
     auto res = triad::run_sandboxed(r);
     BOOST_REQUIRE_MESSAGE(res.has_value(), (res ? "" : res.error().message));
     BOOST_TEST_MESSAGE("exit " << res->exit_code << " signal " << res->signal << " limit '"
-                               << res->limit << "' err: " << res->err.substr(0, 200));
+                               << res->limit << "' out: " << res->out.substr(0, 300)
+                               << " err: " << res->err.substr(0, 300));
+    for (const auto& w : res->warnings)
+      BOOST_TEST_MESSAGE("warning: " << w);
     return *res;
   }
 
@@ -59,17 +64,22 @@ BOOST_AUTO_TEST_CASE(a_command_runs_and_reports_the_isolation_applied) {
   BOOST_TEST(r.exit_code == 3);
   BOOST_TEST(r.out.find("hello\n") == 0u);
   BOOST_TEST(r.err == "oops\n");
-  BOOST_TEST(r.out.find("/tmp/work\n") != std::string::npos); // bound into a private /tmp
-  for (const char* iso : {"seccomp", "rlimits", "net_ns", "pid_ns", "mount_ns"})
+  BOOST_TEST(r.out.find("/work\n") != std::string::npos); // its own tmpfs
+  for (const char* iso : {"seccomp", "rlimits", "user_ns", "net_ns", "pid_ns", "mount_ns",
+                          "pivot_root", "read_only_root"})
     BOOST_TEST(has(r.isolation, iso), "missing " << iso);
-  if (::geteuid() == 0)
-    BOOST_TEST(r.out.find("65534") != std::string::npos); // runs as nobody, not root
+  BOOST_TEST(r.out.find("65534") != std::string::npos); // nobody, not root
+  BOOST_TEST_MESSAGE("isolation: " << [&] {
+    std::string all;
+    for (const auto& i : r.isolation)
+      all += i + " ";
+    return all;
+  }());
 }
 
 BOOST_AUTO_TEST_CASE(stdin_is_fed_to_the_process) {
   triad::sandbox_request req;
   req.argv = {"/bin/cat"};
-  req.workdir = dir;
   req.stdin_data = std::string(200000, 'x') + "end";
   auto r = triad::run_sandboxed(req);
   BOOST_REQUIRE(r.has_value());
@@ -108,7 +118,8 @@ BOOST_AUTO_TEST_CASE(a_fork_bomb_is_contained) {
   BOOST_TEST((r.limit == "wall" || r.exit_code >= 0));
   std::this_thread::sleep_for(200ms);
   auto left = bash("ps -e -o comm= | wc -l");
-  BOOST_TEST(std::stoi(left.out) <= 3); // its own bash and ps: the namespace is fresh
+  // The namespace is fresh: its init, bash, ps and wc.
+  BOOST_TEST(std::stoi(left.out) <= 4);
 }
 
 BOOST_AUTO_TEST_CASE(a_memory_hog_fails_inside_its_address_space_limit) {
@@ -161,50 +172,33 @@ BOOST_AUTO_TEST_CASE(a_tcp_connect_to_localhost_fails_even_with_a_listener) {
   BOOST_TEST(r.exit_code != 0);
 }
 
-BOOST_AUTO_TEST_CASE(writes_outside_the_work_directory_do_not_reach_the_host) {
-  auto marker = "triad-escape-" + std::to_string(::getpid());
-  auto r = bash("echo inside > ok.txt; echo x > /etc/" + marker + "; echo y > /tmp/" + marker +
-                "; echo y > ../" + marker + "; ls /tmp");
-  BOOST_TEST(fs::exists(dir / "ok.txt"));
-  BOOST_TEST(!fs::exists("/etc/" + marker));
-  BOOST_TEST(!fs::exists("/tmp/" + marker)); // its /tmp is private
-  BOOST_TEST(!fs::exists(dir.parent_path() / marker));
-}
-
-BOOST_AUTO_TEST_CASE(reading_etc_shadow_through_traversal_or_a_symlink_is_denied) {
-  auto r = bash("ln -s /etc/shadow link; cat link; cat ../../../../etc/shadow; echo done");
-  if (::geteuid() == 0) {
-    BOOST_TEST(r.out.find("root:") == std::string::npos);
-    BOOST_TEST(r.err.find("Permission denied") != std::string::npos);
-  }
-  BOOST_TEST(r.out.find("done") != std::string::npos);
-}
-
-BOOST_AUTO_TEST_CASE(killing_the_parent_from_inside_does_not_reach_it) {
-  auto me = std::to_string(::getpid());
-  auto r = bash("kill -9 " + me + "; kill -9 $PPID; kill -9 -1; echo after");
-  // The test process is still here to check; inside the namespace the node's pid is not
-  // visible and the sandbox user may not signal it.
-  BOOST_TEST(::kill(::getpid(), 0) == 0);
-  (void)r;
+BOOST_AUTO_TEST_CASE(files_go_in_and_sizes_come_back) {
+  triad::sandbox_request req;
+  req.argv = {"/bin/bash", "-c", "wc -c < in.txt; cat in.txt in.txt > out.txt"};
+  req.files = {{"in.txt", "hello\n"}};
+  req.collect = {"out.txt", "missing.txt"};
+  auto r = triad::run_sandboxed(req);
+  BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().message));
+  BOOST_TEST(r->out == "6\n");
+  BOOST_REQUIRE(r->collected.size() == 2u);
+  BOOST_TEST(r->collected[0].second == 12);
+  BOOST_TEST(r->collected[1].second == -1);
 }
 
 BOOST_AUTO_TEST_CASE(bad_requests_are_errors_naming_the_problem) {
   triad::sandbox_request relative;
   relative.argv = {"bash"};
-  relative.workdir = dir;
   auto a = triad::run_sandboxed(relative);
   BOOST_REQUIRE(!a);
   BOOST_TEST(a.error().message.find("absolute") != std::string::npos);
-  triad::sandbox_request nodir;
-  nodir.argv = {"/bin/true"};
-  nodir.workdir = dir / "missing";
-  auto b = triad::run_sandboxed(nodir);
+  triad::sandbox_request slash;
+  slash.argv = {"/bin/true"};
+  slash.files = {{"../x", "y"}};
+  auto b = triad::run_sandboxed(slash);
   BOOST_REQUIRE(!b);
-  BOOST_TEST(b.error().message.find("missing") != std::string::npos);
+  BOOST_TEST(b.error().message.find("../x") != std::string::npos);
   triad::sandbox_request noexec;
   noexec.argv = {"/nonexistent/tool"};
-  noexec.workdir = dir;
   auto c = triad::run_sandboxed(noexec);
   BOOST_REQUIRE(!c);
   BOOST_TEST(c.error().message.find("/nonexistent/tool") != std::string::npos);

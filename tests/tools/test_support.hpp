@@ -11,8 +11,9 @@
 
 namespace triad::test {
 
-/// A registry with one tool, "nap", that sleeps for `ms` milliseconds on its calling thread
-/// and answers "rested": lets executor tests control how long a call holds a slot.
+/// A registry with the tool "nap", that sleeps for `ms` milliseconds on its calling thread
+/// and answers "rested" (lets executor tests control how long a call holds a slot), and the
+/// tool "flood", that answers `bytes` bytes of text (outputs larger than a model's context).
 inline std::shared_ptr<tool_registry> sleeper_registry() {
   namespace json = boost::json;
   auto r = std::make_shared<tool_registry>();
@@ -25,6 +26,14 @@ inline std::shared_ptr<tool_registry> sleeper_registry() {
                          std::chrono::milliseconds{args.at("ms").to_number<int>()});
                      return tool_output{"rested", {{"ms", args.at("ms")}}};
                    });
+  BOOST_REQUIRE(ok.has_value());
+  ok = r->add({"flood", "answer with many bytes",
+               json::parse(R"({"type": "object", "required": ["bytes"],
+                 "properties": {"bytes": {"type": "integer", "minimum": 0}}})")
+                   .as_object()},
+              [](const json::object& args) -> expected<tool_output> {
+                return tool_output{std::string(args.at("bytes").to_number<std::size_t>(), 'x'), {}};
+              });
   BOOST_REQUIRE(ok.has_value());
   return r;
 }

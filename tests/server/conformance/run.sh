@@ -27,9 +27,12 @@ config=$run/node.toml
 cat > "$config" <<TOML
 [topology]
 bind_threads = false
+[tools]
+hosted = ["shell"]
 [server]
 port = 0
 api_key_env = "TRIAD_CONFORMANCE_KEY"
+allow_scripts = true
 [[devices]]
 name = "prefill0"
 backend = "cpu"
