@@ -127,7 +127,6 @@ const bpf_program_bytes& seccomp_program() {
 // One record on the report pipe (atomic: shorter than PIPE_BUF).
 struct report {
   enum kind_t : std::int32_t {
-    ready = 1,     // the outer process made its namespaces: write its id maps, then say go
     failed = 2,    // a step failed: a = step, b = errno
     status = 3,    // the tool's wait status: a
     collected = 4, // a = index in collect, b = size or -1
@@ -141,7 +140,6 @@ struct report {
 // The steps that can fail, named in the error.
 enum step : std::int32_t {
   drop_user = 1,
-  make_namespaces,
   wait_go,
   private_mounts,
   root_tmpfs,
@@ -164,11 +162,9 @@ enum step : std::int32_t {
 const char* step_name(std::int32_t s) {
   switch (s) {
   case drop_user:
-    return "dropping to the sandbox user";
-  case make_namespaces:
-    return "making the user, pid, net, mount, ipc and uts namespaces";
+    return "becoming the sandbox user";
   case wait_go:
-    return "waiting for the id maps";
+    return "waiting for the id maps and the cgroup";
   case private_mounts:
     return "making the mounts private";
   case root_tmpfs:
@@ -288,10 +284,17 @@ expected<sandbox_plan> make_plan(const sandbox_request& req) {
   sandbox_plan p;
   const std::string root{new_root};
   p.as_root = ::geteuid() == 0;
-  const unsigned outer_uid = p.as_root ? defaults::sandbox::uid : ::geteuid();
-  const unsigned outer_gid = p.as_root ? defaults::sandbox::uid : ::getegid();
-  p.uid_map = std::to_string(defaults::sandbox::uid) + " " + std::to_string(outer_uid) + " 1\n";
-  p.gid_map = std::to_string(defaults::sandbox::uid) + " " + std::to_string(outer_gid) + " 1\n";
+  // The sandbox user is nobody inside. The node as root maps nobody to nobody and root to root
+  // (for the setup, before the init drops to nobody); otherwise its own ids to nobody, which is
+  // all an unprivileged process may map.
+  const std::string nobody = std::to_string(defaults::sandbox::uid);
+  if (p.as_root) {
+    p.uid_map = "0 0 1\n" + nobody + " " + nobody + " 1\n";
+    p.gid_map = p.uid_map;
+  } else {
+    p.uid_map = nobody + " " + std::to_string(::geteuid()) + " 1\n";
+    p.gid_map = nobody + " " + std::to_string(::getegid()) + " 1\n";
+  }
   const auto& l = req.limits;
   p.root_options = "size=1m,mode=0755";
   p.work_options = "size=" + std::to_string(l.work_bytes) +
@@ -393,7 +396,8 @@ struct child_args {
   const sock_fprog* filter;
 };
 
-// The tool's process (pid 2 in its namespace): limits, stdio, no privileges, the filter, exec.
+// The tool's process (pid 2 in its namespace, vforked): limits, stdio, no privileges, the
+// filter, exec. System calls only: it shares the init's memory until the exec.
 [[noreturn]] void tool_main(const child_args& a) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   auto set = [](int which, std::uint64_t value) {
@@ -422,13 +426,21 @@ struct child_args {
   child_fail(a.report_fd, exec_tool, errno);
 }
 
-// The namespace's init (pid 1): builds the new root, starts the tool, reaps everything, and
-// reports the tool's status and the sizes of the files to collect. When it exits, the kernel
-// kills whatever is left in the namespace.
+// The namespace's init (pid 1, cloned by the node straight into new user, pid, net, mount, ipc
+// and uts namespaces): waits for its id maps and cgroup, builds the new root, becomes the
+// sandbox user, starts the tool, reaps everything, and reports the tool's status and the sizes
+// of the files to collect. When it exits, the kernel kills whatever is left in the namespace.
 [[noreturn]] void init_main(const child_args& a) {
+  for (int end : a.parent_ends)
+    ::close(end);
+  ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   const auto& p = *a.plan;
   const int fd = a.report_fd;
+  // 'g': the id maps are written. The cgroup comes while the root is built (below).
+  char go = 0;
+  if (::read(a.go_fd, &go, 1) != 1 || go != 'g')
+    child_fail(fd, wait_go, errno);
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     child_fail(fd, private_mounts, errno);
   if (::mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, p.root_options.c_str()) != 0)
@@ -491,8 +503,19 @@ struct child_args {
   if (::chdir("/work") != 0)
     child_fail(fd, enter_work, errno);
   ::sethostname("sandbox", 7);
+  // The sandbox user from here on (the node as root mapped its own ids for the setup above).
+  const gid_t id = defaults::sandbox::uid;
+  if ((p.as_root && ::setgroups(0, nullptr) != 0) || ::setresgid(id, id, id) != 0 ||
+      ::setresuid(id, id, id) != 0)
+    child_fail(fd, drop_user, errno);
 
-  pid_t tool = ::fork();
+  // 'c': in the call's cgroup (or none to be had), so the tool starts inside it.
+  if (::read(a.go_fd, &go, 1) != 1 || go != 'c')
+    child_fail(fd, wait_go, errno);
+  ::close(a.go_fd);
+  // vfork: no copy of the node's page tables; the tool's process only makes system calls until
+  // it executes the program (its rlimits, descriptors and filter are its own).
+  pid_t tool = ::vfork();
   if (tool < 0)
     child_fail(fd, fork_tool, errno);
   if (tool == 0)
@@ -522,44 +545,6 @@ struct child_args {
   ::_exit(0);
 }
 
-// The outer process: leaves the node's identity and namespaces, waits for its id maps and
-// cgroup, then starts the namespace's init and waits for it.
-[[noreturn]] void outer_main(const child_args& a) {
-  for (int fd : a.parent_ends)
-    ::close(fd);
-  ::setpgid(0, 0);
-  const int fd = a.report_fd;
-  if (a.plan->as_root) {
-    const gid_t id = defaults::sandbox::uid;
-    if (::setgroups(0, nullptr) != 0 || ::setresgid(id, id, id) != 0 ||
-        ::setresuid(id, id, id) != 0)
-      child_fail(fd, drop_user, errno);
-  }
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL); // after the uid change, which clears it
-  ::prctl(PR_SET_DUMPABLE, 1);        // so the node may write its id maps
-  if (::unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-                CLONE_NEWUTS) != 0)
-    child_fail(fd, make_namespaces, errno);
-  send(fd, {report::ready, 0, 0});
-  char go = 0;
-  if (::read(a.go_fd, &go, 1) != 1 || go != 'g')
-    child_fail(fd, wait_go, errno);
-  ::close(a.go_fd);
-  pid_t init = ::fork();
-  if (init < 0)
-    child_fail(fd, fork_tool, errno);
-  if (init == 0)
-    init_main(a);
-  ::close(fd);
-  ::close(a.in_fd);
-  ::close(a.out_fd);
-  ::close(a.err_fd);
-  int st = 0;
-  while (::waitpid(init, &st, 0) < 0 && errno == EINTR) {
-  }
-  ::_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-}
-
 // RLIMIT_AS makes allocations fail rather than sending a signal, so the hit is inferred: a
 // process that failed after its resident set reached half the limit, or whose stderr carries
 // an allocator's out-of-memory message, ran out of address space.
@@ -584,13 +569,15 @@ struct fd_guard {
   }
 };
 
-// Writes the id maps of process `pid` (its new user namespace): `deny` setgroups first, as an
-// unprivileged writer must.
+// Writes the id maps of process `pid` (its new user namespace); an unprivileged writer must
+// `deny` setgroups first.
 expected<void> write_id_maps(pid_t pid, const sandbox_plan& p) {
   const std::string base = "/proc/" + std::to_string(pid) + "/";
   for (auto [file, text] : {std::pair<const char*, const std::string*>{"setgroups", nullptr},
                             {"uid_map", &p.uid_map},
                             {"gid_map", &p.gid_map}}) {
+    if (text == nullptr && p.as_root)
+      continue;
     static const std::string deny = "deny";
     const std::string& value = text == nullptr ? deny : *text;
     int f = ::open((base + file).c_str(), O_WRONLY | O_CLOEXEC);
@@ -625,15 +612,9 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
   } else {
     result.warnings.push_back("seccomp not applied: " + program.error);
   }
-  // The call's cgroup: memory, processes and CPU of the whole tree.
-  std::optional<detail::call_cgroup> group;
-  if (auto g =
-          detail::call_cgroup::create({req.limits.memory_bytes, req.limits.pids, req.limits.cpus}))
-    group.emplace(std::move(*g));
-  else
-    result.warnings.push_back("no cgroup for the call (" + g.error().message +
-                              "): its processes are bounded by rlimits only, not in total");
-  plan->limit_nproc = plan->as_root && !group;
+  // Whether a cgroup can be had is known once (the first call makes one); RLIMIT_NPROC is the
+  // fallback where none can.
+  plan->limit_nproc = plan->as_root && !detail::call_cgroup::supported();
   // argv and envp prepared before fork: the children may not allocate.
   std::vector<char*> argv, envp;
   for (const auto& a : req.argv)
@@ -661,12 +642,20 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
                   {in[1], out[0], err[0], rep[0]},
                   program.error.empty() ? &filter : nullptr};
   auto start = clock_type::now();
-  pid_t pid = ::fork();
+  // The namespace's init, cloned straight into its namespaces (one copy of the node's page
+  // tables; the tool's process is vforked from it).
+  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone,
+                                           CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS |
+                                               CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD,
+                                           nullptr, nullptr, nullptr, nullptr));
   if (pid < 0)
-    return make_error(errc::system_error, std::string{"sandbox: fork: "} + std::strerror(errno));
+    return make_error(errc::unsupported,
+                      std::string{"sandbox: cannot make the user, pid, net, mount, ipc and uts "
+                                  "namespaces (clone: "} +
+                          std::strerror(errno) + "); the tool was not run");
   if (pid == 0) {
     ::close(go[1]);
-    outer_main(args);
+    init_main(args);
   }
   in_r.reset();
   out_w.reset();
@@ -674,22 +663,27 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
   rep_w.reset();
   go_r.reset();
 
-  // Handshake: the outer process made its namespaces; map its ids, put it in the cgroup, go.
+  // Map its ids and let it build its root; meanwhile make the call's cgroup (memory, processes
+  // and CPU of the whole tree) and move it in, then let it start the tool.
   std::string setup_error;
-  report first{};
-  if (::read(rep_r.fd, &first, sizeof first) != sizeof first) {
-    setup_error = "the sandbox's process ended before it made its namespaces";
-  } else if (first.kind == report::failed) {
-    setup_error = std::string{step_name(first.a)} + ": " + std::strerror(static_cast<int>(first.b));
-  } else {
-    if (auto maps = write_id_maps(pid, *plan); !maps)
-      setup_error = maps.error().message;
-    else if (group)
+  std::optional<detail::call_cgroup> group;
+  if (auto maps = write_id_maps(pid, *plan); !maps)
+    setup_error = maps.error().message;
+  else if (::write(go_w.fd, "g", 1) != 1)
+    setup_error = std::string{"telling the sandbox to go on: "} + std::strerror(errno);
+  if (setup_error.empty()) {
+    if (auto g = detail::call_cgroup::create(
+            {req.limits.memory_bytes, req.limits.pids, req.limits.cpus})) {
+      group.emplace(std::move(*g));
       if (auto attached = group->attach(pid); !attached)
         setup_error = attached.error().message;
-    if (setup_error.empty() && ::write(go_w.fd, "g", 1) != 1)
-      setup_error = std::string{"telling the sandbox to go on: "} + std::strerror(errno);
+    } else {
+      result.warnings.push_back("no cgroup for the call (" + g.error().message +
+                                "): its processes are bounded by rlimits only, not in total");
+    }
   }
+  if (setup_error.empty() && ::write(go_w.fd, "c", 1) != 1)
+    setup_error = std::string{"telling the sandbox to go on: "} + std::strerror(errno);
   go_w.reset();
   if (!setup_error.empty()) {
     ::kill(pid, SIGKILL);
@@ -740,8 +734,8 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
     if (ready == 0) {
       if (killed)
         break;
-      // The outer process's death takes the namespace's init with it (parent-death signal),
-      // and the init's the namespace; the cgroup and the process group catch the rest.
+      // The init's death takes the namespace with it; the cgroup and the process group catch
+      // the rest.
       if (group)
         group->kill_all();
       ::kill(-pid, SIGKILL);
@@ -815,8 +809,8 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
                                              std::string{step_name(failed_step)} + ": " +
                                              std::strerror(failed_errno) + "); it was not run");
   }
-  // The tool's own status when its init reported it; else the outer process was killed (the
-  // wall clock) before it could.
+  // The tool's own status when its init reported it; else the init was killed (the wall
+  // clock) before it could.
   int tool = tool_status.value_or(0);
   if (tool_status && WIFEXITED(tool)) {
     result.exit_code = WEXITSTATUS(tool);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -119,6 +120,31 @@ const places& where() {
   return p;
 }
 
+std::atomic<bool> last_create_ok{true};
+
+// Emptied v1 cgroups kept for the next calls: making and removing a memory cgroup costs a few
+// hundred microseconds a call (v2 cgroups are made fresh, since memory.peak cannot be reset on
+// every kernel). Removed when the process exits.
+struct v1_pool {
+  struct entry {
+    std::vector<std::string> dirs;
+    cgroup_limits limits;
+  };
+  std::mutex m;
+  std::vector<entry> idle;
+  static constexpr std::size_t max_idle = 16;
+  ~v1_pool() {
+    for (auto& e : idle)
+      for (auto it = e.dirs.rbegin(); it != e.dirs.rend(); ++it)
+        ::rmdir(it->c_str());
+  }
+};
+
+v1_pool& pool() {
+  static v1_pool p;
+  return p;
+}
+
 std::string fresh_name() {
   static std::atomic<std::uint64_t> counter{0};
   return "triad-call-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
@@ -126,11 +152,45 @@ std::string fresh_name() {
 
 } // namespace
 
+bool call_cgroup::supported() noexcept {
+  return last_create_ok.load(std::memory_order_relaxed);
+}
+
 expected<call_cgroup> call_cgroup::create(const cgroup_limits& limits) {
+  auto made = make(limits);
+  last_create_ok.store(made.has_value(), std::memory_order_relaxed);
+  return made;
+}
+
+expected<call_cgroup> call_cgroup::make(const cgroup_limits& limits) {
   const auto& p = where();
   std::string why;
   call_cgroup g;
   g.limits_ = limits;
+  {
+    std::unique_lock<std::mutex> lock{pool().m};
+    if (!pool().idle.empty()) {
+      auto e = std::move(pool().idle.back());
+      pool().idle.pop_back();
+      lock.unlock();
+      g.version_ = 1;
+      g.dirs_ = std::move(e.dirs);
+      bool ok = true;
+      if (e.limits.memory_bytes != limits.memory_bytes) {
+        ok = write_file(g.dirs_[0] + "/memory.limit_in_bytes", std::to_string(limits.memory_bytes),
+                        &why);
+        if (exists(g.dirs_[0] + "/memory.memsw.limit_in_bytes"))
+          write_file(g.dirs_[0] + "/memory.memsw.limit_in_bytes",
+                     std::to_string(limits.memory_bytes));
+      }
+      if (ok && e.limits.pids != limits.pids)
+        ok = write_file(g.dirs_[1] + "/pids.max", std::to_string(limits.pids), &why);
+      g.oom_base_ = keyed(read_file(g.dirs_[0] + "/memory.oom_control"), "oom_kill");
+      if (ok)
+        return g;
+      return make_error(errc::system_error, "cgroup v1: " + why);
+    }
+  }
   // cgroup v2: a child of the node's cgroup, which must hand memory and pids to children.
   if (!p.v2.empty()) {
     auto controllers = read_file(p.v2 + "/cgroup.subtree_control");
@@ -202,7 +262,8 @@ call_cgroup::call_cgroup(call_cgroup&& other) noexcept
     : version_(other.version_)
     , dirs_(std::move(other.dirs_))
     , limits_(other.limits_)
-    , cpu_(other.cpu_) {
+    , cpu_(other.cpu_)
+    , oom_base_(other.oom_base_) {
   other.dirs_.clear();
   other.version_ = 0;
 }
@@ -210,6 +271,20 @@ call_cgroup::call_cgroup(call_cgroup&& other) noexcept
 call_cgroup::~call_cgroup() {
   if (dirs_.empty())
     return;
+  // An emptied v1 cgroup goes back to the pool, its peak reset.
+  if (version_ == 1) {
+    kill_all();
+    if (read_file(dirs_[0] + "/cgroup.procs").empty() &&
+        read_file(dirs_[1] + "/cgroup.procs").empty() &&
+        write_file(dirs_[0] + "/memory.max_usage_in_bytes", "0")) {
+      std::lock_guard<std::mutex> lock{pool().m};
+      if (pool().idle.size() < v1_pool::max_idle) {
+        pool().idle.push_back({std::move(dirs_), limits_});
+        dirs_.clear();
+        return;
+      }
+    }
+  }
   // The processes must be gone before the directory can go: kill, then wait for the kernel to
   // reap them (a few ms), then remove.
   for (int attempt = 0; attempt < 200; ++attempt) {
@@ -245,7 +320,7 @@ bool call_cgroup::oom_killed() const {
     return false;
   if (version_ == 2)
     return keyed(read_file(dirs_[0] + "/memory.events"), "oom_kill") > 0;
-  return keyed(read_file(dirs_[0] + "/memory.oom_control"), "oom_kill") > 0;
+  return keyed(read_file(dirs_[0] + "/memory.oom_control"), "oom_kill") > oom_base_;
 }
 
 void call_cgroup::kill_all() {

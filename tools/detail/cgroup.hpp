@@ -20,11 +20,14 @@ struct cgroup_limits {
 /// A cgroup made for one sandboxed call, removed (its processes killed first) when it goes:
 /// cgroup v2 where the node's own cgroup lets it make children with the memory and pids
 /// controllers, else the v1 memory and pids hierarchies where they are writable. Where neither
-/// is, create() says why and the sandbox runs on rlimits alone.
+/// is, create() says why and the sandbox runs on rlimits alone. Emptied v1 cgroups are kept for
+/// later calls (at most 16, removed at exit).
 class call_cgroup {
 public:
   /// Makes the cgroup and sets its limits; an error naming why no cgroup can be made here.
   static expected<call_cgroup> create(const cgroup_limits& limits);
+  /// Whether create() succeeded the last time it was called (true before the first call).
+  static bool supported() noexcept;
 
   call_cgroup(call_cgroup&& other) noexcept;
   call_cgroup& operator=(call_cgroup&&) = delete;
@@ -47,10 +50,12 @@ public:
 
 private:
   call_cgroup() = default;
+  static expected<call_cgroup> make(const cgroup_limits& limits);
   int version_ = 0;
   std::vector<std::string> dirs_; ///< v2: one; v1: the memory then the pids directory
   cgroup_limits limits_;
   bool cpu_ = false;
+  std::uint64_t oom_base_ = 0; ///< v1: OOM kills counted before this call (pooled cgroups)
 };
 
 } // namespace triad::detail
