@@ -9,6 +9,7 @@
 #include "devices/device.hpp"
 #include "devices/factory.hpp"
 #include "runtime/memory.hpp"
+#include "tools/builtin.hpp"
 #include "tools/service.hpp"
 
 namespace triad {
@@ -140,8 +141,15 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     auto slots = config.orchestration.device_slots;
     routed.push_back({dev.name, dev.role, *actor, slots == 0 ? o.max_sequences : slots});
   }
-  if (options.tools) {
-    auto tools = tool_service::start(*n->domains_, n->plan_, *n->topo_, options.tools, config.tools,
+  auto hosted = options.tools;
+  if (!hosted && !config.tools.hosted.empty()) {
+    auto registry = std::make_shared<tool_registry>();
+    if (auto added = add_hosted_tools(*registry, config.tools.hosted, options.tools_root); !added)
+      return make_error(added.error().code, "[tools].hosted: " + added.error().message);
+    hosted = std::move(registry);
+  }
+  if (hosted) {
+    auto tools = tool_service::start(*n->domains_, n->plan_, *n->topo_, hosted, config.tools,
                                      &n->metrics_);
     if (!tools)
       return tools.error();

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,9 +33,13 @@ class tool_service;
 /// What a node is started with beyond its configuration (whose `[orchestration]` section holds
 /// the policies of the request actors and the router).
 struct node_options {
-  /// The tools the node hosts (built-ins, MCP servers, the embedder's own); null: none, and a
-  /// model's tool call gets "this node hosts no tools" as its result.
+  /// The tools the node hosts (built-ins, MCP servers, the embedder's own). Null: the built-ins
+  /// the config names in `[tools].hosted` (add_hosted_tools over tools_root), and none when it
+  /// names none: a model's tool call then gets "this node hosts no tools" as its result.
   std::shared_ptr<const tool_registry> tools;
+  /// The directory file_read reads and vector_search indexes, when `[tools].hosted` names them
+  /// and `tools` is null.
+  std::filesystem::path tools_root;
   /// Builds each device's backend; empty: make_backend (the cpu and sim backends of the config).
   /// Embedders plug in their own backends (or wrap the built-in ones) here; the last argument
   /// is where the plan says a cpu device computes (pass it on to make_backend).

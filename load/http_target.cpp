@@ -376,13 +376,19 @@ void exchange::finish(bool keep) {
   result_.ended = clock_type::now();
   if (res.result_int() != 200) {
     std::string message = res.body();
+    std::string code;
     boost::system::error_code ec;
     auto j = json::parse(message, ec);
     if (!ec && j.is_object())
-      if (const auto* e = j.get_object().if_contains("error"); e && e->is_object())
+      if (const auto* e = j.get_object().if_contains("error"); e && e->is_object()) {
         if (const auto* m = e->get_object().if_contains("message"); m && m->is_string())
           message = std::string{m->get_string()};
-    result_.error_kind = "http_" + std::to_string(res.result_int());
+        if (const auto* c = e->get_object().if_contains("code"); c && c->is_string())
+          code = std::string{c->get_string()};
+      }
+    // The status and, where the server gives one, its error code: "http_400:scripts_not_allowed".
+    result_.error_kind =
+        "http_" + std::to_string(res.result_int()) + (code.empty() ? "" : ":" + code);
     result_.error = message;
   } else if (parser_.chunked() || res[http::field::content_type].starts_with("text/event-stream")) {
     if (!parser_.chunked()) // an event stream sent with Content-Length

@@ -74,7 +74,7 @@ struct tool_executor::state {
       auto w = free.back();
       free.pop_back();
       auto& entry = running.emplace(key, std::move(call)).first->second;
-      start(w, key, entry.name, std::move(entry.arguments_json), guard);
+      start(w, key, entry.name, std::move(entry.arguments_json), entry.deadline, guard);
     }
     if (arm) {
       guard.unlock();
@@ -86,9 +86,9 @@ struct tool_executor::state {
   // Hands call `key` to worker `w`. A free worker's queue holds at most the tail of its last
   // job, and its capacity is two: only a stopping worker refuses.
   void start(std::size_t w, std::uint64_t key, std::string name, std::string args,
-             std::unique_lock<std::mutex>& guard) {
-    auto job = [this, w, key, name = std::move(name), args = std::move(args)]() mutable {
-      work(w, key, std::move(name), std::move(args));
+             clock_type::time_point deadline, std::unique_lock<std::mutex>& guard) {
+    auto job = [this, w, key, name = std::move(name), args = std::move(args), deadline]() mutable {
+      work(w, key, std::move(name), std::move(args), deadline);
     };
     if (workers[w]->try_submit(std::move(job)) != submit_result::accepted) {
       auto it = running.find(key);
@@ -102,9 +102,10 @@ struct tool_executor::state {
 
   // On worker `w`: runs the call, sends its result unless it timed out meanwhile, then takes the
   // next waiting call, until none waits.
-  void work(std::size_t w, std::uint64_t key, std::string name, std::string args) {
+  void work(std::size_t w, std::uint64_t key, std::string name, std::string args,
+            clock_type::time_point deadline) {
     for (;;) {
-      auto reply = run(name, args);
+      auto reply = run(name, args, deadline);
       std::unique_lock guard{mutex};
       std::optional<tool_submission> done;
       if (auto it = running.find(key); it != running.end()) { // else it timed out
@@ -119,6 +120,7 @@ struct tool_executor::state {
         auto& entry = running.emplace(key, std::move(call)).first->second;
         name = entry.name;
         args = std::move(entry.arguments_json); // the running entry needs its name alone
+        deadline = entry.deadline;
       } else {
         free.push_back(w);
       }
@@ -130,9 +132,12 @@ struct tool_executor::state {
     }
   }
 
-  // Runs one call; a tool that throws answers with the error, so its worker goes on.
-  tool_reply run(const std::string& name, const std::string& args) {
+  // Runs one call under its deadline (a sandboxed tool's processes are killed by it, so the
+  // worker comes back); a tool that throws answers with the error, so its worker goes on.
+  tool_reply run(const std::string& name, const std::string& args,
+                 clock_type::time_point deadline) {
     tool_reply reply;
+    call_deadline_scope scope{deadline};
     try {
       auto out = tools->call(name, args);
       if (out) {

@@ -194,4 +194,22 @@ expected<tool_output> tool_registry::call(std::string_view name,
   return it->second.fn(args.as_object());
 }
 
+namespace {
+thread_local std::chrono::steady_clock::time_point call_deadline =
+    std::chrono::steady_clock::time_point::max();
+} // namespace
+
+std::chrono::steady_clock::time_point current_call_deadline() noexcept {
+  return call_deadline;
+}
+
+call_deadline_scope::call_deadline_scope(std::chrono::steady_clock::time_point deadline) noexcept
+    : previous_(call_deadline) {
+  call_deadline = deadline;
+}
+
+call_deadline_scope::~call_deadline_scope() {
+  call_deadline = previous_;
+}
+
 } // namespace triad

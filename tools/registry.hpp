@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <string>
@@ -34,6 +35,25 @@ using tool_function = std::function<expected<tool_output>(const boost::json::obj
 /// the error names the field path, e.g. "arguments.flags[2]: expected string, got 42".
 expected<void> validate_arguments(const boost::json::object& schema,
                                   const boost::json::value& arguments);
+
+/// The deadline of the tool call running on this thread (time_point::max(): none). A tool that
+/// runs processes ends them by it: run_sandboxed takes it as its wall-clock limit when sooner.
+std::chrono::steady_clock::time_point current_call_deadline() noexcept;
+
+/// Sets current_call_deadline() on this thread for its lifetime (the tool executor, around each
+/// call it runs).
+class call_deadline_scope {
+public:
+  /// Makes `deadline` this thread's call deadline.
+  explicit call_deadline_scope(std::chrono::steady_clock::time_point deadline) noexcept;
+  /// Restores the one before.
+  ~call_deadline_scope();
+  call_deadline_scope(const call_deadline_scope&) = delete;
+  call_deadline_scope& operator=(const call_deadline_scope&) = delete;
+
+private:
+  std::chrono::steady_clock::time_point previous_;
+};
 
 /// All tools of a node, built-in and external, by name.
 class tool_registry {

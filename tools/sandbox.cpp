@@ -26,6 +26,7 @@
 
 #include "runtime/io.hpp"
 #include "tools/detail/cgroup.hpp"
+#include "tools/registry.hpp"
 
 namespace triad {
 
@@ -706,7 +707,8 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
   std::size_t written = 0;
   if (req.stdin_data.empty())
     in_w.reset();
-  auto deadline = start + req.limits.wall;
+  // The wall clock: the call's own limit, or the tool call's deadline when that comes sooner.
+  auto deadline = std::min(start + req.limits.wall, current_call_deadline());
   bool killed = false;
   std::optional<int> tool_status;
   std::int32_t failed_step = 0;

@@ -111,7 +111,8 @@ struct sandbox_result {
 /// call capping the memory, processes and CPU of the whole tree (cgroup v2, or the v1 memory and
 /// pids controllers; where neither is delegated, rlimits only and a warning); rlimits; a
 /// seccomp filter (no sockets but local ones, no ptrace, mount, module, reboot, namespace or
-/// keyring calls); and a wall-clock timeout that kills the whole tree. An error when the process
+/// keyring calls); and a wall-clock timeout (limits.wall, or the running tool call's deadline,
+/// current_call_deadline(), when sooner) that kills the whole tree. An error when the process
 /// cannot be started or sealed (it never runs unsealed).
 expected<sandbox_result> run_sandboxed(const sandbox_request& request);
 

@@ -421,6 +421,11 @@ int run(int argc, char** argv) {
     print(last_summary, stdout);
     out["metrics"] = to_json(last_summary);
   }
+  if (last_summary.errors.contains("http_400:scripts_not_allowed"))
+    std::fprintf(stderr,
+                 "triad-load: the node refuses the triad.script extension these calls use to force "
+                 "their lengths: start it with --allow-scripts ([server].allow_scripts = true), or "
+                 "run triad-load with --no-script\n");
   out["target"] = t->describe();
   out["workload"] = workload;
   out["seed"] = seed;

@@ -45,9 +45,9 @@ int run(int argc, char** argv) {
   app.add_option("--listen", listen, "listen on this address instead of [server].listen");
   std::string tools_root;
   app.add_option("--tools-root", tools_root,
-                 "directory the hosted tools work in (file_read's jail, shell's work "
-                 "directories); default: a fresh directory under the temp directory, removed "
-                 "at exit");
+                 "directory file_read reads and vector_search indexes (shell and compile see "
+                 "nothing of the host but /usr); default: a fresh directory under the temp "
+                 "directory, removed at exit");
   std::vector<std::string> host_tools;
   app.add_option("--host-tools", host_tools,
                  "built-in tools to host instead of [tools].hosted (file_read, shell, compile, "
@@ -103,12 +103,9 @@ int run(int argc, char** argv) {
   std::filesystem::path root = tools_root.empty() ? std::filesystem::temp_directory_path(ec) /
                                                         ("triad-node-" + std::to_string(::getpid()))
                                                   : std::filesystem::path{tools_root};
-  std::filesystem::create_directories(root / "work", ec);
+  std::filesystem::create_directories(root, ec);
   if (ec)
     return fail("cannot create the tools directory " + root.string() + ": " + ec.message());
-  auto tools = std::make_shared<triad::tool_registry>();
-  if (auto added = triad::add_hosted_tools(*tools, config.tools.hosted, root); !added)
-    return fail(added.error().message, config_error);
 
   // Signals are taken by sigwait in this thread only: block them before any thread starts.
   sigset_t signals;
@@ -118,7 +115,7 @@ int run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   triad::node_options options;
-  options.tools = tools;
+  options.tools_root = root;
   auto started = triad::node::start(config, options);
   if (!started)
     return fail("the node did not start: " + started.error().message);

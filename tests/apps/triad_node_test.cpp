@@ -44,4 +44,28 @@ BOOST_AUTO_TEST_CASE(a_config_file_error_exits_2) {
   std::filesystem::remove(path);
 }
 
+BOOST_AUTO_TEST_CASE(a_listener_beyond_loopback_without_an_api_key_exits_2) {
+  auto path = config_file("triad-node-test-open.toml", "");
+  auto r = run_command("timeout 20 " + binary("triad-node") + " --config " + path +
+                       " --listen 0.0.0.0 --port 0 2>&1");
+  BOOST_TEST(r.status == 2);
+  BOOST_TEST(r.out.find("api_key_env") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("--insecure") != std::string::npos, r.out);
+  std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(by_default_it_hosts_no_tool_and_takes_no_script) {
+  // Started, it prints what it serves; `timeout` then stops it (SIGTERM: a clean drain).
+  auto path = config_file("triad-node-test-default.toml", "");
+  auto r =
+      run_command("timeout -s TERM 10 " + binary("triad-node") + " --config " + path + " --port 0 2>&1");
+  BOOST_TEST(r.out.find("hosted tools: none; scripts off") != std::string::npos, r.out);
+  auto opened = run_command("timeout -s TERM 10 " + binary("triad-node") + " --config " + path +
+                            " --port 0 --host-tools shell,file_read --allow-scripts 2>&1");
+  BOOST_TEST(opened.out.find("hosted tools: shell, file_read in ") != std::string::npos,
+             opened.out);
+  BOOST_TEST(opened.out.find("scripts allowed") != std::string::npos, opened.out);
+  std::filesystem::remove(path);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -6,6 +6,7 @@
 
 #include "tests/printers.hpp"
 #include "tests/tools/test_support.hpp"
+#include "tools/builtin.hpp"
 #include "tools/executor.hpp"
 
 namespace json = boost::json;
@@ -187,6 +188,27 @@ BOOST_AUTO_TEST_CASE(a_submitted_call_past_its_deadline_times_out_once_and_the_n
   BOOST_TEST(!got[3].timed_out);
   // The first call's late result (at 600 ms) is dropped.
   BOOST_TEST(nothing_more(self, 800ms));
+}
+
+BOOST_AUTO_TEST_CASE(a_sandboxed_call_past_its_deadline_is_killed_and_its_worker_comes_back) {
+  auto tools = std::make_shared<triad::tool_registry>();
+  BOOST_REQUIRE(triad::add_shell_tool(*tools).has_value());
+  started_executor f{1, 8, tools};
+  caf::scoped_actor self{f.dom.system()};
+  auto now = std::chrono::steady_clock::now();
+  triad::tool_submission slow{"shell", R"({"command": "sleep 30; echo woke"})", now + 300ms,
+                              caf::actor{self}, 1};
+  triad::tool_submission next{"shell", R"({"command": "echo next"})", now + 20s, caf::actor{self},
+                              2};
+  for (auto* s : {&slow, &next})
+    BOOST_REQUIRE(f.ex->submit(*s) == triad::submit_result::accepted);
+  auto got = results(self, 2);
+  BOOST_TEST(got[1].timed_out);
+  BOOST_TEST(got[2].ok, got[2].content);
+  BOOST_TEST(got[2].content.find("next") != std::string::npos);
+  // The one worker ran the second call after the first's process was killed at its deadline,
+  // not after its 30 s sleep.
+  BOOST_TEST((std::chrono::steady_clock::now() - now < 10s));
 }
 
 BOOST_AUTO_TEST_CASE(stopping_finishes_the_running_call_answers_the_waiting_and_refuses_more) {
