@@ -149,8 +149,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     hosted = std::move(registry);
   }
   if (hosted) {
-    auto tools = tool_service::start(*n->domains_, n->plan_, *n->topo_, hosted, config.tools,
-                                     &n->metrics_);
+    auto tools =
+        tool_service::start(*n->domains_, n->plan_, *n->topo_, hosted, config.tools, &n->metrics_);
     if (!tools)
       return tools.error();
     n->tools_ = std::move(*tools);

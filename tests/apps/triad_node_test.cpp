@@ -57,8 +57,8 @@ BOOST_AUTO_TEST_CASE(a_listener_beyond_loopback_without_an_api_key_exits_2) {
 BOOST_AUTO_TEST_CASE(by_default_it_hosts_no_tool_and_takes_no_script) {
   // Started, it prints what it serves; `timeout` then stops it (SIGTERM: a clean drain).
   auto path = config_file("triad-node-test-default.toml", "");
-  auto r =
-      run_command("timeout -s TERM 10 " + binary("triad-node") + " --config " + path + " --port 0 2>&1");
+  auto r = run_command("timeout -s TERM 10 " + binary("triad-node") + " --config " + path +
+                       " --port 0 2>&1");
   BOOST_TEST(r.out.find("hosted tools: none; scripts off") != std::string::npos, r.out);
   auto opened = run_command("timeout -s TERM 10 " + binary("triad-node") + " --config " + path +
                             " --port 0 --host-tools shell,file_read --allow-scripts 2>&1");

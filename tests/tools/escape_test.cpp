@@ -24,6 +24,7 @@
 #include "actors/chat.hpp"
 #include "actors/node.hpp"
 #include "tests/actors/support.hpp"
+#include "tests/tools/test_support.hpp"
 #include "tools/builtin.hpp"
 
 namespace fs = std::filesystem;
@@ -193,18 +194,9 @@ BOOST_AUTO_TEST_CASE(a_fifo_does_not_block_file_read) {
 }
 
 BOOST_AUTO_TEST_CASE(the_network_is_unreachable_even_on_loopback) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  BOOST_REQUIRE(s >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  BOOST_REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  BOOST_REQUIRE(::listen(s, 4) == 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
-  auto out = shell("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(ntohs(addr.sin_port)) +
+  triad::test::loopback_listener listener;
+  auto out = shell("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(listener.port) +
                    " && echo CONNECTED; exec 4<>/dev/tcp/1.1.1.1/80 && echo CONNECTED");
-  ::close(s);
   BOOST_TEST(!contains(out, "CONNECTED"));
 }
 

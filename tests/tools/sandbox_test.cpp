@@ -10,6 +10,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "tests/tools/test_support.hpp"
 #include "tools/sandbox.hpp"
 
 namespace fs = std::filesystem;
@@ -155,19 +156,9 @@ BOOST_AUTO_TEST_CASE(megabytes_of_output_are_capped_and_flagged) {
 }
 
 BOOST_AUTO_TEST_CASE(a_tcp_connect_to_localhost_fails_even_with_a_listener) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  BOOST_REQUIRE(s >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  BOOST_REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  BOOST_REQUIRE(::listen(s, 4) == 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
-  auto port = std::to_string(ntohs(addr.sin_port));
-  auto r = bash("exec 3<>/dev/tcp/127.0.0.1/" + port + " && echo connected");
-  ::close(s);
+  triad::test::loopback_listener listener;
+  auto r =
+      bash("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(listener.port) + " && echo connected");
   BOOST_TEST(r.out.find("connected") == std::string::npos);
   BOOST_TEST(r.exit_code != 0);
 }

@@ -4,12 +4,39 @@
 #include <memory>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "tools/registry.hpp"
 
 namespace triad::test {
+
+/// A TCP socket listening on 127.0.0.1 at a free port, closed when it goes: what a sandboxed
+/// process must not reach.
+struct loopback_listener {
+  int fd = -1;
+  std::uint16_t port = 0;
+  loopback_listener() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    BOOST_REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    BOOST_REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    BOOST_REQUIRE(::listen(fd, 4) == 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+  }
+  ~loopback_listener() { ::close(fd); }
+  loopback_listener(const loopback_listener&) = delete;
+  loopback_listener& operator=(const loopback_listener&) = delete;
+};
 
 /// A registry with the tool "nap", that sleeps for `ms` milliseconds on its calling thread
 /// and answers "rested" (lets executor tests control how long a call holds a slot), and the
