@@ -58,4 +58,10 @@ ssize_t write_no_sigpipe(int fd, const void* from, std::size_t n) noexcept {
   return w;
 }
 
+void unique_fd::reset(int fd) noexcept {
+  if (fd_ >= 0)
+    ::close(fd_);
+  fd_ = fd;
+}
+
 } // namespace triad

@@ -42,53 +42,29 @@ int mcp_client::pid() const {
 }
 
 void mcp_client::kill_server() {
-  if (to_server_ >= 0)
-    ::close(to_server_);
-  if (from_server_ >= 0)
-    ::close(from_server_);
+  // The sandbox owns the pipes: they close as it goes.
+  server_ = sandbox_process{};
   to_server_ = from_server_ = -1;
-  if (pid_ > 0) {
-    ::kill(-pid_, SIGKILL);
-    ::kill(pid_, SIGKILL);
-    int st;
-    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-    }
-  }
   pid_ = -1;
   buffer_.clear();
 }
 
 expected<void> mcp_client::launch() {
-  std::vector<char*> argv, envp;
-  for (auto& a : config_.argv)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : config_.env)
-    envp.push_back(e.data());
-  envp.push_back(nullptr);
-  int in[2], out[2];
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)
-    return make_error(errc::system_error, std::string{"mcp: pipe: "} + std::strerror(errno));
-  pid_t pid = ::fork();
-  if (pid < 0)
-    return make_error(errc::system_error, std::string{"mcp: fork: "} + std::strerror(errno));
-  if (pid == 0) {
-    // Only system calls here: the parent has threads.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::dup2(in[0], 0);
-    ::dup2(out[1], 1);
-    int devnull = ::open("/dev/null", O_WRONLY);
-    if (devnull >= 0)
-      ::dup2(devnull, 2);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(in[0]);
-  ::close(out[1]);
-  pid_ = pid;
-  to_server_ = in[1];
-  from_server_ = out[0];
+  sandbox_request req;
+  req.argv = config_.argv;
+  req.env = config_.env;
+  req.read_only.insert(req.read_only.end(), config_.read_only.begin(), config_.read_only.end());
+  req.read_write = config_.read_write;
+  req.discard_stderr = true;
+  req.limits = config_.limits;
+  auto started = sandbox_process::start(req);
+  if (!started)
+    return make_error(started.error().code,
+                      "mcp server '" + config_.name + "': " + started.error().message);
+  server_ = std::move(*started);
+  pid_ = server_.pid();
+  to_server_ = server_.stdin_fd();
+  from_server_ = server_.stdout_fd();
   json::object params{{"protocolVersion", "2024-11-05"},
                       {"capabilities", json::object{}},
                       {"clientInfo", json::object{{"name", "triad"}, {"version", "0.1"}}}};

@@ -9,6 +9,7 @@
 #include <boost/json/object.hpp>
 
 #include "tools/registry.hpp"
+#include "tools/sandbox.hpp"
 
 namespace triad {
 
@@ -24,13 +25,31 @@ inline constexpr std::chrono::milliseconds min_backoff{250};
 inline constexpr std::chrono::milliseconds max_backoff{30'000};
 } // namespace defaults::mcp
 
-/// An external MCP server started as a child process speaking JSON-RPC 2.0 over stdio.
+/// The sandbox limits of an MCP server: a long-lived process, so no per-process CPU or
+/// address-space rlimit (a runtime such as node reserves gigabytes it never touches); the
+/// cgroup caps its memory and processes as a tool call's.
+inline sandbox_limits mcp_limits() {
+  sandbox_limits l;
+  l.cpu_seconds = static_cast<unsigned>(-1);
+  l.address_space_bytes = ~0ull;
+  l.open_files = 1024;
+  return l;
+}
+
+/// An external MCP server started as a child process speaking JSON-RPC 2.0 over stdio, in the
+/// sealed sandbox (sandbox_process) with its own profile: what it may read and write of the
+/// host besides /usr.
 struct mcp_server_config {
   std::string name;              ///< prefix of its tools in the registry: "<name>__<tool>"
-  std::vector<std::string> argv; ///< program (absolute path) and arguments
+  std::vector<std::string> argv; ///< program (absolute path inside the sandbox) and arguments
   std::vector<std::string> env;  ///< its environment
   std::chrono::milliseconds start_timeout = defaults::mcp::start_timeout; ///< initialize
   std::chrono::milliseconds call_timeout = defaults::mcp::call_timeout;   ///< per request
+  /// Host paths it reads besides /usr (its install directory), bound read-only.
+  std::vector<std::string> read_only;
+  /// Host directories it may write (the workspace it serves), bound writable.
+  std::vector<std::string> read_write;
+  sandbox_limits limits = mcp_limits(); ///< its cgroup and rlimits
 };
 
 /// A client of one MCP server: starts it, initializes, lists and calls tools with timeouts. A
@@ -38,16 +57,18 @@ struct mcp_server_config {
 /// later call, with exponential backoff. Thread-safe (one request at a time).
 class mcp_client {
 public:
-  /// Starts the server and runs the `initialize` handshake.
+  /// Starts the server in its sandbox and runs the `initialize` handshake; an error when it
+  /// cannot be sealed, started or initialized.
   static expected<std::shared_ptr<mcp_client>> start(mcp_server_config config);
-  /// Kills the server's process group and reaps it.
+  /// Kills the server's sandbox and reaps it.
   ~mcp_client();
 
   /// `tools/list`, as registry specs (names not yet prefixed).
   expected<std::vector<tool_spec>> list_tools();
   /// `tools/call`; the text parts of the result become the content, `isError` an error.
   expected<tool_output> call(const std::string& tool, const boost::json::object& arguments);
-  /// The server's pid while it runs, else -1 (tests use it to crash the server).
+  /// The pid of the server's sandbox (its init) while it runs, else -1 (tests use it to crash
+  /// the server).
   int pid() const;
   /// The configured name.
   const std::string& name() const noexcept { return config_.name; }
@@ -63,6 +84,7 @@ private:
 
   mcp_server_config config_;
   mutable std::mutex mutex_;
+  sandbox_process server_; // running while server_.pid() > 0
   int pid_ = -1;
   int to_server_ = -1;
   int from_server_ = -1;

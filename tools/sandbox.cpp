@@ -224,11 +224,19 @@ struct bind_plan {
   std::string target; // under new_root
   unsigned long keep; // flags of the source mount to keep (nosuid, nodev, noexec, ...)
   bool file = false;  // a file (an empty file is made to bind onto), else a directory
+  bool writable = false; // bound read-write (an MCP server's workspace), else read-only
 };
 
 struct sandbox_plan {
-  std::vector<std::string> dirs;                          // made in order under new_root
-  std::vector<bind_plan> binds;                           // read-only binds
+  // Paths under the new root before pivot_root, made here: the init may not allocate.
+  std::string tmp_dir = std::string{new_root} + "/tmp", work_dir = std::string{new_root} + "/work",
+              dev_dir = std::string{new_root} + "/dev", shm_dir = dev_dir + "/shm",
+              proc_dir = std::string{new_root} + "/proc",
+              passwd = std::string{new_root} + "/etc/passwd",
+              group = std::string{new_root} + "/etc/group", old_dir = std::string{new_root} + "/.old";
+  std::vector<std::string> base_dirs; // the new root's own: /etc, /dev, /proc, /tmp, /work
+  std::vector<std::string> dirs;      // mount points of the binds, made in order under new_root
+  std::vector<bind_plan> binds;       // host paths, read-only (or writable: read_write)
   std::vector<std::pair<std::string, std::string>> links; // (link, points to)
   std::vector<std::pair<std::string, std::string>> devs;  // (host device, target)
   std::string root_options, work_options, tmp_options;
@@ -329,12 +337,22 @@ expected<sandbox_plan> make_plan(const sandbox_request& req) {
       add_parents(p.dirs, path.substr(0, path.rfind('/')));
     p.binds.push_back({path, root + path, mount_flags_of(path), !S_ISDIR(st.st_mode)});
   }
+  for (const auto& path : req.read_write) {
+    struct stat st {};
+    if (path.empty() || path[0] != '/' || path.find("/..") != std::string::npos ||
+        ::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return make_error(errc::invalid_argument,
+                        "sandbox: writable path '" + path +
+                            "' must be an absolute path of an existing directory");
+    add_parents(p.dirs, path);
+    p.binds.push_back({path, root + path, mount_flags_of(path), false, true});
+  }
   // The dynamic loader's cache (no secret), so programs find their libraries quickly.
   if (::access("/etc/ld.so.cache", R_OK) == 0)
     p.binds.push_back(
         {"/etc/ld.so.cache", root + "/etc/ld.so.cache", mount_flags_of("/etc/ld.so.cache"), true});
   for (const char* dir : {"/etc", "/dev", "/proc", "/tmp", "/work", "/.old"})
-    add_parents(p.dirs, dir);
+    p.base_dirs.push_back(root + dir);
   for (const char* dev : {"null", "zero", "full", "random", "urandom"})
     if (::access((std::string{"/dev/"} + dev).c_str(), F_OK) == 0)
       p.devs.emplace_back(std::string{"/dev/"} + dev, root + "/dev/" + dev);
@@ -370,6 +388,19 @@ expected<sandbox_plan> make_plan(const sandbox_request& req) {
 
 // -- the processes --
 
+// Writes `value` in decimal at `out` with a terminating NUL (at most 11 characters).
+void write_number(char* out, int value) {
+  char digits[12];
+  int len = 0;
+  do {
+    digits[len++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value > 0 && len < 11);
+  while (len > 0)
+    *out++ = digits[--len];
+  *out = '\0';
+}
+
 // Writes `text` to a new file `path` (mode 0644); false on failure.
 bool write_whole(const char* path, const std::string& text, int mode = 0644) {
   int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
@@ -390,6 +421,7 @@ bool write_whole(const char* path, const std::string& text, int mode = 0644) {
 struct child_args {
   const sandbox_request* req;
   const sandbox_plan* plan;
+  int* bind_fds; // one per plan->binds, filled by the init (its own copy)
   char* const* argv;
   char* const* envp;
   int in_fd, out_fd, err_fd, report_fd, go_fd;
@@ -416,9 +448,12 @@ struct child_args {
     set(RLIMIT_NPROC, l.processes);
   if (::dup2(a.in_fd, 0) < 0 || ::dup2(a.out_fd, 1) < 0 || ::dup2(a.err_fd, 2) < 0)
     child_fail(a.report_fd, redirect, errno);
-  for (int fd = 3; fd < 1024; ++fd)
-    if (fd != a.report_fd)
-      ::close(fd);
+  // Every descriptor but stdio and the report pipe (close-on-exec): two close_range calls
+  // instead of a close per possible descriptor.
+  const unsigned report = static_cast<unsigned>(a.report_fd);
+  if (report > 3)
+    ::syscall(SYS_close_range, 3u, report - 1, 0u);
+  ::syscall(SYS_close_range, std::max(report + 1, 3u), ~0u, 0u);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
       (a.filter != nullptr && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, a.filter) != 0))
     child_fail(a.report_fd, seal, errno);
@@ -444,24 +479,45 @@ struct child_args {
     child_fail(fd, wait_go, errno);
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     child_fail(fd, private_mounts, errno);
+  // The host paths to bind, held before the new root covers /tmp (a source under the host's
+  // /tmp would be hidden by then): bound from /proc/self/fd/N below.
+  int* sources = a.bind_fds;
+  for (std::size_t i = 0; i < p.binds.size(); ++i)
+    if ((sources[i] = ::open(p.binds[i].source.c_str(), O_PATH | O_CLOEXEC)) < 0)
+      child_fail(fd, bind_read_only, errno);
   if (::mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, p.root_options.c_str()) != 0)
     child_fail(fd, root_tmpfs, errno);
+  for (const auto& d : p.base_dirs)
+    if (::mkdir(d.c_str(), 0755) != 0)
+      child_fail(fd, make_dirs, errno);
+  // /tmp and /work first: a host path bound below one of them (an MCP server's workspace under
+  // the host's /tmp) lands inside the tmpfs instead of under it.
+  if (::mount("tmpfs", p.tmp_dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.tmp_options.c_str()) !=
+          0 ||
+      ::mount("tmpfs", p.work_dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.work_options.c_str()) !=
+          0)
+    child_fail(fd, mount_tmpfs, errno);
   for (const auto& d : p.dirs)
     if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST)
       child_fail(fd, make_dirs, errno);
-  for (const auto& b : p.binds) {
+  for (std::size_t i = 0; i < p.binds.size(); ++i) {
+    const auto& b = p.binds[i];
+    char source[32] = "/proc/self/fd/";
+    write_number(source + 14, sources[i]);
     if (b.file) {
       int f = ::open(b.target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
       if (f < 0)
         child_fail(fd, bind_read_only, errno);
       ::close(f);
     }
-    if (::mount(b.source.c_str(), b.target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+    if (::mount(source, b.target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
         ::mount(nullptr, b.target.c_str(), nullptr,
-                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | b.keep, nullptr) != 0)
+                MS_REMOUNT | MS_BIND | (b.writable ? 0 : MS_RDONLY) | MS_NOSUID | MS_NODEV | b.keep,
+                nullptr) != 0)
       child_fail(fd, bind_read_only, errno);
+    ::close(sources[i]);
   }
-  const std::string dev = std::string{new_root} + "/dev";
+  const std::string& dev = p.dev_dir;
   if (::mount("tmpfs", dev.c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755") != 0)
     child_fail(fd, make_dev, errno);
   for (const auto& [host, target] : p.devs) {
@@ -475,12 +531,10 @@ struct child_args {
   for (const auto& [link, to] : p.links)
     if (::symlink(to.c_str(), link.c_str()) != 0)
       child_fail(fd, make_links, errno);
-  const std::string shm = dev + "/shm", tmp = std::string{new_root} + "/tmp",
-                    work = std::string{new_root} + "/work", proc = std::string{new_root} + "/proc";
+  const std::string& shm = p.shm_dir;
+  const std::string& proc = p.proc_dir;
   if (::mkdir(shm.c_str(), 01777) != 0 ||
-      ::mount("tmpfs", shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.tmp_options.c_str()) != 0 ||
-      ::mount("tmpfs", tmp.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.tmp_options.c_str()) != 0 ||
-      ::mount("tmpfs", work.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.work_options.c_str()) != 0)
+      ::mount("tmpfs", shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.tmp_options.c_str()) != 0)
     child_fail(fd, mount_tmpfs, errno);
   // /dev holds its nodes, links and /dev/shm: nothing more is written there.
   if (::mount(nullptr, dev.c_str(), nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
@@ -488,12 +542,9 @@ struct child_args {
     child_fail(fd, make_dev, errno);
   if (::mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     send(fd, {report::no_proc, 0, errno});
-  const std::string passwd = std::string{new_root} + "/etc/passwd",
-                    group = std::string{new_root} + "/etc/group";
-  if (!write_whole(passwd.c_str(), p.etc_passwd) || !write_whole(group.c_str(), p.etc_group))
+  if (!write_whole(p.passwd.c_str(), p.etc_passwd) || !write_whole(p.group.c_str(), p.etc_group))
     child_fail(fd, write_etc, errno);
-  const std::string old = std::string{new_root} + "/.old";
-  if (::syscall(SYS_pivot_root, new_root, old.c_str()) != 0 || ::chdir("/") != 0 ||
+  if (::syscall(SYS_pivot_root, new_root, p.old_dir.c_str()) != 0 || ::chdir("/") != 0 ||
       ::umount2("/.old", MNT_DETACH) != 0 || ::rmdir("/.old") != 0)
     child_fail(fd, pivot, errno);
   if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
@@ -559,16 +610,6 @@ bool hit_address_space_limit(const sandbox_result& r, std::uint64_t limit) {
   return false;
 }
 
-// Closes a descriptor once.
-struct fd_guard {
-  int fd = -1;
-  ~fd_guard() { reset(); }
-  void reset() {
-    if (fd >= 0)
-      ::close(fd);
-    fd = -1;
-  }
-};
 
 // Writes the id maps of process `pid` (its new user namespace); an unprivileged writer must
 // `deny` setgroups first.
@@ -596,7 +637,29 @@ expected<void> write_id_maps(pid_t pid, const sandbox_plan& p) {
 
 } // namespace
 
-expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
+// -- sandbox_process --
+
+struct sandbox_process::impl {
+  pid_t pid = -1;
+  unique_fd in, out, err, report;
+  std::optional<detail::call_cgroup> group;
+  std::vector<std::string> isolation, warnings;
+  clock_type::time_point started;
+  bool reaped = false;
+  int status = 0;
+  rusage usage{};
+
+  ~impl() {
+    if (pid > 0 && !reaped) {
+      ::kill(pid, SIGKILL);
+      int st = 0;
+      while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+};
+
+expected<sandbox_process> sandbox_process::start(const sandbox_request& req) {
   if (req.argv.empty() || req.argv[0].empty() || req.argv[0][0] != '/')
     return make_error(errc::invalid_argument,
                       "sandbox: argv[0] must be an absolute program path, got '" +
@@ -604,19 +667,19 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
   auto plan = make_plan(req);
   if (!plan)
     return plan.error();
+  auto self = std::make_unique<impl>();
   const auto& program = seccomp_program();
-  sandbox_result result;
   sock_fprog filter{};
   if (program.error.empty()) {
     filter.len = static_cast<unsigned short>(program.code.size());
     filter.filter = const_cast<sock_filter*>(program.code.data());
   } else {
-    result.warnings.push_back("seccomp not applied: " + program.error);
+    self->warnings.push_back("seccomp not applied: " + program.error);
   }
   // Whether a cgroup can be had is known once (the first call makes one); RLIMIT_NPROC is the
   // fallback where none can.
   plan->limit_nproc = plan->as_root && !detail::call_cgroup::supported();
-  // argv and envp prepared before fork: the children may not allocate.
+  // argv and envp prepared before the clone: the children may not allocate.
   std::vector<char*> argv, envp;
   for (const auto& a : req.argv)
     argv.push_back(const_cast<char*>(a.c_str()));
@@ -625,14 +688,23 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
     envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
-  int in[2], out[2], err[2], rep[2], go[2];
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
-      ::pipe2(rep, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0)
+  int in[2], out[2], err[2] = {-1, -1}, rep[2], go[2];
+  bool piped = ::pipe2(in, O_CLOEXEC) == 0 && ::pipe2(out, O_CLOEXEC) == 0 &&
+               ::pipe2(rep, O_CLOEXEC) == 0 && ::pipe2(go, O_CLOEXEC) == 0;
+  // A discarded stderr is the host's /dev/null, opened here (the tool's own /dev/null is the
+  // same node).
+  if (piped && req.discard_stderr)
+    piped = (err[1] = ::open("/dev/null", O_WRONLY | O_CLOEXEC)) >= 0;
+  else if (piped)
+    piped = ::pipe2(err, O_CLOEXEC) == 0;
+  if (!piped)
     return make_error(errc::system_error, std::string{"sandbox: pipe: "} + std::strerror(errno));
-  fd_guard in_w{in[1]}, out_r{out[0]}, err_r{err[0]}, rep_r{rep[0]}, go_w{go[1]};
-  fd_guard in_r{in[0]}, out_w{out[1]}, err_w{err[1]}, rep_w{rep[1]}, go_r{go[0]};
+  unique_fd in_w{in[1]}, out_r{out[0]}, err_r{err[0]}, rep_r{rep[0]}, go_w{go[1]};
+  unique_fd in_r{in[0]}, out_w{out[1]}, err_w{err[1]}, rep_w{rep[1]}, go_r{go[0]};
+  std::vector<int> bind_fds(plan->binds.size(), -1);
   child_args args{&req,
                   &*plan,
+                  bind_fds.data(),
                   argv.data(),
                   envp.data(),
                   in[0],
@@ -642,7 +714,7 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
                   go[0],
                   {in[1], out[0], err[0], rep[0]},
                   program.error.empty() ? &filter : nullptr};
-  auto start = clock_type::now();
+  self->started = clock_type::now();
   // The namespace's init, cloned straight into its namespaces (one copy of the node's page
   // tables; the tool's process is vforked from it).
   pid_t pid = static_cast<pid_t>(::syscall(SYS_clone,
@@ -653,11 +725,12 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
     return make_error(errc::unsupported,
                       std::string{"sandbox: cannot make the user, pid, net, mount, ipc and uts "
                                   "namespaces (clone: "} +
-                          std::strerror(errno) + "); the tool was not run");
+                          std::strerror(errno) + "); the program was not run");
   if (pid == 0) {
     ::close(go[1]);
     init_main(args);
   }
+  self->pid = pid;
   in_r.reset();
   out_w.reset();
   err_w.reset();
@@ -665,45 +738,125 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
   go_r.reset();
 
   // Map its ids and let it build its root; meanwhile make the call's cgroup (memory, processes
-  // and CPU of the whole tree) and move it in, then let it start the tool.
+  // and CPU of the whole tree) and move it in, then let it start the program.
   std::string setup_error;
-  std::optional<detail::call_cgroup> group;
   if (auto maps = write_id_maps(pid, *plan); !maps)
     setup_error = maps.error().message;
-  else if (::write(go_w.fd, "g", 1) != 1)
+  else if (::write(go_w.get(), "g", 1) != 1)
     setup_error = std::string{"telling the sandbox to go on: "} + std::strerror(errno);
   if (setup_error.empty()) {
     if (auto g = detail::call_cgroup::create(
             {req.limits.memory_bytes, req.limits.pids, req.limits.cpus})) {
-      group.emplace(std::move(*g));
-      if (auto attached = group->attach(pid); !attached)
+      self->group.emplace(std::move(*g));
+      if (auto attached = self->group->attach(pid); !attached)
         setup_error = attached.error().message;
     } else {
-      result.warnings.push_back("no cgroup for the call (" + g.error().message +
-                                "): its processes are bounded by rlimits only, not in total");
+      self->warnings.push_back("no cgroup for the call (" + g.error().message +
+                               "): its processes are bounded by rlimits only, not in total");
     }
   }
-  if (setup_error.empty() && ::write(go_w.fd, "c", 1) != 1)
+  if (setup_error.empty() && ::write(go_w.get(), "c", 1) != 1)
     setup_error = std::string{"telling the sandbox to go on: "} + std::strerror(errno);
   go_w.reset();
   if (!setup_error.empty()) {
+    // The init may have ended first, at a step it reports: that is the cause to name.
     ::kill(pid, SIGKILL);
-    int st = 0;
-    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    return make_error(errc::unsupported,
-                      "sandbox: cannot seal the process off (" + setup_error + "); it was not run");
+    report r{};
+    while (::read(rep_r.get(), &r, sizeof r) == sizeof r)
+      if (r.kind == report::failed) {
+        setup_error = std::string{step_name(r.a)} + ": " + std::strerror(static_cast<int>(r.b));
+        break;
+      }
+    return make_error(errc::unsupported, "sandbox: cannot seal the process off (" + setup_error +
+                                             "); it was not run");
   }
-  result.isolation = {"user_ns", "pid_ns",     "net_ns",         "mount_ns",   "ipc_ns",
-                      "uts_ns",  "pivot_root", "read_only_root", "tmpfs_work", "unprivileged_user"};
+  self->isolation = {"user_ns",    "pid_ns",         "net_ns",     "mount_ns",         "ipc_ns",
+                     "uts_ns",     "pivot_root",     "read_only_root", "tmpfs_work",
+                     "unprivileged_user"};
   if (program.error.empty())
-    result.isolation.push_back("seccomp");
-  if (group)
-    result.isolation.push_back(group->name());
-  result.isolation.push_back("rlimits");
+    self->isolation.push_back("seccomp");
+  if (self->group)
+    self->isolation.push_back(self->group->name());
+  self->isolation.push_back("rlimits");
+  self->in = std::exchange(in_w, unique_fd{});
+  self->out = std::exchange(out_r, unique_fd{});
+  self->err = std::exchange(err_r, unique_fd{});
+  self->report = std::exchange(rep_r, unique_fd{});
+  sandbox_process proc;
+  proc.impl_ = std::move(self);
+  return proc;
+}
+
+sandbox_process::sandbox_process() = default;
+sandbox_process::sandbox_process(sandbox_process&&) noexcept = default;
+sandbox_process& sandbox_process::operator=(sandbox_process&&) noexcept = default;
+sandbox_process::~sandbox_process() = default;
+
+pid_t sandbox_process::pid() const noexcept {
+  return impl_ ? impl_->pid : -1;
+}
+int sandbox_process::stdin_fd() const noexcept {
+  return impl_ ? impl_->in.get() : -1;
+}
+int sandbox_process::stdout_fd() const noexcept {
+  return impl_ ? impl_->out.get() : -1;
+}
+int sandbox_process::stderr_fd() const noexcept {
+  return impl_ ? impl_->err.get() : -1;
+}
+void sandbox_process::close_stdin() noexcept {
+  if (impl_)
+    impl_->in.reset();
+}
+const std::vector<std::string>& sandbox_process::isolation() const noexcept {
+  static const std::vector<std::string> none;
+  return impl_ ? impl_->isolation : none;
+}
+const std::vector<std::string>& sandbox_process::warnings() const noexcept {
+  static const std::vector<std::string> none;
+  return impl_ ? impl_->warnings : none;
+}
+
+void sandbox_process::kill() noexcept {
+  if (!impl_ || impl_->reaped)
+    return;
+  if (impl_->group)
+    impl_->group->kill_all();
+  ::kill(-impl_->pid, SIGKILL);
+  ::kill(impl_->pid, SIGKILL);
+}
+
+int sandbox_process::wait() noexcept {
+  if (!impl_)
+    return 0;
+  if (!impl_->reaped) {
+    while (::wait4(impl_->pid, &impl_->status, 0, &impl_->usage) < 0 && errno == EINTR) {
+    }
+    impl_->reaped = true;
+    ::kill(-impl_->pid, SIGKILL); // anything of its group still alive
+  }
+  return impl_->status;
+}
+
+expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
+  auto started = sandbox_process::start(req);
+  if (!started)
+    return started.error();
+  auto& proc = *started;
+  auto& self = *proc.impl_;
+  const pid_t pid = self.pid;
+  const auto start = self.started;
+  auto& group = self.group;
+  auto& in_w = self.in;
+  auto& out_r = self.out;
+  auto& err_r = self.err;
+  auto& rep_r = self.report;
+  sandbox_result result;
+  result.isolation = self.isolation;
+  result.warnings = self.warnings;
 
   // Feed stdin, drain stdout/stderr under the caps, read the reports, enforce the wall clock.
-  ::fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
+  ::fcntl(in_w.get(), F_SETFL, O_NONBLOCK);
   std::size_t written = 0;
   if (req.stdin_data.empty())
     in_w.reset();
@@ -717,17 +870,17 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
   for (std::size_t i = 0; i < req.collect.size(); ++i)
     result.collected[i] = {req.collect[i], -1};
   char buf[65536];
-  while (out_r.fd >= 0 || err_r.fd >= 0 || rep_r.fd >= 0) {
+  while (out_r.get() >= 0 || err_r.get() >= 0 || rep_r.get() >= 0) {
     pollfd fds[4];
     int n = 0;
-    if (out_r.fd >= 0)
-      fds[n++] = {out_r.fd, POLLIN, 0};
-    if (err_r.fd >= 0)
-      fds[n++] = {err_r.fd, POLLIN, 0};
-    if (rep_r.fd >= 0)
-      fds[n++] = {rep_r.fd, POLLIN, 0};
-    if (in_w.fd >= 0)
-      fds[n++] = {in_w.fd, POLLOUT, 0};
+    if (out_r.get() >= 0)
+      fds[n++] = {out_r.get(), POLLIN, 0};
+    if (err_r.get() >= 0)
+      fds[n++] = {err_r.get(), POLLIN, 0};
+    if (rep_r.get() >= 0)
+      fds[n++] = {rep_r.get(), POLLIN, 0};
+    if (in_w.get() >= 0)
+      fds[n++] = {in_w.get(), POLLOUT, 0};
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
     int timeout = killed ? 1000 : static_cast<int>(std::max<std::int64_t>(0, left.count()));
     int ready = ::poll(fds, static_cast<nfds_t>(n), timeout);
@@ -749,8 +902,8 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
     for (int i = 0; i < n; ++i) {
       if (fds[i].revents == 0)
         continue;
-      if (fds[i].fd == in_w.fd) {
-        auto w = write_no_sigpipe(in_w.fd, req.stdin_data.data() + written,
+      if (fds[i].fd == in_w.get()) {
+        auto w = write_no_sigpipe(in_w.get(), req.stdin_data.data() + written,
                                   req.stdin_data.size() - written);
         if (w > 0)
           written += static_cast<std::size_t>(w);
@@ -758,9 +911,9 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
           in_w.reset();
         continue;
       }
-      if (fds[i].fd == rep_r.fd) {
+      if (fds[i].fd == rep_r.get()) {
         report r{};
-        if (::read(rep_r.fd, &r, sizeof r) != sizeof r) {
+        if (::read(rep_r.get(), &r, sizeof r) != sizeof r) {
           rep_r.reset();
           continue;
         }
@@ -776,7 +929,7 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
                                     std::strerror(static_cast<int>(r.b)));
         continue;
       }
-      bool is_out = fds[i].fd == out_r.fd;
+      bool is_out = fds[i].fd == out_r.get();
       auto r = ::read(fds[i].fd, buf, sizeof(buf));
       if (r <= 0) {
         (is_out ? out_r : err_r).reset();
@@ -792,11 +945,8 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
     }
   }
   in_w.reset();
-  int st = 0;
-  rusage usage{};
-  while (::wait4(pid, &st, 0, &usage) < 0 && errno == EINTR) {
-  }
-  ::kill(-pid, SIGKILL); // anything of its group still alive
+  const int st = proc.wait();
+  const rusage& usage = self.usage;
   result.wall_seconds = std::chrono::duration<double>(clock_type::now() - start).count();
   result.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                        static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;

@@ -3,9 +3,12 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <sys/types.h>
 
 #include "runtime/error.hpp"
 
@@ -78,7 +81,11 @@ struct sandbox_request {
   /// Host directories bound read-only at the same path (the rest of the host is not there);
   /// /bin, /lib, /lib64 and /sbin follow /usr where the host merged them into it.
   std::vector<std::string> read_only = {"/usr"};
-  sandbox_limits limits; ///< resource limits
+  /// Host directories bound writable (nosuid, nodev) at the same path: none for tools; an MCP
+  /// server's workspace.
+  std::vector<std::string> read_write;
+  bool discard_stderr = false; ///< stderr to /dev/null (a long-lived server nobody reads)
+  sandbox_limits limits;       ///< resource limits
 };
 
 /// What happened to a sandboxed process.
@@ -101,6 +108,50 @@ struct sandbox_result {
   std::vector<std::pair<std::string, std::int64_t>> collected;
   std::vector<std::string> isolation; ///< what was applied: "user_ns", "pivot_root", ...
   std::vector<std::string> warnings;  ///< what could not be applied, and why
+};
+
+/// A process sealed off from the host as run_sandboxed seals one, started and left running (an
+/// MCP server): the caller writes its stdin and reads its stdout (and stderr) through the
+/// descriptors, which stay the process's until it goes. No wall clock of its own; it ends when
+/// its program exits, or with kill(), or when the object goes (killed and reaped).
+class sandbox_process {
+public:
+  /// Seals and starts `request`'s program (stdin_data, files before it starts, and
+  /// discard_stderr apply; collect and limits.wall do not). An error when it cannot be started
+  /// or sealed.
+  static expected<sandbox_process> start(const sandbox_request& request);
+
+  /// An empty handle.
+  sandbox_process();
+  sandbox_process(sandbox_process&&) noexcept;
+  sandbox_process& operator=(sandbox_process&&) noexcept;
+  /// Kills and reaps the process, if it still runs.
+  ~sandbox_process();
+
+  /// The pid (in the node's namespace) of the sandbox's init: killing it ends everything
+  /// inside.
+  pid_t pid() const noexcept;
+  /// Writing end of its stdin (-1 once closed).
+  int stdin_fd() const noexcept;
+  /// Reading end of its stdout.
+  int stdout_fd() const noexcept;
+  /// Reading end of its stderr (-1 when discarded).
+  int stderr_fd() const noexcept;
+  /// Closes its stdin (end of input).
+  void close_stdin() noexcept;
+  /// What was applied, as sandbox_result::isolation says.
+  const std::vector<std::string>& isolation() const noexcept;
+  /// What could not be applied (no cgroup, no seccomp).
+  const std::vector<std::string>& warnings() const noexcept;
+  /// SIGKILL to the sandbox (its init, its cgroup, its process group).
+  void kill() noexcept;
+  /// Waits for it to end; its init's wait status.
+  int wait() noexcept;
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+  friend expected<sandbox_result> run_sandboxed(const sandbox_request& request);
 };
 
 /// Runs a process sealed off from the host with the kernel's own mechanisms (the practice of

@@ -50,6 +50,14 @@ struct mcp_fixture {
     c.argv = {std::getenv("TRIAD_NODE"), server_script(), fs::canonical(root).string()};
     c.env = {"PATH=/usr/bin:/bin", "HOME=" + root.string()};
     c.call_timeout = call_timeout;
+    // Its sandbox profile: its npm prefix (and node, when not under /usr) read-only, the
+    // directory it serves writable.
+    auto script = server_script();
+    c.read_only = {script.substr(0, script.find("/node_modules/"))};
+    std::string node = std::getenv("TRIAD_NODE");
+    if (!node.starts_with("/usr/"))
+      c.read_only.push_back(fs::path{node}.parent_path().string());
+    c.read_write = {fs::canonical(root).string()};
     return c;
   }
   fs::path root;
@@ -77,13 +85,27 @@ BOOST_AUTO_TEST_CASE(tools_are_listed_and_a_call_round_trips_through_the_registr
   BOOST_TEST(!outside);
 }
 
+BOOST_AUTO_TEST_CASE(the_server_sees_only_its_profile) {
+  // A directory of the host outside its profile does not exist in its sandbox: asked to serve
+  // one, the server fails to start.
+  auto elsewhere = fs::temp_directory_path() / ("triad-mcp-elsewhere-" + std::to_string(::getpid()));
+  fs::create_directories(elsewhere);
+  auto c = config();
+  c.argv.back() = fs::canonical(elsewhere).string();
+  c.start_timeout = 10s;
+  auto client = triad::mcp_client::start(c);
+  fs::remove_all(elsewhere);
+  BOOST_TEST(!client.has_value());
+}
+
 BOOST_AUTO_TEST_CASE(a_server_that_crashes_fails_the_call_and_is_restarted_later) {
   auto client = triad::mcp_client::start(config());
   BOOST_REQUIRE(client.has_value());
   auto path = (fs::canonical(root) / "notes.txt").string();
   json::object args{{"path", path}};
   BOOST_REQUIRE((*client)->call("read_text_file", args).has_value());
-  ::kill((*client)->pid(), SIGKILL);
+  ::kill((*client)->pid(), SIGKILL); // the sandbox's init: the server goes with its namespace
+  std::this_thread::sleep_for(200ms); // which the kernel takes down after the init, not at once
   auto failed = (*client)->call("read_text_file", args);
   BOOST_REQUIRE(!failed);
   BOOST_TEST(failed.error().message.find("exited") != std::string::npos);
