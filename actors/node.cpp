@@ -10,6 +10,7 @@
 #include "devices/factory.hpp"
 #include "runtime/memory.hpp"
 #include "tools/builtin.hpp"
+#include "tools/mcp.hpp"
 #include "tools/service.hpp"
 
 namespace triad {
@@ -142,10 +143,26 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     routed.push_back({dev.name, dev.role, *actor, slots == 0 ? o.max_sequences : slots});
   }
   auto hosted = options.tools;
-  if (!hosted && !config.tools.hosted.empty()) {
+  if (!hosted && (!config.tools.hosted.empty() || !config.mcp_servers.empty())) {
     auto registry = std::make_shared<tool_registry>();
     if (auto added = add_hosted_tools(*registry, config.tools.hosted, options.tools_root); !added)
       return make_error(added.error().code, "[tools].hosted: " + added.error().message);
+    // Each configured MCP server, started in its sandbox; its tools are "<name>__<tool>".
+    for (const auto& entry : config.mcp_servers) {
+      mcp_server_config server;
+      server.name = entry.name;
+      server.argv = entry.command;
+      server.env = entry.env;
+      server.read_only = entry.read_only;
+      server.read_write = entry.read_write;
+      auto client = mcp_client::start(std::move(server));
+      if (!client)
+        return make_error(client.error().code,
+                          "[[mcp_servers]] " + entry.name + ": " + client.error().message);
+      if (auto added = add_mcp_tools(*registry, *client); !added)
+        return make_error(added.error().code,
+                          "[[mcp_servers]] " + entry.name + ": " + added.error().message);
+    }
     hosted = std::move(registry);
   }
   if (hosted) {

@@ -34,8 +34,9 @@ class tool_service;
 /// the policies of the request actors and the router).
 struct node_options {
   /// The tools the node hosts (built-ins, MCP servers, the embedder's own). Null: the built-ins
-  /// the config names in `[tools].hosted` (add_hosted_tools over tools_root), and none when it
-  /// names none: a model's tool call then gets "this node hosts no tools" as its result.
+  /// the config names in `[tools].hosted` (add_hosted_tools over tools_root) and the tools of
+  /// the `[[mcp_servers]]` it configures (each started in the sandbox), and none when it names
+  /// none: a model's tool call then gets "this node hosts no tools" as its result.
   std::shared_ptr<const tool_registry> tools;
   /// The directory file_read reads and vector_search indexes, when `[tools].hosted` names them
   /// and `tools` is null.

@@ -52,7 +52,9 @@ constexpr std::string_view device_name_allowed = "1..64 characters from A-Z, a-z
 
 constexpr std::string_view root_keys[] = {"topology",     "scheduler", "tools",         "memory",
                                           "limits",       "model",     "orchestration", "devices",
-                                          "sim_profiles", "server"};
+                                          "sim_profiles", "server",    "mcp_servers"};
+constexpr std::string_view mcp_server_keys[] = {"name", "command", "env", "read_only",
+                                                "read_write"};
 constexpr std::string_view server_keys[] = {"listen",           "port",
                                             "api_key_env",      "allow_scripts",
                                             "max_header_bytes", "header_timeout_ms",
@@ -678,6 +680,45 @@ public:
     return field::valid;
   }
 
+  /// Reads an array of strings into `out`; `problem` names what is wrong with one (nullptr: it
+  /// is fine).
+  template<class Check>
+  field strings(const scope& s, std::string_view key, std::string_view allowed,
+                std::vector<std::string>& out, Check problem) {
+    const toml::node* node = s.table.get(key);
+    if (node == nullptr) {
+      return field::absent;
+    }
+    const std::string path = s.key_path(key);
+    const auto* array = node->as_array();
+    if (array == nullptr) {
+      fail_value(s.value_pos(*node), path, *node, wrong_type(*node), allowed);
+      return field::invalid;
+    }
+    const position array_pos = s.value_pos(*node);
+    std::vector<std::string> picked;
+    bool valid = true;
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const toml::node& element = (*array)[i];
+      const std::string element_path = path + "[" + std::to_string(i) + "]";
+      const position element_pos = position_of(element.source(), array_pos);
+      const auto* value = element.as_string();
+      const char* wrong = value == nullptr ? nullptr : problem(value->get());
+      if (value == nullptr || wrong != nullptr) {
+        fail_value(element_pos, element_path, element,
+                   value == nullptr ? wrong_type(element) : std::string{wrong}, allowed);
+        valid = false;
+        continue;
+      }
+      picked.push_back(value->get());
+    }
+    if (!valid) {
+      return field::invalid;
+    }
+    out = std::move(picked);
+    return field::valid;
+  }
+
   /// Reads an array of distinct strings, each one of `names`, into `out`.
   field names(const scope& s, std::string_view key, std::span<const std::string_view> names,
               std::vector<std::string>& out) {
@@ -1055,6 +1096,53 @@ void read_device(reader& r, const scope& s, device_config& out, seen_names& name
 }
 
 /// Reads the array of tables `key` (`[[key]]`), each element with `read`.
+void read_mcp_server(reader& r, const scope& s, mcp_server_entry& out, seen_names& names) {
+  r.check_keys(s, mcp_server_keys, "in [[mcp_servers]]");
+  field name_state = field::absent;
+  const auto* name = r.string(s, "name", device_name_allowed, name_state);
+  if (name_state == field::absent) {
+    r.fail_missing(s, "name", " (every MCP server needs a name: its tools are <name>__<tool>)",
+                   device_name_allowed);
+  } else if (name != nullptr) {
+    const position pos = s.value_pos(*name);
+    const std::string path = s.key_path("name");
+    if (!is_valid_device_name(name->get())) {
+      r.fail_value(pos, path, *name, "not a valid name", device_name_allowed);
+    } else if (auto it = names.find(name->get()); it != names.end()) {
+      r.fail_value(pos, path, *name,
+                   "duplicate MCP server name, already given by " + it->second.path + " at " +
+                       r.location(it->second.pos),
+                   "names unique across MCP servers");
+    } else {
+      names.emplace(name->get(), seen_name{path, pos});
+      out.name = name->get();
+    }
+  }
+  auto absolute = [](const std::string& v) -> const char* {
+    return v.empty() || v[0] != '/' ? "not an absolute path" : nullptr;
+  };
+  auto anything = [](const std::string&) -> const char* { return nullptr; };
+  const field command =
+      r.strings(s, "command", "an array: the program's absolute path, then its arguments",
+                out.command, anything);
+  if (command == field::absent)
+    r.fail_missing(s, "command", " (the program to start and its arguments)",
+                   "an array: the program's absolute path, then its arguments");
+  else if (command == field::valid &&
+           (out.command.empty() || out.command[0].empty() || out.command[0][0] != '/')) {
+    const toml::node& node = *s.table.get("command");
+    r.fail_value(s.value_pos(node), s.key_path("command"), node,
+                 "the program must be an absolute path",
+                 "an array: the program's absolute path, then its arguments");
+  }
+  r.strings(s, "env", "an array of \"KEY=value\" strings", out.env,
+            [](const std::string& v) -> const char* {
+              return v.find('=') == std::string::npos || v[0] == '=' ? "not KEY=value" : nullptr;
+            });
+  r.strings(s, "read_only", "an array of absolute host paths", out.read_only, absolute);
+  r.strings(s, "read_write", "an array of absolute host directories", out.read_write, absolute);
+}
+
 template<class Config, class Read>
 void read_tables(reader& r, const scope& root, std::string_view key,
                  std::span<const std::string_view> keys, std::vector<Config>& out, Read read) {
@@ -1120,6 +1208,10 @@ node_config read_config(reader& r, const toml::table& document) {
               [&](const scope& s, device_config& out) {
                 read_device(r, s, out, device_names, sim_profiles);
               });
+  seen_names mcp_names;
+  read_tables(
+      r, root, "mcp_servers", mcp_server_keys, config.mcp_servers,
+      [&](const scope& s, mcp_server_entry& out) { read_mcp_server(r, s, out, mcp_names); });
   return config;
 }
 
@@ -1394,6 +1486,14 @@ std::string to_toml(const node_config& config) {
     if (device.backend == device_backend::cpu || device.compute_cores != 0) {
       append_value(out, "compute_cores", device.compute_cores);
     }
+  }
+  for (const mcp_server_entry& server : config.mcp_servers) {
+    out += "\n[[mcp_servers]]\n";
+    append_value(out, "name", server.name);
+    append_value(out, "command", server.command);
+    append_value(out, "env", server.env);
+    append_value(out, "read_only", server.read_only);
+    append_value(out, "read_write", server.read_write);
   }
   return out;
 }

@@ -284,6 +284,17 @@ struct orchestration_options {
 };
 
 /// The whole node configuration, as read from a TOML file.
+/// `[[mcp_servers]]`: an MCP server the node starts (in the tools' sandbox, with this profile)
+/// and hosts the tools of, as "<name>__<tool>".
+struct mcp_server_entry {
+  std::string name; ///< `name`: 1..64 characters from A-Z, a-z, 0-9, '_' and '-'; unique
+  std::vector<std::string> command;    ///< `command`: program (absolute path) and arguments
+  std::vector<std::string> env;        ///< `env`: its whole environment, "KEY=value" entries
+  std::vector<std::string> read_only;  ///< `read_only`: host paths it reads besides /usr
+  std::vector<std::string> read_write; ///< `read_write`: host directories it may write
+  bool operator==(const mcp_server_entry&) const = default;
+};
+
 struct node_config {
   topology_config topology;                     ///< `[topology]`
   scheduler_config scheduler;                   ///< `[scheduler]`
@@ -295,6 +306,7 @@ struct node_config {
   orchestration_options orchestration;          ///< `[orchestration]`
   std::vector<device_config> devices;           ///< `[[devices]]`
   std::vector<sim_profile_config> sim_profiles; ///< `[[sim_profiles]]`
+  std::vector<mcp_server_entry> mcp_servers;    ///< `[[mcp_servers]]` (none by default)
   bool operator==(const node_config&) const = default;
 };
 

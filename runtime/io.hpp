@@ -12,9 +12,11 @@ public:
   /// Owns nothing.
   unique_fd() noexcept = default;
   /// Owns `fd` (-1: nothing).
-  explicit unique_fd(int fd) noexcept : fd_(fd) {}
+  explicit unique_fd(int fd) noexcept
+      : fd_(fd) {}
   /// Takes `other`'s descriptor.
-  unique_fd(unique_fd&& other) noexcept : fd_(other.release()) {}
+  unique_fd(unique_fd&& other) noexcept
+      : fd_(other.release()) {}
   /// Closes its own, takes `other`'s.
   unique_fd& operator=(unique_fd&& other) noexcept {
     if (this != &other)

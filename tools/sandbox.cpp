@@ -220,10 +220,10 @@ void send(int fd, report r) {
 constexpr const char* new_root = "/tmp";
 
 struct bind_plan {
-  std::string source; // host path
-  std::string target; // under new_root
-  unsigned long keep; // flags of the source mount to keep (nosuid, nodev, noexec, ...)
-  bool file = false;  // a file (an empty file is made to bind onto), else a directory
+  std::string source;    // host path
+  std::string target;    // under new_root
+  unsigned long keep;    // flags of the source mount to keep (nosuid, nodev, noexec, ...)
+  bool file = false;     // a file (an empty file is made to bind onto), else a directory
   bool writable = false; // bound read-write (an MCP server's workspace), else read-only
 };
 
@@ -233,7 +233,8 @@ struct sandbox_plan {
               dev_dir = std::string{new_root} + "/dev", shm_dir = dev_dir + "/shm",
               proc_dir = std::string{new_root} + "/proc",
               passwd = std::string{new_root} + "/etc/passwd",
-              group = std::string{new_root} + "/etc/group", old_dir = std::string{new_root} + "/.old";
+              group = std::string{new_root} + "/etc/group",
+              old_dir = std::string{new_root} + "/.old";
   std::vector<std::string> base_dirs; // the new root's own: /etc, /dev, /proc, /tmp, /work
   std::vector<std::string> dirs;      // mount points of the binds, made in order under new_root
   std::vector<bind_plan> binds;       // host paths, read-only (or writable: read_write)
@@ -610,7 +611,6 @@ bool hit_address_space_limit(const sandbox_result& r, std::uint64_t limit) {
   return false;
 }
 
-
 // Writes the id maps of process `pid` (its new user namespace); an unprivileged writer must
 // `deny` setgroups first.
 expected<void> write_id_maps(pid_t pid, const sandbox_plan& p) {
@@ -767,12 +767,11 @@ expected<sandbox_process> sandbox_process::start(const sandbox_request& req) {
         setup_error = std::string{step_name(r.a)} + ": " + std::strerror(static_cast<int>(r.b));
         break;
       }
-    return make_error(errc::unsupported, "sandbox: cannot seal the process off (" + setup_error +
-                                             "); it was not run");
+    return make_error(errc::unsupported,
+                      "sandbox: cannot seal the process off (" + setup_error + "); it was not run");
   }
-  self->isolation = {"user_ns",    "pid_ns",         "net_ns",     "mount_ns",         "ipc_ns",
-                     "uts_ns",     "pivot_root",     "read_only_root", "tmpfs_work",
-                     "unprivileged_user"};
+  self->isolation = {"user_ns", "pid_ns",     "net_ns",         "mount_ns",   "ipc_ns",
+                     "uts_ns",  "pivot_root", "read_only_root", "tmpfs_work", "unprivileged_user"};
   if (program.error.empty())
     self->isolation.push_back("seccomp");
   if (self->group)

@@ -109,6 +109,11 @@ node_config rich_config() {
   config.orchestration.device_failure = device_failure_policy::fail;
   config.orchestration.max_device_retries = 16;
   config.orchestration.tool_result_overflow = tool_overflow_policy::fail;
+  config.mcp_servers.push_back({"fs",
+                                {"/usr/bin/node", "/opt/mcp/index.js", "/srv/a b"},
+                                {"PATH=/usr/bin", "HOME=/srv"},
+                                {"/opt/mcp"},
+                                {"/srv/a b"}});
 
   sim_profile_config fast;
   fast.name = "fast-chip_2";
@@ -341,7 +346,7 @@ BOOST_AUTO_TEST_CASE(unknown_top_level_key_is_an_error) {
                                 "port = 8080\n");
   BOOST_TEST(message == "triad.toml:3:2: network = { port = 8080 }: unknown key; allowed keys at "
                         "top level: topology, scheduler, tools, memory, limits, model, "
-                        "orchestration, devices, sim_profiles, server");
+                        "orchestration, devices, sim_profiles, server, mcp_servers");
 
   check_contains(error_of("colour = \"red\"\n"),
                  {"triad.toml:1:1: ", "colour = \"red\"", "unknown key",
@@ -364,6 +369,25 @@ BOOST_AUTO_TEST_CASE(hosted_tools_must_be_distinct_built_in_names) {
   BOOST_TEST(error_of("[tools]\nhosted = [\"shell\", \"shell\"]\n").find("named twice") !=
              std::string::npos);
   BOOST_TEST(error_of("[tools]\nhosted = \"shell\"\n").find("wrong type") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(mcp_servers_are_read_and_checked) {
+  auto parsed = parse_config("[[mcp_servers]]\nname = \"fs\"\ncommand = [\"/usr/bin/node\", "
+                             "\"x.js\"]\nenv = [\"PATH=/usr/bin\"]\nread_only = [\"/opt\"]\n",
+                             "triad.toml");
+  BOOST_REQUIRE(parsed.has_value());
+  BOOST_REQUIRE(parsed->mcp_servers.size() == 1u);
+  BOOST_TEST(parsed->mcp_servers[0].command.size() == 2u);
+  BOOST_TEST(default_config().mcp_servers.empty()); // none unless configured
+  check_contains(error_of("[[mcp_servers]]\nname = \"fs\"\ncommand = [\"node\"]\n"),
+                 {"mcp_servers[0].command", "the program must be an absolute path"});
+  check_contains(error_of("[[mcp_servers]]\nname = \"fs\"\ncommand = [\"/bin/x\"]\n"
+                          "env = [\"PATH\"]\n"),
+                 {"mcp_servers[0].env[0] = \"PATH\"", "not KEY=value"});
+  check_contains(error_of("[[mcp_servers]]\ncommand = [\"/bin/x\"]\n"), {"mcp_servers[0]", "name"});
+  check_contains(error_of("[[mcp_servers]]\nname = \"fs\"\ncommand = [\"/bin/x\"]\n"
+                          "read_write = [\"srv\"]\n"),
+                 {"mcp_servers[0].read_write[0] = \"srv\"", "not an absolute path"});
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_a_device_is_an_error) {
