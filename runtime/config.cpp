@@ -75,7 +75,8 @@ constexpr std::string_view memory_keys[] = {"arena_mib_per_domain"};
 constexpr std::string_view limits_keys[] = {"max_concurrent_requests", "max_queued_requests",
                                             "max_body_bytes", "queue_timeout_ms",
                                             "request_timeout_ms"};
-constexpr std::string_view model_keys[] = {"preset", "dtype", "page_tokens"};
+constexpr std::string_view model_keys[] = {"preset", "dtype", "page_tokens", "context_tokens"};
+constexpr int_range context_tokens_range{0, 1 << 24};
 constexpr std::string_view orchestration_keys[] = {"kv",
                                                    "layout",
                                                    "schedule",
@@ -879,6 +880,7 @@ void read_model(reader& r, const scope& s, model_config& out) {
   r.one_of(s, "preset", model_presets, out.preset);
   r.enumeration(s, "dtype", model_dtype_names, out.dtype);
   r.integer(s, "page_tokens", page_tokens_range, out.page_tokens);
+  r.integer(s, "context_tokens", context_tokens_range, out.context_tokens);
 }
 
 void read_orchestration(reader& r, const scope& s, orchestration_options& out) {
@@ -1430,6 +1432,7 @@ std::string to_toml(const node_config& config) {
   append_value(out, "preset", config.model.preset);
   append_value(out, "dtype", std::string{to_string(config.model.dtype)});
   append_value(out, "page_tokens", config.model.page_tokens);
+  append_value(out, "context_tokens", config.model.context_tokens);
 
   const auto& o = config.orchestration;
   out += "\n[orchestration]\n";

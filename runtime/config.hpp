@@ -150,6 +150,10 @@ struct model_config {
   model_dtype dtype = model_dtype::automatic;
   /// `page_tokens`: tokens per KV cache page, 1..4096.
   std::size_t page_tokens = defaults::model::page_tokens;
+  /// `context_tokens`: the context requests are served in, at most the model's (a smaller one
+  /// bounds each request's KV and compute); 0: the model's own. Prompts with their max_tokens
+  /// and tool outputs are fitted to it.
+  std::uint32_t context_tokens = 0;
   bool operator==(const model_config&) const = default;
 };
 

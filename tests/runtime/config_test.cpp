@@ -99,6 +99,7 @@ node_config rich_config() {
   config.model.preset = "small";
   config.model.dtype = model_dtype::f32;
   config.model.page_tokens = 4096;
+  config.model.context_tokens = 1234;
   config.orchestration.kv = kv_policy::demote;
   config.orchestration.device_layout = layout::monolithic;
   config.orchestration.schedule = schedule_policy::plas;
@@ -408,7 +409,7 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_model_is_an_error) {
                                 "preset = \"tiny\"\n"
                                 "layers = 12\n");
   BOOST_TEST(message == "triad.toml:3:1: model.layers = 12: unknown key; allowed keys in "
-                        "[model]: preset, dtype, page_tokens");
+                        "[model]: preset, dtype, page_tokens, context_tokens");
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_a_sim_profile_is_an_error) {
