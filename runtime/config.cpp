@@ -723,43 +723,16 @@ public:
   /// Reads an array of distinct strings, each one of `names`, into `out`.
   field names(const scope& s, std::string_view key, std::span<const std::string_view> names,
               std::vector<std::string>& out) {
-    const toml::node* node = s.table.get(key);
-    if (node == nullptr) {
-      return field::absent;
-    }
-    const std::string path = s.key_path(key);
+    std::vector<std::string> seen;
     const std::string allowed = "an array of distinct names from " + join(names, true);
-    const auto* array = node->as_array();
-    if (array == nullptr) {
-      fail_value(s.value_pos(*node), path, *node, wrong_type(*node), allowed);
-      return field::invalid;
-    }
-    const position array_pos = s.value_pos(*node);
-    std::vector<std::string> picked;
-    bool valid = true;
-    for (std::size_t i = 0; i < array->size(); ++i) {
-      const toml::node& element = (*array)[i];
-      const std::string element_path = path + "[" + std::to_string(i) + "]";
-      const position element_pos = position_of(element.source(), array_pos);
-      const auto* value = element.as_string();
-      const char* problem = value == nullptr                 ? "wrong type"
-                            : !contains(names, value->get()) ? "not allowed"
-                            : std::find(picked.begin(), picked.end(), value->get()) != picked.end()
-                                ? "named twice"
-                                : nullptr;
-      if (problem != nullptr) {
-        fail_value(element_pos, element_path, element,
-                   value == nullptr ? wrong_type(element) : std::string{problem}, allowed);
-        valid = false;
-        continue;
-      }
-      picked.push_back(value->get());
-    }
-    if (!valid) {
-      return field::invalid;
-    }
-    out = std::move(picked);
-    return field::valid;
+    return strings(s, key, allowed, out, [&](const std::string& v) -> const char* {
+      if (!contains(names, v))
+        return "not allowed";
+      if (std::find(seen.begin(), seen.end(), v) != seen.end())
+        return "named twice";
+      seen.push_back(v);
+      return nullptr;
+    });
   }
 
 private:

@@ -222,17 +222,7 @@ triad::chat_request flooding(std::size_t bytes) {
 // The embedded default with a 512-token context (so an output fitted to it stays cheap to
 // compute, sanitizers included), `o` as its policies.
 std::unique_ptr<triad::node> small_context_node(triad::orchestration_options o = {}) {
-  auto config = triad::default_config();
-  config.topology.bind_threads = false;
-  for (auto& d : config.devices)
-    d.memory_mib = 256;
-  config.model.context_tokens = 512;
-  config.orchestration = o;
-  triad::node_options opts;
-  opts.tools = triad::test::sleeper_registry();
-  auto n = triad::node::start(config, opts);
-  BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
-  return std::move(*n);
+  return start_node(o, [](triad::node_config& c) { c.model.context_tokens = 512; });
 }
 
 BOOST_AUTO_TEST_CASE(a_tool_output_past_the_context_is_truncated_with_a_note) {
@@ -267,19 +257,14 @@ BOOST_AUTO_TEST_CASE(a_tool_output_past_the_context_fails_the_request_when_told_
 // One device of role both, one request at a time, the monolithic layout (the device is held
 // across a tool call), and these limits.
 std::unique_ptr<triad::node> one_slot_node(triad::limits_config limits) {
-  auto config = triad::default_config();
-  config.topology.bind_threads = false;
-  config.devices.resize(1);
-  config.devices[0].role = triad::device_role::both;
-  config.devices[0].memory_mib = 256;
-  config.orchestration.device_layout = triad::layout::monolithic;
-  config.orchestration.device_slots = 1;
-  config.limits = limits;
-  triad::node_options opts;
-  opts.tools = triad::test::sleeper_registry();
-  auto n = triad::node::start(config, opts);
-  BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
-  return std::move(*n);
+  triad::orchestration_options o;
+  o.device_layout = triad::layout::monolithic;
+  o.device_slots = 1;
+  return start_node(o, [&](triad::node_config& c) {
+    c.devices.resize(1);
+    c.devices[0].role = triad::device_role::both;
+    c.limits = limits;
+  });
 }
 
 // A request that holds its device for `ms` (one tool call that naps).

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -17,13 +18,18 @@ namespace triad::test {
 using namespace std::chrono_literals;
 
 /// The embedded default (one cpu prefill and one cpu decode device, tiny preset), unbound so
-/// it runs the same on any CI machine, with the "nap" tool.
-inline std::unique_ptr<triad::node> start_node(triad::orchestration_options o = {}) {
+/// it runs the same on any CI machine, with the "nap" and "flood" tools; `tweak` changes the
+/// config further before the node starts.
+inline std::unique_ptr<triad::node>
+start_node(triad::orchestration_options o = {},
+           const std::function<void(triad::node_config&)>& tweak = {}) {
   auto config = triad::default_config();
   config.topology.bind_threads = false;
   for (auto& d : config.devices)
     d.memory_mib = 256;
   config.orchestration = o;
+  if (tweak)
+    tweak(config);
   triad::node_options opts;
   opts.tools = triad::test::sleeper_registry();
   auto n = triad::node::start(config, opts);
