@@ -177,7 +177,8 @@ BOOST_AUTO_TEST_CASE(a_node_configured_with_the_server_hosts_its_tools) {
   r.script = s;
   triad::test::recorder rec;
   (*n)->submit(std::move(r), rec.callback());
-  BOOST_REQUIRE_MESSAGE(rec.wait().kind == triad::request_event::done, rec.events.back().text);
+  const auto& end = rec.wait(); // before the check: its message must not read events early
+  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.text);
   std::string result;
   for (const auto& e : rec.events)
     if (e.kind == triad::request_event::tool_result)
