@@ -26,6 +26,7 @@
 
 #include "runtime/io.hpp"
 #include "tools/detail/cgroup.hpp"
+#include "tools/detail/namespaces.hpp"
 #include "tools/registry.hpp"
 
 namespace triad {
@@ -141,6 +142,8 @@ struct report {
 // The steps that can fail, named in the error.
 enum step : std::int32_t {
   drop_user = 1,
+  join_namespaces,
+  new_namespaces,
   wait_go,
   private_mounts,
   root_tmpfs,
@@ -164,8 +167,12 @@ const char* step_name(std::int32_t s) {
   switch (s) {
   case drop_user:
     return "becoming the sandbox user";
+  case join_namespaces:
+    return "joining the call's user and network namespaces";
+  case new_namespaces:
+    return "making the pid, mount, ipc and uts namespaces";
   case wait_go:
-    return "waiting for the id maps and the cgroup";
+    return "waiting for the cgroup";
   case private_mounts:
     return "making the mounts private";
   case root_tmpfs:
@@ -244,7 +251,6 @@ struct sandbox_plan {
   std::string etc_passwd, etc_group;
   std::vector<std::pair<std::string, const std::string*>> files; // (/work/name, content)
   std::vector<std::string> collect;                              // /work/name
-  std::string uid_map, gid_map;
   bool as_root = false;
   // RLIMIT_NPROC for the tool: only as root and without a cgroup. It counts every process of
   // the user nobody, so concurrent calls would share it; pids.max is per call.
@@ -293,18 +299,9 @@ bool plain_name(const std::string& name) {
 expected<sandbox_plan> make_plan(const sandbox_request& req) {
   sandbox_plan p;
   const std::string root{new_root};
+  // The id maps are the namespace pair's (detail/namespaces.cpp): as root, root and nobody map
+  // to themselves; otherwise the node's ids to nobody.
   p.as_root = ::geteuid() == 0;
-  // The sandbox user is nobody inside. The node as root maps nobody to nobody and root to root
-  // (for the setup, before the init drops to nobody); otherwise its own ids to nobody, which is
-  // all an unprivileged process may map.
-  const std::string nobody = std::to_string(defaults::sandbox::uid);
-  if (p.as_root) {
-    p.uid_map = "0 0 1\n" + nobody + " " + nobody + " 1\n";
-    p.gid_map = p.uid_map;
-  } else {
-    p.uid_map = nobody + " " + std::to_string(::geteuid()) + " 1\n";
-    p.gid_map = nobody + " " + std::to_string(::getegid()) + " 1\n";
-  }
   const auto& l = req.limits;
   p.root_options = "size=1m,mode=0755";
   p.work_options = "size=" + std::to_string(l.work_bytes) +
@@ -426,14 +423,18 @@ struct child_args {
   char* const* argv;
   char* const* envp;
   int in_fd, out_fd, err_fd, report_fd, go_fd;
-  int parent_ends[4];
+  int parent_ends[5];
   const sock_fprog* filter;
+  const sigset_t* signal_mask; // the node thread's, blocked while the init is started
 };
 
 // The tool's process (pid 2 in its namespace, vforked): limits, stdio, no privileges, the
 // filter, exec. System calls only: it shares the init's memory until the exec.
 [[noreturn]] void tool_main(const child_args& a) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr); // the program starts with no signal blocked
   auto set = [](int which, std::uint64_t value) {
     rlimit r{value, value};
     ::setrlimit(which, &r);
@@ -463,21 +464,20 @@ struct child_args {
   child_fail(a.report_fd, exec_tool, errno);
 }
 
-// The namespace's init (pid 1, cloned by the node straight into new user, pid, net, mount, ipc
-// and uts namespaces): waits for its id maps and cgroup, builds the new root, becomes the
-// sandbox user, starts the tool, reaps everything, and reports the tool's status and the sizes
-// of the files to collect. When it exits, the kernel kills whatever is left in the namespace.
+// The namespace's init (pid 1 of new pid, mount, ipc and uts namespaces inside the call's user
+// and network namespaces; a child of the node): builds the new root, becomes the sandbox user,
+// waits for its cgroup, starts the tool, reaps everything, and reports the tool's status and
+// the sizes of the files to collect. When it exits, the kernel kills whatever is left in the
+// pid namespace.
 [[noreturn]] void init_main(const child_args& a) {
+  ::sigprocmask(SIG_SETMASK, a.signal_mask, nullptr);
   for (int end : a.parent_ends)
     ::close(end);
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   const auto& p = *a.plan;
   const int fd = a.report_fd;
-  // 'g': the id maps are written. The cgroup comes while the root is built (below).
   char go = 0;
-  if (::read(a.go_fd, &go, 1) != 1 || go != 'g')
-    child_fail(fd, wait_go, errno);
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     child_fail(fd, private_mounts, errno);
   // The host paths to bind, held before the new root covers /tmp (a source under the host's
@@ -611,28 +611,72 @@ bool hit_address_space_limit(const sandbox_result& r, std::uint64_t limit) {
   return false;
 }
 
-// Writes the id maps of process `pid` (its new user namespace); an unprivileged writer must
-// `deny` setgroups first.
-expected<void> write_id_maps(pid_t pid, const sandbox_plan& p) {
-  const std::string base = "/proc/" + std::to_string(pid) + "/";
-  for (auto [file, text] : {std::pair<const char*, const std::string*>{"setgroups", nullptr},
-                            {"uid_map", &p.uid_map},
-                            {"gid_map", &p.gid_map}}) {
-    if (text == nullptr && p.as_root)
-      continue;
-    static const std::string deny = "deny";
-    const std::string& value = text == nullptr ? deny : *text;
-    int f = ::open((base + file).c_str(), O_WRONLY | O_CLOEXEC);
-    bool ok =
-        f >= 0 && ::write(f, value.data(), value.size()) == static_cast<ssize_t>(value.size());
-    int err = errno;
-    if (f >= 0)
-      ::close(f);
-    if (!ok)
-      return make_error(errc::system_error,
-                        "sandbox: writing " + base + file + ": " + std::strerror(err));
+// What the launcher hands back to the node (they share memory): the init's pid, or the step
+// that failed and its errno.
+struct launch {
+  const child_args* args;
+  int user_fd, net_fd;
+  pid_t init = -1;
+  std::int32_t failed = 0;
+  int err = 0;
+};
+
+// The launcher: shares the node's memory and holds the calling thread until it exits
+// (posix_spawn's way: nothing of the node is copied for it). It joins the call's user and
+// network namespaces and clones the init, as the node's own child (CLONE_PARENT), into new pid,
+// mount, ipc and uts namespaces owned by that user namespace (one copy of the node's page
+// tables; the tool's process is vforked from the init).
+int launcher_main(void* arg) {
+  auto& l = *static_cast<launch*>(arg);
+  if (::setns(l.user_fd, CLONE_NEWUSER) != 0 || ::setns(l.net_fd, CLONE_NEWNET) != 0) {
+    l.failed = join_namespaces;
+    l.err = errno;
+    ::_exit(0);
   }
-  return {};
+  pid_t pid = static_cast<pid_t>(::syscall(
+      SYS_clone, CLONE_PARENT | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD,
+      nullptr, nullptr, nullptr, nullptr));
+  if (pid == 0)
+    init_main(*l.args);
+  if (pid < 0) {
+    l.failed = new_namespaces;
+    l.err = errno;
+  }
+  l.init = pid;
+  ::_exit(0);
+}
+
+// Starts the init through a launcher (above); its pid, or the step that failed and its errno.
+// Every signal is blocked on the calling thread meanwhile (the launcher runs on its memory and
+// must take no handler); the init restores the thread's mask.
+launch start_init(child_args& args, const detail::namespace_lease& lease) {
+  launch l{&args, lease.user_fd(), lease.net_fd()};
+  constexpr std::size_t stack_bytes = 128 * 1024;
+  void* stack = ::mmap(nullptr, stack_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+  if (stack == MAP_FAILED) {
+    l.failed = new_namespaces;
+    l.err = errno;
+    return l;
+  }
+  sigset_t all, old;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  args.signal_mask = &old;
+  pid_t launcher = ::clone(launcher_main, static_cast<char*>(stack) + stack_bytes,
+                           CLONE_VM | CLONE_VFORK | SIGCHLD, &l);
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (launcher < 0) {
+    l.failed = new_namespaces;
+    l.err = clone_errno;
+  } else {
+    int st = 0;
+    while (::waitpid(launcher, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+  ::munmap(stack, stack_bytes);
+  return l;
 }
 
 } // namespace
@@ -640,6 +684,7 @@ expected<void> write_id_maps(pid_t pid, const sandbox_plan& p) {
 // -- sandbox_process --
 
 struct sandbox_process::impl {
+  detail::namespace_lease namespaces; // given back last, after the init is reaped
   pid_t pid = -1;
   unique_fd in, out, err, report;
   std::optional<detail::call_cgroup> group;
@@ -712,24 +757,22 @@ expected<sandbox_process> sandbox_process::start(const sandbox_request& req) {
                   err[1],
                   rep[1],
                   go[0],
-                  {in[1], out[0], err[0], rep[0]},
-                  program.error.empty() ? &filter : nullptr};
+                  {in[1], out[0], err[0], rep[0], go[1]},
+                  program.error.empty() ? &filter : nullptr,
+                  nullptr};
   self->started = clock_type::now();
-  // The namespace's init, cloned straight into its namespaces (one copy of the node's page
-  // tables; the tool's process is vforked from it).
-  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone,
-                                           CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS |
-                                               CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD,
-                                           nullptr, nullptr, nullptr, nullptr));
-  if (pid < 0)
-    return make_error(errc::unsupported,
-                      std::string{"sandbox: cannot make the user, pid, net, mount, ipc and uts "
-                                  "namespaces (clone: "} +
-                          std::strerror(errno) + "); the program was not run");
-  if (pid == 0) {
-    ::close(go[1]);
-    init_main(args);
-  }
+  // The call's user and network namespaces (kept from earlier calls), then its init in them.
+  auto lease = detail::namespace_lease::acquire();
+  if (!lease)
+    return lease.error();
+  self->namespaces = std::move(*lease);
+  const launch launched = start_init(args, self->namespaces);
+  if (launched.init < 0)
+    return make_error(errc::unsupported, std::string{"sandbox: cannot start the sandbox ("} +
+                                             step_name(launched.failed) + ": " +
+                                             std::strerror(launched.err) +
+                                             "); the program was not run");
+  const pid_t pid = launched.init;
   self->pid = pid;
   in_r.reset();
   out_w.reset();
@@ -737,14 +780,10 @@ expected<sandbox_process> sandbox_process::start(const sandbox_request& req) {
   rep_w.reset();
   go_r.reset();
 
-  // Map its ids and let it build its root; meanwhile make the call's cgroup (memory, processes
-  // and CPU of the whole tree) and move it in, then let it start the program.
+  // The init builds its root meanwhile: make the call's cgroup (memory, processes and CPU of the
+  // whole tree), move the init in, then let it start the program.
   std::string setup_error;
-  if (auto maps = write_id_maps(pid, *plan); !maps)
-    setup_error = maps.error().message;
-  else if (::write(go_w.get(), "g", 1) != 1)
-    setup_error = std::string{"telling the sandbox to go on: "} + std::strerror(errno);
-  if (setup_error.empty()) {
+  {
     if (auto g = detail::call_cgroup::create(
             {req.limits.memory_bytes, req.limits.pids, req.limits.cpus})) {
       self->group.emplace(std::move(*g));

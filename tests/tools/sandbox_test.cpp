@@ -3,14 +3,18 @@
 #include <thread>
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 
 #include "tests/tools/test_support.hpp"
+#include "tools/detail/namespaces.hpp"
 #include "tools/sandbox.hpp"
 
 namespace fs = std::filesystem;
@@ -193,6 +197,100 @@ BOOST_AUTO_TEST_CASE(bad_requests_are_errors_naming_the_problem) {
   auto c = triad::run_sandboxed(noexec);
   BOOST_REQUIRE(!c);
   BOOST_TEST(c.error().message.find("/nonexistent/tool") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(two_running_calls_never_share_a_network_namespace) {
+  // Each call reads its own network namespace's identity while the other runs.
+  std::string a, b;
+  auto ns_of = [this](std::string& out) {
+    triad::sandbox_request r;
+    r.argv = {"/bin/bash", "-c", "readlink /proc/self/ns/net; sleep 0.5"};
+    auto res = triad::run_sandboxed(r);
+    if (res)
+      out = res->out;
+  };
+  std::thread first{ns_of, std::ref(a)};
+  ns_of(b);
+  first.join();
+  BOOST_TEST_MESSAGE("net namespaces: " << a << " and " << b);
+  BOOST_TEST(a.find("net:[") == 0u);
+  BOOST_TEST(b.find("net:[") == 0u);
+  BOOST_TEST(a != b);
+}
+
+BOOST_AUTO_TEST_CASE(calls_one_after_another_reuse_their_namespaces) {
+  bash("true");
+  const auto made = triad::detail::namespace_lease::made();
+  for (int i = 0; i < 10; ++i)
+    BOOST_TEST(bash("true").exit_code == 0);
+  BOOST_TEST(triad::detail::namespace_lease::made() == made);
+}
+
+BOOST_AUTO_TEST_CASE(a_call_leaves_no_process_behind_for_the_next) {
+  // A background process outlives its shell but not the call: the next call, in the same
+  // namespaces, finds no process but its own, and the host finds none of nobody's.
+  auto first = bash("(sleep 300 &) ; echo started");
+  BOOST_TEST(first.out == "started\n");
+  auto second = bash("ls /proc | grep -c '^[0-9]'");
+  BOOST_TEST(second.out == "4\n"); // its init, bash, ls and grep
+  std::string leftovers;
+  for (const auto& entry : fs::directory_iterator{"/proc"}) {
+    std::ifstream cmdline{entry.path() / "cmdline"};
+    std::string text{std::istreambuf_iterator<char>{cmdline}, {}};
+    if (text == std::string{"sleep\0"
+                            "300\0",
+                            10})
+      leftovers += entry.path().filename().string() + " ";
+  }
+  BOOST_TEST(leftovers.empty(), "still running on the host: " << leftovers);
+}
+
+BOOST_AUTO_TEST_CASE(an_unprivileged_node_seals_its_calls_too) {
+  if (::geteuid() != 0) {
+    BOOST_TEST_MESSAGE("already unprivileged: every other case ran without root");
+    return;
+  }
+  // A child of the test drops to nobody and runs a call; it reports its output on a pipe.
+  int pipe_fds[2];
+  BOOST_REQUIRE(::pipe(pipe_fds) == 0);
+  pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(pipe_fds[0]);
+    const uid_t nobody = triad::defaults::sandbox::uid;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(nobody, nobody, nobody) != 0 ||
+        ::setresuid(nobody, nobody, nobody) != 0)
+      ::_exit(2);
+    // Changing ids made the process undumpable (its /proc files root's); a node started as
+    // nobody is dumpable, and writes its children's id maps.
+    ::prctl(PR_SET_DUMPABLE, 1);
+    triad::sandbox_request r;
+    r.argv = {"/bin/bash", "-c", "id -u; ls /; cat /proc/self/uid_map"};
+    r.env = {"PATH=/usr/bin:/bin"};
+    auto res = triad::run_sandboxed(r);
+    std::string text = res ? res->out : "error: " + res.error().message;
+    if (res)
+      for (const auto& w : res->warnings)
+        text += "warning: " + w + "\n";
+    [[maybe_unused]] auto n = ::write(pipe_fds[1], text.data(), text.size());
+    ::_exit(res && res->exit_code == 0 ? 0 : 1);
+  }
+  ::close(pipe_fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<std::size_t>(n));
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  BOOST_TEST_MESSAGE("as nobody: " << text);
+  BOOST_TEST(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 0, "as nobody: " << text);
+  BOOST_TEST(text.find("65534\n") == 0u);               // nobody inside too
+  BOOST_TEST(text.find("work\n") != std::string::npos); // the sealed root
+  BOOST_TEST(text.find("root\n") == std::string::npos); // no host directory
+  // The rlimits fallback, said (no cgroup may be made by nobody here).
+  BOOST_TEST(text.find("no cgroup for the call") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

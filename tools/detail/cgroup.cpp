@@ -124,11 +124,13 @@ std::atomic<bool> last_create_ok{true};
 
 // Emptied v1 cgroups kept for the next calls: making and removing a memory cgroup costs a few
 // hundred microseconds a call (v2 cgroups are made fresh, since memory.peak cannot be reset on
-// every kernel). Removed when the process exits.
+// every kernel). Removed when the process exits. Each is reused only by the effective uid that
+// made it (a process that changed its uid since, a forked test, makes its own).
 struct v1_pool {
   struct entry {
     std::vector<std::string> dirs;
     cgroup_limits limits;
+    uid_t owner;
   };
   std::mutex m;
   std::vector<entry> idle;
@@ -169,6 +171,8 @@ expected<call_cgroup> call_cgroup::make(const cgroup_limits& limits) {
   g.limits_ = limits;
   {
     std::unique_lock<std::mutex> lock{pool().m};
+    while (!pool().idle.empty() && pool().idle.back().owner != ::geteuid())
+      pool().idle.pop_back(); // another uid's: left to it
     if (!pool().idle.empty()) {
       auto e = std::move(pool().idle.back());
       pool().idle.pop_back();
@@ -279,7 +283,7 @@ call_cgroup::~call_cgroup() {
         write_file(dirs_[0] + "/memory.max_usage_in_bytes", "0")) {
       std::lock_guard<std::mutex> lock{pool().m};
       if (pool().idle.size() < v1_pool::max_idle) {
-        pool().idle.push_back({std::move(dirs_), limits_});
+        pool().idle.push_back({std::move(dirs_), limits_, ::geteuid()});
         dirs_.clear();
         return;
       }
