@@ -50,7 +50,11 @@ expected<std::unique_ptr<driver_thread>> driver_thread::start(driver_options opt
   std::unique_ptr<driver_thread> self{new driver_thread(std::move(options))};
   // 0: starting, 1: bound or not asked, -1: binding failed.
   auto bind_state = std::make_shared<std::atomic<int>>(0);
-  self->thread_ = std::thread([raw = self.get(), bind_state] { raw->run(bind_state); });
+  self->thread_ = std::thread([raw = self.get(), bind_state] {
+    raw->run(bind_state);
+    if (raw->ownership_.exchange(2) == 1)
+      delete raw; // abandoned: nobody joins it
+  });
   while (bind_state->load() == 0)
     std::this_thread::yield();
   if (bind_state->load() < 0) {
@@ -133,6 +137,16 @@ void driver_thread::stop() {
   stopping_.store(true);
   if (thread_.joinable())
     thread_.join();
+}
+
+void driver_thread::abandon(std::unique_ptr<driver_thread> driver) noexcept {
+  if (!driver)
+    return;
+  driver_thread* raw = driver.release();
+  raw->stopping_.store(true);
+  raw->thread_.detach(); // before the exchange: from then on the thread may delete the driver
+  if (raw->ownership_.exchange(1) == 2)
+    delete raw; // its thread had already ended
 }
 
 driver_stats driver_thread::stats() const noexcept {

@@ -83,6 +83,11 @@ public:
   /// Refuses new jobs, runs every accepted one, then joins the thread.
   void stop();
 
+  /// Gives a driver up without waiting for it (its job is stuck in a call that cannot be
+  /// interrupted): it refuses new jobs at once, and its thread runs what it accepted, then
+  /// deletes the driver and ends, whenever that is. Joining it would block the caller as long.
+  static void abandon(std::unique_ptr<driver_thread> driver) noexcept;
+
   /// Counters so far.
   driver_stats stats() const noexcept;
   /// The queue bound.
@@ -109,6 +114,9 @@ private:
   std::atomic<std::size_t> completed_{0};
   std::atomic<std::size_t> refused_{0};
   std::atomic<std::size_t> failed_{0};
+  // Who deletes the driver: its owner (0), its thread once done, after abandon() (1); 2: the
+  // thread is done, so abandon() deletes it.
+  std::atomic<int> ownership_{0};
   std::thread thread_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "runtime/bridge.hpp"
@@ -40,12 +41,26 @@ void send_result(const tool_submission& call, tool_reply reply) {
 // Calls waiting and running, free workers, and the deadline sweep's state, behind one mutex:
 // submitters (any actor), the workers (after each call) and the actor (sweeps) meet here. A
 // worker that ends a call takes the next waiting one itself, so no message goes to the actor
-// between calls.
+// between calls. A worker kept by a call past its deadline and the grace is given up: its slot
+// gets a fresh thread and a new generation, and the old thread, whenever its call returns,
+// finds its generation gone and ends (its jobs hold the state, so it may outlive the rest).
 struct tool_executor::state {
+  // One worker slot: its thread, the call it runs, and since when that call is past its
+  // deadline.
+  struct worker {
+    std::unique_ptr<driver_thread> thread;
+    std::uint64_t generation = 0;
+    std::optional<std::uint64_t> key;
+    clock_type::time_point overdue_since = no_deadline;
+  };
+
+  std::weak_ptr<state> self; // for the jobs, which keep the state while they run
   std::shared_ptr<const tool_registry> tools;
   tool_executor_options options;
-  std::vector<std::unique_ptr<driver_thread>> workers;
+  std::vector<worker> workers;
   caf::actor_addr actor; // the executor's actor: sweeps run there (weak: it owns this state)
+  std::size_t abandoned_running = 0; // given-up workers whose call has not returned
+  std::size_t abandoned_total = 0;
 
   std::mutex mutex;
   std::deque<std::pair<std::uint64_t, tool_submission>> waiting; // key, call
@@ -87,10 +102,15 @@ struct tool_executor::state {
   // job, and its capacity is two: only a stopping worker refuses.
   void start(std::size_t w, std::uint64_t key, std::string name, std::string args,
              clock_type::time_point deadline, std::unique_lock<std::mutex>& guard) {
-    auto job = [this, w, key, name = std::move(name), args = std::move(args), deadline]() mutable {
-      work(w, key, std::move(name), std::move(args), deadline);
+    auto& slot = workers[w];
+    slot.key = key;
+    slot.overdue_since = no_deadline;
+    auto job = [st = self.lock(), w, gen = slot.generation, key, name = std::move(name),
+                args = std::move(args), deadline]() mutable {
+      st->work(w, gen, key, std::move(name), std::move(args), deadline);
     };
-    if (workers[w]->try_submit(std::move(job)) != submit_result::accepted) {
+    if (slot.thread->try_submit(std::move(job)) != submit_result::accepted) {
+      slot.key.reset();
       auto it = running.find(key);
       auto call = std::move(it->second);
       running.erase(it);
@@ -100,13 +120,18 @@ struct tool_executor::state {
     }
   }
 
-  // On worker `w`: runs the call, sends its result unless it timed out meanwhile, then takes the
-  // next waiting call, until none waits.
-  void work(std::size_t w, std::uint64_t key, std::string name, std::string args,
+  // On worker `w` of generation `gen`: runs the call, sends its result unless it timed out
+  // meanwhile, then takes the next waiting call, until none waits. A worker given up while in
+  // the call (its slot has a newer generation) drops the result and ends.
+  void work(std::size_t w, std::uint64_t gen, std::uint64_t key, std::string name, std::string args,
             clock_type::time_point deadline) {
     for (;;) {
       auto reply = run(name, args, deadline);
       std::unique_lock guard{mutex};
+      if (workers.size() <= w || workers[w].generation != gen) {
+        --abandoned_running; // its call was answered as timed out when it was given up
+        return;
+      }
       std::optional<tool_submission> done;
       if (auto it = running.find(key); it != running.end()) { // else it timed out
         done = std::move(it->second);
@@ -121,9 +146,12 @@ struct tool_executor::state {
         name = entry.name;
         args = std::move(entry.arguments_json); // the running entry needs its name alone
         deadline = entry.deadline;
+        workers[w].key = key;
       } else {
+        workers[w].key.reset();
         free.push_back(w);
       }
+      workers[w].overdue_since = no_deadline;
       guard.unlock();
       if (done)
         send_result(*done, std::move(reply));
@@ -162,13 +190,15 @@ struct tool_executor::state {
       caf::delayed_anon_send(self, defaults::tool_executor::deadline_check, expire_atom::value);
   }
 
-  // On the actor: answers every call past its deadline, waiting or running, with a timeout, and
-  // schedules the next sweep while calls with a deadline remain.
+  // On the actor: answers every call past its deadline, waiting or running, with a timeout,
+  // gives up workers stuck past the grace, and schedules the next sweep while calls with a
+  // deadline or overdue workers remain.
   void sweep() {
     std::vector<tool_submission> expired;
+    std::vector<std::unique_ptr<driver_thread>> given_up;
     bool again = false;
     {
-      std::lock_guard guard{mutex};
+      std::unique_lock guard{mutex};
       auto now = clock_type::now();
       // Both containers hold (key, call) pairs; the sweep goes on while calls with a deadline
       // remain.
@@ -184,24 +214,89 @@ struct tool_executor::state {
         }
       };
       take_expired(waiting);
+      for (auto it = running.begin(); it != running.end(); ++it)
+        if (it->second.deadline <= now)
+          for (auto& slot : workers)
+            if (slot.key == it->first && slot.overdue_since == no_deadline)
+              slot.overdue_since = now;
       take_expired(running);
+      for (std::size_t w = 0; w < workers.size(); ++w) {
+        auto& slot = workers[w];
+        if (!slot.key || slot.overdue_since == no_deadline)
+          continue;
+        if (now - slot.overdue_since < options.stuck_grace ||
+            abandoned_running >= options.max_abandoned || stopping) {
+          again = true; // looked at again by the next sweep
+          continue;
+        }
+        auto fresh = start_worker(w);
+        if (!fresh) {
+          again = true; // no thread to be had now: the stuck one is waited for
+          continue;
+        }
+        given_up.push_back(std::exchange(slot.thread, std::move(*fresh)));
+        ++slot.generation;
+        slot.key.reset();
+        slot.overdue_since = no_deadline;
+        ++abandoned_running;
+        ++abandoned_total;
+        // The fresh worker takes the next waiting call, or becomes free.
+        if (!waiting.empty()) {
+          auto [key, call] = std::move(waiting.front());
+          waiting.pop_front();
+          auto& entry = running.emplace(key, std::move(call)).first->second;
+          again = again || entry.deadline != no_deadline;
+          start(w, key, entry.name, std::move(entry.arguments_json), entry.deadline, guard);
+        } else {
+          free.push_back(w);
+        }
+      }
       sweep_armed = again;
     }
+    for (auto& thread : given_up)
+      driver_thread::abandon(std::move(thread));
     for (auto& call : expired)
       send_result(call, timed_out_reply(call.name));
     if (again)
       schedule_sweep();
   }
 
+  // A worker thread for slot `w`, bound as the options say.
+  expected<std::unique_ptr<driver_thread>> start_worker(std::size_t w) const {
+    driver_options d;
+    d.name = "tool." + std::to_string(w);
+    d.capacity = 2; // the next call may arrive while the previous job returns
+    d.cpus = options.cpus;
+    d.topo = options.topo;
+    return driver_thread::start(std::move(d));
+  }
+
   // See tool_executor::stop.
   void stop() {
+    std::vector<std::unique_ptr<driver_thread>> to_join, given_up;
     {
       std::lock_guard guard{mutex};
       if (stopping)
         return;
       stopping = true;
+      // Workers in a call past its deadline are given up; the rest finish their call.
+      const auto now = clock_type::now();
+      for (auto& slot : workers) {
+        auto call = slot.key ? running.find(*slot.key) : running.end();
+        bool stuck = slot.key && (slot.overdue_since != no_deadline ||
+                                  (call != running.end() && call->second.deadline <= now));
+        if (stuck) {
+          ++slot.generation;
+          slot.key.reset();
+          ++abandoned_running;
+          ++abandoned_total;
+        }
+        (stuck ? given_up : to_join).push_back(std::move(slot.thread));
+      }
     }
-    workers.clear(); // each finishes its call and takes no other
+    for (auto& thread : given_up)
+      driver_thread::abandon(std::move(thread));
+    to_join.clear(); // each finishes its call and takes no other
     std::deque<std::pair<std::uint64_t, tool_submission>> left;
     std::unordered_map<std::uint64_t, tool_submission> lost;
     {
@@ -299,18 +394,14 @@ tool_executor::start(domain& home, std::shared_ptr<const tool_registry> tools,
   if (options.concurrency == 0)
     return make_error(errc::invalid_argument, "tool executor: concurrency 0; allowed: 1 or more");
   auto st = std::make_shared<state>();
+  st->self = st;
   st->tools = std::move(tools);
   st->options = options;
   for (std::size_t i = 0; i < options.concurrency; ++i) {
-    driver_options d;
-    d.name = "tool." + std::to_string(i);
-    d.capacity = 2; // the next call may arrive while the previous job returns
-    d.cpus = options.cpus;
-    d.topo = options.topo;
-    auto w = driver_thread::start(std::move(d));
+    auto w = st->start_worker(i);
     if (!w)
       return w.error();
-    st->workers.push_back(std::move(*w));
+    st->workers.emplace_back().thread = std::move(*w);
     st->free.push_back(i);
   }
   std::shared_ptr<tool_executor> ex{new tool_executor};
@@ -328,6 +419,11 @@ submit_result tool_executor::submit(tool_submission& call) {
 
 void tool_executor::stop() {
   state_->stop();
+}
+
+std::size_t tool_executor::abandoned_workers() const {
+  std::lock_guard guard{state_->mutex};
+  return state_->abandoned_total;
 }
 
 expected<caf::actor> spawn_tool_executor(domain& home, std::shared_ptr<const tool_registry> tools,

@@ -32,6 +32,13 @@ inline constexpr std::size_t queue_capacity = 64;
 /// How often an executor with calls under a deadline looks for expired ones: one timer for all
 /// of them instead of one per call (a deadline is met within this much).
 inline constexpr std::chrono::milliseconds deadline_check{10};
+/// How long a worker may go on with a call past its deadline before it is given up as stuck
+/// and replaced by a fresh one (a sandboxed call's processes are killed at the deadline, so its
+/// worker is back within milliseconds; an in-process tool cannot be interrupted).
+inline constexpr std::chrono::milliseconds stuck_grace{1000};
+/// Workers given up and still stuck, at most, per executor: beyond it a stuck worker is waited
+/// for, so stuck calls cannot pile up threads without bound.
+inline constexpr std::size_t max_abandoned = 16;
 } // namespace defaults::tool_executor
 
 /// What a call submitted with tool_executor::submit (and a tool invocation, to its owner) sends
@@ -64,6 +71,10 @@ struct tool_executor_options {
   std::vector<unsigned> cpus;
   /// The topology used to bind; binding happens only when it is this machine.
   const topology* topo = nullptr;
+  /// A worker still in a call this long after its deadline is given up and replaced.
+  std::chrono::milliseconds stuck_grace = defaults::tool_executor::stuck_grace;
+  /// Given-up workers still stuck, at most (see defaults::tool_executor::max_abandoned).
+  std::size_t max_abandoned = defaults::tool_executor::max_abandoned;
 };
 
 /// A call for tool_executor::submit.
@@ -101,9 +112,13 @@ public:
   /// The executor's actor (see tool_call_atom); it stops the executor when it exits.
   const caf::actor& actor() const noexcept { return actor_; }
 
-  /// Refuses new calls, lets the running ones finish and joins the workers, and answers every
-  /// call still waiting as stopped. Called by the actor's exit; never from a worker.
+  /// Refuses new calls, lets the running ones finish and joins the workers (those stuck in a
+  /// call past its deadline are given up instead), and answers every call still waiting as
+  /// stopped. Called by the actor's exit; never from a worker.
   void stop();
+
+  /// Workers given up so far because a call kept them past its deadline and the grace.
+  std::size_t abandoned_workers() const;
 
   /// The shared state of the executor (its actor, its workers' jobs and submitters).
   struct state;

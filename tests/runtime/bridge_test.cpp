@@ -231,6 +231,34 @@ BOOST_AUTO_TEST_CASE(a_throwing_job_is_counted_and_the_driver_keeps_running) {
   BOOST_TEST(driver->stats().completed == 2u);
 }
 
+BOOST_AUTO_TEST_CASE(an_abandoned_driver_refuses_at_once_and_runs_its_stuck_job_to_the_end) {
+  auto driver = start_driver(4);
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  std::latch started{1};
+  BOOST_REQUIRE(driver->try_submit([&started, released, finished] {
+    started.count_down();
+    released.wait(); // stuck until the test lets it go
+    finished->store(true);
+  }) == triad::submit_result::accepted);
+  started.wait();
+  auto* raw = driver.get();
+  BOOST_TEST(raw->try_submit([] {}) == triad::submit_result::accepted); // before: accepted
+  triad::driver_thread::abandon(std::move(driver)); // returns while the job is stuck
+  BOOST_TEST(!driver);
+  BOOST_TEST(!finished->load());
+  // Still alive while its job is stuck, and refusing.
+  BOOST_TEST(raw->try_submit([] {}) == triad::submit_result::stopped);
+  release.set_value();
+  // The thread runs its stuck job and the one queued behind it, then deletes the driver (the
+  // ASan build's leak check would report a driver nobody deleted).
+  for (int i = 0; i < 2000 && !finished->load(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  BOOST_TEST(finished->load());
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+}
+
 BOOST_AUTO_TEST_CASE(the_driver_binds_to_its_core_on_this_machine) {
   auto topo = triad::topology::load_machine();
   BOOST_REQUIRE(topo.has_value());

@@ -1,3 +1,4 @@
+#include <future>
 #include <map>
 
 #include <boost/json/parse.hpp>
@@ -250,6 +251,87 @@ BOOST_AUTO_TEST_CASE(a_tool_that_throws_answers_with_the_error_and_its_worker_go
   BOOST_TEST(!got[1].ok);
   BOOST_TEST(got[1].content.find("kaboom") != std::string::npos, got[1].content);
   BOOST_TEST(got[2].ok);
+}
+
+namespace {
+
+// A registry with "nap" and "stuck": a tool that blocks, uninterruptibly, until the fixture goes
+// (as an in-process tool on a hung file system would).
+struct stuck_tool {
+  stuck_tool() {
+    auto added = tools->add(
+        {"stuck", "blocks until released", json::parse(R"({"type": "object"})").as_object()},
+        [gate = released](const json::object&) -> triad::expected<triad::tool_output> {
+          gate.wait();
+          return triad::tool_output{"released", {}};
+        });
+    BOOST_REQUIRE(added.has_value());
+  }
+  ~stuck_tool() {
+    release.set_value();
+    // The given-up thread ends once its call returns; it holds nothing of the test's.
+    std::this_thread::sleep_for(50ms);
+  }
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::shared_ptr<triad::tool_registry> tools = triad::test::sleeper_registry();
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_worker_stuck_past_its_deadline_and_the_grace_is_replaced) {
+  stuck_tool stuck;
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  triad::tool_executor_options o;
+  o.concurrency = 1;
+  o.stuck_grace = 100ms;
+  auto started = triad::tool_executor::start(dom, stuck.tools, o);
+  BOOST_REQUIRE(started.has_value());
+  auto ex = *started;
+  {
+    caf::scoped_actor self{dom.system()};
+    triad::tool_submission blocked{"stuck", "{}", std::chrono::steady_clock::now() + 50ms,
+                                   caf::actor{self}, 1};
+    auto after = nap(10, 2, caf::actor{self});
+    BOOST_REQUIRE(ex->submit(blocked) == triad::submit_result::accepted);
+    BOOST_REQUIRE(ex->submit(after) == triad::submit_result::accepted);
+    // The one worker never comes back from "stuck": the nap runs on its replacement.
+    auto got = results(self, 2);
+    BOOST_TEST(got[1].timed_out);
+    BOOST_TEST(got[2].ok, got[2].content);
+    BOOST_TEST(ex->abandoned_workers() == 1u);
+    // And the executor goes on serving.
+    auto again = nap(10, 3, caf::actor{self});
+    BOOST_REQUIRE(ex->submit(again) == triad::submit_result::accepted);
+    BOOST_TEST(results(self, 1)[3].ok);
+  }
+  caf::anon_send_exit(ex->actor(), caf::exit_reason::user_shutdown);
+  dom.stop(10s);
+}
+
+BOOST_AUTO_TEST_CASE(stopping_gives_up_a_worker_stuck_past_its_deadline_instead_of_waiting) {
+  stuck_tool stuck;
+  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  triad::tool_executor_options o;
+  o.concurrency = 1;
+  o.stuck_grace = std::chrono::hours{1}; // never replaced by a sweep
+  auto started = triad::tool_executor::start(dom, stuck.tools, o);
+  BOOST_REQUIRE(started.has_value());
+  auto ex = *started;
+  {
+    caf::scoped_actor self{dom.system()};
+    triad::tool_submission blocked{"stuck", "{}", std::chrono::steady_clock::now() + 50ms,
+                                   caf::actor{self}, 1};
+    BOOST_REQUIRE(ex->submit(blocked) == triad::submit_result::accepted);
+    BOOST_TEST(results(self, 1)[1].timed_out);
+    BOOST_TEST(ex->abandoned_workers() == 0u);
+    ex->stop(); // returns although the worker is still stuck
+    BOOST_TEST(ex->abandoned_workers() == 1u);
+    auto late = nap(10, 2, caf::actor{self});
+    BOOST_TEST(ex->submit(late) == triad::submit_result::stopped);
+  }
+  caf::anon_send_exit(ex->actor(), caf::exit_reason::user_shutdown);
+  dom.stop(10s);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
