@@ -68,6 +68,13 @@ struct node::live_set {
 };
 
 expected<std::unique_ptr<node>> node::start(const node_config& config, node_options options) {
+  // The served context fits the model's own (checked before anything starts).
+  if (auto shape = model_preset(config.model.preset);
+      shape && config.model.context_tokens > shape->max_context)
+    return make_error(errc::invalid_argument,
+                      "[model].context_tokens = " + std::to_string(config.model.context_tokens) +
+                          " is more than the " + config.model.preset + " model's context of " +
+                          std::to_string(shape->max_context) + " tokens");
   std::unique_ptr<node> n{new node};
   n->live_ = std::make_shared<live_set>();
   auto topo = topology::load(config.topology);
@@ -180,15 +187,9 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->options = config.orchestration;
   ctx->page_tokens = config.model.page_tokens;
   ctx->request_timeout = std::chrono::milliseconds{config.limits.request_timeout_ms};
-  if (auto shape = model_preset(config.model.preset)) {
-    if (config.model.context_tokens > shape->max_context)
-      return make_error(errc::invalid_argument,
-                        "[model].context_tokens = " + std::to_string(config.model.context_tokens) +
-                            " is more than the " + config.model.preset + " model's context of " +
-                            std::to_string(shape->max_context) + " tokens");
+  if (auto shape = model_preset(config.model.preset))
     ctx->max_context =
         config.model.context_tokens != 0 ? config.model.context_tokens : shape->max_context;
-  }
   ctx->metrics = request_metrics::attach(n->metrics_);
   n->context_ = std::move(ctx);
   return n;

@@ -99,11 +99,14 @@ int run(int argc, char** argv) {
                 config_error);
 
   // The tools the node hosts: calls to them run here; calls to others go back to the client.
+  // Their directory (file_read's root, vector_search's index) is made only when one is hosted.
   std::error_code ec;
-  std::filesystem::path root = tools_root.empty() ? std::filesystem::temp_directory_path(ec) /
-                                                        ("triad-node-" + std::to_string(::getpid()))
-                                                  : std::filesystem::path{tools_root};
-  std::filesystem::create_directories(root, ec);
+  const bool made_root = tools_root.empty() && !config.tools.hosted.empty();
+  std::filesystem::path root = made_root ? std::filesystem::temp_directory_path(ec) /
+                                               ("triad-node-" + std::to_string(::getpid()))
+                                         : std::filesystem::path{tools_root};
+  if (!root.empty())
+    std::filesystem::create_directories(root, ec);
   if (ec)
     return fail("cannot create the tools directory " + root.string() + ": " + ec.message());
 
@@ -169,7 +172,7 @@ int run(int argc, char** argv) {
   drained = (*server)->wait_idle(std::max(left, std::chrono::milliseconds{100})) && drained;
   (*server)->stop();
   node.stop();
-  if (tools_root.empty()) // the directory it made for itself
+  if (made_root) // the directory it made for itself
     std::filesystem::remove_all(root, ec);
   std::printf("triad-node: stopped (%s)\n",
               drained ? "every request answered" : "drain deadline passed; the rest cancelled");

@@ -225,6 +225,18 @@ std::unique_ptr<triad::node> small_context_node(triad::orchestration_options o =
   return start_node(o, [](triad::node_config& c) { c.model.context_tokens = 512; });
 }
 
+BOOST_AUTO_TEST_CASE(a_context_larger_than_the_models_is_refused_at_start_naming_both) {
+  auto config = triad::default_config();
+  config.topology.bind_threads = false;
+  config.model.context_tokens = 100000;
+  auto n = triad::node::start(config, {});
+  BOOST_REQUIRE(!n.has_value());
+  BOOST_TEST(n.error().message.find("[model].context_tokens = 100000") != std::string::npos,
+             n.error().message);
+  BOOST_TEST(n.error().message.find("context of 4096 tokens") != std::string::npos,
+             n.error().message);
+}
+
 BOOST_AUTO_TEST_CASE(a_tool_output_past_the_context_is_truncated_with_a_note) {
   auto n = small_context_node();
   triad::test::recorder rec;

@@ -43,6 +43,15 @@ struct started_executor {
     triad::tool_executor_options o;
     o.concurrency = concurrency;
     o.queue_capacity = queue;
+    start(o, tools);
+  }
+  // One with the options `o` given whole.
+  started_executor(const triad::tool_executor_options& o,
+                   std::shared_ptr<const triad::tool_registry> tools) {
+    start(o, tools);
+  }
+  void start(const triad::tool_executor_options& o,
+             std::shared_ptr<const triad::tool_registry> tools) {
     auto started =
         triad::tool_executor::start(dom, tools ? tools : triad::test::sleeper_registry(), o);
     BOOST_REQUIRE(started.has_value());
@@ -281,15 +290,13 @@ struct stuck_tool {
 
 BOOST_AUTO_TEST_CASE(a_worker_stuck_past_its_deadline_and_the_grace_is_replaced) {
   stuck_tool stuck;
-  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
   triad::tool_executor_options o;
   o.concurrency = 1;
   o.stuck_grace = 100ms;
-  auto started = triad::tool_executor::start(dom, stuck.tools, o);
-  BOOST_REQUIRE(started.has_value());
-  auto ex = *started;
+  started_executor f{o, stuck.tools};
+  auto& ex = f.ex;
   {
-    caf::scoped_actor self{dom.system()};
+    caf::scoped_actor self{f.dom.system()};
     triad::tool_submission blocked{"stuck", "{}", std::chrono::steady_clock::now() + 50ms,
                                    caf::actor{self}, 1};
     auto after = nap(10, 2, caf::actor{self});
@@ -305,21 +312,17 @@ BOOST_AUTO_TEST_CASE(a_worker_stuck_past_its_deadline_and_the_grace_is_replaced)
     BOOST_REQUIRE(ex->submit(again) == triad::submit_result::accepted);
     BOOST_TEST(results(self, 1)[3].ok);
   }
-  caf::anon_send_exit(ex->actor(), caf::exit_reason::user_shutdown);
-  dom.stop(10s);
 }
 
 BOOST_AUTO_TEST_CASE(stopping_gives_up_a_worker_stuck_past_its_deadline_instead_of_waiting) {
   stuck_tool stuck;
-  triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
   triad::tool_executor_options o;
   o.concurrency = 1;
   o.stuck_grace = std::chrono::hours{1}; // never replaced by a sweep
-  auto started = triad::tool_executor::start(dom, stuck.tools, o);
-  BOOST_REQUIRE(started.has_value());
-  auto ex = *started;
+  started_executor f{o, stuck.tools};
+  auto& ex = f.ex;
   {
-    caf::scoped_actor self{dom.system()};
+    caf::scoped_actor self{f.dom.system()};
     triad::tool_submission blocked{"stuck", "{}", std::chrono::steady_clock::now() + 50ms,
                                    caf::actor{self}, 1};
     BOOST_REQUIRE(ex->submit(blocked) == triad::submit_result::accepted);
@@ -330,8 +333,6 @@ BOOST_AUTO_TEST_CASE(stopping_gives_up_a_worker_stuck_past_its_deadline_instead_
     auto late = nap(10, 2, caf::actor{self});
     BOOST_TEST(ex->submit(late) == triad::submit_result::stopped);
   }
-  caf::anon_send_exit(ex->actor(), caf::exit_reason::user_shutdown);
-  dom.stop(10s);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
