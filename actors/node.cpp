@@ -151,6 +151,16 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   }
   auto hosted = options.tools;
   if (!hosted && (!config.tools.hosted.empty() || !config.mcp_servers.empty())) {
+    // Tool processes run only sealed: a machine where none can be is refused here, not at
+    // the first call.
+    auto probe = probe_sandbox();
+    if (!probe)
+      return make_error(probe.error().code,
+                        "[tools].hosted / [[mcp_servers]]: tool processes cannot be sealed on "
+                        "this machine (" +
+                            probe.error().message +
+                            "); host no tool here, or allow user namespaces");
+    n->sandbox_ = std::move(*probe);
     auto registry = std::make_shared<tool_registry>();
     if (auto added = add_hosted_tools(*registry, config.tools.hosted, options.tools_root); !added)
       return make_error(added.error().code, "[tools].hosted: " + added.error().message);

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "runtime/metrics.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/topology.hpp"
+#include "tools/sandbox.hpp"
 
 namespace triad {
 
@@ -84,6 +86,9 @@ public:
   metrics_registry& metrics() noexcept { return metrics_; }
   /// What each device runs, in config order.
   const std::vector<device_report>& device_reports() const noexcept { return reports_; }
+  /// What the tools' sandbox applies here (probe_sandbox at start), when the config hosts a
+  /// tool or an MCP server; empty otherwise.
+  const std::optional<sandbox_result>& sandbox_report() const noexcept { return sandbox_; }
   /// The device actors by config name.
   const std::vector<std::pair<std::string, caf::actor>>& devices() const noexcept {
     return devices_;
@@ -126,6 +131,7 @@ private:
   std::unique_ptr<tool_service> tools_;
   std::vector<std::pair<std::string, caf::actor>> devices_;
   std::vector<device_report> reports_;
+  std::optional<sandbox_result> sandbox_;
   caf::actor router_;
   std::shared_ptr<const request_context> context_;
   std::atomic<std::uint64_t> next_id_{1};

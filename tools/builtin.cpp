@@ -43,9 +43,11 @@ expected<sandbox_result> run_tool(std::vector<std::string> argv, const sandbox_l
 }
 
 json::object describe(const sandbox_result& r) {
-  json::array iso;
+  json::array iso, warnings;
   for (const auto& i : r.isolation)
     iso.emplace_back(i);
+  for (const auto& w : r.warnings)
+    warnings.emplace_back(w);
   return {{"exit_code", r.exit_code},
           {"signal", r.signal},
           {"limit", r.limit},
@@ -54,7 +56,8 @@ json::object describe(const sandbox_result& r) {
           {"cpu_seconds", r.cpu_seconds},
           {"peak_rss_bytes", r.peak_rss_bytes},
           {"wall_seconds", r.wall_seconds},
-          {"isolation", std::move(iso)}};
+          {"isolation", std::move(iso)},
+          {"warnings", std::move(warnings)}};
 }
 
 // What a file that is not a regular one is, for file_read's refusal.

@@ -1026,4 +1026,15 @@ expected<sandbox_result> run_sandboxed(const sandbox_request& req) {
   return result;
 }
 
+expected<sandbox_result> probe_sandbox() {
+  sandbox_request req;
+  req.argv = {"/bin/true"};
+  auto r = run_sandboxed(req);
+  if (r && (r->exit_code != 0 || r->signal != 0))
+    return make_error(errc::unsupported, "sandbox: /bin/true failed in it (exit " +
+                                             std::to_string(r->exit_code) + ", signal " +
+                                             std::to_string(r->signal) + "): " + r->err);
+  return r;
+}
+
 } // namespace triad

@@ -167,4 +167,9 @@ private:
 /// cannot be started or sealed (it never runs unsealed).
 expected<sandbox_result> run_sandboxed(const sandbox_request& request);
 
+/// What the sandbox applies on this machine: `/bin/true` run sealed, once. Its isolation and
+/// warnings (no cgroup: rlimits only; no seccomp), or the error that keeps any process from
+/// being sealed here. A node that hosts tools checks it at start and says it.
+expected<sandbox_result> probe_sandbox();
+
 } // namespace triad

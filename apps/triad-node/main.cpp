@@ -125,6 +125,14 @@ int run(int argc, char** argv) {
   auto& node = **started;
   std::printf("%s", triad::describe(node.placement()).c_str());
   std::printf("triad-node: cpu: %s\n", triad::detect_cpu().describe().c_str());
+  if (const auto& sb = node.sandbox_report()) {
+    std::string applied;
+    for (const auto& i : sb->isolation)
+      applied += (applied.empty() ? "" : ", ") + i;
+    std::printf("triad-node: tool sandbox: %s\n", applied.c_str());
+    for (const auto& w : sb->warnings)
+      std::printf("triad-node: WARNING: tool sandbox: %s\n", w.c_str());
+  }
   for (const auto& d : node.device_reports()) {
     if (!d.failure.empty())
       std::printf("triad-node: device %s: FAILED, answers every request with: %s\n", d.name.c_str(),

@@ -65,6 +65,10 @@ BOOST_AUTO_TEST_CASE(by_default_it_hosts_no_tool_and_takes_no_script) {
   BOOST_TEST(opened.out.find("hosted tools: shell, file_read in ") != std::string::npos,
              opened.out);
   BOOST_TEST(opened.out.find("scripts allowed") != std::string::npos, opened.out);
+  // What the tools' sandbox applies here is said once, at start (not without tools).
+  BOOST_TEST(opened.out.find("tool sandbox: user_ns, pid_ns, net_ns") != std::string::npos,
+             opened.out);
+  BOOST_TEST(r.out.find("tool sandbox") == std::string::npos, r.out);
   std::filesystem::remove(path);
 }
 
