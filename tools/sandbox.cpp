@@ -815,6 +815,8 @@ expected<sandbox_process> sandbox_process::start(const sandbox_request& req) {
     self->isolation.push_back("seccomp");
   if (self->group)
     self->isolation.push_back(self->group->name());
+  if (self->group && self->group->caps_cpu())
+    self->isolation.push_back("cpu_cap");
   self->isolation.push_back("rlimits");
   self->in = std::exchange(in_w, unique_fd{});
   self->out = std::exchange(out_r, unique_fd{});

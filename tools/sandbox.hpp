@@ -26,7 +26,7 @@ inline constexpr std::uint64_t address_space_bytes = 1ull << 30;
 inline constexpr std::uint64_t memory_bytes = 1ull << 30;
 /// Processes and threads of the whole call (cgroup pids.max).
 inline constexpr unsigned pids = 64;
-/// CPUs the whole call may use (cgroup v2 cpu.max).
+/// CPUs the whole call may use (cgroup v2 cpu.max, v1 cpu.cfs_quota_us).
 inline constexpr double cpus = 1.0;
 /// Size of the call's /work (a tmpfs: the only place it can write besides /tmp).
 inline constexpr std::uint64_t work_bytes = 64ull << 20;
@@ -55,9 +55,9 @@ struct sandbox_limits {
   std::uint64_t address_space_bytes = defaults::sandbox::address_space_bytes; ///< RLIMIT_AS
   std::uint64_t memory_bytes = defaults::sandbox::memory_bytes; ///< cgroup memory.max of the call
   unsigned pids = defaults::sandbox::pids;                      ///< cgroup pids.max of the call
-  double cpus = defaults::sandbox::cpus;                        ///< cgroup v2 cpu.max of the call
-  std::uint64_t work_bytes = defaults::sandbox::work_bytes;     ///< size of /work (tmpfs)
-  std::uint64_t tmp_bytes = defaults::sandbox::tmp_bytes;       ///< size of /tmp, /dev/shm
+  double cpus = defaults::sandbox::cpus; ///< CPUs of the call (cgroup cpu.max / cfs quota)
+  std::uint64_t work_bytes = defaults::sandbox::work_bytes;           ///< size of /work (tmpfs)
+  std::uint64_t tmp_bytes = defaults::sandbox::tmp_bytes;             ///< size of /tmp, /dev/shm
   std::uint64_t file_size_bytes = defaults::sandbox::file_size_bytes; ///< RLIMIT_FSIZE
   unsigned open_files = defaults::sandbox::open_files;                ///< RLIMIT_NOFILE
   unsigned processes = defaults::sandbox::processes; ///< RLIMIT_NPROC (no cgroup, node as root)

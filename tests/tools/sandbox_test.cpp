@@ -199,6 +199,18 @@ BOOST_AUTO_TEST_CASE(bad_requests_are_errors_naming_the_problem) {
   BOOST_TEST(c.error().message.find("/nonexistent/tool") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(two_spinning_processes_share_the_calls_one_cpu) {
+  // Two busy loops of one second each: about two CPU seconds on two idle cores, about one under
+  // the call's cap of one CPU.
+  auto r = bash("for i in 1 2; do (timeout 1 bash -c 'while :; do :; done') & done; wait");
+  if (!has(r.isolation, "cpu_cap")) {
+    BOOST_TEST_MESSAGE("NOT RUN: no cgroup cpu controller here to cap the call's CPU");
+    return;
+  }
+  BOOST_TEST_MESSAGE("cpu " << r.cpu_seconds << " s in " << r.wall_seconds << " s");
+  BOOST_TEST(r.cpu_seconds < 1.5);
+}
+
 BOOST_AUTO_TEST_CASE(two_running_calls_never_share_a_network_namespace) {
   // Each call reads its own network namespace's identity while the other runs.
   std::string a, b;

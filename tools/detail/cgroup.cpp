@@ -53,17 +53,18 @@ std::uint64_t keyed(const std::string& text, const std::string& key) {
 }
 
 // Where the node's cgroups are, read once: the cgroup2 directory (empty: none) and the v1
-// memory and pids directories (empty: not mounted).
+// memory, pids and cpu directories (empty: not mounted).
 struct places {
   std::string v2;
   std::string v1_memory;
   std::string v1_pids;
+  std::string v1_cpu;
 };
 
 places find_places() {
   places p;
   // /proc/self/cgroup: "0::/path" (v2), "N:memory:/path", "N:pids:/path" (v1).
-  std::string v2_path, memory_path, pids_path;
+  std::string v2_path, memory_path, pids_path, cpu_path;
   {
     std::ifstream in{"/proc/self/cgroup"};
     std::string line;
@@ -83,6 +84,8 @@ places find_places() {
           memory_path = path;
         if (name == "pids")
           pids_path = path;
+        if (name == "cpu")
+          cpu_path = path;
       }
     }
   }
@@ -109,6 +112,8 @@ places find_places() {
           p.v1_memory = point + (memory_path == "/" ? "" : memory_path);
         if (o == "pids" && !pids_path.empty())
           p.v1_pids = point + (pids_path == "/" ? "" : pids_path);
+        if (o == "cpu" && !cpu_path.empty())
+          p.v1_cpu = point + (cpu_path == "/" ? "" : cpu_path);
       }
     }
   }
@@ -145,6 +150,11 @@ struct v1_pool {
 v1_pool& pool() {
   static v1_pool p;
   return p;
+}
+
+// cpu.cfs_quota_us for `cpus` CPUs over a 100 ms period (-1: no cap).
+std::string v1_quota(double cpus) {
+  return cpus > 0 ? std::to_string(static_cast<std::int64_t>(cpus * 100000)) : "-1";
 }
 
 std::string fresh_name() {
@@ -189,6 +199,9 @@ expected<call_cgroup> call_cgroup::make(const cgroup_limits& limits) {
       }
       if (ok && e.limits.pids != limits.pids)
         ok = write_file(g.dirs_[1] + "/pids.max", std::to_string(limits.pids), &why);
+      g.cpu_ = g.dirs_.size() > 2 && limits.cpus > 0;
+      if (ok && g.dirs_.size() > 2 && e.limits.cpus != limits.cpus)
+        ok = write_file(g.dirs_[2] + "/cpu.cfs_quota_us", v1_quota(limits.cpus), &why);
       g.oom_base_ = keyed(read_file(g.dirs_[0] + "/memory.oom_control"), "oom_kill");
       if (ok)
         return g;
@@ -245,6 +258,14 @@ expected<call_cgroup> call_cgroup::make(const cgroup_limits& limits) {
         if (exists(memory_dir + "/memory.memsw.limit_in_bytes"))
           write_file(memory_dir + "/memory.memsw.limit_in_bytes",
                      std::to_string(limits.memory_bytes));
+        // The CPU cap where the v1 cpu hierarchy is there and writable (else none: no error).
+        if (auto cpu_dir = p.v1_cpu + "/" + name;
+            ok && !p.v1_cpu.empty() && ::mkdir(cpu_dir.c_str(), 0755) == 0) {
+          g.dirs_.push_back(cpu_dir);
+          g.cpu_ = limits.cpus > 0;
+          ok = write_file(cpu_dir + "/cpu.cfs_period_us", "100000", &why) &&
+               write_file(cpu_dir + "/cpu.cfs_quota_us", v1_quota(limits.cpus), &why);
+        }
         if (ok)
           return g;
         return make_error(errc::system_error, "cgroup v1: " + why);
@@ -278,9 +299,10 @@ call_cgroup::~call_cgroup() {
   // An emptied v1 cgroup goes back to the pool, its peak reset.
   if (version_ == 1) {
     kill_all();
-    if (read_file(dirs_[0] + "/cgroup.procs").empty() &&
-        read_file(dirs_[1] + "/cgroup.procs").empty() &&
-        write_file(dirs_[0] + "/memory.max_usage_in_bytes", "0")) {
+    bool empty = true;
+    for (const auto& dir : dirs_)
+      empty = empty && read_file(dir + "/cgroup.procs").empty();
+    if (empty && write_file(dirs_[0] + "/memory.max_usage_in_bytes", "0")) {
       std::lock_guard<std::mutex> lock{pool().m};
       if (pool().idle.size() < v1_pool::max_idle) {
         pool().idle.push_back({std::move(dirs_), limits_, ::geteuid()});

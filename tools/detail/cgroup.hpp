@@ -14,12 +14,13 @@ namespace triad::detail {
 struct cgroup_limits {
   std::uint64_t memory_bytes = 0; ///< memory.max (v2) / memory.limit_in_bytes (v1); swap off
   unsigned pids = 0;              ///< pids.max
-  double cpus = 0;                ///< cpu.max as CPUs (v2 with the cpu controller only); 0: none
+  double cpus = 0; ///< CPUs (v2 cpu.max, v1 cpu.cfs_quota_us) where a cpu controller is; 0: none
 };
 
 /// A cgroup made for one sandboxed call, removed (its processes killed first) when it goes:
 /// cgroup v2 where the node's own cgroup lets it make children with the memory and pids
-/// controllers, else the v1 memory and pids hierarchies where they are writable. Where neither
+/// controllers, else the v1 memory and pids hierarchies where they are writable (and the v1 cpu
+/// one for the CPU cap, where it is). Where neither
 /// is, create() says why and the sandbox runs on rlimits alone. Emptied v1 cgroups are kept for
 /// later calls (at most 16, removed at exit).
 class call_cgroup {
@@ -45,6 +46,8 @@ public:
   void kill_all();
   /// "cgroup_v2" or "cgroup_v1".
   std::string name() const;
+  /// Whether it caps the CPU time of the call (v2 cpu.max, v1 cpu.cfs_quota_us).
+  bool caps_cpu() const noexcept { return cpu_; }
   /// What it caps, e.g. "memory 1073741824 B, pids 64, cpu 1".
   std::string describe() const;
 
@@ -52,7 +55,7 @@ private:
   call_cgroup() = default;
   static expected<call_cgroup> make(const cgroup_limits& limits);
   int version_ = 0;
-  std::vector<std::string> dirs_; ///< v2: one; v1: the memory then the pids directory
+  std::vector<std::string> dirs_; ///< v2: one; v1: the memory, the pids, maybe the cpu one
   cgroup_limits limits_;
   bool cpu_ = false;
   std::uint64_t oom_base_ = 0; ///< v1: OOM kills counted before this call (pooled cgroups)
