@@ -1,7 +1,8 @@
-// triad-bench-tools: sandbox start-to-exit latency of a trivial command (p50, p99) against
-// plain fork/exec of the same command in the same run; vector search recall@10 and queries/s of
-// the HNSW index (with exact re-ranking) against exact search on a generated corpus (100k chunks,
-// 20k with --quick); compile calls per second for a small translation unit.
+// triad-bench-tools: sandbox start-to-exit latency of a trivial command with the shell tool's
+// profile (p50, p99) against plain fork/exec of the same command in the same run; vector search
+// recall@10 and queries/s of the HNSW index (with exact re-ranking) against exact search on a
+// generated corpus (100k chunks, 20k with --quick); compile calls per second for a small
+// translation unit.
 
 #include <algorithm>
 #include <chrono>
@@ -56,6 +57,7 @@ int run(int argc, char** argv) {
     plain.push_back(fork_exec_us());
     triad::sandbox_request req;
     req.argv = {"/bin/true"};
+    req.read_only = triad::shell_read_only(); // what the shell tool binds
     auto start = clock_type::now();
     auto r = triad::run_sandboxed(req);
     if (!r || r->exit_code != 0) {

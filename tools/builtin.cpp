@@ -26,15 +26,27 @@ json::object schema(const char* text) {
   return json::parse(text).as_object();
 }
 
-const std::vector<std::string> sandbox_env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work",
-                                              "LANG=C.UTF-8", "TMPDIR=/tmp"};
+const std::vector<std::string> sandbox_env = {"PATH=/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8",
+                                              "TMPDIR=/tmp"};
 
-// Runs a tool's process in the sandbox with the tools' environment, `files` in its /work.
-expected<sandbox_result> run_tool(std::vector<std::string> argv, const sandbox_limits& limits,
+// The paths of `wanted` that exist on this host.
+std::vector<std::string> existing(std::initializer_list<const char*> wanted) {
+  std::vector<std::string> out;
+  for (const char* path : wanted)
+    if (::access(path, F_OK) == 0)
+      out.emplace_back(path);
+  return out;
+}
+
+// Runs a tool's process in the sandbox with the tools' environment and the host paths
+// `read_only`, `files` in its /work.
+expected<sandbox_result> run_tool(std::vector<std::string> argv, std::vector<std::string> read_only,
+                                  const sandbox_limits& limits,
                                   std::vector<sandbox_file> files = {},
                                   std::vector<std::string> collect = {}) {
   sandbox_request req;
   req.argv = std::move(argv);
+  req.read_only = std::move(read_only);
   req.env = sandbox_env;
   req.files = std::move(files);
   req.collect = std::move(collect);
@@ -158,6 +170,17 @@ expected<void> add_file_read_tool(tool_registry& registry, const fs::path& root)
       });
 }
 
+std::vector<std::string> shell_read_only() {
+  static const auto paths = existing({"/usr/bin", "/usr/lib", "/usr/lib64"});
+  return paths;
+}
+
+std::vector<std::string> compile_read_only() {
+  static const auto paths =
+      existing({"/usr/bin", "/usr/lib", "/usr/lib64", "/usr/include", "/usr/libexec"});
+  return paths;
+}
+
 expected<void> add_shell_tool(tool_registry& registry, sandbox_limits limits) {
   tool_spec spec{"shell", "Run a bash command in an isolated sandbox without network access.",
                  schema(R"({"type": "object", "additionalProperties": false,
@@ -165,7 +188,8 @@ expected<void> add_shell_tool(tool_registry& registry, sandbox_limits limits) {
                    "properties": {
                      "command": {"type": "string", "minLength": 1, "maxLength": 16384}}})")};
   return registry.add(std::move(spec), [limits](const json::object& args) -> expected<tool_output> {
-    auto r = run_tool({"/bin/bash", "-c", std::string{args.at("command").as_string()}}, limits);
+    auto r = run_tool({"/bin/bash", "-c", std::string{args.at("command").as_string()}},
+                      shell_read_only(), limits);
     if (!r)
       return r.error();
     auto details = describe(*r);
@@ -218,7 +242,8 @@ expected<void> add_compile_tool(tool_registry& registry, sandbox_limits limits) 
       argv.insert(argv.end(), {"-c", file, "-o", "input.o"});
     else
       argv.insert(argv.end(), {"-fsyntax-only", file});
-    auto r = run_tool(std::move(argv), limits, {{file, std::string{args.at("source").as_string()}}},
+    auto r = run_tool(std::move(argv), compile_read_only(), limits,
+                      {{file, std::string{args.at("source").as_string()}}},
                       object ? std::vector<std::string>{"input.o"} : std::vector<std::string>{});
     if (!r)
       return r.error();

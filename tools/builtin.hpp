@@ -30,12 +30,22 @@ inline sandbox_limits compile_limits() {
 /// sockets, devices and directories, so no call can hold a tool worker.
 expected<void> add_file_read_tool(tool_registry& registry, const std::filesystem::path& root);
 
-/// `shell`: runs a bash command in the sealed sandbox (run_sandboxed: no host path but /usr,
-/// read-only; network off; a fresh size-capped /work; limits as given).
+/// The host paths `shell` sees, read-only: a minimal /usr, its programs and libraries
+/// (/usr/bin, /usr/lib, /usr/lib64 where it exists); not /usr/local, /usr/share, /usr/include,
+/// /usr/src or /usr/sbin.
+std::vector<std::string> shell_read_only();
+
+/// The host paths `compile` sees, read-only: shell's and the toolchain's headers and parts
+/// (/usr/include, /usr/libexec where it exists).
+std::vector<std::string> compile_read_only();
+
+/// `shell`: runs a bash command in the sealed sandbox (run_sandboxed: no host path but
+/// shell_read_only(), read-only; network off; a fresh size-capped /work; limits as given).
 expected<void> add_shell_tool(tool_registry& registry, sandbox_limits limits = {});
 
 /// `compile`: clang on a C or C++ source, syntax-only or to an object, flags from an allowlist,
-/// in the sealed sandbox (the source in its /work); diagnostics come back structured (file,
+/// in the sealed sandbox (compile_read_only(); the source in its /work); diagnostics come back
+/// structured (file,
 /// line, column, severity, message), and in object mode the object's size.
 expected<void> add_compile_tool(tool_registry& registry, sandbox_limits limits = compile_limits());
 

@@ -142,6 +142,16 @@ BOOST_AUTO_TEST_CASE(host_files_cannot_be_read) {
   BOOST_TEST(!contains(via_read, secret));
 }
 
+BOOST_AUTO_TEST_CASE(only_a_minimal_usr_is_there) {
+  // Programs and libraries; nothing the operator installed or documented.
+  auto out = shell("ls /usr; ls /usr/local /usr/share /usr/src 2>&1 | head -3");
+  BOOST_TEST(contains(out, "bin\n"));
+  BOOST_TEST(contains(out, "lib\n"));
+  BOOST_TEST(!contains(out, "share\n"));
+  BOOST_TEST(!contains(out, "local\n"));
+  BOOST_TEST(contains(out, "No such file or directory"));
+}
+
 BOOST_AUTO_TEST_CASE(nothing_outside_work_and_tmp_is_writable) {
   const std::string marker = "triad-escape-" + std::to_string(::getpid());
   auto out = shell("for d in / /usr /usr/bin /etc /dev /proc; do echo x > $d/" + marker +
