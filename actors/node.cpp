@@ -213,7 +213,9 @@ request_handle node::submit(chat_request request, request_callback on_event) {
   if (draining_.load() || stopped_) {
     request_event ev;
     ev.kind = request_event::error;
-    ev.text = "the node is draining: no new requests";
+    ev.code = errc::stopped;
+    ev.message = "the node is draining: no new requests";
+    ev.retry_ms = 1000;
     if (on_event)
       on_event(ev);
     return {};
@@ -282,6 +284,7 @@ void node::stop() {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   if (router_)
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
+  // In reverse start order (the members' order in node.hpp): tools, then the domains.
   tools_.reset();
   if (domains_)
     domains_->stop();

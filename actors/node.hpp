@@ -96,7 +96,7 @@ public:
 
   /// The router (route_atom and friends in router.hpp): for inspection, such as a session's
   /// attained service under PLAS (attained_atom).
-  const caf::actor& router() const noexcept { return router_; }
+  const router_actor& router() const noexcept { return router_; }
   /// Spawns the embedder's class-based actor (derive from homed_actor to keep it home) into a
   /// named domain: "orchestration", "tools", "domain<id>" or "device:<name>".
   template<class Impl, class... Ts>
@@ -127,12 +127,15 @@ private:
   std::unique_ptr<topology> topo_;
   plan plan_;
   metrics_registry metrics_;
+  // -- what the node runs, in start order; stop() ends them in reverse, as destruction would --
+  // The domains run every actor below and the tool service's invocation actors: they go last.
+  // The tool service joins its workers (whose results go to actors in the domains) before.
   std::unique_ptr<domain_set> domains_;
   std::unique_ptr<tool_service> tools_;
   std::vector<std::pair<std::string, caf::actor>> devices_;
   std::vector<device_report> reports_;
   std::optional<sandbox_result> sandbox_;
-  caf::actor router_;
+  router_actor router_;
   std::shared_ptr<const request_context> context_;
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<bool> draining_{false};

@@ -17,6 +17,12 @@ std::string_view to_string(request_state s) noexcept {
   return i < std::size(names) ? names[i] : "unknown";
 }
 
+std::string_view to_string(finish_reason r) noexcept {
+  static constexpr std::string_view names[] = {"stop", "length", "tool_calls", "tool_calls_limit"};
+  auto i = static_cast<std::size_t>(r);
+  return i < std::size(names) ? names[i] : "unknown";
+}
+
 request_metrics request_metrics::attach(metrics_registry& r) {
   request_metrics m;
   for (std::size_t i = 0; i < m.entered.size(); ++i) {
@@ -107,7 +113,7 @@ public:
     return {
         [this](device_event& e) { on_device(e); },
         [this](tool_result_atom, std::uint64_t, tool_reply& r) { on_tool_result(r); },
-        [this](cancel_atom) { fail("cancelled"); },
+        [this](cancel_atom) { fail("cancelled", errc::cancelled); },
         [this](deadline_atom) {
           fail("the request did not finish within " +
                    std::to_string(ctx_->request_timeout.count()) +
@@ -133,7 +139,7 @@ private:
     request_event ev;
     ev.request = id_;
     ev.kind = request_event::state;
-    ev.text = std::string{to_string(s)};
+    ev.entered = s;
     emit(std::move(ev));
   }
 
@@ -232,7 +238,7 @@ private:
         return;
       }
       if (!a.accepted) {
-        if (a.reason.rfind("busy", 0) == 0) {
+        if (a.code == errc::busy) {
           // The slot goes back with the report: the router sends nobody else there until a
           // sequence leaves it.
           send(ctx_->router, device_busy_atom::value, h.name);
@@ -240,7 +246,7 @@ private:
           return;
         }
         send(ctx_->router, release_atom::value, h.name);
-        fail("device " + h.name + " refused the request: " + a.reason);
+        fail("device " + h.name + " refused the request: " + a.reason, a.code);
         return;
       }
       usage_.prefill_tokens += prefilled;
@@ -370,16 +376,16 @@ private:
       if (ended_ || left() == 0) {
         if (moved && req_.keep_kv)
           kept_kv_ = std::move(moved);
-        return finish(ended_ ? "stop" : "length");
+        return finish(ended_ ? finish_reason::stop : finish_reason::length);
       }
       begin_transfer(std::move(moved));
       return;
     }
     if (ended_)
-      return finish("stop");
+      return finish(finish_reason::stop);
     if (!tokens_.empty() && tokens_.back() == tokenizer::tool_call_end)
       return begin_tool();
-    finish("length");
+    finish(finish_reason::length);
   }
 
   // The device dropped the sequence after a failed step: retry on another device (recomputing
@@ -443,28 +449,28 @@ private:
     ev.request = id_;
     ev.kind = request_event::tool_call;
     if (parsed) {
-      ev.text = parsed->name;
+      ev.tool_name = parsed->name;
       ev.arguments_json = parsed->arguments_json;
     } else {
-      ev.text = "(malformed)";
+      ev.tool_name = "(malformed)";
       ev.arguments_json = tokenizer{}.decode(call_);
     }
     emit(std::move(ev));
     if (parsed && req_.return_unhosted_calls && !hosted(parsed->name)) {
-      finish("tool_calls"); // the caller runs it
+      finish(finish_reason::tool_calls); // the caller runs it
       return;
     }
     park_kv();
     if (usage_.tool_calls > req_.max_tool_calls) {
-      finish("tool_calls_limit");
+      finish(finish_reason::tool_calls_limit);
       return;
     }
     if (!parsed) {
-      on_tool_result(tool_reply{false, false, "error: " + parsed.error().message, {}});
+      on_tool_result(tool_reply{false, false, parsed.error().message, {}});
       return;
     }
     if (ctx_->tools == nullptr) {
-      on_tool_result(tool_reply{false, false, "error: this node hosts no tools", {}});
+      on_tool_result(tool_reply{false, false, "this node hosts no tools", {}});
       return;
     }
     tool_invocation call{usage_.tool_calls, parsed->name, parsed->arguments_json,
@@ -526,17 +532,18 @@ private:
     request_event ev;
     ev.request = id_;
     ev.kind = request_event::tool_result;
-    ev.text =
-        r.ok ? r.content : (r.content.rfind("error", 0) == 0 ? r.content : "error: " + r.content);
+    // A failed call reaches the model as "error: <why>" (tool_reply.ok, never the text, says
+    // which it is).
+    ev.tool_output = r.ok ? std::move(r.content) : "error: " + r.content;
     // What the context holds for the output: past the tokens so far and those still to be
     // generated (tool_result_overflow).
     const std::size_t used = tokens_.size() + left();
     const std::size_t room = ctx_->max_context > used ? ctx_->max_context - used : 0;
-    auto fitted = fit_tool_result(ev.text, room);
-    if (!fitted ||
-        (*fitted != ev.text && ctx_->options.tool_result_overflow == tool_overflow_policy::fail)) {
+    auto fitted = fit_tool_result(ev.tool_output, room);
+    if (!fitted || (*fitted != ev.tool_output &&
+                    ctx_->options.tool_result_overflow == tool_overflow_policy::fail)) {
       fail("the output of tool call " + std::to_string(usage_.tool_calls) + " is " +
-               std::to_string(ev.text.size()) + " bytes; the model's context (" +
+               std::to_string(ev.tool_output.size()) + " bytes; the model's context (" +
                std::to_string(ctx_->max_context) + " tokens) has room for " + std::to_string(room) +
                " after the conversation and the tokens still to "
                "generate ([orchestration].tool_result_overflow = " +
@@ -544,9 +551,9 @@ private:
            errc::exhausted);
       return;
     }
-    ev.text = std::move(*fitted);
+    ev.tool_output = std::move(*fitted);
     emit(ev);
-    appended_ = render_tool_result(ev.text);
+    appended_ = render_tool_result(ev.tool_output);
     pending_result_ = true;
     if (!demoting_)
       continue_after_tool();
@@ -576,35 +583,39 @@ private:
 
   // Ends with done; with keep_kv, after copying the KV out of the device that holds it (should
   // that fail, the next turn recomputes it).
-  void finish(std::string reason) {
+  void finish(finish_reason reason) {
     auto* h = decode_.seq != 0 ? &decode_ : prefill_.seq != 0 ? &prefill_ : nullptr;
+    request_event ev;
+    ev.kind = request_event::done;
+    ev.finish = reason;
     if (!req_.keep_kv || h == nullptr)
-      return end(request_event::done, std::move(reason));
+      return end(std::move(ev));
     request(h->device, caf::infinite, export_atom::value, h->seq)
         .then(
-            [this, reason](kv_blob& blob) {
+            [this, ev](kv_blob& blob) mutable {
               kept_kv_ = std::move(blob);
-              end(request_event::done, reason);
+              end(std::move(ev));
             },
-            [this, reason](caf::error&) { end(request_event::done, reason); });
+            [this, ev](caf::error&) mutable { end(std::move(ev)); });
   }
 
   void fail(std::string message, errc code = errc::system_error, std::uint32_t retry_ms = 0) {
-    end(request_event::error, std::move(message), code, retry_ms);
+    request_event ev;
+    ev.kind = request_event::error;
+    ev.message = std::move(message);
+    ev.code = code;
+    ev.retry_ms = retry_ms;
+    end(std::move(ev));
   }
 
-  // Ends the request with its one done or error event: frees what it holds, reports, exits.
-  void end(request_event::kind_t kind, std::string text, errc code = errc::system_error,
-           std::uint32_t retry_ms = 0) {
+  // Ends the request with its one done or error event `ev`: frees what it holds, reports,
+  // exits.
+  void end(request_event ev) {
     if (stage_ == stage::finished)
       return;
     usage_.total_s = since(start_);
-    request_event ev;
+    const auto kind = ev.kind;
     ev.request = id_;
-    ev.kind = kind;
-    ev.text = std::move(text);
-    ev.code = code;
-    ev.retry_ms = retry_ms;
     ev.usage = usage_;
     if (kind == request_event::done) {
       auto state = std::make_shared<conversation_state>();
@@ -612,9 +623,9 @@ private:
       state->kv = std::move(kept_kv_);
       ev.conversation = std::move(state);
     }
-    auto last = kind == request_event::done ? request_state::done
-                : ev.text == "cancelled"    ? request_state::cancelled
-                                            : request_state::failed;
+    auto last = kind == request_event::done  ? request_state::done
+                : ev.code == errc::cancelled ? request_state::cancelled
+                                             : request_state::failed;
     if (ctx_->metrics.total_seconds != nullptr)
       ctx_->metrics.total_seconds->observe(usage_.total_s);
     enter(last);

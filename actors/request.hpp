@@ -13,6 +13,7 @@
 #include <caf/atom.hpp>
 
 #include "actors/chat.hpp"
+#include "actors/route.hpp"
 #include "devices/device.hpp"
 #include "devices/sampling.hpp"
 #include "runtime/config.hpp"
@@ -69,6 +70,17 @@ enum class request_state : std::uint8_t {
 /// "queued", "prefill", ..., "cancelled".
 std::string_view to_string(request_state s) noexcept;
 
+/// Why a request ended with done.
+enum class finish_reason : std::uint8_t {
+  stop,             ///< the model ended its answer (EOS), or a stop string matched
+  length,           ///< max_tokens were generated
+  tool_calls,       ///< it called a tool the caller runs (return_unhosted_calls)
+  tool_calls_limit, ///< it called tools max_tool_calls times
+};
+
+/// "stop", "length", "tool_calls", "tool_calls_limit".
+std::string_view to_string(finish_reason r) noexcept;
+
 /// Token counts and timings of a finished request.
 struct request_usage {
   std::uint64_t prompt_tokens = 0;     ///< tokens of the rendered conversation
@@ -90,16 +102,21 @@ struct request_event {
   std::uint64_t request = 0;  ///< the request's id
   kind_t kind = token;        ///< what happened
   triad::token tok = 0;       ///< token: its id
-  std::string text;           ///< token: its text; tool_call: the call's name; tool_result:
-                              ///< the output; state: the state entered (to_string of
-                              ///< request_state); done: the finish reason; error: the message
-  std::string arguments_json; ///< tool_call: the arguments
+  std::string text;           ///< token: its text
+  std::string tool_name;      ///< tool_call: the function called ("(malformed)" if unparsed)
+  std::string arguments_json; ///< tool_call: its arguments
+  std::string tool_output;    ///< tool_result: the output, as the model reads it
+  request_state entered = request_state::queued; ///< state: the state entered
+  finish_reason finish = finish_reason::stop;    ///< done: why
   /// error: what kind (exhausted: the request does not fit the model's context, or a tool
-  /// output overflowed it; invalid_argument: the request cannot be served as given;
+  /// output overflowed it; invalid_argument: it cannot be served as given; overloaded: too many
+  /// requests wait for devices; busy: it waited past the queue timeout; stopped: the node is
+  /// draining; cancelled: cancel() or the client left; timed_out: past the request deadline;
   /// system_error otherwise).
   errc code = errc::system_error;
-  std::uint32_t retry_ms = 0; ///< error with code busy: when to try again
-  request_usage usage;        ///< done: counts and timings
+  std::string message;        ///< error: what happened, for people (never parsed)
+  std::uint32_t retry_ms = 0; ///< error with code overloaded, busy or stopped: retry after
+  request_usage usage;        ///< done and error: counts and timings
   /// done: the conversation's tokens (and its KV when the request asked keep_kv), for the next
   /// turn's `prior`.
   std::shared_ptr<const conversation_state> conversation;
@@ -125,7 +142,7 @@ struct request_metrics {
 
 /// What a request actor needs to find devices and tools.
 struct request_context {
-  caf::actor router;             ///< the node's router
+  router_actor router;           ///< the node's router
   tool_service* tools = nullptr; ///< the node's tool domains (null: no tools hosted)
   orchestration_options options; ///< policies
   request_metrics metrics;       ///< where transitions are counted

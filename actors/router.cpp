@@ -15,11 +15,6 @@ namespace triad {
 
 namespace {
 
-using unbusy_atom = caf::atom_constant<caf::atom("unbusy")>;
-using poll_atom = caf::atom_constant<caf::atom("poll")>;
-// A waiting order's queue timeout: `(expire_atom, stage index, order number)`.
-using expire_atom = caf::atom_constant<caf::atom("expire")>;
-
 bool qualifies(device_role role, route_stage stage) {
   switch (stage) {
   case route_stage::prefill:
@@ -32,21 +27,27 @@ bool qualifies(device_role role, route_stage stage) {
   return false;
 }
 
-class router_actor : public homed_actor {
+class router_impl : public homed<router_actor::base> {
 public:
-  router_actor(caf::actor_config& cfg, std::vector<routed_device> devices,
-               orchestration_options options, std::chrono::milliseconds queue_timeout)
-      : homed_actor(cfg)
+  router_impl(caf::actor_config& cfg, std::vector<routed_device> devices,
+              orchestration_options options, std::chrono::milliseconds queue_timeout)
+      : homed(cfg)
       , options_(std::move(options))
       , queue_timeout_(queue_timeout) {
     for (auto& d : devices)
       devices_.push_back({std::move(d), 0, false, 0, false, unknown_kv, {}});
   }
 
-  caf::behavior make_behavior() override {
-    poll();
+  behavior_type make_behavior() override {
+    // Each device tells its free KV pages when they change (no polling: an idle node sleeps).
+    for (auto& d : devices_)
+      caf::anon_send(d.info.actor, watch_kv_atom::value, caf::actor_cast<caf::actor>(this));
     return {
-        [this](poll_atom) { poll(); },
+        [this](kv_free_atom, caf::actor_addr& from, std::uint64_t free, std::uint64_t) {
+          for (auto& d : devices_)
+            if (d.info.actor.address() == from)
+              d.kv_free = free;
+        },
         [this](refresh_atom) -> caf::result<bool> {
           // Answered once every device has answered (or failed to) a fresh stats request.
           auto promise = make_response_promise<bool>();
@@ -82,7 +83,8 @@ public:
                                "overloaded: " + std::to_string(waiting()) +
                                    " requests wait for devices; retry after " + std::to_string(ms) +
                                    " ms",
-                               ms};
+                               ms,
+                               errc::overloaded};
           }
           auto promise = make_response_promise<route_reply>();
           std::uint64_t priority = 0;
@@ -93,12 +95,12 @@ public:
           queue.emplace(key{priority, number}, waiter{promise, std::move(order.avoid),
                                                       std::move(order.prefix), current_sender()});
           if (queue_timeout_.count() > 0)
-            delayed_send(this, queue_timeout_, expire_atom::value,
+            delayed_send(this, queue_timeout_, router_expire_atom::value,
                          static_cast<std::uint32_t>(order.stage), number);
           serve();
           return promise;
         },
-        [this](expire_atom, std::uint32_t stage, std::uint64_t number) {
+        [this](router_expire_atom, std::uint32_t stage, std::uint64_t number) {
           auto ms = static_cast<std::uint32_t>(options_.retry_after.count());
           refuse_waiting(
               stage, [number](const key& k, const waiter&) { return k.second == number; },
@@ -129,12 +131,12 @@ public:
             d->busy_again = true;
             if (!d->said_busy) {
               d->said_busy = true;
-              delayed_send(this, options_.busy_backoff, unbusy_atom::value, name);
+              delayed_send(this, options_.busy_backoff, router_unbusy_atom::value, name);
             }
           }
           serve();
         },
-        [this](unbusy_atom, std::string& name) {
+        [this](router_unbusy_atom, std::string& name) {
           // A busy period ends after a backoff with no refusal. Until then each backoff lets
           // one request try (room for it may have come without a release: sequences held by
           // other nodes' or the embedder's requests).
@@ -142,7 +144,7 @@ public:
             if (d->busy_again) {
               d->busy_again = false;
               ++d->room;
-              delayed_send(this, options_.busy_backoff, unbusy_atom::value, name);
+              delayed_send(this, options_.busy_backoff, router_unbusy_atom::value, name);
             } else {
               d->said_busy = false;
               d->room = 0;
@@ -183,7 +185,7 @@ private:
     bool said_busy;      // in a busy period: answered busy, no backoff since without one
     std::size_t room;    // while said_busy: grants it may have (one per sequence that left)
     bool busy_again;     // answered busy again since the last backoff began
-    std::size_t kv_free; // KV pages free at the last stats answer (unknown_kv: none yet)
+    std::size_t kv_free; // KV pages free as the device last said (unknown_kv: not yet)
     std::unordered_map<block_hash, std::uint64_t> prefixes; // prompt pages sent -> when
   };
 
@@ -199,17 +201,11 @@ private:
             [then](caf::error&) { then(); }); // keeps the last figure
   }
 
-  // Refreshes every device's free KV pages, and again after stats_interval.
-  void poll() {
-    for (std::size_t i = 0; i < devices_.size(); ++i)
-      ask_stats(i, [] {});
-    delayed_send(this, defaults::orchestration::stats_interval, poll_atom::value);
-  }
   // Waiting order: (priority, arrival); priority is 0 under FCFS, the session's attained
   // service at arrival under PLAS.
   using key = std::pair<std::uint64_t, std::uint64_t>;
   struct waiter {
-    caf::response_promise promise;
+    caf::typed_response_promise<route_reply> promise;
     std::vector<std::string> avoid;
     std::vector<block_hash> prefix;
     caf::strong_actor_ptr who; // the request actor waiting
@@ -389,9 +385,9 @@ private:
 
 } // namespace
 
-caf::actor spawn_router(domain& home, std::vector<routed_device> devices,
-                        orchestration_options options, std::chrono::milliseconds queue_timeout) {
-  return home.spawn<router_actor>(std::move(devices), std::move(options), queue_timeout);
+router_actor spawn_router(domain& home, std::vector<routed_device> devices,
+                          orchestration_options options, std::chrono::milliseconds queue_timeout) {
+  return home.spawn<router_impl>(std::move(devices), std::move(options), queue_timeout);
 }
 
 } // namespace triad

@@ -95,7 +95,7 @@ private:
       case request_event::tool_result:
         record->messages.push_back({"assistant", std::move(record->text)});
         record->text.clear();
-        record->messages.push_back({"tool", ev.text});
+        record->messages.push_back({"tool", ev.tool_output});
         break;
       case request_event::done:
       case request_event::error:

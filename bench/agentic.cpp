@@ -198,7 +198,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
       std::lock_guard<std::mutex> g{m};
       if (e.kind == triad::request_event::error && out.errors++ == 0)
         std::fprintf(stderr, "triad-bench-agentic: %s: session %zu failed: %s\n", st.name.c_str(),
-                     i, e.text.c_str());
+                     i, e.message.c_str());
       out.session_s[i] = t;
       out.completion_tokens += e.usage.completion_tokens;
       out.prefill_tokens += e.usage.prefill_tokens;

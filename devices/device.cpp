@@ -70,8 +70,7 @@ expected<kv_blob> export_blob(backend& be, seq_id seq) {
   kv_blob blob;
   blob.seq = seq;
   blob.tokens = be.length(seq);
-  blob.bytes.resize(bytes->size());
-  std::memcpy(blob.bytes.data(), bytes->data(), bytes->size());
+  blob.bytes = std::move(*bytes); // the backend's bytes themselves, not a copy
   return blob;
 }
 
@@ -140,7 +139,8 @@ struct step_job {
   std::vector<step_item> items;
   std::size_t item_count = 0; // items in use; entries past it keep their memory for later jobs
   std::vector<std::shared_ptr<sample_plan>> plans; // per item; null: its prompt goes on
-  std::vector<std::uint32_t> generated;            // per item, tokens generated before the job
+  std::vector<caf::actor> sinks; // per item with a plan: where each chosen token goes at once
+  std::vector<std::uint32_t> generated; // per item, tokens generated before the job
   std::vector<seq_id> frees;
   std::vector<std::pair<std::size_t, std::vector<token>>> lookups; // item index, its prompt
   std::size_t lookup_count = 0;                                    // as item_count, for lookups
@@ -179,6 +179,7 @@ struct step_job {
     imports.clear();
     move_outs.clear();
     plans.clear();
+    sinks.clear();
     generated.clear();
     frees.clear();
     result.seqs.clear();
@@ -212,8 +213,7 @@ struct step_job {
     for (auto id : frees)
       be->free(id);
     for (auto& im : imports) {
-      std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(im.blob->bytes.data()),
-                                       im.blob->bytes.size()};
+      std::span<const std::byte> bytes{im.blob->bytes};
       if (auto ok = be->import_kv(items[im.item].seq, bytes); !ok) {
         im.error = ok.error().message;
         im.exhausted = ok.error().code == errc::exhausted;
@@ -251,6 +251,14 @@ struct step_job {
         auto n = generated[i] + static_cast<std::uint32_t>(r.sampled[i].size());
         auto tok = plan->choose(n, out->logits[k]);
         r.sampled[i].push_back(tok);
+        if (sinks[i]) // each token leaves as it is chosen, not at the end of the burst
+          caf::anon_send(sinks[i], device_event{r.seqs[i],
+                                                device_event::token,
+                                                {tok},
+                                                n + 1,
+                                                {},
+                                                static_cast<std::uint32_t>(r.cached[i]),
+                                                {}});
         if (plan->ends(tok, n + 1) == nullptr) {
           // Written in place: entry `kept` of `next` is read no more in this step.
           if (kept == next.size())
@@ -352,6 +360,22 @@ public:
     attach_functor([driver = driver_.get()](const caf::error&) { driver->stop(); });
   }
 
+  // Tells the KV watchers the free pages when they moved a step from what they last heard, or
+  // reached or left zero (see watch_kv_atom).
+  void report_kv(bool always = false) {
+    if (kv_watchers_.empty())
+      return;
+    const std::uint64_t total = kv_.pages_total;
+    const std::uint64_t free = total > kv_.pages_used ? total - kv_.pages_used : 0;
+    const std::uint64_t step = std::max<std::uint64_t>(1, total / 32);
+    const auto moved = free > kv_reported_ ? free - kv_reported_ : kv_reported_ - free;
+    if (!always && moved < step && (free == 0) == (kv_reported_ == 0))
+      return;
+    kv_reported_ = free;
+    for (const auto& w : kv_watchers_)
+      send(w, kv_free_atom::value, address(), free, total);
+  }
+
   // Sequences hold their requests' actors (sinks), export promises their callers and queued
   // jobs this actor: dropped at exit, so no request and this device keep each other alive
   // through a cycle (CAF frees an actor only when its last strong reference goes). LeakSanitizer
@@ -363,11 +387,12 @@ public:
     seqs_.clear();
     backlog_.clear();
     pending_frees_.clear();
+    kv_watchers_.clear();
   }
 
   caf::behavior make_behavior() override {
     return {
-        [this](generate_atom, generate_request& req) { return admit(std::move(req)); },
+        [this](generate_atom, generate_request& req) { return answer(admit(std::move(req))); },
         [this](park_atom, seq_id id) {
           interrupt_burst();
           if (auto* s = find(id))
@@ -385,6 +410,10 @@ public:
         },
         [this](free_atom, seq_id id) { release(id); },
         [this](stats_atom) { return snapshot(); },
+        [this](watch_kv_atom, caf::actor& watcher) {
+          kv_watchers_.push_back(std::move(watcher));
+          report_kv(true);
+        },
         [this](retry_atom) {
           retry_pending_ = false;
           schedule();
@@ -401,11 +430,11 @@ public:
             it->second.deliver(caf::make_error(caf::sec::invalid_argument, std::move(error)));
           exports_.erase(it);
         },
-        [this](import_atom, kv_blob& blob, generate_request& req) -> admission {
-          return import(std::make_shared<const kv_blob>(std::move(blob)), std::move(req));
+        [this](import_atom, kv_blob& blob, generate_request& req) {
+          return answer(import(std::make_shared<const kv_blob>(std::move(blob)), std::move(req)));
         },
         [this](import_atom, std::shared_ptr<const kv_blob>& blob, generate_request& req) {
-          return import(std::move(blob), std::move(req));
+          return answer(import(std::move(blob), std::move(req)));
         },
         [this](step_done_atom, std::shared_ptr<step_job>& job) { on_step(std::move(job)); },
     };
@@ -468,21 +497,23 @@ private:
     return it == seqs_.end() ? nullptr : &it->second;
   }
 
-  admission refuse(std::string why) {
+  admission refuse(errc code, std::string why) {
     ++stats_.refused;
-    return admission{false, std::move(why)};
+    return admission{false, std::move(why), code};
   }
 
   // Admits a sequence whose KV comes from `blob`; the import runs in the sequence's first step
   // job, before the step.
   admission import(std::shared_ptr<const kv_blob> blob, generate_request req) {
     if (!blob)
-      return refuse("invalid: sequence " + std::to_string(req.seq) + " has no KV to import");
+      return refuse(errc::invalid_argument,
+                    "invalid: sequence " + std::to_string(req.seq) + " has no KV to import");
     // At least one token past the KV: its logits give the next token.
     if (req.prompt.size() <= blob->tokens)
-      return refuse("invalid: sequence " + std::to_string(req.seq) + " has " +
-                    std::to_string(req.prompt.size()) + " tokens; its KV covers " +
-                    std::to_string(blob->tokens) + ", and at least one more is needed");
+      return refuse(errc::invalid_argument,
+                    "invalid: sequence " + std::to_string(req.seq) + " has " +
+                        std::to_string(req.prompt.size()) + " tokens; its KV covers " +
+                        std::to_string(blob->tokens) + ", and at least one more is needed");
     return admit(std::move(req), std::move(blob));
   }
 
@@ -492,21 +523,23 @@ private:
     bool importing = import != nullptr;
     interrupt_burst();
     if (req.prompt.empty())
-      return refuse("invalid: sequence " + std::to_string(req.seq) + " has an empty prompt");
+      return refuse(errc::invalid_argument,
+                    "invalid: sequence " + std::to_string(req.seq) + " has an empty prompt");
     if (auto ok = req.sampling.validate(); !ok)
-      return refuse("invalid: " + ok.error().message);
+      return refuse(errc::invalid_argument, "invalid: " + ok.error().message);
     const auto vocab = backend_->shape().vocab;
     for (const auto* list : {&req.prompt, &req.forced})
       for (auto t : *list)
         if (t < 0 || static_cast<unsigned>(t) >= vocab)
-          return refuse("invalid: token " + std::to_string(t) + " outside the vocabulary");
+          return refuse(errc::invalid_argument,
+                        "invalid: token " + std::to_string(t) + " outside the vocabulary");
     if (seqs_.count(req.seq) != 0)
-      return refuse("invalid: sequence " + std::to_string(req.seq) + " already on device " +
-                    options_.name);
+      return refuse(errc::invalid_argument, "invalid: sequence " + std::to_string(req.seq) +
+                                                " already on device " + options_.name);
     if (seqs_.size() >= options_.max_sequences)
-      return refuse("busy: " + std::to_string(seqs_.size()) + " of " +
-                    std::to_string(options_.max_sequences) + " sequences in flight on " +
-                    options_.name);
+      return refuse(errc::busy, "busy: " + std::to_string(seqs_.size()) + " of " +
+                                    std::to_string(options_.max_sequences) +
+                                    " sequences in flight on " + options_.name);
     if (options_.role == device_role::prefill)
       req.max_new_tokens = std::min<std::uint32_t>(req.max_new_tokens, 1);
     sequence s;
@@ -520,8 +553,19 @@ private:
     s.req = std::move(req);
     auto id = s.req.seq;
     seqs_.emplace(id, std::move(s));
-    schedule();
-    return admission{true, {}};
+    return admission{true, {}, {}};
+  }
+
+  // Answers an admission, then schedules: the driver sends a sequence's tokens to its sink as
+  // it chooses them, so the sink must hold the answer (and know the sequence is its own)
+  // before the first step can run.
+  caf::result<admission> answer(admission a) {
+    auto promise = make_response_promise<admission>();
+    const bool accepted = a.accepted;
+    promise.deliver(std::move(a));
+    if (accepted)
+      schedule();
+    return promise;
   }
 
   void release(seq_id id) {
@@ -682,6 +726,7 @@ private:
       bool completes = computed + item.tokens.size() == s->tokens.size();
       all_complete = all_complete && completes;
       job->plans.push_back(completes ? s->plan : nullptr);
+      job->sinks.push_back(completes ? s->req.sink : caf::actor{});
       if (completes && s->req.move_out_when_done) {
         job->move_outs.emplace_back();
         auto& mo = job->move_outs.back();
@@ -824,40 +869,32 @@ private:
           s->state = seq_state::waiting;
         continue;
       }
-      std::vector<token> made; // this job's tokens of the sequence: one event carries them
-      made.reserve(sampled.size());
-      const char* ended = nullptr;
-      for (std::size_t j = 0; j < sampled.size(); ++j) {
-        // The last token is not in the KV yet: a sequence parked meanwhile drops it, as if it
-        // had never been chosen. The others are in the KV and stay.
-        if (j + 1 == sampled.size() && (s->state == seq_state::parked || s->finished))
-          break;
-        s->tokens.push_back(sampled[j]);
-        ++s->generated;
-        ++stats_.generated;
-        made.push_back(sampled[j]);
-        if (j + 1 < sampled.size())
-          continue;
-        if (const char* why = s->plan->ends(sampled[j], s->generated)) {
-          s->finished = true;
-          bool park =
-              s->req.park_on_stop && sampled[j] != tokenizer::eos && s->plan->stops_at(sampled[j]);
-          s->state = park ? seq_state::parked : seq_state::done;
-          ended = why;
-        } else {
-          s->state = seq_state::running;
-        }
+      // The driver sent each token to the sink as it chose it: they are the sequence's now.
+      // The last one is not in the KV yet (computed excludes it): a sequence parked meanwhile
+      // computes it when it resumes.
+      const bool parked_meanwhile = s->state == seq_state::parked;
+      s->tokens.insert(s->tokens.end(), sampled.begin(), sampled.end());
+      s->generated += static_cast<std::uint32_t>(sampled.size());
+      stats_.generated += sampled.size();
+      const token last = sampled.back();
+      const char* ended = s->plan->ends(last, s->generated);
+      if (ended != nullptr) {
+        s->finished = true;
+        bool park = parked_meanwhile ||
+                    (s->req.park_on_stop && last != tokenizer::eos && s->plan->stops_at(last));
+        s->state = park ? seq_state::parked : seq_state::done;
+      } else if (!parked_meanwhile) {
+        s->state = seq_state::running;
       }
       auto mo = std::find_if(job->move_outs.begin(), job->move_outs.end(),
                              [i](const auto& m) { return m.item == i && m.moved; });
       if (mo != job->move_outs.end()) {
         // Exported and freed on the driver: the KV goes with the done event, the sequence goes.
-        emit(*s, device_event::done, mo->reason, std::move(made), std::move(mo->blob));
+        emit(*s, device_event::done, mo->reason, {}, std::move(mo->blob));
         seqs_.erase(r.seqs[i]);
-      } else if (ended != nullptr)
-        emit(*s, device_event::done, ended, std::move(made));
-      else if (!made.empty())
-        emit(*s, device_event::token, {}, std::move(made));
+      } else if (ended != nullptr) {
+        emit(*s, device_event::done, ended);
+      }
     }
     update_gauges();
     spare_job_ = std::move(job);
@@ -916,6 +953,7 @@ private:
   }
 
   void update_gauges() {
+    report_kv();
     if (metrics_.queue == nullptr)
       return;
     auto st = snapshot();
@@ -942,6 +980,8 @@ private:
   std::uint64_t next_order_ = 0;
   device_stats stats_;
   kv_usage kv_;
+  std::vector<caf::actor> kv_watchers_; // told of free KV pages (the router)
+  std::uint64_t kv_reported_ = 0;       // the free pages they last heard of
 };
 
 } // namespace

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,14 @@ using move_out_atom = caf::atom_constant<caf::atom("moveout")>;
 using import_atom = caf::atom_constant<caf::atom("import")>;
 /// Asks for a device_stats snapshot: `(stats_atom)`.
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
+/// Subscribes an actor to the device's free KV: `(watch_kv_atom, caf::actor watcher)`. The
+/// device then sends the watcher a kv_free_atom message at once and whenever its free pages
+/// move by a step (1/32 of its pages, at least one) from what it last sent, or reach or leave
+/// zero: the router routes by them without polling, so an idle node sleeps.
+using watch_kv_atom = caf::atom_constant<caf::atom("watchkv")>;
+/// A device's free KV pages (see watch_kv_atom): `(kv_free_atom, caf::actor_addr device,
+/// std::uint64_t free_pages, std::uint64_t total_pages)`.
+using kv_free_atom = caf::atom_constant<caf::atom("kvfree")>;
 
 /// Defaults of the devices area.
 namespace defaults::device_actor {
@@ -80,15 +89,17 @@ struct generate_request {
 
 /// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format.
 struct kv_blob {
-  seq_id seq = 0;                  ///< the sequence it came from
-  std::uint64_t tokens = 0;        ///< tokens it covers
-  std::vector<std::uint8_t> bytes; ///< header and pages
+  seq_id seq = 0;               ///< the sequence it came from
+  std::uint64_t tokens = 0;     ///< tokens it covers
+  std::vector<std::byte> bytes; ///< header and pages, as the backend exported them
 };
 
 /// The immediate answer to a generate request.
 struct admission {
   bool accepted = false; ///< false: busy or invalid; nothing was queued
-  std::string reason;    ///< why not, e.g. "busy: 64 of 64 sequences in flight"
+  std::string reason;    ///< why not, for people, e.g. "busy: 64 of 64 sequences in flight"
+  /// why not: busy (every sequence slot is taken; retry after one leaves) or invalid_argument
+  errc code = errc::invalid_argument;
 };
 
 /// What a device reports about a sequence, sent to its sink.
@@ -103,9 +114,9 @@ struct device_event {
   };
   seq_id seq = 0;      ///< the sequence
   kind_t kind = token; ///< what happened
-  /// token and done: the tokens generated since the last event, in order. A driver job that
-  /// ran several decode steps (a burst) sends them in one event: one message per job and
-  /// sequence instead of one per token.
+  /// token: the token just chosen, sent by the device's driver thread as it chooses it (a
+  /// burst of decode steps publishes each token at its step, not at the burst's end); done and
+  /// the rest carry none (every token came before them, in order).
   std::vector<triad::token> tokens;
   std::uint32_t generated = 0; ///< tokens generated so far, these included
   std::string message;         ///< detail for `done` (reason) and `failed`
@@ -148,7 +159,7 @@ typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
 /// Inspector of admission.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, admission& x) {
-  return f(caf::meta::type_name("admission"), x.accepted, x.reason);
+  return f(caf::meta::type_name("admission"), x.accepted, x.reason, x.code);
 }
 /// Inspector of device_event.
 template<class Inspector>
@@ -156,10 +167,19 @@ typename Inspector::result_type inspect(Inspector& f, device_event& x) {
   return f(caf::meta::type_name("device_event"), x.seq, x.kind, x.tokens, x.generated, x.message,
            x.cached, x.kv);
 }
-/// Inspector of kv_blob.
+/// Inspector of kv_blob: the bytes as one string (element by element, CAF would read each
+/// std::byte through an uninitialised temporary).
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_blob& x) {
-  return f(caf::meta::type_name("kv_blob"), x.seq, x.tokens, x.bytes);
+  std::string raw;
+  if constexpr (Inspector::reads_state)
+    raw.assign(reinterpret_cast<const char*>(x.bytes.data()), x.bytes.size());
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.bytes.resize(raw.size());
+    std::memcpy(x.bytes.data(), raw.data(), raw.size());
+    return caf::none;
+  });
+  return f(caf::meta::type_name("kv_blob"), x.seq, x.tokens, raw, load);
 }
 /// Inspector of device_stats.
 template<class Inspector>

@@ -88,20 +88,20 @@ int run(int argc, char** argv) {
       text += e.text;
       return;
     case triad::request_event::tool_call:
-      std::printf("text: %s\ntool call: %s %s\n", text.c_str(), e.text.c_str(),
+      std::printf("text: %s\ntool call: %s %s\n", text.c_str(), e.tool_name.c_str(),
                   e.arguments_json.c_str());
       text.clear();
       return;
     case triad::request_event::tool_result:
-      std::printf("tool result: %s\n", e.text.c_str());
+      std::printf("tool result: %s\n", e.tool_output.c_str());
       return;
     case triad::request_event::state:
-      std::printf("[%s]\n", e.text.c_str());
+      std::printf("[%s]\n", std::string{to_string(e.entered)}.c_str());
       return;
     case triad::request_event::done:
       std::printf("text: %s\ndone (%s): %llu prompt tokens, %llu generated, %llu prefilled, "
                   "%u tool calls, %.3f s (first token %.3f s, tools %.3f s)\n",
-                  text.c_str(), e.text.c_str(),
+                  text.c_str(), std::string{to_string(e.finish)}.c_str(),
                   static_cast<unsigned long long>(e.usage.prompt_tokens),
                   static_cast<unsigned long long>(e.usage.completion_tokens),
                   static_cast<unsigned long long>(e.usage.prefill_tokens), e.usage.tool_calls,
@@ -109,7 +109,7 @@ int run(int argc, char** argv) {
       ok = e.usage.tool_calls == static_cast<std::uint32_t>(calls);
       break;
     case triad::request_event::error:
-      std::printf("error: %s\n", e.text.c_str());
+      std::printf("error: %s\n", e.message.c_str());
       break;
     }
     ended = true;

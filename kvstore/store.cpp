@@ -21,8 +21,20 @@ using expiry_atom = caf::atom_constant<caf::atom("kvexpiry")>;
 // Sends the copies queued in this turn to the movers, one batch per destination domain.
 using flush_moves_atom = caf::atom_constant<caf::atom("kvflush")>;
 
-// Where a block is: a memory pool by index, or the disk tier.
-constexpr int on_disk = -1;
+// Where a block is: a memory pool (by index into the store's pools), or the disk tier.
+struct location {
+  int pool = 0; // index into the pools; -1: the disk
+  /// The disk tier.
+  static constexpr location disk() noexcept { return location{-1}; }
+  /// A memory pool by index.
+  static location of_pool(std::size_t i) noexcept { return location{static_cast<int>(i)}; }
+  constexpr bool on_disk() const noexcept { return pool < 0; }
+  /// The pool's index (not on disk).
+  constexpr std::size_t index() const noexcept { return static_cast<std::size_t>(pool); }
+  /// Its entry in per-location tables, the disk's first.
+  constexpr std::size_t entry() const noexcept { return static_cast<std::size_t>(pool + 1); }
+  bool operator==(const location&) const = default;
+};
 
 // One block as the store sees it; the bytes are with its actor.
 struct block_rec {
@@ -31,7 +43,7 @@ struct block_rec {
   block_hash parent = 0;
   std::vector<token> tokens;
   bool indexed = false; // a full, content-addressed block (shared through the index)
-  int loc = 0;          // memory pool index, or on_disk
+  location loc;         // a memory pool, or the disk
   slot_id slot = 0;
   std::uint64_t checksum = 0;
   std::uint32_t refs = 0;
@@ -145,78 +157,85 @@ public:
 private:
   // ---- locations ----------------------------------------------------------------------------
 
-  tier tier_of(int loc) const { return loc == on_disk ? tier::disk : pools_[loc]->kind(); }
-
-  std::string loc_name(int loc) const { return loc == on_disk ? "disk" : pools_[loc]->name(); }
-
-  bool has_room(int loc) const {
-    if (loc == on_disk)
-      return disk_ && disk_blocks_ < disk_->capacity();
-    return pools_[loc]->used() < pools_[loc]->capacity();
+  tier tier_of(location loc) const {
+    return loc.on_disk() ? tier::disk : pools_[loc.index()]->kind();
   }
 
-  domain& domain_of(int loc) { return loc == on_disk ? *home_ : *pool_domains_[loc]; }
+  std::string loc_name(location loc) const {
+    return loc.on_disk() ? "disk" : pools_[loc.index()]->name();
+  }
+
+  bool has_room(location loc) const {
+    if (loc.on_disk())
+      return disk_ && disk_blocks_ < disk_->capacity();
+    return pools_[loc.index()]->used() < pools_[loc.index()]->capacity();
+  }
+
+  domain& domain_of(location loc) { return loc.on_disk() ? *home_ : *pool_domains_[loc.index()]; }
 
   // Where block `b`'s bytes are (or go) at `loc`: slot `slot` of a pool, or its file.
-  detail::block_location location(int loc, slot_id slot, const block_rec& b) {
+  detail::block_location place(location loc, slot_id slot, const block_rec& b) {
     detail::block_location where;
     where.kind = tier_of(loc);
     where.size = config_.block_bytes;
-    if (loc == on_disk) {
+    if (loc.on_disk()) {
       where.disk = disk_.get();
       where.meta = std::make_shared<const disk_entry>(
           disk_entry{b.hash, b.parent, b.tokens, b.checksum, disk_->path_of(b.hash)});
     } else {
-      where.memory = pools_[loc]->bytes(slot);
+      where.memory = pools_[loc.index()]->bytes(slot);
     }
     return where;
   }
 
   // Takes a slot (or a disk place) at `loc`; has_room(loc) must hold.
-  detail::block_location take(int loc, const block_rec& b, slot_id& slot) {
-    if (loc == on_disk)
+  detail::block_location take(location loc, const block_rec& b, slot_id& slot) {
+    if (loc.on_disk())
       ++disk_blocks_;
     else
-      slot = *pools_[loc]->allocate();
-    return location(loc, slot, b);
+      slot = *pools_[loc.index()]->allocate();
+    return place(loc, slot, b);
   }
 
-  detail::block_location where_is(const block_rec& b) { return location(b.loc, b.slot, b); }
+  detail::block_location where_is(const block_rec& b) { return place(b.loc, b.slot, b); }
 
-  void give_back(int loc, slot_id slot, block_hash hash) {
-    if (loc == on_disk) {
+  void give_back(location loc, slot_id slot, block_hash hash) {
+    if (loc.on_disk()) {
       disk_->erase(hash);
       --disk_blocks_;
     } else {
-      pools_[loc]->free(slot);
+      pools_[loc.index()]->free(slot);
     }
   }
 
-  int find_pool(std::string_view name) const {
+  std::optional<location> find_pool(std::string_view name) const {
     for (std::size_t i = 0; i < pools_.size(); ++i)
       if (pools_[i]->name() == name)
-        return static_cast<int>(i);
-    return -2;
+        return location::of_pool(i);
+    return std::nullopt;
   }
 
   // The next tier down for a block at `loc`: a host pool with room (the same domain first)
-  // below a device, the disk below a host (content-addressed blocks only). -2: none.
-  int demote_target(const block_rec& b) const {
-    if (b.loc == on_disk)
-      return -2;
-    if (pools_[b.loc]->kind() == tier::device) {
-      int any = -2;
+  // below a device, the disk below a host (content-addressed blocks only); none where no
+  // tier below has room.
+  std::optional<location> demote_target(const block_rec& b) const {
+    if (b.loc.on_disk())
+      return std::nullopt;
+    if (pools_[b.loc.index()]->kind() == tier::device) {
+      std::optional<location> any;
       for (std::size_t i = 0; i < pools_.size(); ++i) {
-        if (pools_[i]->kind() != tier::host || !has_room(static_cast<int>(i)))
+        if (pools_[i]->kind() != tier::host || !has_room(location::of_pool(i)))
           continue;
-        if (pools_[i]->domain() == pools_[b.loc]->domain())
-          return static_cast<int>(i);
-        if (any == -2)
-          any = static_cast<int>(i);
+        if (pools_[i]->domain() == pools_[b.loc.index()]->domain())
+          return location::of_pool(i);
+        if (!any)
+          any = location::of_pool(i);
       }
       return any;
     }
-    return b.indexed && has_room(on_disk) ? on_disk : -2;
+    if (b.indexed && has_room(location::disk()))
+      return location::disk();
+    return std::nullopt;
   }
 
   // ---- pressure -----------------------------------------------------------------------------
@@ -250,10 +269,10 @@ private:
   }
 
   // Blocks moving out of a location right now.
-  std::size_t& leaving(int loc) { return leaving_[static_cast<std::size_t>(loc + 1)]; }
+  std::size_t& leaving(location loc) { return leaving_[loc.entry()]; }
 
   // The eviction order of a location.
-  eviction_policy& policy(int loc) { return *policies_[static_cast<std::size_t>(loc + 1)]; }
+  eviction_policy& policy(location loc) { return *policies_[loc.entry()]; }
 
   bool evictable(const block_rec& b, clock_type::time_point now) const {
     return !b.busy && !(b.pinned && b.pin_deadline > now);
@@ -262,15 +281,15 @@ private:
   // Frees or starts freeing one place at `loc`: demote the least valuable block (per the
   // policy) when a lower tier has room, else drop an unreferenced one, else relieve the tier
   // below first.
-  relief relieve(int loc) {
+  relief relieve(location loc) {
     auto now = clock_type::now();
     auto& order = policy(loc);
     auto movable = order.victim([&](block_id id) {
       auto& b = blocks_.at(id);
-      return evictable(b, now) && demote_target(b) != -2;
+      return evictable(b, now) && demote_target(b).has_value();
     });
     if (movable) {
-      demote(*movable, demote_target(blocks_.at(*movable)), [](expected<void>) {});
+      demote(*movable, *demote_target(blocks_.at(*movable)), [](expected<void>) {});
       return relief::started;
     }
     auto droppable = order.victim([&](block_id id) {
@@ -283,19 +302,19 @@ private:
       drop(*droppable);
       return relief::freed;
     }
-    if (loc != on_disk && pools_[loc]->kind() == tier::device) {
+    if (!loc.on_disk() && pools_[loc.index()]->kind() == tier::device) {
       for (std::size_t i = 0; i < pools_.size(); ++i)
-        if (pools_[i]->kind() == tier::host && !has_room(static_cast<int>(i)) &&
-            relieve(static_cast<int>(i)) != relief::none)
+        if (pools_[i]->kind() == tier::host && !has_room(location::of_pool(i)) &&
+            relieve(location::of_pool(i)) != relief::none)
           return relief::started; // room below first; this tier's turn comes after
-    } else if (loc != on_disk && disk_ && !has_room(on_disk)) {
-      if (relieve(on_disk) != relief::none)
+    } else if (!loc.on_disk() && disk_ && !has_room(location::disk())) {
+      if (relieve(location::disk()) != relief::none)
         return relief::started;
     }
     return relief::none;
   }
 
-  room ensure_room(int loc) {
+  room ensure_room(location loc) {
     for (;;) {
       if (has_room(loc))
         return room::ready;
@@ -311,7 +330,7 @@ private:
   }
 
   // Whether a block at `loc` is busy; it becomes idle by itself, and then wakes the waiters.
-  bool any_busy(int loc) const {
+  bool any_busy(location loc) const {
     for (const auto& [id, b] : blocks_)
       if (b.loc == loc && b.busy)
         return true;
@@ -368,7 +387,7 @@ private:
     wake_waiters(); // steps waiting for this block to be idle
   }
 
-  block_rec& create(int loc, block_hash parent, std::vector<token> tokens, bool full) {
+  block_rec& create(location loc, block_hash parent, std::vector<token> tokens, bool full) {
     auto id = next_id_++;
     auto& b = blocks_[id];
     b.id = id;
@@ -412,7 +431,7 @@ private:
   // Copies a block to `dest` through a new actor there, checked on arrival; a failed check is
   // counted and the copy fetched again once; a second failure drops the block (its bytes are
   // not trusted: the caller recomputes). The block must exist and not be busy.
-  void move(block_id id, int dest, std::function<void(expected<void>)> done, int attempt = 0) {
+  void move(block_id id, location dest, std::function<void(expected<void>)> done, int attempt = 0) {
     auto& b = blocks_.at(id);
     if (!has_room(dest)) {
       done(make_error(errc::busy, loc_name(dest) + " is full"));
@@ -553,7 +572,7 @@ private:
   }
 
   // Moves a block one tier down to `target` (a demote_target), counted as a demotion.
-  void demote(block_id id, int target, std::function<void(expected<void>)> done) {
+  void demote(block_id id, location target, std::function<void(expected<void>)> done) {
     ++demotions_;
     bump(demotions_metric_);
     move(id, target, std::move(done));
@@ -561,7 +580,7 @@ private:
 
   // Moves a block into memory pool `dest`: directly, except device to device across domains
   // without peer access on both, which is staged through a host pool nearest the target.
-  void bring(block_id id, int dest, std::function<void(expected<void>)> done) {
+  void bring(block_id id, location dest, std::function<void(expected<void>)> done) {
     auto it = blocks_.find(id);
     if (it == blocks_.end()) {
       done(make_error(errc::not_found, "unknown block"));
@@ -573,12 +592,14 @@ private:
       done({});
       return;
     }
-    bool from_device = b.loc != on_disk && pools_[b.loc]->kind() == tier::device;
-    bool to_device = pools_[dest]->kind() == tier::device;
+    bool from_device = !b.loc.on_disk() && pools_[b.loc.index()]->kind() == tier::device;
+    bool to_device = pools_[dest.index()]->kind() == tier::device;
     bool promotion = to_device && !from_device;
-    bool direct = !from_device || !to_device || pools_[b.loc]->domain() == pools_[dest]->domain() ||
-                  (config_.pools[b.loc].peer_access && config_.pools[dest].peer_access);
-    auto go = [this, id](int target, std::function<void(expected<void>)> next) {
+    bool direct =
+        !from_device || !to_device ||
+        pools_[b.loc.index()]->domain() == pools_[dest.index()]->domain() ||
+        (config_.pools[b.loc.index()].peer_access && config_.pools[dest.index()].peer_access);
+    auto go = [this, id](location target, std::function<void(expected<void>)> next) {
       run_waiting([this, id, target, next = std::move(next)]() mutable {
         if (!blocks_.count(id)) {
           next(make_error(errc::not_found, "the block was dropped"));
@@ -610,16 +631,16 @@ private:
       });
       return;
     }
-    int stage = -2;
+    std::optional<location> stage;
     for (std::size_t i = 0; i < pools_.size(); ++i)
       if (pools_[i]->kind() == tier::host &&
-          (stage == -2 || pools_[i]->domain() == pools_[dest]->domain()))
-        stage = static_cast<int>(i);
-    if (stage == -2) {
+          (!stage || pools_[i]->domain() == pools_[dest.index()]->domain()))
+        stage = location::of_pool(i);
+    if (!stage) {
       done(make_error(errc::unsupported, "no host pool to stage a device-to-device transfer"));
       return;
     }
-    go(stage, [this, dest, done, go](expected<void> r) {
+    go(*stage, [this, dest, done, go](expected<void> r) {
       if (!r) {
         done(std::move(r));
         return;
@@ -632,11 +653,12 @@ private:
 
   caf::result<kv_reply> on_put(kv_put put) {
     kv_reply bad;
-    int loc = find_pool(put.pool);
-    if (loc == -2) {
+    auto found = find_pool(put.pool);
+    if (!found) {
       bad.reason = "put: unknown pool '" + put.pool + "'; pools: " + pool_names();
       return bad;
     }
+    const location loc = *found;
     auto full = put.tokens.size() / config_.block_tokens;
     auto blocks = full + (put.tokens.size() % config_.block_tokens != 0 ? 1 : 0);
     if (put.payloads.size() != blocks) {
@@ -693,7 +715,7 @@ private:
             release(id, false); // the new ones stay cached, unreferenced
           kv_reply busy;
           busy.busy = true;
-          busy.reason = "busy: pool '" + pools_[loc]->name() +
+          busy.reason = "busy: pool '" + pools_[loc.index()]->name() +
                         "' is full of blocks in use or pinned, and no tier below has room";
           promise.deliver(std::move(busy));
           return true;
@@ -820,7 +842,7 @@ private:
       b.pinned = false;
       ++pin_expiries_;
       bump(expiries_metric_);
-      if (b.loc != on_disk && pools_[b.loc]->kind() == tier::device)
+      if (!b.loc.on_disk() && pools_[b.loc.index()]->kind() == tier::device)
         expired.push_back(id);
     }
     for (auto id : expired)
@@ -828,9 +850,8 @@ private:
         auto it = blocks_.find(id);
         if (it == blocks_.end())
           return;
-        auto target = demote_target(it->second);
-        if (target != -2)
-          demote(id, target, [](expected<void>) {});
+        if (auto target = demote_target(it->second))
+          demote(id, *target, [](expected<void>) {});
       });
     if (any) {
       expiry_scheduled_ = true;
@@ -861,12 +882,12 @@ private:
           done(make_error(errc::not_found, "unknown block (evicted or freed)"));
           return;
         }
-        if (it->second.loc == on_disk) {
+        if (it->second.loc.on_disk()) {
           done(make_error(errc::invalid_argument, "already on disk, the lowest tier"));
           return;
         }
         auto target = demote_target(it->second);
-        if (target == -2) {
+        if (!target) {
           ++busy_;
           done(make_error(
               errc::busy,
@@ -874,7 +895,7 @@ private:
                   std::string{it->second.indexed ? "" : " (private blocks stay in memory)"}));
           return;
         }
-        demote(id, target, std::move(done));
+        demote(id, *target, std::move(done));
       });
     });
   }
@@ -882,14 +903,15 @@ private:
   caf::result<kv_reply> on_promote(const std::vector<block_id>& ids, const std::string& pool,
                                    bool device_only = true) {
     kv_reply bad;
-    int dest = find_pool(pool);
-    if (dest == -2 || (device_only && pools_[dest]->kind() != tier::device)) {
+    auto found = find_pool(pool);
+    if (!found || (device_only && pools_[found->index()]->kind() != tier::device)) {
       bad.reason = device_only
                        ? "promote: '" + pool +
                              "' is not a device pool; device pools: " + pool_names(tier::device)
                        : "transfer: unknown pool '" + pool + "'; pools: " + pool_names();
       return bad;
     }
+    const location dest = *found;
     return for_each_block(ids, [this, dest](block_id id, std::function<void(expected<void>)> done) {
       bring(id, dest, std::move(done));
     });
@@ -956,7 +978,7 @@ private:
         promise.deliver(std::move(gone));
         return;
       }
-      if (it->second.loc == on_disk) {
+      if (it->second.loc.on_disk()) {
         kv_reply no;
         no.reason = "write: block " + std::to_string(id) + " is on disk; promote it first";
         promise.deliver(std::move(no));
@@ -1003,8 +1025,8 @@ private:
       }
       if (it->second.busy)
         return false;
-      int loc = it->second.loc;
-      if (loc == on_disk)
+      location loc = it->second.loc;
+      if (loc.on_disk())
         loc = first_host();
       switch (ensure_room(loc)) {
       case room::wait:
@@ -1072,23 +1094,24 @@ private:
       b.parent = e.parent;
       b.tokens = e.tokens;
       b.indexed = true;
-      b.loc = on_disk;
+      b.loc = location::disk();
       b.checksum = e.checksum;
       ++disk_blocks_;
       b.actor = take_actor(*home_, id, where_is(b));
       send(b.actor, detail::block_assign_atom::value, id, where_is(b)); // filled already
       by_hash_[b.hash] = id;
-      policy(on_disk).touched(id);
+      policy(location::disk()).touched(id);
       announce(b);
     }
     update_gauges();
   }
 
-  int first_host() const {
+  // The first host pool (the first pool when there is none).
+  location first_host() const {
     for (std::size_t i = 0; i < pools_.size(); ++i)
       if (pools_[i]->kind() == tier::host)
-        return static_cast<int>(i);
-    return 0;
+        return location::of_pool(i);
+    return location::of_pool(0);
   }
 
   std::string pool_names(std::optional<tier> kind = std::nullopt) const {

@@ -398,7 +398,7 @@ void exchange::finish(bool keep) {
     detail::read_completion(res.body(), result_);
     result_.token_times.assign(result_.completion_tokens, result_.ended);
   }
-  if (keep && result_.error_kind.find("http_5") != 0)
+  if (keep && res.result_int() < 500)
     owner_.give_back(std::move(stream_));
   else
     stream_->close();

@@ -96,7 +96,7 @@ void inproc_target::prepared::send() {
       r.content += st->text.push(ev.tok, ev.text);
       return;
     case request_event::tool_call:
-      r.tool_name = ev.text;
+      r.tool_name = ev.tool_name;
       r.tool_arguments = ev.arguments_json;
       r.tool_call_id = "call_" + std::to_string(ev.request);
       return;
@@ -116,13 +116,13 @@ void inproc_target::prepared::send() {
     if (ev.kind == request_event::done) {
       r.ok = true;
       r.content += st->text.finish();
-      r.finish_reason = finish_reason_of(ev.text);
+      r.finish_reason = openai_finish_reason(ev.finish);
       if (r.finish_reason != "tool_calls")
         r.tool_name.clear();
     } else {
       r.ok = false;
-      r.error_kind = ev.text.rfind("overloaded", 0) == 0 ? "overloaded" : "error";
-      r.error = ev.text;
+      r.error_kind = to_string(ev.code);
+      r.error = ev.message;
     }
     auto cb = std::move(st->done);
     cb(std::move(r));

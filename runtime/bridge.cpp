@@ -112,31 +112,43 @@ void driver_thread::run(std::shared_ptr<std::atomic<int>> bind_state) {
   auto poll_until = std::chrono::steady_clock::now();
   for (;;) {
     // Polls (yielding the cpu to whatever else is runnable) until idle_poll after the last job,
-    // then waits on the queue's semaphore, waking every 5 ms to look for stop().
+    // then sleeps on the queue's semaphore until a job comes, or stop()'s wake-up (an empty
+    // job): an idle driver wakes for nothing.
     bool got = false;
     while (!(got = queue_->jobs.try_dequeue(job)) && std::chrono::steady_clock::now() < poll_until)
       sched_yield();
-    if (got || queue_->jobs.wait_dequeue_timed(job, std::chrono::milliseconds{5})) {
-      poll_until = std::chrono::steady_clock::now() + idle_poll_;
-      try {
-        job();
-      } catch (...) {
-        failed_.fetch_add(1, std::memory_order_relaxed);
-      }
-      job = driver_job{};
-      completed_.fetch_add(1, std::memory_order_release);
-      pending_.fetch_sub(1);
+    if (!got) {
+      if (stopping_.load() && pending_.load() == 0)
+        return;
+      queue_->jobs.wait_dequeue(job);
+    }
+    if (!job) { // a wake-up: every accepted job has run, or is about to be queued
+      if (stopping_.load() && pending_.load() == 0)
+        return;
       continue;
     }
-    if (stopping_.load() && pending_.load() == 0)
-      return;
+    poll_until = std::chrono::steady_clock::now() + idle_poll_;
+    try {
+      job();
+    } catch (...) {
+      failed_.fetch_add(1, std::memory_order_relaxed);
+    }
+    job = driver_job{};
+    completed_.fetch_add(1, std::memory_order_release);
+    pending_.fetch_sub(1);
   }
+}
+
+void driver_thread::wake() {
+  queue_->jobs.enqueue(driver_job{});
 }
 
 void driver_thread::stop() {
   stopping_.store(true);
-  if (thread_.joinable())
+  if (thread_.joinable()) {
+    wake();
     thread_.join();
+  }
 }
 
 void driver_thread::abandon(std::unique_ptr<driver_thread> driver) noexcept {
@@ -144,6 +156,7 @@ void driver_thread::abandon(std::unique_ptr<driver_thread> driver) noexcept {
     return;
   driver_thread* raw = driver.release();
   raw->stopping_.store(true);
+  raw->wake();
   raw->thread_.detach(); // before the exchange: from then on the thread may delete the driver
   if (raw->ownership_.exchange(1) == 2)
     delete raw; // its thread had already ended

@@ -100,6 +100,7 @@ private:
   explicit driver_thread(driver_options options);
   void run(std::shared_ptr<std::atomic<int>> bind_state);
   submit_result reserve(); // takes a slot of the capacity, or says why not
+  void wake();             // an empty job: the sleeping thread looks at stopping_
 
   std::string name_;
   std::size_t capacity_;

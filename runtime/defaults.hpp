@@ -182,7 +182,7 @@ inline constexpr std::size_t tracked_sessions = 65536;
 /// Prompt pages (chain hashes) the router remembers per device for prefix-aware prefill
 /// routing; beyond, the least recently routed half is forgotten.
 inline constexpr std::size_t tracked_prefixes = 65536;
-/// How often the router asks the devices for their free KV pages.
+/// How long the router waits for a device's stats on a refresh (refresh_atom).
 inline constexpr std::chrono::milliseconds stats_interval{50};
 /// Turns one agent session may take.
 inline constexpr std::uint32_t session_max_turns = 256;

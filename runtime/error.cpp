@@ -26,6 +26,10 @@ std::string_view to_string(errc code) noexcept {
     return "corrupted";
   case errc::timed_out:
     return "timed_out";
+  case errc::overloaded:
+    return "overloaded";
+  case errc::cancelled:
+    return "cancelled";
   }
   return "unknown";
 }

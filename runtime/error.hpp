@@ -22,6 +22,8 @@ enum class errc {
   stopped,          ///< the component is shutting down and accepts no more work
   corrupted,        ///< data failed its checksum; it was not used
   timed_out,        ///< a deadline passed before the work finished
+  overloaded,       ///< too much work waits already; retry after the time given
+  cancelled,        ///< the caller (or its client) cancelled the work
 };
 
 /// Returns the name of an error code, e.g. "invalid_argument".

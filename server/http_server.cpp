@@ -313,11 +313,15 @@ private:
     state_->begin();
     in_request_ = true;
     keep_alive_ = req_.keep_alive();
-    id_ = (completion ? "cmpl-" : "chatcmpl-") + std::to_string(state_->next_call.fetch_add(1) + 1);
-    created_ = std::time(nullptr);
-    hold_back_ = 0;
-    for (const auto& s : chat_.stop)
-      hold_back_ = std::max(hold_back_, s.size() - 1);
+    completion_options answer;
+    answer.completion = chat_.completion;
+    answer.stream = stream_answer_ = chat_.stream;
+    answer.include_usage = chat_.include_usage;
+    answer.stop = chat_.stop;
+    answer.id =
+        (completion ? "cmpl-" : "chatcmpl-") + std::to_string(state_->next_call.fetch_add(1) + 1);
+    answer.created = std::time(nullptr);
+    answer.model = state_->options.model_id;
     // The request's events come on its actor's thread and go to this connection's strand. They
     // hold the connection weakly (a connection that is gone cancels its request as it goes), and
     // are not posted once the server stopped. The callback holds no executor: the request actor
@@ -334,6 +338,8 @@ private:
                                         alive->on_event(ev);
                                     });
                                 });
+    answer.request = handle_.id;
+    answer_.emplace(std::move(answer)); // before any event: they come on this strand, later
     watch_disconnect();
   }
 
@@ -365,227 +371,36 @@ private:
     });
   }
 
+  // The request's events become the answer (completion_stream); the connection sends it.
   void on_event(const request_event& ev) {
-    if (finished_)
+    if (finished_ || !answer_)
       return;
-    switch (ev.kind) {
-    case request_event::state:
-    case request_event::tool_result:
-      if (ev.kind == request_event::tool_result && !server_calls_.empty())
-        server_calls_.back().as_object()["result"] = ev.text;
-      return;
-    case request_event::token:
-      on_token(ev);
-      return;
-    case request_event::tool_call:
-      last_call_ = ev;
-      // Until its result arrives it may be the client's to run (the request then ends with
-      // "tool_calls"); a hosted one is followed by its result.
-      server_calls_.push_back(json::object{{"name", ev.text}, {"arguments", ev.arguments_json}});
-      return;
-    case request_event::done:
-      return on_done(ev);
-    case request_event::error:
-      return on_error(ev);
-    }
-  }
-
-  void on_token(const request_event& ev) {
-    if (stopped_by_string_)
-      return;
-    auto text = answer_.push(ev.tok, ev.text);
-    if (text.empty())
-      return;
-    content_ += text;
-    if (!chat_.stop.empty()) {
-      for (const auto& s : chat_.stop) {
-        auto from =
-            content_.size() > text.size() + s.size() ? content_.size() - text.size() - s.size() : 0;
-        auto at = content_.find(s, from);
-        if (at != std::string::npos) {
-          content_.resize(at);
-          stopped_by_string_ = true;
-          state_->n->cancel(handle_); // ends with "cancelled", answered as stop
-          break;
-        }
-      }
-    }
-    if (chat_.stream)
-      flush_stream(false);
-  }
-
-  void on_done(const request_event& ev) {
-    usage_ = ev.usage;
-    content_ += answer_.finish();
-    auto finish = finish_reason_of(ev.text);
-    if (finish == "tool_calls" && last_call_) {
-      client_call_ = last_call_;
-      if (!server_calls_.empty())
-        server_calls_.pop_back();
-    }
-    complete(finish);
-  }
-
-  void on_error(const request_event& ev) {
-    if (ev.text == "cancelled" && stopped_by_string_) {
-      usage_ = ev.usage;
-      return complete("stop");
-    }
-    if (client_gone_) {
-      finished_ = true;
+    if (ev.kind == request_event::error && client_gone_ && !answer_->stopped_by_string()) {
+      finished_ = true; // nobody to answer
       state_->end();
       return close();
     }
-    api_error e;
-    if (ev.code == errc::exhausted) {
-      e = error(400, ev.text, "context_length_exceeded");
-    } else if (ev.code == errc::invalid_argument) {
-      e = error(400, ev.text, "invalid_request");
-    } else if (ev.text.rfind("overloaded", 0) == 0) {
-      e = error(429, ev.text, "rate_limit_exceeded", "rate_limit_error");
-      e.retry_ms = 200;
-      auto at = ev.text.find("retry after ");
-      if (at != std::string::npos)
-        e.retry_ms =
-            static_cast<std::uint32_t>(std::strtoul(ev.text.c_str() + at + 12, nullptr, 10));
-    } else if (ev.text.find("draining") != std::string::npos) {
-      e = error(503, ev.text, "draining");
-      e.retry_ms = 1000;
-    } else if (ev.code == errc::busy) {
-      e = error(503, ev.text, "queue_timeout");
-      e.retry_ms = ev.retry_ms != 0 ? ev.retry_ms : 1000;
-    } else if (ev.code == errc::timed_out) {
-      e = error(504, ev.text, "request_timeout");
-    } else {
-      e = error(500, ev.text, "generation_failed");
+    auto out = answer_->on_event(ev);
+    if (out.cancel)
+      state_->n->cancel(handle_); // a stop string matched: the answer ends with "stop"
+    if (out.finished) {
+      finished_ = true;
+      state_->end();
     }
-    finished_ = true;
-    state_->end();
-    if (headers_sent_) { // mid-stream: an error event, then the end of the stream
-      queue_chunk("data: " + to_json(e) + "\n\ndata: [DONE]\n\n");
+    if (out.error)
+      return fail(*out.error, keep_alive_);
+    if (!stream_answer_) {
+      if (out.finished)
+        send_text(200, "application/json", std::move(out.bytes));
+      return;
+    }
+    const bool any = !out.bytes.empty();
+    if (any)
+      queue_chunk(std::move(out.bytes));
+    if (out.finished)
       end_stream_ = true;
+    if (any || out.finished || headers_sent_)
       pump();
-      return;
-    }
-    fail(e, keep_alive_);
-  }
-
-  json::object message_json() const {
-    json::object msg{{"role", "assistant"}};
-    msg["content"] =
-        content_.empty() && client_call_ ? json::value(nullptr) : json::value(content_);
-    if (client_call_)
-      msg["tool_calls"] = json::array{call_json(*client_call_, false)};
-    return msg;
-  }
-
-  json::object call_json(const request_event& call, bool delta) const {
-    json::object o{
-        {"id", "call_" + std::to_string(handle_.id)},
-        {"type", "function"},
-        {"function", json::object{{"name", call.text}, {"arguments", call.arguments_json}}}};
-    if (delta)
-      o["index"] = 0;
-    return o;
-  }
-
-  // One streamed event: a chat chunk with `delta`, or for a plain completion a text_completion
-  // carrying delta's content as `text`.
-  json::object chunk(json::object delta, json::value finish) const {
-    if (chat_.completion) {
-      const auto* text = delta.if_contains("content");
-      return json::object{
-          {"id", id_},
-          {"object", "text_completion"},
-          {"created", created_},
-          {"model", state_->options.model_id},
-          {"choices", json::array{json::object{{"index", 0},
-                                               {"text", text ? *text : json::value("")},
-                                               {"logprobs", nullptr},
-                                               {"finish_reason", finish}}}},
-      };
-    }
-    return json::object{
-        {"id", id_},
-        {"object", "chat.completion.chunk"},
-        {"created", created_},
-        {"model", state_->options.model_id},
-        {"choices", json::array{json::object{
-                        {"index", 0}, {"delta", std::move(delta)}, {"finish_reason", finish}}}},
-    };
-  }
-
-  void complete(const std::string& finish) {
-    finished_ = true;
-    state_->end();
-    if (!chat_.stream) {
-      json::object choice{{"index", 0}, {"finish_reason", finish}};
-      if (chat_.completion) {
-        choice["text"] = content_;
-        choice["logprobs"] = nullptr;
-      } else {
-        choice["message"] = message_json();
-      }
-      json::object body{
-          {"id", id_},
-          {"object", chat_.completion ? "text_completion" : "chat.completion"},
-          {"created", created_},
-          {"model", state_->options.model_id},
-          {"choices", json::array{std::move(choice)}},
-          {"usage", json::parse(usage_json(usage_))},
-      };
-      if (!server_calls_.empty())
-        body["triad"] = json::object{
-            {"server_tool_calls", json::array(server_calls_.begin(), server_calls_.end())}};
-      send_text(200, "application/json", json::serialize(body));
-      return;
-    }
-    flush_stream(true);
-    if (client_call_)
-      queue_chunk(
-          "data: " +
-          json::serialize(chunk(
-              json::object{{"tool_calls", json::array{call_json(*client_call_, true)}}}, nullptr)) +
-          "\n\n");
-    queue_chunk("data: " + json::serialize(chunk(json::object{}, json::value(finish))) + "\n\n");
-    if (chat_.include_usage) {
-      auto last = chunk(json::object{}, nullptr);
-      last["choices"] = json::array{};
-      last["usage"] = json::parse(usage_json(usage_));
-      queue_chunk("data: " + json::serialize(last) + "\n\n");
-    }
-    queue_chunk("data: [DONE]\n\n");
-    end_stream_ = true;
-    pump();
-  }
-
-  // Streams the content not yet sent (all of it at the end; before that, all but the last
-  // hold_back_ bytes, which could be the start of a stop string).
-  void flush_stream(bool all) {
-    if (!headers_sent_ && !all && content_.size() <= hold_back_)
-      return;
-    auto limit =
-        all ? content_.size() : (content_.size() > hold_back_ ? content_.size() - hold_back_ : 0);
-    if (!role_sent_ && !chat_.completion) {
-      role_sent_ = true;
-      queue_chunk(
-          "data: " +
-          json::serialize(chunk(json::object{{"role", "assistant"}, {"content", ""}}, nullptr)) +
-          "\n\n");
-    }
-    if (limit > streamed_) {
-      // Only what is complete UTF-8 is in content_, so any cut is at a character boundary but
-      // hold_back_ may split one: back up to a boundary.
-      while (limit > streamed_ && limit < content_.size() &&
-             (static_cast<unsigned char>(content_[limit]) & 0xc0) == 0x80)
-        --limit;
-      auto piece = content_.substr(streamed_, limit - streamed_);
-      streamed_ = limit;
-      if (!piece.empty())
-        queue_chunk("data: " + json::serialize(chunk(json::object{{"content", piece}}, nullptr)) +
-                    "\n\n");
-    }
-    pump();
   }
 
   // ---- writing -----------------------------------------------------------------------------
@@ -691,14 +506,9 @@ private:
       return close();
     in_request_ = false;
     finished_ = false;
-    headers_sent_ = role_sent_ = end_stream_ = ended_ = false;
-    stopped_by_string_ = client_gone_ = false;
-    content_.clear();
-    streamed_ = 0;
-    server_calls_.clear();
-    last_call_.reset();
-    client_call_.reset();
-    answer_ = {};
+    headers_sent_ = end_stream_ = ended_ = false;
+    client_gone_ = false;
+    answer_.reset();
     head_sr_.reset();
     head_.reset();
     read();
@@ -722,19 +532,11 @@ private:
   // The generation being answered.
   openai_chat chat_;
   request_handle handle_;
-  std::string id_;
-  std::time_t created_ = 0;
+  std::optional<completion_stream> answer_; // the events as an OpenAI answer
+  bool stream_answer_ = false;              // as server-sent events
   bool in_request_ = false, finished_ = false, keep_alive_ = true, client_gone_ = false;
-  bool stopped_by_string_ = false;
-  answer_text answer_;
-  std::string content_;
-  std::size_t streamed_ = 0, hold_back_ = 0;
-  request_usage usage_;
-  std::vector<json::value> server_calls_;
-  std::optional<request_event> last_call_, client_call_;
   // Streaming output.
-  bool headers_sent_ = false, role_sent_ = false, writing_ = false, end_stream_ = false,
-       ended_ = false;
+  bool headers_sent_ = false, writing_ = false, end_stream_ = false, ended_ = false;
   std::optional<http::response<http::empty_body>> head_;
   std::optional<http::response_serializer<http::empty_body>> head_sr_;
   std::deque<std::string> outbox_;

@@ -1,5 +1,6 @@
 #include "server/openai.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -23,13 +24,13 @@ std::string to_json(const api_error& e) {
   return json::serialize(json::object{{"error", std::move(err)}});
 }
 
-std::string usage_json(const request_usage& u) {
-  return json::serialize(json::object{
+json::object usage_object(const request_usage& u) {
+  return json::object{
       {"prompt_tokens", u.prompt_tokens},
       {"completion_tokens", u.completion_tokens},
       {"total_tokens", u.prompt_tokens + u.completion_tokens},
       {"prompt_tokens_details", json::object{{"cached_tokens", u.cached_tokens}}},
-  });
+  };
 }
 
 namespace {
@@ -511,10 +512,245 @@ std::string answer_text::push(token t, std::string_view bytes) {
   return utf8_.push(bytes);
 }
 
-std::string finish_reason_of(std::string_view done_text) {
-  if (done_text == "length" || done_text == "tool_calls")
-    return std::string{done_text};
+std::string_view openai_finish_reason(finish_reason reason) noexcept {
+  switch (reason) {
+  case finish_reason::length:
+    return "length";
+  case finish_reason::tool_calls:
+    return "tool_calls";
+  case finish_reason::stop:
+  case finish_reason::tool_calls_limit:
+    break;
+  }
   return "stop";
+}
+
+api_error error_of(const request_event& ev) {
+  api_error e;
+  e.message = ev.message;
+  const std::uint32_t retry = ev.retry_ms != 0 ? ev.retry_ms : 1000;
+  auto set = [&](unsigned status, const char* code, std::uint32_t retry_ms = 0,
+                 const char* type = nullptr) {
+    e.status = status;
+    e.code = code;
+    e.retry_ms = retry_ms;
+    e.type = type != nullptr ? type : status >= 500 ? "server_error" : "invalid_request_error";
+  };
+  switch (ev.code) {
+  case errc::exhausted:
+    set(400, "context_length_exceeded");
+    break;
+  case errc::invalid_argument:
+    set(400, "invalid_request");
+    break;
+  case errc::overloaded:
+    set(429, "rate_limit_exceeded", retry, "rate_limit_error");
+    break;
+  case errc::stopped:
+    set(503, "draining", retry);
+    break;
+  case errc::busy:
+    set(503, "queue_timeout", retry);
+    break;
+  case errc::timed_out:
+    set(504, "request_timeout");
+    break;
+  default:
+    set(500, "generation_failed");
+    break;
+  }
+  return e;
+}
+
+// -- completion_stream --
+
+completion_stream::completion_stream(completion_options options)
+    : options_(std::move(options)) {
+  for (const auto& s : options_.stop)
+    hold_back_ = std::max(hold_back_, s.size() - 1);
+}
+
+completion_output completion_stream::on_event(const request_event& ev) {
+  completion_output out;
+  if (finished_)
+    return out;
+  switch (ev.kind) {
+  case request_event::state:
+    break;
+  case request_event::tool_result:
+    if (!server_calls_.empty())
+      server_calls_.back().as_object()["result"] = ev.tool_output;
+    break;
+  case request_event::token:
+    on_token(ev, out);
+    break;
+  case request_event::tool_call:
+    last_call_ = ev;
+    // Until its result arrives it may be the client's to run (the request then ends with
+    // "tool_calls"); a hosted one is followed by its result.
+    server_calls_.push_back(json::object{{"name", ev.tool_name}, {"arguments", ev.arguments_json}});
+    break;
+  case request_event::done: {
+    usage_ = ev.usage;
+    content_ += answer_.finish();
+    auto finish = openai_finish_reason(ev.finish);
+    if (finish == "tool_calls" && last_call_) {
+      client_call_ = last_call_;
+      if (!server_calls_.empty())
+        server_calls_.pop_back();
+    }
+    complete(finish, out);
+    break;
+  }
+  case request_event::error:
+    if (ev.code == errc::cancelled && stopped_by_string_) { // the cancel a stop string asked
+      usage_ = ev.usage;
+      complete("stop", out);
+      break;
+    }
+    finished_ = out.finished = true;
+    if (started_) // mid-stream: an error event, then the end of the stream
+      out.bytes = "data: " + to_json(error_of(ev)) + "\n\ndata: [DONE]\n\n";
+    else
+      out.error = error_of(ev);
+    break;
+  }
+  return out;
+}
+
+void completion_stream::on_token(const request_event& ev, completion_output& out) {
+  if (stopped_by_string_)
+    return;
+  auto text = answer_.push(ev.tok, ev.text);
+  if (text.empty())
+    return;
+  content_ += text;
+  for (const auto& s : options_.stop) {
+    auto from =
+        content_.size() > text.size() + s.size() ? content_.size() - text.size() - s.size() : 0;
+    auto at = content_.find(s, from);
+    if (at != std::string::npos) {
+      content_.resize(at);
+      stopped_by_string_ = true;
+      out.cancel = true; // the request ends with "cancelled", answered as stop
+      break;
+    }
+  }
+  if (options_.stream)
+    flush(false, out);
+}
+
+void completion_stream::add_event(const json::object& o, completion_output& out) {
+  out.bytes += "data: " + json::serialize(o) + "\n\n";
+  started_ = true;
+}
+
+// Streams the content not yet sent (all of it at the end; before that, all but the last
+// hold_back_ bytes, which could be the start of a stop string).
+void completion_stream::flush(bool all, completion_output& out) {
+  if (!started_ && !all && content_.size() <= hold_back_)
+    return;
+  auto limit =
+      all ? content_.size() : (content_.size() > hold_back_ ? content_.size() - hold_back_ : 0);
+  if (!role_sent_ && !options_.completion) {
+    role_sent_ = true;
+    add_event(chunk(json::object{{"role", "assistant"}, {"content", ""}}, nullptr), out);
+  }
+  started_ = true;
+  if (limit > streamed_) {
+    // Only what is complete UTF-8 is in content_, so any cut is at a character boundary but
+    // hold_back_ may split one: back up to a boundary.
+    while (limit > streamed_ && limit < content_.size() &&
+           (static_cast<unsigned char>(content_[limit]) & 0xc0) == 0x80)
+      --limit;
+    auto piece = content_.substr(streamed_, limit - streamed_);
+    streamed_ = limit;
+    if (!piece.empty())
+      add_event(chunk(json::object{{"content", piece}}, nullptr), out);
+  }
+}
+
+void completion_stream::complete(std::string_view finish, completion_output& out) {
+  finished_ = out.finished = true;
+  if (!options_.stream) {
+    json::object choice{{"index", 0}, {"finish_reason", finish}};
+    if (options_.completion) {
+      choice["text"] = content_;
+      choice["logprobs"] = nullptr;
+    } else {
+      choice["message"] = message_json();
+    }
+    json::object body{
+        {"id", options_.id},
+        {"object", options_.completion ? "text_completion" : "chat.completion"},
+        {"created", options_.created},
+        {"model", options_.model},
+        {"choices", json::array{std::move(choice)}},
+        {"usage", usage_object(usage_)},
+    };
+    if (!server_calls_.empty())
+      body["triad"] = json::object{
+          {"server_tool_calls", json::array(server_calls_.begin(), server_calls_.end())}};
+    out.bytes = json::serialize(body);
+    return;
+  }
+  flush(true, out);
+  if (client_call_)
+    add_event(
+        chunk(json::object{{"tool_calls", json::array{call_json(*client_call_, true)}}}, nullptr),
+        out);
+  add_event(chunk(json::object{}, json::value(finish)), out);
+  if (options_.include_usage) {
+    auto last = chunk(json::object{}, nullptr);
+    last["choices"] = json::array{};
+    last["usage"] = usage_object(usage_);
+    add_event(last, out);
+  }
+  out.bytes += "data: [DONE]\n\n";
+}
+
+// One streamed event: a chat chunk with `delta`, or for a plain completion a text_completion
+// carrying delta's content as `text`.
+json::object completion_stream::chunk(json::object delta, json::value finish) const {
+  if (options_.completion) {
+    const auto* text = delta.if_contains("content");
+    return json::object{
+        {"id", options_.id},
+        {"object", "text_completion"},
+        {"created", options_.created},
+        {"model", options_.model},
+        {"choices", json::array{json::object{{"index", 0},
+                                             {"text", text ? *text : json::value("")},
+                                             {"logprobs", nullptr},
+                                             {"finish_reason", finish}}}},
+    };
+  }
+  return json::object{
+      {"id", options_.id},
+      {"object", "chat.completion.chunk"},
+      {"created", options_.created},
+      {"model", options_.model},
+      {"choices", json::array{json::object{
+                      {"index", 0}, {"delta", std::move(delta)}, {"finish_reason", finish}}}},
+  };
+}
+
+json::object completion_stream::call_json(const request_event& call, bool delta) const {
+  json::object o{
+      {"id", "call_" + std::to_string(options_.request)},
+      {"type", "function"},
+      {"function", json::object{{"name", call.tool_name}, {"arguments", call.arguments_json}}}};
+  if (delta)
+    o["index"] = 0;
+  return o;
+}
+
+json::object completion_stream::message_json() const {
+  json::object msg{{"role", "assistant"}};
+  msg["content"] = content_.empty() && client_call_ ? json::value(nullptr) : json::value(content_);
+  if (client_call_)
+    msg["tool_calls"] = json::array{call_json(*client_call_, false)};
+  return msg;
 }
 
 std::string utf8_stream::finish() {

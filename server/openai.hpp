@@ -1,10 +1,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 
 #include "actors/request.hpp"
 #include "runtime/error.hpp"
@@ -83,12 +87,75 @@ private:
   utf8_stream utf8_;
 };
 
-/// OpenAI's finish_reason for the text of a request's done event: "length" and "tool_calls"
-/// as they are, "stop" for the rest (stop, tool_calls_limit).
-std::string finish_reason_of(std::string_view done_text);
+/// OpenAI's finish_reason for a request's: "length" and "tool_calls" as they are, "stop" for
+/// the rest (stop, tool_calls_limit).
+std::string_view openai_finish_reason(finish_reason reason) noexcept;
+
+/// The HTTP answer to a request's error event, by its code alone: exhausted 400
+/// context_length_exceeded, invalid_argument 400 invalid_request, overloaded 429
+/// rate_limit_exceeded, stopped 503 draining, busy 503 queue_timeout (those three with the
+/// event's retry_ms, else 1 s), timed_out 504 request_timeout, anything else 500
+/// generation_failed; the message is the event's.
+api_error error_of(const request_event& ev);
 
 /// The usage object: prompt_tokens, completion_tokens, total_tokens and
 /// prompt_tokens_details.cached_tokens.
-std::string usage_json(const request_usage& usage);
+boost::json::object usage_object(const request_usage& usage);
+
+/// What a completion_stream needs of the request and the answer it makes.
+struct completion_options {
+  bool completion = false;       ///< a plain completion (text_completion objects)
+  bool stream = false;           ///< server-sent events, else one JSON body at the end
+  bool include_usage = false;    ///< streaming: a last chunk with the usage
+  std::vector<std::string> stop; ///< stop strings, applied to the answer's text
+  std::string id;                ///< "chatcmpl-N" / "cmpl-N"
+  std::int64_t created = 0;      ///< Unix time of the request
+  std::string model;             ///< the served model's id
+  std::uint64_t request = 0;     ///< the node's request id (tool call ids are "call_<it>")
+};
+
+/// What the connection does after a completion_stream took an event.
+struct completion_output {
+  /// To send now: streaming, SSE events (the event-stream head goes before the first bytes);
+  /// otherwise, once finished, the whole JSON body.
+  std::string bytes;
+  bool cancel = false;            ///< a stop string matched: cancel the request
+  bool finished = false;          ///< the answer is complete; nothing more comes
+  std::optional<api_error> error; ///< finished with an error before any byte: answer it instead
+};
+
+/// A request's events as an OpenAI answer, without sockets: token text (tool-call tokens and
+/// special tokens left out, valid UTF-8, held back by the longest stop string less one byte so
+/// a stop string split across tokens is found), tool calls (the client's, in OpenAI's format;
+/// hosted ones under the `triad` extension), the finish reason, the usage, and errors by their
+/// code (error_of; mid-stream as an error event). The HTTP connection only moves bytes.
+class completion_stream {
+public:
+  /// An answer for `options`.
+  explicit completion_stream(completion_options options);
+  /// Takes the request's next event.
+  completion_output on_event(const request_event& ev);
+  /// Whether a stop string ended the answer (the request's cancelled error is then its end).
+  bool stopped_by_string() const noexcept { return stopped_by_string_; }
+
+private:
+  void on_token(const request_event& ev, completion_output& out);
+  void complete(std::string_view finish, completion_output& out);
+  void flush(bool all, completion_output& out);
+  void add_event(const boost::json::object& o, completion_output& out);
+  boost::json::object chunk(boost::json::object delta, boost::json::value finish) const;
+  boost::json::object call_json(const request_event& call, bool delta) const;
+  boost::json::object message_json() const;
+
+  completion_options options_;
+  std::size_t hold_back_ = 0;
+  answer_text answer_;
+  std::string content_;
+  std::size_t streamed_ = 0;
+  bool started_ = false, role_sent_ = false, stopped_by_string_ = false, finished_ = false;
+  request_usage usage_;
+  std::vector<boost::json::value> server_calls_;
+  std::optional<request_event> last_call_, client_call_;
+};
 
 } // namespace triad

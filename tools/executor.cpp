@@ -14,7 +14,6 @@ namespace triad {
 
 namespace {
 
-using expire_atom = caf::atom_constant<caf::atom("expire")>;
 using clock_type = std::chrono::steady_clock;
 // The deadline of a call that has none.
 constexpr clock_type::time_point no_deadline = clock_type::time_point::max();
@@ -187,7 +186,7 @@ struct tool_executor::state {
 
   void schedule_sweep() {
     if (auto self = caf::actor_cast<caf::actor>(actor))
-      caf::delayed_anon_send(self, defaults::tool_executor::deadline_check, expire_atom::value);
+      caf::delayed_anon_send(self, defaults::tool_executor::deadline_check, tool_sweep_atom::value);
   }
 
   // On the actor: answers every call past its deadline, waiting or running, with a timeout,
@@ -316,16 +315,16 @@ namespace {
 // The executor's actor: answers tool_call_atom requests through the shared state (each
 // request's result comes back to it under the request's key and goes to its promise) and runs
 // the deadline sweeps.
-class executor_actor : public homed_actor {
+class executor_actor : public homed<tool_executor_actor::base> {
 public:
   executor_actor(caf::actor_config& cfg, std::shared_ptr<tool_executor::state> state)
-      : homed_actor(cfg)
+      : homed(cfg)
       , state_(std::move(state)) {
     // Workers finish their current call and join when the actor goes away.
     attach_functor([st = state_](const caf::error&) { st->stop(); });
   }
 
-  caf::behavior make_behavior() override {
+  behavior_type make_behavior() override {
     return {
         [this](tool_call_atom, std::string& name, std::string& args) -> caf::result<tool_reply> {
           return accept(std::move(name), std::move(args), no_deadline);
@@ -345,7 +344,7 @@ public:
             it->second.deliver(std::move(reply));
           promises_.erase(it);
         },
-        [this](expire_atom) { state_->sweep(); },
+        [this](tool_sweep_atom) { state_->sweep(); },
     };
   }
 
@@ -380,7 +379,7 @@ private:
   }
 
   std::shared_ptr<tool_executor::state> state_;
-  std::unordered_map<std::uint64_t, caf::response_promise> promises_;
+  std::unordered_map<std::uint64_t, caf::typed_response_promise<tool_reply>> promises_;
   std::uint64_t next_key_ = 0;
 };
 
@@ -426,8 +425,9 @@ std::size_t tool_executor::abandoned_workers() const {
   return state_->abandoned_total;
 }
 
-expected<caf::actor> spawn_tool_executor(domain& home, std::shared_ptr<const tool_registry> tools,
-                                         tool_executor_options options) {
+expected<tool_executor_actor> spawn_tool_executor(domain& home,
+                                                  std::shared_ptr<const tool_registry> tools,
+                                                  tool_executor_options options) {
   auto ex = tool_executor::start(home, std::move(tools), options);
   if (!ex)
     return ex.error();

@@ -8,6 +8,8 @@
 
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
@@ -62,6 +64,17 @@ typename Inspector::result_type inspect(Inspector& f, tool_reply& x) {
            x.timed_out);
 }
 
+/// A tool executor's deadline sweep (its own timer message): `(tool_sweep_atom)`.
+using tool_sweep_atom = caf::atom_constant<caf::atom("toolsweep")>;
+
+/// The typed interface of a tool executor's actor: a message it does not take is a compile
+/// error at the sender. tool_call_atom requests (see above); results of its own calls from its
+/// workers (tool_result_atom); its deadline sweeps (tool_sweep_atom).
+using tool_executor_actor = caf::typed_actor<
+    caf::replies_to<tool_call_atom, std::string, std::string>::with<tool_reply>,
+    caf::replies_to<tool_call_atom, std::string, std::string, std::int64_t>::with<tool_reply>,
+    caf::reacts_to<tool_result_atom, std::uint64_t, tool_reply>, caf::reacts_to<tool_sweep_atom>>;
+
 /// Options of a tool executor.
 struct tool_executor_options {
   std::size_t concurrency = defaults::tool_executor::concurrency;       ///< >= 1
@@ -110,7 +123,7 @@ public:
   submit_result submit(tool_submission& call);
 
   /// The executor's actor (see tool_call_atom); it stops the executor when it exits.
-  const caf::actor& actor() const noexcept { return actor_; }
+  const tool_executor_actor& actor() const noexcept { return actor_; }
 
   /// Refuses new calls, lets the running ones finish and joins the workers (those stuck in a
   /// call past its deadline are given up instead), and answers every call still waiting as
@@ -126,14 +139,15 @@ public:
 private:
   tool_executor() = default;
   std::shared_ptr<state> state_;
-  caf::actor actor_;
+  tool_executor_actor actor_;
 };
 
 /// Spawns the executor of a tool domain (tool_executor::start, keeping only its actor): a homed
 /// actor admitting calls up to `concurrency` running plus `queue_capacity` waiting (more are
 /// answered busy at once), running each on one of `concurrency` worker threads (the runtime
 /// bridge) so tool processes never block the domain's actors.
-expected<caf::actor> spawn_tool_executor(domain& home, std::shared_ptr<const tool_registry> tools,
-                                         tool_executor_options options = {});
+expected<tool_executor_actor> spawn_tool_executor(domain& home,
+                                                  std::shared_ptr<const tool_registry> tools,
+                                                  tool_executor_options options = {});
 
 } // namespace triad

@@ -15,6 +15,7 @@
 #include "devices/device.hpp"
 #include "devices/factory.hpp"
 #include "tests/actors/support.hpp"
+#include "tests/devices/forwarding_backend.hpp"
 #include "tests/printers.hpp"
 #include "tests/tools/test_support.hpp"
 
@@ -67,8 +68,8 @@ triad::request_usage run_agent(triad::kv_policy policy,
   auto script_len = triad::script_tokens(*agent_request().script).size();
   n->submit(agent_request(), rec.callback());
   const auto& last = rec.wait();
-  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
-  BOOST_TEST(last.text == "stop");
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+  BOOST_TEST((last.finish == triad::finish_reason::stop));
   BOOST_TEST(rec.count(triad::request_event::tool_call) == 3u);
   BOOST_TEST(rec.count(triad::request_event::tool_result) == 3u);
   BOOST_TEST(last.usage.completion_tokens == script_len);
@@ -77,7 +78,7 @@ triad::request_usage run_agent(triad::kv_policy policy,
     std::lock_guard<std::mutex> g{rec.m};
     for (auto& e : rec.events)
       if (e.kind == triad::request_event::tool_result)
-        BOOST_TEST(e.text == "rested");
+        BOOST_TEST(e.tool_output == "rested");
   }
   BOOST_TEST(device_sequences(*n) == 0u); // every sequence freed at the end
   {
@@ -86,7 +87,7 @@ triad::request_usage run_agent(triad::kv_policy policy,
     std::lock_guard<std::mutex> g{rec.m};
     for (auto& e : rec.events)
       if (e.kind == triad::request_event::state)
-        states.push_back(e.text);
+        states.emplace_back(to_string(e.entered));
     BOOST_REQUIRE(states.size() >= 6u);
     BOOST_TEST(states[0] == "queued");
     BOOST_TEST(states[1] == "prefill");
@@ -142,7 +143,7 @@ BOOST_AUTO_TEST_CASE(the_monolithic_layout_runs_the_same_session_on_one_device) 
   recorder rec;
   (*n)->submit(agent_request(), rec.callback());
   const auto& last = rec.wait();
-  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
   BOOST_TEST(rec.count(triad::request_event::tool_call) == 3u);
   auto per_result = triad::render_tool_result("rested").size();
   BOOST_TEST(last.usage.prefill_tokens == last.usage.prompt_tokens + 3 * (per_result + 1));
@@ -160,7 +161,7 @@ BOOST_AUTO_TEST_CASE(a_second_session_on_the_same_system_prompt_prefills_only_wh
     recorder rec;
     n->submit(r, rec.callback());
     auto last = rec.wait();
-    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
     return last.usage;
   };
   auto first = ask("a", "Fix test_parse.");
@@ -182,13 +183,14 @@ BOOST_AUTO_TEST_CASE(a_malformed_tool_call_becomes_an_error_result_and_the_sessi
   recorder rec;
   n->submit(r, rec.callback());
   const auto& last = rec.wait();
-  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
   std::lock_guard<std::mutex> g{rec.m};
   auto first = std::find_if(rec.events.begin(), rec.events.end(),
                             [](auto& e) { return e.kind == triad::request_event::tool_result; });
   BOOST_REQUIRE(first != rec.events.end());
-  BOOST_TEST(first->text.rfind("error", 0) == 0u);
-  BOOST_TEST(first->text.find("no_such_tool") != std::string::npos);
+  BOOST_TEST(first->tool_output.rfind("error: ", 0) == 0u);
+  BOOST_TEST(first->tool_output.rfind("error: error", 0) == std::string::npos); // said once
+  BOOST_TEST(first->tool_output.find("no_such_tool") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_prompt_past_the_models_context_is_refused_before_any_compute) {
@@ -201,8 +203,8 @@ BOOST_AUTO_TEST_CASE(a_prompt_past_the_models_context_is_refused_before_any_comp
   const auto& end = rec.wait();
   BOOST_TEST(end.kind == triad::request_event::error);
   BOOST_TEST((end.code == triad::errc::exhausted));
-  BOOST_TEST(end.text.find("4096") != std::string::npos, end.text);
-  BOOST_TEST(end.text.find("max_tokens is 16") != std::string::npos, end.text);
+  BOOST_TEST(end.message.find("4096") != std::string::npos, end.message);
+  BOOST_TEST(end.message.find("max_tokens is 16") != std::string::npos, end.message);
   BOOST_TEST(device_tokens(*n) == 0u); // nothing computed
 }
 
@@ -242,11 +244,11 @@ BOOST_AUTO_TEST_CASE(a_tool_output_past_the_context_is_truncated_with_a_note) {
   triad::test::recorder rec;
   n->submit(flooding(20000), rec.callback());
   const auto& end = rec.wait();
-  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.text);
+  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
   std::string result;
   for (const auto& e : rec.events)
     if (e.kind == triad::request_event::tool_result)
-      result = e.text;
+      result = e.tool_output;
   BOOST_TEST(result.size() < 512u);
   BOOST_TEST(result.find("truncated") != std::string::npos);
   BOOST_TEST(result.find("20000 bytes") != std::string::npos);
@@ -263,7 +265,7 @@ BOOST_AUTO_TEST_CASE(a_tool_output_past_the_context_fails_the_request_when_told_
   const auto& end = big.wait();
   BOOST_TEST(end.kind == triad::request_event::error);
   BOOST_TEST((end.code == triad::errc::exhausted));
-  BOOST_TEST(end.text.find("tool_result_overflow") != std::string::npos, end.text);
+  BOOST_TEST(end.message.find("tool_result_overflow") != std::string::npos, end.message);
 }
 
 // One device of role both, one request at a time, the monolithic layout (the device is held
@@ -301,7 +303,7 @@ BOOST_AUTO_TEST_CASE(a_request_waiting_past_the_queue_timeout_is_answered_busy_a
   BOOST_TEST(refused.kind == triad::request_event::error);
   BOOST_TEST((refused.code == triad::errc::busy));
   BOOST_TEST(refused.retry_ms > 0u);
-  BOOST_TEST(refused.text.find("queue_timeout_ms") != std::string::npos, refused.text);
+  BOOST_TEST(refused.message.find("queue_timeout_ms") != std::string::npos, refused.message);
   BOOST_TEST(first.wait().kind == triad::request_event::done);
   n->submit(napping(0), third.callback()); // the slot came back: nothing leaked
   BOOST_TEST(third.wait().kind == triad::request_event::done);
@@ -317,7 +319,7 @@ BOOST_AUTO_TEST_CASE(a_request_past_its_total_deadline_ends_with_a_timeout_and_f
   const auto& timed_out = slow.wait();
   BOOST_TEST(timed_out.kind == triad::request_event::error);
   BOOST_TEST((timed_out.code == triad::errc::timed_out));
-  BOOST_TEST(timed_out.text.find("request_timeout_ms") != std::string::npos, timed_out.text);
+  BOOST_TEST(timed_out.message.find("request_timeout_ms") != std::string::npos, timed_out.message);
   BOOST_TEST((waiting.wait().code == triad::errc::timed_out));
   std::this_thread::sleep_for(1300ms); // the nap goes on in its tool worker until it ends
   n->submit(napping(0), next.callback());
@@ -345,7 +347,7 @@ BOOST_AUTO_TEST_CASE(cancelling_frees_every_kv_sequence_the_request_held) {
   n->cancel(h);
   const auto& last = rec.wait();
   BOOST_TEST(last.kind == triad::request_event::error);
-  BOOST_TEST(last.text == "cancelled");
+  BOOST_TEST((last.code == triad::errc::cancelled));
   for (int i = 0; i < 100 && device_sequences(*n) != 0; ++i)
     std::this_thread::sleep_for(10ms);
   BOOST_TEST(device_sequences(*n) == 0u);
@@ -368,8 +370,9 @@ BOOST_AUTO_TEST_CASE(overload_refuses_new_work_while_every_accepted_request_comp
     if (last.kind == triad::request_event::done) {
       ++done;
     } else {
-      BOOST_TEST(last.text.find("overloaded") != std::string::npos, last.text);
-      BOOST_TEST(last.text.find("retry after 150 ms") != std::string::npos, last.text);
+      BOOST_TEST((last.code == triad::errc::overloaded), last.message);
+      BOOST_TEST(last.retry_ms == 150u);
+      BOOST_TEST(last.message.find("retry after 150 ms") != std::string::npos, last.message);
       ++refused;
     }
   }
@@ -387,19 +390,18 @@ BOOST_AUTO_TEST_CASE(a_draining_node_refuses_new_requests_with_a_reason) {
   BOOST_TEST(h.id == 0u);
   const auto& last = rec.wait();
   BOOST_TEST(last.kind == triad::request_event::error);
-  BOOST_TEST(last.text.find("draining") != std::string::npos);
+  BOOST_TEST((last.code == triad::errc::stopped));
+  BOOST_TEST(last.message.find("draining") != std::string::npos);
 }
 
 // A backend that fails every step from its `after`-th on (a device breaking mid-session), or
 // throws when `throws` is set (a driver-thread fault); everything else goes to `inner`.
-class failing_backend final : public triad::backend {
+class failing_backend final : public triad::test::forwarding_backend {
 public:
   failing_backend(std::unique_ptr<triad::backend> inner, int after, bool throws)
-      : inner_(std::move(inner))
+      : forwarding_backend(std::move(inner))
       , after_(after)
       , throws_(throws) {}
-  const triad::model_shape& shape() const noexcept override { return inner_->shape(); }
-  std::string kernel() const override { return inner_->kernel(); }
   triad::expected<triad::step_output> step(std::span<const triad::step_item> items) override {
     if (steps_++ >= after_) {
       if (throws_)
@@ -408,22 +410,8 @@ public:
     }
     return inner_->step(items);
   }
-  triad::expected<std::vector<std::byte>> export_kv(triad::seq_id s) const override {
-    return inner_->export_kv(s);
-  }
-  triad::expected<void> import_kv(triad::seq_id s, std::span<const std::byte> b) override {
-    return inner_->import_kv(s, b);
-  }
-  void free(triad::seq_id s) override { inner_->free(s); }
-  std::size_t attach_prefix(triad::seq_id s, std::span<const triad::token> t) override {
-    return inner_->attach_prefix(s, t);
-  }
-  void publish(triad::seq_id s, std::span<const triad::token> t) override { inner_->publish(s, t); }
-  std::size_t length(triad::seq_id s) const noexcept override { return inner_->length(s); }
-  triad::kv_usage kv() const noexcept override { return inner_->kv(); }
 
 private:
-  std::unique_ptr<triad::backend> inner_;
   int after_;
   bool throws_;
   int steps_ = 0;
@@ -464,7 +452,7 @@ BOOST_AUTO_TEST_CASE(requests_report_their_sessions_service_to_the_router_under_
     recorder rec;
     (*n)->submit(agent_request("s1"), rec.callback());
     const auto& last = rec.wait();
-    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
     std::uint64_t attained = 0;
     caf::scoped_actor self{(*n)->domains().orchestration().system()};
     self->request((*n)->router(), 30s, triad::attained_atom::value, std::string{"s1"})
@@ -485,7 +473,7 @@ BOOST_AUTO_TEST_CASE(a_failing_decode_device_moves_its_request_to_another) {
     auto script_len = triad::script_tokens(*agent_request().script).size();
     n->submit(agent_request(), rec.callback());
     const auto& last = rec.wait();
-    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.text);
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
     BOOST_TEST(last.usage.completion_tokens == script_len); // nothing lost, nothing repeated
     BOOST_TEST(last.usage.tool_calls == 3u);
     auto text = n->metrics().render();
@@ -504,8 +492,8 @@ BOOST_AUTO_TEST_CASE(a_failing_device_ends_its_request_with_a_clear_error_when_t
   n->submit(agent_request(), rec.callback());
   const auto& last = rec.wait();
   BOOST_REQUIRE(last.kind == triad::request_event::error);
-  BOOST_TEST(last.text.find("device decode0 failed") != std::string::npos, last.text);
-  BOOST_TEST(last.text.find("the device stopped answering") != std::string::npos, last.text);
+  BOOST_TEST(last.message.find("device decode0 failed") != std::string::npos, last.message);
+  BOOST_TEST(last.message.find("the device stopped answering") != std::string::npos, last.message);
   BOOST_TEST(device_sequences(*n) == 0u);
 }
 
@@ -543,11 +531,11 @@ BOOST_AUTO_TEST_CASE(a_device_whose_backend_throws_at_construction_answers_with_
     const auto& last = first.wait();
     if (policy == triad::device_failure_policy::fail) {
       BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::error,
-                            "kind " << static_cast<int>(last.kind) << ": " << last.text);
-      BOOST_TEST(last.text.find("could not create a primitive descriptor") != std::string::npos,
-                 last.text);
+                            "kind " << static_cast<int>(last.kind) << ": " << last.message);
+      BOOST_TEST(last.message.find("could not create a primitive descriptor") != std::string::npos,
+                 last.message);
     } else {
-      BOOST_TEST(last.kind == triad::request_event::done, last.text);
+      BOOST_TEST(last.kind == triad::request_event::done, last.message);
     }
     // The node keeps serving: later requests complete.
     for (const char* session : {"s0", "s1", "s2"}) {
@@ -555,7 +543,7 @@ BOOST_AUTO_TEST_CASE(a_device_whose_backend_throws_at_construction_answers_with_
       (*n)->submit(agent_request(session), again.callback());
       const auto& ev = again.wait();
       if (policy == triad::device_failure_policy::retry)
-        BOOST_TEST(ev.kind == triad::request_event::done, ev.text);
+        BOOST_TEST(ev.kind == triad::request_event::done, ev.message);
     }
     BOOST_TEST(device_sequences(**n) == 0u);
   }

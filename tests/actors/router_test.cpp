@@ -15,8 +15,11 @@ struct router_fixture {
   std::unique_ptr<triad::node> node = triad::test::start_node();
   caf::scoped_actor self{node->domains().orchestration().system()};
   caf::actor device = self->spawn(
-      []() -> caf::behavior { return {[](triad::stats_atom) { return triad::device_stats{}; }}; });
-  caf::actor router;
+      []() -> caf::behavior {
+        return {[](triad::stats_atom) { return triad::device_stats{}; },
+                [](triad::watch_kv_atom, caf::actor&) {}};
+      });
+  triad::router_actor router;
 
   explicit router_fixture(triad::schedule_policy policy, std::size_t slots = 1,
                           std::chrono::milliseconds busy_backoff = 5ms) {
@@ -139,13 +142,18 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
   caf::scoped_actor self{home.system()};
   // Stand-in decode devices that report how many KV pages they hold.
   auto device_using = [&](std::size_t used) {
-    return self->spawn([used]() -> caf::behavior {
+    return self->spawn([used](caf::event_based_actor* me) -> caf::behavior {
       return {[used](triad::stats_atom) {
-        triad::device_stats st;
-        st.kv_pages_total = 100;
-        st.kv_pages_used = used;
-        return st;
-      }};
+                triad::device_stats st;
+                st.kv_pages_total = 100;
+                st.kv_pages_used = used;
+                return st;
+              },
+              // As a real device does: its free pages at once, to the watcher.
+              [used, me](triad::watch_kv_atom, caf::actor& watcher) {
+                me->send(watcher, triad::kv_free_atom::value, me->address(),
+                         std::uint64_t{100 - used}, std::uint64_t{100});
+              }};
     });
   };
   auto full = device_using(90), roomy = device_using(10);
@@ -164,7 +172,8 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
   // taken, "full" is next.
   std::vector<std::string> expected = {"roomy", "full"};
   BOOST_TEST(order == expected, boost::test_tools::per_element());
-  for (auto& a : {router, full, roomy})
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+  for (auto& a : {full, roomy})
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
@@ -174,7 +183,8 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_
   caf::scoped_actor self{home.system()};
   auto stand_in = [&] {
     return self->spawn([]() -> caf::behavior {
-      return {[](triad::stats_atom) { return triad::device_stats{}; }};
+      return {[](triad::stats_atom) { return triad::device_stats{}; },
+              [](triad::watch_kv_atom, caf::actor&) {}};
     });
   };
   auto a = stand_in(), b = stand_in();
@@ -197,7 +207,8 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_
   route({7});    // a
   std::vector<std::string> expected = {"a", "a", "b", "b", "a"};
   BOOST_TEST(order == expected, boost::test_tools::per_element());
-  for (auto& x : {router, a, b})
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+  for (auto& x : {a, b})
     caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
 }
 

@@ -56,14 +56,14 @@ BOOST_AUTO_TEST_CASE(a_session_keeps_its_kv_so_a_turn_prefills_only_its_new_mess
   auto n = triad::test::start_node();
   auto s = n->open_session(options(true));
   auto first = run_turn(*n, s, turn("List the failing tests.", 6));
-  BOOST_REQUIRE_MESSAGE(first.kind == triad::request_event::done, first.text);
+  BOOST_REQUIRE_MESSAGE(first.kind == triad::request_event::done, first.message);
   auto after_first = info(*n, s);
   BOOST_TEST(after_first.turns == 1u);
   BOOST_TEST(after_first.cached_tokens > 0u);
 
   triad::chat_message next{"user", "Fix the first one."};
   auto second = run_turn(*n, s, turn(next.content, 5));
-  BOOST_REQUIRE_MESSAGE(second.kind == triad::request_event::done, second.text);
+  BOOST_REQUIRE_MESSAGE(second.kind == triad::request_event::done, second.message);
   // New tokens only: the EOS the first turn ended with (sampled, never computed) and this turn.
   BOOST_TEST(second.usage.prefill_tokens == triad::render_turn({next}).size() + 1);
   auto after = info(*n, s);

@@ -1,3 +1,5 @@
+#include <atomic>
+#include <semaphore>
 #include <thread>
 
 #include <boost/test/unit_test.hpp>
@@ -5,11 +7,25 @@
 
 #include "devices/cpu/cpu_backend.hpp"
 #include "devices/device.hpp"
+#include "tests/devices/forwarding_backend.hpp"
 #include "tests/printers.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+
+// A generate order for sequence `seq`: a prompt of `prompt_len` tokens (from the seq), up to
+// `max_new` tokens, events to `sink`.
+triad::generate_request make_request(triad::seq_id seq, std::size_t prompt_len,
+                                     std::uint32_t max_new, const caf::actor& sink) {
+  triad::generate_request r;
+  r.seq = seq;
+  for (std::size_t i = 0; i < prompt_len; ++i)
+    r.prompt.push_back(static_cast<triad::token>((seq * 31 + i * 7) % 250));
+  r.max_new_tokens = max_new;
+  r.sink = sink;
+  return r;
+}
 
 // A one-domain node piece: a domain and a device actor on the tiny cpu backend.
 struct device_fixture {
@@ -39,13 +55,7 @@ struct device_fixture {
 
   triad::generate_request request(triad::seq_id seq, std::size_t prompt_len, std::uint32_t max_new,
                                   const caf::actor& sink) {
-    triad::generate_request r;
-    r.seq = seq;
-    for (std::size_t i = 0; i < prompt_len; ++i)
-      r.prompt.push_back(static_cast<triad::token>((seq * 31 + i * 7) % 250));
-    r.max_new_tokens = max_new;
-    r.sink = sink;
-    return r;
+    return make_request(seq, prompt_len, max_new, sink);
   }
 
   triad::admission submit(caf::scoped_actor& self, triad::generate_request r) {
@@ -109,6 +119,23 @@ void device_fixture::resume_with_tool_result(caf::scoped_actor& self, triad::seq
 }
 
 } // namespace
+
+// A backend whose every step but the first waits for the test's go (at most 5 s, then it goes
+// on and says it was late): a token sent only at the end of a burst would hold the burst.
+class gated_backend final : public triad::test::forwarding_backend {
+public:
+  using forwarding_backend::forwarding_backend;
+  triad::expected<triad::step_output> step(std::span<const triad::step_item> items) override {
+    if (steps_++ > 0 && !gate->try_acquire_for(5s))
+      late->store(true);
+    return inner_->step(items);
+  }
+  std::shared_ptr<std::counting_semaphore<>> gate = std::make_shared<std::counting_semaphore<>>(0);
+  std::shared_ptr<std::atomic<bool>> late = std::make_shared<std::atomic<bool>>(false);
+
+private:
+  int steps_ = 0;
+};
 
 BOOST_AUTO_TEST_SUITE(device)
 
@@ -477,7 +504,7 @@ BOOST_AUTO_TEST_CASE(damaged_kv_bytes_fail_the_sequence_with_the_reason) {
   caf::scoped_actor self{f.dom->system()};
   triad::kv_blob blob;
   blob.tokens = 4;
-  blob.bytes.assign(100, 0);
+  blob.bytes.assign(100, std::byte{0});
   auto req = f.request(4, 6, 4, self);
   triad::admission a;
   self->request(f.device, caf::infinite, triad::import_atom::value, blob, req)
@@ -486,6 +513,63 @@ BOOST_AUTO_TEST_CASE(damaged_kv_bytes_fail_the_sequence_with_the_reason) {
   auto events = f.collect(self, 1);
   BOOST_TEST(events[4].back().kind == triad::device_event::failed);
   BOOST_TEST(events[4].back().message.find("KV import failed") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(two_streams_get_each_token_before_the_next_step_runs) {
+  // Bursts as long as they can be: only the test's gate paces the steps.
+  triad::device_options o;
+  o.burst_steps = 64;
+  o.burst_window = std::chrono::seconds{30};
+  auto dom = std::make_unique<triad::domain>(0, std::vector<unsigned>{0, 1}, nullptr,
+                                             triad::scheduler_config{});
+  triad::cpu_backend_options c;
+  c.shape = *triad::model_preset("tiny");
+  auto inner = triad::cpu_backend::create(c);
+  BOOST_REQUIRE(inner.has_value());
+  auto gated = std::make_unique<gated_backend>(std::move(*inner));
+  auto gate = gated->gate;
+  auto late = gated->late;
+  auto device = triad::spawn_device(*dom, std::move(gated), o);
+  BOOST_REQUIRE(device.has_value());
+  {
+    caf::scoped_actor self{dom->system()};
+    // The second starts a step later at most, and so ends with the first.
+    for (auto [seq, max_new] : {std::pair<triad::seq_id, std::uint32_t>{1, 6}, {2, 5}}) {
+      triad::admission a;
+      self->request(*device, caf::infinite, triad::generate_atom::value,
+                    make_request(seq, 8, max_new, caf::actor{self}))
+          .receive([&](triad::admission& x) { a = x; }, [](caf::error&) {});
+      BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
+    }
+    std::map<triad::seq_id, std::size_t> tokens;
+    std::size_t done = 0;
+    while (done < 2) {
+      bool got = false;
+      self->receive(
+          [&](triad::device_event& e) {
+            got = true;
+            if (e.kind == triad::device_event::done || e.kind == triad::device_event::failed) {
+              ++done;
+              return;
+            }
+            tokens[e.seq] += e.tokens.size();
+            if (e.seq != 1)
+              return;
+            // The first stream's token of a step lets the next step run: the second stream's
+            // token of the step before came already.
+            BOOST_TEST(tokens[2] + 2 >= tokens[1],
+                       "first " << tokens[1] << ", second " << tokens[2]);
+            gate->release();
+          },
+          caf::after(30s) >> [] {});
+      BOOST_REQUIRE_MESSAGE(got, "no device event within 30 s");
+    }
+    BOOST_TEST(tokens[1] == 6u);
+    BOOST_TEST(tokens[2] == 5u);
+    BOOST_TEST(!late->load()); // no step waited for a token still held back
+  }
+  caf::anon_send_exit(*device, caf::exit_reason::user_shutdown);
+  dom->stop(10s);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,3 +1,4 @@
+#include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "server/openai.hpp"
@@ -16,6 +17,68 @@ triad::api_error refused(std::string_view body) {
   auto r = triad::parse_chat_request(body, "triad-tiny");
   BOOST_REQUIRE_MESSAGE(std::holds_alternative<triad::api_error>(r), "accepted: " << body);
   return std::get<triad::api_error>(r);
+}
+
+// -- request events, as a request actor reports them --
+
+triad::request_event token_event(char c) {
+  triad::request_event ev;
+  ev.kind = triad::request_event::token;
+  ev.tok = static_cast<unsigned char>(c);
+  ev.text = std::string(1, c);
+  return ev;
+}
+
+triad::request_event done_event(triad::finish_reason why) {
+  triad::request_event ev;
+  ev.kind = triad::request_event::done;
+  ev.finish = why;
+  ev.usage.prompt_tokens = 7;
+  ev.usage.completion_tokens = 5;
+  return ev;
+}
+
+triad::request_event error_event(triad::errc code, std::string message) {
+  triad::request_event ev;
+  ev.kind = triad::request_event::error;
+  ev.code = code;
+  ev.message = std::move(message);
+  return ev;
+}
+
+triad::request_event call_event(std::string name, std::string args) {
+  triad::request_event ev;
+  ev.kind = triad::request_event::tool_call;
+  ev.tool_name = std::move(name);
+  ev.arguments_json = std::move(args);
+  return ev;
+}
+
+triad::completion_options answer_options(bool stream) {
+  triad::completion_options o;
+  o.stream = stream;
+  o.id = "chatcmpl-1";
+  o.created = 1700000000;
+  o.model = "triad-tiny";
+  o.request = 42;
+  return o;
+}
+
+// The JSON objects of a stream's `data:` events, and whether it ended with [DONE].
+std::vector<boost::json::value> events_of(const std::string& bytes, bool& done) {
+  std::vector<boost::json::value> out;
+  done = false;
+  std::size_t at = 0;
+  while ((at = bytes.find("data: ", at)) != std::string::npos) {
+    auto end = bytes.find("\n\n", at);
+    auto body = bytes.substr(at + 6, end - at - 6);
+    if (body == "[DONE]")
+      done = true;
+    else
+      out.push_back(boost::json::parse(body));
+    at = end;
+  }
+  return out;
 }
 
 } // namespace
@@ -151,6 +214,157 @@ BOOST_AUTO_TEST_CASE(utf8_stream_passes_text_joins_split_characters_and_replaces
   BOOST_TEST(u.push("\xf0\x9f") == "");
   BOOST_TEST(u.finish() == "\xef\xbf\xbd");
   BOOST_TEST(u.push("\xed\xa0\x80") == "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"); // a surrogate
+}
+
+BOOST_AUTO_TEST_CASE(an_error_event_is_answered_by_its_code_never_its_text) {
+  struct expect {
+    triad::errc code;
+    unsigned status;
+    const char* api_code;
+    std::uint32_t retry_ms;
+  };
+  for (const auto& x : {expect{triad::errc::exhausted, 400, "context_length_exceeded", 0},
+                        expect{triad::errc::invalid_argument, 400, "invalid_request", 0},
+                        expect{triad::errc::overloaded, 429, "rate_limit_exceeded", 150},
+                        expect{triad::errc::stopped, 503, "draining", 150},
+                        expect{triad::errc::busy, 503, "queue_timeout", 150},
+                        expect{triad::errc::timed_out, 504, "request_timeout", 0},
+                        expect{triad::errc::system_error, 500, "generation_failed", 0}}) {
+    triad::request_event ev;
+    ev.kind = triad::request_event::error;
+    ev.code = x.code;
+    ev.retry_ms = 150;
+    // A message that reads like another kind: only the code counts.
+    ev.message = "overloaded: draining; retry after 9 ms";
+    auto e = triad::error_of(ev);
+    BOOST_TEST(e.status == x.status, to_string(x.code));
+    BOOST_TEST(e.code == x.api_code, to_string(x.code));
+    BOOST_TEST(e.retry_ms == x.retry_ms, to_string(x.code));
+    BOOST_TEST(e.message == ev.message);
+  }
+  // Retry-After defaults to a second where the event gives none.
+  triad::request_event busy;
+  busy.kind = triad::request_event::error;
+  busy.code = triad::errc::busy;
+  BOOST_TEST(triad::error_of(busy).retry_ms == 1000u);
+}
+
+BOOST_AUTO_TEST_CASE(finish_reasons_map_onto_openais) {
+  BOOST_TEST(triad::openai_finish_reason(triad::finish_reason::stop) == "stop");
+  BOOST_TEST(triad::openai_finish_reason(triad::finish_reason::length) == "length");
+  BOOST_TEST(triad::openai_finish_reason(triad::finish_reason::tool_calls) == "tool_calls");
+  BOOST_TEST(triad::openai_finish_reason(triad::finish_reason::tool_calls_limit) == "stop");
+}
+
+BOOST_AUTO_TEST_CASE(a_stop_string_split_across_tokens_ends_the_stream_before_it) {
+  auto o = answer_options(true);
+  o.stop = {"o w"};
+  triad::completion_stream answer{o};
+  std::string bytes;
+  bool cancel = false;
+  for (char c : std::string{"hello world"}) {
+    auto out = answer.on_event(token_event(c));
+    bytes += out.bytes;
+    cancel = cancel || out.cancel;
+    if (out.cancel)
+      break; // the request is cancelled: its cancelled error comes next
+  }
+  BOOST_TEST(cancel);
+  auto end = answer.on_event(error_event(triad::errc::cancelled, "cancelled"));
+  BOOST_TEST(end.finished);
+  BOOST_TEST(!end.error);
+  bytes += end.bytes;
+  bool done = false;
+  auto events = events_of(bytes, done);
+  BOOST_TEST(done);
+  std::string text;
+  std::string finish;
+  for (const auto& e : events) {
+    const auto& choice = e.at("choices").at(0);
+    if (const auto* c = choice.at("delta").as_object().if_contains("content"))
+      text += c->as_string();
+    if (!choice.at("finish_reason").is_null())
+      finish = choice.at("finish_reason").as_string();
+  }
+  BOOST_TEST(text == "hell"); // never a byte of the stop string
+  BOOST_TEST(finish == "stop");
+  BOOST_TEST(events.front().at("choices").at(0).at("delta").at("role") == "assistant");
+}
+
+BOOST_AUTO_TEST_CASE(a_call_for_the_client_ends_the_answer_with_tool_calls) {
+  triad::completion_stream answer{answer_options(false)};
+  BOOST_TEST(answer.on_event(token_event('a')).bytes.empty()); // not streamed: all at the end
+  answer.on_event(call_event("get_weather", R"({"city": "Oslo"})"));
+  auto out = answer.on_event(done_event(triad::finish_reason::tool_calls));
+  BOOST_TEST(out.finished);
+  auto body = boost::json::parse(out.bytes);
+  BOOST_TEST(body.at("object") == "chat.completion");
+  const auto& choice = body.at("choices").at(0);
+  BOOST_TEST(choice.at("finish_reason") == "tool_calls");
+  const auto& call = choice.at("message").at("tool_calls").at(0);
+  BOOST_TEST(call.at("id") == "call_42");
+  BOOST_TEST(call.at("function").at("name") == "get_weather");
+  BOOST_TEST(call.at("function").at("arguments") == R"({"city": "Oslo"})");
+  BOOST_TEST(body.at("usage").at("total_tokens") == 12);
+  BOOST_TEST(!body.as_object().contains("triad")); // the client's call, not a hosted one
+}
+
+BOOST_AUTO_TEST_CASE(hosted_calls_and_their_results_are_reported_apart) {
+  triad::completion_stream answer{answer_options(false)};
+  answer.on_event(call_event("shell", R"({"command": "ls"})"));
+  triad::request_event result;
+  result.kind = triad::request_event::tool_result;
+  result.tool_output = "a.txt\n";
+  answer.on_event(result);
+  answer.on_event(token_event('k'));
+  auto body = boost::json::parse(answer.on_event(done_event(triad::finish_reason::stop)).bytes);
+  BOOST_TEST(body.at("choices").at(0).at("message").at("content") == "k");
+  const auto& hosted = body.at("triad").at("server_tool_calls").at(0);
+  BOOST_TEST(hosted.at("name") == "shell");
+  BOOST_TEST(hosted.at("result") == "a.txt\n");
+}
+
+BOOST_AUTO_TEST_CASE(an_error_before_any_byte_is_an_http_error_and_after_one_an_event) {
+  triad::completion_stream quiet{answer_options(true)};
+  auto early = quiet.on_event(error_event(triad::errc::overloaded, "overloaded: 3 wait"));
+  BOOST_TEST(early.finished);
+  BOOST_REQUIRE(early.error.has_value());
+  BOOST_TEST(early.error->status == 429u);
+  BOOST_TEST(early.bytes.empty());
+
+  triad::completion_stream started{answer_options(true)};
+  BOOST_TEST(!started.on_event(token_event('x')).bytes.empty()); // the stream has begun
+  auto late = started.on_event(error_event(triad::errc::timed_out, "past the deadline"));
+  BOOST_TEST(late.finished);
+  BOOST_TEST(!late.error);
+  bool done = false;
+  auto events = events_of(late.bytes, done);
+  BOOST_TEST(done);
+  BOOST_REQUIRE(events.size() == 1u);
+  BOOST_TEST(events[0].at("error").at("code") == "request_timeout");
+  // Nothing more after the end.
+  BOOST_TEST(started.on_event(token_event('y')).bytes.empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_streamed_completion_ends_with_usage_when_asked) {
+  auto o = answer_options(true);
+  o.completion = true;
+  o.include_usage = true;
+  triad::completion_stream answer{o};
+  std::string bytes = answer.on_event(token_event('h')).bytes;
+  bytes += answer.on_event(token_event('i')).bytes;
+  bytes += answer.on_event(done_event(triad::finish_reason::length)).bytes;
+  bool done = false;
+  auto events = events_of(bytes, done);
+  BOOST_TEST(done);
+  std::string text;
+  for (const auto& e : events)
+    if (!e.at("choices").as_array().empty())
+      text += e.at("choices").at(0).at("text").as_string();
+  BOOST_TEST(text == "hi");
+  BOOST_TEST(events.back().at("usage").at("completion_tokens") == 5);
+  BOOST_TEST(events[events.size() - 2].at("choices").at(0).at("finish_reason") == "length");
+  BOOST_TEST(events.front().at("object") == "text_completion");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -84,11 +84,11 @@ struct escape_fixture {
     const auto& end = rec.wait();
     BOOST_TEST_MESSAGE(tool << " " << boost::json::serialize(arguments) << " -> "
                             << (end.kind == triad::request_event::done ? "done" : "error") << " "
-                            << end.text);
+                            << end.message);
     std::string result;
     for (const auto& e : rec.events)
       if (e.kind == triad::request_event::tool_result)
-        result = e.text;
+        result = e.tool_output;
     BOOST_TEST_MESSAGE("result: " << result.substr(0, 1500));
     serving();
     return result;

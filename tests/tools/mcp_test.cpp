@@ -178,11 +178,11 @@ BOOST_AUTO_TEST_CASE(a_node_configured_with_the_server_hosts_its_tools) {
   triad::test::recorder rec;
   (*n)->submit(std::move(r), rec.callback());
   const auto& end = rec.wait(); // before the check: its message must not read events early
-  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.text);
+  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
   std::string result;
   for (const auto& e : rec.events)
     if (e.kind == triad::request_event::tool_result)
-      result = e.text;
+      result = e.tool_output;
   BOOST_TEST(result == "alpha\nbeta\n");
 }
 

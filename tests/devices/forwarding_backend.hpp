@@ -1,0 +1,39 @@
+#pragma once
+
+#include <memory>
+
+#include "devices/backend.hpp"
+
+namespace triad::test {
+
+/// A backend that passes every call to `inner`: tests derive from it and override the calls
+/// they change (a step that fails, a step that waits for the test).
+class forwarding_backend : public backend {
+public:
+  /// Wraps `inner`.
+  explicit forwarding_backend(std::unique_ptr<backend> inner)
+      : inner_(std::move(inner)) {}
+  const model_shape& shape() const noexcept override { return inner_->shape(); }
+  std::string kernel() const override { return inner_->kernel(); }
+  expected<step_output> step(std::span<const step_item> items) override {
+    return inner_->step(items);
+  }
+  expected<std::vector<std::byte>> export_kv(seq_id s) const override {
+    return inner_->export_kv(s);
+  }
+  expected<void> import_kv(seq_id s, std::span<const std::byte> b) override {
+    return inner_->import_kv(s, b);
+  }
+  void free(seq_id s) override { inner_->free(s); }
+  std::size_t attach_prefix(seq_id s, std::span<const token> t) override {
+    return inner_->attach_prefix(s, t);
+  }
+  void publish(seq_id s, std::span<const token> t) override { inner_->publish(s, t); }
+  std::size_t length(seq_id s) const noexcept override { return inner_->length(s); }
+  kv_usage kv() const noexcept override { return inner_->kv(); }
+
+protected:
+  std::unique_ptr<backend> inner_; ///< the backend doing the work
+};
+
+} // namespace triad::test
