@@ -5,8 +5,8 @@
 //
 // Triad's CPU = the process's CPU time (getrusage: every thread, CAF workers, driver and tool
 // threads alike, user and kernel mode, polling as the node's defaults poll) minus the time the
-// driver threads spent inside the sim backend's steps (device_stats busy_seconds: the device's
-// own work, reported as backend_compute_share). The figure before it, the orchestration
+// driver threads spent inside the sim backend's steps (device_stats compute_cpu_seconds: the
+// device's own work, reported as backend_compute_share). The figure before it, the orchestration
 // threads' user time alone, is reported beside it. For each session count two runs differ only in
 // tokens per turn; the marginal CPU per extra token is the per-token cost, and what is left of
 // the shorter run per request the per-request cost (routing, admission, KV export/import, tool
@@ -100,14 +100,16 @@ thread_cpu threads_cpu() {
   return out;
 }
 
-// Seconds the node's devices spent inside their backends' steps so far (device_stats
-// busy_seconds): the devices' own work, which the honest figure leaves out and reports.
+// CPU seconds the node's device drivers spent inside their backends' steps so far
+// (device_stats compute_cpu_seconds): the devices' own work, which the honest figure leaves out
+// and reports.
 double backend_seconds(triad::node& n) {
   caf::scoped_actor self{n.domains().orchestration().system()};
   double total = 0;
   for (const auto& [name, device] : n.devices())
     self->request(device, std::chrono::seconds{10}, triad::stats_atom::value)
-        .receive([&](triad::device_stats& st) { total += st.busy_seconds; }, [](caf::error&) {});
+        .receive([&](triad::device_stats& st) { total += st.compute_cpu_seconds; },
+                 [](caf::error&) {});
   return total;
 }
 

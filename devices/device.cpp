@@ -6,6 +6,7 @@
 #include <map>
 
 #include <cstring>
+#include <ctime>
 
 #include <caf/all.hpp>
 
@@ -33,10 +34,18 @@ struct step_result {
   // Per item, the tokens chosen (one per step it took part in); all but the last were fed back
   // in the job's later steps and are in the KV (counted in `tokens`).
   std::vector<std::vector<token>> sampled;
-  std::vector<step_stat> steps; // the forward steps run, in order
+  std::vector<step_stat> steps;   // the forward steps run, in order
+  double compute_cpu_seconds = 0; // the driver thread's CPU inside the backend's steps
   expected<void> output = make_error(errc::invalid_argument, "not run");
   kv_usage kv;
 };
+
+// The calling thread's CPU time so far, in seconds.
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
 
 // How one sequence's tokens are chosen. Made at admission and then only used on the driver
 // thread, which does the choosing: the actor reads its constant fields alone, and a sequence has
@@ -188,6 +197,7 @@ struct step_job {
     for (auto& s : result.sampled)
       s.clear();
     result.steps.clear();
+    result.compute_cpu_seconds = 0;
     result.output = make_error(errc::invalid_argument, "not run");
   }
 
@@ -231,7 +241,9 @@ struct step_job {
     std::vector<step_item> next; // the burst's later steps: one token per item
     std::vector<std::size_t> next_live;
     for (std::size_t step = 0; !batch.empty(); ++step) {
+      const double cpu_before = thread_cpu_seconds();
       auto out = run(batch);
+      r.compute_cpu_seconds += thread_cpu_seconds() - cpu_before;
       if (!out) {
         if (step == 0) // a later step's failure ends the burst; what it made so far stands
           r.output = out.error();
@@ -847,6 +859,7 @@ private:
     stats_.steps += r.steps.size();
     stats_.tokens += job_tokens;
     stats_.busy_seconds += job_seconds;
+    stats_.compute_cpu_seconds += r.compute_cpu_seconds;
     if (metrics_.steps != nullptr && !r.steps.empty()) { // the totals once per job
       metrics_.steps->inc(static_cast<double>(r.steps.size()));
       metrics_.tokens->inc(static_cast<double>(job_tokens));

@@ -128,17 +128,20 @@ struct device_event {
 
 /// A snapshot of a device's scheduler and cache.
 struct device_stats {
-  std::uint64_t steps = 0;         ///< steps run
-  std::uint64_t step_jobs = 0;     ///< driver jobs that ran them (fewer when steps ran in bursts)
-  std::uint64_t tokens = 0;        ///< tokens computed
-  std::uint64_t generated = 0;     ///< tokens sampled
-  std::uint64_t refused = 0;       ///< generate requests answered busy
-  std::uint64_t preemptions = 0;   ///< sequences whose KV was dropped for memory
-  std::size_t sequences = 0;       ///< sequences held
-  std::size_t waiting = 0;         ///< sequences waiting for (more) prefill
-  std::size_t running = 0;         ///< sequences decoding
-  std::size_t parked = 0;          ///< sequences parked
-  double busy_seconds = 0;         ///< time the driver spent in steps (modelled time for sim)
+  std::uint64_t steps = 0;       ///< steps run
+  std::uint64_t step_jobs = 0;   ///< driver jobs that ran them (fewer when steps ran in bursts)
+  std::uint64_t tokens = 0;      ///< tokens computed
+  std::uint64_t generated = 0;   ///< tokens sampled
+  std::uint64_t refused = 0;     ///< generate requests answered busy
+  std::uint64_t preemptions = 0; ///< sequences whose KV was dropped for memory
+  std::size_t sequences = 0;     ///< sequences held
+  std::size_t waiting = 0;       ///< sequences waiting for (more) prefill
+  std::size_t running = 0;       ///< sequences decoding
+  std::size_t parked = 0;        ///< sequences parked
+  double busy_seconds = 0;       ///< time the driver spent in steps (modelled time for sim)
+  /// CPU time of the driver thread inside the backend's steps (real, for sim too; a cpu
+  /// backend's other compute-team threads are not in it).
+  double compute_cpu_seconds = 0;
   std::size_t kv_pages_used = 0;   ///< KV pages held
   std::size_t kv_pages_total = 0;  ///< KV pages of the budget
   std::size_t kv_pages_cached = 0; ///< KV pages held only by the prefix cache (evictable)
@@ -186,7 +189,8 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
   return f(caf::meta::type_name("device_stats"), x.steps, x.step_jobs, x.tokens, x.generated,
            x.refused, x.preemptions, x.sequences, x.waiting, x.running, x.parked, x.busy_seconds,
-           x.kv_pages_used, x.kv_pages_total, x.kv_pages_cached, x.cached_tokens);
+           x.compute_cpu_seconds, x.kv_pages_used, x.kv_pages_total, x.kv_pages_cached,
+           x.cached_tokens);
 }
 
 /// Options of a device actor; every field documented where declared.
