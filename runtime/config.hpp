@@ -32,7 +32,7 @@ enum class device_role {
 enum class device_backend {
   cpu,  ///< real transformer on this machine's cores (oneDNN)
   sim,  ///< roofline model of a named accelerator (simulated)
-  cuda, ///< NVIDIA GPU, only where nvcc and a GPU exist
+  cuda, ///< reserved for an NVIDIA GPU backend, not built yet: a device with it is refused
 };
 
 /// Element type of the model's weights and KV cache.
@@ -50,7 +50,7 @@ inline constexpr std::array<std::string_view, 2> cpu_device_profiles = {"tiny", 
 inline constexpr std::array<std::string_view, 3> model_presets = {"tiny", "small", "llama3-8b"};
 /// The built-in simulated accelerators: `profile` values a `sim` device accepts besides the
 /// names of the file's `[[sim_profiles]]`, which may not reuse them.
-/// A `cuda` device accepts any profile, including none.
+/// A `cuda` device (not built yet) is refused at start whatever its profile.
 inline constexpr std::array<std::string_view, 7> sim_device_profiles = {
     "h100", "h200", "b200", "gaudi3", "sn40l", "sn50", "xeon6_amx"};
 
