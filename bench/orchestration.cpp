@@ -113,6 +113,18 @@ double backend_seconds(triad::node& n) {
   return total;
 }
 
+// A node of `config` with the bench's tool; null (the reason printed) when it cannot start.
+std::unique_ptr<triad::node> start_node(const triad::node_config& config) {
+  triad::node_options opts;
+  opts.tools = bench_tools();
+  auto started = triad::node::start(config, opts);
+  if (!started) {
+    std::fprintf(stderr, "triad-bench-orchestration: %s\n", started.error().message.c_str());
+    return nullptr;
+  }
+  return std::move(*started);
+}
+
 struct run_result {
   std::uint64_t requests = 0, tokens = 0, tool_calls = 0, errors = 0;
   thread_cpu cpu;
@@ -211,14 +223,10 @@ int run(int argc, char** argv) {
   auto config = triad::zero_time_sim_config();
   for (auto& d : config.devices)
     d.profile = "h200";
-  triad::node_options opts;
-  opts.tools = bench_tools();
-  auto started = triad::node::start(config, opts);
-  if (!started) {
-    std::fprintf(stderr, "triad-bench-orchestration: %s\n", started.error().message.c_str());
+  auto started = start_node(config);
+  if (!started)
     return 1;
-  }
-  auto& n = **started;
+  auto& n = *started;
 
   // Rounds per session count: enough requests that thread wake-ups average out.
   // The orchestration threads' user time comes from /proc in clock ticks, split from system
@@ -322,14 +330,9 @@ int run(int argc, char** argv) {
   // its process uses with no request at all.
   double idle_percent = -1;
   {
-    auto idle_config = triad::zero_time_sim_config();
-    triad::node_options idle_opts;
-    idle_opts.tools = bench_tools();
-    auto idle = triad::node::start(idle_config, idle_opts);
-    if (!idle) {
-      std::fprintf(stderr, "triad-bench-orchestration: %s\n", idle.error().message.c_str());
+    auto idle = start_node(triad::zero_time_sim_config());
+    if (!idle)
       return 1;
-    }
     std::this_thread::sleep_for(std::chrono::milliseconds{500}); // start-up settles
     const auto wait = std::chrono::seconds{quick ? 3 : 10};
     auto cpu0 = process_cpu_seconds();
@@ -337,7 +340,7 @@ int run(int argc, char** argv) {
     std::this_thread::sleep_for(wait);
     auto cpu = process_cpu_seconds() - cpu0;
     idle_percent = 100.0 * cpu / std::chrono::duration<double>(clock_type::now() - t0).count();
-    (*idle)->stop();
+    idle->stop();
     std::printf("idle node: %.2f%% of a core\n", idle_percent);
   }
 

@@ -35,9 +35,7 @@ constexpr int_range moderate_sleep_us_range{0, 1'000'000};
 constexpr int_range poll_attempts_range{1, 100'000'000};
 constexpr int_range tools_cores_range{1, 4096};
 constexpr int_range queue_capacity_range{1, 1'000'000};
-constexpr int_range arena_mib_range{1, mib_in_16_tib};
 constexpr int_range max_concurrent_requests_range{1, 1'000'000};
-constexpr int_range max_queued_requests_range{0, 10'000'000};
 constexpr int_range max_body_bytes_range{1, std::int64_t{1} << 30};
 constexpr int_range request_deadline_ms_range{0, 86'400'000};
 constexpr int_range device_memory_mib_range{1, mib_in_16_tib};
@@ -50,9 +48,9 @@ constexpr int_range compute_cores_range{0, 4096};
 constexpr std::size_t max_device_name_length = 64;
 constexpr std::string_view device_name_allowed = "1..64 characters from A-Z, a-z, 0-9, '_' and '-'";
 
-constexpr std::string_view root_keys[] = {"topology",     "scheduler", "tools",         "memory",
-                                          "limits",       "model",     "orchestration", "devices",
-                                          "sim_profiles", "server",    "mcp_servers"};
+constexpr std::string_view root_keys[] = {"topology", "scheduler",     "tools",   "limits",
+                                          "model",    "orchestration", "devices", "sim_profiles",
+                                          "server",   "mcp_servers"};
 constexpr std::string_view mcp_server_keys[] = {"name", "command", "env", "read_only",
                                                 "read_write"};
 constexpr std::string_view server_keys[] = {"listen",           "port",
@@ -71,10 +69,8 @@ constexpr std::string_view tools_keys[] = {"cores", "domains", "queue_capacity",
 // What [tools].hosted may name: the built-in tools.
 constexpr std::string_view builtin_tool_names[] = {"file_read", "shell", "compile",
                                                    "vector_search"};
-constexpr std::string_view memory_keys[] = {"arena_mib_per_domain"};
-constexpr std::string_view limits_keys[] = {"max_concurrent_requests", "max_queued_requests",
-                                            "max_body_bytes", "queue_timeout_ms",
-                                            "request_timeout_ms"};
+constexpr std::string_view limits_keys[] = {"max_concurrent_requests", "max_body_bytes",
+                                            "queue_timeout_ms", "request_timeout_ms"};
 constexpr std::string_view model_keys[] = {"preset", "dtype", "page_tokens", "context_tokens"};
 constexpr int_range context_tokens_range{0, 1 << 24};
 constexpr std::string_view orchestration_keys[] = {"kv",
@@ -809,16 +805,10 @@ void read_tools(reader& r, const scope& s, tools_config& out) {
   r.names(s, "hosted", builtin_tool_names, out.hosted);
 }
 
-void read_memory(reader& r, const scope& s, memory_config& out) {
-  r.check_keys(s, memory_keys, "in [memory]");
-  r.integer(s, "arena_mib_per_domain", arena_mib_range, out.arena_mib_per_domain);
-}
-
 void read_limits(reader& r, const scope& s, limits_config& out) {
   r.check_keys(s, limits_keys, "in [limits]");
   r.integer(s, "max_concurrent_requests", max_concurrent_requests_range,
             out.max_concurrent_requests);
-  r.integer(s, "max_queued_requests", max_queued_requests_range, out.max_queued_requests);
   r.integer(s, "max_body_bytes", max_body_bytes_range, out.max_body_bytes);
   r.integer(s, "queue_timeout_ms", request_deadline_ms_range, out.queue_timeout_ms);
   r.integer(s, "request_timeout_ms", request_deadline_ms_range, out.request_timeout_ms);
@@ -1165,7 +1155,6 @@ node_config read_config(reader& r, const toml::table& document) {
   read_section(r, root, "topology", config.topology, read_topology);
   read_section(r, root, "scheduler", config.scheduler, read_scheduler);
   read_section(r, root, "tools", config.tools, read_tools);
-  read_section(r, root, "memory", config.memory, read_memory);
   read_section(r, root, "limits", config.limits, read_limits);
   read_section(r, root, "server", config.server, read_server);
   read_section(r, root, "model", config.model, read_model);
@@ -1380,12 +1369,8 @@ std::string to_toml(const node_config& config) {
   append_value(out, "queue_capacity", config.tools.queue_capacity);
   append_value(out, "hosted", config.tools.hosted);
 
-  out += "\n[memory]\n";
-  append_value(out, "arena_mib_per_domain", config.memory.arena_mib_per_domain);
-
   out += "\n[limits]\n";
   append_value(out, "max_concurrent_requests", config.limits.max_concurrent_requests);
-  append_value(out, "max_queued_requests", config.limits.max_queued_requests);
   append_value(out, "max_body_bytes", config.limits.max_body_bytes);
   append_value(out, "queue_timeout_ms", config.limits.queue_timeout_ms);
   append_value(out, "request_timeout_ms", config.limits.request_timeout_ms);

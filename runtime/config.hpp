@@ -101,12 +101,6 @@ struct tools_config {
   bool operator==(const tools_config&) const = default;
 };
 
-/// `[memory]`: per-domain arenas for large buffers.
-struct memory_config {
-  std::uint64_t arena_mib_per_domain = defaults::memory::arena_mib_per_domain; ///< at least 1
-  bool operator==(const memory_config&) const = default;
-};
-
 /// `[server]`: triad-node's HTTP endpoint.
 struct server_config {
   std::string listen{defaults::server::listen}; ///< `listen`: an IPv4 or IPv6 address
@@ -129,7 +123,6 @@ struct server_config {
 /// `[limits]`: admission bounds of the node.
 struct limits_config {
   std::size_t max_concurrent_requests = defaults::limits::max_concurrent_requests; ///< at least 1
-  std::size_t max_queued_requests = defaults::limits::max_queued_requests;         ///< 0 = no queue
   std::uint64_t max_body_bytes = defaults::limits::max_body_bytes;                 ///< at least 1
   /// `queue_timeout_ms`: how long a request may wait for a device before it is answered "busy"
   /// (HTTP 503 with Retry-After) and leaves the queue; 0 = no limit.
@@ -303,7 +296,6 @@ struct node_config {
   topology_config topology;                     ///< `[topology]`
   scheduler_config scheduler;                   ///< `[scheduler]`
   tools_config tools;                           ///< `[tools]`
-  memory_config memory;                         ///< `[memory]`
   limits_config limits;                         ///< `[limits]`
   server_config server;                         ///< `[server]` (triad-node only)
   model_config model;                           ///< `[model]`

@@ -53,16 +53,9 @@ inline constexpr unsigned cores = 1;
 inline constexpr std::size_t queue_capacity = 64;
 } // namespace tools
 
-namespace memory {
-/// Bytes each domain's arena may hand out for large buffers (KV blocks, weights).
-inline constexpr std::uint64_t arena_mib_per_domain = 1024;
-} // namespace memory
-
 namespace limits {
 /// Requests the node serves at once.
 inline constexpr std::size_t max_concurrent_requests = 256;
-/// Requests waiting for admission before new ones are refused (429).
-inline constexpr std::size_t max_queued_requests = 1024;
 /// Largest request body the node accepts.
 inline constexpr std::uint64_t max_body_bytes = 4 * 1024 * 1024;
 /// How long a request may wait for a device before it is answered busy (ms).

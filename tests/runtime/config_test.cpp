@@ -90,9 +90,7 @@ node_config rich_config() {
   config.tools.domains = {1};
   config.tools.queue_capacity = 1;
   config.tools.hosted = {"shell", "file_read"};
-  config.memory.arena_mib_per_domain = 16ull * 1024 * 1024;
   config.limits.max_concurrent_requests = 1;
-  config.limits.max_queued_requests = 0;
   config.limits.max_body_bytes = 1ull << 30;
   config.limits.queue_timeout_ms = 0;
   config.limits.request_timeout_ms = 86'400'000;
@@ -208,10 +206,7 @@ BOOST_AUTO_TEST_CASE(full_file_parses_to_expected_values) {
   BOOST_TEST((c.tools.domains == std::vector<unsigned>{1, 2}));
   BOOST_TEST(c.tools.queue_capacity == 128u);
 
-  BOOST_TEST(c.memory.arena_mib_per_domain == 4096u);
-
   BOOST_TEST(c.limits.max_concurrent_requests == 64u);
-  BOOST_TEST(c.limits.max_queued_requests == 0u);
   BOOST_TEST(c.limits.max_body_bytes == 1048576u);
 
   BOOST_TEST(c.model.preset == "small");
@@ -346,13 +341,18 @@ BOOST_AUTO_TEST_CASE(unknown_top_level_key_is_an_error) {
                                 "[network]\n"
                                 "port = 8080\n");
   BOOST_TEST(message == "triad.toml:3:2: network = { port = 8080 }: unknown key; allowed keys at "
-                        "top level: topology, scheduler, tools, memory, limits, model, "
+                        "top level: topology, scheduler, tools, limits, model, "
                         "orchestration, devices, sim_profiles, server, mcp_servers");
 
   check_contains(error_of("colour = \"red\"\n"),
                  {"triad.toml:1:1: ", "colour = \"red\"", "unknown key",
-                  "topology, scheduler, tools, memory, limits, model, orchestration, devices, "
+                  "topology, scheduler, tools, limits, model, orchestration, devices, "
                   "sim_profiles"});
+  // [memory] and [limits].max_queued_requests did nothing: they are gone, and said so.
+  check_contains(error_of("[memory]\narena_mib_per_domain = 1024\n"),
+                 {"memory = { arena_mib_per_domain = 1024 }", "unknown key"});
+  check_contains(error_of("[limits]\nmax_queued_requests = 0\n"),
+                 {"limits.max_queued_requests = 0", "unknown key"});
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_a_table_is_an_error) {
@@ -468,8 +468,8 @@ BOOST_AUTO_TEST_CASE(out_of_range_is_an_error) {
   check_contains(error_of("[limits]\nmax_body_bytes = 2147483648\n"),
                  {"triad.toml:2:18: ", "limits.max_body_bytes = 2147483648", "out of range",
                   "allowed: integer 1..1073741824"});
-  check_contains(error_of("[memory]\narena_mib_per_domain = -3\n"),
-                 {"triad.toml:2:24: ", "memory.arena_mib_per_domain = -3", "out of range",
+  check_contains(error_of("[[devices]]\nname = \"d\"\nmemory_mib = -3\n"),
+                 {"triad.toml:3:14: ", "devices[0].memory_mib = -3", "out of range",
                   "allowed: integer 1..16777216"});
   check_contains(error_of("[tools]\ndomains = [-1]\n"),
                  {"triad.toml:2:12: ", "tools.domains[0] = -1", "out of range",
@@ -899,9 +899,7 @@ BOOST_AUTO_TEST_CASE(default_config_round_trips_through_toml) {
                                "cores = 1",
                                "domains = []",
                                "queue_capacity = 64",
-                               "arena_mib_per_domain = 1024",
                                "max_concurrent_requests = 256",
-                               "max_queued_requests = 1024",
                                "max_body_bytes = 4194304",
                                "[model]",
                                "preset = \"tiny\"",
