@@ -396,6 +396,7 @@ public:
     for (auto& [key, promise] : exports_)
       promise.deliver(caf::make_error(caf::sec::request_receiver_down));
     exports_.clear();
+    spare_job_.reset(); // its sinks
     seqs_.clear();
     backlog_.clear();
     pending_frees_.clear();
@@ -799,6 +800,7 @@ private:
   // A job's result; the job object is kept for the next job once it has been read.
   void on_step(std::shared_ptr<step_job> job) {
     in_flight_ = false;
+    job->sinks.clear(); // the driver is done with them: a kept job holds no request
     auto& r = job->result;
     kv_ = r.kv;
     // Imports first: a sequence whose KV arrived holds it even when the step then failed.

@@ -88,6 +88,8 @@ submit_result driver_thread::reserve() {
 }
 
 submit_result driver_thread::try_submit(driver_job&& job) {
+  if (!job) // nothing to run (an empty job in the queue is the stop wake-up)
+    return submit_result::accepted;
   auto r = reserve();
   if (r == submit_result::accepted)
     queue_->jobs.enqueue(std::move(job));
@@ -95,6 +97,8 @@ submit_result driver_thread::try_submit(driver_job&& job) {
 }
 
 submit_result driver_thread::try_submit_in_order(driver_job&& job) {
+  if (!job) // nothing to run (an empty job in the queue is the stop wake-up)
+    return submit_result::accepted;
   auto r = reserve();
   if (r == submit_result::accepted)
     queue_->jobs.enqueue(queue_->owner, std::move(job));
@@ -120,7 +124,12 @@ void driver_thread::run(std::shared_ptr<std::atomic<int>> bind_state) {
     if (!got) {
       if (stopping_.load() && pending_.load() == 0)
         return;
-      queue_->jobs.wait_dequeue(job);
+      // Stopping, a submit that is then refused holds a slot for a moment: look again soon
+      // rather than sleep on a wake-up already taken.
+      if (stopping_.load())
+        queue_->jobs.wait_dequeue_timed(job, std::chrono::milliseconds{1});
+      else
+        queue_->jobs.wait_dequeue(job);
     }
     if (!job) { // a wake-up: every accepted job has run, or is about to be queued
       if (stopping_.load() && pending_.load() == 0)
@@ -154,6 +163,8 @@ void driver_thread::stop() {
 void driver_thread::abandon(std::unique_ptr<driver_thread> driver) noexcept {
   if (!driver)
     return;
+  if (!driver->thread_.joinable())
+    return; // stopped and joined already: the driver goes with the unique_ptr
   driver_thread* raw = driver.release();
   raw->stopping_.store(true);
   raw->wake();

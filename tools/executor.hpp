@@ -37,7 +37,7 @@ inline constexpr std::chrono::milliseconds deadline_check{10};
 /// How long a worker may go on with a call past its deadline before it is given up as stuck
 /// and replaced by a fresh one (a sandboxed call's processes are killed at the deadline, so its
 /// worker is back within milliseconds; an in-process tool cannot be interrupted).
-inline constexpr std::chrono::milliseconds stuck_grace{1000};
+inline constexpr std::chrono::milliseconds stuck_grace{2000};
 /// Workers given up and still stuck, at most, per executor: beyond it a stuck worker is waited
 /// for, so stuck calls cannot pile up threads without bound.
 inline constexpr std::size_t max_abandoned = 16;

@@ -424,7 +424,6 @@ struct child_args {
   char* const* argv;
   char* const* envp;
   int in_fd, out_fd, err_fd, report_fd, go_fd;
-  int parent_ends[5];
   const sock_fprog* filter;
   const sigset_t* signal_mask; // the node thread's, blocked while the init is started
 };
@@ -472,8 +471,21 @@ struct child_args {
 // pid namespace.
 [[noreturn]] void init_main(const child_args& a) {
   ::sigprocmask(SIG_SETMASK, a.signal_mask, nullptr);
-  for (int end : a.parent_ends)
-    ::close(end);
+  // Every descriptor of the node's but the call's own (stdio of its own aside): another call's
+  // pipe end held here would keep that call's tool from seeing the end of its input.
+  int keep[] = {a.in_fd, a.out_fd, a.err_fd, a.report_fd, a.go_fd};
+  for (std::size_t i = 1; i < std::size(keep); ++i)
+    for (std::size_t j = i; j > 0 && keep[j - 1] > keep[j]; --j)
+      std::swap(keep[j - 1], keep[j]);
+  unsigned from = 3;
+  for (int fd : keep) {
+    if (fd < 3)
+      continue;
+    if (static_cast<unsigned>(fd) > from)
+      ::syscall(SYS_close_range, from, static_cast<unsigned>(fd) - 1, 0u);
+    from = std::max(from, static_cast<unsigned>(fd) + 1);
+  }
+  ::syscall(SYS_close_range, from, ~0u, 0u);
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   const auto& p = *a.plan;
@@ -559,8 +571,11 @@ struct child_args {
   ::sethostname("sandbox", 7);
   // The sandbox user from here on (the node as root mapped its own ids for the setup above).
   const gid_t id = defaults::sandbox::uid;
-  if ((p.as_root && ::setgroups(0, nullptr) != 0) || ::setresgid(id, id, id) != 0 ||
-      ::setresuid(id, id, id) != 0)
+  // Raw system calls: glibc's wrappers change every thread's ids and take a lock for that, which
+  // another of the node's threads may have held when this process was copied (it then never
+  // comes free here). This process has one thread.
+  if ((p.as_root && ::syscall(SYS_setgroups, 0, nullptr) != 0) ||
+      ::syscall(SYS_setresgid, id, id, id) != 0 || ::syscall(SYS_setresuid, id, id, id) != 0)
     child_fail(fd, drop_user, errno);
 
   // 'c': in the call's cgroup (or none to be had), so the tool starts inside it.
@@ -754,7 +769,6 @@ expected<sandbox_process> sandbox_process::start(const sandbox_request& req) {
                   err[1],
                   rep[1],
                   go[0],
-                  {in[1], out[0], err[0], rep[0], go[1]},
                   program.error.empty() ? &filter : nullptr,
                   nullptr};
   self->started = clock_type::now();

@@ -1,3 +1,4 @@
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -228,6 +229,61 @@ BOOST_AUTO_TEST_CASE(two_running_calls_never_share_a_network_namespace) {
   BOOST_TEST(a.find("net:[") == 0u);
   BOOST_TEST(b.find("net:[") == 0u);
   BOOST_TEST(a != b);
+}
+
+BOOST_AUTO_TEST_CASE(calls_starting_together_make_their_namespaces_side_by_side) {
+  // More calls at once than the pool holds pairs: several are made at the same time (a child
+  // of one must not keep another's maker waiting).
+  constexpr int n = 6;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  std::mutex m;
+  std::string failures;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&ok, &failures, &m] {
+      triad::sandbox_request r;
+      r.argv = {"/bin/bash", "-c", "sleep 0.2; echo ok"};
+      r.limits.wall = std::chrono::seconds{20};
+      auto res = triad::run_sandboxed(r);
+      if (res && res->out == "ok\n") {
+        ++ok;
+        return;
+      }
+      std::lock_guard g{m};
+      failures += res ? "exit " + std::to_string(res->exit_code) + " limit '" + res->limit +
+                            "' out '" + res->out + "' err '" + res->err + "'; "
+                      : res.error().message + "; ";
+    });
+  for (auto& t : threads)
+    t.join();
+  BOOST_TEST(ok.load() == n, failures);
+}
+
+BOOST_AUTO_TEST_CASE(a_call_started_meanwhile_does_not_hold_anothers_input_open) {
+  // A reads 1 MiB of stdin after a pause, so the node's end of its stdin is open while B
+  // starts. B's processes must not hold that end: A's reader would never see the input end.
+  std::string answer;
+  std::string limit;
+  std::thread first{[&] {
+    triad::sandbox_request r;
+    r.argv = {"/bin/bash", "-c", "sleep 0.5; wc -c"};
+    r.stdin_data.assign(1 << 20, 'x');
+    r.limits.wall = std::chrono::seconds{5};
+    if (auto res = triad::run_sandboxed(r)) {
+      answer = res->out;
+      limit = res->limit;
+    }
+  }};
+  std::this_thread::sleep_for(150ms);
+  triad::sandbox_request second;
+  second.argv = {"/bin/sleep", "30"};
+  auto running = triad::sandbox_process::start(second);
+  first.join();
+  BOOST_REQUIRE(running.has_value());
+  running->kill();
+  running->wait();
+  BOOST_TEST(answer == "1048576\n");
+  BOOST_TEST(limit.empty()); // not the wall clock
 }
 
 BOOST_AUTO_TEST_CASE(calls_one_after_another_reuse_their_namespaces) {

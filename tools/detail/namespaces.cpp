@@ -23,10 +23,10 @@ namespace {
 // Free pairs kept for later calls; more than this (after a burst) are closed.
 constexpr std::size_t max_kept = 64;
 
-// A kept pair and the effective uid that made it: only that uid may join it (a process that
-// changed its uid since, a forked test, makes its own).
+// A kept pair and who made it: only that process, with that effective uid, takes it again (a
+// forked child, or a process that changed its uid since, makes its own).
 struct kept {
-  uid_t owner;
+  namespace_owner owner;
   unique_fd user, net;
 };
 
@@ -65,12 +65,10 @@ expected<void> write_proc(pid_t pid, const char* file, const std::string& text) 
 }
 
 // Makes a pair: a child cloned into a new user and network namespace waits while its id maps
-// are written and its namespaces opened, then exits; the open descriptors keep both alive.
+// are written and its namespaces opened, then is killed; the open descriptors keep both alive.
+// (It is killed rather than told through a pipe: every process the node forks meanwhile, from
+// any thread, would inherit the pipe's end and keep the child waiting.)
 expected<std::pair<unique_fd, unique_fd>> make_pair() {
-  int hold[2];
-  if (::pipe2(hold, O_CLOEXEC) != 0)
-    return make_error(errc::system_error, std::string{"sandbox: pipe: "} + std::strerror(errno));
-  unique_fd hold_r{hold[0]}, hold_w{hold[1]};
   pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWNET | SIGCHLD,
                                            nullptr, nullptr, nullptr, nullptr));
   if (pid < 0)
@@ -78,13 +76,11 @@ expected<std::pair<unique_fd, unique_fd>> make_pair() {
                       std::string{"sandbox: cannot make a user and a network namespace (clone: "} +
                           std::strerror(errno) + "); the program was not run");
   if (pid == 0) {
-    char c;
-    ::close(hold[1]);
-    [[maybe_unused]] auto n = ::read(hold[0], &c, 1); // until the parent closes its end
-    ::_exit(0);
+    for (;;)
+      ::pause(); // until killed
   }
   auto reap = [&] {
-    hold_w.reset();
+    ::kill(pid, SIGKILL);
     int st = 0;
     while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
@@ -97,7 +93,6 @@ expected<std::pair<unique_fd, unique_fd>> make_pair() {
   if (mapped)
     mapped = write_proc(pid, "gid_map", gid_map);
   if (!mapped) {
-    ::kill(pid, SIGKILL);
     reap();
     return mapped.error();
   }
@@ -122,25 +117,28 @@ expected<namespace_lease> namespace_lease::acquire() {
     while (!p.free.empty()) {
       auto pair = std::move(p.free.back());
       p.free.pop_back();
-      if (pair.owner == ::geteuid())
-        return namespace_lease{std::move(pair.user), std::move(pair.net)};
+      if (pair.owner == namespace_owner::current())
+        return namespace_lease{std::move(pair.user), std::move(pair.net), pair.owner};
     }
   }
   auto made = make_pair();
   if (!made)
     return made.error();
-  return namespace_lease{std::move(made->first), std::move(made->second)};
+  return namespace_lease{std::move(made->first), std::move(made->second),
+                         namespace_owner::current()};
 }
 
 namespace_lease::namespace_lease(namespace_lease&& other) noexcept
     : user_(std::move(other.user_))
-    , net_(std::move(other.net_)) {}
+    , net_(std::move(other.net_))
+    , owner_(other.owner_) {}
 
 namespace_lease& namespace_lease::operator=(namespace_lease&& other) noexcept {
   if (this != &other) {
     give_back();
     user_ = std::move(other.user_);
     net_ = std::move(other.net_);
+    owner_ = other.owner_;
   }
   return *this;
 }
@@ -155,7 +153,7 @@ void namespace_lease::give_back() noexcept {
   auto& p = the_pool();
   std::lock_guard lock{p.mutex};
   if (p.free.size() < max_kept)
-    p.free.push_back({::geteuid(), std::move(user_), std::move(net_)});
+    p.free.push_back({owner_, std::move(user_), std::move(net_)});
   user_.reset();
   net_.reset();
 }

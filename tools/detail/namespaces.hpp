@@ -2,10 +2,22 @@
 
 #include <cstddef>
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include "runtime/error.hpp"
 #include "runtime/io.hpp"
 
 namespace triad::detail {
+
+/// Who made a namespace pair: the process and its effective uid (only they can use it again).
+struct namespace_owner {
+  pid_t pid = 0;  ///< getpid() when it was made
+  uid_t euid = 0; ///< geteuid() when it was made
+  /// This process now.
+  static namespace_owner current() noexcept { return {::getpid(), ::geteuid()}; }
+  bool operator==(const namespace_owner&) const = default;
+};
 
 /// A user namespace and the network namespace it owns, lent to one sandboxed call at a time.
 /// Making a network namespace is the dearest step of starting a sandbox (about 0.4 ms here,
@@ -36,11 +48,13 @@ public:
   static std::size_t made() noexcept;
 
 private:
-  namespace_lease(unique_fd user, unique_fd net) noexcept
+  namespace_lease(unique_fd user, unique_fd net, namespace_owner owner) noexcept
       : user_(std::move(user))
-      , net_(std::move(net)) {}
+      , net_(std::move(net))
+      , owner_(owner) {}
   void give_back() noexcept;
   unique_fd user_, net_;
+  namespace_owner owner_;
 };
 
 } // namespace triad::detail
