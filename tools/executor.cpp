@@ -234,11 +234,7 @@ struct tool_executor::state {
           continue;
         }
         given_up.push_back(std::exchange(slot.thread, std::move(*fresh)));
-        ++slot.generation;
-        slot.key.reset();
-        slot.overdue_since = no_deadline;
-        ++abandoned_running;
-        ++abandoned_total;
+        mark_given_up(slot);
         // The fresh worker takes the next waiting call, or becomes free.
         if (!waiting.empty()) {
           auto [key, call] = std::move(waiting.front());
@@ -258,6 +254,16 @@ struct tool_executor::state {
       send_result(call, timed_out_reply(call.name));
     if (again)
       schedule_sweep();
+  }
+
+  // Slot `slot`'s thread (moved out by the caller) is given up: its job, whenever it returns,
+  // finds a newer generation and ends without touching the slot.
+  void mark_given_up(worker& slot) {
+    ++slot.generation;
+    slot.key.reset();
+    slot.overdue_since = no_deadline;
+    ++abandoned_running;
+    ++abandoned_total;
   }
 
   // A worker thread for slot `w`, bound as the options say.
@@ -284,12 +290,8 @@ struct tool_executor::state {
         auto call = slot.key ? running.find(*slot.key) : running.end();
         bool stuck = slot.key && (slot.overdue_since != no_deadline ||
                                   (call != running.end() && call->second.deadline <= now));
-        if (stuck) {
-          ++slot.generation;
-          slot.key.reset();
-          ++abandoned_running;
-          ++abandoned_total;
-        }
+        if (stuck)
+          mark_given_up(slot);
         (stuck ? given_up : to_join).push_back(std::move(slot.thread));
       }
     }

@@ -399,26 +399,7 @@ BOOST_AUTO_TEST_CASE(a_draining_node_refuses_new_requests_with_a_reason) {
 
 // A backend that fails every step from its `after`-th on (a device breaking mid-session), or
 // throws when `throws` is set (a driver-thread fault); everything else goes to `inner`.
-class failing_backend final : public triad::test::forwarding_backend {
-public:
-  failing_backend(std::unique_ptr<triad::backend> inner, int after, bool throws)
-      : forwarding_backend(std::move(inner))
-      , after_(after)
-      , throws_(throws) {}
-  triad::expected<triad::step_output> step(std::span<const triad::step_item> items) override {
-    if (steps_++ >= after_) {
-      if (throws_)
-        throw std::runtime_error{"driver fault"};
-      return triad::make_error(triad::errc::io_error, "injected: the device stopped answering");
-    }
-    return inner_->step(items);
-  }
-
-private:
-  int after_;
-  bool throws_;
-  int steps_ = 0;
-};
+using triad::test::failing_backend;
 
 // Zero-time sim devices: a prefill device and two decode devices, of which decode0 fails after
 // a few steps (or throws), so an agent session breaks on it mid-decode.

@@ -63,23 +63,6 @@ std::vector<backend_case> backends() {
   };
 }
 
-// A backend whose steps fail from the `after`-th on.
-class failing_backend final : public triad::test::forwarding_backend {
-public:
-  failing_backend(std::unique_ptr<triad::backend> inner, int after)
-      : forwarding_backend(std::move(inner))
-      , after_(after) {}
-  triad::expected<triad::step_output> step(std::span<const triad::step_item> items) override {
-    if (steps_++ >= after_)
-      return triad::make_error(triad::errc::io_error, "injected step failure");
-    return inner_->step(items);
-  }
-
-private:
-  int after_;
-  int steps_ = 0;
-};
-
 // A domain and one or two devices of a backend case, and a test actor as the sink.
 struct devices_fixture {
   explicit devices_fixture(std::unique_ptr<triad::backend> first,
@@ -244,7 +227,8 @@ BOOST_DATA_TEST_CASE(a_freed_sequence_gives_its_kv_back, bdata::make(backends())
 
 BOOST_DATA_TEST_CASE(a_failing_step_fails_its_sequence_and_the_device_goes_on,
                      bdata::make(backends()), c) {
-  devices_fixture f{std::make_unique<failing_backend>(c.make(), 2)};
+  devices_fixture f{
+      std::make_unique<triad::test::failing_backend>(c.make(), 2, false, "injected step failure")};
   BOOST_REQUIRE(f.admit(f.devices[0], f.order(1, prompt(10), 20)).accepted);
   auto [tokens, end] = f.run(1);
   BOOST_TEST(end.kind == triad::device_event::failed);

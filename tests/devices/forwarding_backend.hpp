@@ -1,6 +1,8 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "devices/backend.hpp"
 
@@ -34,6 +36,33 @@ public:
 
 protected:
   std::unique_ptr<backend> inner_; ///< the backend doing the work
+};
+
+/// A backend whose steps fail (an io_error with `message`) from the `after`-th on, or throw
+/// when `throws` is set: a device breaking mid-session, or a driver-thread fault.
+class failing_backend final : public forwarding_backend {
+public:
+  /// Wraps `inner`.
+  failing_backend(std::unique_ptr<backend> inner, int after, bool throws = false,
+                  std::string message = "injected: the device stopped answering")
+      : forwarding_backend(std::move(inner))
+      , after_(after)
+      , throws_(throws)
+      , message_(std::move(message)) {}
+  expected<step_output> step(std::span<const step_item> items) override {
+    if (steps_++ >= after_) {
+      if (throws_)
+        throw std::runtime_error{"driver fault"};
+      return make_error(errc::io_error, message_);
+    }
+    return inner_->step(items);
+  }
+
+private:
+  int after_;
+  bool throws_;
+  std::string message_;
+  int steps_ = 0;
 };
 
 } // namespace triad::test

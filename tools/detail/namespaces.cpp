@@ -59,7 +59,7 @@ std::pair<std::string, std::string> id_maps() {
 expected<void> write_proc(pid_t pid, const char* file, const std::string& text) {
   const std::string path = "/proc/" + std::to_string(pid) + "/" + file;
   unique_fd f{::open(path.c_str(), O_WRONLY | O_CLOEXEC)};
-  if (!f || ::write(f.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+  if (!f || !write_all(f.get(), text.data(), text.size()))
     return make_error(errc::system_error, "sandbox: writing " + path + ": " + std::strerror(errno));
   return {};
 }
