@@ -15,9 +15,9 @@
 
 #include <caf/actor.hpp>
 
+#include "actors/node_config.hpp"
 #include "actors/request.hpp"
 #include "actors/session.hpp"
-#include "runtime/config.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/placement.hpp"

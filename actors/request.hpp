@@ -13,10 +13,11 @@
 #include <caf/atom.hpp>
 
 #include "actors/chat.hpp"
+#include "actors/config.hpp"
 #include "actors/route.hpp"
+#include "devices/config.hpp"
 #include "devices/device.hpp"
 #include "devices/sampling.hpp"
-#include "runtime/config.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
 

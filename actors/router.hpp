@@ -8,10 +8,11 @@
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
 
+#include "actors/config.hpp"
 #include "actors/request.hpp"
 #include "actors/route.hpp"
+#include "devices/config.hpp"
 #include "devices/prefix_hash.hpp"
-#include "runtime/config.hpp"
 
 namespace triad {
 

@@ -155,14 +155,14 @@ bench_node start_node() {
   if (!t)
     throw std::runtime_error(t.error().message);
   n.topo = std::make_unique<triad::topology>(std::move(t).value());
-  triad::node_config nc;
-  nc.tools.cores = 1;
-  auto p = triad::make_plan(n.topo->info(), nc);
+  triad::placement_request request;
+  request.tool_cores = 1;
+  auto p = triad::make_plan(n.topo->info(), request);
   if (!p)
     throw std::runtime_error(p.error().message);
   for (auto& d : p->domains)
     d.orchestration = true;
-  triad::scheduler_config sched = nc.scheduler;
+  triad::scheduler_config sched;
   sched.threads_per_domain = 1;
   auto s = triad::domain_set::start(*n.topo, *p, sched, false);
   if (!s)

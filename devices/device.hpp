@@ -11,9 +11,10 @@
 #include <caf/atom.hpp>
 
 #include "devices/backend.hpp"
+#include "devices/config.hpp"
+#include "devices/defaults.hpp"
 #include "devices/sampling.hpp"
 #include "runtime/bridge.hpp"
-#include "runtime/config.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
 
@@ -52,16 +53,6 @@ using watch_kv_atom = caf::atom_constant<caf::atom("watchkv")>;
 /// A device's free KV pages (see watch_kv_atom): `(kv_free_atom, caf::actor_addr device,
 /// std::uint64_t free_pages, std::uint64_t total_pages)`.
 using kv_free_atom = caf::atom_constant<caf::atom("kvfree")>;
-
-/// Defaults of the devices area.
-namespace defaults::device_actor {
-/// Sequences a device holds at once (running, waiting or parked).
-inline constexpr std::size_t max_sequences = 64;
-/// Tokens one step may compute (decodes count one each, prefill chunks their length).
-inline constexpr std::size_t step_token_budget = 512;
-/// Longest prefill chunk of one sequence in one step.
-inline constexpr std::size_t max_prefill_chunk = 256;
-} // namespace defaults::device_actor
 
 /// A generation order for one sequence.
 struct generate_request {

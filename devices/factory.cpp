@@ -9,7 +9,7 @@ namespace triad {
 
 namespace {
 
-expected<device_profile> resolve_profile(const node_config& node, const std::string& name) {
+expected<device_profile> resolve_profile(const device_set& node, const std::string& name) {
   const std::string wanted = name.empty() ? std::string{defaults::device::sim_profile} : name;
   for (const auto& p : node.sim_profiles) {
     if (p.name != wanted)
@@ -30,7 +30,7 @@ expected<device_profile> resolve_profile(const node_config& node, const std::str
 }
 
 // What a cpu device computes with, or the config error that stops it.
-expected<cpu_compute_choice> check_cpu_device(const node_config& node, const device_config& dev) {
+expected<cpu_compute_choice> check_cpu_device(const device_set& node, const device_config& dev) {
   if (std::find(cpu_device_profiles.begin(), cpu_device_profiles.end(), node.model.preset) ==
       cpu_device_profiles.end())
     return make_error(errc::invalid_argument, "device '" + dev.name +
@@ -45,15 +45,15 @@ expected<cpu_compute_choice> check_cpu_device(const node_config& node, const dev
 
 } // namespace
 
-dtype accelerator_dtype(const node_config& node) noexcept {
+dtype accelerator_dtype(const device_set& node) noexcept {
   return node.model.dtype == model_dtype::f32 ? dtype::f32 : dtype::bf16;
 }
 
-expected<cpu_compute_choice> cpu_compute_for(const node_config& node) {
+expected<cpu_compute_choice> cpu_compute_for(const device_set& node) {
   return choose_cpu_compute(node.model.dtype, detect_cpu());
 }
 
-expected<void> check_backends(const node_config& node) {
+expected<void> check_backends(const device_set& node) {
   for (const auto& dev : node.devices)
     if (dev.backend == device_backend::cpu)
       if (auto choice = check_cpu_device(node, dev); !choice)
@@ -61,7 +61,7 @@ expected<void> check_backends(const node_config& node) {
   return {};
 }
 
-expected<std::unique_ptr<backend>> make_backend(const node_config& node, const device_config& dev,
+expected<std::unique_ptr<backend>> make_backend(const device_set& node, const device_config& dev,
                                                 std::shared_ptr<arena> storage,
                                                 const compute_placement& compute) {
   auto shape = model_preset(node.model.preset);

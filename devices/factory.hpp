@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "devices/backend.hpp"
+#include "devices/config.hpp"
 #include "devices/cpu/isa.hpp"
-#include "runtime/config.hpp"
 #include "runtime/memory.hpp"
 #include "runtime/topology.hpp"
 
@@ -21,21 +21,21 @@ struct compute_placement {
 /// Checks, before anything starts, that every `[[devices]]` entry can run here: a cpu device
 /// needs a cpu preset and a `[model].dtype` this CPU runs (choose_cpu_compute's error, which
 /// names the CPU's ISA and the dtypes it can run). A config error: triad-node exits 2.
-expected<void> check_backends(const node_config& node);
+expected<void> check_backends(const device_set& node);
 
 /// The dtype sim and cuda devices model: bf16, as accelerators run, unless `[model].dtype` is
 /// "f32".
-dtype accelerator_dtype(const node_config& node) noexcept;
+dtype accelerator_dtype(const device_set& node) noexcept;
 
 /// What `[model].dtype` means on this CPU for cpu devices (see choose_cpu_compute).
-expected<cpu_compute_choice> cpu_compute_for(const node_config& node);
+expected<cpu_compute_choice> cpu_compute_for(const device_set& node);
 
 /// Builds the backend a `[[devices]]` entry asks for: `cpu` runs the `[model]` preset for
 /// real, `sim` models the named profile (a built-in or a `[[sim_profiles]]` entry) for the same
 /// model; `cuda` is refused in this build with a message saying so. KV pages of a cpu device
 /// come from `storage` (the device's domain arena), its budget is the entry's `memory_mib`; a
 /// cpu device computes on `compute` (the plan's compute set). Never throws.
-expected<std::unique_ptr<backend>> make_backend(const node_config& node, const device_config& dev,
+expected<std::unique_ptr<backend>> make_backend(const device_set& node, const device_config& dev,
                                                 std::shared_ptr<arena> storage,
                                                 const compute_placement& compute = {});
 

@@ -12,6 +12,7 @@
 #include <caf/meta/type_name.hpp>
 
 #include "kvstore/block.hpp"
+#include "kvstore/defaults.hpp"
 #include "kvstore/eviction.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
@@ -61,30 +62,6 @@ using kv_stats_atom = caf::atom_constant<caf::atom("kvstats")>;
 /// Fault injection for tests and drills: `(.., std::uint32_t n)` flips one bit in each of the
 /// next n transfers, after the copy and before its check.
 using kv_fault_atom = caf::atom_constant<caf::atom("kvfault")>;
-
-/// Defaults of the KV store.
-namespace defaults::kvstore {
-/// Tokens per block (the device's KV page size).
-inline constexpr std::size_t block_tokens = 16;
-/// Time-to-live of a pin when the caller gives none (a typical tool call's length, generous).
-inline constexpr std::chrono::milliseconds pin_ttl{30'000};
-/// How often pins are checked for expiry.
-inline constexpr std::chrono::milliseconds expiry_period{50};
-/// Idle block actors kept per domain for blocks moving in (beyond that they exit).
-inline constexpr std::size_t idle_actors_per_domain = 4096;
-/// Copies into one domain sent to its mover in one message. The mover starts on a batch while
-/// the store prepares the next, and the store finishes one while the mover copies the next;
-/// a batch of a whole long transfer would do each side's work while the other waits.
-inline constexpr std::size_t move_batch_blocks = 32;
-/// The first batch of a store's turn into a domain: small, so its mover starts copying while
-/// the store still prepares the rest; each next batch of the turn doubles, up to
-/// `move_batch_blocks`.
-inline constexpr std::size_t first_move_batch_blocks = 4;
-/// Movers (copy engines) per domain at most; a domain gets one per worker thread up to this.
-inline constexpr std::size_t movers_per_domain = 16;
-/// Operations waiting for space (moves under way) before more are refused busy.
-inline constexpr std::size_t max_waiting = 256;
-} // namespace defaults::kvstore
 
 /// One memory pool of the store.
 struct kv_pool_config {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.hpp"
+#include "actors/node_config.hpp"
 
 namespace boost::asio {
 class io_context;

@@ -25,7 +25,7 @@ std::string join_ids(const std::vector<unsigned>& ids) {
   return join(parts);
 }
 
-std::string device_key(std::size_t index, const device_config& dev) {
+std::string device_key(std::size_t index, const placement_device& dev) {
   return "devices[" + std::to_string(index) + "] ('" + dev.name + "')";
 }
 
@@ -72,7 +72,7 @@ const device_placement* plan::find_device(std::string_view name) const noexcept 
   return nullptr;
 }
 
-expected<plan> make_plan(const topology_info& topo, const node_config& config) {
+expected<plan> make_plan(const topology_info& topo, const placement_request& config) {
   std::vector<unsigned> compute;
   for (const auto& d : topo.domains)
     if (!d.cores.empty())
@@ -88,7 +88,7 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
   }
 
   // Orchestration domains.
-  auto orchestration = config.scheduler.orchestration_domains;
+  auto orchestration = config.orchestration_domains;
   for (auto id : orchestration)
     if (auto ok = check_domain(topo, id, "scheduler.orchestration_domains"); !ok)
       return ok.error();
@@ -109,7 +109,7 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
     device_placement p;
     p.name = dev.name;
     p.topology_device = dev.topology_device;
-    p.role = dev.role;
+    p.role = dev.label;
     if (!dev.topology_device.empty()) {
       const auto* acc = topo.find_device(dev.topology_device);
       if (acc == nullptr) {
@@ -135,14 +135,14 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
       p.domain = compute[round_robin++ % compute.size()];
     }
     const auto& cores = topo.domains[p.domain].cores;
-    if (dev.backend == device_backend::cpu && dev.compute_cores > cores.size())
+    if (dev.computes_on_cpus && dev.compute_cores > cores.size())
       return make_error(errc::invalid_argument,
                         device_key(i, dev) +
                             ".compute_cores = " + std::to_string(dev.compute_cores) +
                             " exceeds the " + std::to_string(cores.size()) +
                             " cores of its domain " + std::to_string(p.domain) + "; allowed: 0.." +
                             std::to_string(cores.size()) + " (0 = automatic)");
-    if (dev.backend != device_backend::cpu) {
+    if (!dev.computes_on_cpus) {
       // A core of its own, from the highest down, else the least-loaded core of the domain.
       unsigned best = cores.back();
       std::size_t best_load = SIZE_MAX;
@@ -163,10 +163,10 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
   }
 
   // Tool cores.
-  if (config.tools.cores == 0)
+  if (config.tool_cores == 0)
     return make_error(errc::invalid_argument,
                       "tools.cores = 0: tools need at least one core (allowed: 1 or more)");
-  std::vector<unsigned> tool_domains = config.tools.domains;
+  std::vector<unsigned> tool_domains = config.tool_domains;
   for (auto id : tool_domains)
     if (auto ok = check_domain(topo, id, "tools.domains"); !ok)
       return ok.error();
@@ -181,12 +181,12 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
   std::size_t available = 0;
   for (auto id : tool_domains)
     available += topo.domains[id].cores.size();
-  if (config.tools.cores > available)
+  if (config.tool_cores > available)
     return make_error(errc::invalid_argument,
-                      "tools.cores = " + std::to_string(config.tools.cores) + " exceeds the " +
+                      "tools.cores = " + std::to_string(config.tool_cores) + " exceeds the " +
                           std::to_string(available) + " cores of the tool domains (" +
                           join_ids(tool_domains) + "); allowed: 1.." + std::to_string(available));
-  unsigned wanted = config.tools.cores;
+  unsigned wanted = config.tool_cores;
   std::set<unsigned> tool_cores;
   std::vector<unsigned> overlapped;
   for (int pass = 0; pass < 2 && wanted > 0; ++pass) {
@@ -218,7 +218,7 @@ expected<plan> make_plan(const topology_info& topo, const node_config& config) {
     std::size_t automatic = 0;
     for (std::size_t i = 0; i < config.devices.size(); ++i) {
       const auto& dev = config.devices[i];
-      if (dev.backend != device_backend::cpu || result.devices[i].domain != id)
+      if (!dev.computes_on_cpus || result.devices[i].domain != id)
         continue;
       cpu_devices.push_back(i);
       explicit_cores += dev.compute_cores;

@@ -1,20 +1,40 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "runtime/config.hpp"
 #include "runtime/error.hpp"
 #include "runtime/topology.hpp"
 
 namespace triad {
 
+/// A device as the planner sees it: a driver thread, and for a device that computes on this
+/// machine's cores, a set of them. (The planner knows no backends or roles: the node says
+/// what each device needs, actors/node_config.hpp placement_of.)
+struct placement_device {
+  std::string name;               ///< the device's config name
+  std::string label;              ///< what it does, for reports ("prefill")
+  std::string topology_device;    ///< hwloc OS device it stands for, empty if none
+  std::optional<unsigned> domain; ///< the configured domain, when it has no topology device
+  bool computes_on_cpus = false;  ///< whether it computes on cores of its domain
+  std::size_t compute_cores = 0;  ///< cores it computes on; 0 = a share of the free ones
+};
+
+/// What one node asks the planner to place.
+struct placement_request {
+  std::vector<unsigned> orchestration_domains; ///< `[scheduler]`; empty = automatic
+  unsigned tool_cores = 1;                     ///< `[tools].cores`
+  std::vector<unsigned> tool_domains;          ///< `[tools].domains`; empty = automatic
+  std::vector<placement_device> devices;       ///< in config order
+};
+
 /// Where one device's actor and driver thread go.
 struct device_placement {
-  std::string name;                     ///< the device's config name
-  std::string topology_device;          ///< hwloc OS device it stands for, empty if none
-  device_role role = device_role::both; ///< its role, from the config
-  unsigned domain = 0; ///< the domain hosting its device actor (nearest to the device)
+  std::string name;            ///< the device's config name
+  std::string topology_device; ///< hwloc OS device it stands for, empty if none
+  std::string role;            ///< what it does (placement_device::label)
+  unsigned domain = 0;         ///< the domain hosting its device actor (nearest to the device)
   /// The core its driver thread binds to; for a `cpu` device the first (lowest) core of
   /// compute_cores, where its OpenMP master thread runs.
   unsigned driver_core = 0;
@@ -81,6 +101,6 @@ struct plan {
 ///   none, minus driver and compute cpus (sharing the tools' cpus); if that leaves none, all of
 ///   the domain's cpus with one worker thread (notes say so).
 /// Errors name the offending config key.
-expected<plan> make_plan(const topology_info& topo, const node_config& config);
+expected<plan> make_plan(const topology_info& topo, const placement_request& config);
 
 } // namespace triad

@@ -98,7 +98,7 @@ boost::json::object to_json(const plan& p) {
     boost::json::object o;
     o["name"] = d.name;
     o["topology_device"] = d.topology_device;
-    o["role"] = to_string(d.role);
+    o["role"] = d.role;
     o["domain"] = d.domain;
     o["driver_core"] = d.driver_core;
     o["driver_cpu"] = d.driver_cpu;
@@ -143,7 +143,7 @@ std::string describe(const plan& p) {
     out += "\n";
   }
   for (const auto& d : p.devices) {
-    out += "  device " + d.name + " (" + std::string{to_string(d.role)} +
+    out += "  device " + d.name + " (" + d.role +
            (d.topology_device.empty() ? "" : ", " + d.topology_device) + "): domain " +
            std::to_string(d.domain) + ", driver on core " + std::to_string(d.driver_core) +
            " (cpu " + std::to_string(d.driver_cpu) + ")" + (d.shared_core ? ", shared" : "");

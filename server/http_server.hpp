@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/config.hpp"
+#include "actors/node_config.hpp"
 #include "runtime/error.hpp"
 
 namespace triad {

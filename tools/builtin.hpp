@@ -2,19 +2,12 @@
 
 #include <filesystem>
 
+#include "tools/defaults.hpp"
 #include "tools/registry.hpp"
 #include "tools/sandbox.hpp"
 #include "tools/vector_index.hpp"
 
 namespace triad {
-
-/// Defaults of the built-in tools.
-namespace defaults::builtin_tools {
-/// Bytes file_read returns at most.
-inline constexpr std::size_t file_read_max_bytes = 256 << 10;
-/// Address space of a compiler process: clang reserves far more than it touches.
-inline constexpr std::uint64_t compile_address_space_bytes = 4ull << 30;
-} // namespace defaults::builtin_tools
 
 /// The sandbox limits compile uses by default: the defaults, with room for clang's address
 /// space.

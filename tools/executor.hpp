@@ -14,6 +14,7 @@
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/topology.hpp"
+#include "tools/defaults.hpp"
 #include "tools/registry.hpp"
 
 namespace triad {
@@ -24,24 +25,6 @@ namespace triad {
 /// came within deadline_ms (the executor checks its calls' deadlines every `deadline_check`, so
 /// callers need no timer of their own). Answered "busy" at once when the queue is full.
 using tool_call_atom = caf::atom_constant<caf::atom("toolcall")>;
-
-/// Defaults of the tool executor.
-namespace defaults::tool_executor {
-/// Tool processes running at once per executor (per tool domain).
-inline constexpr std::size_t concurrency = 2;
-/// Calls waiting for a slot before new ones are refused.
-inline constexpr std::size_t queue_capacity = 64;
-/// How often an executor with calls under a deadline looks for expired ones: one timer for all
-/// of them instead of one per call (a deadline is met within this much).
-inline constexpr std::chrono::milliseconds deadline_check{10};
-/// How long a worker may go on with a call past its deadline before it is given up as stuck
-/// and replaced by a fresh one (a sandboxed call's processes are killed at the deadline, so its
-/// worker is back within milliseconds; an in-process tool cannot be interrupted).
-inline constexpr std::chrono::milliseconds stuck_grace{2000};
-/// Workers given up and still stuck, at most, per executor: beyond it a stuck worker is waited
-/// for, so stuck calls cannot pile up threads without bound.
-inline constexpr std::size_t max_abandoned = 16;
-} // namespace defaults::tool_executor
 
 /// What a call submitted with tool_executor::submit (and a tool invocation, to its owner) sends
 /// when the call ends, whatever the outcome: `(tool_result_atom, std::uint64_t call_id,

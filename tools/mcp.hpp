@@ -8,22 +8,11 @@
 
 #include <boost/json/object.hpp>
 
+#include "tools/defaults.hpp"
 #include "tools/registry.hpp"
 #include "tools/sandbox.hpp"
 
 namespace triad {
-
-/// Defaults of MCP clients.
-namespace defaults::mcp {
-/// Time for a server to start and answer `initialize`.
-inline constexpr std::chrono::milliseconds start_timeout{20'000};
-/// Time for one `tools/call` or `tools/list`.
-inline constexpr std::chrono::milliseconds call_timeout{15'000};
-/// First wait before restarting a server that died; doubles up to max_backoff.
-inline constexpr std::chrono::milliseconds min_backoff{250};
-/// Longest wait between restarts.
-inline constexpr std::chrono::milliseconds max_backoff{30'000};
-} // namespace defaults::mcp
 
 /// The sandbox limits of an MCP server: a long-lived process, so no per-process CPU or
 /// address-space rlimit (a runtime such as node reserves gigabytes it never touches); the

@@ -11,42 +11,9 @@
 #include <sys/types.h>
 
 #include "runtime/error.hpp"
+#include "tools/defaults.hpp"
 
 namespace triad {
-
-/// Defaults of the tools area.
-namespace defaults::sandbox {
-/// Wall-clock limit of one tool call.
-inline constexpr std::chrono::milliseconds wall{10'000};
-/// CPU seconds per process (RLIMIT_CPU; SIGXCPU at the soft limit).
-inline constexpr unsigned cpu_seconds = 10;
-/// Address space per process (RLIMIT_AS).
-inline constexpr std::uint64_t address_space_bytes = 1ull << 30;
-/// Memory of the whole call (cgroup memory.max, swap off): what all its processes hold at once.
-inline constexpr std::uint64_t memory_bytes = 1ull << 30;
-/// Processes and threads of the whole call (cgroup pids.max).
-inline constexpr unsigned pids = 64;
-/// CPUs the whole call may use (cgroup v2 cpu.max, v1 cpu.cfs_quota_us).
-inline constexpr double cpus = 1.0;
-/// Size of the call's /work (a tmpfs: the only place it can write besides /tmp).
-inline constexpr std::uint64_t work_bytes = 64ull << 20;
-/// Size of the call's /tmp and /dev/shm (tmpfs each).
-inline constexpr std::uint64_t tmp_bytes = 16ull << 20;
-/// Largest file the process may write (RLIMIT_FSIZE).
-inline constexpr std::uint64_t file_size_bytes = 16ull << 20;
-/// Open files (RLIMIT_NOFILE).
-inline constexpr unsigned open_files = 64;
-/// Processes of the sandbox user (RLIMIT_NPROC), where no cgroup caps the call's pids and the
-/// node runs as root (the limit counts all of nobody's processes, across calls).
-inline constexpr unsigned processes = 32;
-/// Bytes of stdout kept; the rest is read and dropped, and the result says so.
-inline constexpr std::size_t stdout_cap = 1 << 20;
-/// Bytes of stderr kept.
-inline constexpr std::size_t stderr_cap = 256 << 10;
-/// The unprivileged user tool processes run as: nobody, inside the sandbox's user namespace
-/// (and outside it too when the node runs as root).
-inline constexpr unsigned uid = 65534;
-} // namespace defaults::sandbox
 
 /// Limits of one sandboxed call; every field documented where declared.
 struct sandbox_limits {

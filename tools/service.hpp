@@ -13,18 +13,11 @@
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/placement.hpp"
+#include "tools/config.hpp"
+#include "tools/defaults.hpp"
 #include "tools/executor.hpp"
 
 namespace triad {
-
-/// Defaults of tool invocations.
-namespace defaults::tool_invocation {
-/// How long an invocation waits for its executor before it reports the call as failed. The
-/// sandbox's own wall limit (10 s by default) ends the process well before this.
-inline constexpr std::chrono::milliseconds deadline{60'000};
-/// Idle invocation actors kept per tool domain for the next calls (beyond that they exit).
-inline constexpr std::size_t idle_per_domain = 256;
-} // namespace defaults::tool_invocation
 
 /// One tool call, as the model made it.
 struct tool_invocation {

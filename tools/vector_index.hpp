@@ -8,28 +8,9 @@
 #include <vector>
 
 #include "runtime/error.hpp"
+#include "tools/defaults.hpp"
 
 namespace triad {
-
-/// Defaults of vector search.
-namespace defaults::vector_search {
-/// Embedding width.
-inline constexpr std::size_t dim = 256;
-/// Lines per chunk of a corpus file, and lines shared by neighbouring chunks.
-inline constexpr std::size_t chunk_lines = 24;
-/// Lines neighbouring chunks share.
-inline constexpr std::size_t chunk_overlap = 4;
-/// HNSW graph degree. With ef_search 800 and a re-rank pool of 400, recall@10 against exact
-/// search was 0.976 on 100k generated chunks (triad-bench-tools); ef 400 / pool 200 gave 0.925
-/// there (0.996 on 20k), and degree 16 / ef 128 / pool 64 gave 0.81 on 20k.
-inline constexpr std::size_t hnsw_m = 32;
-/// HNSW candidate list while building.
-inline constexpr std::size_t ef_construction = 200;
-/// HNSW candidate list while searching.
-inline constexpr std::size_t ef_search = 800;
-/// Candidates the ANN search hands to the exact re-ranking.
-inline constexpr std::size_t rerank_pool = 400;
-} // namespace defaults::vector_search
 
 /// Embeds text deterministically, without a model: lower-cased words and character trigrams are
 /// hashed (xxHash64) into `dim` signed buckets with log(1 + tf) weights, then L2-normalised, so

@@ -8,8 +8,8 @@
 #include <CLI/CLI.hpp>
 #include <boost/json/serialize.hpp>
 
+#include "actors/node_config.hpp"
 #include "devices/factory.hpp"
-#include "runtime/config.hpp"
 #include "runtime/main_guard.hpp"
 #include "runtime/memory.hpp"
 #include "runtime/placement.hpp"

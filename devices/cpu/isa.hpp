@@ -4,8 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "devices/config.hpp"
 #include "devices/model.hpp"
-#include "runtime/config.hpp"
 #include "runtime/error.hpp"
 
 namespace triad {

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "devices/cpu/cpu_backend.hpp"
+#include "runtime/config.hpp"
 #include "tests/devices/reference_model.hpp"
 #include "tests/printers.hpp"
 

@@ -1,5 +1,6 @@
 #include <boost/test/unit_test.hpp>
 
+#include "actors/node_config.hpp"
 #include "devices/factory.hpp"
 #include "devices/sim/sim_backend.hpp"
 #include "tests/printers.hpp"

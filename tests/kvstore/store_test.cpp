@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
+#include "actors/node_config.hpp"
 #include "kvstore/store.hpp"
 #include "tests/printers.hpp"
 

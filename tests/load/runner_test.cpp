@@ -4,10 +4,10 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "actors/node_config.hpp"
 #include "load/mock_server.hpp"
 #include "load/report.hpp"
 #include "load/runner.hpp"
-#include "runtime/config.hpp"
 #include "tests/printers.hpp"
 
 using namespace triad::load;

@@ -10,6 +10,7 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
+#include "actors/node_config.hpp"
 #include "runtime/domains.hpp"
 #include "tests/printers.hpp"
 #include "tests/runtime/test_support.hpp"

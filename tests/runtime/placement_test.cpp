@@ -4,6 +4,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "actors/node_config.hpp"
 #include "runtime/placement.hpp"
 #include "tests/printers.hpp"
 #include "tests/runtime/test_support.hpp"

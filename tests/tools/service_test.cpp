@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
+#include "actors/node_config.hpp"
 #include "tests/tools/test_support.hpp"
 #include "tools/service.hpp"
 

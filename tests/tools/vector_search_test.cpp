@@ -32,11 +32,16 @@ BOOST_AUTO_TEST_CASE(a_query_finds_the_file_that_talks_about_it) {
   BOOST_TEST(chunks->size() > 50u);
   auto index = triad::vector_index::build(std::move(*chunks));
   BOOST_REQUIRE(index.has_value());
-  auto hits = (*index)->search("work stealing moderate sleep duration poll attempts", 5);
+  // What runtime/defaults.hpp alone says (its scheduler notes); the config sections name the
+  // same keys, so a query of key names alone finds those first.
+  auto hits = (*index)->search(
+      "work-stealing scheduler moderate sleep request response from a non-actor thread", 5);
   BOOST_REQUIRE(!hits.empty());
   bool found = false;
   for (const auto& h : hits)
     found = found || (*index)->chunks()[h.chunk].file == "defaults.hpp";
+  for (const auto& h : hits)
+    BOOST_TEST_MESSAGE("hit " << (*index)->chunks()[h.chunk].file << " " << h.score);
   BOOST_TEST(found);
   BOOST_TEST(hits.front().score >= hits.back().score);
 }

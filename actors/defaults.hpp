@@ -1,0 +1,65 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+/// Every default of the actors (the node, its request actors and router) area, in one place (like
+/// CAF's `defaults::`); config sections take their initial values from here.
+namespace triad::defaults {
+
+namespace limits {
+/// Requests the node serves at once.
+inline constexpr std::size_t max_concurrent_requests = 256;
+/// Largest request body the node accepts.
+inline constexpr std::uint64_t max_body_bytes = 4 * 1024 * 1024;
+/// How long a request may wait for a device before it is answered busy (ms).
+inline constexpr std::uint32_t queue_timeout_ms = 30'000;
+/// How long an admitted request may take in all (ms).
+inline constexpr std::uint32_t request_timeout_ms = 600'000;
+} // namespace limits
+
+/// Defaults of the orchestration layer (`[orchestration]` and the request actors).
+namespace orchestration {
+/// KV across tool calls.
+inline constexpr std::string_view kv = "pin";
+/// Device layout.
+inline constexpr std::string_view device_layout = "three_stage";
+/// Scheduling of waiting requests.
+inline constexpr std::string_view schedule = "fcfs";
+/// Requests that may wait for a device at once; beyond that new ones are refused.
+inline constexpr std::size_t max_waiting = 1024;
+/// What a refusal tells the caller to wait before retrying.
+inline constexpr std::chrono::milliseconds retry_after{200};
+/// Completion tokens of a request when it gives none.
+inline constexpr std::uint32_t max_tokens = 256;
+/// What happens to a device's requests when a step fails there ("retry" or "fail").
+inline constexpr std::string_view device_failure = "retry";
+/// What happens to a tool output that would overflow the model's context.
+inline constexpr std::string_view tool_result_overflow = "truncate";
+/// Times one request is moved to another device after failures before it fails.
+inline constexpr std::uint32_t max_device_retries = 2;
+/// Tool calls one request may make before it is ended.
+inline constexpr std::uint32_t max_tool_calls = 16;
+/// How long one tool call may run.
+inline constexpr std::chrono::milliseconds tool_deadline{30'000};
+/// After a device answers busy: how often the router lets one request try it while it keeps
+/// answering busy (besides one per sequence that leaves it); a backoff with no busy answer ends
+/// the busy period.
+inline constexpr std::chrono::milliseconds busy_backoff{5};
+/// Sessions whose attained service the router remembers; beyond, the least recently served
+/// half is forgotten (they start again from zero).
+inline constexpr std::size_t tracked_sessions = 65536;
+/// Prompt pages (chain hashes) the router remembers per device for prefix-aware prefill
+/// routing; beyond, the least recently routed half is forgotten.
+inline constexpr std::size_t tracked_prefixes = 65536;
+/// How long the router waits for a device's stats on a refresh (refresh_atom).
+inline constexpr std::chrono::milliseconds stats_interval{50};
+/// Turns one agent session may take.
+inline constexpr std::uint32_t session_max_turns = 256;
+/// Tokens one session's conversation may reach; a turn that starts beyond it is refused.
+inline constexpr std::uint64_t session_max_tokens = 1u << 20;
+} // namespace orchestration
+
+} // namespace triad::defaults

@@ -1,0 +1,69 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+/// Every default of the devices area, in one place (like CAF's `defaults::`); config sections take
+/// their initial values from here.
+namespace triad::defaults {
+
+namespace model {
+/// `[model].preset`: the real transformer model the cpu devices run (one of
+/// triad::cpu_device_profiles).
+inline constexpr std::string_view preset = "tiny";
+/// `[model].dtype`: element type of weights and KV, as written in the config file
+/// (triad::model_dtype::automatic): bf16 where the CPU runs it well, else f32, chosen at start.
+inline constexpr std::string_view dtype = "auto";
+/// `[model].page_tokens`: tokens per KV cache page.
+inline constexpr std::size_t page_tokens = 16;
+} // namespace model
+
+namespace device {
+/// Device memory budget when a device entry does not give one.
+inline constexpr std::uint64_t memory_mib = 2048;
+/// Jobs queued to a device's driver thread.
+inline constexpr std::size_t queue_capacity = 256;
+/// Devices keep finished sequences' KV pages as a prefix cache (evicted when space is needed).
+inline constexpr bool prefix_cache = true;
+/// Decode steps one driver job may run back to back for an unchanged batch (sampling on the
+/// driver) before the device actor sees the result, when steps are far shorter than a thread
+/// hand-off. burst_window_us bounds how long tokens are held back, so this only caps fast
+/// (simulated) devices: 32 instead of 8 cut triad-bench-orchestration's user CPU per request
+/// at 1 session from 295-305 to 185-215 us; 128 instead of 32 runs each of its agent turns
+/// (up to about 100 tokens) in one job: 5 driver jobs per request instead of 8 with 4-token
+/// turns and 16 with 64-token turns.
+inline constexpr std::size_t burst_steps = 128;
+/// Driver time in microseconds after which a burst ends and its tokens go out, so a streamed
+/// token is held back at most this long; steps longer than this (a real model's) each go back
+/// at once.
+inline constexpr std::uint32_t burst_window_us = 100;
+/// Compute cores of a `cpu` device when its entry gives none: 0 = automatic, the placement
+/// plan splits its domain's free cores among the domain's cpu devices.
+inline constexpr std::size_t compute_cores = 0;
+/// Modelled seconds per real second of a `sim` device: 1 waits as long as the modelled step
+/// takes, 0 does not wait at all.
+inline constexpr double time_scale = 1.0;
+/// Accelerator a `sim` device models when its entry gives no profile (a built-in profile).
+inline constexpr std::string_view sim_profile = "h100";
+/// `link_bandwidth_gb_s` of a `[[sim_profiles]]` entry that gives none: no peer link modelled.
+inline constexpr double sim_link_bandwidth_gb_s = 0.0;
+/// `step_overhead_us` of a `[[sim_profiles]]` entry that gives none: kernel launch and
+/// synchronisation per step, the figure the built-in profiles assume.
+inline constexpr double sim_step_overhead_us = 20.0;
+/// `source` of a `[[sim_profiles]]` entry that gives none.
+inline constexpr std::string_view sim_profile_source = "user config";
+} // namespace device
+
+/// The device actor.
+namespace device_actor {
+/// Sequences a device holds at once (running, waiting or parked).
+inline constexpr std::size_t max_sequences = 64;
+/// Tokens one step may compute (decodes count one each, prefill chunks their length).
+inline constexpr std::size_t step_token_budget = 512;
+/// Longest prefill chunk of one sequence in one step.
+inline constexpr std::size_t max_prefill_chunk = 256;
+} // namespace device_actor
+
+} // namespace triad::defaults
