@@ -1,5 +1,8 @@
 #include "devices/device.hpp"
 
+#include "devices/detail/step_job.hpp"
+#include "devices/detail/step_plan.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <deque>
@@ -17,90 +20,6 @@ namespace {
 using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using export_done_atom = caf::atom_constant<caf::atom("exportdone")>;
-
-// One forward step of a job: its batch size, tokens computed and time.
-struct step_stat {
-  std::size_t batch = 0;
-  std::uint64_t tokens = 0;
-  double seconds = 0;
-};
-
-// What a step job hands back: per item its sequence, the tokens it moved on, and the tokens
-// chosen for it on the driver; or the job's error.
-struct step_result {
-  std::vector<seq_id> seqs;
-  std::vector<std::size_t> tokens; // tokens the item moves its sequence on (computed or cached)
-  std::vector<std::size_t> cached; // of those, tokens found in the prefix cache
-  // Per item, the tokens chosen (one per step it took part in); all but the last were fed back
-  // in the job's later steps and are in the KV (counted in `tokens`).
-  std::vector<std::vector<token>> sampled;
-  std::vector<step_stat> steps;   // the forward steps run, in order
-  double compute_cpu_seconds = 0; // the driver thread's CPU inside the backend's steps
-  expected<void> output = make_error(errc::invalid_argument, "not run");
-  kv_usage kv;
-};
-
-// The calling thread's CPU time so far, in seconds.
-double thread_cpu_seconds() {
-  timespec t{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
-
-// How one sequence's tokens are chosen. Made at admission and then only used on the driver
-// thread, which does the choosing: the actor reads its constant fields alone, and a sequence has
-// one step job in flight at a time.
-struct sample_plan {
-  sampler pick;
-  std::vector<token> forced; // scripted choices: the n-th token generated is forced[n]
-  std::vector<token> stop;   // tokens that end generation besides EOS
-  std::uint32_t max_new_tokens = 0;
-
-  // The `generated`-th token (counting from 0) after these logits.
-  token choose(std::uint32_t generated, std::span<const float> logits) {
-    return generated < forced.size() ? forced[generated] : pick.sample(logits);
-  }
-  // Whether `tok` is one of the request's own stop tokens.
-  bool stops_at(token tok) const { return std::find(stop.begin(), stop.end(), tok) != stop.end(); }
-  // Whether `tok`, the `generated`-th token generated (counting from 1), ends the sequence, and
-  // why ("stop" or "length"); nullptr when it goes on.
-  const char* ends(token tok, std::uint32_t generated) const {
-    if (tok == tokenizer::eos || stops_at(tok))
-      return "stop";
-    return generated >= max_new_tokens ? "length" : nullptr;
-  }
-};
-
-// On the driver thread: sequence `seq`'s KV copied out of `be`.
-expected<kv_blob> export_blob(backend& be, seq_id seq) {
-  auto bytes = be.export_kv(seq);
-  if (!bytes)
-    return bytes.error();
-  kv_blob blob;
-  blob.seq = seq;
-  blob.tokens = be.length(seq);
-  blob.bytes = std::move(*bytes); // the backend's bytes themselves, not a copy
-  return blob;
-}
-
-// On the driver thread: lets go of `seq`, the full pages of its `computed` tokens (empty: none)
-// going into the prefix cache first.
-void publish_and_free(backend& be, seq_id seq, const std::vector<token>& computed) {
-  if (!computed.empty())
-    be.publish(seq, computed);
-  be.free(seq);
-}
-
-struct step_job;
-
-} // namespace
-} // namespace triad
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::step_job>)
-
-namespace triad {
-
-namespace {
 
 // Per-device metrics, looked up once.
 struct device_metrics {
@@ -132,228 +51,6 @@ struct device_metrics {
                                 "prompt tokens whose KV came from the prefix cache", l));
     step_seconds = take(
         r.add_histogram("triad_device_step_seconds", "step time", default_duration_buckets(), l));
-  }
-};
-
-// One job for the driver thread: the frees, KV imports and prefix lookups queued before the
-// step, the step, and the choice of each completed prompt's next token. Then, up to `max_steps`
-// steps in all, the sequences whose token did not end them decode again with it, until the steps
-// have taken `window` or the actor raises `interrupt` (a message that changes the batch has
-// arrived). Last, the sequences that move out when done and are done are exported and freed.
-// A device keeps one job object and fills it again for each job (one job is in flight at a
-// time): its vectors keep their memory, so a job costs no allocation on the actor's thread and
-// no memory goes from one thread to the other to be freed there.
-struct step_job {
-  std::shared_ptr<backend> be;
-  std::vector<step_item> items;
-  std::size_t item_count = 0; // items in use; entries past it keep their memory for later jobs
-  std::vector<std::shared_ptr<sample_plan>> plans; // per item; null: its prompt goes on
-  std::vector<caf::actor> sinks; // per item with a plan: where each chosen token goes at once
-  std::vector<std::uint32_t> generated; // per item, tokens generated before the job
-  std::vector<seq_id> frees;
-  std::vector<std::pair<std::size_t, std::vector<token>>> lookups; // item index, its prompt
-  std::size_t lookup_count = 0;                                    // as item_count, for lookups
-  // KV imported into an item's sequence before the step (its item holds the tokens past the
-  // KV); `error` is the driver's answer, empty when the import succeeded.
-  struct import {
-    std::size_t item = 0;
-    std::shared_ptr<const kv_blob> blob; // shared with its sender: not copied
-    std::string error;
-    bool exhausted = false; // the error was a lack of KV pages: the import waits and retries
-  };
-  std::vector<import> imports;
-  // Items whose sequence moves out when done: if the job ends its generation (not at a stop
-  // token that parks it), the driver exports its KV into `blob`, publishes `publish` (its
-  // computed tokens) to the prefix cache and frees it; `moved` then says so. An export error
-  // leaves the sequence in place, with the reason in `error`.
-  struct move_out {
-    std::size_t item = 0;
-    std::vector<token> publish;
-    bool park_on_stop = false;
-    kv_blob blob;
-    std::string error;
-    bool moved = false;
-    const char* reason = nullptr; // why generation ended ("stop", "length"), when it did
-  };
-  std::vector<move_out> move_outs;
-  std::size_t max_steps = 1;
-  std::chrono::microseconds window{};
-  std::shared_ptr<std::atomic<bool>> interrupt;
-  step_result result;
-
-  // Empties the job for the next one, keeping every vector's memory.
-  void reset() {
-    item_count = 0;
-    lookup_count = 0;
-    imports.clear();
-    move_outs.clear();
-    plans.clear();
-    sinks.clear();
-    generated.clear();
-    frees.clear();
-    result.seqs.clear();
-    result.tokens.clear();
-    result.cached.clear();
-    for (auto& s : result.sampled)
-      s.clear();
-    result.steps.clear();
-    result.compute_cpu_seconds = 0;
-    result.output = make_error(errc::invalid_argument, "not run");
-  }
-
-  // Adds an item of `seq` with the tokens [first, last), reusing an earlier job's entry.
-  template<class It>
-  void add_item(seq_id seq, It first, It last) {
-    if (item_count == items.size())
-      items.emplace_back();
-    auto& item = items[item_count++];
-    item.seq = seq;
-    item.tokens.assign(first, last);
-  }
-
-  // Adds a prefix lookup for item `i` of the prompt `prompt`.
-  void add_lookup(std::size_t i, const std::vector<token>& prompt) {
-    if (lookup_count == lookups.size())
-      lookups.emplace_back();
-    lookups[lookup_count].first = i;
-    lookups[lookup_count++].second.assign(prompt.begin(), prompt.end());
-  }
-
-  void operator()() {
-    for (auto id : frees)
-      be->free(id);
-    for (auto& im : imports) {
-      std::span<const std::byte> bytes{im.blob->bytes};
-      if (auto ok = be->import_kv(items[im.item].seq, bytes); !ok) {
-        im.error = ok.error().message;
-        im.exhausted = ok.error().code == errc::exhausted;
-        items[im.item].tokens.clear(); // leaves the step (attach_prefixes drops empty items)
-      }
-    }
-    auto& r = result;
-    if (r.sampled.size() < r.seqs.size())
-      r.sampled.resize(r.seqs.size());
-    std::span<step_item> batch{items.data(), item_count};
-    auto live = attach_prefixes(batch); // the result index of each entry of `batch`
-    if (batch.empty())
-      r.output = expected<void>{};
-    auto start = std::chrono::steady_clock::now();
-    std::vector<step_item> next; // the burst's later steps: one token per item
-    std::vector<std::size_t> next_live;
-    for (std::size_t step = 0; !batch.empty(); ++step) {
-      const double cpu_before = thread_cpu_seconds();
-      auto out = run(batch);
-      r.compute_cpu_seconds += thread_cpu_seconds() - cpu_before;
-      if (!out) {
-        if (step == 0) // a later step's failure ends the burst; what it made so far stands
-          r.output = out.error();
-        break;
-      }
-      r.output = expected<void>{};
-      r.steps.push_back({batch.size(), out->tokens, out->seconds});
-      std::size_t kept = 0;
-      next_live.clear();
-      for (std::size_t k = 0; k < batch.size(); ++k) {
-        auto i = live[k];
-        if (step > 0)
-          ++r.tokens[i]; // the token chosen in the previous step is in the KV now
-        auto& plan = plans[i];
-        if (!plan)
-          continue;
-        auto n = generated[i] + static_cast<std::uint32_t>(r.sampled[i].size());
-        auto tok = plan->choose(n, out->logits[k]);
-        r.sampled[i].push_back(tok);
-        if (sinks[i]) // each token leaves as it is chosen, not at the end of the burst
-          caf::anon_send(sinks[i], device_event{r.seqs[i],
-                                                device_event::token,
-                                                {tok},
-                                                n + 1,
-                                                {},
-                                                static_cast<std::uint32_t>(r.cached[i]),
-                                                {}});
-        if (plan->ends(tok, n + 1) == nullptr) {
-          // Written in place: entry `kept` of `next` is read no more in this step.
-          if (kept == next.size())
-            next.emplace_back();
-          next[kept].seq = batch[k].seq;
-          next[kept].tokens.assign(1, tok);
-          ++kept;
-          next_live.push_back(i);
-        }
-      }
-      if (step + 1 >= max_steps || interrupt->load(std::memory_order_relaxed) ||
-          std::chrono::steady_clock::now() - start >= window)
-        break;
-      batch = std::span<step_item>{next.data(), kept};
-      live.swap(next_live);
-    }
-    for (auto& mo : move_outs)
-      export_if_ended(mo);
-    r.kv = be->kv();
-  }
-
-  // See move_out.
-  void export_if_ended(move_out& mo) {
-    auto& r = result;
-    const auto& sampled = r.sampled[mo.item];
-    const auto& plan = plans[mo.item];
-    if (sampled.empty() || !plan)
-      return;
-    auto last = sampled.back();
-    mo.reason = plan->ends(last, generated[mo.item] + static_cast<std::uint32_t>(sampled.size()));
-    if (mo.reason == nullptr || (mo.park_on_stop && last != tokenizer::eos && plan->stops_at(last)))
-      return; // generation goes on, or the sequence parks
-    auto seq = r.seqs[mo.item];
-    auto blob = export_blob(*be, seq);
-    if (!blob) {
-      mo.error = blob.error().message;
-      return;
-    }
-    mo.blob = std::move(*blob);
-    publish_and_free(*be, seq, mo.publish);
-    mo.moved = true;
-  }
-
-  // Sequences computed from their first token start from their prompt's longest prefix in the
-  // cache; items wholly cached leave the step (`batch` shrinks). Returns the result index of each
-  // item left.
-  std::vector<std::size_t> attach_prefixes(std::span<step_item>& batch) {
-    auto& r = result;
-    for (std::size_t l = 0; l < lookup_count; ++l) {
-      auto& [i, prompt] = lookups[l];
-      auto covered = be->attach_prefix(batch[i].seq, prompt);
-      if (covered == 0)
-        continue;
-      // The item starts at token 0; its first `covered` tokens need no computing.
-      auto& toks = batch[i].tokens;
-      auto skip = std::min(covered, toks.size());
-      toks.erase(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(skip));
-      r.tokens[i] = std::max(covered, r.tokens[i]);
-      r.cached[i] = covered;
-    }
-    // The items left move to the front, in order (swapped: every entry keeps its memory).
-    std::vector<std::size_t> live;
-    live.reserve(batch.size());
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i].tokens.empty())
-        continue;
-      if (live.size() != i)
-        std::swap(batch[live.size()], batch[i]);
-      live.push_back(i);
-    }
-    batch = batch.first(live.size());
-    return live;
-  }
-
-  // One forward step; a backend bug must not leave the job unanswered.
-  expected<step_output> run(std::span<const step_item> batch) {
-    try {
-      return be->step(batch);
-    } catch (const std::exception& e) {
-      return make_error(errc::system_error, std::string{"the backend threw: "} + e.what());
-    } catch (...) {
-      return make_error(errc::system_error, "the backend threw");
-    }
   }
 };
 
@@ -449,12 +146,12 @@ public:
         [this](import_atom, std::shared_ptr<const kv_blob>& blob, generate_request& req) {
           return answer(import(std::move(blob), std::move(req)));
         },
-        [this](step_done_atom, std::shared_ptr<step_job>& job) { on_step(std::move(job)); },
+        [this](step_done_atom, std::shared_ptr<detail::step_job>& job) { on_step(std::move(job)); },
     };
   }
 
 private:
-  enum class seq_state { importing, waiting, running, parked, done };
+  using seq_state = detail::seq_phase;
 
   struct sequence {
     generate_request req;
@@ -465,7 +162,7 @@ private:
     std::uint32_t generated = 0;
     seq_state state = seq_state::waiting;
     bool finished = false;
-    std::shared_ptr<sample_plan> plan; // how its tokens are chosen (on the driver)
+    std::shared_ptr<detail::sample_plan> plan; // how its tokens are chosen (on the driver)
     std::uint64_t admitted_order = 0;
     std::shared_ptr<const kv_blob> import; // importing: the KV to import with its first step
     std::uint64_t import_tokens = 0;       // importing, once in a job: the tokens its KV covers
@@ -483,7 +180,7 @@ private:
     exports_.emplace(key, promise);
     auto self = caf::actor_cast<caf::actor>(this);
     auto job = [be = backend_, id, key, self] {
-      auto out = export_blob(*be, id);
+      auto out = detail::export_blob(*be, id);
       kv_blob blob;
       blob.seq = id;
       std::string error;
@@ -559,8 +256,8 @@ private:
     s.tokens = req.prompt;
     s.state = importing ? seq_state::importing : seq_state::waiting;
     s.lookup = !importing && options_.prefix_cache && req.reuse_prefix;
-    s.plan = std::make_shared<sample_plan>(sample_plan{sampler{req.sampling}, std::move(req.forced),
-                                                       std::move(req.stop), req.max_new_tokens});
+    s.plan = std::make_shared<detail::sample_plan>(detail::sample_plan{
+        sampler{req.sampling}, std::move(req.forced), std::move(req.stop), req.max_new_tokens});
     s.admitted_order = next_order_++;
     s.import = std::move(import);
     s.req = std::move(req);
@@ -593,7 +290,7 @@ private:
     // The backend is only touched on the driver thread; the KV's full pages go into the prefix
     // cache before the sequence lets go of them.
     submit([be = backend_, id, computed = std::move(computed)] {
-      publish_and_free(*be, id, computed);
+      detail::publish_and_free(*be, id, computed);
     });
     update_gauges();
   }
@@ -633,114 +330,77 @@ private:
     return (tokens + kv_.page_tokens - 1) / kv_.page_tokens;
   }
 
-  // Forms the next step when none is in flight: every running decode (one token each), then
-  // chunked prefills of waiting sequences in admission order, within the token budget and the
-  // free KV pages (the actor mirrors the cache: a sequence holds pages_for(computed)). When not
-  // even the decodes fit, the newest sequence is preempted (KV dropped, recomputed later).
+  // What the planner sees of the sequences (plan_state_, its memory kept between calls).
+  const detail::step_state& plan_state() {
+    auto& st = plan_state_;
+    st.seqs.clear();
+    for (const auto& [id, s] : seqs_) {
+      std::optional<std::size_t> import_tokens;
+      if (s.state == seq_state::importing && s.import)
+        import_tokens = s.import->tokens;
+      st.seqs.push_back({id, s.admitted_order, s.state, s.finished, s.tokens.size(), s.computed,
+                         s.cached, import_tokens});
+    }
+    st.pages_total = kv_.pages_total;
+    st.page_tokens = kv_.page_tokens;
+    st.token_budget = options_.step_token_budget;
+    st.max_prefill_chunk = options_.max_prefill_chunk;
+    st.burst_steps = options_.burst_steps;
+    return st;
+  }
+
+  // Forms the next step when none is in flight: plans it (detail::plan_step: decodes, then
+  // chunked prefills within the token budget and the free KV pages), then fills the job and
+  // hands it to the driver. When nothing fits, a sequence gives up its KV (preempt_one).
   void schedule() {
     if (!drain_backlog() || in_flight_)
       return; // a step goes behind the jobs queued before it
-    auto job = spare_job_ ? std::move(spare_job_) : std::make_shared<step_job>();
-    job->reset();
-    std::size_t budget = options_.step_token_budget;
-    auto& order = order_; // kept between calls: its memory is reused
-    order.clear();
-    std::size_t used = 0;
-    for (auto& [id, s] : seqs_) {
-      order.push_back(&s);
-      // Pages attached from the prefix cache are shared: counted as free here (an estimate;
-      // the backend's reservation is exact and answers exhausted when it is wrong).
-      used += pages_for(s.computed) - s.cached / kv_.page_tokens;
+    auto& plan = plan_;
+    detail::plan_step(plan_state(), plan);
+    for (seq_id id : plan.too_large) {
+      auto* s = find(id);
+      emit(*s, device_event::failed,
+           "sequence of " + std::to_string(s->tokens.size()) + " tokens needs " +
+               std::to_string(pages_for(s->tokens.size())) + " KV pages; device " + options_.name +
+               " has " + std::to_string(kv_.pages_total));
+      pending_frees_.push_back(id);
+      seqs_.erase(id);
     }
-    std::size_t free_pages = kv_.pages_total > used ? kv_.pages_total - used : 0;
-    std::sort(order.begin(), order.end(),
-              [](auto* a, auto* b) { return a->admitted_order < b->admitted_order; });
-    bool starved = false;
-    for (auto* s : order) {
-      if (budget == 0)
-        break;
-      if (s->state == seq_state::running && !s->finished && s->computed + 1 == s->tokens.size()) {
-        auto need = pages_for(s->computed + 1) - pages_for(s->computed);
-        if (need > free_pages) {
-          starved = true;
-          continue;
-        }
-        free_pages -= need;
-        job->add_item(s->req.seq, s->tokens.end() - 1, s->tokens.end());
-        --budget;
-      }
-    }
-    for (auto*& s : order) {
-      if (budget == 0)
-        break;
-      // An importing sequence's KV arrives in the step job, before the step: it is computed up
-      // to the KV's tokens by then, and needs pages for them too.
-      bool importing = s->state == seq_state::importing && s->import;
-      if (s->state != seq_state::waiting && !importing)
-        continue;
-      if (pages_for(s->tokens.size()) > kv_.pages_total) {
-        auto id = s->req.seq;
-        emit(*s, device_event::failed,
-             "sequence of " + std::to_string(s->tokens.size()) + " tokens needs " +
-                 std::to_string(pages_for(s->tokens.size())) + " KV pages; device " +
-                 options_.name + " has " + std::to_string(kv_.pages_total));
-        pending_frees_.push_back(id);
-        seqs_.erase(id);
-        s = nullptr; // gone: the loops below skip it
-        continue;
-      }
-      auto computed = importing ? s->import->tokens : s->computed;
-      auto room = (pages_for(s->computed) + free_pages) * kv_.page_tokens;
-      auto fit = room > computed ? room - computed : 0;
-      auto left = s->tokens.size() - computed;
-      auto chunk = std::min({left, budget, options_.max_prefill_chunk, fit});
-      if (chunk == 0) {
-        starved = true;
-        continue;
-      }
-      free_pages -= pages_for(computed + chunk) - pages_for(s->computed);
-      auto first = s->tokens.begin() + static_cast<std::ptrdiff_t>(computed);
-      job->add_item(s->req.seq, first, first + static_cast<std::ptrdiff_t>(chunk));
-      if (importing) {
-        s->import_tokens = computed;
-        job->imports.push_back({job->item_count - 1, std::move(s->import), {}});
-      }
-      budget -= chunk;
-    }
-    if (job->item_count == 0) {
-      spare_job_ = std::move(job);
-      if (!starved)
+    if (plan.items.empty()) {
+      if (!plan.starved)
         return;
       if (preempt_one())
         return schedule();
       // Nothing holds KV and still nothing fits: fail what waits rather than hang.
-      for (auto* s : order)
-        if (s != nullptr && (s->state == seq_state::waiting || s->state == seq_state::running)) {
-          emit(*s, device_event::failed, "no KV pages free on " + options_.name);
-          seqs_.erase(s->req.seq);
+      for (auto it = seqs_.begin(); it != seqs_.end();) {
+        auto& s = it->second;
+        if (s.state == seq_state::waiting || s.state == seq_state::running) {
+          emit(s, device_event::failed, "no KV pages free on " + options_.name);
+          it = seqs_.erase(it);
+        } else {
+          ++it;
         }
+      }
       return;
     }
-    // Every sequence that could take part is in the step and each one's prompt completes in
-    // it: the driver may decode on with the same batch (a burst).
-    std::size_t eligible = 0;
-    for (auto& [id, s] : seqs_)
-      eligible += s.state == seq_state::waiting || s.state == seq_state::importing ||
-                  (s.state == seq_state::running && !s.finished);
+    auto job = spare_job_ ? std::move(spare_job_) : std::make_shared<detail::step_job>();
+    job->reset();
     auto& result = job->result;
-    bool all_complete = true;
-    for (std::size_t i = 0; i < job->item_count; ++i) {
-      const auto& item = job->items[i];
+    for (const auto& item : plan.items) {
       auto* s = find(item.seq);
+      const auto first = s->tokens.begin() + static_cast<std::ptrdiff_t>(item.first);
+      job->add_item(item.seq, first, first + static_cast<std::ptrdiff_t>(item.count));
+      const std::size_t i = job->item_count - 1;
+      if (item.import) {
+        s->import_tokens = item.first;
+        job->imports.push_back({i, std::move(s->import), {}});
+      }
       result.seqs.push_back(item.seq);
-      result.tokens.push_back(item.tokens.size());
+      result.tokens.push_back(item.count);
       result.cached.push_back(0);
-      auto computed = s->state == seq_state::importing ? s->import_tokens : s->computed;
-      bool completes = computed + item.tokens.size() == s->tokens.size();
-      all_complete = all_complete && completes;
-      job->plans.push_back(completes ? s->plan : nullptr);
-      job->sinks.push_back(completes ? s->req.sink : caf::actor{});
-      if (completes && s->req.move_out_when_done) {
+      job->plans.push_back(item.completes ? s->plan : nullptr);
+      job->sinks.push_back(item.completes ? s->req.sink : caf::actor{});
+      if (item.completes && s->req.move_out_when_done) {
         job->move_outs.emplace_back();
         auto& mo = job->move_outs.back();
         mo.item = i;
@@ -756,8 +416,7 @@ private:
     }
     job->be = backend_;
     job->frees.swap(pending_frees_); // both empty before: pending_frees_ is empty after
-    job->max_steps =
-        all_complete && !starved && eligible == job->item_count ? options_.burst_steps : 1;
+    job->max_steps = plan.max_steps;
     job->window = options_.burst_window;
     interrupt_->store(false, std::memory_order_relaxed);
     job->interrupt = interrupt_;
@@ -798,7 +457,7 @@ private:
   }
 
   // A job's result; the job object is kept for the next job once it has been read.
-  void on_step(std::shared_ptr<step_job> job) {
+  void on_step(std::shared_ptr<detail::step_job> job) {
     in_flight_ = false;
     job->sinks.clear(); // the driver is done with them: a kept job holds no request
     auto& r = job->result;
@@ -853,10 +512,11 @@ private:
     }
     if (metrics_.steps != nullptr) { // the distributions per step
       metrics_.batch->observe_each(
-          r.steps, [](const step_stat& st) { return static_cast<double>(st.batch); });
+          r.steps, [](const detail::step_stat& st) { return static_cast<double>(st.batch); });
       metrics_.step_tokens->observe_each(
-          r.steps, [](const step_stat& st) { return static_cast<double>(st.tokens); });
-      metrics_.step_seconds->observe_each(r.steps, [](const step_stat& st) { return st.seconds; });
+          r.steps, [](const detail::step_stat& st) { return static_cast<double>(st.tokens); });
+      metrics_.step_seconds->observe_each(r.steps,
+                                          [](const detail::step_stat& st) { return st.seconds; });
     }
     stats_.steps += r.steps.size();
     stats_.tokens += job_tokens;
@@ -891,13 +551,11 @@ private:
       s->tokens.insert(s->tokens.end(), sampled.begin(), sampled.end());
       s->generated += static_cast<std::uint32_t>(sampled.size());
       stats_.generated += sampled.size();
-      const token last = sampled.back();
-      const char* ended = s->plan->ends(last, s->generated);
+      const auto ending = s->plan->end_of(sampled.back(), s->generated, s->req.park_on_stop);
+      const char* ended = ending.reason;
       if (ended != nullptr) {
         s->finished = true;
-        bool park = parked_meanwhile ||
-                    (s->req.park_on_stop && last != tokenizer::eos && s->plan->stops_at(last));
-        s->state = park ? seq_state::parked : seq_state::done;
+        s->state = parked_meanwhile || ending.parks ? seq_state::parked : seq_state::done;
       } else if (!parked_meanwhile) {
         s->state = seq_state::running;
       }
@@ -920,19 +578,10 @@ private:
   // (its KV is only kept for reuse), then a parked one, then the most recently admitted running
   // or waiting one. False when no sequence holds KV.
   bool preempt_one() {
-    auto rank = [](const sequence& s) {
-      return s.state == seq_state::done ? 2 : s.state == seq_state::parked ? 1 : 0;
-    };
-    sequence* victim = nullptr;
-    for (auto& [id, s] : seqs_) {
-      if (s.computed == 0)
-        continue;
-      if (victim == nullptr || rank(s) > rank(*victim) ||
-          (rank(s) == rank(*victim) && s.admitted_order > victim->admitted_order))
-        victim = &s;
-    }
-    if (victim == nullptr)
+    const auto id = detail::pick_victim(plan_state().seqs);
+    if (!id)
       return false;
+    auto* victim = find(*id);
     ++stats_.preemptions;
     pending_frees_.push_back(victim->req.seq);
     victim->computed = 0;
@@ -982,8 +631,9 @@ private:
   device_options options_;
   device_metrics metrics_;
   std::map<seq_id, sequence> seqs_;
-  std::vector<sequence*> order_;        // schedule()'s scratch: the sequences in admission order
-  std::shared_ptr<step_job> spare_job_; // the job object filled again for the next job
+  detail::step_state plan_state_;               // the planner's view of the sequences (memory kept)
+  detail::step_plan plan_;                      // the last plan (memory kept)
+  std::shared_ptr<detail::step_job> spare_job_; // the job object filled again for the next job
   std::vector<seq_id> pending_frees_;
   std::map<std::uint64_t, caf::response_promise> exports_;
   std::uint64_t next_promise_ = 0;

@@ -1,0 +1,168 @@
+#include "devices/detail/step_job.hpp"
+
+#include <algorithm>
+#include <ctime>
+#include <exception>
+
+#include <caf/send.hpp>
+
+namespace triad::detail {
+
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+expected<kv_blob> export_blob(backend& be, seq_id seq) {
+  auto bytes = be.export_kv(seq);
+  if (!bytes)
+    return bytes.error();
+  kv_blob blob;
+  blob.seq = seq;
+  blob.tokens = be.length(seq);
+  blob.bytes = std::move(*bytes); // the backend's bytes themselves, not a copy
+  return blob;
+}
+
+void publish_and_free(backend& be, seq_id seq, const std::vector<token>& computed) {
+  if (!computed.empty())
+    be.publish(seq, computed);
+  be.free(seq);
+}
+
+void step_job::operator()() {
+  for (auto id : frees)
+    be->free(id);
+  for (auto& im : imports) {
+    std::span<const std::byte> bytes{im.blob->bytes};
+    if (auto ok = be->import_kv(items[im.item].seq, bytes); !ok) {
+      im.error = ok.error().message;
+      im.exhausted = ok.error().code == errc::exhausted;
+      items[im.item].tokens.clear(); // leaves the step (attach_prefixes drops empty items)
+    }
+  }
+  auto& r = result;
+  if (r.sampled.size() < r.seqs.size())
+    r.sampled.resize(r.seqs.size());
+  std::span<step_item> batch{items.data(), item_count};
+  auto live = attach_prefixes(batch); // the result index of each entry of `batch`
+  if (batch.empty())
+    r.output = expected<void>{};
+  auto start = std::chrono::steady_clock::now();
+  std::vector<step_item> next; // the burst's later steps: one token per item
+  std::vector<std::size_t> next_live;
+  for (std::size_t step = 0; !batch.empty(); ++step) {
+    const double cpu_before = thread_cpu_seconds();
+    auto out = run(batch);
+    r.compute_cpu_seconds += thread_cpu_seconds() - cpu_before;
+    if (!out) {
+      if (step == 0) // a later step's failure ends the burst; what it made so far stands
+        r.output = out.error();
+      break;
+    }
+    r.output = expected<void>{};
+    r.steps.push_back({batch.size(), out->tokens, out->seconds});
+    std::size_t kept = 0;
+    next_live.clear();
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      auto i = live[k];
+      if (step > 0)
+        ++r.tokens[i]; // the token chosen in the previous step is in the KV now
+      auto& plan = plans[i];
+      if (!plan)
+        continue;
+      auto n = generated[i] + static_cast<std::uint32_t>(r.sampled[i].size());
+      auto tok = plan->choose(n, out->logits[k]);
+      r.sampled[i].push_back(tok);
+      if (sinks[i]) // each token leaves as it is chosen, not at the end of the burst
+        caf::anon_send(sinks[i], device_event{r.seqs[i],
+                                              device_event::token,
+                                              {tok},
+                                              n + 1,
+                                              {},
+                                              static_cast<std::uint32_t>(r.cached[i]),
+                                              {}});
+      if (plan->ends(tok, n + 1) == nullptr) {
+        // Written in place: entry `kept` of `next` is read no more in this step.
+        if (kept == next.size())
+          next.emplace_back();
+        next[kept].seq = batch[k].seq;
+        next[kept].tokens.assign(1, tok);
+        ++kept;
+        next_live.push_back(i);
+      }
+    }
+    if (step + 1 >= max_steps || interrupt->load(std::memory_order_relaxed) ||
+        std::chrono::steady_clock::now() - start >= window)
+      break;
+    batch = std::span<step_item>{next.data(), kept};
+    live.swap(next_live);
+  }
+  for (auto& mo : move_outs)
+    export_if_ended(mo);
+  r.kv = be->kv();
+}
+
+void step_job::export_if_ended(move_out& mo) {
+  auto& r = result;
+  const auto& sampled = r.sampled[mo.item];
+  const auto& plan = plans[mo.item];
+  if (sampled.empty() || !plan)
+    return;
+  const auto ending =
+      plan->end_of(sampled.back(), generated[mo.item] + static_cast<std::uint32_t>(sampled.size()),
+                   mo.park_on_stop);
+  mo.reason = ending.reason;
+  if (ending.reason == nullptr || ending.parks)
+    return; // generation goes on, or the sequence parks
+  auto seq = r.seqs[mo.item];
+  auto blob = export_blob(*be, seq);
+  if (!blob) {
+    mo.error = blob.error().message;
+    return;
+  }
+  mo.blob = std::move(*blob);
+  publish_and_free(*be, seq, mo.publish);
+  mo.moved = true;
+}
+
+std::vector<std::size_t> step_job::attach_prefixes(std::span<step_item>& batch) {
+  auto& r = result;
+  for (std::size_t l = 0; l < lookup_count; ++l) {
+    auto& [i, prompt] = lookups[l];
+    auto covered = be->attach_prefix(batch[i].seq, prompt);
+    if (covered == 0)
+      continue;
+    // The item starts at token 0; its first `covered` tokens need no computing.
+    auto& toks = batch[i].tokens;
+    auto skip = std::min(covered, toks.size());
+    toks.erase(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(skip));
+    r.tokens[i] = std::max(covered, r.tokens[i]);
+    r.cached[i] = covered;
+  }
+  // The items left move to the front, in order (swapped: every entry keeps its memory).
+  std::vector<std::size_t> live;
+  live.reserve(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].tokens.empty())
+      continue;
+    if (live.size() != i)
+      std::swap(batch[live.size()], batch[i]);
+    live.push_back(i);
+  }
+  batch = batch.first(live.size());
+  return live;
+}
+
+expected<step_output> step_job::run(std::span<const step_item> batch) {
+  try {
+    return be->step(batch);
+  } catch (const std::exception& e) {
+    return make_error(errc::system_error, std::string{"the backend threw: "} + e.what());
+  } catch (...) {
+    return make_error(errc::system_error, "the backend threw");
+  }
+}
+
+} // namespace triad::detail

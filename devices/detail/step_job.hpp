@@ -1,0 +1,195 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+
+#include "devices/backend.hpp"
+#include "devices/device.hpp"
+#include "devices/sampling.hpp"
+#include "devices/tokenizer.hpp"
+
+/// The driver-side half of a device: the job its driver thread runs for each step (frees,
+/// imports, prefix lookups, the forward steps of a burst, the choice of each token, exports),
+/// and how a sequence's tokens are chosen and when they end it. The device actor fills a job
+/// from its step plan (detail/step_plan.hpp) and reads its result (devices/device.cpp).
+namespace triad::detail {
+
+// One forward step of a job: its batch size, tokens computed and time.
+struct step_stat {
+  std::size_t batch = 0;
+  std::uint64_t tokens = 0;
+  double seconds = 0;
+};
+
+// What a step job hands back: per item its sequence, the tokens it moved on, and the tokens
+// chosen for it on the driver; or the job's error.
+struct step_result {
+  std::vector<seq_id> seqs;
+  std::vector<std::size_t> tokens; // tokens the item moves its sequence on (computed or cached)
+  std::vector<std::size_t> cached; // of those, tokens found in the prefix cache
+  // Per item, the tokens chosen (one per step it took part in); all but the last were fed back
+  // in the job's later steps and are in the KV (counted in `tokens`).
+  std::vector<std::vector<token>> sampled;
+  std::vector<step_stat> steps;   // the forward steps run, in order
+  double compute_cpu_seconds = 0; // the driver thread's CPU inside the backend's steps
+  expected<void> output = make_error(errc::invalid_argument, "not run");
+  kv_usage kv;
+};
+
+// The calling thread's CPU time so far, in seconds.
+double thread_cpu_seconds();
+
+// How one sequence's tokens are chosen. Made at admission and then only used on the driver
+// thread, which does the choosing: the actor reads its constant fields alone, and a sequence has
+// one step job in flight at a time.
+struct sample_plan {
+  sampler pick;
+  std::vector<token> forced; // scripted choices: the n-th token generated is forced[n]
+  std::vector<token> stop;   // tokens that end generation besides EOS
+  std::uint32_t max_new_tokens = 0;
+
+  // The `generated`-th token (counting from 0) after these logits.
+  token choose(std::uint32_t generated, std::span<const float> logits) {
+    return generated < forced.size() ? forced[generated] : pick.sample(logits);
+  }
+  // Whether `tok` is one of the request's own stop tokens.
+  bool stops_at(token tok) const { return std::find(stop.begin(), stop.end(), tok) != stop.end(); }
+  // Whether `tok`, the `generated`-th token generated (counting from 1), ends the sequence, and
+  // why ("stop" or "length"); nullptr when it goes on.
+  const char* ends(token tok, std::uint32_t generated) const {
+    if (tok == tokenizer::eos || stops_at(tok))
+      return "stop";
+    return generated >= max_new_tokens ? "length" : nullptr;
+  }
+
+  /// Where a sequence's generation stands after a token.
+  struct ending {
+    const char* reason = nullptr; ///< "stop" or "length"; nullptr: generation goes on
+    bool parks = false; ///< it ended at one of its own stop tokens and parks on stop: kept
+  };
+  /// Whether `tok`, the `generated`-th token generated (from 1), ends the sequence, and whether
+  /// it then parks (`park_on_stop` and one of its own stop tokens, not EOS) instead of being
+  /// done. The one rule both the driver (export the KV or not) and the actor (done or parked)
+  /// follow.
+  ending end_of(token tok, std::uint32_t generated, bool park_on_stop) const {
+    ending e{ends(tok, generated), false};
+    e.parks = e.reason != nullptr && park_on_stop && tok != tokenizer::eos && stops_at(tok);
+    return e;
+  }
+};
+
+// On the driver thread: sequence `seq`'s KV copied out of `be`.
+expected<kv_blob> export_blob(backend& be, seq_id seq);
+
+// On the driver thread: lets go of `seq`, the full pages of its `computed` tokens (empty: none)
+// going into the prefix cache first.
+void publish_and_free(backend& be, seq_id seq, const std::vector<token>& computed);
+
+// One job for the driver thread: the frees, KV imports and prefix lookups queued before the
+// step, the step, and the choice of each completed prompt's next token. Then, up to `max_steps`
+// steps in all, the sequences whose token did not end them decode again with it, until the steps
+// have taken `window` or the actor raises `interrupt` (a message that changes the batch has
+// arrived). Last, the sequences that move out when done and are done are exported and freed.
+// A device keeps one job object and fills it again for each job (one job is in flight at a
+// time): its vectors keep their memory, so a job costs no allocation on the actor's thread and
+// no memory goes from one thread to the other to be freed there.
+struct step_job {
+  std::shared_ptr<backend> be;
+  std::vector<step_item> items;
+  std::size_t item_count = 0; // items in use; entries past it keep their memory for later jobs
+  std::vector<std::shared_ptr<sample_plan>> plans; // per item; null: its prompt goes on
+  std::vector<caf::actor> sinks; // per item with a plan: where each chosen token goes at once
+  std::vector<std::uint32_t> generated; // per item, tokens generated before the job
+  std::vector<seq_id> frees;
+  std::vector<std::pair<std::size_t, std::vector<token>>> lookups; // item index, its prompt
+  std::size_t lookup_count = 0;                                    // as item_count, for lookups
+  // KV imported into an item's sequence before the step (its item holds the tokens past the
+  // KV); `error` is the driver's answer, empty when the import succeeded.
+  struct import {
+    std::size_t item = 0;
+    std::shared_ptr<const kv_blob> blob; // shared with its sender: not copied
+    std::string error;
+    bool exhausted = false; // the error was a lack of KV pages: the import waits and retries
+  };
+  std::vector<import> imports;
+  // Items whose sequence moves out when done: if the job ends its generation (not at a stop
+  // token that parks it), the driver exports its KV into `blob`, publishes `publish` (its
+  // computed tokens) to the prefix cache and frees it; `moved` then says so. An export error
+  // leaves the sequence in place, with the reason in `error`.
+  struct move_out {
+    std::size_t item = 0;
+    std::vector<token> publish;
+    bool park_on_stop = false;
+    kv_blob blob;
+    std::string error;
+    bool moved = false;
+    const char* reason = nullptr; // why generation ended ("stop", "length"), when it did
+  };
+  std::vector<move_out> move_outs;
+  std::size_t max_steps = 1;
+  std::chrono::microseconds window{};
+  std::shared_ptr<std::atomic<bool>> interrupt;
+  step_result result;
+
+  // Empties the job for the next one, keeping every vector's memory.
+  void reset() {
+    item_count = 0;
+    lookup_count = 0;
+    imports.clear();
+    move_outs.clear();
+    plans.clear();
+    sinks.clear();
+    generated.clear();
+    frees.clear();
+    result.seqs.clear();
+    result.tokens.clear();
+    result.cached.clear();
+    for (auto& s : result.sampled)
+      s.clear();
+    result.steps.clear();
+    result.compute_cpu_seconds = 0;
+    result.output = make_error(errc::invalid_argument, "not run");
+  }
+
+  // Adds an item of `seq` with the tokens [first, last), reusing an earlier job's entry.
+  template<class It>
+  void add_item(seq_id seq, It first, It last) {
+    if (item_count == items.size())
+      items.emplace_back();
+    auto& item = items[item_count++];
+    item.seq = seq;
+    item.tokens.assign(first, last);
+  }
+
+  // Adds a prefix lookup for item `i` of the prompt `prompt`.
+  void add_lookup(std::size_t i, const std::vector<token>& prompt) {
+    if (lookup_count == lookups.size())
+      lookups.emplace_back();
+    lookups[lookup_count].first = i;
+    lookups[lookup_count++].second.assign(prompt.begin(), prompt.end());
+  }
+
+  void operator()();
+
+  // See move_out.
+  void export_if_ended(move_out& mo);
+
+  // Sequences computed from their first token start from their prompt's longest prefix in the
+  // cache; items wholly cached leave the step (`batch` shrinks). Returns the result index of each
+  // item left.
+  std::vector<std::size_t> attach_prefixes(std::span<step_item>& batch);
+
+  // One forward step; a backend bug must not leave the job unanswered.
+  expected<step_output> run(std::span<const step_item> batch);
+};
+
+} // namespace triad::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::detail::step_job>)
