@@ -122,7 +122,7 @@ void settle(triad::domain_set& domains, const std::vector<std::size_t>& before) 
 
 // Seconds a transfer of `ids` into `pool` takes, asked by an actor in `home`: from its request
 // to the store's answer, both seen on that actor's worker.
-double timed_transfer(triad::domain& home, const caf::actor& store,
+double timed_transfer(triad::domain& home, const triad::kv_store_actor& store,
                       const std::vector<triad::block_id>& ids, const std::string& pool) {
   std::promise<std::pair<double, std::string>> result;
   home.spawn([&](caf::event_based_actor* client) {
@@ -185,7 +185,7 @@ triad::kv_store start_store(bench_node& n, std::size_t block_tokens, std::size_t
 }
 
 template<class R, class... Ts>
-R ask(caf::scoped_actor& self, const caf::actor& to, Ts&&... xs) {
+R ask(caf::scoped_actor& self, const triad::kv_store_actor& to, Ts&&... xs) {
   R out{};
   self->request(to, 120s, std::forward<Ts>(xs)...)
       .receive([&](R& r) { out = std::move(r); },

@@ -10,6 +10,9 @@
 
 #include "kvstore/detail/block_actor.hpp"
 #include "kvstore/detail/index_actor.hpp"
+#include "kvstore/detail/locations.hpp"
+#include "kvstore/detail/move_batcher.hpp"
+#include "kvstore/detail/store_metrics.hpp"
 #include "kvstore/pool.hpp"
 
 namespace triad {
@@ -17,24 +20,7 @@ namespace triad {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-using expiry_atom = caf::atom_constant<caf::atom("kvexpiry")>;
-// Sends the copies queued in this turn to the movers, one batch per destination domain.
-using flush_moves_atom = caf::atom_constant<caf::atom("kvflush")>;
-
-// Where a block is: a memory pool (by index into the store's pools), or the disk tier.
-struct location {
-  int pool = 0; // index into the pools; -1: the disk
-  /// The disk tier.
-  static constexpr location disk() noexcept { return location{-1}; }
-  /// A memory pool by index.
-  static location of_pool(std::size_t i) noexcept { return location{static_cast<int>(i)}; }
-  constexpr bool on_disk() const noexcept { return pool < 0; }
-  /// The pool's index (not on disk).
-  constexpr std::size_t index() const noexcept { return static_cast<std::size_t>(pool); }
-  /// Its entry in per-location tables, the disk's first.
-  constexpr std::size_t entry() const noexcept { return static_cast<std::size_t>(pool + 1); }
-  bool operator==(const location&) const = default;
-};
+using detail::location;
 
 // One block as the store sees it; the bytes are with its actor.
 struct block_rec {
@@ -61,7 +47,7 @@ enum class room { ready, wait, busy };
 
 // Counts the replies of a multi-block operation and answers once all are in.
 struct gather {
-  caf::response_promise promise;
+  caf::typed_response_promise<kv_reply> promise;
   std::size_t left = 0;
   kv_reply reply;
   void one(expected<void> r, block_id id) {
@@ -76,29 +62,29 @@ struct gather {
   }
 };
 
-class store_actor : public homed_actor {
+class store_actor : public homed<kv_store_actor::base> {
 public:
   store_actor(caf::actor_config& cfg, domain_set* domains, domain* home, kv_store_config config,
-              std::vector<std::unique_ptr<memory_pool>> pools, std::unique_ptr<disk_pool> disk,
-              caf::actor index)
-      : homed_actor(cfg)
+              detail::locations places, kv_index_actor index)
+      : homed(cfg)
       , domains_(domains)
       , home_(home)
       , config_(std::move(config))
-      , pools_(std::move(pools))
-      , disk_(std::move(disk))
-      , index_(std::move(index)) {
-    leaving_.assign(pools_.size() + 1, 0);
-    for (auto& p : pools_) {
-      auto d = domains_->find(p->domain());
+      , places_(std::move(places))
+      , index_(std::move(index))
+      , metrics_(config_.metrics, config_.block_bytes) {
+    leaving_.assign(places_.entries(), 0);
+    for (std::size_t i = 0; i < places_.pool_count(); ++i) {
+      auto d = domains_->find(places_.pool(location::of_pool(i)).domain());
       pool_domains_.push_back(d ? *d : home_);
     }
-    for (std::size_t i = 0; i <= pools_.size(); ++i)
+    for (std::size_t i = 0; i < places_.entries(); ++i)
       policies_.push_back(config_.policy ? config_.policy() : std::make_unique<lru_policy>());
-    add_metrics();
   }
 
-  caf::behavior make_behavior() override {
+  // -- behaviour --
+
+  behavior_type make_behavior() override {
     recover_disk();
     return {
         [this](kv_put_atom, kv_put& put) -> caf::result<kv_reply> {
@@ -129,8 +115,8 @@ public:
         },
         [this](kv_fault_atom, std::uint32_t n) { faults_ += n; },
         [this](kv_stats_atom) -> kv_store_stats { return stats(); },
-        [this](expiry_atom) { on_expiry(); },
-        [this](flush_moves_atom) { flush_moves(); },
+        [this](kv_expiry_atom) { on_expiry(); },
+        [this](kv_flush_atom) { flush_moves(); },
     };
   }
 
@@ -143,11 +129,10 @@ public:
       for (auto& a : idle)
         send_exit(a, caf::exit_reason::user_shutdown);
     spares_.clear();
-    for (auto& [d, m] : movers_)
-      for (auto& a : m.all)
-        send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& a : movers_.all())
+      send_exit(a, caf::exit_reason::user_shutdown);
     movers_.clear();
-    outbox_.clear();
+    batcher_.clear();
     waiting_.clear();
     blocks_.clear();
     by_hash_.clear();
@@ -155,90 +140,33 @@ public:
   }
 
 private:
-  // ---- locations ----------------------------------------------------------------------------
-
-  tier tier_of(location loc) const {
-    return loc.on_disk() ? tier::disk : pools_[loc.index()]->kind();
-  }
-
-  std::string loc_name(location loc) const {
-    return loc.on_disk() ? "disk" : pools_[loc.index()]->name();
-  }
-
-  bool has_room(location loc) const {
-    if (loc.on_disk())
-      return disk_ && disk_blocks_ < disk_->capacity();
-    return pools_[loc.index()]->used() < pools_[loc.index()]->capacity();
-  }
+  // -- locations --
 
   domain& domain_of(location loc) { return loc.on_disk() ? *home_ : *pool_domains_[loc.index()]; }
 
   // Where block `b`'s bytes are (or go) at `loc`: slot `slot` of a pool, or its file.
-  detail::block_location place(location loc, slot_id slot, const block_rec& b) {
-    detail::block_location where;
-    where.kind = tier_of(loc);
-    where.size = config_.block_bytes;
-    if (loc.on_disk()) {
-      where.disk = disk_.get();
-      where.meta = std::make_shared<const disk_entry>(
-          disk_entry{b.hash, b.parent, b.tokens, b.checksum, disk_->path_of(b.hash)});
-    } else {
-      where.memory = pools_[loc.index()]->bytes(slot);
-    }
-    return where;
+  detail::block_location place(location loc, slot_id slot, const block_rec& b) const {
+    if (!loc.on_disk())
+      return places_.in_memory(loc, slot);
+    return places_.on_disk(disk_entry{b.hash, b.parent, b.tokens, b.checksum, {}});
   }
 
-  // Takes a slot (or a disk place) at `loc`; has_room(loc) must hold.
+  // Takes a slot (or a disk place) at `loc`; places_.has_room(loc) must hold.
   detail::block_location take(location loc, const block_rec& b, slot_id& slot) {
-    if (loc.on_disk())
-      ++disk_blocks_;
-    else
-      slot = *pools_[loc.index()]->allocate();
+    auto taken = places_.take(loc);
+    if (!loc.on_disk())
+      slot = taken;
     return place(loc, slot, b);
   }
 
-  detail::block_location where_is(const block_rec& b) { return place(b.loc, b.slot, b); }
+  detail::block_location where_is(const block_rec& b) const { return place(b.loc, b.slot, b); }
 
-  void give_back(location loc, slot_id slot, block_hash hash) {
-    if (loc.on_disk()) {
-      disk_->erase(hash);
-      --disk_blocks_;
-    } else {
-      pools_[loc.index()]->free(slot);
-    }
-  }
-
-  std::optional<location> find_pool(std::string_view name) const {
-    for (std::size_t i = 0; i < pools_.size(); ++i)
-      if (pools_[i]->name() == name)
-        return location::of_pool(i);
-    return std::nullopt;
-  }
-
-  // The next tier down for a block at `loc`: a host pool with room (the same domain first)
-  // below a device, the disk below a host (content-addressed blocks only); none where no
-  // tier below has room.
+  // The next tier down for block `b`, with room.
   std::optional<location> demote_target(const block_rec& b) const {
-    if (b.loc.on_disk())
-      return std::nullopt;
-    if (pools_[b.loc.index()]->kind() == tier::device) {
-      std::optional<location> any;
-      for (std::size_t i = 0; i < pools_.size(); ++i) {
-        if (pools_[i]->kind() != tier::host || !has_room(location::of_pool(i)))
-          continue;
-        if (pools_[i]->domain() == pools_[b.loc.index()]->domain())
-          return location::of_pool(i);
-        if (!any)
-          any = location::of_pool(i);
-      }
-      return any;
-    }
-    if (b.indexed && has_room(location::disk()))
-      return location::disk();
-    return std::nullopt;
+    return places_.demote_target(b.loc, b.indexed);
   }
 
-  // ---- pressure -----------------------------------------------------------------------------
+  // -- pressure --
 
   // An actor for block `id` in `d`: an idle one from the domain's pool when there is one. A
   // reused actor learns its block from the message that fills it (block_init, or block_assign
@@ -247,7 +175,7 @@ private:
   caf::actor take_actor(domain& d, block_id id, const detail::block_location& where) {
     auto& idle = spares_[&d];
     if (idle.empty()) {
-      ++actors_spawned_;
+      metrics_.actor_spawned();
       return detail::spawn_block_actor(d, id, where);
     }
     auto a = std::move(idle.back());
@@ -297,17 +225,18 @@ private:
       return evictable(b, now) && b.refs == 0;
     });
     if (droppable) {
-      ++evictions_;
-      bump(evictions_metric_);
+      metrics_.evicted();
       drop(*droppable);
       return relief::freed;
     }
-    if (!loc.on_disk() && pools_[loc.index()]->kind() == tier::device) {
-      for (std::size_t i = 0; i < pools_.size(); ++i)
-        if (pools_[i]->kind() == tier::host && !has_room(location::of_pool(i)) &&
-            relieve(location::of_pool(i)) != relief::none)
+    if (places_.is_device(loc)) {
+      for (std::size_t i = 0; i < places_.pool_count(); ++i) {
+        auto host = location::of_pool(i);
+        if (places_.tier_of(host) == tier::host && !places_.has_room(host) &&
+            relieve(host) != relief::none)
           return relief::started; // room below first; this tier's turn comes after
-    } else if (!loc.on_disk() && disk_ && !has_room(location::disk())) {
+      }
+    } else if (!loc.on_disk() && places_.disk() && !places_.has_room(location::disk())) {
       if (relieve(location::disk()) != relief::none)
         return relief::started;
     }
@@ -316,7 +245,7 @@ private:
 
   room ensure_room(location loc) {
     for (;;) {
-      if (has_room(loc))
+      if (places_.has_room(loc))
         return room::ready;
       if (leaving(loc) > 0)
         return room::wait; // a block already on its way out frees a place; do not move more
@@ -360,7 +289,7 @@ private:
     waking_ = false;
   }
 
-  // ---- block lifecycle ----------------------------------------------------------------------
+  // -- block lifecycle --
 
   void when_idle(block_id id, std::function<void()> fn) {
     auto it = blocks_.find(id);
@@ -406,10 +335,10 @@ private:
     if (it == blocks_.end())
       return;
     auto& b = it->second;
-    give_back(b.loc, b.slot, b.hash);
+    places_.give_back(b.loc, b.slot, b.hash);
     policy(b.loc).erased(id);
     if (b.indexed) {
-      send(index_, detail::index_erase_atom::value, b.hash, id);
+      send(index_, kv_index_erase_atom::value, b.hash, id);
       auto h = by_hash_.find(b.hash);
       if (h != by_hash_.end() && h->second == id)
         by_hash_.erase(h);
@@ -424,8 +353,8 @@ private:
 
   void announce(const block_rec& b) {
     if (b.indexed)
-      send(index_, detail::index_put_atom::value, b.hash, b.id,
-           static_cast<std::uint8_t>(tier_of(b.loc)));
+      send(index_, kv_index_put_atom::value, b.hash, b.id,
+           static_cast<std::uint8_t>(places_.tier_of(b.loc)));
   }
 
   // Copies a block to `dest` through a new actor there, checked on arrival; a failed check is
@@ -433,8 +362,8 @@ private:
   // not trusted: the caller recomputes). The block must exist and not be busy.
   void move(block_id id, location dest, std::function<void(expected<void>)> done, int attempt = 0) {
     auto& b = blocks_.at(id);
-    if (!has_room(dest)) {
-      done(make_error(errc::busy, loc_name(dest) + " is full"));
+    if (!places_.has_room(dest)) {
+      done(make_error(errc::busy, places_.name_of(dest) + " is full"));
       return;
     }
     slot_id slot = 0;
@@ -456,34 +385,31 @@ private:
       --leaving(from);
       auto& b = blocks_.at(id);
       if (!r.ok) {
-        ++checksum_failures_;
-        bump(checksum_metric_);
-        give_back(dest, slot, b.hash);
+        metrics_.checksum_failed();
+        places_.give_back(dest, slot, b.hash);
         retire(domain_of(dest), actor);
         b.busy = false;
         if (attempt == 0) {
           move(id, dest, done, 1); // fetch it again
         } else {
-          ++dropped_damaged_;
+          metrics_.dropped_damaged();
           drop(id);
           done(make_error(errc::corrupted, r.reason + "; the block was dropped"));
         }
         wake_waiters();
         return;
       }
-      auto from_tier = tier_of(b.loc);
-      observe_transfer(from_tier, tier_of(dest),
-                       std::chrono::duration<double>(clock_type::now() - start).count());
-      ++transfers_;
-      bytes_moved_ += config_.block_bytes;
-      give_back(b.loc, b.slot, b.hash);
+      auto from_tier = places_.tier_of(b.loc);
+      metrics_.moved(from_tier, places_.tier_of(dest),
+                     std::chrono::duration<double>(clock_type::now() - start).count());
+      places_.give_back(b.loc, b.slot, b.hash);
       policy(b.loc).erased(id);
       retire(domain_of(b.loc), std::move(b.actor));
       b.loc = dest;
       b.slot = slot;
       b.actor = actor;
       policy(dest).touched(id);
-      if (tier_of(dest) != from_tier)
+      if (places_.tier_of(dest) != from_tier)
         announce(b); // the index keeps tiers, not pools
       update_gauges();
       done({});
@@ -493,58 +419,33 @@ private:
     queue_copy(actor, domain_of(dest), id, std::move(where), std::move(order), std::move(finish));
   }
 
-  // A copy waiting for the end of the turn: block `id`'s new actor, its new location, the
-  // source, and what runs with the outcome.
-  struct pending_copy {
-    caf::actor actor;
-    block_id id = 0;
-    detail::block_location where;
-    detail::move_order order;
-    std::function<void(detail::pull_result)> finish;
-  };
+  // -- move batching --
 
   // Fills block `id` at `where` (in domain `d`) from `order`'s source, has `actor` stand for
   // it (the mover tells it), then runs `finish` with the outcome. Copies wait for the end of this
   // turn (a high-priority message to itself), or until a batch's worth is queued for the
-  // domain (`first_move_batch_blocks`, doubling up to `move_batch_blocks` within a turn), and
-  // go to its mover as one batch.
+  // domain (detail::move_batcher), and go to its mover as one batch.
   void queue_copy(caf::actor actor, domain& d, block_id id, detail::block_location where,
                   detail::move_order order, std::function<void(detail::pull_result)> finish) {
-    if (!flush_pending_) { // the turn's end sends what is left and resets the batch sizes
-      flush_pending_ = true;
-      send<caf::message_priority::high>(this, flush_moves_atom::value);
-    }
-    auto& box = outbox_[&d];
-    box.copies.push_back(
-        {std::move(actor), id, std::move(where), std::move(order), std::move(finish)});
-    if (box.copies.size() >= box.limit) {
-      // The first batch of a turn is small so the mover starts at once; later ones grow.
-      box.limit = std::min(box.limit * 2, defaults::kvstore::move_batch_blocks);
-      send_batch(d, std::move(box.copies));
-      box.copies.clear();
-    }
+    auto added = batcher_.add(
+        &d, {std::move(actor), id, std::move(where), std::move(order), std::move(finish)});
+    if (added.opened_turn) // the turn's end sends what is left and resets the batch sizes
+      send<caf::message_priority::high>(this, kv_flush_atom::value);
+    if (!added.batch.empty())
+      send_batch(d, std::move(added.batch));
   }
 
   void flush_moves() {
-    flush_pending_ = false;
-    auto out = std::move(outbox_);
-    outbox_.clear();
-    for (auto& [d, box] : out)
-      if (!box.copies.empty())
-        send_batch(*d, std::move(box.copies));
+    for (auto& [d, copies] : batcher_.end_turn())
+      send_batch(*d, std::move(copies));
   }
 
   // Sends `copies` (all into domain `d`) to its mover as one batch.
-  void send_batch(domain& d, std::vector<pending_copy> copies) {
-    std::vector<detail::pull_item> items;
-    items.reserve(copies.size());
-    auto finishes = std::make_shared<std::vector<std::function<void(detail::pull_result)>>>();
-    finishes->reserve(copies.size());
-    for (auto& c : copies) {
-      items.push_back({std::move(c.actor), c.id, std::move(c.where), std::move(c.order)});
-      finishes->push_back(std::move(c.finish));
-    }
-    request(mover_of(d), caf::infinite, detail::move_batch_atom::value, std::move(items))
+  void send_batch(domain& d, std::vector<detail::pending_copy> copies) {
+    auto batch = detail::make_move_batch(std::move(copies));
+    auto finishes = std::make_shared<std::vector<std::function<void(detail::pull_result)>>>(
+        std::move(batch.finishes));
+    request(movers_.next(d), caf::infinite, detail::move_batch_atom::value, std::move(batch.items))
         .then(
             [finishes](detail::pull_outcomes& o) {
               for (std::size_t i = 0; i < finishes->size(); ++i)
@@ -557,24 +458,9 @@ private:
             });
   }
 
-  // A mover of domain `d`, in turn: one per worker of the domain (up to
-  // `movers_per_domain`), spawned on first use, so the batches of a long transfer are copied
-  // by as many cores as the domain has.
-  const caf::actor& mover_of(domain& d) {
-    auto& m = movers_[&d];
-    if (m.all.empty()) {
-      auto n = std::clamp<std::size_t>(d.system().scheduler().num_workers(), 1,
-                                       defaults::kvstore::movers_per_domain);
-      for (std::size_t i = 0; i < n; ++i)
-        m.all.push_back(detail::spawn_mover_actor(d));
-    }
-    return m.all[m.next++ % m.all.size()];
-  }
-
   // Moves a block one tier down to `target` (a demote_target), counted as a demotion.
   void demote(block_id id, location target, std::function<void(expected<void>)> done) {
-    ++demotions_;
-    bump(demotions_metric_);
+    metrics_.demoted();
     move(id, target, std::move(done));
   }
 
@@ -592,13 +478,8 @@ private:
       done({});
       return;
     }
-    bool from_device = !b.loc.on_disk() && pools_[b.loc.index()]->kind() == tier::device;
-    bool to_device = pools_[dest.index()]->kind() == tier::device;
-    bool promotion = to_device && !from_device;
-    bool direct =
-        !from_device || !to_device ||
-        pools_[b.loc.index()]->domain() == pools_[dest.index()]->domain() ||
-        (config_.pools[b.loc.index()].peer_access && config_.pools[dest.index()].peer_access);
+    bool promotion = places_.is_device(dest) && !places_.is_device(b.loc);
+    bool direct = places_.direct(b.loc, dest);
     auto go = [this, id](location target, std::function<void(expected<void>)> next) {
       run_waiting([this, id, target, next = std::move(next)]() mutable {
         if (!blocks_.count(id)) {
@@ -614,8 +495,9 @@ private:
         case room::wait:
           return false;
         case room::busy:
-          ++busy_;
-          next(make_error(errc::busy, loc_name(target) + " is full of blocks in use or pinned"));
+          metrics_.refused_busy();
+          next(make_error(errc::busy,
+                          places_.name_of(target) + " is full of blocks in use or pinned"));
           return true;
         }
         return true;
@@ -624,18 +506,13 @@ private:
     if (direct) {
       go(dest, [this, done, promotion](expected<void> r) {
         if (r && promotion) {
-          ++promotions_;
-          bump(promotions_metric_);
+          metrics_.promoted();
         }
         done(std::move(r));
       });
       return;
     }
-    std::optional<location> stage;
-    for (std::size_t i = 0; i < pools_.size(); ++i)
-      if (pools_[i]->kind() == tier::host &&
-          (!stage || pools_[i]->domain() == pools_[dest.index()]->domain()))
-        stage = location::of_pool(i);
+    auto stage = places_.staging_for(dest);
     if (!stage) {
       done(make_error(errc::unsupported, "no host pool to stage a device-to-device transfer"));
       return;
@@ -649,13 +526,13 @@ private:
     });
   }
 
-  // ---- operations ---------------------------------------------------------------------------
+  // -- operations --
 
   caf::result<kv_reply> on_put(kv_put put) {
     kv_reply bad;
-    auto found = find_pool(put.pool);
+    auto found = places_.find(put.pool);
     if (!found) {
-      bad.reason = "put: unknown pool '" + put.pool + "'; pools: " + pool_names();
+      bad.reason = "put: unknown pool '" + put.pool + "'; pools: " + places_.names();
       return bad;
     }
     const location loc = *found;
@@ -675,7 +552,7 @@ private:
         return bad;
       }
     if (waiting_.size() >= config_.max_waiting) {
-      ++busy_;
+      metrics_.refused_busy();
       bad.busy = true;
       bad.reason = "busy: " + std::to_string(waiting_.size()) + " operations wait for space";
       return bad;
@@ -700,7 +577,7 @@ private:
             auto& b = blocks_.at(h->second);
             ++b.refs;
             policy(b.loc).touched(b.id);
-            ++puts_shared_;
+            metrics_.put_shared();
             ids->push_back(b.id);
             *parent = hash;
             continue;
@@ -710,12 +587,12 @@ private:
         if (r == room::wait)
           return false;
         if (r == room::busy) {
-          ++busy_;
+          metrics_.refused_busy();
           for (auto id : *ids)
             release(id, false); // the new ones stay cached, unreferenced
           kv_reply busy;
           busy.busy = true;
-          busy.reason = "busy: pool '" + pools_[loc.index()]->name() +
+          busy.reason = "busy: pool '" + places_.name_of(loc) +
                         "' is full of blocks in use or pinned, and no tier below has room";
           promise.deliver(std::move(busy));
           return true;
@@ -822,7 +699,7 @@ private:
     });
     if (!expiry_scheduled_) {
       expiry_scheduled_ = true;
-      delayed_send(this, config_.expiry_period, expiry_atom::value);
+      delayed_send(this, config_.expiry_period, kv_expiry_atom::value);
     }
     return r;
   }
@@ -840,9 +717,8 @@ private:
         continue;
       }
       b.pinned = false;
-      ++pin_expiries_;
-      bump(expiries_metric_);
-      if (!b.loc.on_disk() && pools_[b.loc.index()]->kind() == tier::device)
+      metrics_.pin_expired();
+      if (places_.is_device(b.loc))
         expired.push_back(id);
     }
     for (auto id : expired)
@@ -855,7 +731,7 @@ private:
       });
     if (any) {
       expiry_scheduled_ = true;
-      delayed_send(this, config_.expiry_period, expiry_atom::value);
+      delayed_send(this, config_.expiry_period, kv_expiry_atom::value);
     }
   }
 
@@ -888,7 +764,7 @@ private:
         }
         auto target = demote_target(it->second);
         if (!target) {
-          ++busy_;
+          metrics_.refused_busy();
           done(make_error(
               errc::busy,
               "no tier below has room" +
@@ -903,12 +779,12 @@ private:
   caf::result<kv_reply> on_promote(const std::vector<block_id>& ids, const std::string& pool,
                                    bool device_only = true) {
     kv_reply bad;
-    auto found = find_pool(pool);
-    if (!found || (device_only && pools_[found->index()]->kind() != tier::device)) {
+    auto found = places_.find(pool);
+    if (!found || (device_only && !places_.is_device(*found))) {
       bad.reason = device_only
                        ? "promote: '" + pool +
-                             "' is not a device pool; device pools: " + pool_names(tier::device)
-                       : "transfer: unknown pool '" + pool + "'; pools: " + pool_names();
+                             "' is not a device pool; device pools: " + places_.names(tier::device)
+                       : "transfer: unknown pool '" + pool + "'; pools: " + places_.names();
       return bad;
     }
     const location dest = *found;
@@ -936,9 +812,8 @@ private:
       request(it->second.actor, caf::infinite, detail::block_read_atom::value, it->second.checksum)
           .then([this, id, promise](kv_bytes& r) mutable {
             if (!r.ok) {
-              ++checksum_failures_;
-              bump(checksum_metric_);
-              ++dropped_damaged_;
+              metrics_.checksum_failed();
+              metrics_.dropped_damaged();
               drop(id);
               r.reason += "; the block was dropped: recompute it";
             }
@@ -1027,15 +902,15 @@ private:
         return false;
       location loc = it->second.loc;
       if (loc.on_disk())
-        loc = first_host();
+        loc = places_.first_host();
       switch (ensure_room(loc)) {
       case room::wait:
         return false;
       case room::busy: {
-        ++busy_;
+        metrics_.refused_busy();
         kv_reply busy;
         busy.busy = true;
-        busy.reason = "busy: no room in '" + loc_name(loc) + "' for a copy";
+        busy.reason = "busy: no room in '" + places_.name_of(loc) + "' for a copy";
         promise.deliver(std::move(busy));
         return true;
       }
@@ -1062,8 +937,7 @@ private:
                    }
                    auto c = blocks_.find(copy_id);
                    if (!r.ok) {
-                     ++checksum_failures_;
-                     bump(checksum_metric_);
+                     metrics_.checksum_failed();
                      drop(copy_id);
                      out.reason = "cow: " + r.reason;
                    } else if (c != blocks_.end()) {
@@ -1080,13 +954,13 @@ private:
     return promise;
   }
 
-  // ---- start-up, stats, metrics -------------------------------------------------------------
+  // -- start-up, stats --
 
   // Indexes the blocks found on disk (content-addressed: the same prefix finds them again).
   void recover_disk() {
-    if (!disk_)
+    if (places_.disk() == nullptr)
       return;
-    for (const auto& e : disk_->recovered()) {
+    for (const auto& e : places_.disk()->recovered()) {
       auto id = next_id_++;
       auto& b = blocks_[id];
       b.id = id;
@@ -1096,9 +970,10 @@ private:
       b.indexed = true;
       b.loc = location::disk();
       b.checksum = e.checksum;
-      ++disk_blocks_;
+      places_.take(location::disk());
       b.actor = take_actor(*home_, id, where_is(b));
-      send(b.actor, detail::block_assign_atom::value, id, where_is(b)); // filled already
+      // Filled already. (Sent anonymously: a typed actor sends only to typed ones.)
+      caf::anon_send(b.actor, detail::block_assign_atom::value, id, where_is(b));
       by_hash_[b.hash] = id;
       policy(location::disk()).touched(id);
       announce(b);
@@ -1106,142 +981,40 @@ private:
     update_gauges();
   }
 
-  // The first host pool (the first pool when there is none).
-  location first_host() const {
-    for (std::size_t i = 0; i < pools_.size(); ++i)
-      if (pools_[i]->kind() == tier::host)
-        return location::of_pool(i);
-    return location::of_pool(0);
-  }
-
-  std::string pool_names(std::optional<tier> kind = std::nullopt) const {
-    std::string s;
-    for (auto& p : pools_)
-      if (!kind || p->kind() == *kind)
-        s += (s.empty() ? "" : ", ") + p->name();
-    return s.empty() ? "none" : s;
-  }
-
   kv_store_stats stats() const {
     kv_store_stats s;
-    for (auto& p : pools_)
-      s.pools.push_back({p->name(), std::string{to_string(p->kind())}, p->used(), p->capacity()});
-    if (disk_)
-      s.pools.push_back({"disk", "disk", disk_blocks_, disk_->capacity()});
+    s.pools = places_.pool_stats();
     s.blocks = blocks_.size();
-    s.puts_shared = puts_shared_;
-    s.bytes_moved = bytes_moved_;
-    s.transfers = transfers_;
-    s.demotions = demotions_;
-    s.promotions = promotions_;
-    s.evictions = evictions_;
-    s.pin_expiries = pin_expiries_;
-    s.checksum_failures = checksum_failures_;
-    s.dropped_damaged = dropped_damaged_;
-    s.disk_damaged_on_open = disk_ ? disk_->damaged_on_open() : 0;
-    s.busy = busy_;
-    s.actors_spawned = actors_spawned_;
+    metrics_.fill(s);
+    s.disk_damaged_on_open = places_.disk() ? places_.disk()->damaged_on_open() : 0;
     return s;
   }
 
-  static void bump(counter* c) {
-    if (c != nullptr)
-      c->inc();
-  }
-
-  void add_metrics() {
-    auto* m = config_.metrics;
-    if (m == nullptr)
-      return;
-    auto c = [&](const char* name, const char* help) -> counter* {
-      auto r = m->add_counter(name, help);
-      return r ? *r : nullptr;
-    };
-    evictions_metric_ = c("triad_kv_evictions_total", "KV blocks dropped for space.");
-    demotions_metric_ = c("triad_kv_demotions_total", "KV blocks moved a tier down.");
-    promotions_metric_ = c("triad_kv_promotions_total", "KV blocks moved into a device pool.");
-    expiries_metric_ = c("triad_kv_pin_expiries_total", "KV pins that reached their deadline.");
-    checksum_metric_ =
-        c("triad_kv_checksum_failures_total", "KV copies or reads that failed their check.");
-    for (auto t : {tier::device, tier::host, tier::disk}) {
-      auto lbl = labels{{"tier", std::string{to_string(t)}}};
-      auto b = m->add_gauge("triad_kv_blocks", "KV blocks held, by tier.", lbl);
-      auto y = m->add_gauge("triad_kv_bytes", "KV block bytes held, by tier.", lbl);
-      if (b && y)
-        tier_gauges_[static_cast<std::size_t>(t)] = {*b, *y};
-    }
-  }
-
-  void observe_transfer(tier from, tier to, double seconds) {
-    auto* m = config_.metrics;
-    if (m == nullptr)
-      return;
-    auto path = std::string{to_string(from)} + "->" + std::string{to_string(to)};
-    auto& slot = paths_[path];
-    if (slot.first == nullptr) {
-      auto b = m->add_counter("triad_kv_bytes_moved_total", "KV block bytes moved, by path.",
-                              {{"path", path}});
-      auto h = m->add_histogram("triad_kv_transfer_seconds", "KV block moves, by path.",
-                                default_duration_buckets(), {{"path", path}});
-      if (!b || !h)
-        return;
-      slot = {*b, *h};
-    }
-    slot.first->inc(static_cast<double>(config_.block_bytes));
-    slot.second->observe(seconds);
-  }
-
   void update_gauges() {
-    if (config_.metrics == nullptr)
-      return;
-    std::array<std::uint64_t, 3> n{};
-    for (auto& p : pools_)
-      n[static_cast<std::size_t>(p->kind())] += p->used();
-    n[static_cast<std::size_t>(tier::disk)] = disk_blocks_;
-    for (std::size_t t = 0; t < 3; ++t)
-      if (tier_gauges_[t].first != nullptr) {
-        tier_gauges_[t].first->set(static_cast<double>(n[t]));
-        tier_gauges_[t].second->set(static_cast<double>(n[t] * config_.block_bytes));
-      }
+    if (metrics_.exported())
+      metrics_.held(places_.blocks_by_tier());
   }
 
   domain_set* domains_;
   domain* home_;
   kv_store_config config_;
-  std::vector<std::unique_ptr<memory_pool>> pools_;
+  detail::locations places_;
+  kv_index_actor index_;
+  detail::store_metrics metrics_;     // after config_, which it is made from
   std::vector<domain*> pool_domains_; // by pool: the domain of its memory (else home_)
-  std::unique_ptr<disk_pool> disk_;
-  caf::actor index_;
-  std::vector<std::unique_ptr<eviction_policy>> policies_; // [0]: disk, [i + 1]: pools_[i]
+  std::vector<std::unique_ptr<eviction_policy>> policies_; // by location::entry()
   std::unordered_map<block_id, block_rec> blocks_;
   std::unordered_map<block_hash, block_id> by_hash_;
   std::deque<std::function<bool()>> waiting_;
   block_id next_id_ = 1;
-  std::size_t disk_blocks_ = 0;
   std::size_t moves_in_flight_ = 0;
-  std::vector<std::size_t> leaving_;                  // [0]: disk, [i + 1]: pools_[i]
+  std::vector<std::size_t> leaving_;                  // by location::entry()
   std::map<domain*, std::vector<caf::actor>> spares_; // idle block actors by domain
   std::uint32_t faults_ = 0;
   bool expiry_scheduled_ = false;
   bool waking_ = false;
-  struct domain_movers {
-    std::vector<caf::actor> all;
-    std::size_t next = 0; // the next batch's
-  };
-  std::map<domain*, domain_movers> movers_; // by domain
-  struct domain_outbox {
-    std::vector<pending_copy> copies;
-    std::size_t limit = defaults::kvstore::first_move_batch_blocks; // sent when this many
-  };
-  std::map<domain*, domain_outbox> outbox_; // copies of this turn, by domain
-  bool flush_pending_ = false;
-  std::uint64_t puts_shared_ = 0, bytes_moved_ = 0, transfers_ = 0, demotions_ = 0, promotions_ = 0,
-                evictions_ = 0, pin_expiries_ = 0, checksum_failures_ = 0, dropped_damaged_ = 0,
-                busy_ = 0, actors_spawned_ = 0;
-  counter *evictions_metric_ = nullptr, *demotions_metric_ = nullptr, *promotions_metric_ = nullptr,
-          *expiries_metric_ = nullptr, *checksum_metric_ = nullptr;
-  std::array<std::pair<gauge*, gauge*>, 3> tier_gauges_{};
-  std::map<std::string, std::pair<counter*, histogram*>> paths_;
+  detail::mover_pool movers_;                                   // by domain
+  detail::move_batcher<domain*, detail::pending_copy> batcher_; // copies of this turn
 };
 
 } // namespace
@@ -1275,9 +1048,14 @@ expected<kv_store> spawn_kv_store(domain_set& domains, domain& home, kv_store_co
       return d.error();
     disk = std::move(*d);
   }
+  std::vector<bool> peer_access;
+  for (const auto& p : config.pools)
+    peer_access.push_back(p.peer_access);
+  detail::locations places{std::move(pools), std::move(peer_access), std::move(disk),
+                           config.block_bytes};
   auto index = detail::spawn_index_actor(home, config.block_tokens, config.metrics);
-  auto store = home.spawn<store_actor>(&domains, &home, std::move(config), std::move(pools),
-                                       std::move(disk), index);
+  auto store =
+      home.spawn<store_actor>(&domains, &home, std::move(config), std::move(places), index);
   return kv_store{store, index};
 }
 

@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include <caf/actor.hpp>
 #include <caf/atom.hpp>
 #include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
 #include "kvstore/block.hpp"
 #include "kvstore/defaults.hpp"
@@ -57,7 +58,7 @@ using kv_cow_atom = caf::atom_constant<caf::atom("kvcow")>;
 /// Longest cached prefix of a token sequence, asked of the prefix index:
 /// `(.., std::vector<token>)` -> kv_prefix.
 using kv_lookup_atom = caf::atom_constant<caf::atom("kvlookup")>;
-/// A kv_store_stats snapshot: `(kv_stats_atom)`.
+/// A kv_store_stats snapshot: `(kv_stats_atom)`; asked of the prefix index, its hit counts.
 using kv_stats_atom = caf::atom_constant<caf::atom("kvstats")>;
 /// Fault injection for tests and drills: `(.., std::uint32_t n)` flips one bit in each of the
 /// next n transfers, after the copy and before its check.
@@ -183,11 +184,55 @@ typename Inspector::result_type inspect(Inspector& f, kv_store_stats& x) {
            x.dropped_damaged, x.disk_damaged_on_open, x.busy, x.actors_spawned);
 }
 
+/// The store's own, to its prefix index: records where a content-addressed block is:
+/// `(kv_index_put_atom, block_hash, block_id, std::uint8_t tier)` (a `tier` value); a later put
+/// of the same hash replaces it.
+using kv_index_put_atom = caf::atom_constant<caf::atom("iput")>;
+/// The store's own, to its prefix index: forgets a block: `(kv_index_erase_atom, block_hash,
+/// block_id)` (ignored when the hash now names another block).
+using kv_index_erase_atom = caf::atom_constant<caf::atom("ierase")>;
+/// The store's own timer: checks pins for expiry: `(kv_expiry_atom)`.
+using kv_expiry_atom = caf::atom_constant<caf::atom("kvexpiry")>;
+/// The store's own, at the end of a turn: sends the copies queued in it to the movers, one
+/// batch per destination domain: `(kv_flush_atom)`.
+using kv_flush_atom = caf::atom_constant<caf::atom("kvflush")>;
+
+/// The typed interface of a store's prefix index: kv_lookup_atom -> kv_prefix; kv_stats_atom
+/// -> std::vector<std::uint64_t>{device hits, host hits, disk hits, misses} (each full block of
+/// a lookup's query counts once); the last two are the store's own.
+using kv_index_actor =
+    caf::typed_actor<caf::replies_to<kv_lookup_atom, std::vector<token>>::with<kv_prefix>,
+                     caf::replies_to<kv_stats_atom>::with<std::vector<std::uint64_t>>,
+                     caf::reacts_to<kv_index_put_atom, block_hash, block_id, std::uint8_t>,
+                     caf::reacts_to<kv_index_erase_atom, block_hash, block_id>>;
+
+/// The typed interface of the store: a message it does not take is a compile error at the
+/// sender. Each kv_*_atom above documents its message and reply (kv_lookup_atom is passed on to
+/// the index, which answers); the last two are its own.
+using kv_store_actor = caf::typed_actor<
+    caf::replies_to<kv_put_atom, kv_put>::with<kv_reply>,
+    caf::replies_to<kv_acquire_atom, std::vector<block_id>>::with<kv_reply>,
+    caf::replies_to<kv_release_atom, std::vector<block_id>>::with<kv_reply>,
+    caf::replies_to<kv_free_atom, std::vector<block_id>>::with<kv_reply>,
+    caf::replies_to<kv_pin_atom, std::vector<block_id>, std::uint32_t>::with<kv_reply>,
+    caf::replies_to<kv_unpin_atom, std::vector<block_id>>::with<kv_reply>,
+    caf::replies_to<kv_demote_atom, std::vector<block_id>>::with<kv_reply>,
+    caf::replies_to<kv_promote_atom, std::vector<block_id>, std::string>::with<kv_reply>,
+    caf::replies_to<kv_transfer_atom, std::vector<block_id>, std::string>::with<kv_reply>,
+    caf::replies_to<kv_read_atom, block_id>::with<kv_bytes>,
+    caf::replies_to<kv_write_atom, block_id, std::uint64_t,
+                    std::vector<std::uint8_t>>::with<kv_reply>,
+    caf::replies_to<kv_cow_atom, block_id>::with<kv_reply>,
+    caf::replies_to<kv_lookup_atom, std::vector<token>>::with<kv_prefix>,
+    caf::replies_to<kv_stats_atom>::with<kv_store_stats>,
+    caf::reacts_to<kv_fault_atom, std::uint32_t>, caf::reacts_to<kv_expiry_atom>,
+    caf::reacts_to<kv_flush_atom>>;
+
 /// A running store: the store actor (lifecycle of every block) and its prefix index actor
 /// (lookups, so they never queue behind block moves).
 struct kv_store {
-  caf::actor store; ///< takes every kv_*_atom message but kv_lookup_atom
-  caf::actor index; ///< takes kv_lookup_atom
+  kv_store_actor store; ///< takes every kv_*_atom message (kv_lookup_atom: passed to the index)
+  kv_index_actor index; ///< takes kv_lookup_atom
 };
 
 /// Starts a store in `home` (the orchestration domain): opens the pools and the disk tier

@@ -11,10 +11,10 @@ namespace triad::detail {
 
 namespace {
 
-class index_actor : public homed_actor {
+class index_actor : public homed<kv_index_actor::base> {
 public:
   index_actor(caf::actor_config& cfg, std::size_t block_tokens, metrics_registry* metrics)
-      : homed_actor(cfg)
+      : homed(cfg)
       , block_tokens_(block_tokens) {
     if (metrics == nullptr)
       return;
@@ -31,12 +31,12 @@ public:
       miss_metric_ = *c;
   }
 
-  caf::behavior make_behavior() override {
+  behavior_type make_behavior() override {
     return {
-        [this](index_put_atom, block_hash hash, block_id id, std::uint8_t t) {
+        [this](kv_index_put_atom, block_hash hash, block_id id, std::uint8_t t) {
           map_[hash] = {id, static_cast<tier>(t)};
         },
-        [this](index_erase_atom, block_hash hash, block_id id) {
+        [this](kv_index_erase_atom, block_hash hash, block_id id) {
           auto it = map_.find(hash);
           if (it != map_.end() && it->second.id == id)
             map_.erase(it);
@@ -88,7 +88,8 @@ private:
 
 } // namespace
 
-caf::actor spawn_index_actor(domain& home, std::size_t block_tokens, metrics_registry* metrics) {
+kv_index_actor spawn_index_actor(domain& home, std::size_t block_tokens,
+                                 metrics_registry* metrics) {
   return home.spawn<index_actor>(block_tokens, metrics);
 }
 

@@ -82,8 +82,8 @@ struct fixture {
     (*self)->wait_for(kv.store);
   }
 
-  template<class R, class... Ts>
-  R ask(const caf::actor& to, Ts&&... xs) {
+  template<class R, class Handle, class... Ts>
+  R ask(const Handle& to, Ts&&... xs) {
     R out{};
     (*self)
         ->request(to, 20s, std::forward<Ts>(xs)...)
