@@ -483,13 +483,23 @@ private:
         s->state = seq_state::waiting;
     }
     job->imports.clear(); // the blobs' memory goes now, not with the next job
-    if (!starved_imports.empty() && !preempt_one()) // nothing to make room: they fail
-      for (auto& [id, error] : starved_imports)
-        if (auto* s = find(id)) {
-          emit(*s, device_event::failed, "KV import failed: " + error);
-          seqs_.erase(id);
-        }
+    // A starved import waits for another sequence to give up its KV; the victim is chosen once
+    // the job's results are applied (before, it could be a sequence of this very job, whose
+    // KV the results then count again). Nothing to make room: they fail.
+    const auto settle_starved_imports = [&] {
+      if (!starved_imports.empty() && !preempt_one())
+        for (auto& [id, error] : starved_imports)
+          if (auto* s = find(id)) {
+            emit(*s, device_event::failed, "KV import failed: " + error);
+            seqs_.erase(id);
+          }
+    };
+    const auto starved = [&](seq_id id) {
+      return std::any_of(starved_imports.begin(), starved_imports.end(),
+                         [id](const auto& si) { return si.first == id; });
+    };
     if (!r.output) {
+      settle_starved_imports();
       if (r.output.error().code == errc::exhausted && preempt_one()) {
         spare_job_ = std::move(job);
         return schedule();
@@ -529,7 +539,7 @@ private:
     }
     for (std::size_t i = 0; i < r.seqs.size(); ++i) {
       auto* s = find(r.seqs[i]);
-      if (s == nullptr) // freed while the step ran
+      if (s == nullptr || starved(r.seqs[i])) // freed while the step ran, or its import waits
         continue;
       s->computed += r.tokens[i];
       if (r.cached[i] != 0) {
@@ -569,6 +579,7 @@ private:
         emit(*s, device_event::done, ended);
       }
     }
+    settle_starved_imports();
     update_gauges();
     spare_job_ = std::move(job);
     schedule();

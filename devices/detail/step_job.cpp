@@ -40,6 +40,7 @@ void step_job::operator()() {
       im.error = ok.error().message;
       im.exhausted = ok.error().code == errc::exhausted;
       items[im.item].tokens.clear(); // leaves the step (attach_prefixes drops empty items)
+      result.tokens[im.item] = 0;    // and moves its sequence on by nothing
     }
   }
   auto& r = result;

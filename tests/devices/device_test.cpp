@@ -1,4 +1,5 @@
 #include <atomic>
+#include <functional>
 #include <semaphore>
 #include <thread>
 
@@ -32,8 +33,11 @@ struct device_fixture {
   device_fixture()
       : device_fixture(triad::device_options{}) {}
 
-  explicit device_fixture(triad::device_options options, std::uint64_t kv_budget = 32ull << 20,
-                          std::size_t page_tokens = 16) {
+  // `wrap` (optional) wraps the cpu backend (a test's forwarding_backend).
+  explicit device_fixture(
+      triad::device_options options, std::uint64_t kv_budget = 32ull << 20,
+      std::size_t page_tokens = 16,
+      std::function<std::unique_ptr<triad::backend>(std::unique_ptr<triad::backend>)> wrap = {}) {
     dom = std::make_unique<triad::domain>(0, std::vector<unsigned>{0, 1}, nullptr,
                                           triad::scheduler_config{});
     triad::cpu_backend_options o;
@@ -43,7 +47,10 @@ struct device_fixture {
     auto b = triad::cpu_backend::create(o);
     BOOST_REQUIRE(b.has_value());
     options.metrics = &metrics;
-    auto d = triad::spawn_device(*dom, std::move(*b), options);
+    std::unique_ptr<triad::backend> be = std::move(*b);
+    if (wrap)
+      be = wrap(std::move(be));
+    auto d = triad::spawn_device(*dom, std::move(be), options);
     BOOST_REQUIRE_MESSAGE(d.has_value(), (d ? "" : d.error().message));
     device = *d;
   }
@@ -460,6 +467,54 @@ BOOST_AUTO_TEST_CASE(a_shared_kv_blob_is_imported_without_a_copy_and_let_go_afte
   BOOST_TEST(p.decode(self, blob, first[0]) == reference);
   BOOST_TEST((blob->bytes == bytes));
   BOOST_TEST(blob.use_count() == 1); // the device let go of it once imported
+}
+
+// A backend whose first KV import answers exhausted: the pages the device counted free were
+// taken after all (by the prefix cache's shared pages, say).
+class import_starved_backend final : public triad::test::forwarding_backend {
+public:
+  using forwarding_backend::forwarding_backend;
+  triad::expected<void> import_kv(triad::seq_id s, std::span<const std::byte> b) override {
+    if (!refused_) {
+      refused_ = true;
+      return triad::make_error(triad::errc::exhausted, "injected: no KV pages");
+    }
+    return inner_->import_kv(s, b);
+  }
+
+private:
+  bool refused_ = false;
+};
+
+BOOST_AUTO_TEST_CASE(an_import_refused_for_lack_of_pages_waits_for_a_victim_and_then_decodes) {
+  prefill_then_decode p;
+  auto reference = p.reference();
+  device_fixture dec{prefill_then_decode::role("decode", triad::device_role::decode), 32ull << 20,
+                     16, [](std::unique_ptr<triad::backend> inner) {
+                       return std::make_unique<import_starved_backend>(std::move(inner));
+                     }};
+  caf::scoped_actor self{p.pre.dom->system()};
+  auto events = p.prefill_moving_out(self);
+  const auto first = tokens_of(events);
+  // A sequence decoding on the decode device: the victim that gives up its KV (in the same
+  // step job as the refused import, or done by then).
+  BOOST_REQUIRE(dec.submit(self, dec.request(2, 30, 40, self)).accepted);
+  auto cont = dec.request(1, 24, 7, self);
+  cont.prompt.push_back(first[0]);
+  triad::admission a;
+  self->request(dec.device, caf::infinite, triad::import_atom::value, events.back().kv, cont)
+      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
+  BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
+  auto all = dec.collect(self, 2);
+  for (const auto& [seq, list] : all)
+    for (const auto& e : list)
+      BOOST_TEST(e.kind != triad::device_event::failed, "sequence " << seq << ": " << e.message);
+  std::vector<triad::token> joined{first[0]};
+  const auto rest = tokens_of(all[1]);
+  joined.insert(joined.end(), rest.begin(), rest.end());
+  BOOST_TEST(joined == reference, boost::test_tools::per_element());
+  BOOST_TEST(tokens_of(all[2]).size() == 40u);
+  BOOST_TEST(dec.stats(self).preemptions >= 1u);
 }
 
 BOOST_AUTO_TEST_CASE(a_burst_of_exports_past_the_driver_queue_is_answered_in_full) {
