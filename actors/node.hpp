@@ -90,7 +90,7 @@ public:
   /// tool or an MCP server; empty otherwise.
   const std::optional<sandbox_result>& sandbox_report() const noexcept { return sandbox_; }
   /// The device actors by config name.
-  const std::vector<std::pair<std::string, caf::actor>>& devices() const noexcept {
+  const std::vector<std::pair<std::string, device_actor>>& devices() const noexcept {
     return devices_;
   }
 
@@ -132,7 +132,7 @@ private:
   // The tool service joins its workers (whose results go to actors in the domains) before.
   std::unique_ptr<domain_set> domains_;
   std::unique_ptr<tool_service> tools_;
-  std::vector<std::pair<std::string, caf::actor>> devices_;
+  std::vector<std::pair<std::string, device_actor>> devices_;
   std::vector<device_report> reports_;
   std::optional<sandbox_result> sandbox_;
   router_actor router_;

@@ -148,7 +148,7 @@ private:
   // A device where this request holds a sequence (once admitted) and, unless its KV is pinned
   // there across a tool call, a router slot.
   struct holding {
-    caf::actor device;
+    device_actor device;
     std::string name;
     seq_id seq = 0;             // 0: no sequence there
     bool slot = true;           // holds one of the router's slots of the device

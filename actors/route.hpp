@@ -70,7 +70,7 @@ struct route_order {
 /// The router's answer.
 struct route_reply {
   bool ok = false;            ///< false: refused (overloaded or no such device)
-  caf::actor device;          ///< the device actor
+  device_actor device;        ///< the device actor
   std::string name;           ///< its name, for release
   std::string reason;         ///< why refused, e.g. "overloaded, retry after 200 ms"
   std::uint32_t retry_ms = 0; ///< when refused as overloaded: when to retry

@@ -20,7 +20,7 @@ namespace triad {
 struct routed_device {
   std::string name;                     ///< its config name
   device_role role = device_role::both; ///< what it does
-  caf::actor actor;                     ///< its device actor
+  device_actor actor;                   ///< its device actor
   std::size_t slots = 1;                ///< requests it serves at once
 };
 

@@ -17,10 +17,6 @@ namespace triad {
 
 namespace {
 
-using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
-using retry_atom = caf::atom_constant<caf::atom("retry")>;
-using export_done_atom = caf::atom_constant<caf::atom("exportdone")>;
-
 // Per-device metrics, looked up once.
 struct device_metrics {
   gauge* queue = nullptr;
@@ -54,11 +50,11 @@ struct device_metrics {
   }
 };
 
-class device_actor : public homed_actor {
+class device_impl : public homed<device_actor::base> {
 public:
-  device_actor(caf::actor_config& cfg, std::shared_ptr<backend> be,
-               std::unique_ptr<driver_thread> driver, device_options options)
-      : homed_actor(cfg)
+  device_impl(caf::actor_config& cfg, std::shared_ptr<backend> be,
+              std::unique_ptr<driver_thread> driver, device_options options)
+      : homed(cfg)
       , backend_(std::move(be))
       , driver_(std::move(driver))
       , options_(std::move(options)) {
@@ -82,7 +78,7 @@ public:
       return;
     kv_reported_ = free;
     for (const auto& w : kv_watchers_)
-      send(w, kv_free_atom::value, address(), free, total);
+      caf::anon_send(w, kv_free_atom::value, address(), free, total);
   }
 
   // Sequences hold their requests' actors (sinks), export promises their callers and queued
@@ -100,7 +96,7 @@ public:
     kv_watchers_.clear();
   }
 
-  caf::behavior make_behavior() override {
+  behavior_type make_behavior() override {
     return {
         [this](generate_atom, generate_request& req) { return answer(admit(std::move(req))); },
         [this](park_atom, seq_id id) {
@@ -124,7 +120,7 @@ public:
           kv_watchers_.push_back(std::move(watcher));
           report_kv(true);
         },
-        [this](retry_atom) {
+        [this](device_retry_atom) {
           retry_pending_ = false;
           schedule();
         },
@@ -178,7 +174,7 @@ private:
     auto promise = make_response_promise<kv_blob>();
     auto key = next_promise_++;
     exports_.emplace(key, promise);
-    auto self = caf::actor_cast<caf::actor>(this);
+    auto self = caf::actor_cast<device_actor>(this);
     auto job = [be = backend_, id, key, self] {
       auto out = detail::export_blob(*be, id);
       kv_blob blob;
@@ -321,7 +317,7 @@ private:
   void retry_soon() {
     if (!retry_pending_) {
       retry_pending_ = true;
-      delayed_send(this, std::chrono::milliseconds{1}, retry_atom::value);
+      delayed_send(this, std::chrono::milliseconds{1}, device_retry_atom::value);
     }
   }
 
@@ -420,7 +416,7 @@ private:
     job->window = options_.burst_window;
     interrupt_->store(false, std::memory_order_relaxed);
     job->interrupt = interrupt_;
-    auto run = [job, reply_to = caf::actor_cast<caf::actor>(this)]() mutable {
+    auto run = [job, reply_to = caf::actor_cast<device_actor>(this)]() mutable {
       // The step itself is guarded in the job; this guards the imports, lookups and exports
       // around it, so a throw fails the job's sequences instead of leaving the device waiting
       // for a result forever.
@@ -608,9 +604,9 @@ private:
             std::vector<token> tokens = {}, kv_blob kv = {}) {
     if (!s.req.sink)
       return;
-    send(s.req.sink,
-         device_event{s.req.seq, kind, std::move(tokens), s.generated, std::move(message),
-                      static_cast<std::uint32_t>(s.cached), std::move(kv)});
+    caf::anon_send(s.req.sink,
+                   device_event{s.req.seq, kind, std::move(tokens), s.generated, std::move(message),
+                                static_cast<std::uint32_t>(s.cached), std::move(kv)});
   }
 
   device_stats snapshot() const {
@@ -646,7 +642,7 @@ private:
   detail::step_plan plan_;                      // the last plan (memory kept)
   std::shared_ptr<detail::step_job> spare_job_; // the job object filled again for the next job
   std::vector<seq_id> pending_frees_;
-  std::map<std::uint64_t, caf::response_promise> exports_;
+  std::map<std::uint64_t, caf::typed_response_promise<kv_blob>> exports_;
   std::uint64_t next_promise_ = 0;
   bool in_flight_ = false;
   // Raised when a message changes what the next step should hold: the driver ends a burst.
@@ -662,8 +658,8 @@ private:
 
 } // namespace
 
-expected<caf::actor> spawn_device(domain& home, std::unique_ptr<backend> be,
-                                  device_options options) {
+expected<device_actor> spawn_device(domain& home, std::unique_ptr<backend> be,
+                                    device_options options) {
   if (be == nullptr)
     return make_error(errc::invalid_argument, "device '" + options.name + "': no backend");
   if (options.max_sequences == 0 || options.step_token_budget == 0 ||
@@ -682,7 +678,7 @@ expected<caf::actor> spawn_device(domain& home, std::unique_ptr<backend> be,
   if (!driver)
     return driver.error();
   std::shared_ptr<backend> shared{std::move(be)};
-  return home.spawn<device_actor>(std::move(shared), std::move(*driver), std::move(options));
+  return home.spawn<device_impl>(std::move(shared), std::move(*driver), std::move(options));
 }
 
 } // namespace triad

@@ -9,6 +9,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
+#include <caf/typed_actor.hpp>
 
 #include "devices/backend.hpp"
 #include "devices/config.hpp"
@@ -53,6 +54,17 @@ using watch_kv_atom = caf::atom_constant<caf::atom("watchkv")>;
 /// A device's free KV pages (see watch_kv_atom): `(kv_free_atom, caf::actor_addr device,
 /// std::uint64_t free_pages, std::uint64_t total_pages)`.
 using kv_free_atom = caf::atom_constant<caf::atom("kvfree")>;
+
+/// A device's own: a step job came back from the driver thread (device.cpp).
+using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
+/// A device's own: try again to hand the backlog or a step to a full driver queue.
+using device_retry_atom = caf::atom_constant<caf::atom("devretry")>;
+/// A device's own: an export finished on the driver: `(export_done_atom, key, kv_blob, error)`.
+using export_done_atom = caf::atom_constant<caf::atom("exportdone")>;
+
+namespace detail {
+struct step_job;
+} // namespace detail
 
 /// A generation order for one sequence.
 struct generate_request {
@@ -208,14 +220,29 @@ struct device_options {
   metrics_registry* metrics = nullptr; ///< where per-device metrics go (may be null)
 };
 
+/// The messages a device actor takes (a wrong one is a compile error). The last three are its
+/// own, from its driver thread and timers.
+using device_actor = caf::typed_actor<
+    caf::replies_to<generate_atom, generate_request>::with<admission>,
+    caf::replies_to<import_atom, kv_blob, generate_request>::with<admission>,
+    caf::replies_to<import_atom, std::shared_ptr<const kv_blob>, generate_request>::with<admission>,
+    caf::reacts_to<park_atom, seq_id>, caf::reacts_to<resume_atom, seq_id, std::vector<token>>,
+    caf::reacts_to<free_atom, seq_id>, caf::replies_to<export_atom, seq_id>::with<kv_blob>,
+    caf::replies_to<move_out_atom, seq_id>::with<kv_blob>,
+    caf::replies_to<stats_atom>::with<device_stats>, caf::reacts_to<watch_kv_atom, caf::actor>,
+    caf::reacts_to<step_done_atom, std::shared_ptr<detail::step_job>>,
+    caf::reacts_to<device_retry_atom>,
+    caf::reacts_to<export_done_atom, std::uint64_t, kv_blob, std::string>>;
+
 /// Spawns a device actor in `home` owning `backend` and a driver thread that runs its steps.
 /// The actor admits sequences (answering busy at once when full), forms each step from running
 /// decodes and chunked prefills within the token budget, never blocks, and streams
 /// device_event messages to each request's sink.
-expected<caf::actor> spawn_device(domain& home, std::unique_ptr<backend> backend,
-                                  device_options options);
+expected<device_actor> spawn_device(domain& home, std::unique_ptr<backend> backend,
+                                    device_options options);
 
 } // namespace triad
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::device_event::kind_t)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const triad::kv_blob>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::detail::step_job>)

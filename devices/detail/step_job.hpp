@@ -192,4 +192,3 @@ struct step_job {
 
 } // namespace triad::detail
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::detail::step_job>)

@@ -9,16 +9,21 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A stand-in device (a dynamic actor answering the few messages the router sends) as the typed
+// handle the router takes: unchecked, as only those messages reach it.
+triad::device_actor as_device(const caf::actor& a) {
+  return caf::actor_cast<triad::device_actor>(a);
+}
+
 // A router over one device with one slot, in the orchestration domain of a test node; the
 // device actor is a stand-in (the router hands it out and asks it for stats).
 struct router_fixture {
   std::unique_ptr<triad::node> node = triad::test::start_node();
   caf::scoped_actor self{node->domains().orchestration().system()};
-  caf::actor device = self->spawn(
-      []() -> caf::behavior {
-        return {[](triad::stats_atom) { return triad::device_stats{}; },
-                [](triad::watch_kv_atom, caf::actor&) {}};
-      });
+  caf::actor device = self->spawn([]() -> caf::behavior {
+    return {[](triad::stats_atom) { return triad::device_stats{}; },
+            [](triad::watch_kv_atom, caf::actor&) {}};
+  });
   triad::router_actor router;
 
   explicit router_fixture(triad::schedule_policy policy, std::size_t slots = 1,
@@ -27,7 +32,7 @@ struct router_fixture {
     o.schedule = policy;
     o.busy_backoff = busy_backoff;
     router = triad::spawn_router(node->domains().orchestration(),
-                                 {{"dev0", triad::device_role::both, device, slots}}, o);
+                                 {{"dev0", triad::device_role::both, as_device(device), slots}}, o);
   }
 
   ~router_fixture() {
@@ -158,8 +163,8 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
   };
   auto full = device_using(90), roomy = device_using(10);
   auto router = triad::spawn_router(home,
-                                    {{"full", triad::device_role::decode, full, 1},
-                                     {"roomy", triad::device_role::decode, roomy, 1}},
+                                    {{"full", triad::device_role::decode, as_device(full), 1},
+                                     {"roomy", triad::device_role::decode, as_device(roomy), 1}},
                                     triad::orchestration_options{});
   auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
   self->request(router, 30s, triad::refresh_atom::value).receive([](bool) {}, fail);
@@ -188,9 +193,10 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_
     });
   };
   auto a = stand_in(), b = stand_in();
-  auto router = triad::spawn_router(
-      home, {{"a", triad::device_role::prefill, a, 2}, {"b", triad::device_role::prefill, b, 1}},
-      triad::orchestration_options{});
+  auto router = triad::spawn_router(home,
+                                    {{"a", triad::device_role::prefill, as_device(a), 2},
+                                     {"b", triad::device_role::prefill, as_device(b), 1}},
+                                    triad::orchestration_options{});
   auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
   std::vector<std::string> order;
   auto route = [&](std::vector<triad::block_hash> prefix) {

@@ -95,7 +95,7 @@ struct devices_fixture {
     return r;
   }
 
-  triad::admission admit(const caf::actor& device, triad::generate_request r) {
+  triad::admission admit(const triad::device_actor& device, triad::generate_request r) {
     triad::admission out;
     (*self)
         ->request(device, caf::infinite, triad::generate_atom::value, std::move(r))
@@ -120,7 +120,7 @@ struct devices_fixture {
     }
   }
 
-  triad::device_stats stats(const caf::actor& device) {
+  triad::device_stats stats(const triad::device_actor& device) {
     triad::device_stats st;
     (*self)
         ->request(device, caf::infinite, triad::stats_atom::value)
@@ -130,7 +130,7 @@ struct devices_fixture {
 
   triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
   std::optional<caf::scoped_actor> self{std::in_place, dom.system()};
-  std::vector<caf::actor> devices;
+  std::vector<triad::device_actor> devices;
 };
 
 std::vector<triad::token> prompt(std::size_t n) {

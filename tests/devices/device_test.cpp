@@ -106,7 +106,7 @@ struct device_fixture {
 
   triad::metrics_registry metrics;
   std::unique_ptr<triad::domain> dom;
-  caf::actor device;
+  triad::device_actor device;
 };
 
 std::vector<triad::token> tokens_of(const std::vector<triad::device_event>& events) {
@@ -527,7 +527,9 @@ BOOST_AUTO_TEST_CASE(a_burst_of_exports_past_the_driver_queue_is_answered_in_ful
   for (triad::seq_id s = 1; s <= n; ++s)
     BOOST_REQUIRE(f.submit(self, f.request(s, 20, 2, self)).accepted);
   f.collect(self, n);
-  std::vector<caf::response_handle<caf::blocking_actor, caf::message, true>> pending;
+  std::vector<
+      caf::response_handle<caf::blocking_actor, caf::detail::type_list<triad::kv_blob>, true>>
+      pending;
   for (triad::seq_id s = 1; s <= n; ++s)
     pending.push_back(self->request(f.device, caf::infinite, triad::export_atom::value, s));
   std::size_t answered = 0;
