@@ -494,8 +494,7 @@ private:
       return std::any_of(starved_imports.begin(), starved_imports.end(),
                          [id](const auto& si) { return si.first == id; });
     };
-    if (!r.output) {
-      settle_starved_imports();
+    if (!r.output) { // starved imports go with the job's sequences: retried, or failed below
       if (r.output.error().code == errc::exhausted && preempt_one()) {
         spare_job_ = std::move(job);
         return schedule();

@@ -144,8 +144,8 @@ struct device_stats {
   double busy_seconds = 0;       ///< time the driver spent in steps (modelled time for sim)
   /// CPU time of the driver thread inside the backend's steps (real, for sim too; a cpu
   /// backend's other compute-team threads are not in it): per step job, the thread's CPU over
-  /// its steps and token handling in the share of that wall time the steps took (an estimate
-  /// that reads the thread CPU clock twice per job, not per step).
+  /// its steps less the wall time between them (an estimate that reads the thread CPU clock
+  /// twice per job, not per step, and errs towards charging triad).
   double compute_cpu_seconds = 0;
   std::size_t kv_pages_used = 0;   ///< KV pages held
   std::size_t kv_pages_total = 0;  ///< KV pages of the budget

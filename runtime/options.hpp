@@ -387,21 +387,24 @@ inline constexpr std::string_view name_allowed = "1..64 characters from A-Z, a-z
 bool is_valid_name(std::string_view name) noexcept;
 
 /// The `name` key of an array's entries (S::name): required, a valid name (name_allowed), unique
-/// across the entries and none of `reserved`; `what` names it in messages ("device name").
+/// across the entries and none of `reserved`; `what` names it in messages ("device name"), and
+/// `invalid` (when given) is the problem of a name that is not valid ("not a valid <what>").
 template<class S>
 field<S> unique_name(std::string_view what, std::string_view across, std::string_view missing_why,
-                     std::span<const std::string_view> reserved = {}) {
+                     std::span<const std::string_view> reserved = {},
+                     std::string_view invalid = {}) {
   std::string allowed{name_allowed};
   if (!reserved.empty())
     allowed += "; unique across " + std::string{across} + "; not a built-in name (" +
                join(reserved, true) + ")";
-  auto read = [what, across, reserved, allowed](table& t, S& out) {
+  auto read = [what, across, reserved, allowed, invalid](table& t, S& out) {
     std::string name;
     const state s = t.string("name", allowed, name);
     if (s != state::valid)
       return s;
     if (!is_valid_name(name)) {
-      t.fail("name", "not a valid " + std::string{what}, allowed);
+      t.fail("name", invalid.empty() ? "not a valid " + std::string{what} : std::string{invalid},
+             allowed);
       return state::invalid;
     }
     if (contains(reserved, name)) {

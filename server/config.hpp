@@ -40,16 +40,26 @@ inline const options::section<server_config>& server_section() {
       "server",
       false,
       {
-          options::text<c>("listen", &c::listen,
-                           "an IPv4 or IPv6 address, e.g. \"127.0.0.1\" or \"::\"",
-                           "the address triad-node listens on", false,
-                           [](const std::string& v) -> const char* {
-                             unsigned char addr[16];
-                             return ::inet_pton(AF_INET, v.c_str(), addr) != 1 &&
-                                            ::inet_pton(AF_INET6, v.c_str(), addr) != 1
-                                        ? "not an IP address"
-                                        : nullptr;
-                           }),
+          // A value of the wrong type and one that is no address say what is allowed in
+          // their own words (as before the sections).
+          options::custom<c>(
+              "listen", "an IPv4 or IPv6 address", "the address triad-node listens on",
+              [](options::table& t, c& out) {
+                std::string value;
+                const auto s = t.string("listen", "an IPv4 or IPv6 address", value);
+                if (s != options::state::valid)
+                  return s;
+                unsigned char addr[16];
+                if (::inet_pton(AF_INET, value.c_str(), addr) != 1 &&
+                    ::inet_pton(AF_INET6, value.c_str(), addr) != 1) {
+                  t.fail("listen", "not an IP address",
+                         "an IPv4 or IPv6 address, e.g. \"127.0.0.1\" or \"::\"");
+                  return options::state::invalid;
+                }
+                out.listen = std::move(value);
+                return s;
+              },
+              [](const c& v) -> std::optional<std::string> { return options::quote(v.listen); }),
           options::integer("port", &c::port, {0, 65535}, "the port; 0 = any free port"),
           options::text<c>("api_key_env", &c::api_key_env, "an environment variable name",
                            "the variable holding the bearer token; empty = no authentication"),

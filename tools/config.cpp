@@ -46,7 +46,8 @@ const options::section<mcp_server_entry>& mcp_server_section() {
       true,
       {
           options::unique_name<c>("MCP server name", "MCP servers",
-                                  " (every MCP server needs a name: its tools are <name>__<tool>)"),
+                                  " (every MCP server needs a name: its tools are <name>__<tool>)",
+                                  {}, "not a valid name"),
           options::strings<c>("command", &c::command, std::string{command_allowed},
                               "the program to start and its arguments")
               .required(" (the program to start and its arguments)"),

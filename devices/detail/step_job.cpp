@@ -52,10 +52,12 @@ void step_job::operator()() {
     r.output = expected<void>{};
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  // The backend's share of the driver's CPU: the thread's CPU over the burst, in the share of
-  // its wall time the steps took. The thread CPU clock is a system call (about 0.5 us on a VM):
-  // read around every step it cost more than a zero-time sim step and was charged half to
-  // triad, half to the backend; the steady clock is read in user space.
+  // The backend's share of the driver's CPU: the thread's CPU over the burst less the wall time
+  // between its steps (choosing and sending tokens: CPU work, so a preempted thread charges
+  // more to triad, never less; a backend that waits in its steps, as a timed sim, counts
+  // nothing for the wait). The thread CPU clock is a system call (about 0.5 us on a VM): read
+  // around every step it cost more than a zero-time sim step, half of it charged to triad; the
+  // steady clock is read in user space.
   const double cpu_start = batch.empty() ? 0.0 : thread_cpu_seconds();
   clock::duration in_steps{};
   std::vector<step_item> next; // the burst's later steps: one token per item
@@ -108,9 +110,9 @@ void step_job::operator()() {
     live.swap(next_live);
   }
   if (in_steps.count() > 0) {
-    const double wall = std::chrono::duration<double>(clock::now() - start).count();
-    const double share = std::min(1.0, std::chrono::duration<double>(in_steps).count() / wall);
-    r.compute_cpu_seconds = (thread_cpu_seconds() - cpu_start) * share;
+    const double cpu = thread_cpu_seconds() - cpu_start;
+    const double between = std::chrono::duration<double>(clock::now() - start - in_steps).count();
+    r.compute_cpu_seconds = std::max(0.0, cpu - between);
   }
   for (auto& mo : move_outs)
     export_if_ended(mo);

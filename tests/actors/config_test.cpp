@@ -289,10 +289,11 @@ BOOST_AUTO_TEST_CASE(reference_config_documents_every_key_of_every_section) {
   // Where each section's part of the file starts: its header, or for an array of tables the
   // comment that documents its keys ("zero or more [[devices]] entries").
   const auto start_of = [&](const config_key& k) -> std::size_t {
-    const std::string header = k.array ? "[[" + std::string{k.section} + "]]"
-                                       : "[" + std::string{k.section} + "]";
+    const std::string header =
+        k.array ? "[[" + std::string{k.section} + "]]" : "[" + std::string{k.section} + "]";
     for (std::size_t i = 0; i < lines.size(); ++i)
-      if (lines[i] == header || (k.array && lines[i].find(header + " entries") != std::string::npos))
+      if (lines[i] == header ||
+          (k.array && lines[i].find(header + " entries") != std::string::npos))
         return i;
     return lines.size();
   };
@@ -321,8 +322,8 @@ BOOST_AUTO_TEST_CASE(reference_config_documents_every_key_of_every_section) {
     bool found = false;
     for (std::size_t i = starts[n]; i < end && !found; ++i)
       found = documents(lines[i]);
-    BOOST_TEST(found, "config/triad.example.toml does not document " << keys[n].section << "."
-                                                                     << key);
+    BOOST_TEST(found,
+               "config/triad.example.toml does not document " << keys[n].section << "." << key);
   }
 }
 
@@ -436,6 +437,8 @@ BOOST_AUTO_TEST_CASE(mcp_servers_are_read_and_checked) {
                           "env = [\"PATH\"]\n"),
                  {"mcp_servers[0].env[0] = \"PATH\"", "not KEY=value"});
   check_contains(error_of("[[mcp_servers]]\ncommand = [\"/bin/x\"]\n"), {"mcp_servers[0]", "name"});
+  check_contains(error_of("[[mcp_servers]]\nname = \"a b\"\ncommand = [\"/bin/x\"]\n"),
+                 {"mcp_servers[0].name = \"a b\": not a valid name; allowed: 1..64"});
   check_contains(error_of("[[mcp_servers]]\nname = \"fs\"\ncommand = [\"/bin/x\"]\n"
                           "read_write = [\"srv\"]\n"),
                  {"mcp_servers[0].read_write[0] = \"srv\"", "not an absolute path"});
@@ -509,6 +512,9 @@ BOOST_AUTO_TEST_CASE(the_server_section_is_read_and_checked) {
   BOOST_TEST(parsed->server.drain_timeout_ms == defaults::server::drain_timeout_ms);
   check_contains(error_of("[server]\nlisten = \"localhost\"\n"),
                  {"triad.toml:2:10: ", "server.listen = \"localhost\"", "not an IP address"});
+  BOOST_TEST(error_of("[server]\nlisten = 1\n") ==
+             "triad.toml:2:10: server.listen = 1: wrong type (integer); allowed: an IPv4 or IPv6 "
+             "address");
   check_contains(error_of("[server]\nport = 70000\n"),
                  {"server.port = 70000", "out of range", "allowed: integer 0..65535"});
   check_contains(error_of("[server]\ntls = true\n"), {"server.tls", "unknown key"});
