@@ -17,26 +17,32 @@ std::vector<std::string_view> top_level_keys() {
           mcp_server_section().name};
 }
 
-template<class S>
-void append_keys(std::vector<config_key>& out, const options::section<S>& s) {
-  for (const auto& f : s.fields)
-    out.push_back({s.name, s.array, f.key, f.allowed, f.doc});
+/// Calls `f(section, member)` for every section of the node's file, in file order: the one list
+/// that reading, writing and the key list follow. Sim profiles come before devices, so a sim
+/// device may name a profile defined anywhere in the file.
+template<class Config, class F>
+void for_each_section(Config& config, F&& f) {
+  f(topology_section(), config.topology);
+  f(scheduler_section(), config.scheduler);
+  f(tools_section(), config.tools);
+  f(limits_section(), config.limits);
+  f(server_section(), config.server);
+  f(model_section(), config.model);
+  f(orchestration_section(), config.orchestration);
+  f(sim_profile_section(), config.sim_profiles);
+  f(device_section(config.sim_profiles), config.devices);
+  f(mcp_server_section(), config.mcp_servers);
 }
 
 } // namespace
 
 std::vector<config_key> config_keys() {
   std::vector<config_key> out;
-  append_keys(out, topology_section());
-  append_keys(out, scheduler_section());
-  append_keys(out, tools_section());
-  append_keys(out, limits_section());
-  append_keys(out, server_section());
-  append_keys(out, model_section());
-  append_keys(out, orchestration_section());
-  append_keys(out, sim_profile_section());
-  append_keys(out, device_section({}));
-  append_keys(out, mcp_server_section());
+  const node_config none;
+  for_each_section(none, [&out](const auto& s, const auto&) {
+    for (const auto& f : s.fields)
+      out.push_back({s.name, s.array, f.key, f.allowed, f.doc});
+  });
   return out;
 }
 
@@ -49,17 +55,7 @@ expected<node_config> parse_config(std::string_view toml_text, std::string_view 
     const auto keys = top_level_keys();
     doc->check_top_level(keys);
     node_config config;
-    doc->read(topology_section(), config.topology);
-    doc->read(scheduler_section(), config.scheduler);
-    doc->read(tools_section(), config.tools);
-    doc->read(limits_section(), config.limits);
-    doc->read(server_section(), config.server);
-    doc->read(model_section(), config.model);
-    doc->read(orchestration_section(), config.orchestration);
-    // Sim profiles first: a sim device may name one defined anywhere in the file.
-    doc->read(sim_profile_section(), config.sim_profiles);
-    doc->read(device_section(config.sim_profiles), config.devices);
-    doc->read(mcp_server_section(), config.mcp_servers);
+    for_each_section(config, [&doc](const auto& s, auto& member) { doc->read(s, member); });
     if (auto ok = doc->finish(); !ok)
       return ok.error();
     return config;
@@ -116,16 +112,8 @@ expected<node_config> load_config(const std::filesystem::path& file) {
 
 std::string to_toml(const node_config& config) {
   std::string out = "# triad node configuration\n";
-  options::render(out, topology_section(), config.topology);
-  options::render(out, scheduler_section(), config.scheduler);
-  options::render(out, tools_section(), config.tools);
-  options::render(out, limits_section(), config.limits);
-  options::render(out, server_section(), config.server);
-  options::render(out, model_section(), config.model);
-  options::render(out, orchestration_section(), config.orchestration);
-  options::render(out, sim_profile_section(), config.sim_profiles);
-  options::render(out, device_section(config.sim_profiles), config.devices);
-  options::render(out, mcp_server_section(), config.mcp_servers);
+  for_each_section(config,
+                   [&out](const auto& s, const auto& member) { options::render(out, s, member); });
   return out;
 }
 

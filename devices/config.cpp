@@ -1,7 +1,6 @@
 #include "devices/config.hpp"
 
 #include <algorithm>
-#include <limits>
 
 namespace triad {
 
@@ -29,8 +28,6 @@ static_assert(options::contains(sim_device_profiles, defaults::device::sim_profi
               "the default sim profile must be a built-in one");
 // model_config's `dtype` initializer must be defaults::model::dtype.
 static_assert(options::name_of(model_dtype_names, model_config{}.dtype) == defaults::model::dtype);
-
-constexpr options::int_range domain_id_range{0, std::numeric_limits<unsigned>::max()};
 
 /// Reports device key `key`, which only backend `only` takes, given for another backend.
 void refuse_for_backend(options::table& t, std::string_view key, std::string_view only,
@@ -113,7 +110,7 @@ const options::section<sim_profile_config>& sim_profile_section() {
       "sim_profiles",
       true,
       {
-          options::unique_name<c>("sim profile name", "sim profiles",
+          options::unique_name<c>("sim profile", "sim profiles",
                                   " (every sim profile needs a name)", sim_device_profiles),
           figure("peak_tflops", &c::peak_tflops, "dense TFLOP/s"),
           figure("memory_bandwidth_gb_s", &c::memory_bandwidth_gb_s, "memory bandwidth, GB/s"),
@@ -194,7 +191,7 @@ options::section<device_config> device_section(std::span<const sim_profile_confi
       "devices",
       true,
       {
-          options::unique_name<c>("device name", "devices", " (every device needs a name)"),
+          options::unique_name<c>("device", "devices", " (every device needs a name)"),
           options::choice("backend", &c::backend, device_backend_names,
                           "what runs the device's work: \"cpu\" (real), \"sim\" (simulated)"),
           options::choice("role", &c::role, device_role_names, "what the device does"),
@@ -202,7 +199,7 @@ options::section<device_config> device_section(std::span<const sim_profile_confi
                            "an hwloc OS device name such as \"nvml0\" or \"cuda0\"",
                            "the hwloc OS device this device is", true)
               .written_if([](const c& d) { return !d.topology_device.empty(); }),
-          options::integer("domain", &c::domain, domain_id_range,
+          options::integer("domain", &c::domain, options::domain_id_range,
                            "NUMA domain of a device without a topology device"),
           options::custom<c>("profile", "a profile name", "the accelerator a sim device models",
                              read_profile,

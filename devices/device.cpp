@@ -321,11 +321,6 @@ private:
     }
   }
 
-  // Pages a sequence of `tokens` tokens holds.
-  std::size_t pages_for(std::size_t tokens) const {
-    return (tokens + kv_.page_tokens - 1) / kv_.page_tokens;
-  }
-
   // What the planner sees of the sequences (plan_state_, its memory kept between calls).
   const detail::step_state& plan_state() {
     auto& st = plan_state_;
@@ -357,8 +352,8 @@ private:
       auto* s = find(id);
       emit(*s, device_event::failed,
            "sequence of " + std::to_string(s->tokens.size()) + " tokens needs " +
-               std::to_string(pages_for(s->tokens.size())) + " KV pages; device " + options_.name +
-               " has " + std::to_string(kv_.pages_total));
+               std::to_string(detail::pages_for(s->tokens.size(), kv_.page_tokens)) +
+               " KV pages; device " + options_.name + " has " + std::to_string(kv_.pages_total));
       pending_frees_.push_back(id);
       seqs_.erase(id);
     }

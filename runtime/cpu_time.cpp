@@ -1,5 +1,7 @@
 #include "runtime/cpu_time.hpp"
 
+#include <ctime>
+
 #include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -17,6 +19,12 @@ cpu_times process_cpu() {
     return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
   };
   return {sec(ru.ru_utime), sec(ru.ru_stime)};
+}
+
+double this_thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
 std::vector<thread_cpu_time> process_threads_cpu() {

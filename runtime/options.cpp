@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -205,6 +206,13 @@ std::string number_allowed(number_bound bound) {
 
 bool is_valid_name(std::string_view name) noexcept {
   return name.size() <= 64 && is_bare_key(name);
+}
+
+static_assert(domain_id_range.max == std::numeric_limits<unsigned>::max());
+
+std::string domain_ids_allowed() {
+  return "an array of distinct integers " + std::to_string(domain_id_range.min) + ".." +
+         std::to_string(domain_id_range.max);
 }
 
 std::string format_strings(const std::vector<std::string>& values) {
@@ -435,10 +443,7 @@ state table::number(std::string_view key, number_bound bound, double& out) {
 }
 
 state table::domain_ids(std::string_view key, std::vector<unsigned>& out) {
-  constexpr int_range domain_id_range{0, std::numeric_limits<unsigned>::max()};
-  const std::string allowed = "an array of distinct integers " +
-                              std::to_string(domain_id_range.min) + ".." +
-                              std::to_string(domain_id_range.max);
+  const std::string allowed = domain_ids_allowed();
   std::vector<unsigned> ids;
   const state s = self_->each(
       key, allowed, [&](const toml::node& element, const std::string& at, position pos) {

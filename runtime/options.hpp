@@ -33,6 +33,9 @@ struct number_bound {
   bool exclusive; ///< whether the bound itself is refused
 };
 
+/// NUMA domain ids (hwloc OS indexes): any unsigned integer.
+inline constexpr int_range domain_id_range{0, 4294967295};
+
 /// Numbers greater than zero.
 inline constexpr number_bound positive{0.0, true};
 /// Numbers zero or greater.
@@ -66,6 +69,8 @@ constexpr bool contains(std::span<const std::string_view> names, std::string_vie
 std::string join(std::span<const std::string_view> names, bool quoted);
 /// "integer MIN..MAX".
 std::string range_allowed(int_range range);
+/// "an array of distinct integers 0..4294967295": what a list of domain ids takes.
+std::string domain_ids_allowed();
 /// "a finite number (integer or float) > MIN" (or >=).
 std::string number_allowed(number_bound bound);
 /// The names of an enum's values, each a TOML string, joined by ", ".
@@ -330,7 +335,7 @@ field<S> number(std::string_view key, double S::*member, number_bound bound, std
 /// An array of distinct NUMA domain ids.
 template<class S>
 field<S> domain_ids(std::string_view key, std::vector<unsigned> S::*member, std::string_view doc) {
-  field<S> f{key, "an array of distinct integers 0..4294967295", doc, {}, {}};
+  field<S> f{key, domain_ids_allowed(), doc, {}, {}};
   f.read = [key, member](table& t, S& s) { return t.domain_ids(key, s.*member); };
   f.write = [member](const S& s) -> std::optional<std::string> { return format_ids(s.*member); };
   return f;
@@ -387,31 +392,29 @@ inline constexpr std::string_view name_allowed = "1..64 characters from A-Z, a-z
 bool is_valid_name(std::string_view name) noexcept;
 
 /// The `name` key of an array's entries (S::name): required, a valid name (name_allowed), unique
-/// across the entries and none of `reserved`; `what` names it in messages ("device name"), and
-/// `invalid` (when given) is the problem of a name that is not valid ("not a valid <what>").
+/// across the entries and none of `reserved`. `noun` names an entry in messages ("device":
+/// "not a valid device name", "duplicate device name", "the name of a built-in device");
+/// `invalid` (when given) replaces the problem of a name that is not valid.
 template<class S>
-field<S> unique_name(std::string_view what, std::string_view across, std::string_view missing_why,
+field<S> unique_name(std::string_view noun, std::string_view across, std::string_view missing_why,
                      std::span<const std::string_view> reserved = {},
                      std::string_view invalid = {}) {
   std::string allowed{name_allowed};
   if (!reserved.empty())
     allowed += "; unique across " + std::string{across} + "; not a built-in name (" +
                join(reserved, true) + ")";
-  auto read = [what, across, reserved, allowed, invalid](table& t, S& out) {
+  const std::string what = std::string{noun} + " name";
+  auto read = [noun, what, across, reserved, allowed, invalid](table& t, S& out) {
     std::string name;
     const state s = t.string("name", allowed, name);
     if (s != state::valid)
       return s;
     if (!is_valid_name(name)) {
-      t.fail("name", invalid.empty() ? "not a valid " + std::string{what} : std::string{invalid},
-             allowed);
+      t.fail("name", invalid.empty() ? "not a valid " + what : std::string{invalid}, allowed);
       return state::invalid;
     }
     if (contains(reserved, name)) {
-      std::string_view thing = what; // "sim profile name" -> "sim profile"
-      if (thing.ends_with(" name"))
-        thing.remove_suffix(5);
-      t.fail("name", "the name of a built-in " + std::string{thing}, allowed);
+      t.fail("name", "the name of a built-in " + std::string{noun}, allowed);
       return state::invalid;
     }
     if (!t.claim_unique("name", name, what, across))

@@ -45,7 +45,7 @@ const options::section<mcp_server_entry>& mcp_server_section() {
       "mcp_servers",
       true,
       {
-          options::unique_name<c>("MCP server name", "MCP servers",
+          options::unique_name<c>("MCP server", "MCP servers",
                                   " (every MCP server needs a name: its tools are <name>__<tool>)",
                                   {}, "not a valid name"),
           options::strings<c>("command", &c::command, std::string{command_allowed},

@@ -1,18 +1,13 @@
 #include "devices/detail/step_job.hpp"
 
 #include <algorithm>
-#include <ctime>
 #include <exception>
 
 #include <caf/send.hpp>
 
-namespace triad::detail {
+#include "runtime/cpu_time.hpp"
 
-double thread_cpu_seconds() {
-  timespec t{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
+namespace triad::detail {
 
 expected<kv_blob> export_blob(backend& be, seq_id seq) {
   auto bytes = be.export_kv(seq);
@@ -58,7 +53,7 @@ void step_job::operator()() {
   // nothing for the wait). The thread CPU clock is a system call (about 0.5 us on a VM): read
   // around every step it cost more than a zero-time sim step, half of it charged to triad; the
   // steady clock is read in user space.
-  const double cpu_start = batch.empty() ? 0.0 : thread_cpu_seconds();
+  const double cpu_start = batch.empty() ? 0.0 : this_thread_cpu_seconds();
   clock::duration in_steps{};
   std::vector<step_item> next; // the burst's later steps: one token per item
   std::vector<std::size_t> next_live;
@@ -110,7 +105,7 @@ void step_job::operator()() {
     live.swap(next_live);
   }
   if (in_steps.count() > 0) {
-    const double cpu = thread_cpu_seconds() - cpu_start;
+    const double cpu = this_thread_cpu_seconds() - cpu_start;
     const double between = std::chrono::duration<double>(clock::now() - start - in_steps).count();
     r.compute_cpu_seconds = std::max(0.0, cpu - between);
   }

@@ -43,9 +43,6 @@ struct step_result {
   kv_usage kv;
 };
 
-// The calling thread's CPU time so far, in seconds.
-double thread_cpu_seconds();
-
 // How one sequence's tokens are chosen. Made at admission and then only used on the driver
 // thread, which does the choosing: the actor reads its constant fields alone, and a sequence has
 // one step job in flight at a time.
@@ -191,4 +188,3 @@ struct step_job {
 };
 
 } // namespace triad::detail
-

@@ -4,15 +4,6 @@
 
 namespace triad::detail {
 
-namespace {
-
-/// Pages a sequence of `tokens` tokens holds.
-std::size_t pages_for(std::size_t tokens, std::size_t page_tokens) {
-  return (tokens + page_tokens - 1) / page_tokens;
-}
-
-} // namespace
-
 void plan_step(const step_state& state, step_plan& out) {
   out.items.clear();
   out.too_large.clear();

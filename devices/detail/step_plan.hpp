@@ -72,6 +72,11 @@ struct step_plan {
   std::vector<std::size_t> order;
 };
 
+/// Pages a sequence of `tokens` tokens holds, at `page_tokens` (>= 1) tokens per page.
+constexpr std::size_t pages_for(std::size_t tokens, std::size_t page_tokens) noexcept {
+  return (tokens + page_tokens - 1) / page_tokens;
+}
+
 /// Plans the next step of `state` into `out` (cleared first; its vectors keep their memory, so
 /// a device plans without allocating once warm).
 void plan_step(const step_state& state, step_plan& out);

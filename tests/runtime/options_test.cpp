@@ -27,7 +27,7 @@ const options::section<widget_config>& widget_section() {
       "widgets",
       true,
       {
-          options::unique_name<c>("widget name", "widgets", " (every widget needs a name)"),
+          options::unique_name<c>("widget", "widgets", " (every widget needs a name)"),
           options::integer("count", &c::count, {1, 10}, "widgets made"),
           options::integer("period_ms", &c::period, {1, 1000}, "how often"),
           options::boolean<c>("enabled", &c::enabled, "whether it runs"),
