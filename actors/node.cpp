@@ -4,6 +4,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/kv_link.hpp"
 #include "actors/router.hpp"
 #include "devices/cpu/cpu_backend.hpp"
 #include "devices/device.hpp"
@@ -67,6 +68,31 @@ struct node::live_set {
   std::map<std::uint64_t, caf::actor> requests;
 };
 
+expected<void> node::start_kv_store(node& n, const node_config& config, std::size_t block_bytes) {
+  auto& home = n.domains_->orchestration();
+  kv_store_config c;
+  c.block_tokens = config.model.page_tokens;
+  c.block_bytes = block_bytes;
+  kv_pool_config host;
+  host.name = "host" + std::to_string(home.id());
+  host.kind = tier::host;
+  host.domain = home.id();
+  host.capacity_bytes = config.kvstore.host_mib << 20;
+  c.pools.push_back(host);
+  if (!config.kvstore.disk_dir.empty()) {
+    c.disk_dir = config.kvstore.disk_dir;
+    c.disk_capacity_bytes = config.kvstore.disk_mib << 20;
+  }
+  c.topo = config.topology.source == topology_source::machine ? n.topo_.get() : nullptr;
+  c.metrics = &n.metrics_;
+  auto store = spawn_kv_store(*n.domains_, home, std::move(c));
+  if (!store)
+    return make_error(store.error().code, "[kvstore]: " + store.error().message);
+  n.kv_ = *store;
+  n.kv_tier_ = make_store_tier(home, *store, host.name, config.model.page_tokens, block_bytes);
+  return {};
+}
+
 expected<std::unique_ptr<node>> node::start(const node_config& config, node_options options) {
   // The served context fits the model's own (checked before anything starts).
   if (auto shape = model_preset(config.model.preset);
@@ -129,9 +155,18 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     report.kernel = (*be)->kernel();
     report.team = compute.team.size();
     describe_compute(config, **be, report);
+    // The KV store, at the first device whose pages can leave it: its blocks are that
+    // device's pages (a device whose pages have another size is not connected to it).
+    if (!n->kv_tier_ && config.kvstore.host_mib > 0 && (*be)->page_payload_bytes() > 0) {
+      auto started = start_kv_store(*n, config, (*be)->page_payload_bytes());
+      if (!started)
+        return started.error();
+    }
+    report.kv_store = n->kv_tier_ && (*be)->page_payload_bytes() == n->kv_tier_->block_bytes();
     add_device_info(n->metrics_, report);
     n->reports_.push_back(report);
     device_options o;
+    o.tier = n->kv_tier_;
     o.name = dev.name;
     o.role = dev.role;
     o.queue_capacity = dev.queue_capacity;
@@ -284,8 +319,14 @@ void node::stop() {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   if (router_)
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
-  // In reverse start order (the members' order in node.hpp): tools, then the domains.
+  // In reverse start order (the members' order in node.hpp): tools, the KV store, then the
+  // domains.
   tools_.reset();
+  kv_tier_.reset();
+  if (kv_) {
+    caf::anon_send_exit(kv_->store, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(kv_->index, caf::exit_reason::user_shutdown);
+  }
   if (domains_)
     domains_->stop();
 }

@@ -18,6 +18,8 @@
 #include "actors/node_config.hpp"
 #include "actors/request.hpp"
 #include "actors/session.hpp"
+#include "devices/kv_tier.hpp"
+#include "kvstore/store.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/placement.hpp"
@@ -60,6 +62,9 @@ struct device_report {
   std::string path;     ///< cpu devices: the matmul path (cpu_kernel), else empty
   std::size_t team = 0; ///< cpu devices: threads of its compute team (its compute cores)
   std::string failure;  ///< why its backend did not build (it then answers every step so)
+  /// Whether its evicted pages go to the node's KV store and its prompts find pages there
+  /// (`[kvstore]`; its pages must be the store's block size).
+  bool kv_store = false;
 };
 
 /// A triad node embedded in a process: the topology, the per-domain actor systems, the device
@@ -75,6 +80,10 @@ public:
   node& operator=(const node&) = delete;
   /// Stops everything (stop()).
   ~node();
+
+  /// The node's KV store (its actors), when `[kvstore] host_mib` > 0 and a device's pages can
+  /// leave it; nullptr otherwise.
+  const kv_store* kv() const noexcept { return kv_ ? &*kv_ : nullptr; }
 
   /// Where everything runs.
   const plan& placement() const noexcept { return plan_; }
@@ -123,6 +132,9 @@ public:
 
 private:
   node() = default;
+  // Starts the KV store ([kvstore]) with blocks of `block_bytes` and its link for the devices.
+  static expected<void> start_kv_store(node& n, const node_config& config,
+                                       std::size_t block_bytes);
 
   std::unique_ptr<topology> topo_;
   plan plan_;
@@ -131,6 +143,9 @@ private:
   // The domains run every actor below and the tool service's invocation actors: they go last.
   // The tool service joins its workers (whose results go to actors in the domains) before.
   std::unique_ptr<domain_set> domains_;
+  // The KV store (its actors run in the domains) and the devices' link to it.
+  std::optional<kv_store> kv_;
+  std::shared_ptr<kv_tier> kv_tier_;
   std::unique_ptr<tool_service> tools_;
   std::vector<std::pair<std::string, device_actor>> devices_;
   std::vector<device_report> reports_;

@@ -8,6 +8,7 @@
 
 #include "actors/config.hpp"
 #include "devices/config.hpp"
+#include "kvstore/config.hpp"
 #include "runtime/config.hpp"
 #include "runtime/error.hpp"
 #include "runtime/placement.hpp"
@@ -28,6 +29,7 @@ struct node_config {
   std::vector<device_config> devices;           ///< `[[devices]]` (devices)
   std::vector<sim_profile_config> sim_profiles; ///< `[[sim_profiles]]` (devices)
   std::vector<mcp_server_entry> mcp_servers;    ///< `[[mcp_servers]]` (tools; none by default)
+  kvstore_config kvstore;                       ///< `[kvstore]` (kvstore)
   bool operator==(const node_config&) const = default;
   /// The devices' part, for the devices area (devices/factory.hpp).
   operator device_set() const noexcept { return {model, sim_profiles, devices}; }

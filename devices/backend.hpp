@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <caf/meta/type_name.hpp>
+
 #include "devices/model.hpp"
+#include "devices/prefix_hash.hpp"
 #include "devices/tokenizer.hpp"
 #include "runtime/error.hpp"
 
@@ -40,6 +43,23 @@ struct kv_usage {
   std::size_t page_bytes = 0;   ///< bytes per page (all layers, K and V)
   std::size_t sequences = 0;    ///< live sequences
 };
+
+/// One full KV page outside a device: what identifies it (its chain hash, its parent's, its
+/// tokens) and its bytes in the backend's page format (`backend::page_payload_bytes`). A page
+/// evicted from a device's prefix cache leaves as one, to the KV store's host tier; a page the
+/// store holds comes back as one.
+struct kv_page {
+  block_hash hash = 0;             ///< chain hash of the tokens up to and including its own
+  block_hash parent = 0;           ///< chain hash of the pages before it (root_hash: first page)
+  std::vector<token> tokens;       ///< its page_tokens tokens
+  std::vector<std::uint8_t> bytes; ///< its KV (every layer's K and V), page_payload_bytes long
+};
+
+/// Inspector of kv_page.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_page& x) {
+  return f(caf::meta::type_name("kv_page"), x.hash, x.parent, x.tokens, x.bytes);
+}
 
 /// Checks a step's items against a model, as every backend must before computing: at least one
 /// item, no empty item, no sequence twice, tokens inside the vocabulary, no sequence beyond
@@ -79,6 +99,22 @@ public:
   virtual std::size_t length(seq_id seq) const noexcept = 0;
   /// KV cache usage.
   virtual kv_usage kv() const noexcept = 0;
+
+  /// Bytes of one KV page as it leaves or enters the device (kv_page::bytes); 0 when pages
+  /// cannot leave it (no tier below the device then).
+  virtual std::size_t page_payload_bytes() const noexcept { return 0; }
+  /// While `sink` is set, every cached full page the prefix cache evicts is copied into it
+  /// before its memory is reused, instead of being lost; nullptr: evicted pages are dropped.
+  virtual void capture_evictions(std::vector<kv_page>* sink) { (void)sink; }
+  /// Appends whole pages (in chain order, the first continuing the sequence) to `seq`, created
+  /// when unknown; its length must be a multiple of the page size. All or nothing:
+  /// errc::exhausted when the pages do not fit, errc::invalid_argument on a page of the wrong
+  /// size or content.
+  virtual expected<void> append_pages(seq_id seq, std::span<const kv_page> pages) {
+    (void)seq;
+    (void)pages;
+    return make_error(errc::unsupported, "this backend's KV pages cannot leave or enter it");
+  }
 };
 
 } // namespace triad

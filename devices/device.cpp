@@ -7,6 +7,7 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <unordered_set>
 
 #include <cstring>
 #include <ctime>
@@ -29,6 +30,8 @@ struct device_metrics {
   histogram* step_tokens = nullptr;
   histogram* step_seconds = nullptr;
   counter* cached = nullptr;
+  counter* tier_tokens = nullptr;
+  counter* spilled = nullptr;
 
   void attach(metrics_registry& r, const std::string& name) {
     labels l{{"device", name}};
@@ -45,6 +48,10 @@ struct device_metrics {
                                        {1, 4, 16, 64, 256, 1024, 4096}, l));
     cached = take(r.add_counter("triad_device_prefix_cached_tokens_total",
                                 "prompt tokens whose KV came from the prefix cache", l));
+    tier_tokens = take(r.add_counter("triad_device_kv_tier_tokens_total",
+                                     "prompt tokens whose KV pages came from the KV store", l));
+    spilled = take(r.add_counter("triad_device_kv_spilled_pages_total",
+                                 "evicted prefix pages handed to the KV store", l));
     step_seconds = take(
         r.add_histogram("triad_device_step_seconds", "step time", default_duration_buckets(), l));
   }
@@ -62,6 +69,10 @@ public:
       metrics_.attach(*options_.metrics, options_.name);
     // The driver has run nothing yet, so reading the backend here is safe.
     kv_ = backend_->kv();
+    if (options_.tier && options_.prefix_cache &&
+        backend_->page_payload_bytes() == options_.tier->block_bytes() &&
+        backend_->page_payload_bytes() != 0)
+      tier_ = options_.tier;
     attach_functor([driver = driver_.get()](const caf::error&) { driver->stop(); });
   }
 
@@ -142,6 +153,17 @@ public:
         [this](import_atom, std::shared_ptr<const kv_blob>& blob, generate_request& req) {
           return answer(import(std::move(blob), std::move(req)));
         },
+        [this](kv_fetched_atom, seq_id id, std::vector<kv_page>& pages) {
+          auto* s = find(id);
+          if (s == nullptr) // freed meanwhile
+            return;
+          if (!pages.empty())
+            s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
+          if (s->state == seq_state::fetching) { // else parked meanwhile: resume schedules it
+            s->state = seq_state::waiting;
+            schedule();
+          }
+        },
         [this](step_done_atom, std::shared_ptr<detail::step_job>& job) { on_step(std::move(job)); },
     };
   }
@@ -161,6 +183,8 @@ private:
     std::shared_ptr<detail::sample_plan> plan; // how its tokens are chosen (on the driver)
     std::uint64_t admitted_order = 0;
     std::shared_ptr<const kv_blob> import; // importing: the KV to import with its first step
+    // Pages of its prompt fetched from the tier below, attached with its prefix lookup.
+    std::shared_ptr<const std::vector<kv_page>> fetched;
     std::uint64_t import_tokens = 0;       // importing, once in a job: the tokens its KV covers
   };
 
@@ -257,9 +281,40 @@ private:
     s.admitted_order = next_order_++;
     s.import = std::move(import);
     s.req = std::move(req);
+    if (s.lookup)
+      fetch_from_tier(s);
     auto id = s.req.seq;
     seqs_.emplace(id, std::move(s));
     return admission{true, {}, {}};
+  }
+
+  // A prompt's pages that the tier below holds past those the device itself holds (as far as
+  // the actor knows: the pages it published, less those evicted since) are fetched before its
+  // first step: the sequence waits in `fetching` until they arrive (kv_fetched_atom).
+  void fetch_from_tier(sequence& s) {
+    const auto pt = kv_.page_tokens;
+    if (!tier_ || pt == 0 || s.tokens.size() <= pt)
+      return;
+    // Whole pages, one token left to compute.
+    std::span<const token> covered{s.tokens.data(), (s.tokens.size() - 1) / pt * pt};
+    auto chain = chain_hashes(covered, pt);
+    std::size_t own = 0;
+    while (own < chain.size() && own_pages_.count(chain[own]) != 0)
+      ++own;
+    auto below = tier_->held(std::span<const block_hash>{chain}.subspan(own));
+    if (below == 0)
+      return;
+    s.state = seq_state::fetching;
+    tier_->fetch(s.tokens, own, below, s.req.seq, caf::actor_cast<caf::actor>(this));
+  }
+
+  // Notes the full pages of `tokens` as the device's own (it publishes them to its prefix
+  // cache), so a later prompt does not fetch them from the tier below.
+  void note_published(const std::vector<token>& tokens) {
+    if (!tier_)
+      return;
+    for (auto h : chain_hashes(tokens, kv_.page_tokens))
+      own_pages_.insert(h);
   }
 
   // Answers an admission, then schedules: the driver sends a sequence's tokens to its sink as
@@ -280,6 +335,7 @@ private:
     if (it != seqs_.end() && options_.prefix_cache && it->second.computed > 0) {
       const auto& t = it->second.tokens;
       computed.assign(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(it->second.computed));
+      note_published(computed);
     }
     if (it != seqs_.end())
       seqs_.erase(it);
@@ -389,6 +445,7 @@ private:
       result.seqs.push_back(item.seq);
       result.tokens.push_back(item.count);
       result.cached.push_back(0);
+      result.fetched.push_back(0);
       job->plans.push_back(item.completes ? s->plan : nullptr);
       job->sinks.push_back(item.completes ? s->req.sink : caf::actor{});
       if (item.completes && s->req.move_out_when_done) {
@@ -401,11 +458,12 @@ private:
       }
       job->generated.push_back(s->generated);
       if (s->lookup && s->computed == 0) {
-        job->add_lookup(i, s->tokens);
+        job->add_lookup(i, s->tokens, std::move(s->fetched));
         s->lookup = false;
       }
     }
     job->be = backend_;
+    job->capture = tier_ != nullptr;
     job->frees.swap(pending_frees_); // both empty before: pending_frees_ is empty after
     job->max_steps = plan.max_steps;
     job->window = options_.burst_window;
@@ -437,8 +495,10 @@ private:
         if (auto* s = find(job->items[im.item].seq))
           s->import = std::move(im.blob);
       for (std::size_t l = 0; l < job->lookup_count; ++l)
-        if (auto* s = find(job->items[job->lookups[l].first].seq))
+        if (auto* s = find(job->items[job->lookups[l].first].seq)) {
           s->lookup = true;
+          s->fetched = std::move(job->lookup_pages[l]);
+        }
       spare_job_ = std::move(job);
       retry_soon();
       break;
@@ -453,6 +513,9 @@ private:
     job->sinks.clear(); // the driver is done with them: a kept job holds no request
     auto& r = job->result;
     kv_ = r.kv;
+    for (std::size_t l = 0; l < job->lookup_count; ++l)
+      job->lookup_pages[l].reset(); // the fetched pages' memory goes now
+    spill(job->evicted);
     // Imports first: a sequence whose KV arrived holds it even when the step then failed.
     std::vector<std::pair<seq_id, std::string>> starved_imports;
     for (auto& im : job->imports) {
@@ -535,8 +598,11 @@ private:
       if (r.cached[i] != 0) {
         s->cached = r.cached[i];
         stats_.cached_tokens += r.cached[i];
-        if (metrics_.cached != nullptr)
+        stats_.tier_tokens += r.fetched[i];
+        if (metrics_.cached != nullptr) {
           metrics_.cached->inc(static_cast<double>(r.cached[i]));
+          metrics_.tier_tokens->inc(static_cast<double>(r.fetched[i]));
+        }
       }
       const auto& sampled = r.sampled[i];
       if (sampled.empty()) { // the prompt goes on (or was all cached)
@@ -563,6 +629,7 @@ private:
                              [i](const auto& m) { return m.item == i && m.moved; });
       if (mo != job->move_outs.end()) {
         // Exported and freed on the driver: the KV goes with the done event, the sequence goes.
+        note_published(mo->publish);
         emit(*s, device_event::done, mo->reason, {}, std::move(mo->blob));
         seqs_.erase(r.seqs[i]);
       } else if (ended != nullptr) {
@@ -573,6 +640,19 @@ private:
     update_gauges();
     spare_job_ = std::move(job);
     schedule();
+  }
+
+  // Hands the pages a job's steps evicted from the prefix cache to the tier below.
+  void spill(std::vector<kv_page>& evicted) {
+    if (evicted.empty())
+      return;
+    for (const auto& p : evicted)
+      own_pages_.erase(p.hash);
+    stats_.spilled_pages += evicted.size();
+    if (metrics_.spilled != nullptr)
+      metrics_.spilled->inc(static_cast<double>(evicted.size()));
+    tier_->spill(std::move(evicted));
+    evicted.clear();
   }
 
   // Drops one sequence's KV for memory and marks it for recompute: a finished sequence first
@@ -607,7 +687,7 @@ private:
     auto st = stats_;
     st.sequences = seqs_.size();
     for (const auto& [id, s] : seqs_) {
-      st.waiting += s.state == seq_state::waiting;
+      st.waiting += s.state == seq_state::waiting || s.state == seq_state::fetching;
       st.running += s.state == seq_state::running;
       st.parked += s.state == seq_state::parked;
     }
@@ -647,6 +727,8 @@ private:
   device_stats stats_;
   kv_usage kv_;
   std::vector<caf::actor> kv_watchers_; // told of free KV pages (the router)
+  std::shared_ptr<kv_tier> tier_;        // the tier below, when connected (options_.tier)
+  std::unordered_set<block_hash> own_pages_; // with a tier: the pages its prefix cache holds
   std::uint64_t kv_reported_ = 0;       // the free pages they last heard of
 };
 

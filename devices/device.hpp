@@ -14,6 +14,7 @@
 #include "devices/backend.hpp"
 #include "devices/config.hpp"
 #include "devices/defaults.hpp"
+#include "devices/kv_tier.hpp"
 #include "devices/sampling.hpp"
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
@@ -151,6 +152,10 @@ struct device_stats {
   std::size_t kv_pages_total = 0;  ///< KV pages of the budget
   std::size_t kv_pages_cached = 0; ///< KV pages held only by the prefix cache (evictable)
   std::uint64_t cached_tokens = 0; ///< prompt tokens whose KV came from the prefix cache
+  /// Of cached_tokens, those whose pages came from the tier below (the KV store), not the
+  /// device's own memory.
+  std::uint64_t tier_tokens = 0;
+  std::uint64_t spilled_pages = 0; ///< evicted prefix pages handed to the tier below
 };
 
 /// Inspectors, so the messages can be logged and (later) cross the network.
@@ -195,7 +200,7 @@ typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
   return f(caf::meta::type_name("device_stats"), x.steps, x.step_jobs, x.tokens, x.generated,
            x.refused, x.preemptions, x.sequences, x.waiting, x.running, x.parked, x.busy_seconds,
            x.compute_cpu_seconds, x.kv_pages_used, x.kv_pages_total, x.kv_pages_cached,
-           x.cached_tokens);
+           x.cached_tokens, x.tier_tokens, x.spilled_pages);
 }
 
 /// Options of a device actor; every field documented where declared.
@@ -217,13 +222,17 @@ struct device_options {
   /// Keeps the KV pages of finished sequences, indexed by content, so a later prompt with the
   /// same start reuses them instead of computing them (`[[devices]] prefix_cache`).
   bool prefix_cache = defaults::device::prefix_cache;
+  /// The tier below the device's memory (the node's KV store): pages its prefix cache evicts
+  /// go there instead of being lost, and a prompt's pages held there and not on the device are
+  /// fetched instead of computed. Null, or pages of another size than the tier's blocks: none.
+  std::shared_ptr<kv_tier> tier;
   std::vector<unsigned> driver_cpus;   ///< where the driver thread binds (empty: unbound)
   const topology* topo = nullptr;      ///< topology for binding (this machine only)
   metrics_registry* metrics = nullptr; ///< where per-device metrics go (may be null)
 };
 
-/// The messages a device actor takes (a wrong one is a compile error). The last three are its
-/// own, from its driver thread and timers.
+/// The messages a device actor takes (a wrong one is a compile error). kv_fetched_atom is its
+/// tier's answer (kv_tier::fetch); the last three are its own, from its driver thread and timers.
 using device_actor = caf::typed_actor<
     caf::replies_to<generate_atom, generate_request>::with<admission>,
     caf::replies_to<import_atom, kv_blob, generate_request>::with<admission>,
@@ -232,6 +241,7 @@ using device_actor = caf::typed_actor<
     caf::reacts_to<free_atom, seq_id>, caf::replies_to<export_atom, seq_id>::with<kv_blob>,
     caf::replies_to<move_out_atom, seq_id>::with<kv_blob>,
     caf::replies_to<stats_atom>::with<device_stats>, caf::reacts_to<watch_kv_atom, caf::actor>,
+    caf::reacts_to<kv_fetched_atom, seq_id, std::vector<kv_page>>,
     caf::reacts_to<step_done_atom, std::shared_ptr<detail::step_job>>,
     caf::reacts_to<device_retry_atom>,
     caf::reacts_to<export_done_atom, std::uint64_t, kv_blob, std::string>>;

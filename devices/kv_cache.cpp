@@ -48,6 +48,19 @@ paged_kv_cache::create(const model_shape& shape, dtype type, std::size_t page_to
     return buf.error();
   self->storage_ = std::move(*buf);
   self->base_ = self->storage_.data();
+  auto* cache = self.get();
+  self->table_.on_evict([cache](std::uint32_t page, block_hash hash, block_hash parent,
+                               std::span<const token> tokens) {
+    if (cache->evicted_ == nullptr)
+      return;
+    kv_page out;
+    out.hash = hash;
+    out.parent = parent;
+    out.tokens.assign(tokens.begin(), tokens.end());
+    const auto* from = reinterpret_cast<const std::uint8_t*>(cache->page_base(page));
+    out.bytes.assign(from, from + cache->page_bytes_);
+    cache->evicted_->push_back(std::move(out));
+  });
   return self;
 }
 
@@ -109,6 +122,31 @@ expected<void> paged_kv_cache::import_seq(seq_id seq, std::span<const std::byte>
   for (std::size_t p = 0; p < pages; ++p)
     std::memcpy(page_base(held[p]), body + p * page_bytes_, page_bytes_);
   table_.set_length(seq, h.length);
+  return {};
+}
+
+expected<void> paged_kv_cache::append_pages(seq_id seq, std::span<const kv_page> pages) {
+  auto length = table_.length(seq);
+  if (length % page_tokens_ != 0)
+    return make_error(errc::invalid_argument,
+                      "kv append: sequence " + std::to_string(seq) + " holds " +
+                          std::to_string(length) + " tokens, not whole pages of " +
+                          std::to_string(page_tokens_));
+  for (const auto& p : pages)
+    if (p.bytes.size() != page_bytes_ || p.tokens.size() != page_tokens_)
+      return make_error(errc::invalid_argument,
+                        "kv append: a page of " + std::to_string(p.bytes.size()) + " bytes and " +
+                            std::to_string(p.tokens.size()) + " tokens; this cache's pages have " +
+                            std::to_string(page_bytes_) + " and " + std::to_string(page_tokens_));
+  auto new_length = length + pages.size() * page_tokens_;
+  std::pair<seq_id, std::size_t> want{seq, new_length};
+  if (auto ok = table_.reserve({&want, 1}); !ok)
+    return ok;
+  const auto& held = *table_.pages(seq);
+  auto first = length / page_tokens_;
+  for (std::size_t p = 0; p < pages.size(); ++p)
+    std::memcpy(page_base(held[first + p]), pages[p].bytes.data(), page_bytes_);
+  table_.set_length(seq, new_length);
   return {};
 }
 

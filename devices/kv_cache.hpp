@@ -51,6 +51,13 @@ public:
   /// Rebuilds a sequence from export_seq's bytes; errors name the mismatch.
   expected<void> import_seq(seq_id seq, std::span<const std::byte> bytes);
 
+  /// While `sink` is set, cached full pages evicted for space are copied into it first (see
+  /// backend::capture_evictions).
+  void capture_evictions(std::vector<kv_page>* sink) noexcept { evicted_ = sink; }
+  /// Appends whole pages to a sequence at a page boundary (see backend::append_pages): their
+  /// bytes are page_bytes() each, in this cache's page layout.
+  expected<void> append_pages(seq_id seq, std::span<const kv_page> pages);
+
   /// Usage counters.
   kv_usage usage() const noexcept;
   /// Tokens per page.
@@ -71,6 +78,7 @@ private:
   arena_buffer storage_;
   std::byte* base_ = nullptr;
   page_table table_;
+  std::vector<kv_page>* evicted_ = nullptr; // where evicted pages go while capturing
 };
 
 } // namespace triad

@@ -19,8 +19,12 @@ std::uint32_t page_table::take_page() {
   } else { // evict the least recently released cached page
     page = lru_.front();
     lru_.pop_front();
-    index_.erase(info_[page].hash);
-    info_[page].indexed = false;
+    auto& evicted = info_[page];
+    index_.erase(evicted.hash);
+    evicted.indexed = false;
+    if (evict_hook_)
+      evict_hook_(page, evicted.hash, evicted.parent, evicted.tokens);
+    evicted.tokens.clear();
   }
   info_[page].refs = 1;
   return page;
@@ -113,14 +117,16 @@ void page_table::publish(seq_id seq, std::span<const token> tokens) {
   auto full = std::min(s.length, tokens.size()) / page_tokens_;
   block_hash parent = root_hash;
   for (std::size_t p = 0; p < full && p < s.pages.size(); ++p) {
-    parent = chain_hash(parent, tokens.subspan(p * page_tokens_, page_tokens_));
+    auto page_tokens = tokens.subspan(p * page_tokens_, page_tokens_);
+    auto hash = chain_hash(parent, page_tokens);
     auto& info = info_[s.pages[p]];
-    if (info.indexed)
-      continue; // attached from the cache, or published before
-    if (index_.emplace(parent, s.pages[p]).second) {
+    if (!info.indexed && index_.emplace(hash, s.pages[p]).second) {
       info.indexed = true;
-      info.hash = parent;
-    }
+      info.hash = hash;
+      info.parent = parent;
+      info.tokens.assign(page_tokens.begin(), page_tokens.end());
+    } // else attached from the cache, published before, or cached as another page
+    parent = hash;
   }
 }
 

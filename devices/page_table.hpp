@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <span>
 #include <unordered_map>
@@ -50,6 +51,14 @@ public:
   /// already caches is left private.
   void publish(seq_id seq, std::span<const token> tokens);
 
+  /// Called when a cached full page is evicted (its memory about to be reused for another
+  /// page): the page, its chain hash, its parent's hash and its tokens, while its bytes are
+  /// still intact, so a backend can copy the page to a tier below before it is lost.
+  using evict_hook = std::function<void(std::uint32_t page, block_hash hash, block_hash parent,
+                                        std::span<const token> tokens)>;
+  /// Sets (or, with an empty function, clears) the eviction hook.
+  void on_evict(evict_hook hook) { evict_hook_ = std::move(hook); }
+
   /// Pages in all.
   std::size_t total_pages() const noexcept { return total_; }
   /// Pages referenced by at least one sequence.
@@ -70,6 +79,8 @@ private:
     std::uint32_t refs = 0;                 // sequences reading it
     bool indexed = false;                   // in index_ under `hash`
     block_hash hash = 0;                    // its chain hash, when indexed
+    block_hash parent = 0;                  // its parent's chain hash, when indexed
+    std::vector<token> tokens;              // its tokens, when indexed
     std::list<std::uint32_t>::iterator lru; // its place in lru_, when unreferenced and indexed
   };
   struct sequence {
@@ -89,6 +100,7 @@ private:
   std::list<std::uint32_t> lru_;    // unreferenced, indexed: evicted from the front
   std::unordered_map<block_hash, std::uint32_t> index_;
   std::unordered_map<seq_id, sequence> seqs_;
+  evict_hook evict_hook_;
 };
 
 } // namespace triad

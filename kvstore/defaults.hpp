@@ -31,6 +31,11 @@ inline constexpr std::size_t first_move_batch_blocks = 4;
 inline constexpr std::size_t movers_per_domain = 16;
 /// Operations waiting for space (moves under way) before more are refused busy.
 inline constexpr std::size_t max_waiting = 256;
+/// `[kvstore] host_mib`: the node's host tier, in MiB: where pages its devices evict go (0: no
+/// store; evicted pages are lost). Its memory is an arena, touched only as blocks fill it.
+inline constexpr std::uint64_t host_mib = 256;
+/// `[kvstore] disk_mib`: the bound of the disk tier, in MiB (when `disk_dir` names one).
+inline constexpr std::uint64_t disk_mib = 1024;
 } // namespace kvstore
 
 } // namespace triad::defaults

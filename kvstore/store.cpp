@@ -560,7 +560,7 @@ private:
     auto promise = make_response_promise<kv_reply>();
     auto state = std::make_shared<kv_put>(std::move(put));
     auto ids = std::make_shared<std::vector<block_id>>();
-    auto parent = std::make_shared<block_hash>(root_hash);
+    auto parent = std::make_shared<block_hash>(state->parent);
     run_waiting([this, state, ids, parent, loc, blocks, promise]() mutable {
       auto bt = config_.block_tokens;
       while (ids->size() < blocks) {
@@ -575,7 +575,7 @@ private:
           auto h = by_hash_.find(hash);
           if (h != by_hash_.end()) {
             auto& b = blocks_.at(h->second);
-            ++b.refs;
+            b.refs += state->hold ? 1 : 0;
             policy(b.loc).touched(b.id);
             metrics_.put_shared();
             ids->push_back(b.id);
@@ -588,8 +588,9 @@ private:
           return false;
         if (r == room::busy) {
           metrics_.refused_busy();
-          for (auto id : *ids)
-            release(id, false); // the new ones stay cached, unreferenced
+          if (state->hold)
+            for (auto id : *ids)
+              release(id, false); // the new ones stay cached, unreferenced
           kv_reply busy;
           busy.busy = true;
           busy.reason = "busy: pool '" + places_.name_of(loc) +
@@ -598,7 +599,7 @@ private:
           return true;
         }
         auto& b = create(loc, *parent, std::move(toks), is_full);
-        b.refs = 1;
+        b.refs = state->hold ? 1 : 0;
         b.busy = true;
         if (is_full) {
           by_hash_[b.hash] = b.id;
@@ -1053,10 +1054,11 @@ expected<kv_store> spawn_kv_store(domain_set& domains, domain& home, kv_store_co
     peer_access.push_back(p.peer_access);
   detail::locations places{std::move(pools), std::move(peer_access), std::move(disk),
                            config.block_bytes};
-  auto index = detail::spawn_index_actor(home, config.block_tokens, config.metrics);
+  auto directory = std::make_shared<kv_directory>();
+  auto index = detail::spawn_index_actor(home, config.block_tokens, config.metrics, directory);
   auto store =
       home.spawn<store_actor>(&domains, &home, std::move(config), std::move(places), index);
-  return kv_store{store, index};
+  return kv_store{store, index, std::move(directory)};
 }
 
 } // namespace triad

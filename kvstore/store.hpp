@@ -14,6 +14,7 @@
 
 #include "kvstore/block.hpp"
 #include "kvstore/defaults.hpp"
+#include "kvstore/directory.hpp"
 #include "kvstore/eviction.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
@@ -90,18 +91,25 @@ struct kv_store_config {
   metrics_registry* metrics = nullptr; ///< where triad_kv_* metrics go (optional)
 };
 
-/// Blocks to store: the tokens of a sequence from position 0 and one payload per block (every
-/// block full but the last, which may be partial and is then private to the caller).
+/// Blocks to store: the tokens of a sequence from position 0 (or from the block whose chain
+/// hash is `parent`) and one payload per block (every block full but the last, which may be
+/// partial and is then private to the caller).
 struct kv_put {
   std::string pool;                                ///< the pool to store new blocks in
   std::vector<token> tokens;                       ///< tokens the blocks cover, in order
   std::vector<std::vector<std::uint8_t>> payloads; ///< block_bytes each
+  /// The chain hash the first block continues: root_hash for a sequence's start, a page's
+  /// parent for a page that a device evicted.
+  block_hash parent = root_hash;
+  /// True: the caller holds one reference of each block (released later). False: the blocks
+  /// are kept unreferenced, cached until pressure evicts them (a device's evicted pages).
+  bool hold = true;
 };
 
 /// Inspector of kv_put.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_put& x) {
-  return f(caf::meta::type_name("kv_put"), x.pool, x.tokens, x.payloads);
+  return f(caf::meta::type_name("kv_put"), x.pool, x.tokens, x.payloads, x.parent, x.hold);
 }
 
 /// The answer to a store operation.
@@ -233,6 +241,8 @@ using kv_store_actor = caf::typed_actor<
 struct kv_store {
   kv_store_actor store; ///< takes every kv_*_atom message (kv_lookup_atom: passed to the index)
   kv_index_actor index; ///< takes kv_lookup_atom
+  /// The full blocks the index knows, readable from any thread (kept by the index).
+  std::shared_ptr<const kv_directory> directory;
 };
 
 /// Starts a store in `home` (the orchestration domain): opens the pools and the disk tier

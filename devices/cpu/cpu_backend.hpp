@@ -67,6 +67,11 @@ public:
   }
   std::size_t length(seq_id seq) const noexcept override { return cache_->length(seq); }
   kv_usage kv() const noexcept override { return cache_->usage(); }
+  std::size_t page_payload_bytes() const noexcept override { return cache_->page_bytes(); }
+  void capture_evictions(std::vector<kv_page>* sink) override { cache_->capture_evictions(sink); }
+  expected<void> append_pages(seq_id seq, std::span<const kv_page> pages) override {
+    return cache_->append_pages(seq, pages);
+  }
 
   /// Timing of the most recent step.
   const cpu_step_profile& last_profile() const noexcept { return profile_; }

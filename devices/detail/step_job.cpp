@@ -27,6 +27,8 @@ void publish_and_free(backend& be, seq_id seq, const std::vector<token>& compute
 }
 
 void step_job::operator()() {
+  if (capture)
+    be->capture_evictions(&evicted);
   for (auto id : frees)
     be->free(id);
   for (auto& im : imports) {
@@ -111,6 +113,8 @@ void step_job::operator()() {
   }
   for (auto& mo : move_outs)
     export_if_ended(mo);
+  if (capture)
+    be->capture_evictions(nullptr);
   r.kv = be->kv();
 }
 
@@ -142,6 +146,26 @@ std::vector<std::size_t> step_job::attach_prefixes(std::span<step_item>& batch) 
   for (std::size_t l = 0; l < lookup_count; ++l) {
     auto& [i, prompt] = lookups[l];
     auto covered = be->attach_prefix(batch[i].seq, prompt);
+    if (const auto& pages = lookup_pages[l]; pages && !pages->empty()) {
+      // The fetched pages continue the chain where the device's own cache ends, when they
+      // reach past it (whole pages, one token of the prompt left to compute). A page that
+      // does not fit leaves the rest to be computed.
+      const auto pt = be->kv().page_tokens;
+      const auto first_page = covered / pt;
+      const auto max_pages = (prompt.size() - 1) / pt;
+      block_hash parent = root_hash; // the chain hash of the pages the cache gave
+      for (std::size_t p = 0; p < first_page; ++p)
+        parent = chain_hash(parent, std::span<const token>{prompt}.subspan(p * pt, pt));
+      auto it = std::find_if(pages->begin(), pages->end(), [&](const kv_page& p) {
+        return p.parent == parent;
+      });
+      auto take = std::min<std::size_t>(static_cast<std::size_t>(pages->end() - it),
+                                        max_pages > first_page ? max_pages - first_page : 0);
+      if (take > 0 && be->append_pages(batch[i].seq, {&*it, take})) {
+        covered += take * pt;
+        r.fetched[i] = take * pt;
+      }
+    }
     if (covered == 0)
       continue;
     // The item starts at token 0; its first `covered` tokens need no computing.

@@ -37,6 +37,7 @@ struct step_result {
   // Per item, the tokens chosen (one per step it took part in); all but the last were fed back
   // in the job's later steps and are in the KV (counted in `tokens`).
   std::vector<std::vector<token>> sampled;
+  std::vector<std::size_t> fetched; // of `cached`, tokens whose pages came from the tier below
   std::vector<step_stat> steps;   // the forward steps run, in order
   double compute_cpu_seconds = 0; // the driver thread's CPU inside the backend's steps
   expected<void> output = make_error(errc::invalid_argument, "not run");
@@ -107,6 +108,13 @@ struct step_job {
   std::vector<seq_id> frees;
   std::vector<std::pair<std::size_t, std::vector<token>>> lookups; // item index, its prompt
   std::size_t lookup_count = 0;                                    // as item_count, for lookups
+  // Per lookup: pages of its prompt fetched from the tier below (kv_tier::fetch), appended past
+  // what the device's own prefix cache holds; null: none.
+  std::vector<std::shared_ptr<const std::vector<kv_page>>> lookup_pages;
+  // Pages the prefix cache evicted during the job, copied out for the tier below (captured
+  // only when `capture` is set: the device has a tier).
+  std::vector<kv_page> evicted;
+  bool capture = false;
   // KV imported into an item's sequence before the step (its item holds the tokens past the
   // KV); `error` is the driver's answer, empty when the import succeeded.
   struct import {
@@ -148,6 +156,7 @@ struct step_job {
     result.seqs.clear();
     result.tokens.clear();
     result.cached.clear();
+    result.fetched.clear();
     for (auto& s : result.sampled)
       s.clear();
     result.steps.clear();
@@ -165,11 +174,16 @@ struct step_job {
     item.tokens.assign(first, last);
   }
 
-  // Adds a prefix lookup for item `i` of the prompt `prompt`.
-  void add_lookup(std::size_t i, const std::vector<token>& prompt) {
-    if (lookup_count == lookups.size())
+  // Adds a prefix lookup for item `i` of the prompt `prompt`, with the pages of it fetched
+  // from the tier below (null: none).
+  void add_lookup(std::size_t i, const std::vector<token>& prompt,
+                  std::shared_ptr<const std::vector<kv_page>> fetched = nullptr) {
+    if (lookup_count == lookups.size()) {
       lookups.emplace_back();
+      lookup_pages.emplace_back();
+    }
     lookups[lookup_count].first = i;
+    lookup_pages[lookup_count] = std::move(fetched);
     lookups[lookup_count++].second.assign(prompt.begin(), prompt.end());
   }
 

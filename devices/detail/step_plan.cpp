@@ -76,7 +76,9 @@ void plan_step(const step_state& state, step_plan& out) {
   for (const auto& s : state.seqs) {
     const bool gone =
         std::find(out.too_large.begin(), out.too_large.end(), s.seq) != out.too_large.end();
+    // A fetching sequence steps as soon as its pages arrive: no burst starts without it.
     eligible += !gone && (s.phase == seq_phase::waiting || s.phase == seq_phase::importing ||
+                          s.phase == seq_phase::fetching ||
                           (s.phase == seq_phase::running && !s.finished));
   }
   const bool all_complete =

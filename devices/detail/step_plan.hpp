@@ -21,6 +21,7 @@ enum class seq_phase : std::uint8_t {
   running,   ///< decoding
   parked,    ///< kept (tool call), computes nothing until resumed
   done,      ///< generation ended; KV kept until freed
+  fetching,  ///< its prompt's pages are on their way from the tier below; computes nothing yet
 };
 
 /// What the planner sees of one sequence.

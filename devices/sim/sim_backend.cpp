@@ -49,6 +49,19 @@ expected<std::unique_ptr<sim_backend>> sim_backend::create(sim_backend_options o
                                                   " bytes holds no page of " +
                                                   std::to_string(self->page_bytes_) + " bytes");
   self->table_.emplace(pages_total, options.page_tokens);
+  auto* sim = self.get();
+  self->table_->on_evict([sim](std::uint32_t, block_hash hash, block_hash parent,
+                               std::span<const token> tokens) {
+    if (sim->evicted_ == nullptr)
+      return;
+    kv_page out;
+    out.hash = hash;
+    out.parent = parent;
+    out.tokens.assign(tokens.begin(), tokens.end());
+    out.bytes.resize(tokens.size() * sizeof(std::int32_t));
+    std::memcpy(out.bytes.data(), tokens.data(), out.bytes.size());
+    sim->evicted_->push_back(std::move(out));
+  });
   return self;
 }
 
@@ -129,6 +142,38 @@ expected<void> sim_backend::import_kv(seq_id seq, std::span<const std::byte> byt
         bytes / options_.profile.link_bandwidth / options_.time_scale));
   }
   last_token_[seq] = static_cast<token>(h.last_token);
+  return {};
+}
+
+expected<void> sim_backend::append_pages(seq_id seq, std::span<const kv_page> pages) {
+  const auto pt = options_.page_tokens;
+  auto length = table_->length(seq);
+  if (length % pt != 0)
+    return make_error(errc::invalid_argument, "sim append: sequence " + std::to_string(seq) +
+                                                  " holds " + std::to_string(length) +
+                                                  " tokens, not whole pages of " +
+                                                  std::to_string(pt));
+  for (const auto& p : pages)
+    if (p.tokens.size() != pt || p.bytes.size() != page_payload_bytes() ||
+        std::memcmp(p.bytes.data(), p.tokens.data(), p.bytes.size()) != 0)
+      return make_error(errc::invalid_argument,
+                        "sim append: a page whose bytes are not its " + std::to_string(pt) +
+                            " tokens (" + std::to_string(p.bytes.size()) + " bytes)");
+  if (pages.empty())
+    return {};
+  auto new_length = length + pages.size() * pt;
+  std::pair<seq_id, std::size_t> want{seq, new_length};
+  if (auto ok = table_->reserve({&want, 1}); !ok)
+    return make_error(errc::exhausted, "sim append: no room for " + std::to_string(pages.size()) +
+                                           " pages: " + ok.error().message);
+  table_->set_length(seq, new_length);
+  last_token_[seq] = pages.back().tokens.back();
+  if (options_.time_scale > 0 && options_.profile.link_bandwidth > 0) {
+    double bytes = static_cast<double>(pages.size() * pt) *
+                   static_cast<double>(options_.shape.kv_bytes_per_token(options_.type));
+    std::this_thread::sleep_for(std::chrono::duration<double>(
+        bytes / options_.profile.link_bandwidth / options_.time_scale));
+  }
   return {};
 }
 

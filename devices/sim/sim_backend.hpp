@@ -43,6 +43,14 @@ public:
   void publish(seq_id seq, std::span<const token> tokens) override;
   std::size_t length(seq_id seq) const noexcept override;
   kv_usage kv() const noexcept override;
+  /// SIMULATED: a sim page's bytes are its tokens (4 bytes each, little-endian), not the
+  /// kv_bytes_per_token x page_tokens bytes of KV it stands for; appending pages takes their
+  /// modelled bytes' time over the profile's link, as an import does.
+  std::size_t page_payload_bytes() const noexcept override {
+    return options_.page_tokens * sizeof(std::int32_t);
+  }
+  void capture_evictions(std::vector<kv_page>* sink) override { evicted_ = sink; }
+  expected<void> append_pages(seq_id seq, std::span<const kv_page> pages) override;
 
   /// The roofline estimate of the most recent step.
   const step_cost& last_cost() const noexcept { return last_cost_; }
@@ -56,6 +64,7 @@ private:
   std::optional<page_table> table_; // pages are accounted, not stored
   std::unordered_map<seq_id, token> last_token_;
   step_cost last_cost_;
+  std::vector<kv_page>* evicted_ = nullptr; // where evicted pages go while capturing
 };
 
 } // namespace triad

@@ -13,9 +13,11 @@ namespace {
 
 class index_actor : public homed<kv_index_actor::base> {
 public:
-  index_actor(caf::actor_config& cfg, std::size_t block_tokens, metrics_registry* metrics)
+  index_actor(caf::actor_config& cfg, std::size_t block_tokens, metrics_registry* metrics,
+              std::shared_ptr<kv_directory> directory)
       : homed(cfg)
-      , block_tokens_(block_tokens) {
+      , block_tokens_(block_tokens)
+      , directory_(std::move(directory)) {
     if (metrics == nullptr)
       return;
     const char* help = "Full blocks of prefix lookups, as hits by tier or misses.";
@@ -35,11 +37,16 @@ public:
     return {
         [this](kv_index_put_atom, block_hash hash, block_id id, std::uint8_t t) {
           map_[hash] = {id, static_cast<tier>(t)};
+          if (directory_)
+            directory_->insert(hash);
         },
         [this](kv_index_erase_atom, block_hash hash, block_id id) {
           auto it = map_.find(hash);
-          if (it != map_.end() && it->second.id == id)
+          if (it != map_.end() && it->second.id == id) {
             map_.erase(it);
+            if (directory_)
+              directory_->erase(hash);
+          }
         },
         [this](kv_lookup_atom, std::vector<token>& tokens) -> kv_prefix {
           kv_prefix p;
@@ -79,6 +86,7 @@ private:
   }
 
   std::size_t block_tokens_;
+  std::shared_ptr<kv_directory> directory_;
   std::unordered_map<block_hash, entry> map_;
   std::array<std::uint64_t, 3> hits_{};
   std::uint64_t misses_ = 0;
@@ -89,8 +97,9 @@ private:
 } // namespace
 
 kv_index_actor spawn_index_actor(domain& home, std::size_t block_tokens,
-                                 metrics_registry* metrics) {
-  return home.spawn<index_actor>(block_tokens, metrics);
+                                 metrics_registry* metrics,
+                                 std::shared_ptr<kv_directory> directory) {
+  return home.spawn<index_actor>(block_tokens, metrics, std::move(directory));
 }
 
 } // namespace triad::detail

@@ -393,7 +393,7 @@ BOOST_AUTO_TEST_CASE(unknown_top_level_key_is_an_error) {
                                 "port = 8080\n");
   BOOST_TEST(message == "triad.toml:3:2: network = { port = 8080 }: unknown key; allowed keys at "
                         "top level: topology, scheduler, tools, limits, model, "
-                        "orchestration, devices, sim_profiles, server, mcp_servers");
+                        "orchestration, devices, sim_profiles, server, mcp_servers, kvstore");
 
   check_contains(error_of("colour = \"red\"\n"),
                  {"triad.toml:1:1: ", "colour = \"red\"", "unknown key",

@@ -1,0 +1,42 @@
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/atom.hpp>
+
+#include "devices/backend.hpp"
+#include "devices/prefix_hash.hpp"
+
+namespace triad {
+
+/// A tier's answer to kv_tier::fetch, sent to the device: `(kv_fetched_atom, seq_id,
+/// std::vector<kv_page>)`, the pages in chain order from the first asked for; fewer than asked
+/// (even none) when some were gone or failed their check.
+using kv_fetched_atom = caf::atom_constant<caf::atom("kvfetched")>;
+
+/// What lies below a device's own memory: where the pages its prefix cache evicts go instead of
+/// being lost, and where it finds the pages of a prompt it does not hold (computed on another
+/// device, or evicted earlier). The node's KV store implements it (actors/kv_link); devices know
+/// only this.
+class kv_tier {
+public:
+  virtual ~kv_tier() = default;
+
+  /// Bytes of one page in the tier; a device whose pages have another size is not connected.
+  virtual std::size_t block_bytes() const noexcept = 0;
+  /// How many of `chain` (a prompt's page hashes in order) the tier holds, counted from the
+  /// first; thread-safe and without a message, so asking costs a request nothing.
+  virtual std::size_t held(std::span<const block_hash> chain) const = 0;
+  /// Hands over full pages a device evicted; the tier stores them (or drops what it has no
+  /// room for) and the device forgets them.
+  virtual void spill(std::vector<kv_page> pages) = 0;
+  /// Reads pages `first`..`first + count - 1` of the page chain of `tokens` (each checked
+  /// against its checksum) and answers `reply_to` with kv_fetched_atom for `seq`.
+  virtual void fetch(std::vector<token> tokens, std::size_t first, std::size_t count, seq_id seq,
+                     caf::actor reply_to) = 0;
+};
+
+} // namespace triad
