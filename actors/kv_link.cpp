@@ -49,12 +49,15 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         st->seq = seq;
         st->reply_to = std::move(reply_to);
         auto none = [st, block_tokens] { st->finish(block_tokens); };
-        self->request(store.index, caf::infinite, kv_lookup_atom::value, st->tokens)
+        auto chain = chain_hashes(st->tokens, block_tokens);
+        chain.erase(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(
+                                                       std::min<std::size_t>(first, chain.size())));
+        self->request(store.index, caf::infinite, kv_find_atom::value, std::move(chain))
             .then(
                 [self, store, st, block_tokens, none](kv_prefix& p) {
-                  if (p.ids.size() <= st->first)
+                  if (p.ids.empty())
                     return none();
-                  auto n = p.ids.size() - st->first;
+                  auto n = p.ids.size();
                   st->pages.resize(n);
                   st->ok.assign(n, false);
                   st->left = n;
@@ -65,8 +68,7 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                       if (--st->left == 0)
                         st->finish(block_tokens);
                     };
-                    self->request(store.store, caf::infinite, kv_read_atom::value,
-                                  p.ids[st->first + k])
+                    self->request(store.store, caf::infinite, kv_read_atom::value, p.ids[k])
                         .then([one](kv_bytes& b) mutable { one(b.ok, std::move(b.bytes)); },
                               [one](caf::error&) mutable { one(false, {}); });
                   }

@@ -59,6 +59,11 @@ using kv_cow_atom = caf::atom_constant<caf::atom("kvcow")>;
 /// Longest cached prefix of a token sequence, asked of the prefix index:
 /// `(.., std::vector<token>)` -> kv_prefix.
 using kv_lookup_atom = caf::atom_constant<caf::atom("kvlookup")>;
+/// The blocks of a run of a chain, asked of the prefix index: `(.., std::vector<block_hash>)`
+/// -> kv_prefix with the ids (and tiers) of those blocks in order, up to the first it lacks
+/// (`tokens`: the tokens they cover). A device that holds a prompt's first pages asks for the
+/// ones after them.
+using kv_find_atom = caf::atom_constant<caf::atom("kvfind")>;
 /// A kv_store_stats snapshot: `(kv_stats_atom)`; asked of the prefix index, its hit counts.
 using kv_stats_atom = caf::atom_constant<caf::atom("kvstats")>;
 /// Fault injection for tests and drills: `(.., std::uint32_t n)` flips one bit in each of the
@@ -210,6 +215,7 @@ using kv_flush_atom = caf::atom_constant<caf::atom("kvflush")>;
 /// a lookup's query counts once); the last two are the store's own.
 using kv_index_actor =
     caf::typed_actor<caf::replies_to<kv_lookup_atom, std::vector<token>>::with<kv_prefix>,
+                     caf::replies_to<kv_find_atom, std::vector<block_hash>>::with<kv_prefix>,
                      caf::replies_to<kv_stats_atom>::with<std::vector<std::uint64_t>>,
                      caf::reacts_to<kv_index_put_atom, block_hash, block_id, std::uint8_t>,
                      caf::reacts_to<kv_index_erase_atom, block_hash, block_id>>;

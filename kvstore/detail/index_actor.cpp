@@ -49,23 +49,9 @@ public:
           }
         },
         [this](kv_lookup_atom, std::vector<token>& tokens) -> kv_prefix {
-          kv_prefix p;
-          auto hashes = chain_hashes(tokens, block_tokens_);
-          std::size_t i = 0;
-          for (; i < hashes.size(); ++i) {
-            auto it = map_.find(hashes[i]);
-            if (it == map_.end())
-              break;
-            p.ids.push_back(it->second.id);
-            p.tiers.emplace_back(to_string(it->second.where));
-            count_hit(it->second.where);
-          }
-          p.tokens = i * block_tokens_;
-          misses_ += hashes.size() - i;
-          if (miss_metric_ != nullptr)
-            miss_metric_->inc(static_cast<double>(hashes.size() - i));
-          return p;
+          return find(chain_hashes(tokens, block_tokens_));
         },
+        [this](kv_find_atom, std::vector<block_hash>& hashes) -> kv_prefix { return find(hashes); },
         [this](kv_stats_atom) -> std::vector<std::uint64_t> {
           return {hits_[0], hits_[1], hits_[2], misses_};
         },
@@ -73,6 +59,26 @@ public:
   }
 
 private:
+  // The blocks of `hashes` in order up to the first missing one; each full block of the query
+  // counts once, as a hit on its tier or a miss.
+  kv_prefix find(const std::vector<block_hash>& hashes) {
+    kv_prefix p;
+    std::size_t i = 0;
+    for (; i < hashes.size(); ++i) {
+      auto it = map_.find(hashes[i]);
+      if (it == map_.end())
+        break;
+      p.ids.push_back(it->second.id);
+      p.tiers.emplace_back(to_string(it->second.where));
+      count_hit(it->second.where);
+    }
+    p.tokens = i * block_tokens_;
+    misses_ += hashes.size() - i;
+    if (miss_metric_ != nullptr)
+      miss_metric_->inc(static_cast<double>(hashes.size() - i));
+    return p;
+  }
+
   struct entry {
     block_id id = 0;
     tier where = tier::device;
@@ -96,8 +102,7 @@ private:
 
 } // namespace
 
-kv_index_actor spawn_index_actor(domain& home, std::size_t block_tokens,
-                                 metrics_registry* metrics,
+kv_index_actor spawn_index_actor(domain& home, std::size_t block_tokens, metrics_registry* metrics,
                                  std::shared_ptr<kv_directory> directory) {
   return home.spawn<index_actor>(block_tokens, metrics, std::move(directory));
 }

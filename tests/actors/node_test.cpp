@@ -176,6 +176,78 @@ BOOST_AUTO_TEST_CASE(a_second_session_on_the_same_system_prompt_prefills_only_wh
   BOOST_TEST(device_tokens(*n) >= first.prefill_tokens + second.prefill_tokens);
 }
 
+// A node of one cpu device whose memory holds 16 to 32 KV pages (f32 or bf16), with a host
+// tier of `host_mib` (0: no KV store).
+std::unique_ptr<triad::node> small_memory_node(std::uint64_t host_mib) {
+  auto config = triad::default_config();
+  config.topology.bind_threads = false;
+  config.devices.resize(1);
+  config.devices[0].role = triad::device_role::both;
+  config.devices[0].memory_mib = 2;
+  config.orchestration.device_layout = triad::layout::monolithic;
+  config.kvstore.host_mib = host_mib;
+  auto n = triad::node::start(config);
+  BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+  return std::move(*n);
+}
+
+// Greedy completion of `prompt`: its text and usage.
+std::pair<std::string, triad::request_usage> complete(triad::node& n, std::string prompt) {
+  triad::chat_request r;
+  r.raw_prompt = std::move(prompt);
+  r.max_tokens = 8;
+  r.sampling.temperature = 0;
+  recorder rec;
+  n.submit(r, rec.callback());
+  auto last = rec.wait();
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+  std::string text;
+  std::lock_guard<std::mutex> g{rec.m};
+  for (const auto& e : rec.events)
+    if (e.kind == triad::request_event::token)
+      text += e.text;
+  return {text, last.usage};
+}
+
+// Three prompts of 200 bytes each (13 pages with the token generated): the third pushes the
+// first one's pages out of the device's prefix cache.
+std::string long_prompt(char c) {
+  std::string out;
+  for (int i = 0; i < 200; ++i)
+    out += static_cast<char>(c + i % 17);
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(a_page_evicted_from_a_device_is_served_from_the_host_tier_bit_exact) {
+  auto n = small_memory_node(16);
+  BOOST_REQUIRE(n->kv() != nullptr);
+  BOOST_TEST(n->device_reports().front().kv_store);
+  auto first = complete(*n, long_prompt('a'));
+  complete(*n, long_prompt('A'));
+  complete(*n, long_prompt('0'));
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::spilled_pages) > 0u);
+  auto again = complete(*n, long_prompt('a'));
+  // The pages came back from host memory, checked, and the greedy answer is the same.
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::tier_tokens) > 0u);
+  BOOST_TEST(again.second.cached_tokens > first.second.cached_tokens);
+  BOOST_TEST(again.first == first.first);
+  auto text = n->metrics().render();
+  BOOST_TEST(text.find("triad_device_kv_tier_tokens_total") != std::string::npos);
+  BOOST_TEST(text.find("triad_kv_") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(without_a_kv_store_an_evicted_page_is_computed_again) {
+  auto n = small_memory_node(0);
+  BOOST_TEST(n->kv() == nullptr);
+  auto first = complete(*n, long_prompt('a'));
+  complete(*n, long_prompt('A'));
+  complete(*n, long_prompt('0'));
+  auto again = complete(*n, long_prompt('a'));
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::tier_tokens) == 0u);
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::spilled_pages) == 0u);
+  BOOST_TEST(again.first == first.first);
+}
+
 BOOST_AUTO_TEST_CASE(a_malformed_tool_call_becomes_an_error_result_and_the_session_goes_on) {
   auto n = start_node();
   auto r = agent_request();

@@ -3,6 +3,7 @@
 // import into another device, park and resume, free, and a failing step. A new backend is
 // checked by adding one line to `backends()`.
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -25,29 +26,32 @@ using namespace std::chrono_literals;
 // A backend under test: its name and how to make one.
 struct backend_case {
   std::string name;
-  std::function<std::unique_ptr<triad::backend>()> make;
+  std::function<std::unique_ptr<triad::backend>(std::uint64_t)> make_with; // KV budget bytes
+  std::unique_ptr<triad::backend> make(std::uint64_t kv_bytes = 16ull << 20) const {
+    return make_with(kv_bytes);
+  }
 };
 
 std::ostream& operator<<(std::ostream& out, const backend_case& c) {
   return out << c.name;
 }
 
-std::unique_ptr<triad::backend> cpu(triad::dtype type) {
+std::unique_ptr<triad::backend> cpu(triad::dtype type, std::uint64_t kv_bytes) {
   triad::cpu_backend_options o;
   o.shape = *triad::model_preset("tiny");
   o.type = type;
-  o.kv_budget_bytes = 16ull << 20;
+  o.kv_budget_bytes = kv_bytes;
   auto b = triad::cpu_backend::create(o);
   BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
   return std::move(b).value();
 }
 
-std::unique_ptr<triad::backend> sim(const std::string& profile) {
+std::unique_ptr<triad::backend> sim(const std::string& profile, std::uint64_t kv_bytes) {
   triad::sim_backend_options o;
   o.shape = *triad::model_preset("tiny");
   o.profile = *triad::builtin_profile(profile);
   o.time_scale = 0; // no waiting in tests
-  o.kv_budget_bytes = 16ull << 20;
+  o.kv_budget_bytes = kv_bytes;
   auto b = triad::sim_backend::create(o);
   BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
   return std::move(b).value();
@@ -56,10 +60,10 @@ std::unique_ptr<triad::backend> sim(const std::string& profile) {
 // Every backend and dtype a device can run (simulated ones labelled by their profile).
 std::vector<backend_case> backends() {
   return {
-      {"cpu_f32", [] { return cpu(triad::dtype::f32); }},
-      {"cpu_bf16", [] { return cpu(triad::dtype::bf16); }},
-      {"sim_h200", [] { return sim("h200"); }},
-      {"sim_sn40l", [] { return sim("sn40l"); }},
+      {"cpu_f32", [](std::uint64_t kv) { return cpu(triad::dtype::f32, kv); }},
+      {"cpu_bf16", [](std::uint64_t kv) { return cpu(triad::dtype::bf16, kv); }},
+      {"sim_h200", [](std::uint64_t kv) { return sim("h200", kv); }},
+      {"sim_sn40l", [](std::uint64_t kv) { return sim("sn40l", kv); }},
   };
 }
 
@@ -186,6 +190,76 @@ BOOST_DATA_TEST_CASE(kv_exported_and_imported_elsewhere_continues_the_same_way,
   auto second = f.run(3).first;
   first.insert(first.end(), second.begin(), second.end());
   BOOST_TEST(first == straight, boost::test_tools::per_element());
+}
+
+// The logits after `tokens` prefilled and then `next` decoded, on sequence `seq`.
+std::vector<float> logits_after(triad::backend& b, triad::seq_id seq,
+                                const std::vector<triad::token>& tokens, triad::token next) {
+  if (!tokens.empty()) {
+    triad::step_item pre{seq, tokens};
+    BOOST_REQUIRE(b.step({&pre, 1}).has_value());
+  }
+  triad::step_item one{seq, {next}};
+  auto out = b.step({&one, 1});
+  BOOST_REQUIRE_MESSAGE(out.has_value(), (out ? "" : out.error().message));
+  return out->logits.front();
+}
+
+BOOST_DATA_TEST_CASE(pages_evicted_from_the_prefix_cache_continue_a_new_sequence_the_same_way,
+                     bdata::make(backends()), c) {
+  // A cache of four pages: a prompt of two full pages is published, then pushed out by a
+  // sequence of four pages while evictions are captured.
+  const auto page_bytes = c.make()->kv().page_bytes;
+  auto b = c.make(4 * page_bytes);
+  BOOST_REQUIRE(b->kv().pages_total == 4u);
+  BOOST_REQUIRE(b->page_payload_bytes() > 0u);
+  auto p = prompt(33);
+  const std::vector<triad::token> head{p.begin(), p.begin() + 32};
+  auto straight = logits_after(*b, 1, head, p[32]);
+  b->publish(1, p);
+  b->free(1);
+  std::vector<triad::kv_page> evicted;
+  b->capture_evictions(&evicted);
+  auto other = prompt(64);
+  for (auto& t : other)
+    t = static_cast<triad::token>(t + 100);
+  triad::step_item fill{2, other};
+  BOOST_REQUIRE(b->step({&fill, 1}).has_value());
+  b->capture_evictions(nullptr);
+  b->free(2);
+  BOOST_REQUIRE(evicted.size() == 2u);
+  // Identified by their chain: the first continues the root, the second the first.
+  std::sort(evicted.begin(), evicted.end(), [](const auto& x, const auto& y) {
+    return (x.parent == triad::root_hash) > (y.parent == triad::root_hash);
+  });
+  std::span<const triad::token> ps{p};
+  BOOST_TEST(evicted[0].parent == triad::root_hash);
+  BOOST_TEST(evicted[0].hash == triad::chain_hash(triad::root_hash, ps.first(16)));
+  BOOST_TEST(evicted[1].parent == evicted[0].hash);
+  BOOST_TEST(evicted[1].hash == triad::chain_hash(evicted[0].hash, ps.subspan(16, 16)));
+  BOOST_TEST(evicted[1].tokens == std::vector<triad::token>(p.begin() + 16, p.begin() + 32),
+             boost::test_tools::per_element());
+  for (const auto& e : evicted)
+    BOOST_TEST(e.bytes.size() == b->page_payload_bytes());
+  // Appended to a new sequence, they give the decode the very logits of the computed KV.
+  auto ok = b->append_pages(3, evicted);
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message));
+  BOOST_TEST(b->length(3) == 32u);
+  auto appended = logits_after(*b, 3, {}, p[32]);
+  BOOST_TEST(appended == straight, boost::test_tools::per_element());
+}
+
+BOOST_DATA_TEST_CASE(a_page_of_the_wrong_size_is_refused_and_changes_nothing,
+                     bdata::make(backends()), c) {
+  auto b = c.make();
+  triad::kv_page bad;
+  bad.tokens = prompt(16);
+  bad.bytes.resize(3);
+  auto ok = b->append_pages(1, {&bad, 1});
+  BOOST_REQUIRE(!ok.has_value());
+  BOOST_TEST((ok.error().code == triad::errc::invalid_argument));
+  BOOST_TEST(b->length(1) == 0u);
+  BOOST_TEST(b->kv().pages_used == 0u);
 }
 
 BOOST_DATA_TEST_CASE(a_sequence_parked_at_a_stop_token_resumes_with_appended_tokens,
