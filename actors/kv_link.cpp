@@ -10,6 +10,10 @@ namespace {
 
 /// Asks the fetcher for pages: `(kv_fetch_atom, tokens, first, count, seq, reply_to)`.
 using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
+/// Asks the fetcher for kept blocks: `(kv_fetch_kept_atom, ids, tokens, seq, reply_to)`.
+using kv_fetch_kept_atom = caf::atom_constant<caf::atom("kvfetchk")>;
+/// Asks the fetcher to keep pages: `(kv_keep_atom, kv_put, key, reply_to)`.
+using kv_keep_atom = caf::atom_constant<caf::atom("kvkeep")>;
 
 // What one fetch gathers: the blocks' bytes as their reads come back, in chain order.
 struct fetch_state {
@@ -21,20 +25,50 @@ struct fetch_state {
   seq_id seq = 0;
   caf::actor reply_to;
 
-  // The pages read and checked, up to the first that was not: the rest is computed.
+  // The pages read and checked, up to the first that was not: the rest is computed. Page k
+  // holds the tokens of page `first + k` of `tokens` (the last may be partial).
   void finish(std::size_t block_tokens) {
-    auto chain = chain_hashes(tokens, block_tokens);
     std::vector<kv_page> out;
+    std::span<const token> all{tokens};
+    block_hash parent = root_hash;
+    for (std::size_t at = 0; at < first * block_tokens && at + block_tokens <= all.size();
+         at += block_tokens)
+      parent = chain_hash(parent, all.subspan(at, block_tokens));
     for (std::size_t k = 0; k < pages.size() && ok[k]; ++k) {
-      auto at = first + k;
+      auto at = (first + k) * block_tokens;
+      if (at >= all.size())
+        break;
       auto& p = pages[k];
-      p.hash = chain[at];
-      p.parent = at == 0 ? root_hash : chain[at - 1];
-      auto begin = tokens.begin() + static_cast<std::ptrdiff_t>(at * block_tokens);
-      p.tokens.assign(begin, begin + static_cast<std::ptrdiff_t>(block_tokens));
+      auto own = all.subspan(at, std::min(block_tokens, all.size() - at));
+      p.parent = parent;
+      p.hash = chain_hash(parent, own);
+      p.tokens.assign(own.begin(), own.end());
+      parent = p.hash;
       out.push_back(std::move(p));
     }
     caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(out));
+  }
+
+  // Reads `ids` through the store, in order, then finishes.
+  void read(caf::event_based_actor* self, const kv_store& store, const std::vector<block_id>& ids,
+            std::size_t block_tokens, const std::shared_ptr<fetch_state>& me) {
+    if (ids.empty())
+      return finish(block_tokens);
+    auto n = ids.size();
+    pages.resize(n);
+    ok.assign(n, false);
+    left = n;
+    for (std::size_t k = 0; k < n; ++k) {
+      auto one = [me, k, block_tokens](bool good, std::vector<std::uint8_t> bytes) {
+        me->ok[k] = good;
+        me->pages[k].bytes = std::move(bytes);
+        if (--me->left == 0)
+          me->finish(block_tokens);
+      };
+      self->request(store.store, caf::infinite, kv_read_atom::value, ids[k])
+          .then([one](kv_bytes& b) mutable { one(b.ok, std::move(b.bytes)); },
+                [one](caf::error&) mutable { one(false, {}); });
+    }
   }
 };
 
@@ -48,32 +82,33 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         st->first = first;
         st->seq = seq;
         st->reply_to = std::move(reply_to);
-        auto none = [st, block_tokens] { st->finish(block_tokens); };
         auto chain = chain_hashes(st->tokens, block_tokens);
         chain.erase(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(
                                                        std::min<std::size_t>(first, chain.size())));
         self->request(store.index, caf::infinite, kv_find_atom::value, std::move(chain))
+            .then([self, store, st,
+                   block_tokens](kv_prefix& p) { st->read(self, store, p.ids, block_tokens, st); },
+                  [st, block_tokens](caf::error&) { st->finish(block_tokens); });
+      },
+      [self, store, block_tokens](kv_fetch_kept_atom, std::vector<std::uint64_t>& ids,
+                                  std::vector<token>& tokens, seq_id seq, caf::actor& reply_to) {
+        auto st = std::make_shared<fetch_state>();
+        st->tokens = std::move(tokens);
+        st->seq = seq;
+        st->reply_to = std::move(reply_to);
+        st->read(self, store, ids, block_tokens, st);
+      },
+      [self, store](kv_keep_atom, kv_put& put, std::uint64_t key, caf::actor& reply_to) {
+        self->request(store.store, caf::infinite, kv_put_atom::value, std::move(put))
             .then(
-                [self, store, st, block_tokens, none](kv_prefix& p) {
-                  if (p.ids.empty())
-                    return none();
-                  auto n = p.ids.size();
-                  st->pages.resize(n);
-                  st->ok.assign(n, false);
-                  st->left = n;
-                  for (std::size_t k = 0; k < n; ++k) {
-                    auto one = [st, k, block_tokens](bool ok, std::vector<std::uint8_t> bytes) {
-                      st->ok[k] = ok;
-                      st->pages[k].bytes = std::move(bytes);
-                      if (--st->left == 0)
-                        st->finish(block_tokens);
-                    };
-                    self->request(store.store, caf::infinite, kv_read_atom::value, p.ids[k])
-                        .then([one](kv_bytes& b) mutable { one(b.ok, std::move(b.bytes)); },
-                              [one](caf::error&) mutable { one(false, {}); });
-                  }
+                [key, reply_to](kv_reply& r) {
+                  caf::anon_send(reply_to, kv_stored_atom::value, key,
+                                 r.ok ? std::move(r.ids) : std::vector<std::uint64_t>{});
                 },
-                [none](caf::error&) { none(); });
+                [key, reply_to](caf::error&) {
+                  caf::anon_send(reply_to, kv_stored_atom::value, key,
+                                 std::vector<std::uint64_t>{});
+                });
       },
   };
 }
@@ -105,6 +140,27 @@ public:
       put.hold = false;
       caf::anon_send(store_.store, kv_put_atom::value, std::move(put));
     }
+  }
+
+  void keep(std::vector<kv_page> pages, std::uint64_t key, caf::actor reply_to) override {
+    kv_put put;
+    put.pool = host_pool_;
+    for (auto& p : pages) {
+      put.tokens.insert(put.tokens.end(), p.tokens.begin(), p.tokens.end());
+      put.payloads.push_back(std::move(p.bytes));
+    }
+    caf::anon_send(fetcher_, kv_keep_atom::value, std::move(put), key, std::move(reply_to));
+  }
+
+  void release(std::vector<std::uint64_t> block_ids) override {
+    if (!block_ids.empty())
+      caf::anon_send(store_.store, kv_release_atom::value, std::move(block_ids));
+  }
+
+  void fetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens, seq_id seq,
+                  caf::actor reply_to) override {
+    caf::anon_send(fetcher_, kv_fetch_kept_atom::value, std::move(block_ids), std::move(tokens),
+                   seq, std::move(reply_to));
   }
 
   void fetch(std::vector<token> tokens, std::size_t first, std::size_t count, seq_id seq,

@@ -236,6 +236,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     ctx->max_context =
         config.model.context_tokens != 0 ? config.model.context_tokens : shape->max_context;
   ctx->metrics = request_metrics::attach(n->metrics_);
+  ctx->tier = n->kv_tier_;
   n->context_ = std::move(ctx);
   return n;
 }

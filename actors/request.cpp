@@ -335,6 +335,29 @@ private:
         std::move(release));
   }
 
+  // Resumes a demoted request on a decode device from the blocks the store keeps for it: the
+  // device reads them back (checked) and computes the tokens past them.
+  void begin_decode_kept() {
+    route(route_stage::decode, [this](holding h) {
+      enter(stage::decode);
+      auto order = order_for(next_seq(), left());
+      order.kept_blocks = kept_.blocks;
+      order.kept_tokens = kept_.tokens;
+      // Counted as a prefill of everything; the device reports what came from the blocks
+      // (as cached tokens, subtracted then), so a block that could not be read counts as
+      // computed.
+      auto n = order.prompt.size();
+      admit(std::move(h), std::move(order), nullptr, route_stage::decode, n);
+    });
+  }
+
+  // Lets go of the blocks kept at the last demotion (a later one keeps its own).
+  void release_kept() {
+    if (ctx_->tier && !kept_.blocks.empty())
+      ctx_->tier->release(std::move(kept_.blocks));
+    kept_ = {};
+  }
+
   // ---- events -------------------------------------------------------------------------------
 
   void on_device(device_event& e) {
@@ -507,6 +530,25 @@ private:
       return;
     }
     demoting_ = true;
+    if (ctx_->tier) {
+      // The device moves the KV into the store: the request holds its blocks, not its bytes.
+      request(held.device, caf::infinite, demote_atom::value, held.seq)
+          .then(
+              [this](kv_kept& k) {
+                release_kept();
+                kept_ = std::move(k);
+                demoting_ = false;
+                if (pending_result_)
+                  continue_after_tool();
+              },
+              [this](caf::error&) { // the device is gone: recompute after the tool
+                release_kept();
+                demoting_ = false;
+                if (pending_result_)
+                  continue_after_tool();
+              });
+      return;
+    }
     request(held.device, caf::infinite, move_out_atom::value, held.seq)
         .then(
             [this, held](kv_blob& blob) {
@@ -575,6 +617,8 @@ private:
     }
     if (ctx_->options.kv == kv_policy::demote && parked_blob_)
       begin_decode();
+    else if (ctx_->options.kv == kv_policy::demote && !kept_.blocks.empty())
+      begin_decode_kept();
     else
       begin_prefill(); // discard, or a demotion that failed: recompute everything
   }
@@ -632,6 +676,7 @@ private:
     report_service();
     stage_ = stage::finished;
     release_all();
+    release_kept();
     emit(std::move(ev));
     on_event_ = nullptr;
     // A request still waiting for a device stays until the router answers (withdrawn, or a
@@ -688,6 +733,7 @@ private:
   // The KV between devices (a transfer, a demotion), shared with the device importing it, so a
   // retry elsewhere needs no copy.
   std::shared_ptr<const kv_blob> parked_blob_;
+  kv_kept kept_; // demote with a store: the blocks holding the KV across the tool call
   std::optional<kv_blob> kept_kv_; // keep_kv: the KV exported at the end
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;
   std::vector<token> call_;     // tokens of the tool call being written

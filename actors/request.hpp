@@ -155,6 +155,10 @@ struct request_context {
   std::size_t max_context = 4096;
   /// How long a request may take in all before it ends with errc::timed_out (0: no limit).
   std::chrono::milliseconds request_timeout{0};
+  /// The node's KV store as the devices' tier below (null: none). The demote policy keeps a
+  /// request's KV there across a tool call (blocks it holds and releases), instead of a copy
+  /// on the request actor.
+  std::shared_ptr<kv_tier> tier;
 };
 
 /// A submitted request: its id, and its actor for those who want to watch it.

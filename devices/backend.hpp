@@ -106,13 +106,21 @@ public:
   /// While `sink` is set, every cached full page the prefix cache evicts is copied into it
   /// before its memory is reused, instead of being lost; nullptr: evicted pages are dropped.
   virtual void capture_evictions(std::vector<kv_page>* sink) { (void)sink; }
-  /// Appends whole pages (in chain order, the first continuing the sequence) to `seq`, created
-  /// when unknown; its length must be a multiple of the page size. All or nothing:
-  /// errc::exhausted when the pages do not fit, errc::invalid_argument on a page of the wrong
-  /// size or content.
+  /// Appends pages (in chain order, the first continuing the sequence; every one full but the
+  /// last, which may hold fewer tokens) to `seq`, created when unknown; its length must be a
+  /// multiple of the page size. All or nothing: errc::exhausted when the pages do not fit,
+  /// errc::invalid_argument on a page of the wrong size or content.
   virtual expected<void> append_pages(seq_id seq, std::span<const kv_page> pages) {
     (void)seq;
     (void)pages;
+    return make_error(errc::unsupported, "this backend's KV pages cannot leave or enter it");
+  }
+  /// The pages of `seq` holding its first min(length, tokens.size()) tokens (`tokens`: its
+  /// tokens from the start), copied out with their identity; the last may be partial.
+  virtual expected<std::vector<kv_page>> export_pages(seq_id seq,
+                                                      std::span<const token> tokens) const {
+    (void)seq;
+    (void)tokens;
     return make_error(errc::unsupported, "this backend's KV pages cannot leave or enter it");
   }
 };

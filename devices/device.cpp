@@ -100,6 +100,9 @@ public:
     for (auto& [key, promise] : exports_)
       promise.deliver(caf::make_error(caf::sec::request_receiver_down));
     exports_.clear();
+    for (auto& [key, promise] : demotions_)
+      promise.deliver(caf::make_error(caf::sec::request_receiver_down));
+    demotions_.clear();
     spare_job_.reset(); // its sinks
     seqs_.clear();
     backlog_.clear();
@@ -137,6 +140,27 @@ public:
         },
         [this](export_atom, seq_id id) { return export_kv(id, false); },
         [this](move_out_atom, seq_id id) { return export_kv(id, true); },
+        [this](demote_atom, seq_id id) { return demote(id); },
+        [this](demote_done_atom, std::uint64_t key, std::vector<kv_page>& pages) {
+          auto it = demotions_.find(key);
+          if (it == demotions_.end())
+            return;
+          if (pages.empty()) { // nothing to keep: the caller recomputes
+            it->second.deliver(kv_kept{});
+            demotions_.erase(it);
+            return;
+          }
+          tier_->keep(std::move(pages), key, caf::actor_cast<caf::actor>(this));
+        },
+        [this](kv_stored_atom, std::uint64_t key, std::vector<std::uint64_t>& ids) {
+          auto it = demotions_.find(key);
+          if (it == demotions_.end())
+            return;
+          auto tokens = demoted_tokens_[key];
+          demoted_tokens_.erase(key);
+          it->second.deliver(kv_kept{std::move(ids), tokens});
+          demotions_.erase(it);
+        },
         [this](export_done_atom, std::uint64_t key, kv_blob& blob, std::string& error) {
           auto it = exports_.find(key);
           if (it == exports_.end())
@@ -185,7 +209,7 @@ private:
     std::shared_ptr<const kv_blob> import; // importing: the KV to import with its first step
     // Pages of its prompt fetched from the tier below, attached with its prefix lookup.
     std::shared_ptr<const std::vector<kv_page>> fetched;
-    std::uint64_t import_tokens = 0;       // importing, once in a job: the tokens its KV covers
+    std::uint64_t import_tokens = 0; // importing, once in a job: the tokens its KV covers
   };
 
   // Answers the sequence's KV as bytes, copied out on the driver; with `then_free`, the sequence
@@ -213,6 +237,35 @@ private:
     submit(std::move(job));
     if (then_free)
       release(id);
+    return promise;
+  }
+
+  // The demote policy's tool call: the sequence's pages are copied out on the driver (its full
+  // pages published to the prefix cache first, then it is freed), then kept in the tier below
+  // for the caller. Without a tier, or with no KV, the sequence is freed and nothing is kept.
+  caf::result<kv_kept> demote(seq_id id) {
+    auto* s = find(id);
+    if (s == nullptr || !tier_ || s->computed == 0) {
+      if (s != nullptr)
+        release(id);
+      return kv_kept{};
+    }
+    std::vector<token> computed{s->tokens.begin(),
+                                s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed)};
+    note_published(computed);
+    seqs_.erase(id);
+    auto promise = make_response_promise<kv_kept>();
+    auto key = next_promise_++;
+    demotions_.emplace(key, promise);
+    demoted_tokens_[key] = computed.size();
+    submit([be = backend_, id, key, computed = std::move(computed),
+            self = caf::actor_cast<device_actor>(this)] {
+      auto pages = be->export_pages(id, computed);
+      detail::publish_and_free(*be, id, computed);
+      caf::anon_send(self, demote_done_atom::value, key,
+                     pages ? std::move(*pages) : std::vector<kv_page>{});
+    });
+    update_gauges();
     return promise;
   }
 
@@ -281,8 +334,19 @@ private:
     s.admitted_order = next_order_++;
     s.import = std::move(import);
     s.req = std::move(req);
-    if (s.lookup)
+    if (tier_ && !s.req.kept_blocks.empty()) {
+      // A demoted sequence comes back: its kept blocks are read before its first step (and
+      // looked up in its own cache first, as any prompt).
+      s.lookup = options_.prefix_cache;
+      s.state = seq_state::fetching;
+      std::vector<token> kept{s.tokens.begin(),
+                              s.tokens.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(
+                                                     s.req.kept_tokens, s.tokens.size()))};
+      tier_->fetch_kept(std::move(s.req.kept_blocks), std::move(kept), s.req.seq,
+                        caf::actor_cast<caf::actor>(this));
+    } else if (s.lookup) {
       fetch_from_tier(s);
+    }
     auto id = s.req.seq;
     seqs_.emplace(id, std::move(s));
     return admission{true, {}, {}};
@@ -717,6 +781,8 @@ private:
   std::shared_ptr<detail::step_job> spare_job_; // the job object filled again for the next job
   std::vector<seq_id> pending_frees_;
   std::map<std::uint64_t, caf::typed_response_promise<kv_blob>> exports_;
+  std::map<std::uint64_t, caf::typed_response_promise<kv_kept>> demotions_;
+  std::map<std::uint64_t, std::uint64_t> demoted_tokens_; // per demotion: the tokens kept
   std::uint64_t next_promise_ = 0;
   bool in_flight_ = false;
   // Raised when a message changes what the next step should hold: the driver ends a burst.
@@ -726,10 +792,10 @@ private:
   std::uint64_t next_order_ = 0;
   device_stats stats_;
   kv_usage kv_;
-  std::vector<caf::actor> kv_watchers_; // told of free KV pages (the router)
-  std::shared_ptr<kv_tier> tier_;        // the tier below, when connected (options_.tier)
+  std::vector<caf::actor> kv_watchers_;      // told of free KV pages (the router)
+  std::shared_ptr<kv_tier> tier_;            // the tier below, when connected (options_.tier)
   std::unordered_set<block_hash> own_pages_; // with a tier: the pages its prefix cache holds
-  std::uint64_t kv_reported_ = 0;       // the free pages they last heard of
+  std::uint64_t kv_reported_ = 0;            // the free pages they last heard of
 };
 
 } // namespace

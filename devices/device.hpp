@@ -45,6 +45,10 @@ using move_out_atom = caf::atom_constant<caf::atom("moveout")>;
 /// same without a copy of the bytes: a caller that keeps the blob (to try another device when
 /// this one is busy) shares it with the device until the import has run.
 using import_atom = caf::atom_constant<caf::atom("import")>;
+/// Moves a sequence's KV to the tier below (the node's KV store) and drops the sequence, for
+/// the demote policy's tool call: `(demote_atom, seq_id)` -> kv_kept. Its full pages also stay
+/// in the device's prefix cache (evictable), so a resume there may find them without a copy.
+using demote_atom = caf::atom_constant<caf::atom("demote")>;
 /// Asks for a device_stats snapshot: `(stats_atom)`.
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 /// Subscribes an actor to the device's free KV: `(watch_kv_atom, caf::actor watcher)`. The
@@ -60,6 +64,9 @@ using kv_free_atom = caf::atom_constant<caf::atom("kvfree")>;
 using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
 /// A device's own: try again to hand the backlog or a step to a full driver queue.
 using device_retry_atom = caf::atom_constant<caf::atom("devretry")>;
+/// A device's own: a demotion's pages were copied out on the driver:
+/// `(demote_done_atom, key, std::vector<kv_page>)`.
+using demote_done_atom = caf::atom_constant<caf::atom("demotedone")>;
 /// A device's own: an export finished on the driver: `(export_done_atom, key, kv_blob, error)`.
 using export_done_atom = caf::atom_constant<caf::atom("exportdone")>;
 
@@ -89,7 +96,25 @@ struct generate_request {
   /// drops the sequence (its full pages still go to the prefix cache), and the done event
   /// carries the KV: a prefill device's hand-off to decode without a move_out_atom round trip.
   bool move_out_when_done = false;
+  /// Blocks of the KV store holding the prompt's first `kept_tokens` tokens (a demotion's,
+  /// kv_kept): read back, checked, and appended before the rest is computed. Whatever cannot
+  /// be read is computed.
+  std::vector<std::uint64_t> kept_blocks;
+  std::uint64_t kept_tokens = 0; ///< tokens the kept blocks cover
 };
+
+/// Where a demoted sequence's KV went: blocks of the KV store, held for the caller (who
+/// releases them through the tier once done), covering the sequence's first `tokens`.
+struct kv_kept {
+  std::vector<std::uint64_t> blocks; ///< block ids in order; empty: not kept (recompute)
+  std::uint64_t tokens = 0;          ///< tokens they cover
+};
+
+/// Inspector of kv_kept.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_kept& x) {
+  return f(caf::meta::type_name("kv_kept"), x.blocks, x.tokens);
+}
 
 /// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format.
 struct kv_blob {
@@ -167,7 +192,8 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
-           x.stop, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done);
+           x.stop, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done,
+           x.kept_blocks, x.kept_tokens);
 }
 /// Inspector of admission.
 template<class Inspector>
@@ -240,6 +266,9 @@ using device_actor = caf::typed_actor<
     caf::reacts_to<park_atom, seq_id>, caf::reacts_to<resume_atom, seq_id, std::vector<token>>,
     caf::reacts_to<free_atom, seq_id>, caf::replies_to<export_atom, seq_id>::with<kv_blob>,
     caf::replies_to<move_out_atom, seq_id>::with<kv_blob>,
+    caf::replies_to<demote_atom, seq_id>::with<kv_kept>,
+    caf::reacts_to<demote_done_atom, std::uint64_t, std::vector<kv_page>>,
+    caf::reacts_to<kv_stored_atom, std::uint64_t, std::vector<std::uint64_t>>,
     caf::replies_to<stats_atom>::with<device_stats>, caf::reacts_to<watch_kv_atom, caf::actor>,
     caf::reacts_to<kv_fetched_atom, seq_id, std::vector<kv_page>>,
     caf::reacts_to<step_done_atom, std::shared_ptr<detail::step_job>>,

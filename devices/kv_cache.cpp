@@ -50,7 +50,7 @@ paged_kv_cache::create(const model_shape& shape, dtype type, std::size_t page_to
   self->base_ = self->storage_.data();
   auto* cache = self.get();
   self->table_.on_evict([cache](std::uint32_t page, block_hash hash, block_hash parent,
-                               std::span<const token> tokens) {
+                                std::span<const token> tokens) {
     if (cache->evicted_ == nullptr)
       return;
     kv_page out;
@@ -127,18 +127,12 @@ expected<void> paged_kv_cache::import_seq(seq_id seq, std::span<const std::byte>
 
 expected<void> paged_kv_cache::append_pages(seq_id seq, std::span<const kv_page> pages) {
   auto length = table_.length(seq);
-  if (length % page_tokens_ != 0)
-    return make_error(errc::invalid_argument,
-                      "kv append: sequence " + std::to_string(seq) + " holds " +
-                          std::to_string(length) + " tokens, not whole pages of " +
-                          std::to_string(page_tokens_));
-  for (const auto& p : pages)
-    if (p.bytes.size() != page_bytes_ || p.tokens.size() != page_tokens_)
-      return make_error(errc::invalid_argument,
-                        "kv append: a page of " + std::to_string(p.bytes.size()) + " bytes and " +
-                            std::to_string(p.tokens.size()) + " tokens; this cache's pages have " +
-                            std::to_string(page_bytes_) + " and " + std::to_string(page_tokens_));
-  auto new_length = length + pages.size() * page_tokens_;
+  auto new_length = length;
+  if (auto ok = check_appended_pages(seq, length, pages, page_tokens_, page_bytes_, "kv append");
+      !ok)
+    return ok.error();
+  else
+    new_length += *ok;
   std::pair<seq_id, std::size_t> want{seq, new_length};
   if (auto ok = table_.reserve({&want, 1}); !ok)
     return ok;
@@ -148,6 +142,19 @@ expected<void> paged_kv_cache::append_pages(seq_id seq, std::span<const kv_page>
     std::memcpy(page_base(held[first + p]), pages[p].bytes.data(), page_bytes_);
   table_.set_length(seq, new_length);
   return {};
+}
+
+expected<std::vector<kv_page>> paged_kv_cache::export_pages(seq_id seq,
+                                                            std::span<const token> tokens) const {
+  if (table_.pages(seq) == nullptr)
+    return make_error(errc::not_found, "kv cache: no sequence " + std::to_string(seq));
+  std::vector<kv_page> out;
+  for (auto& [page, identity] : table_.pages_of(seq, tokens)) {
+    const auto* from = reinterpret_cast<const std::uint8_t*>(page_base(page));
+    identity.bytes.assign(from, from + page_bytes_);
+    out.push_back(std::move(identity));
+  }
+  return out;
 }
 
 kv_usage paged_kv_cache::usage() const noexcept {

@@ -57,6 +57,8 @@ public:
   /// Appends whole pages to a sequence at a page boundary (see backend::append_pages): their
   /// bytes are page_bytes() each, in this cache's page layout.
   expected<void> append_pages(seq_id seq, std::span<const kv_page> pages);
+  /// Copies out the pages of a sequence (see backend::export_pages).
+  expected<std::vector<kv_page>> export_pages(seq_id seq, std::span<const token> tokens) const;
 
   /// Usage counters.
   kv_usage usage() const noexcept;

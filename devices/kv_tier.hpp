@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -16,6 +17,9 @@ namespace triad {
 /// std::vector<kv_page>)`, the pages in chain order from the first asked for; fewer than asked
 /// (even none) when some were gone or failed their check.
 using kv_fetched_atom = caf::atom_constant<caf::atom("kvfetched")>;
+/// A tier's answer to kv_tier::keep: `(kv_stored_atom, std::uint64_t key,
+/// std::vector<std::uint64_t> block_ids)`, empty when the pages could not be stored.
+using kv_stored_atom = caf::atom_constant<caf::atom("kvstored")>;
 
 /// What lies below a device's own memory: where the pages its prefix cache evicts go instead of
 /// being lost, and where it finds the pages of a prompt it does not hold (computed on another
@@ -37,6 +41,16 @@ public:
   /// against its checksum) and answers `reply_to` with kv_fetched_atom for `seq`.
   virtual void fetch(std::vector<token> tokens, std::size_t first, std::size_t count, seq_id seq,
                      caf::actor reply_to) = 0;
+  /// Stores a sequence's pages (from its first; the last may be partial) for a caller who
+  /// keeps them across a tool call: the tier holds a reference of each block until `release`,
+  /// and answers `reply_to` with kv_stored_atom for `key`.
+  virtual void keep(std::vector<kv_page> pages, std::uint64_t key, caf::actor reply_to) = 0;
+  /// Drops the references `keep` gave; the blocks stay cached until pressure evicts them.
+  virtual void release(std::vector<std::uint64_t> block_ids) = 0;
+  /// Reads the blocks `block_ids` (kept for the first tokens of `tokens`), checked, and answers
+  /// `reply_to` with kv_fetched_atom for `seq`, as fetch does.
+  virtual void fetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens,
+                          seq_id seq, caf::actor reply_to) = 0;
 };
 
 } // namespace triad

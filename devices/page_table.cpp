@@ -109,6 +109,54 @@ std::size_t page_table::attach_prefix(seq_id seq, std::span<const token> tokens)
   return s.length;
 }
 
+expected<std::size_t> check_appended_pages(seq_id seq, std::size_t length,
+                                           std::span<const kv_page> pages, std::size_t page_tokens,
+                                           std::size_t payload_bytes, std::string_view what) {
+  if (length % page_tokens != 0)
+    return make_error(errc::invalid_argument,
+                      std::string{what} + ": sequence " + std::to_string(seq) + " holds " +
+                          std::to_string(length) + " tokens, not whole pages of " +
+                          std::to_string(page_tokens));
+  std::size_t added = 0;
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    const auto& p = pages[i];
+    const bool last = i + 1 == pages.size();
+    const bool tokens_ok =
+        last ? !p.tokens.empty() && p.tokens.size() <= page_tokens : p.tokens.size() == page_tokens;
+    if (!tokens_ok || p.bytes.size() != payload_bytes)
+      return make_error(
+          errc::invalid_argument,
+          std::string{what} + ": page " + std::to_string(i) + " of " +
+              std::to_string(pages.size()) + " has " + std::to_string(p.tokens.size()) +
+              " tokens and " + std::to_string(p.bytes.size()) + " bytes; pages have " +
+              std::to_string(page_tokens) + " tokens (the last 1.." + std::to_string(page_tokens) +
+              ") and " + std::to_string(payload_bytes) + " bytes");
+    added += p.tokens.size();
+  }
+  return added;
+}
+
+std::vector<std::pair<std::uint32_t, kv_page>>
+page_table::pages_of(seq_id seq, std::span<const token> tokens) const {
+  std::vector<std::pair<std::uint32_t, kv_page>> out;
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end())
+    return out;
+  const auto covered = std::min(it->second.length, tokens.size());
+  block_hash parent = root_hash;
+  for (std::size_t at = 0, p = 0; at < covered && p < it->second.pages.size();
+       at += page_tokens_, ++p) {
+    auto page_tokens = tokens.subspan(at, std::min(page_tokens_, covered - at));
+    kv_page page;
+    page.parent = parent;
+    page.hash = chain_hash(parent, page_tokens);
+    page.tokens.assign(page_tokens.begin(), page_tokens.end());
+    parent = page.hash;
+    out.emplace_back(it->second.pages[p], std::move(page));
+  }
+  return out;
+}
+
 void page_table::publish(seq_id seq, std::span<const token> tokens) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end())

@@ -5,6 +5,7 @@
 #include <functional>
 #include <list>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -14,6 +15,14 @@
 #include "runtime/error.hpp"
 
 namespace triad {
+
+/// Checks pages to append to a sequence of `length` tokens (backend::append_pages): the length
+/// is whole pages, every page holds `page_tokens` tokens but the last (1..page_tokens), and each
+/// has `payload_bytes` bytes. The tokens they add, or an error naming the first bad page
+/// (`what` starts it, e.g. "kv append").
+expected<std::size_t> check_appended_pages(seq_id seq, std::size_t length,
+                                           std::span<const kv_page> pages, std::size_t page_tokens,
+                                           std::size_t payload_bytes, std::string_view what);
 
 /// The page bookkeeping of one device's KV cache, shared by every backend: which pages each
 /// sequence holds, and a prefix cache of pages that outlive their sequence. A page is referenced
@@ -50,6 +59,12 @@ public:
   /// prefix of them), so later sequences can attach them. A page whose content another page
   /// already caches is left private.
   void publish(seq_id seq, std::span<const token> tokens);
+
+  /// The pages of `seq` that hold its first min(length, tokens.size()) tokens (`tokens`: its
+  /// tokens from the start), in order: each page's id and identity (chain hash, parent, its
+  /// tokens; the last may hold fewer than page_tokens), without bytes. Empty when unknown.
+  std::vector<std::pair<std::uint32_t, kv_page>> pages_of(seq_id seq,
+                                                          std::span<const token> tokens) const;
 
   /// Called when a cached full page is evicted (its memory about to be reused for another
   /// page): the page, its chain hash, its parent's hash and its tokens, while its bytes are

@@ -72,6 +72,10 @@ public:
   expected<void> append_pages(seq_id seq, std::span<const kv_page> pages) override {
     return cache_->append_pages(seq, pages);
   }
+  expected<std::vector<kv_page>> export_pages(seq_id seq,
+                                              std::span<const token> tokens) const override {
+    return cache_->export_pages(seq, tokens);
+  }
 
   /// Timing of the most recent step.
   const cpu_step_profile& last_profile() const noexcept { return profile_; }

@@ -148,22 +148,29 @@ std::vector<std::size_t> step_job::attach_prefixes(std::span<step_item>& batch) 
     auto covered = be->attach_prefix(batch[i].seq, prompt);
     if (const auto& pages = lookup_pages[l]; pages && !pages->empty()) {
       // The fetched pages continue the chain where the device's own cache ends, when they
-      // reach past it (whole pages, one token of the prompt left to compute). A page that
-      // does not fit leaves the rest to be computed.
+      // reach past it, up to one token of the prompt left to compute (the last page may be
+      // partial: a demoted sequence's). What does not fit is computed.
       const auto pt = be->kv().page_tokens;
-      const auto first_page = covered / pt;
-      const auto max_pages = (prompt.size() - 1) / pt;
+      std::span<const token> ps{prompt};
       block_hash parent = root_hash; // the chain hash of the pages the cache gave
-      for (std::size_t p = 0; p < first_page; ++p)
-        parent = chain_hash(parent, std::span<const token>{prompt}.subspan(p * pt, pt));
-      auto it = std::find_if(pages->begin(), pages->end(), [&](const kv_page& p) {
-        return p.parent == parent;
-      });
-      auto take = std::min<std::size_t>(static_cast<std::size_t>(pages->end() - it),
-                                        max_pages > first_page ? max_pages - first_page : 0);
+      for (std::size_t at = 0; at < covered; at += pt)
+        parent = chain_hash(parent, ps.subspan(at, pt));
+      auto it = std::find_if(pages->begin(), pages->end(),
+                             [&](const kv_page& p) { return p.parent == parent; });
+      std::size_t take = 0, tokens = 0;
+      for (auto p = it; p != pages->end(); ++p) {
+        if (covered + tokens + p->tokens.size() >= prompt.size() ||
+            !std::equal(p->tokens.begin(), p->tokens.end(),
+                        prompt.begin() + static_cast<std::ptrdiff_t>(covered + tokens)))
+          break;
+        tokens += p->tokens.size();
+        ++take;
+        if (p->tokens.size() < pt)
+          break; // a partial page ends what can be appended
+      }
       if (take > 0 && be->append_pages(batch[i].seq, {&*it, take})) {
-        covered += take * pt;
-        r.fetched[i] = take * pt;
+        covered += tokens;
+        r.fetched[i] = tokens;
       }
     }
     if (covered == 0)

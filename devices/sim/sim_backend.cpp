@@ -50,18 +50,18 @@ expected<std::unique_ptr<sim_backend>> sim_backend::create(sim_backend_options o
                                                   std::to_string(self->page_bytes_) + " bytes");
   self->table_.emplace(pages_total, options.page_tokens);
   auto* sim = self.get();
-  self->table_->on_evict([sim](std::uint32_t, block_hash hash, block_hash parent,
-                               std::span<const token> tokens) {
-    if (sim->evicted_ == nullptr)
-      return;
-    kv_page out;
-    out.hash = hash;
-    out.parent = parent;
-    out.tokens.assign(tokens.begin(), tokens.end());
-    out.bytes.resize(tokens.size() * sizeof(std::int32_t));
-    std::memcpy(out.bytes.data(), tokens.data(), out.bytes.size());
-    sim->evicted_->push_back(std::move(out));
-  });
+  self->table_->on_evict(
+      [sim](std::uint32_t, block_hash hash, block_hash parent, std::span<const token> tokens) {
+        if (sim->evicted_ == nullptr)
+          return;
+        kv_page out;
+        out.hash = hash;
+        out.parent = parent;
+        out.tokens.assign(tokens.begin(), tokens.end());
+        out.bytes.resize(tokens.size() * sizeof(std::int32_t));
+        std::memcpy(out.bytes.data(), tokens.data(), out.bytes.size());
+        sim->evicted_->push_back(std::move(out));
+      });
   return self;
 }
 
@@ -148,20 +148,16 @@ expected<void> sim_backend::import_kv(seq_id seq, std::span<const std::byte> byt
 expected<void> sim_backend::append_pages(seq_id seq, std::span<const kv_page> pages) {
   const auto pt = options_.page_tokens;
   auto length = table_->length(seq);
-  if (length % pt != 0)
-    return make_error(errc::invalid_argument, "sim append: sequence " + std::to_string(seq) +
-                                                  " holds " + std::to_string(length) +
-                                                  " tokens, not whole pages of " +
-                                                  std::to_string(pt));
-  for (const auto& p : pages)
-    if (p.tokens.size() != pt || p.bytes.size() != page_payload_bytes() ||
-        std::memcmp(p.bytes.data(), p.tokens.data(), p.bytes.size()) != 0)
-      return make_error(errc::invalid_argument,
-                        "sim append: a page whose bytes are not its " + std::to_string(pt) +
-                            " tokens (" + std::to_string(p.bytes.size()) + " bytes)");
+  auto added = check_appended_pages(seq, length, pages, pt, page_payload_bytes(), "sim append");
+  if (!added)
+    return added.error();
+  for (const auto& p : pages) // a sim page's bytes are its tokens (then zeros)
+    if (std::memcmp(p.bytes.data(), p.tokens.data(), p.tokens.size() * sizeof(std::int32_t)) != 0)
+      return make_error(errc::invalid_argument, "sim append: a page whose bytes are not its " +
+                                                    std::to_string(p.tokens.size()) + " tokens");
   if (pages.empty())
     return {};
-  auto new_length = length + pages.size() * pt;
+  auto new_length = length + *added;
   std::pair<seq_id, std::size_t> want{seq, new_length};
   if (auto ok = table_->reserve({&want, 1}); !ok)
     return make_error(errc::exhausted, "sim append: no room for " + std::to_string(pages.size()) +
@@ -169,12 +165,26 @@ expected<void> sim_backend::append_pages(seq_id seq, std::span<const kv_page> pa
   table_->set_length(seq, new_length);
   last_token_[seq] = pages.back().tokens.back();
   if (options_.time_scale > 0 && options_.profile.link_bandwidth > 0) {
-    double bytes = static_cast<double>(pages.size() * pt) *
+    double bytes = static_cast<double>(*added) *
                    static_cast<double>(options_.shape.kv_bytes_per_token(options_.type));
     std::this_thread::sleep_for(std::chrono::duration<double>(
         bytes / options_.profile.link_bandwidth / options_.time_scale));
   }
   return {};
+}
+
+expected<std::vector<kv_page>> sim_backend::export_pages(seq_id seq,
+                                                         std::span<const token> tokens) const {
+  if (table_->pages(seq) == nullptr)
+    return make_error(errc::not_found, "sim: no sequence " + std::to_string(seq));
+  std::vector<kv_page> out;
+  for (auto& [page, identity] : table_->pages_of(seq, tokens)) {
+    identity.bytes.assign(page_payload_bytes(), 0);
+    std::memcpy(identity.bytes.data(), identity.tokens.data(),
+                identity.tokens.size() * sizeof(std::int32_t));
+    out.push_back(std::move(identity));
+  }
+  return out;
 }
 
 void sim_backend::free(seq_id seq) {

@@ -51,6 +51,8 @@ public:
   }
   void capture_evictions(std::vector<kv_page>* sink) override { evicted_ = sink; }
   expected<void> append_pages(seq_id seq, std::span<const kv_page> pages) override;
+  expected<std::vector<kv_page>> export_pages(seq_id seq,
+                                              std::span<const token> tokens) const override;
 
   /// The roofline estimate of the most recent step.
   const step_cost& last_cost() const noexcept { return last_cost_; }

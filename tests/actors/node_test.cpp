@@ -129,6 +129,29 @@ BOOST_AUTO_TEST_CASE(demote_parks_the_kv_in_host_memory_and_prefills_only_the_re
   BOOST_TEST(demote.prefill_tokens == pin.prefill_tokens);
 }
 
+BOOST_AUTO_TEST_CASE(demote_keeps_the_kv_as_blocks_of_the_store_across_each_tool_call) {
+  triad::orchestration_options o;
+  o.kv = triad::kv_policy::demote;
+  auto n = start_node(o);
+  BOOST_REQUIRE(n->kv() != nullptr);
+  recorder rec;
+  n->submit(agent_request(), rec.callback());
+  const auto& last = rec.wait();
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+  BOOST_TEST(last.usage.tool_calls == 3u);
+  // Each call's KV went into the store's host tier (the partial last page with it) and came
+  // back from there: the device read those tokens from the store's blocks.
+  caf::scoped_actor self{n->domains().orchestration().system()};
+  triad::kv_store_stats st;
+  self->request(n->kv()->store, 30s, triad::kv_stats_atom::value)
+      .receive([&](triad::kv_store_stats& s) { st = s; },
+               [](caf::error&) { BOOST_FAIL("no stats from the store"); });
+  BOOST_TEST(st.blocks > 0u);
+  BOOST_TEST(st.pools.front().kind == "host");
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::tier_tokens) > 0u);
+  BOOST_TEST(device_sequences(*n) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(the_monolithic_layout_runs_the_same_session_on_one_device) {
   auto config = triad::default_config();
   config.topology.bind_threads = false;
