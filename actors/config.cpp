@@ -87,8 +87,22 @@ const options::section<orchestration_options>& orchestration_section() {
                            "moves to another device per request after failures"),
           options::integer("busy_backoff_ms", &c::busy_backoff, {1, 60'000},
                            "how often a busy device is tried again"),
+          options::integer("pin_ttl_min_ms", &c::pin_ttl_min, {1, 86'400'000},
+                           "shortest time a pinned KV stays on its device during a tool call"),
+          options::integer("pin_ttl_max_ms", &c::pin_ttl_max, {1, 86'400'000},
+                           "longest time a pinned KV stays on its device during a tool call"),
       },
-      {},
+      [](options::table& t, c& out) {
+        // Either may be given alone (the other is its default); neither may be invalid.
+        const auto min = t.state_of("pin_ttl_min_ms"), max = t.state_of("pin_ttl_max_ms");
+        if (min != options::state::invalid && max != options::state::invalid &&
+            (min == options::state::valid || max == options::state::valid) &&
+            out.pin_ttl_min > out.pin_ttl_max)
+          t.fail(min == options::state::valid ? "pin_ttl_min_ms" : "pin_ttl_max_ms",
+                 "pin_ttl_min_ms " + std::to_string(out.pin_ttl_min.count()) +
+                     " is more than pin_ttl_max_ms " + std::to_string(out.pin_ttl_max.count()),
+                 "pin_ttl_min_ms <= pin_ttl_max_ms");
+      },
   };
   return section;
 }

@@ -84,6 +84,12 @@ struct orchestration_options {
   /// sequence that leaves it, and one more per backoff; a backoff with no busy answer ends
   /// that, 1..60000 ms.
   std::chrono::milliseconds busy_backoff = defaults::orchestration::busy_backoff;
+  /// `pin_ttl_min_ms`, `pin_ttl_max_ms`: under the pin policy (three-stage layout, with a KV
+  /// store), a parked sequence stays on its decode device for the p90 of the tool's recent
+  /// durations, clamped to these (the maximum for a tool not seen yet), then moves to the
+  /// store's host tier; 1..86400000 ms, min <= max.
+  std::chrono::milliseconds pin_ttl_min = defaults::orchestration::pin_ttl_min;
+  std::chrono::milliseconds pin_ttl_max = defaults::orchestration::pin_ttl_max; ///< see above
   bool operator==(const orchestration_options&) const = default;
 };
 

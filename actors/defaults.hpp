@@ -48,6 +48,14 @@ inline constexpr std::chrono::milliseconds tool_deadline{30'000};
 /// answering busy (besides one per sequence that leaves it); a backoff with no busy answer ends
 /// the busy period.
 inline constexpr std::chrono::milliseconds busy_backoff{5};
+/// The pin policy's time-to-live on the decode device while a tool runs: the p90 of that
+/// tool's recent durations, at least this...
+inline constexpr std::chrono::milliseconds pin_ttl_min{50};
+/// ...and at most this (also the TTL of a tool with no history yet); past it, the KV moves to
+/// the KV store's host tier and the device's memory is free for others.
+inline constexpr std::chrono::milliseconds pin_ttl_max{30'000};
+/// Recent durations kept per tool for the pin TTL's p90.
+inline constexpr std::size_t tool_duration_history = 64;
 /// Sessions whose attained service the router remembers; beyond, the least recently served
 /// half is forgotten (they start again from zero).
 inline constexpr std::size_t tracked_sessions = 65536;

@@ -1,6 +1,7 @@
 #include "actors/kv_link.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include <caf/all.hpp>
 
@@ -12,7 +13,7 @@ namespace {
 using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
 /// Asks the fetcher for kept blocks: `(kv_fetch_kept_atom, ids, tokens, seq, reply_to)`.
 using kv_fetch_kept_atom = caf::atom_constant<caf::atom("kvfetchk")>;
-/// Asks the fetcher to keep pages: `(kv_keep_atom, kv_put, key, reply_to)`.
+/// Asks the fetcher to keep pages: `(kv_keep_atom, kv_put, ttl_ms, key, reply_to)`.
 using kv_keep_atom = caf::atom_constant<caf::atom("kvkeep")>;
 
 // What one fetch gathers: the blocks' bytes as their reads come back, in chain order.
@@ -98,12 +99,31 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         st->reply_to = std::move(reply_to);
         st->read(self, store, ids, block_tokens, st);
       },
-      [self, store](kv_keep_atom, kv_put& put, std::uint64_t key, caf::actor& reply_to) {
+      [self, store](kv_keep_atom, kv_put& put, std::uint32_t ttl_ms, std::uint64_t key,
+                    caf::actor& reply_to) {
+        // Stored unreferenced, then pinned: the pin, not a reference, holds them, so a caller
+        // that goes away leaves nothing held past the TTL.
         self->request(store.store, caf::infinite, kv_put_atom::value, std::move(put))
             .then(
-                [key, reply_to](kv_reply& r) {
-                  caf::anon_send(reply_to, kv_stored_atom::value, key,
-                                 r.ok ? std::move(r.ids) : std::vector<std::uint64_t>{});
+                [self, store, ttl_ms, key, reply_to](kv_reply& r) {
+                  if (!r.ok) {
+                    caf::anon_send(reply_to, kv_stored_atom::value, key,
+                                   std::vector<std::uint64_t>{});
+                    return;
+                  }
+                  auto ids = r.ids;
+                  self->request(store.store, caf::infinite, kv_pin_atom::value, std::move(r.ids),
+                                ttl_ms)
+                      .then(
+                          [key, reply_to, ids](kv_reply& pinned) mutable {
+                            caf::anon_send(reply_to, kv_stored_atom::value, key,
+                                           pinned.ok ? std::move(ids)
+                                                     : std::vector<std::uint64_t>{});
+                          },
+                          [key, reply_to](caf::error&) {
+                            caf::anon_send(reply_to, kv_stored_atom::value, key,
+                                           std::vector<std::uint64_t>{});
+                          });
                 },
                 [key, reply_to](caf::error&) {
                   caf::anon_send(reply_to, kv_stored_atom::value, key,
@@ -142,19 +162,23 @@ public:
     }
   }
 
-  void keep(std::vector<kv_page> pages, std::uint64_t key, caf::actor reply_to) override {
+  void keep(std::vector<kv_page> pages, std::chrono::milliseconds ttl, std::uint64_t key,
+            caf::actor reply_to) override {
     kv_put put;
     put.pool = host_pool_;
+    put.hold = false;
     for (auto& p : pages) {
       put.tokens.insert(put.tokens.end(), p.tokens.begin(), p.tokens.end());
       put.payloads.push_back(std::move(p.bytes));
     }
-    caf::anon_send(fetcher_, kv_keep_atom::value, std::move(put), key, std::move(reply_to));
+    auto ttl_ms = static_cast<std::uint32_t>(
+        std::clamp<std::int64_t>(ttl.count(), 1, std::numeric_limits<std::uint32_t>::max()));
+    caf::anon_send(fetcher_, kv_keep_atom::value, std::move(put), ttl_ms, key, std::move(reply_to));
   }
 
   void release(std::vector<std::uint64_t> block_ids) override {
     if (!block_ids.empty())
-      caf::anon_send(store_.store, kv_release_atom::value, std::move(block_ids));
+      caf::anon_send(store_.store, kv_unpin_atom::value, std::move(block_ids));
   }
 
   void fetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens, seq_id seq,

@@ -237,6 +237,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
         config.model.context_tokens != 0 ? config.model.context_tokens : shape->max_context;
   ctx->metrics = request_metrics::attach(n->metrics_);
   ctx->tier = n->kv_tier_;
+  ctx->durations = std::make_shared<tool_durations>();
   n->context_ = std::move(ctx);
   return n;
 }

@@ -133,8 +133,7 @@ public:
 private:
   node() = default;
   // Starts the KV store ([kvstore]) with blocks of `block_bytes` and its link for the devices.
-  static expected<void> start_kv_store(node& n, const node_config& config,
-                                       std::size_t block_bytes);
+  static expected<void> start_kv_store(node& n, const node_config& config, std::size_t block_bytes);
 
   std::unique_ptr<topology> topo_;
   plan plan_;

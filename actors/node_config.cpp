@@ -11,9 +11,9 @@ namespace {
 
 /// The file's top-level keys, in the order "unknown key" messages list them.
 std::vector<std::string_view> top_level_keys() {
-  return {topology_section().name,  scheduler_section().name,   tools_section().name,
-          limits_section().name,    model_section().name,       orchestration_section().name,
-          device_section({}).name,  sim_profile_section().name, server_section().name,
+  return {topology_section().name,   scheduler_section().name,   tools_section().name,
+          limits_section().name,     model_section().name,       orchestration_section().name,
+          device_section({}).name,   sim_profile_section().name, server_section().name,
           mcp_server_section().name, kvstore_section().name};
 }
 

@@ -51,6 +51,8 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 // The request's total deadline ([limits].request_timeout_ms): `(deadline_atom)` to itself.
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+/// The request's own: the pin TTL of tool call `n` passed: `(pin_expiry_atom, std::uint32_t n)`.
+using pin_expiry_atom = caf::atom_constant<caf::atom("pinexpiry")>;
 
 double since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
@@ -114,6 +116,7 @@ public:
         [this](device_event& e) { on_device(e); },
         [this](tool_result_atom, std::uint64_t, tool_reply& r) { on_tool_result(r); },
         [this](cancel_atom) { fail("cancelled", errc::cancelled); },
+        [this](pin_expiry_atom, std::uint32_t call) { on_pin_expiry(call); },
         [this](deadline_atom) {
           fail("the request did not finish within " +
                    std::to_string(ctx_->request_timeout.count()) +
@@ -335,6 +338,57 @@ private:
         std::move(release));
   }
 
+  // Moves the KV of `held` (its sequence parked on, or just stopped at a tool call by, its
+  // decode device) into the store: the device answers with the blocks, pinned in the store for
+  // the tool's deadline and some; the request keeps their ids until it resumes from them.
+  void demote_to_store(holding held) {
+    demoting_ = true;
+    const auto keep = 2 * ctx_->options.tool_deadline + std::chrono::seconds{10};
+    const auto keep_ms = static_cast<std::uint32_t>(
+        std::min<std::int64_t>(keep.count(), std::numeric_limits<std::uint32_t>::max()));
+    request(held.device, caf::infinite, demote_atom::value, held.seq, keep_ms)
+        .then([this](kv_kept& k) { on_kept(std::move(k)); },
+              [this](caf::error&) { on_kept({}); }); // the device is gone: recompute
+  }
+
+  void on_kept(kv_kept k) {
+    release_kept();
+    demoting_ = false;
+    if (stage_ == stage::finished) { // ended meanwhile (cancelled, timed out): nothing to keep
+      if (ctx_->tier && !k.blocks.empty())
+        ctx_->tier->release(std::move(k.blocks));
+      return;
+    }
+    kept_ = std::move(k);
+    if (pending_result_)
+      continue_after_tool();
+  }
+
+  // The pin policy with a store: the parked sequence stays on its device for the p90 of the
+  // tool's recent durations (clamped to [pin_ttl_min, pin_ttl_max]); then it moves to the
+  // store (on_pin_expiry).
+  void arm_pin_ttl() {
+    if (!ctx_->tier || ctx_->options.device_layout == layout::monolithic)
+      return;
+    auto ttl = ctx_->options.pin_ttl_max;
+    if (ctx_->durations)
+      if (auto p90 = ctx_->durations->p90(tool_name_))
+        ttl = std::clamp(*p90, ctx_->options.pin_ttl_min, ctx_->options.pin_ttl_max);
+    delayed_send(this, ttl, pin_expiry_atom::value, usage_.tool_calls);
+  }
+
+  void on_pin_expiry(std::uint32_t call) {
+    // Only the TTL of the call still running, while its sequence is parked on its device.
+    if (stage_ != stage::tool_wait || call != usage_.tool_calls || pending_result_ || demoting_ ||
+        decode_.seq == 0)
+      return;
+    auto held = decode_;
+    decode_ = {};
+    pin_expired_ = true;
+    ++usage_.pin_expiries;
+    demote_to_store(held);
+  }
+
   // Resumes a demoted request on a decode device from the blocks the store keeps for it: the
   // device reads them back (checked) and computes the tokens past them.
   void begin_decode_kept() {
@@ -468,6 +522,7 @@ private:
     tool_start_ = clock_type::now();
     ++usage_.tool_calls;
     auto parsed = parse_tool_call(tokenizer{}.decode(call_));
+    tool_name_ = parsed ? parsed->name : std::string{};
     request_event ev;
     ev.request = id_;
     ev.kind = request_event::tool_call;
@@ -519,6 +574,7 @@ private:
       if (decode_.slot)
         send(ctx_->router, park_release_atom::value, decode_.name);
       decode_.slot = false;
+      arm_pin_ttl();
       return;
     }
     auto held = decode_;
@@ -532,21 +588,7 @@ private:
     demoting_ = true;
     if (ctx_->tier) {
       // The device moves the KV into the store: the request holds its blocks, not its bytes.
-      request(held.device, caf::infinite, demote_atom::value, held.seq)
-          .then(
-              [this](kv_kept& k) {
-                release_kept();
-                kept_ = std::move(k);
-                demoting_ = false;
-                if (pending_result_)
-                  continue_after_tool();
-              },
-              [this](caf::error&) { // the device is gone: recompute after the tool
-                release_kept();
-                demoting_ = false;
-                if (pending_result_)
-                  continue_after_tool();
-              });
+      demote_to_store(held);
       return;
     }
     request(held.device, caf::infinite, move_out_atom::value, held.seq)
@@ -571,6 +613,9 @@ private:
     if (stage_ != stage::tool_wait)
       return;
     usage_.tool_s += since(tool_start_);
+    if (ctx_->durations && !tool_name_.empty())
+      ctx_->durations->record(tool_name_, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              clock_type::now() - tool_start_));
     request_event ev;
     ev.request = id_;
     ev.kind = request_event::tool_result;
@@ -606,6 +651,14 @@ private:
     auto appended = std::move(appended_);
     appended_.clear();
     tokens_.insert(tokens_.end(), appended.begin(), appended.end());
+    if (pin_expired_) { // the pinned KV moved to the store when its TTL passed
+      pin_expired_ = false;
+      if (!kept_.blocks.empty())
+        begin_decode_kept();
+      else
+        begin_prefill();
+      return;
+    }
     if (keeps_kv_across_tools()) { // the sequence waits parked on its device, which resumes it
       enter(stage::decode);
       // The device computes the tool result and the </tool_call> it stopped at (a sampled
@@ -733,7 +786,9 @@ private:
   // The KV between devices (a transfer, a demotion), shared with the device importing it, so a
   // retry elsewhere needs no copy.
   std::shared_ptr<const kv_blob> parked_blob_;
-  kv_kept kept_; // demote with a store: the blocks holding the KV across the tool call
+  kv_kept kept_;             // demote with a store: the blocks holding the KV across the tool call
+  std::string tool_name_;    // the tool of the call running (empty: malformed)
+  bool pin_expired_ = false; // the pinned KV moved to the store during this call
   std::optional<kv_blob> kept_kv_; // keep_kv: the KV exported at the end
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;
   std::vector<token> call_;     // tokens of the tool call being written

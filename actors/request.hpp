@@ -12,6 +12,8 @@
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
 
+#include "actors/tool_durations.hpp"
+
 #include "actors/chat.hpp"
 #include "actors/config.hpp"
 #include "actors/route.hpp"
@@ -89,10 +91,12 @@ struct request_usage {
   std::uint64_t prefill_tokens = 0;    ///< tokens prefilled on devices, recomputation included
   std::uint64_t cached_tokens = 0;     ///< prompt tokens a device found in its prefix cache
   std::uint32_t tool_calls = 0;        ///< tool calls made
-  double queued_s = 0;                 ///< waiting for devices, in all
-  double ttft_s = 0;                   ///< submit to first token
-  double tool_s = 0;                   ///< waiting for tools, in all
-  double total_s = 0;                  ///< submit to done
+  /// Tool calls whose pinned KV outlived its TTL and moved to the KV store (pin policy).
+  std::uint32_t pin_expiries = 0;
+  double queued_s = 0; ///< waiting for devices, in all
+  double ttft_s = 0;   ///< submit to first token
+  double tool_s = 0;   ///< waiting for tools, in all
+  double total_s = 0;  ///< submit to done
 };
 
 /// What a request reports, in order: tokens, tool calls and their results, then exactly one of
@@ -159,6 +163,8 @@ struct request_context {
   /// request's KV there across a tool call (blocks it holds and releases), instead of a copy
   /// on the request actor.
   std::shared_ptr<kv_tier> tier;
+  /// Recent durations per tool (the pin policy's TTL); null: every TTL is pin_ttl_max.
+  std::shared_ptr<tool_durations> durations;
 };
 
 /// A submitted request: its id, and its actor for those who want to watch it.

@@ -100,8 +100,8 @@ public:
     for (auto& [key, promise] : exports_)
       promise.deliver(caf::make_error(caf::sec::request_receiver_down));
     exports_.clear();
-    for (auto& [key, promise] : demotions_)
-      promise.deliver(caf::make_error(caf::sec::request_receiver_down));
+    for (auto& [key, d] : demotions_)
+      d.promise.deliver(caf::make_error(caf::sec::request_receiver_down));
     demotions_.clear();
     spare_job_.reset(); // its sinks
     seqs_.clear();
@@ -140,25 +140,24 @@ public:
         },
         [this](export_atom, seq_id id) { return export_kv(id, false); },
         [this](move_out_atom, seq_id id) { return export_kv(id, true); },
-        [this](demote_atom, seq_id id) { return demote(id); },
+        [this](demote_atom, seq_id id, std::uint32_t keep_ms) { return demote(id, keep_ms); },
         [this](demote_done_atom, std::uint64_t key, std::vector<kv_page>& pages) {
           auto it = demotions_.find(key);
           if (it == demotions_.end())
             return;
           if (pages.empty()) { // nothing to keep: the caller recomputes
-            it->second.deliver(kv_kept{});
+            it->second.promise.deliver(kv_kept{});
             demotions_.erase(it);
             return;
           }
-          tier_->keep(std::move(pages), key, caf::actor_cast<caf::actor>(this));
+          tier_->keep(std::move(pages), std::chrono::milliseconds{it->second.keep_ms}, key,
+                      caf::actor_cast<caf::actor>(this));
         },
         [this](kv_stored_atom, std::uint64_t key, std::vector<std::uint64_t>& ids) {
           auto it = demotions_.find(key);
           if (it == demotions_.end())
             return;
-          auto tokens = demoted_tokens_[key];
-          demoted_tokens_.erase(key);
-          it->second.deliver(kv_kept{std::move(ids), tokens});
+          it->second.promise.deliver(kv_kept{std::move(ids), it->second.tokens});
           demotions_.erase(it);
         },
         [this](export_done_atom, std::uint64_t key, kv_blob& blob, std::string& error) {
@@ -243,7 +242,7 @@ private:
   // The demote policy's tool call: the sequence's pages are copied out on the driver (its full
   // pages published to the prefix cache first, then it is freed), then kept in the tier below
   // for the caller. Without a tier, or with no KV, the sequence is freed and nothing is kept.
-  caf::result<kv_kept> demote(seq_id id) {
+  caf::result<kv_kept> demote(seq_id id, std::uint32_t keep_ms) {
     auto* s = find(id);
     if (s == nullptr || !tier_ || s->computed == 0) {
       if (s != nullptr)
@@ -256,8 +255,7 @@ private:
     seqs_.erase(id);
     auto promise = make_response_promise<kv_kept>();
     auto key = next_promise_++;
-    demotions_.emplace(key, promise);
-    demoted_tokens_[key] = computed.size();
+    demotions_.emplace(key, demotion{promise, computed.size(), keep_ms});
     submit([be = backend_, id, key, computed = std::move(computed),
             self = caf::actor_cast<device_actor>(this)] {
       auto pages = be->export_pages(id, computed);
@@ -781,8 +779,12 @@ private:
   std::shared_ptr<detail::step_job> spare_job_; // the job object filled again for the next job
   std::vector<seq_id> pending_frees_;
   std::map<std::uint64_t, caf::typed_response_promise<kv_blob>> exports_;
-  std::map<std::uint64_t, caf::typed_response_promise<kv_kept>> demotions_;
-  std::map<std::uint64_t, std::uint64_t> demoted_tokens_; // per demotion: the tokens kept
+  struct demotion {
+    caf::typed_response_promise<kv_kept> promise;
+    std::uint64_t tokens = 0;  // tokens kept
+    std::uint32_t keep_ms = 0; // how long the store keeps them pinned
+  };
+  std::map<std::uint64_t, demotion> demotions_; // per demotion in flight
   std::uint64_t next_promise_ = 0;
   bool in_flight_ = false;
   // Raised when a message changes what the next step should hold: the driver ends a burst.

@@ -46,8 +46,10 @@ using move_out_atom = caf::atom_constant<caf::atom("moveout")>;
 /// this one is busy) shares it with the device until the import has run.
 using import_atom = caf::atom_constant<caf::atom("import")>;
 /// Moves a sequence's KV to the tier below (the node's KV store) and drops the sequence, for
-/// the demote policy's tool call: `(demote_atom, seq_id)` -> kv_kept. Its full pages also stay
-/// in the device's prefix cache (evictable), so a resume there may find them without a copy.
+/// a tool call (the demote policy, or a pin past its TTL): `(demote_atom, seq_id,
+/// std::uint32_t keep_ms)` -> kv_kept; the store keeps the blocks pinned for keep_ms. Its full
+/// pages also stay in the device's prefix cache (evictable), so a resume there may find them
+/// without a copy.
 using demote_atom = caf::atom_constant<caf::atom("demote")>;
 /// Asks for a device_stats snapshot: `(stats_atom)`.
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
@@ -103,8 +105,9 @@ struct generate_request {
   std::uint64_t kept_tokens = 0; ///< tokens the kept blocks cover
 };
 
-/// Where a demoted sequence's KV went: blocks of the KV store, held for the caller (who
-/// releases them through the tier once done), covering the sequence's first `tokens`.
+/// Where a demoted sequence's KV went: blocks of the KV store, pinned for the caller (who
+/// releases them through the tier once done, or the pin expires), covering the sequence's
+/// first `tokens`.
 struct kv_kept {
   std::vector<std::uint64_t> blocks; ///< block ids in order; empty: not kept (recompute)
   std::uint64_t tokens = 0;          ///< tokens they cover
@@ -266,7 +269,7 @@ using device_actor = caf::typed_actor<
     caf::reacts_to<park_atom, seq_id>, caf::reacts_to<resume_atom, seq_id, std::vector<token>>,
     caf::reacts_to<free_atom, seq_id>, caf::replies_to<export_atom, seq_id>::with<kv_blob>,
     caf::replies_to<move_out_atom, seq_id>::with<kv_blob>,
-    caf::replies_to<demote_atom, seq_id>::with<kv_kept>,
+    caf::replies_to<demote_atom, seq_id, std::uint32_t>::with<kv_kept>,
     caf::reacts_to<demote_done_atom, std::uint64_t, std::vector<kv_page>>,
     caf::reacts_to<kv_stored_atom, std::uint64_t, std::vector<std::uint64_t>>,
     caf::replies_to<stats_atom>::with<device_stats>, caf::reacts_to<watch_kv_atom, caf::actor>,

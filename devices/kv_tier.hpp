@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -42,10 +43,12 @@ public:
   virtual void fetch(std::vector<token> tokens, std::size_t first, std::size_t count, seq_id seq,
                      caf::actor reply_to) = 0;
   /// Stores a sequence's pages (from its first; the last may be partial) for a caller who
-  /// keeps them across a tool call: the tier holds a reference of each block until `release`,
-  /// and answers `reply_to` with kv_stored_atom for `key`.
-  virtual void keep(std::vector<kv_page> pages, std::uint64_t key, caf::actor reply_to) = 0;
-  /// Drops the references `keep` gave; the blocks stay cached until pressure evicts them.
+  /// keeps them across a tool call: the blocks are pinned for `ttl` (not evicted nor moved
+  /// down before, so a caller that vanishes holds nothing for longer), and `reply_to` hears
+  /// kv_stored_atom for `key`.
+  virtual void keep(std::vector<kv_page> pages, std::chrono::milliseconds ttl, std::uint64_t key,
+                    caf::actor reply_to) = 0;
+  /// Ends the pins `keep` gave; the blocks stay cached until pressure evicts them.
   virtual void release(std::vector<std::uint64_t> block_ids) = 0;
   /// Reads the blocks `block_ids` (kept for the first tokens of `tokens`), checked, and answers
   /// `reply_to` with kv_fetched_atom for `seq`, as fetch does.

@@ -152,6 +152,49 @@ BOOST_AUTO_TEST_CASE(demote_keeps_the_kv_as_blocks_of_the_store_across_each_tool
   BOOST_TEST(device_sequences(*n) == 0u);
 }
 
+// Pin with a TTL of `ttl_max`: two tool calls of 150 ms each; the usage of the request.
+triad::request_usage pinned_session(std::chrono::milliseconds ttl_max, triad::node** out = nullptr,
+                                    std::unique_ptr<triad::node>* keep = nullptr) {
+  triad::orchestration_options o;
+  o.kv = triad::kv_policy::pin;
+  o.pin_ttl_min = 1ms;
+  o.pin_ttl_max = ttl_max;
+  auto n = start_node(o);
+  BOOST_REQUIRE(n->kv() != nullptr);
+  triad::chat_request r;
+  r.session = "pinned";
+  r.messages = {{"system", "You are a coding agent."}, {"user", "Build it."}};
+  triad::generation_script script;
+  for (int i = 0; i < 2; ++i)
+    script.turns.push_back({8, triad::tool_call_text{"nap", R"({"ms": 150})"}});
+  script.turns.push_back({6, std::nullopt});
+  r.script = script;
+  recorder rec;
+  n->submit(r, rec.callback());
+  auto last = rec.wait();
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+  BOOST_TEST(last.usage.tool_calls == 2u);
+  BOOST_TEST(device_sequences(*n) == 0u);
+  if (out != nullptr) {
+    *out = n.get();
+    *keep = std::move(n);
+  }
+  return last.usage;
+}
+
+BOOST_AUTO_TEST_CASE(a_pin_past_its_ttl_moves_the_kv_to_the_store_and_resumes_from_there) {
+  auto held = pinned_session(30s); // the TTL outlasts the tools: the KV stays on the device
+  BOOST_TEST(held.pin_expiries == 0u);
+  triad::node* n = nullptr;
+  std::unique_ptr<triad::node> keep;
+  auto moved = pinned_session(20ms, &n, &keep); // each 150 ms call outlives its 20 ms TTL
+  BOOST_TEST(moved.pin_expiries == 2u);
+  // The KV came back from the store's blocks: nothing more was computed than when it stayed.
+  BOOST_TEST(moved.prefill_tokens == held.prefill_tokens);
+  BOOST_TEST(moved.completion_tokens == held.completion_tokens);
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::tier_tokens) > 0u);
+}
+
 BOOST_AUTO_TEST_CASE(the_monolithic_layout_runs_the_same_session_on_one_device) {
   auto config = triad::default_config();
   config.topology.bind_threads = false;
