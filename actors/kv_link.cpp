@@ -50,21 +50,38 @@ struct fetch_state {
     caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(out));
   }
 
-  // Reads `ids` through the store, in order, then finishes.
+  // Reads `ids` through the store, in order, then finishes. The blocks are referenced while
+  // they are read, so pressure cannot drop one under its read (a block already gone ends the
+  // fetch: its tokens are computed).
   void read(caf::event_based_actor* self, const kv_store& store, const std::vector<block_id>& ids,
             std::size_t block_tokens, const std::shared_ptr<fetch_state>& me) {
     if (ids.empty())
       return finish(block_tokens);
+    self->request(store.store, caf::infinite, kv_acquire_atom::value, ids)
+        .then(
+            [self, store, ids, block_tokens, me](kv_reply& r) {
+              if (!r.ok)
+                return me->finish(block_tokens);
+              me->read_held(self, store, ids, block_tokens, me);
+            },
+            [me, block_tokens](caf::error&) { me->finish(block_tokens); });
+  }
+
+  void read_held(caf::event_based_actor* self, const kv_store& store,
+                 const std::vector<block_id>& ids, std::size_t block_tokens,
+                 const std::shared_ptr<fetch_state>& me) {
     auto n = ids.size();
     pages.resize(n);
     ok.assign(n, false);
     left = n;
     for (std::size_t k = 0; k < n; ++k) {
-      auto one = [me, k, block_tokens](bool good, std::vector<std::uint8_t> bytes) {
+      auto one = [me, k, block_tokens, store, ids](bool good, std::vector<std::uint8_t> bytes) {
         me->ok[k] = good;
         me->pages[k].bytes = std::move(bytes);
-        if (--me->left == 0)
-          me->finish(block_tokens);
+        if (--me->left != 0)
+          return;
+        caf::anon_send(store.store, kv_release_atom::value, ids); // the read's references
+        me->finish(block_tokens);
       };
       self->request(store.store, caf::infinite, kv_read_atom::value, ids[k])
           .then([one](kv_bytes& b) mutable { one(b.ok, std::move(b.bytes)); },

@@ -162,7 +162,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
       if (!started)
         return started.error();
     }
-    report.kv_store = n->kv_tier_ && (*be)->page_payload_bytes() == n->kv_tier_->block_bytes();
+    report.kv_store = n->kv_tier_ && dev.prefix_cache &&
+                      (*be)->page_payload_bytes() == n->kv_tier_->block_bytes();
     add_device_info(n->metrics_, report);
     n->reports_.push_back(report);
     device_options o;

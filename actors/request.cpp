@@ -128,6 +128,7 @@ public:
 
   void on_exit() override {
     release_all();
+    release_kept();
     on_event_ = nullptr;
   }
 
@@ -275,6 +276,8 @@ private:
   void resume_at(route_stage s) {
     if (s == route_stage::prefill || s == route_stage::any)
       begin_prefill();
+    else if (!parked_blob_ && !kept_.blocks.empty())
+      begin_decode_kept(); // the KV waits in the store's blocks
     else
       begin_decode();
   }

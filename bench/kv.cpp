@@ -13,6 +13,10 @@
 // - bytes_per_block_actor: resident memory per stored block beyond its payload (the block
 //   actor, the store's record, the index entry and the LRU entry), and that against the
 //   `small` preset's block payload.
+// - prefix_hit_ratio: on the serving path (a node of one cpu device with 2 MiB of KV and a KV
+//   store), a multi-turn agent workload with a shared system prompt whose sessions outgrow the
+//   device: prompt tokens served from the device's prefix cache or the store over those a
+//   perfect cache (one that forgets nothing) would serve; the same without a store beside it.
 
 #include <chrono>
 #include <cstdio>
@@ -20,7 +24,9 @@
 #include <fstream>
 #include <future>
 #include <random>
+#include <stdexcept>
 #include <thread>
+#include <unordered_set>
 
 #include <pthread.h>
 #include <sched.h>
@@ -29,8 +35,11 @@
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
 
+#include "actors/node.hpp"
 #include "bench/report.hpp"
 #include "devices/model.hpp"
+#include "devices/prefix_hash.hpp"
+#include "devices/tokenizer.hpp"
 #include "kvstore/store.hpp"
 #include "runtime/main_guard.hpp"
 #include "runtime/memory.hpp"
@@ -217,6 +226,94 @@ std::vector<triad::block_id> fill(caf::scoped_actor& self, const triad::kv_store
 
 namespace {
 
+// -- prefix reuse on the live path --
+
+// What the multi-turn agent workload served from caches, against a perfect cache.
+struct prefix_result {
+  std::uint64_t served = 0;        // prompt tokens whose KV came from a device's cache or the store
+  std::uint64_t perfect = 0;       // prompt tokens a cache that forgets nothing would have served
+  std::uint64_t prompt = 0;        // prompt tokens in all
+  std::uint64_t from_store = 0;    // of `served`, tokens the devices read from the store
+  std::uint64_t spilled_pages = 0; // pages the devices handed to the store
+  std::size_t device_pages = 0;    // KV pages of one device
+  std::size_t requests = 0;
+};
+
+// `sessions` agent sessions of `turns` turns each on a node of one cpu device with 2 MiB of KV
+// (16 or 32 pages, f32 or bf16) and, when host_mib > 0, a KV store: every turn's prompt is the
+// shared system prompt, the conversation so far (each earlier turn's question and the model's
+// greedy answer) and a new question, so a perfect cache serves all of it but the question. The
+// sessions take turns round robin: their conversations together outgrow the device.
+prefix_result prefix_workload(std::size_t sessions, std::size_t turns, std::uint64_t host_mib) {
+  auto config = triad::default_config();
+  config.topology.bind_threads = false;
+  config.devices.resize(1);
+  config.devices[0].role = triad::device_role::both;
+  config.devices[0].memory_mib = 2;
+  config.orchestration.device_layout = triad::layout::monolithic;
+  config.kvstore.host_mib = host_mib;
+  auto started = triad::node::start(config);
+  if (!started)
+    throw std::runtime_error{started.error().message};
+  auto& n = **started;
+  const std::size_t pt = config.model.page_tokens;
+  const std::string system = "You are a careful coding agent working in a large repository. "
+                             "Read before you write; run the tests after every change.";
+  std::vector<std::string> conversation(sessions, system);
+  std::unordered_set<triad::block_hash> seen; // every full page any device computed
+  prefix_result out;
+  for (std::size_t turn = 0; turn < turns; ++turn)
+    for (std::size_t s = 0; s < sessions; ++s) {
+      auto& text = conversation[s];
+      text += " [user " + std::to_string(s) + "." + std::to_string(turn) + "] Look at module " +
+              std::to_string(s * 31 + turn * 7) + " and report.";
+      std::vector<triad::token> tokens{triad::tokenizer::bos};
+      triad::tokenizer{}.encode_to(tokens, text, false);
+      auto chain = triad::chain_hashes(tokens, pt);
+      std::size_t hit = 0;
+      while (hit < chain.size() && (hit + 1) * pt < tokens.size() && seen.count(chain[hit]))
+        ++hit;
+      out.perfect += hit * pt;
+      out.prompt += tokens.size();
+      triad::chat_request r;
+      r.raw_prompt = text;
+      r.max_tokens = 8;
+      r.sampling.temperature = 0;
+      std::promise<triad::request_event> done;
+      std::string answer;
+      n.submit(r, [&](const triad::request_event& e) {
+        if (e.kind == triad::request_event::token)
+          answer += e.text;
+        else if (e.kind == triad::request_event::done || e.kind == triad::request_event::error)
+          done.set_value(e);
+      });
+      auto last = done.get_future().get();
+      if (last.kind != triad::request_event::done)
+        throw std::runtime_error{"request failed: " + last.message};
+      out.served += last.usage.cached_tokens;
+      ++out.requests;
+      // What the device computed (the prompt and the answer) is what a perfect cache keeps.
+      triad::tokenizer{}.encode_to(tokens, answer, false);
+      for (auto h : triad::chain_hashes(tokens, pt))
+        seen.insert(h);
+      text += " [agent] " + answer;
+    }
+  {
+    caf::scoped_actor self{n.domains().orchestration().system()};
+    for (const auto& [name, device] : n.devices())
+      self->request(device, std::chrono::seconds{30}, triad::stats_atom::value)
+          .receive(
+              [&](triad::device_stats& st) {
+                out.from_store += st.tier_tokens;
+                out.spilled_pages += st.spilled_pages;
+                out.device_pages = st.kv_pages_total;
+              },
+              [](caf::error&) {});
+  } // the scoped actor goes before its domain stops
+  n.stop();
+  return out;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"triad-bench-kv: KV store transfers against memcpy, block operation rate, and "
                "memory per block actor"};
@@ -398,6 +495,28 @@ int run(int argc, char** argv) {
       settle(*node.domains, idle);
     }
 
+    // Prefix reuse on the live path: a multi-turn agent workload whose sessions outgrow the
+    // device, with the KV store and without.
+    {
+      const std::size_t sessions = quick ? 6 : 12, turns = quick ? 4 : 6;
+      auto with = prefix_workload(sessions, turns, 64);
+      auto without = prefix_workload(sessions, turns, 0);
+      auto ratio = [](const prefix_result& r) {
+        return r.perfect == 0 ? 0.0
+                              : static_cast<double>(r.served) / static_cast<double>(r.perfect);
+      };
+      out.metrics["prefix_sessions"] = sessions;
+      out.metrics["prefix_turns"] = turns;
+      out.metrics["prefix_device_pages"] = with.device_pages;
+      out.metrics["prefix_prompt_tokens"] = with.prompt;
+      out.metrics["prefix_perfect_tokens"] = with.perfect;
+      out.metrics["prefix_served_tokens"] = with.served;
+      out.metrics["prefix_served_from_store_tokens"] = with.from_store;
+      out.metrics["prefix_spilled_pages"] = with.spilled_pages;
+      out.metrics["prefix_served_tokens_without_store"] = without.served;
+      out.metrics["prefix_hit_ratio_without_store"] = ratio(without);
+      out.ratios["prefix_hit_ratio"] = ratio(with);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "triad-bench-kv: %s\n", e.what());
     return 1;

@@ -366,8 +366,12 @@ private:
     auto below = tier_->held(std::span<const block_hash>{chain}.subspan(own));
     if (below == 0)
       return;
+    // When the store holds the whole run from the first page, all of it is fetched: pages the
+    // device evicts meanwhile (a step in flight) are then still at hand.
+    const std::size_t first = tier_->held(chain) >= own + below ? 0 : own;
     s.state = seq_state::fetching;
-    tier_->fetch(s.tokens, own, below, s.req.seq, caf::actor_cast<caf::actor>(this));
+    tier_->fetch(s.tokens, first, own + below - first, s.req.seq,
+                 caf::actor_cast<caf::actor>(this));
   }
 
   // Notes the full pages of `tokens` as the device's own (it publishes them to its prefix
@@ -575,8 +579,6 @@ private:
     job->sinks.clear(); // the driver is done with them: a kept job holds no request
     auto& r = job->result;
     kv_ = r.kv;
-    for (std::size_t l = 0; l < job->lookup_count; ++l)
-      job->lookup_pages[l].reset(); // the fetched pages' memory goes now
     spill(job->evicted);
     // Imports first: a sequence whose KV arrived holds it even when the step then failed.
     std::vector<std::pair<seq_id, std::string>> starved_imports;
@@ -616,6 +618,16 @@ private:
     };
     if (!r.output) { // starved imports go with the job's sequences: retried, or failed below
       if (r.output.error().code == errc::exhausted && preempt_one()) {
+        // The prefixes the job attached before the step stay on the backend's sequences:
+        // they go, and the retry looks them up again (with the pages fetched for them).
+        for (std::size_t l = 0; l < job->lookup_count; ++l) {
+          auto seq = job->items[job->lookups[l].first].seq;
+          if (auto* s = find(seq); s != nullptr && s->computed == 0) {
+            pending_frees_.push_back(seq);
+            s->lookup = true;
+            s->fetched = std::move(job->lookup_pages[l]);
+          }
+        }
         spare_job_ = std::move(job);
         return schedule();
       }
@@ -628,6 +640,8 @@ private:
       spare_job_ = std::move(job);
       return schedule();
     }
+    for (std::size_t l = 0; l < job->lookup_count; ++l)
+      job->lookup_pages[l].reset(); // the fetched pages' memory goes now
     stats_.step_jobs += r.steps.empty() ? 0 : 1;
     std::uint64_t job_tokens = 0;
     double job_seconds = 0;

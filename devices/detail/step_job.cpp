@@ -6,6 +6,7 @@
 #include <caf/send.hpp>
 
 #include "runtime/cpu_time.hpp"
+#include "runtime/scope_guard.hpp"
 
 namespace triad::detail {
 
@@ -29,6 +30,11 @@ void publish_and_free(backend& be, seq_id seq, const std::vector<token>& compute
 void step_job::operator()() {
   if (capture)
     be->capture_evictions(&evicted);
+  // The backend must not keep pointing into this job, whichever way the job ends.
+  auto stop_capture = make_scope_guard([this] {
+    if (capture)
+      be->capture_evictions(nullptr);
+  });
   for (auto id : frees)
     be->free(id);
   for (auto& im : imports) {
@@ -113,8 +119,6 @@ void step_job::operator()() {
   }
   for (auto& mo : move_outs)
     export_if_ended(mo);
-  if (capture)
-    be->capture_evictions(nullptr);
   r.kv = be->kv();
 }
 

@@ -195,6 +195,32 @@ BOOST_AUTO_TEST_CASE(a_pin_past_its_ttl_moves_the_kv_to_the_store_and_resumes_fr
   BOOST_TEST(devices_sum(*n, &triad::device_stats::tier_tokens) > 0u);
 }
 
+BOOST_AUTO_TEST_CASE(demoted_requests_resume_from_the_store_when_a_decode_device_is_busy) {
+  // More requests than a decode device admits (64 sequences), and router slots for all: some
+  // resumes after a tool call are answered busy and must route again, from the store's blocks.
+  triad::orchestration_options o;
+  o.kv = triad::kv_policy::demote;
+  o.device_slots = 1000;
+  auto n = start_node(o);
+  constexpr int requests = 72;
+  std::vector<std::unique_ptr<recorder>> recs;
+  for (int i = 0; i < requests; ++i) {
+    recs.push_back(std::make_unique<recorder>());
+    std::string session = "s";
+    session += std::to_string(i); // (g++ 12 warns falsely on "s" + std::to_string(i))
+    n->submit(agent_request(session), recs.back()->callback());
+  }
+  int done = 0;
+  for (auto& rec : recs) {
+    const auto& last = rec->wait();
+    BOOST_TEST_INFO("request ended: " << last.message);
+    BOOST_TEST((last.kind == triad::request_event::done));
+    done += last.kind == triad::request_event::done;
+  }
+  BOOST_TEST(done == requests);
+  BOOST_TEST(device_sequences(*n) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(the_monolithic_layout_runs_the_same_session_on_one_device) {
   auto config = triad::default_config();
   config.topology.bind_threads = false;
