@@ -239,6 +239,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->metrics = request_metrics::attach(n->metrics_);
   ctx->tier = n->kv_tier_;
   ctx->durations = std::make_shared<tool_durations>();
+  ctx->timers = std::make_shared<coarse_timers>();
   n->context_ = std::move(ctx);
   return n;
 }

@@ -145,6 +145,7 @@ private:
   // The KV store (its actors run in the domains) and the devices' link to it.
   std::optional<kv_store> kv_;
   std::shared_ptr<kv_tier> kv_tier_;
+
   std::unique_ptr<tool_service> tools_;
   std::vector<std::pair<std::string, device_actor>> devices_;
   std::vector<device_report> reports_;

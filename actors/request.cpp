@@ -129,6 +129,7 @@ public:
   void on_exit() override {
     release_all();
     release_kept();
+    cancel_pin_ttl();
     on_event_ = nullptr;
   }
 
@@ -371,16 +372,28 @@ private:
   // tool's recent durations (clamped to [pin_ttl_min, pin_ttl_max]); then it moves to the
   // store (on_pin_expiry).
   void arm_pin_ttl() {
-    if (!ctx_->tier || ctx_->options.device_layout == layout::monolithic)
+    if (!ctx_->tier || !ctx_->timers || ctx_->options.device_layout == layout::monolithic)
       return;
     auto ttl = ctx_->options.pin_ttl_max;
     if (ctx_->durations)
       if (auto p90 = ctx_->durations->p90(tool_name_))
         ttl = std::clamp(*p90, ctx_->options.pin_ttl_min, ctx_->options.pin_ttl_max);
-    delayed_send(this, ttl, pin_expiry_atom::value, usage_.tool_calls);
+    // A coarse timer, cancelled when the tool returns: most tools return before their TTL.
+    pin_timer_ =
+        ctx_->timers->arm(clock_type::now() + ttl,
+                          [self = caf::actor_cast<caf::actor>(this), call = usage_.tool_calls] {
+                            caf::anon_send(self, pin_expiry_atom::value, call);
+                          });
+  }
+
+  void cancel_pin_ttl() {
+    if (pin_timer_ != 0 && ctx_->timers)
+      ctx_->timers->cancel(pin_timer_);
+    pin_timer_ = 0;
   }
 
   void on_pin_expiry(std::uint32_t call) {
+    pin_timer_ = 0;
     // Only the TTL of the call still running, while its sequence is parked on its device.
     if (stage_ != stage::tool_wait || call != usage_.tool_calls || pending_result_ || demoting_ ||
         decode_.seq == 0)
@@ -616,6 +629,7 @@ private:
     if (stage_ != stage::tool_wait)
       return;
     usage_.tool_s += since(tool_start_);
+    cancel_pin_ttl();
     if (ctx_->durations && !tool_name_.empty())
       ctx_->durations->record(tool_name_, std::chrono::duration_cast<std::chrono::milliseconds>(
                                               clock_type::now() - tool_start_));
@@ -733,6 +747,7 @@ private:
     stage_ = stage::finished;
     release_all();
     release_kept();
+    cancel_pin_ttl();
     emit(std::move(ev));
     on_event_ = nullptr;
     // A request still waiting for a device stays until the router answers (withdrawn, or a
@@ -792,7 +807,8 @@ private:
   kv_kept kept_;             // demote with a store: the blocks holding the KV across the tool call
   std::string tool_name_;    // the tool of the call running (empty: malformed)
   bool pin_expired_ = false; // the pinned KV moved to the store during this call
-  std::optional<kv_blob> kept_kv_; // keep_kv: the KV exported at the end
+  coarse_timers::key pin_timer_ = 0; // the pin TTL armed for this call (0: none)
+  std::optional<kv_blob> kept_kv_;   // keep_kv: the KV exported at the end
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;
   std::vector<token> call_;     // tokens of the tool call being written
   std::vector<token> appended_; // the tool result's tokens, until they are sent

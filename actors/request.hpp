@@ -13,6 +13,7 @@
 #include <caf/atom.hpp>
 
 #include "actors/tool_durations.hpp"
+#include "runtime/coarse_timers.hpp"
 
 #include "actors/chat.hpp"
 #include "actors/config.hpp"
@@ -165,6 +166,9 @@ struct request_context {
   std::shared_ptr<kv_tier> tier;
   /// Recent durations per tool (the pin policy's TTL); null: every TTL is pin_ttl_max.
   std::shared_ptr<tool_durations> durations;
+  /// Where pin TTLs are armed (null: pins have no TTL); shared, so a request actor that ends
+  /// after its node can still cancel its own.
+  std::shared_ptr<coarse_timers> timers;
 };
 
 /// A submitted request: its id, and its actor for those who want to watch it.

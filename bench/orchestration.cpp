@@ -215,6 +215,9 @@ int run(int argc, char** argv) {
   app.add_option("--long-turn", long_turn, "tokens per turn in the long runs")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  bool no_kv_store = false;
+  app.add_flag("--no-kv-store", no_kv_store,
+               "run the node without its KV store ([kvstore] host_mib = 0), to compare");
   CLI11_PARSE(app, argc, argv);
 
   // Zero-time sim devices: only triad's code and the simulated logits cost anything. The
@@ -223,6 +226,8 @@ int run(int argc, char** argv) {
   auto config = triad::zero_time_sim_config();
   for (auto& d : config.devices)
     d.profile = "h200";
+  if (no_kv_store)
+    config.kvstore.host_mib = 0;
   auto started = start_node(config);
   if (!started)
     return 1;

@@ -1,0 +1,60 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace triad {
+
+/// Deadlines that are usually cancelled before they pass (a pinned KV's time-to-live during a
+/// tool call), checked by one thread at a coarse granularity. Arming and cancelling take a
+/// mutex and make no system call (CAF's clock wakes its thread for every timeout set: at one
+/// agent session that tripled the CPU of a request); the thread ticks every `granularity` while
+/// any deadline is armed and for `linger` after the last one, then sleeps until one is armed
+/// again, so an idle process is not woken.
+class coarse_timers {
+public:
+  /// An armed deadline, for cancel().
+  using key = std::uint64_t;
+
+  /// Starts the checking thread.
+  explicit coarse_timers(std::chrono::milliseconds granularity = std::chrono::milliseconds{10},
+                         std::chrono::milliseconds linger = std::chrono::seconds{1});
+  coarse_timers(const coarse_timers&) = delete;
+  coarse_timers& operator=(const coarse_timers&) = delete;
+  /// Stops the thread; deadlines still armed never fire.
+  ~coarse_timers();
+
+  /// Runs `fire` on the timers' thread once `deadline` has passed (within a granularity),
+  /// unless cancelled first. `fire` must not block (it sends a message, say).
+  key arm(std::chrono::steady_clock::time_point deadline, std::function<void()> fire);
+  /// Cancels a deadline; one that fired or was cancelled already is ignored.
+  void cancel(key k);
+  /// Deadlines armed now.
+  std::size_t armed() const;
+
+private:
+  using clock = std::chrono::steady_clock;
+  void run();
+
+  const std::chrono::milliseconds granularity_, linger_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::multimap<clock::time_point, key> by_deadline_;
+  struct entry {
+    std::multimap<clock::time_point, key>::iterator at;
+    std::function<void()> fire;
+  };
+  std::unordered_map<key, entry> entries_;
+  key next_ = 1;
+  bool asleep_ = false; // waiting without a timeout: arm() must wake it
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+} // namespace triad
