@@ -153,6 +153,17 @@ node_config zero_time_sim_config(const std::vector<std::pair<std::string, device
   return config;
 }
 
+node_config small_kv_config(std::uint64_t host_mib) {
+  auto config = default_config();
+  config.topology.bind_threads = false;
+  config.devices.resize(1);
+  config.devices[0].role = device_role::both;
+  config.devices[0].memory_mib = 2;
+  config.orchestration.device_layout = layout::monolithic;
+  config.kvstore.host_mib = host_mib;
+  return config;
+}
+
 placement_request placement_of(const node_config& config) {
   placement_request request;
   request.orchestration_domains = config.scheduler.orchestration_domains;

@@ -74,6 +74,12 @@ node_config zero_time_sim_config(const std::vector<std::pair<std::string, device
                                      {"prefill0", device_role::prefill},
                                      {"decode0", device_role::decode}});
 
+/// The embedded default with threads unbound and one cpu device (both roles, monolithic
+/// layout) whose KV budget is 2 MiB (16 or 32 pages of the tiny model, f32 or bf16), with a
+/// KV store of `host_mib` (0: none): for workloads that outgrow a device's memory (tests,
+/// triad-bench-kv).
+node_config small_kv_config(std::uint64_t host_mib);
+
 /// What the placement planner places for this configuration: its devices (a cpu device
 /// computes on cores of its domain), tool cores and orchestration domains.
 placement_request placement_of(const node_config& config);

@@ -245,13 +245,7 @@ struct prefix_result {
 // greedy answer) and a new question, so a perfect cache serves all of it but the question. The
 // sessions take turns round robin: their conversations together outgrow the device.
 prefix_result prefix_workload(std::size_t sessions, std::size_t turns, std::uint64_t host_mib) {
-  auto config = triad::default_config();
-  config.topology.bind_threads = false;
-  config.devices.resize(1);
-  config.devices[0].role = triad::device_role::both;
-  config.devices[0].memory_mib = 2;
-  config.orchestration.device_layout = triad::layout::monolithic;
-  config.kvstore.host_mib = host_mib;
+  auto config = triad::small_kv_config(host_mib);
   auto started = triad::node::start(config);
   if (!started)
     throw std::runtime_error{started.error().message};

@@ -49,14 +49,9 @@ paged_kv_cache::create(const model_shape& shape, dtype type, std::size_t page_to
   self->storage_ = std::move(*buf);
   self->base_ = self->storage_.data();
   auto* cache = self.get();
-  self->table_.on_evict([cache](std::uint32_t page, block_hash hash, block_hash parent,
-                                std::span<const token> tokens) {
+  self->table_.on_evict([cache](std::uint32_t page, kv_page out) {
     if (cache->evicted_ == nullptr)
       return;
-    kv_page out;
-    out.hash = hash;
-    out.parent = parent;
-    out.tokens.assign(tokens.begin(), tokens.end());
     const auto* from = reinterpret_cast<const std::uint8_t*>(cache->page_base(page));
     out.bytes.assign(from, from + cache->page_bytes_);
     cache->evicted_->push_back(std::move(out));

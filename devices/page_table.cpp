@@ -23,7 +23,7 @@ std::uint32_t page_table::take_page() {
     index_.erase(evicted.hash);
     evicted.indexed = false;
     if (evict_hook_)
-      evict_hook_(page, evicted.hash, evicted.parent, evicted.tokens);
+      evict_hook_(page, kv_page{evicted.hash, evicted.parent, std::move(evicted.tokens), {}});
     evicted.tokens.clear();
   }
   info_[page].refs = 1;

@@ -67,10 +67,9 @@ public:
                                                           std::span<const token> tokens) const;
 
   /// Called when a cached full page is evicted (its memory about to be reused for another
-  /// page): the page, its chain hash, its parent's hash and its tokens, while its bytes are
-  /// still intact, so a backend can copy the page to a tier below before it is lost.
-  using evict_hook = std::function<void(std::uint32_t page, block_hash hash, block_hash parent,
-                                        std::span<const token> tokens)>;
+  /// page): the page and its identity (chain hash, parent, tokens; no bytes), while its bytes
+  /// are still intact, so a backend can copy the page to a tier below before it is lost.
+  using evict_hook = std::function<void(std::uint32_t page, kv_page identity)>;
   /// Sets (or, with an empty function, clears) the eviction hook.
   void on_evict(evict_hook hook) { evict_hook_ = std::move(hook); }
 

@@ -50,18 +50,13 @@ expected<std::unique_ptr<sim_backend>> sim_backend::create(sim_backend_options o
                                                   std::to_string(self->page_bytes_) + " bytes");
   self->table_.emplace(pages_total, options.page_tokens);
   auto* sim = self.get();
-  self->table_->on_evict(
-      [sim](std::uint32_t, block_hash hash, block_hash parent, std::span<const token> tokens) {
-        if (sim->evicted_ == nullptr)
-          return;
-        kv_page out;
-        out.hash = hash;
-        out.parent = parent;
-        out.tokens.assign(tokens.begin(), tokens.end());
-        out.bytes.resize(tokens.size() * sizeof(std::int32_t));
-        std::memcpy(out.bytes.data(), tokens.data(), out.bytes.size());
-        sim->evicted_->push_back(std::move(out));
-      });
+  self->table_->on_evict([sim](std::uint32_t, kv_page out) {
+    if (sim->evicted_ == nullptr)
+      return;
+    out.bytes.resize(out.tokens.size() * sizeof(std::int32_t));
+    std::memcpy(out.bytes.data(), out.tokens.data(), out.bytes.size());
+    sim->evicted_->push_back(std::move(out));
+  });
   return self;
 }
 

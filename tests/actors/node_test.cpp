@@ -271,14 +271,7 @@ BOOST_AUTO_TEST_CASE(a_second_session_on_the_same_system_prompt_prefills_only_wh
 // A node of one cpu device whose memory holds 16 to 32 KV pages (f32 or bf16), with a host
 // tier of `host_mib` (0: no KV store).
 std::unique_ptr<triad::node> small_memory_node(std::uint64_t host_mib) {
-  auto config = triad::default_config();
-  config.topology.bind_threads = false;
-  config.devices.resize(1);
-  config.devices[0].role = triad::device_role::both;
-  config.devices[0].memory_mib = 2;
-  config.orchestration.device_layout = triad::layout::monolithic;
-  config.kvstore.host_mib = host_mib;
-  auto n = triad::node::start(config);
+  auto n = triad::node::start(triad::small_kv_config(host_mib));
   BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
   return std::move(*n);
 }
