@@ -1,5 +1,7 @@
 #include "actors/request.hpp"
 
+#include <utility>
+
 #include <caf/all.hpp>
 
 #include "actors/router.hpp"
@@ -277,8 +279,15 @@ private:
   void resume_at(route_stage s) {
     if (s == route_stage::prefill || s == route_stage::any)
       begin_prefill();
-    else if (!parked_blob_ && !kept_.blocks.empty())
-      begin_decode_kept(); // the KV waits in the store's blocks
+    else
+      resume_decode();
+  }
+
+  // Routes to a decode device with the KV where it waits: a blob (a transfer, or a demotion
+  // without a store), or the store's blocks (a demotion, or a pin past its TTL).
+  void resume_decode() {
+    if (!parked_blob_ && !kept_.blocks.empty())
+      begin_decode_kept();
     else
       begin_decode();
   }
@@ -628,11 +637,12 @@ private:
   void on_tool_result(tool_reply r) {
     if (stage_ != stage::tool_wait)
       return;
-    usage_.tool_s += since(tool_start_);
+    const auto took = clock_type::now() - tool_start_;
+    usage_.tool_s += std::chrono::duration<double>(took).count();
     cancel_pin_ttl();
     if (ctx_->durations && !tool_name_.empty())
-      ctx_->durations->record(tool_name_, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                              clock_type::now() - tool_start_));
+      ctx_->durations->record(tool_name_,
+                              std::chrono::duration_cast<std::chrono::milliseconds>(took));
     request_event ev;
     ev.request = id_;
     ev.kind = request_event::tool_result;
@@ -668,15 +678,9 @@ private:
     auto appended = std::move(appended_);
     appended_.clear();
     tokens_.insert(tokens_.end(), appended.begin(), appended.end());
-    if (pin_expired_) { // the pinned KV moved to the store when its TTL passed
-      pin_expired_ = false;
-      if (!kept_.blocks.empty())
-        begin_decode_kept();
-      else
-        begin_prefill();
-      return;
-    }
-    if (keeps_kv_across_tools()) { // the sequence waits parked on its device, which resumes it
+    // A pin past its TTL moved the KV to the store: it resumes as a demotion does.
+    const bool pin_expired = std::exchange(pin_expired_, false);
+    if (!pin_expired && keeps_kv_across_tools()) { // parked on its device, which resumes it
       enter(stage::decode);
       // The device computes the tool result and the </tool_call> it stopped at (a sampled
       // token runs through the model only with the step after it).
@@ -685,10 +689,9 @@ private:
       send(decode_.device, resume_atom::value, decode_.seq, appended);
       return;
     }
-    if (ctx_->options.kv == kv_policy::demote && parked_blob_)
-      begin_decode();
-    else if (ctx_->options.kv == kv_policy::demote && !kept_.blocks.empty())
-      begin_decode_kept();
+    // Only a demotion (or that pin) leaves KV waiting off the devices at a tool call.
+    if (parked_blob_ || !kept_.blocks.empty())
+      resume_decode();
     else
       begin_prefill(); // discard, or a demotion that failed: recompute everything
   }

@@ -368,7 +368,7 @@ private:
       return;
     // When the store holds the whole run from the first page, all of it is fetched: pages the
     // device evicts meanwhile (a step in flight) are then still at hand.
-    const std::size_t first = tier_->held(chain) >= own + below ? 0 : own;
+    const std::size_t first = own > 0 && tier_->held(chain) >= own + below ? 0 : own;
     s.state = seq_state::fetching;
     tier_->fetch(s.tokens, first, own + below - first, s.req.seq,
                  caf::actor_cast<caf::actor>(this));
