@@ -171,15 +171,17 @@ private:
     if (s != route_stage::decode && reuse_prefix())
       order.prefix = chain_hashes(tokens_, ctx_->page_tokens);
     routing_ = true;
+    ++awaiting_;
     request(ctx_->router, caf::infinite, route_atom::value, order)
         .then(
             [this, next, asked](route_reply& r) {
               routing_ = false;
+              --awaiting_;
               usage_.queued_s += since(asked);
               if (stage_ == stage::finished) { // ended while waiting: answered, now it goes
                 if (r.ok)
                   send(ctx_->router, release_atom::value, r.name);
-                quit();
+                leave_when_settled();
                 return;
               }
               if (!r.ok) {
@@ -190,8 +192,9 @@ private:
             },
             [this](caf::error& e) {
               routing_ = false;
+              --awaiting_;
               if (stage_ == stage::finished)
-                quit();
+                leave_when_settled();
               else
                 fail("the router did not answer: " + to_string(e));
             });
@@ -238,10 +241,12 @@ private:
              std::uint64_t prefilled) {
     auto seq = order.seq;
     auto handle = [this, h, seq, s, prefilled](admission& a) mutable {
-      if (stage_ == stage::finished) {
+      --awaiting_;
+      if (stage_ == stage::finished) { // ended meanwhile: what the answer gives goes back
         if (a.accepted)
           send(h.device, free_atom::value, seq);
         send(ctx_->router, release_atom::value, h.name);
+        leave_when_settled();
         return;
       }
       if (!a.accepted) {
@@ -264,9 +269,14 @@ private:
       (s == route_stage::prefill ? prefill_ : decode_) = h;
     };
     auto on_error = [this, h](caf::error& e) {
+      --awaiting_;
       send(ctx_->router, release_atom::value, h.name);
-      fail("device " + h.name + " did not answer: " + to_string(e));
+      if (stage_ == stage::finished)
+        leave_when_settled();
+      else
+        fail("device " + h.name + " did not answer: " + to_string(e));
     };
+    ++awaiting_;
     if (blob)
       request(h.device, caf::infinite, import_atom::value, std::move(blob), std::move(order))
           .then(handle, on_error);
@@ -359,17 +369,20 @@ private:
     const auto keep = 2 * ctx_->options.tool_deadline + std::chrono::seconds{10};
     const auto keep_ms = static_cast<std::uint32_t>(
         std::min<std::int64_t>(keep.count(), std::numeric_limits<std::uint32_t>::max()));
+    ++awaiting_;
     request(held.device, caf::infinite, demote_atom::value, held.seq, keep_ms)
         .then([this](kv_kept& k) { on_kept(std::move(k)); },
               [this](caf::error&) { on_kept({}); }); // the device is gone: recompute
   }
 
   void on_kept(kv_kept k) {
+    --awaiting_;
     release_kept();
     demoting_ = false;
     if (stage_ == stage::finished) { // ended meanwhile (cancelled, timed out): nothing to keep
       if (ctx_->tier && !k.blocks.empty())
         ctx_->tier->release(std::move(k.blocks));
+      leave_when_settled();
       return;
     }
     kept_ = std::move(k);
@@ -754,10 +767,18 @@ private:
     emit(std::move(ev));
     on_event_ = nullptr;
     // A request still waiting for a device stays until the router answers (withdrawn, or a
-    // grant it then gives back), so no slot is granted to an actor that is gone.
+    // grant it then gives back), so no slot is granted to an actor that is gone; likewise for
+    // a device's admission (a sequence and its slot) or demotion (kept blocks) on the way.
     if (routing_)
       send(ctx_->router, withdraw_atom::value);
-    else
+    leave_when_settled();
+  }
+
+  // Quits once the request has ended and every answer that gives it something to give back
+  // (awaiting_) has come: an actor that quit drops its pending answers unread, and with them
+  // a device sequence or a router slot no one would free.
+  void leave_when_settled() {
+    if (stage_ == stage::finished && awaiting_ == 0)
       quit();
   }
 
@@ -797,6 +818,7 @@ private:
   std::vector<token> tokens_;    // the conversation so far, as the device sees it
   std::vector<token> forced_;    // the script's tokens, when scripted
   bool routing_ = false;         // a route_atom request to the router is unanswered
+  std::uint32_t awaiting_ = 0;   // unanswered requests whose answer holds something to free
   std::uint32_t budget_ = 0;     // completion tokens allowed
   std::uint32_t produced_ = 0;   // completion tokens generated
   std::uint32_t attempt_ = 0;    // device sequences started

@@ -487,6 +487,32 @@ BOOST_AUTO_TEST_CASE(a_request_past_its_total_deadline_ends_with_a_timeout_and_f
   BOOST_TEST(device_sequences(*n) == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(a_request_ended_while_its_device_admits_it_gives_back_sequence_and_slot) {
+  // Cancels sweep the few hundred microseconds in which a request is routed and its device
+  // admits it: one that ended with the admission on its way must still free the sequence and
+  // the node's one slot (a request that quit at once dropped the answer, and the next waited
+  // for the slot until its deadline; CI saw it as a flaky total-deadline test).
+  triad::limits_config limits;
+  limits.request_timeout_ms = 30000; // a leaked slot fails the last request with a timeout
+  auto n = one_slot_node(limits);
+  for (int i = 0; i < 120; ++i) {
+    recorder r;
+    auto h = n->submit(napping(0), r.callback());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds{(i % 40) * 10};
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    n->cancel(h);
+    BOOST_TEST_REQUIRE(r.wait().kind != triad::request_event::token);
+  }
+  recorder next;
+  n->submit(napping(0), next.callback());
+  const auto& end = next.wait();
+  BOOST_TEST(end.kind == triad::request_event::done, end.message);
+  for (int i = 0; i < 100 && device_sequences(*n) != 0; ++i)
+    std::this_thread::sleep_for(10ms);
+  BOOST_TEST(device_sequences(*n) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(cancelling_frees_every_kv_sequence_the_request_held) {
   auto n = start_node();
   auto r = agent_request();
