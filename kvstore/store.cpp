@@ -374,10 +374,7 @@ private:
     auto from = b.loc;
     ++leaving(from);
     detail::move_order order{where_is(b), b.checksum, -1};
-    if (faults_ > 0) {
-      --faults_;
-      order.flip_bit = static_cast<std::int64_t>((id * 7919 + 13) % (config_.block_bytes * 8));
-    }
+    order.flip_bit = next_fault(id);
     auto start = clock_type::now();
     auto finish = [this, id, dest, slot, actor, start, done = std::move(done), attempt,
                    from](detail::pull_result r) {
@@ -794,6 +791,14 @@ private:
     });
   }
 
+  // The bit a transfer of block `id` damages (kv_fault_atom), or -1 once no fault is due.
+  std::int64_t next_fault(block_id id) {
+    if (faults_ == 0)
+      return -1;
+    --faults_;
+    return static_cast<std::int64_t>((id * 7919 + 13) % (config_.block_bytes * 8));
+  }
+
   caf::result<kv_bytes> on_read(block_id id) {
     if (!blocks_.count(id)) {
       kv_bytes r;
@@ -810,7 +815,8 @@ private:
         return;
       }
       policy(it->second.loc).touched(id);
-      request(it->second.actor, caf::infinite, detail::block_read_atom::value, it->second.checksum)
+      request(it->second.actor, caf::infinite, detail::block_read_atom::value, it->second.checksum,
+              next_fault(id))
           .then([this, id, promise](kv_bytes& r) mutable {
             if (!r.ok) {
               metrics_.checksum_failed();

@@ -67,7 +67,7 @@ using kv_find_atom = caf::atom_constant<caf::atom("kvfind")>;
 /// A kv_store_stats snapshot: `(kv_stats_atom)`; asked of the prefix index, its hit counts.
 using kv_stats_atom = caf::atom_constant<caf::atom("kvstats")>;
 /// Fault injection for tests and drills: `(.., std::uint32_t n)` flips one bit in each of the
-/// next n transfers, after the copy and before its check.
+/// next n transfers (moves between tiers and reads), after the copy and before its check.
 using kv_fault_atom = caf::atom_constant<caf::atom("kvfault")>;
 
 /// One memory pool of the store.

@@ -33,7 +33,9 @@ public:
           std::memcpy(where_.memory.data(), payload.data(), n);
           return block_checksum(where_.memory);
         },
-        [this](block_read_atom, std::uint64_t checksum) -> kv_bytes { return read(checksum); },
+        [this](block_read_atom, std::uint64_t checksum, std::int64_t flip_bit) -> kv_bytes {
+          return read(checksum, flip_bit);
+        },
         [this](block_write_atom, std::uint64_t offset,
                std::vector<std::uint8_t>& bytes) -> std::uint64_t {
           std::memcpy(where_.memory.data() + offset, bytes.data(), bytes.size());
@@ -43,11 +45,11 @@ public:
   }
 
 private:
-  kv_bytes read(std::uint64_t checksum) {
+  kv_bytes read(std::uint64_t checksum, std::int64_t flip_bit) {
     kv_bytes out;
     if (where_.kind == tier::disk) {
       std::vector<std::byte> tmp(where_.size);
-      auto r = where_.disk->read(where_.meta->hash, tmp);
+      auto r = where_.disk->read(where_.meta->hash, tmp, flip_bit);
       if (!r) {
         out.reason = "block " + std::to_string(id_) + ": " + r.error().message;
         return out;
@@ -59,7 +61,7 @@ private:
     }
     out.bytes.resize(where_.memory.size());
     std::span<std::byte> dst{reinterpret_cast<std::byte*>(out.bytes.data()), out.bytes.size()};
-    auto r = copy_checked(dst, where_.memory, checksum);
+    auto r = copy_checked(dst, where_.memory, checksum, flip_bit);
     if (!r) {
       out.bytes.clear();
       out.reason = "block " + std::to_string(id_) + ": " + r.error().message;

@@ -18,7 +18,8 @@ namespace triad::detail {
 /// Fills a new block from a payload: `(block_init_atom, block_id, block_location,
 /// std::vector<std::uint8_t>)` -> checksum. The actor stands for that block from then on.
 using block_init_atom = caf::atom_constant<caf::atom("binit")>;
-/// Reads the bytes, checked: `(block_read_atom, std::uint64_t checksum)` -> kv_bytes.
+/// Reads the bytes, checked: `(block_read_atom, std::uint64_t checksum, std::int64_t flip_bit)`
+/// -> kv_bytes; `flip_bit` >= 0 damages that bit on the way out (fault injection).
 using block_read_atom = caf::atom_constant<caf::atom("bread")>;
 /// Writes into the bytes: `(block_write_atom, offset, bytes)` -> new checksum.
 using block_write_atom = caf::atom_constant<caf::atom("bwrite")>;

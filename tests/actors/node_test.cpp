@@ -58,6 +58,16 @@ std::uint64_t device_sequences(triad::node& n) {
   return devices_sum(n, &triad::device_stats::sequences);
 }
 
+triad::kv_store_stats store_stats(triad::node& n) {
+  BOOST_REQUIRE(n.kv() != nullptr);
+  caf::scoped_actor self{n.domains().orchestration().system()};
+  triad::kv_store_stats st;
+  self->request(n.kv()->store, 30s, triad::kv_stats_atom::value)
+      .receive([&](triad::kv_store_stats& s) { st = s; },
+               [](caf::error&) { BOOST_FAIL("no stats from the store"); });
+  return st;
+}
+
 triad::request_usage run_agent(triad::kv_policy policy,
                                triad::layout l = triad::layout::three_stage) {
   triad::orchestration_options o;
@@ -141,11 +151,7 @@ BOOST_AUTO_TEST_CASE(demote_keeps_the_kv_as_blocks_of_the_store_across_each_tool
   BOOST_TEST(last.usage.tool_calls == 3u);
   // Each call's KV went into the store's host tier (the partial last page with it) and came
   // back from there: the device read those tokens from the store's blocks.
-  caf::scoped_actor self{n->domains().orchestration().system()};
-  triad::kv_store_stats st;
-  self->request(n->kv()->store, 30s, triad::kv_stats_atom::value)
-      .receive([&](triad::kv_store_stats& s) { st = s; },
-               [](caf::error&) { BOOST_FAIL("no stats from the store"); });
+  auto st = store_stats(*n);
   BOOST_TEST(st.blocks > 0u);
   BOOST_TEST(st.pools.front().kind == "host");
   BOOST_TEST(devices_sum(*n, &triad::device_stats::tier_tokens) > 0u);
@@ -319,6 +325,26 @@ BOOST_AUTO_TEST_CASE(a_page_evicted_from_a_device_is_served_from_the_host_tier_b
   auto text = n->metrics().render();
   BOOST_TEST(text.find("triad_device_kv_tier_tokens_total") != std::string::npos);
   BOOST_TEST(text.find("triad_kv_") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_host_block_damaged_on_its_way_back_is_never_used_and_is_recomputed) {
+  auto n = small_memory_node(16);
+  auto first = complete(*n, long_prompt('a'));
+  complete(*n, long_prompt('A'));
+  complete(*n, long_prompt('0'));
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::spilled_pages) > 0u);
+  {
+    // Every read of a stored block from now on has one bit flipped after its copy.
+    caf::scoped_actor self{n->domains().orchestration().system()};
+    self->send(n->kv()->store, triad::kv_fault_atom::value, std::uint32_t{1000});
+  }
+  auto again = complete(*n, long_prompt('a'));
+  auto st = store_stats(*n);
+  BOOST_TEST(st.checksum_failures > 0u);
+  BOOST_TEST(st.dropped_damaged == st.checksum_failures); // dropped, never read again
+  // Nothing came from the store: the damaged pages were computed, and the answer is the same.
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::tier_tokens) == 0u);
+  BOOST_TEST(again.first == first.first);
 }
 
 BOOST_AUTO_TEST_CASE(without_a_kv_store_an_evicted_page_is_computed_again) {

@@ -290,6 +290,20 @@ BOOST_AUTO_TEST_CASE(a_block_that_fails_every_fetch_is_dropped_never_used) {
   BOOST_TEST(lookup(tokens(4, 1)).tokens == 0u); // a miss: the caller recomputes
 }
 
+BOOST_AUTO_TEST_CASE(a_bit_flipped_in_a_read_fails_the_read_and_drops_the_block) {
+  start(config({{"host0", triad::tier::host, 0, 2}}));
+  auto r = put("host0", tokens(4, 1), {payload(7)});
+  BOOST_REQUIRE(r.ok);
+  (*self)->send(kv.store, triad::kv_fault_atom::value, std::uint32_t{1});
+  auto damaged = read(r.ids[0]);
+  BOOST_TEST(!damaged.ok);
+  BOOST_TEST(damaged.bytes.empty()); // none of the damaged bytes reach the caller
+  BOOST_TEST(damaged.reason.find("recompute") != std::string::npos, damaged.reason);
+  BOOST_TEST(stats().checksum_failures == 1u);
+  BOOST_TEST(stats().dropped_damaged == 1u);
+  BOOST_TEST(lookup(tokens(4, 1)).tokens == 0u); // a miss from now on
+}
+
 BOOST_AUTO_TEST_CASE(a_full_tier_of_blocks_in_use_answers_busy) {
   start(config({{"gpu0", triad::tier::device, 0, 2}}));
   auto a = put("gpu0", tokens(8, 1), {payload(1), payload(2)}); // both referenced
