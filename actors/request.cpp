@@ -503,8 +503,11 @@ private:
     finish(finish_reason::length);
   }
 
-  // The device dropped the sequence after a failed step: retry on another device (recomputing
-  // the KV from the tokens so far) or end with the error, per the device_failure policy.
+  // The device dropped the sequence after a failed step: retry on another device or end with
+  // the error, per the device_failure policy. The retry resumes from the blocks the store keeps
+  // for this request (its KV at the last tool call) where there are any, computing only the
+  // tokens past them; else it recomputes the KV from the tokens so far (a prefill device still
+  // finds the prompt's pages the store holds).
   void on_device_failed(holding& h, const std::string& message) {
     auto what = "device " + h.name + " failed: " + message;
     if (ctx_->options.device_failure == device_failure_policy::fail ||
@@ -517,7 +520,12 @@ private:
       ctx_->metrics.device_retries->inc();
     failed_devices_.push_back(h.name);
     release_all(); // the failed sequence is gone; any other is recomputed too
-    begin_prefill();
+    if (!kept_.blocks.empty()) {
+      ++usage_.recovered_from_store;
+      begin_decode_kept();
+    } else {
+      begin_prefill();
+    }
   }
 
   void on_token(token t) {

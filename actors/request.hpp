@@ -94,6 +94,9 @@ struct request_usage {
   std::uint32_t tool_calls = 0;        ///< tool calls made
   /// Tool calls whose pinned KV outlived its TTL and moved to the KV store (pin policy).
   std::uint32_t pin_expiries = 0;
+  /// Device failures after which the request resumed from its blocks in the KV store, not by
+  /// recomputing its KV.
+  std::uint32_t recovered_from_store = 0;
   double queued_s = 0; ///< waiting for devices, in all
   double ttft_s = 0;   ///< submit to first token
   double tool_s = 0;   ///< waiting for tools, in all

@@ -612,22 +612,25 @@ using triad::test::failing_backend;
 
 // Zero-time sim devices: a prefill device and two decode devices, of which decode0 fails after
 // a few steps (or throws), so an agent session breaks on it mid-decode.
-std::unique_ptr<triad::node> start_failing_node(triad::device_failure_policy policy, bool throws) {
+std::unique_ptr<triad::node> start_failing_node(triad::device_failure_policy policy, bool throws,
+                                                int after = 5,
+                                                triad::kv_policy kv = triad::kv_policy::pin) {
   auto config = triad::zero_time_sim_config({{"prefill0", triad::device_role::prefill},
                                              {"decode0", triad::device_role::decode},
                                              {"decode1", triad::device_role::decode}});
   config.orchestration.device_failure = policy;
+  config.orchestration.kv = kv;
   triad::node_options opts;
   opts.tools = triad::test::sleeper_registry();
-  opts.backend_factory = [throws](const triad::node_config& c, const triad::device_config& d,
-                                  std::shared_ptr<triad::arena> a,
-                                  const triad::compute_placement& compute)
+  opts.backend_factory = [throws, after](const triad::node_config& c, const triad::device_config& d,
+                                         std::shared_ptr<triad::arena> a,
+                                         const triad::compute_placement& compute)
       -> triad::expected<std::unique_ptr<triad::backend>> {
     auto be = triad::make_backend(c, d, std::move(a), compute);
     if (!be || d.name != "decode0")
       return be;
     return std::unique_ptr<triad::backend>{
-        std::make_unique<failing_backend>(std::move(*be), 5, throws)};
+        std::make_unique<failing_backend>(std::move(*be), after, throws)};
   };
   auto n = triad::node::start(config, opts);
   BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
@@ -677,6 +680,34 @@ BOOST_AUTO_TEST_CASE(a_failing_decode_device_moves_its_request_to_another) {
     BOOST_TEST(again.wait().kind == triad::request_event::done);
     BOOST_TEST(device_sequences(*n) == 0u);
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_devices_request_resumes_from_its_blocks_in_the_host_tier) {
+  // Demote: the KV went to the store's host tier at the first tool call and came back to
+  // decode0, which fails halfway through the script (one step per token: between the first
+  // and the second of its three tool calls); the retry on decode1 reads those blocks.
+  auto script_len = triad::script_tokens(*agent_request().script).size();
+  auto n = start_failing_node(triad::device_failure_policy::retry, false,
+                              static_cast<int>(script_len / 2), triad::kv_policy::demote);
+  BOOST_REQUIRE(n->kv() != nullptr);
+  recorder rec;
+  n->submit(agent_request(), rec.callback());
+  const auto& last = rec.wait();
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+  BOOST_TEST(last.usage.completion_tokens == script_len); // nothing lost, nothing repeated
+  BOOST_TEST(last.usage.recovered_from_store == 1u);
+  auto text = n->metrics().render();
+  BOOST_TEST(text.find("triad_request_device_retries_total 1") != std::string::npos, text);
+  // decode1 read the request's tokens up to that tool call from the store, not recomputed.
+  caf::scoped_actor self{n->domains().orchestration().system()};
+  triad::device_stats decode1;
+  BOOST_REQUIRE(n->devices().size() == 3u);
+  BOOST_REQUIRE(n->devices()[2].first == "decode1");
+  self->request(n->devices()[2].second, 30s, triad::stats_atom::value)
+      .receive([&](triad::device_stats& s) { decode1 = s; },
+               [](caf::error&) { BOOST_FAIL("no stats from decode1"); });
+  BOOST_TEST(decode1.tier_tokens >= last.usage.prompt_tokens);
+  BOOST_TEST(device_sequences(*n) == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(a_failing_device_ends_its_request_with_a_clear_error_when_told_to) {

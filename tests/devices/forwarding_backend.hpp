@@ -33,6 +33,15 @@ public:
   void publish(seq_id s, std::span<const token> t) override { inner_->publish(s, t); }
   std::size_t length(seq_id s) const noexcept override { return inner_->length(s); }
   kv_usage kv() const noexcept override { return inner_->kv(); }
+  std::size_t page_payload_bytes() const noexcept override { return inner_->page_payload_bytes(); }
+  void capture_evictions(std::vector<kv_page>* sink) override { inner_->capture_evictions(sink); }
+  expected<void> append_pages(seq_id s, std::span<const kv_page> pages) override {
+    return inner_->append_pages(s, pages);
+  }
+  expected<std::vector<kv_page>> export_pages(seq_id s,
+                                              std::span<const token> tokens) const override {
+    return inner_->export_pages(s, tokens);
+  }
 
 protected:
   std::unique_ptr<backend> inner_; ///< the backend doing the work
