@@ -173,6 +173,20 @@ options::section<device_config> device_section(std::span<const sim_profile_confi
       out.time_scale = value;
     return s;
   };
+  auto read_kv_mib = [](options::table& t, c& out) {
+    std::int64_t value = 0;
+    const options::state s = t.integer("kv_mib", {0, std::int64_t{16} * 1024 * 1024}, value);
+    if (s == options::state::valid && value != 0 && backend_known(t) &&
+        out.backend != device_backend::sim) {
+      refuse_for_backend(t, "kv_mib", "sim", out.backend,
+                         "0, no kv_mib key, or backend = \"sim\" (a cpu device's KV budget is "
+                         "memory_mib)");
+      return options::state::invalid;
+    }
+    if (s == options::state::valid)
+      out.kv_mib = static_cast<std::uint64_t>(value);
+    return s;
+  };
   auto read_compute_cores = [](options::table& t, c& out) {
     std::int64_t value = 0;
     const options::state s = t.integer("compute_cores", {0, 4096}, value);
@@ -220,6 +234,16 @@ options::section<device_config> device_section(std::span<const sim_profile_confi
                              }),
           options::integer("memory_mib", &c::memory_mib, {1, std::int64_t{16} * 1024 * 1024},
                            "memory budget, MiB"),
+          // Written for a sim device that sets it; for another backend only when set (invalid).
+          options::custom<c>("kv_mib", options::range_allowed({0, std::int64_t{16} * 1024 * 1024}),
+                             "KV memory of a sim device, MiB; 0 = its profile's memory minus the "
+                             "weights",
+                             read_kv_mib,
+                             [](const c& d) -> std::optional<std::string> {
+                               if (d.kv_mib == 0)
+                                 return std::nullopt;
+                               return std::to_string(d.kv_mib);
+                             }),
           options::integer("queue_capacity", &c::queue_capacity, {1, 1'000'000},
                            "jobs queued to the device's driver thread"),
           options::boolean<c>("prefix_cache", &c::prefix_cache,

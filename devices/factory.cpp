@@ -97,6 +97,7 @@ expected<std::unique_ptr<backend>> make_backend(const device_set& node, const de
     o.profile = *profile;
     o.page_tokens = node.model.page_tokens;
     o.time_scale = dev.time_scale;
+    o.kv_budget_bytes = dev.kv_mib << 20;
     auto b = sim_backend::create(std::move(o));
     if (!b)
       return make_error(b.error().code, "device '" + dev.name + "': " + b.error().message);

@@ -140,6 +140,7 @@ node_config rich_config() {
   sim.profile = "xeon6_amx";
   sim.time_scale = 0.25;
   sim.memory_mib = 143360;
+  sim.kv_mib = 4096;
   sim.queue_capacity = 1'000'000;
   sim.burst_steps = 1;
   sim.burst_window_us = 0;
@@ -453,8 +454,8 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_device_is_an_error) {
                                 "  speed = 3\n");
   BOOST_TEST(message == "triad.toml:6:3: devices[1].speed = 3: unknown key; allowed keys in "
                         "[[devices]]: name, backend, role, topology_device, domain, profile, "
-                        "time_scale, memory_mib, queue_capacity, prefix_cache, burst_steps, "
-                        "burst_window_us, compute_cores");
+                        "time_scale, memory_mib, kv_mib, queue_capacity, prefix_cache, "
+                        "burst_steps, burst_window_us, compute_cores");
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_model_is_an_error) {
@@ -733,6 +734,17 @@ BOOST_AUTO_TEST_CASE(time_scale_needs_the_sim_backend) {
                  {"triad.toml:4:14: ", "devices[0].time_scale = 2",
                   "only allowed when backend = \"sim\" (backend = \"cuda\")",
                   "allowed: no time_scale key, or backend = \"sim\""});
+}
+
+BOOST_AUTO_TEST_CASE(kv_mib_needs_the_sim_backend) {
+  check_contains(error_of("[[devices]]\nname = \"c\"\nbackend = \"cpu\"\nkv_mib = 64\n"),
+                 {"triad.toml:4:10: ", "devices[0].kv_mib = 64",
+                  "only allowed when backend = \"sim\" (backend = \"cpu\")", "memory_mib"});
+  check_contains(error_of("[[devices]]\nname = \"s\"\nbackend = \"sim\"\nkv_mib = -1\n"),
+                 {"devices[0].kv_mib = -1", "out of range", "allowed: integer 0..16777216"});
+  const auto sim = parse_config("[[devices]]\nname = \"s\"\nbackend = \"sim\"\nkv_mib = 64\n", "t");
+  BOOST_TEST_REQUIRE(sim.has_value(), (sim ? "" : sim.error().to_string()));
+  BOOST_TEST(sim->devices.at(0).kv_mib == 64u);
 }
 
 BOOST_AUTO_TEST_CASE(compute_cores_needs_the_cpu_backend) {

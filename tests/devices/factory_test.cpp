@@ -92,4 +92,19 @@ BOOST_AUTO_TEST_CASE(a_sim_device_runs_the_llama3_8b_shape) {
   BOOST_TEST((*b)->shape().kv_bytes_per_token(triad::dtype::bf16) == 131072u);
 }
 
+BOOST_AUTO_TEST_CASE(a_sim_devices_kv_mib_bounds_its_kv_pages) {
+  auto config = triad::default_config();
+  config.model.preset = "llama3-8b";
+  auto dev = config.devices.front();
+  dev.backend = triad::device_backend::sim;
+  dev.profile = "sn40l";
+  auto whole = triad::make_backend(config, dev, nullptr);
+  BOOST_REQUIRE_MESSAGE(whole.has_value(), (whole ? "" : whole.error().message));
+  dev.kv_mib = 64; // 128 KiB per token, 16 tokens a page: 32 pages
+  auto small = triad::make_backend(config, dev, nullptr);
+  BOOST_REQUIRE_MESSAGE(small.has_value(), (small ? "" : small.error().message));
+  BOOST_TEST((*small)->kv().pages_total == 32u);
+  BOOST_TEST((*whole)->kv().pages_total > 1000u); // the profile's memory less the weights
+}
+
 BOOST_AUTO_TEST_SUITE_END()
