@@ -96,22 +96,28 @@ struct setting {
   std::string name;
   triad::layout device_layout;
   triad::kv_policy kv;
+  /// Decode devices' KV memory (sim kv_mib; 0: the profile's), to make memory the bottleneck.
+  std::uint64_t decode_kv_mib = 0;
+  /// The pin policy's TTL ceiling: 0 the default; past a session's length, a session-long pin.
+  std::chrono::milliseconds pin_ttl_max{0};
 };
 
 struct outcome {
   std::vector<double> session_s; // modelled seconds from the start to each session's end
   double makespan_s = 0;         // modelled
   std::uint64_t completion_tokens = 0, prefill_tokens = 0, errors = 0;
+  std::uint64_t tier_tokens = 0;  // tokens devices read from the KV store instead of computing
+  std::uint64_t preemptions = 0;  // sequences whose KV a device dropped for memory
+  std::uint64_t pin_expiries = 0; // tool calls whose pinned KV moved to the store at its TTL
   double prefill_busy = 0, decode_busy = 0; // busy fraction, mean over the devices of a pool
 };
 
-std::map<std::string, double> busy_seconds(triad::node& n) {
+std::map<std::string, triad::device_stats> device_stats(triad::node& n) {
   caf::scoped_actor self{n.domains().orchestration().system()};
-  std::map<std::string, double> out;
+  std::map<std::string, triad::device_stats> out;
   for (auto& [name, dev] : n.devices())
     self->request(dev, std::chrono::seconds{30}, triad::stats_atom::value)
-        .receive([&, name = name](triad::device_stats& s) { out[name] = s.busy_seconds; },
-                 [&](caf::error&) {});
+        .receive([&, name = name](triad::device_stats& s) { out[name] = s; }, [&](caf::error&) {});
   return out;
 }
 
@@ -161,10 +167,13 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
     d.backend = hw.backend;
     d.profile = dev.profile;
     d.role = mono ? triad::device_role::both : dev.role;
-    if (hw.backend == triad::device_backend::sim)
+    if (hw.backend == triad::device_backend::sim) {
       d.time_scale = time_scale;
-    else
+      if (d.role == triad::device_role::decode || mono)
+        d.kv_mib = st.decode_kv_mib;
+    } else {
       d.memory_mib = 256;
+    }
     config.devices.push_back(d);
   }
   triad::node_options opts;
@@ -172,6 +181,8 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   config.orchestration.device_layout = st.device_layout;
   config.orchestration.kv = st.kv;
   config.orchestration.device_slots = slots;
+  if (st.pin_ttl_max.count() > 0)
+    config.orchestration.pin_ttl_max = st.pin_ttl_max;
   auto started = triad::node::start(config, opts);
   if (!started)
     return started.error();
@@ -182,7 +193,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   std::size_t ended = 0;
   outcome out;
   out.session_s.resize(work.size());
-  auto busy0 = busy_seconds(n);
+  auto before = device_stats(n);
   auto start = clock_type::now();
   for (std::size_t i = 0; i < work.size(); ++i) {
     triad::chat_request r;
@@ -202,6 +213,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
       out.session_s[i] = t;
       out.completion_tokens += e.usage.completion_tokens;
       out.prefill_tokens += e.usage.prefill_tokens;
+      out.pin_expiries += e.usage.pin_expiries;
       ++ended;
       cv.notify_all();
     });
@@ -211,13 +223,15 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
     cv.wait(l, [&] { return ended == work.size(); });
   }
   out.makespan_s = std::chrono::duration<double>(clock_type::now() - start).count() * time_scale;
-  auto busy1 = busy_seconds(n);
+  auto after = device_stats(n);
   std::size_t np = 0, nd = 0;
   for (const auto& dev : hw.devices) {
     // Modelled busy seconds for sim devices, real ones for cpu devices.
     double frac =
-        (busy1[dev.name] - busy0[dev.name]) /
+        (after[dev.name].busy_seconds - before[dev.name].busy_seconds) /
         (hw.backend == triad::device_backend::sim ? out.makespan_s : out.makespan_s / time_scale);
+    out.tier_tokens += after[dev.name].tier_tokens - before[dev.name].tier_tokens;
+    out.preemptions += after[dev.name].preemptions - before[dev.name].preemptions;
     if (dev.role == triad::device_role::prefill)
       out.prefill_busy += frac, ++np;
     else
@@ -256,18 +270,41 @@ int run(int argc, char** argv) {
   const std::size_t sessions = cpu ? 8 : quick ? 48 : 96;
   const std::size_t slots = cpu ? 4 : 8; // per device, in every setting
   auto work = make_workload(sessions, seed, time_scale);
-  const std::vector<setting> settings = {
+  std::vector<setting> settings = {
       {"three_stage_pin", triad::layout::three_stage, triad::kv_policy::pin},
       {"three_stage_demote", triad::layout::three_stage, triad::kv_policy::demote},
       {"three_stage_discard", triad::layout::three_stage, triad::kv_policy::discard},
       {"monolithic", triad::layout::monolithic, triad::kv_policy::pin},
   };
+  // Device memory as the bottleneck (sim only): each decode device holds the KV of a few
+  // sessions at most (a session's context ends near 3k tokens, 128 KiB of KV each), far less
+  // than its slots' sessions hold across their tool calls, so KV must leave the device while
+  // tools run: demote (into the store's host tier) against discard, and a pin whose TTL moves
+  // a long call's KV to the store against a pin held for the whole session.
+  const std::uint64_t bottleneck_kv_mib = 1536;
+  const std::chrono::milliseconds session_long{86'400'000};
+  if (!cpu)
+    settings.insert(settings.end(), {
+                                        {"memory_bound_demote", triad::layout::three_stage,
+                                         triad::kv_policy::demote, bottleneck_kv_mib},
+                                        {"memory_bound_discard", triad::layout::three_stage,
+                                         triad::kv_policy::discard, bottleneck_kv_mib},
+                                        {"memory_bound_pin_ttl", triad::layout::three_stage,
+                                         triad::kv_policy::pin, bottleneck_kv_mib},
+                                        {"memory_bound_pin_session", triad::layout::three_stage,
+                                         triad::kv_policy::pin, bottleneck_kv_mib, session_long},
+                                    });
+  // The memory-bound settings run faster in --quick (the figures are modelled seconds).
+  const double bound_scale = quick ? 4 * time_scale : time_scale;
+  auto bound_work = make_workload(sessions, seed, bound_scale);
   triad::bench::report rep;
   rep.quick = quick;
   std::map<std::string, outcome> results;
   std::uint64_t errors = 0;
   for (const auto& st : settings) {
-    auto r = run(st, hw, work, time_scale, slots);
+    const bool bound = st.decode_kv_mib != 0;
+    auto r =
+        bound ? run(st, hw, bound_work, bound_scale, slots) : run(st, hw, work, time_scale, slots);
     if (!r) {
       std::fprintf(stderr, "triad-bench-agentic: %s: %s\n", st.name.c_str(),
                    r.error().message.c_str());
@@ -277,10 +314,11 @@ int run(int argc, char** argv) {
     auto tput = static_cast<double>(r->completion_tokens) / r->makespan_s;
     auto p50 = triad::bench::percentile(r->session_s, 0.5),
          p99 = triad::bench::percentile(r->session_s, 0.99);
-    std::printf("%-20s %7.1f tokens/s  session p50 %6.2f s  p99 %6.2f s  prefilled %8llu  busy "
-                "prefill %.2f decode %.2f\n",
+    std::printf("%-24s %7.1f tokens/s  session p50 %6.2f s  p99 %6.2f s  prefilled %8llu  "
+                "from store %8llu  preempted %5llu  busy prefill %.2f decode %.2f\n",
                 st.name.c_str(), tput, p50, p99, static_cast<unsigned long long>(r->prefill_tokens),
-                r->prefill_busy, r->decode_busy);
+                static_cast<unsigned long long>(r->tier_tokens),
+                static_cast<unsigned long long>(r->preemptions), r->prefill_busy, r->decode_busy);
     rep.metrics[st.name] = boost::json::object{
         {"throughput_tokens_per_s", tput},
         {"session_p50_s", p50},
@@ -291,6 +329,9 @@ int run(int argc, char** argv) {
         {"prefill_pool_busy_fraction", r->prefill_busy},
         {"decode_pool_busy_fraction", r->decode_busy},
         {"errors", r->errors},
+        {"store_tokens", r->tier_tokens},
+        {"preemptions", r->preemptions},
+        {"pin_expiries", r->pin_expiries},
     };
     results.emplace(st.name, std::move(*r));
   }
@@ -300,6 +341,13 @@ int run(int argc, char** argv) {
   auto p = [&](const std::string& s, double q) {
     return triad::bench::percentile(results[s].session_s, q);
   };
+  if (!cpu) {
+    rep.metrics["memory_bound_decode_kv_mib"] = bottleneck_kv_mib;
+    rep.ratios["demote_over_discard_throughput"] =
+        tput("memory_bound_demote") / tput("memory_bound_discard");
+    rep.ratios["pin_ttl_over_pin_session_p99"] =
+        p("memory_bound_pin_ttl", 0.99) / p("memory_bound_pin_session", 0.99);
+  }
   rep.metrics["sessions"] = sessions;
   rep.metrics["slots_per_device"] = slots;
   rep.metrics["time_scale"] = time_scale;

@@ -199,6 +199,7 @@ private:
     std::vector<token> tokens; // prompt, generated and appended tokens
     std::size_t computed = 0;  // tokens whose KV the backend holds
     std::size_t cached = 0;    // of those, tokens attached from the prefix cache (whole pages)
+    std::size_t shared = 0;    // of those, from the device's own cache (the rest: the tier's)
     bool lookup = false;       // look the prompt up in the prefix cache before computing it
     std::uint32_t generated = 0;
     seq_state state = seq_state::waiting;
@@ -321,6 +322,8 @@ private:
       return refuse(errc::busy, "busy: " + std::to_string(seqs_.size()) + " of " +
                                     std::to_string(options_.max_sequences) +
                                     " sequences in flight on " + options_.name);
+    if (auto full = memory_full(req.prompt.size()); !full.empty())
+      return refuse(errc::busy, std::move(full));
     if (options_.role == device_role::prefill)
       req.max_new_tokens = std::min<std::uint32_t>(req.max_new_tokens, 1);
     sequence s;
@@ -348,6 +351,28 @@ private:
     auto id = s.req.seq;
     seqs_.emplace(id, std::move(s));
     return admission{true, {}, {}};
+  }
+
+  // Why a prompt of `tokens` waits (empty: it may come in): the KV pages the sequences here
+  // need for their tokens so far (pages shared with the prefix cache and finished sequences
+  // aside, as the planner counts them) and its own must fit the device. A newcomer that does not
+  // fit waits (busy) instead of pushing others out to be recomputed: preemption is for growth, not
+  // admission. A prompt alone larger than the device comes in, and the planner refuses it
+  // with its reason.
+  std::string memory_full(std::size_t tokens) const {
+    const auto pt = kv_.page_tokens;
+    const auto total = kv_.pages_total;
+    if (pt == 0 || seqs_.empty() || detail::pages_for(tokens, pt) > total)
+      return {};
+    std::size_t need = detail::pages_for(tokens, pt);
+    for (const auto& [id, s] : seqs_)
+      if (s.state != seq_state::done)
+        need += detail::pages_for(s.tokens.size(), pt) - s.shared / pt;
+    if (need <= total)
+      return {};
+    return "busy: the KV of the " + std::to_string(seqs_.size()) + " sequences on " +
+           options_.name + " and this prompt's " + std::to_string(tokens) + " tokens need " +
+           std::to_string(need) + " pages of its " + std::to_string(total);
   }
 
   // A prompt's pages that the tier below holds past those the device itself holds (as far as
@@ -451,8 +476,12 @@ private:
       std::optional<std::size_t> import_tokens;
       if (s.state == seq_state::importing && s.import)
         import_tokens = s.import->tokens;
+      std::size_t incoming = 0;
+      if (s.lookup && s.computed == 0 && s.fetched)
+        for (const auto& p : *s.fetched)
+          incoming += p.tokens.size();
       st.seqs.push_back({id, s.admitted_order, s.state, s.finished, s.tokens.size(), s.computed,
-                         s.cached, import_tokens});
+                         s.shared, import_tokens, incoming});
     }
     st.pages_total = kv_.pages_total;
     st.page_tokens = kv_.page_tokens;
@@ -673,6 +702,9 @@ private:
       s->computed += r.tokens[i];
       if (r.cached[i] != 0) {
         s->cached = r.cached[i];
+        // Only the pages attached from the device's own cache are shared; those fetched from
+        // the tier below are the sequence's own memory, as computed ones are.
+        s->shared = r.cached[i] - r.fetched[i];
         stats_.cached_tokens += r.cached[i];
         stats_.tier_tokens += r.fetched[i];
         if (metrics_.cached != nullptr) {
@@ -743,6 +775,7 @@ private:
     pending_frees_.push_back(victim->req.seq);
     victim->computed = 0;
     victim->cached = 0;
+    victim->shared = 0;
     victim->lookup = options_.prefix_cache && victim->req.reuse_prefix;
     if (victim->state == seq_state::running)
       victim->state = seq_state::waiting;

@@ -56,6 +56,12 @@ void plan_step(const step_state& state, step_plan& out) {
       out.too_large.push_back(s->seq);
       continue;
     }
+    // Fetched pages are appended in the job before the step: memory planned for them, not
+    // taken from what this plan gave the others (a sequence they do not fit waits).
+    if (pages(s->incoming) > pages(s->computed) + free_pages) {
+      out.starved = true;
+      continue;
+    }
     const std::size_t computed = importing ? *s->import_tokens : s->computed;
     const std::size_t room = (pages(s->computed) + free_pages) * page;
     const std::size_t fit = room > computed ? room - computed : 0;
@@ -65,7 +71,7 @@ void plan_step(const step_state& state, step_plan& out) {
       out.starved = true;
       continue;
     }
-    free_pages -= pages(computed + chunk) - pages(s->computed);
+    free_pages -= pages(std::max(computed + chunk, s->incoming)) - pages(s->computed);
     out.items.push_back({s->seq, computed, chunk, importing, computed + chunk == s->tokens});
     budget -= chunk;
   }
@@ -77,9 +83,9 @@ void plan_step(const step_state& state, step_plan& out) {
     const bool gone =
         std::find(out.too_large.begin(), out.too_large.end(), s.seq) != out.too_large.end();
     // A fetching sequence steps as soon as its pages arrive: no burst starts without it.
-    eligible += !gone && (s.phase == seq_phase::waiting || s.phase == seq_phase::importing ||
-                          s.phase == seq_phase::fetching ||
-                          (s.phase == seq_phase::running && !s.finished));
+    eligible +=
+        !gone && (s.phase == seq_phase::waiting || s.phase == seq_phase::importing ||
+                  s.phase == seq_phase::fetching || (s.phase == seq_phase::running && !s.finished));
   }
   const bool all_complete =
       std::all_of(out.items.begin(), out.items.end(), [](const auto& i) { return i.completes; });

@@ -35,6 +35,9 @@ struct planned_sequence {
   std::size_t cached = 0;   ///< of those, attached from the prefix cache (shared pages)
   /// importing, with its KV bytes at hand: the tokens they cover.
   std::optional<std::size_t> import_tokens;
+  /// waiting, with pages fetched from the tier below to attach before its first step: the
+  /// tokens they hold (their pages are taken from the free ones when it is planned).
+  std::size_t incoming = 0;
 };
 
 /// Everything one planning decision reads.

@@ -356,6 +356,30 @@ BOOST_AUTO_TEST_CASE(memory_pressure_preempts_and_every_sequence_still_completes
   BOOST_TEST(f.stats(self).preemptions >= preempted);
 }
 
+BOOST_AUTO_TEST_CASE(a_prompt_whose_kv_does_not_fit_beside_the_others_waits_busy) {
+  auto probe = triad::cpu_backend::create([] {
+    triad::cpu_backend_options p;
+    p.shape = *triad::model_preset("tiny");
+    p.kv_budget_bytes = 1 << 20;
+    return p;
+  }());
+  BOOST_REQUIRE(probe.has_value());
+  device_fixture f{triad::device_options{}, 6 * (*probe)->kv().page_bytes}; // 6 pages, 16 tokens
+  caf::scoped_actor self{f.dom->system()};
+  BOOST_REQUIRE(f.submit(self, f.request(1, 60, 2, self)).accepted); // 4 pages
+  // 3 more pages would push sequence 1 out to be recomputed: this one waits instead.
+  auto second = f.submit(self, f.request(2, 40, 2, self));
+  BOOST_TEST(!second.accepted);
+  BOOST_TEST((second.code == triad::errc::busy));
+  BOOST_TEST(second.reason.find("need 7 pages of its 6") != std::string::npos, second.reason);
+  f.collect(self, 1);
+  self->send(f.device, triad::free_atom::value, triad::seq_id{1});
+  // Alone, a prompt comes in whatever it needs (one larger than the device is refused by the
+  // planner, with its reason).
+  BOOST_TEST(f.submit(self, f.request(2, 40, 2, self)).accepted);
+  BOOST_TEST(f.stats(self).preemptions == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(device_metrics_are_exported) {
   device_fixture f;
   caf::scoped_actor self{f.dom->system()};

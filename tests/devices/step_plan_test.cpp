@@ -99,6 +99,27 @@ BOOST_AUTO_TEST_CASE(an_import_starts_at_the_tokens_its_kv_covers) {
   BOOST_TEST(p.items[0].completes);
 }
 
+BOOST_AUTO_TEST_CASE(pages_fetched_from_the_tier_are_planned_before_they_are_attached) {
+  auto st = device(7);
+  auto fetched = waiting(2, 1, 21);
+  fetched.incoming = 16; // 4 pages to append before its step
+  st.seqs = {running(1, 0, 4), fetched, waiting(3, 2, 8)};
+  auto p = plan_step(st);
+  // 6 pages free: the decode's second page, the 4 fetched ones (the chunk of 8 tokens lies
+  // within them: the job attaches them, then computes what they lack), and one for the
+  // next prompt, cut to it.
+  BOOST_TEST_REQUIRE(seqs_of(p) == (std::vector<seq_id>{1, 2, 3}),
+                     boost::test_tools::per_element());
+  BOOST_TEST(p.items[1].count == 8u);
+  BOOST_TEST(p.items[2].count == 4u);
+  st.seqs[0] = running(1, 0, 12); // the decode holds 3 pages and needs a fourth
+  p = plan_step(st);
+  // 3 pages left: the fetched ones do not fit, so that sequence waits (rather than taking
+  // the others' pages in the job); the next prompt takes its 2.
+  BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1, 3}), boost::test_tools::per_element());
+  BOOST_TEST(p.starved);
+}
+
 BOOST_AUTO_TEST_CASE(an_importing_sequence_whose_bytes_are_away_is_not_planned) {
   auto st = device();
   st.seqs = {{7, 0, seq_phase::importing, false, 13, 0, 0, std::nullopt}};
