@@ -245,7 +245,10 @@ private:
       if (stage_ == stage::finished) { // ended meanwhile: what the answer gives goes back
         if (a.accepted)
           send(h.device, free_atom::value, seq);
-        send(ctx_->router, release_atom::value, h.name);
+        if (!a.accepted && a.code == errc::busy) // the router hears the device is full
+          send(ctx_->router, device_busy_atom::value, h.name);
+        else
+          send(ctx_->router, release_atom::value, h.name);
         leave_when_settled();
         return;
       }
@@ -464,6 +467,7 @@ private:
       // Admission counted the whole prompt as prefilled; the device reused this much of it.
       held.cache_counted = true;
       usage_.cached_tokens += e.cached;
+      usage_.store_tokens += e.stored;
       usage_.prefill_tokens -= std::min<std::uint64_t>(usage_.prefill_tokens, e.cached);
       unreported_ -= std::min<std::uint64_t>(unreported_, e.cached);
     }
@@ -599,6 +603,7 @@ private:
     }
     tool_invocation call{usage_.tool_calls, parsed->name, parsed->arguments_json,
                          ctx_->options.tool_deadline};
+    ++usage_.hosted_tool_calls;
     ctx_->tools->invoke(std::move(call), caf::actor_cast<caf::actor>(this));
   }
 
@@ -701,6 +706,10 @@ private:
     tokens_.insert(tokens_.end(), appended.begin(), appended.end());
     // A pin past its TTL moved the KV to the store: it resumes as a demotion does.
     const bool pin_expired = std::exchange(pin_expired_, false);
+    if (!pin_expired && keeps_kv_across_tools())
+      ++usage_.kv_kept_calls;
+    else if (!kept_.blocks.empty())
+      ++usage_.kv_stored_calls;
     if (!pin_expired && keeps_kv_across_tools()) { // parked on its device, which resumes it
       enter(stage::decode);
       // The device computes the tool result and the </tool_call> it stopped at (a sampled

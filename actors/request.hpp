@@ -92,11 +92,18 @@ struct request_usage {
   std::uint64_t prefill_tokens = 0;    ///< tokens prefilled on devices, recomputation included
   std::uint64_t cached_tokens = 0;     ///< prompt tokens a device found in its prefix cache
   std::uint32_t tool_calls = 0;        ///< tool calls made
+  std::uint32_t hosted_tool_calls = 0; ///< of those, run by the node's own tools
   /// Tool calls whose pinned KV outlived its TTL and moved to the KV store (pin policy).
   std::uint32_t pin_expiries = 0;
   /// Device failures after which the request resumed from its blocks in the KV store, not by
   /// recomputing its KV.
   std::uint32_t recovered_from_store = 0;
+  /// Tool calls across which the KV stayed on its device (pin within its TTL, monolithic).
+  std::uint32_t kv_kept_calls = 0;
+  /// Tool calls across which the KV waited in the KV store (demote, a pin past its TTL).
+  std::uint32_t kv_stored_calls = 0;
+  /// Of cached_tokens, those whose KV devices read from the KV store instead of computing it.
+  std::uint64_t store_tokens = 0;
   double queued_s = 0; ///< waiting for devices, in all
   double ttft_s = 0;   ///< submit to first token
   double tool_s = 0;   ///< waiting for tools, in all

@@ -98,8 +98,9 @@ struct setting {
   triad::kv_policy kv;
   /// Decode devices' KV memory (sim kv_mib; 0: the profile's), to make memory the bottleneck.
   std::uint64_t decode_kv_mib = 0;
-  /// The pin policy's TTL ceiling: 0 the default; past a session's length, a session-long pin.
-  std::chrono::milliseconds pin_ttl_max{0};
+  /// The pin policy's TTL, floor and ceiling: 0 the defaults (the p90 of the tool's recent
+  /// durations, clamped); past a session's length, a session-long pin.
+  std::chrono::milliseconds pin_ttl{0};
 };
 
 struct outcome {
@@ -181,8 +182,8 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   config.orchestration.device_layout = st.device_layout;
   config.orchestration.kv = st.kv;
   config.orchestration.device_slots = slots;
-  if (st.pin_ttl_max.count() > 0)
-    config.orchestration.pin_ttl_max = st.pin_ttl_max;
+  if (st.pin_ttl.count() > 0)
+    config.orchestration.pin_ttl_min = config.orchestration.pin_ttl_max = st.pin_ttl;
   auto started = triad::node::start(config, opts);
   if (!started)
     return started.error();

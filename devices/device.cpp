@@ -322,7 +322,7 @@ private:
       return refuse(errc::busy, "busy: " + std::to_string(seqs_.size()) + " of " +
                                     std::to_string(options_.max_sequences) +
                                     " sequences in flight on " + options_.name);
-    if (auto full = memory_full(req.prompt.size()); !full.empty())
+    if (auto full = memory_full(req.prompt); !full.empty())
       return refuse(errc::busy, std::move(full));
     if (options_.role == device_role::prefill)
       req.max_new_tokens = std::min<std::uint32_t>(req.max_new_tokens, 1);
@@ -353,25 +353,36 @@ private:
     return admission{true, {}, {}};
   }
 
-  // Why a prompt of `tokens` waits (empty: it may come in): the KV pages the sequences here
-  // need for their tokens so far (pages shared with the prefix cache and finished sequences
-  // aside, as the planner counts them) and its own must fit the device. A newcomer that does not
-  // fit waits (busy) instead of pushing others out to be recomputed: preemption is for growth, not
-  // admission. A prompt alone larger than the device comes in, and the planner refuses it
-  // with its reason.
-  std::string memory_full(std::size_t tokens) const {
+  // Why `prompt` waits (empty: it may come in): the KV pages the active sequences here need
+  // for their tokens so far (pages shared with the prefix cache aside, as the planner counts
+  // them) and the prompt's own (those its prefix cache holds aside) must fit the device. A
+  // newcomer that does not fit waits (busy) instead of pushing active sequences out to be
+  // recomputed: preemption is for growth, not admission. Parked and finished sequences do not
+  // count: they are the planner's first victims. A prompt alone larger than the device comes
+  // in, and the planner refuses it with its reason.
+  std::string memory_full(const std::vector<token>& prompt) const {
     const auto pt = kv_.page_tokens;
     const auto total = kv_.pages_total;
-    if (pt == 0 || seqs_.empty() || detail::pages_for(tokens, pt) > total)
+    if (pt == 0 || seqs_.empty() || detail::pages_for(prompt.size(), pt) > total)
       return {};
-    std::size_t need = detail::pages_for(tokens, pt);
+    std::size_t need = detail::pages_for(prompt.size(), pt), active = 0;
+    if (tier_) { // the pages its own prefix cache holds are attached, not taken
+      std::span<const token> whole{prompt.data(), prompt.size() / pt * pt};
+      for (auto h : chain_hashes(whole, pt)) {
+        if (own_pages_.count(h) == 0)
+          break;
+        --need;
+      }
+    }
     for (const auto& [id, s] : seqs_)
-      if (s.state != seq_state::done)
+      if (s.state != seq_state::done && s.state != seq_state::parked) {
         need += detail::pages_for(s.tokens.size(), pt) - s.shared / pt;
+        ++active;
+      }
     if (need <= total)
       return {};
-    return "busy: the KV of the " + std::to_string(seqs_.size()) + " sequences on " +
-           options_.name + " and this prompt's " + std::to_string(tokens) + " tokens need " +
+    return "busy: the KV of the " + std::to_string(active) + " active sequences on " +
+           options_.name + " and this prompt's " + std::to_string(prompt.size()) + " tokens need " +
            std::to_string(need) + " pages of its " + std::to_string(total);
   }
 
@@ -789,7 +800,8 @@ private:
       return;
     caf::anon_send(s.req.sink,
                    device_event{s.req.seq, kind, std::move(tokens), s.generated, std::move(message),
-                                static_cast<std::uint32_t>(s.cached), std::move(kv)});
+                                static_cast<std::uint32_t>(s.cached), std::move(kv),
+                                static_cast<std::uint32_t>(s.cached - s.shared)});
   }
 
   device_stats snapshot() const {

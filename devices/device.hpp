@@ -156,6 +156,7 @@ struct device_event {
   /// done, for a sequence that asked to move out when done: its KV (the sequence is gone from
   /// the device). Empty bytes otherwise, or when the export failed (the sequence is then kept).
   kv_blob kv;
+  std::uint32_t stored = 0; ///< of `cached`, tokens whose KV was read from the tier below
 };
 
 /// A snapshot of a device's scheduler and cache.
@@ -207,7 +208,7 @@ typename Inspector::result_type inspect(Inspector& f, admission& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_event& x) {
   return f(caf::meta::type_name("device_event"), x.seq, x.kind, x.tokens, x.generated, x.message,
-           x.cached, x.kv);
+           x.cached, x.kv, x.stored);
 }
 /// Inspector of kv_blob: the bytes as one string (element by element, CAF would read each
 /// std::byte through an uninitialised temporary).

@@ -71,7 +71,10 @@ std::string body_of(const call_spec& spec, const std::string& model) {
     for (const auto& s : spec.script) {
       json::object step{{"tokens", s.tokens}};
       if (!s.tool.empty())
-        step["tool_call"] = json::object{{"name", s.tool}, {"arguments", json::object{}}};
+        step["tool_call"] =
+            json::object{{"name", s.tool},
+                         {"arguments", s.arguments.empty() ? json::value(json::object{})
+                                                           : json::parse(s.arguments)}};
       script.push_back(std::move(step));
     }
     ext["script"] = std::move(script);

@@ -49,7 +49,7 @@ private:
         script_turn t;
         t.tokens = step.tokens;
         if (!step.tool.empty())
-          t.call = tool_call_text{step.tool, "{}"};
+          t.call = tool_call_text{step.tool, step.arguments.empty() ? "{}" : step.arguments};
         s.turns.push_back(std::move(t));
       }
       req.script = std::move(s);
@@ -113,6 +113,8 @@ void inproc_target::prepared::send() {
     r.prompt_tokens = ev.usage.prompt_tokens;
     r.completion_tokens = ev.usage.completion_tokens;
     r.cached_tokens = ev.usage.cached_tokens;
+    r.node = {ev.usage.hosted_tool_calls, ev.usage.kv_kept_calls, ev.usage.kv_stored_calls,
+              ev.usage.store_tokens};
     if (ev.kind == request_event::done) {
       r.ok = true;
       r.content += st->text.finish();

@@ -44,6 +44,10 @@ summary summarize(const run_result& r, const slo& o) {
     s.output_tokens += c.completion_tokens;
     s.prompt_tokens += c.prompt_tokens;
     s.cached_tokens += c.cached_tokens;
+    s.node.server_tool_calls += c.node.server_tool_calls;
+    s.node.kv_kept_calls += c.node.kv_kept_calls;
+    s.node.kv_stored_calls += c.node.kv_stored_calls;
+    s.node.store_tokens += c.node.store_tokens;
     for (auto t : c.token_s)
       ++tokens[std::min(buckets - 1, static_cast<std::size_t>(std::max(0.0, t)))];
     e2e.push_back(c.end_s - c.intended_s);
@@ -133,6 +137,10 @@ json::object to_json(const summary& s) {
       {"prompt_tokens", s.prompt_tokens},
       {"cached_tokens", s.cached_tokens},
       {"output_tokens", s.output_tokens},
+      {"server_tool_calls", s.node.server_tool_calls},
+      {"kv_kept_calls", s.node.kv_kept_calls},
+      {"kv_stored_calls", s.node.kv_stored_calls},
+      {"store_tokens", s.node.store_tokens},
       {"calls_per_s", s.calls_per_s},
       {"output_tokens_per_s", s.output_tokens_per_s},
       {"goodput_calls_per_s", s.goodput_calls_per_s},
@@ -177,6 +185,14 @@ void print(const summary& s, std::FILE* out) {
                static_cast<unsigned long long>(s.prompt_tokens),
                static_cast<unsigned long long>(s.cached_tokens),
                static_cast<unsigned long long>(s.output_tokens));
+  if (s.node.server_tool_calls > 0 || s.node.store_tokens > 0)
+    std::fprintf(out,
+                 "  server-side tool calls %llu: KV kept on the device across %llu, waited in "
+                 "the KV store across %llu; %llu prompt tokens read from the KV store\n",
+                 static_cast<unsigned long long>(s.node.server_tool_calls),
+                 static_cast<unsigned long long>(s.node.kv_kept_calls),
+                 static_cast<unsigned long long>(s.node.kv_stored_calls),
+                 static_cast<unsigned long long>(s.node.store_tokens));
   line("TTFT (from intended)", s.ttft, 1e3, "ms");
   line("TPOT", s.tpot, 1e3, "ms");
   line("ITL (per token)", s.itl, 1e3, "ms");

@@ -28,6 +28,7 @@ struct summary {
   std::size_t calls = 0, calls_ok = 0;                     ///< LLM calls
   std::size_t calls_new_connection = 0;                    ///< calls that connected before sending
   std::uint64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0; ///< usage sums
+  node_usage node;           ///< usage.triad sums: the node's own tool calls and KV figures
   distribution ttft;         ///< first token - intended (s)
   distribution ttft_sent;    ///< first token - sent (s)
   distribution tpot;         ///< (end - first token) / (tokens - 1) (s)

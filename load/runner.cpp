@@ -274,10 +274,22 @@ private:
     spec.session = plan.session;
     spec.stream = options_.stream;
     bool tool = cp.tool_ms >= 0;
+    if (options_.scripted && !options_.hosted_tool.empty()) {
+      // The whole turn in one request: the server runs the calls between the texts.
+      spec.max_tokens = 0;
+      for (const auto& c : plan.turns[js.turn].calls) {
+        spec.script.push_back({c.tokens, c.tool_ms >= 0 ? options_.hosted_tool : std::string{},
+                               options_.hosted_arguments});
+        spec.max_tokens += c.tokens + 512;
+      }
+      if (!spec.script.back().tool.empty())
+        spec.script.push_back({0, {}, {}});
+      return spec;
+    }
     if (options_.scripted) {
-      spec.script.push_back({cp.tokens, tool ? options_.tool_name : std::string{}});
+      spec.script.push_back({cp.tokens, tool ? options_.tool_name : std::string{}, {}});
       if (tool)
-        spec.script.push_back({0, {}});
+        spec.script.push_back({0, {}, {}});
       spec.max_tokens = cp.tokens + 512; // the script decides; room for the call's own tokens
     } else {
       spec.max_tokens = std::max<std::uint32_t>(1, cp.tokens);
@@ -326,6 +338,7 @@ private:
     c.prompt_tokens = r.prompt_tokens;
     c.completion_tokens = r.completion_tokens;
     c.cached_tokens = r.cached_tokens;
+    c.node = r.node;
     c.ok = r.ok;
     c.error_kind = r.error_kind;
     c.error = r.error;

@@ -23,9 +23,10 @@ struct call_record {
   double end_s = 0;                        ///< answer complete (or failed)
   std::vector<double> token_s;             ///< each token's arrival
   std::uint64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0; ///< usage
-  bool ok = false;                                                           ///< a complete answer
-  std::string error_kind;                                                    ///< when not ok
-  std::string error;                                                         ///< when not ok
+  node_usage node;             ///< usage.triad: the node's own tool calls and KV figures
+  bool ok = false;             ///< a complete answer
+  std::string error_kind;      ///< when not ok
+  std::string error;           ///< when not ok
   std::string finish_reason;   ///< stop, length, tool_calls
   bool tool_call = false;      ///< the answer asked the client to run a tool
   bool new_connection = false; ///< it connected before sending (no idle connection was left)
@@ -46,14 +47,19 @@ struct job_record {
 
 /// How to run.
 struct run_options {
-  std::optional<arrival_spec> arrival;   ///< open loop (jobs start on this schedule)
-  std::size_t concurrency = 0;           ///< closed loop: jobs in flight (when no arrival)
-  bool trace_times = false;              ///< open loop on the jobs' own arrival times (traces)
-  double duration_s = 0;                 ///< > 0: jobs scheduled after this do not start
-  std::uint64_t seed = 1;                ///< for the schedule
-  bool scripted = true;                  ///< send triad's script extension (forced lengths)
-  bool stream = true;                    ///< ask for streaming answers
-  std::string tool_name = "sim_tool";    ///< client-side tool of agent plans
+  std::optional<arrival_spec> arrival; ///< open loop (jobs start on this schedule)
+  std::size_t concurrency = 0;         ///< closed loop: jobs in flight (when no arrival)
+  bool trace_times = false;            ///< open loop on the jobs' own arrival times (traces)
+  double duration_s = 0;               ///< > 0: jobs scheduled after this do not start
+  std::uint64_t seed = 1;              ///< for the schedule
+  bool scripted = true;                ///< send triad's script extension (forced lengths)
+  bool stream = true;                  ///< ask for streaming answers
+  std::string tool_name = "sim_tool";  ///< client-side tool of agent plans
+  /// Agent plans: a tool the server hosts, called instead of the client-side one (empty:
+  /// none). Each turn is then one request whose script makes all of its calls; the server runs
+  /// them (its tools take what they take: the plan's tool durations are not used).
+  std::string hosted_tool;
+  std::string hosted_arguments;          ///< the hosted tool's arguments, a JSON object as text
   std::uint32_t tool_result_tokens = 64; ///< its results' length
   bool progress = false;                 ///< a live progress line on stderr
   /// Open loop: run the thread that sends on the schedule at real-time priority (SCHED_FIFO 1)

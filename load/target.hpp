@@ -36,6 +36,16 @@ struct message {
 struct script_step {
   std::uint32_t tokens = 0; ///< text tokens
   std::string tool;         ///< then a call to this tool (empty: the answer ends)
+  std::string arguments;    ///< the call's arguments, a JSON object as text (empty: {})
+};
+
+/// What a triad node adds to a call's usage (`usage.triad`): tool calls it ran itself and
+/// where the KV waited across them, and prompt tokens read from its KV store.
+struct node_usage {
+  std::uint64_t server_tool_calls = 0; ///< tool calls the node hosted and ran
+  std::uint64_t kv_kept_calls = 0;     ///< of those, the KV stayed on its device across
+  std::uint64_t kv_stored_calls = 0;   ///< of those, the KV waited in the KV store across
+  std::uint64_t store_tokens = 0;      ///< prompt tokens whose KV came from the KV store
 };
 
 /// One LLM call to make.
@@ -61,6 +71,7 @@ struct call_result {
   std::uint64_t prompt_tokens = 0;     ///< usage, when the server reported it
   std::uint64_t completion_tokens = 0; ///< usage, or the tokens counted in the stream
   std::uint64_t cached_tokens = 0;     ///< usage.prompt_tokens_details.cached_tokens
+  node_usage node;                     ///< usage.triad, from a triad node (zeros elsewhere)
   clock_type::time_point sent;         ///< when the request was handed to the connection
   /// The call opened a connection of its own before sending (none was idle): over HTTP a
   /// connect on the clock, so many of these in an open loop explain late sends.

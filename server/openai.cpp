@@ -30,6 +30,13 @@ json::object usage_object(const request_usage& u) {
       {"completion_tokens", u.completion_tokens},
       {"total_tokens", u.prompt_tokens + u.completion_tokens},
       {"prompt_tokens_details", json::object{{"cached_tokens", u.cached_tokens}}},
+      // triad's own figures (clients that do not know them ignore the key): the tool calls the
+      // node ran itself, where the KV waited across them, and the prompt tokens read back from
+      // the KV store instead of computed.
+      {"triad", json::object{{"server_tool_calls", u.hosted_tool_calls},
+                             {"kv_kept_calls", u.kv_kept_calls},
+                             {"kv_stored_calls", u.kv_stored_calls},
+                             {"store_tokens", u.store_tokens}}},
   };
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include <CLI/CLI.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include "actors/node.hpp"
@@ -283,6 +284,12 @@ int run(int argc, char** argv) {
   app.add_option("--think-ms", think_ms, "agent: user think time between turns in ms");
   app.add_option("--system-tokens", system_tokens, "agent: the shared system prompt's length");
   app.add_option("--user-tokens", user_tokens, "agent: user message length distribution");
+  std::string hosted_tool, hosted_args = "{}";
+  app.add_option("--hosted-tool", hosted_tool,
+                 "agent: call this tool, which the server hosts and runs itself, instead of a "
+                 "client-side one; each turn is then one request (needs the script extension)");
+  app.add_option("--hosted-tool-args", hosted_args,
+                 "agent: the hosted tool's arguments, a JSON object (default {})");
   app.add_flag("--no-script", no_script,
                "do not send triad's forced-generation extension (lengths become max_tokens)");
   app.add_flag("--no-stream", no_stream, "ask for whole answers instead of event streams");
@@ -359,6 +366,20 @@ int run(int argc, char** argv) {
   o.realtime_pacer = !no_realtime;
   o.tool_name = w.tool_name;
   o.tool_result_tokens = w.tool_result_tokens;
+  if (!hosted_tool.empty()) {
+    if (w.kind != workload_options::agent)
+      return fail("--hosted-tool " + hosted_tool + ": only for --workload agent");
+    if (no_script)
+      return fail("--hosted-tool " + hosted_tool +
+                  ": the server makes the calls from triad's script extension; drop --no-script");
+    boost::system::error_code ec;
+    auto args = boost::json::parse(hosted_args, ec);
+    if (ec || !args.is_object())
+      return fail("--hosted-tool-args " + hosted_args + ": not a JSON object" +
+                  (ec ? " (" + ec.message() + ")" : std::string{}));
+    o.hosted_tool = hosted_tool;
+    o.hosted_arguments = boost::json::serialize(args);
+  }
   if (!arrival.empty()) {
     auto a = parse_arrival(arrival);
     if (!a)

@@ -57,10 +57,11 @@ void plan_step(const step_state& state, step_plan& out) {
       continue;
     }
     // Fetched pages are appended in the job before the step: memory planned for them, not
-    // taken from what this plan gave the others (a sequence they do not fit waits).
+    // taken from what this plan gave the others. A sequence they do not fit waits, and so do
+    // the prompts admitted after it (they would take the pages it waits for).
     if (pages(s->incoming) > pages(s->computed) + free_pages) {
       out.starved = true;
-      continue;
+      break;
     }
     const std::size_t computed = importing ? *s->import_tokens : s->computed;
     const std::size_t room = (pages(s->computed) + free_pages) * page;

@@ -25,11 +25,18 @@ std::uint64_t count(const json::object& o, std::string_view key) {
 }
 
 void read_usage(const json::object& u, std::uint64_t& prompt, std::uint64_t& completion,
-                std::uint64_t& cached) {
+                std::uint64_t& cached, node_usage& node) {
   prompt = count(u, "prompt_tokens");
   completion = count(u, "completion_tokens");
   if (const auto* d = u.if_contains("prompt_tokens_details"); d && d->is_object())
     cached = count(d->get_object(), "cached_tokens");
+  if (const auto* t = u.if_contains("triad"); t && t->is_object()) {
+    const auto& o = t->get_object();
+    node.server_tool_calls = count(o, "server_tool_calls");
+    node.kv_kept_calls = count(o, "kv_kept_calls");
+    node.kv_stored_calls = count(o, "kv_stored_calls");
+    node.store_tokens = count(o, "store_tokens");
+  }
 }
 
 } // namespace
@@ -95,7 +102,7 @@ void sse_reader::event(std::string_view payload, clock_type::time_point at) {
     return;
   }
   if (const auto* u = o.if_contains("usage"); u && u->is_object()) {
-    read_usage(u->get_object(), prompt_, completion_, cached_);
+    read_usage(u->get_object(), prompt_, completion_, cached_, node_);
     usage_ = true;
   }
   const auto* choices = o.if_contains("choices");
@@ -143,6 +150,7 @@ void sse_reader::finish_into(call_result& r) {
   r.tool_call_id = tool_id_;
   r.prompt_tokens = prompt_;
   r.cached_tokens = cached_;
+  r.node = node_;
   std::size_t total = 0;
   for (const auto& p : pieces_)
     total += p.bytes;
@@ -187,7 +195,7 @@ void read_completion(std::string_view body, call_result& r) {
   }
   const auto& o = j.get_object();
   if (const auto* u = o.if_contains("usage"); u && u->is_object())
-    read_usage(u->get_object(), r.prompt_tokens, r.completion_tokens, r.cached_tokens);
+    read_usage(u->get_object(), r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.node);
   if (const auto* choices = o.if_contains("choices"); choices && choices->is_array() &&
                                                       !choices->get_array().empty() &&
                                                       choices->get_array()[0].is_object()) {

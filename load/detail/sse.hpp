@@ -28,6 +28,7 @@ private:
   std::vector<piece> pieces_; // text-bearing chunks
   std::string content_, tool_name_, tool_args_, tool_id_, finish_, error_;
   std::uint64_t prompt_ = 0, completion_ = 0, cached_ = 0;
+  node_usage node_;
   bool usage_ = false, done_ = false;
 };
 

@@ -698,7 +698,14 @@ BOOST_AUTO_TEST_CASE(a_failed_devices_request_resumes_from_its_blocks_in_the_hos
   BOOST_TEST(last.usage.recovered_from_store == 1u);
   auto text = n->metrics().render();
   BOOST_TEST(text.find("triad_request_device_retries_total 1") != std::string::npos, text);
-  // decode1 read the request's tokens up to that tool call from the store, not recomputed.
+  // The retry did not go back to prefill0 (it prefilled the request once, one token out)...
+  caf::scoped_actor probe{n->domains().orchestration().system()};
+  triad::device_stats prefill0;
+  probe->request(n->devices()[0].second, 30s, triad::stats_atom::value)
+      .receive([&](triad::device_stats& s) { prefill0 = s; },
+               [](caf::error&) { BOOST_FAIL("no stats from prefill0"); });
+  BOOST_TEST(prefill0.generated == 1u);
+  // ... decode1 read the request's tokens up to that tool call from the store.
   caf::scoped_actor self{n->domains().orchestration().system()};
   triad::device_stats decode1;
   BOOST_REQUIRE(n->devices().size() == 3u);

@@ -26,6 +26,14 @@ struct scratch {
                                         "role = \"prefill\"\ntime_scale = 0\n"
                                         "[[devices]]\nname = \"decode0\"\nbackend = \"sim\"\n"
                                         "role = \"decode\"\ntime_scale = 0\n";
+    // The same node, hosting the sandboxed shell (an operator's choice: nothing is hosted by
+    // default).
+    std::ofstream{dir / "tools.toml"} << "[tools]\nhosted = [\"shell\"]\n"
+                                         "[topology]\nbind_threads = false\n"
+                                         "[[devices]]\nname = \"prefill0\"\nbackend = \"sim\"\n"
+                                         "role = \"prefill\"\ntime_scale = 0\n"
+                                         "[[devices]]\nname = \"decode0\"\nbackend = \"sim\"\n"
+                                         "role = \"decode\"\ntime_scale = 0\n";
     std::ofstream{dir / "trace.jsonl"}
         << R"({"timestamp": 0, "input_length": 700, "output_length": 4, "hash_ids": [1, 2]})"
            "\n"
@@ -81,7 +89,38 @@ BOOST_AUTO_TEST_CASE(a_rate_sweep_reports_one_phase_per_rate) {
   BOOST_TEST(phases[1].at("calls_ok").as_int64() == 10);
 }
 
+BOOST_AUTO_TEST_CASE(
+    agent_sessions_call_a_tool_the_node_hosts_and_the_summary_says_where_kv_waited) {
+  scratch s;
+  auto r = run_command(binary("triad-load") + " --inproc " + s.path("tools.toml") +
+                       " --workload agent --requests 2 --concurrency 2 --turns 1 --tool-calls "
+                       "fixed:2 --output-tokens fixed:4 --hosted-tool shell --hosted-tool-args "
+                       "'{\"command\": \"echo ran\"}' --json " +
+                       s.path("run.json") + " 2>&1");
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+  // One request per session (the node ran both calls of its turn itself).
+  BOOST_TEST(r.out.find("calls 2 (ok 2)") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("server-side tool calls 4: KV kept on the device across") !=
+                 std::string::npos,
+             r.out);
+  auto m = json::parse(slurp(s.path("run.json"))).at("metrics").as_object();
+  BOOST_TEST(m.at("server_tool_calls").as_int64() == 4);
+  BOOST_TEST(m.at("kv_kept_calls").as_int64() + m.at("kv_stored_calls").as_int64() == 4);
+}
+
 BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_servers_are_clear_errors) {
+  auto chat_hosted =
+      run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --hosted-tool shell 2>&1");
+  BOOST_TEST(chat_hosted.status == 2);
+  BOOST_TEST(chat_hosted.out.find("--hosted-tool shell: only for --workload agent") !=
+                 std::string::npos,
+             chat_hosted.out);
+  auto bad_args = run_command(binary("triad-load") +
+                              " --url http://127.0.0.1:1/v1 --workload agent --hosted-tool shell "
+                              "--hosted-tool-args '[1]' 2>&1");
+  BOOST_TEST(bad_args.status == 2);
+  BOOST_TEST(bad_args.out.find("--hosted-tool-args [1]: not a JSON object") != std::string::npos,
+             bad_args.out);
   auto bad_arrival =
       run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --arrival burst:3 2>&1");
   BOOST_TEST(bad_arrival.status == 2);

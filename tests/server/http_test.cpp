@@ -185,6 +185,10 @@ BOOST_AUTO_TEST_CASE(a_call_to_a_hosted_tool_runs_on_the_node_and_generation_goe
   auto ran = j.at("triad").at("server_tool_calls").at(0).as_object();
   BOOST_TEST(ran.at("name").as_string() == "nap");
   BOOST_TEST(ran.at("result").as_string() == "rested");
+  // The usage says the node ran it and where the KV waited meanwhile.
+  auto node = j.at("usage").at("triad").as_object();
+  BOOST_TEST(node.at("server_tool_calls").as_int64() == 1);
+  BOOST_TEST(node.at("kv_kept_calls").as_int64() + node.at("kv_stored_calls").as_int64() == 1);
 }
 
 BOOST_AUTO_TEST_CASE(a_stop_string_ends_the_answer_before_it) {
