@@ -353,13 +353,14 @@ private:
     return admission{true, {}, {}};
   }
 
-  // Why `prompt` waits (empty: it may come in): the KV pages the active sequences here need
+  // Why `prompt` waits (empty: it may come in): the KV pages the unfinished sequences here need
   // for their tokens so far (pages shared with the prefix cache aside, as the planner counts
   // them) and the prompt's own (those its prefix cache holds aside) must fit the device. A
-  // newcomer that does not fit waits (busy) instead of pushing active sequences out to be
-  // recomputed: preemption is for growth, not admission. Parked and finished sequences do not
-  // count: they are the planner's first victims. A prompt alone larger than the device comes
-  // in, and the planner refuses it with its reason.
+  // newcomer that does not fit waits (busy) instead of pushing others out to be recomputed:
+  // preemption is for growth, not admission. Parked sequences count (a pin keeps their KV here
+  // across a tool call; a pin's TTL, not a newcomer, moves it to the store); finished ones do
+  // not (they go first). A prompt alone larger than the device comes in, and the planner
+  // refuses it with its reason.
   std::string memory_full(const std::vector<token>& prompt) const {
     const auto pt = kv_.page_tokens;
     const auto total = kv_.pages_total;
@@ -375,13 +376,13 @@ private:
       }
     }
     for (const auto& [id, s] : seqs_)
-      if (s.state != seq_state::done && s.state != seq_state::parked) {
+      if (s.state != seq_state::done) {
         need += detail::pages_for(s.tokens.size(), pt) - s.shared / pt;
         ++active;
       }
     if (need <= total)
       return {};
-    return "busy: the KV of the " + std::to_string(active) + " active sequences on " +
+    return "busy: the KV of the " + std::to_string(active) + " unfinished sequences on " +
            options_.name + " and this prompt's " + std::to_string(prompt.size()) + " tokens need " +
            std::to_string(need) + " pages of its " + std::to_string(total);
   }

@@ -371,7 +371,7 @@ BOOST_AUTO_TEST_CASE(a_prompt_whose_kv_does_not_fit_beside_the_others_waits_busy
   auto second = f.submit(self, f.request(2, 40, 2, self));
   BOOST_TEST(!second.accepted);
   BOOST_TEST((second.code == triad::errc::busy));
-  BOOST_TEST(second.reason.find("1 active sequences") != std::string::npos, second.reason);
+  BOOST_TEST(second.reason.find("1 unfinished sequences") != std::string::npos, second.reason);
   BOOST_TEST(second.reason.find("need 7 pages of its 6") != std::string::npos, second.reason);
   f.collect(self, 1);
   self->send(f.device, triad::free_atom::value, triad::seq_id{1});
