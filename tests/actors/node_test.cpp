@@ -50,6 +50,22 @@ std::uint64_t devices_sum(triad::node& n, Field field) {
   return total;
 }
 
+// The stats of the node's device called `name`.
+triad::device_stats stats_of(triad::node& n, const std::string& name) {
+  caf::scoped_actor self{n.domains().orchestration().system()};
+  triad::device_stats out;
+  bool found = false;
+  for (auto& [dev_name, dev] : n.devices())
+    if (dev_name == name) {
+      found = true;
+      self->request(dev, 30s, triad::stats_atom::value)
+          .receive([&](triad::device_stats& s) { out = s; },
+                   [&](caf::error&) { BOOST_FAIL("no stats from " + name); });
+    }
+  BOOST_REQUIRE_MESSAGE(found, "no device " + name);
+  return out;
+}
+
 std::uint64_t device_tokens(triad::node& n) {
   return devices_sum(n, &triad::device_stats::tokens);
 }
@@ -699,21 +715,9 @@ BOOST_AUTO_TEST_CASE(a_failed_devices_request_resumes_from_its_blocks_in_the_hos
   auto text = n->metrics().render();
   BOOST_TEST(text.find("triad_request_device_retries_total 1") != std::string::npos, text);
   // The retry did not go back to prefill0 (it prefilled the request once, one token out)...
-  caf::scoped_actor probe{n->domains().orchestration().system()};
-  triad::device_stats prefill0;
-  probe->request(n->devices()[0].second, 30s, triad::stats_atom::value)
-      .receive([&](triad::device_stats& s) { prefill0 = s; },
-               [](caf::error&) { BOOST_FAIL("no stats from prefill0"); });
-  BOOST_TEST(prefill0.generated == 1u);
+  BOOST_TEST(stats_of(*n, "prefill0").generated == 1u);
   // ... decode1 read the request's tokens up to that tool call from the store.
-  caf::scoped_actor self{n->domains().orchestration().system()};
-  triad::device_stats decode1;
-  BOOST_REQUIRE(n->devices().size() == 3u);
-  BOOST_REQUIRE(n->devices()[2].first == "decode1");
-  self->request(n->devices()[2].second, 30s, triad::stats_atom::value)
-      .receive([&](triad::device_stats& s) { decode1 = s; },
-               [](caf::error&) { BOOST_FAIL("no stats from decode1"); });
-  BOOST_TEST(decode1.tier_tokens >= last.usage.prompt_tokens);
+  BOOST_TEST(stats_of(*n, "decode1").tier_tokens >= last.usage.prompt_tokens);
   BOOST_TEST(device_sequences(*n) == 0u);
 }
 

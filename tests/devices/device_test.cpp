@@ -323,10 +323,8 @@ BOOST_AUTO_TEST_CASE(a_stop_token_parks_the_sequence_when_the_request_asks) {
   f.resume_with_tool_result(self, 2);
 }
 
-BOOST_AUTO_TEST_CASE(memory_pressure_preempts_and_every_sequence_still_completes) {
-  triad::device_options o;
-  o.step_token_budget = 64;
-  // Room for 6 pages of 16 tokens: three sequences of 40 tokens cannot all stay resident.
+// Bytes of one KV page of the tiny model on a cpu backend (a device's budget in pages).
+std::uint64_t tiny_page_bytes() {
   auto probe = triad::cpu_backend::create([] {
     triad::cpu_backend_options p;
     p.shape = *triad::model_preset("tiny");
@@ -334,8 +332,14 @@ BOOST_AUTO_TEST_CASE(memory_pressure_preempts_and_every_sequence_still_completes
     return p;
   }());
   BOOST_REQUIRE(probe.has_value());
-  auto page_bytes = (*probe)->kv().page_bytes;
-  device_fixture f{o, 6 * page_bytes};
+  return (*probe)->kv().page_bytes;
+}
+
+BOOST_AUTO_TEST_CASE(memory_pressure_preempts_and_every_sequence_still_completes) {
+  triad::device_options o;
+  o.step_token_budget = 64;
+  // Room for 6 pages of 16 tokens: three sequences of 40 tokens cannot all stay resident.
+  device_fixture f{o, 6 * tiny_page_bytes()};
   caf::scoped_actor self{f.dom->system()};
   for (triad::seq_id id : {1, 2, 3})
     BOOST_REQUIRE(f.submit(self, f.request(id, 30, 10, self)).accepted);
@@ -357,14 +361,7 @@ BOOST_AUTO_TEST_CASE(memory_pressure_preempts_and_every_sequence_still_completes
 }
 
 BOOST_AUTO_TEST_CASE(a_prompt_whose_kv_does_not_fit_beside_the_others_waits_busy) {
-  auto probe = triad::cpu_backend::create([] {
-    triad::cpu_backend_options p;
-    p.shape = *triad::model_preset("tiny");
-    p.kv_budget_bytes = 1 << 20;
-    return p;
-  }());
-  BOOST_REQUIRE(probe.has_value());
-  device_fixture f{triad::device_options{}, 6 * (*probe)->kv().page_bytes}; // 6 pages, 16 tokens
+  device_fixture f{triad::device_options{}, 6 * tiny_page_bytes()}; // 6 pages of 16 tokens
   caf::scoped_actor self{f.dom->system()};
   BOOST_REQUIRE(f.submit(self, f.request(1, 60, 2, self)).accepted); // 4 pages
   // 3 more pages would push sequence 1 out to be recomputed: this one waits instead.

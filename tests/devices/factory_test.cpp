@@ -80,12 +80,18 @@ BOOST_AUTO_TEST_CASE(a_cpu_device_refuses_a_sim_only_preset) {
   BOOST_TEST(b.error().message.find("sim devices only") != std::string::npos);
 }
 
-BOOST_AUTO_TEST_CASE(a_sim_device_runs_the_llama3_8b_shape) {
+// A node config of the llama3-8b shape and its first device made an SN40L sim device.
+std::pair<triad::node_config, triad::device_config> sn40l_llama() {
   auto config = triad::default_config();
   config.model.preset = "llama3-8b";
   auto dev = config.devices.front();
   dev.backend = triad::device_backend::sim;
   dev.profile = "sn40l";
+  return {config, dev};
+}
+
+BOOST_AUTO_TEST_CASE(a_sim_device_runs_the_llama3_8b_shape) {
+  auto [config, dev] = sn40l_llama();
   auto b = triad::make_backend(config, dev, nullptr);
   BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
   // 32 layers x 8 kv heads x 128 dims x 2 (K, V) x 2 bytes per token.
@@ -93,11 +99,7 @@ BOOST_AUTO_TEST_CASE(a_sim_device_runs_the_llama3_8b_shape) {
 }
 
 BOOST_AUTO_TEST_CASE(a_sim_devices_kv_mib_bounds_its_kv_pages) {
-  auto config = triad::default_config();
-  config.model.preset = "llama3-8b";
-  auto dev = config.devices.front();
-  dev.backend = triad::device_backend::sim;
-  dev.profile = "sn40l";
+  auto [config, dev] = sn40l_llama();
   auto whole = triad::make_backend(config, dev, nullptr);
   BOOST_REQUIRE_MESSAGE(whole.has_value(), (whole ? "" : whole.error().message));
   dev.kv_mib = 64; // 128 KiB per token, 16 tokens a page: 32 pages
