@@ -705,12 +705,12 @@ private:
     appended_.clear();
     tokens_.insert(tokens_.end(), appended.begin(), appended.end());
     // A pin past its TTL moved the KV to the store: it resumes as a demotion does.
-    const bool pin_expired = std::exchange(pin_expired_, false);
-    if (!pin_expired && keeps_kv_across_tools())
+    const bool parked = !std::exchange(pin_expired_, false) && keeps_kv_across_tools();
+    if (parked)
       ++usage_.kv_kept_calls;
     else if (!kept_.blocks.empty())
       ++usage_.kv_stored_calls;
-    if (!pin_expired && keeps_kv_across_tools()) { // parked on its device, which resumes it
+    if (parked) { // parked on its device, which resumes it
       enter(stage::decode);
       // The device computes the tool result and the </tool_call> it stopped at (a sampled
       // token runs through the model only with the step after it).

@@ -322,14 +322,19 @@ private:
       return refuse(errc::busy, "busy: " + std::to_string(seqs_.size()) + " of " +
                                     std::to_string(options_.max_sequences) +
                                     " sequences in flight on " + options_.name);
-    if (auto full = memory_full(req.prompt); !full.empty())
+    // The chain of the prompt's pages a prefix cache could give, hashed once for the memory
+    // check (when others hold memory) and the fetch from the tier below (when it looks up).
+    const bool looks_up = !importing && options_.prefix_cache && req.reuse_prefix;
+    const auto chain =
+        looks_up || !seqs_.empty() ? cacheable_chain(req.prompt) : std::vector<block_hash>{};
+    if (auto full = memory_full(req.prompt, chain); !full.empty())
       return refuse(errc::busy, std::move(full));
     if (options_.role == device_role::prefill)
       req.max_new_tokens = std::min<std::uint32_t>(req.max_new_tokens, 1);
     sequence s;
     s.tokens = req.prompt;
     s.state = importing ? seq_state::importing : seq_state::waiting;
-    s.lookup = !importing && options_.prefix_cache && req.reuse_prefix;
+    s.lookup = looks_up;
     s.plan = std::make_shared<detail::sample_plan>(detail::sample_plan{
         sampler{req.sampling}, std::move(req.forced), std::move(req.stop), req.max_new_tokens});
     s.admitted_order = next_order_++;
@@ -346,7 +351,7 @@ private:
       tier_->fetch_kept(std::move(s.req.kept_blocks), std::move(kept), s.req.seq,
                         caf::actor_cast<caf::actor>(this));
     } else if (s.lookup) {
-      fetch_from_tier(s);
+      fetch_from_tier(s, chain);
     }
     auto id = s.req.seq;
     seqs_.emplace(id, std::move(s));
@@ -361,20 +366,15 @@ private:
   // across a tool call; a pin's TTL, not a newcomer, moves it to the store); finished ones do
   // not (they go first). A prompt alone larger than the device comes in, and the planner
   // refuses it with its reason.
-  std::string memory_full(const std::vector<token>& prompt) const {
+  // `chain`: cacheable_chain(prompt).
+  std::string memory_full(const std::vector<token>& prompt,
+                          std::span<const block_hash> chain) const {
     const auto pt = kv_.page_tokens;
     const auto total = kv_.pages_total;
     if (pt == 0 || seqs_.empty() || detail::pages_for(prompt.size(), pt) > total)
       return {};
-    std::size_t need = detail::pages_for(prompt.size(), pt), active = 0;
-    if (tier_) { // the pages its own prefix cache holds are attached, not taken
-      std::span<const token> whole{prompt.data(), prompt.size() / pt * pt};
-      for (auto h : chain_hashes(whole, pt)) {
-        if (own_pages_.count(h) == 0)
-          break;
-        --need;
-      }
-    }
+    // The pages its own prefix cache holds are attached, not taken.
+    std::size_t need = detail::pages_for(prompt.size(), pt) - own_run(chain), active = 0;
     for (const auto& [id, s] : seqs_)
       if (s.state != seq_state::done) {
         need += detail::pages_for(s.tokens.size(), pt) - s.shared / pt;
@@ -390,17 +390,12 @@ private:
   // A prompt's pages that the tier below holds past those the device itself holds (as far as
   // the actor knows: the pages it published, less those evicted since) are fetched before its
   // first step: the sequence waits in `fetching` until they arrive (kv_fetched_atom).
-  void fetch_from_tier(sequence& s) {
-    const auto pt = kv_.page_tokens;
-    if (!tier_ || pt == 0 || s.tokens.size() <= pt)
+  // `chain`: cacheable_chain(s.tokens).
+  void fetch_from_tier(sequence& s, std::span<const block_hash> chain) {
+    if (chain.empty())
       return;
-    // Whole pages, one token left to compute.
-    std::span<const token> covered{s.tokens.data(), (s.tokens.size() - 1) / pt * pt};
-    auto chain = chain_hashes(covered, pt);
-    std::size_t own = 0;
-    while (own < chain.size() && own_pages_.count(chain[own]) != 0)
-      ++own;
-    auto below = tier_->held(std::span<const block_hash>{chain}.subspan(own));
+    const std::size_t own = own_run(chain);
+    auto below = tier_->held(chain.subspan(own));
     if (below == 0)
       return;
     // When the store holds the whole run from the first page, all of it is fetched: pages the
@@ -409,6 +404,24 @@ private:
     s.state = seq_state::fetching;
     tier_->fetch(s.tokens, first, own + below - first, s.req.seq,
                  caf::actor_cast<caf::actor>(this));
+  }
+
+  // With a tier below: the chain hashes of the whole pages of `tokens` a prefix lookup can
+  // attach (at least one token is left to compute); empty without a tier.
+  std::vector<block_hash> cacheable_chain(const std::vector<token>& tokens) const {
+    const auto pt = kv_.page_tokens;
+    if (!tier_ || pt == 0 || tokens.size() <= pt)
+      return {};
+    return chain_hashes(std::span<const token>{tokens.data(), (tokens.size() - 1) / pt * pt}, pt);
+  }
+
+  // How many pages from the start of `chain` the device's own prefix cache holds (as far as the
+  // actor knows: the pages it published, less those evicted since).
+  std::size_t own_run(std::span<const block_hash> chain) const {
+    std::size_t own = 0;
+    while (own < chain.size() && own_pages_.count(chain[own]) != 0)
+      ++own;
+    return own;
   }
 
   // Notes the full pages of `tokens` as the device's own (it publishes them to its prefix

@@ -44,10 +44,7 @@ summary summarize(const run_result& r, const slo& o) {
     s.output_tokens += c.completion_tokens;
     s.prompt_tokens += c.prompt_tokens;
     s.cached_tokens += c.cached_tokens;
-    s.node.server_tool_calls += c.node.server_tool_calls;
-    s.node.kv_kept_calls += c.node.kv_kept_calls;
-    s.node.kv_stored_calls += c.node.kv_stored_calls;
-    s.node.store_tokens += c.node.store_tokens;
+    s.node += c.node;
     for (auto t : c.token_s)
       ++tokens[std::min(buckets - 1, static_cast<std::size_t>(std::max(0.0, t)))];
     e2e.push_back(c.end_s - c.intended_s);

@@ -46,6 +46,14 @@ struct node_usage {
   std::uint64_t kv_kept_calls = 0;     ///< of those, the KV stayed on its device across
   std::uint64_t kv_stored_calls = 0;   ///< of those, the KV waited in the KV store across
   std::uint64_t store_tokens = 0;      ///< prompt tokens whose KV came from the KV store
+  /// Adds `o`'s counts (a run's sums).
+  node_usage& operator+=(const node_usage& o) noexcept {
+    server_tool_calls += o.server_tool_calls;
+    kv_kept_calls += o.kv_kept_calls;
+    kv_stored_calls += o.kv_stored_calls;
+    store_tokens += o.store_tokens;
+    return *this;
+  }
 };
 
 /// One LLM call to make.
