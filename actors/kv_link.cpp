@@ -15,6 +15,8 @@ using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
 using kv_fetch_kept_atom = caf::atom_constant<caf::atom("kvfetchk")>;
 /// Asks the fetcher to keep pages: `(kv_keep_atom, kv_put, ttl_ms, key, reply_to)`.
 using kv_keep_atom = caf::atom_constant<caf::atom("kvkeep")>;
+/// Asks the fetcher for blocks to stream through: `(kv_lease_atom, pool, pages, seq, reply_to)`.
+using kv_lease_atom = caf::atom_constant<caf::atom("kvlease")>;
 
 // What one fetch gathers: the blocks' bytes as their reads come back, in chain order.
 struct fetch_state {
@@ -116,6 +118,28 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         st->reply_to = std::move(reply_to);
         st->read(self, store, ids, block_tokens, st);
       },
+      [self, store](kv_lease_atom, std::string& pool, std::uint32_t pages, seq_id seq,
+                    caf::actor& reply_to) {
+        auto none = [seq, reply_to] {
+          caf::anon_send(reply_to, kv_leased_atom::value, seq, std::shared_ptr<kv_stream>{});
+        };
+        self->request(store.store, caf::infinite, kv_reserve_atom::value, std::move(pool), pages)
+            .then(
+                [store, seq, reply_to, none](kv_lease& l) {
+                  if (!l.ok)
+                    return none();
+                  // The stream seals the blocks when its last holder lets go (any thread).
+                  auto end = [to = store.store, ids = l.ids](std::vector<std::uint64_t> sums,
+                                                             std::vector<token> tokens) {
+                    caf::anon_send(to, kv_seal_atom::value, ids, std::move(tokens),
+                                   std::move(sums));
+                  };
+                  auto stream =
+                      std::make_shared<kv_stream>(std::move(l.memory), std::move(end), l.flip_bit);
+                  caf::anon_send(reply_to, kv_leased_atom::value, seq, std::move(stream));
+                },
+                [none](caf::error&) { none(); });
+      },
       [self, store](kv_keep_atom, kv_put& put, std::uint32_t ttl_ms, std::uint64_t key,
                     caf::actor& reply_to) {
         // Stored unreferenced, then pinned: the pin, not a reference, holds them, so a caller
@@ -201,6 +225,13 @@ public:
   void fetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens, seq_id seq,
                   caf::actor reply_to) override {
     caf::anon_send(fetcher_, kv_fetch_kept_atom::value, std::move(block_ids), std::move(tokens),
+                   seq, std::move(reply_to));
+  }
+
+  void lease(std::size_t pages, seq_id seq, caf::actor reply_to) override {
+    caf::anon_send(fetcher_, kv_lease_atom::value, host_pool_,
+                   static_cast<std::uint32_t>(
+                       std::min<std::size_t>(pages, std::numeric_limits<std::uint32_t>::max())),
                    seq, std::move(reply_to));
   }
 

@@ -487,13 +487,14 @@ private:
     report_service();
     bool mono = ctx_->options.device_layout == layout::monolithic;
     std::optional<kv_blob> moved;
-    if (from_prefill && !e.kv.bytes.empty()) {
+    if (from_prefill && !e.kv.empty()) {
       prefill_.seq = 0; // the device let go of it; its KV came with the event
       moved = std::move(e.kv);
     }
     if (from_prefill && !mono) {
       if (ended_ || left() == 0) {
-        if (moved && req_.keep_kv)
+        if (moved && req_.keep_kv &&
+            !moved->stream) // a stream holds store blocks: not for a session
           kept_kv_ = std::move(moved);
         return finish(ended_ ? finish_reason::stop : finish_reason::length);
       }

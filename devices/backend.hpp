@@ -44,6 +44,13 @@ struct kv_usage {
   std::size_t sequences = 0;    ///< live sequences
 };
 
+/// A byte range of a KV page: one layer group's K and V (the cpu page layout is layer-major, so
+/// a run of whole layers is one range). A KV stream (kv_stream.hpp) sends a page range by range.
+struct page_range {
+  std::size_t offset = 0; ///< from the page's start; a multiple of 64
+  std::size_t bytes = 0;  ///< its length
+};
+
 /// One full KV page outside a device: what identifies it (its chain hash, its parent's, its
 /// tokens) and its bytes in the backend's page format (`backend::page_payload_bytes`). A page
 /// evicted from a device's prefix cache leaves as one, to the KV store's host tier; a page the
@@ -114,6 +121,22 @@ public:
     (void)seq;
     (void)pages;
     return make_error(errc::unsupported, "this backend's KV pages cannot leave or enter it");
+  }
+  /// The layer groups a page is streamed in (kv_stream), in order, covering the page; empty
+  /// when this backend's pages cannot be streamed (no memory of their own to copy from).
+  virtual std::vector<page_range> stream_groups() const { return {}; }
+  /// The memory of `seq`'s pages, in order (empty when unknown or not addressable): a stream
+  /// copies from and into it directly.
+  virtual std::vector<std::span<std::byte>> page_memory(seq_id seq) {
+    (void)seq;
+    return {};
+  }
+  /// Creates `seq` (not known) holding `length` tokens whose KV the caller then writes into
+  /// page_memory (a stream). errc::exhausted when the pages do not fit.
+  virtual expected<void> reserve_kv(seq_id seq, std::size_t length) {
+    (void)seq;
+    (void)length;
+    return make_error(errc::unsupported, "this backend's KV pages cannot be written directly");
   }
   /// The pages of `seq` holding its first min(length, tokens.size()) tokens (`tokens`: its
   /// tokens from the start), copied out with their identity; the last may be partial.

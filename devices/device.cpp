@@ -73,6 +73,7 @@ public:
         backend_->page_payload_bytes() == options_.tier->block_bytes() &&
         backend_->page_payload_bytes() != 0)
       tier_ = options_.tier;
+    streams_ = tier_ && !backend_->stream_groups().empty();
     attach_functor([driver = driver_.get()](const caf::error&) { driver->stop(); });
   }
 
@@ -187,6 +188,11 @@ public:
             schedule();
           }
         },
+        [this](kv_leased_atom, seq_id id, std::shared_ptr<kv_stream>& stream) {
+          // Else (gone, or moved out already) the stream gives its blocks back.
+          if (auto* s = find(id); s != nullptr && s->stream_out && stream)
+            s->stream_out->put(std::move(stream));
+        },
         [this](step_done_atom, std::shared_ptr<detail::step_job>& job) { on_step(std::move(job)); },
     };
   }
@@ -210,6 +216,8 @@ private:
     // Pages of its prompt fetched from the tier below, attached with its prefix lookup.
     std::shared_ptr<const std::vector<kv_page>> fetched;
     std::uint64_t import_tokens = 0; // importing, once in a job: the tokens its KV covers
+    // Moving out when done: where the tier's blocks for its KV to stream through arrive.
+    std::shared_ptr<detail::stream_slot> stream_out;
   };
 
   // Answers the sequence's KV as bytes, copied out on the driver; with `then_free`, the sequence
@@ -340,6 +348,13 @@ private:
     s.admitted_order = next_order_++;
     s.import = std::move(import);
     s.req = std::move(req);
+    if (tier_ && s.req.move_out_when_done && streams_) {
+      // Blocks of the tier for its KV to stream through when it moves out, asked for now; the
+      // driver takes them from the slot when the prompt is computed (not there yet: a blob).
+      s.stream_out = std::make_shared<detail::stream_slot>();
+      tier_->lease(detail::pages_for(s.tokens.size(), kv_.page_tokens), s.req.seq,
+                   caf::actor_cast<caf::actor>(this));
+    }
     if (tier_ && !s.req.kept_blocks.empty()) {
       // A demoted sequence comes back: its kept blocks are read before its first step (and
       // looked up in its own cache first, as any prompt).
@@ -573,6 +588,10 @@ private:
         auto& mo = job->move_outs.back();
         mo.item = i;
         mo.park_on_stop = s->req.park_on_stop;
+        if (s->stream_out) {
+          mo.slot = s->stream_out;
+          mo.tokens = s->tokens;
+        }
         if (options_.prefix_cache) // the whole prompt is computed once the item has run
           mo.publish = s->tokens;
       }
@@ -645,10 +664,15 @@ private:
         starved_imports.emplace_back(r.seqs[im.item], std::move(im.error));
         continue;
       }
-      if (!im.error.empty()) {
+      if (im.recomputed) { // a stream that could not be used: its tokens were computed
+        ++stats_.stream_recomputes;
+        s->import_tokens = 0;
+      } else if (!im.error.empty()) {
         emit(*s, device_event::failed, "KV import failed: " + im.error);
         seqs_.erase(r.seqs[im.item]);
         continue;
+      } else if (im.blob && im.blob->stream) {
+        ++stats_.streamed_in;
       }
       s->computed = s->import_tokens;       // the tokens past it are counted below
       if (s->state == seq_state::importing) // else parked meanwhile
@@ -761,9 +785,14 @@ private:
       auto mo = std::find_if(job->move_outs.begin(), job->move_outs.end(),
                              [i](const auto& m) { return m.item == i && m.moved; });
       if (mo != job->move_outs.end()) {
-        // Exported and freed on the driver: the KV goes with the done event, the sequence goes.
+        // Exported and freed on the driver: the KV goes with the done event (sent by the
+        // driver before it streamed the pages, when they went through the tier's blocks), the
+        // sequence goes.
         note_published(mo->publish);
-        emit(*s, device_event::done, mo->reason, {}, std::move(mo->blob));
+        if (mo->streamed)
+          ++stats_.streamed_out;
+        else
+          emit(*s, device_event::done, mo->reason, {}, std::move(mo->blob));
         seqs_.erase(r.seqs[i]);
       } else if (ended != nullptr) {
         emit(*s, device_event::done, ended);
@@ -867,8 +896,9 @@ private:
   std::uint64_t next_order_ = 0;
   device_stats stats_;
   kv_usage kv_;
-  std::vector<caf::actor> kv_watchers_;      // told of free KV pages (the router)
-  std::shared_ptr<kv_tier> tier_;            // the tier below, when connected (options_.tier)
+  std::vector<caf::actor> kv_watchers_; // told of free KV pages (the router)
+  std::shared_ptr<kv_tier> tier_;       // the tier below, when connected (options_.tier)
+  bool streams_ = false; // a tier, and pages the backend can stream (move-outs go through it)
   std::unordered_set<block_hash> own_pages_; // with a tier: the pages its prefix cache holds
   std::uint64_t kv_reported_ = 0;            // the free pages they last heard of
 };

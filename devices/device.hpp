@@ -14,6 +14,7 @@
 #include "devices/backend.hpp"
 #include "devices/config.hpp"
 #include "devices/defaults.hpp"
+#include "devices/kv_stream.hpp"
 #include "devices/kv_tier.hpp"
 #include "devices/sampling.hpp"
 #include "runtime/bridge.hpp"
@@ -119,11 +120,17 @@ typename Inspector::result_type inspect(Inspector& f, kv_kept& x) {
   return f(caf::meta::type_name("kv_kept"), x.blocks, x.tokens);
 }
 
-/// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format.
+/// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format, or
+/// a stream of its pages through the KV store (kv_stream), under way as the blob travels.
 struct kv_blob {
   seq_id seq = 0;               ///< the sequence it came from
   std::uint64_t tokens = 0;     ///< tokens it covers
   std::vector<std::byte> bytes; ///< header and pages, as the backend exported them
+  /// The pages streamed through the store instead of `bytes` (in this process only: a stream is
+  /// not serialised).
+  std::shared_ptr<kv_stream> stream;
+  /// Whether it carries any KV.
+  bool empty() const noexcept { return bytes.empty() && !stream; }
 };
 
 /// The immediate answer to a generate request.
@@ -185,6 +192,12 @@ struct device_stats {
   /// device's own memory.
   std::uint64_t tier_tokens = 0;
   std::uint64_t spilled_pages = 0; ///< evicted prefix pages handed to the tier below
+  /// Sequences whose KV left through a stream of the tier's blocks, in layer groups (a
+  /// prefill device's moves to decode), and came in through one (a decode device's).
+  std::uint64_t streamed_out = 0;
+  std::uint64_t streamed_in = 0; ///< see streamed_out
+  /// Streams that came in damaged or broken off: the tokens were computed here instead.
+  std::uint64_t stream_recomputes = 0;
 };
 
 /// Inspectors, so the messages can be logged and (later) cross the network.
@@ -230,7 +243,8 @@ typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
   return f(caf::meta::type_name("device_stats"), x.steps, x.step_jobs, x.tokens, x.generated,
            x.refused, x.preemptions, x.sequences, x.waiting, x.running, x.parked, x.busy_seconds,
            x.compute_cpu_seconds, x.kv_pages_used, x.kv_pages_total, x.kv_pages_cached,
-           x.cached_tokens, x.tier_tokens, x.spilled_pages);
+           x.cached_tokens, x.tier_tokens, x.spilled_pages, x.streamed_out, x.streamed_in,
+           x.stream_recomputes);
 }
 
 /// Options of a device actor; every field documented where declared.
@@ -275,6 +289,7 @@ using device_actor = caf::typed_actor<
     caf::reacts_to<kv_stored_atom, std::uint64_t, std::vector<std::uint64_t>>,
     caf::replies_to<stats_atom>::with<device_stats>, caf::reacts_to<watch_kv_atom, caf::actor>,
     caf::reacts_to<kv_fetched_atom, seq_id, std::vector<kv_page>>,
+    caf::reacts_to<kv_leased_atom, seq_id, std::shared_ptr<kv_stream>>,
     caf::reacts_to<step_done_atom, std::shared_ptr<detail::step_job>>,
     caf::reacts_to<device_retry_atom>,
     caf::reacts_to<export_done_atom, std::uint64_t, kv_blob, std::string>>;

@@ -152,6 +152,42 @@ expected<std::vector<kv_page>> paged_kv_cache::export_pages(seq_id seq,
   return out;
 }
 
+std::vector<page_range> paged_kv_cache::layer_groups() const {
+  constexpr unsigned max_groups = 8;
+  const std::size_t layer_bytes = page_bytes_ / std::max(1u, shape_.layers);
+  if (shape_.layers == 0 || layer_bytes % 64 != 0)
+    return {{0, page_bytes_}};
+  const unsigned groups = std::min(max_groups, shape_.layers);
+  std::vector<page_range> out;
+  std::size_t at = 0;
+  for (unsigned g = 0; g < groups; ++g) {
+    // Layers spread evenly: the first `layers % groups` groups take one more.
+    const unsigned layers = shape_.layers / groups + (g < shape_.layers % groups ? 1 : 0);
+    out.push_back({at, layers * layer_bytes});
+    at += layers * layer_bytes;
+  }
+  return out;
+}
+
+std::vector<std::span<std::byte>> paged_kv_cache::page_memory(seq_id seq) const {
+  std::vector<std::span<std::byte>> out;
+  if (const auto* held = table_.pages(seq))
+    for (auto page : *held)
+      out.emplace_back(page_base(page), page_bytes_);
+  return out;
+}
+
+expected<void> paged_kv_cache::reserve_seq(seq_id seq, std::size_t length) {
+  if (table_.pages(seq) != nullptr)
+    return make_error(errc::invalid_argument,
+                      "kv cache: sequence " + std::to_string(seq) + " exists already");
+  std::pair<seq_id, std::size_t> want{seq, length};
+  if (auto ok = table_.reserve({&want, 1}); !ok)
+    return ok;
+  table_.set_length(seq, length);
+  return {};
+}
+
 kv_usage paged_kv_cache::usage() const noexcept {
   kv_usage u;
   u.pages_total = table_.total_pages();

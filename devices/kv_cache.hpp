@@ -60,6 +60,16 @@ public:
   /// Copies out the pages of a sequence (see backend::export_pages).
   expected<std::vector<kv_page>> export_pages(seq_id seq, std::span<const token> tokens) const;
 
+  /// The layer groups a page is streamed in (backend::stream_groups): up to 8 runs of whole
+  /// layers (the page layout is layer-major), each a multiple of 64 bytes; one group for the
+  /// whole page when a layer's bytes are not.
+  std::vector<page_range> layer_groups() const;
+  /// The memory of a sequence's pages, in order; empty when unknown.
+  std::vector<std::span<std::byte>> page_memory(seq_id seq) const;
+  /// Creates `seq` (unknown) with pages for `length` tokens, to be written through page_memory;
+  /// errc::exhausted when they do not fit, errc::invalid_argument when `seq` exists.
+  expected<void> reserve_seq(seq_id seq, std::size_t length);
+
   /// Usage counters.
   kv_usage usage() const noexcept;
   /// Tokens per page.

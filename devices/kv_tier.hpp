@@ -8,8 +8,10 @@
 
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
+#include <caf/send.hpp>
 
 #include "devices/backend.hpp"
+#include "devices/kv_stream.hpp"
 #include "devices/prefix_hash.hpp"
 
 namespace triad {
@@ -21,6 +23,9 @@ using kv_fetched_atom = caf::atom_constant<caf::atom("kvfetched")>;
 /// A tier's answer to kv_tier::keep: `(kv_stored_atom, std::uint64_t key,
 /// std::vector<std::uint64_t> block_ids)`, empty when the pages could not be stored.
 using kv_stored_atom = caf::atom_constant<caf::atom("kvstored")>;
+/// A tier's answer to kv_tier::lease, sent to the device: `(kv_leased_atom, seq_id,
+/// std::shared_ptr<kv_stream>)`, null when no blocks could be had.
+using kv_leased_atom = caf::atom_constant<caf::atom("kvleased")>;
 
 /// What lies below a device's own memory: where the pages its prefix cache evicts go instead of
 /// being lost, and where it finds the pages of a prompt it does not hold (computed on another
@@ -50,6 +55,14 @@ public:
                     caf::actor reply_to) = 0;
   /// Ends the pins `keep` gave; the blocks stay cached until pressure evicts them.
   virtual void release(std::vector<std::uint64_t> block_ids) = 0;
+  /// Leases `pages` blocks of the tier's memory for a sequence's KV to stream through to
+  /// another device (kv_stream) and answers `reply_to` with kv_leased_atom for `seq`. The
+  /// stream holds the blocks; when it is let go they stay cached, sealed with their checksums
+  /// (or are given back, if it did not complete).
+  virtual void lease(std::size_t pages, seq_id seq, caf::actor reply_to) {
+    (void)pages;
+    caf::anon_send(reply_to, kv_leased_atom::value, seq, std::shared_ptr<kv_stream>{});
+  }
   /// Reads the blocks `block_ids` (kept for the first tokens of `tokens`), checked, and answers
   /// `reply_to` with kv_fetched_atom for `seq`, as fetch does.
   virtual void fetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens,

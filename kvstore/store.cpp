@@ -107,6 +107,11 @@ public:
         [this](kv_transfer_atom, std::vector<block_id>& ids,
                std::string& pool) -> caf::result<kv_reply> { return on_promote(ids, pool, false); },
         [this](kv_read_atom, block_id id) -> caf::result<kv_bytes> { return on_read(id); },
+        [this](kv_reserve_atom, std::string& pool, std::uint32_t count) -> caf::result<kv_lease> {
+          return on_reserve(pool, count);
+        },
+        [this](kv_seal_atom, std::vector<block_id>& ids, std::vector<token>& tokens,
+               std::vector<std::uint64_t>& checksums) { on_seal(ids, tokens, checksums); },
         [this](kv_write_atom, block_id id, std::uint64_t offset, std::vector<std::uint8_t>& bytes)
             -> caf::result<kv_reply> { return on_write(id, offset, std::move(bytes)); },
         [this](kv_cow_atom, block_id id) -> caf::result<kv_reply> { return on_cow(id); },
@@ -623,6 +628,101 @@ private:
       return true;
     });
     return promise;
+  }
+
+  // Leased blocks: created busy (nothing reads or moves them) and unindexed, with one
+  // reference for the writer; their tokens, hashes and checksums come with the seal.
+  caf::result<kv_lease> on_reserve(const std::string& pool, std::uint32_t count) {
+    kv_lease bad;
+    auto found = places_.find(pool);
+    if (!found || places_.tier_of(*found) == tier::disk) {
+      bad.reason = "reserve: unknown pool '" + pool + "'; pools: " + places_.names();
+      return bad;
+    }
+    if (count == 0) {
+      bad.reason = "reserve: 0 blocks; at least 1";
+      return bad;
+    }
+    if (waiting_.size() >= config_.max_waiting) {
+      metrics_.refused_busy();
+      bad.busy = true;
+      bad.reason = "busy: " + std::to_string(waiting_.size()) + " operations wait for space";
+      return bad;
+    }
+    const location loc = *found;
+    auto promise = make_response_promise<kv_lease>();
+    auto lease = std::make_shared<kv_lease>();
+    run_waiting([this, lease, loc, count, promise]() mutable {
+      while (lease->ids.size() < count) {
+        auto r = ensure_room(loc);
+        if (r == room::wait)
+          return false;
+        if (r == room::busy) {
+          metrics_.refused_busy();
+          for (auto id : lease->ids)
+            drop(id);
+          kv_lease busy;
+          busy.busy = true;
+          busy.reason = "busy: pool '" + places_.name_of(loc) +
+                        "' is full of blocks in use or pinned, and no tier below has room";
+          promise.deliver(std::move(busy));
+          return true;
+        }
+        auto& b = create(loc, root_hash, {}, false);
+        b.refs = 1;
+        b.busy = true;
+        lease->ids.push_back(b.id);
+        lease->memory.push_back(where_is(b).memory);
+      }
+      lease->ok = true;
+      lease->flip_bit = next_fault(lease->ids.front());
+      update_gauges();
+      promise.deliver(std::move(*lease));
+      return true;
+    });
+    return promise;
+  }
+
+  void on_seal(const std::vector<block_id>& ids, const std::vector<token>& tokens,
+               const std::vector<std::uint64_t>& checksums) {
+    const auto bt = config_.block_tokens;
+    block_hash parent = root_hash;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      auto it = blocks_.find(ids[i]);
+      if (it == blocks_.end())
+        continue;
+      auto& b = it->second;
+      const auto at = i * bt;
+      if (i >= checksums.size() || at >= tokens.size()) { // not written: given back
+        b.refs = 0;
+        drop(b.id);
+        continue;
+      }
+      b.parent = parent;
+      b.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(at),
+                      tokens.begin() +
+                          static_cast<std::ptrdiff_t>(std::min(tokens.size(), at + bt)));
+      b.hash = chain_hash(parent, b.tokens);
+      b.checksum = checksums[i];
+      parent = b.hash;
+      // Full blocks are shared through the index, unless the store holds that page already.
+      b.indexed = b.tokens.size() == bt && !by_hash_.count(b.hash);
+      if (b.indexed) {
+        by_hash_[b.hash] = b.id;
+        announce(b);
+      }
+      if (b.refs > 0)
+        --b.refs; // the writer's
+      // The actor learns its block (a reused one knew another).
+      caf::anon_send(b.actor, detail::block_assign_atom::value, b.id, where_is(b));
+      if (!b.indexed && b.refs == 0) { // a partial page or a copy: nobody can find it again
+        drop(b.id);
+        continue;
+      }
+      set_idle(b);
+    }
+    update_gauges();
+    wake_waiters(); // the places given back
   }
 
   kv_reply on_acquire(const std::vector<block_id>& ids) {

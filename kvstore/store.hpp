@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 #include <caf/meta/type_name.hpp>
 #include <caf/replies_to.hpp>
@@ -66,6 +68,17 @@ using kv_lookup_atom = caf::atom_constant<caf::atom("kvlookup")>;
 using kv_find_atom = caf::atom_constant<caf::atom("kvfind")>;
 /// A kv_store_stats snapshot: `(kv_stats_atom)`; asked of the prefix index, its hit counts.
 using kv_stats_atom = caf::atom_constant<caf::atom("kvstats")>;
+/// Leases blocks to be written in place by their caller (a device's driver streaming a
+/// sequence's KV to another device, kv_stream): `(.., std::string pool, std::uint32_t count)`
+/// -> kv_lease. The blocks are the caller's (one reference each), unreadable and unindexed
+/// until kv_seal_atom.
+using kv_reserve_atom = caf::atom_constant<caf::atom("kvreserve")>;
+/// Ends a lease: `(.., std::vector<block_id> ids, std::vector<token> tokens,
+/// std::vector<std::uint64_t> checksums)`, one checksum per block the tokens fill (from the
+/// first). With them the blocks hold those tokens' KV: full blocks are content-addressed and
+/// indexed (unless the store holds the same already), all stay cached, unreferenced. Blocks
+/// without a checksum (all, when `checksums` is empty: the writer did not finish) are freed.
+using kv_seal_atom = caf::atom_constant<caf::atom("kvseal")>;
 /// Fault injection for tests and drills: `(.., std::uint32_t n)` flips one bit in each of the
 /// next n transfers (moves between tiers and reads), after the copy and before its check.
 using kv_fault_atom = caf::atom_constant<caf::atom("kvfault")>;
@@ -143,6 +156,18 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_bytes& x) {
   return f(caf::meta::type_name("kv_bytes"), x.ok, x.reason, x.bytes);
 }
+
+/// Blocks leased for writing in place (kv_reserve_atom): their ids and memory. In this process
+/// only (the memory is the store's).
+struct kv_lease {
+  bool ok = false;                          ///< leased
+  bool busy = false;                        ///< refused for lack of space; retry later
+  std::string reason;                       ///< why not
+  std::vector<block_id> ids;                ///< the blocks, in order
+  std::vector<std::span<std::byte>> memory; ///< each block's bytes, block_bytes long
+  /// Fault injection (kv_fault_atom): >= 0, a bit the writer damages after its check.
+  std::int64_t flip_bit = -1;
+};
 
 /// The longest cached prefix of a token sequence.
 struct kv_prefix {
@@ -234,6 +259,9 @@ using kv_store_actor = caf::typed_actor<
     caf::replies_to<kv_promote_atom, std::vector<block_id>, std::string>::with<kv_reply>,
     caf::replies_to<kv_transfer_atom, std::vector<block_id>, std::string>::with<kv_reply>,
     caf::replies_to<kv_read_atom, block_id>::with<kv_bytes>,
+    caf::replies_to<kv_reserve_atom, std::string, std::uint32_t>::with<kv_lease>,
+    caf::reacts_to<kv_seal_atom, std::vector<block_id>, std::vector<token>,
+                   std::vector<std::uint64_t>>,
     caf::replies_to<kv_write_atom, block_id, std::uint64_t,
                     std::vector<std::uint8_t>>::with<kv_reply>,
     caf::replies_to<kv_cow_atom, block_id>::with<kv_reply>,
@@ -258,3 +286,5 @@ struct kv_store {
 expected<kv_store> spawn_kv_store(domain_set& domains, domain& home, kv_store_config config);
 
 } // namespace triad
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::kv_lease)

@@ -77,6 +77,14 @@ public:
     return cache_->export_pages(seq, tokens);
   }
 
+  std::vector<page_range> stream_groups() const override { return cache_->layer_groups(); }
+  std::vector<std::span<std::byte>> page_memory(seq_id seq) override {
+    return cache_->page_memory(seq);
+  }
+  expected<void> reserve_kv(seq_id seq, std::size_t length) override {
+    return cache_->reserve_seq(seq, length);
+  }
+
   /// Timing of the most recent step.
   const cpu_step_profile& last_profile() const noexcept { return profile_; }
   /// The dtype it computes in.

@@ -38,13 +38,24 @@ void step_job::operator()() {
   for (auto id : frees)
     be->free(id);
   for (auto& im : imports) {
-    std::span<const std::byte> bytes{im.blob->bytes};
-    if (auto ok = be->import_kv(items[im.item].seq, bytes); !ok) {
-      im.error = ok.error().message;
-      im.exhausted = ok.error().code == errc::exhausted;
-      items[im.item].tokens.clear(); // leaves the step (attach_prefixes drops empty items)
-      result.tokens[im.item] = 0;    // and moves its sequence on by nothing
+    const auto& stream = im.blob->stream;
+    auto ok = stream
+                  ? receive_kv(*be, items[im.item].seq, *stream)
+                  : be->import_kv(items[im.item].seq, std::span<const std::byte>{im.blob->bytes});
+    if (ok)
+      continue;
+    im.error = ok.error().message;
+    im.exhausted = ok.error().code == errc::exhausted;
+    if (stream && !im.exhausted) {
+      // Damaged or broken off: never used. The item computes the streamed tokens too.
+      auto& toks = items[im.item].tokens;
+      toks.insert(toks.begin(), stream->tokens().begin(), stream->tokens().end());
+      result.tokens[im.item] += stream->tokens().size();
+      im.recomputed = true;
+      continue;
     }
+    items[im.item].tokens.clear(); // leaves the step (attach_prefixes drops empty items)
+    result.tokens[im.item] = 0;    // and moves its sequence on by nothing
   }
   auto& r = result;
   if (r.sampled.size() < r.seqs.size())
@@ -135,6 +146,34 @@ void step_job::export_if_ended(move_out& mo) {
   if (ending.reason == nullptr || ending.parks)
     return; // generation goes on, or the sequence parks
   auto seq = r.seqs[mo.item];
+  auto stream = mo.slot ? mo.slot->take() : nullptr;
+  if (stream && sinks[mo.item]) {
+    // Through the tier's blocks, a layer group at a time: the done event goes first, so the
+    // request routes the sequence to its decode device while the groups are copied.
+    const auto length = be->length(seq);
+    auto announce = [&] {
+      kv_blob head;
+      head.seq = seq;
+      head.tokens = length;
+      head.stream = stream;
+      caf::anon_send(sinks[mo.item],
+                     device_event{seq,
+                                  device_event::done,
+                                  {},
+                                  generated[mo.item] + static_cast<std::uint32_t>(sampled.size()),
+                                  mo.reason,
+                                  static_cast<std::uint32_t>(r.cached[mo.item]),
+                                  std::move(head),
+                                  static_cast<std::uint32_t>(r.fetched[mo.item])});
+    };
+    if (send_kv(*be, seq, std::move(mo.tokens), *stream, announce)) {
+      mo.streamed = true; // the receiver holds the stream now
+      publish_and_free(*be, seq, mo.publish);
+      mo.moved = true;
+      return;
+    }
+    // Could not stream: a blob, as without a tier (the stream gives its blocks back).
+  }
   auto blob = export_blob(*be, seq);
   if (!blob) {
     mo.error = blob.error().message;

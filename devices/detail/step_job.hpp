@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,8 +39,8 @@ struct step_result {
   // in the job's later steps and are in the KV (counted in `tokens`).
   std::vector<std::vector<token>> sampled;
   std::vector<std::size_t> fetched; // of `cached`, tokens whose pages came from the tier below
-  std::vector<step_stat> steps;   // the forward steps run, in order
-  double compute_cpu_seconds = 0; // the driver thread's CPU inside the backend's steps
+  std::vector<step_stat> steps;     // the forward steps run, in order
+  double compute_cpu_seconds = 0;   // the driver thread's CPU inside the backend's steps
   expected<void> output = make_error(errc::invalid_argument, "not run");
   kv_usage kv;
 };
@@ -83,6 +84,25 @@ struct sample_plan {
   }
 };
 
+// Where a sequence's stream (the tier's blocks it moves out through) arrives: the device actor
+// puts it there when the tier answers, the driver takes it when the sequence moves out, whichever
+// comes first (a lease that comes late is dropped with the slot and gives its blocks back).
+class stream_slot {
+public:
+  void put(std::shared_ptr<kv_stream> s) {
+    std::lock_guard<std::mutex> g{m_};
+    stream_ = std::move(s);
+  }
+  std::shared_ptr<kv_stream> take() {
+    std::lock_guard<std::mutex> g{m_};
+    return std::move(stream_);
+  }
+
+private:
+  std::mutex m_;
+  std::shared_ptr<kv_stream> stream_;
+};
+
 // On the driver thread: sequence `seq`'s KV copied out of `be`.
 expected<kv_blob> export_blob(backend& be, seq_id seq);
 
@@ -122,6 +142,9 @@ struct step_job {
     std::shared_ptr<const kv_blob> blob; // shared with its sender: not copied
     std::string error;
     bool exhausted = false; // the error was a lack of KV pages: the import waits and retries
+    // A stream that came damaged or broke off: its tokens were put back into the item and
+    // computed in the step instead (`error` says why).
+    bool recomputed = false;
   };
   std::vector<import> imports;
   // Items whose sequence moves out when done: if the job ends its generation (not at a stop
@@ -136,6 +159,13 @@ struct step_job {
     std::string error;
     bool moved = false;
     const char* reason = nullptr; // why generation ended ("stop", "length"), when it did
+    // Where the tier's blocks to stream the KV through arrive (null, or empty when the job
+    // ends it: a blob) and the sequence's tokens. Streamed: the driver sent the done event
+    // itself, before the pages, so the receiving device starts while later layer groups are
+    // copied.
+    std::shared_ptr<stream_slot> slot;
+    std::vector<token> tokens;
+    bool streamed = false;
   };
   std::vector<move_out> move_outs;
   std::size_t max_steps = 1;

@@ -363,6 +363,44 @@ BOOST_AUTO_TEST_CASE(a_host_block_damaged_on_its_way_back_is_never_used_and_is_r
   BOOST_TEST(again.first == first.first);
 }
 
+BOOST_AUTO_TEST_CASE(a_prompt_moves_to_its_decode_device_through_the_store_in_layer_groups) {
+  auto n = start_node();
+  auto plain = start_node({}, [](triad::node_config& c) { c.kvstore.host_mib = 0; });
+  auto through_store = complete(*n, long_prompt('a'));
+  auto as_blob = complete(*plain, long_prompt('a'));
+  // Streamed from prefill0's pages into host blocks and from there into decode0's, checked
+  // group by group; the greedy answer is the one the blob transfer gives.
+  BOOST_TEST(stats_of(*n, "prefill0").streamed_out == 1u);
+  BOOST_TEST(stats_of(*n, "decode0").streamed_in == 1u);
+  BOOST_TEST(stats_of(*n, "decode0").stream_recomputes == 0u);
+  BOOST_TEST(stats_of(*plain, "decode0").streamed_in == 0u);
+  BOOST_TEST(through_store.first == as_blob.first);
+  BOOST_TEST(through_store.second.prefill_tokens == as_blob.second.prefill_tokens);
+  // The full blocks stay in the host tier, sealed (the partial last one is given back).
+  auto st = store_stats(*n);
+  BOOST_TEST(st.blocks == 12u); // 200 tokens: 12 full pages of 16
+  BOOST_TEST(st.checksum_failures == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_stream_damaged_in_the_store_is_never_used_and_is_recomputed) {
+  auto n = start_node();
+  auto plain = start_node({}, [](triad::node_config& c) { c.kvstore.host_mib = 0; });
+  {
+    // The next lease's writer flips a bit in the host block after its own check.
+    caf::scoped_actor self{n->domains().orchestration().system()};
+    self->send(n->kv()->store, triad::kv_fault_atom::value, std::uint32_t{1});
+  }
+  auto damaged = complete(*n, long_prompt('b'));
+  auto as_blob = complete(*plain, long_prompt('b'));
+  // decode0 found the damage, used none of the stream and computed the prompt itself: the
+  // same greedy answer.
+  BOOST_TEST(stats_of(*n, "prefill0").streamed_out == 1u);
+  BOOST_TEST(stats_of(*n, "decode0").stream_recomputes == 1u);
+  BOOST_TEST(stats_of(*n, "decode0").streamed_in == 0u);
+  BOOST_TEST(damaged.first == as_blob.first);
+  BOOST_TEST(device_sequences(*n) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(without_a_kv_store_an_evicted_page_is_computed_again) {
   auto n = small_memory_node(0);
   BOOST_TEST(n->kv() == nullptr);

@@ -104,6 +104,31 @@ BOOST_AUTO_TEST_CASE(a_streamed_copy_into_aligned_memory_is_checked_and_exact) {
   std::free(raw);
 }
 
+BOOST_AUTO_TEST_CASE(sums_of_a_blocks_pieces_add_up_to_its_checksum) {
+  // Pieces at 64-byte boundaries, copied and summed apart (a page streamed in layer groups),
+  // give the block's own checksum; the last piece may end inside a stripe.
+  for (std::size_t size : {std::size_t{4096}, std::size_t{196608}, std::size_t{6000}}) {
+    auto src = random_bytes(size, static_cast<unsigned>(size));
+    std::vector<std::byte> dst(size);
+    triad::checksum_sums whole;
+    std::vector<std::size_t> cuts{0, 64, 1024, 3008, size};
+    for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+      triad::checksum_sums piece;
+      std::span<const std::byte> run{src.data() + cuts[k], cuts[k + 1] - cuts[k]};
+      triad::checksum_range(dst.data() + cuts[k], run, cuts[k], piece);
+      whole.add(piece);
+    }
+    BOOST_TEST(triad::checksum_finish(whole, size) == triad::block_checksum(src));
+    BOOST_TEST((dst == src));
+    // One bit off in one piece changes that piece's sums.
+    triad::checksum_sums a, b;
+    triad::checksum_range(nullptr, std::span<const std::byte>{src.data() + 1024, 1984}, 1024, a);
+    src[2000] ^= std::byte{4};
+    triad::checksum_range(nullptr, std::span<const std::byte>{src.data() + 1024, 1984}, 1024, b);
+    BOOST_TEST(!(a == b));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(the_checksum_sees_two_stripes_swapped) {
   auto a = random_bytes(4096, 7);
   auto b = a;

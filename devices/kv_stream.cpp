@@ -1,0 +1,163 @@
+#include "devices/kv_stream.hpp"
+
+#include <thread>
+
+#include <immintrin.h>
+
+namespace triad {
+
+kv_stream::kv_stream(std::vector<std::span<std::byte>> blocks, end_fn on_end, std::int64_t flip_bit)
+    : blocks_(std::move(blocks))
+    , on_end_(std::move(on_end))
+    , flip_bit_(flip_bit) {}
+
+kv_stream::~kv_stream() {
+  if (!on_end_)
+    return;
+  std::vector<std::uint64_t> checksums;
+  if (complete() && !blocks_.empty()) {
+    const auto size = blocks_.front().size();
+    const auto g = groups_.size();
+    checksums.reserve(pages_);
+    for (std::size_t p = 0; p < pages_; ++p) {
+      checksum_sums whole;
+      for (std::size_t k = 0; k < g; ++k)
+        whole.add(sums_[p * g + k]);
+      checksums.push_back(checksum_finish(whole, size));
+    }
+  }
+  on_end_(std::move(checksums), std::move(tokens_));
+}
+
+expected<void> kv_stream::begin(std::vector<token> tokens, std::size_t pages,
+                                std::vector<page_range> groups) {
+  if (pages == 0 || pages > blocks_.size())
+    return make_error(errc::exhausted, "kv stream: " + std::to_string(pages) + " pages, " +
+                                           std::to_string(blocks_.size()) + " blocks leased");
+  const auto size = blocks_.front().size();
+  std::size_t at = 0;
+  for (const auto& r : groups) {
+    if (r.offset != at || r.offset % 64 != 0)
+      return make_error(errc::invalid_argument,
+                        "kv stream: layer group at byte " + std::to_string(r.offset) +
+                            " does not follow the one before at a multiple of 64");
+    at += r.bytes;
+  }
+  if (at != size)
+    return make_error(errc::invalid_argument, "kv stream: layer groups cover " +
+                                                  std::to_string(at) + " bytes of a " +
+                                                  std::to_string(size) + "-byte page");
+  tokens_ = std::move(tokens);
+  pages_ = pages;
+  groups_ = std::move(groups);
+  sums_.assign(pages_ * groups_.size(), checksum_sums{});
+  return {};
+}
+
+void kv_stream::send_group(std::size_t g, std::span<const std::span<std::byte>> pages) {
+  const auto& r = groups_[g];
+  for (std::size_t p = 0; p < pages_; ++p)
+    checksum_range(blocks_[p].data() + r.offset, pages[p].subspan(r.offset, r.bytes), r.offset,
+                   sums_[p * groups_.size() + g]);
+  if (g == 0 && flip_bit_ >= 0) { // damaged in the store's memory, after the sender's check
+    auto bit = static_cast<std::size_t>(flip_bit_) % (8 * r.bytes);
+    blocks_[0][r.offset + bit / 8] ^= std::byte{1} << (bit % 8);
+  }
+  published_.store(g + 1, std::memory_order_release);
+}
+
+void kv_stream::abort() noexcept {
+  aborted_.store(true, std::memory_order_release);
+}
+
+bool kv_stream::complete() const noexcept {
+  return !groups_.empty() && published_.load(std::memory_order_acquire) == groups_.size() &&
+         !aborted_.load(std::memory_order_acquire);
+}
+
+bool kv_stream::wait_for(std::size_t g, std::chrono::steady_clock::time_point deadline) const {
+  // The sender copies one group in a few microseconds to a millisecond: spin a while, then
+  // give the cpu away between looks (on a machine whose cores are all busy, the sender may
+  // need this one).
+  for (std::uint64_t spins = 0;; ++spins) {
+    if (published_.load(std::memory_order_acquire) > g)
+      return true;
+    if (aborted_.load(std::memory_order_acquire))
+      return false;
+    if (spins < 2048) {
+      _mm_pause();
+      continue;
+    }
+    if (spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::yield();
+  }
+}
+
+expected<void> kv_stream::receive_group(std::size_t g,
+                                        std::span<const std::span<std::byte>> pages) const {
+  const auto& r = groups_[g];
+  for (std::size_t p = 0; p < pages_; ++p) {
+    checksum_sums got;
+    checksum_range(pages[p].data() + r.offset, blocks_[p].subspan(r.offset, r.bytes), r.offset,
+                   got);
+    if (!(got == sums_[p * groups_.size() + g]))
+      return make_error(errc::corrupted, "kv stream: page " + std::to_string(p) + ", layer group " +
+                                             std::to_string(g) + " does not match what was sent");
+  }
+  return {};
+}
+
+expected<void> send_kv(backend& be, seq_id seq, std::vector<token> tokens, kv_stream& stream,
+                       const std::function<void()>& announce) {
+  auto groups = be.stream_groups();
+  auto pages = be.page_memory(seq);
+  if (groups.empty() || pages.empty())
+    return make_error(errc::unsupported, "kv stream: the backend cannot stream its pages");
+  const auto pt = be.kv().page_tokens;
+  const auto length = std::min(tokens.size(), be.length(seq));
+  tokens.resize(length);
+  const auto n = (length + pt - 1) / pt;
+  if (n > pages.size())
+    return make_error(errc::invalid_argument, "kv stream: sequence " + std::to_string(seq) +
+                                                  " holds fewer pages than its tokens need");
+  const auto count = groups.size();
+  if (auto ok = stream.begin(std::move(tokens), n, std::move(groups)); !ok)
+    return ok;
+  announce();
+  for (std::size_t g = 0; g < count; ++g)
+    stream.send_group(g, std::span<const std::span<std::byte>>{pages.data(), n});
+  return {};
+}
+
+expected<void> receive_kv(backend& be, seq_id seq, const kv_stream& stream,
+                          std::chrono::milliseconds patience) {
+  if (be.stream_groups().size() != stream.groups().size())
+    return make_error(errc::invalid_argument,
+                      "kv stream: the sender's pages split into other layer groups");
+  for (std::size_t g = 0; g < stream.groups().size(); ++g) {
+    auto mine = be.stream_groups()[g];
+    if (mine.offset != stream.groups()[g].offset || mine.bytes != stream.groups()[g].bytes)
+      return make_error(errc::invalid_argument, "kv stream: the sender's page layout differs");
+  }
+  if (auto ok = be.reserve_kv(seq, stream.tokens().size()); !ok)
+    return ok;
+  auto pages = be.page_memory(seq);
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  for (std::size_t g = 0; g < stream.groups().size(); ++g) {
+    expected<void> ok{};
+    if (!stream.wait_for(g, deadline))
+      ok = make_error(errc::timed_out, "kv stream: the sender stopped (or took over " +
+                                           std::to_string(patience.count()) +
+                                           " ms) before layer group " + std::to_string(g));
+    else
+      ok = stream.receive_group(g, pages);
+    if (!ok) {
+      be.free(seq);
+      return ok;
+    }
+  }
+  return {};
+}
+
+} // namespace triad
