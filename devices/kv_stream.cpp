@@ -55,15 +55,18 @@ expected<void> kv_stream::begin(std::vector<token> tokens, std::size_t pages,
 }
 
 void kv_stream::send_group(std::size_t g, std::span<const std::span<std::byte>> pages) {
+  // Published page by page: a piece the receiver copies right behind the sender is still in
+  // the caches, so the hop through the blocks costs little more memory traffic than one copy.
   const auto& r = groups_[g];
-  for (std::size_t p = 0; p < pages_; ++p)
+  for (std::size_t p = 0; p < pages_; ++p) {
     checksum_range(blocks_[p].data() + r.offset, pages[p].subspan(r.offset, r.bytes), r.offset,
                    sums_[p * groups_.size() + g]);
-  if (g == 0 && flip_bit_ >= 0) { // damaged in the store's memory, after the sender's check
-    auto bit = static_cast<std::size_t>(flip_bit_) % (8 * r.bytes);
-    blocks_[0][r.offset + bit / 8] ^= std::byte{1} << (bit % 8);
+    if (g == 0 && p == 0 && flip_bit_ >= 0) { // damaged in the store's memory, after the check
+      auto bit = static_cast<std::size_t>(flip_bit_) % (8 * r.bytes);
+      blocks_[0][r.offset + bit / 8] ^= std::byte{1} << (bit % 8);
+    }
+    published_.store(g * pages_ + p + 1, std::memory_order_release);
   }
-  published_.store(g + 1, std::memory_order_release);
 }
 
 void kv_stream::abort() noexcept {
@@ -71,20 +74,24 @@ void kv_stream::abort() noexcept {
 }
 
 bool kv_stream::complete() const noexcept {
-  return !groups_.empty() && published_.load(std::memory_order_acquire) == groups_.size() &&
+  return !groups_.empty() &&
+         published_.load(std::memory_order_acquire) == groups_.size() * pages_ &&
          !aborted_.load(std::memory_order_acquire);
 }
 
 bool kv_stream::wait_for(std::size_t g, std::chrono::steady_clock::time_point deadline) const {
-  // The sender copies one group in a few microseconds to a millisecond: spin a while, then
-  // give the cpu away between looks (on a machine whose cores are all busy, the sender may
-  // need this one).
+  return wait_for_pieces((g + 1) * pages_, deadline);
+}
+
+bool kv_stream::wait_for_pieces(std::size_t n, std::chrono::steady_clock::time_point deadline) const {
+  // The sender copies one piece in microseconds: spin a while, then give the cpu away between
+  // looks (on a machine whose cores are all busy, the sender may need this one).
   for (std::uint64_t spins = 0;; ++spins) {
-    if (published_.load(std::memory_order_acquire) > g)
+    if (published_.load(std::memory_order_acquire) >= n)
       return true;
     if (aborted_.load(std::memory_order_acquire))
       return false;
-    if (spins < 2048) {
+    if (spins < 4096) {
       _mm_pause();
       continue;
     }
@@ -94,16 +101,21 @@ bool kv_stream::wait_for(std::size_t g, std::chrono::steady_clock::time_point de
   }
 }
 
-expected<void> kv_stream::receive_group(std::size_t g,
-                                        std::span<const std::span<std::byte>> pages) const {
+expected<void> kv_stream::receive_group(std::size_t g, std::span<const std::span<std::byte>> pages,
+                                        std::chrono::steady_clock::time_point deadline) const {
   const auto& r = groups_[g];
   for (std::size_t p = 0; p < pages_; ++p) {
+    if (!wait_for_pieces(g * pages_ + p + 1, deadline))
+      return make_error(errc::timed_out, "kv stream: the sender stopped (or was too slow) before "
+                                         "layer group " +
+                                             std::to_string(g) + " of page " + std::to_string(p));
     checksum_sums got;
     checksum_range(pages[p].data() + r.offset, blocks_[p].subspan(r.offset, r.bytes), r.offset,
                    got);
     if (!(got == sums_[p * groups_.size() + g]))
-      return make_error(errc::corrupted, "kv stream: page " + std::to_string(p) + ", layer group " +
-                                             std::to_string(g) + " does not match what was sent");
+      return make_error(errc::corrupted, "kv stream: page " + std::to_string(p) +
+                                             ", layer group " + std::to_string(g) +
+                                             " does not match what was sent");
   }
   return {};
 }
@@ -144,19 +156,11 @@ expected<void> receive_kv(backend& be, seq_id seq, const kv_stream& stream,
     return ok;
   auto pages = be.page_memory(seq);
   const auto deadline = std::chrono::steady_clock::now() + patience;
-  for (std::size_t g = 0; g < stream.groups().size(); ++g) {
-    expected<void> ok{};
-    if (!stream.wait_for(g, deadline))
-      ok = make_error(errc::timed_out, "kv stream: the sender stopped (or took over " +
-                                           std::to_string(patience.count()) +
-                                           " ms) before layer group " + std::to_string(g));
-    else
-      ok = stream.receive_group(g, pages);
-    if (!ok) {
+  for (std::size_t g = 0; g < stream.groups().size(); ++g)
+    if (auto ok = stream.receive_group(g, pages, deadline); !ok) {
       be.free(seq);
       return ok;
     }
-  }
   return {};
 }
 

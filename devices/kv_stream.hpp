@@ -48,7 +48,7 @@ public:
   expected<void> begin(std::vector<token> tokens, std::size_t pages,
                        std::vector<page_range> groups);
   /// Copies group `g` (the next one) of `pages` (the sender's page memory, `begin`'s count)
-  /// into the blocks and publishes it.
+  /// into the blocks, publishing each page's piece as it is in.
   void send_group(std::size_t g, std::span<const std::span<std::byte>> pages);
   /// Ends the stream before it completed: the receiver stops waiting and recomputes.
   void abort() noexcept;
@@ -64,9 +64,13 @@ public:
   /// Waits until group `g` is published (spinning, then yielding the cpu): false when the
   /// stream was aborted or `deadline` passed first.
   bool wait_for(std::size_t g, std::chrono::steady_clock::time_point deadline) const;
-  /// Copies group `g` (published) from the blocks into `pages` (the receiver's page memory),
-  /// checked against the sender's sums in the same pass: errc::corrupted when they differ.
-  expected<void> receive_group(std::size_t g, std::span<const std::span<std::byte>> pages) const;
+  /// Copies group `g` from the blocks into `pages` (the receiver's page memory), each page's
+  /// piece as soon as the sender published it, checked against the sender's sums in the same
+  /// pass: errc::corrupted when they differ, errc::timed_out when the sender stopped or
+  /// `deadline` passed first.
+  expected<void> receive_group(std::size_t g, std::span<const std::span<std::byte>> pages,
+                               std::chrono::steady_clock::time_point deadline =
+                                   std::chrono::steady_clock::time_point::max()) const;
   /// Whether every group was published.
   bool complete() const noexcept;
 
@@ -77,8 +81,10 @@ private:
   std::vector<token> tokens_;
   std::size_t pages_ = 0;
   std::vector<page_range> groups_;
+  bool wait_for_pieces(std::size_t n, std::chrono::steady_clock::time_point deadline) const;
+
   std::vector<checksum_sums> sums_; // the sender's, per (page, group): page * groups + group
-  std::atomic<std::size_t> published_{0};
+  std::atomic<std::size_t> published_{0}; // pieces in, group by group: g * pages + page + 1
   std::atomic<bool> aborted_{false};
 };
 
