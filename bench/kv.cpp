@@ -1,12 +1,17 @@
 // triad-bench-kv: the KV store's costs against plain memory operations, in one run.
-// - transfer_over_memcpy: blocks of the `small` preset's size moved between the host pools of
+// - transfer_over_memcpy: the serving path's prefill-to-decode transfer: a prompt's pages from
+//   one cpu device's page memory to another's through host blocks leased from the store, in
+//   layer groups (send_kv and receive_kv on two threads bound to the two cpus, each piece
+//   checked), against memcpy of the same pages between the same two memories on the receiving
+//   cpu; both directions, the headline is the worse.
+// - host_transfer_over_memcpy: blocks of the `small` preset's size moved between the host pools of
 //   two domains through the store (a client actor's request, the store, the destination
 //   domain's movers, checked copies, the answer) against memcpy of the same bytes between two
 //   buffers of the same kind (one arena buffer per domain, as the pools' are) by the worker
 //   thread that copies for the store in that direction; each domain's worker is bound to a cpu
 //   of its own. A throughput ratio per direction (1.0: as fast as memcpy); the headline is the
 //   worse one. The client actor lives in the store's domain, as the node's request and device
-//   actors do; `transfer_over_memcpy_thread_client_*` gives the same asked from a non-actor
+//   actors do; `host_transfer_over_memcpy_thread_client_*` gives the same asked from a non-actor
 //   thread, whose wake-ups it includes.
 // - block_ops_per_s: allocate (put), share (acquire), lookup (prefix index) and free, each a
 //   message round trip answered by the store or its index, pipelined from one client.
@@ -498,8 +503,8 @@ int run(int argc, char** argv) {
         auto ratio = triad::bench::median(memcpy_s[to]) / triad::bench::median(store_s[to]);
         out.metrics["transfer_gb_per_s" + name] = bytes / triad::bench::median(store_s[to]) / 1e9;
         out.metrics["memcpy_gb_per_s" + name] = bytes / triad::bench::median(memcpy_s[to]) / 1e9;
-        out.metrics["transfer_over_memcpy" + name] = ratio;
-        out.metrics["transfer_over_memcpy_thread_client" + name] =
+        out.metrics["host_transfer_over_memcpy" + name] = ratio;
+        out.metrics["host_transfer_over_memcpy_thread_client" + name] =
             triad::bench::median(memcpy_s[to]) / triad::bench::median(thread_s[to]);
         worst = to == 0 ? ratio : std::min(worst, ratio);
       }

@@ -530,6 +530,23 @@ private:
 
   // -- operations --
 
+  // Refuses a new operation (`bad`: its answer) when too many wait for space already.
+  template<class Reply>
+  bool crowded(Reply& bad) {
+    if (waiting_.size() < config_.max_waiting)
+      return false;
+    metrics_.refused_busy();
+    bad.busy = true;
+    bad.reason = "busy: " + std::to_string(waiting_.size()) + " operations wait for space";
+    return true;
+  }
+
+  // Why a pool cannot take a block now.
+  std::string full(location loc) const {
+    return "busy: pool '" + places_.name_of(loc) +
+           "' is full of blocks in use or pinned, and no tier below has room";
+  }
+
   caf::result<kv_reply> on_put(kv_put put) {
     kv_reply bad;
     auto found = places_.find(put.pool);
@@ -553,12 +570,8 @@ private:
                      std::to_string(config_.block_bytes);
         return bad;
       }
-    if (waiting_.size() >= config_.max_waiting) {
-      metrics_.refused_busy();
-      bad.busy = true;
-      bad.reason = "busy: " + std::to_string(waiting_.size()) + " operations wait for space";
+    if (crowded(bad))
       return bad;
-    }
     auto promise = make_response_promise<kv_reply>();
     auto state = std::make_shared<kv_put>(std::move(put));
     auto ids = std::make_shared<std::vector<block_id>>();
@@ -595,8 +608,7 @@ private:
               release(id, false); // the new ones stay cached, unreferenced
           kv_reply busy;
           busy.busy = true;
-          busy.reason = "busy: pool '" + places_.name_of(loc) +
-                        "' is full of blocks in use or pinned, and no tier below has room";
+          busy.reason = full(loc);
           promise.deliver(std::move(busy));
           return true;
         }
@@ -643,12 +655,8 @@ private:
       bad.reason = "reserve: 0 blocks; at least 1";
       return bad;
     }
-    if (waiting_.size() >= config_.max_waiting) {
-      metrics_.refused_busy();
-      bad.busy = true;
-      bad.reason = "busy: " + std::to_string(waiting_.size()) + " operations wait for space";
+    if (crowded(bad))
       return bad;
-    }
     const location loc = *found;
     auto promise = make_response_promise<kv_lease>();
     auto lease = std::make_shared<kv_lease>();
@@ -663,8 +671,7 @@ private:
             drop(id);
           kv_lease busy;
           busy.busy = true;
-          busy.reason = "busy: pool '" + places_.name_of(loc) +
-                        "' is full of blocks in use or pinned, and no tier below has room";
+          busy.reason = full(loc);
           promise.deliver(std::move(busy));
           return true;
         }
