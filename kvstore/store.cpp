@@ -542,7 +542,7 @@ private:
   }
 
   // Why a pool cannot take a block now.
-  std::string full(location loc) const {
+  std::string full_reason(location loc) const {
     return "busy: pool '" + places_.name_of(loc) +
            "' is full of blocks in use or pinned, and no tier below has room";
   }
@@ -608,7 +608,7 @@ private:
               release(id, false); // the new ones stay cached, unreferenced
           kv_reply busy;
           busy.busy = true;
-          busy.reason = full(loc);
+          busy.reason = full_reason(loc);
           promise.deliver(std::move(busy));
           return true;
         }
@@ -671,7 +671,7 @@ private:
             drop(id);
           kv_lease busy;
           busy.busy = true;
-          busy.reason = full(loc);
+          busy.reason = full_reason(loc);
           promise.deliver(std::move(busy));
           return true;
         }
