@@ -33,10 +33,11 @@ struct checksum_sums {
 };
 
 /// Adds the bytes `src`, found at byte offset `at` of their block (a multiple of 64), to
-/// `into`, and copies them to `dst` in the same pass when it is not null. Only the last run of
-/// a block may end inside a 64-byte stripe.
+/// `into`, and copies them to `dst` in the same pass when it is not null; `nontemporal`: with
+/// stores that bypass the caches (into 64-byte aligned memory), for bytes this core will not
+/// read again soon. Only the last run of a block may end inside a 64-byte stripe.
 void checksum_range(std::byte* dst, std::span<const std::byte> src, std::size_t at,
-                    checksum_sums& into) noexcept;
+                    checksum_sums& into, bool nontemporal = false) noexcept;
 
 /// The checksum of a block of `size` bytes from the sums of all its stripes:
 /// checksum_finish(sums over every byte, size) == block_checksum(bytes).
