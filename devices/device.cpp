@@ -189,8 +189,10 @@ public:
           }
         },
         [this](kv_leased_atom, seq_id id, std::shared_ptr<kv_stream>& stream) {
-          // Else (gone, or moved out already) the stream gives its blocks back.
-          if (auto* s = find(id); s != nullptr && s->stream_out && stream)
+          // Else (gone, finished, or its prompt already computed) the stream gives its blocks
+          // back: nothing would take it from the slot.
+          if (auto* s = find(id);
+              s != nullptr && s->stream_out && stream && !s->finished && s->generated == 0)
             s->stream_out->put(std::move(stream));
         },
         [this](step_done_atom, std::shared_ptr<detail::step_job>& job) { on_step(std::move(job)); },
@@ -591,6 +593,10 @@ private:
         if (s->stream_out) {
           mo.slot = s->stream_out;
           mo.tokens = s->tokens;
+          // What the done event the driver sends says came from caches (an earlier job may
+          // have attached them; this job's own attach, if any, is the driver's to tell).
+          mo.cached = s->cached;
+          mo.stored = s->cached - s->shared;
         }
         if (options_.prefix_cache) // the whole prompt is computed once the item has run
           mo.publish = s->tokens;
@@ -789,6 +795,8 @@ private:
         // driver before it streamed the pages, when they went through the tier's blocks), the
         // sequence goes.
         note_published(mo->publish);
+        if (s->stream_out)
+          s->stream_out->take(); // a lease that came too late gives its blocks back now
         if (mo->streamed)
           ++stats_.streamed_out;
         else
@@ -800,6 +808,7 @@ private:
     }
     settle_starved_imports();
     update_gauges();
+    job->move_outs.clear(); // no stream slot stays with the kept job object
     spare_job_ = std::move(job);
     schedule();
   }

@@ -15,7 +15,7 @@ kv_stream::~kv_stream() {
   if (!on_end_)
     return;
   std::vector<std::uint64_t> checksums;
-  if (complete() && !blocks_.empty()) {
+  if (complete() && !rejected_.load(std::memory_order_acquire) && !blocks_.empty()) {
     const auto size = blocks_.front().size();
     const auto g = groups_.size();
     checksums.reserve(pages_);
@@ -84,7 +84,8 @@ bool kv_stream::wait_for(std::size_t g, std::chrono::steady_clock::time_point de
   return wait_for_pieces((g + 1) * pages_, deadline);
 }
 
-bool kv_stream::wait_for_pieces(std::size_t n, std::chrono::steady_clock::time_point deadline) const {
+bool kv_stream::wait_for_pieces(std::size_t n,
+                                std::chrono::steady_clock::time_point deadline) const {
   // The sender copies one piece in microseconds: spin a while, then give the cpu away between
   // looks (on a machine whose cores are all busy, the sender may need this one).
   for (std::uint64_t spins = 0;; ++spins) {
@@ -111,12 +112,13 @@ expected<void> kv_stream::receive_group(std::size_t g, std::span<const std::span
                                          "layer group " +
                                              std::to_string(g) + " of page " + std::to_string(p));
     checksum_sums got;
-    checksum_range(pages[p].data() + r.offset, blocks_[p].subspan(r.offset, r.bytes), r.offset,
-                   got, true);
-    if (!(got == sums_[p * groups_.size() + g]))
-      return make_error(errc::corrupted, "kv stream: page " + std::to_string(p) +
-                                             ", layer group " + std::to_string(g) +
-                                             " does not match what was sent");
+    checksum_range(pages[p].data() + r.offset, blocks_[p].subspan(r.offset, r.bytes), r.offset, got,
+                   true);
+    if (!(got == sums_[p * groups_.size() + g])) {
+      reject();
+      return make_error(errc::corrupted, "kv stream: page " + std::to_string(p) + ", layer group " +
+                                             std::to_string(g) + " does not match what was sent");
+    }
   }
   return {};
 }

@@ -73,6 +73,8 @@ public:
                                    std::chrono::steady_clock::time_point::max()) const;
   /// Whether every group was published.
   bool complete() const noexcept;
+  /// Says the blocks' bytes failed a receiver's check: they are given back, not kept.
+  void reject() const noexcept { rejected_.store(true, std::memory_order_release); }
 
 private:
   std::vector<std::span<std::byte>> blocks_;
@@ -83,9 +85,10 @@ private:
   std::vector<page_range> groups_;
   bool wait_for_pieces(std::size_t n, std::chrono::steady_clock::time_point deadline) const;
 
-  std::vector<checksum_sums> sums_; // the sender's, per (page, group): page * groups + group
+  std::vector<checksum_sums> sums_;       // the sender's, per (page, group): page * groups + group
   std::atomic<std::size_t> published_{0}; // pieces in, group by group: g * pages + page + 1
   std::atomic<bool> aborted_{false};
+  mutable std::atomic<bool> rejected_{false};
 };
 
 /// Sends `seq`'s KV (its first `tokens.size()` tokens, `tokens` its tokens) from `be` through

@@ -36,7 +36,8 @@ struct block_rec {
   bool pinned = false;
   clock_type::time_point pin_deadline{};
   caf::actor actor;
-  bool busy = false;                        // being filled, moved or written
+  bool busy = false;   // being filled, moved or written
+  bool leased = false; // written in place by its lessee until sealed: never moved or evicted
   std::vector<std::function<void()>> after; // run once it is no longer busy
 };
 
@@ -208,7 +209,7 @@ private:
   eviction_policy& policy(location loc) { return *policies_[loc.entry()]; }
 
   bool evictable(const block_rec& b, clock_type::time_point now) const {
-    return !b.busy && !(b.pinned && b.pin_deadline > now);
+    return !b.busy && !b.leased && !(b.pinned && b.pin_deadline > now);
   }
 
   // Frees or starts freeing one place at `loc`: demote the least valuable block (per the
@@ -675,9 +676,12 @@ private:
           promise.deliver(std::move(busy));
           return true;
         }
+        // Not busy (a busy block makes others wait for it to become idle; a lease lasts as
+        // long as its stream): leased, which keeps it from moves and eviction, and unindexed,
+        // so nobody else can ask for it.
         auto& b = create(loc, root_hash, {}, false);
         b.refs = 1;
-        b.busy = true;
+        b.leased = true;
         lease->ids.push_back(b.id);
         lease->memory.push_back(where_is(b).memory);
       }
@@ -700,6 +704,7 @@ private:
         continue;
       auto& b = it->second;
       const auto at = i * bt;
+      b.leased = false;
       if (i >= checksums.size() || at >= tokens.size()) { // not written: given back
         b.refs = 0;
         drop(b.id);
@@ -722,11 +727,8 @@ private:
         --b.refs; // the writer's
       // The actor learns its block (a reused one knew another).
       caf::anon_send(b.actor, detail::block_assign_atom::value, b.id, where_is(b));
-      if (!b.indexed && b.refs == 0) { // a partial page or a copy: nobody can find it again
+      if (!b.indexed && b.refs == 0) // a partial page or a copy: nobody can find it again
         drop(b.id);
-        continue;
-      }
-      set_idle(b);
     }
     update_gauges();
     wake_waiters(); // the places given back

@@ -150,11 +150,14 @@ void step_job::export_if_ended(move_out& mo) {
   if (stream && sinks[mo.item]) {
     // Through the tier's blocks, a layer group at a time: the done event goes first, so the
     // request routes the sequence to its decode device while the groups are copied.
-    const auto length = be->length(seq);
+    // Cached tokens as the actor would report them: this job's attach, else an earlier one's.
+    const bool attached_now = r.cached[mo.item] != 0;
+    const auto cached = attached_now ? r.cached[mo.item] : mo.cached;
+    const auto stored = attached_now ? r.fetched[mo.item] : mo.stored;
     auto announce = [&] {
       kv_blob head;
       head.seq = seq;
-      head.tokens = length;
+      head.tokens = stream->tokens().size(); // begin has run: what the stream carries
       head.stream = stream;
       caf::anon_send(sinks[mo.item],
                      device_event{seq,
@@ -162,9 +165,9 @@ void step_job::export_if_ended(move_out& mo) {
                                   {},
                                   generated[mo.item] + static_cast<std::uint32_t>(sampled.size()),
                                   mo.reason,
-                                  static_cast<std::uint32_t>(r.cached[mo.item]),
+                                  static_cast<std::uint32_t>(cached),
                                   std::move(head),
-                                  static_cast<std::uint32_t>(r.fetched[mo.item])});
+                                  static_cast<std::uint32_t>(stored)});
     };
     if (send_kv(*be, seq, std::move(mo.tokens), *stream, announce)) {
       mo.streamed = true; // the receiver holds the stream now

@@ -165,6 +165,8 @@ struct step_job {
     // copied.
     std::shared_ptr<stream_slot> slot;
     std::vector<token> tokens;
+    std::size_t cached = 0; // prompt tokens attached from caches before this job
+    std::size_t stored = 0; // of those, from the tier below
     bool streamed = false;
   };
   std::vector<move_out> move_outs;

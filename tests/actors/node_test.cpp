@@ -399,6 +399,8 @@ BOOST_AUTO_TEST_CASE(a_stream_damaged_in_the_store_is_never_used_and_is_recomput
   BOOST_TEST(stats_of(*n, "decode0").streamed_in == 0u);
   BOOST_TEST(damaged.first == as_blob.first);
   BOOST_TEST(device_sequences(*n) == 0u);
+  // The damaged blocks were given back, not kept for later prompts.
+  BOOST_TEST(store_stats(*n).blocks == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(without_a_kv_store_an_evicted_page_is_computed_again) {

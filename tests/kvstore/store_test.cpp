@@ -553,4 +553,22 @@ BOOST_AUTO_TEST_CASE(a_lease_sealed_without_checksums_gives_every_block_back) {
   BOOST_TEST(bad.reason.find("gpu9") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_lease_larger_than_the_room_left_is_refused_at_once_and_holds_nothing) {
+  start(config({{"host0", triad::tier::host, 0, 4}}));
+  auto first = ask<triad::kv_lease>(kv.store, triad::kv_reserve_atom::value, std::string{"host0"},
+                                    std::uint32_t{3});
+  BOOST_REQUIRE_MESSAGE(first.ok, first.reason);
+  // Three of four places are leased (never evicted): a second lease of three cannot be had,
+  // and says so instead of waiting for the first to end.
+  auto second = ask<triad::kv_lease>(kv.store, triad::kv_reserve_atom::value,
+                                     std::string{"host0"}, std::uint32_t{3});
+  BOOST_TEST(!second.ok);
+  BOOST_TEST(second.busy);
+  BOOST_TEST(second.reason.find("host0") != std::string::npos);
+  // What it took is back: the one free place takes a put at once.
+  auto r = put("host0", tokens(block_tokens, 0), {payload(9)});
+  BOOST_TEST(r.ok);
+  BOOST_TEST(stats().blocks == 4u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
