@@ -131,6 +131,13 @@ public:
     (void)seq;
     return {};
   }
+  /// Modelled seconds one layer group of `pages` pages takes over the device's link, in or out
+  /// (a stream waits that long per group on each side, so the overlap of the two hops comes
+  /// out of the two links); 0: no modelled time (a real backend's copies take their own).
+  virtual double stream_group_seconds(std::size_t pages) const {
+    (void)pages;
+    return 0;
+  }
   /// Creates `seq` (not known) holding `length` tokens whose KV the caller then writes into
   /// page_memory (a stream). errc::exhausted when the pages do not fit.
   virtual expected<void> reserve_kv(seq_id seq, std::size_t length) {

@@ -140,8 +140,15 @@ expected<void> send_kv(backend& be, seq_id seq, std::vector<token> tokens, kv_st
   if (auto ok = stream.begin(std::move(tokens), n, std::move(groups)); !ok)
     return ok;
   announce();
-  for (std::size_t g = 0; g < count; ++g)
+  const auto start = std::chrono::steady_clock::now();
+  const std::chrono::duration<double> per_group{be.stream_group_seconds(n)};
+  for (std::size_t g = 0; g < count; ++g) {
+    if (per_group.count() > 0) // a modelled link: a group is out once its time has passed
+      std::this_thread::sleep_until(
+          start +
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>((g + 1) * per_group));
     stream.send_group(g, std::span<const std::span<std::byte>>{pages.data(), n});
+  }
   return {};
 }
 
@@ -158,12 +165,21 @@ expected<void> receive_kv(backend& be, seq_id seq, const kv_stream& stream,
   if (auto ok = be.reserve_kv(seq, stream.tokens().size()); !ok)
     return ok;
   auto pages = be.page_memory(seq);
-  const auto deadline = std::chrono::steady_clock::now() + patience;
-  for (std::size_t g = 0; g < stream.groups().size(); ++g)
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + patience;
+  const std::chrono::duration<double> per_group{be.stream_group_seconds(stream.pages())};
+  auto ready = start; // a modelled link: a group comes in its time after the one before
+  for (std::size_t g = 0; g < stream.groups().size(); ++g) {
     if (auto ok = stream.receive_group(g, pages, deadline); !ok) {
       be.free(seq);
       return ok;
     }
+    if (per_group.count() > 0) {
+      ready = std::max(ready, std::chrono::steady_clock::now()) +
+              std::chrono::duration_cast<std::chrono::steady_clock::duration>(per_group);
+      std::this_thread::sleep_until(ready);
+    }
+  }
   return {};
 }
 

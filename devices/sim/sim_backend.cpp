@@ -49,6 +49,7 @@ expected<std::unique_ptr<sim_backend>> sim_backend::create(sim_backend_options o
                                                   " bytes holds no page of " +
                                                   std::to_string(self->page_bytes_) + " bytes");
   self->table_.emplace(pages_total, options.page_tokens);
+  self->page_tokens_mem_.assign(pages_total * options.page_tokens, 0);
   auto* sim = self.get();
   self->table_->on_evict([sim](std::uint32_t, kv_page out) {
     if (sim->evicted_ == nullptr)
@@ -82,6 +83,7 @@ expected<step_output> sim_backend::step(std::span<const step_item> items) {
   step_output out;
   for (const auto& item : items) {
     auto len = table_->length(item.seq) + item.tokens.size();
+    write_tokens(item.seq, len - item.tokens.size(), item.tokens);
     table_->set_length(item.seq, len);
     last_token_[item.seq] = item.tokens.back();
     // Simulated logits: noise plus one clear peak, a pure function of (last token, position).
@@ -158,6 +160,8 @@ expected<void> sim_backend::append_pages(seq_id seq, std::span<const kv_page> pa
     return make_error(errc::exhausted, "sim append: no room for " + std::to_string(pages.size()) +
                                            " pages: " + ok.error().message);
   table_->set_length(seq, new_length);
+  for (std::size_t p = 0, at = length; p < pages.size(); at += pages[p].tokens.size(), ++p)
+    write_tokens(seq, at, pages[p].tokens);
   last_token_[seq] = pages.back().tokens.back();
   if (options_.time_scale > 0 && options_.profile.link_bandwidth > 0) {
     double bytes = static_cast<double>(*added) *
@@ -180,6 +184,56 @@ expected<std::vector<kv_page>> sim_backend::export_pages(seq_id seq,
     out.push_back(std::move(identity));
   }
   return out;
+}
+
+void sim_backend::write_tokens(seq_id seq, std::size_t at, std::span<const token> tokens) {
+  const auto* held = table_->pages(seq);
+  const auto pt = options_.page_tokens;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto pos = at + i;
+    if (held == nullptr || pos / pt >= held->size())
+      return;
+    page_tokens_mem_[(*held)[pos / pt] * pt + pos % pt] = tokens[i];
+  }
+}
+
+std::vector<page_range> sim_backend::stream_groups() const {
+  const unsigned groups = std::min(8u, std::max(1u, options_.shape.layers));
+  std::vector<page_range> out{{0, page_payload_bytes()}};
+  for (unsigned g = 1; g < groups; ++g)
+    out.push_back({page_payload_bytes(), 0});
+  return out;
+}
+
+std::vector<std::span<std::byte>> sim_backend::page_memory(seq_id seq) {
+  std::vector<std::span<std::byte>> out;
+  if (const auto* held = table_->pages(seq))
+    for (auto page : *held)
+      out.emplace_back(
+          reinterpret_cast<std::byte*>(page_tokens_mem_.data() +
+                                       static_cast<std::size_t>(page) * options_.page_tokens),
+          page_payload_bytes());
+  return out;
+}
+
+expected<void> sim_backend::reserve_kv(seq_id seq, std::size_t length) {
+  if (table_->pages(seq) != nullptr)
+    return make_error(errc::invalid_argument,
+                      "sim: sequence " + std::to_string(seq) + " exists already");
+  std::pair<seq_id, std::size_t> want{seq, length};
+  if (auto ok = table_->reserve({&want, 1}); !ok)
+    return make_error(errc::exhausted, "sim: " + ok.error().message);
+  table_->set_length(seq, length);
+  last_token_[seq] = 0; // the step past the KV brings the next token
+  return {};
+}
+
+double sim_backend::stream_group_seconds(std::size_t pages) const {
+  if (options_.time_scale <= 0 || options_.profile.link_bandwidth <= 0)
+    return 0;
+  const double bytes = static_cast<double>(pages) * static_cast<double>(page_bytes_) /
+                       static_cast<double>(stream_groups().size());
+  return bytes / options_.profile.link_bandwidth / options_.time_scale;
 }
 
 void sim_backend::free(seq_id seq) {

@@ -53,6 +53,13 @@ public:
   expected<void> append_pages(seq_id seq, std::span<const kv_page> pages) override;
   expected<std::vector<kv_page>> export_pages(seq_id seq,
                                               std::span<const token> tokens) const override;
+  /// SIMULATED: up to 8 layer groups; the first carries the page's bytes (its tokens), the
+  /// others none, and each takes its share of the modelled KV bytes' time over the link
+  /// (stream_group_seconds).
+  std::vector<page_range> stream_groups() const override;
+  std::vector<std::span<std::byte>> page_memory(seq_id seq) override;
+  expected<void> reserve_kv(seq_id seq, std::size_t length) override;
+  double stream_group_seconds(std::size_t pages) const override;
 
   /// The roofline estimate of the most recent step.
   const step_cost& last_cost() const noexcept { return last_cost_; }
@@ -67,6 +74,11 @@ private:
   std::unordered_map<seq_id, token> last_token_;
   step_cost last_cost_;
   std::vector<kv_page>* evicted_ = nullptr; // where evicted pages go while capturing
+  // What a sim page holds for a stream: its tokens, written as they are computed or appended
+  // (page_tokens per page, by page id).
+  std::vector<std::int32_t> page_tokens_mem_;
+
+  void write_tokens(seq_id seq, std::size_t at, std::span<const token> tokens);
 };
 
 } // namespace triad

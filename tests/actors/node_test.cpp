@@ -403,6 +403,28 @@ BOOST_AUTO_TEST_CASE(a_stream_damaged_in_the_store_is_never_used_and_is_recomput
   BOOST_TEST(store_stats(*n).blocks == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(sim_devices_stream_their_kv_through_the_store_too) {
+  auto sim = [](std::uint64_t host_mib) {
+    auto config = triad::zero_time_sim_config({{"prefill0", triad::device_role::prefill},
+                                               {"decode0", triad::device_role::decode}});
+    config.kvstore.host_mib = host_mib;
+    auto n = triad::node::start(config);
+    BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+    return std::move(*n);
+  };
+  auto n = sim(16);
+  auto plain = sim(0);
+  auto through_store = complete(*n, long_prompt('c'));
+  auto as_blob = complete(*plain, long_prompt('c'));
+  // A sim page's bytes are its tokens: they go through the blocks and are checked like a cpu
+  // device's KV; the (simulated) answer is the one the blob transfer gives.
+  BOOST_TEST(stats_of(*n, "prefill0").streamed_out == 1u);
+  BOOST_TEST(stats_of(*n, "decode0").streamed_in == 1u);
+  BOOST_TEST(stats_of(*n, "decode0").stream_recomputes == 0u);
+  BOOST_TEST(through_store.first == as_blob.first);
+  BOOST_TEST(store_stats(*n).blocks == 12u);
+}
+
 BOOST_AUTO_TEST_CASE(without_a_kv_store_an_evicted_page_is_computed_again) {
   auto n = small_memory_node(0);
   BOOST_TEST(n->kv() == nullptr);

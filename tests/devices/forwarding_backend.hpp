@@ -42,6 +42,16 @@ public:
                                               std::span<const token> tokens) const override {
     return inner_->export_pages(s, tokens);
   }
+  std::vector<page_range> stream_groups() const override { return inner_->stream_groups(); }
+  std::vector<std::span<std::byte>> page_memory(seq_id s) override {
+    return inner_->page_memory(s);
+  }
+  expected<void> reserve_kv(seq_id s, std::size_t length) override {
+    return inner_->reserve_kv(s, length);
+  }
+  double stream_group_seconds(std::size_t pages) const override {
+    return inner_->stream_group_seconds(pages);
+  }
 
 protected:
   std::unique_ptr<backend> inner_; ///< the backend doing the work
