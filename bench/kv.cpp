@@ -4,6 +4,10 @@
 //   layer groups (send_kv and receive_kv on two threads bound to the two cpus, each piece
 //   checked), against memcpy of the same pages between the same two memories on the receiving
 //   cpu; both directions, the headline is the worse.
+// - sim_stream_over_two_hops (metric): the same path between two simulated devices (an H200
+//   prefill device, an SN40L decode device, llama3-8b's KV for 4096 tokens): the wall time in
+//   modelled seconds against the two links' times one after the other, beside the pipelined
+//   bound (the slower hop plus one group of the faster).
 // - host_transfer_over_memcpy: blocks of the `small` preset's size moved between the host pools of
 //   two domains through the store (a client actor's request, the store, the destination
 //   domain's movers, checked copies, the answer) against memcpy of the same bytes between two
@@ -48,6 +52,8 @@
 #include "devices/kv_stream.hpp"
 #include "devices/model.hpp"
 #include "devices/prefix_hash.hpp"
+#include "devices/sim/profile.hpp"
+#include "devices/sim/sim_backend.hpp"
 #include "devices/tokenizer.hpp"
 #include "kvstore/store.hpp"
 #include "runtime/main_guard.hpp"
@@ -621,6 +627,93 @@ int run(int argc, char** argv) {
       out.metrics["live_transfer_pages"] = seq_pages;
       out.metrics["live_transfer_layer_groups"] = sender->stream_groups().size();
       out.ratios["transfer_over_memcpy"] = worst;
+      caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
+      self->wait_for(kv.store);
+      settle(*node.domains, idle);
+    }
+
+    // The same path between two simulated devices (SIMULATED links): an H200 prefill device
+    // and an SN40L decode device, llama3-8b's KV, each layer group waiting its share of the KV
+    // bytes' time over each device's link. The wall time against the two hops one after the
+    // other says how much of them overlapped.
+    {
+      auto shape = triad::model_preset("llama3-8b");
+      auto h200 = triad::builtin_profile("h200");
+      auto sn40l = triad::builtin_profile("sn40l");
+      if (!shape || !h200 || !sn40l)
+        throw std::runtime_error("sim stream: a preset or profile is missing");
+      const std::size_t pt = block_tokens;
+      const std::size_t seq_pages = 256; // a 4096-token prompt
+      const double time_scale = 0.05; // modelled seconds run 20 times as long: sleeps above noise
+      auto make = [&](const triad::device_profile& prof) {
+        triad::sim_backend_options o;
+        o.shape = *shape;
+        o.profile = prof;
+        o.page_tokens = pt;
+        o.time_scale = time_scale;
+        o.kv_budget_bytes = static_cast<std::uint64_t>(seq_pages + 8) * pt *
+                            shape->kv_bytes_per_token(triad::dtype::bf16);
+        auto b = triad::sim_backend::create(o);
+        if (!b)
+          throw std::runtime_error(b.error().message);
+        return std::move(*b);
+      };
+      auto sender = make(*h200);
+      auto receiver = make(*sn40l);
+      const std::size_t sim_block = sender->page_payload_bytes();
+      auto kv = start_store(node, pt, sim_block, seq_pages + 1);
+      std::vector<triad::token> toks(seq_pages * pt, 7);
+      if (auto ok = sender->reserve_kv(1, toks.size()); !ok) // the prefilled prompt's pages
+        throw std::runtime_error(ok.error().message);
+      auto lease =
+          ask<triad::kv_lease>(self, kv.store, triad::kv_reserve_atom::value, std::string{"host1"},
+                               static_cast<std::uint32_t>(seq_pages));
+      if (!lease.ok)
+        throw std::runtime_error("lease: " + lease.reason);
+      auto ids = lease.ids;
+      auto stream = std::make_shared<triad::kv_stream>(
+          std::move(lease.memory),
+          [to = kv.store, ids](std::vector<std::uint64_t> sums, std::vector<triad::token> tk) {
+            caf::anon_send(to, triad::kv_seal_atom::value, ids, std::move(tk), std::move(sums));
+          });
+      std::atomic<bool> announced{false};
+      triad::expected<void> got{}, sent{};
+      clock_type::time_point start, end;
+      std::thread recv{[&] {
+        while (!announced.load(std::memory_order_acquire))
+          std::this_thread::yield();
+        got = triad::receive_kv(*receiver, 2, *stream);
+        end = clock_type::now();
+      }};
+      start = clock_type::now();
+      sent = triad::send_kv(*sender, 1, toks, *stream,
+                            [&] { announced.store(true, std::memory_order_release); });
+      if (!sent) {
+        stream->abort();
+        announced.store(true);
+      }
+      recv.join();
+      if (!sent || !got)
+        throw std::runtime_error("sim stream: " +
+                                 (!sent ? sent.error().message : got.error().message));
+      const auto groups = sender->stream_groups().size();
+      const double out_s = sender->stream_group_seconds(seq_pages) * groups * time_scale;
+      const double in_s = receiver->stream_group_seconds(seq_pages) * groups * time_scale;
+      const double wall_s = std::chrono::duration<double>(end - start).count() * time_scale;
+      out.metrics["sim_stream_out_seconds"] = out_s; // modelled seconds
+      out.metrics["sim_stream_in_seconds"] = in_s;
+      out.metrics["sim_stream_seconds"] = wall_s;
+      out.metrics["sim_stream_layer_groups"] = groups;
+      out.metrics["sim_stream_kv_bytes"] =
+          static_cast<double>(seq_pages * pt) * shape->kv_bytes_per_token(triad::dtype::bf16);
+      // 1: no overlap (one hop after the other); the pipelined bound is the slower hop plus
+      // one group of the faster.
+      out.metrics["sim_stream_over_two_hops"] = wall_s / (out_s + in_s);
+      out.metrics["sim_stream_pipelined_bound_over_two_hops"] =
+          (std::max(out_s, in_s) + std::min(out_s, in_s) / static_cast<double>(groups)) /
+          (out_s + in_s);
+      stream.reset();
       caf::anon_send_exit(kv.store, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(kv.index, caf::exit_reason::user_shutdown);
       self->wait_for(kv.store);
