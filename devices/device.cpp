@@ -32,6 +32,9 @@ struct device_metrics {
   counter* cached = nullptr;
   counter* tier_tokens = nullptr;
   counter* spilled = nullptr;
+  counter* streamed_out = nullptr;
+  counter* streamed_in = nullptr;
+  counter* stream_recomputes = nullptr;
 
   void attach(metrics_registry& r, const std::string& name) {
     labels l{{"device", name}};
@@ -52,6 +55,13 @@ struct device_metrics {
                                      "prompt tokens whose KV pages came from the KV store", l));
     spilled = take(r.add_counter("triad_device_kv_spilled_pages_total",
                                  "evicted prefix pages handed to the KV store", l));
+    streamed_out = take(r.add_counter("triad_device_kv_streamed_out_total",
+                                      "sequences whose KV left through the KV store's blocks", l));
+    streamed_in = take(r.add_counter("triad_device_kv_streamed_in_total",
+                                     "sequences whose KV came through the KV store's blocks", l));
+    stream_recomputes =
+        take(r.add_counter("triad_device_kv_stream_recomputes_total",
+                           "KV streams found damaged or broken off; their tokens computed", l));
     step_seconds = take(
         r.add_histogram("triad_device_step_seconds", "step time", default_duration_buckets(), l));
   }
@@ -672,6 +682,8 @@ private:
       }
       if (im.recomputed) { // a stream that could not be used: its tokens were computed
         ++stats_.stream_recomputes;
+        if (metrics_.stream_recomputes != nullptr)
+          metrics_.stream_recomputes->inc();
         s->import_tokens = 0;
       } else if (!im.error.empty()) {
         emit(*s, device_event::failed, "KV import failed: " + im.error);
@@ -679,6 +691,8 @@ private:
         continue;
       } else if (im.blob && im.blob->stream) {
         ++stats_.streamed_in;
+        if (metrics_.streamed_in != nullptr)
+          metrics_.streamed_in->inc();
       }
       s->computed = s->import_tokens;       // the tokens past it are counted below
       if (s->state == seq_state::importing) // else parked meanwhile
@@ -797,9 +811,11 @@ private:
         note_published(mo->publish);
         if (s->stream_out)
           s->stream_out->take(); // a lease that came too late gives its blocks back now
-        if (mo->streamed)
+        if (mo->streamed) {
           ++stats_.streamed_out;
-        else
+          if (metrics_.streamed_out != nullptr)
+            metrics_.streamed_out->inc();
+        } else
           emit(*s, device_event::done, mo->reason, {}, std::move(mo->blob));
         seqs_.erase(r.seqs[i]);
       } else if (ended != nullptr) {

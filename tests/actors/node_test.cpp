@@ -374,6 +374,9 @@ BOOST_AUTO_TEST_CASE(a_prompt_moves_to_its_decode_device_through_the_store_in_la
   BOOST_TEST(stats_of(*n, "decode0").streamed_in == 1u);
   BOOST_TEST(stats_of(*n, "decode0").stream_recomputes == 0u);
   BOOST_TEST(stats_of(*plain, "decode0").streamed_in == 0u);
+  auto text = n->metrics().render();
+  BOOST_TEST(text.find("triad_device_kv_streamed_in_total{device=\"decode0\"} 1") !=
+             std::string::npos);
   BOOST_TEST(through_store.first == as_blob.first);
   BOOST_TEST(through_store.second.prefill_tokens == as_blob.second.prefill_tokens);
   // The full blocks stay in the host tier, sealed (the partial last one is given back).
@@ -405,8 +408,8 @@ BOOST_AUTO_TEST_CASE(a_stream_damaged_in_the_store_is_never_used_and_is_recomput
 
 BOOST_AUTO_TEST_CASE(sim_devices_stream_their_kv_through_the_store_too) {
   auto sim = [](std::uint64_t host_mib) {
-    auto config = triad::zero_time_sim_config({{"prefill0", triad::device_role::prefill},
-                                               {"decode0", triad::device_role::decode}});
+    auto config = triad::zero_time_sim_config(
+        {{"prefill0", triad::device_role::prefill}, {"decode0", triad::device_role::decode}});
     config.kvstore.host_mib = host_mib;
     auto n = triad::node::start(config);
     BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
