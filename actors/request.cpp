@@ -729,8 +729,10 @@ private:
 
   // ---- endings ------------------------------------------------------------------------------
 
-  // Ends with done; with keep_kv, after copying the KV out of the device that holds it (should
-  // that fail, the next turn recomputes it).
+  // Ends with done; with keep_kv, after the KV left the device that holds it: with a KV store,
+  // into the store as blocks (the full ones shared and found again by the next turn's prompt,
+  // under the store's budget, ageing out by tier when the session idles); without one, copied
+  // out into the conversation. Should that fail, the next turn recomputes it.
   void finish(finish_reason reason) {
     auto* h = decode_.seq != 0 ? &decode_ : prefill_.seq != 0 ? &prefill_ : nullptr;
     request_event ev;
@@ -738,6 +740,27 @@ private:
     ev.finish = reason;
     if (!req_.keep_kv || h == nullptr)
       return end(std::move(ev));
+    if (ctx_->tier) {
+      auto held = *h;
+      h->seq = 0; // the device lets go of the sequence with the demotion (the slot stays held)
+      ++awaiting_;
+      request(held.device, caf::infinite, demote_atom::value, held.seq, std::uint32_t{1})
+          .then(
+              [this, ev](kv_kept& k) mutable {
+                --awaiting_;
+                stored_tokens_ = k.tokens;
+                if (!k.blocks.empty()) // not held: cached like any page, evicted by pressure
+                  ctx_->tier->release(std::move(k.blocks));
+                end(std::move(ev)); // or, ended meanwhile, leaves now
+                leave_when_settled();
+              },
+              [this, ev](caf::error&) mutable {
+                --awaiting_;
+                end(std::move(ev));
+                leave_when_settled();
+              });
+      return;
+    }
     request(h->device, caf::infinite, export_atom::value, h->seq)
         .then(
             [this, ev](kv_blob& blob) mutable {
@@ -769,6 +792,7 @@ private:
       auto state = std::make_shared<conversation_state>();
       state->tokens = tokens_;
       state->kv = std::move(kept_kv_);
+      state->stored_tokens = stored_tokens_;
       ev.conversation = std::move(state);
     }
     auto last = kind == request_event::done  ? request_state::done
@@ -852,6 +876,7 @@ private:
   bool pin_expired_ = false; // the pinned KV moved to the store during this call
   coarse_timers::key pin_timer_ = 0; // the pin TTL armed for this call (0: none)
   std::optional<kv_blob> kept_kv_;   // keep_kv: the KV exported at the end
+  std::uint64_t stored_tokens_ = 0;  // keep_kv with a store: tokens whose KV went into it
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;
   std::vector<token> call_;     // tokens of the tool call being written
   std::vector<token> appended_; // the tool result's tokens, until they are sent

@@ -34,6 +34,9 @@ class tool_service;
 struct conversation_state {
   std::vector<token> tokens; ///< every token so far (prompt, generated, tool results)
   std::optional<kv_blob> kv; ///< the KV of a prefix of `tokens` (none: recompute all)
+  /// With a KV store: tokens of `tokens` whose KV went into the store as blocks (the next turn
+  /// finds the full pages there by its prompt, unless pressure moved them out meanwhile).
+  std::uint64_t stored_tokens = 0;
 };
 
 /// One LLM call of an agent: a conversation to continue, possibly through tool calls.

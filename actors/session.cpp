@@ -49,7 +49,7 @@ public:
         [this](session_info_atom) {
           auto out = info_;
           out.context_tokens = prior_ ? prior_->tokens.size() : 0;
-          out.cached_tokens = prior_ && prior_->kv ? prior_->kv->tokens : 0;
+          out.cached_tokens = !prior_ ? 0 : prior_->kv ? prior_->kv->tokens : prior_->stored_tokens;
           return out;
         },
     };

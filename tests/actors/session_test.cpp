@@ -52,27 +52,49 @@ triad::session_options options(bool keep_kv) {
 
 BOOST_AUTO_TEST_SUITE(session)
 
-BOOST_AUTO_TEST_CASE(a_session_keeps_its_kv_so_a_turn_prefills_only_its_new_message) {
-  auto n = triad::test::start_node();
-  auto s = n->open_session(options(true));
-  auto first = run_turn(*n, s, turn("List the failing tests.", 6));
+// Two turns of a session that keeps its KV; the second turn's usage.
+triad::request_event two_turns(triad::node& n, triad::request_event& first) {
+  auto s = n.open_session(options(true));
+  first = run_turn(n, s, turn("List the failing tests.", 6));
   BOOST_REQUIRE_MESSAGE(first.kind == triad::request_event::done, first.message);
-  auto after_first = info(*n, s);
+  auto after_first = info(n, s);
   BOOST_TEST(after_first.turns == 1u);
   BOOST_TEST(after_first.cached_tokens > 0u);
-
-  triad::chat_message next{"user", "Fix the first one."};
-  auto second = run_turn(*n, s, turn(next.content, 5));
+  auto second = run_turn(n, s, turn("Fix the first one.", 5));
   BOOST_REQUIRE_MESSAGE(second.kind == triad::request_event::done, second.message);
-  // New tokens only: the EOS the first turn ended with (sampled, never computed) and this turn.
-  BOOST_TEST(second.usage.prefill_tokens == triad::render_turn({next}).size() + 1);
-  auto after = info(*n, s);
+  auto after = info(n, s);
   BOOST_TEST(after.turns == 2u);
   BOOST_TEST(after.prefill_tokens == after_first.prefill_tokens + second.usage.prefill_tokens);
   BOOST_TEST(after.completion_tokens ==
              first.usage.completion_tokens + second.usage.completion_tokens);
   BOOST_TEST(after.context_tokens == second.conversation->tokens.size());
   BOOST_TEST(after.device_s > 0.0);
+  return second;
+}
+
+BOOST_AUTO_TEST_CASE(a_session_keeps_its_kv_in_the_store_so_a_turn_prefills_only_what_is_new) {
+  auto n = triad::test::start_node();
+  triad::request_event first;
+  auto second = two_turns(*n, first);
+  // The conversation's KV went into the store as blocks, not into the session: the second
+  // turn's prompt found its full pages there, and computed the rest (the last partial page,
+  // the EOS the first turn ended with, this turn) and, on the decode device, the token the
+  // prefill device chose.
+  BOOST_TEST(!first.conversation->kv.has_value());
+  BOOST_TEST(first.conversation->stored_tokens > 0u);
+  BOOST_TEST(second.usage.cached_tokens == first.conversation->stored_tokens / 16 * 16);
+  BOOST_TEST(second.usage.prefill_tokens ==
+             second.usage.prompt_tokens - second.usage.cached_tokens + 1);
+}
+
+BOOST_AUTO_TEST_CASE(without_a_kv_store_a_session_keeps_its_kv_as_bytes) {
+  auto n = triad::test::start_node({}, [](triad::node_config& c) { c.kvstore.host_mib = 0; });
+  triad::request_event first;
+  auto second = two_turns(*n, first);
+  // New tokens only: the EOS the first turn ended with (sampled, never computed) and this turn.
+  BOOST_TEST(first.conversation->kv.has_value());
+  triad::chat_message next{"user", "Fix the first one."};
+  BOOST_TEST(second.usage.prefill_tokens == triad::render_turn({next}).size() + 1);
 }
 
 BOOST_AUTO_TEST_CASE(without_kept_kv_every_turn_prefills_the_conversation_again) {
