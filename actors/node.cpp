@@ -1,5 +1,6 @@
 #include "actors/node.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 
 #include <caf/all.hpp>
@@ -238,6 +239,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
         config.model.context_tokens != 0 ? config.model.context_tokens : shape->max_context;
   ctx->metrics = request_metrics::attach(n->metrics_);
   ctx->tier = n->kv_tier_;
+  ctx->sessions_in_store = n->kv_tier_ && std::all_of(n->reports_.begin(), n->reports_.end(),
+                                                      [](const auto& r) { return r.kv_store; });
   ctx->durations = std::make_shared<tool_durations>();
   ctx->timers = std::make_shared<coarse_timers>();
   n->context_ = std::move(ctx);

@@ -446,6 +446,12 @@ private:
     });
   }
 
+  // Tokens of `n` in whole pages (what a prompt's page chain can find in the store).
+  std::uint64_t full_pages(std::uint64_t n) const {
+    const auto pt = std::max<std::size_t>(1, ctx_->page_tokens);
+    return n / pt * pt;
+  }
+
   // Lets go of the blocks kept at the last demotion (a later one keeps its own).
   void release_kept() {
     if (ctx_->tier && !kept_.blocks.empty())
@@ -493,8 +499,9 @@ private:
     }
     if (from_prefill && !mono) {
       if (ended_ || left() == 0) {
-        if (moved && req_.keep_kv &&
-            !moved->stream) // a stream holds store blocks: not for a session
+        if (moved && req_.keep_kv && moved->stream) // sealed into the store by the stream
+          stored_tokens_ = full_pages(moved->tokens);
+        else if (moved && req_.keep_kv)
           kept_kv_ = std::move(moved);
         return finish(ended_ ? finish_reason::stop : finish_reason::length);
       }
@@ -740,7 +747,7 @@ private:
     ev.finish = reason;
     if (!req_.keep_kv || h == nullptr)
       return end(std::move(ev));
-    if (ctx_->tier) {
+    if (ctx_->sessions_in_store) {
       auto held = *h;
       h->seq = 0; // the device lets go of the sequence with the demotion (the slot stays held)
       ++awaiting_;
@@ -748,9 +755,10 @@ private:
           .then(
               [this, ev](kv_kept& k) mutable {
                 --awaiting_;
-                stored_tokens_ = k.tokens;
-                if (!k.blocks.empty()) // not held: cached like any page, evicted by pressure
-                  ctx_->tier->release(std::move(k.blocks));
+                // The full pages, which the next turn's prompt finds; the blocks are not held
+                // (their pin is a millisecond's: cached like any page, evicted by pressure).
+                if (!k.blocks.empty())
+                  stored_tokens_ = full_pages(k.tokens);
                 end(std::move(ev)); // or, ended meanwhile, leaves now
                 leave_when_settled();
               },

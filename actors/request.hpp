@@ -177,6 +177,10 @@ struct request_context {
   /// request's KV there across a tool call (blocks it holds and releases), instead of a copy
   /// on the request actor.
   std::shared_ptr<kv_tier> tier;
+  /// Whether every device is connected to `tier` (a prefix cache, pages of the store's size):
+  /// only then does a session's KV wait between turns as store blocks, found again by the
+  /// next turn's prompt; else it rides on the conversation as bytes.
+  bool sessions_in_store = false;
   /// Recent durations per tool (the pin policy's TTL); null: every TTL is pin_ttl_max.
   std::shared_ptr<tool_durations> durations;
   /// Where pin TTLs are armed (null: pins have no TTL); shared, so a request actor that ends

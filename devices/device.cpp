@@ -193,17 +193,17 @@ public:
             return;
           if (!pages.empty())
             s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
-          if (s->state == seq_state::fetching) { // else parked meanwhile: resume schedules it
-            s->state = seq_state::waiting;
-            schedule();
-          }
+          tier_answered(*s);
         },
         [this](kv_leased_atom, seq_id id, std::shared_ptr<kv_stream>& stream) {
           // Else (gone, finished, or its prompt already computed) the stream gives its blocks
           // back: nothing would take it from the slot.
-          if (auto* s = find(id);
-              s != nullptr && s->stream_out && stream && !s->finished && s->generated == 0)
+          auto* s = find(id);
+          if (s == nullptr)
+            return;
+          if (s->stream_out && stream && !s->finished && s->generated == 0)
             s->stream_out->put(std::move(stream));
+          tier_answered(*s);
         },
         [this](step_done_atom, std::shared_ptr<detail::step_job>& job) { on_step(std::move(job)); },
     };
@@ -230,7 +230,21 @@ private:
     std::uint64_t import_tokens = 0; // importing, once in a job: the tokens its KV covers
     // Moving out when done: where the tier's blocks for its KV to stream through arrive.
     std::shared_ptr<detail::stream_slot> stream_out;
+    // Answers of the tier below (a fetch of its pages, a lease of blocks to stream through)
+    // it waits for in `fetching` before its prompt is computed.
+    std::uint8_t tier_answers_due = 0;
   };
+
+  // One answer of the tier below came for `s`: once none is due, a fetching sequence may run
+  // (a parked one resumes when told).
+  void tier_answered(sequence& s) {
+    if (s.tier_answers_due > 0)
+      --s.tier_answers_due;
+    if (s.tier_answers_due == 0 && s.state == seq_state::fetching) {
+      s.state = seq_state::waiting;
+      schedule();
+    }
+  }
 
   // Answers the sequence's KV as bytes, copied out on the driver; with `then_free`, the sequence
   // is dropped behind the copy (the driver runs the two jobs in order).
@@ -361,9 +375,12 @@ private:
     s.import = std::move(import);
     s.req = std::move(req);
     if (tier_ && s.req.move_out_when_done && streams_) {
-      // Blocks of the tier for its KV to stream through when it moves out, asked for now; the
-      // driver takes them from the slot when the prompt is computed (not there yet: a blob).
+      // Blocks of the tier for its KV to stream through when it moves out, asked for now and
+      // waited for (a round trip to the store, against a prompt's compute): the driver takes
+      // them from the slot when the prompt is computed (none to be had: a blob).
       s.stream_out = std::make_shared<detail::stream_slot>();
+      s.state = seq_state::fetching;
+      ++s.tier_answers_due;
       tier_->lease(detail::pages_for(s.tokens.size(), kv_.page_tokens), s.req.seq,
                    caf::actor_cast<caf::actor>(this));
     }
@@ -372,6 +389,7 @@ private:
       // looked up in its own cache first, as any prompt).
       s.lookup = options_.prefix_cache;
       s.state = seq_state::fetching;
+      ++s.tier_answers_due;
       std::vector<token> kept{s.tokens.begin(),
                               s.tokens.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(
                                                      s.req.kept_tokens, s.tokens.size()))};
@@ -429,6 +447,7 @@ private:
     // device evicts meanwhile (a step in flight) are then still at hand.
     const std::size_t first = own > 0 && tier_->held(chain) >= own + below ? 0 : own;
     s.state = seq_state::fetching;
+    ++s.tier_answers_due;
     tier_->fetch(s.tokens, first, own + below - first, s.req.seq,
                  caf::actor_cast<caf::actor>(this));
   }

@@ -166,8 +166,11 @@ expected<void> receive_kv(backend& be, seq_id seq, const kv_stream& stream,
     return ok;
   auto pages = be.page_memory(seq);
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + patience;
   const std::chrono::duration<double> per_group{be.stream_group_seconds(stream.pages())};
+  // Patience past the links' modelled time (the sender's groups and this side's).
+  const auto deadline = start + patience +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            2.0 * static_cast<double>(stream.groups().size()) * per_group);
   auto ready = start; // a modelled link: a group comes in its time after the one before
   for (std::size_t g = 0; g < stream.groups().size(); ++g) {
     if (auto ok = stream.receive_group(g, pages, deadline); !ok) {

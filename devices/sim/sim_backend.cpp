@@ -1,5 +1,6 @@
 #include "devices/sim/sim_backend.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -49,7 +50,6 @@ expected<std::unique_ptr<sim_backend>> sim_backend::create(sim_backend_options o
                                                   " bytes holds no page of " +
                                                   std::to_string(self->page_bytes_) + " bytes");
   self->table_.emplace(pages_total, options.page_tokens);
-  self->page_tokens_mem_.assign(pages_total * options.page_tokens, 0);
   auto* sim = self.get();
   self->table_->on_evict([sim](std::uint32_t, kv_page out) {
     if (sim->evicted_ == nullptr)
@@ -110,18 +110,33 @@ expected<std::vector<std::byte>> sim_backend::export_kv(seq_id seq) const {
   h.length = table_->length(seq);
   h.page_tokens = options_.page_tokens;
   h.last_token = last_token_.at(seq);
-  std::vector<std::byte> out(sizeof(h));
+  // Then its tokens, as its pages hold them (an importer's pages hold them too, so a page it
+  // publishes and later streams out carries its own tokens).
+  std::vector<std::byte> out(sizeof(h) + h.length * sizeof(std::int32_t));
   std::memcpy(out.data(), &h, sizeof(h));
+  const auto pt = options_.page_tokens;
+  const auto& held = *table_->pages(seq);
+  auto* to = out.data() + sizeof(h);
+  for (std::size_t pos = 0; pos < h.length; ++pos, to += sizeof(std::int32_t)) {
+    const auto at = static_cast<std::size_t>(held[pos / pt]) * pt + pos % pt;
+    const std::int32_t t = at < page_tokens_mem_.size() ? page_tokens_mem_[at] : 0;
+    std::memcpy(to, &t, sizeof(t));
+  }
   return out;
 }
 
 expected<void> sim_backend::import_kv(seq_id seq, std::span<const std::byte> bytes) {
   sim_export_header h;
-  if (bytes.size() != sizeof(h))
+  if (bytes.size() < sizeof(h))
     return make_error(errc::invalid_argument, "sim import: " + std::to_string(bytes.size()) +
-                                                  " bytes; a sim export has " +
+                                                  " bytes; a sim export has at least " +
                                                   std::to_string(sizeof(h)));
   std::memcpy(&h, bytes.data(), sizeof(h));
+  if (bytes.size() != sizeof(h) + h.length * sizeof(std::int32_t))
+    return make_error(errc::invalid_argument,
+                      "sim import: " + std::to_string(bytes.size()) + " bytes for " +
+                          std::to_string(h.length) + " tokens; a sim export has " +
+                          std::to_string(sizeof(h) + h.length * sizeof(std::int32_t)));
   if (std::memcmp(h.magic, sim_magic, sizeof(sim_magic)) != 0 ||
       h.page_tokens != options_.page_tokens)
     return make_error(errc::invalid_argument, "sim import: not a sim export of this page size");
@@ -131,6 +146,9 @@ expected<void> sim_backend::import_kv(seq_id seq, std::span<const std::byte> byt
     return make_error(errc::exhausted, "sim import: no room for " + std::to_string(h.length) +
                                            " tokens: " + ok.error().message);
   table_->set_length(seq, h.length);
+  std::vector<token> toks(h.length);
+  std::memcpy(toks.data(), bytes.data() + sizeof(h), h.length * sizeof(std::int32_t));
+  write_tokens(seq, 0, toks);
   // The KV crosses the device's link (simulated): its bytes at the profile's link bandwidth.
   if (options_.time_scale > 0 && options_.profile.link_bandwidth > 0) {
     double bytes = static_cast<double>(h.length) *
@@ -186,6 +204,14 @@ expected<std::vector<kv_page>> sim_backend::export_pages(seq_id seq,
   return out;
 }
 
+std::int32_t* sim_backend::page_tokens_of(std::uint32_t page) {
+  const auto pt = options_.page_tokens;
+  const auto need = (static_cast<std::size_t>(page) + 1) * pt;
+  if (page_tokens_mem_.size() < need)
+    page_tokens_mem_.resize(std::max(need, 2 * page_tokens_mem_.size()), 0);
+  return page_tokens_mem_.data() + static_cast<std::size_t>(page) * pt;
+}
+
 void sim_backend::write_tokens(seq_id seq, std::size_t at, std::span<const token> tokens) {
   const auto* held = table_->pages(seq);
   const auto pt = options_.page_tokens;
@@ -193,12 +219,14 @@ void sim_backend::write_tokens(seq_id seq, std::size_t at, std::span<const token
     const auto pos = at + i;
     if (held == nullptr || pos / pt >= held->size())
       return;
-    page_tokens_mem_[(*held)[pos / pt] * pt + pos % pt] = tokens[i];
+    page_tokens_of((*held)[pos / pt])[pos % pt] = tokens[i];
   }
 }
 
 std::vector<page_range> sim_backend::stream_groups() const {
-  const unsigned groups = std::min(8u, std::max(1u, options_.shape.layers));
+  // Groups past the first start at the page's end: a multiple of 64 bytes, or one group.
+  const unsigned groups =
+      page_payload_bytes() % 64 != 0 ? 1u : std::min(8u, std::max(1u, options_.shape.layers));
   std::vector<page_range> out{{0, page_payload_bytes()}};
   for (unsigned g = 1; g < groups; ++g)
     out.push_back({page_payload_bytes(), 0});
@@ -207,12 +235,12 @@ std::vector<page_range> sim_backend::stream_groups() const {
 
 std::vector<std::span<std::byte>> sim_backend::page_memory(seq_id seq) {
   std::vector<std::span<std::byte>> out;
-  if (const auto* held = table_->pages(seq))
+  if (const auto* held = table_->pages(seq)) {
+    if (!held->empty())
+      page_tokens_of(*std::max_element(held->begin(), held->end())); // grown once, first
     for (auto page : *held)
-      out.emplace_back(
-          reinterpret_cast<std::byte*>(page_tokens_mem_.data() +
-                                       static_cast<std::size_t>(page) * options_.page_tokens),
-          page_payload_bytes());
+      out.emplace_back(reinterpret_cast<std::byte*>(page_tokens_of(page)), page_payload_bytes());
+  }
   return out;
 }
 
@@ -233,7 +261,8 @@ double sim_backend::stream_group_seconds(std::size_t pages) const {
     return 0;
   const double bytes = static_cast<double>(pages) * static_cast<double>(page_bytes_) /
                        static_cast<double>(stream_groups().size());
-  return bytes / options_.profile.link_bandwidth / options_.time_scale;
+  // At most an hour a group: a tiny time_scale must not overflow a clock's duration.
+  return std::min(3600.0, bytes / options_.profile.link_bandwidth / options_.time_scale);
 }
 
 void sim_backend::free(seq_id seq) {

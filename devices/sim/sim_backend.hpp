@@ -79,6 +79,8 @@ private:
   std::vector<std::int32_t> page_tokens_mem_;
 
   void write_tokens(seq_id seq, std::size_t at, std::span<const token> tokens);
+  // The tokens of page `page` (grown to hold it: pages are written as they are used).
+  std::int32_t* page_tokens_of(std::uint32_t page);
 };
 
 } // namespace triad

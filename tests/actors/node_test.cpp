@@ -363,6 +363,15 @@ BOOST_AUTO_TEST_CASE(a_host_block_damaged_on_its_way_back_is_never_used_and_is_r
   BOOST_TEST(again.first == first.first);
 }
 
+// Checks prefill0's and decode0's stream counters: sequences streamed out, in, and streams
+// that came in unusable and were computed instead.
+void check_streams(triad::node& n, std::uint64_t out, std::uint64_t in, std::uint64_t recomputed) {
+  BOOST_TEST(stats_of(n, "prefill0").streamed_out == out);
+  auto decode = stats_of(n, "decode0");
+  BOOST_TEST(decode.streamed_in == in);
+  BOOST_TEST(decode.stream_recomputes == recomputed);
+}
+
 BOOST_AUTO_TEST_CASE(a_prompt_moves_to_its_decode_device_through_the_store_in_layer_groups) {
   auto n = start_node();
   auto plain = start_node({}, [](triad::node_config& c) { c.kvstore.host_mib = 0; });
@@ -370,10 +379,8 @@ BOOST_AUTO_TEST_CASE(a_prompt_moves_to_its_decode_device_through_the_store_in_la
   auto as_blob = complete(*plain, long_prompt('a'));
   // Streamed from prefill0's pages into host blocks and from there into decode0's, checked
   // group by group; the greedy answer is the one the blob transfer gives.
-  BOOST_TEST(stats_of(*n, "prefill0").streamed_out == 1u);
-  BOOST_TEST(stats_of(*n, "decode0").streamed_in == 1u);
-  BOOST_TEST(stats_of(*n, "decode0").stream_recomputes == 0u);
-  BOOST_TEST(stats_of(*plain, "decode0").streamed_in == 0u);
+  check_streams(*n, 1, 1, 0);
+  check_streams(*plain, 0, 0, 0);
   auto text = n->metrics().render();
   BOOST_TEST(text.find("triad_device_kv_streamed_in_total{device=\"decode0\"} 1") !=
              std::string::npos);
@@ -397,9 +404,7 @@ BOOST_AUTO_TEST_CASE(a_stream_damaged_in_the_store_is_never_used_and_is_recomput
   auto as_blob = complete(*plain, long_prompt('b'));
   // decode0 found the damage, used none of the stream and computed the prompt itself: the
   // same greedy answer.
-  BOOST_TEST(stats_of(*n, "prefill0").streamed_out == 1u);
-  BOOST_TEST(stats_of(*n, "decode0").stream_recomputes == 1u);
-  BOOST_TEST(stats_of(*n, "decode0").streamed_in == 0u);
+  check_streams(*n, 1, 0, 1);
   BOOST_TEST(damaged.first == as_blob.first);
   BOOST_TEST(device_sequences(*n) == 0u);
   // The damaged blocks were given back, not kept for later prompts.
@@ -421,9 +426,7 @@ BOOST_AUTO_TEST_CASE(sim_devices_stream_their_kv_through_the_store_too) {
   auto as_blob = complete(*plain, long_prompt('c'));
   // A sim page's bytes are its tokens: they go through the blocks and are checked like a cpu
   // device's KV; the (simulated) answer is the one the blob transfer gives.
-  BOOST_TEST(stats_of(*n, "prefill0").streamed_out == 1u);
-  BOOST_TEST(stats_of(*n, "decode0").streamed_in == 1u);
-  BOOST_TEST(stats_of(*n, "decode0").stream_recomputes == 0u);
+  check_streams(*n, 1, 1, 0);
   BOOST_TEST(through_store.first == as_blob.first);
   BOOST_TEST(store_stats(*n).blocks == 12u);
 }

@@ -1,3 +1,4 @@
+#include <cstring>
 #include <map>
 
 #include <boost/test/unit_test.hpp>
@@ -119,6 +120,35 @@ BOOST_AUTO_TEST_CASE(simulated_logits_are_a_pure_function_of_the_tokens) {
   BOOST_TEST(ra->logits[0] == rb->logits[0]);
   BOOST_TEST(ra->seconds > 0);
   BOOST_TEST(a->kernel() == "sim:b200");
+}
+
+BOOST_AUTO_TEST_CASE(a_sim_pages_memory_holds_its_tokens_through_steps_exports_and_imports) {
+  // SIMULATED KV: a page's bytes are its tokens. They are written as the step computes them,
+  // travel with a blob, and are there on the importing device, so a page it publishes and later
+  // streams out carries its own tokens.
+  auto a = make("h200");
+  auto b = make("h200");
+  std::vector<triad::token> toks(40);
+  for (std::size_t i = 0; i < toks.size(); ++i)
+    toks[i] = static_cast<triad::token>(100 + i);
+  std::vector<triad::step_item> item{{1, toks}};
+  BOOST_REQUIRE(a->step(item));
+  auto bytes = a->export_kv(1);
+  BOOST_REQUIRE(bytes);
+  BOOST_REQUIRE(b->import_kv(7, *bytes));
+  auto pages = b->page_memory(7);
+  BOOST_REQUIRE(pages.size() == 3u); // 40 tokens in pages of 16
+  for (std::size_t i = 0; i < toks.size(); ++i) {
+    std::int32_t t;
+    std::memcpy(&t, pages[i / 16].data() + (i % 16) * 4, 4);
+    BOOST_TEST(t == toks[i]);
+  }
+  // A blob cut short is refused, naming the sizes.
+  auto cut = *bytes;
+  cut.resize(cut.size() - 4);
+  auto bad = b->import_kv(8, cut);
+  BOOST_REQUIRE(!bad);
+  BOOST_TEST(bad.error().message.find("40 tokens") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(the_device_actor_runs_a_simulated_device) {
