@@ -33,7 +33,9 @@ struct block_rec {
   slot_id slot = 0;
   std::uint64_t checksum = 0;
   std::uint32_t refs = 0;
-  bool pinned = false;
+  // Pins held (each kv_pin adds one, each kv_unpin takes one away); all end at the latest
+  // deadline, since pins carry no identity of their own.
+  std::uint32_t pins = 0;
   clock_type::time_point pin_deadline{};
   caf::actor actor;
   bool busy = false;   // being filled, moved or written
@@ -98,7 +100,7 @@ public:
           return on_pin(ids, ttl_ms);
         },
         [this](kv_unpin_atom, std::vector<block_id>& ids) {
-          return for_each_known(ids, [](block_rec& b) { b.pinned = false; });
+          return for_each_known(ids, [](block_rec& b) { b.pins -= b.pins > 0 ? 1 : 0; });
         },
         [this](kv_demote_atom, std::vector<block_id>& ids) -> caf::result<kv_reply> {
           return on_demote(ids);
@@ -209,7 +211,7 @@ private:
   eviction_policy& policy(location loc) { return *policies_[loc.entry()]; }
 
   bool evictable(const block_rec& b, clock_type::time_point now) const {
-    return !b.busy && !b.leased && !(b.pinned && b.pin_deadline > now);
+    return !b.busy && !b.leased && !(b.pins > 0 && b.pin_deadline > now);
   }
 
   // Frees or starts freeing one place at `loc`: demote the least valuable block (per the
@@ -801,8 +803,8 @@ private:
     auto ttl = ttl_ms == 0 ? config_.pin_ttl : std::chrono::milliseconds{ttl_ms};
     auto deadline = clock_type::now() + ttl;
     auto r = for_each_known(ids, [&](block_rec& b) {
-      b.pinned = true;
-      b.pin_deadline = std::max(b.pin_deadline, deadline);
+      b.pin_deadline = b.pins > 0 ? std::max(b.pin_deadline, deadline) : deadline;
+      ++b.pins;
     });
     if (!expiry_scheduled_) {
       expiry_scheduled_ = true;
@@ -817,13 +819,13 @@ private:
     bool any = false;
     std::vector<block_id> expired;
     for (auto& [id, b] : blocks_) {
-      if (!b.pinned)
+      if (b.pins == 0)
         continue;
       if (b.pin_deadline > now) {
         any = true;
         continue;
       }
-      b.pinned = false;
+      b.pins = 0;
       metrics_.pin_expired();
       if (places_.is_device(b.loc))
         expired.push_back(id);

@@ -38,7 +38,8 @@ using kv_free_atom = caf::atom_constant<caf::atom("kvfree")>;
 /// Pins blocks for a tool call: `(.., ids, std::uint32_t ttl_ms)` (0: the store's default) ->
 /// kv_reply. Not evicted or demoted before the deadline; at expiry device blocks go to host.
 using kv_pin_atom = caf::atom_constant<caf::atom("kvpin")>;
-/// Ends pins early: `(.., ids)` -> kv_reply.
+/// Ends one pin of each block early (a block pinned by two callers stays pinned until both
+/// unpin it or the later deadline passes): `(.., ids)` -> kv_reply.
 using kv_unpin_atom = caf::atom_constant<caf::atom("kvunpin")>;
 /// Moves blocks one tier down (device -> host -> disk): `(.., ids)` -> kv_reply.
 using kv_demote_atom = caf::atom_constant<caf::atom("kvdemote")>;

@@ -560,8 +560,8 @@ BOOST_AUTO_TEST_CASE(a_lease_larger_than_the_room_left_is_refused_at_once_and_ho
   BOOST_REQUIRE_MESSAGE(first.ok, first.reason);
   // Three of four places are leased (never evicted): a second lease of three cannot be had,
   // and says so instead of waiting for the first to end.
-  auto second = ask<triad::kv_lease>(kv.store, triad::kv_reserve_atom::value,
-                                     std::string{"host0"}, std::uint32_t{3});
+  auto second = ask<triad::kv_lease>(kv.store, triad::kv_reserve_atom::value, std::string{"host0"},
+                                     std::uint32_t{3});
   BOOST_TEST(!second.ok);
   BOOST_TEST(second.busy);
   BOOST_TEST(second.reason.find("host0") != std::string::npos);
@@ -569,6 +569,23 @@ BOOST_AUTO_TEST_CASE(a_lease_larger_than_the_room_left_is_refused_at_once_and_ho
   auto r = put("host0", tokens(block_tokens, 0), {payload(9)});
   BOOST_TEST(r.ok);
   BOOST_TEST(stats().blocks == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(a_block_pinned_by_two_callers_stays_pinned_until_both_unpin_it) {
+  start(config({{"host0", triad::tier::host, 0, 1}}));
+  auto a = put("host0", tokens(block_tokens, 0), {payload(1)});
+  BOOST_REQUIRE_MESSAGE(a.ok, a.reason);
+  op(triad::kv_release_atom::value, a.ids); // cached, unreferenced: evictable but for its pins
+  for (int i = 0; i < 2; ++i) // two requests keep the same shared page across their tool calls
+    BOOST_TEST(
+        ask<triad::kv_reply>(kv.store, triad::kv_pin_atom::value, a.ids, std::uint32_t{60000}).ok);
+  op(triad::kv_unpin_atom::value, a.ids); // one of them resumes
+  auto b = put("host0", tokens(block_tokens, 100), {payload(2)});
+  BOOST_TEST(!b.ok); // the other's pin still holds the only place
+  BOOST_TEST(b.busy);
+  op(triad::kv_unpin_atom::value, a.ids);
+  auto c = put("host0", tokens(block_tokens, 100), {payload(2)});
+  BOOST_TEST(c.ok); // now it may go
 }
 
 BOOST_AUTO_TEST_SUITE_END()
