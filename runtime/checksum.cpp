@@ -202,8 +202,8 @@ void checksum_range(std::byte* dst, std::span<const std::byte> src, std::size_t 
   // Whole stripes through the kernel (non-temporal stores for large aligned copies, as a
   // checked copy); a tail shorter than a stripe only at the end of a block.
   const std::size_t whole = src.size() / stripe;
-  const bool stream = nontemporal && dst != nullptr &&
-                      reinterpret_cast<std::uintptr_t>(dst) % stripe == 0;
+  const bool stream =
+      nontemporal && dst != nullptr && reinterpret_cast<std::uintptr_t>(dst) % stripe == 0;
   const std::uint64_t first = at / stripe;
   if (whole > 0)
     kernel(dst, src.data(), whole, first, into, stream);
