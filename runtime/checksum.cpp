@@ -199,8 +199,8 @@ expected<void> copy_checked(std::span<std::byte> dst, std::span<const std::byte>
 
 void checksum_range(std::byte* dst, std::span<const std::byte> src, std::size_t at,
                     checksum_sums& into, bool nontemporal) noexcept {
-  // Whole stripes through the kernel (non-temporal stores for large aligned copies, as a
-  // checked copy); a tail shorter than a stripe only at the end of a block.
+  // Whole stripes through the kernel (non-temporal stores when asked, into aligned memory); a
+  // tail shorter than a stripe only at the end of a block.
   const std::size_t whole = src.size() / stripe;
   const bool stream =
       nontemporal && dst != nullptr && reinterpret_cast<std::uintptr_t>(dst) % stripe == 0;
