@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
 
 #include <caf/all.hpp>
+
+#include "devices/device.hpp"
 
 namespace triad {
 
@@ -17,6 +20,13 @@ using kv_fetch_kept_atom = caf::atom_constant<caf::atom("kvfetchk")>;
 using kv_keep_atom = caf::atom_constant<caf::atom("kvkeep")>;
 /// Asks the fetcher for blocks to stream through: `(kv_lease_atom, pool, pages, seq, reply_to)`.
 using kv_lease_atom = caf::atom_constant<caf::atom("kvlease")>;
+/// Asks the fetcher for pages of another device's memory: `(kv_peer_atom, owner, tokens,
+/// first, count, seq, reply_to)`.
+using kv_peer_atom = caf::atom_constant<caf::atom("kvpeer")>;
+
+/// How long a device asked for its pages may take to copy them out (it does so between its
+/// steps); past it the asking prompt computes them.
+constexpr std::chrono::seconds share_patience{10};
 
 // What one fetch gathers: the blocks' bytes as their reads come back, in chain order.
 struct fetch_state {
@@ -140,6 +150,20 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                 },
                 [none](caf::error&) { none(); });
       },
+      [self](kv_peer_atom, caf::actor& owner, std::vector<token>& tokens, std::uint64_t first,
+             std::uint64_t count, seq_id seq, caf::actor& reply_to) {
+        // Answered whatever happens: an owner that stopped or is slow leaves the prompt to be
+        // computed, not waiting.
+        self->request(caf::actor_cast<device_actor>(owner), share_patience, kv_share_atom::value,
+                      std::move(tokens), first, count)
+            .then(
+                [seq, reply_to](std::vector<kv_page>& pages) {
+                  caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(pages));
+                },
+                [seq, reply_to](caf::error&) {
+                  caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::vector<kv_page>{});
+                });
+      },
       [self, store](kv_keep_atom, kv_put& put, std::uint32_t ttl_ms, std::uint64_t key,
                     caf::actor& reply_to) {
         // Stored unreferenced, then pinned: the pin, not a reference, holds them, so a caller
@@ -242,11 +266,66 @@ public:
                    std::move(reply_to));
   }
 
+  // -- pages in the devices' own memory --
+
+  std::uint32_t join(caf::actor device) override {
+    std::lock_guard lock{devices_mutex_};
+    if (!store_.directory || devices_.size() >= kv_directory::max_devices)
+      return no_device;
+    devices_.push_back(device.address());
+    return static_cast<std::uint32_t>(devices_.size() - 1);
+  }
+
+  void leave(std::uint32_t device) override {
+    {
+      std::lock_guard lock{devices_mutex_};
+      if (device >= devices_.size())
+        return;
+      devices_[device] = caf::actor_addr{}; // numbers are not reused
+    }
+    store_.directory->forget_device(device);
+  }
+
+  void resident(std::uint32_t device, std::span<const block_hash> added,
+                std::span<const block_hash> gone) override {
+    if (store_.directory)
+      store_.directory->note_resident(device, added, gone);
+  }
+
+  peer_run held_elsewhere(std::uint32_t device, std::span<const block_hash> chain) const override {
+    if (!store_.directory)
+      return {};
+    auto run = store_.directory->longest_resident(chain, device);
+    if (run.pages == 0)
+      return {};
+    return {run.device, run.pages};
+  }
+
+  void fetch_from_device(std::uint32_t owner, std::vector<token> tokens, std::size_t first,
+                         std::size_t count, seq_id seq, caf::actor reply_to) override {
+    caf::actor to;
+    {
+      std::lock_guard lock{devices_mutex_};
+      if (owner < devices_.size())
+        to = caf::actor_cast<caf::actor>(devices_[owner]);
+    }
+    if (!to) {
+      caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::vector<kv_page>{});
+      return;
+    }
+    caf::anon_send(fetcher_, kv_peer_atom::value, std::move(to), std::move(tokens),
+                   static_cast<std::uint64_t>(first), static_cast<std::uint64_t>(count), seq,
+                   std::move(reply_to));
+  }
+
 private:
   kv_store store_;
   std::string host_pool_;
   std::size_t block_bytes_;
   caf::actor fetcher_;
+  mutable std::mutex devices_mutex_;
+  // By number (join); weak, so the tier (which each device holds) keeps none of them alive.
+  std::vector<caf::actor_addr> devices_;
 };
 
 } // namespace

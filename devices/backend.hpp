@@ -60,12 +60,15 @@ struct kv_page {
   block_hash parent = 0;           ///< chain hash of the pages before it (root_hash: first page)
   std::vector<token> tokens;       ///< its page_tokens tokens
   std::vector<std::uint8_t> bytes; ///< its KV (every layer's K and V), page_payload_bytes long
+  /// block_checksum of `bytes` where they were copied out (0: none given); a page appended
+  /// with one is checked against it first (a page copied from another device's memory).
+  std::uint64_t checksum = 0;
 };
 
 /// Inspector of kv_page.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_page& x) {
-  return f(caf::meta::type_name("kv_page"), x.hash, x.parent, x.tokens, x.bytes);
+  return f(caf::meta::type_name("kv_page"), x.hash, x.parent, x.tokens, x.bytes, x.checksum);
 }
 
 /// Checks a step's items against a model, as every backend must before computing: at least one

@@ -31,6 +31,8 @@ struct device_metrics {
   histogram* step_seconds = nullptr;
   counter* cached = nullptr;
   counter* tier_tokens = nullptr;
+  counter* peer_tokens = nullptr;
+  counter* lent_pages = nullptr;
   counter* spilled = nullptr;
   counter* streamed_out = nullptr;
   counter* streamed_in = nullptr;
@@ -53,6 +55,11 @@ struct device_metrics {
                                 "prompt tokens whose KV came from the prefix cache", l));
     tier_tokens = take(r.add_counter("triad_device_kv_tier_tokens_total",
                                      "prompt tokens whose KV pages came from the KV store", l));
+    peer_tokens = take(
+        r.add_counter("triad_device_kv_peer_tokens_total",
+                      "prompt tokens whose KV pages were copied from another device's memory", l));
+    lent_pages = take(r.add_counter("triad_device_kv_lent_pages_total",
+                                    "prefix cache pages copied out for another device", l));
     spilled = take(r.add_counter("triad_device_kv_spilled_pages_total",
                                  "evicted prefix pages handed to the KV store", l));
     streamed_out = take(r.add_counter("triad_device_kv_streamed_out_total",
@@ -114,7 +121,12 @@ public:
     for (auto& [key, d] : demotions_)
       d.promise.deliver(caf::make_error(caf::sec::request_receiver_down));
     demotions_.clear();
-    spare_job_.reset(); // its sinks
+    for (auto& [key, promise] : shares_)
+      promise.deliver(std::vector<kv_page>{});
+    shares_.clear();
+    if (tier_index_ != kv_tier::no_device)
+      tier_->leave(tier_index_); // its pages are no longer to be had
+    spare_job_.reset();          // its sinks
     seqs_.clear();
     backlog_.clear();
     pending_frees_.clear();
@@ -122,6 +134,8 @@ public:
   }
 
   behavior_type make_behavior() override {
+    if (tier_)
+      tier_index_ = tier_->join(caf::actor_cast<caf::actor>(this));
     return {
         [this](generate_atom, generate_request& req) { return answer(admit(std::move(req))); },
         [this](park_atom, seq_id id) {
@@ -206,6 +220,18 @@ public:
           tier_answered(*s);
         },
         [this](step_done_atom, std::shared_ptr<detail::step_job>& job) { on_step(std::move(job)); },
+        [this](kv_share_atom, std::vector<token>& tokens, std::uint64_t first,
+               std::uint64_t count) { return share(std::move(tokens), first, count); },
+        [this](share_done_atom, std::uint64_t key, std::vector<kv_page>& pages) {
+          auto it = shares_.find(key);
+          if (it == shares_.end())
+            return;
+          stats_.lent_pages += pages.size();
+          if (metrics_.lent_pages != nullptr)
+            metrics_.lent_pages->inc(static_cast<double>(pages.size()));
+          it->second.deliver(std::move(pages));
+          shares_.erase(it);
+        },
     };
   }
 
@@ -233,6 +259,7 @@ private:
     // Answers of the tier below (a fetch of its pages, a lease of blocks to stream through)
     // it waits for in `fetching` before its prompt is computed.
     std::uint8_t tier_answers_due = 0;
+    bool from_peer = false; // its fetched pages come from another device's memory
   };
 
   // One answer of the tier below came for `s`: once none is due, a fetching sequence may run
@@ -302,6 +329,23 @@ private:
     return promise;
   }
 
+  // Another device's prompt asks for pages of this device's prefix cache: copied out on the
+  // driver, between steps, with their checksums.
+  caf::result<std::vector<kv_page>> share(std::vector<token> tokens, std::uint64_t first,
+                                          std::uint64_t count) {
+    if (!options_.prefix_cache || count == 0)
+      return std::vector<kv_page>{};
+    auto promise = make_response_promise<std::vector<kv_page>>();
+    auto key = next_promise_++;
+    shares_.emplace(key, promise);
+    submit([be = backend_, tokens = std::move(tokens), first, count, key,
+            self = caf::actor_cast<device_actor>(this)] {
+      caf::anon_send(self, share_done_atom::value, key,
+                     detail::share_pages(*be, tokens, first, count));
+    });
+    return promise;
+  }
+
   // Ends the driver's burst after its current step: the batch is about to change.
   void interrupt_burst() {
     if (in_flight_)
@@ -352,6 +396,10 @@ private:
     if (seqs_.count(req.seq) != 0)
       return refuse(errc::invalid_argument, "invalid: sequence " + std::to_string(req.seq) +
                                                 " already on device " + options_.name);
+    if (req.seq == detail::lender_seq)
+      return refuse(errc::invalid_argument,
+                    "invalid: sequence " + std::to_string(req.seq) +
+                        " is reserved (the device's own, to copy pages out for another)");
     if (seqs_.size() >= options_.max_sequences)
       return refuse(errc::busy, "busy: " + std::to_string(seqs_.size()) + " of " +
                                     std::to_string(options_.max_sequences) +
@@ -441,6 +489,16 @@ private:
       return;
     const std::size_t own = own_run(chain);
     auto below = tier_->held(chain.subspan(own));
+    // Another device may hold more of it in its own memory (a decode device holds the pages
+    // of the answers it generated): copied from there, checked, instead of computed.
+    if (auto peer = tier_->held_elsewhere(tier_index_, chain); peer.pages > own + below) {
+      s.state = seq_state::fetching;
+      s.from_peer = true;
+      ++s.tier_answers_due;
+      tier_->fetch_from_device(peer.device, s.tokens, own, peer.pages - own, s.req.seq,
+                               caf::actor_cast<caf::actor>(this));
+      return;
+    }
     if (below == 0)
       return;
     // When the store holds the whole run from the first page, all of it is fetched: pages the
@@ -471,12 +529,17 @@ private:
   }
 
   // Notes the full pages of `tokens` as the device's own (it publishes them to its prefix
-  // cache), so a later prompt does not fetch them from the tier below.
+  // cache), so a later prompt does not fetch them from the tier below, and tells the tier
+  // (other devices may copy them).
   void note_published(const std::vector<token>& tokens) {
     if (!tier_)
       return;
+    std::vector<block_hash> added;
     for (auto h : chain_hashes(tokens, kv_.page_tokens))
-      own_pages_.insert(h);
+      if (own_pages_.insert(h).second)
+        added.push_back(h);
+    if (!added.empty())
+      tier_->resident(tier_index_, added, {});
   }
 
   // Answers an admission, then schedules: the driver sends a sequence's tokens to its sink as
@@ -795,9 +858,13 @@ private:
         s->shared = r.cached[i] - r.fetched[i];
         stats_.cached_tokens += r.cached[i];
         stats_.tier_tokens += r.fetched[i];
+        if (s->from_peer)
+          stats_.peer_tokens += r.fetched[i];
         if (metrics_.cached != nullptr) {
           metrics_.cached->inc(static_cast<double>(r.cached[i]));
           metrics_.tier_tokens->inc(static_cast<double>(r.fetched[i]));
+          if (s->from_peer)
+            metrics_.peer_tokens->inc(static_cast<double>(r.fetched[i]));
         }
       }
       const auto& sampled = r.sampled[i];
@@ -852,8 +919,12 @@ private:
   void spill(std::vector<kv_page>& evicted) {
     if (evicted.empty())
       return;
+    std::vector<block_hash> gone;
+    gone.reserve(evicted.size());
     for (const auto& p : evicted)
-      own_pages_.erase(p.hash);
+      if (own_pages_.erase(p.hash) != 0)
+        gone.push_back(p.hash);
+    tier_->resident(tier_index_, {}, gone);
     stats_.spilled_pages += evicted.size();
     if (metrics_.spilled != nullptr)
       metrics_.spilled->inc(static_cast<double>(evicted.size()));
@@ -925,6 +996,8 @@ private:
   std::shared_ptr<detail::step_job> spare_job_; // the job object filled again for the next job
   std::vector<seq_id> pending_frees_;
   std::map<std::uint64_t, caf::typed_response_promise<kv_blob>> exports_;
+  // Pages other devices asked for (kv_share_atom), being copied out on the driver.
+  std::map<std::uint64_t, caf::typed_response_promise<std::vector<kv_page>>> shares_;
   struct demotion {
     caf::typed_response_promise<kv_kept> promise;
     std::uint64_t tokens = 0;  // tokens kept
@@ -943,8 +1016,9 @@ private:
   std::vector<caf::actor> kv_watchers_; // told of free KV pages (the router)
   std::shared_ptr<kv_tier> tier_;       // the tier below, when connected (options_.tier)
   bool streams_ = false; // a tier, and pages the backend can stream (move-outs go through it)
-  std::unordered_set<block_hash> own_pages_; // with a tier: the pages its prefix cache holds
-  std::uint64_t kv_reported_ = 0;            // the free pages they last heard of
+  std::unordered_set<block_hash> own_pages_;      // with a tier: the pages its prefix cache holds
+  std::uint32_t tier_index_ = kv_tier::no_device; // its number in the tier (join)
+  std::uint64_t kv_reported_ = 0;                 // the free pages they last heard of
 };
 
 } // namespace

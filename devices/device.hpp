@@ -72,6 +72,9 @@ using device_retry_atom = caf::atom_constant<caf::atom("devretry")>;
 using demote_done_atom = caf::atom_constant<caf::atom("demotedone")>;
 /// A device's own: an export finished on the driver: `(export_done_atom, key, kv_blob, error)`.
 using export_done_atom = caf::atom_constant<caf::atom("exportdone")>;
+/// A device's own: pages another device asked for (kv_share_atom) were copied out on the
+/// driver: `(share_done_atom, key, std::vector<kv_page>)`.
+using share_done_atom = caf::atom_constant<caf::atom("sharedone")>;
 
 namespace detail {
 struct step_job;
@@ -198,6 +201,11 @@ struct device_stats {
   std::uint64_t streamed_in = 0; ///< see streamed_out
   /// Streams that came in damaged or broken off: the tokens were computed here instead.
   std::uint64_t stream_recomputes = 0;
+  /// Of tier_tokens, those whose pages were copied from another device's memory (its prefix
+  /// cache, kv_share_atom), not read from the store's blocks.
+  std::uint64_t peer_tokens = 0;
+  /// Pages of this device's prefix cache copied out for another device's prompt.
+  std::uint64_t lent_pages = 0;
 };
 
 /// Inspectors, so the messages can be logged and (later) cross the network.
@@ -244,7 +252,7 @@ typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
            x.refused, x.preemptions, x.sequences, x.waiting, x.running, x.parked, x.busy_seconds,
            x.compute_cpu_seconds, x.kv_pages_used, x.kv_pages_total, x.kv_pages_cached,
            x.cached_tokens, x.tier_tokens, x.spilled_pages, x.streamed_out, x.streamed_in,
-           x.stream_recomputes);
+           x.stream_recomputes, x.peer_tokens, x.lent_pages);
 }
 
 /// Options of a device actor; every field documented where declared.
@@ -276,7 +284,9 @@ struct device_options {
 };
 
 /// The messages a device actor takes (a wrong one is a compile error). kv_fetched_atom is its
-/// tier's answer (kv_tier::fetch); the last three are its own, from its driver thread and timers.
+/// tier's answer (kv_tier::fetch), kv_share_atom another device's question through the tier;
+/// the *_done atoms, step_done_atom and device_retry_atom are its own, from its driver thread
+/// and timers.
 using device_actor = caf::typed_actor<
     caf::replies_to<generate_atom, generate_request>::with<admission>,
     caf::replies_to<import_atom, kv_blob, generate_request>::with<admission>,
@@ -292,7 +302,10 @@ using device_actor = caf::typed_actor<
     caf::reacts_to<kv_leased_atom, seq_id, std::shared_ptr<kv_stream>>,
     caf::reacts_to<step_done_atom, std::shared_ptr<detail::step_job>>,
     caf::reacts_to<device_retry_atom>,
-    caf::reacts_to<export_done_atom, std::uint64_t, kv_blob, std::string>>;
+    caf::reacts_to<export_done_atom, std::uint64_t, kv_blob, std::string>,
+    caf::replies_to<kv_share_atom, std::vector<token>, std::uint64_t,
+                    std::uint64_t>::with<std::vector<kv_page>>,
+    caf::reacts_to<share_done_atom, std::uint64_t, std::vector<kv_page>>>;
 
 /// Spawns a device actor in `home` owning `backend` and a driver thread that runs its steps.
 /// The actor admits sequences (answering busy at once when full), forms each step from running

@@ -26,6 +26,11 @@ using kv_stored_atom = caf::atom_constant<caf::atom("kvstored")>;
 /// A tier's answer to kv_tier::lease, sent to the device: `(kv_leased_atom, seq_id,
 /// std::shared_ptr<kv_stream>)`, null when no blocks could be had.
 using kv_leased_atom = caf::atom_constant<caf::atom("kvleased")>;
+/// Asks a device for pages of its prefix cache, for another device's prompt (kv_tier::
+/// fetch_from_device): `(kv_share_atom, std::vector<token> tokens, std::uint64_t first,
+/// std::uint64_t count)` -> std::vector<kv_page>, pages `first`.. of the chain of `tokens` it
+/// holds from the first page on (each with its checksum; fewer, or none, when it holds fewer).
+using kv_share_atom = caf::atom_constant<caf::atom("kvshare")>;
 
 /// What lies below a device's own memory: where the pages its prefix cache evicts go instead of
 /// being lost, and where it finds the pages of a prompt it does not hold (computed on another
@@ -67,6 +72,51 @@ public:
   /// `reply_to` with kv_fetched_atom for `seq`, as fetch does.
   virtual void fetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens,
                           seq_id seq, caf::actor reply_to) = 0;
+
+  // -- pages in the devices' own memory --
+
+  /// A device the tier does not know (join's answer when it cannot take more).
+  static constexpr std::uint32_t no_device = ~std::uint32_t{0};
+  /// A run of a prompt's pages another device holds (`pages` from the chain's first).
+  struct peer_run {
+    std::uint32_t device = no_device; ///< the device holding them
+    std::size_t pages = 0;            ///< how many
+  };
+  /// Connects a device (its actor answers kv_share_atom): the tier learns of its prefix
+  /// cache's pages through `resident` and other devices may copy them. Its number, or
+  /// no_device.
+  virtual std::uint32_t join(caf::actor device) {
+    (void)device;
+    return no_device;
+  }
+  /// The device stopped: its pages are no longer to be had.
+  virtual void leave(std::uint32_t device) { (void)device; }
+  /// `device`'s prefix cache now holds the pages `added` and no longer those `gone`.
+  virtual void resident(std::uint32_t device, std::span<const block_hash> added,
+                        std::span<const block_hash> gone) {
+    (void)device;
+    (void)added;
+    (void)gone;
+  }
+  /// The longest run of `chain`, from its first page, a device other than `device` holds;
+  /// thread-safe and without a message, as `held`.
+  virtual peer_run held_elsewhere(std::uint32_t device, std::span<const block_hash> chain) const {
+    (void)device;
+    (void)chain;
+    return {};
+  }
+  /// Asks device `owner` for pages `first`..`first + count - 1` of the page chain of `tokens`
+  /// (copied out of its prefix cache by its driver, each with its checksum, checked when
+  /// appended) and answers `reply_to` with kv_fetched_atom for `seq`: fewer pages (even none)
+  /// when the owner evicted some, stopped or did not answer in time.
+  virtual void fetch_from_device(std::uint32_t owner, std::vector<token> tokens, std::size_t first,
+                                 std::size_t count, seq_id seq, caf::actor reply_to) {
+    (void)owner;
+    (void)tokens;
+    (void)first;
+    (void)count;
+    caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::vector<kv_page>{});
+  }
 };
 
 } // namespace triad

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "runtime/checksum.hpp"
+
 namespace triad {
 
 page_table::page_table(std::size_t total_pages, std::size_t page_tokens)
@@ -131,6 +133,11 @@ expected<std::size_t> check_appended_pages(seq_id seq, std::size_t length,
               " tokens and " + std::to_string(p.bytes.size()) + " bytes; pages have " +
               std::to_string(page_tokens) + " tokens (the last 1.." + std::to_string(page_tokens) +
               ") and " + std::to_string(payload_bytes) + " bytes");
+    if (p.checksum != 0 && block_checksum({reinterpret_cast<const std::byte*>(p.bytes.data()),
+                                           p.bytes.size()}) != p.checksum)
+      return make_error(errc::corrupted, std::string{what} + ": page " + std::to_string(i) +
+                                             " of " + std::to_string(pages.size()) +
+                                             " does not match the checksum it left with");
     added += p.tokens.size();
   }
   return added;

@@ -18,8 +18,9 @@ namespace triad {
 
 /// Checks pages to append to a sequence of `length` tokens (backend::append_pages): the length
 /// is whole pages, every page holds `page_tokens` tokens but the last (1..page_tokens), and each
-/// has `payload_bytes` bytes. The tokens they add, or an error naming the first bad page
-/// (`what` starts it, e.g. "kv append").
+/// has `payload_bytes` bytes, matching its checksum when it carries one (errc::corrupted if
+/// not). The tokens they add, or an error naming the first bad page (`what` starts it, e.g.
+/// "kv append").
 expected<std::size_t> check_appended_pages(seq_id seq, std::size_t length,
                                            std::span<const kv_page> pages, std::size_t page_tokens,
                                            std::size_t payload_bytes, std::string_view what);

@@ -1,8 +1,12 @@
 #pragma once
 
+#include <bit>
 #include <cstddef>
+#include <cstdint>
+#include <mutex>
 #include <shared_mutex>
 #include <span>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "devices/prefix_hash.hpp"
@@ -14,8 +18,22 @@ namespace triad {
 /// store for them. The store's prefix index keeps it (a hash is added once the index knows the
 /// block, removed when the block goes); a reader may see a block that is just going, and the
 /// fetch then simply returns fewer pages.
+///
+/// It also knows which devices hold which full pages in their own memory (their prefix caches,
+/// as each device's actor reports them): a prompt whose pages another device holds is copied
+/// from there instead of computed. Devices are numbered 0..max_devices-1 by whoever connects
+/// them.
 class kv_directory {
 public:
+  /// Devices whose pages the directory can tell apart.
+  static constexpr std::uint32_t max_devices = 64;
+
+  /// The longest run of a chain one device holds, counted from the chain's first page.
+  struct resident_run {
+    std::uint32_t device = max_devices; ///< the device (max_devices: none)
+    std::size_t pages = 0;              ///< pages of the run
+  };
+
   /// Notes a block.
   void insert(block_hash hash) {
     std::unique_lock lock{mutex_};
@@ -40,9 +58,56 @@ public:
     return held_.size();
   }
 
+  /// Notes that `device` now holds the pages `added` and no longer holds those `gone`.
+  void note_resident(std::uint32_t device, std::span<const block_hash> added,
+                     std::span<const block_hash> gone) {
+    if (device >= max_devices)
+      return;
+    const std::uint64_t bit = std::uint64_t{1} << device;
+    std::unique_lock lock{mutex_};
+    for (auto h : added)
+      resident_[h] |= bit;
+    for (auto h : gone)
+      if (auto it = resident_.find(h); it != resident_.end() && (it->second &= ~bit) == 0)
+        resident_.erase(it);
+  }
+  /// Forgets every page of `device` (it stopped).
+  void forget_device(std::uint32_t device) {
+    if (device >= max_devices)
+      return;
+    const std::uint64_t bit = std::uint64_t{1} << device;
+    std::unique_lock lock{mutex_};
+    for (auto it = resident_.begin(); it != resident_.end();)
+      if ((it->second &= ~bit) == 0)
+        it = resident_.erase(it);
+      else
+        ++it;
+  }
+  /// The longest run of `chain`, from its first page, that one device other than `except`
+  /// holds (the lowest-numbered such device when several do).
+  resident_run longest_resident(std::span<const block_hash> chain, std::uint32_t except) const {
+    std::uint64_t mask = except < max_devices ? ~(std::uint64_t{1} << except) : ~std::uint64_t{0};
+    resident_run best;
+    std::shared_lock lock{mutex_};
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      auto it = resident_.find(chain[i]);
+      if (it == resident_.end() || (mask & it->second) == 0)
+        break;
+      mask &= it->second;
+      best = {static_cast<std::uint32_t>(std::countr_zero(mask)), i + 1};
+    }
+    return best;
+  }
+  /// Pages some device holds, each counted once.
+  std::size_t resident_pages() const {
+    std::shared_lock lock{mutex_};
+    return resident_.size();
+  }
+
 private:
   mutable std::shared_mutex mutex_;
   std::unordered_set<block_hash> held_;
+  std::unordered_map<block_hash, std::uint64_t> resident_; // page -> devices holding it (bits)
 };
 
 } // namespace triad

@@ -276,8 +276,9 @@ using kv_store_actor = caf::typed_actor<
 struct kv_store {
   kv_store_actor store; ///< takes every kv_*_atom message (kv_lookup_atom: passed to the index)
   kv_index_actor index; ///< takes kv_lookup_atom
-  /// The full blocks the index knows, readable from any thread (kept by the index).
-  std::shared_ptr<const kv_directory> directory;
+  /// The full blocks the index knows (kept by the index) and the pages devices hold in their
+  /// own memory (each device's link reports them), readable from any thread.
+  std::shared_ptr<kv_directory> directory;
 };
 
 /// Starts a store in `home` (the orchestration domain): opens the pools and the disk tier

@@ -5,6 +5,7 @@
 
 #include <caf/send.hpp>
 
+#include "runtime/checksum.hpp"
 #include "runtime/cpu_time.hpp"
 #include "runtime/scope_guard.hpp"
 
@@ -25,6 +26,29 @@ void publish_and_free(backend& be, seq_id seq, const std::vector<token>& compute
   if (!computed.empty())
     be.publish(seq, computed);
   be.free(seq);
+}
+
+std::vector<kv_page> share_pages(backend& be, std::span<const token> tokens, std::size_t first,
+                                 std::size_t count) {
+  // A sequence of its own for the copy, attached to the cached pages and let go behind it.
+  constexpr seq_id lender = lender_seq;
+  const auto pt = be.kv().page_tokens;
+  if (pt == 0)
+    return {};
+  // The pages asked for and one token past them: a prefix lookup leaves one to compute.
+  tokens = tokens.first(std::min(tokens.size(), (first + count) * pt + 1));
+  std::vector<kv_page> out;
+  if (auto covered = be.attach_prefix(lender, tokens); covered > first * pt) {
+    if (auto pages = be.export_pages(lender, tokens.first(covered)); pages) {
+      out = std::move(*pages);
+      out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(first));
+    }
+  }
+  be.free(lender);
+  for (auto& p : out)
+    p.checksum =
+        block_checksum({reinterpret_cast<const std::byte*>(p.bytes.data()), p.bytes.size()});
+  return out;
 }
 
 void step_job::operator()() {

@@ -110,6 +110,15 @@ expected<kv_blob> export_blob(backend& be, seq_id seq);
 // going into the prefix cache first.
 void publish_and_free(backend& be, seq_id seq, const std::vector<token>& computed);
 
+// The sequence id share_pages uses on the driver for its copy; no request may use it.
+inline constexpr seq_id lender_seq = ~seq_id{0};
+
+// On the driver thread: pages `first`..`first + count - 1` of the page chain of `tokens` that
+// `be`'s prefix cache holds (the run from the first page; fewer when it ends sooner), copied
+// out with their identity and checksum for another device to append.
+std::vector<kv_page> share_pages(backend& be, std::span<const token> tokens, std::size_t first,
+                                 std::size_t count);
+
 // One job for the driver thread: the frees, KV imports and prefix lookups queued before the
 // step, the step, and the choice of each completed prompt's next token. Then, up to `max_steps`
 // steps in all, the sequences whose token did not end them decode again with it, until the steps

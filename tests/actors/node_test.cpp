@@ -431,6 +431,55 @@ BOOST_AUTO_TEST_CASE(sim_devices_stream_their_kv_through_the_store_too) {
   BOOST_TEST(store_stats(*n).blocks == 12u);
 }
 
+BOOST_AUTO_TEST_CASE(a_next_turn_copies_the_answers_pages_from_the_decode_devices_memory) {
+  // A client that keeps no session sends the whole conversation again: the prefill device
+  // holds the first prompt's pages, the decode device those of the answer it generated.
+  auto n = start_node();
+  const std::vector<triad::chat_message> first_turn{
+      {"system", "You are a careful coding agent. Read the failing test, find the cause, change "
+                 "as little as you can, and run the suite again."},
+      {"user", "Fix test_parse."}};
+  triad::chat_request r;
+  r.messages = first_turn;
+  r.script = triad::generation_script{{{80, std::nullopt}}};
+  recorder rec;
+  n->submit(r, rec.callback());
+  auto last = rec.wait();
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+  const auto first_prompt = last.usage.prompt_tokens;
+  std::string answer;
+  {
+    std::lock_guard<std::mutex> g{rec.m};
+    for (const auto& e : rec.events)
+      if (e.kind == triad::request_event::token)
+        answer += e.text;
+  }
+  BOOST_TEST_REQUIRE(answer.size() >= 64u);
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::peer_tokens) == 0u);
+
+  triad::chat_request next;
+  next.messages = first_turn;
+  next.messages.push_back({"assistant", answer});
+  next.messages.push_back({"user", "Now fix test_render."});
+  next.script = triad::generation_script{{{4, std::nullopt}}};
+  recorder rec2;
+  n->submit(next, rec2.callback());
+  auto second = rec2.wait();
+  BOOST_REQUIRE_MESSAGE(second.kind == triad::request_event::done, second.message);
+  // The answer's full pages came from decode0's prefix cache, copied out by its driver and
+  // checked against their checksums as prefill0 appended them; prefill0 computed the rest.
+  const auto peer = devices_sum(*n, &triad::device_stats::peer_tokens);
+  BOOST_TEST(peer >= 48u);
+  BOOST_TEST(peer % 16 == 0u);
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::lent_pages) >= peer / 16);
+  BOOST_TEST(second.usage.cached_tokens >= first_prompt / 16 * 16 + peer);
+  BOOST_TEST(second.usage.prefill_tokens ==
+             second.usage.prompt_tokens - second.usage.cached_tokens + 1);
+  auto text = n->metrics().render();
+  BOOST_TEST(text.find("triad_device_kv_peer_tokens_total{device=\"prefill0\"} " +
+                       std::to_string(peer)) != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(without_a_kv_store_an_evicted_page_is_computed_again) {
   auto n = small_memory_node(0);
   BOOST_TEST(n->kv() == nullptr);

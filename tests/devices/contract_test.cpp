@@ -13,6 +13,7 @@
 #include <caf/all.hpp>
 
 #include "devices/cpu/cpu_backend.hpp"
+#include "devices/detail/step_job.hpp"
 #include "devices/device.hpp"
 #include "devices/sim/profile.hpp"
 #include "devices/sim/sim_backend.hpp"
@@ -247,6 +248,39 @@ BOOST_DATA_TEST_CASE(pages_evicted_from_the_prefix_cache_continue_a_new_sequence
   BOOST_TEST(b->length(3) == 32u);
   auto appended = logits_after(*b, 3, {}, p[32]);
   BOOST_TEST(appended == straight, boost::test_tools::per_element());
+}
+
+BOOST_DATA_TEST_CASE(shared_pages_carry_checksums_and_a_damaged_one_is_refused_whole,
+                     bdata::make(backends()), c) {
+  auto b = c.make();
+  BOOST_REQUIRE(b->page_payload_bytes() > 0u);
+  auto p = prompt(33);
+  const std::vector<triad::token> head{p.begin(), p.begin() + 32};
+  auto straight = logits_after(*b, 1, head, p[32]);
+  b->publish(1, p);
+  b->free(1);
+  // Another device asks for the prompt's pages from the second on: copied out of the prefix
+  // cache with their checksums, the device's copy sequence gone behind it.
+  auto tail = triad::detail::share_pages(*b, p, 1, 1);
+  BOOST_REQUIRE(tail.size() == 1u);
+  BOOST_TEST(tail[0].parent == triad::chain_hash(triad::root_hash, std::span{p}.first(16)));
+  auto pages = triad::detail::share_pages(*b, p, 0, 2);
+  BOOST_REQUIRE(pages.size() == 2u);
+  BOOST_TEST(b->length(triad::detail::lender_seq) == 0u);
+  for (const auto& page : pages)
+    BOOST_TEST(page.checksum != 0u);
+  const auto used = b->kv().pages_used;
+  auto damaged = pages;
+  damaged[1].bytes[damaged[1].bytes.size() / 2] ^= 0x10;
+  auto bad = b->append_pages(3, damaged);
+  BOOST_REQUIRE(!bad.has_value());
+  BOOST_TEST((bad.error().code == triad::errc::corrupted));
+  BOOST_TEST(b->length(3) == 0u);
+  BOOST_TEST(b->kv().pages_used == used);
+  // Intact, they give the decode the very logits of the computed KV.
+  auto ok = b->append_pages(3, pages);
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message));
+  BOOST_TEST(logits_after(*b, 3, {}, p[32]) == straight, boost::test_tools::per_element());
 }
 
 BOOST_DATA_TEST_CASE(a_page_of_the_wrong_size_is_refused_and_changes_nothing,
