@@ -178,13 +178,8 @@ std::vector<std::span<std::byte>> paged_kv_cache::page_memory(seq_id seq) const 
 }
 
 expected<void> paged_kv_cache::reserve_seq(seq_id seq, std::size_t length) {
-  if (table_.pages(seq) != nullptr)
-    return make_error(errc::invalid_argument,
-                      "kv cache: sequence " + std::to_string(seq) + " exists already");
-  std::pair<seq_id, std::size_t> want{seq, length};
-  if (auto ok = table_.reserve({&want, 1}); !ok)
-    return ok;
-  table_.set_length(seq, length);
+  if (auto ok = table_.create(seq, length); !ok)
+    return make_error(ok.error().code, "kv cache: " + ok.error().message);
   return {};
 }
 

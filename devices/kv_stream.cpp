@@ -154,11 +154,12 @@ expected<void> send_kv(backend& be, seq_id seq, std::vector<token> tokens, kv_st
 
 expected<void> receive_kv(backend& be, seq_id seq, const kv_stream& stream,
                           std::chrono::milliseconds patience) {
-  if (be.stream_groups().size() != stream.groups().size())
+  const auto groups = be.stream_groups();
+  if (groups.size() != stream.groups().size())
     return make_error(errc::invalid_argument,
                       "kv stream: the sender's pages split into other layer groups");
   for (std::size_t g = 0; g < stream.groups().size(); ++g) {
-    auto mine = be.stream_groups()[g];
+    const auto& mine = groups[g];
     if (mine.offset != stream.groups()[g].offset || mine.bytes != stream.groups()[g].bytes)
       return make_error(errc::invalid_argument, "kv stream: the sender's page layout differs");
   }

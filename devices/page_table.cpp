@@ -42,6 +42,17 @@ void page_table::unref(std::uint32_t page) {
     free_.push_back(page);
 }
 
+expected<void> page_table::create(seq_id seq, std::size_t length) {
+  if (seqs_.count(seq) != 0)
+    return make_error(errc::invalid_argument,
+                      "sequence " + std::to_string(seq) + " exists already");
+  std::pair<seq_id, std::size_t> want{seq, length};
+  if (auto ok = reserve({&want, 1}); !ok)
+    return ok;
+  set_length(seq, length);
+  return {};
+}
+
 expected<void> page_table::reserve(std::span<const std::pair<seq_id, std::size_t>> wanted) {
   std::size_t needed = 0;
   for (const auto& [id, new_length] : wanted) {

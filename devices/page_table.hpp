@@ -42,6 +42,9 @@ public:
   expected<void> reserve(std::span<const std::pair<seq_id, std::size_t>> wanted);
   /// Sets a sequence's length (after its K and V were written).
   void set_length(seq_id seq, std::size_t length);
+  /// Creates `seq` holding `length` tokens whose KV its caller writes (an import, a stream):
+  /// errc::invalid_argument when it exists, errc::exhausted when its pages do not fit.
+  expected<void> create(seq_id seq, std::size_t length);
   /// Tokens held for a sequence, 0 when unknown.
   std::size_t length(seq_id seq) const noexcept;
   /// Drops a sequence's references; its published pages stay cached, the others are free.

@@ -141,11 +141,9 @@ expected<void> sim_backend::import_kv(seq_id seq, std::span<const std::byte> byt
       h.page_tokens != options_.page_tokens)
     return make_error(errc::invalid_argument, "sim import: not a sim export of this page size");
   free(seq);
-  std::pair<seq_id, std::size_t> want{seq, static_cast<std::size_t>(h.length)};
-  if (auto ok = table_->reserve({&want, 1}); !ok)
+  if (auto ok = table_->create(seq, h.length); !ok)
     return make_error(errc::exhausted, "sim import: no room for " + std::to_string(h.length) +
                                            " tokens: " + ok.error().message);
-  table_->set_length(seq, h.length);
   std::vector<token> toks(h.length);
   std::memcpy(toks.data(), bytes.data() + sizeof(h), h.length * sizeof(std::int32_t));
   write_tokens(seq, 0, toks);
@@ -245,13 +243,8 @@ std::vector<std::span<std::byte>> sim_backend::page_memory(seq_id seq) {
 }
 
 expected<void> sim_backend::reserve_kv(seq_id seq, std::size_t length) {
-  if (table_->pages(seq) != nullptr)
-    return make_error(errc::invalid_argument,
-                      "sim: sequence " + std::to_string(seq) + " exists already");
-  std::pair<seq_id, std::size_t> want{seq, length};
-  if (auto ok = table_->reserve({&want, 1}); !ok)
-    return make_error(errc::exhausted, "sim: " + ok.error().message);
-  table_->set_length(seq, length);
+  if (auto ok = table_->create(seq, length); !ok)
+    return make_error(ok.error().code, "sim: " + ok.error().message);
   last_token_[seq] = 0; // the step past the KV brings the next token
   return {};
 }

@@ -109,3 +109,17 @@ BOOST_AUTO_TEST_CASE(a_reservation_beyond_free_and_cached_pages_is_refused_whole
   BOOST_TEST(t.pages(2) == nullptr);
   BOOST_TEST(t.used_pages() == 2u);
 }
+
+BOOST_AUTO_TEST_CASE(a_created_sequence_holds_its_length_and_a_second_create_is_refused) {
+  triad::page_table t{4, 4};
+  BOOST_REQUIRE(t.create(1, 6).has_value());
+  BOOST_TEST(t.length(1) == 6u);
+  BOOST_TEST(t.used_pages() == 2u);
+  auto again = t.create(1, 2);
+  BOOST_REQUIRE(!again);
+  BOOST_TEST(again.error().code == triad::errc::invalid_argument);
+  auto big = t.create(2, 12);
+  BOOST_REQUIRE(!big);
+  BOOST_TEST(big.error().code == triad::errc::exhausted);
+  BOOST_TEST(t.pages(2) == nullptr);
+}
