@@ -26,6 +26,9 @@
 //   store), a multi-turn agent workload with a shared system prompt whose sessions outgrow the
 //   device: prompt tokens served from the device's prefix cache or the store over those a
 //   perfect cache (one that forgets nothing) would serve; the same without a store beside it.
+//   `prefix_hit_ratio_three_stage*` (metrics): the same workload on the three-stage default
+//   (prefill and decode devices), where the pages of each answer are in the decode device's
+//   memory (`prefix_three_stage_from_peer_tokens`: copied from there).
 
 #include <chrono>
 #include <cstdio>
@@ -325,18 +328,19 @@ struct prefix_result {
   std::uint64_t perfect = 0;       // prompt tokens a cache that forgets nothing would have served
   std::uint64_t prompt = 0;        // prompt tokens in all
   std::uint64_t from_store = 0;    // of `served`, tokens the devices read from the store
+  std::uint64_t from_peer = 0;     // of `from_store`, copied from another device's memory
   std::uint64_t spilled_pages = 0; // pages the devices handed to the store
   std::size_t device_pages = 0;    // KV pages of one device
   std::size_t requests = 0;
 };
 
-// `sessions` agent sessions of `turns` turns each on a node of one cpu device with 2 MiB of KV
-// (16 or 32 pages, f32 or bf16) and, when host_mib > 0, a KV store: every turn's prompt is the
+// `sessions` agent sessions of `turns` turns each on a node of `config` (the clients keep no
+// session on the node: each turn sends the whole conversation): every turn's prompt is the
 // shared system prompt, the conversation so far (each earlier turn's question and the model's
-// greedy answer) and a new question, so a perfect cache serves all of it but the question. The
-// sessions take turns round robin: their conversations together outgrow the device.
-prefix_result prefix_workload(std::size_t sessions, std::size_t turns, std::uint64_t host_mib) {
-  auto config = triad::small_kv_config(host_mib);
+// greedy answer, as generated) and a new question ending in the agent's cue, so a perfect cache
+// serves all of it but the question. The sessions take turns round robin.
+prefix_result prefix_workload(std::size_t sessions, std::size_t turns,
+                              const triad::node_config& config) {
   auto started = triad::node::start(config);
   if (!started)
     throw std::runtime_error{started.error().message};
@@ -351,7 +355,7 @@ prefix_result prefix_workload(std::size_t sessions, std::size_t turns, std::uint
     for (std::size_t s = 0; s < sessions; ++s) {
       auto& text = conversation[s];
       text += " [user " + std::to_string(s) + "." + std::to_string(turn) + "] Look at module " +
-              std::to_string(s * 31 + turn * 7) + " and report.";
+              std::to_string(s * 31 + turn * 7) + " and report. [agent] ";
       std::vector<triad::token> tokens{triad::tokenizer::bos};
       triad::tokenizer{}.encode_to(tokens, text, false);
       auto chain = triad::chain_hashes(tokens, pt);
@@ -362,14 +366,16 @@ prefix_result prefix_workload(std::size_t sessions, std::size_t turns, std::uint
       out.prompt += tokens.size();
       triad::chat_request r;
       r.raw_prompt = text;
-      r.max_tokens = 8;
+      r.max_tokens = 24;
       r.sampling.temperature = 0;
       std::promise<triad::request_event> done;
       std::string answer;
+      std::vector<triad::token> generated;
       n.submit(r, [&](const triad::request_event& e) {
-        if (e.kind == triad::request_event::token)
+        if (e.kind == triad::request_event::token) {
           answer += e.text;
-        else if (e.kind == triad::request_event::done || e.kind == triad::request_event::error)
+          generated.push_back(e.tok);
+        } else if (e.kind == triad::request_event::done || e.kind == triad::request_event::error)
           done.set_value(e);
       });
       auto last = done.get_future().get();
@@ -377,11 +383,14 @@ prefix_result prefix_workload(std::size_t sessions, std::size_t turns, std::uint
         throw std::runtime_error{"request failed: " + last.message};
       out.served += last.usage.cached_tokens;
       ++out.requests;
-      // What the device computed (the prompt and the answer) is what a perfect cache keeps.
-      triad::tokenizer{}.encode_to(tokens, answer, false);
+      // What the devices computed is what a perfect cache keeps: the prompt and the answer's
+      // tokens but the last (sampled, never computed: the request ended). The next prompt
+      // holds the answer's text, which gives other tokens where the model chose a special one.
+      if (!generated.empty())
+        tokens.insert(tokens.end(), generated.begin(), generated.end() - 1);
       for (auto h : triad::chain_hashes(tokens, pt))
         seen.insert(h);
-      text += " [agent] " + answer;
+      text += answer; // the next turn's prompt holds the answer as generated
     }
   {
     caf::scoped_actor self{n.domains().orchestration().system()};
@@ -390,8 +399,9 @@ prefix_result prefix_workload(std::size_t sessions, std::size_t turns, std::uint
           .receive(
               [&](triad::device_stats& st) {
                 out.from_store += st.tier_tokens;
+                out.from_peer += st.peer_tokens;
                 out.spilled_pages += st.spilled_pages;
-                out.device_pages = st.kv_pages_total;
+                out.device_pages = std::max(out.device_pages, st.kv_pages_total);
               },
               [](caf::error&) {});
   } // the scoped actor goes before its domain stops
@@ -760,15 +770,32 @@ int run(int argc, char** argv) {
     }
 
     // Prefix reuse on the live path: a multi-turn agent workload whose sessions outgrow the
-    // device, with the KV store and without.
+    // device (one cpu device with 2 MiB of KV: 16 or 32 pages, f32 or bf16), with the KV store
+    // and without; then the same on the three-stage default (a prefill and a decode device:
+    // the decode device holds the pages of the answers it generated, which the prefill device
+    // copies from its memory when the next turn comes).
     {
       const std::size_t sessions = quick ? 6 : 12, turns = quick ? 4 : 6;
-      auto with = prefix_workload(sessions, turns, 64);
-      auto without = prefix_workload(sessions, turns, 0);
+      auto with = prefix_workload(sessions, turns, triad::small_kv_config(64));
+      auto without = prefix_workload(sessions, turns, triad::small_kv_config(0));
       auto ratio = [](const prefix_result& r) {
         return r.perfect == 0 ? 0.0
                               : static_cast<double>(r.served) / static_cast<double>(r.perfect);
       };
+      auto three_stage = [](std::uint64_t host_mib) {
+        auto c = triad::default_config();
+        c.topology.bind_threads = false;
+        c.kvstore.host_mib = host_mib;
+        return c;
+      };
+      auto split = prefix_workload(sessions, turns, three_stage(64));
+      auto split_without = prefix_workload(sessions, turns, three_stage(0));
+      out.metrics["prefix_three_stage_perfect_tokens"] = split.perfect;
+      out.metrics["prefix_three_stage_served_tokens"] = split.served;
+      out.metrics["prefix_three_stage_from_peer_tokens"] = split.from_peer;
+      out.metrics["prefix_three_stage_served_tokens_without_store"] = split_without.served;
+      out.metrics["prefix_hit_ratio_three_stage"] = ratio(split);
+      out.metrics["prefix_hit_ratio_three_stage_without_store"] = ratio(split_without);
       out.metrics["prefix_sessions"] = sessions;
       out.metrics["prefix_turns"] = turns;
       out.metrics["prefix_device_pages"] = with.device_pages;
