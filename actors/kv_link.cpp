@@ -301,6 +301,20 @@ public:
     return {run.device, run.pages};
   }
 
+  std::size_t held_by(const caf::actor_addr& device,
+                      std::span<const block_hash> chain) const override {
+    if (!store_.directory || !device)
+      return 0;
+    std::uint32_t number = no_device;
+    {
+      std::lock_guard lock{devices_mutex_};
+      for (std::size_t i = 0; i < devices_.size(); ++i)
+        if (devices_[i] == device)
+          number = static_cast<std::uint32_t>(i);
+    }
+    return store_.directory->run_on(number, chain);
+  }
+
   void fetch_from_device(std::uint32_t owner, std::vector<token> tokens, std::size_t first,
                          std::size_t count, seq_id seq, caf::actor reply_to) override {
     caf::actor to;

@@ -30,10 +30,12 @@ bool qualifies(device_role role, route_stage stage) {
 class router_impl : public homed<router_actor::base> {
 public:
   router_impl(caf::actor_config& cfg, std::vector<routed_device> devices,
-              orchestration_options options, std::chrono::milliseconds queue_timeout)
+              orchestration_options options, std::chrono::milliseconds queue_timeout,
+              std::shared_ptr<const kv_tier> tier)
       : homed(cfg)
       , options_(std::move(options))
-      , queue_timeout_(queue_timeout) {
+      , queue_timeout_(queue_timeout)
+      , tier_(std::move(tier)) {
     for (auto& d : devices)
       devices_.push_back({std::move(d), 0, false, 0, false, unknown_kv, {}});
   }
@@ -279,11 +281,15 @@ private:
     return n;
   }
 
-  // Pages at the start of `prefix` that were sent to `d` before.
-  static std::size_t cached_run(const device& d, const std::vector<block_hash>& prefix) {
+  // Pages at the start of `prefix` that `d` holds as far as the router can tell: the longer of
+  // the run the store's directory says its prefix cache holds and the run that was sent to it
+  // before (which covers prompts still being computed).
+  std::size_t cached_run(const device& d, const std::vector<block_hash>& prefix) const {
     std::size_t n = 0;
     while (n < prefix.size() && d.prefixes.count(prefix[n]) != 0)
       ++n;
+    if (tier_ && n < prefix.size())
+      n = std::max(n, tier_->held_by(d.info.actor.address(), prefix));
     return n;
   }
 
@@ -381,13 +387,16 @@ private:
   std::uint64_t next_order_ = 0;
   std::uint64_t served_seq_ = 0;
   std::uint64_t prefix_seq_ = 0;
+  std::shared_ptr<const kv_tier> tier_; // the node's KV store: what each device's cache holds
 };
 
 } // namespace
 
 router_actor spawn_router(domain& home, std::vector<routed_device> devices,
-                          orchestration_options options, std::chrono::milliseconds queue_timeout) {
-  return home.spawn<router_impl>(std::move(devices), std::move(options), queue_timeout);
+                          orchestration_options options, std::chrono::milliseconds queue_timeout,
+                          std::shared_ptr<const kv_tier> tier) {
+  return home.spawn<router_impl>(std::move(devices), std::move(options), queue_timeout,
+                                 std::move(tier));
 }
 
 } // namespace triad

@@ -12,6 +12,7 @@
 #include "actors/request.hpp"
 #include "actors/route.hpp"
 #include "devices/config.hpp"
+#include "devices/kv_tier.hpp"
 #include "devices/prefix_hash.hpp"
 
 namespace triad {
@@ -28,10 +29,12 @@ struct routed_device {
 /// for decode the one with the most free KV pages (as the devices report them), then the most
 /// free slots; for prefill (and the monolithic layout) the one with the longest cached prefix
 /// of the prompt, then the most free slots (ties: config order); never one that said busy
-/// since its last release (or within defaults::orchestration::busy_backoff). The cached
-/// prefixes are the router's own record of the prompts it sent each device (their page hashes,
-/// the defaults::orchestration::tracked_prefixes most recent per device): an approximation of
-/// the devices' prefix caches, which evict on their own; a wrong guess costs only recompute.
+/// since its last release (or within defaults::orchestration::busy_backoff). A device's cached
+/// prefix is the longer of what the KV store's directory says its prefix cache holds (`tier`,
+/// when the node has a store: the pages each device reported publishing and not evicting) and
+/// the router's own record of the prompts it sent it (their page hashes, the
+/// defaults::orchestration::tracked_prefixes most recent per device), which also covers prompts
+/// still being computed; a wrong guess costs only recompute.
 /// A request with no device free waits, up to
 /// `options.max_waiting` in all, beyond which it is refused "overloaded, retry after N ms".
 /// When a slot frees, the waiting request served first is the earliest (FCFS) or the one whose
@@ -42,6 +45,7 @@ struct routed_device {
 /// "waited N ms for a device ([limits].queue_timeout_ms); retry after M ms".
 router_actor spawn_router(domain& home, std::vector<routed_device> devices,
                           orchestration_options options,
-                          std::chrono::milliseconds queue_timeout = std::chrono::milliseconds{0});
+                          std::chrono::milliseconds queue_timeout = std::chrono::milliseconds{0},
+                          std::shared_ptr<const kv_tier> tier = nullptr);
 
 } // namespace triad

@@ -105,6 +105,15 @@ public:
     (void)chain;
     return {};
   }
+  /// How many of `chain`, from its first page, the device whose actor is `device` holds in its
+  /// prefix cache (as it reported them); thread-safe and without a message. The router routes
+  /// prompts by it.
+  virtual std::size_t held_by(const caf::actor_addr& device,
+                              std::span<const block_hash> chain) const {
+    (void)device;
+    (void)chain;
+    return 0;
+  }
   /// Asks device `owner` for pages `first`..`first + count - 1` of the page chain of `tokens`
   /// (copied out of its prefix cache by its driver, each with its checksum, checked when
   /// appended) and answers `reply_to` with kv_fetched_atom for `seq`: fewer pages (even none)

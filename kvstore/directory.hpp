@@ -98,6 +98,18 @@ public:
     }
     return best;
   }
+  /// How many of `chain`, from its first page, `device` holds.
+  std::size_t run_on(std::uint32_t device, std::span<const block_hash> chain) const {
+    if (device >= max_devices)
+      return 0;
+    const std::uint64_t bit = std::uint64_t{1} << device;
+    std::shared_lock lock{mutex_};
+    std::size_t n = 0;
+    for (; n < chain.size(); ++n)
+      if (auto it = resident_.find(chain[n]); it == resident_.end() || (it->second & bit) == 0)
+        break;
+    return n;
+  }
   /// Pages some device holds, each counted once.
   std::size_t resident_pages() const {
     std::shared_lock lock{mutex_};

@@ -1,3 +1,6 @@
+#include <map>
+#include <mutex>
+
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
@@ -212,6 +215,72 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_
   route({5, 6}); // b holds its start; a has more free slots
   route({7});    // a
   std::vector<std::string> expected = {"a", "a", "b", "b", "a"};
+  BOOST_TEST(order == expected, boost::test_tools::per_element());
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+  for (auto& x : {a, b})
+    caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+}
+
+// What a KV store's directory says each device holds: `runs[device]` is its run of every
+// chain.
+struct directory_tier final : triad::kv_tier {
+  mutable std::mutex m; // the router reads on its thread, the test writes on its own
+  std::map<caf::actor_addr, std::size_t> runs;
+  std::size_t block_bytes() const noexcept override { return 0; }
+  std::size_t held(std::span<const triad::block_hash>) const override { return 0; }
+  void spill(std::vector<triad::kv_page>) override {}
+  void fetch(std::vector<triad::token>, std::size_t, std::size_t, triad::seq_id,
+             caf::actor) override {}
+  void keep(std::vector<triad::kv_page>, std::chrono::milliseconds, std::uint64_t,
+            caf::actor) override {}
+  void release(std::vector<std::uint64_t>) override {}
+  void fetch_kept(std::vector<std::uint64_t>, std::vector<triad::token>, triad::seq_id,
+                  caf::actor) override {}
+  std::size_t held_by(const caf::actor_addr& device,
+                      std::span<const triad::block_hash> chain) const override {
+    std::lock_guard lock{m};
+    auto it = runs.find(device);
+    return it == runs.end() ? 0 : std::min(it->second, chain.size());
+  }
+};
+
+BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_whose_cache_the_store_says_holds_the_prompt) {
+  auto node = triad::test::start_node();
+  auto& home = node->domains().orchestration();
+  caf::scoped_actor self{home.system()};
+  auto stand_in = [&] {
+    return self->spawn([]() -> caf::behavior {
+      return {[](triad::stats_atom) { return triad::device_stats{}; },
+              [](triad::watch_kv_atom, caf::actor&) {}};
+    });
+  };
+  auto a = stand_in(), b = stand_in();
+  // b holds the prompt's first two pages although the router never sent it that prompt (a
+  // decode device's answer, or pages it copied from another device).
+  auto tier = std::make_shared<directory_tier>();
+  {
+    std::lock_guard lock{tier->m};
+    tier->runs[b.address()] = 2;
+  }
+  auto router = triad::spawn_router(home,
+                                    {{"a", triad::device_role::prefill, as_device(a), 2},
+                                     {"b", triad::device_role::prefill, as_device(b), 1}},
+                                    triad::orchestration_options{}, 0ms, tier);
+  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
+  std::vector<std::string> order;
+  auto route = [&](std::vector<triad::block_hash> prefix) {
+    self->request(router, 30s, triad::route_atom::value,
+                  triad::route_order{triad::route_stage::prefill, "s", {}, std::move(prefix), {}})
+        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
+  };
+  route({8, 9, 10}); // b: its cache holds the start, though a has more free slots
+  self->send(router, triad::release_atom::value, std::string{"b"});
+  {
+    std::lock_guard lock{tier->m};
+    tier->runs.clear(); // b evicted them: nothing sent there recorded
+  }
+  route({11}); // a: more free slots
+  std::vector<std::string> expected = {"b", "a"};
   BOOST_TEST(order == expected, boost::test_tools::per_element());
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   for (auto& x : {a, b})
