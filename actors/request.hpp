@@ -105,7 +105,8 @@ struct request_usage {
   std::uint32_t kv_kept_calls = 0;
   /// Tool calls across which the KV waited in the KV store (demote, a pin past its TTL).
   std::uint32_t kv_stored_calls = 0;
-  /// Of cached_tokens, those whose KV devices read from the KV store instead of computing it.
+  /// Of cached_tokens, those whose KV devices read from the KV store (its blocks, or another
+  /// device's memory it knows of) instead of computing it.
   std::uint64_t store_tokens = 0;
   double queued_s = 0; ///< waiting for devices, in all
   double ttft_s = 0;   ///< submit to first token

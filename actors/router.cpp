@@ -177,6 +177,7 @@ public:
       queue.clear();
     }
     devices_.clear();
+    tier_.reset(); // the node's store may stop before this object goes
   }
 
 private:

@@ -141,6 +141,16 @@ public:
     (void)pages;
     return 0;
   }
+  /// Whether reading the KV of `tokens` tokens that follow `context` cached ones from other
+  /// memory (the KV store's host tier, another device's pages) takes less time than computing
+  /// them here; a prompt's pages held elsewhere are fetched only then. Thread-safe: it reads
+  /// only what construction fixed (the device actor asks while the driver runs). Default: true
+  /// (on a cpu, copying a token's KV costs microseconds less than the layers that made it).
+  virtual bool import_cheaper(std::size_t context, std::size_t tokens) const {
+    (void)context;
+    (void)tokens;
+    return true;
+  }
   /// Creates `seq` (not known) holding `length` tokens whose KV the caller then writes into
   /// page_memory (a stream). errc::exhausted when the pages do not fit.
   virtual expected<void> reserve_kv(seq_id seq, std::size_t length) {
@@ -149,11 +159,13 @@ public:
     return make_error(errc::unsupported, "this backend's KV pages cannot be written directly");
   }
   /// The pages of `seq` holding its first min(length, tokens.size()) tokens (`tokens`: its
-  /// tokens from the start), copied out with their identity; the last may be partial.
-  virtual expected<std::vector<kv_page>> export_pages(seq_id seq,
-                                                      std::span<const token> tokens) const {
+  /// tokens from the start), from page `from_page` on, copied out with their identity; the
+  /// last may be partial.
+  virtual expected<std::vector<kv_page>> export_pages(seq_id seq, std::span<const token> tokens,
+                                                      std::size_t from_page = 0) const {
     (void)seq;
     (void)tokens;
+    (void)from_page;
     return make_error(errc::unsupported, "this backend's KV pages cannot leave or enter it");
   }
 };

@@ -54,7 +54,9 @@ struct device_metrics {
     cached = take(r.add_counter("triad_device_prefix_cached_tokens_total",
                                 "prompt tokens whose KV came from the prefix cache", l));
     tier_tokens = take(r.add_counter("triad_device_kv_tier_tokens_total",
-                                     "prompt tokens whose KV pages came from the KV store", l));
+                                     "prompt tokens whose KV pages came from the KV store "
+                                     "or another device's memory",
+                                     l));
     peer_tokens = take(
         r.add_counter("triad_device_kv_peer_tokens_total",
                       "prompt tokens whose KV pages were copied from another device's memory", l));
@@ -126,6 +128,7 @@ public:
     shares_.clear();
     if (tier_index_ != kv_tier::no_device)
       tier_->leave(tier_index_); // its pages are no longer to be had
+    tier_.reset();               // the node's store may stop before this object goes
     spare_job_.reset();          // its sinks
     seqs_.clear();
     backlog_.clear();
@@ -205,6 +208,12 @@ public:
           auto* s = find(id);
           if (s == nullptr) // freed meanwhile
             return;
+          if (pages.empty() && s->from_peer && s->computed == 0) {
+            // The other device gave none (it evicted them, stopped or was slow): what the
+            // store holds is fetched instead.
+            s->from_peer = false;
+            fetch_from_tier(*s, cacheable_chain(s->tokens), false);
+          }
           if (!pages.empty())
             s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
           tier_answered(*s);
@@ -340,8 +349,13 @@ private:
     shares_.emplace(key, promise);
     submit([be = backend_, tokens = std::move(tokens), first, count, key,
             self = caf::actor_cast<device_actor>(this)] {
-      caf::anon_send(self, share_done_atom::value, key,
-                     detail::share_pages(*be, tokens, first, count));
+      std::vector<kv_page> pages;
+      try {
+        pages = detail::share_pages(*be, tokens, first, count);
+      } catch (const std::exception&) { // out of memory for the copies: none lent
+        pages.clear();
+      }
+      caf::anon_send(self, share_done_atom::value, key, std::move(pages));
     });
     return promise;
   }
@@ -480,18 +494,27 @@ private:
            std::to_string(need) + " pages of its " + std::to_string(total);
   }
 
-  // A prompt's pages that the tier below holds past those the device itself holds (as far as
-  // the actor knows: the pages it published, less those evicted since) are fetched before its
-  // first step: the sequence waits in `fetching` until they arrive (kv_fetched_atom).
-  // `chain`: cacheable_chain(s.tokens).
-  void fetch_from_tier(sequence& s, std::span<const block_hash> chain) {
+  // A prompt's pages that the tier below or another device holds past those the device itself
+  // holds (as far as the actor knows: the pages it published, less those evicted since) are
+  // fetched before its first step, from whichever holds more of them, when the copy takes less
+  // time than computing them: the sequence waits in `fetching` until they arrive
+  // (kv_fetched_atom). `chain`: cacheable_chain(s.tokens); `peers`: false to leave other
+  // devices out (one just gave none).
+  void fetch_from_tier(sequence& s, std::span<const block_hash> chain, bool peers = true) {
     if (chain.empty())
       return;
     const std::size_t own = own_run(chain);
     auto below = tier_->held(chain.subspan(own));
+    const auto peer = peers ? tier_->held_elsewhere(tier_index_, chain) : kv_tier::peer_run{};
+    const auto pt = kv_.page_tokens;
+    if (const auto reach = std::max(own + below, peer.pages);
+        reach > own && !backend_->import_cheaper(own * pt, (reach - own) * pt)) {
+      ++stats_.imports_declined; // computing them here takes less time than the copy
+      return;
+    }
     // Another device may hold more of it in its own memory (a decode device holds the pages
     // of the answers it generated): copied from there, checked, instead of computed.
-    if (auto peer = tier_->held_elsewhere(tier_index_, chain); peer.pages > own + below) {
+    if (peer.pages > own + below) {
       s.state = seq_state::fetching;
       s.from_peer = true;
       ++s.tier_answers_due;
@@ -841,6 +864,7 @@ private:
     stats_.tokens += job_tokens;
     stats_.busy_seconds += job_seconds;
     stats_.compute_cpu_seconds += r.compute_cpu_seconds;
+    stats_.fetches_corrupted += r.fetches_corrupted;
     if (metrics_.steps != nullptr && !r.steps.empty()) { // the totals once per job
       metrics_.steps->inc(static_cast<double>(r.steps.size()));
       metrics_.tokens->inc(static_cast<double>(job_tokens));
@@ -917,7 +941,7 @@ private:
 
   // Hands the pages a job's steps evicted from the prefix cache to the tier below.
   void spill(std::vector<kv_page>& evicted) {
-    if (evicted.empty())
+    if (evicted.empty() || !tier_)
       return;
     std::vector<block_hash> gone;
     gone.reserve(evicted.size());

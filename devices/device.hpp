@@ -166,7 +166,8 @@ struct device_event {
   /// done, for a sequence that asked to move out when done: its KV (the sequence is gone from
   /// the device). Empty bytes otherwise, or when the export failed (the sequence is then kept).
   kv_blob kv;
-  std::uint32_t stored = 0; ///< of `cached`, tokens whose KV was read from the tier below
+  /// Of `cached`, tokens whose KV was read from the tier below or another device's memory.
+  std::uint32_t stored = 0;
 };
 
 /// A snapshot of a device's scheduler and cache.
@@ -191,8 +192,8 @@ struct device_stats {
   std::size_t kv_pages_total = 0;  ///< KV pages of the budget
   std::size_t kv_pages_cached = 0; ///< KV pages held only by the prefix cache (evictable)
   std::uint64_t cached_tokens = 0; ///< prompt tokens whose KV came from the prefix cache
-  /// Of cached_tokens, those whose pages came from the tier below (the KV store), not the
-  /// device's own memory.
+  /// Of cached_tokens, those whose pages came from the tier below (the KV store's blocks) or
+  /// another device's memory (peer_tokens), not the device's own.
   std::uint64_t tier_tokens = 0;
   std::uint64_t spilled_pages = 0; ///< evicted prefix pages handed to the tier below
   /// Sequences whose KV left through a stream of the tier's blocks, in layer groups (a
@@ -206,6 +207,11 @@ struct device_stats {
   std::uint64_t peer_tokens = 0;
   /// Pages of this device's prefix cache copied out for another device's prompt.
   std::uint64_t lent_pages = 0;
+  /// Prompts whose pages the tier below or another device held but which computed them here,
+  /// as that takes less time than the copy (backend::import_cheaper).
+  std::uint64_t imports_declined = 0;
+  /// Fetches whose pages were refused as one failed its checksum (their tokens computed).
+  std::uint64_t fetches_corrupted = 0;
 };
 
 /// Inspectors, so the messages can be logged and (later) cross the network.
@@ -252,7 +258,8 @@ typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
            x.refused, x.preemptions, x.sequences, x.waiting, x.running, x.parked, x.busy_seconds,
            x.compute_cpu_seconds, x.kv_pages_used, x.kv_pages_total, x.kv_pages_cached,
            x.cached_tokens, x.tier_tokens, x.spilled_pages, x.streamed_out, x.streamed_in,
-           x.stream_recomputes, x.peer_tokens, x.lent_pages);
+           x.stream_recomputes, x.peer_tokens, x.lent_pages, x.imports_declined,
+           x.fetches_corrupted);
 }
 
 /// Options of a device actor; every field documented where declared.

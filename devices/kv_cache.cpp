@@ -140,11 +140,13 @@ expected<void> paged_kv_cache::append_pages(seq_id seq, std::span<const kv_page>
 }
 
 expected<std::vector<kv_page>> paged_kv_cache::export_pages(seq_id seq,
-                                                            std::span<const token> tokens) const {
+                                                            std::span<const token> tokens,
+                                                            std::size_t from_page) const {
   if (table_.pages(seq) == nullptr)
     return make_error(errc::not_found, "kv cache: no sequence " + std::to_string(seq));
   std::vector<kv_page> out;
-  for (auto& [page, identity] : table_.pages_of(seq, tokens)) {
+  auto pages = table_.pages_of(seq, tokens);
+  for (auto& [page, identity] : std::span{pages}.subspan(std::min(from_page, pages.size()))) {
     const auto* from = reinterpret_cast<const std::uint8_t*>(page_base(page));
     identity.bytes.assign(from, from + page_bytes_);
     out.push_back(std::move(identity));
@@ -178,9 +180,7 @@ std::vector<std::span<std::byte>> paged_kv_cache::page_memory(seq_id seq) const 
 }
 
 expected<void> paged_kv_cache::reserve_seq(seq_id seq, std::size_t length) {
-  if (auto ok = table_.create(seq, length); !ok)
-    return make_error(ok.error().code, "kv cache: " + ok.error().message);
-  return {};
+  return table_.create(seq, length);
 }
 
 kv_usage paged_kv_cache::usage() const noexcept {

@@ -58,7 +58,8 @@ public:
   /// bytes are page_bytes() each, in this cache's page layout.
   expected<void> append_pages(seq_id seq, std::span<const kv_page> pages);
   /// Copies out the pages of a sequence (see backend::export_pages).
-  expected<std::vector<kv_page>> export_pages(seq_id seq, std::span<const token> tokens) const;
+  expected<std::vector<kv_page>> export_pages(seq_id seq, std::span<const token> tokens,
+                                              std::size_t from_page = 0) const;
 
   /// The layer groups a page is streamed in (backend::stream_groups): up to 8 runs of whole
   /// layers (the page layout is layer-major), each a multiple of 64 bytes; one group for the

@@ -45,7 +45,7 @@ void page_table::unref(std::uint32_t page) {
 expected<void> page_table::create(seq_id seq, std::size_t length) {
   if (seqs_.count(seq) != 0)
     return make_error(errc::invalid_argument,
-                      "sequence " + std::to_string(seq) + " exists already");
+                      "kv cache: sequence " + std::to_string(seq) + " exists already");
   std::pair<seq_id, std::size_t> want{seq, length};
   if (auto ok = reserve({&want, 1}); !ok)
     return ok;

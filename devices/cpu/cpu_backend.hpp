@@ -72,9 +72,9 @@ public:
   expected<void> append_pages(seq_id seq, std::span<const kv_page> pages) override {
     return cache_->append_pages(seq, pages);
   }
-  expected<std::vector<kv_page>> export_pages(seq_id seq,
-                                              std::span<const token> tokens) const override {
-    return cache_->export_pages(seq, tokens);
+  expected<std::vector<kv_page>> export_pages(seq_id seq, std::span<const token> tokens,
+                                              std::size_t from_page = 0) const override {
+    return cache_->export_pages(seq, tokens, from_page);
   }
 
   std::vector<page_range> stream_groups() const override { return cache_->layer_groups(); }

@@ -38,13 +38,10 @@ std::vector<kv_page> share_pages(backend& be, std::span<const token> tokens, std
   // The pages asked for and one token past them: a prefix lookup leaves one to compute.
   tokens = tokens.first(std::min(tokens.size(), (first + count) * pt + 1));
   std::vector<kv_page> out;
-  if (auto covered = be.attach_prefix(lender, tokens); covered > first * pt) {
-    if (auto pages = be.export_pages(lender, tokens.first(covered)); pages) {
+  auto let_go = make_scope_guard([&] { be.free(lender); }); // whatever the copy does
+  if (auto covered = be.attach_prefix(lender, tokens); covered > first * pt)
+    if (auto pages = be.export_pages(lender, tokens.first(covered), first); pages)
       out = std::move(*pages);
-      out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(first));
-    }
-  }
-  be.free(lender);
   for (auto& p : out)
     p.checksum =
         block_checksum({reinterpret_cast<const std::byte*>(p.bytes.data()), p.bytes.size()});
@@ -238,9 +235,13 @@ std::vector<std::size_t> step_job::attach_prefixes(std::span<step_item>& batch) 
         if (p->tokens.size() < pt)
           break; // a partial page ends what can be appended
       }
-      if (take > 0 && be->append_pages(batch[i].seq, {&*it, take})) {
-        covered += tokens;
-        r.fetched[i] = tokens;
+      if (take > 0) {
+        if (auto ok = be->append_pages(batch[i].seq, {&*it, take}); ok) {
+          covered += tokens;
+          r.fetched[i] = tokens;
+        } else if (ok.error().code == errc::corrupted) {
+          ++r.fetches_corrupted; // none of them is used: the tokens are computed
+        }
       }
     }
     if (covered == 0)

@@ -38,9 +38,11 @@ struct step_result {
   // Per item, the tokens chosen (one per step it took part in); all but the last were fed back
   // in the job's later steps and are in the KV (counted in `tokens`).
   std::vector<std::vector<token>> sampled;
-  std::vector<std::size_t> fetched; // of `cached`, tokens whose pages came from the tier below
-  std::vector<step_stat> steps;     // the forward steps run, in order
-  double compute_cpu_seconds = 0;   // the driver thread's CPU inside the backend's steps
+  // Of `cached`, tokens whose pages came from the tier below or another device.
+  std::vector<std::size_t> fetched;
+  std::size_t fetches_corrupted = 0; // fetched pages refused: one failed its checksum
+  std::vector<step_stat> steps;      // the forward steps run, in order
+  double compute_cpu_seconds = 0;    // the driver thread's CPU inside the backend's steps
   expected<void> output = make_error(errc::invalid_argument, "not run");
   kv_usage kv;
 };
@@ -202,6 +204,7 @@ struct step_job {
       s.clear();
     result.steps.clear();
     result.compute_cpu_seconds = 0;
+    result.fetches_corrupted = 0;
     result.output = make_error(errc::invalid_argument, "not run");
   }
 

@@ -188,12 +188,13 @@ expected<void> sim_backend::append_pages(seq_id seq, std::span<const kv_page> pa
   return {};
 }
 
-expected<std::vector<kv_page>> sim_backend::export_pages(seq_id seq,
-                                                         std::span<const token> tokens) const {
+expected<std::vector<kv_page>> sim_backend::export_pages(seq_id seq, std::span<const token> tokens,
+                                                         std::size_t from_page) const {
   if (table_->pages(seq) == nullptr)
     return make_error(errc::not_found, "sim: no sequence " + std::to_string(seq));
   std::vector<kv_page> out;
-  for (auto& [page, identity] : table_->pages_of(seq, tokens)) {
+  auto pages = table_->pages_of(seq, tokens);
+  for (auto& [page, identity] : std::span{pages}.subspan(std::min(from_page, pages.size()))) {
     identity.bytes.assign(page_payload_bytes(), 0);
     std::memcpy(identity.bytes.data(), identity.tokens.data(),
                 identity.tokens.size() * sizeof(std::int32_t));
@@ -256,6 +257,17 @@ double sim_backend::stream_group_seconds(std::size_t pages) const {
                        static_cast<double>(stream_groups().size());
   // At most an hour a group: a tiny time_scale must not overflow a clock's duration.
   return std::min(3600.0, bytes / options_.profile.link_bandwidth / options_.time_scale);
+}
+
+bool sim_backend::import_cheaper(std::size_t context, std::size_t tokens) const {
+  if (options_.profile.link_bandwidth <= 0 || tokens == 0)
+    return true;
+  const double import_s = static_cast<double>(tokens) *
+                          static_cast<double>(options_.shape.kv_bytes_per_token(options_.type)) /
+                          options_.profile.link_bandwidth;
+  const double compute_s =
+      estimate_step(options_.shape, options_.type, options_.profile, {{context, tokens}}).seconds;
+  return import_s < compute_s;
 }
 
 void sim_backend::free(seq_id seq) {

@@ -51,8 +51,8 @@ public:
   }
   void capture_evictions(std::vector<kv_page>* sink) override { evicted_ = sink; }
   expected<void> append_pages(seq_id seq, std::span<const kv_page> pages) override;
-  expected<std::vector<kv_page>> export_pages(seq_id seq,
-                                              std::span<const token> tokens) const override;
+  expected<std::vector<kv_page>> export_pages(seq_id seq, std::span<const token> tokens,
+                                              std::size_t from_page = 0) const override;
   /// SIMULATED: up to 8 layer groups; the first carries the page's bytes (its tokens), the
   /// others none, and each takes its share of the modelled KV bytes' time over the link
   /// (stream_group_seconds).
@@ -60,6 +60,9 @@ public:
   std::vector<std::span<std::byte>> page_memory(seq_id seq) override;
   expected<void> reserve_kv(seq_id seq, std::size_t length) override;
   double stream_group_seconds(std::size_t pages) const override;
+  /// SIMULATED: the tokens' KV bytes over the profile's link against the roofline estimate of
+  /// a step computing them on top of `context` (true without a modelled link).
+  bool import_cheaper(std::size_t context, std::size_t tokens) const override;
 
   /// The roofline estimate of the most recent step.
   const step_cost& last_cost() const noexcept { return last_cost_; }

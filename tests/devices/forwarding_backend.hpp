@@ -38,9 +38,9 @@ public:
   expected<void> append_pages(seq_id s, std::span<const kv_page> pages) override {
     return inner_->append_pages(s, pages);
   }
-  expected<std::vector<kv_page>> export_pages(seq_id s,
-                                              std::span<const token> tokens) const override {
-    return inner_->export_pages(s, tokens);
+  expected<std::vector<kv_page>> export_pages(seq_id s, std::span<const token> tokens,
+                                              std::size_t from_page = 0) const override {
+    return inner_->export_pages(s, tokens, from_page);
   }
   std::vector<page_range> stream_groups() const override { return inner_->stream_groups(); }
   std::vector<std::span<std::byte>> page_memory(seq_id s) override {
@@ -51,6 +51,9 @@ public:
   }
   double stream_group_seconds(std::size_t pages) const override {
     return inner_->stream_group_seconds(pages);
+  }
+  bool import_cheaper(std::size_t context, std::size_t tokens) const override {
+    return inner_->import_cheaper(context, tokens);
   }
 
 protected:

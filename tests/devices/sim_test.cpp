@@ -122,6 +122,27 @@ BOOST_AUTO_TEST_CASE(simulated_logits_are_a_pure_function_of_the_tokens) {
   BOOST_TEST(a->kernel() == "sim:b200");
 }
 
+BOOST_AUTO_TEST_CASE(kv_is_fetched_only_when_the_link_beats_computing_it) {
+  triad::sim_backend_options o;
+  o.shape = *triad::model_preset("llama3-8b");
+  o.profile = *triad::builtin_profile("h200");
+  o.time_scale = 0;
+  auto fast = triad::sim_backend::create(o);
+  BOOST_REQUIRE(fast.has_value());
+  // 2048 tokens of llama3-8b's KV (256 MiB) over the H200's link against the prefill that
+  // made them (tens of TFLOP).
+  BOOST_TEST((*fast)->import_cheaper(0, 2048));
+  BOOST_TEST((*fast)->import_cheaper(30000, 16));
+  o.profile.link_bandwidth = 1e6; // a link of 1 MB/s: computing wins
+  auto slow = triad::sim_backend::create(o);
+  BOOST_REQUIRE(slow.has_value());
+  BOOST_TEST(!(*slow)->import_cheaper(0, 2048));
+  o.profile.link_bandwidth = 0; // no modelled link: fetched, as on a real backend
+  auto none = triad::sim_backend::create(o);
+  BOOST_REQUIRE(none.has_value());
+  BOOST_TEST((*none)->import_cheaper(0, 2048));
+}
+
 BOOST_AUTO_TEST_CASE(a_sim_pages_memory_holds_its_tokens_through_steps_exports_and_imports) {
   // SIMULATED KV: a page's bytes are its tokens. They are written as the step computes them,
   // travel with a blob, and are there on the importing device, so a page it publishes and later
