@@ -173,7 +173,7 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                 [self, store, ttl_ms, key, reply_to](kv_reply& r) {
                   if (!r.ok) {
                     caf::anon_send(reply_to, kv_stored_atom::value, key,
-                                   std::vector<std::uint64_t>{});
+                                   std::vector<std::uint64_t>{}, std::uint64_t{0});
                     return;
                   }
                   auto ids = r.ids;
@@ -183,16 +183,17 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                           [key, reply_to, ids](kv_reply& pinned) mutable {
                             caf::anon_send(reply_to, kv_stored_atom::value, key,
                                            pinned.ok ? std::move(ids)
-                                                     : std::vector<std::uint64_t>{});
+                                                     : std::vector<std::uint64_t>{},
+                                           pinned.pin);
                           },
                           [key, reply_to](caf::error&) {
                             caf::anon_send(reply_to, kv_stored_atom::value, key,
-                                           std::vector<std::uint64_t>{});
+                                           std::vector<std::uint64_t>{}, std::uint64_t{0});
                           });
                 },
                 [key, reply_to](caf::error&) {
-                  caf::anon_send(reply_to, kv_stored_atom::value, key,
-                                 std::vector<std::uint64_t>{});
+                  caf::anon_send(reply_to, kv_stored_atom::value, key, std::vector<std::uint64_t>{},
+                                 std::uint64_t{0});
                 });
       },
   };
@@ -241,9 +242,9 @@ public:
     caf::anon_send(fetcher_, kv_keep_atom::value, std::move(put), ttl_ms, key, std::move(reply_to));
   }
 
-  void release(std::vector<std::uint64_t> block_ids) override {
+  void release(std::vector<std::uint64_t> block_ids, std::uint64_t pin) override {
     if (!block_ids.empty())
-      caf::anon_send(store_.store, kv_unpin_atom::value, std::move(block_ids));
+      caf::anon_send(store_.store, kv_unpin_atom::value, std::move(block_ids), pin);
   }
 
   void fetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens, seq_id seq,

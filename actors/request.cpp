@@ -384,7 +384,7 @@ private:
     demoting_ = false;
     if (stage_ == stage::finished) { // ended meanwhile (cancelled, timed out): nothing to keep
       if (ctx_->tier && !k.blocks.empty())
-        ctx_->tier->release(std::move(k.blocks));
+        ctx_->tier->release(std::move(k.blocks), k.pin);
       leave_when_settled();
       return;
     }
@@ -455,7 +455,7 @@ private:
   // Lets go of the blocks kept at the last demotion (a later one keeps its own).
   void release_kept() {
     if (ctx_->tier && !kept_.blocks.empty())
-      ctx_->tier->release(std::move(kept_.blocks));
+      ctx_->tier->release(std::move(kept_.blocks), kept_.pin);
     kept_ = {};
   }
 

@@ -181,11 +181,12 @@ public:
           tier_->keep(std::move(pages), std::chrono::milliseconds{it->second.keep_ms}, key,
                       caf::actor_cast<caf::actor>(this));
         },
-        [this](kv_stored_atom, std::uint64_t key, std::vector<std::uint64_t>& ids) {
+        [this](kv_stored_atom, std::uint64_t key, std::vector<std::uint64_t>& ids,
+               std::uint64_t pin) {
           auto it = demotions_.find(key);
           if (it == demotions_.end())
             return;
-          it->second.promise.deliver(kv_kept{std::move(ids), it->second.tokens});
+          it->second.promise.deliver(kv_kept{std::move(ids), it->second.tokens, pin});
           demotions_.erase(it);
         },
         [this](export_done_atom, std::uint64_t key, kv_blob& blob, std::string& error) {

@@ -115,12 +115,13 @@ struct generate_request {
 struct kv_kept {
   std::vector<std::uint64_t> blocks; ///< block ids in order; empty: not kept (recompute)
   std::uint64_t tokens = 0;          ///< tokens they cover
+  std::uint64_t pin = 0;             ///< the store's pin that keeps them (kv_tier::release)
 };
 
 /// Inspector of kv_kept.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_kept& x) {
-  return f(caf::meta::type_name("kv_kept"), x.blocks, x.tokens);
+  return f(caf::meta::type_name("kv_kept"), x.blocks, x.tokens, x.pin);
 }
 
 /// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format, or
@@ -303,7 +304,7 @@ using device_actor = caf::typed_actor<
     caf::replies_to<move_out_atom, seq_id>::with<kv_blob>,
     caf::replies_to<demote_atom, seq_id, std::uint32_t>::with<kv_kept>,
     caf::reacts_to<demote_done_atom, std::uint64_t, std::vector<kv_page>>,
-    caf::reacts_to<kv_stored_atom, std::uint64_t, std::vector<std::uint64_t>>,
+    caf::reacts_to<kv_stored_atom, std::uint64_t, std::vector<std::uint64_t>, std::uint64_t>,
     caf::replies_to<stats_atom>::with<device_stats>, caf::reacts_to<watch_kv_atom, caf::actor>,
     caf::reacts_to<kv_fetched_atom, seq_id, std::vector<kv_page>>,
     caf::reacts_to<kv_leased_atom, seq_id, std::shared_ptr<kv_stream>>,

@@ -21,7 +21,8 @@ namespace triad {
 /// (even none) when some were gone or failed their check.
 using kv_fetched_atom = caf::atom_constant<caf::atom("kvfetched")>;
 /// A tier's answer to kv_tier::keep: `(kv_stored_atom, std::uint64_t key,
-/// std::vector<std::uint64_t> block_ids)`, empty when the pages could not be stored.
+/// std::vector<std::uint64_t> block_ids, std::uint64_t pin)`, ids empty when the pages could not
+/// be stored; `pin` names the pin that keeps them (kv_tier::release ends it).
 using kv_stored_atom = caf::atom_constant<caf::atom("kvstored")>;
 /// A tier's answer to kv_tier::lease, sent to the device: `(kv_leased_atom, seq_id,
 /// std::shared_ptr<kv_stream>)`, null when no blocks could be had.
@@ -58,8 +59,9 @@ public:
   /// kv_stored_atom for `key`.
   virtual void keep(std::vector<kv_page> pages, std::chrono::milliseconds ttl, std::uint64_t key,
                     caf::actor reply_to) = 0;
-  /// Ends the pins `keep` gave; the blocks stay cached until pressure evicts them.
-  virtual void release(std::vector<std::uint64_t> block_ids) = 0;
+  /// Ends the pin `keep` gave the blocks (`pin`, from kv_stored_atom); the blocks stay cached
+  /// until pressure evicts them, and other holders' pins on them stay.
+  virtual void release(std::vector<std::uint64_t> block_ids, std::uint64_t pin) = 0;
   /// Leases `pages` blocks of the tier's memory for a sequence's KV to stream through to
   /// another device (kv_stream) and answers `reply_to` with kv_leased_atom for `seq`. The
   /// stream holds the blocks; when it is let go they stay cached, sealed with their checksums

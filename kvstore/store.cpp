@@ -33,10 +33,8 @@ struct block_rec {
   slot_id slot = 0;
   std::uint64_t checksum = 0;
   std::uint32_t refs = 0;
-  // Pins held (each kv_pin adds one, each kv_unpin takes one away); all end at the latest
-  // deadline, since pins carry no identity of their own.
-  std::uint32_t pins = 0;
-  clock_type::time_point pin_deadline{};
+  // Pins held: (pin, its deadline); each kv_pin adds one, kv_unpin or its deadline ends it.
+  std::vector<std::pair<std::uint64_t, clock_type::time_point>> pins;
   caf::actor actor;
   bool busy = false;   // being filled, moved or written
   bool leased = false; // written in place by its lessee until sealed: never moved or evicted
@@ -99,8 +97,10 @@ public:
         [this](kv_pin_atom, std::vector<block_id>& ids, std::uint32_t ttl_ms) {
           return on_pin(ids, ttl_ms);
         },
-        [this](kv_unpin_atom, std::vector<block_id>& ids) {
-          return for_each_known(ids, [](block_rec& b) { b.pins -= b.pins > 0 ? 1 : 0; });
+        [this](kv_unpin_atom, std::vector<block_id>& ids, std::uint64_t pin) {
+          return for_each_known(ids, [pin](block_rec& b) {
+            std::erase_if(b.pins, [pin](const auto& p) { return p.first == pin; });
+          });
         },
         [this](kv_demote_atom, std::vector<block_id>& ids) -> caf::result<kv_reply> {
           return on_demote(ids);
@@ -211,7 +211,9 @@ private:
   eviction_policy& policy(location loc) { return *policies_[loc.entry()]; }
 
   bool evictable(const block_rec& b, clock_type::time_point now) const {
-    return !b.busy && !b.leased && !(b.pins > 0 && b.pin_deadline > now);
+    return !b.busy && !b.leased && std::none_of(b.pins.begin(), b.pins.end(), [now](const auto& p) {
+      return p.second > now;
+    });
   }
 
   // Frees or starts freeing one place at `loc`: demote the least valuable block (per the
@@ -802,10 +804,9 @@ private:
   kv_reply on_pin(const std::vector<block_id>& ids, std::uint32_t ttl_ms) {
     auto ttl = ttl_ms == 0 ? config_.pin_ttl : std::chrono::milliseconds{ttl_ms};
     auto deadline = clock_type::now() + ttl;
-    auto r = for_each_known(ids, [&](block_rec& b) {
-      b.pin_deadline = b.pins > 0 ? std::max(b.pin_deadline, deadline) : deadline;
-      ++b.pins;
-    });
+    const auto pin = ++next_pin_;
+    auto r = for_each_known(ids, [&](block_rec& b) { b.pins.emplace_back(pin, deadline); });
+    r.pin = pin;
     if (!expiry_scheduled_) {
       expiry_scheduled_ = true;
       delayed_send(this, config_.expiry_period, kv_expiry_atom::value);
@@ -819,16 +820,15 @@ private:
     bool any = false;
     std::vector<block_id> expired;
     for (auto& [id, b] : blocks_) {
-      if (b.pins == 0)
+      if (b.pins.empty())
         continue;
-      if (b.pin_deadline > now) {
+      auto ended = std::erase_if(b.pins, [now](const auto& p) { return p.second <= now; });
+      for (std::size_t i = 0; i < ended; ++i)
+        metrics_.pin_expired();
+      if (!b.pins.empty())
         any = true;
-        continue;
-      }
-      b.pins = 0;
-      metrics_.pin_expired();
-      if (places_.is_device(b.loc))
-        expired.push_back(id);
+      else if (ended > 0 && places_.is_device(b.loc))
+        expired.push_back(id); // its last pin ended: down to host
     }
     for (auto id : expired)
       when_idle(id, [this, id] {
@@ -1130,6 +1130,7 @@ private:
   std::map<domain*, std::vector<caf::actor>> spares_; // idle block actors by domain
   std::uint32_t faults_ = 0;
   bool expiry_scheduled_ = false;
+  std::uint64_t next_pin_ = 0; // the last pin given (kv_pin)
   bool waking_ = false;
   detail::mover_pool movers_;                                   // by domain
   detail::move_batcher<domain*, detail::pending_copy> batcher_; // copies of this turn

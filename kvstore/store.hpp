@@ -36,10 +36,12 @@ using kv_release_atom = caf::atom_constant<caf::atom("kvrelease")>;
 /// `(.., ids)` -> kv_reply.
 using kv_free_atom = caf::atom_constant<caf::atom("kvfree")>;
 /// Pins blocks for a tool call: `(.., ids, std::uint32_t ttl_ms)` (0: the store's default) ->
-/// kv_reply. Not evicted or demoted before the deadline; at expiry device blocks go to host.
+/// kv_reply whose `pin` names the pin. Not evicted or demoted before the deadline; at expiry
+/// device blocks go to host. A block pinned by two callers holds each pin until its own
+/// deadline or unpin.
 using kv_pin_atom = caf::atom_constant<caf::atom("kvpin")>;
-/// Ends one pin of each block early (a block pinned by two callers stays pinned until both
-/// unpin it or the later deadline passes): `(.., ids)` -> kv_reply.
+/// Ends a pin early: `(.., ids, std::uint64_t pin)` -> kv_reply; the blocks' other pins stay,
+/// and a pin that already expired ends nothing.
 using kv_unpin_atom = caf::atom_constant<caf::atom("kvunpin")>;
 /// Moves blocks one tier down (device -> host -> disk): `(.., ids)` -> kv_reply.
 using kv_demote_atom = caf::atom_constant<caf::atom("kvdemote")>;
@@ -137,12 +139,13 @@ struct kv_reply {
   bool busy = false;         ///< refused for lack of space; retry later
   std::string reason;        ///< why not
   std::vector<block_id> ids; ///< the blocks concerned (put, cow: the ids to use)
+  std::uint64_t pin = 0;     ///< kv_pin: the pin, to end it with kv_unpin
 };
 
 /// Inspector of kv_reply.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_reply& x) {
-  return f(caf::meta::type_name("kv_reply"), x.ok, x.busy, x.reason, x.ids);
+  return f(caf::meta::type_name("kv_reply"), x.ok, x.busy, x.reason, x.ids, x.pin);
 }
 
 /// A block's bytes, as read.
@@ -255,7 +258,7 @@ using kv_store_actor = caf::typed_actor<
     caf::replies_to<kv_release_atom, std::vector<block_id>>::with<kv_reply>,
     caf::replies_to<kv_free_atom, std::vector<block_id>>::with<kv_reply>,
     caf::replies_to<kv_pin_atom, std::vector<block_id>, std::uint32_t>::with<kv_reply>,
-    caf::replies_to<kv_unpin_atom, std::vector<block_id>>::with<kv_reply>,
+    caf::replies_to<kv_unpin_atom, std::vector<block_id>, std::uint64_t>::with<kv_reply>,
     caf::replies_to<kv_demote_atom, std::vector<block_id>>::with<kv_reply>,
     caf::replies_to<kv_promote_atom, std::vector<block_id>, std::string>::with<kv_reply>,
     caf::replies_to<kv_transfer_atom, std::vector<block_id>, std::string>::with<kv_reply>,

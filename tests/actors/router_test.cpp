@@ -233,7 +233,7 @@ struct directory_tier final : triad::kv_tier {
              caf::actor) override {}
   void keep(std::vector<triad::kv_page>, std::chrono::milliseconds, std::uint64_t,
             caf::actor) override {}
-  void release(std::vector<std::uint64_t>) override {}
+  void release(std::vector<std::uint64_t>, std::uint64_t) override {}
   void fetch_kept(std::vector<std::uint64_t>, std::vector<triad::token>, triad::seq_id,
                   caf::actor) override {}
   std::size_t held_by(const caf::actor_addr& device,

@@ -97,8 +97,8 @@ struct fixture {
     return ask<triad::kv_reply>(kv.store, triad::kv_put_atom::value,
                                 triad::kv_put{pool, std::move(toks), std::move(payloads)});
   }
-  triad::kv_reply op(auto atom, std::vector<triad::block_id> ids) {
-    return ask<triad::kv_reply>(kv.store, atom, std::move(ids));
+  triad::kv_reply op(auto atom, std::vector<triad::block_id> ids, auto... more) {
+    return ask<triad::kv_reply>(kv.store, atom, std::move(ids), more...);
   }
   triad::kv_prefix lookup(std::vector<triad::token> toks) {
     return ask<triad::kv_prefix>(kv.index, triad::kv_lookup_atom::value, std::move(toks));
@@ -576,16 +576,39 @@ BOOST_AUTO_TEST_CASE(a_block_pinned_by_two_callers_stays_pinned_until_both_unpin
   auto a = put("host0", tokens(block_tokens, 0), {payload(1)});
   BOOST_REQUIRE_MESSAGE(a.ok, a.reason);
   op(triad::kv_release_atom::value, a.ids); // cached, unreferenced: evictable but for its pins
-  for (int i = 0; i < 2; ++i) // two requests keep the same shared page across their tool calls
-    BOOST_TEST(
-        ask<triad::kv_reply>(kv.store, triad::kv_pin_atom::value, a.ids, std::uint32_t{60000}).ok);
-  op(triad::kv_unpin_atom::value, a.ids); // one of them resumes
+  std::vector<std::uint64_t> pins;
+  for (int i = 0; i < 2; ++i) { // two requests keep the same shared page across their tool calls
+    auto p = ask<triad::kv_reply>(kv.store, triad::kv_pin_atom::value, a.ids, std::uint32_t{60000});
+    BOOST_TEST(p.ok);
+    pins.push_back(p.pin);
+  }
+  BOOST_TEST(pins[0] != pins[1]);
+  op(triad::kv_unpin_atom::value, a.ids, pins[0]); // one of them resumes
+  op(triad::kv_unpin_atom::value, a.ids, pins[0]); // a stale second unpin of it ends nothing
   auto b = put("host0", tokens(block_tokens, 100), {payload(2)});
   BOOST_TEST(!b.ok); // the other's pin still holds the only place
   BOOST_TEST(b.busy);
-  op(triad::kv_unpin_atom::value, a.ids);
+  op(triad::kv_unpin_atom::value, a.ids, pins[1]);
   auto c = put("host0", tokens(block_tokens, 100), {payload(2)});
   BOOST_TEST(c.ok); // now it may go
+}
+
+BOOST_AUTO_TEST_CASE(a_pin_ends_at_its_own_deadline_not_at_the_latest_one) {
+  start(config({{"host0", triad::tier::host, 0, 1}}));
+  auto a = put("host0", tokens(block_tokens, 0), {payload(1)});
+  BOOST_REQUIRE_MESSAGE(a.ok, a.reason);
+  op(triad::kv_release_atom::value, a.ids);
+  auto long_pin =
+      ask<triad::kv_reply>(kv.store, triad::kv_pin_atom::value, a.ids, std::uint32_t{60000});
+  auto short_pin =
+      ask<triad::kv_reply>(kv.store, triad::kv_pin_atom::value, a.ids, std::uint32_t{1});
+  BOOST_REQUIRE(long_pin.ok && short_pin.ok);
+  // The long one's holder resumes; the short one has passed its deadline (or soon will), so
+  // the block may go, though the long pin's deadline is a minute away.
+  op(triad::kv_unpin_atom::value, a.ids, long_pin.pin);
+  std::this_thread::sleep_for(5ms);
+  auto b = put("host0", tokens(block_tokens, 100), {payload(2)});
+  BOOST_TEST(b.ok);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
