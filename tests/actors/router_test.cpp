@@ -185,40 +185,52 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
-BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_before_load) {
-  auto node = triad::test::start_node();
-  auto& home = node->domains().orchestration();
-  caf::scoped_actor self{home.system()};
-  auto stand_in = [&] {
+// Two stand-in prefill devices, a (two slots) and b (one), and a router over them, in the
+// orchestration domain of a test node; `order` records where each route() went.
+struct two_prefill_devices {
+  std::unique_ptr<triad::node> node = triad::test::start_node();
+  caf::scoped_actor self{node->domains().orchestration().system()};
+  caf::actor a = stand_in(), b = stand_in();
+  triad::router_actor router;
+  std::vector<std::string> order;
+
+  explicit two_prefill_devices(std::shared_ptr<const triad::kv_tier> tier = nullptr) {
+    router = triad::spawn_router(node->domains().orchestration(),
+                                 {{"a", triad::device_role::prefill, as_device(a), 2},
+                                  {"b", triad::device_role::prefill, as_device(b), 1}},
+                                 triad::orchestration_options{}, 0ms, std::move(tier));
+  }
+  ~two_prefill_devices() {
+    caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+    for (auto& x : {a, b})
+      caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+  }
+  caf::actor stand_in() {
     return self->spawn([]() -> caf::behavior {
       return {[](triad::stats_atom) { return triad::device_stats{}; },
               [](triad::watch_kv_atom, caf::actor&) {}};
     });
-  };
-  auto a = stand_in(), b = stand_in();
-  auto router = triad::spawn_router(home,
-                                    {{"a", triad::device_role::prefill, as_device(a), 2},
-                                     {"b", triad::device_role::prefill, as_device(b), 1}},
-                                    triad::orchestration_options{});
-  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
-  std::vector<std::string> order;
-  auto route = [&](std::vector<triad::block_hash> prefix) {
+  }
+  void route(std::vector<triad::block_hash> prefix) {
     self->request(router, 30s, triad::route_atom::value,
                   triad::route_order{triad::route_stage::prefill, "s", {}, std::move(prefix), {}})
-        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
-  };
-  route({1}); // a: more free slots
-  route({2}); // a: a tie, config order
-  route({5}); // b: a is full
+        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); },
+                 [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); });
+  }
+  void release(const std::string& name) { self->send(router, triad::release_atom::value, name); }
+};
+
+BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_before_load) {
+  two_prefill_devices f;
+  f.route({1}); // a: more free slots
+  f.route({2}); // a: a tie, config order
+  f.route({5}); // b: a is full
   for (const char* name : {"a", "a", "b"})
-    self->send(router, triad::release_atom::value, std::string{name});
-  route({5, 6}); // b holds its start; a has more free slots
-  route({7});    // a
+    f.release(name);
+  f.route({5, 6}); // b holds its start; a has more free slots
+  f.route({7});    // a
   std::vector<std::string> expected = {"a", "a", "b", "b", "a"};
-  BOOST_TEST(order == expected, boost::test_tools::per_element());
-  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
-  for (auto& x : {a, b})
-    caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+  BOOST_TEST(f.order == expected, boost::test_tools::per_element());
 }
 
 // What a KV store's directory says each device holds: `runs[device]` is its run of every
@@ -245,46 +257,23 @@ struct directory_tier final : triad::kv_tier {
 };
 
 BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_whose_cache_the_store_says_holds_the_prompt) {
-  auto node = triad::test::start_node();
-  auto& home = node->domains().orchestration();
-  caf::scoped_actor self{home.system()};
-  auto stand_in = [&] {
-    return self->spawn([]() -> caf::behavior {
-      return {[](triad::stats_atom) { return triad::device_stats{}; },
-              [](triad::watch_kv_atom, caf::actor&) {}};
-    });
-  };
-  auto a = stand_in(), b = stand_in();
+  auto tier = std::make_shared<directory_tier>();
+  two_prefill_devices f{tier};
   // b holds the prompt's first two pages although the router never sent it that prompt (a
   // decode device's answer, or pages it copied from another device).
-  auto tier = std::make_shared<directory_tier>();
   {
     std::lock_guard lock{tier->m};
-    tier->runs[b.address()] = 2;
+    tier->runs[f.b.address()] = 2;
   }
-  auto router = triad::spawn_router(home,
-                                    {{"a", triad::device_role::prefill, as_device(a), 2},
-                                     {"b", triad::device_role::prefill, as_device(b), 1}},
-                                    triad::orchestration_options{}, 0ms, tier);
-  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
-  std::vector<std::string> order;
-  auto route = [&](std::vector<triad::block_hash> prefix) {
-    self->request(router, 30s, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::prefill, "s", {}, std::move(prefix), {}})
-        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
-  };
-  route({8, 9, 10}); // b: its cache holds the start, though a has more free slots
-  self->send(router, triad::release_atom::value, std::string{"b"});
+  f.route({8, 9, 10}); // b: its cache holds the start, though a has more free slots
+  f.release("b");
   {
     std::lock_guard lock{tier->m};
     tier->runs.clear(); // b evicted them: nothing sent there recorded
   }
-  route({11}); // a: more free slots
+  f.route({11}); // a: more free slots
   std::vector<std::string> expected = {"b", "a"};
-  BOOST_TEST(order == expected, boost::test_tools::per_element());
-  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
-  for (auto& x : {a, b})
-    caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+  BOOST_TEST(f.order == expected, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

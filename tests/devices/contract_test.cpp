@@ -206,6 +206,17 @@ std::vector<float> logits_after(triad::backend& b, triad::seq_id seq,
   return out->logits.front();
 }
 
+// Computes the KV of a 33-token prompt on sequence 1, publishes its two full pages to the
+// prefix cache and frees the sequence: the prompt and the logits after its first 32 tokens.
+std::pair<std::vector<triad::token>, std::vector<float>> published_prompt(triad::backend& b) {
+  auto p = prompt(33);
+  const std::vector<triad::token> head{p.begin(), p.begin() + 32};
+  auto straight = logits_after(b, 1, head, p[32]);
+  b.publish(1, p);
+  b.free(1);
+  return {p, straight};
+}
+
 BOOST_DATA_TEST_CASE(pages_evicted_from_the_prefix_cache_continue_a_new_sequence_the_same_way,
                      bdata::make(backends()), c) {
   // A cache of four pages: a prompt of two full pages is published, then pushed out by a
@@ -214,11 +225,7 @@ BOOST_DATA_TEST_CASE(pages_evicted_from_the_prefix_cache_continue_a_new_sequence
   auto b = c.make(4 * page_bytes);
   BOOST_REQUIRE(b->kv().pages_total == 4u);
   BOOST_REQUIRE(b->page_payload_bytes() > 0u);
-  auto p = prompt(33);
-  const std::vector<triad::token> head{p.begin(), p.begin() + 32};
-  auto straight = logits_after(*b, 1, head, p[32]);
-  b->publish(1, p);
-  b->free(1);
+  auto [p, straight] = published_prompt(*b);
   std::vector<triad::kv_page> evicted;
   b->capture_evictions(&evicted);
   auto other = prompt(64);
@@ -254,11 +261,7 @@ BOOST_DATA_TEST_CASE(shared_pages_carry_checksums_and_a_damaged_one_is_refused_w
                      bdata::make(backends()), c) {
   auto b = c.make();
   BOOST_REQUIRE(b->page_payload_bytes() > 0u);
-  auto p = prompt(33);
-  const std::vector<triad::token> head{p.begin(), p.begin() + 32};
-  auto straight = logits_after(*b, 1, head, p[32]);
-  b->publish(1, p);
-  b->free(1);
+  auto [p, straight] = published_prompt(*b);
   // Another device asks for the prompt's pages from the second on: copied out of the prefix
   // cache with their checksums, the device's copy sequence gone behind it.
   auto tail = triad::detail::share_pages(*b, p, 1, 1);
