@@ -180,7 +180,11 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                   self->request(store.store, caf::infinite, kv_pin_atom::value, std::move(r.ids),
                                 ttl_ms)
                       .then(
-                          [key, reply_to, ids](kv_reply& pinned) mutable {
+                          [store, key, reply_to, ids](kv_reply& pinned) mutable {
+                            // Some blocks went before the pin came: the pin on the others
+                            // ends now, not at its deadline, as nobody will hold its id.
+                            if (!pinned.ok && pinned.pin != 0)
+                              caf::anon_send(store.store, kv_unpin_atom::value, ids, pinned.pin);
                             caf::anon_send(reply_to, kv_stored_atom::value, key,
                                            pinned.ok ? std::move(ids)
                                                      : std::vector<std::uint64_t>{},

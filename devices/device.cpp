@@ -508,6 +508,8 @@ private:
     auto below = tier_->held(chain.subspan(own));
     const auto peer = peers ? tier_->held_elsewhere(tier_index_, chain) : kv_tier::peer_run{};
     const auto pt = kv_.page_tokens;
+    // (The store path below may copy the device's own pages too, from the first: a bound on
+    // the copy, not its size.)
     if (const auto reach = std::max(own + below, peer.pages);
         reach > own && !backend_->import_cheaper(own * pt, (reach - own) * pt)) {
       ++stats_.imports_declined; // computing them here takes less time than the copy
@@ -775,6 +777,7 @@ private:
     auto& r = job->result;
     kv_ = r.kv;
     spill(job->evicted);
+    stats_.fetches_corrupted += r.fetches_corrupted; // whether the step then ran or not
     // Imports first: a sequence whose KV arrived holds it even when the step then failed.
     std::vector<std::pair<seq_id, std::string>> starved_imports;
     for (auto& im : job->imports) {
@@ -865,7 +868,6 @@ private:
     stats_.tokens += job_tokens;
     stats_.busy_seconds += job_seconds;
     stats_.compute_cpu_seconds += r.compute_cpu_seconds;
-    stats_.fetches_corrupted += r.fetches_corrupted;
     if (metrics_.steps != nullptr && !r.steps.empty()) { // the totals once per job
       metrics_.steps->inc(static_cast<double>(r.steps.size()));
       metrics_.tokens->inc(static_cast<double>(job_tokens));

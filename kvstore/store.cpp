@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <caf/all.hpp>
 
@@ -819,12 +820,17 @@ private:
     auto now = clock_type::now();
     bool any = false;
     std::vector<block_id> expired;
+    std::unordered_set<std::uint64_t> ended_pins; // each counted once, however many blocks
     for (auto& [id, b] : blocks_) {
       if (b.pins.empty())
         continue;
-      auto ended = std::erase_if(b.pins, [now](const auto& p) { return p.second <= now; });
-      for (std::size_t i = 0; i < ended; ++i)
-        metrics_.pin_expired();
+      auto ended = std::erase_if(b.pins, [&](const auto& p) {
+        if (p.second > now)
+          return false;
+        if (ended_pins.insert(p.first).second)
+          metrics_.pin_expired();
+        return true;
+      });
       if (!b.pins.empty())
         any = true;
       else if (ended > 0 && places_.is_device(b.loc))

@@ -265,8 +265,12 @@ bool sim_backend::import_cheaper(std::size_t context, std::size_t tokens) const 
   const double import_s = static_cast<double>(tokens) *
                           static_cast<double>(options_.shape.kv_bytes_per_token(options_.type)) /
                           options_.profile.link_bandwidth;
-  const double compute_s =
-      estimate_step(options_.shape, options_.type, options_.profile, {{context, tokens}}).seconds;
+  // What computing them adds to the step that computes the prompt's rest anyway (at least
+  // one token): the step with them against the step without them.
+  const auto step = [&](std::uint64_t ctx, std::uint64_t n) {
+    return estimate_step(options_.shape, options_.type, options_.profile, {{ctx, n}}).seconds;
+  };
+  const double compute_s = step(context, tokens + 1) - step(context + tokens, 1);
   return import_s < compute_s;
 }
 

@@ -60,8 +60,9 @@ public:
   std::vector<std::span<std::byte>> page_memory(seq_id seq) override;
   expected<void> reserve_kv(seq_id seq, std::size_t length) override;
   double stream_group_seconds(std::size_t pages) const override;
-  /// SIMULATED: the tokens' KV bytes over the profile's link against the roofline estimate of
-  /// a step computing them on top of `context` (true without a modelled link).
+  /// SIMULATED: the tokens' KV bytes over the profile's link against what computing them adds
+  /// to the roofline estimate of the step that computes the prompt's rest (true without a
+  /// modelled link).
   bool import_cheaper(std::size_t context, std::size_t tokens) const override;
 
   /// The roofline estimate of the most recent step.
