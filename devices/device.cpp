@@ -23,6 +23,7 @@ struct device_metrics {
   gauge* queue = nullptr;
   gauge* running = nullptr;
   gauge* kv_pages = nullptr;
+  gauge* kv_budget = nullptr;
   counter* steps = nullptr;
   counter* tokens = nullptr;
   counter* busy = nullptr;
@@ -44,6 +45,8 @@ struct device_metrics {
     queue = take(r.add_gauge("triad_device_queue_length", "sequences waiting for prefill", l));
     running = take(r.add_gauge("triad_device_running", "sequences decoding", l));
     kv_pages = take(r.add_gauge("triad_device_kv_pages_used", "KV pages held", l));
+    kv_budget = take(r.add_gauge("triad_device_kv_budget_bytes",
+                                 "KV bytes the device's own memory may hold (its tier)", l));
     steps = take(r.add_counter("triad_device_steps_total", "steps run", l));
     tokens = take(r.add_counter("triad_device_tokens_total", "tokens computed", l));
     busy = take(r.add_counter("triad_device_busy_seconds_total", "driver time in steps", l));
@@ -88,6 +91,8 @@ public:
       metrics_.attach(*options_.metrics, options_.name);
     // The driver has run nothing yet, so reading the backend here is safe.
     kv_ = backend_->kv();
+    if (metrics_.kv_budget != nullptr)
+      metrics_.kv_budget->set(static_cast<double>(kv_.pages_total * kv_.page_bytes));
     if (options_.tier && options_.prefix_cache &&
         backend_->page_payload_bytes() == options_.tier->block_bytes() &&
         backend_->page_payload_bytes() != 0)

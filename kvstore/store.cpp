@@ -82,6 +82,13 @@ public:
     }
     for (std::size_t i = 0; i < places_.entries(); ++i)
       policies_.push_back(config_.policy ? config_.policy() : std::make_unique<lru_policy>());
+    std::array<std::uint64_t, 3> budget{};
+    const std::uint64_t block = std::max<std::uint64_t>(1, config_.block_bytes);
+    for (const auto& p : config_.pools)
+      budget[static_cast<std::size_t>(p.kind)] += p.capacity_bytes / block * block;
+    if (!config_.disk_dir.empty())
+      budget[static_cast<std::size_t>(tier::disk)] = config_.disk_capacity_bytes / block * block;
+    metrics_.budget(budget);
   }
 
   // -- behaviour --

@@ -81,6 +81,15 @@ void store_metrics::held(const std::array<std::uint64_t, 3>& blocks) {
     }
 }
 
+void store_metrics::budget(const std::array<std::uint64_t, 3>& bytes) {
+  if (registry_ == nullptr)
+    return;
+  for (auto t : {tier::device, tier::host, tier::disk})
+    if (auto g = registry_->add_gauge("triad_kv_budget_bytes", "KV bytes a tier may hold.",
+                                      {{"tier", std::string{to_string(t)}}}))
+      (*g)->set(static_cast<double>(bytes[static_cast<std::size_t>(t)]));
+}
+
 // -- snapshot --
 
 void store_metrics::fill(kv_store_stats& s) const {

@@ -47,6 +47,9 @@ public:
   void moved(tier from, tier to, double seconds);
   /// Blocks held now, by tier (indexed by `tier`): sets the gauges.
   void held(const std::array<std::uint64_t, 3>& blocks);
+  /// Each tier's byte budget (indexed by `tier`: its pools' capacity in whole blocks, the
+  /// disk tier's bound): sets the triad_kv_budget_bytes gauges, once at start.
+  void budget(const std::array<std::uint64_t, 3>& bytes);
   /// Whether there is a registry (held() does nothing without one).
   bool exported() const noexcept { return registry_ != nullptr; }
 

@@ -341,6 +341,11 @@ BOOST_AUTO_TEST_CASE(a_page_evicted_from_a_device_is_served_from_the_host_tier_b
   auto text = n->metrics().render();
   BOOST_TEST(text.find("triad_device_kv_tier_tokens_total") != std::string::npos);
   BOOST_TEST(text.find("triad_kv_") != std::string::npos);
+  // Every tier's byte budget: the device's own memory, the store's host pool (16 MiB in whole
+  // blocks), no disk tier.
+  BOOST_TEST(text.find("triad_device_kv_budget_bytes{device=") != std::string::npos);
+  BOOST_TEST(text.find("triad_kv_budget_bytes{tier=\"host\"} 1") != std::string::npos);
+  BOOST_TEST(text.find("triad_kv_budget_bytes{tier=\"disk\"} 0") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_host_block_damaged_on_its_way_back_is_never_used_and_is_recomputed) {

@@ -101,4 +101,14 @@ BOOST_AUTO_TEST_CASE(blocks_held_set_the_block_and_byte_gauges_of_each_tier) {
   BOOST_TEST(has(registry.render(), R"(triad_kv_blocks{tier="disk"} 0)"));
 }
 
+BOOST_AUTO_TEST_CASE(each_tiers_budget_is_a_gauge) {
+  triad::metrics_registry registry;
+  triad::detail::store_metrics m{&registry, block_bytes};
+  m.budget({0, 1 << 20, 4 << 20});
+  auto text = registry.render();
+  BOOST_TEST(has(text, R"(triad_kv_budget_bytes{tier="device"} 0)"));
+  BOOST_TEST(has(text, R"(triad_kv_budget_bytes{tier="host"} 1048576)"));
+  BOOST_TEST(has(text, R"(triad_kv_budget_bytes{tier="disk"} 4194304)"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
