@@ -166,39 +166,35 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
       },
       [self, store](kv_keep_atom, kv_put& put, std::uint32_t ttl_ms, std::uint64_t key,
                     caf::actor& reply_to) {
+        auto not_kept = [key, reply_to] {
+          caf::anon_send(reply_to, kv_stored_atom::value, key, std::vector<std::uint64_t>{},
+                         std::uint64_t{0});
+        };
         // Stored unreferenced, then pinned: the pin, not a reference, holds them, so a caller
         // that goes away leaves nothing held past the TTL.
         self->request(store.store, caf::infinite, kv_put_atom::value, std::move(put))
             .then(
-                [self, store, ttl_ms, key, reply_to](kv_reply& r) {
-                  if (!r.ok) {
-                    caf::anon_send(reply_to, kv_stored_atom::value, key,
-                                   std::vector<std::uint64_t>{}, std::uint64_t{0});
-                    return;
-                  }
+                [self, store, ttl_ms, key, reply_to, not_kept](kv_reply& r) {
+                  if (!r.ok)
+                    return not_kept();
                   auto ids = r.ids;
                   self->request(store.store, caf::infinite, kv_pin_atom::value, std::move(r.ids),
                                 ttl_ms)
                       .then(
-                          [store, key, reply_to, ids](kv_reply& pinned) mutable {
-                            // Some blocks went before the pin came: the pin on the others
-                            // ends now, not at its deadline, as nobody will hold its id.
-                            if (!pinned.ok && pinned.pin != 0)
-                              caf::anon_send(store.store, kv_unpin_atom::value, ids, pinned.pin);
-                            caf::anon_send(reply_to, kv_stored_atom::value, key,
-                                           pinned.ok ? std::move(ids)
-                                                     : std::vector<std::uint64_t>{},
+                          [store, key, reply_to, ids, not_kept](kv_reply& pinned) mutable {
+                            if (!pinned.ok) {
+                              // Some blocks went before the pin came: the pin on the others
+                              // ends now, not at its deadline, as nobody will hold its id.
+                              if (pinned.pin != 0)
+                                caf::anon_send(store.store, kv_unpin_atom::value, ids, pinned.pin);
+                              return not_kept();
+                            }
+                            caf::anon_send(reply_to, kv_stored_atom::value, key, std::move(ids),
                                            pinned.pin);
                           },
-                          [key, reply_to](caf::error&) {
-                            caf::anon_send(reply_to, kv_stored_atom::value, key,
-                                           std::vector<std::uint64_t>{}, std::uint64_t{0});
-                          });
+                          [not_kept](caf::error&) { not_kept(); });
                 },
-                [key, reply_to](caf::error&) {
-                  caf::anon_send(reply_to, kv_stored_atom::value, key, std::vector<std::uint64_t>{},
-                                 std::uint64_t{0});
-                });
+                [not_kept](caf::error&) { not_kept(); });
       },
   };
 }

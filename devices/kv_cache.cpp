@@ -145,8 +145,7 @@ expected<std::vector<kv_page>> paged_kv_cache::export_pages(seq_id seq,
   if (table_.pages(seq) == nullptr)
     return make_error(errc::not_found, "kv cache: no sequence " + std::to_string(seq));
   std::vector<kv_page> out;
-  auto pages = table_.pages_of(seq, tokens);
-  for (auto& [page, identity] : std::span{pages}.subspan(std::min(from_page, pages.size()))) {
+  for (auto& [page, identity] : table_.pages_of(seq, tokens, from_page)) {
     const auto* from = reinterpret_cast<const std::uint8_t*>(page_base(page));
     identity.bytes.assign(from, from + page_bytes_);
     out.push_back(std::move(identity));

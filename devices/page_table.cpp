@@ -144,8 +144,7 @@ expected<std::size_t> check_appended_pages(seq_id seq, std::size_t length,
               " tokens and " + std::to_string(p.bytes.size()) + " bytes; pages have " +
               std::to_string(page_tokens) + " tokens (the last 1.." + std::to_string(page_tokens) +
               ") and " + std::to_string(payload_bytes) + " bytes");
-    if (p.checksum != 0 && block_checksum({reinterpret_cast<const std::byte*>(p.bytes.data()),
-                                           p.bytes.size()}) != p.checksum)
+    if (p.checksum != 0 && block_checksum(std::as_bytes(std::span{p.bytes})) != p.checksum)
       return make_error(errc::corrupted, std::string{what} + ": page " + std::to_string(i) +
                                              " of " + std::to_string(pages.size()) +
                                              " does not match the checksum it left with");
@@ -155,7 +154,7 @@ expected<std::size_t> check_appended_pages(seq_id seq, std::size_t length,
 }
 
 std::vector<std::pair<std::uint32_t, kv_page>>
-page_table::pages_of(seq_id seq, std::span<const token> tokens) const {
+page_table::pages_of(seq_id seq, std::span<const token> tokens, std::size_t from_page) const {
   std::vector<std::pair<std::uint32_t, kv_page>> out;
   auto it = seqs_.find(seq);
   if (it == seqs_.end())
@@ -165,12 +164,15 @@ page_table::pages_of(seq_id seq, std::span<const token> tokens) const {
   for (std::size_t at = 0, p = 0; at < covered && p < it->second.pages.size();
        at += page_tokens_, ++p) {
     auto page_tokens = tokens.subspan(at, std::min(page_tokens_, covered - at));
-    kv_page page;
-    page.parent = parent;
-    page.hash = chain_hash(parent, page_tokens);
-    page.tokens.assign(page_tokens.begin(), page_tokens.end());
-    parent = page.hash;
-    out.emplace_back(it->second.pages[p], std::move(page));
+    const auto hash = chain_hash(parent, page_tokens);
+    if (p >= from_page) { // the pages before only give the chain its start
+      kv_page page;
+      page.parent = parent;
+      page.hash = hash;
+      page.tokens.assign(page_tokens.begin(), page_tokens.end());
+      out.emplace_back(it->second.pages[p], std::move(page));
+    }
+    parent = hash;
   }
   return out;
 }

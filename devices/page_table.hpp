@@ -66,9 +66,10 @@ public:
 
   /// The pages of `seq` that hold its first min(length, tokens.size()) tokens (`tokens`: its
   /// tokens from the start), in order: each page's id and identity (chain hash, parent, its
-  /// tokens; the last may hold fewer than page_tokens), without bytes. Empty when unknown.
-  std::vector<std::pair<std::uint32_t, kv_page>> pages_of(seq_id seq,
-                                                          std::span<const token> tokens) const;
+  /// tokens; the last may hold fewer than page_tokens), without bytes, from page `from_page`
+  /// on (the pages before still give the chain hashes their start). Empty when unknown.
+  std::vector<std::pair<std::uint32_t, kv_page>> pages_of(seq_id seq, std::span<const token> tokens,
+                                                          std::size_t from_page = 0) const;
 
   /// Called when a cached full page is evicted (its memory about to be reused for another
   /// page): the page and its identity (chain hash, parent, tokens; no bytes), while its bytes

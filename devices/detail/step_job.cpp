@@ -43,8 +43,7 @@ std::vector<kv_page> share_pages(backend& be, std::span<const token> tokens, std
     if (auto pages = be.export_pages(lender, tokens.first(covered), first); pages)
       out = std::move(*pages);
   for (auto& p : out)
-    p.checksum =
-        block_checksum({reinterpret_cast<const std::byte*>(p.bytes.data()), p.bytes.size()});
+    p.checksum = block_checksum(std::as_bytes(std::span{p.bytes}));
   return out;
 }
 

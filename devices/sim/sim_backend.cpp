@@ -193,8 +193,7 @@ expected<std::vector<kv_page>> sim_backend::export_pages(seq_id seq, std::span<c
   if (table_->pages(seq) == nullptr)
     return make_error(errc::not_found, "sim: no sequence " + std::to_string(seq));
   std::vector<kv_page> out;
-  auto pages = table_->pages_of(seq, tokens);
-  for (auto& [page, identity] : std::span{pages}.subspan(std::min(from_page, pages.size()))) {
+  for (auto& [page, identity] : table_->pages_of(seq, tokens, from_page)) {
     identity.bytes.assign(page_payload_bytes(), 0);
     std::memcpy(identity.bytes.data(), identity.tokens.data(),
                 identity.tokens.size() * sizeof(std::int32_t));
