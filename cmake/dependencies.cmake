@@ -37,4 +37,7 @@ find_library(TRIAD_DNNL dnnl REQUIRED)
 find_package(OpenMP REQUIRED)
 find_path(TRIAD_XXHASH_INCLUDE xxhash.h REQUIRED)
 find_library(TRIAD_XXHASH xxhash REQUIRED)
+# PCRE2 (8-bit, UTF and Unicode properties): the tokenizers' pre-tokenizer patterns.
+find_path(TRIAD_PCRE2_INCLUDE pcre2.h REQUIRED)
+find_library(TRIAD_PCRE2 pcre2-8 REQUIRED)
 

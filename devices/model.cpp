@@ -6,15 +6,28 @@ std::string_view to_string(dtype value) noexcept {
   return value == dtype::bf16 ? "bf16" : "f32";
 }
 
+std::string_view to_string(model_arch value) noexcept {
+  switch (value) {
+  case model_arch::llama:
+    return "llama";
+  case model_arch::qwen2:
+    return "qwen2";
+  case model_arch::qwen3:
+    return "qwen3";
+  }
+  return "unknown";
+}
+
 std::uint64_t model_shape::parameters() const noexcept {
   std::uint64_t q = std::uint64_t{hidden} * heads * head_dim;
   std::uint64_t kv = 2ull * hidden * kv_heads * head_dim;
   std::uint64_t o = std::uint64_t{heads} * head_dim * hidden;
   std::uint64_t mlp = 3ull * hidden * ffn;
-  std::uint64_t norms = 2ull * hidden;
-  std::uint64_t per_layer = q + kv + o + mlp + norms;
-  // Input embedding, final norm and (untied) output projection.
-  return per_layer * layers + 2ull * vocab * hidden + hidden;
+  std::uint64_t norms = 2ull * hidden + (qk_norm ? 2ull * head_dim : 0);
+  std::uint64_t bias = qkv_bias ? std::uint64_t{heads + 2 * kv_heads} * head_dim : 0;
+  std::uint64_t per_layer = q + kv + o + mlp + norms + bias;
+  // Input embedding, final norm and the output projection (unless tied to the embedding).
+  return per_layer * layers + (tied_output ? 1ull : 2ull) * vocab * hidden + hidden;
 }
 
 std::uint64_t model_shape::kv_bytes_per_token(dtype kv) const noexcept {
@@ -22,7 +35,8 @@ std::uint64_t model_shape::kv_bytes_per_token(dtype kv) const noexcept {
 }
 
 double model_shape::flops_per_token(std::uint64_t context) const noexcept {
-  double matmul = 2.0 * static_cast<double>(parameters() - std::uint64_t{vocab} * hidden);
+  // Every weight but the embedding lookup is multiplied once; a tied output projection still is.
+  double matmul = 2.0 * static_cast<double>(parameters() - (tied_output ? 0 : std::uint64_t{vocab} * hidden));
   // Scores and weighted values: 2 x 2 x heads x head_dim per cached token per layer.
   double attention = 4.0 * layers * heads * head_dim * static_cast<double>(context + 1);
   return matmul + attention;
@@ -41,7 +55,10 @@ expected<void> model_shape::validate() const {
                std::to_string(kv_heads) + ")");
   if (head_dim % 2 != 0)
     return bad("head_dim (" + std::to_string(head_dim) + ") must be even for rotary embedding");
-  if (vocab < 263)
+  if (!rope_freq_factors.empty() && rope_freq_factors.size() != head_dim / 2)
+    return bad("rope_freq_factors has " + std::to_string(rope_freq_factors.size()) +
+               " entries; head_dim / 2 = " + std::to_string(head_dim / 2) + " needed");
+  if (file.empty() && vocab < 263)
     return bad("vocab (" + std::to_string(vocab) +
                ") must hold the 256 byte tokens and the 7 special tokens");
   return {};

@@ -23,6 +23,17 @@ constexpr std::size_t size_of(dtype value) noexcept {
   return value == dtype::bf16 ? 2 : 4;
 }
 
+/// Decoder families triad computes. All are Llama-style (RMSNorm, rotary positions, grouped-query
+/// attention, SwiGLU); they differ in a few parts, which `model_shape` spells out as flags.
+enum class model_arch {
+  llama, ///< Llama 2 / 3.x, Mistral, TinyLlama, SmolLM2 (GGUF "llama"); the random presets
+  qwen2, ///< Qwen2 / 2.5: q, k and v biases, usually tied embeddings
+  qwen3, ///< Qwen3: q and k heads RMS-normalised before rotary positions
+};
+
+/// GGUF's name of an architecture: "llama", "qwen2" or "qwen3".
+std::string_view to_string(model_arch value) noexcept;
+
 /// The shape of a Llama-architecture decoder: what the cpu backend computes and what the sim
 /// backend's roofline is fed.
 struct model_shape {
@@ -38,6 +49,15 @@ struct model_shape {
   double rope_theta = 10000.0; ///< rotary base
   float rms_eps = 1e-5f;       ///< RMSNorm epsilon
   std::uint64_t seed = 0;      ///< seed of the deterministic random weights
+  model_arch arch = model_arch::llama; ///< the family (where its parts differ)
+  bool qkv_bias = false;               ///< q, k and v projections add a bias (qwen2)
+  bool qk_norm = false;     ///< each q and k head RMS-normalised before rotary positions (qwen3)
+  bool tied_output = false; ///< the output projection is the embedding, transposed
+  /// Per rotary pair, a divisor of its frequency (Llama 3.1's "llama3" scaling, which GGUF files
+  /// carry as the tensor rope_freqs.weight); empty: none.
+  std::vector<float> rope_freq_factors;
+  /// The GGUF file the weights come from; empty for the random presets.
+  std::string file;
 
   /// Weights of all matmuls, embeddings and norms.
   std::uint64_t parameters() const noexcept;
@@ -45,7 +65,8 @@ struct model_shape {
   std::uint64_t kv_bytes_per_token(dtype kv) const noexcept;
   /// Multiply-adds x 2 of one token's forward pass with `context` earlier tokens in cache.
   double flops_per_token(std::uint64_t context) const noexcept;
-  /// Checks the shape's internal rules (heads divisible by kv_heads, head_dim even, ...).
+  /// Checks the shape's internal rules (heads divisible by kv_heads, head_dim even, a random
+  /// preset's vocabulary holds the byte tokenizer, ...).
   expected<void> validate() const;
 };
 

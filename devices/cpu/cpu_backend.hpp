@@ -9,6 +9,7 @@
 #include "devices/backend.hpp"
 #include "devices/cpu/isa.hpp"
 #include "devices/cpu/weights.hpp"
+#include "gguf/file.hpp"
 #include "devices/kv_cache.hpp"
 #include "runtime/memory.hpp"
 #include "runtime/topology.hpp"
@@ -32,6 +33,9 @@ struct cpu_backend_options {
   std::size_t page_tokens = 16;                 ///< tokens per KV page
   std::uint64_t kv_budget_bytes = 256ull << 20; ///< memory for KV pages
   std::shared_ptr<arena> storage; ///< arena of the device's domain; null = a private one
+  /// The GGUF file `shape` was read from (`open_gguf_model`), whose weights it computes; null:
+  /// the shape's deterministic random weights.
+  std::shared_ptr<const gguf_file> weights_file;
 };
 
 /// Timing of the last step, split so benchmarks can compare against the matmuls alone.
@@ -48,8 +52,8 @@ struct cpu_step_profile {
 /// native bf16, in triad's own AVX2 / AVX-512 kernels; the rest is vectorised C++.
 class cpu_backend final : public backend {
 public:
-  /// Generates the model's deterministic weights, packs them for the kernel and sizes the KV
-  /// cache. Never throws: oneDNN errors and allocation failures come back as errors.
+  /// Reads the model's weights (from `weights_file`, else the random ones), packs them for the
+  /// kernel and sizes the KV cache. Never throws: oneDNN errors and allocation failures come back as errors.
   static expected<std::unique_ptr<cpu_backend>> create(cpu_backend_options options);
   ~cpu_backend() override;
 

@@ -72,4 +72,49 @@ model_weights generate_weights(const model_shape& s, dtype type) {
   return w;
 }
 
+namespace {
+
+class random_source final : public weight_source {
+public:
+  random_source(const model_shape& shape, dtype type)
+      : all_(generate_weights(shape, type)) {}
+
+  expected<model_weights> globals() override {
+    model_weights w;
+    w.embedding = std::move(all_.embedding);
+    w.final_norm = std::move(all_.final_norm);
+    w.output = std::move(all_.output);
+    return w;
+  }
+
+  expected<layer_weights> layer(unsigned index) override {
+    if (index >= all_.layers.size())
+      return make_error(errc::invalid_argument,
+                        "random weights: no layer " + std::to_string(index));
+    return std::move(all_.layers[index]);
+  }
+
+private:
+  model_weights all_;
+};
+
+} // namespace
+
+std::unique_ptr<weight_source> random_weight_source(const model_shape& shape, dtype type) {
+  return std::make_unique<random_source>(shape, type);
+}
+
+expected<model_weights> load_all(weight_source& source, unsigned layers) {
+  auto w = source.globals();
+  if (!w)
+    return w.error();
+  for (unsigned l = 0; l < layers; ++l) {
+    auto lw = source.layer(l);
+    if (!lw)
+      return lw.error();
+    w->layers.push_back(std::move(*lw));
+  }
+  return w;
+}
+
 } // namespace triad

@@ -102,13 +102,22 @@ void rmsnorm(const float* x, const float* w, float* out, std::size_t rows, std::
     rmsnorm_row(x + r * width, w, out + r * width, width, eps);
 }
 
-rope_table::rope_table(std::size_t max_positions, std::size_t head_dim, double theta)
+void rmsnorm_serial(const float* x, const float* w, float* out, std::size_t rows,
+                    std::size_t width, float eps) noexcept {
+  for (std::size_t r = 0; r < rows; ++r)
+    rmsnorm_row(x + r * width, w, out + r * width, width, eps);
+}
+
+rope_table::rope_table(std::size_t max_positions, std::size_t head_dim, double theta,
+                       std::span<const float> factors)
     : half(head_dim / 2)
     , cos(max_positions * half)
     , sin(max_positions * half) {
   for (std::size_t p = 0; p < max_positions; ++p)
     for (std::size_t i = 0; i < half; ++i) {
       double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+      if (!factors.empty())
+        freq /= static_cast<double>(factors[i]);
       double angle = static_cast<double>(p) * freq;
       cos[p * half + i] = static_cast<float>(std::cos(angle));
       sin[p * half + i] = static_cast<float>(std::sin(angle));

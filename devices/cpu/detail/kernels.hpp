@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace triad::detail {
@@ -21,6 +22,10 @@ inline float from_bf16(std::uint16_t x) noexcept {
 void rmsnorm(const float* x, const float* w, float* out, std::size_t rows, std::size_t width,
              float eps) noexcept;
 
+/// rmsnorm on the calling thread alone, for callers already inside a parallel region.
+void rmsnorm_serial(const float* x, const float* w, float* out, std::size_t rows,
+                    std::size_t width, float eps) noexcept;
+
 /// out[r][i] = silu(gate_up[r][i]) * gate_up[r][ffn + i] (rows in parallel).
 void silu_mul(const float* gate_up, float* out, std::size_t rows, std::size_t ffn) noexcept;
 
@@ -29,8 +34,10 @@ void add_inplace(float* x, const float* y, std::size_t n) noexcept;
 
 /// Rotary embedding tables: cos and sin of pos * theta^(-2i/d), [pos][head_dim/2].
 struct rope_table {
-  /// Tables for positions 0..max_positions-1.
-  rope_table(std::size_t max_positions, std::size_t head_dim, double theta);
+  /// Tables for positions 0..max_positions-1; frequency i is theta^(-2i/head_dim) divided by
+  /// `factors[i]` where given (empty: no scaling).
+  rope_table(std::size_t max_positions, std::size_t head_dim, double theta,
+             std::span<const float> factors = {});
   /// Rotates one head vector in place ("rotate half" pairing: i with i + head_dim/2).
   void apply(float* vec, std::size_t pos) const noexcept;
 

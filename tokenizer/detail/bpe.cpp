@@ -1,0 +1,189 @@
+#include <queue>
+#include <unordered_map>
+
+#include "tokenizer/detail/byte_level.hpp"
+#include "tokenizer/detail/special_matcher.hpp"
+#include "tokenizer/pretokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace triad::detail {
+
+namespace {
+
+// Byte-level BPE (GPT-2 style): text split at added tokens, then by the pre-tokenizer; each
+// piece's bytes spelled as characters and merged pairwise, lowest merge rank first (leftmost
+// among equals), as Hugging Face's BPE model does.
+class bpe_tokenizer final : public model_tokenizer {
+public:
+  bpe_tokenizer(vocab v, pretokenizer pre, bool ignore_merges)
+      : model_tokenizer(std::move(v))
+      , pre_(std::move(pre))
+      , specials_(vocab_)
+      , ignore_merges_(ignore_merges) {
+    ids_.reserve(vocab_.tokens.size());
+    for (std::size_t id = 0; id < vocab_.tokens.size(); ++id)
+      ids_.emplace(vocab_.tokens[id], static_cast<token>(id));
+    ranks_.reserve(vocab_.merges.size());
+    for (std::size_t r = 0; r < vocab_.merges.size(); ++r)
+      ranks_.emplace(vocab_.merges[r], static_cast<int>(r));
+    decoded_.resize(vocab_.tokens.size());
+    for (std::size_t id = 0; id < vocab_.tokens.size(); ++id) {
+      const auto kind = vocab_.kinds[id];
+      decoded_[id] = kind == token_kind::control || kind == token_kind::user_defined
+                         ? vocab_.tokens[id]
+                         : bytes_.decode(vocab_.tokens[id]);
+    }
+  }
+
+  void encode_to(std::vector<token>& out, std::string_view text, bool specials) const override {
+    std::size_t at = 0;
+    std::vector<std::string_view> pieces;
+    std::string spelled;
+    while (at < text.size()) {
+      auto hit = specials_.next(text, at, specials);
+      pieces.clear();
+      pre_.split(text.substr(at, hit.at - at), pieces);
+      for (auto piece : pieces) {
+        spelled.clear();
+        bytes_.encode(piece, spelled);
+        merge(spelled, out);
+      }
+      if (hit.length == 0)
+        break;
+      out.push_back(hit.id);
+      at = hit.at + hit.length;
+    }
+  }
+
+  std::string decode(token id) const override {
+    if (id < 0 || static_cast<std::size_t>(id) >= decoded_.size())
+      return {};
+    return decoded_[static_cast<std::size_t>(id)];
+  }
+
+private:
+  struct symbol {
+    std::size_t start;
+    std::size_t length;
+    int prev;
+    int next;
+  };
+  struct bigram {
+    int rank;
+    int left;
+    std::size_t left_length;
+    std::size_t right_length;
+    bool operator>(const bigram& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+
+  int rank_of(std::string_view s, const symbol& a, const symbol& b, std::string& key) const {
+    key.assign(s.substr(a.start, a.length));
+    key += ' ';
+    key.append(s.substr(b.start, b.length));
+    auto it = ranks_.find(key);
+    return it == ranks_.end() ? -1 : it->second;
+  }
+
+  // Appends the ids of one spelled piece.
+  void merge(std::string_view s, std::vector<token>& out) const {
+    if (s.empty())
+      return;
+    if (ignore_merges_) {
+      if (auto it = ids_.find(std::string{s}); it != ids_.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
+    // One symbol per UTF-8 character of the spelling.
+    std::vector<symbol> sym;
+    for (std::size_t i = 0; i < s.size();) {
+      const auto c = static_cast<unsigned char>(s[i]);
+      std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : 4;
+      len = std::min(len, s.size() - i);
+      sym.push_back({i, len, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1});
+      i += len;
+    }
+    sym.back().next = -1;
+    std::priority_queue<bigram, std::vector<bigram>, std::greater<>> queue;
+    std::string key;
+    auto push = [&](int left) {
+      if (left < 0 || sym[left].next < 0)
+        return;
+      const auto& a = sym[left];
+      const auto& b = sym[a.next];
+      int r = rank_of(s, a, b, key);
+      if (r >= 0)
+        queue.push({r, left, a.length, b.length});
+    };
+    for (int i = 0; i + 1 < static_cast<int>(sym.size()); ++i)
+      push(i);
+    while (!queue.empty()) {
+      auto top = queue.top();
+      queue.pop();
+      auto& a = sym[top.left];
+      // Stale: either side was merged since this pair was queued.
+      if (a.length != top.left_length || a.next < 0 || sym[a.next].length != top.right_length)
+        continue;
+      auto& b = sym[a.next];
+      a.length += b.length;
+      b.length = 0;
+      a.next = b.next;
+      if (a.next >= 0)
+        sym[a.next].prev = top.left;
+      push(a.prev);
+      push(top.left);
+    }
+    for (int i = 0; i >= 0; i = sym[i].next) {
+      std::string piece{s.substr(sym[i].start, sym[i].length)};
+      if (auto it = ids_.find(piece); it != ids_.end()) {
+        out.push_back(it->second);
+        continue;
+      }
+      // Not in the vocabulary (a malformed file): its characters one by one, or unknown.
+      for (std::size_t k = 0; k < piece.size();) {
+        const auto c = static_cast<unsigned char>(piece[k]);
+        std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : 4;
+        auto one = ids_.find(piece.substr(k, len));
+        if (one != ids_.end())
+          out.push_back(one->second);
+        else if (vocab_.unknown)
+          out.push_back(*vocab_.unknown);
+        k += len;
+      }
+    }
+  }
+
+  pretokenizer pre_;
+  special_matcher specials_;
+  bool ignore_merges_;
+  byte_level bytes_;
+  std::unordered_map<std::string, token> ids_;
+  std::unordered_map<std::string, int> ranks_;
+  std::vector<std::string> decoded_;
+};
+
+} // namespace
+
+} // namespace triad::detail
+
+namespace triad {
+
+expected<std::unique_ptr<model_tokenizer>> make_tokenizer(vocab v) {
+  if (v.kinds.size() != v.tokens.size())
+    return make_error(errc::invalid_argument, "tokenizer: token kinds and tokens differ in count");
+  if (v.model != tokenizer_model::gpt2)
+    return make_error(errc::unsupported, "tokenizer model '" + std::string{to_string(v.model)} +
+                                             "' (SentencePiece) is not implemented yet; gpt2 "
+                                             "(byte-level BPE) is");
+  auto pre = pretokenizer::named(v.pre);
+  if (!pre)
+    return pre.error();
+  // Llama 3's tokenizer.json sets ignore_merges: a piece that is a whole token is that token.
+  const bool ignore_merges = v.pre == "llama-bpe" || v.pre == "llama3";
+  return std::unique_ptr<model_tokenizer>{
+      new detail::bpe_tokenizer(std::move(v), std::move(*pre), ignore_merges)};
+}
+
+} // namespace triad

@@ -1,0 +1,57 @@
+#include "tokenizer/detail/byte_level.hpp"
+
+namespace triad::detail {
+
+namespace {
+
+void append_utf8(std::uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+} // namespace
+
+byte_level::byte_level() {
+  std::uint32_t next = 256;
+  for (std::uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    const std::uint32_t cp = printable ? b : next++;
+    append_utf8(cp, to_char_[b]);
+    to_byte_[cp] = static_cast<std::uint8_t>(b);
+  }
+}
+
+void byte_level::encode(std::string_view bytes, std::string& out) const {
+  for (unsigned char b : bytes)
+    out += to_char_[b];
+}
+
+std::string byte_level::decode(std::string_view s) const {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
+    if (i + len > s.size())
+      len = 1;
+    std::uint32_t cp = len == 1 ? c : c & (0xff >> (len + 1));
+    for (std::size_t k = 1; k < len; ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+    auto it = to_byte_.find(cp);
+    if (it != to_byte_.end())
+      out += static_cast<char>(it->second);
+    else
+      out.append(s.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
+} // namespace triad::detail
