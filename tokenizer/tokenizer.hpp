@@ -49,8 +49,8 @@ protected:
   triad::vocab vocab_;
 };
 
-/// The tokenizer `v` describes: byte-level BPE for "gpt2" with the pre-tokenizer it names.
-/// Errors: an unsupported pre-tokenizer or tokenizer model, merges naming unknown tokens.
+/// The tokenizer `v` describes: byte-level BPE for "gpt2" with the pre-tokenizer it names,
+/// SentencePiece BPE (scores, byte fallback) for "llama". Errors: an unsupported pre-tokenizer.
 expected<std::unique_ptr<model_tokenizer>> make_tokenizer(vocab v);
 
 } // namespace triad

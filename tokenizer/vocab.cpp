@@ -94,6 +94,12 @@ expected<vocab> vocab::from_gguf(const gguf_file& file) {
   } else {
     v.add_bos = v.model == tokenizer_model::llama; // llama.cpp's default for SentencePiece
   }
+  if (file.find("tokenizer.ggml.add_space_prefix") != nullptr) {
+    auto add = file.boolean("tokenizer.ggml.add_space_prefix");
+    if (!add)
+      return add.error();
+    v.add_space_prefix = *add;
+  }
   if (file.find("tokenizer.chat_template") != nullptr) {
     auto t = file.string("tokenizer.chat_template");
     if (!t)

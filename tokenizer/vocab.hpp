@@ -41,6 +41,7 @@ struct vocab {
   std::optional<token> unknown;       ///< the unknown token
   std::optional<token> padding;       ///< padding
   bool add_bos = false;               ///< the model's prompts start with bos
+  bool add_space_prefix = true;       ///< SentencePiece: a space before each text fragment
   std::string chat_template;          ///< `tokenizer.chat_template`; empty when absent
 
   /// Reads the vocabulary of `file`. Errors name the file and key: a missing token list, an

@@ -1,3 +1,5 @@
+#include <cstdio>
+
 #include <boost/test/unit_test.hpp>
 
 #include "gguf/writer.hpp"
@@ -192,6 +194,42 @@ BOOST_AUTO_TEST_CASE(bad_vocabularies_are_named) {
   auto v2 = triad::vocab::from_gguf(**f2);
   BOOST_REQUIRE(!v2);
   BOOST_TEST(v2.error().message.find("eos_token_id is 2") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(sentencepiece)
+
+BOOST_AUTO_TEST_CASE(pieces_merge_by_score_and_unknown_characters_fall_back_to_bytes) {
+  triad::vocab v;
+  v.model = triad::tokenizer_model::llama;
+  v.tokens = {"<unk>", "<s>", "\xe2\x96\x81", "h", "i", "\xe2\x96\x81h", "\xe2\x96\x81hi", "hi"};
+  v.kinds = {triad::token_kind::unknown, triad::token_kind::control, triad::token_kind::normal,
+             triad::token_kind::normal, triad::token_kind::normal, triad::token_kind::normal,
+             triad::token_kind::normal, triad::token_kind::normal};
+  // "hi" scores higher than "▁h": "▁" + "hi" is then not a piece, so "▁hi" must come from
+  // "▁h" + "i" only if "▁h" merges first; with these scores "h"+"i" merges first and "▁hi"
+  // follows from "▁" + "hi".
+  v.scores = {0, 0, -1, -1, -1, -3, -4, -2};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    v.tokens.push_back(name);
+    v.kinds.push_back(triad::token_kind::byte);
+    v.scores.push_back(0);
+  }
+  v.unknown = 0;
+  auto made = triad::make_tokenizer(v);
+  BOOST_REQUIRE_MESSAGE(made, (made ? "" : made.error().to_string()));
+  auto& t = **made;
+  auto ids = t.encode("hi \xc3\xa9<s>hi", true);
+  // "▁hi", "▁", then é's two bytes; "<s>" (asked for); a new fragment: "▁hi".
+  std::vector<triad::token> want{6, 2, 8 + 0xc3, 8 + 0xa9, 1, 6};
+  BOOST_TEST(ids == want);
+  BOOST_TEST(t.decode(ids) == " hi \xc3\xa9<s> hi");
+  // Without specials "<s>" is text: its characters have no pieces and fall back to bytes.
+  auto plain = t.encode("<s>", false);
+  BOOST_TEST(plain.size() == 4u); // "▁" and the three bytes of "<s>"
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -3,6 +3,7 @@
 
 #include "tokenizer/detail/byte_level.hpp"
 #include "tokenizer/detail/special_matcher.hpp"
+#include "tokenizer/detail/spm.hpp"
 #include "tokenizer/pretokenizer.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -173,10 +174,8 @@ namespace triad {
 expected<std::unique_ptr<model_tokenizer>> make_tokenizer(vocab v) {
   if (v.kinds.size() != v.tokens.size())
     return make_error(errc::invalid_argument, "tokenizer: token kinds and tokens differ in count");
-  if (v.model != tokenizer_model::gpt2)
-    return make_error(errc::unsupported, "tokenizer model '" + std::string{to_string(v.model)} +
-                                             "' (SentencePiece) is not implemented yet; gpt2 "
-                                             "(byte-level BPE) is");
+  if (v.model == tokenizer_model::llama)
+    return detail::make_spm_tokenizer(std::move(v));
   auto pre = pretokenizer::named(v.pre);
   if (!pre)
     return pre.error();

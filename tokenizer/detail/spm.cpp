@@ -1,0 +1,177 @@
+#include <array>
+#include <cctype>
+#include <queue>
+#include <unordered_map>
+
+#include "tokenizer/detail/special_matcher.hpp"
+#include "tokenizer/detail/spm.hpp"
+
+namespace triad::detail {
+
+namespace {
+
+constexpr std::string_view space_mark = "\xe2\x96\x81"; // U+2581, SentencePiece's space
+
+std::size_t utf8_length(unsigned char c) {
+  return c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
+}
+
+// SentencePiece BPE (Llama 2, Mistral 7B, TinyLlama): text split at added tokens; each fragment
+// gets a leading space (as Hugging Face's Prepend normalizer does, per fragment), spaces become
+// U+2581, and characters merge pairwise, the pair whose joined piece scores highest first
+// (leftmost among equals); a character with no piece falls back to its bytes' <0xXX> tokens.
+class spm_tokenizer final : public model_tokenizer {
+public:
+  explicit spm_tokenizer(vocab v)
+      : model_tokenizer(std::move(v))
+      , specials_(vocab_) {
+    byte_ids_.fill(-1);
+    for (std::size_t id = 0; id < vocab_.tokens.size(); ++id) {
+      const auto& t = vocab_.tokens[id];
+      const auto kind = vocab_.kinds[id];
+      if (kind == token_kind::normal)
+        ids_.emplace(t, static_cast<token>(id));
+      if (kind == token_kind::byte && t.size() == 6 && t.starts_with("<0x") && t.back() == '>') {
+        unsigned b = 0;
+        for (char c : t.substr(3, 2))
+          b = b * 16 + static_cast<unsigned>(std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+                                                                                     : (c | 0x20) - 'a' + 10);
+        byte_ids_[b & 0xff] = static_cast<token>(id);
+      }
+    }
+  }
+
+  void encode_to(std::vector<token>& out, std::string_view text, bool specials) const override {
+    std::size_t at = 0;
+    std::string normalized;
+    while (at < text.size()) {
+      auto hit = specials_.next(text, at, specials);
+      auto fragment = text.substr(at, hit.at - at);
+      if (!fragment.empty()) {
+        normalized.clear();
+        if (vocab_.add_space_prefix)
+          normalized += space_mark;
+        for (char c : fragment)
+          if (c == ' ')
+            normalized += space_mark;
+          else
+            normalized += c;
+        merge(normalized, out);
+      }
+      if (hit.length == 0)
+        break;
+      out.push_back(hit.id);
+      at = hit.at + hit.length;
+    }
+  }
+
+  std::string decode(token id) const override {
+    if (id < 0 || static_cast<std::size_t>(id) >= vocab_.tokens.size())
+      return {};
+    const auto& t = vocab_.tokens[static_cast<std::size_t>(id)];
+    const auto kind = vocab_.kinds[static_cast<std::size_t>(id)];
+    if (kind == token_kind::byte) {
+      for (unsigned b = 0; b < 256; ++b)
+        if (byte_ids_[b] == id)
+          return std::string(1, static_cast<char>(b));
+      return {};
+    }
+    if (kind != token_kind::normal)
+      return t;
+    std::string out;
+    for (std::size_t i = 0; i < t.size();) {
+      if (t.compare(i, space_mark.size(), space_mark) == 0) {
+        out += ' ';
+        i += space_mark.size();
+      } else {
+        out += t[i++];
+      }
+    }
+    return out;
+  }
+
+private:
+  struct symbol {
+    std::size_t start;
+    std::size_t length;
+    int prev;
+    int next;
+  };
+  struct bigram {
+    float score;
+    int left;
+    std::size_t length; // of the joined piece when queued
+    bool operator<(const bigram& o) const {
+      return score != o.score ? score < o.score : left > o.left;
+    }
+  };
+
+  void merge(std::string_view s, std::vector<token>& out) const {
+    std::vector<symbol> sym;
+    for (std::size_t i = 0; i < s.size();) {
+      auto len = std::min(utf8_length(static_cast<unsigned char>(s[i])), s.size() - i);
+      sym.push_back({i, len, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1});
+      i += len;
+    }
+    if (sym.empty())
+      return;
+    sym.back().next = -1;
+    std::priority_queue<bigram> queue;
+    std::string key;
+    auto push = [&](int left) {
+      if (left < 0 || sym[left].next < 0)
+        return;
+      const auto& a = sym[left];
+      const auto& b = sym[a.next];
+      key.assign(s.substr(a.start, a.length + b.length));
+      auto it = ids_.find(key);
+      if (it == ids_.end())
+        return;
+      const auto id = static_cast<std::size_t>(it->second);
+      const float score = id < vocab_.scores.size() ? vocab_.scores[id] : 0.0f;
+      queue.push({score, left, a.length + b.length});
+    };
+    for (int i = 0; i + 1 < static_cast<int>(sym.size()); ++i)
+      push(i);
+    while (!queue.empty()) {
+      auto top = queue.top();
+      queue.pop();
+      auto& a = sym[top.left];
+      if (a.length == 0 || a.next < 0 || a.length + sym[a.next].length != top.length)
+        continue; // stale
+      auto& b = sym[a.next];
+      a.length += b.length;
+      b.length = 0;
+      a.next = b.next;
+      if (a.next >= 0)
+        sym[a.next].prev = top.left;
+      push(a.prev);
+      push(top.left);
+    }
+    for (int i = 0; i >= 0; i = sym[i].next) {
+      auto piece = s.substr(sym[i].start, sym[i].length);
+      if (auto it = ids_.find(std::string{piece}); it != ids_.end()) {
+        out.push_back(it->second);
+        continue;
+      }
+      for (unsigned char b : piece) {
+        if (byte_ids_[b] >= 0)
+          out.push_back(byte_ids_[b]);
+        else if (vocab_.unknown)
+          out.push_back(*vocab_.unknown);
+      }
+    }
+  }
+
+  special_matcher specials_;
+  std::unordered_map<std::string, token> ids_;
+  std::array<token, 256> byte_ids_;
+};
+
+} // namespace
+
+std::unique_ptr<model_tokenizer> make_spm_tokenizer(vocab v) {
+  return std::make_unique<spm_tokenizer>(std::move(v));
+}
+
+} // namespace triad::detail
