@@ -26,6 +26,31 @@ void append_json(std::vector<token>& out, const boost::json::object& v) {
 
 namespace {
 
+// An assistant message's tool calls (an OpenAI tool_calls array) as the model writes them,
+// `<tool_call>{"name": ..., "arguments": ...}</tool_call>` each, as message text.
+void append_calls(std::vector<token>& out, const std::string& calls_json) {
+  if (calls_json.empty())
+    return;
+  boost::system::error_code ec;
+  auto calls = boost::json::parse(calls_json, ec);
+  if (ec || !calls.is_array())
+    return;
+  for (const auto& c : calls.get_array()) {
+    const auto* fn = c.is_object() ? c.get_object().if_contains("function") : nullptr;
+    if (fn == nullptr || !fn->is_object())
+      continue;
+    const auto& f = fn->get_object();
+    boost::json::object call;
+    if (const auto* name = f.if_contains("name"))
+      call["name"] = *name;
+    if (const auto* args = f.if_contains("arguments"))
+      call["arguments"] = *args;
+    append(out, "<tool_call>");
+    append_json(out, call);
+    append(out, "</tool_call>");
+  }
+}
+
 void append_messages(std::vector<token>& out, const std::vector<chat_message>& messages) {
   std::size_t size = out.size() + 16; // and "assistant:\n" after them
   for (const auto& m : messages)
@@ -40,6 +65,7 @@ void append_messages(std::vector<token>& out, const std::vector<chat_message>& m
       out.push_back(tokenizer::tool_response_end);
     } else {
       append(out, m.content);
+      append_calls(out, m.tool_calls_json);
     }
     append(out, "\n");
   }

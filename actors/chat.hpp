@@ -15,6 +15,10 @@ namespace triad {
 struct chat_message {
   std::string role;    ///< who speaks
   std::string content; ///< what was said (for "tool": the tool's output)
+  /// assistant: its tool calls, an OpenAI `tool_calls` array as JSON text; empty: none.
+  std::string tool_calls_json = {};
+  /// tool: the id of the call it answers; empty: none given.
+  std::string tool_call_id = {};
 };
 
 /// A tool call as the model writes it between `<tool_call>` and `</tool_call>`: a JSON object

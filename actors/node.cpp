@@ -95,14 +95,21 @@ expected<void> node::start_kv_store(node& n, const node_config& config, std::siz
 }
 
 expected<std::unique_ptr<node>> node::start(const node_config& config, node_options options) {
-  // The served context fits the model's own (checked before anything starts).
-  if (auto shape = model_preset(config.model.preset);
-      shape && config.model.context_tokens > shape->max_context)
+  // The model, its tokenizer and chat template are checked before anything starts.
+  auto model = open_model(config.model);
+  if (!model)
+    return model.error();
+  // The served context fits the model's own.
+  if (config.model.context_tokens > model->shape.max_context)
     return make_error(errc::invalid_argument,
                       "[model].context_tokens = " + std::to_string(config.model.context_tokens) +
-                          " is more than the " + config.model.preset + " model's context of " +
-                          std::to_string(shape->max_context) + " tokens");
+                          " is more than the " + model->shape.name + " model's context of " +
+                          std::to_string(model->shape.max_context) + " tokens");
+  auto format = make_chat_format(*model);
+  if (!format)
+    return format.error();
   std::unique_ptr<node> n{new node};
+  n->model_ = std::move(*model);
   n->live_ = std::make_shared<live_set>();
   auto topo = topology::load(config.topology);
   if (!topo)
@@ -147,10 +154,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
       // Config errors were refused above; what fails now (oneDNN, memory) fails this device
       // only: it answers with the error and the node serves on the others.
       report.failure = "device '" + dev.name + "': " + be.error().message;
-      auto shape = model_preset(config.model.preset);
-      if (!shape)
-        return shape.error();
-      be = make_failed_backend(*shape, config.model.page_tokens,
+      be = make_failed_backend(n->model_.shape, config.model.page_tokens,
                                make_error(be.error().code, report.failure));
     }
     report.kernel = (*be)->kernel();
@@ -234,9 +238,9 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->options = config.orchestration;
   ctx->page_tokens = config.model.page_tokens;
   ctx->request_timeout = std::chrono::milliseconds{config.limits.request_timeout_ms};
-  if (auto shape = model_preset(config.model.preset))
-    ctx->max_context =
-        config.model.context_tokens != 0 ? config.model.context_tokens : shape->max_context;
+  ctx->max_context = config.model.context_tokens != 0 ? config.model.context_tokens
+                                                      : n->model_.shape.max_context;
+  ctx->format = std::move(*format);
   ctx->metrics = request_metrics::attach(n->metrics_);
   ctx->tier = n->kv_tier_;
   ctx->sessions_in_store = n->kv_tier_ && std::all_of(n->reports_.begin(), n->reports_.end(),

@@ -17,6 +17,7 @@
 
 #include "actors/node_config.hpp"
 #include "actors/request.hpp"
+#include "devices/factory.hpp"
 #include "actors/session.hpp"
 #include "devices/kv_tier.hpp"
 #include "kvstore/store.hpp"
@@ -95,6 +96,8 @@ public:
   metrics_registry& metrics() noexcept { return metrics_; }
   /// What each device runs, in config order.
   const std::vector<device_report>& device_reports() const noexcept { return reports_; }
+  /// The model it serves (`[model]`: a file or a preset), with the name clients see.
+  const model_source& model() const noexcept { return model_; }
   /// What the tools' sandbox applies here (probe_sandbox at start), when the config hosts a
   /// tool or an MCP server; empty otherwise.
   const std::optional<sandbox_result>& sandbox_report() const noexcept { return sandbox_; }
@@ -138,6 +141,7 @@ private:
   std::unique_ptr<topology> topo_;
   plan plan_;
   metrics_registry metrics_;
+  model_source model_; // the served model (its file mapped while the node lives)
   // -- what the node runs, in start order; stop() ends them in reverse, as destruction would --
   // The domains run every actor below and the tool service's invocation actors: they go last.
   // The tool service joins its workers (whose results go to actors in the domains) before.

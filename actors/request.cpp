@@ -79,20 +79,36 @@ public:
 
   caf::behavior make_behavior() override {
     start_ = clock_type::now();
+    if (!ctx_->format) // contexts built by hand (tests) serve the byte format
+      format_ = byte_chat_format(ctx_->max_context);
+    const chat_format& format = *(ctx_->format ? ctx_->format : format_);
     if (req_.raw_prompt) {
-      tokens_ = {tokenizer::bos};
-      auto text = tokenizer{}.encode(*req_.raw_prompt, false);
-      tokens_.insert(tokens_.end(), text.begin(), text.end());
+      tokens_ = format.raw(*req_.raw_prompt);
     } else if (req_.prior) {
       tokens_ = req_.prior->tokens;
-      auto turn = render_turn(req_.messages);
-      tokens_.insert(tokens_.end(), turn.begin(), turn.end());
+      auto turn = format.turn(req_.messages);
+      if (!turn) {
+        fail(turn.error().message, turn.error().code);
+        return {};
+      }
+      tokens_.insert(tokens_.end(), turn->begin(), turn->end());
     } else {
-      tokens_ = render_prompt(req_.messages);
+      auto prompt = format.prompt(req_.messages, req_.tools_json);
+      if (!prompt) {
+        fail(prompt.error().message, prompt.error().code);
+        return {};
+      }
+      tokens_ = std::move(*prompt);
     }
     usage_.prompt_tokens = tokens_.size();
-    if (req_.script)
-      forced_ = script_tokens(*req_.script);
+    if (req_.script) {
+      auto forced = format.script(*req_.script);
+      if (!forced) {
+        fail(forced.error().message, forced.error().code);
+        return {};
+      }
+      forced_ = std::move(*forced);
+    }
     // A script is forced output, still capped by the request's max_tokens like any answer.
     budget_ = req_.script ? std::min(static_cast<std::uint32_t>(forced_.size()), req_.max_tokens)
                           : req_.max_tokens;
@@ -210,7 +226,9 @@ private:
     g.sampling = req_.sampling;
     g.sampling.seed += attempt_; // a fresh stream per device sequence, still reproducible
     g.max_new_tokens = max_new;
-    g.stop = {tokenizer::tool_call_end};
+    if (auto end = format().call_end())
+      g.stop = {*end};
+    g.end = format().end_tokens();
     g.sink = caf::actor_cast<caf::actor>(this);
     g.reuse_prefix = reuse_prefix();
     // Where the KV stays across a tool call, the device parks the sequence at </tool_call>.
@@ -510,7 +528,7 @@ private:
     }
     if (ended_)
       return finish(finish_reason::stop);
-    if (!tokens_.empty() && tokens_.back() == tokenizer::tool_call_end)
+    if (!tokens_.empty() && format().call_end() && tokens_.back() == *format().call_end())
       return begin_tool();
     finish(finish_reason::length);
   }
@@ -550,26 +568,40 @@ private:
     ++produced_;
     ++unreported_;
     ++usage_.completion_tokens;
-    if (t == tokenizer::eos) {
+    const auto& f = format();
+    if (f.ends(t)) {
       ended_ = true;
       return;
     }
-    if (t == tokenizer::tool_call_start) {
+    const bool call_mark = t == f.call_start() || t == f.call_end();
+    if (t == f.call_start()) {
       in_call_ = true;
       call_.clear();
-    } else if (in_call_ && t != tokenizer::tool_call_end) {
+    } else if (in_call_ && t != f.call_end()) {
       call_.push_back(t);
     }
-    emit_token(t);
+    emit_token(t, !(in_call_ || call_mark || f.control(t)));
   }
 
-  void emit_token(token t) {
+  void emit_token(token t, bool content) {
     request_event ev;
     ev.request = id_;
     ev.kind = request_event::token;
     ev.tok = t;
-    ev.text = tokenizer{}.decode(t);
+    ev.text = format().piece(t);
+    ev.content = content;
     emit(std::move(ev));
+  }
+
+  // The request's chat format (the node's, or the byte format).
+  const chat_format& format() const { return *(ctx_->format ? ctx_->format : format_); }
+
+  // The call's text, token by token.
+  std::string call_text() const {
+    std::string out;
+    for (auto t : call_)
+      out += format().piece(t);
+    return out;
   }
 
   // ---- tools --------------------------------------------------------------------------------
@@ -579,7 +611,7 @@ private:
     in_call_ = false;
     tool_start_ = clock_type::now();
     ++usage_.tool_calls;
-    auto parsed = parse_tool_call(tokenizer{}.decode(call_));
+    auto parsed = parse_tool_call(call_text());
     tool_name_ = parsed ? parsed->name : std::string{};
     request_event ev;
     ev.request = id_;
@@ -589,11 +621,15 @@ private:
       ev.arguments_json = parsed->arguments_json;
     } else {
       ev.tool_name = "(malformed)";
-      ev.arguments_json = tokenizer{}.decode(call_);
+      ev.arguments_json = call_text();
     }
     emit(std::move(ev));
     if (parsed && req_.return_unhosted_calls && !hosted(parsed->name)) {
       finish(finish_reason::tool_calls); // the caller runs it
+      return;
+    }
+    if (!format().continues_calls()) {
+      finish(finish_reason::tool_calls); // the format cannot feed a result back: the caller's
       return;
     }
     park_kv();
@@ -701,7 +737,12 @@ private:
     }
     ev.tool_output = std::move(*fitted);
     emit(ev);
-    appended_ = render_tool_result(ev.tool_output);
+    auto appended = format().tool_result(ev.tool_output);
+    if (!appended) {
+      fail(appended.error().message, appended.error().code);
+      return;
+    }
+    appended_ = std::move(*appended);
     pending_result_ = true;
     if (!demoting_)
       continue_after_tool();
@@ -887,6 +928,7 @@ private:
   std::uint64_t stored_tokens_ = 0;  // keep_kv with a store: tokens whose KV went into it
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;
   std::vector<token> call_;     // tokens of the tool call being written
+  std::shared_ptr<const chat_format> format_; // when the context has none: the byte format
   std::vector<token> appended_; // the tool result's tokens, until they are sent
   request_usage usage_;
 };

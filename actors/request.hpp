@@ -16,6 +16,7 @@
 #include "runtime/coarse_timers.hpp"
 
 #include "actors/chat.hpp"
+#include "actors/chat_format.hpp"
 #include "actors/config.hpp"
 #include "actors/route.hpp"
 #include "devices/config.hpp"
@@ -60,6 +61,9 @@ struct chat_request {
   /// A plain completion (`/v1/completions`): the prompt is BOS then this text's bytes, with no
   /// chat template; `messages` is not used.
   std::optional<std::string> raw_prompt;
+  /// The request's `tools` array as JSON text (empty: none): a model file's chat template
+  /// renders the definitions in the model's own format.
+  std::string tools_json;
 };
 
 /// The states of a request; the first five match its stages, the last three are its ends.
@@ -122,7 +126,9 @@ struct request_event {
   std::uint64_t request = 0;  ///< the request's id
   kind_t kind = token;        ///< what happened
   triad::token tok = 0;       ///< token: its id
-  std::string text;           ///< token: its text
+  std::string text;           ///< token: its bytes (a character may span tokens)
+  /// token: part of the answer's text (not a control token, not inside a tool call).
+  bool content = true;
   std::string tool_name;      ///< tool_call: the function called ("(malformed)" if unparsed)
   std::string arguments_json; ///< tool_call: its arguments
   std::string tool_output;    ///< tool_result: the output, as the model reads it
@@ -163,6 +169,9 @@ struct request_metrics {
 /// What a request actor needs to find devices and tools.
 struct request_context {
   router_actor router;           ///< the node's router
+  /// How conversations become the model's tokens and tokens text (chat_format.hpp); null: the
+  /// byte format of the random presets.
+  std::shared_ptr<const chat_format> format;
   tool_service* tools = nullptr; ///< the node's tool domains (null: no tools hosted)
   orchestration_options options; ///< policies
   request_metrics metrics;       ///< where transitions are counted

@@ -94,6 +94,10 @@ const options::section<model_config>& model_section() {
           options::integer("page_tokens", &c::page_tokens, {1, 4096}, "tokens per KV page"),
           options::integer("context_tokens", &c::context_tokens, {0, 1 << 24},
                            "the context requests are served in; 0 = the model's own"),
+          options::text<c>("path", &c::path, "a path to a .gguf file",
+                           "a GGUF model file to serve; empty = the preset's random weights"),
+          options::text<c>("served_name", &c::served_name, "a name",
+                           "the model name clients see; empty = the file's general.name"),
       },
       {},
   };

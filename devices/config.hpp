@@ -70,6 +70,12 @@ struct model_config {
   /// bounds each request's KV and compute); 0: the model's own. Prompts with their max_tokens
   /// and tool outputs are fitted to it.
   std::uint32_t context_tokens = 0;
+  /// `path`: a GGUF model file (llama, qwen2, qwen3) whose weights, tokenizer and chat template
+  /// the node serves; empty: `preset` with random weights and the byte tokenizer.
+  std::string path;
+  /// `served_name`: the model name clients see; empty: the file's `general.name`, or
+  /// "triad-<preset>".
+  std::string served_name;
   bool operator==(const model_config&) const = default;
 };
 

@@ -438,7 +438,8 @@ private:
     s.state = importing ? seq_state::importing : seq_state::waiting;
     s.lookup = looks_up;
     s.plan = std::make_shared<detail::sample_plan>(detail::sample_plan{
-        sampler{req.sampling}, std::move(req.forced), std::move(req.stop), req.max_new_tokens});
+        sampler{req.sampling}, std::move(req.forced), std::move(req.stop), req.max_new_tokens,
+        req.end});
     s.admitted_order = next_order_++;
     s.import = std::move(import);
     s.req = std::move(req);

@@ -86,7 +86,10 @@ struct generate_request {
   std::vector<token> prompt;         ///< tokens to prefill (at least one)
   sampling_params sampling;          ///< how tokens are chosen
   std::uint32_t max_new_tokens = 16; ///< generation stops after this many (prefill role: 1)
-  std::vector<token> stop;           ///< tokens that end generation (EOS always does)
+  std::vector<token> stop;           ///< tokens that end generation besides `end`
+  /// Tokens that end the answer (the model's EOS, end of turn): done, never parked. The byte
+  /// tokenizer's EOS unless the request's format names others.
+  std::vector<token> end = {tokenizer::eos};
   caf::actor sink;                   ///< receives device_event messages
   /// Scripted generation (benchmarks, tests): the n-th token generated is forced[n] while n is
   /// below its size. The step still computes the logits; only the choice is forced.
@@ -224,7 +227,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
-           x.stop, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done,
+           x.stop, x.end, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done,
            x.kept_blocks, x.kept_tokens);
 }
 /// Inspector of admission.

@@ -1,6 +1,8 @@
 #include "devices/factory.hpp"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "devices/cpu/cpu_backend.hpp"
 #include "devices/sim/sim_backend.hpp"
@@ -31,7 +33,7 @@ expected<device_profile> resolve_profile(const device_set& node, const std::stri
 
 // What a cpu device computes with, or the config error that stops it.
 expected<cpu_compute_choice> check_cpu_device(const device_set& node, const device_config& dev) {
-  if (std::find(cpu_device_profiles.begin(), cpu_device_profiles.end(), node.model.preset) ==
+  if (node.model.path.empty() && std::find(cpu_device_profiles.begin(), cpu_device_profiles.end(), node.model.preset) ==
       cpu_device_profiles.end())
     return make_error(errc::invalid_argument, "device '" + dev.name +
                                                   "': backend \"cpu\" runs the presets \"tiny\" "
@@ -44,6 +46,38 @@ expected<cpu_compute_choice> check_cpu_device(const device_set& node, const devi
 }
 
 } // namespace
+
+expected<model_source> open_model(const model_config& model) {
+  model_source out;
+  if (model.path.empty()) {
+    auto shape = model_preset(model.preset);
+    if (!shape)
+      return shape.error();
+    out.shape = std::move(*shape);
+    out.served_name = model.served_name.empty() ? "triad-" + model.preset : model.served_name;
+    return out;
+  }
+  // One mapping per path while anyone holds it.
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<const gguf_model>> open_files;
+  std::shared_ptr<const gguf_model> opened;
+  {
+    std::lock_guard lock{mutex};
+    opened = open_files[model.path].lock();
+    if (!opened) {
+      auto m = open_gguf_model(model.path);
+      if (!m)
+        return make_error(m.error().code, "[model].path: " + m.error().message);
+      opened = std::make_shared<const gguf_model>(std::move(*m));
+      open_files[model.path] = opened;
+    }
+  }
+  out.shape = opened->shape;
+  // The file keeps the model object (and so the mapping) alive through an aliasing pointer.
+  out.file = std::shared_ptr<const gguf_file>{opened, opened->file.get()};
+  out.served_name = model.served_name.empty() ? out.shape.name : model.served_name;
+  return out;
+}
 
 dtype accelerator_dtype(const device_set& node) noexcept {
   return node.model.dtype == model_dtype::f32 ? dtype::f32 : dtype::bf16;
@@ -64,9 +98,10 @@ expected<void> check_backends(const device_set& node) {
 expected<std::unique_ptr<backend>> make_backend(const device_set& node, const device_config& dev,
                                                 std::shared_ptr<arena> storage,
                                                 const compute_placement& compute) {
-  auto shape = model_preset(node.model.preset);
-  if (!shape)
-    return shape.error();
+  auto source = open_model(node.model);
+  if (!source)
+    return source.error();
+  const auto* shape = &source->shape;
   const std::uint64_t budget = dev.memory_mib << 20;
   switch (dev.backend) {
   case device_backend::cpu: {
@@ -81,6 +116,7 @@ expected<std::unique_ptr<backend>> make_backend(const device_set& node, const de
     o.page_tokens = node.model.page_tokens;
     o.kv_budget_bytes = budget;
     o.storage = std::move(storage);
+    o.weights_file = source->file;
     auto b = cpu_backend::create(std::move(o));
     if (!b)
       return make_error(b.error().code, "device '" + dev.name + "': " + b.error().message);

@@ -5,6 +5,7 @@
 #include "devices/backend.hpp"
 #include "devices/config.hpp"
 #include "devices/cpu/isa.hpp"
+#include "devices/gguf_model.hpp"
 #include "runtime/memory.hpp"
 #include "runtime/topology.hpp"
 
@@ -18,8 +19,23 @@ struct compute_placement {
   const topology* topo = nullptr;          ///< binds on this machine only
 };
 
+/// The model a node serves: its shape and, for a model file, the checked and mapped file.
+struct model_source {
+  model_shape shape;                     ///< what devices compute and routers plan for
+  std::shared_ptr<const gguf_file> file; ///< null: a preset's random weights
+  std::string served_name;               ///< the name clients see
+
+  /// Whether the weights come from a file.
+  bool from_file() const noexcept { return file != nullptr; }
+};
+
+/// Opens `[model]`: the GGUF file at `path` (opened and checked whole: architecture, every
+/// tensor's shape and type), else the preset. One file is mapped once per process: devices and
+/// the node that open the same path share the mapping. Errors name the file and what is wrong.
+expected<model_source> open_model(const model_config& model);
+
 /// Checks, before anything starts, that every `[[devices]]` entry can run here: a cpu device
-/// needs a cpu preset and a `[model].dtype` this CPU runs (choose_cpu_compute's error, which
+/// needs a model file or a cpu preset and a `[model].dtype` this CPU runs (choose_cpu_compute's error, which
 /// names the CPU's ISA and the dtypes it can run). A config error: triad-node exits 2.
 expected<void> check_backends(const device_set& node);
 

@@ -321,8 +321,12 @@ expected<model_shape> shape_of(const gguf_file& file) {
     }
   }
   if (const auto* freqs = file.tensor("rope_freqs.weight")) {
+    if (freqs->elements != s.head_dim / 2)
+      return make_error(errc::parse_error, "GGUF file '" + file.source() +
+                                               "': rope_freqs.weight must be head_dim / 2 = " +
+                                               std::to_string(s.head_dim / 2) + " floats");
     std::vector<float> f(freqs->elements);
-    if (freqs->elements != s.head_dim / 2 || !dequantize(freqs->type, freqs->bytes, f))
+    if (!dequantize(freqs->type, freqs->bytes, f))
       return make_error(errc::parse_error, "GGUF file '" + file.source() +
                                                "': rope_freqs.weight must be head_dim / 2 = " +
                                                std::to_string(s.head_dim / 2) + " floats");

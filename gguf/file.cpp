@@ -15,6 +15,7 @@ namespace {
 
 constexpr std::uint32_t gguf_magic = 0x46554747; // "GGUF" read little-endian
 constexpr std::size_t max_dims = 4;              // ggml's GGML_MAX_DIMS
+constexpr std::uint64_t max_array = 1u << 24;    // elements of one metadata array
 
 // A bounds-checked reader over the image; every read names what it reads in its error.
 class cursor {
@@ -163,6 +164,11 @@ expected<gguf_value> read_value(cursor& in, gguf_type type, const std::string& k
     auto count = in.read<std::uint64_t>("the length of " + what);
     if (!count)
       return count.error();
+    // Arrays are widened in memory (to int64, double, std::string): their length is bounded so
+    // a file cannot make the reader use many times its own size.
+    if (*count > max_array)
+      return in.fail(what + " has " + std::to_string(*count) + " elements (allowed up to " +
+                     std::to_string(max_array) + ")");
     if (element == gguf_type::string) {
       // Each string takes at least its 8-byte length: a count the file cannot hold is refused
       // before anything is reserved for it.
@@ -345,7 +351,11 @@ expected<std::unique_ptr<gguf_file>> gguf_file::parse(std::span<const std::byte>
     return in.fail("the tensor data section would start past the end of the file");
   for (auto& t : self->tensors_) {
     const auto traits = traits_of(t.type);
-    const std::uint64_t size = t.elements / traits.block_elements * traits.block_bytes;
+    const std::uint64_t blocks = t.elements / traits.block_elements;
+    if (blocks > std::numeric_limits<std::uint64_t>::max() / traits.block_bytes)
+      return make_error(errc::parse_error, "GGUF file '" + name + "': tensor '" + t.name +
+                                               "' has more bytes than 2^64");
+    const std::uint64_t size = blocks * traits.block_bytes;
     if (t.offset % a != 0)
       return make_error(errc::parse_error, "GGUF file '" + name + "': tensor '" + t.name +
                                                "' starts at offset " + std::to_string(t.offset) +

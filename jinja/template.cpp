@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <unordered_map>
 
 #include "jinja/detail/ast.hpp"
+#include "runtime/utf8.hpp"
 
 namespace triad::jinja {
 
@@ -53,17 +55,50 @@ bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
-std::string strip(const std::string& s, const value& chars, bool left, bool right) {
-  auto drop = [&](char c) {
-    return chars.is_string() ? chars.s.find(c) != std::string::npos : is_space(c);
-  };
+// The byte length of the JavaScript whitespace character (String.prototype.trim's set: ASCII
+// spaces and line ends, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000,
+// U+FEFF) starting at byte `i`; 0 when there is none.
+std::size_t js_space_at(const std::string& s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80)
+    return is_space(static_cast<char>(c)) ? 1 : 0;
+  std::size_t len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 0;
+  if (len == 0 || i + len > s.size())
+    return 0;
+  std::uint32_t cp = c & (len == 2 ? 0x1f : 0x0f);
+  for (std::size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xc0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (b & 0x3f);
+  }
+  const bool space = cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) ||
+                     cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
+                     cp == 0x3000 || cp == 0xfeff;
+  return space ? len : 0;
+}
+
+// JavaScript's trim / trimStart / trimEnd, which @huggingface/jinja's strip, lstrip, rstrip and
+// trim are (characters named as arguments are ignored, as there).
+std::string strip(const std::string& s, const value&, bool left, bool right) {
   std::size_t a = 0, b = s.size();
   if (left)
-    while (a < b && drop(s[a]))
-      ++a;
+    while (a < b) {
+      auto n = js_space_at(s, a);
+      if (n == 0)
+        break;
+      a += n;
+    }
   if (right)
-    while (b > a && drop(s[b - 1]))
-      --b;
+    while (b > a) {
+      std::size_t start = b - 1;
+      while (start > a && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80 && b - start < 4)
+        --start;
+      auto n = js_space_at(s, start);
+      if (n == 0 || start + n != b)
+        break;
+      b = start;
+    }
   return s.substr(a, b - a);
 }
 
@@ -81,7 +116,8 @@ expected<array> iterate(const value& v, int line) {
     array out;
     for (std::size_t i = 0; i < v.s.size();) {
       auto c = static_cast<unsigned char>(v.s[i]);
-      std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+      // A stray continuation or invalid lead byte is a character of its own.
+      std::size_t len = utf8_length(c);
       out.push_back(value::string(v.s.substr(i, len)));
       i += len;
     }
@@ -101,16 +137,34 @@ value arg(const std::vector<value>& args, const kwargs& kw, std::size_t i, std::
   return {};
 }
 
+// What one render may spend: hostile templates end with an error instead of exhausting the
+// stack, the memory or the time of the process.
+struct budget {
+  static constexpr int max_depth = 64;                 // nested macro calls and set blocks
+  static constexpr std::size_t max_output = 16u << 20; // bytes of any rendered text
+  static constexpr std::uint64_t max_steps = 10'000'000; // statements and loop iterations
+  int depth = 0;
+  std::uint64_t steps = 0;
+  frame* globals = nullptr; // the template's top-level variables (macros close over them)
+};
+
 class renderer {
 public:
-  explicit renderer(std::string& out)
-      : out_(out) {}
+  renderer(std::string& out, budget& limits)
+      : out_(out)
+      , budget_(limits) {}
 
   expected<flow> run(const std::vector<std::unique_ptr<stmt>>& body, frame& f) {
     for (const auto& s : body) {
+      if (++budget_.steps > budget::max_steps)
+        return type_error(s->line, "the template runs more than " +
+                                       std::to_string(budget::max_steps) + " steps");
       auto r = exec(*s, f);
       if (!r || *r != flow::normal)
         return r;
+      if (out_.size() > budget::max_output)
+        return type_error(s->line, "the template renders more than " +
+                                       std::to_string(budget::max_output) + " bytes");
     }
     return flow::normal;
   }
@@ -150,32 +204,44 @@ private:
     }
     case stmt::kind::set_block: {
       std::string captured;
-      renderer inner{captured};
+      if (++budget_.depth > budget::max_depth)
+        return type_error(s.line, "blocks nest deeper than " + std::to_string(budget::max_depth));
+      renderer inner{captured, budget_};
       auto r = inner.run(s.branches[0], f);
+      --budget_.depth;
       if (!r)
         return r.error();
       return assign(s, f, value::string(std::move(captured)));
     }
     case stmt::kind::macro: {
+      // A macro sees the template's top-level variables and its arguments (it is called after
+      // the scope it was written in may be gone); it renders with the caller's budget.
       const stmt* m = &s;
-      frame* home = &f;
+      budget* limits = &budget_;
       f.vars[s.name] = value::callable(
-          [this, m, home](std::vector<value> args, kwargs kw) -> expected<value> {
+          [m, limits](std::vector<value> args, kwargs kw) -> expected<value> {
+            if (limits->depth + 1 > budget::max_depth)
+              return type_error(m->line, "macro calls nest deeper than " +
+                                             std::to_string(budget::max_depth));
+            ++limits->depth;
             frame local;
-            local.parent = home;
+            local.parent = limits->globals;
+            std::string captured;
+            renderer inner{captured, *limits};
             for (std::size_t i = 0; i < m->params.size(); ++i) {
               value v = arg(args, kw, i, m->params[i]);
               if (v.is_undefined() && m->defaults[i]) {
-                auto d = eval(*m->defaults[i], *home);
-                if (!d)
+                auto d = inner.eval(*m->defaults[i], local);
+                if (!d) {
+                  --limits->depth;
                   return d.error();
+                }
                 v = std::move(*d);
               }
               local.vars[m->params[i]] = std::move(v);
             }
-            std::string captured;
-            renderer inner{captured};
             auto r = inner.run(m->branches[0], local);
+            --limits->depth;
             if (!r)
               return r.error();
             return value::string(std::move(captured));
@@ -404,8 +470,10 @@ private:
         return v;
       if (e.name == "not")
         return value::boolean(!v->truthy());
-      if (v->k == value::kind::integer)
+      if (v->k == value::kind::integer && v->i != std::numeric_limits<std::int64_t>::min())
         return value::integer(e.name == "-" ? -v->i : v->i);
+      if (v->k == value::kind::integer)
+        return value::number(e.name == "-" ? -static_cast<double>(v->i) : static_cast<double>(v->i));
       if (v->k == value::kind::number)
         return value::number(e.name == "-" ? -v->d : v->d);
       return type_error(e.line, "unary " + e.name + " of a " + kind_name(*v));
@@ -463,7 +531,7 @@ private:
       stop = given[1] ? clamp(part[1], -1, n - 1) : -1;
     }
     array out;
-    for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+    for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step)
       out.push_back((*items)[static_cast<std::size_t>(i)]);
     if (obj->is_string()) {
       std::string s;
@@ -520,6 +588,9 @@ private:
       return value::list(std::move(out));
     }
     if (op == "*" && a->is_string() && b->k == value::kind::integer) {
+      if (b->i > 0 && a->s.size() * static_cast<__int128>(b->i) > budget::max_output)
+        return type_error(e.line, "a repeated string longer than " +
+                                      std::to_string(budget::max_output) + " bytes");
       std::string out;
       for (std::int64_t i = 0; i < b->i; ++i)
         out += a->s;
@@ -537,9 +608,14 @@ private:
     if (op == ">") return value::boolean(x > y);
     if (op == "<=") return value::boolean(x <= y);
     if (op == ">=") return value::boolean(x >= y);
-    if (op == "+") return ints ? value::integer(a->i + b->i) : value::number(x + y);
-    if (op == "-") return ints ? value::integer(a->i - b->i) : value::number(x - y);
-    if (op == "*") return ints ? value::integer(a->i * b->i) : value::number(x * y);
+    // Integers that overflow int64 become floats (as the JavaScript reference's numbers are).
+    std::int64_t r = 0;
+    if (op == "+")
+      return ints && !__builtin_add_overflow(a->i, b->i, &r) ? value::integer(r) : value::number(x + y);
+    if (op == "-")
+      return ints && !__builtin_sub_overflow(a->i, b->i, &r) ? value::integer(r) : value::number(x - y);
+    if (op == "*")
+      return ints && !__builtin_mul_overflow(a->i, b->i, &r) ? value::integer(r) : value::number(x * y);
     if (op == "/") {
       if (y == 0)
         return type_error(e.line, "division by zero");
@@ -548,19 +624,21 @@ private:
     if (op == "//" || op == "%") {
       if (y == 0)
         return type_error(e.line, "division by zero");
-      if (ints) {
-        std::int64_t q = a->i / b->i, r = a->i % b->i;
-        if (r != 0 && ((r < 0) != (b->i < 0))) {
+      if (ints && !(a->i == std::numeric_limits<std::int64_t>::min() && b->i == -1)) {
+        std::int64_t q = a->i / b->i, rem = a->i % b->i;
+        if (rem != 0 && ((rem < 0) != (b->i < 0))) {
           --q;
-          r += b->i;
+          rem += b->i;
         }
-        return value::integer(op == "//" ? q : r);
+        return value::integer(op == "//" ? q : rem);
       }
       return value::number(op == "//" ? std::floor(x / y) : x - std::floor(x / y) * y);
     }
-    if (op == "**")
-      return ints && b->i >= 0 ? value::integer(static_cast<std::int64_t>(std::pow(x, y)))
-                               : value::number(std::pow(x, y));
+    if (op == "**") {
+      const double p = std::pow(x, y);
+      return ints && b->i >= 0 && std::fabs(p) < 9.0e18 ? value::integer(static_cast<std::int64_t>(p))
+                                                       : value::number(p);
+    }
     return type_error(e.line, "unknown operator '" + op + "'");
   }
 
@@ -787,11 +865,12 @@ private:
         }
         if (step == 0)
           return make_error(errc::invalid_argument, "range: step cannot be zero");
-        if ((stop - start) / step > 1'000'000)
+        const __int128 count = (static_cast<__int128>(stop) - start) / step;
+        if (count > 1'000'000)
           return make_error(errc::invalid_argument, "range: more than a million items");
         array out;
-        for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-          out.push_back(value::integer(i));
+        for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step)
+          out.push_back(value::integer(static_cast<std::int64_t>(i)));
         return value::list(std::move(out));
       });
     if (name == "strftime_now")
@@ -816,8 +895,14 @@ private:
       return value::string(strip(v.s, value{}, true, true));
     }
     if (name == "tojson") {
+      for (const auto& [k, x] : kw)
+        if (k != "indent" && !(k == "ensure_ascii" && !x.truthy()))
+          return type_error(line, "tojson(" + k + "=...) is not supported (indent is)");
       auto indent = arg(args, kw, 0, "indent");
-      return value::string(to_json(v, indent.k == value::kind::integer ? static_cast<int>(indent.i) : 0));
+      const std::int64_t n = indent.k == value::kind::integer ? indent.i : 0;
+      if (n < 0 || n > 64)
+        return type_error(line, "tojson indent " + std::to_string(n) + " (allowed 0-64)");
+      return value::string(to_json(v, static_cast<int>(n)));
     }
     if (name == "length" || name == "count") {
       if (v.is_string()) {
@@ -926,8 +1011,10 @@ private:
       return value::number(0);
     }
     if (name == "abs") {
-      if (v.k == value::kind::integer)
+      if (v.k == value::kind::integer && v.i != std::numeric_limits<std::int64_t>::min())
         return value::integer(v.i < 0 ? -v.i : v.i);
+      if (v.k == value::kind::integer)
+        return value::number(std::fabs(static_cast<double>(v.i)));
       if (v.k == value::kind::number)
         return value::number(std::fabs(v.d));
       return type_error(line, "abs of a " + kind_name(v));
@@ -983,7 +1070,10 @@ private:
         return type_error(line, "indent of a " + kind_name(v));
       auto width = arg(args, kw, 0, "width");
       auto first = arg(args, kw, 1, "first");
-      const std::string pad(static_cast<std::size_t>(width.k == value::kind::integer ? width.i : 4), ' ');
+      const std::int64_t w = width.k == value::kind::integer ? width.i : 4;
+      if (w < 0 || w > 1024)
+        return type_error(line, "indent width " + std::to_string(w) + " (allowed 0-1024)");
+      const std::string pad(static_cast<std::size_t>(w), ' ');
       std::string out;
       for (std::size_t i = 0; i < v.s.size(); ++i) {
         out += v.s[i];
@@ -1056,6 +1146,7 @@ private:
   }
 
   std::string& out_;
+  budget& budget_;
 };
 
 } // namespace
@@ -1071,11 +1162,15 @@ expected<jinja_template> jinja_template::parse(std::string_view source) {
 
 expected<std::string> jinja_template::render(const value& context) const {
   frame globals;
+  // A deep copy: what the template changes (list.append, dict members, stored macros) stays in
+  // this render.
   if (context.is_dict())
     for (const auto& [k, v] : *context.members)
-      globals.vars[k] = v;
+      globals.vars[k] = deep_copy(v);
   std::string out;
-  renderer r{out};
+  budget limits;
+  limits.globals = &globals;
+  renderer r{out, limits};
   auto done = r.run(program_->body, globals);
   if (!done)
     return done.error();

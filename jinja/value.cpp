@@ -1,6 +1,8 @@
 #include "jinja/value.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <cmath>
 
 namespace triad::jinja {
@@ -83,13 +85,41 @@ void value::set(std::string_view key, value v) {
 
 namespace {
 
+// JavaScript's Number.prototype.toString (what JSON.stringify and @huggingface/jinja print):
+// the shortest digits that round-trip, in fixed notation for 1e-7 <= |d| < 1e21, else as
+// d.ddde+N.
 std::string number_text(double d) {
-  // JavaScript's shortest round-trip form (JSON.stringify), which std::to_chars also gives.
   if (std::isnan(d) || std::isinf(d))
     return "null";
+  if (d == 0)
+    return "0";
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, d);
-  return std::string{buf, r.ptr};
+  auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  std::string sci{buf, r.ptr};
+  std::string sign;
+  if (sci[0] == '-') {
+    sign = "-";
+    sci.erase(0, 1);
+  }
+  const auto e = sci.find('e');
+  std::string digits = sci.substr(0, e);
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  const int n = std::stoi(sci.substr(e + 1)) + 1; // the decimal point's position
+  const int k = static_cast<int>(digits.size());
+  std::string out;
+  if (k <= n && n <= 21) {
+    out = digits + std::string(static_cast<std::size_t>(n - k), '0');
+  } else if (0 < n && n <= 21) {
+    out = digits.substr(0, static_cast<std::size_t>(n)) + "." + digits.substr(static_cast<std::size_t>(n));
+  } else if (-6 < n && n <= 0) {
+    out = "0." + std::string(static_cast<std::size_t>(-n), '0') + digits;
+  } else {
+    out = digits.substr(0, 1);
+    if (k > 1)
+      out += "." + digits.substr(1);
+    out += (n - 1 >= 0 ? "e+" : "e-") + std::to_string(std::abs(n - 1));
+  }
+  return sign + out;
 }
 
 void json_string(const std::string& s, std::string& out) {
@@ -117,19 +147,26 @@ void json_string(const std::string& s, std::string& out) {
   out += '"';
 }
 
-void python_repr(const value& v, std::string& out) {
+// Values nest at most this deep when printed or compared; deeper (a list that holds itself)
+// prints as "[...]" and compares unequal.
+constexpr int max_nesting = 64;
+
+std::string output_at(const value& v, int depth);
+
+void python_repr(const value& v, std::string& out, int depth) {
   if (v.is_string()) {
     out += '\'';
     out += v.s;
     out += '\'';
   } else {
-    out += to_output(v);
+    out += output_at(v, depth);
   }
 }
 
-} // namespace
 
-std::string to_output(const value& v) {
+std::string output_at(const value& v, int depth) {
+  if (depth > max_nesting && (v.is_list() || v.is_dict()))
+    return v.is_list() ? "[...]" : "{...}";
   switch (v.k) {
   case value::kind::undefined:
     return {};
@@ -152,7 +189,7 @@ std::string to_output(const value& v) {
     for (std::size_t i = 0; i < v.items->size(); ++i) {
       if (i)
         out += ", ";
-      python_repr((*v.items)[i], out);
+      python_repr((*v.items)[i], out, depth + 1);
     }
     return out + "]";
   }
@@ -164,7 +201,7 @@ std::string to_output(const value& v) {
         out += ", ";
       first = false;
       out += '\'' + k + "': ";
-      python_repr(e, out);
+      python_repr(e, out, depth + 1);
     }
     return out + "}";
   }
@@ -174,7 +211,15 @@ std::string to_output(const value& v) {
   return {};
 }
 
+} // namespace
+
+std::string to_output(const value& v) {
+  return output_at(v, 0);
+}
+
 std::string to_json(const value& v, int indent, int depth) {
+  if (depth > max_nesting && (v.is_list() || v.is_dict()))
+    return "null";
   switch (v.k) {
   case value::kind::undefined:
   case value::kind::none:
@@ -225,7 +270,11 @@ std::string to_json(const value& v, int indent, int depth) {
   return "null";
 }
 
-bool equal(const value& a, const value& b) {
+namespace {
+
+bool equal_at(const value& a, const value& b, int depth) {
+  if (depth > max_nesting)
+    return false;
   if (a.is_number() && b.is_number())
     return a.as_double() == b.as_double();
   if (a.k != b.k)
@@ -242,19 +291,43 @@ bool equal(const value& a, const value& b) {
     if (a.items->size() != b.items->size())
       return false;
     for (std::size_t i = 0; i < a.items->size(); ++i)
-      if (!equal((*a.items)[i], (*b.items)[i]))
+      if (!equal_at((*a.items)[i], (*b.items)[i], depth + 1))
         return false;
     return true;
   case value::kind::dict:
     if (a.members->size() != b.members->size())
       return false;
     for (const auto& [k, e] : *a.members)
-      if (!equal(e, b.get(k)))
+      if (!equal_at(e, b.get(k), depth + 1))
         return false;
     return true;
   default:
     return a.fn == b.fn;
   }
+}
+
+} // namespace
+
+bool equal(const value& a, const value& b) {
+  return equal_at(a, b, 0);
+}
+
+value deep_copy(const value& v, int depth) {
+  if (depth > max_nesting)
+    return value::none();
+  if (v.is_list()) {
+    array out;
+    for (const auto& e : *v.items)
+      out.push_back(deep_copy(e, depth + 1));
+    return value::list(std::move(out));
+  }
+  if (v.is_dict()) {
+    object out;
+    for (const auto& [k, e] : *v.members)
+      out.emplace_back(k, deep_copy(e, depth + 1));
+    return value::dict(std::move(out));
+  }
+  return v;
 }
 
 } // namespace triad::jinja

@@ -81,4 +81,7 @@ std::string to_json(const value& v, int indent = 0, int depth = 0);
 /// Structural equality (Python's ==; 1 == 1.0).
 bool equal(const value& a, const value& b);
 
+/// A copy sharing no list or dict with `v` (nesting past 64 levels becomes none).
+value deep_copy(const value& v, int depth = 0);
+
 } // namespace triad::jinja

@@ -93,7 +93,7 @@ void inproc_target::prepared::send() {
     switch (ev.kind) {
     case request_event::token:
       r.token_times.push_back(clock_type::now());
-      r.content += st->text.push(ev.tok, ev.text);
+      r.content += st->text.push(ev);
       return;
     case request_event::tool_call:
       r.tool_name = ev.tool_name;
@@ -139,7 +139,7 @@ expected<std::unique_ptr<target>> make_inproc_target(const node_config& config) 
     return make_error(n.error().code, "--inproc: the node did not start: " + n.error().message);
   auto* raw = n->get();
   return std::unique_ptr<target>{
-      new inproc_target(std::move(*n), raw, "triad-" + config.model.preset)};
+      new inproc_target(std::move(*n), raw, raw->model().served_name)};
 }
 
 std::unique_ptr<target> make_inproc_target(node& n, std::string model) {

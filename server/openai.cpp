@@ -124,11 +124,12 @@ std::variant<std::string, api_error> content_text(const json::value& v, const st
   return out;
 }
 
-// An assistant message's tool_calls rendered the way the model writes them.
-std::variant<std::string, api_error> rendered_calls(const json::value& v, const std::string& p) {
+// An assistant message's tool_calls, checked and normalised to OpenAI's form with arguments as
+// a JSON object: [{"id", "type": "function", "function": {"name", "arguments"}}], as JSON text.
+std::variant<std::string, api_error> normalised_calls(const json::value& v, const std::string& p) {
   if (!v.is_array())
     return wrong_type(p, v, "an array of tool calls");
-  std::string out;
+  json::array out;
   const auto& calls = v.get_array();
   for (std::size_t i = 0; i < calls.size(); ++i) {
     auto pp = p + "[" + std::to_string(i) + "]";
@@ -155,11 +156,13 @@ std::variant<std::string, api_error> rendered_calls(const json::value& v, const 
         return wrong_type(pp + ".function.arguments", *a, "a string");
       }
     }
-    out += "<tool_call>" +
-           json::serialize(json::object{{"name", name->get_string()}, {"arguments", args}}) +
-           "</tool_call>";
+    json::object normal{{"type", "function"},
+                        {"function", json::object{{"name", name->get_string()}, {"arguments", args}}}};
+    if (const auto* id = call->if_contains("id"); id && id->is_string())
+      normal["id"] = *id;
+    out.push_back(std::move(normal));
   }
-  return out;
+  return json::serialize(out);
 }
 
 // The `triad.script` extension: [{"tokens": N, "tool_call": {"name", "arguments"}}, ...].
@@ -366,14 +369,18 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
     } else if (r != "assistant") {
       return bad(p + ".content", "required");
     }
-    if (r == "assistant")
+    chat_message message{std::move(r), std::move(text)};
+    if (message.role == "assistant")
       if (const auto* calls = m->if_contains("tool_calls"); calls && !calls->is_null()) {
-        auto rendered = rendered_calls(*calls, p + ".tool_calls");
-        if (auto* e = std::get_if<api_error>(&rendered))
+        auto normal = normalised_calls(*calls, p + ".tool_calls");
+        if (auto* e = std::get_if<api_error>(&normal))
           return *e;
-        text += std::get<std::string>(rendered);
+        message.tool_calls_json = std::get<std::string>(std::move(normal));
       }
-    req.messages.push_back({std::move(r), std::move(text)});
+    if (message.role == "tool")
+      if (const auto* id = m->if_contains("tool_call_id"); id && id->is_string())
+        message.tool_call_id = std::string{id->get_string()};
+    req.messages.push_back(std::move(message));
   }
 
   if (const auto* tools = root->if_contains("tools"); tools && !tools->is_null()) {
@@ -392,6 +399,8 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
         return bad(p + ".function.name", "expected a non-empty string");
       out.tools.emplace_back(name->get_string());
     }
+    if (!ts.empty())
+      req.tools_json = json::serialize(*tools); // for a model's own chat template
   }
   if (const auto* choice = root->if_contains("tool_choice"); choice && !choice->is_null()) {
     if (choice->is_string()) {
@@ -509,14 +518,8 @@ std::string utf8_stream::push(std::string_view bytes) {
   return out;
 }
 
-std::string answer_text::push(token t, std::string_view bytes) {
-  if (t == tokenizer::tool_call_start || t == tokenizer::tool_call_end) {
-    in_call_ = t == tokenizer::tool_call_start;
-    return {};
-  }
-  if (in_call_ || tokenizer::is_special(t))
-    return {};
-  return utf8_.push(bytes);
+std::string answer_text::push(const request_event& ev) {
+  return ev.content ? utf8_.push(ev.text) : std::string{};
 }
 
 std::string_view openai_finish_reason(finish_reason reason) noexcept {
@@ -628,7 +631,7 @@ completion_output completion_stream::on_event(const request_event& ev) {
 void completion_stream::on_token(const request_event& ev, completion_output& out) {
   if (stopped_by_string_)
     return;
-  auto text = answer_.push(ev.tok, ev.text);
+  auto text = answer_.push(ev);
   if (text.empty())
     return;
   content_ += text;

@@ -72,18 +72,18 @@ private:
   std::string pending_;
 };
 
-/// The answer's text as a client sees it, from a request's token events: the tokens between
-/// `<tool_call>` and `</tool_call>` (the call, reported apart) and other special tokens are
-/// left out, and the bytes are turned into valid UTF-8 (utf8_stream).
+/// The answer's text as a client sees it, from a request's token events: tokens that are not
+/// content (a tool call, reported apart, and control tokens: request_event::content) are left
+/// out, and the bytes are turned into valid UTF-8 (utf8_stream), so no character is split
+/// across deltas.
 class answer_text {
 public:
-  /// The visible text token `t` (decoded as `bytes`) adds; empty when none (yet).
-  std::string push(token t, std::string_view bytes);
+  /// The text token event `ev` adds; empty when none (yet).
+  std::string push(const request_event& ev);
   /// Ends the answer: what a dangling partial character becomes.
   std::string finish() { return utf8_.finish(); }
 
 private:
-  bool in_call_ = false;
   utf8_stream utf8_;
 };
 

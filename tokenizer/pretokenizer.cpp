@@ -59,8 +59,8 @@ expected<pretokenizer> pretokenizer::named(std::string_view name) {
   std::string known;
   for (const auto& n : names())
     known += (known.empty() ? "" : ", ") + n;
-  return make_error(errc::unsupported,
-                    "pre-tokenizer '" + std::string{name} + "' is not supported (" + known + ")");
+  return make_error(errc::unsupported, "tokenizer.ggml.pre '" + std::string{name} +
+                                           "' is not supported (" + known + ")");
 }
 
 std::vector<std::string> pretokenizer::names() {

@@ -43,10 +43,11 @@ public:
   const triad::vocab& vocabulary() const noexcept { return vocab_; }
 
 protected:
+  /// Keeps the vocabulary the implementation was built from.
   explicit model_tokenizer(triad::vocab v)
       : vocab_(std::move(v)) {}
 
-  triad::vocab vocab_;
+  triad::vocab vocab_; ///< the vocabulary, for implementations
 };
 
 /// The tokenizer `v` describes: byte-level BPE for "gpt2" with the pre-tokenizer it names,

@@ -57,6 +57,15 @@ int run(int argc, char** argv) {
   bool allow_scripts = false;
   app.add_flag("--allow-scripts", allow_scripts,
                "accept the triad.script request extension ([server].allow_scripts = true)");
+  std::string model_path;
+  app.add_option("--model", model_path,
+                 "a GGUF model file to serve (llama, qwen2, qwen3) instead of [model].preset: its "
+                 "weights, tokenizer and chat template ([model].path)")
+      ->check(CLI::ExistingFile);
+  std::string served_name;
+  app.add_option("--served-model-name", served_name,
+                 "the model name clients see; default: the file's general.name "
+                 "([model].served_name)");
   bool insecure = false;
   app.add_flag("--insecure", insecure,
                "serve on a non-loopback address without an API key ([server].api_key_env)");
@@ -79,6 +88,25 @@ int run(int argc, char** argv) {
   }
   if (allow_scripts)
     config.server.allow_scripts = true;
+  if (!model_path.empty())
+    config.model.path = model_path;
+  if (!served_name.empty())
+    config.model.served_name = served_name;
+
+  // A model file that cannot be served (architecture, tensors, tokenizer, chat template) is a
+  // configuration error, reported before anything starts.
+  auto model = triad::open_model(config.model);
+  if (!model)
+    return fail(model.error().message, config_error);
+  if (auto format = triad::make_chat_format(*model); !format)
+    return fail(format.error().message, config_error);
+  if (model->from_file())
+    std::printf("triad-node: model %s (%s, %.2fB parameters, %u layers, vocabulary %u, context "
+                "%u) from %s, %.1f MiB\n",
+                model->served_name.c_str(), std::string{triad::to_string(model->shape.arch)}.c_str(),
+                static_cast<double>(model->shape.parameters()) / 1e9, model->shape.layers,
+                model->shape.vocab, model->shape.max_context, config.model.path.c_str(),
+                static_cast<double>(model->file->file_bytes()) / (1 << 20));
 
   if (auto ok = triad::check_backends(config); !ok)
     return fail(ok.error().message, config_error);
@@ -150,7 +178,7 @@ int run(int argc, char** argv) {
   triad::http_server_options http;
   http.server = config.server;
   http.limits = config.limits;
-  http.model_id = "triad-" + config.model.preset;
+  http.model_id = node.model().served_name;
   http.api_key = api_key;
   auto server = triad::http_server::start(node, http);
   if (!server)

@@ -34,6 +34,7 @@ struct model_weights {
 /// plain floats beside its packed copy.
 class weight_source {
 public:
+  /// Sources are owned through the base.
   virtual ~weight_source() = default;
   /// The embedding, final norm and output projection (`layers` empty).
   virtual expected<model_weights> globals() = 0;

@@ -53,8 +53,9 @@ struct step_result {
 struct sample_plan {
   sampler pick;
   std::vector<token> forced; // scripted choices: the n-th token generated is forced[n]
-  std::vector<token> stop;   // tokens that end generation besides EOS
+  std::vector<token> stop;   // tokens that end generation besides `end`
   std::uint32_t max_new_tokens = 0;
+  std::vector<token> end{tokenizer::eos}; // tokens that end the answer (never park)
 
   // The `generated`-th token (counting from 0) after these logits.
   token choose(std::uint32_t generated, std::span<const float> logits) {
@@ -62,10 +63,12 @@ struct sample_plan {
   }
   // Whether `tok` is one of the request's own stop tokens.
   bool stops_at(token tok) const { return std::find(stop.begin(), stop.end(), tok) != stop.end(); }
+  // Whether `tok` ends the answer.
+  bool is_end(token tok) const { return std::find(end.begin(), end.end(), tok) != end.end(); }
   // Whether `tok`, the `generated`-th token generated (counting from 1), ends the sequence, and
   // why ("stop" or "length"); nullptr when it goes on.
   const char* ends(token tok, std::uint32_t generated) const {
-    if (tok == tokenizer::eos || stops_at(tok))
+    if (is_end(tok) || stops_at(tok))
       return "stop";
     return generated >= max_new_tokens ? "length" : nullptr;
   }
@@ -81,7 +84,7 @@ struct sample_plan {
   /// follow.
   ending end_of(token tok, std::uint32_t generated, bool park_on_stop) const {
     ending e{ends(tok, generated), false};
-    e.parks = e.reason != nullptr && park_on_stop && tok != tokenizer::eos && stops_at(tok);
+    e.parks = e.reason != nullptr && park_on_stop && !is_end(tok) && stops_at(tok);
     return e;
   }
 };

@@ -904,14 +904,20 @@ private:
     case token::type::integer: {
       auto n = node(expr::kind::literal);
       std::int64_t v = 0;
-      std::from_chars(tk.text.data(), tk.text.data() + tk.text.size(), v);
+      auto r = std::from_chars(tk.text.data(), tk.text.data() + tk.text.size(), v);
+      if (r.ec != std::errc{})
+        return fail("integer " + tk.text + " is out of range");
       n->lit = value::integer(v);
       ++at_;
       return n;
     }
     case token::type::number: {
       auto n = node(expr::kind::literal);
-      n->lit = value::number(std::stod(tk.text));
+      double v = 0;
+      auto r = std::from_chars(tk.text.data(), tk.text.data() + tk.text.size(), v);
+      if (r.ec != std::errc{})
+        return fail("number " + tk.text + " is out of range");
+      n->lit = value::number(v);
       ++at_;
       return n;
     }

@@ -16,6 +16,8 @@
 #include "devices/factory.hpp"
 #include "tests/actors/support.hpp"
 #include "tests/devices/forwarding_backend.hpp"
+#include "tests/devices/gguf_models.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "tests/printers.hpp"
 #include "tests/tools/test_support.hpp"
 
@@ -907,3 +909,83 @@ BOOST_AUTO_TEST_CASE(a_device_whose_backend_throws_at_construction_answers_with_
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// -- a model file (GGUF): its weights, tokenizer and chat template on the live path --
+
+BOOST_AUTO_TEST_CASE(a_model_file_is_served_with_its_own_tokenizer_and_chat_template) {
+  triad::test::gguf_spec spec;
+  spec.arch = triad::model_arch::qwen2;
+  spec.chat = true;
+  spec.bias = true;
+  spec.tied = true;
+  spec.layers = 1;
+  triad::test::temp_model file{spec};
+  auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+  BOOST_TEST(n->model().served_name == "test-qwen2");
+  BOOST_TEST(n->model().from_file());
+  triad::chat_request r;
+  r.messages = {{"user", "hello there"}};
+  r.max_tokens = 12;
+  recorder rec;
+  n->submit(r, rec.callback());
+  const auto end = rec.wait();
+  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
+  // The prompt is the model's template rendered and tokenized by the model's vocabulary:
+  // ChatML's control tokens are single ids, the text byte-level BPE.
+  auto f = triad::gguf_file::open(file.path);
+  BOOST_REQUIRE(f);
+  auto v = triad::vocab::from_gguf(**f);
+  BOOST_REQUIRE(v);
+  auto tok = triad::make_tokenizer(*v);
+  BOOST_REQUIRE(tok);
+  auto want = (*tok)->encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n",
+                             true);
+  BOOST_TEST(end.usage.prompt_tokens == want.size());
+  BOOST_TEST(want.front() == triad::token{256 + 4 + 1}); // <|im_start|>, one id
+  BOOST_TEST(end.usage.completion_tokens >= 1u);
+  BOOST_TEST(end.usage.completion_tokens <= 12u);
+  // Every streamed token is the model's; control tokens are never answer text.
+  std::lock_guard<std::mutex> g{rec.m};
+  for (const auto& e : rec.events)
+    if (e.kind == triad::request_event::token) {
+      BOOST_TEST(e.tok < static_cast<triad::token>(v->tokens.size()));
+      if (v->kinds[static_cast<std::size_t>(e.tok)] == triad::token_kind::control)
+        BOOST_TEST(!e.content);
+      BOOST_TEST(e.text == (*tok)->decode(e.tok));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_script_is_refused_for_a_model_file_with_the_reason) {
+  triad::test::gguf_spec spec;
+  spec.arch = triad::model_arch::qwen2;
+  spec.chat = true;
+  spec.layers = 1;
+  triad::test::temp_model file{spec};
+  auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+  recorder rec;
+  n->submit(agent_request(), rec.callback());
+  const auto end = rec.wait();
+  BOOST_REQUIRE(end.kind == triad::request_event::error);
+  BOOST_TEST(end.code == triad::errc::invalid_argument);
+  BOOST_TEST(end.message.find("random presets") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_model_file_the_node_cannot_serve_stops_its_start_naming_the_problem) {
+  triad::test::gguf_spec spec;
+  spec.arch = triad::model_arch::qwen2;
+  spec.chat = true;
+  spec.layers = 1;
+  spec.chat_template = "{% if messages %}never closed";
+  triad::test::temp_model file{spec};
+  auto config = triad::default_config();
+  config.topology.bind_threads = false;
+  config.model.path = file.path.string();
+  auto n = triad::node::start(config);
+  BOOST_REQUIRE(!n);
+  BOOST_TEST(n.error().message.find("chat template") != std::string::npos);
+  BOOST_TEST(n.error().message.find(file.path.string()) != std::string::npos);
+  config.model.path = file.path.string() + ".missing";
+  auto missing = triad::node::start(config);
+  BOOST_REQUIRE(!missing);
+  BOOST_TEST(missing.error().message.find("[model].path") != std::string::npos);
+}

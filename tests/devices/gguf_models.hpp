@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct gguf_spec {
   bool qk_norm = false;      ///< q and k norms
   bool rope_freqs = false;   ///< a rope_freqs.weight tensor (Llama 3.1's scaling)
   bool q5k_gate = false;     ///< layer 0's gate in q5_K (a type triad does not compute), zeros
+  /// A byte-level BPE vocabulary with ChatML's control tokens and a ChatML chat template (the
+  /// model's vocabulary is then that vocabulary's size, `vocab` is ignored).
+  bool chat = false;
+  std::string chat_template = {}; ///< with `chat`: instead of the ChatML template
   std::uint64_t seed = 1;
 };
 
@@ -52,9 +57,75 @@ inline std::vector<float> uniform(std::size_t n, float scale, float offset, std:
   return out;
 }
 
+/// GPT-2's spelling of byte `b` (byte-level BPE vocabularies).
+inline std::string gpt2_spelling(unsigned b) {
+  unsigned cp = b;
+  const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+  if (!printable) {
+    unsigned n = 0;
+    for (unsigned x = 0; x < b; ++x)
+      if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174))
+        ++n;
+    cp = 256 + n;
+  }
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+  return out;
+}
+
+/// The ChatML template of the test models.
+inline const char* chatml_template =
+    "{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' + message.content + "
+    "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant\\n' }}{%- endif %}";
+
+/// The chat vocabulary: 256 byte tokens, a few merges, ChatML's control tokens and the Hermes
+/// tool-call tokens; token kinds as GGUF numbers them.
+inline void add_chat_vocabulary(gguf_writer& w, const gguf_spec& spec, std::vector<std::string>& tokens) {
+  std::vector<std::int32_t> kinds;
+  for (unsigned b = 0; b < 256; ++b) {
+    tokens.push_back(gpt2_spelling(b));
+    kinds.push_back(1);
+  }
+  std::vector<std::string> merges{"h e", gpt2_spelling(' ') + " t", "l l", "he ll"};
+  for (const auto& m : merges) {
+    std::string joined = m;
+    joined.erase(joined.find(' '), 1);
+    tokens.push_back(joined);
+    kinds.push_back(1);
+  }
+  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    tokens.push_back(special);
+    kinds.push_back(3);
+  }
+  for (const char* added : {"<tool_call>", "</tool_call>"}) {
+    tokens.push_back(added);
+    kinds.push_back(4);
+  }
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "qwen2");
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_i32s("tokenizer.ggml.token_type", kinds);
+  w.set_strings("tokenizer.ggml.merges", merges);
+  w.set_u32("tokenizer.ggml.eos_token_id", 256 + 4 + 2); // <|im_end|>
+  w.set_bool("tokenizer.ggml.add_bos_token", false);
+  w.set_string("tokenizer.chat_template",
+               spec.chat_template.empty() ? std::string{chatml_template} : spec.chat_template);
+}
+
 /// A writer holding the model `spec` describes.
-inline gguf_writer model_writer(const gguf_spec& spec) {
+inline gguf_writer model_writer(gguf_spec spec) {
   gguf_writer w;
+  if (spec.chat) {
+    std::vector<std::string> tokens;
+    add_chat_vocabulary(w, spec, tokens);
+    spec.vocab = static_cast<unsigned>(tokens.size());
+  }
   const std::string arch{to_string(spec.arch)};
   w.set_string("general.architecture", arch);
   w.set_string("general.name", "test-" + arch);

@@ -23,6 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::abort(); // a tensor's bytes must lie inside the image
     if ((*file)->tensor(t.name) != &t)
       std::abort();
+    const auto traits = triad::traits_of(t.type);
+    if (t.bytes.size() != t.elements / traits.block_elements * traits.block_bytes ||
+        t.elements % traits.block_elements != 0)
+      std::abort(); // the bytes hold exactly the tensor's values
   }
   for (const auto& key : (*file)->keys()) {
     const auto* v = (*file)->find(key);

@@ -326,3 +326,14 @@ BOOST_AUTO_TEST_CASE(an_image_written_by_another_writer_reads) {
   BOOST_REQUIRE(a != nullptr);
   BOOST_TEST((a->bytes.data() - b->bytes.data()) % 64 == 0);
 }
+
+BOOST_AUTO_TEST_CASE(a_tensor_whose_byte_size_overflows_is_refused) {
+  auto image = sample().bytes();
+  // "a.weight" is f32 [8, 3]: claim [2^40, 2^22], 2^62 values of 4 bytes.
+  auto at = find(image, "a.weight") + 8 + 4;
+  std::uint64_t dims[2] = {1ull << 40, 1ull << 22};
+  std::memcpy(image.data() + at, dims, sizeof dims);
+  auto f = parse(image);
+  BOOST_REQUIRE(!f);
+  BOOST_TEST(f.error().message.find("a.weight") != std::string::npos);
+}

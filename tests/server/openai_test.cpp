@@ -100,9 +100,18 @@ BOOST_AUTO_TEST_CASE(a_full_request_maps_onto_the_node_request) {
   BOOST_REQUIRE(c.request.messages.size() == 4u);
   BOOST_TEST(c.request.messages[0].role == "system");
   BOOST_TEST(c.request.messages[1].content == "Hi there");
-  BOOST_TEST(c.request.messages[2].content ==
-             R"(<tool_call>{"name":"get_weather","arguments":{"city":"Oslo"}}</tool_call>)");
+  // The assistant's calls travel as OpenAI JSON (arguments parsed), for the model's template;
+  // the byte format writes them as the model does.
+  BOOST_TEST(c.request.messages[2].content.empty());
+  BOOST_TEST(c.request.messages[2].tool_calls_json ==
+             R"([{"type":"function","function":{"name":"get_weather","arguments":{"city":"Oslo"}},"id":"c1"}])");
+  auto rendered = triad::tokenizer{}.decode(triad::render_prompt(c.request.messages));
+  BOOST_TEST(rendered.find(R"(assistant:
+<tool_call>{"name":"get_weather","arguments":{"city":"Oslo"}}</tool_call>)") != std::string::npos);
   BOOST_TEST(c.request.messages[3].role == "tool");
+  BOOST_TEST(c.request.messages[3].tool_call_id == "c1");
+  BOOST_TEST(c.request.tools_json ==
+             R"([{"type":"function","function":{"name":"get_weather","parameters":{}}}])");
   BOOST_TEST(c.tools == std::vector<std::string>{"get_weather"});
   BOOST_TEST(c.request.max_tokens == 12u);
   BOOST_TEST(c.request.sampling.temperature == 0.0f);

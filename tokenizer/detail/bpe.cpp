@@ -1,6 +1,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "runtime/utf8.hpp"
 #include "tokenizer/detail/byte_level.hpp"
 #include "tokenizer/detail/special_matcher.hpp"
 #include "tokenizer/detail/spm.hpp"
@@ -101,7 +102,7 @@ private:
     std::vector<symbol> sym;
     for (std::size_t i = 0; i < s.size();) {
       const auto c = static_cast<unsigned char>(s[i]);
-      std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : 4;
+      std::size_t len = utf8_length(c);
       len = std::min(len, s.size() - i);
       sym.push_back({i, len, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1});
       i += len;
@@ -145,7 +146,7 @@ private:
       // Not in the vocabulary (a malformed file): its characters one by one, or unknown.
       for (std::size_t k = 0; k < piece.size();) {
         const auto c = static_cast<unsigned char>(piece[k]);
-        std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : 4;
+        std::size_t len = utf8_length(c);
         auto one = ids_.find(piece.substr(k, len));
         if (one != ids_.end())
           out.push_back(one->second);

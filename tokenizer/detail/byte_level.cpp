@@ -1,3 +1,4 @@
+#include "runtime/utf8.hpp"
 #include "tokenizer/detail/byte_level.hpp"
 
 namespace triad::detail {
@@ -38,7 +39,7 @@ std::string byte_level::decode(std::string_view s) const {
   std::string out;
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
+    std::size_t len = utf8_length(c);
     if (i + len > s.size())
       len = 1;
     std::uint32_t cp = len == 1 ? c : c & (0xff >> (len + 1));

@@ -12,6 +12,7 @@ namespace triad::detail {
 /// character (bytes 33-126, 161-172 and 174-255 as themselves, the rest as U+0100 onwards).
 class byte_level {
 public:
+  /// Builds both directions of the map.
   byte_level();
   /// Appends the UTF-8 spelling of each byte of `bytes` to `out`.
   void encode(std::string_view bytes, std::string& out) const;

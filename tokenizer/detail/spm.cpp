@@ -3,6 +3,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "runtime/utf8.hpp"
 #include "tokenizer/detail/special_matcher.hpp"
 #include "tokenizer/detail/spm.hpp"
 
@@ -12,9 +13,6 @@ namespace {
 
 constexpr std::string_view space_mark = "\xe2\x96\x81"; // U+2581, SentencePiece's space
 
-std::size_t utf8_length(unsigned char c) {
-  return c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
-}
 
 // SentencePiece BPE (Llama 2, Mistral 7B, TinyLlama): text split at added tokens; each fragment
 // gets a leading space (as Hugging Face's Prepend normalizer does, per fragment), spaces become

@@ -1,0 +1,229 @@
+#include "actors/chat_format.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include "jinja/template.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace triad {
+
+namespace {
+
+// -- the byte format --
+
+class byte_format final : public chat_format {
+public:
+  explicit byte_format(std::size_t context)
+      : context_(context) {}
+
+  expected<std::vector<token>> prompt(const std::vector<chat_message>& messages,
+                                      const std::string&) const override {
+    return render_prompt(messages);
+  }
+  expected<std::vector<token>> turn(const std::vector<chat_message>& messages) const override {
+    return render_turn(messages);
+  }
+  expected<std::vector<token>> tool_result(std::string_view output) const override {
+    return render_tool_result(output);
+  }
+  std::vector<token> raw(std::string_view text) const override {
+    std::vector<token> out{tokenizer::bos};
+    tokenizer{}.encode_to(out, text, false);
+    return out;
+  }
+  expected<std::vector<token>> script(const generation_script& s) const override {
+    return script_tokens(s);
+  }
+  std::string piece(token t) const override { return tokenizer{}.decode(t); }
+  bool ends(token t) const override { return t == tokenizer::eos; }
+  std::vector<token> end_tokens() const override { return {tokenizer::eos}; }
+  std::optional<token> call_start() const override { return tokenizer::tool_call_start; }
+  std::optional<token> call_end() const override { return tokenizer::tool_call_end; }
+  bool control(token t) const override { return tokenizer::is_special(t); }
+  bool continues_calls() const override { return true; }
+  std::size_t context() const override { return context_; }
+
+private:
+  std::size_t context_;
+};
+
+// -- a model file's format --
+
+namespace json = boost::json;
+
+// Spellings that end a turn in the families triad serves, where the vocabulary has them as
+// control tokens (llama.cpp's end-of-generation set does the same).
+constexpr std::string_view turn_ends[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>",
+                                          "<|end_of_text|>", "<|endoftext|>", "</s>"};
+
+class model_format final : public chat_format {
+public:
+  model_format(std::unique_ptr<model_tokenizer> tok, jinja::jinja_template tmpl, std::size_t context)
+      : tok_(std::move(tok))
+      , template_(std::move(tmpl))
+      , context_(context) {
+    const auto& v = tok_->vocabulary();
+    auto spelling = [&](std::optional<token> id) {
+      return id ? v.tokens[static_cast<std::size_t>(*id)] : std::string{};
+    };
+    bos_ = spelling(v.bos);
+    eos_ = spelling(v.eos);
+    for (auto id : {v.eos, v.eot})
+      if (id)
+        ends_.push_back(*id);
+    for (std::size_t id = 0; id < v.tokens.size(); ++id) {
+      const auto& t = v.tokens[id];
+      const bool control = v.kinds[id] == token_kind::control;
+      if (control)
+        for (auto e : turn_ends)
+          if (t == e && std::find(ends_.begin(), ends_.end(), static_cast<token>(id)) == ends_.end())
+            ends_.push_back(static_cast<token>(id));
+      if (t == "<tool_call>")
+        call_start_ = static_cast<token>(id);
+      if (t == "</tool_call>")
+        call_end_ = static_cast<token>(id);
+    }
+    if (!call_start_ || !call_end_) {
+      call_start_.reset();
+      call_end_.reset();
+    }
+  }
+
+  // The template's context, as Hugging Face's apply_chat_template builds it.
+  expected<std::string> render(const std::vector<chat_message>& messages,
+                               const std::string& tools_json) const {
+    json::array list;
+    for (const auto& m : messages) {
+      json::object o{{"role", m.role}, {"content", m.content}};
+      if (!m.tool_calls_json.empty()) {
+        boost::system::error_code ec;
+        auto calls = json::parse(m.tool_calls_json, ec);
+        if (!ec)
+          o["tool_calls"] = std::move(calls);
+      }
+      if (!m.tool_call_id.empty())
+        o["tool_call_id"] = m.tool_call_id;
+      list.push_back(std::move(o));
+    }
+    json::object ctx{{"messages", std::move(list)},
+                     {"add_generation_prompt", true},
+                     {"bos_token", bos_},
+                     {"eos_token", eos_}};
+    if (!tools_json.empty()) {
+      boost::system::error_code ec;
+      auto tools = json::parse(tools_json, ec);
+      if (!ec && tools.is_array() && !tools.get_array().empty())
+        ctx["tools"] = std::move(tools);
+    }
+    return template_.render(jinja::value::from_json(ctx));
+  }
+
+  expected<std::vector<token>> prompt(const std::vector<chat_message>& messages,
+                                      const std::string& tools_json) const override {
+    auto text = render(messages, tools_json);
+    if (!text)
+      return text.error();
+    // The rendered template spells its control tokens; a bos it does not write is added, as
+    // llama.cpp does for models that want one.
+    std::vector<token> out;
+    const auto& v = tok_->vocabulary();
+    if (v.add_bos && v.bos && !(text->starts_with(bos_) && !bos_.empty()))
+      out.push_back(*v.bos);
+    tok_->encode_to(out, *text, true);
+    return out;
+  }
+
+  expected<std::vector<token>> turn(const std::vector<chat_message>&) const override {
+    return make_error(errc::unsupported,
+                      "agent sessions continue conversations of the random presets only; with a "
+                      "model file, send the whole conversation each turn");
+  }
+
+  expected<std::vector<token>> tool_result(std::string_view) const override {
+    return make_error(errc::unsupported,
+                      "hosted tools are not run for model files yet; the call is returned");
+  }
+
+  std::vector<token> raw(std::string_view text) const override {
+    std::vector<token> out;
+    const auto& v = tok_->vocabulary();
+    if (v.add_bos && v.bos)
+      out.push_back(*v.bos);
+    tok_->encode_to(out, text, true);
+    return out;
+  }
+
+  expected<std::vector<token>> script(const generation_script&) const override {
+    return make_error(errc::invalid_argument,
+                      "generation scripts force the byte tokenizer's tokens; they run with the "
+                      "random presets, not with a model file");
+  }
+
+  std::string piece(token t) const override { return tok_->decode(t); }
+  bool ends(token t) const override {
+    return std::find(ends_.begin(), ends_.end(), t) != ends_.end();
+  }
+  std::vector<token> end_tokens() const override { return ends_; }
+  std::optional<token> call_start() const override { return call_start_; }
+  std::optional<token> call_end() const override { return call_end_; }
+  bool control(token t) const override {
+    const auto& v = tok_->vocabulary();
+    return t >= 0 && static_cast<std::size_t>(t) < v.kinds.size() &&
+           v.kinds[static_cast<std::size_t>(t)] == token_kind::control;
+  }
+  bool continues_calls() const override { return false; }
+  std::size_t context() const override { return context_; }
+
+private:
+  std::unique_ptr<model_tokenizer> tok_;
+  jinja::jinja_template template_;
+  std::size_t context_;
+  std::string bos_, eos_;
+  std::vector<token> ends_;
+  std::optional<token> call_start_, call_end_;
+};
+
+} // namespace
+
+std::shared_ptr<const chat_format> byte_chat_format(std::size_t context) {
+  return std::make_shared<byte_format>(context);
+}
+
+expected<std::shared_ptr<const chat_format>> make_chat_format(const model_source& model,
+                                                              std::string template_override) {
+  if (!model.from_file())
+    return byte_chat_format(model.shape.max_context);
+  const std::string& source = model.file->source();
+  auto v = vocab::from_gguf(*model.file);
+  if (!v)
+    return v.error();
+  if (v->tokens.size() > model.shape.vocab)
+    return make_error(errc::parse_error, "GGUF file '" + source + "': the tokenizer has " +
+                                             std::to_string(v->tokens.size()) +
+                                             " tokens, the model's embedding " +
+                                             std::to_string(model.shape.vocab));
+  std::string text = template_override.empty() ? v->chat_template : std::move(template_override);
+  if (text.empty())
+    return make_error(errc::invalid_argument,
+                      "GGUF file '" + source +
+                          "' has no tokenizer.chat_template; give one with --chat-template");
+  auto tok = make_tokenizer(std::move(*v));
+  if (!tok)
+    return make_error(tok.error().code, "GGUF file '" + source + "': " + tok.error().message);
+  auto tmpl = jinja::jinja_template::parse(text);
+  if (!tmpl)
+    return make_error(tmpl.error().code,
+                      "the chat template of '" + source + "' cannot be parsed: " +
+                          tmpl.error().message);
+  auto format = std::make_shared<model_format>(std::move(*tok), std::move(*tmpl),
+                                               model.shape.max_context);
+  // Tried once now, so a template triad cannot render stops the start, not a request.
+  if (auto tried = format->render({{"user", "Hello"}}, {}); !tried)
+    return make_error(tried.error().code, "the chat template of '" + source +
+                                              "' fails on a one-message conversation: " +
+                                              tried.error().message);
+  return std::shared_ptr<const chat_format>{std::move(format)};
+}
+
+} // namespace triad

@@ -1,0 +1,65 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actors/chat.hpp"
+#include "devices/factory.hpp"
+#include "runtime/error.hpp"
+
+namespace triad {
+
+/// How the served model's conversations become tokens and its tokens text: the byte format of
+/// the random presets (chat.hpp), or a model file's own tokenizer and chat template. A request
+/// reaches its model only through this, so one node serves either without knowing which.
+class chat_format {
+public:
+  virtual ~chat_format() = default;
+
+  /// The prompt of a conversation, ending with the assistant's cue; `tools_json` is the
+  /// request's `tools` array as JSON text (empty: none), which the model's template renders.
+  /// Errors: the template refused the conversation (raise_exception), with its message.
+  virtual expected<std::vector<token>> prompt(const std::vector<chat_message>& messages,
+                                              const std::string& tools_json) const = 0;
+  /// The tokens new messages add after a conversation that ended (agent sessions).
+  virtual expected<std::vector<token>> turn(const std::vector<chat_message>& messages) const = 0;
+  /// The tokens a hosted tool's output adds after the model's call; unsupported where the
+  /// format cannot continue a call (the call then goes back to the client).
+  virtual expected<std::vector<token>> tool_result(std::string_view output) const = 0;
+  /// A plain completion's prompt (bos where the model wants one, then the text's tokens).
+  virtual std::vector<token> raw(std::string_view text) const = 0;
+  /// The tokens a generation script forces; unsupported for model files.
+  virtual expected<std::vector<token>> script(const generation_script& script) const = 0;
+
+  /// The bytes of one token (a character may span tokens).
+  virtual std::string piece(token t) const = 0;
+  /// Whether `t` ends the answer (eos, end of turn).
+  virtual bool ends(token t) const = 0;
+  /// Every token that ends the answer, for the devices' stop check.
+  virtual std::vector<token> end_tokens() const = 0;
+  /// The tokens that open and close a tool call in the model's syntax, where it has them.
+  virtual std::optional<token> call_start() const = 0;
+  /// See call_start.
+  virtual std::optional<token> call_end() const = 0;
+  /// Whether `t` is a control token (never part of the answer's text).
+  virtual bool control(token t) const = 0;
+  /// Whether tool outputs can be fed back (tool_result works).
+  virtual bool continues_calls() const = 0;
+  /// The model's context in tokens.
+  virtual std::size_t context() const = 0;
+};
+
+/// The byte format of the random presets (render_prompt, render_turn, render_tool_result).
+std::shared_ptr<const chat_format> byte_chat_format(std::size_t context);
+
+/// The format of `model`: the byte format for a preset; for a model file its tokenizer
+/// (tokenizer.ggml.*) and chat template (tokenizer.chat_template, or `template_override`),
+/// which is parsed and tried on a one-message conversation here, so a template triad cannot
+/// render fails at start, naming the file and the problem.
+expected<std::shared_ptr<const chat_format>> make_chat_format(const model_source& model,
+                                                              std::string template_override = {});
+
+} // namespace triad
