@@ -101,10 +101,10 @@ int run(int argc, char** argv) {
   if (auto format = triad::make_chat_format(*model); !format)
     return fail(format.error().message, config_error);
   if (model->from_file())
-    std::printf("triad-node: model %s (%s, %.2fB parameters, %u layers, vocabulary %u, context "
+    std::printf("triad-node: model %s (%s, %.1fM parameters, %u layers, vocabulary %u, context "
                 "%u) from %s, %.1f MiB\n",
                 model->served_name.c_str(), std::string{triad::to_string(model->shape.arch)}.c_str(),
-                static_cast<double>(model->shape.parameters()) / 1e9, model->shape.layers,
+                static_cast<double>(model->shape.parameters()) / 1e6, model->shape.layers,
                 model->shape.vocab, model->shape.max_context, config.model.path.c_str(),
                 static_cast<double>(model->file->file_bytes()) / (1 << 20));
 

@@ -16,7 +16,7 @@
 #include "devices/factory.hpp"
 #include "tests/actors/support.hpp"
 #include "tests/devices/forwarding_backend.hpp"
-#include "tests/devices/gguf_models.hpp"
+#include "tests/devices/gguf_reference.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tests/printers.hpp"
 #include "tests/tools/test_support.hpp"

@@ -73,3 +73,18 @@ BOOST_AUTO_TEST_CASE(by_default_it_hosts_no_tool_and_takes_no_script) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(triad_node_model)
+
+BOOST_AUTO_TEST_CASE(a_model_file_it_cannot_serve_exits_2_naming_the_file) {
+  auto path = std::filesystem::temp_directory_path() / "triad-node-test-not-a-model.gguf";
+  std::ofstream{path} << "this is not a model";
+  auto r = run_command("timeout 20 " + binary("triad-node") + " --model " + path.string() +
+                       " --port 0 2>&1");
+  BOOST_TEST(r.status == 2);
+  BOOST_TEST(r.out.find(path.string()) != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("not a GGUF file") != std::string::npos, r.out);
+  std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -4,7 +4,7 @@
 
 #include "devices/cpu/cpu_backend.hpp"
 #include "devices/gguf_model.hpp"
-#include "tests/devices/gguf_models.hpp"
+#include "tests/devices/gguf_reference.hpp"
 #include "tests/devices/reference_model.hpp"
 #include "tests/printers.hpp"
 

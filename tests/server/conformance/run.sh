@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs the official `openai` npm client against a real triad-node (and promtool on its
 # /metrics), then drains it with SIGTERM and checks it exits 0 with nothing left behind.
-# Usage: run.sh TRIAD_NODE_BINARY WORK_DIR (the client is installed there once and reused; the
+# Usage: run.sh TRIAD_NODE_BINARY WORK_DIR MODEL_WRITER (the client is installed there once and reused; the
 # node's config, log and tool directory are written to a fresh directory under it per run)
 set -euo pipefail
 node_bin=$1
 work=$2
+writer_bin=$3
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../../scripts/node-lib.sh"
 openai_version=4.95.0
@@ -63,6 +64,22 @@ else
 fi
 
 if stop_node $pid "$log"; then echo "ok   SIGTERM: triad-node drained and exited 0"; else status=1; fi
+trap - EXIT
+
+# A model file: a GGUF the test writes, served with its own tokenizer and chat template.
+model_file=$run/test-qwen2.gguf
+message="Say hello there"
+prompt_tokens=$("$writer_bin" "$model_file" "$message")
+model_log=$run/node-model.log
+"$node_bin" --model "$model_file" --port 0 > "$model_log" 2>&1 &
+pid=$!
+trap 'kill -KILL $pid 2>/dev/null || true' EXIT
+wait_for_node $pid "$model_log"
+echo "conformance: triad-node --model on port $NODE_PORT ($(grep -m1 'model test-qwen2' "$model_log"))"
+cp "$here/openai_client_model.mjs" "$work/"
+(cd "$work" && node openai_client_model.mjs "http://127.0.0.1:$NODE_PORT/v1" unused test-qwen2 \
+   "$message" "$prompt_tokens") || status=1
+if stop_node $pid "$model_log"; then echo "ok   SIGTERM: triad-node --model drained and exited 0"; else status=1; fi
 trap - EXIT
 [ $status -eq 0 ] && rm -rf "$run"
 exit $status
