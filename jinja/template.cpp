@@ -422,44 +422,22 @@ private:
         return fn;
       if (fn->k != value::kind::callable)
         return type_error(e.line, "a " + kind_name(*fn) + " is not callable");
-      std::vector<value> args;
-      for (std::size_t i = 1; i < e.args.size(); ++i) {
-        auto v = eval(*e.args[i], f);
-        if (!v)
-          return v;
-        args.push_back(std::move(*v));
-      }
-      kwargs kw;
-      for (std::size_t i = 0; i < e.kwargs.size(); ++i) {
-        auto v = eval(*e.kwargs[i], f);
-        if (!v)
-          return v;
-        kw.emplace_back(e.keys[i], std::move(*v));
-      }
-      return (*fn->fn)(std::move(args), std::move(kw));
+      auto a = arguments(e, f);
+      if (!a)
+        return a.error();
+      return (*fn->fn)(std::move(a->first), std::move(a->second));
     }
     case expr::kind::filter:
     case expr::kind::test: {
       auto subject = eval(*e.args[0], f);
       if (!subject)
         return subject;
-      std::vector<value> args;
-      for (std::size_t i = 1; i < e.args.size(); ++i) {
-        auto v = eval(*e.args[i], f);
-        if (!v)
-          return v;
-        args.push_back(std::move(*v));
-      }
-      kwargs kw;
-      for (std::size_t i = 0; i < e.kwargs.size(); ++i) {
-        auto v = eval(*e.kwargs[i], f);
-        if (!v)
-          return v;
-        kw.emplace_back(e.keys[i], std::move(*v));
-      }
+      auto a = arguments(e, f);
+      if (!a)
+        return a.error();
       if (e.k == expr::kind::filter)
-        return filter(e.name, *subject, args, kw, e.line);
-      auto r = test(e.name, *subject, args, e.line);
+        return filter(e.name, *subject, a->first, a->second, e.line);
+      auto r = test(e.name, *subject, a->first, e.line);
       if (!r)
         return r.error();
       return value::boolean(*r != e.negated);
@@ -492,6 +470,25 @@ private:
     }
     }
     return value{};
+  }
+
+  // The arguments of a call, filter or test: positional ones after `args[0]` (the callee or
+  // subject), then keywords.
+  expected<std::pair<std::vector<value>, kwargs>> arguments(const expr& e, frame& f) {
+    std::pair<std::vector<value>, kwargs> out;
+    for (std::size_t i = 1; i < e.args.size(); ++i) {
+      auto v = eval(*e.args[i], f);
+      if (!v)
+        return v.error();
+      out.first.push_back(std::move(*v));
+    }
+    for (std::size_t i = 0; i < e.kwargs.size(); ++i) {
+      auto v = eval(*e.kwargs[i], f);
+      if (!v)
+        return v.error();
+      out.second.emplace_back(e.keys[i], std::move(*v));
+    }
+    return out;
   }
 
   expected<value> slice(const expr& e, frame& f) {

@@ -2,6 +2,7 @@
 #include <charconv>
 
 #include "jinja/detail/ast.hpp"
+#include "runtime/utf8.hpp"
 
 namespace triad::jinja::detail {
 
@@ -256,17 +257,7 @@ private:
         if (r.ec != std::errc{} || r.ptr != src_.data() + at_ + len)
           return fail(std::string{"invalid \\"} + e + " escape");
         at_ += len;
-        // UTF-8 of the code point (surrogates are not combined).
-        if (cp < 0x80) {
-          out += static_cast<char>(cp);
-        } else if (cp < 0x800) {
-          out += static_cast<char>(0xc0 | (cp >> 6));
-          out += static_cast<char>(0x80 | (cp & 0x3f));
-        } else {
-          out += static_cast<char>(0xe0 | (cp >> 12));
-          out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-          out += static_cast<char>(0x80 | (cp & 0x3f));
-        }
+        append_utf8(cp, out);
         break;
       }
       default:
@@ -635,29 +626,30 @@ private:
     return n;
   }
 
-  expected<expr_ptr> or_expr() {
-    auto a = and_expr();
-    while (a && is_word("or")) {
+  // A left-associative chain of `next` operands joined by any of `ops` (words or symbols).
+  template<class Next>
+  expected<expr_ptr> chain(Next next, std::initializer_list<std::string_view> ops) {
+    auto a = (this->*next)();
+    while (a) {
+      std::string op;
+      for (auto o : ops)
+        if (is_op(o) || is_word(o)) {
+          op = std::string{o};
+          break;
+        }
+      if (op.empty())
+        break;
       ++at_;
-      auto b = and_expr();
+      auto b = (this->*next)();
       if (!b)
         return b;
-      a = binary("or", std::move(*a), std::move(*b));
+      a = binary(op, std::move(*a), std::move(*b));
     }
     return a;
   }
 
-  expected<expr_ptr> and_expr() {
-    auto a = not_expr();
-    while (a && is_word("and")) {
-      ++at_;
-      auto b = not_expr();
-      if (!b)
-        return b;
-      a = binary("and", std::move(*a), std::move(*b));
-    }
-    return a;
-  }
+  expected<expr_ptr> or_expr() { return chain(&parser::and_expr, {"or"}); }
+  expected<expr_ptr> and_expr() { return chain(&parser::not_expr, {"and"}); }
 
   expected<expr_ptr> not_expr() {
     if (is_word("not")) {
@@ -697,53 +689,11 @@ private:
     return a;
   }
 
-  expected<expr_ptr> add() {
-    auto a = concat();
-    while (a && (is_op("+") || is_op("-"))) {
-      std::string op = t_[at_++].text;
-      auto b = concat();
-      if (!b)
-        return b;
-      a = binary(op, std::move(*a), std::move(*b));
-    }
-    return a;
-  }
-
-  expected<expr_ptr> concat() {
-    auto a = multiply();
-    while (a && is_op("~")) {
-      ++at_;
-      auto b = multiply();
-      if (!b)
-        return b;
-      a = binary("~", std::move(*a), std::move(*b));
-    }
-    return a;
-  }
-
-  expected<expr_ptr> multiply() {
-    auto a = power();
-    while (a && (is_op("*") || is_op("/") || is_op("//") || is_op("%"))) {
-      std::string op = t_[at_++].text;
-      auto b = power();
-      if (!b)
-        return b;
-      a = binary(op, std::move(*a), std::move(*b));
-    }
-    return a;
-  }
-
-  expected<expr_ptr> power() {
-    auto a = unary();
-    while (a && is_op("**")) {
-      ++at_;
-      auto b = unary();
-      if (!b)
-        return b;
-      a = binary("**", std::move(*a), std::move(*b));
-    }
-    return a;
-  }
+  expected<expr_ptr> add() { return chain(&parser::concat, {"+", "-"}); }
+  expected<expr_ptr> concat() { return chain(&parser::multiply, {"~"}); }
+  expected<expr_ptr> multiply() { return chain(&parser::power, {"*", "/", "//", "%"}); }
+  expected<expr_ptr> power() { return chain(&parser::unary_filtered, {"**"}); }
+  expected<expr_ptr> unary_filtered() { return unary(true); }
 
   // As Jinja: `-x | f` is `(-x) | f`; the sign takes its operand without filters or tests.
   expected<expr_ptr> unary(bool with_filters = true) {

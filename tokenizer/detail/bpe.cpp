@@ -38,23 +38,20 @@ public:
   }
 
   void encode_to(std::vector<token>& out, std::string_view text, bool specials) const override {
-    std::size_t at = 0;
     std::vector<std::string_view> pieces;
     std::string spelled;
-    while (at < text.size()) {
-      auto hit = specials_.next(text, at, specials);
-      pieces.clear();
-      pre_.split(text.substr(at, hit.at - at), pieces);
-      for (auto piece : pieces) {
-        spelled.clear();
-        bytes_.encode(piece, spelled);
-        merge(spelled, out);
-      }
-      if (hit.length == 0)
-        break;
-      out.push_back(hit.id);
-      at = hit.at + hit.length;
-    }
+    specials_.split(
+        text, specials,
+        [&](std::string_view fragment) {
+          pieces.clear();
+          pre_.split(fragment, pieces);
+          for (auto piece : pieces) {
+            spelled.clear();
+            bytes_.encode(piece, spelled);
+            merge(spelled, out);
+          }
+        },
+        [&](token id) { out.push_back(id); });
   }
 
   std::string decode(token id) const override {

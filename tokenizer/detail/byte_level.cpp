@@ -3,29 +3,13 @@
 
 namespace triad::detail {
 
-namespace {
-
-void append_utf8(std::uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xc0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    out += static_cast<char>(0xe0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-}
-
-} // namespace
 
 byte_level::byte_level() {
   std::uint32_t next = 256;
   for (std::uint32_t b = 0; b < 256; ++b) {
     const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
     const std::uint32_t cp = printable ? b : next++;
-    append_utf8(cp, to_char_[b]);
+    triad::append_utf8(cp, to_char_[b]);
     to_byte_[cp] = static_cast<std::uint8_t>(b);
   }
 }

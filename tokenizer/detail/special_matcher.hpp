@@ -25,6 +25,22 @@ public:
   /// The first spelling at or after `from` (controls only with `specials`).
   found next(std::string_view text, std::size_t from, bool specials) const;
 
+  /// Walks `text` in order: each stretch of plain text (never empty) to `on_text`, each spelled
+  /// token's id to `on_token`.
+  template<class OnText, class OnToken>
+  void split(std::string_view text, bool specials, OnText on_text, OnToken on_token) const {
+    std::size_t at = 0;
+    while (at < text.size()) {
+      auto hit = next(text, at, specials);
+      if (hit.at > at)
+        on_text(text.substr(at, hit.at - at));
+      if (hit.length == 0)
+        break;
+      on_token(hit.id);
+      at = hit.at + hit.length;
+    }
+  }
+
 private:
   struct entry {
     std::string_view spelling;

@@ -40,27 +40,21 @@ public:
   }
 
   void encode_to(std::vector<token>& out, std::string_view text, bool specials) const override {
-    std::size_t at = 0;
     std::string normalized;
-    while (at < text.size()) {
-      auto hit = specials_.next(text, at, specials);
-      auto fragment = text.substr(at, hit.at - at);
-      if (!fragment.empty()) {
-        normalized.clear();
-        if (vocab_.add_space_prefix)
-          normalized += space_mark;
-        for (char c : fragment)
-          if (c == ' ')
+    specials_.split(
+        text, specials,
+        [&](std::string_view fragment) {
+          normalized.clear();
+          if (vocab_.add_space_prefix)
             normalized += space_mark;
-          else
-            normalized += c;
-        merge(normalized, out);
-      }
-      if (hit.length == 0)
-        break;
-      out.push_back(hit.id);
-      at = hit.at + hit.length;
-    }
+          for (char c : fragment)
+            if (c == ' ')
+              normalized += space_mark;
+            else
+              normalized += c;
+          merge(normalized, out);
+        },
+        [&](token id) { out.push_back(id); });
   }
 
   std::string decode(token id) const override {
