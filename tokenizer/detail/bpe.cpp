@@ -1,8 +1,8 @@
-#include <queue>
 #include <unordered_map>
 
 #include "runtime/utf8.hpp"
 #include "tokenizer/detail/byte_level.hpp"
+#include "tokenizer/detail/merge.hpp"
 #include "tokenizer/detail/special_matcher.hpp"
 #include "tokenizer/detail/spm.hpp"
 #include "tokenizer/pretokenizer.hpp"
@@ -61,30 +61,6 @@ public:
   }
 
 private:
-  struct symbol {
-    std::size_t start;
-    std::size_t length;
-    int prev;
-    int next;
-  };
-  struct bigram {
-    int rank;
-    int left;
-    std::size_t left_length;
-    std::size_t right_length;
-    bool operator>(const bigram& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
-  };
-
-  int rank_of(std::string_view s, const symbol& a, const symbol& b, std::string& key) const {
-    key.assign(s.substr(a.start, a.length));
-    key += ' ';
-    key.append(s.substr(b.start, b.length));
-    auto it = ranks_.find(key);
-    return it == ranks_.end() ? -1 : it->second;
-  }
-
   // Appends the ids of one spelled piece.
   void merge(std::string_view s, std::vector<token>& out) const {
     if (s.empty())
@@ -95,45 +71,16 @@ private:
         return;
       }
     }
-    // One symbol per UTF-8 character of the spelling.
-    std::vector<symbol> sym;
-    for (std::size_t i = 0; i < s.size();) {
-      const auto c = static_cast<unsigned char>(s[i]);
-      std::size_t len = utf8_length(c);
-      len = std::min(len, s.size() - i);
-      sym.push_back({i, len, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1});
-      i += len;
-    }
-    sym.back().next = -1;
-    std::priority_queue<bigram, std::vector<bigram>, std::greater<>> queue;
+    // Pairs merge by rank; a pair's key is "left right", as the merges list spells it.
     std::string key;
-    auto push = [&](int left) {
-      if (left < 0 || sym[left].next < 0)
-        return;
-      const auto& a = sym[left];
-      const auto& b = sym[a.next];
-      int r = rank_of(s, a, b, key);
-      if (r >= 0)
-        queue.push({r, left, a.length, b.length});
-    };
-    for (int i = 0; i + 1 < static_cast<int>(sym.size()); ++i)
-      push(i);
-    while (!queue.empty()) {
-      auto top = queue.top();
-      queue.pop();
-      auto& a = sym[top.left];
-      // Stale: either side was merged since this pair was queued.
-      if (a.length != top.left_length || a.next < 0 || sym[a.next].length != top.right_length)
-        continue;
-      auto& b = sym[a.next];
-      a.length += b.length;
-      b.length = 0;
-      a.next = b.next;
-      if (a.next >= 0)
-        sym[a.next].prev = top.left;
-      push(a.prev);
-      push(top.left);
-    }
+    const auto sym = merge_pairs(
+        s, [&](std::string_view left, std::string_view right) -> std::optional<double> {
+          key.assign(left);
+          key += ' ';
+          key.append(right);
+          auto it = ranks_.find(key);
+          return it == ranks_.end() ? std::nullopt : std::optional<double>{it->second};
+        });
     for (int i = 0; i >= 0; i = sym[i].next) {
       std::string piece{s.substr(sym[i].start, sym[i].length)};
       if (auto it = ids_.find(piece); it != ids_.end()) {

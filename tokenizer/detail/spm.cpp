@@ -1,9 +1,9 @@
 #include <array>
 #include <cctype>
-#include <queue>
 #include <unordered_map>
 
 #include "runtime/utf8.hpp"
+#include "tokenizer/detail/merge.hpp"
 #include "tokenizer/detail/special_matcher.hpp"
 #include "tokenizer/detail/spm.hpp"
 
@@ -83,63 +83,20 @@ public:
   }
 
 private:
-  struct symbol {
-    std::size_t start;
-    std::size_t length;
-    int prev;
-    int next;
-  };
-  struct bigram {
-    float score;
-    int left;
-    std::size_t length; // of the joined piece when queued
-    bool operator<(const bigram& o) const {
-      return score != o.score ? score < o.score : left > o.left;
-    }
-  };
-
   void merge(std::string_view s, std::vector<token>& out) const {
-    std::vector<symbol> sym;
-    for (std::size_t i = 0; i < s.size();) {
-      auto len = std::min(utf8_length(static_cast<unsigned char>(s[i])), s.size() - i);
-      sym.push_back({i, len, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1});
-      i += len;
-    }
+    // Pairs merge by the score of the piece they make, highest first.
+    std::string key;
+    const auto sym = merge_pairs(
+        s, [&](std::string_view left, std::string_view right) -> std::optional<double> {
+          key.assign(left.data(), left.size() + right.size()); // adjacent in `s`
+          auto it = ids_.find(key);
+          if (it == ids_.end())
+            return std::nullopt;
+          const auto id = static_cast<std::size_t>(it->second);
+          return -static_cast<double>(id < vocab_.scores.size() ? vocab_.scores[id] : 0.0f);
+        });
     if (sym.empty())
       return;
-    sym.back().next = -1;
-    std::priority_queue<bigram> queue;
-    std::string key;
-    auto push = [&](int left) {
-      if (left < 0 || sym[left].next < 0)
-        return;
-      const auto& a = sym[left];
-      const auto& b = sym[a.next];
-      key.assign(s.substr(a.start, a.length + b.length));
-      auto it = ids_.find(key);
-      if (it == ids_.end())
-        return;
-      const auto id = static_cast<std::size_t>(it->second);
-      const float score = id < vocab_.scores.size() ? vocab_.scores[id] : 0.0f;
-      queue.push({score, left, a.length + b.length});
-    };
-    for (int i = 0; i + 1 < static_cast<int>(sym.size()); ++i)
-      push(i);
-    while (!queue.empty()) {
-      auto top = queue.top();
-      queue.pop();
-      auto& a = sym[top.left];
-      if (a.length == 0 || a.next < 0 || a.length + sym[a.next].length != top.length)
-        continue; // stale
-      auto& b = sym[a.next];
-      a.length += b.length;
-      b.length = 0;
-      a.next = b.next;
-      if (a.next >= 0)
-        sym[a.next].prev = top.left;
-      push(a.prev);
-      push(top.left);
-    }
     for (int i = 0; i >= 0; i = sym[i].next) {
       auto piece = s.substr(sym[i].start, sym[i].length);
       if (auto it = ids_.find(std::string{piece}); it != ids_.end()) {
