@@ -1,5 +1,8 @@
 #include "actors/chat_format.hpp"
 
+#include <fstream>
+#include <iterator>
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -119,8 +122,33 @@ public:
     return template_.render(jinja::value::from_json(ctx));
   }
 
+  // Client text may not spell the model's control tokens: the rendered prompt is tokenized
+  // with them, so "<|im_start|>" in a message would start a turn the client forged.
+  expected<void> check_client_text(const std::vector<chat_message>& messages,
+                                   const std::string& tools_json) const {
+    auto check = [&](std::string_view text, const std::string& where) -> expected<void> {
+      if (auto id = tok_->control_in(text))
+        return make_error(errc::invalid_argument,
+                          where + " spells the model's control token '" +
+                              tok_->vocabulary().tokens[static_cast<std::size_t>(*id)] +
+                              "'; control tokens cannot come from client text");
+      return {};
+    };
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const auto& m = messages[i];
+      const std::string at = "messages[" + std::to_string(i) + "]";
+      for (auto [text, field] : {std::pair{&m.content, ".content"}, {&m.tool_calls_json, ".tool_calls"},
+                                 {&m.tool_call_id, ".tool_call_id"}})
+        if (auto ok = check(*text, at + field); !ok)
+          return ok;
+    }
+    return check(tools_json, "tools");
+  }
+
   expected<std::vector<token>> prompt(const std::vector<chat_message>& messages,
                                       const std::string& tools_json) const override {
+    if (auto ok = check_client_text(messages, tools_json); !ok)
+      return ok.error();
     auto text = render(messages, tools_json);
     if (!text)
       return text.error();
@@ -135,7 +163,7 @@ public:
   }
 
   expected<std::vector<token>> turn(const std::vector<chat_message>&) const override {
-    return make_error(errc::unsupported,
+    return make_error(errc::invalid_argument,
                       "agent sessions continue conversations of the random presets only; with a "
                       "model file, send the whole conversation each turn");
   }
@@ -191,10 +219,18 @@ std::shared_ptr<const chat_format> byte_chat_format(std::size_t context) {
 }
 
 expected<std::shared_ptr<const chat_format>> make_chat_format(const model_source& model,
-                                                              std::string template_override) {
+                                                              const std::string& template_path) {
   if (!model.from_file())
     return byte_chat_format(model.shape.max_context);
   const std::string& source = model.file->source();
+  std::string template_override;
+  if (!template_path.empty()) {
+    std::ifstream in{template_path, std::ios::binary};
+    if (!in)
+      return make_error(errc::not_found,
+                        "[model].chat_template: cannot read '" + template_path + "'");
+    template_override.assign(std::istreambuf_iterator<char>{in}, {});
+  }
   auto v = vocab::from_gguf(*model.file);
   if (!v)
     return v.error();
@@ -207,21 +243,23 @@ expected<std::shared_ptr<const chat_format>> make_chat_format(const model_source
   if (text.empty())
     return make_error(errc::invalid_argument,
                       "GGUF file '" + source +
-                          "' has no tokenizer.chat_template; give one with --chat-template");
+                          "' has no tokenizer.chat_template; give one with --chat-template FILE "
+                          "([model].chat_template)");
   auto tok = make_tokenizer(std::move(*v));
   if (!tok)
     return make_error(tok.error().code, "GGUF file '" + source + "': " + tok.error().message);
+  const std::string origin = template_path.empty() ? "'" + source + "'" : "'" + template_path + "'";
   auto tmpl = jinja::jinja_template::parse(text);
   if (!tmpl)
     return make_error(tmpl.error().code,
-                      "the chat template of '" + source + "' cannot be parsed: " +
+                      "the chat template of " + origin + " cannot be parsed: " +
                           tmpl.error().message);
   auto format = std::make_shared<model_format>(std::move(*tok), std::move(*tmpl),
                                                model.shape.max_context);
   // Tried once now, so a template triad cannot render stops the start, not a request.
   if (auto tried = format->render({{"user", "Hello"}}, {}); !tried)
-    return make_error(tried.error().code, "the chat template of '" + source +
-                                              "' fails on a one-message conversation: " +
+    return make_error(tried.error().code, "the chat template of " + origin +
+                                              " fails on a one-message conversation: " +
                                               tried.error().message);
   return std::shared_ptr<const chat_format>{std::move(format)};
 }

@@ -17,6 +17,7 @@ namespace triad {
 /// reaches its model only through this, so one node serves either without knowing which.
 class chat_format {
 public:
+  /// Formats are shared through the base.
   virtual ~chat_format() = default;
 
   /// The prompt of a conversation, ending with the assistant's cue; `tools_json` is the
@@ -56,10 +57,11 @@ public:
 std::shared_ptr<const chat_format> byte_chat_format(std::size_t context);
 
 /// The format of `model`: the byte format for a preset; for a model file its tokenizer
-/// (tokenizer.ggml.*) and chat template (tokenizer.chat_template, or `template_override`),
-/// which is parsed and tried on a one-message conversation here, so a template triad cannot
-/// render fails at start, naming the file and the problem.
+/// (tokenizer.ggml.*) and chat template (tokenizer.chat_template, or the file at
+/// `template_path`), which is parsed and tried on a one-message conversation here, so a
+/// template triad cannot render fails at start, naming the file and the problem. The prompt
+/// refuses client text (messages, tool calls, tools) that spells a control token.
 expected<std::shared_ptr<const chat_format>> make_chat_format(const model_source& model,
-                                                              std::string template_override = {});
+                                                              const std::string& template_path = {});
 
 } // namespace triad

@@ -105,7 +105,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
                       "[model].context_tokens = " + std::to_string(config.model.context_tokens) +
                           " is more than the " + model->shape.name + " model's context of " +
                           std::to_string(model->shape.max_context) + " tokens");
-  auto format = make_chat_format(*model);
+  auto format = make_chat_format(*model, config.model.chat_template);
   if (!format)
     return format.error();
   std::unique_ptr<node> n{new node};

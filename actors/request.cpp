@@ -226,8 +226,8 @@ private:
     g.sampling = req_.sampling;
     g.sampling.seed += attempt_; // a fresh stream per device sequence, still reproducible
     g.max_new_tokens = max_new;
-    if (auto end = format().call_end())
-      g.stop = {*end};
+    if (calls_enabled())
+      g.stop = {*format().call_end()};
     g.end = format().end_tokens();
     g.sink = caf::actor_cast<caf::actor>(this);
     g.reuse_prefix = reuse_prefix();
@@ -573,14 +573,40 @@ private:
       ended_ = true;
       return;
     }
-    const bool call_mark = t == f.call_start() || t == f.call_end();
-    if (t == f.call_start()) {
+    const bool calls = calls_enabled();
+    const bool call_mark = calls && (t == f.call_start() || t == f.call_end());
+    if (calls && t == f.call_start()) {
       in_call_ = true;
       call_.clear();
     } else if (in_call_ && t != f.call_end()) {
       call_.push_back(t);
     }
     emit_token(t, !(in_call_ || call_mark || f.control(t)));
+  }
+
+  // Whether the model's tool calls are taken as calls: always where its format continues them
+  // (the byte format, whose limits end the request); for a model file only where the request
+  // may call tools at all (not tool_choice "none", not a plain completion), else its call
+  // tokens are text like any other.
+  bool calls_enabled() const {
+    const auto& f = format();
+    return f.call_end().has_value() &&
+           (f.continues_calls() || (req_.max_tool_calls > 0 && !req_.raw_prompt));
+  }
+
+  // A call the format cannot take (malformed, or never closed) becomes answer text again.
+  void emit_call_as_text() {
+    const auto& f = format();
+    request_event ev;
+    ev.request = id_;
+    ev.kind = request_event::token;
+    ev.tok = *f.call_start();
+    ev.text = f.piece(*f.call_start()) + call_text() +
+              (tokens_.back() == f.call_end() ? f.piece(*f.call_end()) : std::string{});
+    ev.content = true;
+    emit(std::move(ev));
+    in_call_ = false;
+    call_.clear();
   }
 
   void emit_token(token t, bool content) {
@@ -607,11 +633,17 @@ private:
   // ---- tools --------------------------------------------------------------------------------
 
   void begin_tool() {
+    auto parsed = parse_tool_call(call_text());
+    if (!parsed && !format().continues_calls()) {
+      // The model cannot be told its call was malformed: the caller gets it as text.
+      emit_call_as_text();
+      finish(finish_reason::stop);
+      return;
+    }
     enter(stage::tool_wait);
     in_call_ = false;
     tool_start_ = clock_type::now();
     ++usage_.tool_calls;
-    auto parsed = parse_tool_call(call_text());
     tool_name_ = parsed ? parsed->name : std::string{};
     request_event ev;
     ev.request = id_;
@@ -782,6 +814,8 @@ private:
   // under the store's budget, ageing out by tier when the session idles); without one, copied
   // out into the conversation. Should that fail, the next turn recomputes it.
   void finish(finish_reason reason) {
+    if (in_call_ && stage_ != stage::tool_wait && !format().continues_calls())
+      emit_call_as_text(); // a call never closed (end of turn, max_tokens) is text after all
     auto* h = decode_.seq != 0 ? &decode_ : prefill_.seq != 0 ? &prefill_ : nullptr;
     request_event ev;
     ev.kind = request_event::done;

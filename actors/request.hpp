@@ -58,8 +58,8 @@ struct chat_request {
   /// (the caller runs it, as an OpenAI client does) instead of feeding "no such tool" back to
   /// the model. Calls to hosted tools always run on the node.
   bool return_unhosted_calls = false;
-  /// A plain completion (`/v1/completions`): the prompt is BOS then this text's bytes, with no
-  /// chat template; `messages` is not used.
+  /// A plain completion (`/v1/completions`): the prompt is this text's tokens (after BOS where
+  /// the model wants one), with no chat template; `messages` is not used.
   std::optional<std::string> raw_prompt;
   /// The request's `tools` array as JSON text (empty: none): a model file's chat template
   /// renders the definitions in the model's own format.

@@ -98,6 +98,8 @@ const options::section<model_config>& model_section() {
                            "a GGUF model file to serve; empty = the preset's random weights"),
           options::text<c>("served_name", &c::served_name, "a name",
                            "the model name clients see; empty = the file's general.name"),
+          options::text<c>("chat_template", &c::chat_template, "a path to a Jinja file",
+                           "a chat template instead of the model file's own; empty = the file's"),
       },
       {},
   };

@@ -76,6 +76,9 @@ struct model_config {
   /// `served_name`: the model name clients see; empty: the file's `general.name`, or
   /// "triad-<preset>".
   std::string served_name;
+  /// `chat_template`: a file with a Jinja chat template used instead of the model file's own
+  /// `tokenizer.chat_template`; empty: the file's.
+  std::string chat_template;
   bool operator==(const model_config&) const = default;
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,10 @@ public:
   /// The bytes of one id. A multi-byte character may span ids, so streams join bytes before
   /// they cut text; control and added tokens give their spelling.
   virtual std::string decode(token id) const = 0;
+
+  /// The first control token spelled in `text` (checked on client text, which must not forge
+  /// a turn where a template is tokenized with control tokens), if any.
+  virtual std::optional<token> control_in(std::string_view text) const = 0;
 
   /// `encode_to` into a new vector.
   std::vector<token> encode(std::string_view text, bool specials) const {

@@ -66,6 +66,11 @@ int run(int argc, char** argv) {
   app.add_option("--served-model-name", served_name,
                  "the model name clients see; default: the file's general.name "
                  "([model].served_name)");
+  std::string chat_template;
+  app.add_option("--chat-template", chat_template,
+                 "a Jinja chat template file to use instead of the model file's own "
+                 "([model].chat_template)")
+      ->check(CLI::ExistingFile);
   bool insecure = false;
   app.add_flag("--insecure", insecure,
                "serve on a non-loopback address without an API key ([server].api_key_env)");
@@ -92,13 +97,15 @@ int run(int argc, char** argv) {
     config.model.path = model_path;
   if (!served_name.empty())
     config.model.served_name = served_name;
+  if (!chat_template.empty())
+    config.model.chat_template = chat_template;
 
   // A model file that cannot be served (architecture, tensors, tokenizer, chat template) is a
   // configuration error, reported before anything starts.
   auto model = triad::open_model(config.model);
   if (!model)
     return fail(model.error().message, config_error);
-  if (auto format = triad::make_chat_format(*model); !format)
+  if (auto format = triad::make_chat_format(*model, config.model.chat_template); !format)
     return fail(format.error().message, config_error);
   if (model->from_file())
     std::printf("triad-node: model %s (%s, %.1fM parameters, %u layers, vocabulary %u, context "

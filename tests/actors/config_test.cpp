@@ -463,7 +463,8 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_model_is_an_error) {
                                 "preset = \"tiny\"\n"
                                 "layers = 12\n");
   BOOST_TEST(message == "triad.toml:3:1: model.layers = 12: unknown key; allowed keys in "
-                        "[model]: preset, dtype, page_tokens, context_tokens, path, served_name");
+                        "[model]: preset, dtype, page_tokens, context_tokens, path, served_name, "
+                        "chat_template");
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_a_sim_profile_is_an_error) {

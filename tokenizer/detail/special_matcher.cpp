@@ -30,10 +30,10 @@ special_matcher::found special_matcher::next(std::string_view text, std::size_t 
       if (e.control && !specials)
         continue;
       if (text.compare(at, e.spelling.size(), e.spelling) == 0)
-        return {at, e.spelling.size(), e.id};
+        return {at, e.spelling.size(), e.id, e.control};
     }
   }
-  return {text.size(), 0, 0};
+  return {text.size(), 0, 0, false};
 }
 
 } // namespace triad::detail

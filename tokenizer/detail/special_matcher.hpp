@@ -20,10 +20,22 @@ public:
     std::size_t at = 0;     ///< byte offset in the text
     std::size_t length = 0; ///< 0: none found
     token id = 0;           ///< the token
+    bool control = false;   ///< a control (or unknown) token, not an added one
   };
 
   /// The first spelling at or after `from` (controls only with `specials`).
   found next(std::string_view text, std::size_t from, bool specials) const;
+
+  /// The first control token spelled in `text`, if any.
+  found first_control(std::string_view text) const {
+    for (std::size_t at = 0; at < text.size();) {
+      auto hit = next(text, at, true);
+      if (hit.length == 0 || hit.control)
+        return hit;
+      at = hit.at + 1;
+    }
+    return {text.size(), 0, 0, false};
+  }
 
   /// Walks `text` in order: each stretch of plain text (never empty) to `on_text`, each spelled
   /// token's id to `on_token`.

@@ -57,6 +57,11 @@ public:
         [&](token id) { out.push_back(id); });
   }
 
+  std::optional<token> control_in(std::string_view text) const override {
+    auto hit = specials_.first_control(text);
+    return hit.length == 0 ? std::nullopt : std::optional<token>{hit.id};
+  }
+
   std::string decode(token id) const override {
     if (id < 0 || static_cast<std::size_t>(id) >= vocab_.tokens.size())
       return {};
