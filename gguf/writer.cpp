@@ -7,16 +7,23 @@ namespace triad {
 
 namespace {
 
+// Appends `n` bytes (resize and copy: g++ 12 misreads vector::insert here as an overflow).
+void append(std::vector<std::byte>& out, const void* from, std::size_t n) {
+  if (n == 0)
+    return;
+  const auto at = out.size();
+  out.resize(at + n);
+  std::memcpy(out.data() + at, from, n);
+}
+
 template<class T>
 void put(std::vector<std::byte>& out, T value) {
-  const auto* p = reinterpret_cast<const std::byte*>(&value);
-  out.insert(out.end(), p, p + sizeof(T));
+  append(out, &value, sizeof(T));
 }
 
 void put_string(std::vector<std::byte>& out, std::string_view s) {
   put<std::uint64_t>(out, s.size());
-  const auto* p = reinterpret_cast<const std::byte*>(s.data());
-  out.insert(out.end(), p, p + s.size());
+  append(out, s.data(), s.size());
 }
 
 } // namespace
@@ -37,7 +44,7 @@ void gguf_writer::set_raw(std::string_view key, gguf_type type,
                           std::span<const std::byte> encoded) {
   put_string(metadata_, key);
   put<std::uint32_t>(metadata_, static_cast<std::uint32_t>(type));
-  metadata_.insert(metadata_.end(), encoded.begin(), encoded.end());
+  append(metadata_, encoded.data(), encoded.size());
   ++kv_count_;
 }
 
@@ -127,7 +134,7 @@ std::vector<std::byte> gguf_writer::bytes() const {
   put<std::uint32_t>(out, version_);
   put<std::uint64_t>(out, tensors_.size());
   put<std::uint64_t>(out, kv_count_);
-  out.insert(out.end(), metadata_.begin(), metadata_.end());
+  append(out, metadata_.data(), metadata_.size());
   auto align = [&](std::uint64_t n) { return (n + alignment_ - 1) / alignment_ * alignment_; };
   std::uint64_t offset = 0;
   for (const auto& t : tensors_) {
@@ -141,7 +148,7 @@ std::vector<std::byte> gguf_writer::bytes() const {
   }
   out.resize(align(out.size()));
   for (const auto& t : tensors_) {
-    out.insert(out.end(), t.bytes.begin(), t.bytes.end());
+    append(out, t.bytes.data(), t.bytes.size());
     out.resize(align(out.size()));
   }
   return out;
