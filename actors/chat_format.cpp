@@ -17,9 +17,6 @@ namespace {
 
 class byte_format final : public chat_format {
 public:
-  explicit byte_format(std::size_t context)
-      : context_(context) {}
-
   expected<std::vector<token>> prompt(const std::vector<chat_message>& messages,
                                       const std::string&) const override {
     return render_prompt(messages);
@@ -45,10 +42,6 @@ public:
   std::optional<token> call_end() const override { return tokenizer::tool_call_end; }
   bool control(token t) const override { return tokenizer::is_special(t); }
   bool continues_calls() const override { return true; }
-  std::size_t context() const override { return context_; }
-
-private:
-  std::size_t context_;
 };
 
 // -- a model file's format --
@@ -62,10 +55,9 @@ constexpr std::string_view turn_ends[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|
 
 class model_format final : public chat_format {
 public:
-  model_format(std::unique_ptr<model_tokenizer> tok, jinja::jinja_template tmpl, std::size_t context)
+  model_format(std::unique_ptr<model_tokenizer> tok, jinja::jinja_template tmpl)
       : tok_(std::move(tok))
-      , template_(std::move(tmpl))
-      , context_(context) {
+      , template_(std::move(tmpl)) {
     const auto& v = tok_->vocabulary();
     auto spelling = [&](std::optional<token> id) {
       return id ? v.tokens[static_cast<std::size_t>(*id)] : std::string{};
@@ -201,12 +193,10 @@ public:
            v.kinds[static_cast<std::size_t>(t)] == token_kind::control;
   }
   bool continues_calls() const override { return false; }
-  std::size_t context() const override { return context_; }
 
 private:
   std::unique_ptr<model_tokenizer> tok_;
   jinja::jinja_template template_;
-  std::size_t context_;
   std::string bos_, eos_;
   std::vector<token> ends_;
   std::optional<token> call_start_, call_end_;
@@ -214,14 +204,15 @@ private:
 
 } // namespace
 
-std::shared_ptr<const chat_format> byte_chat_format(std::size_t context) {
-  return std::make_shared<byte_format>(context);
+std::shared_ptr<const chat_format> byte_chat_format() {
+  static const auto shared = std::make_shared<const byte_format>();
+  return shared;
 }
 
 expected<std::shared_ptr<const chat_format>> make_chat_format(const model_source& model,
                                                               const std::string& template_path) {
   if (!model.from_file())
-    return byte_chat_format(model.shape.max_context);
+    return byte_chat_format();
   const std::string& source = model.file->source();
   std::string template_override;
   if (!template_path.empty()) {
@@ -254,8 +245,7 @@ expected<std::shared_ptr<const chat_format>> make_chat_format(const model_source
     return make_error(tmpl.error().code,
                       "the chat template of " + origin + " cannot be parsed: " +
                           tmpl.error().message);
-  auto format = std::make_shared<model_format>(std::move(*tok), std::move(*tmpl),
-                                               model.shape.max_context);
+  auto format = std::make_shared<model_format>(std::move(*tok), std::move(*tmpl));
   // Tried once now, so a template triad cannot render stops the start, not a request.
   if (auto tried = format->render({{"user", "Hello"}}, {}); !tried)
     return make_error(tried.error().code, "the chat template of " + origin +

@@ -49,12 +49,11 @@ public:
   virtual bool control(token t) const = 0;
   /// Whether tool outputs can be fed back (tool_result works).
   virtual bool continues_calls() const = 0;
-  /// The model's context in tokens.
-  virtual std::size_t context() const = 0;
 };
 
-/// The byte format of the random presets (render_prompt, render_turn, render_tool_result).
-std::shared_ptr<const chat_format> byte_chat_format(std::size_t context);
+/// The byte format of the random presets (render_prompt, render_turn, render_tool_result); one
+/// instance, shared.
+std::shared_ptr<const chat_format> byte_chat_format();
 
 /// The format of `model`: the byte format for a preset; for a model file its tokenizer
 /// (tokenizer.ggml.*) and chat template (tokenizer.chat_template, or the file at

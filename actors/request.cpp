@@ -79,9 +79,7 @@ public:
 
   caf::behavior make_behavior() override {
     start_ = clock_type::now();
-    if (!ctx_->format) // contexts built by hand (tests) serve the byte format
-      format_ = byte_chat_format(ctx_->max_context);
-    const chat_format& format = *(ctx_->format ? ctx_->format : format_);
+    const chat_format& format = this->format();
     if (req_.raw_prompt) {
       tokens_ = format.raw(*req_.raw_prompt);
     } else if (req_.prior) {
@@ -619,8 +617,8 @@ private:
     emit(std::move(ev));
   }
 
-  // The request's chat format (the node's, or the byte format).
-  const chat_format& format() const { return *(ctx_->format ? ctx_->format : format_); }
+  // The request's chat format (the node's).
+  const chat_format& format() const { return *ctx_->format; }
 
   // The call's text, token by token.
   std::string call_text() const {
@@ -962,7 +960,6 @@ private:
   std::uint64_t stored_tokens_ = 0;  // keep_kv with a store: tokens whose KV went into it
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;
   std::vector<token> call_;     // tokens of the tool call being written
-  std::shared_ptr<const chat_format> format_; // when the context has none: the byte format
   std::vector<token> appended_; // the tool result's tokens, until they are sent
   request_usage usage_;
 };

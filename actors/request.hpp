@@ -169,9 +169,9 @@ struct request_metrics {
 /// What a request actor needs to find devices and tools.
 struct request_context {
   router_actor router;           ///< the node's router
-  /// How conversations become the model's tokens and tokens text (chat_format.hpp); null: the
-  /// byte format of the random presets.
-  std::shared_ptr<const chat_format> format;
+  /// How conversations become the model's tokens and tokens text (chat_format.hpp); the byte
+  /// format of the random presets unless the node serves a model file.
+  std::shared_ptr<const chat_format> format = byte_chat_format();
   tool_service* tools = nullptr; ///< the node's tool domains (null: no tools hosted)
   orchestration_options options; ///< policies
   request_metrics metrics;       ///< where transitions are counted
