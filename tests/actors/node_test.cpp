@@ -176,13 +176,15 @@ BOOST_AUTO_TEST_CASE(demote_keeps_the_kv_as_blocks_of_the_store_across_each_tool
   BOOST_TEST(device_sequences(*n) == 0u);
 }
 
-// Pin with a TTL of `ttl_max`: two tool calls of 150 ms each; the usage of the request.
-triad::request_usage pinned_session(std::chrono::milliseconds ttl_max, triad::node** out = nullptr,
+// Pin with a fixed TTL of `ttl` (floor = ceiling, so the tool's recent durations cannot move it:
+// with a lower floor the second call's TTL is the first call's 150 ms, and a second call a little
+// slower outlives it); two tool calls of 150 ms each; the usage of the request.
+triad::request_usage pinned_session(std::chrono::milliseconds ttl, triad::node** out = nullptr,
                                     std::unique_ptr<triad::node>* keep = nullptr) {
   triad::orchestration_options o;
   o.kv = triad::kv_policy::pin;
-  o.pin_ttl_min = 1ms;
-  o.pin_ttl_max = ttl_max;
+  o.pin_ttl_min = ttl;
+  o.pin_ttl_max = ttl;
   auto n = start_node(o);
   BOOST_REQUIRE(n->kv() != nullptr);
   triad::chat_request r;
