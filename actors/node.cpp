@@ -59,6 +59,13 @@ void add_device_info(metrics_registry& metrics, const device_report& r) {
                               {"isa", r.backend == "cpu" ? cpu.onednn_isa : ""}});
   if (g)
     (*g)->set(1);
+  auto w = metrics.add_gauge("triad_device_weight_bytes",
+                             "Bytes of model weights each device holds in memory, as it "
+                             "multiplies them (packed, or kept in the model file's block types); "
+                             "0 for modelled devices",
+                             {{"device", r.name}});
+  if (w)
+    (*w)->set(static_cast<double>(r.weight_bytes));
 }
 
 } // namespace
@@ -158,6 +165,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
                                make_error(be.error().code, report.failure));
     }
     report.kernel = (*be)->kernel();
+    report.weight_bytes = (*be)->weight_bytes();
     report.team = compute.team.size();
     describe_compute(config, **be, report);
     // The KV store, at the first device whose pages can leave it: its blocks are that

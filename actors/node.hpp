@@ -62,6 +62,7 @@ struct device_report {
   std::string dtype;    ///< element type it computes in ("bf16", "f32")
   std::string path;     ///< cpu devices: the matmul path (cpu_kernel), else empty
   std::size_t team = 0; ///< cpu devices: threads of its compute team (its compute cores)
+  std::uint64_t weight_bytes = 0; ///< model weights it holds in memory (backend::weight_bytes)
   std::string failure;  ///< why its backend did not build (it then answers every step so)
   /// Whether its evicted pages go to the node's KV store and its prompts find pages there
   /// (`[kvstore]`; its pages must be the store's block size).

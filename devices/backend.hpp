@@ -87,6 +87,9 @@ public:
   virtual const model_shape& shape() const noexcept = 0;
   /// Which kernel does the matmuls, e.g. "brg:avx512_core_amx_bf16" or "sim:h100".
   virtual std::string kernel() const = 0;
+  /// Bytes of model weights it holds in memory (packed or quantized as it multiplies them);
+  /// 0 when it holds none (a modelled device).
+  virtual std::uint64_t weight_bytes() const noexcept { return 0; }
 
   /// Runs one batched forward step over a mix of prefill chunks and decodes. All pages the
   /// step needs are reserved first: when they do not fit, nothing changes and the error is

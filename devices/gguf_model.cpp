@@ -92,20 +92,29 @@ expected<std::vector<float>> decode(const gguf_file& file, const std::string& na
   return out;
 }
 
-// Rows `rows` of a matrix whose rows follow GGUF's interleaved rotary order per head (row
-// 2i + s of a head is the pair member s of frequency i), reordered into halves (row s * half + i):
-// what llama.cpp's converter did to Hugging Face's q and k weights, undone.
+// Rows of a matrix whose rows follow GGUF's interleaved rotary order per head (row 2i + s of a
+// head is the pair member s of frequency i), reordered into halves (row s * half + i): what
+// llama.cpp's converter did to Hugging Face's q and k weights, undone. The row that row `r` of
+// the reordered matrix comes from.
+std::size_t interleaved_source(std::size_t r, std::size_t head_dim) {
+  const std::size_t half = head_dim / 2;
+  const std::size_t head = r / head_dim, within = r % head_dim;
+  return head * head_dim + 2 * (within % half) + within / half;
+}
+
+// `rows` rows of `row_size` elements of `m`, reordered by interleaved_source.
+template<class T>
+std::vector<T> halves_from_interleaved(std::span<const T> m, std::size_t rows,
+                                       std::size_t row_size, std::size_t head_dim) {
+  std::vector<T> out(m.size());
+  for (std::size_t r = 0; r < rows; ++r)
+    std::copy_n(&m[interleaved_source(r, head_dim) * row_size], row_size, &out[r * row_size]);
+  return out;
+}
+
 std::vector<float> halves_from_interleaved(const std::vector<float>& m, std::size_t rows,
                                            std::size_t cols, std::size_t head_dim) {
-  std::vector<float> out(m.size());
-  const std::size_t half = head_dim / 2;
-  for (std::size_t r = 0; r < rows; ++r) {
-    const std::size_t head = r / head_dim, within = r % head_dim;
-    const std::size_t s = within / half, i = within % half;
-    const std::size_t from = head * head_dim + 2 * i + s;
-    std::copy_n(&m[from * cols], cols, &out[r * cols]);
-  }
-  return out;
+  return halves_from_interleaved(std::span<const float>{m}, rows, cols, head_dim);
 }
 
 class gguf_source final : public weight_source {
@@ -117,22 +126,34 @@ public:
 
   expected<model_weights> globals() override {
     model_weights w;
-    auto embedding = decode(*file_, "token_embd.weight");
-    if (!embedding)
-      return embedding.error();
     auto norm = decode(*file_, "output_norm.weight");
     if (!norm)
       return norm.error();
     w.final_norm = std::move(*norm);
-    if (shape_.tied_output) {
-      w.output = transposed(*embedding, shape_.vocab, shape_.hidden);
+    // The embedding: kept in its block type, or decoded to floats.
+    if (kept_quantized(file_->tensor("token_embd.weight")->type)) {
+      w.embedding_q = {rows_of("token_embd.weight", false)};
     } else {
-      auto output = decode(*file_, "output.weight");
+      auto embedding = decode(*file_, "token_embd.weight");
+      if (!embedding)
+        return embedding.error();
+      w.embedding = std::move(*embedding);
+    }
+    // The output projection: a tied embedding kept quantized serves as it (no output fields);
+    // else its rows kept quantized, or the transpose of its floats.
+    if (shape_.tied_output && !w.embedding_q.empty())
+      return w;
+    const char* name = shape_.tied_output ? "token_embd.weight" : "output.weight";
+    if (kept_quantized(file_->tensor(name)->type)) {
+      w.output_q = {rows_of(name, false)};
+    } else if (shape_.tied_output) {
+      w.output = transposed(w.embedding, shape_.vocab, shape_.hidden);
+    } else {
+      auto output = decode(*file_, name);
       if (!output)
         return output.error();
       w.output = transposed(*output, shape_.vocab, shape_.hidden);
     }
-    w.embedding = std::move(*embedding);
     return w;
   }
 
@@ -143,30 +164,51 @@ public:
     layer_weights w;
     auto get = [&](const char* part) { return decode(*file_, layer_tensor(l, part)); };
     // q, k and v: [out][in] in the file; k and q of a llama file in interleaved rotary order.
-    auto wq = get("attn_q.weight"), wk = get("attn_k.weight"), wv = get("attn_v.weight");
-    for (auto* t : {&wq, &wk, &wv})
-      if (!*t)
-        return t->error();
-    if (interleaved()) {
-      *wq = halves_from_interleaved(*wq, q, h, hd);
-      *wk = halves_from_interleaved(*wk, kv, h, hd);
+    // A matrix whose parts are all block types stays in them (its rows as the file has them).
+    if (quantized(l, {"attn_q.weight", "attn_k.weight", "attn_v.weight"})) {
+      w.wqkv_q = {rows(l, "attn_q.weight", interleaved()), rows(l, "attn_k.weight", interleaved()),
+                  rows(l, "attn_v.weight", false)};
+    } else {
+      auto wq = get("attn_q.weight"), wk = get("attn_k.weight"), wv = get("attn_v.weight");
+      for (auto* t : {&wq, &wk, &wv})
+        if (!*t)
+          return t->error();
+      if (interleaved()) {
+        *wq = halves_from_interleaved(*wq, q, h, hd);
+        *wk = halves_from_interleaved(*wk, kv, h, hd);
+      }
+      w.wqkv.resize(h * qkv);
+      transpose_into(*wq, q, h, w.wqkv, qkv, 0);
+      transpose_into(*wk, kv, h, w.wqkv, qkv, q);
+      transpose_into(*wv, kv, h, w.wqkv, qkv, q + kv);
     }
-    w.wqkv.resize(h * qkv);
-    transpose_into(*wq, q, h, w.wqkv, qkv, 0);
-    transpose_into(*wk, kv, h, w.wqkv, qkv, q);
-    transpose_into(*wv, kv, h, w.wqkv, qkv, q + kv);
-    auto wo = get("attn_output.weight");
-    if (!wo)
-      return wo.error();
-    w.wo = transposed(*wo, h, q);
-    auto gate = get("ffn_gate.weight"), up = get("ffn_up.weight"), down = get("ffn_down.weight");
-    for (auto* t : {&gate, &up, &down})
-      if (!*t)
-        return t->error();
-    w.wgate_up.resize(h * 2 * s.ffn);
-    transpose_into(*gate, s.ffn, h, w.wgate_up, 2 * s.ffn, 0);
-    transpose_into(*up, s.ffn, h, w.wgate_up, 2 * s.ffn, s.ffn);
-    w.wdown = transposed(*down, h, s.ffn);
+    if (quantized(l, {"attn_output.weight"})) {
+      w.wo_q = {rows(l, "attn_output.weight", false)};
+    } else {
+      auto wo = get("attn_output.weight");
+      if (!wo)
+        return wo.error();
+      w.wo = transposed(*wo, h, q);
+    }
+    if (quantized(l, {"ffn_gate.weight", "ffn_up.weight"})) {
+      w.wgate_up_q = {rows(l, "ffn_gate.weight", false), rows(l, "ffn_up.weight", false)};
+    } else {
+      auto gate = get("ffn_gate.weight"), up = get("ffn_up.weight");
+      for (auto* t : {&gate, &up})
+        if (!*t)
+          return t->error();
+      w.wgate_up.resize(h * 2 * s.ffn);
+      transpose_into(*gate, s.ffn, h, w.wgate_up, 2 * s.ffn, 0);
+      transpose_into(*up, s.ffn, h, w.wgate_up, 2 * s.ffn, s.ffn);
+    }
+    if (quantized(l, {"ffn_down.weight"})) {
+      w.wdown_q = {rows(l, "ffn_down.weight", false)};
+    } else {
+      auto down = get("ffn_down.weight");
+      if (!down)
+        return down.error();
+      w.wdown = transposed(*down, h, s.ffn);
+    }
     for (auto* m : {&w.wqkv, &w.wo, &w.wgate_up, &w.wdown})
       round_to_type(*m);
     auto attn_norm = get("attn_norm.weight"), ffn_norm = get("ffn_norm.weight");
@@ -204,6 +246,34 @@ public:
   }
 
 private:
+  // Whether every one of `parts` of layer `l` is a block type the backend keeps (check_tensors
+  // made sure they exist).
+  bool quantized(unsigned l, std::initializer_list<const char*> parts) const {
+    return std::all_of(parts.begin(), parts.end(), [&](const char* part) {
+      return kept_quantized(file_->tensor(layer_tensor(l, part))->type);
+    });
+  }
+
+  // The rows of a 2-D tensor as the file stores them, reordered from interleaved rotary order
+  // when `rotary`.
+  quantized_rows rows_of(const std::string& name, bool rotary) const {
+    const auto* t = file_->tensor(name);
+    quantized_rows out;
+    out.type = t->type;
+    out.rows = static_cast<unsigned>(t->dims[1]);
+    const std::span<const std::byte> bytes = t->bytes;
+    if (rotary)
+      out.bytes = halves_from_interleaved(bytes, out.rows, bytes.size() / out.rows,
+                                          shape_.head_dim);
+    else
+      out.bytes.assign(bytes.begin(), bytes.end());
+    return out;
+  }
+
+  quantized_rows rows(unsigned l, const char* part, bool rotary) const {
+    return rows_of(layer_tensor(l, part), rotary);
+  }
+
   // llama files rotate adjacent pairs (llama.cpp's "normal" rope); qwen files rotate halves.
   bool interleaved() const noexcept { return shape_.arch == model_arch::llama; }
 

@@ -6,34 +6,14 @@
 #include <cstring>
 #include <string>
 
+#include "gguf/detail/blocks.hpp"
+
 namespace triad {
 
 namespace {
 
-std::uint16_t load_u16(const std::byte* p) noexcept {
-  std::uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
 void store_u16(std::byte* p, std::uint16_t v) noexcept {
   std::memcpy(p, &v, 2);
-}
-
-std::uint8_t u8(const std::byte* p, std::size_t i) noexcept {
-  return static_cast<std::uint8_t>(p[i]);
-}
-
-// The 6-bit scale and minimum of sub-block j of a q4_K block's 12 scale bytes (ggml's
-// get_scale_min_k4).
-void scale_min_k4(std::size_t j, const std::byte* q, std::uint8_t& d, std::uint8_t& m) noexcept {
-  if (j < 4) {
-    d = u8(q, j) & 63;
-    m = u8(q, j + 4) & 63;
-  } else {
-    d = static_cast<std::uint8_t>((u8(q, j + 4) & 0xF) | ((u8(q, j - 4) >> 6) << 4));
-    m = static_cast<std::uint8_t>((u8(q, j + 4) >> 4) | ((u8(q, j) >> 6) << 4));
-  }
 }
 
 error unsupported(ggml_type type, const char* what) {
@@ -61,72 +41,27 @@ expected<void> dequantize(ggml_type type, std::span<const std::byte> encoded,
     return {};
   case ggml_type::f16:
     for (std::size_t i = 0; i < n; ++i)
-      y[i] = half_to_float(load_u16(src + 2 * i));
+      y[i] = half_to_float(detail::block_u16(src + 2 * i));
     return {};
   case ggml_type::bf16:
     for (std::size_t i = 0; i < n; ++i)
-      y[i] = bf16_to_float(load_u16(src + 2 * i));
+      y[i] = bf16_to_float(detail::block_u16(src + 2 * i));
     return {};
   case ggml_type::q8_0:
-    for (std::size_t b = 0; b < blocks; ++b, src += 34, y += 32) {
-      const float d = half_to_float(load_u16(src));
-      for (std::size_t i = 0; i < 32; ++i)
-        y[i] = d * static_cast<float>(static_cast<std::int8_t>(src[2 + i]));
-    }
+    for (std::size_t b = 0; b < blocks; ++b, src += t.block_bytes, y += t.block_elements)
+      detail::decode_q8_0(src, y);
     return {};
   case ggml_type::q4_0:
-    for (std::size_t b = 0; b < blocks; ++b, src += 18, y += 32) {
-      const float d = half_to_float(load_u16(src));
-      for (std::size_t i = 0; i < 16; ++i) {
-        const std::uint8_t q = u8(src + 2, i);
-        y[i] = d * static_cast<float>((q & 0xF) - 8);
-        y[i + 16] = d * static_cast<float>((q >> 4) - 8);
-      }
-    }
+    for (std::size_t b = 0; b < blocks; ++b, src += t.block_bytes, y += t.block_elements)
+      detail::decode_q4_0(src, y);
     return {};
   case ggml_type::q4_k:
-    // d, dmin (f16), 12 bytes of 6-bit scales and minimums, 128 bytes of 4-bit values: 64
-    // values per 32 bytes, low nibbles first.
-    for (std::size_t b = 0; b < blocks; ++b, src += 144) {
-      const float d = half_to_float(load_u16(src));
-      const float dmin = half_to_float(load_u16(src + 2));
-      const std::byte* scales = src + 4;
-      const std::byte* q = src + 16;
-      for (std::size_t j = 0; j < 8; j += 2, q += 32) {
-        std::uint8_t sc, m;
-        scale_min_k4(j, scales, sc, m);
-        const float d1 = d * sc, m1 = dmin * m;
-        scale_min_k4(j + 1, scales, sc, m);
-        const float d2 = d * sc, m2 = dmin * m;
-        for (std::size_t l = 0; l < 32; ++l)
-          *y++ = d1 * static_cast<float>(u8(q, l) & 0xF) - m1;
-        for (std::size_t l = 0; l < 32; ++l)
-          *y++ = d2 * static_cast<float>(u8(q, l) >> 4) - m2;
-      }
-    }
+    for (std::size_t b = 0; b < blocks; ++b, src += t.block_bytes, y += t.block_elements)
+      detail::decode_q4_k(src, y);
     return {};
   case ggml_type::q6_k:
-    // 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales, d (f16).
-    for (std::size_t b = 0; b < blocks; ++b, src += 210) {
-      const std::byte* ql = src;
-      const std::byte* qh = src + 128;
-      const std::byte* sc = src + 192;
-      const float d = half_to_float(load_u16(src + 208));
-      for (std::size_t half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, y += 128) {
-        auto scale = [&](std::size_t i) { return d * static_cast<float>(static_cast<std::int8_t>(sc[i])); };
-        for (std::size_t l = 0; l < 32; ++l) {
-          const std::size_t is = l / 16;
-          const int q1 = ((u8(ql, l) & 0xF) | (((u8(qh, l) >> 0) & 3) << 4)) - 32;
-          const int q2 = ((u8(ql, l + 32) & 0xF) | (((u8(qh, l) >> 2) & 3) << 4)) - 32;
-          const int q3 = ((u8(ql, l) >> 4) | (((u8(qh, l) >> 4) & 3) << 4)) - 32;
-          const int q4 = ((u8(ql, l + 32) >> 4) | (((u8(qh, l) >> 6) & 3) << 4)) - 32;
-          y[l] = scale(is) * static_cast<float>(q1);
-          y[l + 32] = scale(is + 2) * static_cast<float>(q2);
-          y[l + 64] = scale(is + 4) * static_cast<float>(q3);
-          y[l + 96] = scale(is + 6) * static_cast<float>(q4);
-        }
-      }
-    }
+    for (std::size_t b = 0; b < blocks; ++b, src += t.block_bytes, y += t.block_elements)
+      detail::decode_q6_k(src, y);
     return {};
   default:
     return unsupported(type, "dequantization");

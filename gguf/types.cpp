@@ -58,23 +58,6 @@ std::string_view to_string(gguf_type type) noexcept {
   return i < names.size() ? names[i] : std::string_view{"unknown"};
 }
 
-float half_to_float(std::uint16_t bits) noexcept {
-  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
-  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
-  const std::uint32_t mantissa = bits & 0x3ffu;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa x 2^-24, exact in float.
-    float value = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -value : value;
-  }
-  std::uint32_t out;
-  if (exponent == 0x1f)
-    out = sign | 0x7f800000u | (mantissa << 13);
-  else
-    out = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  return std::bit_cast<float>(out);
-}
-
 std::uint16_t float_to_half(float value) noexcept {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);

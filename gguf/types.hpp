@@ -1,5 +1,6 @@
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -65,8 +66,20 @@ enum class gguf_type : std::uint32_t {
 /// Name of a metadata value type, e.g. "u32" or "array".
 std::string_view to_string(gguf_type type) noexcept;
 
-/// IEEE half to float, exact (subnormals, infinities and NaN kept).
-float half_to_float(std::uint16_t bits) noexcept;
+/// IEEE half to float, exact (subnormals, infinities and NaN kept). Inline: quantized kernels
+/// convert a scale per block.
+inline float half_to_float(std::uint16_t bits) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
+  const std::uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0) { // zero or subnormal: mantissa x 2^-24, exact in float
+    const float value = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -value : value;
+  }
+  if (exponent == 0x1f)
+    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
 /// Float to IEEE half, rounded to nearest even; overflow gives infinity.
 std::uint16_t float_to_half(float value) noexcept;
 /// bfloat16 to float, exact.

@@ -173,10 +173,10 @@ int run(int argc, char** argv) {
       std::printf("triad-node: device %s: FAILED, answers every request with: %s\n", d.name.c_str(),
                   d.failure.c_str());
     else if (d.backend == "cpu")
-      std::printf(
-          "triad-node: device %s: cpu, dtype %s, path %s, %zu compute thread%s, kernel %s\n",
-          d.name.c_str(), d.dtype.c_str(), d.path.c_str(), d.team, d.team == 1 ? "" : "s",
-          d.kernel.c_str());
+      std::printf("triad-node: device %s: cpu, dtype %s, path %s, %zu compute thread%s, weights "
+                  "%.1f MiB, kernel %s\n",
+                  d.name.c_str(), d.dtype.c_str(), d.path.c_str(), d.team, d.team == 1 ? "" : "s",
+                  static_cast<double>(d.weight_bytes) / (1 << 20), d.kernel.c_str());
     else
       std::printf("triad-node: device %s: %s, kernel %s\n", d.name.c_str(), d.backend.c_str(),
                   d.kernel.c_str());

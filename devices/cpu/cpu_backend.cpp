@@ -34,18 +34,19 @@ struct cpu_backend::impl {
     std::vector<float> bqkv;   // empty without biases
     std::vector<float> q_norm; // empty without q/k norms
     std::vector<float> k_norm;
-    std::unique_ptr<matrix> wqkv;
-    std::unique_ptr<matrix> wo;
-    std::unique_ptr<matrix> wgate_up;
-    std::unique_ptr<matrix> wdown;
+    std::shared_ptr<matrix> wqkv;
+    std::shared_ptr<matrix> wo;
+    std::shared_ptr<matrix> wgate_up;
+    std::shared_ptr<matrix> wdown;
   };
 
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  std::vector<float> embedding;
+  std::vector<float> embedding;          // [vocab][hidden]; empty when kept quantized
+  std::shared_ptr<matrix> embedding_rows; // the embedding kept quantized (rows decode on use)
   std::vector<layer> layers;
   std::vector<float> final_norm;
-  std::unique_ptr<matrix> output;
+  std::shared_ptr<matrix> output; // may be embedding_rows (tied)
   std::unique_ptr<detail::rope_table> rope;
 
   // Step buffers, grown to the largest step seen.
@@ -113,6 +114,28 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
         if (!weights)
           return weights.error();
         auto& m = *self->impl_;
+        const vector_isa quant_isa = cpu.own;
+        // A matmul weight [k][n]: kept quantized when the source gave its rows so, else packed
+        // for the path from plain floats.
+        auto make = [&](unsigned k, unsigned n, const std::vector<float>& plain,
+                        quantized_matrix& runs, const char* what,
+                        unsigned layer) -> expected<std::shared_ptr<matrix>> {
+          if (runs.empty())
+            return std::make_shared<matrix>(m.engine, k, n, path, plain.data());
+          auto name = [&] {
+            return std::string{"cpu backend: "} + what +
+                   (layer == ~0u ? std::string{} : " of layer " + std::to_string(layer)) + ": ";
+          };
+          if (auto ok = detail::quant_linear::check(k, runs); !ok)
+            return make_error(ok.error().code, name() + ok.error().message);
+          unsigned rows = 0;
+          for (const auto& r : runs)
+            rows += r.rows;
+          if (rows != n)
+            return make_error(errc::invalid_argument, name() + std::to_string(rows) +
+                                                          " rows, expected " + std::to_string(n));
+          return std::make_shared<matrix>(m.engine, k, std::move(runs), quant_isa);
+        };
         unsigned qkv = (s.heads + 2 * s.kv_heads) * s.head_dim;
         unsigned attn = s.heads * s.head_dim;
         for (unsigned index = 0; index < s.layers; ++index) {
@@ -126,18 +149,39 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
           l.bqkv = std::move(lw.bqkv);
           l.q_norm = std::move(lw.q_norm);
           l.k_norm = std::move(lw.k_norm);
-          l.wqkv = std::make_unique<matrix>(m.engine, s.hidden, qkv, path, lw.wqkv.data());
-          l.wo = std::make_unique<matrix>(m.engine, attn, s.hidden, path, lw.wo.data());
-          l.wgate_up =
-              std::make_unique<matrix>(m.engine, s.hidden, 2 * s.ffn, path, lw.wgate_up.data());
-          l.wdown = std::make_unique<matrix>(m.engine, s.ffn, s.hidden, path, lw.wdown.data());
+          auto wqkv = make(s.hidden, qkv, lw.wqkv, lw.wqkv_q, "wqkv", index);
+          auto wo = make(attn, s.hidden, lw.wo, lw.wo_q, "wo", index);
+          auto wgate_up = make(s.hidden, 2 * s.ffn, lw.wgate_up, lw.wgate_up_q, "wgate_up", index);
+          auto wdown = make(s.ffn, s.hidden, lw.wdown, lw.wdown_q, "wdown", index);
+          for (auto* w : {&wqkv, &wo, &wgate_up, &wdown})
+            if (!*w)
+              return w->error();
+          l.wqkv = std::move(*wqkv);
+          l.wo = std::move(*wo);
+          l.wgate_up = std::move(*wgate_up);
+          l.wdown = std::move(*wdown);
           lw = layer_weights{}; // release the plain copy as soon as it is packed
           m.layers.push_back(std::move(l));
         }
-        m.embedding = std::move(weights->embedding);
         m.final_norm = std::move(weights->final_norm);
-        m.output =
-            std::make_unique<matrix>(m.engine, s.hidden, s.vocab, path, weights->output.data());
+        if (!weights->embedding_q.empty()) {
+          auto rows = make(s.hidden, s.vocab, {}, weights->embedding_q, "token embedding", ~0u);
+          if (!rows)
+            return rows.error();
+          m.embedding_rows = std::move(*rows);
+        } else {
+          m.embedding = std::move(weights->embedding);
+        }
+        if (weights->output.empty() && weights->output_q.empty() && m.embedding_rows &&
+            s.tied_output) {
+          m.output = m.embedding_rows; // one copy of the tied rows serves both
+        } else {
+          auto output = make(s.hidden, s.vocab, weights->output, weights->output_q,
+                             "output projection", ~0u);
+          if (!output)
+            return output.error();
+          m.output = std::move(*output);
+        }
         m.rope = std::make_unique<detail::rope_table>(s.max_context, s.head_dim, s.rope_theta,
                                                       s.rope_freq_factors);
         return self;
@@ -145,7 +189,30 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
 }
 
 std::string cpu_backend::kernel() const {
-  return impl_->output->kernel();
+  const auto& m = *impl_;
+  std::string out = m.output->kernel();
+  // A model file's layers may run other kernels than its output projection (a Q4_K_M file's
+  // q4_K layers and q6_K output): name each one once.
+  for (const auto& l : m.layers)
+    for (const auto* w : {&l.wqkv, &l.wo, &l.wgate_up, &l.wdown})
+      if (auto k = (*w)->kernel(); (*w)->quantized() && out.find(k) == std::string::npos)
+        out += "; " + k;
+  return out;
+}
+
+std::uint64_t cpu_backend::weight_bytes() const noexcept {
+  const auto& m = *impl_;
+  auto floats = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
+  std::uint64_t bytes = floats(m.embedding) + floats(m.final_norm) + m.output->weight_bytes();
+  if (m.embedding_rows && m.embedding_rows != m.output)
+    bytes += m.embedding_rows->weight_bytes();
+  for (const auto& l : m.layers) {
+    bytes += floats(l.attn_norm) + floats(l.mlp_norm) + floats(l.bqkv) + floats(l.q_norm) +
+             floats(l.k_norm);
+    for (const auto* w : {&l.wqkv, &l.wo, &l.wgate_up, &l.wdown})
+      bytes += (*w)->weight_bytes();
+  }
+  return bytes;
 }
 
 void cpu_backend::join_team() {
@@ -240,9 +307,14 @@ expected<step_output> cpu_backend::step_unguarded(std::span<const step_item> ite
   {
     std::size_t r = 0;
     for (const auto& item : items)
-      for (auto t : item.tokens)
-        std::memcpy(&m.x[r++ * hidden], &m.embedding[static_cast<std::size_t>(t) * hidden],
-                    hidden * sizeof(float));
+      for (auto t : item.tokens) {
+        float* to = &m.x[r++ * hidden];
+        if (m.embedding_rows)
+          m.embedding_rows->quantized()->decode_row(t, to);
+        else
+          std::memcpy(to, &m.embedding[static_cast<std::size_t>(t) * hidden],
+                      hidden * sizeof(float));
+      }
   }
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));

@@ -59,6 +59,7 @@ public:
 
   const model_shape& shape() const noexcept override { return options_.shape; }
   std::string kernel() const override;
+  std::uint64_t weight_bytes() const noexcept override;
   expected<step_output> step(std::span<const step_item> items) override;
   expected<std::vector<std::byte>> export_kv(seq_id seq) const override;
   expected<void> import_kv(seq_id seq, std::span<const std::byte> bytes) override;

@@ -16,19 +16,7 @@ using triad::detail::vector_isa;
 
 namespace {
 
-// Whether this CPU runs the own kernels of `isa` (none always runs).
-bool cpu_has(vector_isa isa) {
-  switch (isa) {
-  case vector_isa::avx512:
-    return triad::test::cpu_has_avx512();
-  case vector_isa::avx2:
-    return triad::test::cpu_has_avx2();
-  case vector_isa::none:
-    break;
-  }
-  return true;
-}
-
+using triad::test::cpu_has;
 using triad::test::random_floats;
 
 struct fixture {

@@ -30,13 +30,17 @@ std::unique_ptr<triad::cpu_backend> backend_of(const triad::gguf_model& m, triad
   return std::move(*b);
 }
 
-// Prefills 11 tokens, then decodes one, comparing both logits with the file's double-precision
+// Prefills `prompt` tokens (11 unless told: M above quant_linear::small_m_limit takes the
+// widened-tile path), then decodes one, comparing both logits with the file's double-precision
 // reference; returns the larger relative error.
-double forward_error(const gguf_spec& spec, triad::dtype type) {
+double forward_error(const gguf_spec& spec, triad::dtype type, std::size_t prompt = 11) {
   temp_model file{spec};
   auto m = open(file);
   auto backend = backend_of(m, type);
   std::vector<triad::token> tokens{1, 17, 299, 42, 42, 7, 250, 3, 100, 64, 5};
+  tokens.resize(std::min(tokens.size(), prompt));
+  while (tokens.size() < prompt)
+    tokens.push_back(static_cast<triad::token>(tokens.size() * 37 % m.shape.vocab));
   triad::step_item item{1, tokens};
   auto out = backend->step({&item, 1});
   BOOST_REQUIRE_MESSAGE(out, (out ? "" : out.error().to_string()));
@@ -206,6 +210,50 @@ BOOST_AUTO_TEST_CASE(every_tensor_type_computes_what_it_encodes) {
     spec.type = type;
     spec.layers = 1;
     BOOST_TEST(forward_error(spec, triad::dtype::f32) <= 1e-4, to_string(type));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_q4_k_m_like_file_with_mixed_fused_types_matches_in_decode_and_prefill) {
+  // q, k, gate, up in q4_K; v, down and the output in q6_K: the fused qkv holds both types.
+  gguf_spec spec;
+  spec.type = triad::ggml_type::q4_k;
+  spec.wide_type = triad::ggml_type::q6_k;
+  BOOST_TEST(forward_error(spec, triad::dtype::f32) <= 1e-4);
+  BOOST_TEST(forward_error(spec, triad::dtype::f32, 140) <= 1e-4); // 140 rows: widened tiles
+  // On a bf16 device the weights stay as they are; only the KV pages are bf16 (the f16 file
+  // on a bf16 device, weights rounded too, is at 6e-3).
+  BOOST_TEST(forward_error(spec, triad::dtype::bf16, 140) <= 5e-3);
+}
+
+BOOST_AUTO_TEST_CASE(a_tied_quantized_qwen2_file_shares_its_embedding_rows_as_the_output) {
+  gguf_spec spec;
+  spec.arch = triad::model_arch::qwen2;
+  spec.bias = true;
+  spec.tied = true;
+  spec.type = triad::ggml_type::q8_0;
+  BOOST_TEST(forward_error(spec, triad::dtype::f32, 20) <= 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(quantized_weights_stay_in_their_blocks_within_the_file_size) {
+  for (auto type : {triad::ggml_type::q8_0, triad::ggml_type::q4_0, triad::ggml_type::q4_k}) {
+    gguf_spec spec;
+    spec.type = type;
+    spec.wide_type = triad::ggml_type::q6_k;
+    spec.tied = type == triad::ggml_type::q4_0;
+    temp_model file{spec};
+    auto m = open(file);
+    auto backend = backend_of(m, triad::dtype::bf16);
+    std::uint64_t blocks = 0; // the file's bytes of quantized tensors
+    for (const auto& t : m.file->tensors())
+      if (triad::kept_quantized(t.type))
+        blocks += t.bytes.size();
+    BOOST_TEST_MESSAGE(to_string(type) << ": weights " << backend->weight_bytes() << " bytes, file "
+                                       << m.file->file_bytes() << ", blocks " << blocks);
+    BOOST_TEST(backend->weight_bytes() >= blocks, to_string(type));
+    BOOST_TEST(backend->weight_bytes() <= m.file->file_bytes() * 11 / 10, to_string(type));
+    BOOST_TEST(backend->kernel().find("triad:" + std::string{to_string(type)}) !=
+                   std::string::npos,
+               backend->kernel());
   }
 }
 

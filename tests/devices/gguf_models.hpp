@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <cstdint>
 #include <string>
@@ -46,6 +47,9 @@ struct gguf_spec {
   bool qk_norm = false;      ///< q and k norms
   bool rope_freqs = false;   ///< a rope_freqs.weight tensor (Llama 3.1's scaling)
   bool q5k_gate = false;     ///< layer 0's gate in q5_K (a type triad does not compute), zeros
+  /// attn_v, ffn_down and output in this type instead of `type` (a Q4_K_M file holds them in
+  /// q6_K): fused matrices of mixed types.
+  std::optional<ggml_type> wide_type = std::nullopt;
   /// A byte-level BPE vocabulary with ChatML's control tokens and a ChatML chat template (the
   /// model's vocabulary is then that vocabulary's size, `vocab` is ignored).
   bool chat = false;
@@ -163,7 +167,8 @@ inline gguf_writer model_writer(gguf_spec spec) {
   add("token_embd.weight", {spec.hidden, spec.vocab}, spec.type, 1.0f, 0.0f);
   add("output_norm.weight", {spec.hidden}, ggml_type::f32, 0.1f, 1.0f);
   if (!spec.tied)
-    add("output.weight", {spec.hidden, spec.vocab}, spec.type, fan(spec.hidden), 0.0f);
+    add("output.weight", {spec.hidden, spec.vocab}, spec.wide_type.value_or(spec.type),
+        fan(spec.hidden), 0.0f);
   if (spec.rope_freqs)
     add("rope_freqs.weight", {spec.head_dim / 2}, ggml_type::f32, 3.0f, 4.0f);
   for (unsigned l = 0; l < spec.layers; ++l) {
@@ -171,7 +176,8 @@ inline gguf_writer model_writer(gguf_spec spec) {
     add(b + "attn_norm.weight", {spec.hidden}, ggml_type::f32, 0.1f, 1.0f);
     add(b + "attn_q.weight", {spec.hidden, q}, spec.type, fan(spec.hidden), 0.0f);
     add(b + "attn_k.weight", {spec.hidden, kv}, spec.type, fan(spec.hidden), 0.0f);
-    add(b + "attn_v.weight", {spec.hidden, kv}, spec.type, fan(spec.hidden), 0.0f);
+    add(b + "attn_v.weight", {spec.hidden, kv}, spec.wide_type.value_or(spec.type),
+        fan(spec.hidden), 0.0f);
     add(b + "attn_output.weight", {q, spec.hidden}, spec.type, fan(q), 0.0f);
     if (spec.bias) {
       add(b + "attn_q.bias", {q}, ggml_type::f32, 0.2f, 0.0f);
@@ -192,7 +198,8 @@ inline gguf_writer model_writer(gguf_spec spec) {
     else
       add(b + "ffn_gate.weight", {spec.hidden, spec.ffn}, spec.type, fan(spec.hidden), 0.0f);
     add(b + "ffn_up.weight", {spec.hidden, spec.ffn}, spec.type, fan(spec.hidden), 0.0f);
-    add(b + "ffn_down.weight", {spec.ffn, spec.hidden}, spec.type, fan(spec.ffn), 0.0f);
+    add(b + "ffn_down.weight", {spec.ffn, spec.hidden}, spec.wide_type.value_or(spec.type),
+        fan(spec.ffn), 0.0f);
   }
   return w;
 }

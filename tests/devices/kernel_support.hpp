@@ -8,6 +8,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "devices/cpu/isa.hpp"
+
 namespace triad::test {
 
 /// Whether this CPU has the AVX-512 subsets (F, BW, DQ, VL) and FMA triad's AVX-512 kernels use.
@@ -20,6 +22,19 @@ inline bool cpu_has_avx512() {
 /// Whether this CPU has AVX2 and FMA.
 inline bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/// Whether this CPU runs triad's own kernels of `isa` (none always runs).
+inline bool cpu_has(vector_isa isa) {
+  switch (isa) {
+  case vector_isa::avx512:
+    return cpu_has_avx512();
+  case vector_isa::avx2:
+    return cpu_has_avx2();
+  case vector_isa::none:
+    break;
+  }
+  return true;
 }
 
 /// `n` values uniform in [-1, 1), fresh each run; the seed is logged so a failure can be

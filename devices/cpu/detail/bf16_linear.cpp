@@ -222,14 +222,6 @@ constexpr auto avx512_kernels =
     avx512_table(std::make_integer_sequence<unsigned, max_rows_avx512>{});
 constexpr auto avx2_kernels = avx2_table(std::make_integer_sequence<unsigned, max_rows_avx2>{});
 
-dnnl::matmul::primitive_desc make_pd(dnnl::engine& eng, unsigned m, unsigned k, unsigned width,
-                                     unsigned ldc) {
-  dnnl::memory::desc a({m, k}, dt::f32, tag::ab);
-  dnnl::memory::desc b({k, width}, dt::f32, tag::ab);
-  dnnl::memory::desc c({m, width}, dt::f32, dnnl::memory::dims{ldc, 1});
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), eng);
-}
-
 template<class T>
 T* aligned_array(std::size_t count) {
   std::size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
@@ -247,11 +239,11 @@ void bf16_linear::aligned_free::operator()(void* p) const noexcept {
 
 bf16_linear::bf16_linear(dnnl::engine& eng, unsigned k, unsigned n, const float* plain,
                          vector_isa isa)
-    : eng_(&eng)
-    , k_(k)
+    : k_(k)
     , n_(n)
     , panels_((n + panel - 1) / panel)
-    , isa_(isa) {
+    , isa_(isa)
+    , large_(eng, k, n, tile_columns, widened_matmul::tile_layout::k_major) {
   std::size_t count = std::size_t{k} * n;
   std::vector<std::uint16_t> staged(count);
   to_bf16(plain, staged.data(), count);
@@ -267,8 +259,7 @@ bf16_linear::bf16_linear(dnnl::engine& eng, unsigned k, unsigned n, const float*
   }
   // The name of the prefill implementation; primitives that run are made in forward(), on the
   // calling thread's OpenMP team.
-  prefill_kernel_ =
-      make_pd(eng, small_m_limit + 1, k, std::min(n, tile_columns), n).impl_info_str();
+  prefill_kernel_ = large_.kernel(small_m_limit + 1);
 }
 
 std::string bf16_linear::kernel() const {
@@ -315,20 +306,6 @@ void bf16_linear::forward_small(const float* src, float* dst, unsigned m) const 
   }
 }
 
-float* bf16_linear::tile_scratch(std::size_t floats) {
-  // One per calling (driver) thread, shared by every matrix it multiplies: K x tile_columns
-  // floats of the widest K seen, instead of one tile per matrix.
-  thread_local std::unique_ptr<float[], aligned_free> tile;
-  thread_local std::size_t size = 0;
-  if (size < floats) {
-    tile.reset(); // the old one goes before the new one is made
-    size = 0;
-    tile.reset(aligned_array<float>(floats));
-    size = floats;
-  }
-  return tile.get();
-}
-
 void bf16_linear::widen(float* tile, unsigned first, unsigned width) {
   // Chunks of rows of every panel of the tile: each chunk reads contiguous runs of panels and
   // writes whole rows of the tile.
@@ -354,26 +331,9 @@ void bf16_linear::widen(float* tile, unsigned first, unsigned width) {
   }
 }
 
-dnnl::matmul& bf16_linear::primitive(unsigned m, unsigned width) {
-  auto key = std::pair{m, width};
-  auto it = primitives_.find(key);
-  if (it == primitives_.end())
-    it = primitives_.emplace(key, dnnl::matmul(make_pd(*eng_, m, k_, width, n_))).first;
-  return it->second;
-}
-
 void bf16_linear::forward_large(dnnl::stream& strm, const float* src, float* dst, unsigned m) {
-  float* tile = tile_scratch(std::size_t{k_} * std::min(n_, tile_columns));
-  dnnl::memory a({{m, k_}, dt::f32, tag::ab}, *eng_, const_cast<float*>(src));
-  for (unsigned first = 0; first < n_; first += tile_columns) {
-    const unsigned width = std::min(tile_columns, n_ - first);
-    widen(tile, first, width);
-    auto& prim = primitive(m, width);
-    dnnl::memory b({{k_, width}, dt::f32, tag::ab}, *eng_, tile);
-    dnnl::memory c({{m, width}, dt::f32, dnnl::memory::dims{n_, 1}}, *eng_, dst + first);
-    prim.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-    strm.wait();
-  }
+  large_.forward(strm, src, dst, m,
+                 [&](float* tile, unsigned first, unsigned width) { widen(tile, first, width); });
 }
 
 } // namespace triad::detail

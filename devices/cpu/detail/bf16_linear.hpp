@@ -9,6 +9,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "devices/cpu/detail/widened_matmul.hpp"
 #include "devices/cpu/isa.hpp"
 
 namespace triad::detail {
@@ -57,12 +58,8 @@ private:
   void forward_small(const float* src, float* dst, unsigned m) const;
   /// dst = src x W by widened tiles and oneDNN's f32 matmul.
   void forward_large(dnnl::stream& strm, const float* src, float* dst, unsigned m);
-  /// The calling thread's widened tile, at least `floats` long.
-  static float* tile_scratch(std::size_t floats);
   /// Widens columns [first, first + width) to f32 [K][width] into `tile`.
   void widen(float* tile, unsigned first, unsigned width);
-  /// The cached f32 matmul of [m][K] x [K][width] into rows of stride N.
-  dnnl::matmul& primitive(unsigned m, unsigned width);
 
   /// Frees what std::aligned_alloc returned.
   struct aligned_free {
@@ -70,14 +67,13 @@ private:
     void operator()(void* p) const noexcept;
   };
 
-  dnnl::engine* eng_;
   unsigned k_;
   unsigned n_;
   unsigned panels_;
   vector_isa isa_;
   std::unique_ptr<std::uint16_t[], aligned_free> weights_; ///< [panel][K][16], 64-byte aligned
+  widened_matmul large_; ///< the prefill path
   std::string prefill_kernel_;
-  std::map<std::pair<unsigned, unsigned>, dnnl::matmul> primitives_;
 };
 
 } // namespace triad::detail

@@ -34,6 +34,8 @@ public:
   unsigned k() const noexcept { return k_; }
   /// Output width.
   unsigned n() const noexcept { return n_; }
+  /// Bytes of the packed weights.
+  std::size_t weight_bytes() const { return weights_desc_.get_size(); }
   /// Whether it multiplies bf16 inputs (else f32).
   bool bf16() const noexcept { return src_type_ == dnnl::memory::data_type::bf16; }
 

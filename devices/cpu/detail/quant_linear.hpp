@@ -1,0 +1,77 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "devices/cpu/detail/widened_matmul.hpp"
+#include "devices/cpu/isa.hpp"
+#include "devices/cpu/weights.hpp"
+
+namespace triad::detail {
+
+/// One matmul weight [K][N] kept in ggml block types (q4_0, q8_0, q4_K, q6_K) exactly as a GGUF
+/// file stores it: N output rows of K values, in runs of one type each; its bytes are the
+/// file's bytes. Up to small_m_limit rows of activations (decode batches, short prompts) run
+/// triad's own kernels: four weight rows at a time decode a block each into floats in L1 and
+/// multiply them by every activation row (AVX-512 and AVX2 paths chosen at run time, a
+/// portable loop elsewhere). Larger M decodes tiles of rows to f32 for oneDNN's f32 matmul.
+class quant_linear {
+public:
+  /// Largest M the own kernels run. Measured on Zen 4 (2 threads, K 2048 x N 8192, q4_K and
+  /// q6_K): at M = 64 the own kernels reach 125-155 GFLOP/s, the widened tiles 95-105; at
+  /// M = 256 the widened tiles reach about what the own kernels do at 128.
+  static constexpr unsigned small_m_limit = 128;
+  /// Output rows decoded per oneDNN tile on the large-M path (long prefills).
+  static constexpr unsigned tile_columns = 256;
+
+  /// Whether `runs` is a weight of input width `k` these kernels read: q4_0, q8_0, q4_K or
+  /// q6_K runs of at least one row, `k` a multiple of each run's block, each run's bytes
+  /// exactly its rows; the error names the run and what is wrong.
+  static expected<void> check(unsigned k, const quantized_matrix& runs);
+
+  /// Takes `runs` (check()ed) of input width `k`; `isa` picks the own kernels.
+  quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs, vector_isa isa);
+
+  /// dst[M][N] (f32, row-major) = src[M][K] (f32, row-major) x W. Runs on the calling thread's
+  /// OpenMP team; oneDNN errors (dnnl::error) propagate.
+  void forward(dnnl::stream& strm, const float* src, float* dst, unsigned m);
+  /// Output row `row` (K values) decoded into `out` (an embedding lookup).
+  void decode_row(unsigned row, float* out) const;
+
+  /// What runs, e.g. "triad:q4_K+q6_K_avx512 (M<=16) + onednn f32 brg:avx512_core (prefill)".
+  std::string kernel() const;
+  /// Input width.
+  unsigned k() const noexcept { return k_; }
+  /// Output width (rows of all runs).
+  unsigned n() const noexcept { return n_; }
+  /// Bytes of the stored blocks.
+  std::size_t weight_bytes() const noexcept;
+
+private:
+  /// Up to four consecutive rows of one run: one unit of the own kernels' work.
+  struct row_group {
+    const quantized_rows* run; ///< the run they belong to
+    unsigned first;            ///< first row within the run
+    unsigned row;              ///< first row of the matrix (the output column)
+    unsigned count;            ///< 1..4
+  };
+
+  /// dst = src x W by the own kernels, m <= small_m_limit.
+  void forward_small(const float* src, float* dst, unsigned m) const;
+  /// Rows [first, first + width) decoded as a [width][K] tile.
+  void widen(float* tile, unsigned first, unsigned width) const;
+
+  unsigned k_;
+  unsigned n_ = 0;
+  quantized_matrix runs_;
+  std::vector<row_group> groups_;
+  std::vector<unsigned> run_first_row_; ///< the matrix row each run starts at
+  vector_isa isa_;
+  widened_matmul large_; ///< the prefill path
+  std::string prefill_kernel_;
+};
+
+} // namespace triad::detail

@@ -1,0 +1,153 @@
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "devices/cpu/detail/quant_linear.hpp"
+#include "gguf/convert.hpp"
+#include "tests/devices/kernel_support.hpp"
+#include "tests/printers.hpp"
+
+using triad::ggml_type;
+using triad::quantized_matrix;
+using triad::quantized_rows;
+using triad::vector_isa;
+using triad::detail::quant_linear;
+using triad::test::cpu_has;
+using triad::test::random_floats;
+
+namespace {
+
+struct fixture {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+
+// `rows` random rows of `k` values encoded as `type`, and the values the encoding holds (what
+// dequantize gives back), as [k][rows] (the reference's layout) appended to `plain` at column
+// `col` of a matrix `n` wide.
+quantized_rows encode(ggml_type type, unsigned rows, unsigned k, std::vector<float>& plain,
+                      unsigned n, unsigned col) {
+  auto values = random_floats(std::size_t{rows} * k);
+  auto bytes = triad::quantize(type, values);
+  BOOST_REQUIRE(bytes);
+  std::vector<float> decoded(values.size());
+  BOOST_REQUIRE(triad::dequantize(type, *bytes, decoded));
+  for (unsigned r = 0; r < rows; ++r)
+    for (unsigned i = 0; i < k; ++i)
+      plain[std::size_t{i} * n + col + r] = decoded[std::size_t{r} * k + i];
+  return {type, rows, std::move(*bytes)};
+}
+
+// Runs of (type, rows) into a matrix of input width k: the worst error over M's around the own
+// kernels' limit, relative to sum_k |x||w| of each output, against a double reference of the
+// decoded weights; nothing past the outputs written.
+double worst_error(fixture& f, vector_isa isa, unsigned k,
+                   const std::vector<std::pair<ggml_type, unsigned>>& layout) {
+  unsigned n = 0;
+  for (const auto& [type, rows] : layout)
+    n += rows;
+  std::vector<float> plain(std::size_t{k} * n);
+  quantized_matrix runs;
+  unsigned col = 0;
+  for (const auto& [type, rows] : layout) {
+    runs.push_back(encode(type, rows, k, plain, n, col));
+    col += rows;
+  }
+  BOOST_REQUIRE(quant_linear::check(k, runs));
+  quant_linear lin(f.engine, k, std::move(runs), isa);
+  BOOST_TEST(lin.n() == n);
+  double worst = 0;
+  const unsigned limit = quant_linear::small_m_limit;
+  for (unsigned m : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 17u, limit, limit + 1}) {
+    auto x = random_floats(std::size_t{m} * k);
+    constexpr float guard = 12345.0f;
+    std::vector<float> dst(std::size_t{m} * n + 64, guard);
+    lin.forward(f.stream, x.data(), dst.data(), m);
+    double err = triad::test::worst_matmul_error(dst, x, plain, m, k, n, guard);
+    BOOST_TEST_INFO(to_string(isa) << " K=" << k << " N=" << n << " M=" << m);
+    BOOST_TEST(err <= 2e-6);
+    worst = std::max(worst, err);
+  }
+  return worst;
+}
+
+void check_isa(vector_isa isa) {
+  if (!cpu_has(isa)) {
+    BOOST_TEST_MESSAGE("not run: this CPU lacks " << to_string(isa));
+    return;
+  }
+  fixture f;
+  double worst = 0;
+  for (auto type : {ggml_type::q8_0, ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k}) {
+    // 7 rows: a group of four and three single rows; K of several chunks.
+    worst = std::max(worst, worst_error(f, isa, 512, {{type, 7}}));
+  }
+  // A fused matrix of mixed types (q, k in q4_K, v in q6_K), and 32-blocks with a K that ends
+  // inside a chunk of 256.
+  worst = std::max(worst, worst_error(f, isa, 256,
+                                      {{ggml_type::q4_k, 12}, {ggml_type::q4_k, 5},
+                                       {ggml_type::q6_k, 5}}));
+  worst = std::max(worst, worst_error(f, isa, 288, {{ggml_type::q8_0, 9}, {ggml_type::q4_0, 6}}));
+  BOOST_TEST_MESSAGE(to_string(isa) << " worst error relative to sum |x||w|: " << worst);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(quant_linear_suite)
+
+BOOST_AUTO_TEST_CASE(avx512_results_match_a_double_reference_of_the_decoded_weights) {
+  check_isa(vector_isa::avx512);
+}
+
+BOOST_AUTO_TEST_CASE(avx2_results_match_a_double_reference_of_the_decoded_weights) {
+  check_isa(vector_isa::avx2);
+}
+
+BOOST_AUTO_TEST_CASE(portable_results_match_a_double_reference_of_the_decoded_weights) {
+  check_isa(vector_isa::none);
+}
+
+BOOST_AUTO_TEST_CASE(the_blocks_are_kept_as_given_and_rows_decode_as_dequantize_does) {
+  fixture f;
+  std::vector<float> plain(256 * 6);
+  quantized_matrix runs{encode(ggml_type::q4_k, 4, 256, plain, 6, 0),
+                        encode(ggml_type::q8_0, 2, 256, plain, 6, 4)};
+  const std::size_t bytes = runs[0].bytes.size() + runs[1].bytes.size();
+  quant_linear lin(f.engine, 256, std::move(runs), vector_isa::none);
+  BOOST_TEST(lin.weight_bytes() == bytes);
+  BOOST_TEST(lin.weight_bytes() == 4u * 144 + 2u * 8 * 34);
+  for (unsigned row = 0; row < 6; ++row) {
+    std::vector<float> got(256);
+    lin.decode_row(row, got.data());
+    for (unsigned i = 0; i < 256; ++i)
+      BOOST_REQUIRE_EQUAL(got[i], plain[std::size_t{i} * 6 + row]);
+  }
+  BOOST_TEST(lin.kernel().starts_with("triad:q4_K+q8_0_portable (M<=128) + onednn f32 "),
+             lin.kernel());
+}
+
+BOOST_AUTO_TEST_CASE(runs_that_do_not_fit_the_width_or_type_are_named) {
+  std::vector<float> plain(256 * 2);
+  quantized_matrix runs{encode(ggml_type::q4_k, 2, 256, plain, 2, 0)};
+  auto wrong_width = quant_linear::check(288, runs);
+  BOOST_REQUIRE(!wrong_width);
+  BOOST_TEST(wrong_width.error().message.find("input width 288 is not a multiple of the block "
+                                              "(256)") != std::string::npos,
+             wrong_width.error().message);
+  runs[0].bytes.pop_back();
+  auto short_bytes = quant_linear::check(256, runs);
+  BOOST_REQUIRE(!short_bytes);
+  BOOST_TEST(short_bytes.error().message.find("287 bytes do not hold 2 rows of 256 values") !=
+                 std::string::npos,
+             short_bytes.error().message);
+  runs[0] = {ggml_type::f16, 2, std::vector<std::byte>(1024)};
+  auto f16 = quant_linear::check(256, runs);
+  BOOST_REQUIRE(!f16);
+  BOOST_TEST(f16.error().code == triad::errc::unsupported);
+  BOOST_TEST(!quant_linear::check(256, {}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
