@@ -92,31 +92,6 @@ expected<std::vector<float>> decode(const gguf_file& file, const std::string& na
   return out;
 }
 
-// Rows of a matrix whose rows follow GGUF's interleaved rotary order per head (row 2i + s of a
-// head is the pair member s of frequency i), reordered into halves (row s * half + i): what
-// llama.cpp's converter did to Hugging Face's q and k weights, undone. The row that row `r` of
-// the reordered matrix comes from.
-std::size_t interleaved_source(std::size_t r, std::size_t head_dim) {
-  const std::size_t half = head_dim / 2;
-  const std::size_t head = r / head_dim, within = r % head_dim;
-  return head * head_dim + 2 * (within % half) + within / half;
-}
-
-// `rows` rows of `row_size` elements of `m`, reordered by interleaved_source.
-template<class T>
-std::vector<T> halves_from_interleaved(std::span<const T> m, std::size_t rows,
-                                       std::size_t row_size, std::size_t head_dim) {
-  std::vector<T> out(m.size());
-  for (std::size_t r = 0; r < rows; ++r)
-    std::copy_n(&m[interleaved_source(r, head_dim) * row_size], row_size, &out[r * row_size]);
-  return out;
-}
-
-std::vector<float> halves_from_interleaved(const std::vector<float>& m, std::size_t rows,
-                                           std::size_t cols, std::size_t head_dim) {
-  return halves_from_interleaved(std::span<const float>{m}, rows, cols, head_dim);
-}
-
 class gguf_source final : public weight_source {
 public:
   gguf_source(std::shared_ptr<const gguf_file> file, const model_shape& shape, dtype type)
@@ -132,7 +107,7 @@ public:
     w.final_norm = std::move(*norm);
     // The embedding: kept in its block type, or decoded to floats.
     if (kept_quantized(file_->tensor("token_embd.weight")->type)) {
-      w.embedding_q = {rows_of("token_embd.weight", false)};
+      w.embedding_q = {rows_of("token_embd.weight")};
     } else {
       auto embedding = decode(*file_, "token_embd.weight");
       if (!embedding)
@@ -145,7 +120,7 @@ public:
       return w;
     const char* name = shape_.tied_output ? "token_embd.weight" : "output.weight";
     if (kept_quantized(file_->tensor(name)->type)) {
-      w.output_q = {rows_of(name, false)};
+      w.output_q = {rows_of(name)};
     } else if (shape_.tied_output) {
       w.output = transposed(w.embedding, shape_.vocab, shape_.hidden);
     } else {
@@ -163,27 +138,23 @@ public:
                       kv = std::size_t{s.kv_heads} * hd, qkv = q + 2 * kv;
     layer_weights w;
     auto get = [&](const char* part) { return decode(*file_, layer_tensor(l, part)); };
-    // q, k and v: [out][in] in the file; k and q of a llama file in interleaved rotary order.
-    // A matrix whose parts are all block types stays in them (its rows as the file has them).
+    // q, k and v: [out][in] in the file (a llama file's q and k rows in adjacent-pair rotary
+    // order, which the backend rotates so: shape.rope_adjacent). A matrix whose parts are all
+    // block types stays in them: its rows are the file's mapped bytes.
     if (quantized(l, {"attn_q.weight", "attn_k.weight", "attn_v.weight"})) {
-      w.wqkv_q = {rows(l, "attn_q.weight", interleaved()), rows(l, "attn_k.weight", interleaved()),
-                  rows(l, "attn_v.weight", false)};
+      w.wqkv_q = {rows(l, "attn_q.weight"), rows(l, "attn_k.weight"), rows(l, "attn_v.weight")};
     } else {
       auto wq = get("attn_q.weight"), wk = get("attn_k.weight"), wv = get("attn_v.weight");
       for (auto* t : {&wq, &wk, &wv})
         if (!*t)
           return t->error();
-      if (interleaved()) {
-        *wq = halves_from_interleaved(*wq, q, h, hd);
-        *wk = halves_from_interleaved(*wk, kv, h, hd);
-      }
       w.wqkv.resize(h * qkv);
       transpose_into(*wq, q, h, w.wqkv, qkv, 0);
       transpose_into(*wk, kv, h, w.wqkv, qkv, q);
       transpose_into(*wv, kv, h, w.wqkv, qkv, q + kv);
     }
     if (quantized(l, {"attn_output.weight"})) {
-      w.wo_q = {rows(l, "attn_output.weight", false)};
+      w.wo_q = {rows(l, "attn_output.weight")};
     } else {
       auto wo = get("attn_output.weight");
       if (!wo)
@@ -191,7 +162,7 @@ public:
       w.wo = transposed(*wo, h, q);
     }
     if (quantized(l, {"ffn_gate.weight", "ffn_up.weight"})) {
-      w.wgate_up_q = {rows(l, "ffn_gate.weight", false), rows(l, "ffn_up.weight", false)};
+      w.wgate_up_q = {rows(l, "ffn_gate.weight"), rows(l, "ffn_up.weight")};
     } else {
       auto gate = get("ffn_gate.weight"), up = get("ffn_up.weight");
       for (auto* t : {&gate, &up})
@@ -202,7 +173,7 @@ public:
       transpose_into(*up, s.ffn, h, w.wgate_up, 2 * s.ffn, s.ffn);
     }
     if (quantized(l, {"ffn_down.weight"})) {
-      w.wdown_q = {rows(l, "ffn_down.weight", false)};
+      w.wdown_q = {rows(l, "ffn_down.weight")};
     } else {
       auto down = get("ffn_down.weight");
       if (!down)
@@ -222,10 +193,6 @@ public:
       for (auto* t : {&bq, &bk, &bv})
         if (!*t)
           return t->error();
-      if (interleaved()) {
-        *bq = halves_from_interleaved(*bq, q, 1, hd);
-        *bk = halves_from_interleaved(*bk, kv, 1, hd);
-      }
       w.bqkv = std::move(*bq);
       w.bqkv.insert(w.bqkv.end(), bk->begin(), bk->end());
       w.bqkv.insert(w.bqkv.end(), bv->begin(), bv->end());
@@ -235,10 +202,6 @@ public:
       for (auto* t : {&qn, &kn})
         if (!*t)
           return t->error();
-      if (interleaved()) {
-        *qn = halves_from_interleaved(*qn, hd, 1, hd);
-        *kn = halves_from_interleaved(*kn, hd, 1, hd);
-      }
       w.q_norm = std::move(*qn);
       w.k_norm = std::move(*kn);
     }
@@ -254,28 +217,14 @@ private:
     });
   }
 
-  // The rows of a 2-D tensor as the file stores them, reordered from interleaved rotary order
-  // when `rotary`.
-  quantized_rows rows_of(const std::string& name, bool rotary) const {
+  // The rows of a 2-D tensor as the file stores them: the file's mapped bytes, which the
+  // rows keep mapped (every device of the process reads the same pages).
+  quantized_rows rows_of(const std::string& name) const {
     const auto* t = file_->tensor(name);
-    quantized_rows out;
-    out.type = t->type;
-    out.rows = static_cast<unsigned>(t->dims[1]);
-    const std::span<const std::byte> bytes = t->bytes;
-    if (rotary)
-      out.bytes = halves_from_interleaved(bytes, out.rows, bytes.size() / out.rows,
-                                          shape_.head_dim);
-    else
-      out.bytes.assign(bytes.begin(), bytes.end());
-    return out;
+    return {t->type, static_cast<unsigned>(t->dims[1]), t->bytes, file_};
   }
 
-  quantized_rows rows(unsigned l, const char* part, bool rotary) const {
-    return rows_of(layer_tensor(l, part), rotary);
-  }
-
-  // llama files rotate adjacent pairs (llama.cpp's "normal" rope); qwen files rotate halves.
-  bool interleaved() const noexcept { return shape_.arch == model_arch::llama; }
+  quantized_rows rows(unsigned l, const char* part) const { return rows_of(layer_tensor(l, part)); }
 
   void round_to_type(std::vector<float>& m) const {
     if (type_ == dtype::bf16)
@@ -416,6 +365,9 @@ expected<model_shape> shape_of(const gguf_file& file) {
   s.tied_output = file.tensor("output.weight") == nullptr;
   s.qkv_bias = file.tensor("blk.0.attn_q.bias") != nullptr;
   s.qk_norm = file.tensor("blk.0.attn_q_norm.weight") != nullptr;
+  // llama.cpp's converter reorders a llama model's q and k rows so rotary pairs are adjacent;
+  // qwen files keep Hugging Face's halves.
+  s.rope_adjacent = s.arch == model_arch::llama;
   if (s.arch == model_arch::qwen3 && !s.qk_norm)
     return make_error(errc::parse_error, "GGUF file '" + file.source() +
                                              "': a qwen3 model needs blk.N.attn_q_norm.weight");

@@ -53,6 +53,9 @@ struct model_shape {
   bool qkv_bias = false;               ///< q, k and v projections add a bias (qwen2)
   bool qk_norm = false;     ///< each q and k head RMS-normalised before rotary positions (qwen3)
   bool tied_output = false; ///< the output projection is the embedding, transposed
+  /// Rotary pairs are adjacent dimensions (2i, 2i + 1), as a llama GGUF file orders q and k;
+  /// else halves apart (i, i + head_dim / 2), as Hugging Face and the random presets do.
+  bool rope_adjacent = false;
   /// Per rotary pair, a divisor of its frequency (Llama 3.1's "llama3" scaling, which GGUF files
   /// carry as the tensor rope_freqs.weight); empty: none.
   std::vector<float> rope_freq_factors;

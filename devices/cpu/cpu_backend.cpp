@@ -183,7 +183,7 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
           m.output = std::move(*output);
         }
         m.rope = std::make_unique<detail::rope_table>(s.max_context, s.head_dim, s.rope_theta,
-                                                      s.rope_freq_factors);
+                                                      s.rope_freq_factors, s.rope_adjacent);
         return self;
       });
 }

@@ -38,6 +38,11 @@ std::vector<float> tensor(std::uint64_t seed, std::uint64_t index, std::size_t c
 
 } // namespace
 
+quantized_rows owned_rows(ggml_type type, unsigned rows, std::vector<std::byte> bytes) {
+  auto owner = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
+  return {type, rows, std::span<const std::byte>{*owner}, owner};
+}
+
 float round_to_bf16(float x) noexcept {
   std::uint32_t bits;
   std::memcpy(&bits, &x, sizeof(bits));

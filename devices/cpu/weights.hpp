@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "devices/model.hpp"
@@ -10,12 +11,17 @@
 namespace triad {
 
 /// Output rows of a matmul weight kept in a ggml block type, as a GGUF file stores them: `rows`
-/// rows of the matrix's input width each, row after row (a row is whole blocks).
+/// rows of the matrix's input width each, row after row (a row is whole blocks). From a model
+/// file the bytes are the file's mapping, shared by every device of the process.
 struct quantized_rows {
-  ggml_type type = ggml_type::q8_0; ///< q4_0, q8_0, q4_K or q6_K
-  unsigned rows = 0;                ///< output rows in this run
-  std::vector<std::byte> bytes;     ///< rows x (input width / block) x block bytes
+  ggml_type type = ggml_type::q8_0;  ///< q4_0, q8_0, q4_K or q6_K
+  unsigned rows = 0;                 ///< output rows in this run
+  std::span<const std::byte> bytes;  ///< rows x (input width / block) x block bytes
+  std::shared_ptr<const void> owner; ///< keeps `bytes` alive (the mapped file, or a buffer)
 };
+
+/// Rows that own their bytes (tests, benchmarks).
+quantized_rows owned_rows(ggml_type type, unsigned rows, std::vector<std::byte> bytes);
 
 /// Whether weights of `type` stay in it on the cpu backend (its quantized kernels read q4_0,
 /// q8_0, q4_K and q6_K); f32, f16 and bf16 weights are packed as the device's dtype.

@@ -1,3 +1,4 @@
+#include <filesystem>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -955,6 +956,34 @@ BOOST_AUTO_TEST_CASE(a_model_file_is_served_with_its_own_tokenizer_and_chat_temp
         BOOST_TEST(!e.content);
       BOOST_TEST(e.text == (*tok)->decode(e.tok));
     }
+}
+
+BOOST_AUTO_TEST_CASE(a_quantized_model_file_is_served_from_its_blocks_and_reports_their_bytes) {
+  triad::test::gguf_spec spec;
+  spec.chat = true;
+  spec.layers = 1;
+  spec.type = triad::ggml_type::q4_k;
+  spec.wide_type = triad::ggml_type::q6_k;
+  triad::test::temp_model file{spec};
+  auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+  triad::chat_request r;
+  r.messages = {{"user", "hello there"}};
+  r.max_tokens = 6;
+  recorder rec;
+  n->submit(r, rec.callback());
+  const auto end = rec.wait();
+  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
+  const auto file_bytes = std::filesystem::file_size(file.path);
+  auto text = n->metrics().render();
+  for (const auto& d : n->device_reports()) {
+    BOOST_TEST_INFO("device " << d.name << ": " << d.kernel);
+    BOOST_TEST(d.kernel.find("triad:q4_K") != std::string::npos);
+    BOOST_TEST(d.kernel.find("triad:q6_K") != std::string::npos); // the output projection
+    BOOST_TEST(d.weight_bytes > 0u);
+    BOOST_TEST(d.weight_bytes <= file_bytes * 11 / 10);
+    BOOST_TEST(text.find("triad_device_weight_bytes{device=\"" + d.name + "\"} " +
+                         std::to_string(d.weight_bytes)) != std::string::npos);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_script_is_refused_for_a_model_file_with_the_reason) {

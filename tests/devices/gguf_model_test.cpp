@@ -257,6 +257,29 @@ BOOST_AUTO_TEST_CASE(quantized_weights_stay_in_their_blocks_within_the_file_size
   }
 }
 
+BOOST_AUTO_TEST_CASE(quantized_rows_are_the_files_mapped_bytes_not_a_copy) {
+  // Every device of a process multiplies the same mapped pages: nothing is copied per device
+  // (a llama file's q and k rows are used in their adjacent-pair order, not reordered).
+  gguf_spec spec;
+  spec.type = triad::ggml_type::q4_k;
+  temp_model file{spec};
+  auto m = open(file);
+  auto source = triad::gguf_weight_source(m.file, m.shape, triad::dtype::f32);
+  auto layer = source->layer(1);
+  BOOST_REQUIRE(layer);
+  BOOST_REQUIRE_EQUAL(layer->wqkv_q.size(), 3u);
+  BOOST_TEST(layer->wqkv.empty());
+  BOOST_TEST(layer->wqkv_q[0].bytes.data() == m.file->tensor("blk.1.attn_q.weight")->bytes.data());
+  BOOST_TEST(layer->wqkv_q[1].bytes.data() == m.file->tensor("blk.1.attn_k.weight")->bytes.data());
+  BOOST_TEST(layer->wdown_q.front().bytes.data() ==
+             m.file->tensor("blk.1.ffn_down.weight")->bytes.data());
+  auto globals = source->globals();
+  BOOST_REQUIRE(globals);
+  BOOST_TEST(globals->embedding.empty());
+  BOOST_TEST(globals->embedding_q.front().bytes.data() ==
+             m.file->tensor("token_embd.weight")->bytes.data());
+}
+
 BOOST_AUTO_TEST_CASE(a_file_runs_in_bf16_within_bf16s_tolerance) {
   gguf_spec spec;
   spec.type = triad::ggml_type::f16;

@@ -38,7 +38,7 @@ quantized_rows encode(ggml_type type, unsigned rows, unsigned k, std::vector<flo
   for (unsigned r = 0; r < rows; ++r)
     for (unsigned i = 0; i < k; ++i)
       plain[std::size_t{i} * n + col + r] = decoded[std::size_t{r} * k + i];
-  return {type, rows, std::move(*bytes)};
+  return triad::owned_rows(type, rows, std::move(*bytes));
 }
 
 // Runs of (type, rows) into a matrix of input width k: the worst error over M's around the own
@@ -137,13 +137,13 @@ BOOST_AUTO_TEST_CASE(runs_that_do_not_fit_the_width_or_type_are_named) {
   BOOST_TEST(wrong_width.error().message.find("input width 288 is not a multiple of the block "
                                               "(256)") != std::string::npos,
              wrong_width.error().message);
-  runs[0].bytes.pop_back();
+  runs[0].bytes = runs[0].bytes.first(runs[0].bytes.size() - 1);
   auto short_bytes = quant_linear::check(256, runs);
   BOOST_REQUIRE(!short_bytes);
   BOOST_TEST(short_bytes.error().message.find("287 bytes do not hold 2 rows of 256 values") !=
                  std::string::npos,
              short_bytes.error().message);
-  runs[0] = {ggml_type::f16, 2, std::vector<std::byte>(1024)};
+  runs[0] = triad::owned_rows(ggml_type::f16, 2, std::vector<std::byte>(1024));
   auto f16 = quant_linear::check(256, runs);
   BOOST_REQUIRE(!f16);
   BOOST_TEST(f16.error().code == triad::errc::unsupported);

@@ -109,8 +109,9 @@ void rmsnorm_serial(const float* x, const float* w, float* out, std::size_t rows
 }
 
 rope_table::rope_table(std::size_t max_positions, std::size_t head_dim, double theta,
-                       std::span<const float> factors)
+                       std::span<const float> factors, bool adjacent)
     : half(head_dim / 2)
+    , adjacent(adjacent)
     , cos(max_positions * half)
     , sin(max_positions * half) {
   for (std::size_t p = 0; p < max_positions; ++p)
@@ -127,6 +128,15 @@ rope_table::rope_table(std::size_t max_positions, std::size_t head_dim, double t
 void rope_table::apply(float* vec, std::size_t pos) const noexcept {
   const float* c = cos.data() + pos * half;
   const float* s = sin.data() + pos * half;
+  if (adjacent) {
+    for (std::size_t i = 0; i < half; ++i) {
+      float x1 = vec[2 * i];
+      float x2 = vec[2 * i + 1];
+      vec[2 * i] = x1 * c[i] - x2 * s[i];
+      vec[2 * i + 1] = x2 * c[i] + x1 * s[i];
+    }
+    return;
+  }
   for (std::size_t i = 0; i < half; ++i) {
     float x1 = vec[i];
     float x2 = vec[i + half];

@@ -37,11 +37,13 @@ struct rope_table {
   /// Tables for positions 0..max_positions-1; frequency i is theta^(-2i/head_dim) divided by
   /// `factors[i]` where given (empty: no scaling).
   rope_table(std::size_t max_positions, std::size_t head_dim, double theta,
-             std::span<const float> factors = {});
-  /// Rotates one head vector in place ("rotate half" pairing: i with i + head_dim/2).
+             std::span<const float> factors = {}, bool adjacent = false);
+  /// Rotates one head vector in place: frequency i turns dimensions (i, i + head_dim/2)
+  /// ("rotate half"), or (2i, 2i + 1) when `adjacent`.
   void apply(float* vec, std::size_t pos) const noexcept;
 
   std::size_t half;       ///< head_dim / 2
+  bool adjacent;          ///< pairs of adjacent dimensions
   std::vector<float> cos; ///< [pos][half]
   std::vector<float> sin; ///< [pos][half]
 };
