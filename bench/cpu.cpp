@@ -7,6 +7,11 @@
 // step must read (weights + the KV of its context) x steps/s, over the read bandwidth of a plain
 // multi-threaded read loop on the same cores over a buffer of the same size. The matmuls alone
 // use distinct weights per layer like the model, so weight traffic is the same.
+// Quantized weights (model files): a 2048 x 8192 matrix (a 1B-class model's FFN) in q4_K, q6_K,
+// q8_0 and q4_0 against the same matrix on the chosen dtype's path, at M = 1, 16 and 128
+// (ratios quant_<type>_over_<dtype>_m<M>: the dtype's time over the quantized time, above 1
+// when the quantized weights multiply faster) and the weights' read rate at M = 1 over the
+// plain read loop (quant_<type>_read_over_stream_m1).
 // `--dtype` picks the dtype whose figures are the ratios (auto: what a node would run); the
 // other dtypes this CPU runs are measured too, as metrics prefixed with their name.
 
@@ -21,6 +26,7 @@
 #include "bench/report.hpp"
 #include "devices/cpu/cpu_backend.hpp"
 #include "devices/cpu/detail/matrix.hpp"
+#include "gguf/convert.hpp"
 #include "runtime/main_guard.hpp"
 
 namespace {
@@ -272,6 +278,69 @@ bool measure(const triad::model_shape& shape, const triad::cpu_compute_choice& c
   return true;
 }
 
+// The quantized kernels against the chosen path on one FFN-sized matrix (see the top).
+bool measure_quantized(const triad::cpu_compute_choice& choice, int reps, triad::bench::report& out) {
+  constexpr unsigned k = 2048, n = 8192;
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::vector<float> plain(std::size_t{k} * n);
+  std::mt19937 rng{2};
+  std::uniform_real_distribution<float> u{-0.05f, 0.05f};
+  for (auto& x : plain)
+    x = u(rng);
+  const std::vector<unsigned> ms{1, 16, 128};
+  std::vector<float> src(std::size_t{ms.back()} * k, 0.01f), dst(std::size_t{ms.back()} * n);
+  auto time = [&](triad::detail::cpu_matrix& w, unsigned m) {
+    std::vector<double> s;
+    for (int r = 0; r < reps + 1; ++r) {
+      auto start = clock_type::now();
+      w.forward(stream, src.data(), dst.data(), m);
+      if (r > 0) // the first run makes oneDNN's primitives
+        s.push_back(seconds_since(start));
+    }
+    return triad::bench::median(s);
+  };
+  triad::detail::cpu_matrix base(engine, k, n, choice, plain.data());
+  const std::string dtype{triad::to_string(choice.type())};
+  std::vector<double> base_s;
+  for (auto m : ms)
+    base_s.push_back(time(base, m));
+  const double stream_bw = stream_read_bandwidth(base.weight_bytes(), reps + 2);
+  out.metrics["quant_matrix"] = "2048x8192";
+  for (auto type : {triad::ggml_type::q4_k, triad::ggml_type::q6_k, triad::ggml_type::q8_0,
+                    triad::ggml_type::q4_0}) {
+    // quantize() takes rows of K: the matrix's transpose, as a file stores it.
+    std::vector<float> rows(plain.size());
+    for (unsigned i = 0; i < k; ++i)
+      for (unsigned j = 0; j < n; ++j)
+        rows[std::size_t{j} * k + i] = plain[std::size_t{i} * n + j];
+    auto bytes = triad::quantize(type, rows);
+    if (!bytes) {
+      std::fprintf(stderr, "triad-bench-cpu: %s\n", bytes.error().message.c_str());
+      return false;
+    }
+    triad::detail::cpu_matrix q(engine, k, {triad::owned_rows(type, n, std::move(*bytes))},
+                                triad::detect_cpu().own);
+    const std::string p = "quant_" + std::string{triad::to_string(type)};
+    out.metrics[p + "_kernel"] = q.kernel();
+    out.metrics[p + "_weight_bytes"] = q.weight_bytes();
+    for (std::size_t i = 0; i < ms.size(); ++i) {
+      const double t = time(q, ms[i]);
+      const auto m = std::to_string(ms[i]);
+      out.metrics[p + "_ms_m" + m] = t * 1e3;
+      out.metrics[p + "_gflops_m" + m] = 2.0 * k * n * ms[i] / t / 1e9;
+      out.metrics[dtype + "_ms_m" + m + "_same_matrix"] = base_s[i] * 1e3;
+      out.ratios[p + "_over_" + dtype + "_m" + m] = base_s[i] / t;
+      if (ms[i] == 1) {
+        out.metrics[p + "_read_gb_s_m1"] = static_cast<double>(q.weight_bytes()) / t / 1e9;
+        out.ratios[p + "_read_over_stream_m1"] =
+            static_cast<double>(q.weight_bytes()) / t / stream_bw;
+      }
+    }
+  }
+  return true;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"triad-bench-cpu: cpu backend prefill and decode against oneDNN matmuls alone "
                "and a plain read loop, per dtype"};
@@ -321,6 +390,8 @@ int run(int argc, char** argv) {
   out.metrics["dtype_reason"] = primary->reason;
   out.metrics["threads"] = omp_get_max_threads();
   if (!measure(*shape, *primary, z, true, out))
+    return 1;
+  if (!measure_quantized(*primary, z.reps, out))
     return 1;
   if (!only) {
     // The other dtype this CPU runs, for comparison (bf16 against f32).

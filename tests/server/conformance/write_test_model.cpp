@@ -2,7 +2,8 @@
 // a byte-level BPE vocabulary with ChatML's control tokens and a ChatML chat template
 // (tests/devices/gguf_models.hpp), and prints how many tokens the prompt of a one-message
 // conversation is, as the model's own tokenizer counts it.
-// Usage: triad-test-write-model PATH MESSAGE
+// Usage: triad-test-write-model PATH MESSAGE [TYPE]   (TYPE: the matmul weights' ggml type,
+// f32 unless given: f16, bf16, q8_0, q4_0, q4_K or q6_K)
 
 #include <cstdio>
 
@@ -10,11 +11,25 @@
 #include "tokenizer/tokenizer.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s PATH MESSAGE\n", argv[0]);
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: %s PATH MESSAGE [TYPE]\n", argv[0]);
     return 2;
   }
   triad::test::gguf_spec spec;
+  if (argc == 4) {
+    bool known = false;
+    for (auto t : {triad::ggml_type::f32, triad::ggml_type::f16, triad::ggml_type::bf16,
+                   triad::ggml_type::q8_0, triad::ggml_type::q4_0, triad::ggml_type::q4_k,
+                   triad::ggml_type::q6_k})
+      if (triad::to_string(t) == argv[3]) {
+        spec.type = t;
+        known = true;
+      }
+    if (!known) {
+      std::fprintf(stderr, "unknown TYPE %s (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)\n", argv[3]);
+      return 2;
+    }
+  }
   spec.arch = triad::model_arch::qwen2;
   spec.chat = true;
   spec.bias = true;
