@@ -60,9 +60,9 @@ void add_device_info(metrics_registry& metrics, const device_report& r) {
   if (g)
     (*g)->set(1);
   auto w = metrics.add_gauge("triad_device_weight_bytes",
-                             "Bytes of model weights each device holds in memory, as it "
-                             "multiplies them (packed, or kept in the model file's block types); "
-                             "0 for modelled devices",
+                             "Bytes of model weights each device multiplies (packed in its own "
+                             "memory, or a model file's quantized blocks, mapped once per process "
+                             "and shared by every device); 0 for modelled devices",
                              {{"device", r.name}});
   if (w)
     (*w)->set(static_cast<double>(r.weight_bytes));
@@ -246,8 +246,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->options = config.orchestration;
   ctx->page_tokens = config.model.page_tokens;
   ctx->request_timeout = std::chrono::milliseconds{config.limits.request_timeout_ms};
-  ctx->max_context = config.model.context_tokens != 0 ? config.model.context_tokens
-                                                      : n->model_.shape.max_context;
+  ctx->max_context =
+      config.model.context_tokens != 0 ? config.model.context_tokens : n->model_.shape.max_context;
   ctx->format = std::move(*format);
   ctx->metrics = request_metrics::attach(n->metrics_);
   ctx->tier = n->kv_tier_;

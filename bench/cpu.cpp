@@ -25,6 +25,7 @@
 #include "bench/inputs.hpp"
 #include "bench/report.hpp"
 #include "devices/cpu/cpu_backend.hpp"
+#include "devices/cpu/detail/kernels.hpp"
 #include "devices/cpu/detail/matrix.hpp"
 #include "gguf/convert.hpp"
 #include "runtime/main_guard.hpp"
@@ -279,7 +280,8 @@ bool measure(const triad::model_shape& shape, const triad::cpu_compute_choice& c
 }
 
 // The quantized kernels against the chosen path on one FFN-sized matrix (see the top).
-bool measure_quantized(const triad::cpu_compute_choice& choice, int reps, triad::bench::report& out) {
+bool measure_quantized(const triad::cpu_compute_choice& choice, int reps,
+                       triad::bench::report& out) {
   constexpr unsigned k = 2048, n = 8192;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
@@ -290,11 +292,14 @@ bool measure_quantized(const triad::cpu_compute_choice& choice, int reps, triad:
     x = u(rng);
   const std::vector<unsigned> ms{1, 16, 128};
   std::vector<float> src(std::size_t{ms.back()} * k, 0.01f), dst(std::size_t{ms.back()} * n);
+  std::vector<std::uint16_t> src16(src.size());
+  triad::detail::to_bf16(src.data(), src16.data(), src.size());
   auto time = [&](triad::detail::cpu_matrix& w, unsigned m) {
     std::vector<double> s;
+    const void* in = w.bf16_inputs() ? static_cast<const void*>(src16.data()) : src.data();
     for (int r = 0; r < reps + 1; ++r) {
       auto start = clock_type::now();
-      w.forward(stream, src.data(), dst.data(), m);
+      w.forward(stream, in, dst.data(), m);
       if (r > 0) // the first run makes oneDNN's primitives
         s.push_back(seconds_since(start));
     }

@@ -86,9 +86,8 @@ expected<std::vector<float>> decode(const gguf_file& file, const std::string& na
                       "GGUF file '" + file.source() + "' has no tensor '" + name + "'");
   std::vector<float> out(t->elements);
   if (auto ok = dequantize(t->type, t->bytes, out); !ok)
-    return make_error(ok.error().code,
-                      "GGUF file '" + file.source() + "', tensor '" + name + "': " +
-                          ok.error().message);
+    return make_error(ok.error().code, "GGUF file '" + file.source() + "', tensor '" + name +
+                                           "': " + ok.error().message);
   return out;
 }
 
@@ -270,8 +269,8 @@ expected<model_shape> shape_of(const gguf_file& file) {
   if (!known)
     return make_error(errc::unsupported, "GGUF file '" + file.source() + "': architecture '" +
                                              std::string{*arch_name} +
-                                             "' is not supported (supported: " +
-                                             supported_list() + ")");
+                                             "' is not supported (supported: " + supported_list() +
+                                             ")");
   const std::string p = std::string{*arch_name} + ".";
   auto count = [&](const std::string& key, unsigned& to) -> expected<void> {
     auto v = file.unsigned_integer(p + key);
@@ -284,8 +283,10 @@ expected<model_shape> shape_of(const gguf_file& file) {
     to = static_cast<unsigned>(*v);
     return {};
   };
-  for (auto [key, to] : {std::pair{"block_count", &s.layers}, {"embedding_length", &s.hidden},
-                         {"feed_forward_length", &s.ffn}, {"attention.head_count", &s.heads},
+  for (auto [key, to] : {std::pair{"block_count", &s.layers},
+                         {"embedding_length", &s.hidden},
+                         {"feed_forward_length", &s.ffn},
+                         {"attention.head_count", &s.heads},
                          {"context_length", &s.max_context}})
     if (auto ok = count(key, *to); !ok)
       return ok.error();
@@ -356,8 +357,8 @@ expected<model_shape> shape_of(const gguf_file& file) {
   }
   const auto* embd = file.tensor("token_embd.weight");
   if (embd == nullptr || embd->dims.size() != 2)
-    return make_error(errc::parse_error, "GGUF file '" + file.source() +
-                                             "' has no 2-D tensor token_embd.weight");
+    return make_error(errc::parse_error,
+                      "GGUF file '" + file.source() + "' has no 2-D tensor token_embd.weight");
   if (embd->dims[1] > (1u << 24))
     return make_error(errc::parse_error, "GGUF file '" + file.source() + "': vocabulary of " +
                                              std::to_string(embd->dims[1]) + " is too large");
@@ -385,10 +386,9 @@ expected<void> check_tensors(const gguf_file& file, const model_shape& shape) {
   for (const auto& [name, want] : needed(shape)) {
     const auto* t = file.tensor(name);
     if (t == nullptr)
-      return make_error(errc::parse_error, "GGUF file '" + file.source() + "' has no tensor '" +
-                                               name + "', which a " +
-                                               std::string{to_string(shape.arch)} +
-                                               " model of this shape needs");
+      return make_error(errc::parse_error,
+                        "GGUF file '" + file.source() + "' has no tensor '" + name + "', which a " +
+                            std::string{to_string(shape.arch)} + " model of this shape needs");
     if (t->dims != want)
       return make_error(errc::parse_error, "GGUF file '" + file.source() + "': tensor '" + name +
                                                "' has dims " + describe(t->dims) + ", expected " +

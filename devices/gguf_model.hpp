@@ -29,10 +29,11 @@ expected<void> check_tensors(const gguf_file& file, const model_shape& shape);
 /// Opens, checks and describes a model file: `gguf_file::open`, `shape_of`, `check_tensors`.
 expected<gguf_model> open_gguf_model(const std::filesystem::path& path);
 
-/// The file's weights in triad's layouts, a layer at a time: matmul weights transposed to
-/// [in][out] and fused (q|k|v, gate|up), a llama file's q and k rows put back from GGUF's
-/// interleaved rotary order into the halves triad rotates, matmul weights rounded to `type`.
-/// Quantized tensors are expanded to floats here (the backend then holds them in `type`).
+/// The file's weights, a layer at a time: a matmul weight whose parts are all block types
+/// (q4_0, q8_0, q4_K, q6_K) as runs of the file's mapped rows (quantized_rows, kept alive by
+/// `file`); other matmul weights decoded, transposed to [in][out], fused (q|k|v, gate|up) and
+/// rounded to `type`. Rows stay in the file's order (a llama file's q and k in adjacent-pair
+/// rotary order: model_shape::rope_adjacent).
 std::unique_ptr<weight_source> gguf_weight_source(std::shared_ptr<const gguf_file> file,
                                                   const model_shape& shape, dtype type);
 

@@ -29,9 +29,9 @@ expected<void> dequantize(ggml_type type, std::span<const std::byte> encoded,
   const auto t = traits_of(type);
   const std::size_t n = values.size();
   if (n % t.block_elements != 0 || encoded.size() != n / t.block_elements * t.block_bytes)
-    return make_error(errc::invalid_argument,
-                      "dequantize: " + std::to_string(encoded.size()) + " bytes of " +
-                          std::string{t.name} + " do not hold " + std::to_string(n) + " values");
+    return make_error(errc::invalid_argument, "dequantize: " + std::to_string(encoded.size()) +
+                                                  " bytes of " + std::string{t.name} +
+                                                  " do not hold " + std::to_string(n) + " values");
   const std::byte* src = encoded.data();
   float* y = values.data();
   const std::size_t blocks = n / t.block_elements;
@@ -73,8 +73,8 @@ expected<std::vector<std::byte>> quantize(ggml_type type, std::span<const float>
   const std::size_t n = values.size();
   if (n % t.block_elements != 0)
     return make_error(errc::invalid_argument, "quantize: " + std::to_string(n) +
-                                                  " values are not whole " +
-                                                  std::string{t.name} + " blocks");
+                                                  " values are not whole " + std::string{t.name} +
+                                                  " blocks");
   const std::size_t blocks = n / t.block_elements;
   std::vector<std::byte> out(blocks * t.block_bytes);
   std::byte* dst = out.data();

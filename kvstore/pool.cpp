@@ -71,8 +71,9 @@ namespace {
 
 constexpr char magic[8] = {'T', 'R', 'I', 'A', 'D', 'K', 'V', '1'};
 // 2: the payload checksum is block_checksum's striped sum (1 was plain XXH3-64); files of
-// version 1 are rejected like any other foreign file, so they read as misses.
-constexpr std::uint32_t file_version = 2;
+// version 1 are rejected like any other foreign file, so they read as misses. 3: a llama model
+// file's K is stored in adjacent-pair rotary order (before, halves): older blocks read as misses.
+constexpr std::uint32_t file_version = 3;
 
 // The fixed part of a block file's header; the tokens and the header checksum follow.
 struct file_header {

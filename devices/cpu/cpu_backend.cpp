@@ -42,7 +42,7 @@ struct cpu_backend::impl {
 
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  std::vector<float> embedding;          // [vocab][hidden]; empty when kept quantized
+  std::vector<float> embedding;           // [vocab][hidden]; empty when kept quantized
   std::shared_ptr<matrix> embedding_rows; // the embedding kept quantized (rows decode on use)
   std::vector<layer> layers;
   std::vector<float> final_norm;
@@ -114,6 +114,8 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
         if (!weights)
           return weights.error();
         auto& m = *self->impl_;
+        // Quantized weights run the widest own kernels allowed here whatever the dtype path
+        // (DNNL_MAX_CPU_ISA caps them like every kernel).
         const vector_isa quant_isa = cpu.own;
         // A matmul weight [k][n]: kept quantized when the source gave its rows so, else packed
         // for the path from plain floats.
@@ -176,8 +178,8 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
             s.tied_output) {
           m.output = m.embedding_rows; // one copy of the tied rows serves both
         } else {
-          auto output = make(s.hidden, s.vocab, weights->output, weights->output_q,
-                             "output projection", ~0u);
+          auto output =
+              make(s.hidden, s.vocab, weights->output, weights->output_q, "output projection", ~0u);
           if (!output)
             return output.error();
           m.output = std::move(*output);

@@ -1,5 +1,5 @@
-#include <filesystem>
 #include <condition_variable>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <stdexcept>
@@ -18,9 +18,9 @@
 #include "tests/actors/support.hpp"
 #include "tests/devices/forwarding_backend.hpp"
 #include "tests/devices/gguf_reference.hpp"
-#include "tokenizer/tokenizer.hpp"
 #include "tests/printers.hpp"
 #include "tests/tools/test_support.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace {
 
@@ -941,8 +941,8 @@ BOOST_AUTO_TEST_CASE(a_model_file_is_served_with_its_own_tokenizer_and_chat_temp
   BOOST_REQUIRE(v);
   auto tok = triad::make_tokenizer(*v);
   BOOST_REQUIRE(tok);
-  auto want = (*tok)->encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n",
-                             true);
+  auto want =
+      (*tok)->encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n", true);
   BOOST_TEST(end.usage.prompt_tokens == want.size());
   BOOST_TEST(want.front() == triad::token{256 + 4 + 1}); // <|im_start|>, one id
   BOOST_TEST(end.usage.completion_tokens >= 1u);

@@ -54,9 +54,9 @@ double forward_error(const gguf_spec& spec, triad::dtype type, std::size_t promp
   double decode = triad::test::relative_error(
       decoded->logits.front(),
       triad::test::file_reference_logits(*m.file, {tokens.begin(), tokens.end()}));
-  BOOST_TEST_MESSAGE(to_string(spec.arch) << " " << to_string(spec.type) << " as "
-                                          << to_string(type) << ": prefill " << prefill
-                                          << ", decode " << decode);
+  BOOST_TEST_MESSAGE(to_string(spec.arch)
+                     << " " << to_string(spec.type) << " as " << to_string(type) << ": prefill "
+                     << prefill << ", decode " << decode);
   return std::max(prefill, decode);
 }
 
@@ -155,8 +155,8 @@ BOOST_AUTO_TEST_CASE(a_missing_or_misshapen_tensor_fails_at_open) {
   wide.ffn = 256;
   auto bad = triad::check_tensors(**f, wide);
   BOOST_REQUIRE(!bad);
-  BOOST_TEST(bad.error().message.find("ffn_gate.weight' has dims [256, 512], expected [256, 256]") !=
-             std::string::npos);
+  BOOST_TEST(bad.error().message.find(
+                 "ffn_gate.weight' has dims [256, 512], expected [256, 256]") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_tensor_type_triad_does_not_compute_is_refused_at_open) {
@@ -251,8 +251,7 @@ BOOST_AUTO_TEST_CASE(quantized_weights_stay_in_their_blocks_within_the_file_size
                                        << m.file->file_bytes() << ", blocks " << blocks);
     BOOST_TEST(backend->weight_bytes() >= blocks, to_string(type));
     BOOST_TEST(backend->weight_bytes() <= m.file->file_bytes() * 11 / 10, to_string(type));
-    BOOST_TEST(backend->kernel().find("triad:" + std::string{to_string(type)}) !=
-                   std::string::npos,
+    BOOST_TEST(backend->kernel().find("triad:" + std::string{to_string(type)}) != std::string::npos,
                backend->kernel());
   }
 }

@@ -6,10 +6,10 @@
 // (test code only; gguf_reference.hpp has the reference forward pass).
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <random>
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -42,11 +42,11 @@ struct gguf_spec {
   unsigned vocab = 300;
   unsigned context = 256;
   float theta = 10000.0f;
-  bool tied = false;         ///< no output.weight
-  bool bias = false;         ///< q, k and v biases
-  bool qk_norm = false;      ///< q and k norms
-  bool rope_freqs = false;   ///< a rope_freqs.weight tensor (Llama 3.1's scaling)
-  bool q5k_gate = false;     ///< layer 0's gate in q5_K (a type triad does not compute), zeros
+  bool tied = false;       ///< no output.weight
+  bool bias = false;       ///< q, k and v biases
+  bool qk_norm = false;    ///< q and k norms
+  bool rope_freqs = false; ///< a rope_freqs.weight tensor (Llama 3.1's scaling)
+  bool q5k_gate = false;   ///< layer 0's gate in q5_K (a type triad does not compute), zeros
   /// attn_v, ffn_down and output in this type instead of `type` (a Q4_K_M file holds them in
   /// q6_K): fused matrices of mixed types.
   std::optional<ggml_type> wide_type = std::nullopt;
@@ -95,7 +95,8 @@ inline const char* chatml_template =
 
 /// The chat vocabulary: 256 byte tokens, a few merges, ChatML's control tokens and the Hermes
 /// tool-call tokens; token kinds as GGUF numbers them.
-inline void add_chat_vocabulary(gguf_writer& w, const gguf_spec& spec, std::vector<std::string>& tokens) {
+inline void add_chat_vocabulary(gguf_writer& w, const gguf_spec& spec,
+                                std::vector<std::string>& tokens) {
   std::vector<std::int32_t> kinds;
   for (unsigned b = 0; b < 256; ++b) {
     tokens.push_back(gpt2_spelling(b));

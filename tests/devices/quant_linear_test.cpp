@@ -87,9 +87,9 @@ void check_isa(vector_isa isa) {
   }
   // A fused matrix of mixed types (q, k in q4_K, v in q6_K), and 32-blocks with a K that ends
   // inside a chunk of 256.
-  worst = std::max(worst, worst_error(f, isa, 256,
-                                      {{ggml_type::q4_k, 12}, {ggml_type::q4_k, 5},
-                                       {ggml_type::q6_k, 5}}));
+  worst = std::max(
+      worst, worst_error(f, isa, 256,
+                         {{ggml_type::q4_k, 12}, {ggml_type::q4_k, 5}, {ggml_type::q6_k, 5}}));
   worst = std::max(worst, worst_error(f, isa, 288, {{ggml_type::q8_0, 9}, {ggml_type::q4_0, 6}}));
   BOOST_TEST_MESSAGE(to_string(isa) << " worst error relative to sum |x||w|: " << worst);
 }

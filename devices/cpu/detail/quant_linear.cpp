@@ -24,8 +24,12 @@ constexpr std::size_t parallel_threshold = 1 << 15;
 // Weight rows one kernel call multiplies: four independent accumulator chains at M = 1, and
 // each activation vector loaded once for four rows.
 constexpr unsigned group_rows = 4;
-// Activation rows multiplied per pass over a decoded chunk: 4 x 4 accumulators in registers.
-constexpr unsigned m_block = 4;
+// Activation rows multiplied per pass over a decoded chunk, by vector width: R x m_block
+// accumulators, m_block activation vectors and a weight vector stay in registers (4 x 4 + 5 of
+// AVX-512's 32; 4 x 2 + 3 of AVX2's and SSE's 16).
+constexpr unsigned m_block(int w) {
+  return w == 16 ? 4 : 2;
+}
 
 // A block type's layout and decoder; a chunk is the values decoded at once (256).
 template<ggml_type T>
@@ -94,8 +98,8 @@ using accumulators = vec<W> (*)[quant_linear::small_m_limit];
 // acc[r][m0 + mm] += buf[r][0..len) . x[mm][0..len) for R weight rows (buf rows `chunk` apart)
 // and MB activation rows (x rows `ldx` apart), all in registers over the chunk.
 template<int W, unsigned R, unsigned MB>
-TRIAD_INLINE void dot_chunk(const float* buf, const float* x, std::size_t ldx,
-                            std::size_t len, accumulators<W> acc, unsigned m0) {
+TRIAD_INLINE void dot_chunk(const float* buf, const float* x, std::size_t ldx, std::size_t len,
+                            accumulators<W> acc, unsigned m0) {
   vec<W> a[R][MB];
   for (unsigned r = 0; r < R; ++r)
     for (unsigned mm = 0; mm < MB; ++mm)
@@ -134,15 +138,18 @@ TRIAD_INLINE void group_kernel(const std::byte* rows, std::size_t row_bytes, uns
         B::decode(rows + r * row_bytes + (first_block + b) * B::bytes,
                   buf + r * chunk + b * B::values);
     const float* xc = x + v0;
+    constexpr unsigned mb = m_block(W);
     unsigned m0 = 0;
-    for (; m0 + m_block <= m; m0 += m_block)
-      dot_chunk<W, R, m_block>(buf, xc + std::size_t{m0} * k, k, len, acc, m0);
-    switch (m - m0) {
+    for (; m0 + mb <= m; m0 += mb)
+      dot_chunk<W, R, mb>(buf, xc + std::size_t{m0} * k, k, len, acc, m0);
+    switch (m - m0) { // the rest, fewer than mb
     case 3:
-      dot_chunk<W, R, 3>(buf, xc + std::size_t{m0} * k, k, len, acc, m0);
+      if constexpr (mb > 3)
+        dot_chunk<W, R, 3>(buf, xc + std::size_t{m0} * k, k, len, acc, m0);
       break;
     case 2:
-      dot_chunk<W, R, 2>(buf, xc + std::size_t{m0} * k, k, len, acc, m0);
+      if constexpr (mb > 2)
+        dot_chunk<W, R, 2>(buf, xc + std::size_t{m0} * k, k, len, acc, m0);
       break;
     case 1:
       dot_chunk<W, R, 1>(buf, xc + std::size_t{m0} * k, k, len, acc, m0);
@@ -174,8 +181,8 @@ TRIAD_AVX512 void group_avx512(const std::byte* rows, std::size_t row_bytes, uns
   group_kernel<T, 16, R>(rows, row_bytes, k, x, m, dst, ldd);
 }
 template<ggml_type T, unsigned R>
-TRIAD_AVX2 void group_avx2(const std::byte* rows, std::size_t row_bytes, unsigned k,
-                           const float* x, unsigned m, float* dst, std::size_t ldd) {
+TRIAD_AVX2 void group_avx2(const std::byte* rows, std::size_t row_bytes, unsigned k, const float* x,
+                           unsigned m, float* dst, std::size_t ldd) {
   group_kernel<T, 8, R>(rows, row_bytes, k, x, m, dst, ldd);
 }
 template<ggml_type T, unsigned R>
@@ -254,8 +261,7 @@ expected<void> quant_linear::check(unsigned k, const quantized_matrix& runs) {
     if (run.rows == 0 || run.bytes.size() != std::size_t{run.rows} * row_bytes(run.type, k))
       return make_error(errc::invalid_argument,
                         which + std::to_string(run.bytes.size()) + " bytes do not hold " +
-                            std::to_string(run.rows) + " rows of " + std::to_string(k) +
-                            " values");
+                            std::to_string(run.rows) + " rows of " + std::to_string(k) + " values");
   }
   return {};
 }
@@ -264,12 +270,15 @@ quant_linear::quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs,
     : k_(k)
     , runs_(std::move(runs))
     , isa_(isa)
-    , large_(eng, k, [&] {
-      unsigned n = 0;
-      for (const auto& r : runs_)
-        n += r.rows;
-      return n;
-    }(), tile_columns, widened_matmul::tile_layout::column_major) {
+    , large_(
+          eng, k,
+          [&] {
+            unsigned n = 0;
+            for (const auto& r : runs_)
+              n += r.rows;
+            return n;
+          }(),
+          tile_columns, widened_matmul::tile_layout::column_major) {
   for (const auto& run : runs_) {
     run_first_row_.push_back(n_);
     for (unsigned first = 0; first < run.rows; first += group_rows)

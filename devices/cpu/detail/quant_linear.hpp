@@ -34,6 +34,8 @@ public:
 
   /// Takes `runs` (check()ed) of input width `k`; `isa` picks the own kernels.
   quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs, vector_isa isa);
+  quant_linear(const quant_linear&) = delete;            ///< its row groups point into its own runs
+  quant_linear& operator=(const quant_linear&) = delete; ///< as above
 
   /// dst[M][N] (f32, row-major) = src[M][K] (f32, row-major) x W. Runs on the calling thread's
   /// OpenMP team; oneDNN errors (dnnl::error) propagate.

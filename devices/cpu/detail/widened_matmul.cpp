@@ -58,8 +58,8 @@ float* widened_matmul::tile_scratch(std::size_t floats) {
   return tile.get();
 }
 
-void widened_matmul::multiply(dnnl::stream& strm, const float* src, const float* tile,
-                              float* dst, unsigned m, unsigned first, unsigned width) {
+void widened_matmul::multiply(dnnl::stream& strm, const float* src, const float* tile, float* dst,
+                              unsigned m, unsigned first, unsigned width) {
   auto key = std::pair{m, width};
   auto it = primitives_.find(key);
   if (it == primitives_.end())

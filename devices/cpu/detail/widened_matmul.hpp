@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,7 +18,7 @@ class widened_matmul {
 public:
   /// How a widened tile lies in memory.
   enum class tile_layout {
-    k_major,    ///< [K][width]: row i holds weight row i's columns (bf16 panels widen so)
+    k_major,     ///< [K][width]: row i holds weight row i's columns (bf16 panels widen so)
     column_major ///< [width][K]: one output column after another (ggml rows widen so)
   };
 
