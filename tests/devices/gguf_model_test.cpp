@@ -202,14 +202,21 @@ BOOST_AUTO_TEST_CASE(a_qwen3_file_with_qk_norms_and_wide_heads_matches) {
   BOOST_TEST(forward_error(spec, triad::dtype::f32) <= 1e-4);
 }
 
+// Quantized weights in decode batches (M <= quant_linear::int8_m_limit) multiply int8
+// activations, as llama.cpp does: logits move by 0.4e-2 to 1.9e-2 here (bf16's order); the
+// kernels' own test holds them to float accuracy against the activations they quantized.
+constexpr double int8_tolerance = 4e-2;
+
 BOOST_AUTO_TEST_CASE(every_tensor_type_computes_what_it_encodes) {
-  // The reference decodes the same file, so quantized types are held to f32 accuracy too.
+  // The reference decodes the same file, so f16 and bf16 are held to f32 accuracy.
   for (auto type : {triad::ggml_type::f16, triad::ggml_type::bf16, triad::ggml_type::q8_0,
                     triad::ggml_type::q4_0, triad::ggml_type::q4_k, triad::ggml_type::q6_k}) {
     gguf_spec spec;
     spec.type = type;
     spec.layers = 1;
-    BOOST_TEST(forward_error(spec, triad::dtype::f32) <= 1e-4, to_string(type));
+    BOOST_TEST(forward_error(spec, triad::dtype::f32) <=
+                   (triad::kept_quantized(type) ? int8_tolerance : 1e-4),
+               to_string(type));
   }
 }
 
@@ -218,11 +225,10 @@ BOOST_AUTO_TEST_CASE(a_q4_k_m_like_file_with_mixed_fused_types_matches_in_decode
   gguf_spec spec;
   spec.type = triad::ggml_type::q4_k;
   spec.wide_type = triad::ggml_type::q6_k;
-  BOOST_TEST(forward_error(spec, triad::dtype::f32) <= 1e-4);
-  BOOST_TEST(forward_error(spec, triad::dtype::f32, 140) <= 1e-4); // 140 rows: widened tiles
-  // On a bf16 device the weights stay as they are; only the KV pages are bf16 (the f16 file
-  // on a bf16 device, weights rounded too, is at 6e-3).
-  BOOST_TEST(forward_error(spec, triad::dtype::bf16, 140) <= 5e-3);
+  BOOST_TEST(forward_error(spec, triad::dtype::f32) <= int8_tolerance);
+  BOOST_TEST(forward_error(spec, triad::dtype::f32, 140) <= int8_tolerance); // widened tiles
+  // On a bf16 device the weights stay as they are; the KV pages are bf16.
+  BOOST_TEST(forward_error(spec, triad::dtype::bf16, 140) <= int8_tolerance);
 }
 
 BOOST_AUTO_TEST_CASE(a_tied_quantized_qwen2_file_shares_its_embedding_rows_as_the_output) {
@@ -231,7 +237,7 @@ BOOST_AUTO_TEST_CASE(a_tied_quantized_qwen2_file_shares_its_embedding_rows_as_th
   spec.bias = true;
   spec.tied = true;
   spec.type = triad::ggml_type::q8_0;
-  BOOST_TEST(forward_error(spec, triad::dtype::f32, 20) <= 1e-4);
+  BOOST_TEST(forward_error(spec, triad::dtype::f32, 20) <= int8_tolerance);
 }
 
 BOOST_AUTO_TEST_CASE(quantized_weights_stay_in_their_blocks_within_the_file_size) {

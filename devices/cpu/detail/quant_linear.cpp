@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
+
+#include <immintrin.h>
 
 #include "gguf/detail/blocks.hpp"
 
@@ -241,6 +244,376 @@ std::size_t row_bytes(ggml_type type, unsigned k) {
   return k / t.block_elements * t.block_bytes;
 }
 
+// -- integer dot products (decode batches) --
+
+// Activations quantized to int8 in blocks of 32 (scale amax / 127), with the sum of each half
+// block's values: a weight block's offset or minimum multiplies those sums, never the values.
+// Scales per block of 32 for q8_0 and q4_0 weights (llama.cpp's q8_0 activations), per 256
+// for q4_K and q6_K (its q8_K: one float per super-block, the rest in integers).
+struct act_q8 {
+  std::vector<std::int8_t> q;     // [m][k]
+  std::vector<float> d;           // [m][k / block]
+  std::vector<std::int32_t> sums; // [m][k / 16]
+};
+
+void quantize_activations(const float* x, unsigned m, unsigned k, unsigned block, act_q8& a) {
+  a.q.resize(std::size_t{m} * k);
+  a.d.resize(std::size_t{m} * k / block);
+  a.sums.resize(std::size_t{m} * k / 16);
+  for (std::size_t b = 0; b < std::size_t{m} * k / block; ++b) {
+    const float* in = x + b * block;
+    float amax = 0;
+    for (unsigned i = 0; i < block; ++i)
+      amax = std::max(amax, std::fabs(in[i]));
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    a.d[b] = d;
+    for (unsigned h = 0; h < block / 16; ++h) {
+      std::int32_t sum = 0;
+      for (unsigned i = 16 * h; i < 16 * h + 16; ++i) {
+        const auto v = static_cast<std::int8_t>(std::lrintf(in[i] * id));
+        a.q[b * block + i] = v;
+        sum += v;
+      }
+      a.sums[b * (block / 16) + h] = sum;
+    }
+  }
+}
+
+// One group of 32 weights as unsigned bytes `v` with w = s * v + c per half of 16 values
+// (s_lo, c_lo for values 0..15, s_hi, c_hi for 16..31); q8_0 gives |w| and `sign` (its x
+// takes w's sign, c = 0), as unsigned-by-signed products need.
+struct group32 {
+  __m256i v;
+  __m256i sign;
+  float s_lo, s_hi, c_lo, c_hi;
+};
+
+#define TRIAD_INT8_TARGET "avx2,fma"
+#define TRIAD_VNNI_TARGET "avx2,fma,avx512f,avx512vl,avx512vnni"
+
+template<ggml_type T>
+struct int8_blocks;
+
+template<>
+struct int8_blocks<ggml_type::q8_0> {
+  static constexpr unsigned values = 32, bytes = 34, groups = 1;
+  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline group32
+  group(const std::byte* b, unsigned) {
+    const float d = half_to_float(block_u16(b));
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    return {_mm256_sign_epi8(w, w), w, d, d, 0.0f, 0.0f};
+  }
+};
+
+template<>
+struct int8_blocks<ggml_type::q4_0> {
+  static constexpr unsigned values = 32, bytes = 18, groups = 1;
+  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline group32
+  group(const std::byte* b, unsigned) {
+    const float d = half_to_float(block_u16(b));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i v =
+        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+    return {v, _mm256_setzero_si256(), d, d, -8.0f * d, -8.0f * d};
+  }
+};
+
+template<>
+struct int8_blocks<ggml_type::q4_k> {
+  static constexpr unsigned values = 256, bytes = 144, groups = 8;
+  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline group32
+  group(const std::byte* b, unsigned g) {
+    const float d = half_to_float(block_u16(b)), dmin = half_to_float(block_u16(b + 2));
+    std::uint8_t sc, mn;
+    scale_min_k4(g, reinterpret_cast<const std::uint8_t*>(b + 4), sc, mn);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * (g / 2)));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v =
+        (g & 1) ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+    const float s = d * sc, c = -dmin * mn;
+    return {v, _mm256_setzero_si256(), s, s, c, c};
+  }
+};
+
+template<>
+struct int8_blocks<ggml_type::q6_k> {
+  static constexpr unsigned values = 256, bytes = 210, groups = 8;
+  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline group32
+  group(const std::byte* b, unsigned g) {
+    // Group g of 32 values: half h = g / 4 of 128, quarter j = g % 4: low bits from ql (bytes
+    // 0..31 or 32..63 of the half, low or high nibbles), two high bits from qh (bits 2j).
+    const unsigned h = g / 4, j = g % 4;
+    const auto* ql = reinterpret_cast<const std::uint8_t*>(b) + 64 * h + 32 * (j & 1);
+    const auto* qh = reinterpret_cast<const std::uint8_t*>(b) + 128 + 32 * h;
+    const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + 8 * h + 2 * j;
+    const float d = half_to_float(block_u16(b + 208));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    lo = (j & 2) ? _mm256_and_si256(_mm256_srli_epi16(lo, 4), m4) : _mm256_and_si256(lo, m4);
+    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+    hi = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(static_cast<int>(2 * j))), m2);
+    const __m256i v = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    const float s_lo = d * sc[0], s_hi = d * sc[1];
+    return {v, _mm256_setzero_si256(), s_lo, s_hi, -32.0f * s_lo, -32.0f * s_hi};
+  }
+};
+
+// Sums of 4 consecutive products of unsigned `v` and signed `x`, as 8 int32 lanes.
+__attribute__((target(TRIAD_VNNI_TARGET), always_inline)) inline __m256i dot4_vnni(__m256i v,
+                                                                                   __m256i x) {
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, x);
+}
+// The same without VNNI. Pair sums of up to 255 x 127 x 2 would saturate int16: the weights'
+// v are at most 128 (q8_0's |w|) or 63.
+__attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline __m256i dot4_avx2(__m256i v,
+                                                                                   __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(v, x), _mm256_set1_epi16(1));
+}
+
+using int8_fn = void (*)(const std::byte*, unsigned, const act_q8&, unsigned, unsigned, float*,
+                         std::size_t);
+
+// dst[mm * ldd] = row . x[m0 + mm] for mm < M, from int8 activations `a`, with DOT4 as dot4_*:
+// one body for both targets (a target attribute cannot depend on a template argument); M a
+// constant, so the accumulators stay in registers.
+#define TRIAD_INT8_ROW(DOT4)                                                                       \
+  using B = int8_blocks<T>;                                                                        \
+  __m256 acc[M];                                                                                   \
+  float consts[M];                                                                                 \
+  for (unsigned mm = 0; mm < M; ++mm) {                                                            \
+    acc[mm] = _mm256_setzero_ps();                                                                 \
+    consts[mm] = 0.0f;                                                                             \
+  }                                                                                                \
+  const std::size_t groups = k / 32;                                                               \
+  for (std::size_t blk = 0; blk < k / B::values; ++blk) {                                          \
+    const std::byte* b = row + blk * B::bytes;                                                     \
+    for (unsigned g = 0; g < B::groups; ++g) {                                                     \
+      const group32 w = B::group(b, g);                                                            \
+      const __m256 lanes = _mm256_setr_m128(_mm_set1_ps(w.s_lo), _mm_set1_ps(w.s_hi));             \
+      const std::size_t gi = blk * B::groups + g;                                                  \
+      for (unsigned mm = 0; mm < M; ++mm) {                                                        \
+        const std::size_t ai = (m0 + mm) * groups + gi;                                            \
+        __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + ai * 32));    \
+        if constexpr (T == ggml_type::q8_0)                                                        \
+          x = _mm256_sign_epi8(x, w.sign);                                                         \
+        const __m256i p = DOT4(w.v, x);                                                            \
+        const float dx = a.d[ai];                                                                  \
+        acc[mm] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(lanes, _mm256_set1_ps(dx)), \
+                                  acc[mm]);                                                        \
+        if constexpr (T != ggml_type::q8_0)                                                        \
+          consts[mm] += dx * (w.c_lo * static_cast<float>(a.sums[2 * ai]) +                        \
+                              w.c_hi * static_cast<float>(a.sums[2 * ai + 1]));                    \
+      }                                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+  for (unsigned mm = 0; mm < M; ++mm) {                                                            \
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[mm]), _mm256_extractf128_ps(acc[mm], 1));     \
+    s = _mm_hadd_ps(s, s);                                                                         \
+    s = _mm_hadd_ps(s, s);                                                                         \
+    dst[mm * ldd] = _mm_cvtss_f32(s) + consts[mm];                                                 \
+  }
+
+template<ggml_type T, unsigned M>
+__attribute__((target(TRIAD_VNNI_TARGET))) void int8_vnni_m(const std::byte* row, unsigned k,
+                                                            const act_q8& a, unsigned m0,
+                                                            float* dst, std::size_t ldd) {
+  TRIAD_INT8_ROW(dot4_vnni)
+}
+template<ggml_type T, unsigned M>
+__attribute__((target(TRIAD_INT8_TARGET))) void int8_avx2_m(const std::byte* row, unsigned k,
+                                                            const act_q8& a, unsigned m0,
+                                                            float* dst, std::size_t ldd) {
+  TRIAD_INT8_ROW(dot4_avx2)
+}
+
+// Rows of activations in chunks of four, the rest by one kernel of its size.
+template<ggml_type T, bool VNNI>
+void int8_rows(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, unsigned m,
+               float* dst, std::size_t ldd) {
+  using fn = void (*)(const std::byte*, unsigned, const act_q8&, unsigned, float*, std::size_t);
+  constexpr fn by_rows[5] = {nullptr, VNNI ? &int8_vnni_m<T, 1> : &int8_avx2_m<T, 1>,
+                             VNNI ? &int8_vnni_m<T, 2> : &int8_avx2_m<T, 2>,
+                             VNNI ? &int8_vnni_m<T, 3> : &int8_avx2_m<T, 3>,
+                             VNNI ? &int8_vnni_m<T, 4> : &int8_avx2_m<T, 4>};
+  for (unsigned first = m0; first < m0 + m; first += 4) {
+    const unsigned rows = std::min(4u, m0 + m - first);
+    by_rows[rows](row, k, a, first, dst + std::size_t{first - m0} * ldd, ldd);
+  }
+}
+#undef TRIAD_INT8_ROW
+
+// q4_K and q6_K against activations scaled per super-block: each group's integer products
+// times its integer scales summed in int32 over the super-block, one float multiply per
+// super-block (llama.cpp's q8_K scheme).
+template<ggml_type T>
+struct super_blocks;
+
+template<>
+struct super_blocks<ggml_type::q4_k> {
+  static constexpr unsigned bytes = 144;
+  struct scales {
+    float d, dmin;
+    std::int32_t sc[8], mn[8];
+  };
+  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline scales
+  prepare(const std::byte* b) {
+    scales s;
+    s.d = half_to_float(block_u16(b));
+    s.dmin = half_to_float(block_u16(b + 2));
+    for (unsigned j = 0; j < 8; ++j) {
+      std::uint8_t sc, mn;
+      scale_min_k4(j, reinterpret_cast<const std::uint8_t*>(b + 4), sc, mn);
+      s.sc[j] = sc;
+      s.mn[j] = mn;
+    }
+    return s;
+  }
+  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline __m256i
+  values(const std::byte* b, unsigned g) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * (g / 2)));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    return (g & 1) ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+  }
+  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline __m256i
+  lanes(const scales& s, unsigned g) {
+    return _mm256_set1_epi32(s.sc[g]);
+  }
+  // The minimums' part, to multiply by the activations' scale: -dmin x sum m_j x (sum of x_j).
+  static float offset(const scales& s, const std::int32_t* sums16) {
+    std::int32_t t = 0;
+    for (unsigned j = 0; j < 8; ++j)
+      t += s.mn[j] * (sums16[2 * j] + sums16[2 * j + 1]);
+    return -s.dmin * static_cast<float>(t);
+  }
+};
+
+template<>
+struct super_blocks<ggml_type::q6_k> {
+  static constexpr unsigned bytes = 210;
+  struct scales {
+    float d, dmin;
+    std::int32_t sc[16]; // per 16 values, in value order
+  };
+  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline scales
+  prepare(const std::byte* b) {
+    scales s;
+    s.d = half_to_float(block_u16(b + 208));
+    s.dmin = 0;
+    const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
+    // Values 32g..32g+31 (g = 4h + j) use scales 8h + 2j (first 16) and 8h + 2j + 1.
+    for (unsigned g = 0; g < 8; ++g) {
+      s.sc[2 * g] = sc[8 * (g / 4) + 2 * (g % 4)];
+      s.sc[2 * g + 1] = sc[8 * (g / 4) + 2 * (g % 4) + 1];
+    }
+    return s;
+  }
+  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline __m256i
+  values(const std::byte* b, unsigned g) {
+    return int8_blocks<ggml_type::q6_k>::group(b, g).v;
+  }
+  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline __m256i
+  lanes(const scales& s, unsigned g) {
+    return _mm256_set_m128i(_mm_set1_epi32(s.sc[2 * g + 1]), _mm_set1_epi32(s.sc[2 * g]));
+  }
+  // The offset of 32: -32 x d x sum sc_s x (sum of x_s), per 16 values.
+  static float offset(const scales& s, const std::int32_t* sums16) {
+    std::int32_t t = 0;
+    for (unsigned h = 0; h < 16; ++h)
+      t += s.sc[h] * sums16[h];
+    return -32.0f * s.d * static_cast<float>(t);
+  }
+};
+
+#define TRIAD_SUPER_ROW(DOT4)                                                                      \
+  using B = super_blocks<T>;                                                                       \
+  __m256 acc[M];                                                                                   \
+  float consts[M];                                                                                 \
+  for (unsigned mm = 0; mm < M; ++mm) {                                                            \
+    acc[mm] = _mm256_setzero_ps();                                                                 \
+    consts[mm] = 0.0f;                                                                             \
+  }                                                                                                \
+  const std::size_t blocks = k / 256;                                                              \
+  for (std::size_t blk = 0; blk < blocks; ++blk) {                                                 \
+    const std::byte* b = row + blk * B::bytes;                                                     \
+    const auto sc = B::prepare(b);                                                                 \
+    __m256i sumi[M];                                                                               \
+    for (unsigned mm = 0; mm < M; ++mm)                                                            \
+      sumi[mm] = _mm256_setzero_si256();                                                           \
+    for (unsigned g = 0; g < 8; ++g) {                                                             \
+      const __m256i v = B::values(b, g);                                                           \
+      const __m256i l = B::lanes(sc, g);                                                           \
+      for (unsigned mm = 0; mm < M; ++mm) {                                                        \
+        const auto* x = a.q.data() + ((m0 + mm) * blocks + blk) * 256 + 32 * g;                    \
+        const __m256i p = DOT4(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));        \
+        sumi[mm] = _mm256_add_epi32(sumi[mm], _mm256_mullo_epi32(p, l));                           \
+      }                                                                                            \
+    }                                                                                              \
+    for (unsigned mm = 0; mm < M; ++mm) {                                                          \
+      const std::size_t ai = (m0 + mm) * blocks + blk;                                             \
+      const float dx = a.d[ai];                                                                    \
+      acc[mm] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[mm]), _mm256_set1_ps(sc.d * dx), acc[mm]); \
+      consts[mm] += dx * B::offset(sc, a.sums.data() + ai * 16);                                   \
+    }                                                                                              \
+  }                                                                                                \
+  for (unsigned mm = 0; mm < M; ++mm) {                                                            \
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[mm]), _mm256_extractf128_ps(acc[mm], 1));     \
+    s = _mm_hadd_ps(s, s);                                                                         \
+    s = _mm_hadd_ps(s, s);                                                                         \
+    dst[mm * ldd] = _mm_cvtss_f32(s) + consts[mm];                                                 \
+  }
+
+template<ggml_type T, unsigned M>
+__attribute__((target(TRIAD_VNNI_TARGET))) void super_vnni_m(const std::byte* row, unsigned k,
+                                                             const act_q8& a, unsigned m0,
+                                                             float* dst, std::size_t ldd) {
+  TRIAD_SUPER_ROW(dot4_vnni)
+}
+template<ggml_type T, unsigned M>
+__attribute__((target(TRIAD_INT8_TARGET))) void super_avx2_m(const std::byte* row, unsigned k,
+                                                             const act_q8& a, unsigned m0,
+                                                             float* dst, std::size_t ldd) {
+  TRIAD_SUPER_ROW(dot4_avx2)
+}
+#undef TRIAD_SUPER_ROW
+
+template<ggml_type T, bool VNNI>
+void super_rows(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, unsigned m,
+                float* dst, std::size_t ldd) {
+  using fn = void (*)(const std::byte*, unsigned, const act_q8&, unsigned, float*, std::size_t);
+  constexpr fn by_rows[5] = {nullptr, VNNI ? &super_vnni_m<T, 1> : &super_avx2_m<T, 1>,
+                             VNNI ? &super_vnni_m<T, 2> : &super_avx2_m<T, 2>,
+                             VNNI ? &super_vnni_m<T, 3> : &super_avx2_m<T, 3>,
+                             VNNI ? &super_vnni_m<T, 4> : &super_avx2_m<T, 4>};
+  for (unsigned first = m0; first < m0 + m; first += 4) {
+    const unsigned rows = std::min(4u, m0 + m - first);
+    by_rows[rows](row, k, a, first, dst + std::size_t{first - m0} * ldd, ldd);
+  }
+}
+
+// Whether `type`'s integer kernels take activations scaled per 256 (else per 32).
+bool per_super_block(ggml_type type) {
+  return type == ggml_type::q4_k || type == ggml_type::q6_k;
+}
+
+template<ggml_type T>
+int8_fn int8_of(bool vnni) {
+  return vnni ? &int8_rows<T, true> : &int8_rows<T, false>;
+}
+
+int8_fn int8_of(ggml_type type, bool vnni) {
+  switch (type) {
+  case ggml_type::q8_0:
+    return int8_of<ggml_type::q8_0>(vnni);
+  case ggml_type::q4_0:
+    return int8_of<ggml_type::q4_0>(vnni);
+  case ggml_type::q4_k:
+    return vnni ? &super_rows<ggml_type::q4_k, true> : &super_rows<ggml_type::q4_k, false>;
+  default:
+    return vnni ? &super_rows<ggml_type::q6_k, true> : &super_rows<ggml_type::q6_k, false>;
+  }
+}
+
 } // namespace
 
 expected<void> quant_linear::check(unsigned k, const quantized_matrix& runs) {
@@ -286,6 +659,8 @@ quant_linear::quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs,
     n_ += run.rows;
   }
   prefill_kernel_ = large_.kernel(small_m_limit + 1);
+  int8_ = isa_ != vector_isa::none;
+  vnni_ = isa_ == vector_isa::avx512 && __builtin_cpu_supports("avx512vnni");
 }
 
 std::size_t quant_linear::weight_bytes() const noexcept {
@@ -303,14 +678,19 @@ std::string quant_linear::kernel() const {
       types += (types.empty() ? "" : "+") + name;
   }
   const std::string own = isa_ == vector_isa::none ? "portable" : std::string{to_string(isa_)};
-  return "triad:" + types + "_" + own + " (M<=" + std::to_string(small_m_limit) +
+  const std::string int8 = !int8_ ? std::string{}
+                                  : "triad:" + types + (vnni_ ? "_int8_vnni" : "_int8_avx2") +
+                                        " (M<=" + std::to_string(int8_m_limit) + ") + ";
+  return int8 + "triad:" + types + "_" + own + " (M<=" + std::to_string(small_m_limit) +
          ") + onednn f32 " + prefill_kernel_ + " (prefill)";
 }
 
 void quant_linear::forward(dnnl::stream& strm, const float* src, float* dst, unsigned m) {
   if (m == 0)
     return;
-  if (m <= small_m_limit)
+  if (int8_ && m <= int8_m_limit)
+    forward_int8(src, dst, m);
+  else if (m <= small_m_limit)
     forward_small(src, dst, m);
   else
     large_.forward(strm, src, dst, m,
@@ -332,6 +712,34 @@ void quant_linear::forward_small(const float* src, float* dst, unsigned m) const
       for (unsigned r = 0; r < group.count; ++r)
         kern.one(rows + r * stride, stride, k_, src, m, dst + group.row + r, n_);
     }
+  }
+}
+
+void quant_linear::forward_int8(const float* src, float* dst, unsigned m) const {
+  // The activations are quantized once per call, on the calling thread (one buffer per driver
+  // thread, reused), then every row runs in parallel.
+  thread_local act_q8 per_32, per_256;
+  bool small = false, super = false;
+  for (const auto& run : runs_)
+    (per_super_block(run.type) ? super : small) = true;
+  if (small)
+    quantize_activations(src, m, k_, 32, per_32);
+  if (super)
+    quantize_activations(src, m, k_, 256, per_256);
+  // The caller's: a thread_local named in the parallel region is each thread's own.
+  const act_q8& a32 = per_32;
+  const act_q8& a256 = per_256;
+  const bool parallel = std::size_t{n_} * k_ * m >= parallel_threshold;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const auto& group = groups_[g];
+    const auto* run = group.run;
+    const int8_fn row_fn = int8_of(run->type, vnni_);
+    const std::size_t stride = row_bytes(run->type, k_);
+    const std::byte* rows = run->bytes.data() + std::size_t{group.first} * stride;
+    for (unsigned r = 0; r < group.count; ++r)
+      row_fn(rows + r * stride, k_, per_super_block(run->type) ? a256 : a32, 0, m,
+             dst + group.row + r, n_);
   }
 }
 
