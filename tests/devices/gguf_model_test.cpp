@@ -33,7 +33,14 @@ std::unique_ptr<triad::cpu_backend> backend_of(const triad::gguf_model& m, triad
 // Prefills `prompt` tokens (11 unless told: M above quant_linear::small_m_limit takes the
 // widened-tile path), then decodes one, comparing both logits with the file's double-precision
 // reference; returns the larger relative error.
-double forward_error(const gguf_spec& spec, triad::dtype type, std::size_t prompt = 11) {
+struct errors {
+  double prefill; ///< logits after the prompt
+  double decode;  ///< logits after one more token
+  /// The larger.
+  double worst() const { return std::max(prefill, decode); }
+};
+
+errors forward_errors(const gguf_spec& spec, triad::dtype type, std::size_t prompt = 11) {
   temp_model file{spec};
   auto m = open(file);
   auto backend = backend_of(m, type);
@@ -57,7 +64,11 @@ double forward_error(const gguf_spec& spec, triad::dtype type, std::size_t promp
   BOOST_TEST_MESSAGE(to_string(spec.arch)
                      << " " << to_string(spec.type) << " as " << to_string(type) << ": prefill "
                      << prefill << ", decode " << decode);
-  return std::max(prefill, decode);
+  return {prefill, decode};
+}
+
+double forward_error(const gguf_spec& spec, triad::dtype type, std::size_t prompt = 11) {
+  return forward_errors(spec, type, prompt).worst();
 }
 
 } // namespace
@@ -203,9 +214,18 @@ BOOST_AUTO_TEST_CASE(a_qwen3_file_with_qk_norms_and_wide_heads_matches) {
 }
 
 // Quantized weights in decode batches (M <= quant_linear::int8_m_limit) multiply int8
-// activations, as llama.cpp does: logits move by 0.4e-2 to 1.9e-2 here (bf16's order); the
-// kernels' own test holds them to float accuracy against the activations they quantized.
+// activations, as llama.cpp does: logits after a decode step move by 0.9e-2 to 1.9e-2 here
+// (bf16's order). After a prompt only the output projection (one row) did, the layers ran the
+// f32 kernels: 0.4e-2 to 0.9e-2. The kernels' own test holds both paths to float accuracy
+// against the activations they quantized.
 constexpr double int8_tolerance = 4e-2;
+constexpr double int8_output_tolerance = 1.5e-2;
+
+// Checks a quantized file's errors against those bounds.
+void check_quantized(const errors& e) {
+  BOOST_TEST(e.prefill <= int8_output_tolerance);
+  BOOST_TEST(e.decode <= int8_tolerance);
+}
 
 BOOST_AUTO_TEST_CASE(every_tensor_type_computes_what_it_encodes) {
   // The reference decodes the same file, so f16 and bf16 are held to f32 accuracy.
@@ -214,9 +234,12 @@ BOOST_AUTO_TEST_CASE(every_tensor_type_computes_what_it_encodes) {
     gguf_spec spec;
     spec.type = type;
     spec.layers = 1;
-    BOOST_TEST(forward_error(spec, triad::dtype::f32) <=
-                   (triad::kept_quantized(type) ? int8_tolerance : 1e-4),
-               to_string(type));
+    BOOST_TEST_CONTEXT(to_string(type)) {
+      if (triad::kept_quantized(type))
+        check_quantized(forward_errors(spec, triad::dtype::f32));
+      else
+        BOOST_TEST(forward_error(spec, triad::dtype::f32) <= 1e-4);
+    }
   }
 }
 
@@ -225,10 +248,10 @@ BOOST_AUTO_TEST_CASE(a_q4_k_m_like_file_with_mixed_fused_types_matches_in_decode
   gguf_spec spec;
   spec.type = triad::ggml_type::q4_k;
   spec.wide_type = triad::ggml_type::q6_k;
-  BOOST_TEST(forward_error(spec, triad::dtype::f32) <= int8_tolerance);
-  BOOST_TEST(forward_error(spec, triad::dtype::f32, 140) <= int8_tolerance); // widened tiles
+  check_quantized(forward_errors(spec, triad::dtype::f32));
+  check_quantized(forward_errors(spec, triad::dtype::f32, 140)); // widened tiles
   // On a bf16 device the weights stay as they are; the KV pages are bf16.
-  BOOST_TEST(forward_error(spec, triad::dtype::bf16, 140) <= int8_tolerance);
+  check_quantized(forward_errors(spec, triad::dtype::bf16, 140));
 }
 
 BOOST_AUTO_TEST_CASE(a_tied_quantized_qwen2_file_shares_its_embedding_rows_as_the_output) {
@@ -237,7 +260,7 @@ BOOST_AUTO_TEST_CASE(a_tied_quantized_qwen2_file_shares_its_embedding_rows_as_th
   spec.bias = true;
   spec.tied = true;
   spec.type = triad::ggml_type::q8_0;
-  BOOST_TEST(forward_error(spec, triad::dtype::f32, 20) <= int8_tolerance);
+  check_quantized(forward_errors(spec, triad::dtype::f32, 20));
 }
 
 BOOST_AUTO_TEST_CASE(quantized_weights_stay_in_their_blocks_within_the_file_size) {

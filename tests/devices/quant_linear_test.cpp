@@ -76,7 +76,9 @@ double worst_error(fixture& f, vector_isa isa, unsigned k,
   BOOST_TEST(lin.n() == n);
   double worst = 0;
   const unsigned limit = quant_linear::small_m_limit;
-  for (unsigned m : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 17u, limit, limit + 1}) {
+  // 1..8: the integer kernels on AVX2 and up; 9..11 the f32 kernels' remainders of 4 rows
+  // (and the switch between them); 129 the widened tiles.
+  for (unsigned m : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 9u, 10u, 11u, 17u, limit, limit + 1}) {
     auto x = random_floats(std::size_t{m} * k);
     constexpr float guard = 12345.0f;
     std::vector<float> dst(std::size_t{m} * n + 64, guard);
@@ -149,6 +151,14 @@ BOOST_AUTO_TEST_CASE(the_blocks_are_kept_as_given_and_rows_decode_as_dequantize_
   }
   BOOST_TEST(lin.kernel().starts_with("triad:q4_K+q8_0_portable (M<=128) + onednn f32 "),
              lin.kernel());
+  if (cpu_has(vector_isa::avx512) && __builtin_cpu_supports("avx512vnni")) {
+    std::vector<float> again(256 * 2);
+    quant_linear vnni(f.engine, 256, {encode(ggml_type::q4_k, 2, 256, again, 2, 0)},
+                      vector_isa::avx512);
+    BOOST_TEST(vnni.kernel().starts_with("triad:q4_K_int8_vnni (M<=8) + "), vnni.kernel());
+  } else {
+    BOOST_TEST_MESSAGE("not run: the VNNI kernel name (this CPU lacks AVX512_VNNI)");
+  }
   if (cpu_has(vector_isa::avx2)) {
     std::vector<float> again(256 * 2);
     quant_linear avx2(f.engine, 256, {encode(ggml_type::q6_k, 2, 256, again, 2, 0)},

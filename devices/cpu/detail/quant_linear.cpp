@@ -319,23 +319,7 @@ struct int8_blocks<ggml_type::q4_0> {
   }
 };
 
-template<>
-struct int8_blocks<ggml_type::q4_k> {
-  static constexpr unsigned values = 256, bytes = 144, groups = 8;
-  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline group32
-  group(const std::byte* b, unsigned g) {
-    const float d = half_to_float(block_u16(b)), dmin = half_to_float(block_u16(b + 2));
-    std::uint8_t sc, mn;
-    scale_min_k4(g, reinterpret_cast<const std::uint8_t*>(b + 4), sc, mn);
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * (g / 2)));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i v =
-        (g & 1) ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
-    const float s = d * sc, c = -dmin * mn;
-    return {v, _mm256_setzero_si256(), s, s, c, c};
-  }
-};
-
+// q6_K's values (its scales here serve no kernel: super_blocks<q6_k> takes them per 256).
 template<>
 struct int8_blocks<ggml_type::q6_k> {
   static constexpr unsigned values = 256, bytes = 210, groups = 8;
@@ -371,6 +355,42 @@ __attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline __m256i dot4_av
   return _mm256_madd_epi16(_mm256_maddubs_epi16(v, x), _mm256_set1_epi16(1));
 }
 
+// dst[mm * ldd] = the sum of acc[mm]'s lanes + consts[mm], for mm < M.
+template<unsigned M>
+__attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline void
+store_sums(const __m256* acc, const float* consts, float* dst, std::size_t ldd) {
+  for (unsigned mm = 0; mm < M; ++mm) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[mm]), _mm256_extractf128_ps(acc[mm], 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    dst[mm * ldd] = _mm_cvtss_f32(s) + consts[mm];
+  }
+}
+
+// Runs K::run<M> over activation rows m0..m0+m in chunks of four, the rest by the kernel of
+// its size (M a constant keeps the accumulators in registers).
+template<class K>
+void rows_by_four(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, unsigned m,
+                  float* dst, std::size_t ldd) {
+  for (unsigned first = m0; first < m0 + m; first += 4) {
+    float* out = dst + std::size_t{first - m0} * ldd;
+    switch (std::min(4u, m0 + m - first)) {
+    case 4:
+      K::template run<4>(row, k, a, first, out, ldd);
+      break;
+    case 3:
+      K::template run<3>(row, k, a, first, out, ldd);
+      break;
+    case 2:
+      K::template run<2>(row, k, a, first, out, ldd);
+      break;
+    default:
+      K::template run<1>(row, k, a, first, out, ldd);
+      break;
+    }
+  }
+}
+
 using int8_fn = void (*)(const std::byte*, unsigned, const act_q8&, unsigned, unsigned, float*,
                          std::size_t);
 
@@ -379,12 +399,8 @@ using int8_fn = void (*)(const std::byte*, unsigned, const act_q8&, unsigned, un
 // constant, so the accumulators stay in registers.
 #define TRIAD_INT8_ROW(DOT4)                                                                       \
   using B = int8_blocks<T>;                                                                        \
-  __m256 acc[M];                                                                                   \
-  float consts[M];                                                                                 \
-  for (unsigned mm = 0; mm < M; ++mm) {                                                            \
-    acc[mm] = _mm256_setzero_ps();                                                                 \
-    consts[mm] = 0.0f;                                                                             \
-  }                                                                                                \
+  __m256 acc[M] = {};                                                                              \
+  float consts[M] = {};                                                                            \
   const std::size_t groups = k / 32;                                                               \
   for (std::size_t blk = 0; blk < k / B::values; ++blk) {                                          \
     const std::byte* b = row + blk * B::bytes;                                                     \
@@ -407,12 +423,7 @@ using int8_fn = void (*)(const std::byte*, unsigned, const act_q8&, unsigned, un
       }                                                                                            \
     }                                                                                              \
   }                                                                                                \
-  for (unsigned mm = 0; mm < M; ++mm) {                                                            \
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[mm]), _mm256_extractf128_ps(acc[mm], 1));     \
-    s = _mm_hadd_ps(s, s);                                                                         \
-    s = _mm_hadd_ps(s, s);                                                                         \
-    dst[mm * ldd] = _mm_cvtss_f32(s) + consts[mm];                                                 \
-  }
+  store_sums<M>(acc, consts, dst, ldd);
 
 template<ggml_type T, unsigned M>
 __attribute__((target(TRIAD_VNNI_TARGET))) void int8_vnni_m(const std::byte* row, unsigned k,
@@ -427,20 +438,18 @@ __attribute__((target(TRIAD_INT8_TARGET))) void int8_avx2_m(const std::byte* row
   TRIAD_INT8_ROW(dot4_avx2)
 }
 
-// Rows of activations in chunks of four, the rest by one kernel of its size.
+// The 32-block kernels of T, by rows of activations.
 template<ggml_type T, bool VNNI>
-void int8_rows(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, unsigned m,
-               float* dst, std::size_t ldd) {
-  using fn = void (*)(const std::byte*, unsigned, const act_q8&, unsigned, float*, std::size_t);
-  constexpr fn by_rows[5] = {nullptr, VNNI ? &int8_vnni_m<T, 1> : &int8_avx2_m<T, 1>,
-                             VNNI ? &int8_vnni_m<T, 2> : &int8_avx2_m<T, 2>,
-                             VNNI ? &int8_vnni_m<T, 3> : &int8_avx2_m<T, 3>,
-                             VNNI ? &int8_vnni_m<T, 4> : &int8_avx2_m<T, 4>};
-  for (unsigned first = m0; first < m0 + m; first += 4) {
-    const unsigned rows = std::min(4u, m0 + m - first);
-    by_rows[rows](row, k, a, first, dst + std::size_t{first - m0} * ldd, ldd);
+struct small_kernels {
+  template<unsigned M>
+  static void run(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, float* dst,
+                  std::size_t ldd) {
+    if constexpr (VNNI)
+      int8_vnni_m<T, M>(row, k, a, m0, dst, ldd);
+    else
+      int8_avx2_m<T, M>(row, k, a, m0, dst, ldd);
   }
-}
+};
 #undef TRIAD_INT8_ROW
 
 // q4_K and q6_K against activations scaled per super-block: each group's integer products
@@ -527,12 +536,8 @@ struct super_blocks<ggml_type::q6_k> {
 
 #define TRIAD_SUPER_ROW(DOT4)                                                                      \
   using B = super_blocks<T>;                                                                       \
-  __m256 acc[M];                                                                                   \
-  float consts[M];                                                                                 \
-  for (unsigned mm = 0; mm < M; ++mm) {                                                            \
-    acc[mm] = _mm256_setzero_ps();                                                                 \
-    consts[mm] = 0.0f;                                                                             \
-  }                                                                                                \
+  __m256 acc[M] = {};                                                                              \
+  float consts[M] = {};                                                                            \
   const std::size_t blocks = k / 256;                                                              \
   for (std::size_t blk = 0; blk < blocks; ++blk) {                                                 \
     const std::byte* b = row + blk * B::bytes;                                                     \
@@ -556,12 +561,7 @@ struct super_blocks<ggml_type::q6_k> {
       consts[mm] += dx * B::offset(sc, a.sums.data() + ai * 16);                                   \
     }                                                                                              \
   }                                                                                                \
-  for (unsigned mm = 0; mm < M; ++mm) {                                                            \
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[mm]), _mm256_extractf128_ps(acc[mm], 1));     \
-    s = _mm_hadd_ps(s, s);                                                                         \
-    s = _mm_hadd_ps(s, s);                                                                         \
-    dst[mm * ldd] = _mm_cvtss_f32(s) + consts[mm];                                                 \
-  }
+  store_sums<M>(acc, consts, dst, ldd);
 
 template<ggml_type T, unsigned M>
 __attribute__((target(TRIAD_VNNI_TARGET))) void super_vnni_m(const std::byte* row, unsigned k,
@@ -577,19 +577,18 @@ __attribute__((target(TRIAD_INT8_TARGET))) void super_avx2_m(const std::byte* ro
 }
 #undef TRIAD_SUPER_ROW
 
+// The super-block kernels of T, by rows of activations.
 template<ggml_type T, bool VNNI>
-void super_rows(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, unsigned m,
-                float* dst, std::size_t ldd) {
-  using fn = void (*)(const std::byte*, unsigned, const act_q8&, unsigned, float*, std::size_t);
-  constexpr fn by_rows[5] = {nullptr, VNNI ? &super_vnni_m<T, 1> : &super_avx2_m<T, 1>,
-                             VNNI ? &super_vnni_m<T, 2> : &super_avx2_m<T, 2>,
-                             VNNI ? &super_vnni_m<T, 3> : &super_avx2_m<T, 3>,
-                             VNNI ? &super_vnni_m<T, 4> : &super_avx2_m<T, 4>};
-  for (unsigned first = m0; first < m0 + m; first += 4) {
-    const unsigned rows = std::min(4u, m0 + m - first);
-    by_rows[rows](row, k, a, first, dst + std::size_t{first - m0} * ldd, ldd);
+struct super_kernels {
+  template<unsigned M>
+  static void run(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, float* dst,
+                  std::size_t ldd) {
+    if constexpr (VNNI)
+      super_vnni_m<T, M>(row, k, a, m0, dst, ldd);
+    else
+      super_avx2_m<T, M>(row, k, a, m0, dst, ldd);
   }
-}
+};
 
 // Whether `type`'s integer kernels take activations scaled per 256 (else per 32).
 bool per_super_block(ggml_type type) {
@@ -598,7 +597,7 @@ bool per_super_block(ggml_type type) {
 
 template<ggml_type T>
 int8_fn int8_of(bool vnni) {
-  return vnni ? &int8_rows<T, true> : &int8_rows<T, false>;
+  return vnni ? &rows_by_four<small_kernels<T, true>> : &rows_by_four<small_kernels<T, false>>;
 }
 
 int8_fn int8_of(ggml_type type, bool vnni) {
@@ -608,9 +607,11 @@ int8_fn int8_of(ggml_type type, bool vnni) {
   case ggml_type::q4_0:
     return int8_of<ggml_type::q4_0>(vnni);
   case ggml_type::q4_k:
-    return vnni ? &super_rows<ggml_type::q4_k, true> : &super_rows<ggml_type::q4_k, false>;
+    return vnni ? &rows_by_four<super_kernels<ggml_type::q4_k, true>>
+                : &rows_by_four<super_kernels<ggml_type::q4_k, false>>;
   default:
-    return vnni ? &super_rows<ggml_type::q6_k, true> : &super_rows<ggml_type::q6_k, false>;
+    return vnni ? &rows_by_four<super_kernels<ggml_type::q6_k, true>>
+                : &rows_by_four<super_kernels<ggml_type::q6_k, false>>;
   }
 }
 
