@@ -133,52 +133,20 @@ public:
 
   expected<layer_weights> layer(unsigned l) override {
     const auto& s = shape_;
-    const std::size_t h = s.hidden, hd = s.head_dim, q = std::size_t{s.heads} * hd,
-                      kv = std::size_t{s.kv_heads} * hd, qkv = q + 2 * kv;
     layer_weights w;
     auto get = [&](const char* part) { return decode(*file_, layer_tensor(l, part)); };
     // q, k and v: [out][in] in the file (a llama file's q and k rows in adjacent-pair rotary
     // order, which the backend rotates so: shape.rope_adjacent). A matrix whose parts are all
     // block types stays in them: its rows are the file's mapped bytes.
-    if (quantized(l, {"attn_q.weight", "attn_k.weight", "attn_v.weight"})) {
-      w.wqkv_q = {rows(l, "attn_q.weight"), rows(l, "attn_k.weight"), rows(l, "attn_v.weight")};
-    } else {
-      auto wq = get("attn_q.weight"), wk = get("attn_k.weight"), wv = get("attn_v.weight");
-      for (auto* t : {&wq, &wk, &wv})
-        if (!*t)
-          return t->error();
-      w.wqkv.resize(h * qkv);
-      transpose_into(*wq, q, h, w.wqkv, qkv, 0);
-      transpose_into(*wk, kv, h, w.wqkv, qkv, q);
-      transpose_into(*wv, kv, h, w.wqkv, qkv, q + kv);
-    }
-    if (quantized(l, {"attn_output.weight"})) {
-      w.wo_q = {rows(l, "attn_output.weight")};
-    } else {
-      auto wo = get("attn_output.weight");
-      if (!wo)
-        return wo.error();
-      w.wo = transposed(*wo, h, q);
-    }
-    if (quantized(l, {"ffn_gate.weight", "ffn_up.weight"})) {
-      w.wgate_up_q = {rows(l, "ffn_gate.weight"), rows(l, "ffn_up.weight")};
-    } else {
-      auto gate = get("ffn_gate.weight"), up = get("ffn_up.weight");
-      for (auto* t : {&gate, &up})
-        if (!*t)
-          return t->error();
-      w.wgate_up.resize(h * 2 * s.ffn);
-      transpose_into(*gate, s.ffn, h, w.wgate_up, 2 * s.ffn, 0);
-      transpose_into(*up, s.ffn, h, w.wgate_up, 2 * s.ffn, s.ffn);
-    }
-    if (quantized(l, {"ffn_down.weight"})) {
-      w.wdown_q = {rows(l, "ffn_down.weight")};
-    } else {
-      auto down = get("ffn_down.weight");
-      if (!down)
-        return down.error();
-      w.wdown = transposed(*down, h, s.ffn);
-    }
+    auto ok = fused(l, {"attn_q.weight", "attn_k.weight", "attn_v.weight"}, w.wqkv, w.wqkv_q);
+    if (ok)
+      ok = fused(l, {"attn_output.weight"}, w.wo, w.wo_q);
+    if (ok)
+      ok = fused(l, {"ffn_gate.weight", "ffn_up.weight"}, w.wgate_up, w.wgate_up_q);
+    if (ok)
+      ok = fused(l, {"ffn_down.weight"}, w.wdown, w.wdown_q);
+    if (!ok)
+      return ok.error();
     for (auto* m : {&w.wqkv, &w.wo, &w.wgate_up, &w.wdown})
       round_to_type(*m);
     auto attn_norm = get("attn_norm.weight"), ffn_norm = get("ffn_norm.weight");
@@ -208,9 +176,38 @@ public:
   }
 
 private:
+  using part_list = std::initializer_list<const char*>;
+
+  // The matrix of `parts` of layer `l` (each [out_i][in] in the file) fused by output rows: the
+  // file's rows when every part is a block type, else decoded and transposed into `plain`
+  // ([in][sum of out_i]).
+  expected<void> fused(unsigned l, part_list parts, std::vector<float>& plain,
+                       quantized_matrix& runs) const {
+    if (quantized(l, parts)) {
+      for (const char* part : parts)
+        runs.push_back(rows(l, part));
+      return {};
+    }
+    const std::size_t in = file_->tensor(layer_tensor(l, *parts.begin()))->dims[0];
+    std::size_t width = 0;
+    for (const char* part : parts)
+      width += file_->tensor(layer_tensor(l, part))->dims[1];
+    plain.resize(in * width);
+    std::size_t col = 0;
+    for (const char* part : parts) {
+      auto values = decode(*file_, layer_tensor(l, part));
+      if (!values)
+        return values.error();
+      const std::size_t out = values->size() / in;
+      transpose_into(*values, out, in, plain, width, col);
+      col += out;
+    }
+    return {};
+  }
+
   // Whether every one of `parts` of layer `l` is a block type the backend keeps (check_tensors
   // made sure they exist).
-  bool quantized(unsigned l, std::initializer_list<const char*> parts) const {
+  bool quantized(unsigned l, part_list parts) const {
     return std::all_of(parts.begin(), parts.end(), [&](const char* part) {
       return kept_quantized(file_->tensor(layer_tensor(l, part))->type);
     });

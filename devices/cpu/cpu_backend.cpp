@@ -128,14 +128,8 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
             return std::string{"cpu backend: "} + what +
                    (layer == ~0u ? std::string{} : " of layer " + std::to_string(layer)) + ": ";
           };
-          if (auto ok = detail::quant_linear::check(k, runs); !ok)
+          if (auto ok = detail::quant_linear::check(k, n, runs); !ok)
             return make_error(ok.error().code, name() + ok.error().message);
-          unsigned rows = 0;
-          for (const auto& r : runs)
-            rows += r.rows;
-          if (rows != n)
-            return make_error(errc::invalid_argument, name() + std::to_string(rows) +
-                                                          " rows, expected " + std::to_string(n));
           return std::make_shared<matrix>(m.engine, k, std::move(runs), quant_isa);
         };
         unsigned qkv = (s.heads + 2 * s.kv_heads) * s.head_dim;

@@ -71,7 +71,7 @@ double worst_error(fixture& f, vector_isa isa, unsigned k,
     runs.push_back(encode(type, rows, k, plain, n, col));
     col += rows;
   }
-  BOOST_REQUIRE(quant_linear::check(k, runs));
+  BOOST_REQUIRE(quant_linear::check(k, n, runs));
   quant_linear lin(f.engine, k, std::move(runs), isa);
   BOOST_TEST(lin.n() == n);
   double worst = 0;
@@ -171,22 +171,26 @@ BOOST_AUTO_TEST_CASE(the_blocks_are_kept_as_given_and_rows_decode_as_dequantize_
 BOOST_AUTO_TEST_CASE(runs_that_do_not_fit_the_width_or_type_are_named) {
   std::vector<float> plain(256 * 2);
   quantized_matrix runs{encode(ggml_type::q4_k, 2, 256, plain, 2, 0)};
-  auto wrong_width = quant_linear::check(288, runs);
+  auto wrong_rows = quant_linear::check(256, 3, runs);
+  BOOST_REQUIRE(!wrong_rows);
+  BOOST_TEST(wrong_rows.error().message.find("2 rows, expected 3") != std::string::npos,
+             wrong_rows.error().message);
+  auto wrong_width = quant_linear::check(288, 2, runs);
   BOOST_REQUIRE(!wrong_width);
   BOOST_TEST(wrong_width.error().message.find("input width 288 is not a multiple of the block "
                                               "(256)") != std::string::npos,
              wrong_width.error().message);
   runs[0].bytes = runs[0].bytes.first(runs[0].bytes.size() - 1);
-  auto short_bytes = quant_linear::check(256, runs);
+  auto short_bytes = quant_linear::check(256, 2, runs);
   BOOST_REQUIRE(!short_bytes);
   BOOST_TEST(short_bytes.error().message.find("287 bytes do not hold 2 rows of 256 values") !=
                  std::string::npos,
              short_bytes.error().message);
   runs[0] = triad::owned_rows(ggml_type::f16, 2, std::vector<std::byte>(1024));
-  auto f16 = quant_linear::check(256, runs);
+  auto f16 = quant_linear::check(256, 2, runs);
   BOOST_REQUIRE(!f16);
   BOOST_TEST(f16.error().code == triad::errc::unsupported);
-  BOOST_TEST(!quant_linear::check(256, {}));
+  BOOST_TEST(!quant_linear::check(256, 0, {}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

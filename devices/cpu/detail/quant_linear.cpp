@@ -279,69 +279,33 @@ void quantize_activations(const float* x, unsigned m, unsigned k, unsigned block
   }
 }
 
-// One group of 32 weights as unsigned bytes `v` with w = s * v + c per half of 16 values
-// (s_lo, c_lo for values 0..15, s_hi, c_hi for 16..31); q8_0 gives |w| and `sign` (its x
-// takes w's sign, c = 0), as unsigned-by-signed products need.
+// One block of 32 weights as unsigned bytes `v` with w = s * v + c; q8_0 gives |w| and `sign`
+// (its x takes w's sign, c = 0), as unsigned-by-signed products need.
 struct group32 {
   __m256i v;
   __m256i sign;
-  float s_lo, s_hi, c_lo, c_hi;
+  float s, c;
 };
 
 #define TRIAD_INT8_TARGET "avx2,fma"
 #define TRIAD_VNNI_TARGET "avx2,fma,avx512f,avx512vl,avx512vnni"
 
+// One block of q8_0 or q4_0 (its layout: block_type<T>) for the integer kernels.
 template<ggml_type T>
-struct int8_blocks;
-
-template<>
-struct int8_blocks<ggml_type::q8_0> {
-  static constexpr unsigned values = 32, bytes = 34, groups = 1;
-  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline group32
-  group(const std::byte* b, unsigned) {
-    const float d = half_to_float(block_u16(b));
+__attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline group32
+int8_block(const std::byte* b) {
+  const float d = half_to_float(block_u16(b));
+  if constexpr (T == ggml_type::q8_0) {
     const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-    return {_mm256_sign_epi8(w, w), w, d, d, 0.0f, 0.0f};
-  }
-};
-
-template<>
-struct int8_blocks<ggml_type::q4_0> {
-  static constexpr unsigned values = 32, bytes = 18, groups = 1;
-  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline group32
-  group(const std::byte* b, unsigned) {
-    const float d = half_to_float(block_u16(b));
+    return {_mm256_sign_epi8(w, w), w, d, 0.0f};
+  } else {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const __m256i v =
         _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
-    return {v, _mm256_setzero_si256(), d, d, -8.0f * d, -8.0f * d};
+    return {v, _mm256_setzero_si256(), d, -8.0f * d};
   }
-};
-
-// q6_K's values (its scales here serve no kernel: super_blocks<q6_k> takes them per 256).
-template<>
-struct int8_blocks<ggml_type::q6_k> {
-  static constexpr unsigned values = 256, bytes = 210, groups = 8;
-  __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline group32
-  group(const std::byte* b, unsigned g) {
-    // Group g of 32 values: half h = g / 4 of 128, quarter j = g % 4: low bits from ql (bytes
-    // 0..31 or 32..63 of the half, low or high nibbles), two high bits from qh (bits 2j).
-    const unsigned h = g / 4, j = g % 4;
-    const auto* ql = reinterpret_cast<const std::uint8_t*>(b) + 64 * h + 32 * (j & 1);
-    const auto* qh = reinterpret_cast<const std::uint8_t*>(b) + 128 + 32 * h;
-    const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + 8 * h + 2 * j;
-    const float d = half_to_float(block_u16(b + 208));
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
-    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-    lo = (j & 2) ? _mm256_and_si256(_mm256_srli_epi16(lo, 4), m4) : _mm256_and_si256(lo, m4);
-    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
-    hi = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(static_cast<int>(2 * j))), m2);
-    const __m256i v = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-    const float s_lo = d * sc[0], s_hi = d * sc[1];
-    return {v, _mm256_setzero_si256(), s_lo, s_hi, -32.0f * s_lo, -32.0f * s_hi};
-  }
-};
+}
 
 // Sums of 4 consecutive products of unsigned `v` and signed `x`, as 8 int32 lanes.
 __attribute__((target(TRIAD_VNNI_TARGET), always_inline)) inline __m256i dot4_vnni(__m256i v,
@@ -398,29 +362,22 @@ using int8_fn = void (*)(const std::byte*, unsigned, const act_q8&, unsigned, un
 // one body for both targets (a target attribute cannot depend on a template argument); M a
 // constant, so the accumulators stay in registers.
 #define TRIAD_INT8_ROW(DOT4)                                                                       \
-  using B = int8_blocks<T>;                                                                        \
+  using B = block_type<T>;                                                                         \
   __m256 acc[M] = {};                                                                              \
   float consts[M] = {};                                                                            \
-  const std::size_t groups = k / 32;                                                               \
-  for (std::size_t blk = 0; blk < k / B::values; ++blk) {                                          \
-    const std::byte* b = row + blk * B::bytes;                                                     \
-    for (unsigned g = 0; g < B::groups; ++g) {                                                     \
-      const group32 w = B::group(b, g);                                                            \
-      const __m256 lanes = _mm256_setr_m128(_mm_set1_ps(w.s_lo), _mm_set1_ps(w.s_hi));             \
-      const std::size_t gi = blk * B::groups + g;                                                  \
-      for (unsigned mm = 0; mm < M; ++mm) {                                                        \
-        const std::size_t ai = (m0 + mm) * groups + gi;                                            \
-        __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + ai * 32));    \
-        if constexpr (T == ggml_type::q8_0)                                                        \
-          x = _mm256_sign_epi8(x, w.sign);                                                         \
-        const __m256i p = DOT4(w.v, x);                                                            \
-        const float dx = a.d[ai];                                                                  \
-        acc[mm] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(lanes, _mm256_set1_ps(dx)), \
-                                  acc[mm]);                                                        \
-        if constexpr (T != ggml_type::q8_0)                                                        \
-          consts[mm] += dx * (w.c_lo * static_cast<float>(a.sums[2 * ai]) +                        \
-                              w.c_hi * static_cast<float>(a.sums[2 * ai + 1]));                    \
-      }                                                                                            \
+  const std::size_t blocks = k / 32;                                                               \
+  for (std::size_t blk = 0; blk < blocks; ++blk) {                                                 \
+    const group32 w = int8_block<T>(row + blk * B::bytes);                                         \
+    for (unsigned mm = 0; mm < M; ++mm) {                                                          \
+      const std::size_t ai = (m0 + mm) * blocks + blk;                                             \
+      __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + ai * 32));      \
+      if constexpr (T == ggml_type::q8_0)                                                          \
+        x = _mm256_sign_epi8(x, w.sign);                                                           \
+      const __m256i p = DOT4(w.v, x);                                                              \
+      const float dx = a.d[ai];                                                                    \
+      acc[mm] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(w.s * dx), acc[mm]);         \
+      if constexpr (T != ggml_type::q8_0)                                                          \
+        consts[mm] += dx * w.c * static_cast<float>(a.sums[2 * ai] + a.sums[2 * ai + 1]);          \
     }                                                                                              \
   }                                                                                                \
   store_sums<M>(acc, consts, dst, ldd);
@@ -438,18 +395,6 @@ __attribute__((target(TRIAD_INT8_TARGET))) void int8_avx2_m(const std::byte* row
   TRIAD_INT8_ROW(dot4_avx2)
 }
 
-// The 32-block kernels of T, by rows of activations.
-template<ggml_type T, bool VNNI>
-struct small_kernels {
-  template<unsigned M>
-  static void run(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, float* dst,
-                  std::size_t ldd) {
-    if constexpr (VNNI)
-      int8_vnni_m<T, M>(row, k, a, m0, dst, ldd);
-    else
-      int8_avx2_m<T, M>(row, k, a, m0, dst, ldd);
-  }
-};
 #undef TRIAD_INT8_ROW
 
 // q4_K and q6_K against activations scaled per super-block: each group's integer products
@@ -501,14 +446,13 @@ template<>
 struct super_blocks<ggml_type::q6_k> {
   static constexpr unsigned bytes = 210;
   struct scales {
-    float d, dmin;
+    float d;
     std::int32_t sc[16]; // per 16 values, in value order
   };
   __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline scales
   prepare(const std::byte* b) {
     scales s;
     s.d = half_to_float(block_u16(b + 208));
-    s.dmin = 0;
     const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
     // Values 32g..32g+31 (g = 4h + j) use scales 8h + 2j (first 16) and 8h + 2j + 1.
     for (unsigned g = 0; g < 8; ++g) {
@@ -519,7 +463,17 @@ struct super_blocks<ggml_type::q6_k> {
   }
   __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline __m256i
   values(const std::byte* b, unsigned g) {
-    return int8_blocks<ggml_type::q6_k>::group(b, g).v;
+    // Group g of 32 values: half h = g / 4 of 128, quarter j = g % 4: low bits from ql (bytes
+    // 0..31 or 32..63 of the half, low or high nibbles), two high bits from qh (bits 2j).
+    const unsigned h = g / 4, j = g % 4;
+    const auto* ql = reinterpret_cast<const std::uint8_t*>(b) + 64 * h + 32 * (j & 1);
+    const auto* qh = reinterpret_cast<const std::uint8_t*>(b) + 128 + 32 * h;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    lo = (j & 2) ? _mm256_and_si256(_mm256_srli_epi16(lo, 4), m4) : _mm256_and_si256(lo, m4);
+    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+    hi = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(static_cast<int>(2 * j))), m2);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
   }
   __attribute__((target(TRIAD_INT8_TARGET), always_inline)) static inline __m256i
   lanes(const scales& s, unsigned g) {
@@ -577,27 +531,31 @@ __attribute__((target(TRIAD_INT8_TARGET))) void super_avx2_m(const std::byte* ro
 }
 #undef TRIAD_SUPER_ROW
 
-// The super-block kernels of T, by rows of activations.
-template<ggml_type T, bool VNNI>
-struct super_kernels {
-  template<unsigned M>
-  static void run(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, float* dst,
-                  std::size_t ldd) {
-    if constexpr (VNNI)
-      super_vnni_m<T, M>(row, k, a, m0, dst, ldd);
-    else
-      super_avx2_m<T, M>(row, k, a, m0, dst, ldd);
-  }
-};
-
 // Whether `type`'s integer kernels take activations scaled per 256 (else per 32).
-bool per_super_block(ggml_type type) {
+constexpr bool per_super_block(ggml_type type) {
   return type == ggml_type::q4_k || type == ggml_type::q6_k;
 }
 
+// The integer kernels of T, by rows of activations.
+template<ggml_type T, bool VNNI>
+struct int8_kernels {
+  template<unsigned M>
+  static void run(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, float* dst,
+                  std::size_t ldd) {
+    if constexpr (per_super_block(T) && VNNI)
+      super_vnni_m<T, M>(row, k, a, m0, dst, ldd);
+    else if constexpr (per_super_block(T))
+      super_avx2_m<T, M>(row, k, a, m0, dst, ldd);
+    else if constexpr (VNNI)
+      int8_vnni_m<T, M>(row, k, a, m0, dst, ldd);
+    else
+      int8_avx2_m<T, M>(row, k, a, m0, dst, ldd);
+  }
+};
+
 template<ggml_type T>
 int8_fn int8_of(bool vnni) {
-  return vnni ? &rows_by_four<small_kernels<T, true>> : &rows_by_four<small_kernels<T, false>>;
+  return vnni ? &rows_by_four<int8_kernels<T, true>> : &rows_by_four<int8_kernels<T, false>>;
 }
 
 int8_fn int8_of(ggml_type type, bool vnni) {
@@ -607,17 +565,15 @@ int8_fn int8_of(ggml_type type, bool vnni) {
   case ggml_type::q4_0:
     return int8_of<ggml_type::q4_0>(vnni);
   case ggml_type::q4_k:
-    return vnni ? &rows_by_four<super_kernels<ggml_type::q4_k, true>>
-                : &rows_by_four<super_kernels<ggml_type::q4_k, false>>;
+    return int8_of<ggml_type::q4_k>(vnni);
   default:
-    return vnni ? &rows_by_four<super_kernels<ggml_type::q6_k, true>>
-                : &rows_by_four<super_kernels<ggml_type::q6_k, false>>;
+    return int8_of<ggml_type::q6_k>(vnni);
   }
 }
 
 } // namespace
 
-expected<void> quant_linear::check(unsigned k, const quantized_matrix& runs) {
+expected<void> quant_linear::check(unsigned k, unsigned n, const quantized_matrix& runs) {
   if (runs.empty())
     return make_error(errc::invalid_argument, "quantized weight: no rows");
   for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -637,6 +593,12 @@ expected<void> quant_linear::check(unsigned k, const quantized_matrix& runs) {
                         which + std::to_string(run.bytes.size()) + " bytes do not hold " +
                             std::to_string(run.rows) + " rows of " + std::to_string(k) + " values");
   }
+  unsigned rows = 0;
+  for (const auto& run : runs)
+    rows += run.rows;
+  if (rows != n)
+    return make_error(errc::invalid_argument, "quantized weight: " + std::to_string(rows) +
+                                                  " rows, expected " + std::to_string(n));
   return {};
 }
 
@@ -655,8 +617,10 @@ quant_linear::quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs,
           tile_columns, widened_matmul::tile_layout::column_major) {
   for (const auto& run : runs_) {
     run_first_row_.push_back(n_);
+    const std::size_t stride = row_bytes(run.type, k_);
     for (unsigned first = 0; first < run.rows; first += group_rows)
-      groups_.push_back({&run, first, n_ + first, std::min(group_rows, run.rows - first)});
+      groups_.push_back({run.bytes.data() + first * stride, stride, run.type, n_ + first,
+                         std::min(group_rows, run.rows - first)});
     n_ += run.rows;
   }
   prefill_kernel_ = large_.kernel(small_m_limit + 1);
@@ -703,15 +667,12 @@ void quant_linear::forward_small(const float* src, float* dst, unsigned m) const
 #pragma omp parallel for schedule(static) if (parallel)
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const auto& group = groups_[g];
-    const auto* run = group.run;
-    const auto kern = kernels_of(run->type, isa_);
-    const std::size_t stride = row_bytes(run->type, k_);
-    const std::byte* rows = run->bytes.data() + std::size_t{group.first} * stride;
+    const auto kern = kernels_of(group.type, isa_);
     if (group.count == group_rows) {
-      kern.four(rows, stride, k_, src, m, dst + group.row, n_);
+      kern.four(group.rows, group.stride, k_, src, m, dst + group.row, n_);
     } else {
       for (unsigned r = 0; r < group.count; ++r)
-        kern.one(rows + r * stride, stride, k_, src, m, dst + group.row + r, n_);
+        kern.one(group.rows + r * group.stride, group.stride, k_, src, m, dst + group.row + r, n_);
     }
   }
 }
@@ -734,13 +695,10 @@ void quant_linear::forward_int8(const float* src, float* dst, unsigned m) const 
 #pragma omp parallel for schedule(static) if (parallel)
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const auto& group = groups_[g];
-    const auto* run = group.run;
-    const int8_fn row_fn = int8_of(run->type, vnni_);
-    const std::size_t stride = row_bytes(run->type, k_);
-    const std::byte* rows = run->bytes.data() + std::size_t{group.first} * stride;
+    const int8_fn row_fn = int8_of(group.type, vnni_);
+    const act_q8& a = per_super_block(group.type) ? a256 : a32;
     for (unsigned r = 0; r < group.count; ++r)
-      row_fn(rows + r * stride, k_, per_super_block(run->type) ? a256 : a32, 0, m,
-             dst + group.row + r, n_);
+      row_fn(group.rows + r * group.stride, k_, a, 0, m, dst + group.row + r, n_);
   }
 }
 

@@ -34,10 +34,10 @@ public:
   /// Output rows decoded per oneDNN tile on the large-M path (long prefills).
   static constexpr unsigned tile_columns = 256;
 
-  /// Whether `runs` is a weight of input width `k` these kernels read: q4_0, q8_0, q4_K or
-  /// q6_K runs of at least one row, `k` a multiple of each run's block, each run's bytes
-  /// exactly its rows; the error names the run and what is wrong.
-  static expected<void> check(unsigned k, const quantized_matrix& runs);
+  /// Whether `runs` is a weight of input width `k` and output width `n` these kernels read:
+  /// q4_0, q8_0, q4_K or q6_K runs of at least one row, `k` a multiple of each run's block,
+  /// each run's bytes exactly its rows, `n` rows in all; the error names what is wrong.
+  static expected<void> check(unsigned k, unsigned n, const quantized_matrix& runs);
 
   /// Takes `runs` (check()ed) of input width `k`; `isa` picks the own kernels.
   quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs, vector_isa isa);
@@ -60,12 +60,13 @@ public:
   std::size_t weight_bytes() const noexcept;
 
 private:
-  /// Up to four consecutive rows of one run: one unit of the own kernels' work.
+  /// Up to four consecutive rows of one run: one unit of the kernels' work.
   struct row_group {
-    const quantized_rows* run; ///< the run they belong to
-    unsigned first;            ///< first row within the run
-    unsigned row;              ///< first row of the matrix (the output column)
-    unsigned count;            ///< 1..4
+    const std::byte* rows; ///< the first row's blocks
+    std::size_t stride;    ///< bytes per row
+    ggml_type type;        ///< the run's type
+    unsigned row;          ///< first row of the matrix (the output column)
+    unsigned count;        ///< 1..4
   };
 
   /// dst = src x W by the integer kernels, m <= int8_m_limit.
