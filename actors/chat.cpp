@@ -4,6 +4,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/serializer.hpp>
+#include <boost/json/stream_parser.hpp>
 
 namespace triad {
 
@@ -161,15 +162,10 @@ std::uint32_t script_length(const generation_script& script) {
   return static_cast<std::uint32_t>(script_tokens(script).size());
 }
 
-expected<tool_call_text> parse_tool_call(std::string_view text) {
-  std::error_code ec;
-  // A call is short: its parsed tree lives in this buffer (spilling to the heap when longer),
-  // not in one allocation per node.
-  unsigned char buffer[2048];
-  boost::json::monotonic_resource arena{buffer, sizeof buffer};
-  auto v = boost::json::parse(text, ec, &arena);
-  if (ec)
-    return make_error(errc::invalid_argument, "tool call is not valid JSON: " + ec.message());
+namespace {
+
+// A call object: {"name": "...", "arguments" | "parameters": {...} or a JSON string of one}.
+expected<tool_call_text> call_of(const boost::json::value& v) {
   if (!v.is_object())
     return make_error(errc::invalid_argument,
                       "tool call must be a JSON object {\"name\": ..., \"arguments\": {...}}");
@@ -180,11 +176,14 @@ expected<tool_call_text> parse_tool_call(std::string_view text) {
   tool_call_text out;
   out.name = std::string{name->as_string()};
   auto* args = o.if_contains("arguments");
+  if (args == nullptr)
+    args = o.if_contains("parameters"); // Llama 3's spelling
   if (args == nullptr) {
     out.arguments_json = "{}";
   } else if (args->is_object()) {
     out.arguments_json = boost::json::serialize(*args);
   } else if (args->is_string()) { // some models write the arguments as a JSON string
+    std::error_code ec;
     auto inner = boost::json::parse(args->as_string(), ec);
     if (ec || !inner.is_object())
       return make_error(errc::invalid_argument,
@@ -192,6 +191,137 @@ expected<tool_call_text> parse_tool_call(std::string_view text) {
     out.arguments_json = boost::json::serialize(inner);
   } else {
     return make_error(errc::invalid_argument, "tool call \"arguments\" must be a JSON object");
+  }
+  return out;
+}
+
+bool json_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+} // namespace
+
+expected<tool_call_text> parse_tool_call(std::string_view text) {
+  std::error_code ec;
+  // A call is short: its parsed tree lives in this buffer (spilling to the heap when longer),
+  // not in one allocation per node.
+  unsigned char buffer[2048];
+  boost::json::monotonic_resource arena{buffer, sizeof buffer};
+  auto v = boost::json::parse(text, ec, &arena);
+  if (ec)
+    return make_error(errc::invalid_argument, "tool call is not valid JSON: " + ec.message());
+  return call_of(v);
+}
+
+std::string_view to_string(call_syntax s) {
+  switch (s) {
+  case call_syntax::tagged:
+    return "hermes";
+  case call_syntax::llama3:
+    return "llama3";
+  case call_syntax::mistral:
+    return "mistral";
+  case call_syntax::none:
+    break;
+  }
+  return "none";
+}
+
+expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::string_view text) {
+  std::vector<tool_call_text> out;
+  switch (syntax) {
+  case call_syntax::none:
+    return make_error(errc::unsupported, "the model has no tool-call syntax triad knows");
+  case call_syntax::tagged: {
+    auto call = parse_tool_call(text);
+    if (!call)
+      return call.error();
+    out.push_back(std::move(*call));
+    return out;
+  }
+  case call_syntax::llama3: {
+    // One or more objects, separated by ';' (and white space).
+    std::size_t at = 0;
+    while (true) {
+      while (at < text.size() && (json_space(text[at]) || (!out.empty() && text[at] == ';')))
+        ++at;
+      if (at == text.size())
+        break;
+      boost::json::stream_parser p;
+      std::error_code ec;
+      const auto used = p.write_some(text.data() + at, text.size() - at, ec);
+      if (!ec && !p.done())
+        p.finish(ec);
+      if (ec || !p.done())
+        return make_error(errc::invalid_argument, "tool call is not valid JSON" +
+                                                      (ec ? ": " + ec.message() : std::string{}));
+      auto call = call_of(p.release());
+      if (!call)
+        return call.error();
+      out.push_back(std::move(*call));
+      at += used;
+    }
+    if (out.empty())
+      return make_error(errc::invalid_argument, "tool call is empty");
+    return out;
+  }
+  case call_syntax::mistral: {
+    std::error_code ec;
+    auto v = boost::json::parse(text, ec);
+    if (ec)
+      return make_error(errc::invalid_argument, "tool calls are not valid JSON: " + ec.message());
+    if (v.is_object()) {
+      auto call = call_of(v);
+      if (!call)
+        return call.error();
+      out.push_back(std::move(*call));
+      return out;
+    }
+    if (!v.is_array() || v.as_array().empty())
+      return make_error(errc::invalid_argument,
+                        "[TOOL_CALLS] must be followed by a non-empty JSON array of calls");
+    for (const auto& c : v.as_array()) {
+      auto call = call_of(c);
+      if (!call)
+        return call.error();
+      out.push_back(std::move(*call));
+    }
+    return out;
+  }
+  }
+  return out;
+}
+
+std::string write_tool_calls(call_syntax syntax, const std::vector<tool_call_text>& calls) {
+  namespace json = boost::json;
+  auto object = [&](const tool_call_text& c, std::string_view key) {
+    std::error_code ec;
+    auto args = json::parse(c.arguments_json, ec);
+    return json::object{{"name", c.name},
+                        {key, ec ? json::value(c.arguments_json) : std::move(args)}};
+  };
+  std::string out;
+  switch (syntax) {
+  case call_syntax::none:
+    break;
+  case call_syntax::tagged:
+    if (!calls.empty())
+      out = json::serialize(object(calls.front(), "arguments"));
+    break;
+  case call_syntax::llama3:
+    for (const auto& c : calls) {
+      if (!out.empty())
+        out += "; ";
+      out += json::serialize(object(c, "parameters"));
+    }
+    break;
+  case call_syntax::mistral: {
+    json::array list;
+    for (const auto& c : calls)
+      list.push_back(object(c, "arguments"));
+    out = json::serialize(list);
+    break;
+  }
   }
   return out;
 }

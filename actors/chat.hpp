@@ -77,4 +77,29 @@ std::uint32_t script_length(const generation_script& script);
 /// whose message is fit to show the model ("tool call is not valid JSON: ...").
 expected<tool_call_text> parse_tool_call(std::string_view text);
 
+/// How a model family writes its tool calls (what its chat template teaches it; llama.cpp's
+/// chat parsers know the same families).
+enum class call_syntax : std::uint8_t {
+  none,    ///< no syntax triad knows: what the model writes is text
+  tagged,  ///< `<tool_call>{"name", "arguments"}</tool_call>`, one per pair of tokens (Hermes,
+           ///< Qwen 2/2.5/3, the byte format)
+  llama3,  ///< Llama 3.1+: the answer is `{"name", "parameters"}` (after `<|python_tag|>` or
+           ///< not), up to the end of the turn; several are separated by ';'
+  mistral, ///< Mistral: `[TOOL_CALLS]` then a JSON array of `{"name", "arguments"}` up to the
+           ///< end of the answer
+};
+
+/// The name of `s` ("none", "hermes", "llama3", "mistral"), for messages and logs.
+std::string_view to_string(call_syntax s);
+
+/// Parses the text of one call site in `syntax`: for tagged the text between the tags, for
+/// llama3 the answer (after `<|python_tag|>` when it came), for mistral what follows
+/// `[TOOL_CALLS]`. Arguments may be under "arguments" or "parameters", as an object or a JSON
+/// string of one. Errors name what is wrong, fit to show the model or the client.
+expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::string_view text);
+
+/// The text of `calls` as a model of `syntax` writes them (the inverse of parse_tool_calls): the
+/// JSON between the tags for tagged (one call), the objects for llama3, the array for mistral.
+std::string write_tool_calls(call_syntax syntax, const std::vector<tool_call_text>& calls);
+
 } // namespace triad

@@ -38,6 +38,7 @@ public:
   std::string piece(token t) const override { return tokenizer{}.decode(t); }
   bool ends(token t) const override { return t == tokenizer::eos; }
   std::vector<token> end_tokens() const override { return {tokenizer::eos}; }
+  call_syntax syntax() const override { return call_syntax::tagged; }
   std::optional<token> call_start() const override { return tokenizer::tool_call_start; }
   std::optional<token> call_end() const override { return tokenizer::tool_call_end; }
   bool control(token t) const override { return tokenizer::is_special(t); }
@@ -50,7 +51,7 @@ namespace json = boost::json;
 
 // Spellings that end a turn in the families triad serves, where the vocabulary has them as
 // control tokens (llama.cpp's end-of-generation set does the same).
-constexpr std::string_view turn_ends[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>",
+constexpr std::string_view turn_ends[] = {"<|im_end|>",      "<|eot_id|>",    "<|eom_id|>",
                                           "<|end_of_text|>", "<|endoftext|>", "</s>"};
 
 class model_format final : public chat_format {
@@ -59,6 +60,7 @@ public:
       : tok_(std::move(tok))
       , template_(std::move(tmpl)) {
     const auto& v = tok_->vocabulary();
+    std::optional<token> mistral_open, python_tag;
     auto spelling = [&](std::optional<token> id) {
       return id ? v.tokens[static_cast<std::size_t>(*id)] : std::string{};
     };
@@ -72,17 +74,34 @@ public:
       const bool control = v.kinds[id] == token_kind::control;
       if (control)
         for (auto e : turn_ends)
-          if (t == e && std::find(ends_.begin(), ends_.end(), static_cast<token>(id)) == ends_.end())
+          if (t == e &&
+              std::find(ends_.begin(), ends_.end(), static_cast<token>(id)) == ends_.end())
             ends_.push_back(static_cast<token>(id));
       if (t == "<tool_call>")
         call_start_ = static_cast<token>(id);
       if (t == "</tool_call>")
         call_end_ = static_cast<token>(id);
+      if (t == "[TOOL_CALLS]")
+        mistral_open = static_cast<token>(id);
+      if (t == "<|python_tag|>")
+        python_tag = static_cast<token>(id);
     }
-    if (!call_start_ || !call_end_) {
+    // The family's call syntax, from the tokens its vocabulary has for it.
+    if (call_start_ && call_end_) {
+      syntax_ = call_syntax::tagged;
+    } else {
       call_start_.reset();
       call_end_.reset();
+      if (mistral_open) {
+        syntax_ = call_syntax::mistral;
+        call_start_ = mistral_open;
+      } else if (python_tag) {
+        syntax_ = call_syntax::llama3;
+        call_start_ = python_tag;
+      }
     }
+    turn_end_ = v.eot ? *v.eot : v.eos ? *v.eos : ends_.empty() ? token{0} : ends_.front();
+    filler_ = tok_->encode("a", false).front();
   }
 
   // The template's context, as Hugging Face's apply_chat_template builds it.
@@ -129,7 +148,8 @@ public:
     for (std::size_t i = 0; i < messages.size(); ++i) {
       const auto& m = messages[i];
       const std::string at = "messages[" + std::to_string(i) + "]";
-      for (auto [text, field] : {std::pair{&m.content, ".content"}, {&m.tool_calls_json, ".tool_calls"},
+      for (auto [text, field] : {std::pair{&m.content, ".content"},
+                                 {&m.tool_calls_json, ".tool_calls"},
                                  {&m.tool_call_id, ".tool_call_id"}})
         if (auto ok = check(*text, at + field); !ok)
           return ok;
@@ -174,10 +194,39 @@ public:
     return out;
   }
 
-  expected<std::vector<token>> script(const generation_script&) const override {
-    return make_error(errc::invalid_argument,
-                      "generation scripts force the byte tokenizer's tokens; they run with the "
-                      "random presets, not with a model file");
+  expected<std::vector<token>> script(const generation_script& s) const override {
+    std::vector<token> out;
+    std::vector<tool_call_text> calls;
+    for (const auto& turn : s.turns) {
+      out.insert(out.end(), turn.tokens, filler_);
+      if (turn.call)
+        calls.push_back(*turn.call);
+    }
+    if (!calls.empty()) {
+      switch (syntax_) {
+      case call_syntax::none:
+        return make_error(errc::invalid_argument,
+                          "the model file's vocabulary has no tool-call syntax triad knows "
+                          "(<tool_call>, [TOOL_CALLS] or <|python_tag|> tokens); a script "
+                          "cannot make it call a tool");
+      case call_syntax::tagged:
+        for (const auto& c : calls) {
+          out.push_back(*call_start_);
+          tok_->encode_to(out, write_tool_calls(syntax_, {c}), false);
+          out.push_back(*call_end_);
+        }
+        break;
+      case call_syntax::llama3: // as its template asks: the JSON alone
+        tok_->encode_to(out, write_tool_calls(syntax_, calls), false);
+        break;
+      case call_syntax::mistral:
+        out.push_back(*call_start_);
+        tok_->encode_to(out, write_tool_calls(syntax_, calls), false);
+        break;
+      }
+    }
+    out.push_back(turn_end_);
+    return out;
   }
 
   std::string piece(token t) const override { return tok_->decode(t); }
@@ -185,6 +234,7 @@ public:
     return std::find(ends_.begin(), ends_.end(), t) != ends_.end();
   }
   std::vector<token> end_tokens() const override { return ends_; }
+  call_syntax syntax() const override { return syntax_; }
   std::optional<token> call_start() const override { return call_start_; }
   std::optional<token> call_end() const override { return call_end_; }
   bool control(token t) const override {
@@ -200,6 +250,9 @@ private:
   std::string bos_, eos_;
   std::vector<token> ends_;
   std::optional<token> call_start_, call_end_;
+  call_syntax syntax_ = call_syntax::none;
+  token turn_end_ = 0; // what a script's answer ends with
+  token filler_ = 0;   // what a script's filler tokens are
 };
 
 } // namespace
@@ -242,15 +295,14 @@ expected<std::shared_ptr<const chat_format>> make_chat_format(const model_source
   const std::string origin = template_path.empty() ? "'" + source + "'" : "'" + template_path + "'";
   auto tmpl = jinja::jinja_template::parse(text);
   if (!tmpl)
-    return make_error(tmpl.error().code,
-                      "the chat template of " + origin + " cannot be parsed: " +
-                          tmpl.error().message);
+    return make_error(tmpl.error().code, "the chat template of " + origin +
+                                             " cannot be parsed: " + tmpl.error().message);
   auto format = std::make_shared<model_format>(std::move(*tok), std::move(*tmpl));
   // Tried once now, so a template triad cannot render stops the start, not a request.
   if (auto tried = format->render({{"user", "Hello"}}, {}); !tried)
-    return make_error(tried.error().code, "the chat template of " + origin +
-                                              " fails on a one-message conversation: " +
-                                              tried.error().message);
+    return make_error(tried.error().code,
+                      "the chat template of " + origin +
+                          " fails on a one-message conversation: " + tried.error().message);
   return std::shared_ptr<const chat_format>{std::move(format)};
 }
 

@@ -32,7 +32,11 @@ public:
   virtual expected<std::vector<token>> tool_result(std::string_view output) const = 0;
   /// A plain completion's prompt (bos where the model wants one, then the text's tokens).
   virtual std::vector<token> raw(std::string_view text) const = 0;
-  /// The tokens a generation script forces; unsupported for model files.
+  /// The tokens a generation script forces. The byte format runs turn after turn, tool results
+  /// between them; a model file's format writes one answer: every turn's filler tokens, then
+  /// all the script's calls in the model's own syntax, then the end of the turn (its format
+  /// returns calls to the client, so there is no later turn). Errors: a model with no call
+  /// syntax asked to call.
   virtual expected<std::vector<token>> script(const generation_script& script) const = 0;
 
   /// The bytes of one token (a character may span tokens).
@@ -41,9 +45,14 @@ public:
   virtual bool ends(token t) const = 0;
   /// Every token that ends the answer, for the devices' stop check.
   virtual std::vector<token> end_tokens() const = 0;
-  /// The tokens that open and close a tool call in the model's syntax, where it has them.
+  /// How the model writes tool calls (none: calls are text).
+  virtual call_syntax syntax() const = 0;
+  /// The token that opens a tool call in the model's syntax, where it has one (`<tool_call>`,
+  /// `[TOOL_CALLS]`, `<|python_tag|>`); a Llama 3 call may also open with '{' as the answer's
+  /// first text.
   virtual std::optional<token> call_start() const = 0;
-  /// See call_start.
+  /// The token that closes one call (`</tool_call>`); none where a call runs to the end of the
+  /// answer (Llama 3, Mistral).
   virtual std::optional<token> call_end() const = 0;
   /// Whether `t` is a control token (never part of the answer's text).
   virtual bool control(token t) const = 0;
@@ -60,7 +69,7 @@ std::shared_ptr<const chat_format> byte_chat_format();
 /// `template_path`), which is parsed and tried on a one-message conversation here, so a
 /// template triad cannot render fails at start, naming the file and the problem. The prompt
 /// refuses client text (messages, tool calls, tools) that spells a control token.
-expected<std::shared_ptr<const chat_format>> make_chat_format(const model_source& model,
-                                                              const std::string& template_path = {});
+expected<std::shared_ptr<const chat_format>>
+make_chat_format(const model_source& model, const std::string& template_path = {});
 
 } // namespace triad

@@ -224,8 +224,8 @@ private:
     g.sampling = req_.sampling;
     g.sampling.seed += attempt_; // a fresh stream per device sequence, still reproducible
     g.max_new_tokens = max_new;
-    if (calls_enabled())
-      g.stop = {*format().call_end()};
+    if (calls_enabled() && format().continues_calls())
+      g.stop = {*format().call_end()}; // the tool runs and its result follows the call
     g.end = format().end_tokens();
     g.sink = caf::actor_cast<caf::actor>(this);
     g.reuse_prefix = reuse_prefix();
@@ -519,16 +519,25 @@ private:
           stored_tokens_ = full_pages(moved->tokens);
         else if (moved && req_.keep_kv)
           kept_kv_ = std::move(moved);
-        return finish(ended_ ? finish_reason::stop : finish_reason::length);
+        return end_answer();
       }
       begin_transfer(std::move(moved));
       return;
     }
-    if (ended_)
-      return finish(finish_reason::stop);
-    if (!tokens_.empty() && format().call_end() && tokens_.back() == *format().call_end())
+    const auto& f = format();
+    if (!ended_ && f.continues_calls() && !tokens_.empty() && f.call_end() &&
+        tokens_.back() == *f.call_end())
       return begin_tool();
-    finish(finish_reason::length);
+    end_answer();
+  }
+
+  // The device stopped at the end of the turn or at max_tokens: the calls the answer made go
+  // to the client (a format that cannot continue them; cut by max_tokens, the answer still
+  // ends with length), and it ends as it stopped.
+  void end_answer() {
+    if (!calls_.empty())
+      return return_calls(ended_ ? finish_reason::tool_calls : finish_reason::length);
+    finish(ended_ ? finish_reason::stop : finish_reason::length);
   }
 
   // The device dropped the sequence after a failed step: retry on another device or end with
@@ -569,17 +578,35 @@ private:
     const auto& f = format();
     if (f.ends(t)) {
       ended_ = true;
+      if (in_call_ && !f.call_end())
+        close_call(false); // Llama 3 and Mistral calls run to the end of the answer
       return;
     }
-    const bool calls = calls_enabled();
-    const bool call_mark = calls && (t == f.call_start() || t == f.call_end());
-    if (calls && t == f.call_start()) {
-      in_call_ = true;
-      call_.clear();
-    } else if (in_call_ && t != f.call_end()) {
-      call_.push_back(t);
+    bool mark = false; // a token of the call syntax, never text
+    if (calls_enabled()) {
+      if (!in_call_ && (t == f.call_start() || opens_json_call(t))) {
+        in_call_ = true;
+        call_.clear();
+        call_open_.reset();
+        if (t == f.call_start()) {
+          mark = true;
+          call_open_ = t;
+        } else {
+          call_.push_back(t); // the '{' that began a Llama 3 call is the call's own text
+        }
+      } else if (in_call_ && f.call_end() && t == *f.call_end()) {
+        mark = true;
+        if (!f.continues_calls())
+          close_call(true); // the next call may follow; the device runs to the end of the turn
+      } else if (in_call_) {
+        call_.push_back(t);
+      }
     }
-    emit_token(t, !(in_call_ || call_mark || f.control(t)));
+    const bool content = !(in_call_ || mark || f.control(t));
+    auto piece = f.piece(t);
+    if (content && piece.find_first_not_of(" \t\r\n") != std::string::npos)
+      wrote_text_ = true;
+    emit_token(t, std::move(piece), content);
   }
 
   // Whether the model's tool calls are taken as calls: always where its format continues them
@@ -588,31 +615,57 @@ private:
   // tokens are text like any other.
   bool calls_enabled() const {
     const auto& f = format();
-    return f.call_end().has_value() &&
+    return f.syntax() != call_syntax::none &&
            (f.continues_calls() || (req_.max_tool_calls > 0 && !req_.raw_prompt));
   }
 
-  // A call the format cannot take (malformed, or never closed) becomes answer text again.
-  void emit_call_as_text() {
+  // A Llama 3 call needs no token to open it: an answer whose first text is '{' is one.
+  bool opens_json_call(token t) const {
+    if (format().syntax() != call_syntax::llama3 || wrote_text_)
+      return false;
+    auto piece = format().piece(t);
+    auto at = piece.find_first_not_of(" \t\r\n");
+    return at != std::string::npos && piece[at] == '{';
+  }
+
+  // A call the model closed (with its closing token, or by ending the turn): its calls join the
+  // answer's; malformed, it is the answer's text again (the model cannot be told).
+  void close_call(bool closed_by_token) {
+    auto parsed = parse_tool_calls(format().syntax(), call_text());
+    if (parsed)
+      calls_.insert(calls_.end(), std::make_move_iterator(parsed->begin()),
+                    std::make_move_iterator(parsed->end()));
+    else
+      emit_call_as_text(closed_by_token);
+    in_call_ = false;
+    call_.clear();
+  }
+
+  // A call the format cannot take (malformed, or never closed) becomes answer text again; the
+  // syntax's control tokens stay out of it, as they do of any text.
+  void emit_call_as_text(bool closed_by_token) {
     const auto& f = format();
     request_event ev;
     ev.request = id_;
     ev.kind = request_event::token;
-    ev.tok = *f.call_start();
-    ev.text = f.piece(*f.call_start()) + call_text() +
-              (tokens_.back() == f.call_end() ? f.piece(*f.call_end()) : std::string{});
+    ev.tok = call_open_ ? *call_open_ : call_.empty() ? token{0} : call_.front();
+    if (call_open_ && !f.control(*call_open_))
+      ev.text = f.piece(*call_open_);
+    ev.text += call_text();
+    if (closed_by_token && !f.control(*f.call_end()))
+      ev.text += f.piece(*f.call_end());
     ev.content = true;
     emit(std::move(ev));
     in_call_ = false;
     call_.clear();
   }
 
-  void emit_token(token t, bool content) {
+  void emit_token(token t, std::string piece, bool content) {
     request_event ev;
     ev.request = id_;
     ev.kind = request_event::token;
     ev.tok = t;
-    ev.text = format().piece(t);
+    ev.text = std::move(piece);
     ev.content = content;
     emit(std::move(ev));
   }
@@ -630,14 +683,26 @@ private:
 
   // ---- tools --------------------------------------------------------------------------------
 
+  // The answer's calls, where the format cannot continue them (a model file's): each goes to
+  // the client as a call event, and the request ends with tool_calls.
+  void return_calls(finish_reason reason) {
+    for (auto& c : calls_) {
+      ++usage_.tool_calls;
+      request_event ev;
+      ev.request = id_;
+      ev.kind = request_event::tool_call;
+      ev.tool_name = std::move(c.name);
+      ev.arguments_json = std::move(c.arguments_json);
+      emit(std::move(ev));
+    }
+    calls_.clear();
+    finish(reason);
+  }
+
+  // The device stopped at a call's closing token (a format that continues calls): the call
+  // runs here, or goes to the caller, and its result follows it.
   void begin_tool() {
     auto parsed = parse_tool_call(call_text());
-    if (!parsed && !format().continues_calls()) {
-      // The model cannot be told its call was malformed: the caller gets it as text.
-      emit_call_as_text();
-      finish(finish_reason::stop);
-      return;
-    }
     enter(stage::tool_wait);
     in_call_ = false;
     tool_start_ = clock_type::now();
@@ -656,10 +721,6 @@ private:
     emit(std::move(ev));
     if (parsed && req_.return_unhosted_calls && !hosted(parsed->name)) {
       finish(finish_reason::tool_calls); // the caller runs it
-      return;
-    }
-    if (!format().continues_calls()) {
-      finish(finish_reason::tool_calls); // the format cannot feed a result back: the caller's
       return;
     }
     park_kv();
@@ -813,7 +874,7 @@ private:
   // out into the conversation. Should that fail, the next turn recomputes it.
   void finish(finish_reason reason) {
     if (in_call_ && stage_ != stage::tool_wait && !format().continues_calls())
-      emit_call_as_text(); // a call never closed (end of turn, max_tokens) is text after all
+      emit_call_as_text(false); // a call never closed (max_tokens) is text after all
     auto* h = decode_.seq != 0 ? &decode_ : prefill_.seq != 0 ? &prefill_ : nullptr;
     request_event ev;
     ev.kind = request_event::done;
@@ -959,8 +1020,11 @@ private:
   std::optional<kv_blob> kept_kv_;   // keep_kv: the KV exported at the end
   std::uint64_t stored_tokens_ = 0;  // keep_kv with a store: tokens whose KV went into it
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;
-  std::vector<token> call_;     // tokens of the tool call being written
-  std::vector<token> appended_; // the tool result's tokens, until they are sent
+  bool wrote_text_ = false;           // the answer has text beyond white space
+  std::vector<token> call_;           // tokens of the tool call being written
+  std::optional<token> call_open_;    // the token that opened it (none: a Llama 3 '{')
+  std::vector<tool_call_text> calls_; // the answer's calls so far (a format that returns them)
+  std::vector<token> appended_;       // the tool result's tokens, until they are sent
   request_usage usage_;
 };
 

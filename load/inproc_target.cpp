@@ -98,7 +98,7 @@ void inproc_target::prepared::send() {
     case request_event::tool_call:
       r.tool_name = ev.tool_name;
       r.tool_arguments = ev.arguments_json;
-      r.tool_call_id = "call_" + std::to_string(ev.request);
+      r.tool_call_id = call_id(ev.request, 0);
       return;
     case request_event::tool_result: // a tool the node ran itself
       r.tool_name.clear();

@@ -156,8 +156,9 @@ std::variant<std::string, api_error> normalised_calls(const json::value& v, cons
         return wrong_type(pp + ".function.arguments", *a, "a string");
       }
     }
-    json::object normal{{"type", "function"},
-                        {"function", json::object{{"name", name->get_string()}, {"arguments", args}}}};
+    json::object normal{
+        {"type", "function"},
+        {"function", json::object{{"name", name->get_string()}, {"arguments", args}}}};
     if (const auto* id = call->if_contains("id"); id && id->is_string())
       normal["id"] = *id;
     out.push_back(std::move(normal));
@@ -588,27 +589,35 @@ completion_output completion_stream::on_event(const request_event& ev) {
   case request_event::state:
     break;
   case request_event::tool_result:
-    if (!server_calls_.empty())
-      server_calls_.back().as_object()["result"] = ev.tool_output;
+    // A hosted call ran: it and its result go under the triad extension.
+    if (!unanswered_.empty()) {
+      const auto& call = unanswered_.front();
+      server_calls_.push_back(json::object{{"name", call.tool_name},
+                                           {"arguments", call.arguments_json},
+                                           {"result", ev.tool_output}});
+      unanswered_.erase(unanswered_.begin());
+    }
     break;
   case request_event::token:
     on_token(ev, out);
     break;
   case request_event::tool_call:
-    last_call_ = ev;
     // Until its result arrives it may be the client's to run (the request then ends with
     // "tool_calls"); a hosted one is followed by its result.
-    server_calls_.push_back(json::object{{"name", ev.tool_name}, {"arguments", ev.arguments_json}});
+    unanswered_.push_back(ev);
     break;
   case request_event::done: {
     usage_ = ev.usage;
     content_ += answer_.finish();
     auto finish = openai_finish_reason(ev.finish);
-    if (finish == "tool_calls" && last_call_) {
-      client_call_ = last_call_;
-      if (!server_calls_.empty())
-        server_calls_.pop_back();
+    if (finish == "tool_calls" || finish == "length") { // calls a model file's answer made
+      client_calls_ = std::move(unanswered_);
+    } else {
+      for (const auto& call : unanswered_) // hosted calls the request ended before running
+        server_calls_.push_back(
+            json::object{{"name", call.tool_name}, {"arguments", call.arguments_json}});
     }
+    unanswered_.clear();
     complete(finish, out);
     break;
   }
@@ -705,10 +714,8 @@ void completion_stream::complete(std::string_view finish, completion_output& out
     return;
   }
   flush(true, out);
-  if (client_call_)
-    add_event(
-        chunk(json::object{{"tool_calls", json::array{call_json(*client_call_, true)}}}, nullptr),
-        out);
+  if (!client_calls_.empty())
+    add_event(chunk(json::object{{"tool_calls", client_calls_json(true)}}, nullptr), out);
   add_event(chunk(json::object{}, json::value(finish)), out);
   if (options_.include_usage) {
     auto last = chunk(json::object{}, nullptr);
@@ -745,21 +752,42 @@ json::object completion_stream::chunk(json::object delta, json::value finish) co
   };
 }
 
-json::object completion_stream::call_json(const request_event& call, bool delta) const {
+std::string call_id(std::uint64_t request, std::size_t index) {
+  static constexpr std::string_view digits =
+      "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  // 62^9 ids: the request's number and the call's index (below 64) in base 62, so distinct
+  // calls of a run never share one.
+  std::uint64_t n = (request % 211'516'977'285'368ULL) << 6 | (index & 63);
+  std::string out(9, '0');
+  for (auto it = out.rbegin(); it != out.rend(); ++it, n /= 62)
+    *it = digits[n % 62];
+  return out;
+}
+
+json::object completion_stream::call_json(const request_event& call, std::size_t index,
+                                          bool delta) const {
   json::object o{
-      {"id", "call_" + std::to_string(options_.request)},
+      {"id", call_id(options_.request, index)},
       {"type", "function"},
       {"function", json::object{{"name", call.tool_name}, {"arguments", call.arguments_json}}}};
   if (delta)
-    o["index"] = 0;
+    o["index"] = index;
   return o;
+}
+
+json::array completion_stream::client_calls_json(bool delta) const {
+  json::array out;
+  for (std::size_t i = 0; i < client_calls_.size(); ++i)
+    out.push_back(call_json(client_calls_[i], i, delta));
+  return out;
 }
 
 json::object completion_stream::message_json() const {
   json::object msg{{"role", "assistant"}};
-  msg["content"] = content_.empty() && client_call_ ? json::value(nullptr) : json::value(content_);
-  if (client_call_)
-    msg["tool_calls"] = json::array{call_json(*client_call_, false)};
+  msg["content"] =
+      content_.empty() && !client_calls_.empty() ? json::value(nullptr) : json::value(content_);
+  if (!client_calls_.empty())
+    msg["tool_calls"] = client_calls_json(false);
   return msg;
 }
 

@@ -102,6 +102,10 @@ api_error error_of(const request_event& ev);
 /// prompt_tokens_details.cached_tokens.
 boost::json::object usage_object(const request_usage& usage);
 
+/// The id of the `index`-th tool call of request `request`: nine letters and digits, unique per
+/// node run (Mistral's chat template refuses any other shape, so one shape serves every family).
+std::string call_id(std::uint64_t request, std::size_t index);
+
 /// What a completion_stream needs of the request and the answer it makes.
 struct completion_options {
   bool completion = false;       ///< a plain completion (text_completion objects)
@@ -111,7 +115,7 @@ struct completion_options {
   std::string id;                ///< "chatcmpl-N" / "cmpl-N"
   std::int64_t created = 0;      ///< Unix time of the request
   std::string model;             ///< the served model's id
-  std::uint64_t request = 0;     ///< the node's request id (tool call ids are "call_<it>")
+  std::uint64_t request = 0;     ///< the node's request id (tool call ids derive from it)
 };
 
 /// What the connection does after a completion_stream took an event.
@@ -144,7 +148,8 @@ private:
   void flush(bool all, completion_output& out);
   void add_event(const boost::json::object& o, completion_output& out);
   boost::json::object chunk(boost::json::object delta, boost::json::value finish) const;
-  boost::json::object call_json(const request_event& call, bool delta) const;
+  boost::json::object call_json(const request_event& call, std::size_t index, bool delta) const;
+  boost::json::array client_calls_json(bool delta) const;
   boost::json::object message_json() const;
 
   completion_options options_;
@@ -154,8 +159,9 @@ private:
   std::size_t streamed_ = 0;
   bool started_ = false, role_sent_ = false, stopped_by_string_ = false, finished_ = false;
   request_usage usage_;
-  std::vector<boost::json::value> server_calls_;
-  std::optional<request_event> last_call_, client_call_;
+  std::vector<boost::json::value> server_calls_; // hosted calls and their results
+  std::vector<request_event> unanswered_;        // calls no result has followed yet
+  std::vector<request_event> client_calls_;      // the calls the answer returns
 };
 
 } // namespace triad

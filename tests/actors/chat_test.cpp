@@ -53,6 +53,65 @@ BOOST_AUTO_TEST_CASE(malformed_calls_are_errors_that_say_what_is_wrong) {
   BOOST_TEST(bad_args.error().message.find("arguments") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(llama3_calls_are_objects_with_parameters_separated_by_semicolons) {
+  auto one = triad::parse_tool_calls(triad::call_syntax::llama3,
+                                     R"( {"name": "get_weather", "parameters": {"city": "Oslo"}})");
+  BOOST_REQUIRE(one);
+  BOOST_REQUIRE(one->size() == 1u);
+  BOOST_TEST((*one)[0].name == "get_weather");
+  BOOST_TEST((*one)[0].arguments_json == R"({"city":"Oslo"})");
+  auto two = triad::parse_tool_calls(
+      triad::call_syntax::llama3,
+      R"({"type": "function", "name": "a", "parameters": {}}; {"name": "b", "arguments": {"x": 1}})");
+  BOOST_REQUIRE(two);
+  BOOST_REQUIRE(two->size() == 2u);
+  BOOST_TEST((*two)[0].name == "a");
+  BOOST_TEST((*two)[1].arguments_json == R"({"x":1})");
+  auto prose = triad::parse_tool_calls(triad::call_syntax::llama3, R"({"name": "a"} and then)");
+  BOOST_TEST(!prose);
+  auto cut = triad::parse_tool_calls(triad::call_syntax::llama3, R"({"name": "a", "param)");
+  BOOST_REQUIRE(!cut);
+  BOOST_TEST(cut.error().message.find("not valid JSON") != std::string::npos);
+  BOOST_TEST(!triad::parse_tool_calls(triad::call_syntax::llama3, "  "));
+}
+
+BOOST_AUTO_TEST_CASE(mistral_calls_are_an_array_of_objects) {
+  auto calls = triad::parse_tool_calls(
+      triad::call_syntax::mistral,
+      R"( [{"name": "a", "arguments": {"q": "x"}, "id": "abc123XYZ"}, {"name": "b", "arguments": {}}])");
+  BOOST_REQUIRE(calls);
+  BOOST_REQUIRE(calls->size() == 2u);
+  BOOST_TEST((*calls)[0].arguments_json == R"({"q":"x"})");
+  BOOST_TEST((*calls)[1].name == "b");
+  auto empty = triad::parse_tool_calls(triad::call_syntax::mistral, "[]");
+  BOOST_REQUIRE(!empty);
+  BOOST_TEST(empty.error().message.find("non-empty JSON array") != std::string::npos);
+  auto bad = triad::parse_tool_calls(triad::call_syntax::mistral, R"([{"arguments": {}}])");
+  BOOST_REQUIRE(!bad);
+  BOOST_TEST(bad.error().message.find("\"name\"") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(written_calls_parse_back_in_every_syntax) {
+  const std::vector<triad::tool_call_text> calls{{"get_weather", R"({"city":"Oslo"})"},
+                                                 {"get_time", R"({"zone":"CET"})"}};
+  for (auto syntax :
+       {triad::call_syntax::tagged, triad::call_syntax::llama3, triad::call_syntax::mistral}) {
+    BOOST_TEST_CONTEXT(triad::to_string(syntax)) {
+      const std::size_t n = syntax == triad::call_syntax::tagged ? 1 : 2; // tagged: one per pair
+      auto text = triad::write_tool_calls(
+          syntax, {calls.begin(), calls.begin() + static_cast<std::ptrdiff_t>(n)});
+      auto back = triad::parse_tool_calls(syntax, text);
+      BOOST_REQUIRE(back);
+      BOOST_REQUIRE(back->size() == n);
+      for (std::size_t i = 0; i < n; ++i) {
+        BOOST_TEST((*back)[i].name == calls[i].name);
+        BOOST_TEST((*back)[i].arguments_json == calls[i].arguments_json);
+      }
+    }
+  }
+  BOOST_TEST(!triad::parse_tool_calls(triad::call_syntax::none, "{}"));
+}
+
 BOOST_AUTO_TEST_CASE(a_script_writes_its_calls_in_the_models_syntax_and_ends_with_eos) {
   triad::generation_script s;
   s.turns.push_back({5, triad::tool_call_text{"nap", R"({"ms": 1})"}});

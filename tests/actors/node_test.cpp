@@ -986,10 +986,11 @@ BOOST_AUTO_TEST_CASE(a_quantized_model_file_is_served_from_its_blocks_and_report
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_script_is_refused_for_a_model_file_with_the_reason) {
+BOOST_AUTO_TEST_CASE(a_script_cannot_make_a_model_without_call_syntax_call) {
   triad::test::gguf_spec spec;
   spec.arch = triad::model_arch::qwen2;
   spec.chat = true;
+  spec.family = triad::test::chat_family::plain;
   spec.layers = 1;
   triad::test::temp_model file{spec};
   auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
@@ -998,7 +999,16 @@ BOOST_AUTO_TEST_CASE(a_script_is_refused_for_a_model_file_with_the_reason) {
   const auto end = rec.wait();
   BOOST_REQUIRE(end.kind == triad::request_event::error);
   BOOST_TEST(end.code == triad::errc::invalid_argument);
-  BOOST_TEST(end.message.find("random presets") != std::string::npos);
+  BOOST_TEST(end.message.find("no tool-call syntax") != std::string::npos, end.message);
+  // A script without calls is filler and the end of the turn.
+  auto r = agent_request();
+  r.script = triad::generation_script{{{5, std::nullopt}}};
+  recorder plain;
+  n->submit(r, plain.callback());
+  const auto done = plain.wait();
+  BOOST_REQUIRE_MESSAGE(done.kind == triad::request_event::done, done.message);
+  BOOST_TEST(done.usage.completion_tokens == 6u);
+  BOOST_TEST((done.finish == triad::finish_reason::stop));
 }
 
 BOOST_AUTO_TEST_CASE(a_model_file_the_node_cannot_serve_stops_its_start_naming_the_problem) {
@@ -1045,4 +1055,185 @@ BOOST_AUTO_TEST_CASE(client_text_cannot_spell_a_model_files_control_tokens) {
   recorder rec2;
   n->submit(ok, rec2.callback());
   BOOST_TEST(rec2.wait().kind == triad::request_event::done);
+}
+
+// -- a model file's tool calls, in its family's own syntax --
+
+namespace {
+
+// A one-layer model file of `family` (Qwen for ChatML, Llama otherwise).
+triad::test::gguf_spec family_spec(triad::test::chat_family family) {
+  triad::test::gguf_spec spec;
+  spec.arch = family == triad::test::chat_family::chatml ? triad::model_arch::qwen2
+                                                         : triad::model_arch::llama;
+  spec.chat = true;
+  spec.family = family;
+  spec.layers = 1;
+  spec.context = 1024; // the tools' JSON is byte tokens mostly
+  return spec;
+}
+
+constexpr const char* weather_tools =
+    R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
+    R"("properties":{"city":{"type":"string"}}}}},{"type":"function","function":{"name":)"
+    R"("get_time","parameters":{"type":"object","properties":{}}}}])";
+
+// A request whose answer the model is forced to write: `filler` tokens, then calls to
+// get_weather and get_time (the family's syntax is the format's to choose).
+triad::chat_request calling_request(std::uint32_t filler) {
+  triad::chat_request r;
+  r.messages = {{"user", "weather and time in Oslo?"}};
+  r.tools_json = weather_tools;
+  r.return_unhosted_calls = true;
+  r.max_tokens = 200;
+  triad::generation_script s;
+  s.turns.push_back({filler, triad::tool_call_text{"get_weather", R"({"city":"Oslo"})"}});
+  s.turns.push_back({0, triad::tool_call_text{"get_time", "{}"}});
+  s.turns.push_back({0, std::nullopt});
+  r.script = s;
+  return r;
+}
+
+const char* family_name(triad::test::chat_family f) {
+  switch (f) {
+  case triad::test::chat_family::chatml:
+    return "chatml";
+  case triad::test::chat_family::plain:
+    return "plain";
+  case triad::test::chat_family::llama3:
+    return "llama3";
+  case triad::test::chat_family::mistral:
+    return "mistral";
+  }
+  return "?";
+}
+
+constexpr triad::test::chat_family all_families[] = {triad::test::chat_family::chatml,
+                                                     triad::test::chat_family::llama3,
+                                                     triad::test::chat_family::mistral};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_model_files_calls_go_to_the_client_parsed_from_its_familys_syntax) {
+  for (auto family : all_families) {
+    BOOST_TEST_CONTEXT(family_name(family)) {
+      triad::test::temp_model file{family_spec(family)};
+      auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+      recorder rec;
+      n->submit(calling_request(0), rec.callback());
+      const auto end = rec.wait();
+      BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
+      BOOST_TEST((end.finish == triad::finish_reason::tool_calls));
+      BOOST_TEST(end.usage.tool_calls == 2u);
+      std::vector<triad::request_event> calls;
+      std::string content;
+      {
+        std::lock_guard<std::mutex> g{rec.m};
+        for (const auto& e : rec.events) {
+          if (e.kind == triad::request_event::tool_call)
+            calls.push_back(e);
+          if (e.kind == triad::request_event::token && e.content)
+            content += e.text;
+        }
+      }
+      BOOST_REQUIRE(calls.size() == 2u);
+      BOOST_TEST(calls[0].tool_name == "get_weather");
+      BOOST_TEST(calls[0].arguments_json == R"({"city":"Oslo"})");
+      BOOST_TEST(calls[1].tool_name == "get_time");
+      BOOST_TEST(calls[1].arguments_json == "{}");
+      BOOST_TEST(content.empty(), content); // the calls' text is not the answer's
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_model_files_template_shows_the_model_its_tools) {
+  for (auto family : all_families) {
+    BOOST_TEST_CONTEXT(family_name(family)) {
+      auto spec = family_spec(family);
+      if (family == triad::test::chat_family::chatml) // the test ChatML template shows none
+        spec.chat_template =
+            "{%- if tools %}{{ '<|im_start|>system\\n' + (tools | tojson) + '<|im_end|>\\n' }}"
+            "{%- endif %}{%- for message in messages %}{{ '<|im_start|>' + message.role + "
+            "'\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}{{ "
+            "'<|im_start|>assistant\\n' }}";
+      triad::test::temp_model file{spec};
+      auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+      std::uint64_t prompt[2] = {};
+      for (int with = 0; with < 2; ++with) {
+        triad::chat_request r;
+        r.messages = {{"user", "weather?"}};
+        r.max_tokens = 1;
+        if (with == 1)
+          r.tools_json = weather_tools;
+        recorder rec;
+        n->submit(r, rec.callback());
+        const auto end = rec.wait();
+        BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
+        prompt[with] = end.usage.prompt_tokens;
+      }
+      // Byte tokens mostly: the tools' JSON is most of the difference.
+      BOOST_TEST(prompt[1] > prompt[0] + std::string_view{weather_tools}.size() / 2);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(text_before_a_llama3_call_makes_it_text_as_llama_cpp_reads_it) {
+  triad::test::temp_model file{family_spec(triad::test::chat_family::llama3)};
+  auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+  recorder rec;
+  n->submit(calling_request(3), rec.callback());
+  const auto end = rec.wait();
+  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
+  BOOST_TEST((end.finish == triad::finish_reason::stop));
+  BOOST_TEST(rec.count(triad::request_event::tool_call) == 0u);
+  std::string content;
+  std::lock_guard<std::mutex> g{rec.m};
+  for (const auto& e : rec.events)
+    if (e.kind == triad::request_event::token && e.content)
+      content += e.text;
+  BOOST_TEST(content.find(R"("name":"get_weather")") != std::string::npos, content);
+}
+
+BOOST_AUTO_TEST_CASE(with_tool_choice_none_a_model_files_call_is_text_without_its_control_tokens) {
+  for (auto family : all_families) {
+    BOOST_TEST_CONTEXT(family_name(family)) {
+      triad::test::temp_model file{family_spec(family)};
+      auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+      auto r = calling_request(0);
+      r.max_tool_calls = 0; // what tool_choice "none" asks
+      recorder rec;
+      n->submit(r, rec.callback());
+      const auto end = rec.wait();
+      BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
+      BOOST_TEST((end.finish == triad::finish_reason::stop));
+      BOOST_TEST(rec.count(triad::request_event::tool_call) == 0u);
+      std::string content;
+      std::lock_guard<std::mutex> g{rec.m};
+      for (const auto& e : rec.events)
+        if (e.kind == triad::request_event::token && e.content)
+          content += e.text;
+      BOOST_TEST(content.find("get_time") != std::string::npos, content);
+      BOOST_TEST(content.find("[TOOL_CALLS]") == std::string::npos, content);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_malformed_call_of_a_model_file_is_returned_as_text) {
+  triad::test::temp_model file{family_spec(triad::test::chat_family::mistral)};
+  auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+  auto r = calling_request(0);
+  r.script->turns[0].call->arguments_json = "[1, 2]"; // not an object: no call parses
+  recorder rec;
+  n->submit(r, rec.callback());
+  const auto end = rec.wait();
+  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
+  BOOST_TEST((end.finish == triad::finish_reason::stop));
+  BOOST_TEST(rec.count(triad::request_event::tool_call) == 0u);
+  std::string content;
+  std::lock_guard<std::mutex> g{rec.m};
+  for (const auto& e : rec.events)
+    if (e.kind == triad::request_event::token && e.content)
+      content += e.text;
+  BOOST_TEST(content.find(R"("arguments":[1,2])") != std::string::npos, content);
+  BOOST_TEST(content.find("[TOOL_CALLS]") == std::string::npos, content);
 }

@@ -29,6 +29,14 @@ inline void require(bool ok, const std::string& what) {
     throw std::runtime_error("test model writer: " + what);
 }
 
+/// Whose control tokens, tool-call syntax and chat template a test vocabulary has.
+enum class chat_family {
+  chatml,  ///< ChatML and Hermes tool calls (Qwen): <|im_start|>, <tool_call>
+  plain,   ///< ChatML without tool-call tokens: no call syntax
+  llama3,  ///< Llama 3.1: header tokens, <|eot_id|>, <|eom_id|>, <|python_tag|>
+  mistral, ///< Mistral v3: <s>, </s>, [INST], [TOOL_CALLS], [AVAILABLE_TOOLS]
+};
+
 /// What a test model file holds.
 struct gguf_spec {
   model_arch arch = model_arch::llama;
@@ -53,7 +61,11 @@ struct gguf_spec {
   /// A byte-level BPE vocabulary with ChatML's control tokens and a ChatML chat template (the
   /// model's vocabulary is then that vocabulary's size, `vocab` is ignored).
   bool chat = false;
-  std::string chat_template = {}; ///< with `chat`: instead of the ChatML template
+  std::string chat_template = {};           ///< with `chat`: instead of the family's template
+  chat_family family = chat_family::chatml; ///< with `chat`: the vocabulary's family
+  /// With `chat`: pads the vocabulary to this many tokens with ordinary tokens no merge makes
+  /// ("<pad_N>"), so the output projection has a real model's size.
+  unsigned vocab_pad = 0;
   std::uint64_t seed = 1;
 };
 
@@ -93,8 +105,24 @@ inline const char* chatml_template =
     "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ "
     "'<|im_start|>assistant\\n' }}{%- endif %}";
 
-/// The chat vocabulary: 256 byte tokens, a few merges, ChatML's control tokens and the Hermes
-/// tool-call tokens; token kinds as GGUF numbers them.
+/// A Llama 3.1-style template: the tools as JSON in a system turn, as Llama 3.1's own template
+/// shows them to the model (which answers a call as {"name", "parameters"}).
+inline const char* llama3_template =
+    "{{- bos_token }}{%- if tools %}<|start_header_id|>system<|end_header_id|>\n\nCall a "
+    "function as {\"name\": name, \"parameters\": {...}}:\n{{ tools | tojson }}<|eot_id|>"
+    "{%- endif %}{%- for message in messages %}<|start_header_id|>{{ message.role }}"
+    "<|end_header_id|>\n\n{{ message.content }}<|eot_id|>{%- endfor %}{%- if "
+    "add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{%- endif %}";
+
+/// A Mistral v3-style template: the tools before the last user message.
+inline const char* mistral_template =
+    "{{- bos_token }}{%- for message in messages %}{%- if message.role == 'user' %}{%- if tools "
+    "and loop.last %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{%- endif %}[INST]"
+    "{{ message.content }}[/INST]{%- else %}{{ message.content }}{{ eos_token }}{%- endif %}"
+    "{%- endfor %}";
+
+/// The chat vocabulary: 256 byte tokens, a few merges, then the family's control tokens (and,
+/// for ChatML, the Hermes tool-call tokens); token kinds as GGUF numbers them.
 inline void add_chat_vocabulary(gguf_writer& w, const gguf_spec& spec,
                                 std::vector<std::string>& tokens) {
   std::vector<std::int32_t> kinds;
@@ -109,23 +137,60 @@ inline void add_chat_vocabulary(gguf_writer& w, const gguf_spec& spec,
     tokens.push_back(joined);
     kinds.push_back(1);
   }
-  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
-    tokens.push_back(special);
-    kinds.push_back(3);
+  auto add = [&](const char* spelling, std::int32_t kind) {
+    tokens.push_back(spelling);
+    kinds.push_back(kind);
+    return static_cast<std::uint32_t>(tokens.size() - 1);
+  };
+  std::string tmpl = spec.chat_template;
+  switch (spec.family) {
+  case chat_family::chatml:
+  case chat_family::plain: {
+    add("<|endoftext|>", 3);
+    add("<|im_start|>", 3);
+    w.set_u32("tokenizer.ggml.eos_token_id", add("<|im_end|>", 3));
+    if (spec.family == chat_family::chatml) {
+      add("<tool_call>", 4);
+      add("</tool_call>", 4);
+    }
+    w.set_bool("tokenizer.ggml.add_bos_token", false);
+    if (tmpl.empty())
+      tmpl = chatml_template;
+    break;
   }
-  for (const char* added : {"<tool_call>", "</tool_call>"}) {
-    tokens.push_back(added);
-    kinds.push_back(4);
+  case chat_family::llama3: {
+    w.set_u32("tokenizer.ggml.bos_token_id", add("<|begin_of_text|>", 3));
+    add("<|end_of_text|>", 3);
+    add("<|start_header_id|>", 3);
+    add("<|end_header_id|>", 3);
+    w.set_u32("tokenizer.ggml.eos_token_id", add("<|eot_id|>", 3));
+    add("<|eom_id|>", 3);
+    add("<|python_tag|>", 3);
+    w.set_bool("tokenizer.ggml.add_bos_token", true);
+    if (tmpl.empty())
+      tmpl = llama3_template;
+    break;
   }
+  case chat_family::mistral: {
+    w.set_u32("tokenizer.ggml.bos_token_id", add("<s>", 3));
+    w.set_u32("tokenizer.ggml.eos_token_id", add("</s>", 3));
+    for (const char* c :
+         {"[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"})
+      add(c, 3);
+    w.set_bool("tokenizer.ggml.add_bos_token", true);
+    if (tmpl.empty())
+      tmpl = mistral_template;
+    break;
+  }
+  }
+  for (std::size_t i = tokens.size(); i < spec.vocab_pad; ++i)
+    add(("<pad_" + std::to_string(i) + ">").c_str(), 1);
   w.set_string("tokenizer.ggml.model", "gpt2");
   w.set_string("tokenizer.ggml.pre", "qwen2");
   w.set_strings("tokenizer.ggml.tokens", tokens);
   w.set_i32s("tokenizer.ggml.token_type", kinds);
   w.set_strings("tokenizer.ggml.merges", merges);
-  w.set_u32("tokenizer.ggml.eos_token_id", 256 + 4 + 2); // <|im_end|>
-  w.set_bool("tokenizer.ggml.add_bos_token", false);
-  w.set_string("tokenizer.chat_template",
-               spec.chat_template.empty() ? std::string{chatml_template} : spec.chat_template);
+  w.set_string("tokenizer.chat_template", tmpl);
 }
 
 /// A writer holding the model `spec` describes.

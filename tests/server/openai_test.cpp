@@ -1,3 +1,8 @@
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <string>
+
 #include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -103,8 +108,9 @@ BOOST_AUTO_TEST_CASE(a_full_request_maps_onto_the_node_request) {
   // The assistant's calls travel as OpenAI JSON (arguments parsed), for the model's template;
   // the byte format writes them as the model does.
   BOOST_TEST(c.request.messages[2].content.empty());
-  BOOST_TEST(c.request.messages[2].tool_calls_json ==
-             R"([{"type":"function","function":{"name":"get_weather","arguments":{"city":"Oslo"}},"id":"c1"}])");
+  BOOST_TEST(
+      c.request.messages[2].tool_calls_json ==
+      R"([{"type":"function","function":{"name":"get_weather","arguments":{"city":"Oslo"}},"id":"c1"}])");
   auto rendered = triad::tokenizer{}.decode(triad::render_prompt(c.request.messages));
   BOOST_TEST(rendered.find(R"(assistant:
 <tool_call>{"name":"get_weather","arguments":{"city":"Oslo"}}</tool_call>)") != std::string::npos);
@@ -311,11 +317,61 @@ BOOST_AUTO_TEST_CASE(a_call_for_the_client_ends_the_answer_with_tool_calls) {
   const auto& choice = body.at("choices").at(0);
   BOOST_TEST(choice.at("finish_reason") == "tool_calls");
   const auto& call = choice.at("message").at("tool_calls").at(0);
-  BOOST_TEST(call.at("id") == "call_42");
+  BOOST_TEST(call.at("id").as_string() == triad::call_id(42, 0));
   BOOST_TEST(call.at("function").at("name") == "get_weather");
   BOOST_TEST(call.at("function").at("arguments") == R"({"city": "Oslo"})");
   BOOST_TEST(body.at("usage").at("total_tokens") == 12);
   BOOST_TEST(!body.as_object().contains("triad")); // the client's call, not a hosted one
+}
+
+BOOST_AUTO_TEST_CASE(parallel_calls_for_the_client_are_indexed_each_with_its_own_id) {
+  for (bool stream : {false, true}) {
+    BOOST_TEST_CONTEXT("stream " << stream) {
+      triad::completion_stream answer{answer_options(stream)};
+      std::string bytes = answer.on_event(call_event("get_weather", R"({"city":"Oslo"})")).bytes;
+      bytes += answer.on_event(call_event("get_time", R"({"zone":"CET"})")).bytes;
+      bytes += answer.on_event(done_event(triad::finish_reason::tool_calls)).bytes;
+      boost::json::value calls;
+      if (stream) {
+        bool done = false;
+        auto events = events_of(bytes, done);
+        BOOST_TEST(done);
+        for (const auto& e : events)
+          if (const auto* d =
+                  e.at("choices").at(0).at("delta").as_object().if_contains("tool_calls"))
+            calls = *d;
+        BOOST_TEST(events.back().at("choices").at(0).at("finish_reason") == "tool_calls");
+      } else {
+        const auto body = boost::json::parse(bytes);
+        calls = body.at("choices").at(0).at("message").at("tool_calls");
+        BOOST_TEST(body.at("choices").at(0).at("message").at("content").is_null());
+        BOOST_TEST(!body.as_object().contains("triad")); // none of them hosted
+      }
+      BOOST_REQUIRE(calls.is_array());
+      BOOST_REQUIRE(calls.as_array().size() == 2u);
+      BOOST_TEST(calls.at(0).at("function").at("name") == "get_weather");
+      BOOST_TEST(calls.at(1).at("function").at("name") == "get_time");
+      BOOST_TEST(calls.at(1).at("function").at("arguments") == R"({"zone":"CET"})");
+      BOOST_TEST(calls.at(0).at("id") != calls.at(1).at("id"));
+      if (stream) {
+        BOOST_TEST(calls.at(0).at("index") == 0);
+        BOOST_TEST(calls.at(1).at("index") == 1);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(call_ids_are_nine_letters_and_digits_and_distinct) {
+  // Mistral's chat template refuses a tool_call_id of any other shape.
+  std::set<std::string> seen;
+  for (std::uint64_t request : {0ULL, 1ULL, 42ULL, 1ULL << 40, ~0ULL})
+    for (std::size_t index : {0u, 1u, 63u}) {
+      auto id = triad::call_id(request, index);
+      BOOST_TEST(id.size() == 9u);
+      BOOST_TEST(std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(c) != 0; }));
+      seen.insert(id);
+    }
+  BOOST_TEST(seen.size() == 15u);
 }
 
 BOOST_AUTO_TEST_CASE(hosted_calls_and_their_results_are_reported_apart) {

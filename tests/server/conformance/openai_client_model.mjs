@@ -53,4 +53,68 @@ await check("a streamed completion gives the same answer in valid UTF-8 deltas",
   assert.equal(usage.prompt_tokens, Number(promptTokens));
 });
 
+const tools = [
+  { type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } },
+  { type: "function", function: { name: "get_time", parameters: { type: "object", properties: {} } } },
+];
+// The model is forced (the triad.script extension, on with --allow-scripts) to write two calls
+// in its family's syntax (Hermes <tool_call> for this Qwen-style file); the node parses them.
+const script = [
+  { tokens: 0, tool_call: { name: "get_weather", arguments: { city: "Oslo" } } },
+  { tokens: 0, tool_call: { name: "get_time", arguments: {} } },
+  { tokens: 0 },
+];
+function checkCalls(calls) {
+  assert.equal(calls.length, 2);
+  assert.equal(calls[0].function.name, "get_weather");
+  assert.deepEqual(JSON.parse(calls[0].function.arguments), { city: "Oslo" });
+  assert.equal(calls[1].function.name, "get_time");
+  assert.deepEqual(JSON.parse(calls[1].function.arguments), {});
+  assert.notEqual(calls[0].id, calls[1].id);
+  for (const c of calls) assert.match(c.id, /^[A-Za-z0-9]{9}$/);
+}
+
+await check("a model file's parallel tool calls reach the client as tool_calls", async () => {
+  const r = await client.chat.completions.create({ model, messages: user, tools, max_tokens: 200, triad: { script } });
+  assert.equal(r.choices[0].finish_reason, "tool_calls");
+  assert.equal(r.choices[0].message.content, null);
+  checkCalls(r.choices[0].message.tool_calls);
+  // The conversation goes on with the calls and their results, through the model's template.
+  const next = await client.chat.completions.create({
+    model, tools, max_tokens: 4,
+    messages: [...user, r.choices[0].message,
+      { role: "tool", tool_call_id: r.choices[0].message.tool_calls[0].id, content: "12 C" },
+      { role: "tool", tool_call_id: r.choices[0].message.tool_calls[1].id, content: "14:00" }],
+  });
+  assert.ok(["stop", "length"].includes(next.choices[0].finish_reason));
+  assert.ok(next.usage.prompt_tokens > r.usage.prompt_tokens);
+});
+
+await check("streamed, the calls come as indexed tool_calls deltas", async () => {
+  const stream = await client.chat.completions.create({ model, messages: user, tools, max_tokens: 200, stream: true, triad: { script } });
+  const calls = [];
+  let finish = null;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      for (const d of c.delta?.tool_calls ?? []) {
+        calls[d.index] ??= { id: "", function: { name: "", arguments: "" } };
+        if (d.id) calls[d.index].id = d.id;
+        if (d.function?.name) calls[d.index].function.name += d.function.name;
+        if (d.function?.arguments) calls[d.index].function.arguments += d.function.arguments;
+      }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(finish, "tool_calls");
+  checkCalls(calls);
+});
+
+await check("cut by max_tokens, the calls made so far come with finish_reason length", async () => {
+  const r = await client.chat.completions.create({ model, messages: user, tools, max_tokens: 64, triad: { script } });
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.choices[0].message.tool_calls.length, 1);
+  assert.equal(r.choices[0].message.tool_calls[0].function.name, "get_weather");
+  assert.match(r.choices[0].message.content, /^<tool_call>\{"name":"get/);
+});
+
 console.log(`${passed} checks passed`);

@@ -71,7 +71,7 @@ model_file=$run/test-qwen2.gguf
 message="Say hello there"
 prompt_tokens=$("$writer_bin" "$model_file" "$message")
 model_log=$run/node-model.log
-"$node_bin" --model "$model_file" --port 0 > "$model_log" 2>&1 &
+"$node_bin" --model "$model_file" --port 0 --allow-scripts > "$model_log" 2>&1 &
 pid=$!
 trap 'kill -KILL $pid 2>/dev/null || true' EXIT
 wait_for_node $pid "$model_log"
