@@ -1,0 +1,60 @@
+// The llama.cpp peer of triad-bench-models: node-llama-cpp (its prebuilt CPU libraries) on a
+// GGUF file, timed the way the bench times triad. Run by the bench, one job per process:
+//   node models_peer.mjs MODULE_DIR JOB_JSON
+// JOB_JSON: {"model", "threads", "prompt": [ids], "generate", "sessions", "session_prompts":
+// [[ids], ...], "session_generate", "context"}. Prints one JSON line: {"prefill_s", "decode_s",
+// "tokens": [ids], "aggregate_s", "aggregate_tokens", "backend"}. The bench sets
+// UV_THREADPOOL_SIZE=1 (node-llama-cpp runs each evaluation on Node's thread pool; with more
+// pool threads consecutive decodes land on different threads and run slower).
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [moduleDir, jobText] = process.argv.slice(2);
+const job = JSON.parse(jobText);
+const { getLlama } = await import(
+  pathToFileURL(path.join(moduleDir, "node_modules/node-llama-cpp/dist/index.js")).href);
+const llama = await getLlama({ gpu: false, build: "never", logLevel: "error", progressLogs: false });
+const model = await llama.loadModel({ modelPath: job.model, gpuLayers: 0 });
+const now = () => performance.now() / 1000;
+
+// One sequence: the prompt's prefill (time to the first token), then greedy decoding.
+const single = await model.createContext({
+  contextSize: job.context, sequences: 1, threads: job.threads, batchSize: job.context,
+});
+let sequence = single.getSequence();
+const tokens = [];
+let start = now();
+let first = 0;
+for await (const t of sequence.evaluate(job.prompt, { temperature: 0 })) {
+  if (tokens.length === 0) first = now();
+  tokens.push(t);
+  if (tokens.length >= job.generate) break;
+}
+const end = now();
+const out = { prefill_s: first - start, decode_s: end - first, tokens };
+await single.dispose();
+
+// `sessions` sequences at once in one context: llama.cpp batches their steps together.
+if (job.sessions > 0) {
+  const many = await model.createContext({
+    contextSize: job.context * job.sessions, sequences: job.sessions, threads: job.threads,
+    batchSize: job.context,
+  });
+  let produced = 0;
+  start = now();
+  await Promise.all(job.session_prompts.map(async (prompt) => {
+    const s = many.getSequence();
+    let n = 0;
+    for await (const t of s.evaluate(prompt, { temperature: 0 })) {
+      void t;
+      if (++n >= job.session_generate) break;
+    }
+    produced += n;
+  }));
+  out.aggregate_s = now() - start;
+  out.aggregate_tokens = produced;
+  await many.dispose();
+}
+out.backend = "node-llama-cpp " + (llama.buildType ?? "") + " threads " + job.threads;
+console.log(JSON.stringify(out));
+process.exit(0);
