@@ -165,7 +165,7 @@ std::uint32_t script_length(const generation_script& script) {
 namespace {
 
 // A call object: {"name": "...", "arguments" | "parameters": {...} or a JSON string of one}.
-expected<tool_call_text> call_of(const boost::json::value& v) {
+expected<tool_call_text> call_of(const boost::json::value& v, bool need_arguments = false) {
   if (!v.is_object())
     return make_error(errc::invalid_argument,
                       "tool call must be a JSON object {\"name\": ..., \"arguments\": {...}}");
@@ -178,6 +178,9 @@ expected<tool_call_text> call_of(const boost::json::value& v) {
   auto* args = o.if_contains("arguments");
   if (args == nullptr)
     args = o.if_contains("parameters"); // Llama 3's spelling
+  if (args == nullptr && need_arguments)
+    return make_error(errc::invalid_argument,
+                      "tool call has no \"parameters\" (or \"arguments\") object");
   if (args == nullptr) {
     out.arguments_json = "{}";
   } else if (args->is_object()) {
@@ -227,7 +230,8 @@ std::string_view to_string(call_syntax s) {
   return "none";
 }
 
-expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::string_view text) {
+expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::string_view text,
+                                                       bool need_arguments) {
   std::vector<tool_call_text> out;
   switch (syntax) {
   case call_syntax::none:
@@ -255,7 +259,7 @@ expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::
       if (ec || !p.done())
         return make_error(errc::invalid_argument, "tool call is not valid JSON" +
                                                       (ec ? ": " + ec.message() : std::string{}));
-      auto call = call_of(p.release());
+      auto call = call_of(p.release(), need_arguments);
       if (!call)
         return call.error();
       out.push_back(std::move(*call));

@@ -95,8 +95,11 @@ std::string_view to_string(call_syntax s);
 /// Parses the text of one call site in `syntax`: for tagged the text between the tags, for
 /// llama3 the answer (after `<|python_tag|>` when it came), for mistral what follows
 /// `[TOOL_CALLS]`. Arguments may be under "arguments" or "parameters", as an object or a JSON
-/// string of one. Errors name what is wrong, fit to show the model or the client.
-expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::string_view text);
+/// string of one; with `need_arguments` a call without either is not one (a Llama 3 answer
+/// that merely starts with '{' is a call only when it has them, as llama.cpp reads it).
+/// Errors name what is wrong, fit to show the model or the client.
+expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::string_view text,
+                                                       bool need_arguments = false);
 
 /// The text of `calls` as a model of `syntax` writes them (the inverse of parse_tool_calls): the
 /// JSON between the tags for tagged (one call), the objects for llama3, the array for mistral.

@@ -584,7 +584,11 @@ private:
     }
     bool mark = false; // a token of the call syntax, never text
     if (calls_enabled()) {
-      if (!in_call_ && (t == f.call_start() || opens_json_call(t))) {
+      if (in_call_ && t == f.call_start() && f.call_end()) {
+        mark = true; // a call opened again before it closed: the model starts it over
+        call_.clear();
+        call_open_ = t;
+      } else if (!in_call_ && (t == f.call_start() || opens_json_call(t))) {
         in_call_ = true;
         call_.clear();
         call_open_.reset();
@@ -616,7 +620,8 @@ private:
   bool calls_enabled() const {
     const auto& f = format();
     return f.syntax() != call_syntax::none &&
-           (f.continues_calls() || (req_.max_tool_calls > 0 && !req_.raw_prompt));
+           (f.continues_calls() ||
+            (req_.max_tool_calls > 0 && !req_.raw_prompt && !req_.tools_json.empty()));
   }
 
   // A Llama 3 call needs no token to open it: an answer whose first text is '{' is one.
@@ -630,9 +635,12 @@ private:
 
   // A call the model closed (with its closing token, or by ending the turn): its calls join the
   // answer's; malformed, it is the answer's text again (the model cannot be told).
+  // The calls one answer may return: the request's max_tool_calls, and at most 64 (the ids of
+  // one answer's calls are distinct up to there); calls past that are text.
   void close_call(bool closed_by_token) {
-    auto parsed = parse_tool_calls(format().syntax(), call_text());
-    if (parsed)
+    auto parsed = parse_tool_calls(format().syntax(), call_text(), !call_open_.has_value());
+    const std::size_t room = std::min<std::size_t>(req_.max_tool_calls, 64);
+    if (parsed && calls_.size() + parsed->size() <= room)
       calls_.insert(calls_.end(), std::make_move_iterator(parsed->begin()),
                     std::make_move_iterator(parsed->end()));
     else
@@ -651,7 +659,9 @@ private:
     ev.tok = call_open_ ? *call_open_ : call_.empty() ? token{0} : call_.front();
     if (call_open_ && !f.control(*call_open_))
       ev.text = f.piece(*call_open_);
-    ev.text += call_text();
+    for (auto t : call_)
+      if (!f.control(t))
+        ev.text += f.piece(t);
     if (closed_by_token && !f.control(*f.call_end()))
       ev.text += f.piece(*f.call_end());
     ev.content = true;

@@ -125,9 +125,11 @@ triad::chat_request completion(const std::string& text, std::uint32_t max_tokens
   return r;
 }
 
-triad::expected<measured> run_triad(const model_file& f, std::size_t prompt_bytes) {
+triad::expected<measured> run_triad(const model_file& f, std::size_t prompt_bytes,
+                                    triad::model_dtype dtype, bool greedy_only) {
   auto config = triad::default_config();
   config.model.path = f.path.string();
+  config.model.dtype = dtype;
   config.devices.clear();
   triad::device_config d;
   d.name = "cpu0";
@@ -151,6 +153,10 @@ triad::expected<measured> run_triad(const model_file& f, std::size_t prompt_byte
       return ok.error();
     out.greedy = t.tokens;
   }
+  if (greedy_only) {
+    n.stop();
+    return out;
+  }
   // Prefill and decode, best of two (distinct prompts: no prefix cache hit).
   for (std::size_t rep = 1; rep <= 2; ++rep) {
     traced t;
@@ -161,8 +167,7 @@ triad::expected<measured> run_triad(const model_file& f, std::size_t prompt_byte
     const double ttft = std::chrono::duration<double>(t.first - start).count();
     const double decode = std::chrono::duration<double>(t.last - t.first).count();
     out.prefill_tps = std::max(out.prefill_tps, static_cast<double>(t.prompt_tokens) / ttft);
-    out.decode_tps =
-        std::max(out.decode_tps, static_cast<double>(t.tokens.size() - 1) / decode);
+    out.decode_tps = std::max(out.decode_tps, static_cast<double>(t.tokens.size() - 1) / decode);
   }
   // 16 sessions at once.
   {
@@ -267,8 +272,8 @@ triad::expected<measured> run_peer(const std::string& peer_dir, const model_file
         m.greedy.push_back(static_cast<triad::token>(t.to_number<std::int64_t>()));
     m.prefill_tps = static_cast<double>(prompt->size()) / r->at("prefill_s").to_number<double>();
     m.decode_tps = 63.0 / r->at("decode_s").to_number<double>();
-    m.aggregate_tps = r->at("aggregate_tokens").to_number<double>() /
-                      r->at("aggregate_s").to_number<double>();
+    m.aggregate_tps =
+        r->at("aggregate_tokens").to_number<double>() / r->at("aggregate_s").to_number<double>();
     m.how = std::string{r->at("backend").as_string()};
     std::printf("  llama.cpp, %d thread(s): prefill %.1f tok/s, decode %.1f tok/s, 16 sessions "
                 "%.1f tok/s\n",
@@ -337,7 +342,8 @@ int run(int argc, char** argv) {
   triad::bench::common_options common;
   triad::bench::add_common_options(app, common, "the Llama shape only, 8 layers, shorter prompts");
   std::string peer_dir = std::string{TRIAD_SOURCE_DIR} + "/.cache/llamacpp";
-  app.add_option("--peer", peer_dir, "where npm installed node-llama-cpp (default: .cache/llamacpp)");
+  app.add_option("--peer", peer_dir,
+                 "where npm installed node-llama-cpp (default: .cache/llamacpp)");
   std::string dir = std::filesystem::temp_directory_path().string();
   app.add_option("--dir", dir, "where the model files are written (and removed after)");
   CLI11_PARSE(app, argc, argv);
@@ -377,7 +383,7 @@ int run(int argc, char** argv) {
     } cleanup{f.path};
     rep.metrics[f.label + "_file_mib"] =
         static_cast<double>(std::filesystem::file_size(f.path)) / (1 << 20);
-    auto t = run_triad(f, prompt_bytes);
+    auto t = run_triad(f, prompt_bytes, triad::model_dtype::automatic, false);
     if (!t) {
       std::fprintf(stderr, "triad-bench-models: %s: %s\n", f.label.c_str(),
                    t.error().to_string().c_str());
@@ -404,8 +410,22 @@ int run(int argc, char** argv) {
     std::size_t same = 0;
     while (same < t->greedy.size() && same < l->greedy.size() && t->greedy[same] == l->greedy[same])
       ++same;
-    rep.metrics[f.label + "_greedy_identical_tokens"] = same;
-    std::printf("  greedy: the first %zu of %u tokens identical\n", same, identity_tokens);
+    rep.metrics[f.label + "_greedy_identical_tokens_served_dtype"] = same;
+    std::printf("  greedy, served dtype: the first %zu of %u tokens identical\n", same,
+                identity_tokens);
+    // The file's weights exactly (f16 and the quantized blocks decode to f32 without loss).
+    auto exact = run_triad(f, prompt_bytes, triad::model_dtype::f32, true);
+    if (!exact) {
+      std::fprintf(stderr, "triad-bench-models: %s: %s\n", f.label.c_str(),
+                   exact.error().to_string().c_str());
+      return 1;
+    }
+    same = 0;
+    while (same < exact->greedy.size() && same < l->greedy.size() &&
+           exact->greedy[same] == l->greedy[same])
+      ++same;
+    rep.metrics[f.label + "_greedy_identical_tokens_f32"] = same;
+    std::printf("  greedy, f32: the first %zu of %u tokens identical\n", same, identity_tokens);
     const double decode = t->decode_tps / l->decode_tps;
     const double prefill = t->prefill_tps / l->prefill_tps;
     const double aggregate = t->aggregate_tps / l->aggregate_tps;

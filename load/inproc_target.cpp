@@ -96,6 +96,8 @@ void inproc_target::prepared::send() {
       r.content += st->text.push(ev);
       return;
     case request_event::tool_call:
+      if (!r.tool_name.empty())
+        return; // a parallel call: the first is the one the harness answers, as over HTTP
       r.tool_name = ev.tool_name;
       r.tool_arguments = ev.arguments_json;
       r.tool_call_id = call_id(ev.request, 0);
@@ -138,8 +140,7 @@ expected<std::unique_ptr<target>> make_inproc_target(const node_config& config) 
   if (!n)
     return make_error(n.error().code, "--inproc: the node did not start: " + n.error().message);
   auto* raw = n->get();
-  return std::unique_ptr<target>{
-      new inproc_target(std::move(*n), raw, raw->model().served_name)};
+  return std::unique_ptr<target>{new inproc_target(std::move(*n), raw, raw->model().served_name)};
 }
 
 std::unique_ptr<target> make_inproc_target(node& n, std::string model) {

@@ -125,7 +125,12 @@ void sse_reader::event(std::string_view payload, clock_type::time_point at) {
     bytes += text.size();
     if (const auto* calls = delta.if_contains("tool_calls"); calls && calls->is_array())
       for (const auto& call : calls->get_array()) {
+        // The first call of an answer is the one the harness answers (the others of a
+        // parallel answer would need a turn of their own).
         if (!call.is_object())
+          continue;
+        if (const auto* index = call.get_object().if_contains("index");
+            index && index->is_int64() && index->get_int64() != 0)
           continue;
         if (auto id = str(call.get_object(), "id"); !id.empty())
           tool_id_ = id;

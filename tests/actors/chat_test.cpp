@@ -73,6 +73,12 @@ BOOST_AUTO_TEST_CASE(llama3_calls_are_objects_with_parameters_separated_by_semic
   BOOST_REQUIRE(!cut);
   BOOST_TEST(cut.error().message.find("not valid JSON") != std::string::npos);
   BOOST_TEST(!triad::parse_tool_calls(triad::call_syntax::llama3, "  "));
+  // An answer that merely starts with '{' is a call only with its parameters.
+  const auto person = R"({"name": "Alice", "age": 30})";
+  BOOST_TEST(triad::parse_tool_calls(triad::call_syntax::llama3, person).has_value());
+  auto strict = triad::parse_tool_calls(triad::call_syntax::llama3, person, true);
+  BOOST_REQUIRE(!strict);
+  BOOST_TEST(strict.error().message.find("\"parameters\"") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(mistral_calls_are_an_array_of_objects) {

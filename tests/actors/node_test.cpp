@@ -1219,21 +1219,57 @@ BOOST_AUTO_TEST_CASE(with_tool_choice_none_a_model_files_call_is_text_without_it
 }
 
 BOOST_AUTO_TEST_CASE(a_malformed_call_of_a_model_file_is_returned_as_text) {
-  triad::test::temp_model file{family_spec(triad::test::chat_family::mistral)};
-  auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
-  auto r = calling_request(0);
-  r.script->turns[0].call->arguments_json = "[1, 2]"; // not an object: no call parses
-  recorder rec;
-  n->submit(r, rec.callback());
-  const auto end = rec.wait();
-  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
-  BOOST_TEST((end.finish == triad::finish_reason::stop));
-  BOOST_TEST(rec.count(triad::request_event::tool_call) == 0u);
-  std::string content;
-  std::lock_guard<std::mutex> g{rec.m};
-  for (const auto& e : rec.events)
-    if (e.kind == triad::request_event::token && e.content)
-      content += e.text;
-  BOOST_TEST(content.find(R"("arguments":[1,2])") != std::string::npos, content);
-  BOOST_TEST(content.find("[TOOL_CALLS]") == std::string::npos, content);
+  for (auto family : {triad::test::chat_family::chatml, triad::test::chat_family::mistral}) {
+    BOOST_TEST_CONTEXT(family_name(family)) {
+      triad::test::temp_model file{family_spec(family)};
+      auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+      auto r = calling_request(0);
+      r.script->turns[0].call->arguments_json = "[1, 2]"; // not an object: that call fails
+      recorder rec;
+      n->submit(r, rec.callback());
+      const auto end = rec.wait();
+      BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
+      const auto calls = rec.count(triad::request_event::tool_call);
+      std::string content;
+      std::lock_guard<std::mutex> g{rec.m};
+      for (const auto& e : rec.events)
+        if (e.kind == triad::request_event::token && e.content)
+          content += e.text;
+      BOOST_TEST(content.find(R"("arguments":[1,2])") != std::string::npos, content);
+      BOOST_TEST(content.find("[TOOL_CALLS]") == std::string::npos, content);
+      if (family == triad::test::chat_family::chatml) {
+        // Its tags are text (not control tokens); the other call, well formed, is a call.
+        BOOST_TEST(content.find(R"(<tool_call>{"name":"get_weather")") == 0u, content);
+        BOOST_TEST(content.find("}</tool_call>") != std::string::npos, content);
+        BOOST_TEST(calls == 1u);
+        BOOST_TEST((end.finish == triad::finish_reason::tool_calls));
+      } else { // one array: nothing parses
+        BOOST_TEST(calls == 0u);
+        BOOST_TEST((end.finish == triad::finish_reason::stop));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(without_tools_a_model_files_json_answer_is_text) {
+  for (auto family : all_families) {
+    BOOST_TEST_CONTEXT(family_name(family)) {
+      triad::test::temp_model file{family_spec(family)};
+      auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+      auto r = calling_request(0);
+      r.tools_json.clear(); // the request declared no tools: nothing it writes is a call
+      recorder rec;
+      n->submit(r, rec.callback());
+      const auto end = rec.wait();
+      BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
+      BOOST_TEST((end.finish == triad::finish_reason::stop));
+      BOOST_TEST(rec.count(triad::request_event::tool_call) == 0u);
+      std::string content;
+      std::lock_guard<std::mutex> g{rec.m};
+      for (const auto& e : rec.events)
+        if (e.kind == triad::request_event::token && e.content)
+          content += e.text;
+      BOOST_TEST(content.find(R"("name":"get_time")") != std::string::npos, content);
+    }
+  }
 }

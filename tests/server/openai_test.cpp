@@ -374,6 +374,25 @@ BOOST_AUTO_TEST_CASE(call_ids_are_nine_letters_and_digits_and_distinct) {
   BOOST_TEST(seen.size() == 15u);
 }
 
+BOOST_AUTO_TEST_CASE(a_hosted_call_then_a_client_call_are_told_apart) {
+  triad::completion_stream answer{answer_options(false)};
+  answer.on_event(call_event("shell", R"({"command": "ls"})"));
+  triad::request_event result;
+  result.kind = triad::request_event::tool_result;
+  result.tool_output = "a.txt\n";
+  answer.on_event(result);
+  answer.on_event(call_event("get_weather", R"({"city": "Oslo"})"));
+  auto body =
+      boost::json::parse(answer.on_event(done_event(triad::finish_reason::tool_calls)).bytes);
+  const auto& message = body.at("choices").at(0).at("message");
+  BOOST_REQUIRE(message.at("tool_calls").as_array().size() == 1u);
+  BOOST_TEST(message.at("tool_calls").at(0).at("function").at("name") == "get_weather");
+  const auto& hosted = body.at("triad").at("server_tool_calls");
+  BOOST_REQUIRE(hosted.as_array().size() == 1u);
+  BOOST_TEST(hosted.at(0).at("name") == "shell");
+  BOOST_TEST(hosted.at(0).at("result") == "a.txt\n");
+}
+
 BOOST_AUTO_TEST_CASE(hosted_calls_and_their_results_are_reported_apart) {
   triad::completion_stream answer{answer_options(false)};
   answer.on_event(call_event("shell", R"({"command": "ls"})"));
