@@ -344,6 +344,10 @@ int run(int argc, char** argv) {
   std::string peer_dir = std::string{TRIAD_SOURCE_DIR} + "/.cache/llamacpp";
   app.add_option("--peer", peer_dir,
                  "where npm installed node-llama-cpp (default: .cache/llamacpp)");
+  std::string only;
+  app.add_option("--only", only,
+                 "run only the file with this label (llama_f16, llama_q4_k_m, "
+                 "qwen_f16, qwen_q4_k_m)");
   std::string dir = std::filesystem::temp_directory_path().string();
   app.add_option("--dir", dir, "where the model files are written (and removed after)");
   CLI11_PARSE(app, argc, argv);
@@ -365,6 +369,8 @@ int run(int argc, char** argv) {
     for (bool quantized : {false, true})
       files.push_back(make_file(dir, qwen, quantized, common.quick));
   }
+  if (!only.empty())
+    std::erase_if(files, [&](const model_file& f) { return f.label != only; });
   double worst_decode = 1e30, worst_prefill = 1e30, worst_aggregate = 1e30;
   for (auto& f : files) {
     std::printf("%s: %.0fM parameters, writing %s\n", f.label.c_str(), parameters(f.spec) / 1e6,

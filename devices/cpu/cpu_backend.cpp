@@ -117,6 +117,8 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
         // Quantized weights run the widest own kernels allowed here whatever the dtype path
         // (DNNL_MAX_CPU_ISA caps them like every kernel).
         const vector_isa quant_isa = cpu.own;
+        // Their long prefills multiply in the dtype's type where the CPU has it natively.
+        const bool bf16_prefill = path.type() == dtype::bf16 && cpu.native_bf16;
         // A matmul weight [k][n]: kept quantized when the source gave its rows so, else packed
         // for the path from plain floats.
         auto make = [&](unsigned k, unsigned n, const std::vector<float>& plain,
@@ -130,7 +132,7 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
           };
           if (auto ok = detail::quant_linear::check(k, n, runs); !ok)
             return make_error(ok.error().code, name() + ok.error().message);
-          return std::make_shared<matrix>(m.engine, k, std::move(runs), quant_isa);
+          return std::make_shared<matrix>(m.engine, k, std::move(runs), quant_isa, bf16_prefill);
         };
         unsigned qkv = (s.heads + 2 * s.kv_heads) * s.head_dim;
         unsigned attn = s.heads * s.head_dim;

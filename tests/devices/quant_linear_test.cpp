@@ -6,6 +6,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include "devices/cpu/detail/quant_linear.hpp"
+#include "devices/cpu/isa.hpp"
+#include "devices/cpu/weights.hpp"
 #include "gguf/convert.hpp"
 #include "tests/devices/kernel_support.hpp"
 #include "tests/printers.hpp"
@@ -132,6 +134,36 @@ BOOST_AUTO_TEST_CASE(avx2_results_match_a_double_reference_of_the_decoded_weight
 
 BOOST_AUTO_TEST_CASE(portable_results_match_a_double_reference_of_the_decoded_weights) {
   check_isa(vector_isa::none);
+}
+
+BOOST_AUTO_TEST_CASE(a_bf16_prefill_multiplies_the_decoded_rows_rounded_to_bf16) {
+  if (!triad::detect_cpu().native_bf16) {
+    BOOST_TEST_MESSAGE("not run: this CPU has no native bf16 (" << triad::detect_cpu().describe()
+                                                                << ")");
+    return;
+  }
+  fixture f;
+  const unsigned k = 512, n = 23;
+  std::vector<float> plain(std::size_t{k} * n);
+  quantized_matrix runs;
+  runs.push_back(encode(ggml_type::q4_k, 16, k, plain, n, 0));
+  runs.push_back(encode(ggml_type::q6_k, 7, k, plain, n, 16));
+  quant_linear lin(f.engine, k, std::move(runs), triad::detect_cpu().own, true);
+  BOOST_TEST(lin.kernel().find("onednn bf16") != std::string::npos, lin.kernel());
+  // The reference multiplies what oneDNN's bf16 matmul does: both sides rounded to bf16.
+  auto rounded = plain;
+  for (auto& w : rounded)
+    w = triad::round_to_bf16(w);
+  for (unsigned m : {quant_linear::small_m_limit + 1, 200u}) {
+    auto x = random_floats(std::size_t{m} * k);
+    constexpr float guard = 12345.0f;
+    std::vector<float> dst(std::size_t{m} * n + 64, guard);
+    lin.forward(f.stream, x.data(), dst.data(), m);
+    for (auto& v : x)
+      v = triad::round_to_bf16(v);
+    BOOST_TEST_INFO("M=" << m);
+    BOOST_TEST(triad::test::worst_matmul_error(dst, x, rounded, m, k, n, guard) <= 2e-6);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(the_blocks_are_kept_as_given_and_rows_decode_as_dequantize_does) {

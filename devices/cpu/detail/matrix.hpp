@@ -29,9 +29,10 @@ public:
       packed_ = std::make_unique<onednn_linear>(eng, k, n, path.type(), plain, path.isa);
   }
   /// Keeps `runs` (quant_linear::check()ed rows of input width `k`) quantized; `isa` picks
-  /// the kernels.
-  cpu_matrix(dnnl::engine& eng, unsigned k, quantized_matrix runs, vector_isa isa)
-      : quant_(std::make_unique<quant_linear>(eng, k, std::move(runs), isa)) {}
+  /// the kernels, `bf16_prefill` the prefill's type (quant_linear).
+  cpu_matrix(dnnl::engine& eng, unsigned k, quantized_matrix runs, vector_isa isa,
+             bool bf16_prefill = false)
+      : quant_(std::make_unique<quant_linear>(eng, k, std::move(runs), isa, bf16_prefill)) {}
   /// Input width.
   unsigned k() const noexcept { return own_ ? own_->k() : quant_ ? quant_->k() : packed_->k(); }
   /// Output width.

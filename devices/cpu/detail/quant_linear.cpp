@@ -1,5 +1,7 @@
 #include "devices/cpu/detail/quant_linear.hpp"
 
+#include "devices/cpu/detail/kernels.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -602,7 +604,8 @@ expected<void> quant_linear::check(unsigned k, unsigned n, const quantized_matri
   return {};
 }
 
-quant_linear::quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs, vector_isa isa)
+quant_linear::quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs, vector_isa isa,
+                           bool bf16_prefill)
     : k_(k)
     , runs_(std::move(runs))
     , isa_(isa)
@@ -614,7 +617,7 @@ quant_linear::quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs,
               n += r.rows;
             return n;
           }(),
-          tile_columns, widened_matmul::tile_layout::column_major) {
+          tile_columns, widened_matmul::tile_layout::column_major, bf16_prefill) {
   for (const auto& run : runs_) {
     run_first_row_.push_back(n_);
     const std::size_t stride = row_bytes(run.type, k_);
@@ -647,7 +650,7 @@ std::string quant_linear::kernel() const {
                                   : "triad:" + types + (vnni_ ? "_int8_vnni" : "_int8_avx2") +
                                         " (M<=" + std::to_string(int8_m_limit) + ") + ";
   return int8 + "triad:" + types + "_" + own + " (M<=" + std::to_string(small_m_limit) +
-         ") + onednn f32 " + prefill_kernel_ + " (prefill)";
+         ") + onednn " + (large_.bf16() ? "bf16 " : "f32 ") + prefill_kernel_ + " (prefill)";
 }
 
 void quant_linear::forward(dnnl::stream& strm, const float* src, float* dst, unsigned m) {
@@ -659,7 +662,7 @@ void quant_linear::forward(dnnl::stream& strm, const float* src, float* dst, uns
     forward_small(src, dst, m);
   else
     large_.forward(strm, src, dst, m,
-                   [&](float* tile, unsigned first, unsigned width) { widen(tile, first, width); });
+                   [&](auto* tile, unsigned first, unsigned width) { widen(tile, first, width); });
 }
 
 void quant_linear::forward_small(const float* src, float* dst, unsigned m) const {
@@ -715,6 +718,16 @@ void quant_linear::widen(float* tile, unsigned first, unsigned width) const {
 #pragma omp parallel for schedule(static) if (std::size_t{k_} * width >= parallel_threshold)
   for (unsigned i = 0; i < width; ++i)
     decode_row(first + i, tile + std::size_t{i} * k_);
+}
+
+void quant_linear::widen(std::uint16_t* tile, unsigned first, unsigned width) const {
+#pragma omp parallel for schedule(static) if (std::size_t{k_} * width >= parallel_threshold)
+  for (unsigned i = 0; i < width; ++i) {
+    thread_local std::vector<float> row; // each worker's own
+    row.resize(k_);
+    decode_row(first + i, row.data());
+    to_bf16(row.data(), tile + std::size_t{i} * k_, k_);
+  }
 }
 
 } // namespace triad::detail

@@ -39,8 +39,12 @@ public:
   /// each run's bytes exactly its rows, `n` rows in all; the error names what is wrong.
   static expected<void> check(unsigned k, unsigned n, const quantized_matrix& runs);
 
-  /// Takes `runs` (check()ed) of input width `k`; `isa` picks the own kernels.
-  quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs, vector_isa isa);
+  /// Takes `runs` (check()ed) of input width `k`; `isa` picks the own kernels; with
+  /// `bf16_prefill` (the bf16 dtype on a CPU that multiplies bf16 natively) long prefills
+  /// decode the rows to bf16 for oneDNN's bf16 matmul, as the dtype's own weights run, else to
+  /// f32.
+  quant_linear(dnnl::engine& eng, unsigned k, quantized_matrix runs, vector_isa isa,
+               bool bf16_prefill = false);
   quant_linear(const quant_linear&) = delete;            ///< its row groups point into its own runs
   quant_linear& operator=(const quant_linear&) = delete; ///< as above
 
@@ -75,6 +79,8 @@ private:
   void forward_small(const float* src, float* dst, unsigned m) const;
   /// Rows [first, first + width) decoded as a [width][K] tile.
   void widen(float* tile, unsigned first, unsigned width) const;
+  /// The same rows rounded to bf16 (the bf16 prefill).
+  void widen(std::uint16_t* tile, unsigned first, unsigned width) const;
 
   unsigned k_;
   unsigned n_ = 0;
