@@ -242,7 +242,7 @@ triad::expected<json::object> run_peer_once(const std::string& peer_dir, const j
 }
 
 triad::expected<measured> run_peer(const std::string& peer_dir, const model_file& f,
-                                   std::size_t prompt_bytes) {
+                                   std::size_t prompt_bytes, bool greedy_only) {
   auto prompt = prompt_ids(f, prompt_text(prompt_bytes, 0));
   if (!prompt)
     return prompt.error();
@@ -255,11 +255,13 @@ triad::expected<measured> run_peer(const std::string& peer_dir, const model_file
   }
   measured best;
   for (int threads : {1, 2}) {
+    if (greedy_only && threads > 1)
+      break;
     json::object job{{"model", f.path.string()},
                      {"threads", threads},
                      {"prompt", ids_json(*prompt)},
-                     {"generate", 64},
-                     {"sessions", sessions},
+                     {"generate", greedy_only ? identity_tokens : 64},
+                     {"sessions", greedy_only ? 0 : sessions},
                      {"session_prompts", session_prompts},
                      {"session_generate", session_tokens},
                      {"context", 1024}};
@@ -270,6 +272,8 @@ triad::expected<measured> run_peer(const std::string& peer_dir, const model_file
     for (const auto& t : r->at("tokens").as_array())
       if (m.greedy.size() < identity_tokens)
         m.greedy.push_back(static_cast<triad::token>(t.to_number<std::int64_t>()));
+    if (greedy_only)
+      return m;
     m.prefill_tps = static_cast<double>(prompt->size()) / r->at("prefill_s").to_number<double>();
     m.decode_tps = 63.0 / r->at("decode_s").to_number<double>();
     m.aggregate_tps =
@@ -340,7 +344,9 @@ double parameters(const triad::test::gguf_spec& s) {
 int run(int argc, char** argv) {
   CLI::App app{"triad-bench-models: triad against llama.cpp on the same GGUF files"};
   triad::bench::common_options common;
-  triad::bench::add_common_options(app, common, "the Llama shape only, 8 layers, shorter prompts");
+  triad::bench::add_common_options(app, common,
+                                   "the Llama shape only (unless --only), 8 layers, shorter "
+                                   "prompts");
   std::string peer_dir = std::string{TRIAD_SOURCE_DIR} + "/.cache/llamacpp";
   app.add_option("--peer", peer_dir,
                  "where npm installed node-llama-cpp (default: .cache/llamacpp)");
@@ -350,6 +356,11 @@ int run(int argc, char** argv) {
                  "qwen_f16, qwen_q4_k_m)");
   std::string dir = std::filesystem::temp_directory_path().string();
   app.add_option("--dir", dir, "where the model files are written (and removed after)");
+  unsigned greedy_check = 0;
+  app.add_option("--greedy-check", greedy_check,
+                 "only check greedy identity with f32 compute: exit 1 unless the first N tokens "
+                 "(at most 32) are llama.cpp's, 77 without the peer (a test; no figures)")
+      ->check(CLI::Range(1u, identity_tokens));
   CLI11_PARSE(app, argc, argv);
   triad::bench::report rep;
   rep.quick = common.quick;
@@ -364,7 +375,7 @@ int run(int argc, char** argv) {
 
   std::vector<model_file> files;
   for (bool qwen : {false, true}) {
-    if (qwen && common.quick)
+    if (qwen && common.quick && only.empty()) // --only picks from every file
       continue;
     for (bool quantized : {false, true})
       files.push_back(make_file(dir, qwen, quantized, common.quick));
@@ -389,6 +400,36 @@ int run(int argc, char** argv) {
     } cleanup{f.path};
     rep.metrics[f.label + "_file_mib"] =
         static_cast<double>(std::filesystem::file_size(f.path)) / (1 << 20);
+    if (greedy_check > 0) {
+      if (!peer)
+        return 77; // said above; ctest reports the check skipped
+      auto mine = run_triad(f, prompt_bytes, triad::model_dtype::f32, true);
+      auto theirs = mine ? run_peer(peer_dir, f, prompt_bytes, true)
+                         : triad::expected<measured>{mine.error()};
+      if (!theirs) {
+        std::fprintf(stderr, "triad-bench-models: %s: %s\n", f.label.c_str(),
+                     theirs.error().to_string().c_str());
+        return 1;
+      }
+      std::size_t same = 0;
+      while (same < mine->greedy.size() && same < theirs->greedy.size() &&
+             mine->greedy[same] == theirs->greedy[same])
+        ++same;
+      std::printf("  greedy, f32: the first %zu of %u tokens are llama.cpp's (needed: %u)\n", same,
+                  identity_tokens, greedy_check);
+      if (same < greedy_check) {
+        auto list = [](const std::vector<triad::token>& ids) {
+          std::string out;
+          for (auto t : ids)
+            out += std::to_string(t) + " ";
+          return out;
+        };
+        std::printf("  triad:     %s\n  llama.cpp: %s\n", list(mine->greedy).c_str(),
+                    list(theirs->greedy).c_str());
+        return 1;
+      }
+      continue;
+    }
     auto t = run_triad(f, prompt_bytes, triad::model_dtype::automatic, false);
     if (!t) {
       std::fprintf(stderr, "triad-bench-models: %s: %s\n", f.label.c_str(),
@@ -403,7 +444,7 @@ int run(int argc, char** argv) {
     rep.metrics[f.label + "_triad_kernel"] = t->how;
     if (!peer)
       continue;
-    auto l = run_peer(peer_dir, f, prompt_bytes);
+    auto l = run_peer(peer_dir, f, prompt_bytes, false);
     if (!l) {
       std::fprintf(stderr, "triad-bench-models: %s: %s\n", f.label.c_str(),
                    l.error().to_string().c_str());
@@ -442,6 +483,8 @@ int run(int argc, char** argv) {
     worst_prefill = std::min(worst_prefill, prefill);
     worst_aggregate = std::min(worst_aggregate, aggregate);
   }
+  if (greedy_check > 0)
+    return 0;
   if (peer) { // the headline ratios: the worst file's
     rep.ratios["decode_over_llamacpp_batch1"] = worst_decode;
     rep.ratios["prefill_over_llamacpp"] = worst_prefill;

