@@ -40,4 +40,6 @@ find_library(TRIAD_XXHASH xxhash REQUIRED)
 # PCRE2 (8-bit, UTF and Unicode properties): the tokenizers' pre-tokenizer patterns.
 find_path(TRIAD_PCRE2_INCLUDE pcre2.h REQUIRED)
 find_library(TRIAD_PCRE2 pcre2-8 REQUIRED)
+# ICU (its common library): the NFC normalization Qwen's tokenizer applies.
+find_package(ICU REQUIRED COMPONENTS uc)
 

@@ -11,8 +11,9 @@ stack=(
   libboost1.81-dev libboost-test1.81-dev libboost-json1.81-dev
   libdnnl-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libxxhash-dev
   libseccomp-dev libhnswlib-dev clang ccache
-  # Unicode classes of the tokenizers' pre-tokenizer patterns (issue #26).
-  libpcre2-dev
+  # Unicode classes of the tokenizers' pre-tokenizer patterns, and Qwen's NFC normalizer
+  # (issue #26).
+  libpcre2-dev libicu-dev
 )
 
 # With --test, what the test suite needs beyond the build: promtool (Debian's prometheus) to

@@ -30,5 +30,9 @@ for (let i = 0; i < size; ++i)
   if (tokens[i] === null) { tokens[i] = `<|unused_${i}|>`; kinds[i] = 5; }
 const merges = tj.model.merges.map(m => Array.isArray(m) ? m.join(' ') : m);
 const ids = corpus.map(text => Array.from(tokenizer.encode(text, { add_special_tokens: false })));
+// The text the ids spell: the corpus after the tokenizer's Unicode normalization, if any.
+const nfc = tj.normalizer && tj.normalizer.type === 'NFC';
+const texts = corpus.map(text => nfc ? text.normalize('NFC') : text);
 process.stdout.write(JSON.stringify({ tokens, kinds, merges, ignore_merges: !!tj.model.ignore_merges,
-                                      normalizer: tj.normalizer ? tj.normalizer.type : null, ids }));
+                                      normalizer: tj.normalizer ? tj.normalizer.type : null, ids,
+                                      texts }));

@@ -1,5 +1,9 @@
 #include <unordered_map>
 
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
+#include <unicode/utf8.h>
+
 #include "runtime/utf8.hpp"
 #include "tokenizer/detail/byte_level.hpp"
 #include "tokenizer/detail/merge.hpp"
@@ -12,16 +16,49 @@ namespace triad::detail {
 
 namespace {
 
+// `text` in Unicode's NFC into `out`; false (out untouched) where it is NFC already (ASCII,
+// most text) or is not valid UTF-8 (its bytes then go to the byte-level BPE as they are).
+bool nfc_to(std::string_view text, std::string& out) {
+  std::size_t i = 0;
+  while (i < text.size() && static_cast<unsigned char>(text[i]) < 0x80)
+    ++i;
+  if (i == text.size())
+    return false;
+  const auto* p = reinterpret_cast<const std::uint8_t*>(text.data());
+  const auto n = static_cast<std::int32_t>(text.size());
+  for (std::int32_t at = 0; at < n;) {
+    UChar32 c = 0;
+    U8_NEXT(p, at, n, c);
+    if (c < 0)
+      return false;
+  }
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
+  if (U_FAILURE(status))
+    return false;
+  const auto wide = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), n));
+  if (nfc->isNormalized(wide, status) || U_FAILURE(status))
+    return false;
+  status = U_ZERO_ERROR;
+  const auto normal = nfc->normalize(wide, status);
+  if (U_FAILURE(status))
+    return false;
+  out.clear();
+  normal.toUTF8String(out);
+  return true;
+}
+
 // Byte-level BPE (GPT-2 style): text split at added tokens, then by the pre-tokenizer; each
 // piece's bytes spelled as characters and merged pairwise, lowest merge rank first (leftmost
 // among equals), as Hugging Face's BPE model does.
 class bpe_tokenizer final : public model_tokenizer {
 public:
-  bpe_tokenizer(vocab v, pretokenizer pre, bool ignore_merges)
+  bpe_tokenizer(vocab v, pretokenizer pre, bool ignore_merges, bool nfc)
       : model_tokenizer(std::move(v))
       , pre_(std::move(pre))
       , specials_(vocab_)
-      , ignore_merges_(ignore_merges) {
+      , ignore_merges_(ignore_merges)
+      , nfc_(nfc) {
     ids_.reserve(vocab_.tokens.size());
     for (std::size_t id = 0; id < vocab_.tokens.size(); ++id)
       ids_.emplace(vocab_.tokens[id], static_cast<token>(id));
@@ -39,10 +76,12 @@ public:
 
   void encode_to(std::vector<token>& out, std::string_view text, bool specials) const override {
     std::vector<std::string_view> pieces;
-    std::string spelled;
+    std::string spelled, normal;
     specials_.split(
         text, specials,
         [&](std::string_view fragment) {
+          if (nfc_ && nfc_to(fragment, normal))
+            fragment = normal;
           pieces.clear();
           pre_.split(fragment, pieces);
           for (auto piece : pieces) {
@@ -78,8 +117,8 @@ private:
     }
     // Pairs merge by rank; a pair's key is "left right", as the merges list spells it.
     std::string key;
-    const auto sym = merge_pairs(
-        s, [&](std::string_view left, std::string_view right) -> std::optional<double> {
+    const auto sym =
+        merge_pairs(s, [&](std::string_view left, std::string_view right) -> std::optional<double> {
           key.assign(left);
           key += ' ';
           key.append(right);
@@ -107,6 +146,7 @@ private:
   }
 
   pretokenizer pre_;
+  bool nfc_ = false; // Qwen's tokenizer.json normalizes to NFC first
   special_matcher specials_;
   bool ignore_merges_;
   byte_level bytes_;
@@ -131,8 +171,11 @@ expected<std::unique_ptr<model_tokenizer>> make_tokenizer(vocab v) {
     return pre.error();
   // Llama 3's tokenizer.json sets ignore_merges: a piece that is a whole token is that token.
   const bool ignore_merges = v.pre == "llama-bpe" || v.pre == "llama3";
+  // Qwen 2, 2.5 and 3's tokenizer.json normalize to NFC (GGUF does not carry normalizers; the
+  // pre-tokenizer names the family).
+  const bool nfc = v.pre == "qwen2";
   return std::unique_ptr<model_tokenizer>{
-      new detail::bpe_tokenizer(std::move(v), std::move(*pre), ignore_merges)};
+      new detail::bpe_tokenizer(std::move(v), std::move(*pre), ignore_merges, nfc)};
 }
 
 } // namespace triad
