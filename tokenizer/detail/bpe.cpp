@@ -146,9 +146,9 @@ private:
   }
 
   pretokenizer pre_;
-  bool nfc_ = false; // Qwen's tokenizer.json normalizes to NFC first
   special_matcher specials_;
   bool ignore_merges_;
+  bool nfc_ = false; // Qwen's tokenizer.json normalizes to NFC first
   byte_level bytes_;
   std::unordered_map<std::string, token> ids_;
   std::unordered_map<std::string, int> ranks_;
