@@ -1112,36 +1112,50 @@ constexpr triad::test::chat_family all_families[] = {triad::test::chat_family::c
                                                      triad::test::chat_family::llama3,
                                                      triad::test::chat_family::mistral};
 
+// What a request's events said: its end, its answer's text and its calls.
+struct answer {
+  triad::request_event end;
+  std::string content;
+  std::vector<triad::request_event> calls;
+};
+
+answer ask(triad::node& n, triad::chat_request r) {
+  recorder rec;
+  n.submit(std::move(r), rec.callback());
+  answer out;
+  out.end = rec.wait();
+  std::lock_guard<std::mutex> g{rec.m};
+  for (const auto& e : rec.events) {
+    if (e.kind == triad::request_event::tool_call)
+      out.calls.push_back(e);
+    if (e.kind == triad::request_event::token && e.content)
+      out.content += e.text;
+  }
+  return out;
+}
+
+// A node serving `file`.
+std::unique_ptr<triad::node> serve(const triad::test::temp_model& file) {
+  return start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(a_model_files_calls_go_to_the_client_parsed_from_its_familys_syntax) {
   for (auto family : all_families) {
     BOOST_TEST_CONTEXT(family_name(family)) {
       triad::test::temp_model file{family_spec(family)};
-      auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
-      recorder rec;
-      n->submit(calling_request(0), rec.callback());
-      const auto end = rec.wait();
-      BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
-      BOOST_TEST((end.finish == triad::finish_reason::tool_calls));
-      BOOST_TEST(end.usage.tool_calls == 2u);
-      std::vector<triad::request_event> calls;
-      std::string content;
-      {
-        std::lock_guard<std::mutex> g{rec.m};
-        for (const auto& e : rec.events) {
-          if (e.kind == triad::request_event::tool_call)
-            calls.push_back(e);
-          if (e.kind == triad::request_event::token && e.content)
-            content += e.text;
-        }
-      }
-      BOOST_REQUIRE(calls.size() == 2u);
-      BOOST_TEST(calls[0].tool_name == "get_weather");
-      BOOST_TEST(calls[0].arguments_json == R"({"city":"Oslo"})");
-      BOOST_TEST(calls[1].tool_name == "get_time");
-      BOOST_TEST(calls[1].arguments_json == "{}");
-      BOOST_TEST(content.empty(), content); // the calls' text is not the answer's
+      auto n = serve(file);
+      auto a = ask(*n, calling_request(0));
+      BOOST_REQUIRE_MESSAGE(a.end.kind == triad::request_event::done, a.end.message);
+      BOOST_TEST((a.end.finish == triad::finish_reason::tool_calls));
+      BOOST_TEST(a.end.usage.tool_calls == 2u);
+      BOOST_REQUIRE(a.calls.size() == 2u);
+      BOOST_TEST(a.calls[0].tool_name == "get_weather");
+      BOOST_TEST(a.calls[0].arguments_json == R"({"city":"Oslo"})");
+      BOOST_TEST(a.calls[1].tool_name == "get_time");
+      BOOST_TEST(a.calls[1].arguments_json == "{}");
+      BOOST_TEST(a.content.empty(), a.content); // the calls' text is not the answer's
     }
   }
 }
@@ -1157,7 +1171,7 @@ BOOST_AUTO_TEST_CASE(a_model_files_template_shows_the_model_its_tools) {
             "'\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}{{ "
             "'<|im_start|>assistant\\n' }}";
       triad::test::temp_model file{spec};
-      auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+      auto n = serve(file);
       std::uint64_t prompt[2] = {};
       for (int with = 0; with < 2; ++with) {
         triad::chat_request r;
@@ -1165,11 +1179,9 @@ BOOST_AUTO_TEST_CASE(a_model_files_template_shows_the_model_its_tools) {
         r.max_tokens = 1;
         if (with == 1)
           r.tools_json = weather_tools;
-        recorder rec;
-        n->submit(r, rec.callback());
-        const auto end = rec.wait();
-        BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
-        prompt[with] = end.usage.prompt_tokens;
+        auto a = ask(*n, r);
+        BOOST_REQUIRE_MESSAGE(a.end.kind == triad::request_event::done, a.end.message);
+        prompt[with] = a.end.usage.prompt_tokens;
       }
       // Byte tokens mostly: the tools' JSON is most of the difference.
       BOOST_TEST(prompt[1] > prompt[0] + std::string_view{weather_tools}.size() / 2);
@@ -1179,41 +1191,27 @@ BOOST_AUTO_TEST_CASE(a_model_files_template_shows_the_model_its_tools) {
 
 BOOST_AUTO_TEST_CASE(text_before_a_llama3_call_makes_it_text_as_llama_cpp_reads_it) {
   triad::test::temp_model file{family_spec(triad::test::chat_family::llama3)};
-  auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
-  recorder rec;
-  n->submit(calling_request(3), rec.callback());
-  const auto end = rec.wait();
-  BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
-  BOOST_TEST((end.finish == triad::finish_reason::stop));
-  BOOST_TEST(rec.count(triad::request_event::tool_call) == 0u);
-  std::string content;
-  std::lock_guard<std::mutex> g{rec.m};
-  for (const auto& e : rec.events)
-    if (e.kind == triad::request_event::token && e.content)
-      content += e.text;
-  BOOST_TEST(content.find(R"("name":"get_weather")") != std::string::npos, content);
+  auto n = serve(file);
+  auto a = ask(*n, calling_request(3));
+  BOOST_REQUIRE_MESSAGE(a.end.kind == triad::request_event::done, a.end.message);
+  BOOST_TEST((a.end.finish == triad::finish_reason::stop));
+  BOOST_TEST(a.calls.empty());
+  BOOST_TEST(a.content.find(R"("name":"get_weather")") != std::string::npos, a.content);
 }
 
 BOOST_AUTO_TEST_CASE(with_tool_choice_none_a_model_files_call_is_text_without_its_control_tokens) {
   for (auto family : all_families) {
     BOOST_TEST_CONTEXT(family_name(family)) {
       triad::test::temp_model file{family_spec(family)};
-      auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+      auto n = serve(file);
       auto r = calling_request(0);
       r.max_tool_calls = 0; // what tool_choice "none" asks
-      recorder rec;
-      n->submit(r, rec.callback());
-      const auto end = rec.wait();
-      BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
-      BOOST_TEST((end.finish == triad::finish_reason::stop));
-      BOOST_TEST(rec.count(triad::request_event::tool_call) == 0u);
-      std::string content;
-      std::lock_guard<std::mutex> g{rec.m};
-      for (const auto& e : rec.events)
-        if (e.kind == triad::request_event::token && e.content)
-          content += e.text;
-      BOOST_TEST(content.find("get_time") != std::string::npos, content);
-      BOOST_TEST(content.find("[TOOL_CALLS]") == std::string::npos, content);
+      auto a = ask(*n, r);
+      BOOST_REQUIRE_MESSAGE(a.end.kind == triad::request_event::done, a.end.message);
+      BOOST_TEST((a.end.finish == triad::finish_reason::stop));
+      BOOST_TEST(a.calls.empty());
+      BOOST_TEST(a.content.find("get_time") != std::string::npos, a.content);
+      BOOST_TEST(a.content.find("[TOOL_CALLS]") == std::string::npos, a.content);
     }
   }
 }
@@ -1222,30 +1220,22 @@ BOOST_AUTO_TEST_CASE(a_malformed_call_of_a_model_file_is_returned_as_text) {
   for (auto family : {triad::test::chat_family::chatml, triad::test::chat_family::mistral}) {
     BOOST_TEST_CONTEXT(family_name(family)) {
       triad::test::temp_model file{family_spec(family)};
-      auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+      auto n = serve(file);
       auto r = calling_request(0);
       r.script->turns[0].call->arguments_json = "[1, 2]"; // not an object: that call fails
-      recorder rec;
-      n->submit(r, rec.callback());
-      const auto end = rec.wait();
-      BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
-      const auto calls = rec.count(triad::request_event::tool_call);
-      std::string content;
-      std::lock_guard<std::mutex> g{rec.m};
-      for (const auto& e : rec.events)
-        if (e.kind == triad::request_event::token && e.content)
-          content += e.text;
-      BOOST_TEST(content.find(R"("arguments":[1,2])") != std::string::npos, content);
-      BOOST_TEST(content.find("[TOOL_CALLS]") == std::string::npos, content);
+      auto a = ask(*n, r);
+      BOOST_REQUIRE_MESSAGE(a.end.kind == triad::request_event::done, a.end.message);
+      BOOST_TEST(a.content.find(R"("arguments":[1,2])") != std::string::npos, a.content);
+      BOOST_TEST(a.content.find("[TOOL_CALLS]") == std::string::npos, a.content);
       if (family == triad::test::chat_family::chatml) {
         // Its tags are text (not control tokens); the other call, well formed, is a call.
-        BOOST_TEST(content.find(R"(<tool_call>{"name":"get_weather")") == 0u, content);
-        BOOST_TEST(content.find("}</tool_call>") != std::string::npos, content);
-        BOOST_TEST(calls == 1u);
-        BOOST_TEST((end.finish == triad::finish_reason::tool_calls));
+        BOOST_TEST(a.content.find(R"(<tool_call>{"name":"get_weather")") == 0u, a.content);
+        BOOST_TEST(a.content.find("}</tool_call>") != std::string::npos, a.content);
+        BOOST_TEST(a.calls.size() == 1u);
+        BOOST_TEST((a.end.finish == triad::finish_reason::tool_calls));
       } else { // one array: nothing parses
-        BOOST_TEST(calls == 0u);
-        BOOST_TEST((end.finish == triad::finish_reason::stop));
+        BOOST_TEST(a.calls.empty());
+        BOOST_TEST((a.end.finish == triad::finish_reason::stop));
       }
     }
   }
@@ -1255,21 +1245,14 @@ BOOST_AUTO_TEST_CASE(without_tools_a_model_files_json_answer_is_text) {
   for (auto family : all_families) {
     BOOST_TEST_CONTEXT(family_name(family)) {
       triad::test::temp_model file{family_spec(family)};
-      auto n = start_node({}, [&](triad::node_config& c) { c.model.path = file.path.string(); });
+      auto n = serve(file);
       auto r = calling_request(0);
       r.tools_json.clear(); // the request declared no tools: nothing it writes is a call
-      recorder rec;
-      n->submit(r, rec.callback());
-      const auto end = rec.wait();
-      BOOST_REQUIRE_MESSAGE(end.kind == triad::request_event::done, end.message);
-      BOOST_TEST((end.finish == triad::finish_reason::stop));
-      BOOST_TEST(rec.count(triad::request_event::tool_call) == 0u);
-      std::string content;
-      std::lock_guard<std::mutex> g{rec.m};
-      for (const auto& e : rec.events)
-        if (e.kind == triad::request_event::token && e.content)
-          content += e.text;
-      BOOST_TEST(content.find(R"("name":"get_time")") != std::string::npos, content);
+      auto a = ask(*n, r);
+      BOOST_REQUIRE_MESSAGE(a.end.kind == triad::request_event::done, a.end.message);
+      BOOST_TEST((a.end.finish == triad::finish_reason::stop));
+      BOOST_TEST(a.calls.empty());
+      BOOST_TEST(a.content.find(R"("name":"get_time")") != std::string::npos, a.content);
     }
   }
 }

@@ -59,6 +59,15 @@ triad::request_event call_event(std::string name, std::string args) {
   return ev;
 }
 
+// A hosted "shell" call and its result "a.txt\n", as the node reports them.
+void run_hosted_shell(triad::completion_stream& answer) {
+  answer.on_event(call_event("shell", R"({"command": "ls"})"));
+  triad::request_event result;
+  result.kind = triad::request_event::tool_result;
+  result.tool_output = "a.txt\n";
+  answer.on_event(result);
+}
+
 triad::completion_options answer_options(bool stream) {
   triad::completion_options o;
   o.stream = stream;
@@ -376,11 +385,7 @@ BOOST_AUTO_TEST_CASE(call_ids_are_nine_letters_and_digits_and_distinct) {
 
 BOOST_AUTO_TEST_CASE(a_hosted_call_then_a_client_call_are_told_apart) {
   triad::completion_stream answer{answer_options(false)};
-  answer.on_event(call_event("shell", R"({"command": "ls"})"));
-  triad::request_event result;
-  result.kind = triad::request_event::tool_result;
-  result.tool_output = "a.txt\n";
-  answer.on_event(result);
+  run_hosted_shell(answer);
   answer.on_event(call_event("get_weather", R"({"city": "Oslo"})"));
   auto body =
       boost::json::parse(answer.on_event(done_event(triad::finish_reason::tool_calls)).bytes);
@@ -395,11 +400,7 @@ BOOST_AUTO_TEST_CASE(a_hosted_call_then_a_client_call_are_told_apart) {
 
 BOOST_AUTO_TEST_CASE(hosted_calls_and_their_results_are_reported_apart) {
   triad::completion_stream answer{answer_options(false)};
-  answer.on_event(call_event("shell", R"({"command": "ls"})"));
-  triad::request_event result;
-  result.kind = triad::request_event::tool_result;
-  result.tool_output = "a.txt\n";
-  answer.on_event(result);
+  run_hosted_shell(answer);
   answer.on_event(token_event('k'));
   auto body = boost::json::parse(answer.on_event(done_event(triad::finish_reason::stop)).bytes);
   BOOST_TEST(body.at("choices").at(0).at("message").at("content") == "k");
