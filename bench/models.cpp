@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -25,6 +26,7 @@
 #include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "actors/node.hpp"
@@ -217,11 +219,25 @@ json::array ids_json(const std::vector<triad::token>& ids) {
   return a;
 }
 
+// `s` as one shell word.
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s)
+    out += c == '\'' ? std::string{"'\\''"} : std::string(1, c);
+  return out + "'";
+}
+
+// The node binary: TRIAD_NODE (the test environment's), else `node` on the PATH.
+std::string node_binary() {
+  const char* n = std::getenv("TRIAD_NODE");
+  return n != nullptr && *n != '\0' ? n : "node";
+}
+
 // Runs the peer script once; its JSON line, or why not.
 triad::expected<json::object> run_peer_once(const std::string& peer_dir, const json::object& job) {
   const std::string script = std::string{TRIAD_SOURCE_DIR} + "/bench/models_peer.mjs";
-  const std::string cmd = "UV_THREADPOOL_SIZE=1 node '" + script + "' '" + peer_dir + "' '" +
-                          json::serialize(job) + "' 2>&1";
+  const std::string cmd = "UV_THREADPOOL_SIZE=1 " + quoted(node_binary()) + " " + quoted(script) +
+                          " " + quoted(peer_dir) + " " + quoted(json::serialize(job)) + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr)
     return triad::make_error(triad::errc::io_error, "cannot run node");
@@ -229,7 +245,8 @@ triad::expected<json::object> run_peer_once(const std::string& peer_dir, const j
   char buf[4096];
   while (std::size_t n = std::fread(buf, 1, sizeof buf, p))
     text.append(buf, n);
-  const int rc = ::pclose(p);
+  const int status = ::pclose(p);
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   auto line = text.rfind("{\"prefill_s\"");
   if (rc != 0 || line == std::string::npos)
     return triad::make_error(triad::errc::io_error, "the llama.cpp peer failed (exit " +
@@ -275,7 +292,7 @@ triad::expected<measured> run_peer(const std::string& peer_dir, const model_file
     if (greedy_only)
       return m;
     m.prefill_tps = static_cast<double>(prompt->size()) / r->at("prefill_s").to_number<double>();
-    m.decode_tps = 63.0 / r->at("decode_s").to_number<double>();
+    m.decode_tps = r->at("decoded").to_number<double>() / r->at("decode_s").to_number<double>();
     m.aggregate_tps =
         r->at("aggregate_tokens").to_number<double>() / r->at("aggregate_s").to_number<double>();
     m.how = std::string{r->at("backend").as_string()};
@@ -366,11 +383,17 @@ int run(int argc, char** argv) {
   rep.quick = common.quick;
   const std::size_t prompt_bytes = common.quick ? 256 : 512;
 
-  const bool peer = std::filesystem::exists(peer_dir + "/node_modules/node-llama-cpp/package.json");
+  const bool peer =
+      std::filesystem::exists(peer_dir + "/node_modules/node-llama-cpp/package.json") &&
+      std::filesystem::exists(peer_dir + "/node_modules/@node-llama-cpp/linux-x64/package.json") &&
+      std::system((quoted(node_binary()) + " --version > /dev/null 2>&1").c_str()) == 0;
   if (!peer)
-    std::printf("triad-bench-models: llama.cpp peer NOT RUN: no node-llama-cpp under %s "
-                "(scripts/test.sh installs it); triad's figures only\n",
-                peer_dir.c_str());
+    std::printf("triad-bench-models: llama.cpp peer NOT RUN: no node (%s) or no node-llama-cpp "
+                "with its x64 binaries under %s (scripts/test.sh installs it); %s\n",
+                node_binary().c_str(), peer_dir.c_str(),
+                greedy_check > 0 ? "the check is skipped" : "triad's figures only");
+  if (!peer && greedy_check > 0)
+    return 77; // ctest reports the check skipped
   rep.metrics["peer_run"] = peer;
 
   std::vector<model_file> files;
@@ -380,8 +403,16 @@ int run(int argc, char** argv) {
     for (bool quantized : {false, true})
       files.push_back(make_file(dir, qwen, quantized, common.quick));
   }
-  if (!only.empty())
+  if (!only.empty()) {
     std::erase_if(files, [&](const model_file& f) { return f.label != only; });
+    if (files.empty()) {
+      std::fprintf(stderr,
+                   "triad-bench-models: --only %s: no such file (llama_f16, "
+                   "llama_q4_k_m, qwen_f16, qwen_q4_k_m)\n",
+                   only.c_str());
+      return 2;
+    }
+  }
   double worst_decode = 1e30, worst_prefill = 1e30, worst_aggregate = 1e30;
   for (auto& f : files) {
     std::printf("%s: %.0fM parameters, writing %s\n", f.label.c_str(), parameters(f.spec) / 1e6,
@@ -401,8 +432,6 @@ int run(int argc, char** argv) {
     rep.metrics[f.label + "_file_mib"] =
         static_cast<double>(std::filesystem::file_size(f.path)) / (1 << 20);
     if (greedy_check > 0) {
-      if (!peer)
-        return 77; // said above; ctest reports the check skipped
       auto mine = run_triad(f, prompt_bytes, triad::model_dtype::f32, true);
       auto theirs = mine ? run_peer(peer_dir, f, prompt_bytes, true)
                          : triad::expected<measured>{mine.error()};
@@ -415,9 +444,13 @@ int run(int argc, char** argv) {
       while (same < mine->greedy.size() && same < theirs->greedy.size() &&
              mine->greedy[same] == theirs->greedy[same])
         ++same;
-      std::printf("  greedy, f32: the first %zu of %u tokens are llama.cpp's (needed: %u)\n", same,
-                  identity_tokens, greedy_check);
-      if (same < greedy_check) {
+      // Where triad stopped at an end token (llama.cpp's evaluation does not stop), the tokens
+      // up to and with it are what must agree.
+      const std::size_t needed = std::min<std::size_t>(greedy_check, mine->greedy.size());
+      std::printf("  greedy, f32: the first %zu of triad's %zu tokens are llama.cpp's (needed: "
+                  "%zu)\n",
+                  same, mine->greedy.size(), needed);
+      if (needed == 0 || same < needed) {
         auto list = [](const std::vector<triad::token>& ids) {
           std::string out;
           for (auto t : ids)

@@ -143,11 +143,11 @@ BOOST_AUTO_TEST_CASE(a_bf16_prefill_multiplies_the_decoded_rows_rounded_to_bf16)
     return;
   }
   fixture f;
-  const unsigned k = 512, n = 23;
+  const unsigned k = 512, n = 300; // two tiles of 256 columns, the second partial
   std::vector<float> plain(std::size_t{k} * n);
   quantized_matrix runs;
-  runs.push_back(encode(ggml_type::q4_k, 16, k, plain, n, 0));
-  runs.push_back(encode(ggml_type::q6_k, 7, k, plain, n, 16));
+  runs.push_back(encode(ggml_type::q4_k, 280, k, plain, n, 0));
+  runs.push_back(encode(ggml_type::q6_k, 20, k, plain, n, 280));
   quant_linear lin(f.engine, k, std::move(runs), triad::detect_cpu().own, true);
   BOOST_TEST(lin.kernel().find("onednn bf16") != std::string::npos, lin.kernel());
   // The reference multiplies what oneDNN's bf16 matmul does: both sides rounded to bf16.

@@ -1,5 +1,7 @@
+#include <cstdint>
 #include <unordered_map>
 
+#include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 #include <unicode/unistr.h>
 #include <unicode/utf8.h>
@@ -22,11 +24,11 @@ bool nfc_to(std::string_view text, std::string& out) {
   std::size_t i = 0;
   while (i < text.size() && static_cast<unsigned char>(text[i]) < 0x80)
     ++i;
-  if (i == text.size())
+  if (i == text.size() || text.size() > static_cast<std::size_t>(INT32_MAX))
     return false;
   const auto* p = reinterpret_cast<const std::uint8_t*>(text.data());
   const auto n = static_cast<std::int32_t>(text.size());
-  for (std::int32_t at = 0; at < n;) {
+  for (auto at = static_cast<std::int32_t>(i); at < n;) {
     UChar32 c = 0;
     U8_NEXT(p, at, n, c);
     if (c < 0)
@@ -36,15 +38,15 @@ bool nfc_to(std::string_view text, std::string& out) {
   const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
   if (U_FAILURE(status))
     return false;
-  const auto wide = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), n));
-  if (nfc->isNormalized(wide, status) || U_FAILURE(status))
+  const icu::StringPiece piece(text.data(), n);
+  if (nfc->isNormalizedUTF8(piece, status) || U_FAILURE(status))
     return false;
-  status = U_ZERO_ERROR;
-  const auto normal = nfc->normalize(wide, status);
+  std::string normal;
+  icu::StringByteSink<std::string> sink(&normal);
+  nfc->normalizeUTF8(0, piece, sink, nullptr, status);
   if (U_FAILURE(status))
     return false;
-  out.clear();
-  normal.toUTF8String(out);
+  out = std::move(normal);
   return true;
 }
 

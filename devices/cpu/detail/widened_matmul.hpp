@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -47,6 +48,8 @@ public:
         else
           widen(static_cast<float*>(tile), first, width);
       } else {
+        if (bf16_) // a bf16 tile needs a widen that writes bf16
+          throw std::logic_error("widened_matmul: bf16 tiles with an f32-only widen");
         widen(static_cast<float*>(tile), first, width);
       }
       multiply(strm, a, tile, dst, m, first, width);
