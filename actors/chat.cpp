@@ -270,6 +270,36 @@ expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::
     return out;
   }
   case call_syntax::mistral: {
+    const auto start = text.find_first_not_of(" \t\r\n");
+    if (start != std::string_view::npos && text[start] != '[' && text[start] != '{') {
+      // The newer form (Mistral's v11+ tokenizers): name[ARGS]{...}, each further call after
+      // another [TOOL_CALLS] (a [CALL_ID]id between name and [ARGS] where the model writes one).
+      constexpr std::string_view next = "[TOOL_CALLS]", args = "[ARGS]", id = "[CALL_ID]";
+      std::string_view rest = text.substr(start);
+      while (!rest.empty()) {
+        const auto end = rest.find(next);
+        const auto part = rest.substr(0, end);
+        rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end + next.size());
+        const auto at = part.find(args);
+        if (at == std::string_view::npos)
+          return make_error(errc::invalid_argument,
+                            "a [TOOL_CALLS] call must be name[ARGS]{...} or a JSON array");
+        auto name = part.substr(0, std::min(at, part.find(id)));
+        while (!name.empty() && (name.back() == ' ' || name.back() == '\n'))
+          name.remove_suffix(1);
+        std::error_code ec;
+        auto arguments = boost::json::parse(part.substr(at + args.size()), ec);
+        if (ec)
+          return make_error(errc::invalid_argument,
+                            "tool call [ARGS] are not valid JSON: " + ec.message());
+        auto call =
+            call_of(boost::json::object{{"name", name}, {"arguments", std::move(arguments)}});
+        if (!call)
+          return call.error();
+        out.push_back(std::move(*call));
+      }
+      return out;
+    }
     std::error_code ec;
     auto v = boost::json::parse(text, ec);
     if (ec)

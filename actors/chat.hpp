@@ -86,7 +86,7 @@ enum class call_syntax : std::uint8_t {
   llama3,  ///< Llama 3.1+: the answer is `{"name", "parameters"}` (after `<|python_tag|>` or
            ///< not), up to the end of the turn; several are separated by ';'
   mistral, ///< Mistral: `[TOOL_CALLS]` then a JSON array of `{"name", "arguments"}` up to the
-           ///< end of the answer
+           ///< end of the answer, or (v11+ tokenizers) `name[ARGS]{...}` per `[TOOL_CALLS]`
 };
 
 /// The name of `s` ("none", "hermes", "llama3", "mistral"), for messages and logs.

@@ -97,6 +97,23 @@ BOOST_AUTO_TEST_CASE(mistral_calls_are_an_array_of_objects) {
   BOOST_TEST(bad.error().message.find("\"name\"") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(mistral_v11_calls_are_name_args_pairs) {
+  auto calls = triad::parse_tool_calls(
+      triad::call_syntax::mistral,
+      R"(get_weather[ARGS]{"city": "Oslo"}[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{})");
+  BOOST_REQUIRE(calls);
+  BOOST_REQUIRE(calls->size() == 2u);
+  BOOST_TEST((*calls)[0].name == "get_weather");
+  BOOST_TEST((*calls)[0].arguments_json == R"({"city":"Oslo"})");
+  BOOST_TEST((*calls)[1].name == "get_time");
+  BOOST_TEST((*calls)[1].arguments_json == "{}");
+  auto no_args = triad::parse_tool_calls(triad::call_syntax::mistral, "get_weather");
+  BOOST_REQUIRE(!no_args);
+  BOOST_TEST(no_args.error().message.find("name[ARGS]") != std::string::npos);
+  BOOST_TEST(!triad::parse_tool_calls(triad::call_syntax::mistral, R"([ARGS]{"a": 1})"));
+  BOOST_TEST(!triad::parse_tool_calls(triad::call_syntax::mistral, "f[ARGS]{not json"));
+}
+
 BOOST_AUTO_TEST_CASE(written_calls_parse_back_in_every_syntax) {
   const std::vector<triad::tool_call_text> calls{{"get_weather", R"({"city":"Oslo"})"},
                                                  {"get_time", R"({"zone":"CET"})"}};
