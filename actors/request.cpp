@@ -582,13 +582,14 @@ private:
         close_call(false); // Llama 3 and Mistral calls run to the end of the answer
       return;
     }
+    auto piece = f.piece(t);
     bool mark = false; // a token of the call syntax, never text
     if (calls_enabled()) {
       if (in_call_ && t == f.call_start() && f.call_end()) {
         mark = true; // a call opened again before it closed: the model starts it over
         call_.clear();
         call_open_ = t;
-      } else if (!in_call_ && (t == f.call_start() || opens_json_call(t))) {
+      } else if (!in_call_ && (t == f.call_start() || opens_json_call(piece))) {
         in_call_ = true;
         call_.clear();
         call_open_.reset();
@@ -607,7 +608,6 @@ private:
       }
     }
     const bool content = !(in_call_ || mark || f.control(t));
-    auto piece = f.piece(t);
     if (content && piece.find_first_not_of(" \t\r\n") != std::string::npos)
       wrote_text_ = true;
     emit_token(t, std::move(piece), content);
@@ -624,19 +624,19 @@ private:
             (req_.max_tool_calls > 0 && !req_.raw_prompt && !req_.tools_json.empty()));
   }
 
-  // A Llama 3 call needs no token to open it: an answer whose first text is '{' is one.
-  bool opens_json_call(token t) const {
+  // A Llama 3 call needs no token to open it: an answer whose first text is '{' is one
+  // (`piece`: the token's text).
+  bool opens_json_call(const std::string& piece) const {
     if (format().syntax() != call_syntax::llama3 || wrote_text_)
       return false;
-    auto piece = format().piece(t);
     auto at = piece.find_first_not_of(" \t\r\n");
     return at != std::string::npos && piece[at] == '{';
   }
 
   // A call the model closed (with its closing token, or by ending the turn): its calls join the
-  // answer's; malformed, it is the answer's text again (the model cannot be told).
-  // The calls one answer may return: the request's max_tool_calls, and at most 64 (the ids of
-  // one answer's calls are distinct up to there); calls past that are text.
+  // answer's; malformed, or past what one answer may return (the request's max_tool_calls, and
+  // at most 64, up to which the ids of one answer's calls are distinct), it is the answer's text
+  // again (the model cannot be told).
   void close_call(bool closed_by_token) {
     auto parsed = parse_tool_calls(format().syntax(), call_text(), !call_open_.has_value());
     const std::size_t room = std::min<std::size_t>(req_.max_tool_calls, 64);

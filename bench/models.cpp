@@ -14,6 +14,7 @@
 // once with 1 and once with 2 llama.cpp threads; the faster run is the peer, and the report
 // says which. Without the peer the ratios are left out and the report says NOT RUN.
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -313,6 +314,15 @@ triad::expected<measured> run_peer(const std::string& peer_dir, const model_file
   return best;
 }
 
+// How many leading tokens `a` and `b` share.
+std::size_t identical_prefix(const std::vector<triad::token>& a,
+                             const std::vector<triad::token>& b) {
+  const auto n = std::min(a.size(), b.size());
+  return static_cast<std::size_t>(
+      std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first -
+      a.begin());
+}
+
 // -- the files --
 
 model_file make_file(const std::filesystem::path& dir, bool qwen, bool quantized, bool quick) {
@@ -440,10 +450,7 @@ int run(int argc, char** argv) {
                      theirs.error().to_string().c_str());
         return 1;
       }
-      std::size_t same = 0;
-      while (same < mine->greedy.size() && same < theirs->greedy.size() &&
-             mine->greedy[same] == theirs->greedy[same])
-        ++same;
+      const std::size_t same = identical_prefix(mine->greedy, theirs->greedy);
       // Where triad stopped at an end token (llama.cpp's evaluation does not stop), the tokens
       // up to and with it are what must agree.
       const std::size_t needed = std::min<std::size_t>(greedy_check, mine->greedy.size());
@@ -487,9 +494,7 @@ int run(int argc, char** argv) {
     rep.metrics[f.label + "_llamacpp_decode_tps"] = l->decode_tps;
     rep.metrics[f.label + "_llamacpp_aggregate_16_tps"] = l->aggregate_tps;
     rep.metrics[f.label + "_llamacpp_fastest_decode"] = l->how;
-    std::size_t same = 0;
-    while (same < t->greedy.size() && same < l->greedy.size() && t->greedy[same] == l->greedy[same])
-      ++same;
+    std::size_t same = identical_prefix(t->greedy, l->greedy);
     rep.metrics[f.label + "_greedy_identical_tokens_served_dtype"] = same;
     std::printf("  greedy, served dtype: the first %zu of %u tokens identical\n", same,
                 identity_tokens);
@@ -500,10 +505,7 @@ int run(int argc, char** argv) {
                    exact.error().to_string().c_str());
       return 1;
     }
-    same = 0;
-    while (same < exact->greedy.size() && same < l->greedy.size() &&
-           exact->greedy[same] == l->greedy[same])
-      ++same;
+    same = identical_prefix(exact->greedy, l->greedy);
     rep.metrics[f.label + "_greedy_identical_tokens_f32"] = same;
     std::printf("  greedy, f32: the first %zu of %u tokens identical\n", same, identity_tokens);
     const double decode = t->decode_tps / l->decode_tps;

@@ -575,6 +575,15 @@ api_error error_of(const request_event& ev) {
 
 // -- completion_stream --
 
+namespace {
+
+// A hosted call as the `triad` extension lists it (its result added once it ran).
+json::object hosted_call(const request_event& call) {
+  return json::object{{"name", call.tool_name}, {"arguments", call.arguments_json}};
+}
+
+} // namespace
+
 completion_stream::completion_stream(completion_options options)
     : options_(std::move(options)) {
   for (const auto& s : options_.stop)
@@ -591,10 +600,9 @@ completion_output completion_stream::on_event(const request_event& ev) {
   case request_event::tool_result:
     // A hosted call ran: it and its result go under the triad extension.
     if (!unanswered_.empty()) {
-      const auto& call = unanswered_.front();
-      server_calls_.push_back(json::object{{"name", call.tool_name},
-                                           {"arguments", call.arguments_json},
-                                           {"result", ev.tool_output}});
+      auto call = hosted_call(unanswered_.front());
+      call["result"] = ev.tool_output;
+      server_calls_.push_back(std::move(call));
       unanswered_.erase(unanswered_.begin());
     }
     break;
@@ -614,8 +622,7 @@ completion_output completion_stream::on_event(const request_event& ev) {
       client_calls_ = std::move(unanswered_);
     } else {
       for (const auto& call : unanswered_) // hosted calls the request ended before running
-        server_calls_.push_back(
-            json::object{{"name", call.tool_name}, {"arguments", call.arguments_json}});
+        server_calls_.push_back(hosted_call(call));
     }
     unanswered_.clear();
     complete(finish, out);
