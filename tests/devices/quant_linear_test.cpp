@@ -78,19 +78,21 @@ double worst_error(fixture& f, vector_isa isa, unsigned k,
   BOOST_TEST(lin.n() == n);
   double worst = 0;
   const unsigned limit = quant_linear::small_m_limit;
-  // 1..8: the integer kernels on AVX2 and up; 9..11 the f32 kernels' remainders of 4 rows
-  // (and the switch between them); 129 the widened tiles.
+  // 1..8: the int8 kernels on AVX2 and up; 9..11 and 17 the int16 (q4_K, q6_K) and f32
+  // kernels' remainders of 4 rows (and the switch between them); 129 the widened tiles.
   for (unsigned m : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 9u, 10u, 11u, 17u, limit, limit + 1}) {
     auto x = random_floats(std::size_t{m} * k);
     constexpr float guard = 12345.0f;
     std::vector<float> dst(std::size_t{m} * n + 64, guard);
     lin.forward(f.stream, x.data(), dst.data(), m);
-    // Decode batches on AVX2 and up multiply int8 activations: the reference takes x as they
-    // see it, so the bound stays float accumulation's.
+    // Decode batches on AVX2 and up multiply int8 activations (q4_K and q6_K rows up to the
+    // own kernels' limit, the int16 kernels): the reference takes x as they see it, so the
+    // bound stays float accumulation's.
     // (Every layout here is of one family: all super-block types or none.)
-    const bool int8 = isa != vector_isa::none && m <= quant_linear::int8_m_limit;
     const bool super =
         layout.front().first == ggml_type::q4_k || layout.front().first == ggml_type::q6_k;
+    const bool int8 =
+        isa != vector_isa::none && (m <= quant_linear::int8_m_limit || (super && m <= limit));
     double err = triad::test::worst_matmul_error(dst, int8 ? as_int8(x, super ? 256 : 32) : x,
                                                  plain, m, k, n, guard);
     BOOST_TEST_INFO(to_string(isa) << " K=" << k << " N=" << n << " M=" << m);
@@ -187,7 +189,9 @@ BOOST_AUTO_TEST_CASE(the_blocks_are_kept_as_given_and_rows_decode_as_dequantize_
     std::vector<float> again(256 * 2);
     quant_linear vnni(f.engine, 256, {encode(ggml_type::q4_k, 2, 256, again, 2, 0)},
                       vector_isa::avx512);
-    BOOST_TEST(vnni.kernel().starts_with("triad:q4_K_int8_vnni (M<=8) + "), vnni.kernel());
+    BOOST_TEST(vnni.kernel().starts_with(
+                   "triad:q4_K_int8_vnni (M<=8) + triad:q4_K_int16_vnni (M<=128) + onednn "),
+               vnni.kernel());
   } else {
     BOOST_TEST_MESSAGE("not run: the VNNI kernel name (this CPU lacks AVX512_VNNI)");
   }
@@ -195,8 +199,18 @@ BOOST_AUTO_TEST_CASE(the_blocks_are_kept_as_given_and_rows_decode_as_dequantize_
     std::vector<float> again(256 * 2);
     quant_linear avx2(f.engine, 256, {encode(ggml_type::q6_k, 2, 256, again, 2, 0)},
                       vector_isa::avx2);
-    BOOST_TEST(avx2.kernel().starts_with("triad:q6_K_int8_avx2 (M<=8) + triad:q6_K_avx2 "),
+    BOOST_TEST(avx2.kernel().starts_with(
+                   "triad:q6_K_int8_avx2 (M<=8) + triad:q6_K_int16_avx2 (M<=128) + onednn "),
                avx2.kernel());
+    // Batches of q8_0 rows run the float kernels beside the int16 ones.
+    std::vector<float> mixed(256 * 3);
+    quant_linear both(f.engine, 256,
+                      {encode(ggml_type::q4_k, 2, 256, mixed, 3, 0),
+                       encode(ggml_type::q8_0, 1, 256, mixed, 3, 2)},
+                      vector_isa::avx2);
+    BOOST_TEST(both.kernel().starts_with("triad:q4_K+q8_0_int8_avx2 (M<=8) + triad:q4_K_int16_avx2 "
+                                         "(M<=128) + triad:q8_0_avx2 (M<=128) + onednn "),
+               both.kernel());
   }
 }
 

@@ -573,6 +573,225 @@ int8_fn int8_of(ggml_type type, bool vnni) {
   }
 }
 
+// -- int16 kernels (batches of q4_K and q6_K) --
+
+// Activations for the batch kernels: the int8 values of act_q8 (scaled per 256) widened to
+// int16, and for q4_K's minimums each 32 values' sum times their scale.
+struct act_q16 {
+  std::vector<std::int16_t> q; // [m][k]
+  std::vector<float> d;        // [m][k / 256]
+  std::vector<float> sums;     // [m][k / 32], dx x the sum of the 32 int8 values
+};
+
+void widen_activations(const act_q8& a, unsigned m, unsigned k, act_q16& out) {
+  out.q.assign(a.q.begin(), a.q.begin() + static_cast<std::ptrdiff_t>(std::size_t{m} * k));
+  out.d.assign(a.d.begin(), a.d.begin() + static_cast<std::ptrdiff_t>(std::size_t{m} * k / 256));
+  out.sums.resize(std::size_t{m} * k / 32);
+  for (std::size_t i = 0; i < out.sums.size(); ++i)
+    out.sums[i] = a.d[i / 8] * static_cast<float>(a.sums[2 * i] + a.sums[2 * i + 1]);
+}
+
+// One super-block of one weight row for the int16 kernels: w[i] = the value's integer times its
+// group's integer scale (|w| <= 945 for q4_K, <= 4096 for q6_K), one float scale `d` for all,
+// and q4_K's minimums as dmin x m_j per 32 values (zero for q6_K, whose offset of 32 is in w).
+struct wide_block {
+  alignas(64) std::int16_t w[256];
+  alignas(32) float mins[8];
+  float d;
+};
+
+// The 32 unsigned bytes `v` times `lo` (first 16) and `hi` (last 16) minus `offset` first.
+__attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline void
+widen_scaled(__m256i v, std::int16_t offset, std::int16_t lo, std::int16_t hi, std::int16_t* w) {
+  const __m256i o = _mm256_set1_epi16(offset);
+  const __m256i a = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(v)), o);
+  const __m256i b = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1)), o);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w), _mm256_mullo_epi16(a, _mm256_set1_epi16(lo)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w + 16),
+                     _mm256_mullo_epi16(b, _mm256_set1_epi16(hi)));
+}
+
+template<ggml_type T>
+__attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline void
+widen_block(const std::byte* b, wide_block& out) {
+  using B = super_blocks<T>;
+  const auto sc = B::prepare(b);
+  out.d = sc.d;
+  for (unsigned g = 0; g < 8; ++g) {
+    const __m256i v = B::values(b, g);
+    if constexpr (T == ggml_type::q4_k) {
+      const auto s = static_cast<std::int16_t>(sc.sc[g]);
+      widen_scaled(v, 0, s, s, out.w + 32 * g);
+      out.mins[g] = sc.dmin * static_cast<float>(sc.mn[g]);
+    } else {
+      widen_scaled(v, 32, static_cast<std::int16_t>(sc.sc[2 * g]),
+                   static_cast<std::int16_t>(sc.sc[2 * g + 1]), out.w + 32 * g);
+      out.mins[g] = 0.0f;
+    }
+  }
+}
+
+// Float accumulators of one row group: [row][activation row], the products and the minimums.
+template<int W>
+struct wide_acc {
+  vec<W> dot[group_rows][quant_linear::small_m_limit];
+  __m256 mins[group_rows][quant_linear::small_m_limit];
+};
+
+// acc[r][m0 + mm] += the super-block `s` of R prepared rows `w` times activation rows m0..m0+MB,
+// in int32 over the super-block (vpdpwssd on 32 int16 lanes), one float multiply per
+// super-block; the minimums by one 8-float multiply.
+template<unsigned R, unsigned MB, bool MINS>
+__attribute__((target(TRIAD_VNNI_TARGET ",avx512bw"), always_inline)) inline void
+wide_vnni_mb(const wide_block* w, const act_q16& a, unsigned k, std::size_t s, unsigned m0,
+             wide_acc<16>& acc) {
+  const std::size_t blocks = k / 256;
+  __m512i sum[R][MB];
+  for (unsigned r = 0; r < R; ++r)
+    for (unsigned mm = 0; mm < MB; ++mm)
+      sum[r][mm] = _mm512_setzero_si512();
+  const std::int16_t* x0 = a.q.data() + std::size_t{m0} * k + s * 256;
+  for (unsigned i = 0; i < 256; i += 32) {
+    __m512i x[MB];
+    for (unsigned mm = 0; mm < MB; ++mm)
+      x[mm] = _mm512_loadu_si512(x0 + std::size_t{mm} * k + i);
+    for (unsigned r = 0; r < R; ++r) {
+      const __m512i wv = _mm512_load_si512(w[r].w + i);
+      for (unsigned mm = 0; mm < MB; ++mm)
+        sum[r][mm] = _mm512_dpwssd_epi32(sum[r][mm], wv, x[mm]);
+    }
+  }
+  for (unsigned mm = 0; mm < MB; ++mm) {
+    const std::size_t ai = (m0 + mm) * blocks + s;
+    const float dx = a.d[ai];
+    for (unsigned r = 0; r < R; ++r) {
+      // GCC's vector conversion: its _mm512_cvtepi32_ps warns (-Wmaybe-uninitialized).
+      typedef std::int32_t ints __attribute__((vector_size(64)));
+      acc.dot[r][m0 + mm] +=
+          __builtin_convertvector(reinterpret_cast<ints>(sum[r][mm]), vec<16>) * (w[r].d * dx);
+      if constexpr (MINS)
+        acc.mins[r][m0 + mm] =
+            _mm256_fmadd_ps(_mm256_load_ps(w[r].mins), _mm256_loadu_ps(a.sums.data() + ai * 8),
+                            acc.mins[r][m0 + mm]);
+    }
+  }
+}
+
+// The same on AVX2 (vpmaddwd and vpaddd on 16 lanes).
+template<unsigned R, unsigned MB, bool MINS>
+__attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline void
+wide_avx2_mb(const wide_block* w, const act_q16& a, unsigned k, std::size_t s, unsigned m0,
+             wide_acc<8>& acc) {
+  const std::size_t blocks = k / 256;
+  __m256i sum[R][MB];
+  for (unsigned r = 0; r < R; ++r)
+    for (unsigned mm = 0; mm < MB; ++mm)
+      sum[r][mm] = _mm256_setzero_si256();
+  const std::int16_t* x0 = a.q.data() + std::size_t{m0} * k + s * 256;
+  for (unsigned i = 0; i < 256; i += 16) {
+    __m256i x[MB];
+    for (unsigned mm = 0; mm < MB; ++mm)
+      x[mm] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0 + std::size_t{mm} * k + i));
+    for (unsigned r = 0; r < R; ++r) {
+      const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(w[r].w + i));
+      for (unsigned mm = 0; mm < MB; ++mm)
+        sum[r][mm] = _mm256_add_epi32(sum[r][mm], _mm256_madd_epi16(wv, x[mm]));
+    }
+  }
+  for (unsigned mm = 0; mm < MB; ++mm) {
+    const std::size_t ai = (m0 + mm) * blocks + s;
+    const float dx = a.d[ai];
+    for (unsigned r = 0; r < R; ++r) {
+      auto& d = acc.dot[r][m0 + mm];
+      d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r][mm]), _mm256_set1_ps(w[r].d * dx), d);
+      if constexpr (MINS)
+        acc.mins[r][m0 + mm] =
+            _mm256_fmadd_ps(_mm256_load_ps(w[r].mins), _mm256_loadu_ps(a.sums.data() + ai * 8),
+                            acc.mins[r][m0 + mm]);
+    }
+  }
+}
+
+// The sum of `dot`'s lanes minus the sum of `mins`'s, in vector halves.
+template<int W>
+__attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline float hsum_minus(const vec<W>& dot,
+                                                                                  __m256 mins) {
+  const auto* p = reinterpret_cast<const float*>(&dot);
+  __m256 t = _mm256_sub_ps(_mm256_loadu_ps(p), mins);
+  if constexpr (W == 16)
+    t = _mm256_add_ps(t, _mm256_loadu_ps(p + 8));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  s = _mm_hadd_ps(s, s);
+  s = _mm_hadd_ps(s, s);
+  return _mm_cvtss_f32(s);
+}
+
+// dst[mm][r] = row r of `rows` (R rows of type T, `row_bytes` apart) . x[mm] for mm < m: each
+// super-block of the R rows prepared once (in L1), then multiplied by every activation row,
+// MB rows at a time (R x MB int32 accumulators in registers: 16 of AVX-512's 32 registers,
+// 8 of AVX2's 16). One body for both targets, as TRIAD_INT8_ROW.
+#define TRIAD_WIDE_GROUP(W, MB, KERNEL)                                                            \
+  constexpr bool mins = T == ggml_type::q4_k;                                                      \
+  wide_block w[R];                                                                                 \
+  static thread_local wide_acc<W> acc;                                                             \
+  for (unsigned r = 0; r < R; ++r)                                                                 \
+    for (unsigned mm = 0; mm < m; ++mm) {                                                          \
+      acc.dot[r][mm] = vec<W>{};                                                                   \
+      acc.mins[r][mm] = __m256{};                                                                  \
+    }                                                                                              \
+  for (std::size_t s = 0; s < k / 256; ++s) {                                                      \
+    for (unsigned r = 0; r < R; ++r)                                                               \
+      widen_block<T>(rows + r * row_bytes + s * super_blocks<T>::bytes, w[r]);                     \
+    unsigned m0 = 0;                                                                               \
+    for (; m0 + MB <= m; m0 += MB)                                                                 \
+      KERNEL<R, MB, mins>(w, a, k, s, m0, acc);                                                    \
+    switch (m - m0) {                                                                              \
+    case 3:                                                                                        \
+      if constexpr (MB > 3)                                                                        \
+        KERNEL<R, 3, mins>(w, a, k, s, m0, acc);                                                   \
+      break;                                                                                       \
+    case 2:                                                                                        \
+      if constexpr (MB > 2)                                                                        \
+        KERNEL<R, 2, mins>(w, a, k, s, m0, acc);                                                   \
+      break;                                                                                       \
+    case 1:                                                                                        \
+      KERNEL<R, 1, mins>(w, a, k, s, m0, acc);                                                     \
+      break;                                                                                       \
+    default:                                                                                       \
+      break;                                                                                       \
+    }                                                                                              \
+  }                                                                                                \
+  for (unsigned r = 0; r < R; ++r)                                                                 \
+    for (unsigned mm = 0; mm < m; ++mm)                                                            \
+      dst[mm * ldd + r] = hsum_minus<W>(acc.dot[r][mm], acc.mins[r][mm]);
+
+template<ggml_type T, unsigned R>
+__attribute__((target(TRIAD_VNNI_TARGET ",avx512bw"))) void
+wide_vnni(const std::byte* rows, std::size_t row_bytes, unsigned k, const act_q16& a, unsigned m,
+          float* dst, std::size_t ldd) {
+  TRIAD_WIDE_GROUP(16, 4, wide_vnni_mb)
+}
+template<ggml_type T, unsigned R>
+__attribute__((target(TRIAD_INT8_TARGET))) void
+wide_avx2(const std::byte* rows, std::size_t row_bytes, unsigned k, const act_q16& a, unsigned m,
+          float* dst, std::size_t ldd) {
+  TRIAD_WIDE_GROUP(8, 2, wide_avx2_mb)
+}
+#undef TRIAD_WIDE_GROUP
+
+using wide_fn = void (*)(const std::byte*, std::size_t, unsigned, const act_q16&, unsigned, float*,
+                         std::size_t);
+
+// The int16 kernels of `type` (q4_K or q6_K): four rows at once and one.
+std::pair<wide_fn, wide_fn> wide_of(ggml_type type, bool vnni) {
+  if (type == ggml_type::q4_k)
+    return vnni
+               ? std::pair{&wide_vnni<ggml_type::q4_k, group_rows>, &wide_vnni<ggml_type::q4_k, 1>}
+               : std::pair{&wide_avx2<ggml_type::q4_k, group_rows>, &wide_avx2<ggml_type::q4_k, 1>};
+  return vnni ? std::pair{&wide_vnni<ggml_type::q6_k, group_rows>, &wide_vnni<ggml_type::q6_k, 1>}
+              : std::pair{&wide_avx2<ggml_type::q6_k, group_rows>, &wide_avx2<ggml_type::q6_k, 1>};
+}
+
 } // namespace
 
 expected<void> quant_linear::check(unsigned k, unsigned n, const quantized_matrix& runs) {
@@ -639,18 +858,26 @@ std::size_t quant_linear::weight_bytes() const noexcept {
 }
 
 std::string quant_linear::kernel() const {
-  std::string types;
+  std::string types, wide, other; // all, those the int16 kernels take, the rest
+  auto add = [](std::string& to, std::string_view name) {
+    if (to.find(name) == std::string::npos)
+      to += (to.empty() ? "" : "+") + std::string{name};
+  };
   for (const auto& run : runs_) {
-    std::string name{to_string(run.type)};
-    if (types.find(name) == std::string::npos)
-      types += (types.empty() ? "" : "+") + name;
+    add(types, to_string(run.type));
+    add(int8_ && per_super_block(run.type) ? wide : other, to_string(run.type));
   }
-  const std::string own = isa_ == vector_isa::none ? "portable" : std::string{to_string(isa_)};
-  const std::string int8 = !int8_ ? std::string{}
-                                  : "triad:" + types + (vnni_ ? "_int8_vnni" : "_int8_avx2") +
-                                        " (M<=" + std::to_string(int8_m_limit) + ") + ";
-  return int8 + "triad:" + types + "_" + own + " (M<=" + std::to_string(small_m_limit) +
-         ") + onednn " + (large_.bf16() ? "bf16 " : "f32 ") + prefill_kernel_ + " (prefill)";
+  const std::string small_m = " (M<=" + std::to_string(small_m_limit) + ") + ";
+  std::string out;
+  if (int8_)
+    out = "triad:" + types + (vnni_ ? "_int8_vnni" : "_int8_avx2") +
+          " (M<=" + std::to_string(int8_m_limit) + ") + ";
+  if (!wide.empty())
+    out += "triad:" + wide + (vnni_ ? "_int16_vnni" : "_int16_avx2") + small_m;
+  if (!other.empty())
+    out += "triad:" + other + "_" +
+           (isa_ == vector_isa::none ? "portable" : std::string{to_string(isa_)}) + small_m;
+  return out + "onednn " + (large_.bf16() ? "bf16 " : "f32 ") + prefill_kernel_ + " (prefill)";
 }
 
 void quant_linear::forward(dnnl::stream& strm, const float* src, float* dst, unsigned m) {
@@ -666,10 +893,32 @@ void quant_linear::forward(dnnl::stream& strm, const float* src, float* dst, uns
 }
 
 void quant_linear::forward_small(const float* src, float* dst, unsigned m) const {
+  // q4_K and q6_K rows multiply int16 where the integer kernels run: the activations are
+  // quantized once per call on the calling thread, as in forward_int8.
+  thread_local act_q8 per_256;
+  thread_local act_q16 wide;
+  const bool int16 = int8_ && std::any_of(runs_.begin(), runs_.end(), [](const auto& run) {
+                       return per_super_block(run.type);
+                     });
+  if (int16) {
+    quantize_activations(src, m, k_, 256, per_256);
+    widen_activations(per_256, m, k_, wide);
+  }
+  const act_q16& a = wide; // the caller's (see forward_int8)
   const bool parallel = std::size_t{n_} * k_ * m >= parallel_threshold;
-#pragma omp parallel for schedule(static) if (parallel)
+// Dynamic: groups of q6_K rows cost more than q4_K rows in one matrix (a fused QKV).
+#pragma omp parallel for schedule(dynamic, 8) if (parallel)
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const auto& group = groups_[g];
+    if (int16 && per_super_block(group.type)) {
+      const auto [four, one] = wide_of(group.type, vnni_);
+      if (group.count == group_rows)
+        four(group.rows, group.stride, k_, a, m, dst + group.row, n_);
+      else
+        for (unsigned r = 0; r < group.count; ++r)
+          one(group.rows + r * group.stride, group.stride, k_, a, m, dst + group.row + r, n_);
+      continue;
+    }
     const auto kern = kernels_of(group.type, isa_);
     if (group.count == group_rows) {
       kern.four(group.rows, group.stride, k_, src, m, dst + group.row, n_);

@@ -31,6 +31,11 @@ public:
   /// the portable path decodes to floats. Measured on Zen 4 (2 threads, 2048 x 8192): 2.5-4x
   /// the float kernels at M = 1, behind them from M = 16 (they re-decode per 4 rows).
   static constexpr unsigned int8_m_limit = 8;
+  // Above int8_m_limit (decode batches, short prompts) q4_K and q6_K rows run int16 kernels on
+  // AVX2 and up: each super-block of four rows is prepared once as int16 values times their
+  // group's integer scale, then multiplied by every activation row (the same int8 activations
+  // per 256, widened) with 4 x 4 int32 accumulators in registers (`vpdpwssd` with
+  // AVX512_VNNI, else `vpmaddwd`); q8_0 and q4_0 rows run the float kernels.
   /// Output rows decoded per oneDNN tile on the large-M path (long prefills).
   static constexpr unsigned tile_columns = 256;
 
@@ -75,7 +80,8 @@ private:
 
   /// dst = src x W by the integer kernels, m <= int8_m_limit.
   void forward_int8(const float* src, float* dst, unsigned m) const;
-  /// dst = src x W by the own kernels, m <= small_m_limit.
+  /// dst = src x W by the int16 kernels (q4_K, q6_K rows where int8_) and the float kernels,
+  /// m <= small_m_limit.
   void forward_small(const float* src, float* dst, unsigned m) const;
   /// Rows [first, first + width) decoded as a [width][K] tile.
   void widen(float* tile, unsigned first, unsigned width) const;
