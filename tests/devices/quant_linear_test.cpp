@@ -189,9 +189,7 @@ BOOST_AUTO_TEST_CASE(the_blocks_are_kept_as_given_and_rows_decode_as_dequantize_
     std::vector<float> again(256 * 2);
     quant_linear vnni(f.engine, 256, {encode(ggml_type::q4_k, 2, 256, again, 2, 0)},
                       vector_isa::avx512);
-    BOOST_TEST(vnni.kernel().starts_with(
-                   "triad:q4_K_int8_vnni (M<=8) + triad:q4_K_int16_vnni (M<=128) + onednn "),
-               vnni.kernel());
+    BOOST_TEST(vnni.kernel().starts_with("triad:q4_K_int8_vnni (M<=128) + onednn "), vnni.kernel());
   } else {
     BOOST_TEST_MESSAGE("not run: the VNNI kernel name (this CPU lacks AVX512_VNNI)");
   }

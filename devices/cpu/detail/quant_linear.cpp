@@ -253,15 +253,19 @@ std::size_t row_bytes(ggml_type type, unsigned k) {
 // Scales per block of 32 for q8_0 and q4_0 weights (llama.cpp's q8_0 activations), per 256
 // for q4_K and q6_K (its q8_K: one float per super-block, the rest in integers).
 struct act_q8 {
-  std::vector<std::int8_t> q;     // [m][k]
-  std::vector<float> d;           // [m][k / block]
-  std::vector<std::int32_t> sums; // [m][k / 16]
+  std::vector<std::int8_t> q;       // [m][k]
+  std::vector<float> d;             // [m][k / block]
+  std::vector<std::int32_t> sums;   // [m][k / 16]
+  std::vector<std::int16_t> sums16; // the same as int16, and 16 more (a register's read)
+  std::vector<std::int16_t> sums32; // [m][k / 32] (|sum| <= 32 x 127), and 8 more
 };
 
 void quantize_activations(const float* x, unsigned m, unsigned k, unsigned block, act_q8& a) {
   a.q.resize(std::size_t{m} * k);
   a.d.resize(std::size_t{m} * k / block);
   a.sums.resize(std::size_t{m} * k / 16);
+  a.sums16.resize(std::size_t{m} * k / 16 + 16);
+  a.sums32.resize(std::size_t{m} * k / 32 + 8);
   for (std::size_t b = 0; b < std::size_t{m} * k / block; ++b) {
     const float* in = x + b * block;
     float amax = 0;
@@ -277,7 +281,11 @@ void quantize_activations(const float* x, unsigned m, unsigned k, unsigned block
         sum += v;
       }
       a.sums[b * (block / 16) + h] = sum;
+      a.sums16[b * (block / 16) + h] = static_cast<std::int16_t>(sum);
     }
+    for (unsigned h = 0; h < block / 32; ++h)
+      a.sums32[b * (block / 32) + h] = static_cast<std::int16_t>(
+          a.sums[b * (block / 16) + 2 * h] + a.sums[b * (block / 16) + 2 * h + 1]);
   }
 }
 
@@ -520,12 +528,6 @@ struct super_blocks<ggml_type::q6_k> {
   store_sums<M>(acc, consts, dst, ldd);
 
 template<ggml_type T, unsigned M>
-__attribute__((target(TRIAD_VNNI_TARGET))) void super_vnni_m(const std::byte* row, unsigned k,
-                                                             const act_q8& a, unsigned m0,
-                                                             float* dst, std::size_t ldd) {
-  TRIAD_SUPER_ROW(dot4_vnni)
-}
-template<ggml_type T, unsigned M>
 __attribute__((target(TRIAD_INT8_TARGET))) void super_avx2_m(const std::byte* row, unsigned k,
                                                              const act_q8& a, unsigned m0,
                                                              float* dst, std::size_t ldd) {
@@ -544,9 +546,7 @@ struct int8_kernels {
   template<unsigned M>
   static void run(const std::byte* row, unsigned k, const act_q8& a, unsigned m0, float* dst,
                   std::size_t ldd) {
-    if constexpr (per_super_block(T) && VNNI)
-      super_vnni_m<T, M>(row, k, a, m0, dst, ldd);
-    else if constexpr (per_super_block(T))
+    if constexpr (per_super_block(T))
       super_avx2_m<T, M>(row, k, a, m0, dst, ldd);
     else if constexpr (VNNI)
       int8_vnni_m<T, M>(row, k, a, m0, dst, ldd);
@@ -632,56 +632,18 @@ widen_block(const std::byte* b, wide_block& out) {
 }
 
 // Float accumulators of one row group: [row][activation row], the products and the minimums.
-template<int W>
 struct wide_acc {
-  vec<W> dot[group_rows][quant_linear::small_m_limit];
+  __m256 dot[group_rows][quant_linear::small_m_limit];
   __m256 mins[group_rows][quant_linear::small_m_limit];
 };
 
 // acc[r][m0 + mm] += the super-block `s` of R prepared rows `w` times activation rows m0..m0+MB,
-// in int32 over the super-block (vpdpwssd on 32 int16 lanes), one float multiply per
+// in int32 over the super-block (vpmaddwd and vpaddd on 16 lanes), one float multiply per
 // super-block; the minimums by one 8-float multiply.
-template<unsigned R, unsigned MB, bool MINS>
-__attribute__((target(TRIAD_VNNI_TARGET ",avx512bw"), always_inline)) inline void
-wide_vnni_mb(const wide_block* w, const act_q16& a, unsigned k, std::size_t s, unsigned m0,
-             wide_acc<16>& acc) {
-  const std::size_t blocks = k / 256;
-  __m512i sum[R][MB];
-  for (unsigned r = 0; r < R; ++r)
-    for (unsigned mm = 0; mm < MB; ++mm)
-      sum[r][mm] = _mm512_setzero_si512();
-  const std::int16_t* x0 = a.q.data() + std::size_t{m0} * k + s * 256;
-  for (unsigned i = 0; i < 256; i += 32) {
-    __m512i x[MB];
-    for (unsigned mm = 0; mm < MB; ++mm)
-      x[mm] = _mm512_loadu_si512(x0 + std::size_t{mm} * k + i);
-    for (unsigned r = 0; r < R; ++r) {
-      const __m512i wv = _mm512_load_si512(w[r].w + i);
-      for (unsigned mm = 0; mm < MB; ++mm)
-        sum[r][mm] = _mm512_dpwssd_epi32(sum[r][mm], wv, x[mm]);
-    }
-  }
-  for (unsigned mm = 0; mm < MB; ++mm) {
-    const std::size_t ai = (m0 + mm) * blocks + s;
-    const float dx = a.d[ai];
-    for (unsigned r = 0; r < R; ++r) {
-      // GCC's vector conversion: its _mm512_cvtepi32_ps warns (-Wmaybe-uninitialized).
-      typedef std::int32_t ints __attribute__((vector_size(64)));
-      acc.dot[r][m0 + mm] +=
-          __builtin_convertvector(reinterpret_cast<ints>(sum[r][mm]), vec<16>) * (w[r].d * dx);
-      if constexpr (MINS)
-        acc.mins[r][m0 + mm] =
-            _mm256_fmadd_ps(_mm256_load_ps(w[r].mins), _mm256_loadu_ps(a.sums.data() + ai * 8),
-                            acc.mins[r][m0 + mm]);
-    }
-  }
-}
-
-// The same on AVX2 (vpmaddwd and vpaddd on 16 lanes).
 template<unsigned R, unsigned MB, bool MINS>
 __attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline void
 wide_avx2_mb(const wide_block* w, const act_q16& a, unsigned k, std::size_t s, unsigned m0,
-             wide_acc<8>& acc) {
+             wide_acc& acc) {
   const std::size_t blocks = k / 256;
   __m256i sum[R][MB];
   for (unsigned r = 0; r < R; ++r)
@@ -712,14 +674,10 @@ wide_avx2_mb(const wide_block* w, const act_q16& a, unsigned k, std::size_t s, u
   }
 }
 
-// The sum of `dot`'s lanes minus the sum of `mins`'s, in vector halves.
-template<int W>
-__attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline float hsum_minus(const vec<W>& dot,
+// The sum of the lanes of `dot` minus those of `mins`.
+__attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline float hsum_minus(__m256 dot,
                                                                                   __m256 mins) {
-  const auto* p = reinterpret_cast<const float*>(&dot);
-  __m256 t = _mm256_sub_ps(_mm256_loadu_ps(p), mins);
-  if constexpr (W == 16)
-    t = _mm256_add_ps(t, _mm256_loadu_ps(p + 8));
+  const __m256 t = _mm256_sub_ps(dot, mins);
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
   s = _mm_hadd_ps(s, s);
   s = _mm_hadd_ps(s, s);
@@ -728,69 +686,222 @@ __attribute__((target(TRIAD_INT8_TARGET), always_inline)) inline float hsum_minu
 
 // dst[mm][r] = row r of `rows` (R rows of type T, `row_bytes` apart) . x[mm] for mm < m: each
 // super-block of the R rows prepared once (in L1), then multiplied by every activation row,
-// MB rows at a time (R x MB int32 accumulators in registers: 16 of AVX-512's 32 registers,
-// 8 of AVX2's 16). One body for both targets, as TRIAD_INT8_ROW.
-#define TRIAD_WIDE_GROUP(W, MB, KERNEL)                                                            \
-  constexpr bool mins = T == ggml_type::q4_k;                                                      \
-  wide_block w[R];                                                                                 \
-  static thread_local wide_acc<W> acc;                                                             \
-  for (unsigned r = 0; r < R; ++r)                                                                 \
-    for (unsigned mm = 0; mm < m; ++mm) {                                                          \
-      acc.dot[r][mm] = vec<W>{};                                                                   \
-      acc.mins[r][mm] = __m256{};                                                                  \
-    }                                                                                              \
-  for (std::size_t s = 0; s < k / 256; ++s) {                                                      \
-    for (unsigned r = 0; r < R; ++r)                                                               \
-      widen_block<T>(rows + r * row_bytes + s * super_blocks<T>::bytes, w[r]);                     \
-    unsigned m0 = 0;                                                                               \
-    for (; m0 + MB <= m; m0 += MB)                                                                 \
-      KERNEL<R, MB, mins>(w, a, k, s, m0, acc);                                                    \
-    switch (m - m0) {                                                                              \
-    case 3:                                                                                        \
-      if constexpr (MB > 3)                                                                        \
-        KERNEL<R, 3, mins>(w, a, k, s, m0, acc);                                                   \
-      break;                                                                                       \
-    case 2:                                                                                        \
-      if constexpr (MB > 2)                                                                        \
-        KERNEL<R, 2, mins>(w, a, k, s, m0, acc);                                                   \
-      break;                                                                                       \
-    case 1:                                                                                        \
-      KERNEL<R, 1, mins>(w, a, k, s, m0, acc);                                                     \
-      break;                                                                                       \
-    default:                                                                                       \
-      break;                                                                                       \
-    }                                                                                              \
-  }                                                                                                \
-  for (unsigned r = 0; r < R; ++r)                                                                 \
-    for (unsigned mm = 0; mm < m; ++mm)                                                            \
-      dst[mm * ldd + r] = hsum_minus<W>(acc.dot[r][mm], acc.mins[r][mm]);
-
-template<ggml_type T, unsigned R>
-__attribute__((target(TRIAD_VNNI_TARGET ",avx512bw"))) void
-wide_vnni(const std::byte* rows, std::size_t row_bytes, unsigned k, const act_q16& a, unsigned m,
-          float* dst, std::size_t ldd) {
-  TRIAD_WIDE_GROUP(16, 4, wide_vnni_mb)
-}
+// two rows at a time (R x 2 int32 accumulators in registers, 8 of AVX2's 16).
 template<ggml_type T, unsigned R>
 __attribute__((target(TRIAD_INT8_TARGET))) void
 wide_avx2(const std::byte* rows, std::size_t row_bytes, unsigned k, const act_q16& a, unsigned m,
           float* dst, std::size_t ldd) {
-  TRIAD_WIDE_GROUP(8, 2, wide_avx2_mb)
+  constexpr bool mins = T == ggml_type::q4_k;
+  wide_block w[R];
+  static thread_local wide_acc acc;
+  for (unsigned r = 0; r < R; ++r)
+    for (unsigned mm = 0; mm < m; ++mm) {
+      acc.dot[r][mm] = _mm256_setzero_ps();
+      acc.mins[r][mm] = _mm256_setzero_ps();
+    }
+  for (std::size_t s = 0; s < k / 256; ++s) {
+    for (unsigned r = 0; r < R; ++r)
+      widen_block<T>(rows + r * row_bytes + s * super_blocks<T>::bytes, w[r]);
+    unsigned m0 = 0;
+    for (; m0 + 2 <= m; m0 += 2)
+      wide_avx2_mb<R, 2, mins>(w, a, k, s, m0, acc);
+    if (m0 < m)
+      wide_avx2_mb<R, 1, mins>(w, a, k, s, m0, acc);
+  }
+  for (unsigned r = 0; r < R; ++r)
+    for (unsigned mm = 0; mm < m; ++mm)
+      dst[mm * ldd + r] = hsum_minus(acc.dot[r][mm], acc.mins[r][mm]);
 }
-#undef TRIAD_WIDE_GROUP
 
 using wide_fn = void (*)(const std::byte*, std::size_t, unsigned, const act_q16&, unsigned, float*,
                          std::size_t);
 
 // The int16 kernels of `type` (q4_K or q6_K): four rows at once and one.
-std::pair<wide_fn, wide_fn> wide_of(ggml_type type, bool vnni) {
+std::pair<wide_fn, wide_fn> wide_of(ggml_type type) {
   if (type == ggml_type::q4_k)
-    return vnni
-               ? std::pair{&wide_vnni<ggml_type::q4_k, group_rows>, &wide_vnni<ggml_type::q4_k, 1>}
-               : std::pair{&wide_avx2<ggml_type::q4_k, group_rows>, &wide_avx2<ggml_type::q4_k, 1>};
-  return vnni ? std::pair{&wide_vnni<ggml_type::q6_k, group_rows>, &wide_vnni<ggml_type::q6_k, 1>}
-              : std::pair{&wide_avx2<ggml_type::q6_k, group_rows>, &wide_avx2<ggml_type::q6_k, 1>};
+    return {&wide_avx2<ggml_type::q4_k, group_rows>, &wide_avx2<ggml_type::q4_k, 1>};
+  return {&wide_avx2<ggml_type::q6_k, group_rows>, &wide_avx2<ggml_type::q6_k, 1>};
 }
+
+// -- AVX512_VNNI kernels of q4_K and q6_K (any M up to small_m_limit) --
+
+// One super-block prepared for `vpdpbusd`: four registers of 64 unsigned values in value order,
+// each with its scales for `vpdpwssd` (one per 32-bit lane of 4 products, in the low 16 bits),
+// the products' float scale `d`, and the offset: int16 multipliers of the activations' sums
+// (q4_K: its minimums per 32, 8 lanes; q6_K: its scales per 16) times `offset_scale`
+// (q4_K: dmin; q6_K: 32 d), subtracted.
+struct vnni_block {
+  __m512i w[4];
+  __m512i sc[4];
+  __m256i offset;
+  float d, offset_scale;
+};
+
+// Lane l of 16 gets scale `first + l / per`.
+#define TRIAD_VNNI_TARGET512 TRIAD_VNNI_TARGET ",avx512bw"
+__attribute__((target(TRIAD_VNNI_TARGET512), always_inline)) inline __m512i
+spread(__m512i scales, int first, int per) {
+  alignas(64) std::int32_t idx[16];
+  for (int l = 0; l < 16; ++l)
+    idx[l] = first + l / per;
+  // The maskz_ forms throughout: GCC 12's plain ones warn (-Wmaybe-uninitialized on
+  // _mm512_undefined_*).
+  return _mm512_maskz_permutexvar_epi32(0xFFFF, _mm512_load_si512(idx), scales);
+}
+
+template<ggml_type T>
+struct vnni_blocks;
+
+template<>
+struct vnni_blocks<ggml_type::q4_k> {
+  static constexpr unsigned bytes = 144;
+  __attribute__((target(TRIAD_VNNI_TARGET512), always_inline)) static inline void
+  prepare(const std::byte* b, vnni_block& out) {
+    // Scales 0..7 into u[0..1], minimums into u[2..3] (scale_min_k4's layout, four at once).
+    std::uint32_t u[4];
+    std::memcpy(u, b + 4, 12);
+    constexpr std::uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);
+    const std::uint32_t mins_low = u[1] & low6;
+    u[1] = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);
+    u[2] = mins_low;
+    u[0] &= low6;
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+    const __m512i scales = _mm512_maskz_cvtepu8_epi32(0xFFFF, packed); // 0..7; 8..15: minimums
+    out.offset = _mm256_cvtepu8_epi16(_mm_srli_si128(packed, 8));      // minimums, then zeros
+    out.d = half_to_float(block_u16(b));
+    out.offset_scale = half_to_float(block_u16(b + 2));
+    // 32 bytes hold groups 2j (low nibbles) and 2j + 1 (high): both halves of a register get
+    // the bytes, the second's 16-bit lanes shift by 4.
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i shift = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004,
+                                           0x0004000400040004, 0x0004000400040004, 0, 0, 0, 0);
+    for (unsigned j = 0; j < 4; ++j) {
+      const __m512i q = _mm512_maskz_broadcast_i64x4(
+          0xFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * j)));
+      out.w[j] = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
+      out.sc[j] = spread(scales, static_cast<int>(2 * j), 8);
+    }
+  }
+};
+
+template<>
+struct vnni_blocks<ggml_type::q6_k> {
+  static constexpr unsigned bytes = 210;
+  __attribute__((target(TRIAD_VNNI_TARGET512), always_inline)) static inline void
+  prepare(const std::byte* b, vnni_block& out) {
+    // 16 signed scales, one per 16 values in value order; their low 16 bits for vpdpwssd.
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+    const __m512i scales =
+        _mm512_and_si512(_mm512_maskz_cvtepi8_epi32(0xFFFF, sc8), _mm512_set1_epi32(0xFFFF));
+    out.offset = _mm256_cvtepi8_epi16(sc8);
+    out.d = half_to_float(block_u16(b + 208));
+    out.offset_scale = 32.0f * out.d;
+    // Values 64t..64t+63: half h = t / 2 of 128; low 4 bits from the half's 64 bytes of ql (low
+    // nibbles for even t, high for odd), 2 high bits from its 32 bytes of qh at bits 4(t % 2)
+    // (first 32 values) and 4(t % 2) + 2 (the rest).
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+    for (unsigned t = 0; t < 4; ++t) {
+      const unsigned h = t / 2;
+      __m512i lo = _mm512_loadu_si512(b + 64 * h);
+      lo = _mm512_and_si512((t & 1) ? _mm512_srli_epi16(lo, 4) : lo, m4);
+      const __m512i qh = _mm512_maskz_broadcast_i64x4(
+          0xFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
+      const long long s0 = 4 * (t & 1), s1 = s0 + 2;
+      const long long lanes0 = s0 * 0x0001000100010001LL, lanes1 = s1 * 0x0001000100010001LL;
+      const __m512i shift =
+          _mm512_set_epi64(lanes1, lanes1, lanes1, lanes1, lanes0, lanes0, lanes0, lanes0);
+      const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), m2);
+      out.w[t] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+      out.sc[t] = spread(scales, static_cast<int>(4 * t), 4);
+    }
+  }
+};
+
+// Float sums of one row against up to small_m_limit activation rows: the products' and the
+// offsets'.
+struct vnni_acc {
+  vec<16> dot[quant_linear::small_m_limit];
+  __m256 offset[quant_linear::small_m_limit];
+};
+
+// acc[m0 + mm] += super-block `blk` of the prepared row `w` times activation rows m0..m0+MB:
+// `vpdpbusd` for the products in fours, `vpdpwssd` multiplying them by their scales into int32
+// over the super-block (4 x 63 x 128 fits 16 bits), one float multiply per super-block; the
+// offset by `vpmaddwd` of its multipliers and the activations' sums.
+template<ggml_type T, unsigned MB>
+__attribute__((target(TRIAD_VNNI_TARGET512), always_inline)) inline void
+vnni_rows(const vnni_block& w, const act_q8& a, std::size_t blocks, std::size_t blk, unsigned m0,
+          vnni_acc& acc) {
+  typedef std::int32_t ints __attribute__((vector_size(64)));
+  __m512i sum[MB];
+  for (unsigned mm = 0; mm < MB; ++mm)
+    sum[mm] = _mm512_setzero_si512();
+  for (unsigned j = 0; j < 4; ++j)
+    for (unsigned mm = 0; mm < MB; ++mm) {
+      const auto* x = a.q.data() + ((m0 + mm) * blocks + blk) * 256 + 64 * j;
+      const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.w[j], _mm512_loadu_si512(x));
+      sum[mm] = _mm512_dpwssd_epi32(sum[mm], p, w.sc[j]);
+    }
+  for (unsigned mm = 0; mm < MB; ++mm) {
+    const std::size_t ai = (m0 + mm) * blocks + blk;
+    const float dx = a.d[ai];
+    // GCC's vector conversion: _mm512_cvtepi32_ps warns as above.
+    acc.dot[m0 + mm] +=
+        __builtin_convertvector(reinterpret_cast<ints>(sum[mm]), vec<16>) * (w.d * dx);
+    const std::int16_t* sums =
+        T == ggml_type::q4_k ? a.sums32.data() + ai * 8 : a.sums16.data() + ai * 16;
+    const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums));
+    acc.offset[m0 + mm] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(w.offset, s)),
+                                          _mm256_set1_ps(w.offset_scale * dx), acc.offset[m0 + mm]);
+  }
+}
+
+// dst[mm * ldd] = row . x[mm] for mm < m: each super-block prepared once, then multiplied by
+// the activation rows four at a time.
+template<ggml_type T>
+__attribute__((target(TRIAD_VNNI_TARGET512))) void vnni_row(const std::byte* row, unsigned k,
+                                                            const act_q8& a, unsigned m, float* dst,
+                                                            std::size_t ldd) {
+  vnni_acc acc;
+  for (unsigned mm = 0; mm < m; ++mm) {
+    acc.dot[mm] = vec<16>{};
+    acc.offset[mm] = _mm256_setzero_ps();
+  }
+  const std::size_t blocks = k / 256;
+  vnni_block w;
+  for (std::size_t blk = 0; blk < blocks; ++blk) {
+    vnni_blocks<T>::prepare(row + blk * vnni_blocks<T>::bytes, w);
+    unsigned m0 = 0;
+    for (; m0 + 4 <= m; m0 += 4)
+      vnni_rows<T, 4>(w, a, blocks, blk, m0, acc);
+    switch (m - m0) {
+    case 3:
+      vnni_rows<T, 3>(w, a, blocks, blk, m0, acc);
+      break;
+    case 2:
+      vnni_rows<T, 2>(w, a, blocks, blk, m0, acc);
+      break;
+    case 1:
+      vnni_rows<T, 1>(w, a, blocks, blk, m0, acc);
+      break;
+    default:
+      break;
+    }
+  }
+  for (unsigned mm = 0; mm < m; ++mm) {
+    const auto* p = reinterpret_cast<const float*>(&acc.dot[mm]);
+    const __m256 dot = _mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));
+    dst[mm * ldd] = hsum_minus(dot, acc.offset[mm]);
+  }
+}
+
+using vnni_fn = void (*)(const std::byte*, unsigned, const act_q8&, unsigned, float*, std::size_t);
+
+vnni_fn vnni_of(ggml_type type) {
+  return type == ggml_type::q4_k ? &vnni_row<ggml_type::q4_k> : &vnni_row<ggml_type::q6_k>;
+}
+#undef TRIAD_VNNI_TARGET512
 
 } // namespace
 
@@ -858,34 +969,41 @@ std::size_t quant_linear::weight_bytes() const noexcept {
 }
 
 std::string quant_linear::kernel() const {
-  std::string types, wide, other; // all, those the int16 kernels take, the rest
+  // The types of the runs: all, q4_K and q6_K, the rest.
+  std::string types, super, other;
   auto add = [](std::string& to, std::string_view name) {
     if (to.find(name) == std::string::npos)
       to += (to.empty() ? "" : "+") + std::string{name};
   };
   for (const auto& run : runs_) {
     add(types, to_string(run.type));
-    add(int8_ && per_super_block(run.type) ? wide : other, to_string(run.type));
+    add(per_super_block(run.type) ? super : other, to_string(run.type));
   }
   const std::string small_m = " (M<=" + std::to_string(small_m_limit) + ") + ";
+  const std::string int8_m = " (M<=" + std::to_string(int8_m_limit) + ") + ";
+  const std::string own = isa_ == vector_isa::none ? "portable" : std::string{to_string(isa_)};
   std::string out;
-  if (int8_)
-    out = "triad:" + types + (vnni_ ? "_int8_vnni" : "_int8_avx2") +
-          " (M<=" + std::to_string(int8_m_limit) + ") + ";
-  if (!wide.empty())
-    out += "triad:" + wide + (vnni_ ? "_int16_vnni" : "_int16_avx2") + small_m;
-  if (!other.empty())
-    out += "triad:" + other + "_" +
-           (isa_ == vector_isa::none ? "portable" : std::string{to_string(isa_)}) + small_m;
+  if (vnni_) {
+    if (!super.empty())
+      out += "triad:" + super + "_int8_vnni" + small_m;
+    if (!other.empty())
+      out += "triad:" + other + "_int8_vnni" + int8_m + "triad:" + other + "_" + own + small_m;
+  } else if (int8_) {
+    out = "triad:" + types + "_int8_avx2" + int8_m;
+    if (!super.empty())
+      out += "triad:" + super + "_int16_avx2" + small_m;
+    if (!other.empty())
+      out += "triad:" + other + "_" + own + small_m;
+  } else {
+    out = "triad:" + types + "_" + own + small_m;
+  }
   return out + "onednn " + (large_.bf16() ? "bf16 " : "f32 ") + prefill_kernel_ + " (prefill)";
 }
 
 void quant_linear::forward(dnnl::stream& strm, const float* src, float* dst, unsigned m) {
   if (m == 0)
     return;
-  if (int8_ && m <= int8_m_limit)
-    forward_int8(src, dst, m);
-  else if (m <= small_m_limit)
+  if (m <= small_m_limit)
     forward_small(src, dst, m);
   else
     large_.forward(strm, src, dst, m,
@@ -893,64 +1011,66 @@ void quant_linear::forward(dnnl::stream& strm, const float* src, float* dst, uns
 }
 
 void quant_linear::forward_small(const float* src, float* dst, unsigned m) const {
-  // q4_K and q6_K rows multiply int16 where the integer kernels run: the activations are
-  // quantized once per call on the calling thread, as in forward_int8.
-  thread_local act_q8 per_256;
-  thread_local act_q16 wide;
-  const bool int16 = int8_ && std::any_of(runs_.begin(), runs_.end(), [](const auto& run) {
-                       return per_super_block(run.type);
-                     });
-  if (int16) {
-    quantize_activations(src, m, k_, 256, per_256);
-    widen_activations(per_256, m, k_, wide);
-  }
-  const act_q16& a = wide; // the caller's (see forward_int8)
-  const bool parallel = std::size_t{n_} * k_ * m >= parallel_threshold;
-// Dynamic: groups of q6_K rows cost more than q4_K rows in one matrix (a fused QKV).
-#pragma omp parallel for schedule(dynamic, 8) if (parallel)
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    const auto& group = groups_[g];
-    if (int16 && per_super_block(group.type)) {
-      const auto [four, one] = wide_of(group.type, vnni_);
-      if (group.count == group_rows)
-        four(group.rows, group.stride, k_, a, m, dst + group.row, n_);
-      else
-        for (unsigned r = 0; r < group.count; ++r)
-          one(group.rows + r * group.stride, group.stride, k_, a, m, dst + group.row + r, n_);
-      continue;
-    }
-    const auto kern = kernels_of(group.type, isa_);
-    if (group.count == group_rows) {
-      kern.four(group.rows, group.stride, k_, src, m, dst + group.row, n_);
-    } else {
-      for (unsigned r = 0; r < group.count; ++r)
-        kern.one(group.rows + r * group.stride, group.stride, k_, src, m, dst + group.row + r, n_);
-    }
-  }
-}
-
-void quant_linear::forward_int8(const float* src, float* dst, unsigned m) const {
-  // The activations are quantized once per call, on the calling thread (one buffer per driver
-  // thread, reused), then every row runs in parallel.
+  // What runs, per group of rows: q4_K and q6_K by the VNNI kernels (any M), else up to
+  // int8_m_limit every type by the int8 kernels; above it q4_K and q6_K by the int16 ones and
+  // the rest by the float kernels. The activations the integer kernels take are quantized once
+  // per call, on the calling thread (one buffer per driver thread, reused).
   thread_local act_q8 per_32, per_256;
+  thread_local act_q16 wide;
   bool small = false, super = false;
   for (const auto& run : runs_)
     (per_super_block(run.type) ? super : small) = true;
-  if (small)
-    quantize_activations(src, m, k_, 32, per_32);
-  if (super)
+  const bool int8 = int8_ && m <= int8_m_limit;
+  const bool int16 = int8_ && !int8 && !vnni_ && super;
+  if (int8_ && super)
     quantize_activations(src, m, k_, 256, per_256);
+  if (int8 && small)
+    quantize_activations(src, m, k_, 32, per_32);
+  if (int16)
+    widen_activations(per_256, m, k_, wide);
   // The caller's: a thread_local named in the parallel region is each thread's own.
   const act_q8& a32 = per_32;
   const act_q8& a256 = per_256;
+  const act_q16& a16 = wide;
+  auto run_group = [&](const row_group& group) {
+    const bool per_256 = per_super_block(group.type);
+    if (vnni_ && per_256) {
+      const vnni_fn fn = vnni_of(group.type);
+      for (unsigned r = 0; r < group.count; ++r)
+        fn(group.rows + r * group.stride, k_, a256, m, dst + group.row + r, n_);
+    } else if (int8) {
+      const int8_fn fn = int8_of(group.type, vnni_);
+      for (unsigned r = 0; r < group.count; ++r)
+        fn(group.rows + r * group.stride, k_, per_256 ? a256 : a32, 0, m, dst + group.row + r, n_);
+    } else if (int16 && per_256) {
+      const auto [four, one] = wide_of(group.type);
+      if (group.count == group_rows)
+        four(group.rows, group.stride, k_, a16, m, dst + group.row, n_);
+      else
+        for (unsigned r = 0; r < group.count; ++r)
+          one(group.rows + r * group.stride, group.stride, k_, a16, m, dst + group.row + r, n_);
+    } else {
+      const auto kern = kernels_of(group.type, isa_);
+      if (group.count == group_rows)
+        kern.four(group.rows, group.stride, k_, src, m, dst + group.row, n_);
+      else
+        for (unsigned r = 0; r < group.count; ++r)
+          kern.one(group.rows + r * group.stride, group.stride, k_, src, m, dst + group.row + r,
+                   n_);
+    }
+  };
   const bool parallel = std::size_t{n_} * k_ * m >= parallel_threshold;
+  if (m <= int8_m_limit) {
+    // Decode steps read the weights once: each thread one contiguous share of them (measured:
+    // a dynamic schedule here lost a fifth of batch-1 decode on Zen 4).
 #pragma omp parallel for schedule(static) if (parallel)
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    const auto& group = groups_[g];
-    const int8_fn row_fn = int8_of(group.type, vnni_);
-    const act_q8& a = per_super_block(group.type) ? a256 : a32;
-    for (unsigned r = 0; r < group.count; ++r)
-      row_fn(group.rows + r * group.stride, k_, a, 0, m, dst + group.row + r, n_);
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      run_group(groups_[g]);
+  } else {
+    // Batches compute: q6_K rows cost more than q4_K rows of one matrix (a fused QKV).
+#pragma omp parallel for schedule(dynamic, 8) if (parallel)
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      run_group(groups_[g]);
   }
 }
 

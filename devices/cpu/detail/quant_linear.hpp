@@ -24,18 +24,18 @@ public:
   /// q6_K): at M = 64 the own kernels reach 125-155 GFLOP/s, the widened tiles 95-105; at
   /// M = 256 the widened tiles reach about what the own kernels do at 128.
   static constexpr unsigned small_m_limit = 128;
-  /// Largest M the integer kernels run (decode batches): activations quantized to int8 (per
-  /// block of 32 for q8_0 / q4_0, per 256 for q4_K / q6_K, as llama.cpp's q8_0 and q8_K) and
-  /// multiplied by the weights' integer values (AVX512_VNNI `vpdpbusd` where the CPU has it,
-  /// else AVX2 `vpmaddubsw`); the int8 activations cost about 1e-3 of sum |x||w|. Needs AVX2;
-  /// the portable path decodes to floats. Measured on Zen 4 (2 threads, 2048 x 8192): 2.5-4x
-  /// the float kernels at M = 1, behind them from M = 16 (they re-decode per 4 rows).
+  /// Up to small_m_limit rows of activations run integer kernels on AVX2 and up: the
+  /// activations quantized to int8 (per block of 32 for q8_0 / q4_0, per 256 for q4_K / q6_K,
+  /// as llama.cpp's q8_0 and q8_K; they cost about 1e-3 of sum |x||w|) and multiplied by the
+  /// weights' integer values. With AVX512_VNNI q4_K and q6_K rows run one kernel for any M:
+  /// each super-block unpacked once into four registers of 64 values, `vpdpbusd` for the
+  /// products, `vpdpwssd` for the group scales. Elsewhere up to int8_m_limit rows run the int8
+  /// kernels (AVX512_VNNI `vpdpbusd` for q8_0 / q4_0, else AVX2 `vpmaddubsw`); above it
+  /// q4_K and q6_K rows run int16 kernels (each super-block of four rows prepared once as
+  /// value x scale, `vpmaddwd`), q8_0 and q4_0 rows the float kernels.
+  /// Measured on Zen 4 (2 threads, 2048 x 8192 q4_K): the VNNI kernel 1.5x the previous int8
+  /// kernel at M = 1, 2x at M = 4..8.
   static constexpr unsigned int8_m_limit = 8;
-  // Above int8_m_limit (decode batches, short prompts) q4_K and q6_K rows run int16 kernels on
-  // AVX2 and up: each super-block of four rows is prepared once as int16 values times their
-  // group's integer scale, then multiplied by every activation row (the same int8 activations
-  // per 256, widened) with 4 x 4 int32 accumulators in registers (`vpdpwssd` with
-  // AVX512_VNNI, else `vpmaddwd`); q8_0 and q4_0 rows run the float kernels.
   /// Output rows decoded per oneDNN tile on the large-M path (long prefills).
   static constexpr unsigned tile_columns = 256;
 
@@ -78,10 +78,8 @@ private:
     unsigned count;        ///< 1..4
   };
 
-  /// dst = src x W by the integer kernels, m <= int8_m_limit.
-  void forward_int8(const float* src, float* dst, unsigned m) const;
-  /// dst = src x W by the int16 kernels (q4_K, q6_K rows where int8_) and the float kernels,
-  /// m <= small_m_limit.
+  /// dst = src x W by the integer kernels (where int8_) and the float kernels, m <=
+  /// small_m_limit.
   void forward_small(const float* src, float* dst, unsigned m) const;
   /// Rows [first, first + width) decoded as a [width][K] tile.
   void widen(float* tile, unsigned first, unsigned width) const;
