@@ -260,26 +260,42 @@ struct act_q8 {
   std::vector<std::int16_t> sums32; // [m][k / 32] (|sum| <= 32 x 127), and 8 more
 };
 
-void quantize_activations(const float* x, unsigned m, unsigned k, unsigned block, act_q8& a) {
+// The integer kernels run on AVX2 and up only: so does this (lrintf's rounding, to nearest even,
+// is the vector conversion's under the default MXCSR).
+__attribute__((target("avx2,fma"))) void
+quantize_activations(const float* x, unsigned m, unsigned k, unsigned block, act_q8& a) {
   a.q.resize(std::size_t{m} * k);
   a.d.resize(std::size_t{m} * k / block);
   a.sums.resize(std::size_t{m} * k / 16);
   a.sums16.resize(std::size_t{m} * k / 16 + 16);
   a.sums32.resize(std::size_t{m} * k / 32 + 8);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (std::size_t b = 0; b < std::size_t{m} * k / block; ++b) {
     const float* in = x + b * block;
-    float amax = 0;
-    for (unsigned i = 0; i < block; ++i)
-      amax = std::max(amax, std::fabs(in[i]));
+    __m256 vmax = _mm256_setzero_ps();
+    for (unsigned i = 0; i < block; i += 8)
+      vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(in + i), abs_mask));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
     const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
     a.d[b] = d;
+    const __m256 vid = _mm256_set1_ps(id);
     for (unsigned h = 0; h < block / 16; ++h) {
-      std::int32_t sum = 0;
-      for (unsigned i = 16 * h; i < 16 * h + 16; ++i) {
-        const auto v = static_cast<std::int8_t>(std::lrintf(in[i] * id));
-        a.q[b * block + i] = v;
-        sum += v;
-      }
+      const __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(in + 16 * h), vid));
+      const __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(in + 16 * h + 8), vid));
+      // |v| <= 127: the saturating packs keep every value; 16-bit lanes come out in 128-bit
+      // halves, put back in order.
+      const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+      const __m128i v8 =
+          _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(a.q.data() + b * block + 16 * h), v8);
+      __m256i t = _mm256_add_epi32(lo, hi);
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      const std::int32_t sum = _mm_cvtsi128_si32(s4);
       a.sums[b * (block / 16) + h] = sum;
       a.sums16[b * (block / 16) + h] = static_cast<std::int16_t>(sum);
     }
