@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -81,6 +82,8 @@ private:
   /// dst = src x W by the integer kernels (where int8_) and the float kernels, m <=
   /// small_m_limit.
   void forward_small(const float* src, float* dst, unsigned m) const;
+  /// Groups [first, last) of thread `thread` of `threads`: contiguous, about equal bytes.
+  std::pair<std::size_t, std::size_t> byte_share(unsigned thread, unsigned threads) const;
   /// Rows [first, first + width) decoded as a [width][K] tile.
   void widen(float* tile, unsigned first, unsigned width) const;
   /// The same rows rounded to bf16 (the bf16 prefill).
@@ -90,7 +93,8 @@ private:
   unsigned n_ = 0;
   quantized_matrix runs_;
   std::vector<row_group> groups_;
-  std::vector<unsigned> run_first_row_; ///< the matrix row each run starts at
+  std::vector<unsigned> run_first_row_;   ///< the matrix row each run starts at
+  std::vector<std::size_t> bytes_before_; ///< bytes of groups_[0..g), and of all at the end
   vector_isa isa_;
   bool int8_ = false;    ///< the integer kernels run here (AVX2)
   bool vnni_ = false;    ///< with AVX512_VNNI
