@@ -1084,10 +1084,6 @@ void quant_linear::forward_small(const float* src, float* dst, unsigned m) const
       const vnni_fn fn = vnni_of(group.type);
       for (unsigned r = 0; r < group.count; ++r)
         fn(group.rows + r * group.stride, k_, a256, m, dst + group.row + r, n_);
-    } else if (int8) {
-      const int8_fn fn = int8_of(group.type, vnni_);
-      for (unsigned r = 0; r < group.count; ++r)
-        fn(group.rows + r * group.stride, k_, per_256 ? a256 : a32, 0, m, dst + group.row + r, n_);
     } else if (int16 && per_256) {
       const auto [four, one] = wide_of(group.type);
       if (group.count == group_rows)
@@ -1095,6 +1091,10 @@ void quant_linear::forward_small(const float* src, float* dst, unsigned m) const
       else
         for (unsigned r = 0; r < group.count; ++r)
           one(group.rows + r * group.stride, group.stride, k_, a16, m, dst + group.row + r, n_);
+    } else if (int8) {
+      const int8_fn fn = int8_of(group.type, vnni_);
+      for (unsigned r = 0; r < group.count; ++r)
+        fn(group.rows + r * group.stride, k_, per_256 ? a256 : a32, 0, m, dst + group.row + r, n_);
     } else {
       const auto kern = kernels_of(group.type, isa_);
       if (group.count == group_rows)

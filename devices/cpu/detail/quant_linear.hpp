@@ -16,9 +16,10 @@ namespace triad::detail {
 /// One matmul weight [K][N] kept in ggml block types (q4_0, q8_0, q4_K, q6_K) exactly as a GGUF
 /// file stores it: N output rows of K values, in runs of one type each; its bytes are the
 /// file's bytes. Up to small_m_limit rows of activations (decode batches, short prompts) run
-/// triad's own kernels: four weight rows at a time decode a block each into floats in L1 and
-/// multiply them by every activation row (AVX-512 and AVX2 paths chosen at run time, a
-/// portable loop elsewhere). Larger M decodes tiles of rows to f32 for oneDNN's f32 matmul.
+/// triad's own kernels, chosen at run time: integer kernels on AVX2 and up (see int8_m_limit),
+/// else four weight rows at a time decode a block each into floats in L1 and multiply them by
+/// every activation row (AVX-512, AVX2, a portable loop). Larger M decodes tiles of rows to
+/// f32 (or bf16) for oneDNN's matmul.
 class quant_linear {
 public:
   /// Largest M the own kernels run. Measured on Zen 4 (2 threads, K 2048 x N 8192, q4_K and
