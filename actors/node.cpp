@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <system_error>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -30,19 +31,26 @@ build_backend(const node_options& options, const node_config& config, const devi
               std::shared_ptr<arena> storage, const compute_placement& compute) {
   expected<std::unique_ptr<backend>> built =
       make_error(errc::system_error, "building the backend did not run");
-  std::thread builder([&] {
+  std::string failure; // what threw, if anything did
+  auto build = [&] {
     try {
       built = options.backend_factory
                   ? options.backend_factory(config, dev, std::move(storage), compute)
                   : make_backend(config, dev, std::move(storage), compute);
     } catch (const std::exception& e) {
-      built =
-          make_error(errc::system_error, std::string{"building the backend threw: "} + e.what());
+      failure = e.what();
     } catch (...) {
-      built = make_error(errc::system_error, "building the backend threw");
+      failure = "an exception that is not a std::exception";
     }
-  });
-  builder.join();
+  };
+  try {
+    std::thread builder(build);
+    builder.join();
+  } catch (const std::system_error& e) { // no thread could be started
+    failure = std::string{"starting its thread: "} + e.what();
+  }
+  if (!failure.empty())
+    return make_error(errc::system_error, "building the backend threw: " + failure);
   return built;
 }
 

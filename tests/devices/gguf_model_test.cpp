@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "devices/cpu/cpu_backend.hpp"
+#include "devices/cpu/isa.hpp"
 #include "devices/gguf_model.hpp"
 #include "tests/devices/gguf_reference.hpp"
 #include "tests/devices/reference_model.hpp"
@@ -218,12 +219,15 @@ BOOST_AUTO_TEST_CASE(a_qwen3_file_with_qk_norms_and_wide_heads_matches) {
 // as llama.cpp does: logits after a decode step or a short prompt move by 0.9e-2 to 1.9e-2 here
 // (bf16's order). The kernels' own test holds every path to float accuracy against the
 // activations they quantized.
+// Without AVX2 every path is f32: 0.4e-2 to 0.9e-2.
 constexpr double int8_tolerance = 4e-2;
+constexpr double f32_tolerance = 1.5e-2;
 
-// Checks a quantized file's errors against that bound.
+// Checks a quantized file's errors against those bounds.
 void check_quantized(const errors& e) {
-  BOOST_TEST(e.prefill <= int8_tolerance);
-  BOOST_TEST(e.decode <= int8_tolerance);
+  const bool integer = triad::detect_cpu().own != triad::vector_isa::none;
+  BOOST_TEST(e.prefill <= (integer ? int8_tolerance : f32_tolerance));
+  BOOST_TEST(e.decode <= (integer ? int8_tolerance : f32_tolerance));
 }
 
 BOOST_AUTO_TEST_CASE(every_tensor_type_computes_what_it_encodes) {

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,11 +31,22 @@ struct fixture {
 // `rows` random rows of `k` values encoded as `type`, and the values the encoding holds (what
 // dequantize gives back), as [k][rows] (the reference's layout) appended to `plain` at column
 // `col` of a matrix `n` wide.
+// With `negative_scales` (q6_K) every other 16-value scale is negated and each block's first
+// set to -128, as llama.cpp's quantizer writes them (triad's own keeps them positive).
 quantized_rows encode(ggml_type type, unsigned rows, unsigned k, std::vector<float>& plain,
-                      unsigned n, unsigned col) {
+                      unsigned n, unsigned col, bool negative_scales = false) {
   auto values = random_floats(std::size_t{rows} * k);
   auto bytes = triad::quantize(type, values);
   BOOST_REQUIRE(bytes);
+  if (negative_scales) {
+    BOOST_REQUIRE(type == ggml_type::q6_k);
+    for (std::size_t b = 0; b < bytes->size(); b += 210) {
+      auto* scales = reinterpret_cast<std::int8_t*>(bytes->data() + b + 192);
+      for (unsigned i = 1; i < 16; i += 2)
+        scales[i] = static_cast<std::int8_t>(-scales[i]);
+      scales[0] = -128;
+    }
+  }
   std::vector<float> decoded(values.size());
   BOOST_REQUIRE(triad::dequantize(type, *bytes, decoded));
   for (unsigned r = 0; r < rows; ++r)
@@ -62,7 +74,8 @@ std::vector<float> as_int8(const std::vector<float>& x, std::size_t block) {
 // kernels' limit, relative to sum_k |x||w| of each output, against a double reference of the
 // decoded weights; nothing past the outputs written.
 double worst_error(fixture& f, vector_isa isa, unsigned k,
-                   const std::vector<std::pair<ggml_type, unsigned>>& layout) {
+                   const std::vector<std::pair<ggml_type, unsigned>>& layout,
+                   bool negative_scales = false) {
   unsigned n = 0;
   for (const auto& [type, rows] : layout)
     n += rows;
@@ -70,7 +83,7 @@ double worst_error(fixture& f, vector_isa isa, unsigned k,
   quantized_matrix runs;
   unsigned col = 0;
   for (const auto& [type, rows] : layout) {
-    runs.push_back(encode(type, rows, k, plain, n, col));
+    runs.push_back(encode(type, rows, k, plain, n, col, negative_scales));
     col += rows;
   }
   BOOST_REQUIRE(quant_linear::check(k, n, runs));
@@ -78,8 +91,9 @@ double worst_error(fixture& f, vector_isa isa, unsigned k,
   BOOST_TEST(lin.n() == n);
   double worst = 0;
   const unsigned limit = quant_linear::small_m_limit;
-  // 1..8: the int8 kernels on AVX2 and up; 9..11 and 17 the int16 (q4_K, q6_K) and f32
-  // kernels' remainders of 4 rows (and the switch between them); 129 the widened tiles.
+  // 1..8: the int8 kernels on AVX2 and up (q4_K, q6_K: the VNNI kernels for every M up to
+  // the limit, in fours of rows); 9..11 and 17 the int16 (q4_K, q6_K: pairs of rows) and f32
+  // kernels' remainders (and the switch between them); 129 the widened tiles.
   for (unsigned m : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 9u, 10u, 11u, 17u, limit, limit + 1}) {
     auto x = random_floats(std::size_t{m} * k);
     constexpr float guard = 12345.0f;
@@ -119,7 +133,14 @@ void check_isa(vector_isa isa) {
       worst, worst_error(f, isa, 256,
                          {{ggml_type::q4_k, 12}, {ggml_type::q4_k, 5}, {ggml_type::q6_k, 5}}));
   worst = std::max(worst, worst_error(f, isa, 288, {{ggml_type::q8_0, 9}, {ggml_type::q4_0, 6}}));
-  BOOST_TEST_MESSAGE(to_string(isa) << " worst error relative to sum |x||w|: " << worst);
+  // q6_K with negative scales (and -128) as llama.cpp's files have them.
+  worst = std::max(worst, worst_error(f, isa, 512, {{ggml_type::q6_k, 6}}, true));
+  const bool vnni = isa == vector_isa::avx512 && __builtin_cpu_supports("avx512vnni");
+  BOOST_TEST_MESSAGE(to_string(isa) << (vnni ? " (q4_K, q6_K by the VNNI kernels)" : "")
+                                    << " worst error relative to sum |x||w|: " << worst);
+  if (isa == vector_isa::avx512 && !vnni)
+    BOOST_TEST_MESSAGE("not run: the VNNI kernels (this CPU lacks AVX512_VNNI; the AVX2 integer "
+                       "kernels ran)");
 }
 
 } // namespace

@@ -257,8 +257,9 @@ struct act_q8 {
   std::vector<std::int8_t> q;       // [m][k]
   std::vector<float> d;             // [m][k / block]
   std::vector<std::int32_t> sums;   // [m][k / 16]
-  std::vector<std::int16_t> sums16; // the same as int16, and 16 more (a register's read)
-  std::vector<std::int16_t> sums32; // [m][k / 32] (|sum| <= 32 x 127), and 8 more
+  std::vector<std::int16_t> sums16; // the same as int16
+  std::vector<std::int16_t> sums32; // [m][k / 32] (|sum| <= 32 x 127), and 8 more (q4_K's
+                                    // 256-bit reads of 8)
 };
 
 // The integer kernels run on AVX2 and up only: so does this (lrintf's rounding, to nearest even,
@@ -268,7 +269,7 @@ quantize_activations(const float* x, unsigned m, unsigned k, unsigned block, act
   a.q.resize(std::size_t{m} * k);
   a.d.resize(std::size_t{m} * k / block);
   a.sums.resize(std::size_t{m} * k / 16);
-  a.sums16.resize(std::size_t{m} * k / 16 + 16);
+  a.sums16.resize(std::size_t{m} * k / 16);
   a.sums32.resize(std::size_t{m} * k / 32 + 8);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (std::size_t b = 0; b < std::size_t{m} * k / block; ++b) {
