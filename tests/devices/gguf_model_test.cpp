@@ -196,6 +196,17 @@ BOOST_AUTO_TEST_CASE(a_llama_file_with_rope_freqs_and_grouped_heads_matches) {
   BOOST_TEST(forward_error(spec, triad::dtype::f32) <= 1e-4);
 }
 
+BOOST_AUTO_TEST_CASE(query_groups_of_three_and_seven_match) {
+  // Attention takes a kv head's query heads four at a time, then the rest together.
+  for (unsigned heads : {6u, 7u}) {
+    gguf_spec spec;
+    spec.heads = heads;
+    spec.kv_heads = heads == 6 ? 2 : 1;
+    BOOST_TEST_CONTEXT("heads " << heads << ", kv heads " << spec.kv_heads)
+    BOOST_TEST(forward_error(spec, triad::dtype::f32) <= 1e-4);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_qwen2_file_with_biases_and_tied_output_matches) {
   gguf_spec spec;
   spec.arch = triad::model_arch::qwen2;

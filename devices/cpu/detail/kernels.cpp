@@ -102,8 +102,8 @@ void rmsnorm(const float* x, const float* w, float* out, std::size_t rows, std::
     rmsnorm_row(x + r * width, w, out + r * width, width, eps);
 }
 
-void rmsnorm_serial(const float* x, const float* w, float* out, std::size_t rows,
-                    std::size_t width, float eps) noexcept {
+void rmsnorm_serial(const float* x, const float* w, float* out, std::size_t rows, std::size_t width,
+                    float eps) noexcept {
   for (std::size_t r = 0; r < rows; ++r)
     rmsnorm_row(x + r * width, w, out + r * width, width, eps);
 }
@@ -316,6 +316,22 @@ TRIAD_CLONES void attend_g4_d64(const float* q, std::size_t n, const kv_runs& kv
     attend_fixed<4, 64, false>(q, n, kv, scale, out, scratch);
 }
 
+TRIAD_CLONES void attend_g3_d64(const float* q, std::size_t n, const kv_runs& kv, float scale,
+                                float* out, float* scratch) noexcept {
+  if (kv.bf16)
+    attend_fixed<3, 64, true>(q, n, kv, scale, out, scratch);
+  else
+    attend_fixed<3, 64, false>(q, n, kv, scale, out, scratch);
+}
+
+TRIAD_CLONES void attend_g2_d64(const float* q, std::size_t n, const kv_runs& kv, float scale,
+                                float* out, float* scratch) noexcept {
+  if (kv.bf16)
+    attend_fixed<2, 64, true>(q, n, kv, scale, out, scratch);
+  else
+    attend_fixed<2, 64, false>(q, n, kv, scale, out, scratch);
+}
+
 TRIAD_CLONES void attend_g1_d64(const float* q, std::size_t n, const kv_runs& kv, float scale,
                                 float* out, float* scratch) noexcept {
   if (kv.bf16)
@@ -414,12 +430,25 @@ TRIAD_CLONES void attend_generic(const float* q, std::size_t group, std::size_t 
 
 void attend(const float* q, std::size_t group, std::size_t head_dim, std::size_t n,
             const kv_runs& kv, float scale, float* out, float* scratch) noexcept {
-  if (head_dim == 64 && group % 4 == 0) {
-    for (std::size_t g = 0; g < group; g += 4)
+  if (head_dim == 64) {
+    // Query heads four at a time, then the rest together: each pass reads the K and V runs
+    // once (groups of 3 and 7 are common: SmolLM2, Qwen2.5-0.5B).
+    std::size_t g = 0;
+    for (; g + 4 <= group; g += 4)
       attend_g4_d64(q + g * 64, n, kv, scale, out + g * 64, scratch + g * n);
-  } else if (head_dim == 64) {
-    for (std::size_t g = 0; g < group; ++g)
+    switch (group - g) {
+    case 3:
+      attend_g3_d64(q + g * 64, n, kv, scale, out + g * 64, scratch + g * n);
+      break;
+    case 2:
+      attend_g2_d64(q + g * 64, n, kv, scale, out + g * 64, scratch + g * n);
+      break;
+    case 1:
       attend_g1_d64(q + g * 64, n, kv, scale, out + g * 64, scratch + g * n);
+      break;
+    default:
+      break;
+    }
   } else {
     attend_generic(q, group, head_dim, n, kv, scale, out, scratch);
   }
