@@ -308,37 +308,20 @@ __attribute__((always_inline)) inline void attend_fixed(const float* q, std::siz
   }
 }
 
-TRIAD_CLONES void attend_g4_d64(const float* q, std::size_t n, const kv_runs& kv, float scale,
-                                float* out, float* scratch) noexcept {
-  if (kv.bf16)
-    attend_fixed<4, 64, true>(q, n, kv, scale, out, scratch);
-  else
-    attend_fixed<4, 64, false>(q, n, kv, scale, out, scratch);
-}
-
-TRIAD_CLONES void attend_g3_d64(const float* q, std::size_t n, const kv_runs& kv, float scale,
-                                float* out, float* scratch) noexcept {
-  if (kv.bf16)
-    attend_fixed<3, 64, true>(q, n, kv, scale, out, scratch);
-  else
-    attend_fixed<3, 64, false>(q, n, kv, scale, out, scratch);
-}
-
-TRIAD_CLONES void attend_g2_d64(const float* q, std::size_t n, const kv_runs& kv, float scale,
-                                float* out, float* scratch) noexcept {
-  if (kv.bf16)
-    attend_fixed<2, 64, true>(q, n, kv, scale, out, scratch);
-  else
-    attend_fixed<2, 64, false>(q, n, kv, scale, out, scratch);
-}
-
-TRIAD_CLONES void attend_g1_d64(const float* q, std::size_t n, const kv_runs& kv, float scale,
-                                float* out, float* scratch) noexcept {
-  if (kv.bf16)
-    attend_fixed<1, 64, true>(q, n, kv, scale, out, scratch);
-  else
-    attend_fixed<1, 64, false>(q, n, kv, scale, out, scratch);
-}
+// attend_fixed<G, 64> for query groups of G, compiled per ISA (target_clones takes no template).
+#define TRIAD_ATTEND_D64(G)                                                                        \
+  TRIAD_CLONES void attend_g##G##_d64(const float* q, std::size_t n, const kv_runs& kv,            \
+                                      float scale, float* out, float* scratch) noexcept {          \
+    if (kv.bf16)                                                                                   \
+      attend_fixed<G, 64, true>(q, n, kv, scale, out, scratch);                                    \
+    else                                                                                           \
+      attend_fixed<G, 64, false>(q, n, kv, scale, out, scratch);                                   \
+  }
+TRIAD_ATTEND_D64(4)
+TRIAD_ATTEND_D64(3)
+TRIAD_ATTEND_D64(2)
+TRIAD_ATTEND_D64(1)
+#undef TRIAD_ATTEND_D64
 
 namespace {
 TRIAD_CLONES void attend_generic(const float* q, std::size_t group, std::size_t head_dim,
