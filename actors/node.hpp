@@ -17,8 +17,8 @@
 
 #include "actors/node_config.hpp"
 #include "actors/request.hpp"
-#include "devices/factory.hpp"
 #include "actors/session.hpp"
+#include "devices/factory.hpp"
 #include "devices/kv_tier.hpp"
 #include "kvstore/store.hpp"
 #include "runtime/domains.hpp"
@@ -48,7 +48,10 @@ struct node_options {
   std::filesystem::path tools_root;
   /// Builds each device's backend; empty: make_backend (the cpu and sim backends of the config).
   /// Embedders plug in their own backends (or wrap the built-in ones) here; the last argument
-  /// is where the plan says a cpu device computes (pass it on to make_backend).
+  /// is where the plan says a cpu device computes (pass it on to make_backend). It runs on a
+  /// thread of its own, joined before start() goes on (the OpenMP team that preparing weights
+  /// starts ends with it): state of the thread calling start() (a current GPU context, OpenMP
+  /// settings, a held interpreter lock) does not reach it.
   std::function<expected<std::unique_ptr<backend>>(
       const node_config&, const device_config&, std::shared_ptr<arena>, const compute_placement&)>
       backend_factory;
@@ -56,14 +59,14 @@ struct node_options {
 
 /// What runs one device, as the node built it (for start-up logs, triad-node and tests).
 struct device_report {
-  std::string name;     ///< config name
-  std::string backend;  ///< "cpu", "sim", "cuda"
-  std::string kernel;   ///< backend::kernel(): what does its matmuls (or "failed: ...")
-  std::string dtype;    ///< element type it computes in ("bf16", "f32")
-  std::string path;     ///< cpu devices: the matmul path (cpu_kernel), else empty
-  std::size_t team = 0; ///< cpu devices: threads of its compute team (its compute cores)
+  std::string name;               ///< config name
+  std::string backend;            ///< "cpu", "sim", "cuda"
+  std::string kernel;             ///< backend::kernel(): what does its matmuls (or "failed: ...")
+  std::string dtype;              ///< element type it computes in ("bf16", "f32")
+  std::string path;               ///< cpu devices: the matmul path (cpu_kernel), else empty
+  std::size_t team = 0;           ///< cpu devices: threads of its compute team (its compute cores)
   std::uint64_t weight_bytes = 0; ///< model weights it holds in memory (backend::weight_bytes)
-  std::string failure;  ///< why its backend did not build (it then answers every step so)
+  std::string failure;            ///< why its backend did not build (it then answers every step so)
   /// Whether its evicted pages go to the node's KV store and its prompts find pages there
   /// (`[kvstore]`; its pages must be the store's block size).
   bool kv_store = false;

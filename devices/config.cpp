@@ -257,7 +257,7 @@ options::section<device_config> device_section(std::span<const sim_profile_confi
           options::integer("burst_steps", &c::burst_steps, {1, 1024},
                            "decode steps one driver job may run back to back"),
           options::integer("burst_window_us", &c::burst_window_us, {0, 1'000'000},
-                           "driver time after which a burst's tokens go out"),
+                           "driver time after which a burst's result goes back to the device"),
           // Written for every cpu device; for another backend only when set (an invalid config).
           options::custom<c>("compute_cores", options::range_allowed({0, 4096}),
                              "cores a cpu device computes on; 0 = automatic", read_compute_cores,

@@ -29,19 +29,19 @@ inline constexpr std::size_t queue_capacity = 256;
 inline constexpr bool prefix_cache = true;
 /// Decode steps one driver job may run back to back for an unchanged batch (sampling on the
 /// driver) before the device actor sees the result, when steps are far shorter than a thread
-/// hand-off. burst_window_us bounds how long tokens are held back, so this only caps fast
-/// (simulated) devices: 32 instead of 8 cut triad-bench-orchestration's user CPU per request
-/// at 1 session from 295-305 to 185-215 us; 128 instead of 32 runs each of its agent turns
-/// (up to about 100 tokens) in one job: 5 driver jobs per request instead of 8 with 4-token
-/// turns and 16 with 64-token turns.
+/// hand-off (a sequence that ends, or a message that changes the batch, ends a burst at once).
+/// It caps fast (simulated) devices, whose bursts the window does not end: 32 instead of 8 cut
+/// triad-bench-orchestration's user CPU per request at 1 session from 295-305 to 185-215 us; 128
+/// instead of 32 runs each of its agent turns (up to about 100 tokens) in one job: 5 driver jobs
+/// per request instead of 8 with 4-token turns and 16 with 64-token turns.
 inline constexpr std::size_t burst_steps = 128;
 /// Driver time in microseconds after which a burst ends and the device actor sees its result
 /// (its sequences' lengths, KV pages, statistics). Tokens leave as they are chosen, and a
-/// message that changes the batch (an admission, a park, a cancel) ends the burst after its
-/// current step, so this only bounds how stale the actor's view gets. At 100 us every step of
-/// a real model (milliseconds) went back through the actor: 0.86 ms between decode steps of
-/// 4.3 ms on the quick Llama Q4_K_M file of triad-bench-models (Zen 4, 2 cores), decode
-/// 210-285 tok/s against 271-302 with 50 ms.
+/// sequence that ends or a message that changes the batch (an admission, a park, a cancel)
+/// ends the burst after its current step, so this only bounds how stale the actor's view gets. At
+/// 100 us every step of a real model (milliseconds) went back through the actor: 0.86 ms between
+/// decode steps of 4.3 ms on the quick Llama Q4_K_M file of triad-bench-models (Zen 4, 2 cores),
+/// decode 210-285 tok/s against 271-302 with 50 ms.
 inline constexpr std::uint32_t burst_window_us = 50000;
 /// Compute cores of a `cpu` device when its entry gives none: 0 = automatic, the placement
 /// plan splits its domain's free cores among the domain's cpu devices.

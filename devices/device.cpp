@@ -98,7 +98,11 @@ public:
         backend_->page_payload_bytes() != 0)
       tier_ = options_.tier;
     streams_ = tier_ && !backend_->stream_groups().empty();
-    attach_functor([driver = driver_.get()](const caf::error&) { driver->stop(); });
+    // A burst in flight ends after its step, not at its window.
+    attach_functor([driver = driver_.get(), interrupt = interrupt_](const caf::error&) {
+      interrupt->store(true, std::memory_order_relaxed);
+      driver->stop();
+    });
   }
 
   // Tells the KV watchers the free pages when they moved a step from what they last heard, or
@@ -437,9 +441,9 @@ private:
     s.tokens = req.prompt;
     s.state = importing ? seq_state::importing : seq_state::waiting;
     s.lookup = looks_up;
-    s.plan = std::make_shared<detail::sample_plan>(detail::sample_plan{
-        sampler{req.sampling}, std::move(req.forced), std::move(req.stop), req.max_new_tokens,
-        req.end});
+    s.plan = std::make_shared<detail::sample_plan>(
+        detail::sample_plan{sampler{req.sampling}, std::move(req.forced), std::move(req.stop),
+                            req.max_new_tokens, req.end});
     s.admitted_order = next_order_++;
     s.import = std::move(import);
     s.req = std::move(req);

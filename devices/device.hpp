@@ -90,7 +90,7 @@ struct generate_request {
   /// Tokens that end the answer (the model's EOS, end of turn): done, never parked. The byte
   /// tokenizer's EOS unless the request's format names others.
   std::vector<token> end = {tokenizer::eos};
-  caf::actor sink;                   ///< receives device_event messages
+  caf::actor sink; ///< receives device_event messages
   /// Scripted generation (benchmarks, tests): the n-th token generated is forced[n] while n is
   /// below its size. The step still computes the logits; only the choice is forced.
   std::vector<token> forced;
@@ -277,7 +277,8 @@ struct device_options {
   /// actor); only while nothing waits to be prefilled and no message has changed the batch
   /// (`[[devices]] burst_steps`).
   std::size_t burst_steps = defaults::device::burst_steps;
-  /// Driver time after which a burst ends and its tokens go out (`[[devices]] burst_window_us`).
+  /// Driver time after which a burst ends and the actor sees its result (tokens leave as they
+  /// are chosen; `[[devices]] burst_window_us`).
   std::chrono::microseconds burst_window{defaults::device::burst_window_us};
   /// Jobs (steps, exports, imports, frees) queued to the driver thread at once, >= 1; more
   /// wait in the device actor, in order (`[[devices]] queue_capacity`).

@@ -137,8 +137,10 @@ void step_job::operator()() {
         next_live.push_back(i);
       }
     }
-    if (step + 1 >= max_steps || interrupt->load(std::memory_order_relaxed) ||
-        clock::now() - start >= window)
+    // A sequence that ended leaves now: its done event (sent by the actor) and its KV's
+    // export wait for the job's end.
+    if (step + 1 >= max_steps || kept < batch.size() ||
+        interrupt->load(std::memory_order_relaxed) || clock::now() - start >= window)
       break;
     batch = std::span<step_item>{next.data(), kept};
     live.swap(next_live);

@@ -1019,8 +1019,11 @@ std::string quant_linear::kernel() const {
   // The types of the runs: all, q4_K and q6_K, the rest.
   std::string types, super, other;
   auto add = [](std::string& to, std::string_view name) {
-    if (to.find(name) == std::string::npos)
-      to += (to.empty() ? "" : "+") + std::string{name};
+    if (to.find(name) != std::string::npos)
+      return;
+    if (!to.empty())
+      to += '+';
+    to += name;
   };
   for (const auto& run : runs_) {
     add(types, to_string(run.type));
