@@ -1,8 +1,9 @@
 // The llama.cpp peer of triad-bench-models: node-llama-cpp (its prebuilt CPU libraries) on a
 // GGUF file, timed the way the bench times triad. Run by the bench, one job per process:
 //   node models_peer.mjs MODULE_DIR JOB_JSON
-// JOB_JSON: {"model", "threads", "prompt": [ids], "generate", "sessions", "session_prompts":
-// [[ids], ...], "session_generate", "context"}. Prints one JSON line: {"prefill_s", "decode_s",
+// JOB_JSON: {"model", "threads", "flash_attention" ("auto", llama.cpp's default, or false),
+// "prompt": [ids], "generate", "sessions", "session_prompts": [[ids], ...], "session_generate",
+// "context"}. Prints one JSON line: {"prefill_s", "decode_s",
 // "decoded" (tokens after the first), "tokens": [ids], "aggregate_s", "aggregate_tokens",
 // "backend"}; prefill and decode are the better of two runs after a warm-up, as the bench
 // takes triad's. The bench sets
@@ -20,8 +21,12 @@ const model = await llama.loadModel({ modelPath: job.model, gpuLayers: 0 });
 const now = () => performance.now() / 1000;
 
 // One sequence: the prompt's prefill (time to the first token), then greedy decoding.
+// With flash attention on, llama.cpp's CPU kernel sums the attention's values in f16 when the
+// KV cache is f16 (its default); off, it multiplies them in f32 (ggml_mul_mat).
+const flashAttention = job.flash_attention ?? "auto";
 const single = await model.createContext({
   contextSize: job.context, sequences: 1, threads: job.threads, batchSize: job.context,
+  flashAttention,
 });
 const sequence = single.getSequence();
 // One greedy run of the prompt: its tokens, time to the first, and the rest.
@@ -51,7 +56,7 @@ await single.dispose();
 if (job.sessions > 0) {
   const many = await model.createContext({
     contextSize: job.context * job.sessions, sequences: job.sessions, threads: job.threads,
-    batchSize: job.context,
+    batchSize: job.context, flashAttention,
   });
   let produced = 0;
   const start = now();
@@ -68,6 +73,7 @@ if (job.sessions > 0) {
   out.aggregate_tokens = produced;
   await many.dispose();
 }
-out.backend = "node-llama-cpp " + (llama.buildType ?? "") + " threads " + job.threads;
+out.backend = "node-llama-cpp " + (llama.buildType ?? "") + " threads " + job.threads +
+  " flash attention " + flashAttention;
 console.log(JSON.stringify(out));
 process.exit(0);
