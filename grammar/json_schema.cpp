@@ -1,0 +1,525 @@
+#include "grammar/json_schema.hpp"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <boost/json/serialize.hpp>
+
+namespace triad::grammar {
+
+namespace {
+
+namespace json = boost::json;
+
+byte_set range(unsigned lo, unsigned hi) {
+  byte_set s;
+  for (unsigned c = lo; c <= hi; ++c)
+    s.set(c);
+  return s;
+}
+
+// Repetitions a bounded count may allow beyond its minimum (each is a rule).
+constexpr std::size_t max_bounded_repeat = 4096;
+
+// Keywords read, and annotations ignored; any other is refused by name.
+const std::set<std::string_view> known_keywords = {
+    "type",        "properties", "required", "additionalProperties",
+    "items",       "minItems",   "maxItems", "enum",
+    "const",       "anyOf",      "allOf",    "$defs",
+    "definitions", "$ref",       "title",    "description",
+    "default",     "examples",   "$schema",  "$id",
+    "$comment",    "deprecated", "readOnly", "writeOnly"};
+
+// Compiles JSON grammars: the JSON primitives once each, a rule per schema node, one per `$ref`
+// target (declared before it is compiled, so recursion refers to it).
+class compiler {
+public:
+  explicit compiler(const json_options& options)
+      : options_(options) {}
+
+  grammar_builder& builder() noexcept { return b_; }
+
+  // -- JSON's own syntax --
+
+  // Whitespace allowed at one place: up to max_whitespace bytes (none: no element).
+  void ws(sequence& s) {
+    if (options_.max_whitespace == 0)
+      return;
+    if (!ws_) {
+      byte_set w;
+      w.set(' ');
+      w.set('\t');
+      w.set('\n');
+      ws_ = b_.repeat(b_.bytes(w), 0, options_.max_whitespace, false, "ws");
+    }
+    s.push_back(*ws_);
+  }
+
+  // `s` followed by a separator: ws ',' ws.
+  void comma(sequence& s) {
+    ws(s);
+    s.push_back(b_.byte(','));
+    ws(s);
+  }
+
+  element string() {
+    if (string_)
+      return *string_;
+    // One character: printable ASCII but '"' and '\', a well-formed UTF-8 sequence (no
+    // overlong forms, no surrogates, at most U+10FFFF), or an escape.
+    const element cont = b_.bytes(range(0x80, 0xbf));
+    byte_set ascii = range(0x20, 0x7f);
+    ascii.reset('"');
+    ascii.reset('\\');
+    byte_set escaped;
+    for (char c : std::string_view{"\"\\/bfnrt"})
+      escaped.set(static_cast<unsigned char>(c));
+    const element hex = b_.bytes(range('0', '9') | range('a', 'f') | range('A', 'F'));
+    const element ch = b_.choice(
+        {
+            {b_.bytes(ascii)},
+            {b_.bytes(range(0xc2, 0xdf)), cont},
+            {b_.byte(0xe0), b_.bytes(range(0xa0, 0xbf)), cont},
+            {b_.bytes(range(0xe1, 0xec)), cont, cont},
+            {b_.byte(0xed), b_.bytes(range(0x80, 0x9f)), cont},
+            {b_.bytes(range(0xee, 0xef)), cont, cont},
+            {b_.byte(0xf0), b_.bytes(range(0x90, 0xbf)), cont, cont},
+            {b_.bytes(range(0xf1, 0xf3)), cont, cont, cont},
+            {b_.byte(0xf4), b_.bytes(range(0x80, 0x8f)), cont, cont},
+            {b_.byte('\\'), b_.bytes(escaped)},
+            {b_.byte('\\'), b_.byte('u'), hex, hex, hex, hex},
+        },
+        "char");
+    const element body = b_.repeat(ch, 0, 0, true, "chars");
+    string_ = b_.choice({{b_.byte('"'), body, b_.byte('"')}}, "string");
+    return *string_;
+  }
+
+  // -?(0|[1-9][0-9]*), and for a number (\.[0-9]+)?([eE][+-]?[0-9]+)?
+  element number(bool integer) {
+    auto& cached = integer ? integer_ : number_;
+    if (cached)
+      return *cached;
+    const element digit = b_.bytes(range('0', '9'));
+    const element digits = b_.repeat(digit, 1, 0, true, "digits");
+    sequence s{b_.optional(b_.byte('-'), "minus"),
+               b_.choice({{b_.byte('0')},
+                          {b_.bytes(range('1', '9')), b_.repeat(digit, 0, 0, true, "more_digits")}},
+                         "whole")};
+    if (!integer) {
+      s.push_back(b_.optional(b_.choice({{b_.byte('.'), digits}}, "fraction"), "fraction_opt"));
+      byte_set e, sign;
+      e.set('e');
+      e.set('E');
+      sign.set('+');
+      sign.set('-');
+      s.push_back(b_.optional(
+          b_.choice({{b_.bytes(e), b_.optional(b_.bytes(sign), "exp_sign"), digits}}, "exponent"),
+          "exponent_opt"));
+    }
+    cached = b_.choice({std::move(s)}, integer ? "integer" : "number");
+    return *cached;
+  }
+
+  element literal(std::string_view text, std::string name) {
+    return b_.choice({b_.literal(text)}, std::move(name));
+  }
+
+  // '[' ws (item (ws ',' ws item){min-1, max-1})? ws ']' (the empty form when min is 0).
+  expected<element> array(const element& item, std::size_t min, std::optional<std::size_t> max,
+                          const std::string& name) {
+    sequence open{b_.byte('[')};
+    ws(open);
+    sequence close;
+    ws(close);
+    close.push_back(b_.byte(']'));
+    std::vector<sequence> forms;
+    if (min == 0) {
+      sequence empty = open;
+      empty.push_back(b_.byte(']'));
+      forms.push_back(std::move(empty));
+    }
+    if (!max || *max > 0) {
+      if (max && *max - std::max<std::size_t>(min, 1) > max_bounded_repeat)
+        return make_error(errc::unsupported,
+                          "json schema: maxItems " + std::to_string(*max) + " at " + name +
+                              " allows more than " + std::to_string(max_bounded_repeat) +
+                              " items beyond minItems; leave it out or lower it");
+      sequence next;
+      comma(next);
+      next.push_back(item);
+      const element more = b_.choice({std::move(next)}, name + "_next");
+      const std::size_t lo = min > 0 ? min - 1 : 0;
+      sequence full = open;
+      full.push_back(item);
+      full.push_back(b_.repeat(more, lo, max ? *max - 1 : 0, !max, name + "_items"));
+      full.insert(full.end(), close.begin(), close.end());
+      forms.push_back(std::move(full));
+    }
+    return b_.choice(std::move(forms), name);
+  }
+
+  // Any JSON value (recursive: declared once).
+  element any() {
+    if (any_)
+      return *any_;
+    const std::uint32_t value = b_.declare("value");
+    any_ = grammar_builder::ref(value);
+    sequence pair{string()};
+    ws(pair);
+    pair.push_back(b_.byte(':'));
+    ws(pair);
+    pair.push_back(*any_);
+    const element member = b_.choice({std::move(pair)}, "member");
+    b_.add(value, {any_object(member)});
+    b_.add(value, {*array(*any_, 0, std::nullopt, "array")});
+    b_.add(value, {string()});
+    b_.add(value, {number(false)});
+    b_.add(value, b_.literal("true"));
+    b_.add(value, b_.literal("false"));
+    b_.add(value, b_.literal("null"));
+    return *any_;
+  }
+
+  // '{' ws (member (ws ',' ws member)*)? ws '}' of any members.
+  element any_object(const element& member) {
+    if (any_object_)
+      return *any_object_;
+    sequence open{b_.byte('{')};
+    ws(open);
+    sequence empty = open;
+    empty.push_back(b_.byte('}'));
+    sequence next;
+    comma(next);
+    next.push_back(member);
+    sequence full = open;
+    full.push_back(member);
+    full.push_back(b_.repeat(b_.choice({std::move(next)}, "member_next"), 0, 0, true, "members"));
+    ws(full);
+    full.push_back(b_.byte('}'));
+    any_object_ = b_.choice({std::move(empty), std::move(full)}, "object");
+    return *any_object_;
+  }
+
+  element any_object() {
+    if (!any_)
+      any();
+    return *any_object_;
+  }
+
+  // -- schemas --
+
+  void set_root_schema(const json::value& root) { root_ = &root; }
+
+  expected<element> schema(const json::value& s, const std::string& path) {
+    if (s.is_bool()) {
+      if (s.as_bool())
+        return any();
+      return make_error(errc::unsupported,
+                        "json schema: " + path + " is false, which no value matches");
+    }
+    if (!s.is_object())
+      return make_error(errc::invalid_argument, "json schema: " + path +
+                                                    " must be an object or a boolean, not " +
+                                                    json::serialize(s));
+    const auto& o = s.as_object();
+    for (const auto& [key, v] : o) {
+      (void)v;
+      if (!known_keywords.contains(std::string_view{key}))
+        return make_error(errc::unsupported,
+                          "json schema: keyword '" + std::string{key} + "' at " + path +
+                              " is not supported (supported: type, properties, required, "
+                              "additionalProperties, items, minItems, maxItems, enum, const, "
+                              "anyOf, allOf of one schema, $defs, $ref)");
+    }
+    if (const auto* ref = o.if_contains("$ref"))
+      return reference(*ref, path);
+    if (const auto* e = o.if_contains("enum")) {
+      if (!e->is_array() || e->as_array().empty())
+        return make_error(errc::invalid_argument,
+                          "json schema: enum at " + path + " must be a non-empty array");
+      std::vector<sequence> forms;
+      for (const auto& v : e->as_array())
+        forms.push_back(b_.literal(json::serialize(v)));
+      return b_.choice(std::move(forms), path + "/enum");
+    }
+    if (const auto* c = o.if_contains("const"))
+      return literal(json::serialize(*c), path + "/const");
+    if (const auto* any_of = o.if_contains("anyOf")) {
+      if (!any_of->is_array() || any_of->as_array().empty())
+        return make_error(errc::invalid_argument,
+                          "json schema: anyOf at " + path + " must be a non-empty array");
+      std::vector<sequence> forms;
+      std::size_t i = 0;
+      for (const auto& sub : any_of->as_array()) {
+        auto e = schema(sub, path + "/anyOf/" + std::to_string(i++));
+        if (!e)
+          return e.error();
+        forms.push_back({*e});
+      }
+      return b_.choice(std::move(forms), path + "/anyOf");
+    }
+    if (const auto* all_of = o.if_contains("allOf")) {
+      if (!all_of->is_array() || all_of->as_array().size() != 1)
+        return make_error(errc::unsupported, "json schema: allOf at " + path +
+                                                 " must hold exactly one schema (merging "
+                                                 "several is not supported)");
+      return schema(all_of->as_array()[0], path + "/allOf/0");
+    }
+    std::vector<std::string> types;
+    if (const auto* t = o.if_contains("type")) {
+      if (t->is_string()) {
+        types.emplace_back(t->as_string());
+      } else if (t->is_array() && !t->as_array().empty()) {
+        for (const auto& one : t->as_array()) {
+          if (!one.is_string())
+            return make_error(errc::invalid_argument,
+                              "json schema: type at " + path + " lists a non-string");
+          types.emplace_back(one.as_string());
+        }
+      } else {
+        return make_error(errc::invalid_argument,
+                          "json schema: type at " + path +
+                              " must be a string or a non-empty array of strings");
+      }
+    } else if (o.contains("properties") || o.contains("additionalProperties") ||
+               o.contains("required")) {
+      types.emplace_back("object");
+    } else if (o.contains("items") || o.contains("minItems") || o.contains("maxItems")) {
+      types.emplace_back("array");
+    } else {
+      return any();
+    }
+    std::vector<sequence> forms;
+    for (const auto& type : types) {
+      auto e = typed(o, type, path);
+      if (!e)
+        return e.error();
+      forms.push_back({*e});
+    }
+    if (forms.size() == 1)
+      return forms[0][0];
+    return b_.choice(std::move(forms), path + "/type");
+  }
+
+private:
+  expected<element> typed(const json::object& o, const std::string& type, const std::string& path) {
+    if (type == "string")
+      return string();
+    if (type == "number")
+      return number(false);
+    if (type == "integer")
+      return number(true);
+    if (type == "boolean")
+      return b_.choice({b_.literal("true"), b_.literal("false")}, "boolean");
+    if (type == "null")
+      return literal("null", "null");
+    if (type == "array")
+      return array_schema(o, path);
+    if (type == "object")
+      return object_schema(o, path);
+    return make_error(errc::invalid_argument,
+                      "json schema: type '" + type + "' at " + path +
+                          " is not a JSON Schema type (object, array, string, number, integer, "
+                          "boolean, null)");
+  }
+
+  expected<std::size_t> count(const json::object& o, std::string_view key, const std::string& path,
+                              std::size_t fallback) {
+    const auto* v = o.if_contains(key);
+    if (!v)
+      return fallback;
+    if (v->is_int64() && v->as_int64() >= 0)
+      return static_cast<std::size_t>(v->as_int64());
+    if (v->is_uint64())
+      return static_cast<std::size_t>(v->as_uint64());
+    return make_error(errc::invalid_argument, "json schema: " + std::string{key} + " at " + path +
+                                                  " must be a non-negative integer");
+  }
+
+  expected<element> array_schema(const json::object& o, const std::string& path) {
+    element item = any();
+    if (const auto* items = o.if_contains("items")) {
+      auto e = schema(*items, path + "/items");
+      if (!e)
+        return e.error();
+      item = *e;
+    }
+    auto min = count(o, "minItems", path, 0);
+    if (!min)
+      return min.error();
+    std::optional<std::size_t> max;
+    if (o.contains("maxItems")) {
+      auto m = count(o, "maxItems", path, 0);
+      if (!m)
+        return m.error();
+      if (*m < *min)
+        return make_error(errc::invalid_argument, "json schema: maxItems " + std::to_string(*m) +
+                                                      " at " + path + " is below minItems " +
+                                                      std::to_string(*min));
+      max = *m;
+    }
+    return array(item, *min, max, path);
+  }
+
+  expected<element> object_schema(const json::object& o, const std::string& path) {
+    std::vector<std::pair<std::string, const json::value*>> props;
+    if (const auto* p = o.if_contains("properties")) {
+      if (!p->is_object())
+        return make_error(errc::invalid_argument,
+                          "json schema: properties at " + path + " must be an object");
+      for (const auto& [k, v] : p->as_object())
+        props.emplace_back(std::string{k}, &v);
+    }
+    std::set<std::string> required;
+    if (const auto* r = o.if_contains("required")) {
+      if (!r->is_array())
+        return make_error(errc::invalid_argument,
+                          "json schema: required at " + path + " must be an array of names");
+      for (const auto& name : r->as_array()) {
+        if (!name.is_string())
+          return make_error(errc::invalid_argument,
+                            "json schema: required at " + path + " lists a non-string");
+        const std::string n{name.as_string()};
+        if (std::none_of(props.begin(), props.end(), [&](const auto& p) { return p.first == n; }))
+          return make_error(errc::invalid_argument, "json schema: required at " + path +
+                                                        " names '" + n +
+                                                        "', which properties does not declare");
+        required.insert(n);
+      }
+    }
+    // More members after the declared ones: only when additionalProperties allows them.
+    std::optional<element> extra;
+    if (const auto* a = o.if_contains("additionalProperties")) {
+      if (a->is_bool()) {
+        if (a->as_bool())
+          extra = any();
+      } else {
+        auto e = schema(*a, path + "/additionalProperties");
+        if (!e)
+          return e.error();
+        extra = *e;
+      }
+    }
+    // Members k..n given whether one came before (then a comma first): rest[k][c] ::=
+    // sep(c) member_k rest[k+1][1] | rest[k+1][c] (the second only when k is optional).
+    const std::size_t n = props.size();
+    std::vector<std::array<std::uint32_t, 2>> rest(n + 1);
+    for (std::size_t k = 0; k <= n; ++k)
+      for (int c = 0; c < 2; ++c)
+        rest[k][c] = b_.declare(path + "/members" + std::to_string(k) + (c ? "_more" : ""));
+    for (int c = 0; c < 2; ++c) {
+      b_.add(rest[n][c], {});
+      if (extra) {
+        sequence s;
+        if (c)
+          comma(s);
+        s.push_back(string());
+        ws(s);
+        s.push_back(b_.byte(':'));
+        ws(s);
+        s.push_back(*extra);
+        s.push_back(grammar_builder::ref(rest[n][1]));
+        b_.add(rest[n][c], std::move(s));
+      }
+    }
+    for (std::size_t k = n; k-- > 0;) {
+      auto value = schema(*props[k].second, path + "/properties/" + props[k].first);
+      if (!value)
+        return value.error();
+      sequence member = b_.literal(json::serialize(json::string(props[k].first)));
+      ws(member);
+      member.push_back(b_.byte(':'));
+      ws(member);
+      member.push_back(*value);
+      for (int c = 0; c < 2; ++c) {
+        sequence s;
+        if (c)
+          comma(s);
+        s.insert(s.end(), member.begin(), member.end());
+        s.push_back(grammar_builder::ref(rest[k + 1][1]));
+        b_.add(rest[k][c], std::move(s));
+        if (!required.contains(props[k].first))
+          b_.add(rest[k][c], {grammar_builder::ref(rest[k + 1][c])});
+      }
+    }
+    sequence s{b_.byte('{')};
+    ws(s);
+    s.push_back(grammar_builder::ref(rest[0][0]));
+    ws(s);
+    s.push_back(b_.byte('}'));
+    return b_.choice({std::move(s)}, path);
+  }
+
+  expected<element> reference(const json::value& ref, const std::string& path) {
+    if (!ref.is_string())
+      return make_error(errc::invalid_argument,
+                        "json schema: $ref at " + path + " must be a string");
+    const std::string target{ref.as_string()};
+    if (auto it = refs_.find(target); it != refs_.end())
+      return grammar_builder::ref(it->second);
+    const json::value* s = nullptr;
+    if (target == "#") {
+      s = root_;
+    } else if (root_->is_object()) {
+      for (std::string_view prefix : {"#/$defs/", "#/definitions/"}) {
+        if (!target.starts_with(prefix))
+          continue;
+        const auto* defs = root_->as_object().if_contains(prefix.substr(2, prefix.size() - 3));
+        if (defs && defs->is_object())
+          s = defs->as_object().if_contains(target.substr(prefix.size()));
+      }
+    }
+    if (s == nullptr)
+      return make_error(errc::unsupported,
+                        "json schema: $ref '" + target + "' at " + path +
+                            " does not name \"#\" or an entry of $defs or definitions");
+    const std::uint32_t r = b_.declare(target);
+    refs_.emplace(target, r);
+    auto e = schema(*s, target);
+    if (!e)
+      return e.error();
+    b_.add(r, {*e});
+    return grammar_builder::ref(r);
+  }
+
+  json_options options_;
+  grammar_builder b_;
+  const json::value* root_ = nullptr;
+  std::map<std::string, std::uint32_t> refs_;
+  std::optional<element> ws_, string_, number_, integer_, any_, any_object_;
+};
+
+// The grammar whose root rule (declared first) matches what `body` returns.
+template<class Body>
+auto with_root(const json_options& options, Body&& body) -> expected<grammar> {
+  compiler c{options};
+  const std::uint32_t root = c.builder().declare("root");
+  auto e = body(c);
+  if (!e)
+    return e.error();
+  c.builder().add(root, {*e});
+  return c.builder().finish();
+}
+
+} // namespace
+
+expected<grammar> from_json_schema(const boost::json::value& schema, const json_options& options) {
+  return with_root(options, [&](compiler& c) {
+    c.set_root_schema(schema);
+    return c.schema(schema, "#");
+  });
+}
+
+grammar any_json(const json_options& options) {
+  return *with_root(options, [](compiler& c) -> expected<element> { return c.any(); });
+}
+
+grammar any_json_object(const json_options& options) {
+  return *with_root(options, [](compiler& c) -> expected<element> { return c.any_object(); });
+}
+
+} // namespace triad::grammar

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstddef>
+
+#include <boost/json/value.hpp>
+
+#include "grammar/grammar.hpp"
+#include "runtime/error.hpp"
+
+namespace triad::grammar {
+
+/// How the JSON grammars lay out their text.
+struct json_options {
+  /// Whitespace bytes (space, tab, newline) allowed between tokens at each place JSON allows
+  /// them; 0 writes compact JSON. Bounded so a model cannot pad forever.
+  std::size_t max_whitespace = 0;
+};
+
+/// A grammar of the JSON texts valid against `schema`, the subset OpenAI's strict mode allows:
+/// `type` (object, array, string, number, integer, boolean, null, or a list of them), object
+/// `properties` (written in their declared order), `required`, `additionalProperties` (false or
+/// absent: only the declared properties; true or a schema: more may follow), array `items`,
+/// `minItems`, `maxItems`, `enum`, `const`, `anyOf`, `allOf` of one schema, `$defs` /
+/// `definitions` and `$ref` to them or to "#" (recursion allowed). Annotations (title,
+/// description, default, examples, $schema, $id, $comment) are ignored. Any other keyword is an
+/// `unsupported` error naming it and where it is (a client gets a 400), never silently dropped.
+expected<grammar> from_json_schema(const boost::json::value& schema,
+                                   const json_options& options = {});
+
+/// A grammar of any JSON value.
+grammar any_json(const json_options& options = {});
+
+/// A grammar of any JSON object (response_format "json_object").
+grammar any_json_object(const json_options& options = {});
+
+} // namespace triad::grammar

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grammar/matcher.hpp"
+
+namespace triad::grammar {
+
+/// A vocabulary prepared for token masks: each token's bytes, sorted so tokens that share a
+/// prefix are tried together (the matcher takes the shared bytes once and rolls back only past
+/// them; a refused prefix skips every token that starts with it).
+class token_index {
+public:
+  /// `bytes[t]` is what token t appends to the text (empty for control tokens, which no
+  /// grammar allows); `end_tokens` end the answer and are allowed only where the grammar may
+  /// end (whatever their bytes).
+  token_index(std::vector<std::string> bytes, std::vector<std::uint32_t> end_tokens);
+
+  /// Vocabulary size.
+  std::size_t size() const noexcept { return bytes_.size(); }
+
+  /// Sets `allowed` (one bit per token, 32 per word, `(size() + 31) / 32` words) to the tokens
+  /// whose bytes `m` accepts from where it is; `m` is left where it was.
+  void mask(matcher& m, std::vector<std::uint32_t>& allowed) const;
+
+private:
+  std::vector<std::string> bytes_;
+  std::vector<std::uint32_t> end_tokens_;
+  std::vector<std::uint32_t> order_;  // token ids by their bytes, empty ones left out
+  std::vector<std::uint32_t> common_; // common_[i]: prefix order_[i] shares with order_[i - 1]
+};
+
+/// Whether bit `t` of a mask is set.
+inline bool allowed(const std::vector<std::uint32_t>& mask, std::uint32_t t) noexcept {
+  return (mask[t / 32] >> (t % 32)) & 1u;
+}
+
+} // namespace triad::grammar

@@ -1,0 +1,193 @@
+#include <memory>
+#include <random>
+
+#include <boost/json/parse.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "grammar/json_schema.hpp"
+#include "grammar/matcher.hpp"
+#include "tests/printers.hpp"
+
+namespace {
+
+using namespace triad::grammar;
+namespace json = boost::json;
+
+std::shared_ptr<const grammar> compile(std::string_view schema, json_options options = {}) {
+  auto g = from_json_schema(json::parse(schema), options);
+  BOOST_REQUIRE_MESSAGE(g, (g ? "" : g.error().to_string()));
+  return std::make_shared<const grammar>(std::move(*g));
+}
+
+// Whether `text` is a complete match.
+bool matches(const std::shared_ptr<const grammar>& g, std::string_view text) {
+  matcher m{g};
+  return m.accept(text) && m.can_end();
+}
+
+// A random document of the grammar: random allowed bytes, preferring ones that close a string,
+// array or object (so walks end), stopping where the grammar may end; empty when the walk ran
+// out of steps.
+std::string walk(const std::shared_ptr<const grammar>& g, std::mt19937& rng) {
+  matcher m{g};
+  std::string out;
+  for (int step = 0; step < 4000; ++step) {
+    if (m.can_end() && (m.done() || rng() % 4 == 0))
+      return out;
+    const auto next = m.next_bytes();
+    std::vector<unsigned char> closing, any;
+    for (unsigned c = 0; c < 256; ++c)
+      if (next[c]) {
+        any.push_back(static_cast<unsigned char>(c));
+        if (c == '"' || c == ']' || c == '}')
+          closing.push_back(static_cast<unsigned char>(c));
+      }
+    BOOST_REQUIRE(!any.empty());
+    const auto& from = !closing.empty() && rng() % 3 == 0 ? closing : any;
+    const unsigned char c = from[rng() % from.size()];
+    BOOST_REQUIRE(m.accept(c));
+    out += static_cast<char>(c);
+  }
+  return {};
+}
+
+constexpr std::string_view weather = R"({
+  "type": "object",
+  "properties": {
+    "city": {"type": "string", "description": "where"},
+    "unit": {"enum": ["celsius", "fahrenheit"]},
+    "days": {"type": "integer"},
+    "detail": {"type": "object", "properties": {"wind": {"type": "boolean"},
+                                                "level": {"type": ["number", "null"]}},
+               "required": ["wind"], "additionalProperties": false}
+  },
+  "required": ["city", "unit"],
+  "additionalProperties": false
+})";
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(object_with_required_and_optional_properties) {
+  const auto g = compile(weather);
+  BOOST_TEST(matches(g, R"({"city":"Paris","unit":"celsius"})"));
+  BOOST_TEST(matches(g, R"({"city":"Paris","unit":"fahrenheit","days":3})"));
+  BOOST_TEST(matches(g, R"({"city":"","unit":"celsius","detail":{"wind":true,"level":null}})"));
+  BOOST_TEST(matches(g, R"({"city":"x","unit":"celsius","detail":{"wind":false,"level":-1.5e3}})"));
+  BOOST_TEST(!matches(g, R"({"unit":"celsius"})"));                           // city is required
+  BOOST_TEST(!matches(g, R"({"city":"Paris","unit":"kelvin"})"));             // not in the enum
+  BOOST_TEST(!matches(g, R"({"city":"Paris","unit":"celsius","x":1})"));      // no other property
+  BOOST_TEST(!matches(g, R"({"city":"Paris","unit":"celsius","days":1.5})")); // an integer
+  BOOST_TEST(!matches(g, R"({"city":"Paris","unit":"celsius","days":01})"));  // no leading 0
+}
+
+BOOST_AUTO_TEST_CASE(strings_take_escapes_and_utf8_only) {
+  const auto g = compile(R"({"type": "string"})");
+  BOOST_TEST(matches(g, R"("a\"b\\c\n\u00e9")"));
+  BOOST_TEST(matches(g, "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\""));
+  BOOST_TEST(!matches(g, "\"\xc0\xaf\""));     // overlong
+  BOOST_TEST(!matches(g, "\"\xed\xa0\x80\"")); // a surrogate
+  BOOST_TEST(!matches(g, "\"a\nb\""));         // a raw control character
+  BOOST_TEST(!matches(g, R"("\x")"));          // not an escape
+}
+
+BOOST_AUTO_TEST_CASE(arrays_keep_their_item_counts) {
+  const auto g = compile(R"({"type": "array", "items": {"type": "integer"}, "minItems": 1,
+                             "maxItems": 3})");
+  BOOST_TEST(!matches(g, "[]"));
+  BOOST_TEST(matches(g, "[1]"));
+  BOOST_TEST(matches(g, "[1,-2,3]"));
+  BOOST_TEST(!matches(g, "[1,2,3,4]"));
+  BOOST_TEST(!matches(g, "[1,]"));
+  const auto any = compile(R"({"type": "array"})");
+  BOOST_TEST(matches(any, R"([])"));
+  BOOST_TEST(matches(any, R"([1,"a",{"b":[null,true]},[]])"));
+}
+
+BOOST_AUTO_TEST_CASE(any_of_const_and_recursive_refs) {
+  const auto g = compile(R"({
+    "$defs": {"node": {"type": "object",
+                       "properties": {"name": {"const": "n"},
+                                      "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                       "required": ["name", "children"], "additionalProperties": false}},
+    "anyOf": [{"$ref": "#/$defs/node"}, {"type": "boolean"}]
+  })");
+  BOOST_TEST(matches(g, "true"));
+  BOOST_TEST(matches(g, R"({"name":"n","children":[]})"));
+  BOOST_TEST(matches(
+      g, R"({"name":"n","children":[{"name":"n","children":[{"name":"n","children":[]}]}]})"));
+  BOOST_TEST(!matches(g, R"({"name":"m","children":[]})"));
+}
+
+BOOST_AUTO_TEST_CASE(whitespace_is_bounded) {
+  const auto compact = compile(weather);
+  BOOST_TEST(!matches(compact, R"({ "city":"a","unit":"celsius"})"));
+  json_options options;
+  options.max_whitespace = 3;
+  const auto spaced = compile(weather, options);
+  BOOST_TEST(matches(spaced, "{\n  \"city\": \"a\",\n  \"unit\" : \"celsius\"\n}"));
+  BOOST_TEST(!matches(spaced, R"({    "city":"a","unit":"celsius"})")); // four spaces
+}
+
+BOOST_AUTO_TEST_CASE(additional_properties_true_allows_more_members) {
+  const auto g = compile(R"({"type": "object", "properties": {"a": {"type": "null"}},
+                             "additionalProperties": true})");
+  BOOST_TEST(matches(g, R"({"a":null,"b":[1],"c":"x"})"));
+  BOOST_TEST(matches(g, R"({"b":1})"));
+  BOOST_TEST(matches(g, R"({})"));
+}
+
+BOOST_AUTO_TEST_CASE(unsupported_keywords_are_named) {
+  auto g = from_json_schema(json::parse(R"({"type": "object", "properties":
+                                            {"name": {"type": "string", "pattern": "^a"}}})"));
+  BOOST_REQUIRE(!g);
+  BOOST_TEST(g.error().code == triad::errc::unsupported);
+  BOOST_TEST(g.error().message.find("'pattern'") != std::string::npos, g.error().message);
+  BOOST_TEST(g.error().message.find("#/properties/name") != std::string::npos, g.error().message);
+  auto one_of = from_json_schema(json::parse(R"({"oneOf": [{"type": "string"}]})"));
+  BOOST_REQUIRE(!one_of);
+  BOOST_TEST(one_of.error().message.find("'oneOf'") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_schemas_are_invalid_arguments) {
+  for (std::string_view bad : {R"({"type": "text"})", R"({"required": ["x"]})",
+                               R"({"type": "array", "minItems": 3, "maxItems": 2})",
+                               R"({"enum": []})", R"({"$ref": "#/$defs/missing"})", "[1]"}) {
+    auto g = from_json_schema(json::parse(bad));
+    BOOST_TEST(!g, bad);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(random_documents_of_a_schema_are_valid_json_of_it) {
+  const auto g = compile(weather);
+  std::mt19937 rng{7};
+  int ended = 0;
+  for (int i = 0; i < 200; ++i) {
+    const auto text = walk(g, rng);
+    if (text.empty())
+      continue;
+    ++ended;
+    boost::system::error_code ec;
+    const auto v = json::parse(text, ec);
+    BOOST_REQUIRE_MESSAGE(!ec, text);
+    const auto& o = v.as_object();
+    BOOST_TEST(o.at("city").is_string());
+    const auto unit = o.at("unit").as_string();
+    BOOST_TEST((unit == "celsius" || unit == "fahrenheit"));
+    for (const auto& [k, x] : o)
+      BOOST_TEST((k == "city" || k == "unit" || k == "days" || k == "detail"), text);
+    if (const auto* d = o.if_contains("days"))
+      BOOST_TEST(d->is_int64(), text);
+  }
+  BOOST_TEST(ended > 150);
+}
+
+BOOST_AUTO_TEST_CASE(any_json_object_takes_objects_only) {
+  const auto g = std::make_shared<const grammar>(any_json_object());
+  BOOST_TEST(matches(g, R"({"a":[1,{"b":null}],"c":"d"})"));
+  BOOST_TEST(!matches(g, R"([1])"));
+  BOOST_TEST(!matches(g, R"("a")"));
+  const auto v = std::make_shared<const grammar>(any_json());
+  BOOST_TEST(matches(v, R"("a")"));
+  BOOST_TEST(matches(v, R"(-0.5E+2)"));
+  BOOST_TEST(!matches(v, R"(+1)"));
+}

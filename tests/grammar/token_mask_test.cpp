@@ -1,0 +1,87 @@
+#include <memory>
+#include <random>
+
+#include <boost/json/parse.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "grammar/json_schema.hpp"
+#include "grammar/token_mask.hpp"
+
+namespace {
+
+using namespace triad::grammar;
+
+// A vocabulary of JSON pieces, printable bytes and random byte strings (id 0 empty: a control
+// token; id 1 the end token).
+std::vector<std::string> vocabulary(std::size_t random_tokens) {
+  std::vector<std::string> v{"",     "</s>", "{",   "}",        "{\"",  "\":",     "\",\"", "[",
+                             "]",    ",",    "\"",  "city",     "unit", "celsius", "ce",    "c",
+                             "true", "t",    "tr",  "null",     "1",    "12",      "-",     ".5",
+                             "e",    " ",    "\"}", "\xc3\xa9", "\xc3"};
+  for (char c = 0x20; c < 0x7f; ++c) // every printable byte alone, as byte-level vocabularies have
+    v.push_back(std::string(1, c));
+  std::mt19937 rng{3};
+  const std::string alphabet = "{}[]\",:abcdeilnrstuy0123456789.- \xc3\xa9";
+  for (std::size_t i = 0; i < random_tokens; ++i) {
+    std::string t;
+    const std::size_t n = 1 + rng() % 6;
+    for (std::size_t j = 0; j < n; ++j)
+      t += alphabet[rng() % alphabet.size()];
+    v.push_back(t);
+  }
+  return v;
+}
+
+// The mask by trying each token alone.
+std::vector<bool> brute_force(matcher& m, const std::vector<std::string>& vocab) {
+  std::vector<bool> out(vocab.size());
+  for (std::size_t t = 0; t < vocab.size(); ++t) {
+    if (t == 1) {
+      out[t] = m.can_end();
+      continue;
+    }
+    if (vocab[t].empty())
+      continue;
+    if (m.accept(vocab[t])) {
+      out[t] = true;
+      m.rollback(vocab[t].size());
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(mask_equals_trying_each_token) {
+  auto g = from_json_schema(boost::json::parse(R"({"type": "object", "properties": {
+      "city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]},
+      "n": {"type": "number"}, "ok": {"type": "boolean"}}, "required": ["city"]})"));
+  BOOST_REQUIRE(g);
+  auto shared = std::make_shared<const grammar>(std::move(*g));
+  const auto vocab = vocabulary(3000);
+  token_index index{vocab, {1}};
+  matcher m{shared};
+  // Along one document, compare at every byte boundary.
+  const std::string doc =
+      "{\"city\":\"Lyon \xc3\xa9t\\u00e9\",\"unit\":\"celsius\",\"n\":-12.5e3,\"ok\":true}";
+  std::vector<std::uint32_t> mask;
+  for (std::size_t i = 0; i <= doc.size(); ++i) {
+    index.mask(m, mask);
+    BOOST_REQUIRE_EQUAL(m.accepted(), i); // the mask leaves the matcher where it was
+    const auto expected = brute_force(m, vocab);
+    std::size_t count = 0;
+    for (std::uint32_t t = 0; t < vocab.size(); ++t) {
+      BOOST_REQUIRE_MESSAGE(allowed(mask, t) == expected[t], "token " << t << " '" << vocab[t]
+                                                                      << "' after '"
+                                                                      << doc.substr(0, i) << "'");
+      count += expected[t];
+    }
+    BOOST_TEST(count > 0u);
+    if (i < doc.size())
+      BOOST_REQUIRE(m.accept(static_cast<unsigned char>(doc[i])));
+  }
+  BOOST_TEST(m.can_end());
+  index.mask(m, mask);
+  BOOST_TEST(allowed(mask, 1));  // the end token, where the document is complete
+  BOOST_TEST(!allowed(mask, 0)); // never a control token
+}
