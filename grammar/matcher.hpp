@@ -5,17 +5,21 @@
 #include <string_view>
 #include <vector>
 
+#include "grammar/automaton.hpp"
 #include "grammar/grammar.hpp"
 
 namespace triad::grammar {
 
-/// Matches bytes against a grammar one at a time, as a pushdown automaton that keeps every
-/// parse still possible (a set of stacks: a grammar may be ambiguous for a while, as anyOf
-/// branches with a common prefix are). Bytes it cannot take are refused and change nothing;
-/// accepted bytes can be rolled back, so a token mask can try each vocabulary entry.
+/// Matches bytes against a grammar one at a time, keeping every parse still possible (a
+/// grammar may be ambiguous for a while, as anyOf branches with a common prefix are): a walk
+/// over the grammar's automaton, with its history so accepted bytes can be rolled back. Bytes
+/// it cannot take are refused and change nothing.
 class matcher {
 public:
-  /// A matcher at the start of `g`'s root rule.
+  /// A matcher at the start of `a`'s grammar (the automaton is shared: what one matcher
+  /// computed, the others look up).
+  explicit matcher(std::shared_ptr<automaton> a);
+  /// A matcher with an automaton of its own.
   explicit matcher(std::shared_ptr<const grammar> g);
 
   /// Takes byte `c` when the grammar allows it here; false (and no change) when not.
@@ -25,41 +29,23 @@ public:
   /// Undoes the last `n` accepted bytes (at most accepted()).
   void rollback(std::size_t n);
   /// Bytes accepted since the start (less those rolled back).
-  std::size_t accepted() const noexcept { return states_.size() - 1; }
+  std::size_t accepted() const noexcept { return history_.size() - 1; }
   /// Whether the bytes so far are a complete match of the root rule (an end token may come).
-  bool can_end() const noexcept { return states_.back().can_end; }
+  bool can_end() const { return a_->can_end(history_.back()); }
   /// Whether no byte can follow (the match is complete and nothing may extend it).
-  bool done() const noexcept { return states_.back().stacks.empty(); }
+  bool done() const { return a_->done(history_.back()); }
   /// The bytes the grammar allows next.
-  byte_set next_bytes() const;
+  byte_set next_bytes() const { return a_->next_bytes(history_.back()); }
+  /// The automaton's state now.
+  automaton::state_id state() const noexcept { return history_.back(); }
+  /// The automaton walked.
+  automaton& machine() const noexcept { return *a_; }
   /// Back to the start.
   void reset();
-  /// The grammar matched.
-  const grammar& rules() const noexcept { return *g_; }
 
 private:
-  // A position in one alternative of one rule: `pos` is the element that comes next (for a
-  // rule being matched, the element after it).
-  struct frame {
-    std::uint32_t rule;
-    std::uint16_t alt;
-    std::uint16_t pos;
-    bool operator==(const frame&) const = default;
-    auto operator<=>(const frame&) const = default;
-  };
-  using stack = std::vector<frame>;
-  // The parses possible after some bytes: each stack's top frame waits for a byte set.
-  struct state {
-    std::vector<stack> stacks;
-    bool can_end = false;
-  };
-
-  // Expands `pending` (stacks whose top may be complete or wait for a rule) until every stack
-  // waits for a byte; into `out`.
-  void close(std::vector<stack>& pending, state& out) const;
-
-  std::shared_ptr<const grammar> g_;
-  std::vector<state> states_; // states_[i]: after i accepted bytes
+  std::shared_ptr<automaton> a_;
+  std::vector<automaton::state_id> history_; // history_[i]: after i accepted bytes
 };
 
 } // namespace triad::grammar

@@ -26,10 +26,12 @@ token_index::token_index(std::vector<std::string> bytes, std::vector<std::uint32
 
 void token_index::mask(matcher& m, std::vector<std::uint32_t>& allowed) const {
   allowed.assign((bytes_.size() + 31) / 32, 0u);
-  const std::size_t base = m.accepted();
-  // `taken`: bytes of the previous token the matcher holds; `refused`: the length of the
-  // previous token's prefix the grammar refused (its last byte refused), 0 when none was.
-  std::size_t taken = 0, refused = 0;
+  automaton::session walk{m.machine()};
+  // path[i]: the state after i bytes of the token tried last (path[0]: the matcher's);
+  // `refused`: the length of the previous token's prefix the grammar refused (its last byte
+  // refused), 0 when none was.
+  std::vector<automaton::state_id> path{m.state()};
+  std::size_t refused = 0;
   for (std::size_t i = 0; i < order_.size(); ++i) {
     const std::uint32_t t = order_[i];
     const std::string& b = bytes_[t];
@@ -38,22 +40,48 @@ void token_index::mask(matcher& m, std::vector<std::uint32_t>& allowed) const {
     if (refused != 0 && shared >= refused)
       continue;
     refused = 0;
-    if (taken > shared) {
-      m.rollback(taken - shared);
-      taken = shared;
+    if (path.size() > shared + 1)
+      path.resize(shared + 1);
+    while (path.size() <= b.size()) {
+      const auto next = walk.next(path.back(), static_cast<unsigned char>(b[path.size() - 1]));
+      if (next == automaton::refused)
+        break;
+      path.push_back(next);
     }
-    while (taken < b.size() && m.accept(static_cast<unsigned char>(b[taken])))
-      ++taken;
-    if (taken == b.size())
+    if (path.size() == b.size() + 1)
       allowed[t / 32] |= 1u << (t % 32);
     else
-      refused = taken + 1;
+      refused = path.size();
   }
-  m.rollback(m.accepted() - base);
-  if (m.can_end())
+  if (walk.can_end(m.state()))
     for (auto t : end_tokens_)
       if (t < bytes_.size())
         allowed[t / 32] |= 1u << (t % 32);
+}
+
+mask_cache::mask_cache(std::shared_ptr<automaton> a, std::shared_ptr<const token_index> vocabulary,
+                       std::size_t max_states)
+    : a_(std::move(a))
+    , vocabulary_(std::move(vocabulary))
+    , max_states_(max_states) {}
+
+std::shared_ptr<const std::vector<std::uint32_t>> mask_cache::at(matcher& m) {
+  {
+    std::lock_guard lock{mutex_};
+    if (auto it = kept_.find(m.state()); it != kept_.end())
+      return it->second;
+  }
+  auto mask = std::make_shared<std::vector<std::uint32_t>>();
+  vocabulary_->mask(m, *mask);
+  std::lock_guard lock{mutex_};
+  if (kept_.size() < max_states_)
+    kept_.emplace(m.state(), mask);
+  return mask;
+}
+
+std::size_t mask_cache::size() const {
+  std::lock_guard lock{mutex_};
+  return kept_.size();
 }
 
 } // namespace triad::grammar

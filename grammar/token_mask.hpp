@@ -1,7 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/matcher.hpp"
@@ -30,6 +33,30 @@ private:
   std::vector<std::uint32_t> end_tokens_;
   std::vector<std::uint32_t> order_;  // token ids by their bytes, empty ones left out
   std::vector<std::uint32_t> common_; // common_[i]: prefix order_[i] shares with order_[i - 1]
+};
+
+/// Token masks of one grammar over one vocabulary, each computed at the first need of its
+/// automaton state and kept (states repeat: every byte inside a string, every turn of an agent
+/// that sends the same tools). Thread-safe; keeps at most `max_states` masks (then computes
+/// the rest each time).
+class mask_cache {
+public:
+  /// Masks of `a`'s grammar over `vocabulary`.
+  mask_cache(std::shared_ptr<automaton> a, std::shared_ptr<const token_index> vocabulary,
+             std::size_t max_states = 1024);
+  /// The mask at `m`'s state (`m` walks this cache's automaton); valid while the cache lives.
+  std::shared_ptr<const std::vector<std::uint32_t>> at(matcher& m);
+  /// Masks kept.
+  std::size_t size() const;
+  /// The automaton.
+  const std::shared_ptr<automaton>& machine() const noexcept { return a_; }
+
+private:
+  std::shared_ptr<automaton> a_;
+  std::shared_ptr<const token_index> vocabulary_;
+  std::size_t max_states_;
+  mutable std::mutex mutex_;
+  std::unordered_map<automaton::state_id, std::shared_ptr<const std::vector<std::uint32_t>>> kept_;
 };
 
 /// Whether bit `t` of a mask is set.

@@ -85,3 +85,26 @@ BOOST_AUTO_TEST_CASE(mask_equals_trying_each_token) {
   BOOST_TEST(allowed(mask, 1));  // the end token, where the document is complete
   BOOST_TEST(!allowed(mask, 0)); // never a control token
 }
+
+BOOST_AUTO_TEST_CASE(cached_masks_equal_fresh_ones) {
+  auto g = from_json_schema(boost::json::parse(
+      R"({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}}}})"));
+  BOOST_REQUIRE(g);
+  auto machine = std::make_shared<automaton>(std::make_shared<const grammar>(std::move(*g)));
+  auto vocab = std::make_shared<const token_index>(vocabulary(500), std::vector<std::uint32_t>{1});
+  mask_cache cache{machine, vocab, 8};
+  matcher m{machine};
+  const std::string doc = R"({"a":["xy","zz","q"]})";
+  std::vector<std::uint32_t> fresh;
+  for (int pass = 0; pass < 2; ++pass) {
+    m.reset();
+    for (std::size_t i = 0; i <= doc.size(); ++i) {
+      const auto kept = cache.at(m);
+      vocab->mask(m, fresh);
+      BOOST_REQUIRE(*kept == fresh);
+      if (i < doc.size())
+        BOOST_REQUIRE(m.accept(static_cast<unsigned char>(doc[i])));
+    }
+  }
+  BOOST_TEST(cache.size() == 8u); // at most max_states kept
+}

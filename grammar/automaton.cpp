@@ -1,0 +1,148 @@
+#include "grammar/automaton.hpp"
+
+#include <algorithm>
+
+namespace triad::grammar {
+
+namespace {
+
+// Frames a stack may hold: deeper expansion is dropped (a left-recursive grammar would grow
+// forever; the builders make none, and JSON nesting this deep is refused).
+constexpr std::uint32_t max_depth = 1024;
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) noexcept {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xbf58476d1ce4e5b9ull;
+}
+
+} // namespace
+
+automaton::automaton(std::shared_ptr<const grammar> g)
+    : g_(std::move(g)) {
+  std::lock_guard lock{mutex_};
+  std::vector<std::uint32_t> pending;
+  for (std::size_t a = 0; a < g_->rules()[0].alternatives.size(); ++a)
+    pending.push_back(intern(frame{0, static_cast<std::uint16_t>(a), 0}, empty_stack, 1));
+  close(pending);
+}
+
+std::uint32_t automaton::intern(frame f, std::uint32_t below, std::uint32_t depth) {
+  const std::uint64_t h = mix(mix(mix(mix(0, f.rule), f.alt), f.pos), below);
+  auto& ids = node_index_[h];
+  for (auto id : ids)
+    if (nodes_[id].top == f && nodes_[id].below == below)
+      return id;
+  nodes_.push_back(node{f, below, depth});
+  ids.push_back(static_cast<std::uint32_t>(nodes_.size() - 1));
+  return ids.back();
+}
+
+automaton::state_id automaton::close(std::vector<std::uint32_t>& pending) {
+  const auto& rules = g_->rules();
+  std::vector<std::uint32_t> ready, seen;
+  bool can_end = false;
+  while (!pending.empty()) {
+    const std::uint32_t id = pending.back();
+    pending.pop_back();
+    if (id == empty_stack) {
+      can_end = true;
+      continue;
+    }
+    const node n = nodes_[id]; // a copy: intern() may grow nodes_
+    const auto& alt = rules[n.top.rule].alternatives[n.top.alt];
+    if (n.top.pos == alt.size()) { // complete: the frame below goes on after it
+      pending.push_back(n.below);
+      continue;
+    }
+    const element e = alt[n.top.pos];
+    if (e.what == element::kind::bytes) {
+      ready.push_back(id);
+      continue;
+    }
+    if (std::find(seen.begin(), seen.end(), id) != seen.end())
+      continue;
+    seen.push_back(id);
+    // The frame resumes after the rule; when the rule is its last element it is done and
+    // leaves the stack (so a right-recursive loop keeps the stack's depth).
+    std::uint32_t below = n.below, depth = n.depth - 1;
+    if (n.top.pos + 1u < alt.size()) {
+      below = intern(frame{n.top.rule, n.top.alt, static_cast<std::uint16_t>(n.top.pos + 1)},
+                     n.below, n.depth);
+      depth = n.depth;
+    }
+    if (depth + 1 > max_depth)
+      continue;
+    const auto& child = rules[e.index];
+    for (std::size_t a = 0; a < child.alternatives.size(); ++a)
+      pending.push_back(intern(frame{e.index, static_cast<std::uint16_t>(a), 0}, below, depth + 1));
+  }
+  std::sort(ready.begin(), ready.end());
+  ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
+  std::uint64_t h = can_end ? 1 : 0;
+  for (auto id : ready)
+    h = mix(h, id);
+  auto& ids = state_index_[h];
+  for (auto s : ids)
+    if (states_[s].can_end == can_end && states_[s].stacks == ready)
+      return s;
+  auto& s = states_.emplace_back();
+  s.can_end = can_end;
+  for (auto id : ready) {
+    const frame& f = nodes_[id].top;
+    s.takes |= g_->sets()[rules[f.rule].alternatives[f.alt][f.pos].index];
+  }
+  s.stacks = std::move(ready);
+  s.next.fill(unknown);
+  ids.push_back(static_cast<state_id>(states_.size() - 1));
+  return ids.back();
+}
+
+automaton::state_id automaton::next(state_id s, unsigned char c) {
+  std::lock_guard lock{mutex_};
+  return next_locked(s, c);
+}
+
+automaton::state_id automaton::next_locked(state_id s, unsigned char c) {
+  if (const state_id known = states_[s].next[c]; known != unknown)
+    return known;
+  state_id result = refused;
+  if (states_[s].takes[c]) {
+    const auto& rules = g_->rules();
+    std::vector<std::uint32_t> moved;
+    for (auto id : states_[s].stacks) {
+      const node n = nodes_[id];
+      if (!g_->sets()[rules[n.top.rule].alternatives[n.top.alt][n.top.pos].index][c])
+        continue;
+      moved.push_back(
+          intern(frame{n.top.rule, n.top.alt, static_cast<std::uint16_t>(n.top.pos + 1)}, n.below,
+                 n.depth));
+    }
+    result = close(moved);
+    if (states_[result].stacks.empty() && !states_[result].can_end)
+      result = refused; // every stack died (too deep)
+  }
+  states_[s].next[c] = result;
+  return result;
+}
+
+bool automaton::can_end(state_id s) const {
+  std::lock_guard lock{mutex_};
+  return states_[s].can_end;
+}
+
+bool automaton::done(state_id s) const {
+  std::lock_guard lock{mutex_};
+  return states_[s].stacks.empty();
+}
+
+byte_set automaton::next_bytes(state_id s) const {
+  std::lock_guard lock{mutex_};
+  return states_[s].takes;
+}
+
+std::size_t automaton::states() const {
+  std::lock_guard lock{mutex_};
+  return states_.size();
+}
+
+} // namespace triad::grammar

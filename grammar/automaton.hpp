@@ -1,0 +1,98 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/grammar.hpp"
+
+namespace triad::grammar {
+
+/// The pushdown automaton of a grammar, built lazily as bytes are tried and shared by every
+/// matcher (and request) of that grammar: stacks are hash-consed nodes (a frame and the node
+/// under it), a state is the set of stacks that wait for a byte, and each state's transition
+/// on each byte is computed once, then looked up. A grammar's stacks are bounded when it is not
+/// recursive, so its states are finite and repeat: matching becomes a table walk. Thread-safe.
+class automaton {
+public:
+  /// A state (an index into the automaton's states).
+  using state_id = std::uint32_t;
+  /// The transition of a refused byte.
+  static constexpr state_id refused = 0xffffffffu;
+
+  /// The automaton of `g`, with its start state.
+  explicit automaton(std::shared_ptr<const grammar> g);
+
+  /// The state before any byte.
+  state_id start() const noexcept { return 0; }
+  /// The state after byte `c` from `s`, or `refused`.
+  state_id next(state_id s, unsigned char c);
+
+  /// Holds the automaton's lock for many steps (a token mask tries thousands of bytes).
+  class session {
+  public:
+    /// Locks `a` until destroyed.
+    explicit session(automaton& a)
+        : a_(a)
+        , lock_(a.mutex_) {}
+    /// automaton::next without taking the lock again.
+    state_id next(state_id s, unsigned char c) { return a_.next_locked(s, c); }
+    /// automaton::can_end under this lock.
+    bool can_end(state_id s) const { return a_.states_[s].can_end; }
+
+  private:
+    automaton& a_;
+    std::lock_guard<std::mutex> lock_;
+  };
+  /// Whether the bytes that led to `s` are a complete match.
+  bool can_end(state_id s) const;
+  /// Whether no byte can follow `s`.
+  bool done(state_id s) const;
+  /// The bytes `s` takes.
+  byte_set next_bytes(state_id s) const;
+  /// States made so far.
+  std::size_t states() const;
+  /// The grammar.
+  const grammar& rules() const noexcept { return *g_; }
+
+private:
+  // A position in one alternative of one rule: `pos` is the element that comes next (for a
+  // rule being matched, the element after it).
+  struct frame {
+    std::uint32_t rule;
+    std::uint16_t alt;
+    std::uint16_t pos;
+    bool operator==(const frame&) const = default;
+  };
+  static constexpr std::uint32_t empty_stack = 0xffffffffu;
+  struct node {
+    frame top;
+    std::uint32_t below; // empty_stack at the bottom
+    std::uint32_t depth; // frames in the stack
+  };
+  struct state {
+    std::vector<std::uint32_t> stacks; // sorted node ids, each waiting for a byte set
+    bool can_end = false;
+    byte_set takes;
+    std::array<state_id, 256> next;
+  };
+  static constexpr state_id unknown = 0xfffffffeu;
+
+  state_id next_locked(state_id s, unsigned char c);
+  std::uint32_t intern(frame f, std::uint32_t below, std::uint32_t depth);
+  // Expands `pending` stacks until each waits for a byte; the state of them (interned).
+  state_id close(std::vector<std::uint32_t>& pending);
+
+  std::shared_ptr<const grammar> g_;
+  mutable std::mutex mutex_; // guards all below
+  std::vector<node> nodes_;
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> node_index_; // hash -> ids
+  std::deque<state> states_;                                                 // stable
+  std::unordered_map<std::uint64_t, std::vector<state_id>> state_index_;
+};
+
+} // namespace triad::grammar
