@@ -43,6 +43,7 @@ public:
   std::optional<token> call_end() const override { return tokenizer::tool_call_end; }
   bool control(token t) const override { return tokenizer::is_special(t); }
   bool continues_calls() const override { return true; }
+  std::size_t known_tokens() const override { return tokenizer::first_unused; }
 };
 
 // -- a model file's format --
@@ -243,6 +244,7 @@ public:
            v.kinds[static_cast<std::size_t>(t)] == token_kind::control;
   }
   bool continues_calls() const override { return false; }
+  std::size_t known_tokens() const override { return tok_->vocabulary().tokens.size(); }
 
 private:
   std::unique_ptr<model_tokenizer> tok_;
@@ -304,6 +306,21 @@ expected<std::shared_ptr<const chat_format>> make_chat_format(const model_source
                       "the chat template of " + origin +
                           " fails on a one-message conversation: " + tried.error().message);
   return std::shared_ptr<const chat_format>{std::move(format)};
+}
+
+std::shared_ptr<const grammar::token_index> answer_vocabulary(const chat_format& format,
+                                                              std::size_t vocab) {
+  std::vector<std::string> bytes(vocab);
+  const std::size_t known = std::min(vocab, format.known_tokens());
+  for (std::size_t t = 0; t < known; ++t) {
+    const auto id = static_cast<token>(t);
+    if (!format.control(id) && !format.ends(id))
+      bytes[t] = format.piece(id);
+  }
+  std::vector<std::uint32_t> ends;
+  for (auto t : format.end_tokens())
+    ends.push_back(static_cast<std::uint32_t>(t));
+  return std::make_shared<const grammar::token_index>(std::move(bytes), std::move(ends));
 }
 
 } // namespace triad

@@ -8,6 +8,7 @@
 
 #include "actors/chat.hpp"
 #include "devices/factory.hpp"
+#include "grammar/token_mask.hpp"
 #include "runtime/error.hpp"
 
 namespace triad {
@@ -58,7 +59,15 @@ public:
   virtual bool control(token t) const = 0;
   /// Whether tool outputs can be fed back (tool_result works).
   virtual bool continues_calls() const = 0;
+  /// Ids the tokenizer knows (0..n-1); ids past them up to the model's vocabulary are unused.
+  virtual std::size_t known_tokens() const = 0;
 };
+
+/// The model's vocabulary of `vocab` ids as the bytes each token adds to the answer (control
+/// tokens, end tokens and unused ids none), with its end tokens: what token masks of a
+/// response_format are computed over.
+std::shared_ptr<const grammar::token_index> answer_vocabulary(const chat_format& format,
+                                                              std::size_t vocab);
 
 /// The byte format of the random presets (render_prompt, render_turn, render_tool_result); one
 /// instance, shared.

@@ -269,6 +269,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->max_context =
       config.model.context_tokens != 0 ? config.model.context_tokens : n->model_.shape.max_context;
   ctx->format = std::move(*format);
+  ctx->vocabulary = answer_vocabulary(*ctx->format, n->model_.shape.vocab);
   ctx->metrics = request_metrics::attach(n->metrics_);
   ctx->tier = n->kv_tier_;
   ctx->sessions_in_store = n->kv_tier_ && std::all_of(n->reports_.begin(), n->reports_.end(),

@@ -233,7 +233,25 @@ private:
     g.park_on_stop = keeps_kv_across_tools();
     if (produced_ < forced_.size())
       g.forced.assign(forced_.begin() + static_cast<std::ptrdiff_t>(produced_), forced_.end());
+    g.constraint = constraint_from_here();
     return g;
+  }
+
+  // The answer's grammar where the answer stands (null without a response_format): a fresh
+  // constraint per device sequence, moved on by the answer's tokens so far, so a sequence that
+  // failed with tokens this actor never received leaves nothing behind.
+  std::shared_ptr<grammar::token_constraint> constraint_from_here() {
+    if (!req_.response_grammar || !ctx_->vocabulary)
+      return nullptr;
+    if (!masks_)
+      masks_ = std::make_shared<grammar::mask_cache>(
+          std::make_shared<grammar::automaton>(req_.response_grammar), ctx_->vocabulary);
+    auto c = std::make_shared<grammar::token_constraint>(masks_);
+    // With a grammar the answer is one turn, no tool calls: its tokens are the last produced_.
+    for (auto it = tokens_.end() - static_cast<std::ptrdiff_t>(produced_); it != tokens_.end();
+         ++it)
+      c->advance(static_cast<std::uint32_t>(*it));
+    return c;
   }
 
   // Whether devices may start from a cached prefix: always, but for the recompute after a tool
@@ -619,7 +637,7 @@ private:
   // tokens are text like any other.
   bool calls_enabled() const {
     const auto& f = format();
-    return f.syntax() != call_syntax::none &&
+    return !req_.response_grammar && f.syntax() != call_syntax::none &&
            (f.continues_calls() ||
             (req_.max_tool_calls > 0 && !req_.raw_prompt && !req_.tools_json.empty()));
   }
@@ -1035,6 +1053,7 @@ private:
   std::optional<token> call_open_;    // the token that opened it (none: a Llama 3 '{')
   std::vector<tool_call_text> calls_; // the answer's calls so far (a format that returns them)
   std::vector<token> appended_;       // the tool result's tokens, until they are sent
+  std::shared_ptr<grammar::mask_cache> masks_; // response_format: the answer's token masks
   request_usage usage_;
 };
 

@@ -22,6 +22,7 @@
 #include "devices/config.hpp"
 #include "devices/device.hpp"
 #include "devices/sampling.hpp"
+#include "grammar/token_mask.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
 
@@ -64,6 +65,10 @@ struct chat_request {
   /// The request's `tools` array as JSON text (empty: none): a model file's chat template
   /// renders the definitions in the model's own format.
   std::string tools_json;
+  /// The grammar the answer must match (response_format json_object or json_schema; null:
+  /// free text): the devices mask every token it does not allow before sampling, and the
+  /// answer is not read for tool calls.
+  std::shared_ptr<const grammar::grammar> response_grammar;
 };
 
 /// The states of a request; the first five match its stages, the last three are its ends.
@@ -123,10 +128,10 @@ struct request_usage {
 struct request_event {
   /// The kinds of events.
   enum kind_t : std::uint8_t { token, tool_call, tool_result, state, done, error };
-  std::uint64_t request = 0;  ///< the request's id
-  kind_t kind = token;        ///< what happened
-  triad::token tok = 0;       ///< token: its id
-  std::string text;           ///< token: its bytes (a character may span tokens)
+  std::uint64_t request = 0; ///< the request's id
+  kind_t kind = token;       ///< what happened
+  triad::token tok = 0;      ///< token: its id
+  std::string text;          ///< token: its bytes (a character may span tokens)
   /// token: part of the answer's text (not a control token, not inside a tool call).
   bool content = true;
   std::string tool_name;      ///< tool_call: the function called ("(malformed)" if unparsed)
@@ -168,7 +173,7 @@ struct request_metrics {
 
 /// What a request actor needs to find devices and tools.
 struct request_context {
-  router_actor router;           ///< the node's router
+  router_actor router; ///< the node's router
   /// How conversations become the model's tokens and tokens text (chat_format.hpp); the byte
   /// format of the random presets unless the node serves a model file.
   std::shared_ptr<const chat_format> format = byte_chat_format();
@@ -193,6 +198,9 @@ struct request_context {
   bool sessions_in_store = false;
   /// Recent durations per tool (the pin policy's TTL); null: every TTL is pin_ttl_max.
   std::shared_ptr<tool_durations> durations;
+  /// The served model's vocabulary as bytes, for the token masks of requests with a
+  /// response_format (null: such requests are refused).
+  std::shared_ptr<const grammar::token_index> vocabulary;
   /// Where pin TTLs are armed (null: pins have no TTL); shared, so a request actor that ends
   /// after its node can still cancel its own.
   std::shared_ptr<coarse_timers> timers;

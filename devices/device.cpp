@@ -443,7 +443,7 @@ private:
     s.lookup = looks_up;
     s.plan = std::make_shared<detail::sample_plan>(
         detail::sample_plan{sampler{req.sampling}, std::move(req.forced), std::move(req.stop),
-                            req.max_new_tokens, req.end});
+                            req.max_new_tokens, req.end, std::move(req.constraint), {}});
     s.admitted_order = next_order_++;
     s.import = std::move(import);
     s.req = std::move(req);

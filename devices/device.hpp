@@ -17,6 +17,7 @@
 #include "devices/kv_stream.hpp"
 #include "devices/kv_tier.hpp"
 #include "devices/sampling.hpp"
+#include "grammar/token_mask.hpp"
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
@@ -110,6 +111,10 @@ struct generate_request {
   /// be read is computed.
   std::vector<std::uint64_t> kept_blocks;
   std::uint64_t kept_tokens = 0; ///< tokens the kept blocks cover
+  /// The grammar the generated tokens must follow, where the request has one (response_format):
+  /// the driver masks each step's logits with it before sampling and moves it on by each token
+  /// chosen. In-process only (not serialized: a remote device would need the grammar's text).
+  std::shared_ptr<grammar::token_constraint> constraint;
 };
 
 /// Where a demoted sequence's KV went: blocks of the KV store, pinned for the caller (who

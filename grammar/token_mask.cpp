@@ -1,6 +1,7 @@
 #include "grammar/token_mask.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace triad::grammar {
 
@@ -77,6 +78,34 @@ std::shared_ptr<const std::vector<std::uint32_t>> mask_cache::at(matcher& m) {
   if (kept_.size() < max_states_)
     kept_.emplace(m.state(), mask);
   return mask;
+}
+
+token_constraint::token_constraint(std::shared_ptr<mask_cache> masks)
+    : masks_(std::move(masks))
+    , m_(masks_->machine()) {}
+
+bool token_constraint::apply(std::span<float> logits) {
+  const auto mask = masks_->at(m_);
+  const std::size_t n = std::min(logits.size(), masks_->vocabulary().size());
+  bool any = false;
+  for (std::size_t w = 0; w < mask->size() && !any; ++w)
+    any = (*mask)[w] != 0;
+  if (!any)
+    return false;
+  for (std::size_t t = 0; t < logits.size(); ++t)
+    if (t >= n || !allowed(*mask, static_cast<std::uint32_t>(t)))
+      logits[t] = -std::numeric_limits<float>::infinity();
+  return true;
+}
+
+bool token_constraint::advance(std::uint32_t t) {
+  const auto& v = masks_->vocabulary();
+  if (t >= v.size())
+    return false;
+  if (v.is_end(t))
+    return m_.can_end();
+  const auto& b = v.bytes(t);
+  return !b.empty() && m_.accept(b);
 }
 
 std::size_t mask_cache::size() const {

@@ -1,8 +1,10 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +25,12 @@ public:
 
   /// Vocabulary size.
   std::size_t size() const noexcept { return bytes_.size(); }
+  /// The bytes of token `t` (empty for control and end tokens).
+  const std::string& bytes(std::uint32_t t) const noexcept { return bytes_[t]; }
+  /// Whether `t` is one of the end tokens.
+  bool is_end(std::uint32_t t) const noexcept {
+    return std::binary_search(end_tokens_.begin(), end_tokens_.end(), t);
+  }
 
   /// Sets `allowed` (one bit per token, 32 per word, `(size() + 31) / 32` words) to the tokens
   /// whose bytes `m` accepts from where it is; `m` is left where it was.
@@ -50,6 +58,8 @@ public:
   std::size_t size() const;
   /// The automaton.
   const std::shared_ptr<automaton>& machine() const noexcept { return a_; }
+  /// The vocabulary.
+  const token_index& vocabulary() const noexcept { return *vocabulary_; }
 
 private:
   std::shared_ptr<automaton> a_;
@@ -57,6 +67,26 @@ private:
   std::size_t max_states_;
   mutable std::mutex mutex_;
   std::unordered_map<automaton::state_id, std::shared_ptr<const std::vector<std::uint32_t>>> kept_;
+};
+
+/// One sequence's constraint: where its output stands in the grammar, and which tokens may
+/// come next. The device applies it to each step's logits before sampling and moves it on by
+/// the token chosen; an end token is allowed only where the output is complete.
+class token_constraint {
+public:
+  /// At the start of `masks`' grammar.
+  explicit token_constraint(std::shared_ptr<mask_cache> masks);
+  /// Sets the logits of the tokens not allowed here to -infinity; false (logits unchanged)
+  /// when no token is allowed (the output is complete and the vocabulary has no end token).
+  bool apply(std::span<float> logits);
+  /// Moves on by token `t`; false when the grammar refuses it (the state does not change).
+  bool advance(std::uint32_t t);
+  /// Whether the output so far is complete.
+  bool complete() const { return m_.can_end(); }
+
+private:
+  std::shared_ptr<mask_cache> masks_;
+  matcher m_;
 };
 
 /// Whether bit `t` of a mask is set.

@@ -9,7 +9,9 @@
 #include <boost/json/value.hpp>
 
 #include "devices/tokenizer.hpp"
+#include "grammar/json_schema.hpp"
 #include "runtime/json_text.hpp"
+#include "server/defaults.hpp"
 
 namespace triad {
 
@@ -97,6 +99,38 @@ bool number(const json::value& v, double& out) {
 
 // Reads a whole number (1.0 counts) into `out`.
 constexpr auto whole = json_whole;
+
+// The grammar of a chat request's `response_format`: null for "text", any JSON object for
+// "json_object", the schema's documents for "json_schema" (an unsupported keyword is a 400
+// naming it).
+std::variant<std::shared_ptr<const grammar::grammar>, api_error>
+response_grammar(const json::value& format) {
+  const auto* o = format.if_object();
+  const json::value* type = o ? o->if_contains("type") : nullptr;
+  if (type == nullptr || !type->is_string())
+    return wrong_type("response_format", format,
+                      "{\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
+  grammar::json_options options;
+  options.max_whitespace = defaults::server::json_whitespace;
+  const std::string_view t = type->get_string();
+  if (t == "text")
+    return std::shared_ptr<const grammar::grammar>{};
+  if (t == "json_object")
+    return std::make_shared<const grammar::grammar>(grammar::any_json_object(options));
+  if (t != "json_schema")
+    return bad("response_format.type",
+               "'" + std::string{t} + "' is not one of text, json_object, json_schema");
+  const auto* spec = o->if_contains("json_schema");
+  if (spec == nullptr || !spec->is_object())
+    return bad("response_format.json_schema", "expected an object with name and schema");
+  const auto* schema = spec->get_object().if_contains("schema");
+  if (schema == nullptr || schema->is_null())
+    return std::make_shared<const grammar::grammar>(grammar::any_json_object(options));
+  auto g = grammar::from_json_schema(*schema, options);
+  if (!g)
+    return bad("response_format.json_schema.schema", g.error().message);
+  return std::make_shared<const grammar::grammar>(std::move(*g));
+}
 
 // A message's content as text: a string, null, or an array of {"type": "text", "text"} parts.
 std::variant<std::string, api_error> content_text(const json::value& v, const std::string& p) {
@@ -419,6 +453,16 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
     } else {
       return wrong_type("tool_choice", *choice, "a string or {\"type\": \"function\", ...}");
     }
+  }
+
+  if (const auto* format = root->if_contains("response_format"); format && !format->is_null()) {
+    auto g = response_grammar(*format);
+    if (auto* e = std::get_if<api_error>(&g))
+      return *e;
+    req.response_grammar = std::get<std::shared_ptr<const grammar::grammar>>(std::move(g));
+    if (req.response_grammar && !out.tools.empty())
+      return bad("response_format", "a JSON response_format together with tools is not "
+                                    "supported yet: send one or the other");
   }
 
   if (auto e = parse_common(root, out))

@@ -45,7 +45,9 @@ struct openai_chat {
 /// messages (roles system, developer, user, assistant with optional tool_calls, tool; content
 /// a string, null or an array of text parts), tools, tool_choice, stream, stream_options,
 /// max_tokens / max_completion_tokens, temperature (0..2), top_p (0 < p <= 1), top_k, seed,
-/// stop (a string or up to 4), n (1 only), user, and the extension object `triad`
+/// stop (a string or up to 4), n (1 only), user, response_format (text, json_object, json_schema:
+/// the answer is constrained to it; a schema keyword not supported is a 400 naming it; not
+/// together with tools yet), and the extension object `triad`
 /// (`session`: the PLAS session id; `script`: forced generation, see README). Unknown fields
 /// are ignored as OpenAI's own clients expect; every bad value is an api_error naming it.
 /// Returns the request, or the error to answer with.

@@ -56,10 +56,29 @@ struct sample_plan {
   std::vector<token> stop;   // tokens that end generation besides `end`
   std::uint32_t max_new_tokens = 0;
   std::vector<token> end{tokenizer::eos}; // tokens that end the answer (never park)
+  // The request's grammar (response_format), null without one: tokens it does not allow are
+  // masked before sampling, and every token chosen (forced ones too) moves it on.
+  std::shared_ptr<grammar::token_constraint> constraint;
+  std::vector<float> masked; // the masked logits (kept: one vocabulary of floats per step)
 
   // The `generated`-th token (counting from 0) after these logits.
   token choose(std::uint32_t generated, std::span<const float> logits) {
-    return generated < forced.size() ? forced[generated] : pick.sample(logits);
+    token t;
+    if (generated < forced.size()) {
+      t = forced[generated];
+    } else if (!constraint) {
+      return pick.sample(logits);
+    } else {
+      masked.assign(logits.begin(), logits.end());
+      // Nothing allowed: the grammar is complete and the model has no end token in the
+      // vocabulary's range; end the answer.
+      if (!constraint->apply(masked))
+        return end.front();
+      t = pick.sample(masked);
+    }
+    if (constraint)
+      constraint->advance(static_cast<std::uint32_t>(t));
+    return t;
   }
   // Whether `tok` is one of the request's own stop tokens.
   bool stops_at(token tok) const { return std::find(stop.begin(), stop.end(), tok) != stop.end(); }

@@ -15,12 +15,14 @@
 #include "devices/backend.hpp"
 #include "devices/device.hpp"
 #include "devices/factory.hpp"
+#include "grammar/json_schema.hpp"
 #include "tests/actors/support.hpp"
 #include "tests/devices/forwarding_backend.hpp"
 #include "tests/devices/gguf_reference.hpp"
 #include "tests/printers.hpp"
 #include "tests/tools/test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include <boost/json/parse.hpp>
 
 namespace {
 
@@ -1254,5 +1256,38 @@ BOOST_AUTO_TEST_CASE(without_tools_a_model_files_json_answer_is_text) {
       BOOST_TEST(a.calls.empty());
       BOOST_TEST(a.content.find(R"("name":"get_time")") != std::string::npos, a.content);
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_response_grammar_holds_across_the_prefill_and_decode_devices) {
+  // The answer follows the grammar on the default three-stage node: the first token is chosen
+  // on the prefill device, the rest on the decode device, each from where the answer stands.
+  auto g = triad::grammar::from_json_schema(boost::json::parse(R"({"type": "object",
+       "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}, "ok": {"type": "boolean"},
+                      "level": {"enum": [1, 2, null]}},
+       "required": ["unit", "ok", "level"], "additionalProperties": false})"));
+  BOOST_REQUIRE(g);
+  auto grammar = std::make_shared<const triad::grammar::grammar>(std::move(*g));
+  auto n = triad::test::start_node();
+  for (float temperature : {0.0f, 1.5f}) {
+    triad::chat_request r;
+    r.messages.push_back({"user", "Hi"});
+    r.max_tokens = 200;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 7;
+    r.response_grammar = grammar;
+    triad::test::recorder rec;
+    n->submit(r, rec.callback());
+    const auto& last = rec.wait();
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+    std::string text;
+    for (const auto& e : rec.events)
+      if (e.kind == triad::request_event::token && e.content)
+        text += e.text;
+    boost::system::error_code ec;
+    const auto doc = boost::json::parse(text, ec);
+    BOOST_REQUIRE_MESSAGE(!ec, "not JSON: " << text);
+    BOOST_TEST(doc.as_object().size() == 3u, text);
+    BOOST_TEST(to_string(last.finish) == "stop");
   }
 }

@@ -463,4 +463,69 @@ BOOST_AUTO_TEST_CASE(models_metrics_and_readiness_are_served) {
   BOOST_TEST(f.server->wait_idle(1s)); // nothing in flight: a drain ends at once
 }
 
+BOOST_AUTO_TEST_CASE(a_json_schema_response_format_makes_the_answer_valid_against_it) {
+  // The tiny random model, greedy and sampled: the masks leave it only the schema's documents,
+  // and the end of the answer once one is complete.
+  server_fixture f;
+  const std::string format = R"(, "response_format": {"type": "json_schema", "json_schema":
+      {"name": "reading", "strict": true, "schema": {"type": "object",
+       "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}, "ok": {"type": "boolean"},
+                      "level": {"enum": [1, 2, null]}},
+       "required": ["unit", "ok", "level"], "additionalProperties": false}}})";
+  for (const char* sampling : {R"(, "temperature": 0)", R"(, "temperature": 1.5, "seed": 7)"}) {
+    auto r = f.chat(R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "Hi"}],
+                        "max_tokens": 200)" +
+                    std::string{sampling} + format + "}");
+    BOOST_REQUIRE_EQUAL(r.status, 200u);
+    const auto reply = r.json();
+    const auto& choice = reply.at("choices").at(0);
+    BOOST_TEST(choice.at("finish_reason").as_string() == "stop");
+    const std::string content{choice.at("message").at("content").as_string()};
+    boost::system::error_code ec;
+    const auto doc = json::parse(content, ec);
+    BOOST_REQUIRE_MESSAGE(!ec, "not JSON: " << content);
+    const auto& o = doc.as_object();
+    BOOST_TEST(o.size() == 3u, content);
+    const auto unit = o.at("unit").as_string();
+    BOOST_TEST((unit == "celsius" || unit == "fahrenheit"), content);
+    BOOST_TEST(o.at("ok").is_bool(), content);
+    BOOST_TEST((o.at("level").is_null() || o.at("level").is_int64()), content);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_json_object_response_format_is_an_object_so_far) {
+  // A random model's string may run past max_tokens: whatever it wrote is a prefix of an
+  // object, and a complete one when it stopped.
+  server_fixture f;
+  auto r = f.chat(ask(R"(, "response_format": {"type": "json_object"})", 60));
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  const auto reply = r.json();
+  const auto& choice = reply.at("choices").at(0);
+  const std::string content{choice.at("message").at("content").as_string()};
+  BOOST_TEST(content.starts_with("{"), content);
+  if (choice.at("finish_reason").as_string() == "stop") {
+    boost::system::error_code ec;
+    BOOST_TEST(json::parse(content, ec).is_object(), content);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_response_format_the_node_cannot_enforce_is_a_400_naming_it) {
+  server_fixture f;
+  auto pattern = f.chat(ask(R"(, "response_format": {"type": "json_schema", "json_schema":
+      {"name": "x", "schema": {"type": "string", "pattern": "^a"}}})"));
+  BOOST_TEST(pattern.status == 400u);
+  BOOST_TEST(pattern.body.find("'pattern'") != std::string::npos, pattern.body);
+  BOOST_TEST(pattern.json().at("error").at("param").as_string() ==
+             "response_format.json_schema.schema");
+  auto type = f.chat(ask(R"(, "response_format": {"type": "xml"})"));
+  BOOST_TEST(type.status == 400u);
+  BOOST_TEST(type.body.find("'xml' is not one of text, json_object, json_schema") !=
+                 std::string::npos,
+             type.body);
+  auto with_tools = f.chat(ask(R"(, "response_format": {"type": "json_object"},
+      "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])"));
+  BOOST_TEST(with_tools.status == 400u);
+  BOOST_TEST(f.chat(ask(R"(, "response_format": {"type": "text"})")).status == 200u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
