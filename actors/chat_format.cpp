@@ -44,6 +44,7 @@ public:
   bool control(token t) const override { return tokenizer::is_special(t); }
   bool continues_calls() const override { return true; }
   std::size_t known_tokens() const override { return tokenizer::first_unused; }
+  bool text_token(token t) const override { return t >= 0 && t < 256; }
 };
 
 // -- a model file's format --
@@ -245,6 +246,13 @@ public:
   }
   bool continues_calls() const override { return false; }
   std::size_t known_tokens() const override { return tok_->vocabulary().tokens.size(); }
+  bool text_token(token t) const override {
+    const auto& v = tok_->vocabulary();
+    if (t < 0 || static_cast<std::size_t>(t) >= v.kinds.size())
+      return false;
+    const auto k = v.kinds[static_cast<std::size_t>(t)];
+    return k == token_kind::normal || k == token_kind::byte;
+  }
 
 private:
   std::unique_ptr<model_tokenizer> tok_;
@@ -314,7 +322,7 @@ std::shared_ptr<const grammar::token_index> answer_vocabulary(const chat_format&
   const std::size_t known = std::min(vocab, format.known_tokens());
   for (std::size_t t = 0; t < known; ++t) {
     const auto id = static_cast<token>(t);
-    if (!format.control(id) && !format.ends(id))
+    if (format.text_token(id) && !format.ends(id))
       bytes[t] = format.piece(id);
   }
   std::vector<std::uint32_t> ends;

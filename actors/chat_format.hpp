@@ -61,11 +61,14 @@ public:
   virtual bool continues_calls() const = 0;
   /// Ids the tokenizer knows (0..n-1); ids past them up to the model's vocabulary are unused.
   virtual std::size_t known_tokens() const = 0;
+  /// Whether `t` is a token of text (a piece or a byte; not a control, unknown, unused or
+  /// added token): what a constrained answer may be written with.
+  virtual bool text_token(token t) const = 0;
 };
 
-/// The model's vocabulary of `vocab` ids as the bytes each token adds to the answer (control
-/// tokens, end tokens and unused ids none), with its end tokens: what token masks of a
-/// response_format are computed over.
+/// The model's vocabulary of `vocab` ids as the bytes each token adds to the answer (only text
+/// tokens: control, unknown, unused and added tokens and the end tokens add none), with its end
+/// tokens: what token masks of a response_format are computed over.
 std::shared_ptr<const grammar::token_index> answer_vocabulary(const chat_format& format,
                                                               std::size_t vocab);
 

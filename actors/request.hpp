@@ -199,7 +199,7 @@ struct request_context {
   /// Recent durations per tool (the pin policy's TTL); null: every TTL is pin_ttl_max.
   std::shared_ptr<tool_durations> durations;
   /// The served model's vocabulary as bytes, for the token masks of requests with a
-  /// response_format (null: such requests are refused).
+  /// response_format (the node always sets it).
   std::shared_ptr<const grammar::token_index> vocabulary;
   /// Where pin TTLs are armed (null: pins have no TTL); shared, so a request actor that ends
   /// after its node can still cancel its own.

@@ -367,10 +367,8 @@ int run(int argc, char** argv) {
   rep.ratios["discard_over_pin_prefill_tokens"] =
       static_cast<double>(results["three_stage_discard"].prefill_tokens) /
       static_cast<double>(results["three_stage_pin"].prefill_tokens);
-  rep.print();
-  if (!json_path.empty() && !rep.write(json_path))
-    return 1;
-  return errors == 0 ? 0 : 1;
+  const int written = rep.finish(json_path);
+  return written != 0 || errors != 0 ? 1 : 0;
 }
 
 } // namespace

@@ -417,10 +417,7 @@ int run(int argc, char** argv) {
       out.metrics["skipped"] = "the other dtype: " + other.error().message;
     }
   }
-  out.print();
-  if (!json_path.empty() && !out.write(json_path))
-    return 1;
-  return 0;
+  return out.finish(json_path);
 }
 
 } // namespace

@@ -146,10 +146,7 @@ int run(int argc, char** argv) {
     rep.metrics["tokens_" + n] = tokens + next_tokens;
     rep.metrics["vocabulary_" + n] = size == 320 ? "byte tokenizer" : "synthetic";
   }
-  rep.print();
-  if (!common.json_path.empty() && !rep.write(common.json_path))
-    return 1;
-  return 0;
+  return rep.finish(common.json_path);
 }
 
 } // namespace

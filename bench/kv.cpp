@@ -812,10 +812,7 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "triad-bench-kv: %s\n", e.what());
     return 1;
   }
-  out.print();
-  if (!json_path.empty() && !out.write(json_path))
-    return 1;
-  return 0;
+  return out.finish(json_path);
 }
 
 } // namespace

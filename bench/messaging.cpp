@@ -227,10 +227,7 @@ int run(int argc, char** argv) {
   out.ratios["homed_over_raw_throughput"] = median(homed_over_raw);
   out.ratios["cross_over_local_rtt"] = median(cross_over_local);
   out.ratios["bridge_over_raw_throughput"] = median(bridge_over_raw);
-  out.print();
-  if (!json_path.empty() && !out.write(json_path))
-    return 1;
-  return 0;
+  return out.finish(json_path);
 }
 
 } // namespace

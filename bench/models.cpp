@@ -567,10 +567,7 @@ int run(int argc, char** argv) {
     rep.ratios["prefill_over_llamacpp"] = worst_prefill;
     rep.ratios["aggregate_over_llamacpp_16_sessions"] = worst_aggregate;
   }
-  rep.print();
-  if (!common.json_path.empty() && !rep.write(common.json_path))
-    return 1;
-  return 0;
+  return rep.finish(common.json_path);
 }
 
 } // namespace

@@ -371,10 +371,8 @@ int run(int argc, char** argv) {
   rep.metrics["runs"] = rows;
   rep.ratios["token_over_caf_message"] = worst_token / caf_us;
   rep.ratios["request_over_caf_message"] = worst_request / caf_us;
-  rep.print();
-  if (!json_path.empty() && !rep.write(json_path))
-    return 1;
-  return errors == 0 ? 0 : 1;
+  const int written = rep.finish(json_path);
+  return written != 0 || errors != 0 ? 1 : 0;
 }
 
 } // namespace

@@ -21,6 +21,11 @@ bool report::write(const std::string& path) const {
   return static_cast<bool>(file);
 }
 
+int report::finish(const std::string& json_path) const {
+  print();
+  return !json_path.empty() && !write(json_path) ? 1 : 0;
+}
+
 void report::print() const {
   for (const auto& [key, value] : metrics)
     std::printf("metric %-40s %s\n", std::string{key}.c_str(),

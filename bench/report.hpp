@@ -20,6 +20,9 @@ struct report {
   bool write(const std::string& path) const;
   /// Prints metrics and ratios, one per line.
   void print() const;
+  /// The end of a benchmark: prints, writes `json_path` unless empty; the process's exit code
+  /// (1 when the file could not be written).
+  int finish(const std::string& json_path) const;
 };
 
 /// What every benchmark's command line has: `--json PATH` and `--quick`.

@@ -158,10 +158,7 @@ int run(int argc, char** argv) {
   out.metrics["recall_at_10"] = static_cast<double>(agree) / (10.0 * queries);
   out.ratios["sandbox_over_forkexec"] =
       triad::bench::percentile(sandboxed, 0.5) / triad::bench::percentile(plain, 0.5);
-  out.print();
-  if (!json_path.empty() && !out.write(json_path))
-    return 1;
-  return 0;
+  return out.finish(json_path);
 }
 
 } // namespace

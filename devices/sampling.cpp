@@ -66,7 +66,11 @@ token sampler::sample(std::span<const float> logits) {
     if (draw <= 0)
       return order[i];
   }
-  return order[keep - 1];
+  // Rounding left some of the draw: the last token that had a chance (never a masked one).
+  for (std::size_t i = keep; i-- > 0;)
+    if (probs[i] > 0)
+      return order[i];
+  return order[0];
 }
 
 } // namespace triad

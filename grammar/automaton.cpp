@@ -1,6 +1,7 @@
 #include "grammar/automaton.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace triad::grammar {
 
@@ -22,7 +23,7 @@ automaton::automaton(std::shared_ptr<const grammar> g)
   std::lock_guard lock{mutex_};
   std::vector<std::uint32_t> pending;
   for (std::size_t a = 0; a < g_->rules()[0].alternatives.size(); ++a)
-    pending.push_back(intern(frame{0, static_cast<std::uint16_t>(a), 0}, empty_stack, 1));
+    pending.push_back(intern(frame{0, static_cast<std::uint32_t>(a), 0}, empty_stack, 1));
   close(pending);
 }
 
@@ -39,7 +40,8 @@ std::uint32_t automaton::intern(frame f, std::uint32_t below, std::uint32_t dept
 
 automaton::state_id automaton::close(std::vector<std::uint32_t>& pending) {
   const auto& rules = g_->rules();
-  std::vector<std::uint32_t> ready, seen;
+  std::vector<std::uint32_t> ready;
+  std::unordered_set<std::uint32_t> seen; // expanded (a rule reached twice without a byte)
   bool can_end = false;
   while (!pending.empty()) {
     const std::uint32_t id = pending.back();
@@ -59,14 +61,13 @@ automaton::state_id automaton::close(std::vector<std::uint32_t>& pending) {
       ready.push_back(id);
       continue;
     }
-    if (std::find(seen.begin(), seen.end(), id) != seen.end())
+    if (!seen.insert(id).second)
       continue;
-    seen.push_back(id);
     // The frame resumes after the rule; when the rule is its last element it is done and
     // leaves the stack (so a right-recursive loop keeps the stack's depth).
     std::uint32_t below = n.below, depth = n.depth - 1;
     if (n.top.pos + 1u < alt.size()) {
-      below = intern(frame{n.top.rule, n.top.alt, static_cast<std::uint16_t>(n.top.pos + 1)},
+      below = intern(frame{n.top.rule, n.top.alt, static_cast<std::uint32_t>(n.top.pos + 1)},
                      n.below, n.depth);
       depth = n.depth;
     }
@@ -74,7 +75,7 @@ automaton::state_id automaton::close(std::vector<std::uint32_t>& pending) {
       continue;
     const auto& child = rules[e.index];
     for (std::size_t a = 0; a < child.alternatives.size(); ++a)
-      pending.push_back(intern(frame{e.index, static_cast<std::uint16_t>(a), 0}, below, depth + 1));
+      pending.push_back(intern(frame{e.index, static_cast<std::uint32_t>(a), 0}, below, depth + 1));
   }
   std::sort(ready.begin(), ready.end());
   ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
@@ -114,7 +115,7 @@ automaton::state_id automaton::next_locked(state_id s, unsigned char c) {
       if (!g_->sets()[rules[n.top.rule].alternatives[n.top.alt][n.top.pos].index][c])
         continue;
       moved.push_back(
-          intern(frame{n.top.rule, n.top.alt, static_cast<std::uint16_t>(n.top.pos + 1)}, n.below,
+          intern(frame{n.top.rule, n.top.alt, static_cast<std::uint32_t>(n.top.pos + 1)}, n.below,
                  n.depth));
     }
     result = close(moved);

@@ -64,8 +64,8 @@ private:
   // rule being matched, the element after it).
   struct frame {
     std::uint32_t rule;
-    std::uint16_t alt;
-    std::uint16_t pos;
+    std::uint32_t alt;
+    std::uint32_t pos;
     bool operator==(const frame&) const = default;
   };
   static constexpr std::uint32_t empty_stack = 0xffffffffu;

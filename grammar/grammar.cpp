@@ -77,7 +77,30 @@ std::uint32_t grammar_builder::declare(std::string name) {
 }
 
 void grammar_builder::add(std::uint32_t r, sequence alternative) {
+  elements_ += alternative.size() + 1;
   g_.rules_[r].alternatives.push_back(std::move(alternative));
+}
+
+bool grammar_builder::productive(std::uint32_t r) const {
+  // The least fixpoint: a rule is productive when one alternative has only bytes and
+  // productive rules.
+  const auto& rules = g_.rules_;
+  std::vector<bool> yes(rules.size(), false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      if (yes[i])
+        continue;
+      for (const auto& alt : rules[i].alternatives)
+        if (std::all_of(alt.begin(), alt.end(), [&](const element& e) {
+              return e.what == element::kind::bytes || yes[e.index];
+            })) {
+          yes[i] = changed = true;
+          break;
+        }
+    }
+  }
+  return yes[r];
 }
 
 element grammar_builder::bytes(const byte_set& set) {
@@ -144,6 +167,7 @@ element grammar_builder::choice(std::vector<sequence> alternatives, std::string 
 grammar grammar_builder::finish() {
   grammar out = std::move(g_);
   g_ = grammar{};
+  elements_ = 0;
   return out;
 }
 

@@ -32,8 +32,9 @@ struct rule {
 };
 
 /// A context-free grammar over bytes: rule 0 is the root. Built by grammar_builder (or the JSON
-/// Schema compiler), read by the matcher. No rule may be left-recursive (the builders never
-/// make one): the matcher expands rules top-down.
+/// Schema compiler), read by the matcher, which expands rules top-down: a left-recursive rule
+/// (a schema's `$ref` to itself with nothing before it) matches nothing through that
+/// alternative rather than looping.
 class grammar {
 public:
   /// The rules; rules()[0] is the root.
@@ -76,9 +77,15 @@ public:
   element choice(std::vector<sequence> alternatives, std::string name);
   /// The grammar; the builder is left empty.
   grammar finish();
+  /// Elements in all rules so far (what a grammar costs to hold and match).
+  std::size_t elements() const noexcept { return elements_; }
+  /// Whether rule `r` can match some finite string, given the rules so far (a rule that only
+  /// recurses into itself cannot).
+  bool productive(std::uint32_t r) const;
 
 private:
   grammar g_;
+  std::size_t elements_ = 0;
 };
 
 } // namespace triad::grammar

@@ -1,6 +1,7 @@
 #include "grammar/json_schema.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <optional>
 #include <set>
@@ -21,8 +22,31 @@ byte_set range(unsigned lo, unsigned hi) {
   return s;
 }
 
-// Repetitions a bounded count may allow beyond its minimum (each is a rule).
+// Repetitions a bounded count may allow beyond its minimum (each is a rule), and the most a
+// minimum may require (each is an element).
 constexpr std::size_t max_bounded_repeat = 4096;
+// Elements a whole grammar may have: a schema is checked against it as it compiles, so no
+// request can make the node build a grammar it cannot hold.
+constexpr std::size_t max_elements = std::size_t{1} << 20;
+
+// Keywords that only describe (ignored beside anything).
+const std::set<std::string_view> annotations = {
+    "title",    "description", "default",  "examples",  "$schema", "$id",
+    "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
+
+// A JSON value as its literal text, numbers as written in JSON by people (1.5, not 1.5E0).
+std::string literal_text(const json::value& v) {
+  if (v.is_double()) {
+    char buf[64];
+    auto r = std::to_chars(buf, buf + sizeof buf, v.get_double());
+    std::string out{buf, r.ptr};
+    if (out.find_first_of(".e") == std::string::npos && out != "inf" && out != "-inf" &&
+        out != "nan")
+      out += ".0";
+    return out;
+  }
+  return json::serialize(v);
+}
 
 // Keywords read, and annotations ignored; any other is refused by name.
 const std::set<std::string_view> known_keywords = {
@@ -142,6 +166,10 @@ public:
       empty.push_back(b_.byte(']'));
       forms.push_back(std::move(empty));
     }
+    if (min > max_bounded_repeat)
+      return make_error(errc::unsupported, "json schema: minItems " + std::to_string(min) + " at " +
+                                               name + " is more than " +
+                                               std::to_string(max_bounded_repeat));
     if (!max || *max > 0) {
       if (max && *max - std::max<std::size_t>(min, 1) > max_bounded_repeat)
         return make_error(errc::unsupported,
@@ -215,6 +243,10 @@ public:
   void set_root_schema(const json::value& root) { root_ = &root; }
 
   expected<element> schema(const json::value& s, const std::string& path) {
+    if (b_.elements() > max_elements)
+      return make_error(errc::unsupported, "json schema: at " + path + " the grammar passes " +
+                                               std::to_string(max_elements) +
+                                               " elements; the schema is too large");
     if (s.is_bool()) {
       if (s.as_bool())
         return any();
@@ -235,6 +267,23 @@ public:
                               "additionalProperties, items, minItems, maxItems, enum, const, "
                               "anyOf, allOf of one schema, $defs, $ref)");
     }
+    // $ref, enum, const, anyOf and allOf stand alone (with annotations; enum and const also
+    // with a type their values have): a keyword beside them would be dropped, so it is refused.
+    for (std::string_view alone : {"$ref", "enum", "const", "anyOf", "allOf"}) {
+      if (!o.contains(alone))
+        continue;
+      for (const auto& [key, v] : o) {
+        (void)v;
+        const std::string_view k{key};
+        if (k == alone || annotations.contains(k) ||
+            (k == "type" && (alone == "enum" || alone == "const")))
+          continue;
+        return make_error(errc::unsupported, "json schema: keyword '" + std::string{k} + "' at " +
+                                                 path + " beside '" + std::string{alone} +
+                                                 "' is not supported (put it inside, or in an "
+                                                 "allOf of one schema)");
+      }
+    }
     if (const auto* ref = o.if_contains("$ref"))
       return reference(*ref, path);
     if (const auto* e = o.if_contains("enum")) {
@@ -242,12 +291,18 @@ public:
         return make_error(errc::invalid_argument,
                           "json schema: enum at " + path + " must be a non-empty array");
       std::vector<sequence> forms;
-      for (const auto& v : e->as_array())
-        forms.push_back(b_.literal(json::serialize(v)));
+      for (const auto& v : e->as_array()) {
+        if (auto ok = of_type(o, v, path); !ok)
+          return ok.error();
+        forms.push_back(b_.literal(literal_text(v)));
+      }
       return b_.choice(std::move(forms), path + "/enum");
     }
-    if (const auto* c = o.if_contains("const"))
-      return literal(json::serialize(*c), path + "/const");
+    if (const auto* c = o.if_contains("const")) {
+      if (auto ok = of_type(o, *c, path); !ok)
+        return ok.error();
+      return literal(literal_text(*c), path + "/const");
+    }
     if (const auto* any_of = o.if_contains("anyOf")) {
       if (!any_of->is_array() || any_of->as_array().empty())
         return make_error(errc::invalid_argument,
@@ -306,6 +361,44 @@ public:
   }
 
 private:
+  // Whether `v` (an enum or const value) has the type `o` declares, when it declares one.
+  static expected<void> of_type(const json::object& o, const json::value& v,
+                                const std::string& path) {
+    const auto* t = o.if_contains("type");
+    if (t == nullptr)
+      return {};
+    auto has = [&](std::string_view type) {
+      if (type == "string")
+        return v.is_string();
+      if (type == "integer")
+        return v.is_int64() || v.is_uint64() ||
+               (v.is_double() &&
+                v.get_double() == static_cast<double>(static_cast<long long>(v.get_double())));
+      if (type == "number")
+        return v.is_number();
+      if (type == "boolean")
+        return v.is_bool();
+      if (type == "null")
+        return v.is_null();
+      if (type == "array")
+        return v.is_array();
+      if (type == "object")
+        return v.is_object();
+      return false;
+    };
+    bool ok = false;
+    if (t->is_string())
+      ok = has(t->get_string());
+    else if (t->is_array())
+      for (const auto& one : t->get_array())
+        ok = ok || (one.is_string() && has(one.get_string()));
+    if (ok)
+      return {};
+    return make_error(errc::invalid_argument, "json schema: the value " + json::serialize(v) +
+                                                  " at " + path + " is not of its type " +
+                                                  json::serialize(*t));
+  }
+
   expected<element> typed(const json::object& o, const std::string& type, const std::string& path) {
     if (type == "string")
       return string();
@@ -391,9 +484,19 @@ private:
         required.insert(n);
       }
     }
-    // More members after the declared ones: only when additionalProperties allows them.
+    // Only the declared members, or (without properties) any members of additionalProperties'
+    // schema. Both at once would need extra names other than the declared ones, which the
+    // grammar cannot say yet: refused.
     std::optional<element> extra;
-    if (const auto* a = o.if_contains("additionalProperties")) {
+    const auto* a = o.if_contains("additionalProperties");
+    const bool extras = a != nullptr && !(a->is_bool() && !a->as_bool());
+    if (extras && !props.empty())
+      return make_error(errc::unsupported,
+                        "json schema: additionalProperties other than false beside properties at " +
+                            path + " is not supported (set it to false, as strict mode does)");
+    if (a == nullptr && props.empty() && !o.contains("required"))
+      return any_object(); // {"type": "object"}: any object
+    if (a != nullptr) {
       if (a->is_bool()) {
         if (a->as_bool())
           extra = any();
@@ -502,6 +605,10 @@ auto with_root(const json_options& options, Body&& body) -> expected<grammar> {
   if (!e)
     return e.error();
   c.builder().add(root, {*e});
+  if (!c.builder().productive(root))
+    return make_error(errc::unsupported,
+                      "json schema: no finite JSON document matches it (a $ref that only "
+                      "recurses)");
   return c.builder().finish();
 }
 

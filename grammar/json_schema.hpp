@@ -16,14 +16,18 @@ struct json_options {
   std::size_t max_whitespace = 0;
 };
 
-/// A grammar of the JSON texts valid against `schema`, the subset OpenAI's strict mode allows:
-/// `type` (object, array, string, number, integer, boolean, null, or a list of them), object
-/// `properties` (written in their declared order), `required`, `additionalProperties` (false or
-/// absent: only the declared properties; true or a schema: more may follow), array `items`,
+/// A grammar of the JSON texts valid against `schema`, a subset of what OpenAI's strict mode
+/// allows: `type` (object, array, string, number, integer, boolean, null, or a list of them),
+/// object `properties` (written in their declared order), `required`, `additionalProperties`
+/// (false or absent: only the declared properties; true or a schema, only without properties:
+/// any members of it; an object type with neither: any object), array `items`,
 /// `minItems`, `maxItems`, `enum`, `const`, `anyOf`, `allOf` of one schema, `$defs` /
 /// `definitions` and `$ref` to them or to "#" (recursion allowed). Annotations (title,
 /// description, default, examples, $schema, $id, $comment) are ignored. Any other keyword is an
-/// `unsupported` error naming it and where it is (a client gets a 400), never silently dropped.
+/// `unsupported` error naming it and where it is (a client gets a 400), never silently dropped;
+/// so is a keyword beside `$ref`, `enum`, `const`, `anyOf` or `allOf` (but a `type` beside
+/// `enum` and `const`, checked against their values), a schema with no finite document, and one
+/// whose grammar would pass 2^20 elements or repeat more than 4096 times.
 expected<grammar> from_json_schema(const boost::json::value& schema,
                                    const json_options& options = {});
 

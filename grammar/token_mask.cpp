@@ -88,8 +88,8 @@ bool token_constraint::apply(std::span<float> logits) {
   const auto mask = masks_->at(m_);
   const std::size_t n = std::min(logits.size(), masks_->vocabulary().size());
   bool any = false;
-  for (std::size_t w = 0; w < mask->size() && !any; ++w)
-    any = (*mask)[w] != 0;
+  for (std::size_t t = 0; t < n && !any; ++t)
+    any = allowed(*mask, static_cast<std::uint32_t>(t));
   if (!any)
     return false;
   for (std::size_t t = 0; t < logits.size(); ++t)

@@ -44,9 +44,9 @@ private:
 };
 
 /// Token masks of one grammar over one vocabulary, each computed at the first need of its
-/// automaton state and kept (states repeat: every byte inside a string, every turn of an agent
-/// that sends the same tools). Thread-safe; keeps at most `max_states` masks (then computes
-/// the rest each time).
+/// automaton state and kept (states repeat: every byte inside a string; shared across requests
+/// that send the same schema, every turn of an agent would hit it: not yet done). Thread-safe;
+/// keeps at most `max_states` masks (then computes the rest each time).
 class mask_cache {
 public:
   /// Masks of `a`'s grammar over `vocabulary`.

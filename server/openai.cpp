@@ -467,6 +467,9 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
 
   if (auto e = parse_common(root, out))
     return *e;
+  if (req.response_grammar && req.script)
+    return bad("triad.script", "a script forces tokens a response_format would not allow; send "
+                               "one or the other");
   req.return_unhosted_calls = true;
   if (out.tool_choice == "none") {
     req.max_tool_calls = 0;

@@ -70,10 +70,11 @@ struct sample_plan {
       return pick.sample(logits);
     } else {
       masked.assign(logits.begin(), logits.end());
-      // Nothing allowed: the grammar is complete and the model has no end token in the
-      // vocabulary's range; end the answer.
+      // Nothing allowed: the answer is complete and the model has no end token in range, or
+      // (only past 1024 levels of nesting: grammars are checked to have finite documents) a
+      // dead end. The answer ends.
       if (!constraint->apply(masked))
-        return end.front();
+        return end.empty() ? pick.sample(logits) : end.front();
       t = pick.sample(masked);
     }
     if (constraint)

@@ -128,12 +128,36 @@ BOOST_AUTO_TEST_CASE(whitespace_is_bounded) {
   BOOST_TEST(!matches(spaced, R"({    "city":"a","unit":"celsius"})")); // four spaces
 }
 
-BOOST_AUTO_TEST_CASE(additional_properties_true_allows_more_members) {
-  const auto g = compile(R"({"type": "object", "properties": {"a": {"type": "null"}},
-                             "additionalProperties": true})");
-  BOOST_TEST(matches(g, R"({"a":null,"b":[1],"c":"x"})"));
-  BOOST_TEST(matches(g, R"({"b":1})"));
+BOOST_AUTO_TEST_CASE(additional_properties_without_properties_allow_any_members_of_it) {
+  const auto g = compile(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  BOOST_TEST(matches(g, R"({"a":1,"b":-2})"));
   BOOST_TEST(matches(g, R"({})"));
+  BOOST_TEST(!matches(g, R"({"a":"x"})"));
+  const auto any = compile(R"({"type": "object"})");
+  BOOST_TEST(matches(any, R"({"a":[1],"b":{"c":null}})"));
+}
+
+BOOST_AUTO_TEST_CASE(schemas_the_grammar_would_not_keep_are_refused) {
+  // Extra members beside declared ones (an extra could reuse a declared name), a keyword beside
+  // anyOf (it would be dropped), a minimum count too large to hold, a schema with no finite
+  // document, an enum value of another type.
+  for (
+      std::string_view schema :
+      {R"({"type": "object", "properties": {"a": {"type": "integer"}},
+            "additionalProperties": true})",
+       R"({"type": "object", "properties": {"a": {"type": "null"}}, "anyOf": [{"type": "object"}]})",
+       R"({"type": "array", "minItems": 1000000000})",
+       R"({"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}, "minItems": 1}},
+            "$ref": "#/$defs/n"})",
+       R"({"$ref": "#"})", R"({"type": "string", "enum": ["a", 1]})"}) {
+    auto g = from_json_schema(json::parse(schema));
+    BOOST_TEST(!g, schema);
+  }
+  // An enum with its type, and numbers written as people write them.
+  const auto g = compile(R"({"type": "number", "enum": [1.5, 2, 1e300]})");
+  BOOST_TEST(matches(g, "1.5"));
+  BOOST_TEST(matches(g, "2"));
+  BOOST_TEST(!matches(g, "1.5E0"));
 }
 
 BOOST_AUTO_TEST_CASE(unsupported_keywords_are_named) {

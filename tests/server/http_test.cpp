@@ -525,6 +525,10 @@ BOOST_AUTO_TEST_CASE(a_response_format_the_node_cannot_enforce_is_a_400_naming_i
   auto with_tools = f.chat(ask(R"(, "response_format": {"type": "json_object"},
       "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])"));
   BOOST_TEST(with_tools.status == 400u);
+  auto with_script = f.chat(ask(R"(, "response_format": {"type": "json_object"},
+      "triad": {"script": [{"tokens": 3}]})"));
+  BOOST_TEST(with_script.status == 400u);
+  BOOST_TEST(with_script.body.find("triad.script") != std::string::npos, with_script.body);
   BOOST_TEST(f.chat(ask(R"(, "response_format": {"type": "text"})")).status == 200u);
 }
 
