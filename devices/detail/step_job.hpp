@@ -58,8 +58,8 @@ struct sample_plan {
   std::vector<token> end{tokenizer::eos}; // tokens that end the answer (never park)
   // The request's grammar (response_format), null without one: tokens it does not allow are
   // masked before sampling, and every token chosen (forced ones too) moves it on.
-  std::shared_ptr<grammar::token_constraint> constraint;
-  std::vector<float> masked; // the masked logits (kept: one vocabulary of floats per step)
+  std::shared_ptr<grammar::token_constraint> constraint{};
+  std::vector<float> masked{}; // the masked logits (kept: one vocabulary of floats per step)
 
   // The `generated`-th token (counting from 0) after these logits.
   token choose(std::uint32_t generated, std::span<const float> logits) {
