@@ -9,6 +9,8 @@
 
 #include <boost/json/serialize.hpp>
 
+#include "runtime/json_text.hpp"
+
 namespace triad::grammar {
 
 namespace {
@@ -367,31 +369,12 @@ private:
     const auto* t = o.if_contains("type");
     if (t == nullptr)
       return {};
-    auto has = [&](std::string_view type) {
-      if (type == "string")
-        return v.is_string();
-      if (type == "integer")
-        return v.is_int64() || v.is_uint64() ||
-               (v.is_double() &&
-                v.get_double() == static_cast<double>(static_cast<long long>(v.get_double())));
-      if (type == "number")
-        return v.is_number();
-      if (type == "boolean")
-        return v.is_bool();
-      if (type == "null")
-        return v.is_null();
-      if (type == "array")
-        return v.is_array();
-      if (type == "object")
-        return v.is_object();
-      return false;
-    };
     bool ok = false;
     if (t->is_string())
-      ok = has(t->get_string());
+      ok = json_has_type(v, t->get_string());
     else if (t->is_array())
       for (const auto& one : t->get_array())
-        ok = ok || (one.is_string() && has(one.get_string()));
+        ok = ok || (one.is_string() && json_has_type(v, one.get_string()));
     if (ok)
       return {};
     return make_error(errc::invalid_argument, "json schema: the value " + json::serialize(v) +

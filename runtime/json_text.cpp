@@ -32,4 +32,24 @@ bool json_whole(const boost::json::value& v, std::int64_t& out) {
   return true;
 }
 
+bool json_has_type(const boost::json::value& v, std::string_view type) {
+  if (type == "number")
+    return v.is_number();
+  if (type == "integer")
+    return v.is_int64() || v.is_uint64() ||
+           (v.is_double() &&
+            v.get_double() == static_cast<double>(static_cast<long long>(v.get_double())));
+  if (type == "string")
+    return v.is_string();
+  if (type == "boolean")
+    return v.is_bool();
+  if (type == "null")
+    return v.is_null();
+  if (type == "array")
+    return v.is_array();
+  if (type == "object")
+    return v.is_object();
+  return false;
+}
+
 } // namespace triad

@@ -36,23 +36,13 @@ std::string shown(const json::value& v) {
   return json_excerpt(v);
 }
 
-bool has_type(const json::value& v, std::string_view type) {
-  if (type == "number")
-    return v.is_number();
-  if (type == "integer")
-    return v.is_int64() || v.is_uint64() ||
-           (v.is_double() &&
-            v.get_double() == static_cast<double>(static_cast<long long>(v.get_double())));
-  return kind_of(v) == type;
-}
-
 expected<void> check(const json::object& schema, const json::value& v, const std::string& path) {
   auto fail = [&](std::string what) {
     return make_error(errc::invalid_argument, path + ": " + std::move(what));
   };
   if (const auto* t = schema.if_contains("type"); t != nullptr && t->is_string()) {
     std::string_view type = t->get_string();
-    if (!has_type(v, type))
+    if (!json_has_type(v, type))
       return fail("expected " + std::string{type} + ", got " + kind_of(v) + " " + shown(v));
   }
   if (const auto* e = schema.if_contains("enum"); e != nullptr && e->is_array()) {
