@@ -1,5 +1,6 @@
 #include "actors/chat_format.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -324,11 +325,51 @@ std::shared_ptr<const grammar::token_index> answer_vocabulary(const chat_format&
     const auto id = static_cast<token>(t);
     if (format.text_token(id) && !format.ends(id))
       bytes[t] = format.piece(id);
+    // A byte no UTF-8 text has (0xF8.. are the call tokens' markers): no grammar allows it.
+    if (std::any_of(bytes[t].begin(), bytes[t].end(),
+                    [](char c) { return static_cast<unsigned char>(c) >= 0xf8; }))
+      bytes[t].clear();
+  }
+  if (format.syntax() != call_syntax::none) {
+    const auto mark = [&](std::optional<token> t, unsigned char marker) {
+      if (t && *t >= 0 && static_cast<std::size_t>(*t) < vocab)
+        bytes[static_cast<std::size_t>(*t)] = std::string(1, static_cast<char>(marker));
+    };
+    mark(format.call_start(), grammar::call_open_marker);
+    mark(format.call_end(), grammar::call_close_marker);
   }
   std::vector<std::uint32_t> ends;
   for (auto t : format.end_tokens())
     ends.push_back(static_cast<std::uint32_t>(t));
   return std::make_shared<const grammar::token_index>(std::move(bytes), std::move(ends));
+}
+
+std::optional<grammar::call_layout> call_layout_of(const chat_format& format,
+                                                   std::size_t max_calls) {
+  const std::string open(1, static_cast<char>(grammar::call_open_marker));
+  const std::string close(1, static_cast<char>(grammar::call_close_marker));
+  grammar::call_layout l;
+  l.max_calls = std::max<std::size_t>(format.continues_calls() ? 1 : max_calls, 1);
+  switch (format.syntax()) {
+  case call_syntax::none:
+    return std::nullopt;
+  case call_syntax::tagged: // <tool_call>{..}</tool_call>, a newline between calls
+    l.before_each = open;
+    l.after_each = close;
+    l.between += '\n';
+    return l;
+  case call_syntax::llama3: // {"name": .., "parameters": {..}}; {..}
+    l.arguments_key = std::string{"parameters"};
+    l.between.append("; ");
+    return l;
+  case call_syntax::mistral: // [TOOL_CALLS][{..}, {..}]
+    l.before_all = open;
+    l.before_all += '[';
+    l.between.append(", ");
+    l.after_all += ']';
+    return l;
+  }
+  return std::nullopt;
 }
 
 } // namespace triad

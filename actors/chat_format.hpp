@@ -8,6 +8,7 @@
 
 #include "actors/chat.hpp"
 #include "devices/factory.hpp"
+#include "grammar/json_schema.hpp"
 #include "grammar/token_mask.hpp"
 #include "runtime/error.hpp"
 
@@ -67,10 +68,18 @@ public:
 };
 
 /// The model's vocabulary of `vocab` ids as the bytes each token adds to the answer (only text
-/// tokens: control, unknown, unused and added tokens and the end tokens add none), with its end
-/// tokens: what token masks of a response_format are computed over.
+/// tokens: control, unknown, unused and added tokens and the end tokens add none; the tokens
+/// that open and close a tool call add their marker byte), with its end tokens: what the token
+/// masks of a response_format or a tool_choice are computed over.
 std::shared_ptr<const grammar::token_index> answer_vocabulary(const chat_format& format,
                                                               std::size_t vocab);
+
+/// How `format`'s model writes tool calls, for a grammar of them (grammar::from_tool_calls):
+/// its call tokens as marker bytes (answer_vocabulary gives them those bytes), up to
+/// `max_calls` calls in one answer (one where the format stops at each call to run it). None
+/// where the model has no call syntax triad knows.
+std::optional<grammar::call_layout> call_layout_of(const chat_format& format,
+                                                   std::size_t max_calls);
 
 /// The byte format of the random presets (render_prompt, render_turn, render_tool_result); one
 /// instance, shared.

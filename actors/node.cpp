@@ -263,6 +263,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   auto ctx = std::make_shared<request_context>();
   ctx->router = n->router_;
   ctx->tools = n->tools_.get();
+  ctx->expose_hosted_tools = config.tools.expose_to_all_requests;
   ctx->options = config.orchestration;
   ctx->page_tokens = config.model.page_tokens;
   ctx->request_timeout = std::chrono::milliseconds{config.limits.request_timeout_ms};

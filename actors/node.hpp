@@ -102,6 +102,9 @@ public:
   const std::vector<device_report>& device_reports() const noexcept { return reports_; }
   /// The model it serves (`[model]`: a file or a preset), with the name clients see.
   const model_source& model() const noexcept { return model_; }
+  /// How its model's conversations become tokens, and how the model writes tool calls (a
+  /// server compiles a request's tool_choice against it).
+  const chat_format& format() const noexcept { return *context_->format; }
   /// What the tools' sandbox applies here (probe_sandbox at start), when the config hosts a
   /// tool or an MCP server; empty otherwise.
   const std::optional<sandbox_result>& sandbox_report() const noexcept { return sandbox_; }

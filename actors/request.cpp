@@ -241,13 +241,17 @@ private:
   // constraint per device sequence, moved on by the answer's tokens so far, so a sequence that
   // failed with tokens this actor never received leaves nothing behind.
   std::shared_ptr<grammar::token_constraint> constraint_from_here() {
-    if (!req_.response_grammar || !ctx_->vocabulary)
+    // A tool_choice holds until the first call: after a hosted call's result, the model is free.
+    const auto& rules = req_.response_grammar ? req_.response_grammar
+                        : usage_.tool_calls == 0 ? req_.tool_grammar
+                                                 : req_.response_grammar;
+    if (!rules || !ctx_->vocabulary)
       return nullptr;
     if (!masks_)
-      masks_ = std::make_shared<grammar::mask_cache>(
-          std::make_shared<grammar::automaton>(req_.response_grammar), ctx_->vocabulary);
+      masks_ = std::make_shared<grammar::mask_cache>(std::make_shared<grammar::automaton>(rules),
+                                                     ctx_->vocabulary);
     auto c = std::make_shared<grammar::token_constraint>(masks_);
-    // With a grammar the answer is one turn, no tool calls: its tokens are the last produced_.
+    // Under a grammar the answer has made no tool call yet: its tokens are the last produced_.
     for (auto it = tokens_.end() - static_cast<std::ptrdiff_t>(produced_); it != tokens_.end();
          ++it)
       c->advance(static_cast<std::uint32_t>(*it));
@@ -764,15 +768,27 @@ private:
       on_tool_result(tool_reply{false, false, "this node hosts no tools", {}});
       return;
     }
+    if (!hosted(parsed->name) && req_.declared_tools) { // hosted, but not for this request
+      on_tool_result(tool_reply{false, false,
+                                "tool '" + parsed->name + "' is not available to this request",
+                                {}});
+      return;
+    }
     tool_invocation call{usage_.tool_calls, parsed->name, parsed->arguments_json,
                          ctx_->options.tool_deadline};
     ++usage_.hosted_tool_calls;
     ctx_->tools->invoke(std::move(call), caf::actor_cast<caf::actor>(this));
   }
 
+  // Whether a call to `name` runs on the node: a tool it hosts, which this request declared
+  // (or the node exposes to every request, or the embedded caller declared nothing).
   bool hosted(const std::string& name) const {
-    return ctx_->tools != nullptr && ctx_->tools->registry() != nullptr &&
-           ctx_->tools->registry()->find(name) != nullptr;
+    const bool available = ctx_->tools != nullptr && ctx_->tools->registry() != nullptr &&
+                            ctx_->tools->registry()->find(name) != nullptr;
+    if (!available || ctx_->expose_hosted_tools || !req_.declared_tools)
+      return available;
+    const auto& declared = *req_.declared_tools;
+    return std::find(declared.begin(), declared.end(), name) != declared.end();
   }
 
   // What happens to the KV while the tool runs (kv_policy; the monolithic layout always keeps

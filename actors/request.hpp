@@ -59,6 +59,11 @@ struct chat_request {
   /// (the caller runs it, as an OpenAI client does) instead of feeding "no such tool" back to
   /// the model. Calls to hosted tools always run on the node.
   bool return_unhosted_calls = false;
+  /// The tools the caller declared (an HTTP request's `tools` names): a hosted tool runs only
+  /// when declared here, or when the node exposes its hosted tools to every request
+  /// (`[tools].expose_to_all_requests`); a call to any other is a call the node does not host.
+  /// Unset: the embedded caller, who configured the node's tools, may call each of them.
+  std::optional<std::vector<std::string>> declared_tools;
   /// A plain completion (`/v1/completions`): the prompt is this text's tokens (after BOS where
   /// the model wants one), with no chat template; `messages` is not used.
   std::optional<std::string> raw_prompt;
@@ -69,6 +74,11 @@ struct chat_request {
   /// free text): the devices mask every token it does not allow before sampling, and the
   /// answer is not read for tool calls.
   std::shared_ptr<const grammar::grammar> response_grammar;
+  /// The grammar of the calls the answer must make (tool_choice "required" or a named function,
+  /// in the model's call syntax: call_layout_of; null: the model chooses): the devices mask
+  /// every token it does not allow until the answer's first call closes. After a hosted call's
+  /// result the model answers freely.
+  std::shared_ptr<const grammar::grammar> tool_grammar;
 };
 
 /// The states of a request; the first five match its stages, the last three are its ends.
@@ -178,6 +188,8 @@ struct request_context {
   /// format of the random presets unless the node serves a model file.
   std::shared_ptr<const chat_format> format = byte_chat_format();
   tool_service* tools = nullptr; ///< the node's tool domains (null: no tools hosted)
+  /// Hosted tools run for requests that did not declare them (`[tools].expose_to_all_requests`).
+  bool expose_hosted_tools = false;
   orchestration_options options; ///< policies
   request_metrics metrics;       ///< where transitions are counted
   /// Tokens per KV page of the node's devices: prompts are hashed page by page for

@@ -8,6 +8,13 @@
 
 namespace triad::grammar {
 
+/// Bytes 0xF8..0xFF never occur in UTF-8 text. A vocabulary gives the control token that opens
+/// a tool call (`<tool_call>`, `[TOOL_CALLS]`) this byte, so a grammar can require the token
+/// where the call syntax wants it.
+inline constexpr unsigned char call_open_marker = 0xf8;
+/// The byte of the control token that closes a tool call (`</tool_call>`).
+inline constexpr unsigned char call_close_marker = 0xf9;
+
 /// A set of bytes one position of the grammar accepts (a character class over UTF-8 bytes).
 using byte_set = std::bitset<256>;
 

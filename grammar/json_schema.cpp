@@ -242,7 +242,16 @@ public:
 
   // -- schemas --
 
-  void set_root_schema(const json::value& root) { root_ = &root; }
+  // The document `$ref`s resolve in: each schema compiled into one grammar has its own.
+  void set_root_schema(const json::value& root) {
+    root_ = &root;
+    refs_.clear();
+  }
+
+  // A JSON string of exactly `text`.
+  sequence string_literal(const std::string& text) {
+    return b_.literal(json::serialize(json::value(text)));
+  }
 
   expected<element> schema(const json::value& s, const std::string& path) {
     if (b_.elements() > max_elements)
@@ -601,6 +610,63 @@ expected<grammar> from_json_schema(const boost::json::value& schema, const json_
   return with_root(options, [&](compiler& c) {
     c.set_root_schema(schema);
     return c.schema(schema, "#");
+  });
+}
+
+expected<grammar> from_tool_calls(const std::vector<function_signature>& functions,
+                                  const call_layout& layout, const json_options& options) {
+  if (functions.empty())
+    return make_error(errc::invalid_argument, "tool calls: no function to call");
+  return with_root(options, [&](compiler& c) -> expected<element> {
+    auto& b = c.builder();
+    // One call: '{' ws "name" ws ':' ws NAME ws ',' ws KEY ws ':' ws ARGUMENTS ws '}', one
+    // alternative per function.
+    std::vector<sequence> calls;
+    for (const auto& f : functions) {
+      expected<element> arguments = c.any_object();
+      if (!f.parameters.is_null()) {
+        c.set_root_schema(f.parameters);
+        arguments = c.schema(f.parameters, "#");
+        if (!arguments)
+          return make_error(arguments.error().code,
+                            "function '" + f.name + "': " + arguments.error().message);
+      }
+      sequence s{b.byte('{')};
+      c.ws(s);
+      auto key = c.string_literal("name");
+      s.insert(s.end(), key.begin(), key.end());
+      c.ws(s);
+      s.push_back(b.byte(':'));
+      c.ws(s);
+      auto name = c.string_literal(f.name);
+      s.insert(s.end(), name.begin(), name.end());
+      c.comma(s);
+      auto args_key = c.string_literal(layout.arguments_key);
+      s.insert(s.end(), args_key.begin(), args_key.end());
+      c.ws(s);
+      s.push_back(b.byte(':'));
+      c.ws(s);
+      s.push_back(*arguments);
+      c.ws(s);
+      s.push_back(b.byte('}'));
+      calls.push_back(std::move(s));
+    }
+    sequence call = b.literal(layout.before_each);
+    call.push_back(b.choice(std::move(calls), "call"));
+    for (auto e : b.literal(layout.after_each))
+      call.push_back(e);
+    const element one = b.choice({call}, "tool_call");
+    sequence all = b.literal(layout.before_all);
+    all.push_back(one);
+    if (layout.max_calls > 1) {
+      sequence next = b.literal(layout.between);
+      next.push_back(one);
+      all.push_back(b.repeat(b.choice({std::move(next)}, "next_call"), 0, layout.max_calls - 1,
+                             false, "more_calls"));
+    }
+    for (auto e : b.literal(layout.after_all))
+      all.push_back(e);
+    return b.choice({std::move(all)}, "tool_calls");
   });
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <vector>
 
 #include <boost/json/value.hpp>
 
@@ -30,6 +32,32 @@ struct json_options {
 /// whose grammar would pass 2^20 elements or repeat more than 4096 times.
 expected<grammar> from_json_schema(const boost::json::value& schema,
                                    const json_options& options = {});
+
+/// One function a tool-call grammar may call.
+struct function_signature {
+  std::string name;              ///< the function's name
+  boost::json::value parameters; ///< the JSON Schema of its arguments (null: any object)
+};
+
+/// How a model family writes tool calls around the JSON of each (`{"name": .., KEY: {..}}`): the
+/// bytes before, between and after them. A control token of the syntax stands as its marker
+/// byte (call_open_marker, call_close_marker), which the vocabulary gives that token.
+struct call_layout {
+  std::string before_all;                  ///< once, before the first call
+  std::string before_each;                 ///< before each call
+  std::string after_each;                  ///< after each call
+  std::string between;                     ///< between two calls
+  std::string after_all;                   ///< once, after the last call
+  std::string arguments_key = "arguments"; ///< the member that holds the arguments
+  std::size_t max_calls = 1;               ///< calls one answer may make, at least 1
+};
+
+/// A grammar of one to `layout.max_calls` calls, each to one of `functions` by name with
+/// arguments valid against its parameters (each schema compiled as from_json_schema does, its
+/// `$ref`s resolved within it). Errors: no function; an unsupported schema, its message
+/// starting with the function's name.
+expected<grammar> from_tool_calls(const std::vector<function_signature>& functions,
+                                  const call_layout& layout, const json_options& options = {});
 
 /// A grammar of any JSON value.
 grammar any_json(const json_options& options = {});

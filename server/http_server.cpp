@@ -289,7 +289,8 @@ private:
     if (!state_->accepting.load())
       return fail(error(503, "the node is draining: no new requests", "draining"), false);
     auto parsed = completion ? parse_completion_request(req_.body(), state_->options.model_id)
-                             : parse_chat_request(req_.body(), state_->options.model_id);
+                             : parse_chat_request(req_.body(), state_->options.model_id,
+                                                 &state_->n->format());
     if (auto* e = std::get_if<api_error>(&parsed))
       return fail(*e, req_.keep_alive());
     chat_ = std::get<openai_chat>(std::move(parsed));

@@ -132,6 +132,35 @@ response_grammar(const json::value& format) {
   return std::make_shared<const grammar::grammar>(std::move(*g));
 }
 
+// The grammar of what tool_choice "required" or a named function asks of the answer: calls, in
+// `format`'s syntax, to the declared functions (or the named one), arguments valid against their
+// parameters. A schema keyword not supported is a 400 naming the function's parameters.
+std::variant<std::shared_ptr<const grammar::grammar>, api_error>
+tool_choice_grammar(const openai_chat& chat,
+                    const std::vector<grammar::function_signature>& functions,
+                    const chat_format& format) {
+  const std::size_t calls =
+      chat.parallel_tool_calls ? std::min<std::size_t>(chat.request.max_tool_calls, 64) : 1;
+  auto layout = call_layout_of(format, calls);
+  if (!layout)
+    return bad("tool_choice", "the served model has no tool-call syntax triad knows, so '" +
+                                  chat.tool_choice + "' cannot be enforced; use auto or none");
+  std::vector<grammar::function_signature> chosen;
+  for (const auto& f : functions)
+    if (chat.tool_choice != "function" || f.name == chat.tool_choice_function)
+      chosen.push_back(f);
+  grammar::json_options options;
+  options.max_whitespace = defaults::server::json_whitespace;
+  auto g = grammar::from_tool_calls(chosen, *layout, options);
+  if (g)
+    return std::make_shared<const grammar::grammar>(std::move(*g));
+  for (std::size_t i = 0; i < functions.size(); ++i) // name the parameters that failed
+    if (!functions[i].parameters.is_null() &&
+        !grammar::from_json_schema(functions[i].parameters, options))
+      return bad("tools[" + std::to_string(i) + "].function.parameters", g.error().message);
+  return bad("tool_choice", g.error().message);
+}
+
 // A message's content as text: a string, null, or an array of {"type": "text", "text"} parts.
 std::variant<std::string, api_error> content_text(const json::value& v, const std::string& p) {
   if (v.is_null())
@@ -368,13 +397,15 @@ std::optional<api_error> parse_common(const json::object* root, openai_chat& out
 } // namespace
 
 std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
-                                                        std::string_view served_model) {
+                                                        std::string_view served_model,
+                                                        const chat_format* format) {
   auto doc = parse_root(body, served_model);
   if (auto* e = std::get_if<api_error>(&doc))
     return *e;
   const auto* root = std::get<json::value>(doc).if_object();
   openai_chat out;
   auto& req = out.request;
+  std::vector<grammar::function_signature> functions; // of tools, in order
   const auto* messages = root->if_contains("messages");
   if (messages == nullptr)
     return bad("messages", "required");
@@ -433,6 +464,8 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
       if (name == nullptr || !name->is_string() || name->get_string().empty())
         return bad(p + ".function.name", "expected a non-empty string");
       out.tools.emplace_back(name->get_string());
+      const json::value* parameters = fn->if_contains("parameters");
+      functions.push_back({out.tools.back(), parameters ? *parameters : json::value{}});
     }
     if (!ts.empty())
       req.tools_json = json::serialize(*tools); // for a model's own chat template
@@ -449,10 +482,24 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
         name = f->get_object().if_contains("name");
       if (name == nullptr || !name->is_string())
         return bad("tool_choice.function.name", "expected a string");
-      out.tool_choice = std::string{name->get_string()};
+      out.tool_choice = "function";
+      out.tool_choice_function = std::string{name->get_string()};
+      if (std::find(out.tools.begin(), out.tools.end(), out.tool_choice_function) ==
+          out.tools.end())
+        return bad("tool_choice.function.name",
+                   "'" + out.tool_choice_function + "' is not a function of this request's tools" +
+                       (out.tools.empty() ? " (it declares none)" : ""));
     } else {
       return wrong_type("tool_choice", *choice, "a string or {\"type\": \"function\", ...}");
     }
+  }
+
+  if (out.tool_choice == "required" && out.tools.empty())
+    return bad("tool_choice", "'required' needs tools to call, and the request declares none");
+  if (const auto* v = root->if_contains("parallel_tool_calls"); v && !v->is_null()) {
+    if (!v->is_bool())
+      return wrong_type("parallel_tool_calls", *v, "a boolean");
+    out.parallel_tool_calls = v->get_bool();
   }
 
   if (const auto* format = root->if_contains("response_format"); format && !format->is_null()) {
@@ -470,7 +517,17 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
   if (req.response_grammar && req.script)
     return bad("triad.script", "a script forces tokens a response_format would not allow; send "
                                "one or the other");
+  if (out.tool_choice == "required" || out.tool_choice == "function") {
+    auto g = tool_choice_grammar(out, functions, format ? *format : *byte_chat_format());
+    if (auto* e = std::get_if<api_error>(&g))
+      return *e;
+    req.tool_grammar = std::get<std::shared_ptr<const grammar::grammar>>(std::move(g));
+    if (req.script)
+      return bad("triad.script", "a script forces tokens a tool_choice of '" + out.tool_choice +
+                                     "' would not allow; send one or the other");
+  }
   req.return_unhosted_calls = true;
+  req.declared_tools = out.tools; // only these of the node's hosted tools may run
   if (out.tool_choice == "none") {
     req.max_tool_calls = 0;
     // A script may not force the call the client ruled out.
@@ -513,6 +570,7 @@ std::variant<openai_chat, api_error> parse_completion_request(std::string_view b
   if (auto e = parse_common(root, out))
     return *e;
   out.request.max_tool_calls = 0; // a completion has no tools
+  out.request.declared_tools.emplace();
   return out;
 }
 
@@ -651,6 +709,15 @@ completion_output completion_stream::on_event(const request_event& ev) {
       call["result"] = ev.tool_output;
       server_calls_.push_back(std::move(call));
       unanswered_.erase(unanswered_.begin());
+      if (options_.stream) { // the text before it, then the call and its result
+        flush(false, out); // all but what may start a stop string
+        auto event = chunk(json::object{}, nullptr);
+        event["choices"] = json::array{};
+        auto ran = server_calls_.back().as_object();
+        ran["index"] = server_calls_.size() - 1;
+        event["triad"] = json::object{{"server_tool_call", std::move(ran)}};
+        add_event(event, out);
+      }
     }
     break;
   case request_event::token:
@@ -838,8 +905,9 @@ json::array completion_stream::client_calls_json(bool delta) const {
 
 json::object completion_stream::message_json() const {
   json::object msg{{"role", "assistant"}};
-  msg["content"] =
-      content_.empty() && !client_calls_.empty() ? json::value(nullptr) : json::value(content_);
+  // With calls, white space alone (what a model writes between them) is no content.
+  const bool blank = content_.find_first_not_of(" \t\r\n") == std::string::npos;
+  msg["content"] = blank && !client_calls_.empty() ? json::value(nullptr) : json::value(content_);
   if (!client_calls_.empty())
     msg["tool_calls"] = client_calls_json(false);
   return msg;

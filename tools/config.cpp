@@ -33,6 +33,8 @@ const options::section<tools_config>& tools_section() {
                            "tool calls waiting per tool domain before new ones are refused"),
           options::names<c>("hosted", &c::hosted, builtin_tool_names,
                             "built-in tools the node runs itself; [] = none"),
+          options::boolean("expose_to_all_requests", &c::expose_to_all_requests,
+                           "hosted tools run for requests that did not declare them"),
       },
       {},
   };

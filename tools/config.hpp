@@ -25,6 +25,10 @@ struct tools_config {
   /// so a node runs no tool the operator did not name. Calls to any other tool go back to the
   /// client.
   std::vector<std::string> hosted;
+  /// `expose_to_all_requests`: every request may call every hosted tool (built-in or MCP), even
+  /// one it did not declare in its `tools`. Off by default: a hosted tool runs only for a
+  /// request that declared it; a call to an undeclared one goes back to the client.
+  bool expose_to_all_requests = false;
   bool operator==(const tools_config&) const = default;
 };
 

@@ -412,7 +412,7 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_table_is_an_error) {
                                 "cores = 2\n"
                                 "colour = \"red\"\n");
   BOOST_TEST(message == "triad.toml:3:1: tools.colour = \"red\": unknown key; allowed keys in "
-                        "[tools]: cores, domains, queue_capacity, hosted");
+                        "[tools]: cores, domains, queue_capacity, hosted, expose_to_all_requests");
 }
 
 BOOST_AUTO_TEST_CASE(hosted_tools_must_be_distinct_built_in_names) {

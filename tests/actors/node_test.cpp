@@ -1259,6 +1259,57 @@ BOOST_AUTO_TEST_CASE(without_tools_a_model_files_json_answer_is_text) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_tool_grammar_makes_a_random_model_file_call_in_its_familys_syntax) {
+  // tool_choice "required" on random weights: the masks leave each family's model only calls
+  // in its own syntax (ChatML's <tool_call> tokens, Llama 3's JSON, Mistral's [TOOL_CALLS]),
+  // which the request actor parses back into calls.
+  const auto tools = boost::json::parse(R"([
+      {"name": "get_weather", "parameters": {"type": "object", "properties": {"unit": {"enum":
+        ["celsius", "fahrenheit"]}, "wind": {"type": "boolean"}}, "required": ["unit", "wind"],
+        "additionalProperties": false}},
+      {"name": "get_time", "parameters": {"type": "object", "properties": {},
+        "additionalProperties": false}}])");
+  std::vector<triad::grammar::function_signature> functions;
+  for (const auto& t : tools.as_array())
+    functions.push_back({std::string{t.at("name").as_string()}, t.at("parameters")});
+  for (auto family : all_families) {
+    BOOST_TEST_CONTEXT(family_name(family)) {
+      triad::test::temp_model file{family_spec(family)};
+      auto n = serve(file);
+      auto layout = triad::call_layout_of(n->format(), 3);
+      BOOST_REQUIRE(layout);
+      auto g = triad::grammar::from_tool_calls(functions, *layout);
+      BOOST_REQUIRE_MESSAGE(g, (g ? "" : g.error().message));
+      auto grammar = std::make_shared<const triad::grammar::grammar>(std::move(*g));
+      for (std::uint64_t seed : {1u, 2u, 3u}) {
+        auto r = calling_request(0);
+        r.script.reset();
+        r.max_tokens = 400;
+        r.sampling.temperature = 1.2f;
+        r.sampling.seed = seed;
+        r.tool_grammar = grammar;
+        auto a = ask(*n, r);
+        BOOST_REQUIRE_MESSAGE(a.end.kind == triad::request_event::done, a.end.message);
+        BOOST_TEST((a.end.finish == triad::finish_reason::tool_calls));
+        BOOST_TEST(!a.calls.empty());
+        BOOST_TEST(a.calls.size() <= 3u);
+        for (const auto& c : a.calls) {
+          const auto args = boost::json::parse(c.arguments_json).as_object();
+          if (c.tool_name == "get_weather") {
+            BOOST_TEST(args.size() == 2u, c.arguments_json);
+            BOOST_TEST(args.at("wind").is_bool(), c.arguments_json);
+          } else {
+            BOOST_TEST(c.tool_name == "get_time");
+            BOOST_TEST(args.empty(), c.arguments_json);
+          }
+        }
+        // Only what the syntax puts between calls (ChatML: a newline) is outside them.
+        BOOST_TEST(a.content.find_first_not_of('\n') == std::string::npos, a.content);
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_response_grammar_holds_across_the_prefill_and_decode_devices) {
   // The answer follows the grammar on the default three-stage node: the first token is chosen
   // on the prefill device, the rest on the decode device, each from where the answer stands.

@@ -215,3 +215,80 @@ BOOST_AUTO_TEST_CASE(any_json_object_takes_objects_only) {
   BOOST_TEST(matches(v, R"(-0.5E+2)"));
   BOOST_TEST(!matches(v, R"(+1)"));
 }
+
+// -- tool calls --
+
+namespace {
+
+// The functions of a request: get_weather (the weather schema) and get_time (no parameters).
+std::vector<function_signature> weather_functions() {
+  return {{"get_weather", json::parse(weather)}, {"get_time", json::value{}}};
+}
+
+std::shared_ptr<const grammar> calls_grammar(const call_layout& layout,
+                                             std::vector<function_signature> functions) {
+  auto g = from_tool_calls(functions, layout);
+  BOOST_REQUIRE_MESSAGE(g, (g ? "" : g.error().to_string()));
+  return std::make_shared<const grammar>(std::move(*g));
+}
+
+const std::string open_tag(1, static_cast<char>(call_open_marker));
+const std::string close_tag(1, static_cast<char>(call_close_marker));
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_tool_call_grammar_takes_calls_to_declared_functions_only) {
+  call_layout tagged;
+  tagged.before_each = open_tag;
+  tagged.after_each = close_tag;
+  tagged.between = "\n";
+  const auto g = calls_grammar(tagged, weather_functions());
+  const auto call = [&](std::string_view body) { return open_tag + std::string{body} + close_tag; };
+  BOOST_TEST(matches(g, call(R"({"name":"get_weather","arguments":{"city":"Oslo","unit":"celsius"}})")));
+  BOOST_TEST(matches(g, call(R"({"name":"get_time","arguments":{"zone":[1,2]}})")));
+  BOOST_TEST(!matches(g, call(R"({"name":"get_weather","arguments":{"city":"Oslo"}})"))); // unit
+  BOOST_TEST(!matches(g, call(R"({"name":"rm","arguments":{}})")));                // not declared
+  BOOST_TEST(!matches(g, R"({"name":"get_time","arguments":{}})"));                 // no tags
+  BOOST_TEST(!matches(g, call(R"({"name":"get_time","arguments":{}})") + "\n" +
+                             call(R"({"name":"get_time","arguments":{}})"))); // one call only
+  BOOST_TEST(!matches(g, ""));                                               // at least one
+}
+
+BOOST_AUTO_TEST_CASE(parallel_calls_take_up_to_max_calls_in_the_layout_of_the_family) {
+  call_layout llama3;
+  llama3.arguments_key = "parameters";
+  llama3.between = "; ";
+  llama3.max_calls = 2;
+  const auto g = calls_grammar(llama3, {{"get_time", json::value{}}});
+  const std::string one = R"({"name":"get_time","parameters":{}})";
+  BOOST_TEST(matches(g, one));
+  BOOST_TEST(matches(g, one + "; " + one));
+  BOOST_TEST(!matches(g, one + "; " + one + "; " + one));
+  BOOST_TEST(!matches(g, R"({"name":"get_time","arguments":{}})")); // Llama 3's key
+  call_layout mistral;
+  mistral.before_all = open_tag + "[";
+  mistral.between = ", ";
+  mistral.after_all = "]";
+  mistral.max_calls = 3;
+  const auto m = calls_grammar(mistral, weather_functions());
+  const std::string t = R"({"name":"get_time","arguments":{}})";
+  BOOST_TEST(matches(m, open_tag + "[" + t + ", " + t + "]"));
+  BOOST_TEST(!matches(m, "[" + t + "]"));
+}
+
+BOOST_AUTO_TEST_CASE(each_function_resolves_its_own_refs_and_a_bad_schema_names_it) {
+  const auto a = json::parse(R"({"type": "object", "properties": {"x": {"$ref": "#/$defs/n"}},
+      "required": ["x"], "$defs": {"n": {"type": "integer"}}})");
+  const auto b = json::parse(R"({"type": "object", "properties": {"x": {"$ref": "#/$defs/n"}},
+      "required": ["x"], "$defs": {"n": {"type": "boolean"}}})");
+  const auto g = calls_grammar({}, {{"a", a}, {"b", b}});
+  BOOST_TEST(matches(g, R"({"name":"a","arguments":{"x":3}})"));
+  BOOST_TEST(matches(g, R"({"name":"b","arguments":{"x":true}})"));
+  BOOST_TEST(!matches(g, R"({"name":"b","arguments":{"x":3}})"));
+  auto bad = from_tool_calls({{"a", a}, {"odd", json::parse(R"({"type": "string", "pattern": "a+"})")}},
+                             {});
+  BOOST_REQUIRE(!bad);
+  BOOST_TEST(bad.error().message.find("function 'odd'") == 0u, bad.error().message);
+  BOOST_TEST(bad.error().message.find("pattern") != std::string::npos, bad.error().message);
+  BOOST_TEST(!from_tool_calls({}, {}));
+}

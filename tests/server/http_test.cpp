@@ -30,11 +30,15 @@ struct reply {
 
 // A node (tiny cpu devices, the "nap" tool) behind an HTTP server on a free port.
 struct server_fixture {
-  std::unique_ptr<triad::node> node = triad::test::start_node();
+  std::unique_ptr<triad::node> node;
   std::unique_ptr<triad::http_server> server;
 
+  /// `expose_tools`: the node's `[tools].expose_to_all_requests`.
   explicit server_fixture(std::string api_key = {}, std::size_t max_concurrent = 64,
-                          bool allow_scripts = true) {
+                          bool allow_scripts = true, bool expose_tools = false)
+      : node(triad::test::start_node({}, [&](triad::node_config& c) {
+          c.tools.expose_to_all_requests = expose_tools;
+        })) {
     triad::http_server_options o;
     o.server.port = 0;
     o.server.max_header_bytes = 2048;
@@ -90,6 +94,11 @@ std::string ask(std::string extra = {}, unsigned max_tokens = 0) {
              "max_tokens": )" +
          std::to_string(max_tokens) + R"(, "temperature": 0)" + extra + "}";
 }
+
+// The `tools` field of a request that declares the node's "nap" tool (only a declared hosted
+// tool runs).
+const std::string declare_nap =
+    R"(, "tools": [{"type": "function", "function": {"name": "nap", "parameters": {"type": "object"}}}])";
 
 // The data lines of an event stream.
 std::vector<std::string> events_of(const std::string& body) {
@@ -177,7 +186,7 @@ BOOST_AUTO_TEST_CASE(a_call_to_a_tool_the_node_does_not_host_goes_back_to_the_cl
 
 BOOST_AUTO_TEST_CASE(a_call_to_a_hosted_tool_runs_on_the_node_and_generation_goes_on) {
   server_fixture f;
-  auto r = f.chat(ask(R"(, "triad": {"script": [{"tokens": 2, "tool_call": {"name": "nap",
+  auto r = f.chat(ask(declare_nap + R"(, "triad": {"script": [{"tokens": 2, "tool_call": {"name": "nap",
       "arguments": {"ms": 5}}}, {"tokens": 3}]})"));
   BOOST_REQUIRE_EQUAL(r.status, 200u);
   auto j = r.json().as_object();
@@ -189,6 +198,35 @@ BOOST_AUTO_TEST_CASE(a_call_to_a_hosted_tool_runs_on_the_node_and_generation_goe
   auto node = j.at("usage").at("triad").as_object();
   BOOST_TEST(node.at("server_tool_calls").as_int64() == 1);
   BOOST_TEST(node.at("kv_kept_calls").as_int64() + node.at("kv_stored_calls").as_int64() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_hosted_tool_the_request_did_not_declare_never_runs) {
+  server_fixture f;
+  const std::string call = R"(, "triad": {"script": [{"tokens": 2, "tool_call": {"name": "nap",
+      "arguments": {"ms": 5}}}, {"tokens": 3}]})";
+  for (const std::string& tools :
+       {std::string{}, std::string{R"(, "tools": [{"type": "function", "function":
+           {"name": "get_weather", "parameters": {"type": "object"}}}])"}}) {
+    auto r = f.chat(ask(tools + call));
+    BOOST_REQUIRE_EQUAL(r.status, 200u);
+    auto j = r.json().as_object();
+    // The call goes back to the client, as a call to any tool the node does not host.
+    BOOST_TEST(j.at("choices").at(0).at("finish_reason").as_string() == "tool_calls");
+    auto returned = j.at("choices").at(0).at("message").at("tool_calls").at(0);
+    BOOST_TEST(returned.at("function").at("name").as_string() == "nap");
+    BOOST_TEST(!j.contains("triad")); // nothing ran on the node
+    BOOST_TEST(j.at("usage").at("triad").at("server_tool_calls").as_int64() == 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_node_that_exposes_its_tools_runs_them_undeclared) {
+  server_fixture f{{}, 64, true, true};
+  auto r = f.chat(ask(R"(, "triad": {"script": [{"tokens": 2, "tool_call": {"name": "nap",
+      "arguments": {"ms": 5}}}, {"tokens": 3}]})"));
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  auto j = r.json().as_object();
+  BOOST_TEST(j.at("choices").at(0).at("finish_reason").as_string() == "stop");
+  BOOST_TEST(j.at("triad").at("server_tool_calls").at(0).at("name").as_string() == "nap");
 }
 
 BOOST_AUTO_TEST_CASE(a_stop_string_ends_the_answer_before_it) {
@@ -261,7 +299,7 @@ BOOST_AUTO_TEST_CASE(a_request_pipelined_behind_one_being_answered_is_answered_a
   };
   // The first takes a while (a hosted tool naps); the second arrives while it runs and waits
   // in the socket.
-  auto slow = ask(R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
+  auto slow = ask(declare_nap + R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
       "arguments": {"ms": 300}}}, {"tokens": 1}]})");
   net::write(s, net::buffer(request(slow)));
   while (f.server->active() == 0)
@@ -359,7 +397,7 @@ BOOST_AUTO_TEST_CASE(a_client_that_sends_its_head_too_slowly_is_disconnected) {
 BOOST_AUTO_TEST_CASE(past_the_concurrency_limit_requests_get_429_with_retry_after) {
   server_fixture f{{}, 1};
   auto slow = std::async(std::launch::async, [&] {
-    return f.chat(ask(R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
+    return f.chat(ask(declare_nap + R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
         "arguments": {"ms": 1500}}}, {"tokens": 1}]})"));
   });
   while (f.server->active() == 0)
@@ -377,7 +415,7 @@ BOOST_AUTO_TEST_CASE(far_above_capacity_every_request_gets_exactly_one_answer) {
   std::vector<std::future<reply>> replies;
   for (int i = 0; i < 24; ++i)
     replies.push_back(std::async(std::launch::async, [&] {
-      return f.chat(ask(R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
+      return f.chat(ask(declare_nap + R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
           "arguments": {"ms": 200}}}, {"tokens": 1}]})"));
     }));
   std::size_t ok = 0, refused = 0;
@@ -406,7 +444,7 @@ BOOST_AUTO_TEST_CASE(far_above_capacity_every_request_gets_exactly_one_answer) {
 BOOST_AUTO_TEST_CASE(a_drain_finishes_the_requests_in_flight_and_takes_no_new_ones) {
   server_fixture f;
   auto slow = std::async(std::launch::async, [&] {
-    return f.chat(ask(R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
+    return f.chat(ask(declare_nap + R"(, "triad": {"script": [{"tokens": 1, "tool_call": {"name": "nap",
         "arguments": {"ms": 500}}}, {"tokens": 2}]})"));
   });
   while (f.server->active() == 0)
@@ -431,7 +469,7 @@ BOOST_AUTO_TEST_CASE(a_client_that_disconnects_cancels_its_request) {
     stream.connect(tcp::endpoint{net::ip::make_address("127.0.0.1"), f.server->port()});
     http::request<http::string_body> req{http::verb::post, "/v1/chat/completions", 11};
     req.set(http::field::host, "localhost");
-    req.body() = ask(R"(, "stream": true, "triad": {"script": [{"tokens": 1, "tool_call":
+    req.body() = ask(declare_nap + R"(, "stream": true, "triad": {"script": [{"tokens": 1, "tool_call":
         {"name": "nap", "arguments": {"ms": 30000}}}, {"tokens": 1}]})");
     req.prepare_payload();
     http::write(stream, req);
@@ -507,6 +545,87 @@ BOOST_AUTO_TEST_CASE(a_json_object_response_format_is_an_object_so_far) {
     boost::system::error_code ec;
     BOOST_TEST(json::parse(content, ec).is_object(), content);
   }
+}
+
+namespace {
+
+// Two functions the node does not host, whose arguments a random model finishes quickly (enums,
+// booleans, nothing): get_weather and get_time.
+const std::string forecast_tools = R"(, "tools": [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+       "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}, "wind": {"type": "boolean"}},
+       "required": ["unit", "wind"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+       "properties": {}, "additionalProperties": false}}}])";
+
+// The calls of a reply that ended with tool_calls, each checked against forecast_tools.
+std::vector<std::string> forecast_calls(const json::value& reply) {
+  const auto& choice = reply.at("choices").at(0);
+  BOOST_TEST(choice.at("finish_reason").as_string() == "tool_calls", json::serialize(reply));
+  std::vector<std::string> names;
+  for (const auto& call : choice.at("message").at("tool_calls").as_array()) {
+    const std::string name{call.at("function").at("name").as_string()};
+    const std::string text{call.at("function").at("arguments").as_string()};
+    boost::system::error_code ec;
+    const auto args = json::parse(text, ec);
+    BOOST_REQUIRE_MESSAGE(!ec && args.is_object(), "arguments are not an object: " << text);
+    const auto& o = args.as_object();
+    if (name == "get_weather") {
+      BOOST_TEST(o.size() == 2u, text);
+      const auto unit = o.at("unit").as_string();
+      BOOST_TEST((unit == "celsius" || unit == "fahrenheit"), text);
+      BOOST_TEST(o.at("wind").is_bool(), text);
+    } else {
+      BOOST_TEST(name == "get_time");
+      BOOST_TEST(o.empty(), text);
+    }
+    names.push_back(name);
+  }
+  return names;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(tool_choice_required_makes_a_random_model_call_a_declared_tool) {
+  server_fixture f;
+  for (const char* sampling :
+       {R"(, "temperature": 0)", R"(, "temperature": 1.5, "seed": 3)", R"(, "seed": 11)"}) {
+    auto r = f.chat(R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "Hi"}],
+                        "max_tokens": 300, "tool_choice": "required")" +
+                    std::string{sampling} + forecast_tools + "}");
+    BOOST_REQUIRE_EQUAL(r.status, 200u);
+    BOOST_TEST(forecast_calls(r.json()).size() == 1u); // the byte format stops at each call
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_named_tool_choice_calls_exactly_that_function) {
+  server_fixture f;
+  for (const char* name : {"get_time", "get_weather"})
+    for (const char* sampling : {R"(, "temperature": 0)", R"(, "temperature": 1.2, "seed": 5)"}) {
+      auto r = f.chat(R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "Hi"}],
+                          "max_tokens": 300, "tool_choice": {"type": "function", "function":
+                          {"name": ")" +
+                      std::string{name} + "\"}}" + sampling + forecast_tools + "}");
+      BOOST_REQUIRE_EQUAL(r.status, 200u);
+      const auto names = forecast_calls(r.json());
+      BOOST_REQUIRE_EQUAL(names.size(), 1u);
+      BOOST_TEST(names[0] == name);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(tool_choice_required_runs_a_declared_hosted_tool_then_answers_freely) {
+  server_fixture f;
+  auto r = f.chat(R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "Hi"}],
+      "max_tokens": 300, "temperature": 0, "tool_choice": "required", "tools": [{"type":
+      "function", "function": {"name": "nap", "parameters": {"type": "object", "properties":
+      {"ms": {"enum": [1, 2]}}, "required": ["ms"], "additionalProperties": false}}}]})");
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  const auto reply = r.json();
+  const auto& ran = reply.at("triad").at("server_tool_calls").at(0);
+  BOOST_TEST(ran.at("name").as_string() == "nap");
+  const auto args = json::parse(ran.at("arguments").as_string());
+  BOOST_TEST((args.at("ms") == json::value(1) || args.at("ms") == json::value(2)));
+  BOOST_TEST(reply.at("choices").at(0).at("finish_reason").as_string() != "tool_calls");
 }
 
 BOOST_AUTO_TEST_CASE(a_response_format_the_node_cannot_enforce_is_a_400_naming_it) {

@@ -6,6 +6,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "grammar/matcher.hpp"
 #include "server/openai.hpp"
 #include "tests/printers.hpp"
 
@@ -189,6 +190,29 @@ BOOST_AUTO_TEST_CASE(every_bad_field_is_named_with_its_value) {
            "tool_choice": "none", "triad": {"script": [{"tokens": 2, "tool_call": {"name": "x"}},
            {"tokens": 1}]}})",
        "triad.script[0].tool_call", "tool_choice \"none\""},
+      {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "a"}}],
+           "tool_choice": {"type": "function", "function": {"name": "b"}}})",
+       "tool_choice.function.name", "'b' is not a function of this request's tools"},
+      {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}],
+           "tool_choice": {"type": "function", "function": {"name": "b"}}})",
+       "tool_choice.function.name", "declares none"},
+      {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}],
+           "tool_choice": "required"})",
+       "tool_choice", "needs tools"},
+      {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "a"}},
+                     {"type": "function", "function": {"name": "b", "parameters":
+                       {"type": "object", "properties": {"s": {"type": "string", "format": "email"}}}}}],
+           "tool_choice": "required"})",
+       "tools[1].function.parameters", "format"},
+      {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": "required",
+           "triad": {"script": [{"tokens": 2}]}})",
+       "triad.script", "tool_choice of 'required'"},
+      {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}],
+           "parallel_tool_calls": 1})",
+       "parallel_tool_calls", "a boolean"},
   };
   for (const auto& c : cases) {
     auto e = refused(c.body);
@@ -199,6 +223,38 @@ BOOST_AUTO_TEST_CASE(every_bad_field_is_named_with_its_value) {
       BOOST_TEST(triad::to_json(e).find("\"invalid_request_error\"") != std::string::npos);
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(tool_choice_required_or_named_compiles_a_grammar_of_the_calls) {
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "a"}},
+      {"type": "function", "function": {"name": "b", "parameters": {"type": "object"}}}])";
+  const auto head = std::string{R"({"model": "triad-tiny", "messages": [{"role": "user",
+      "content": "x"}], )"} + tools;
+  auto automatic = ok(head + "}");
+  BOOST_TEST(automatic.tool_choice == "auto");
+  BOOST_TEST(!automatic.request.tool_grammar); // the model chooses
+  auto required = ok(head + R"(, "tool_choice": "required", "parallel_tool_calls": false})");
+  BOOST_TEST(required.tool_choice == "required");
+  BOOST_TEST(!required.parallel_tool_calls);
+  BOOST_REQUIRE(required.request.tool_grammar);
+  auto named = ok(head + R"(, "tool_choice": {"type": "function", "function": {"name": "b"}}})");
+  BOOST_TEST(named.tool_choice == "function");
+  BOOST_TEST(named.tool_choice_function == "b");
+  BOOST_REQUIRE(named.request.tool_grammar);
+  // The byte format's calls: <tool_call>{"name": .., "arguments": ..}</tool_call>, one only.
+  const std::string open(1, static_cast<char>(triad::grammar::call_open_marker));
+  const std::string close(1, static_cast<char>(triad::grammar::call_close_marker));
+  triad::grammar::matcher m{named.request.tool_grammar};
+  BOOST_TEST(!m.accept(open + R"({"name":"a")"));
+  triad::grammar::matcher n{named.request.tool_grammar};
+  BOOST_TEST(n.accept(open + R"({"name":"b","arguments":{"k":[1]}})" + close));
+  BOOST_TEST(n.can_end());
+  // A function called "none" is named, not the mode.
+  auto odd = ok(std::string{R"({"model": "triad-tiny", "messages": [{"role": "user",
+      "content": "x"}], "tools": [{"type": "function", "function": {"name": "none"}}],
+      "tool_choice": {"type": "function", "function": {"name": "none"}}})"});
+  BOOST_TEST(odd.tool_choice == "function");
+  BOOST_TEST(odd.request.max_tool_calls > 0u);
 }
 
 BOOST_AUTO_TEST_CASE(bad_json_and_an_unknown_model_are_refused) {
@@ -407,6 +463,38 @@ BOOST_AUTO_TEST_CASE(hosted_calls_and_their_results_are_reported_apart) {
   const auto& hosted = body.at("triad").at("server_tool_calls").at(0);
   BOOST_TEST(hosted.at("name") == "shell");
   BOOST_TEST(hosted.at("result") == "a.txt\n");
+}
+
+BOOST_AUTO_TEST_CASE(a_streamed_hosted_call_is_a_triad_chunk_with_no_choices_after_the_text) {
+  triad::completion_stream answer{answer_options(true)};
+  std::string bytes = answer.on_event(token_event('a')).bytes;
+  answer.on_event(call_event("shell", R"({"command": "ls"})"));
+  triad::request_event result;
+  result.kind = triad::request_event::tool_result;
+  result.tool_output = "a.txt\n";
+  bytes += answer.on_event(result).bytes;
+  bytes += answer.on_event(token_event('b')).bytes;
+  bytes += answer.on_event(done_event(triad::finish_reason::stop)).bytes;
+  bool done = false;
+  const auto events = events_of(bytes, done);
+  BOOST_TEST(done);
+  std::string order; // t: text, c: the hosted call
+  for (const auto& e : events) {
+    BOOST_TEST(e.at("object") == "chat.completion.chunk");
+    if (const auto* ext = e.as_object().if_contains("triad")) {
+      BOOST_TEST(e.at("choices").as_array().empty());
+      const auto& ran = ext->at("server_tool_call");
+      BOOST_TEST(ran.at("index") == 0);
+      BOOST_TEST(ran.at("name") == "shell");
+      BOOST_TEST(ran.at("arguments") == R"({"command": "ls"})");
+      BOOST_TEST(ran.at("result") == "a.txt\n");
+      order += 'c';
+    } else if (const auto* c = e.at("choices").at(0).at("delta").as_object().if_contains("content");
+               c && !c->as_string().empty()) {
+      order += 't';
+    }
+  }
+  BOOST_TEST(order == "tct");
 }
 
 BOOST_AUTO_TEST_CASE(an_error_before_any_byte_is_an_http_error_and_after_one_an_event) {

@@ -104,16 +104,101 @@ await check("a streamed tool call arrives as tool_calls deltas", async () => {
   assert.deepEqual(JSON.parse(args), { city: "Oslo" });
 });
 
-await check("a call to a hosted tool runs on the node and generation goes on", async () => {
-  const r = await client.chat.completions.create({
-    model, messages: user,
-    triad: { script: [{ tokens: 2, tool_call: { name: "shell", arguments: { command: "echo conformance" } } }, { tokens: 3 }] },
-  });
+const shellTool = [{ type: "function", function: { name: "shell", description: "Runs a command",
+  parameters: { type: "object", properties: { command: { type: "string" } }, required: ["command"] } } }];
+const shellScript = { script: [{ tokens: 2, tool_call: { name: "shell", arguments: { command: "echo conformance" } } }, { tokens: 3 }] };
+
+await check("a call to a hosted tool the client declared runs on the node and generation goes on", async () => {
+  const r = await client.chat.completions.create({ model, messages: user, tools: shellTool, triad: shellScript });
   assert.equal(r.choices[0].finish_reason, "stop");
   assert.equal(r.choices[0].message.tool_calls, undefined);
   const ran = r.triad.server_tool_calls[0];
   assert.equal(ran.name, "shell");
   assert.match(ran.result, /conformance/);
+});
+
+await check("a hosted tool the client did not declare never runs: the call is returned", async () => {
+  for (const tools of [undefined, weather]) {
+    const r = await client.chat.completions.create({ model, messages: user, tools, triad: shellScript });
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.equal(r.choices[0].message.tool_calls[0].function.name, "shell");
+    assert.equal(r.triad, undefined);
+    assert.equal(r.usage.triad.server_tool_calls, 0);
+  }
+});
+
+await check("a streamed hosted call arrives as a triad chunk with no choices", async () => {
+  const stream = await client.chat.completions.create({ model, messages: user, tools: shellTool, triad: shellScript, stream: true });
+  const ran = [];
+  let finish = null;
+  for await (const chunk of stream) {
+    if (chunk.triad?.server_tool_call) {
+      assert.equal(chunk.choices.length, 0);
+      ran.push(chunk.triad.server_tool_call);
+    }
+    for (const c of chunk.choices) if (c.finish_reason) finish = c.finish_reason;
+  }
+  assert.equal(finish, "stop");
+  assert.equal(ran.length, 1);
+  assert.equal(ran[0].name, "shell");
+  assert.match(ran[0].result, /conformance/);
+});
+
+// Arguments a random model completes quickly: enums and booleans only.
+const forecast = [
+  { type: "function", function: { name: "get_forecast", parameters: { type: "object",
+    properties: { unit: { enum: ["celsius", "fahrenheit"] }, wind: { type: "boolean" } },
+    required: ["unit", "wind"], additionalProperties: false } } },
+  { type: "function", function: { name: "get_time", parameters: { type: "object", properties: {}, additionalProperties: false } } },
+];
+function checkForecastCall(call) {
+  assert.equal(call.type, "function");
+  const args = JSON.parse(call.function.arguments);
+  if (call.function.name === "get_forecast") {
+    assert.deepEqual(Object.keys(args), ["unit", "wind"]);
+    assert.ok(["celsius", "fahrenheit"].includes(args.unit));
+    assert.equal(typeof args.wind, "boolean");
+  } else {
+    assert.equal(call.function.name, "get_time");
+    assert.deepEqual(args, {});
+  }
+}
+
+await check("tool_choice required always yields a valid call to a declared tool", async () => {
+  for (const seed of [1, 2, 3, 4]) {
+    const r = await client.chat.completions.create({ model, messages: user, tools: forecast,
+      tool_choice: "required", max_tokens: 300, temperature: 1.3, seed });
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.ok(r.choices[0].message.tool_calls.length >= 1);
+    r.choices[0].message.tool_calls.forEach(checkForecastCall);
+  }
+});
+
+await check("a named tool_choice always calls that function, streamed too", async () => {
+  for (const name of ["get_time", "get_forecast"]) {
+    const r = await client.chat.completions.create({ model, messages: user, tools: forecast,
+      tool_choice: { type: "function", function: { name } }, max_tokens: 300, temperature: 1, seed: 9 });
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.equal(r.choices[0].message.tool_calls[0].function.name, name);
+    r.choices[0].message.tool_calls.forEach(checkForecastCall);
+  }
+  const stream = await client.chat.completions.create({ model, messages: user, tools: forecast,
+    tool_choice: { type: "function", function: { name: "get_forecast" } }, max_tokens: 300, stream: true });
+  let fname = "", args = "", finish = null;
+  for await (const chunk of stream)
+    for (const c of chunk.choices) {
+      for (const t of c.delta.tool_calls ?? []) { fname += t.function?.name ?? ""; args += t.function?.arguments ?? ""; }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  assert.equal(finish, "tool_calls");
+  checkForecastCall({ type: "function", function: { name: fname, arguments: args } });
+  assert.equal(fname, "get_forecast");
+});
+
+await check("a named function not in tools is a 400 naming tool_choice", async () => {
+  await assert.rejects(client.chat.completions.create({ model, messages: user, tools: forecast,
+    tool_choice: { type: "function", function: { name: "launch" } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.error?.param === "tool_choice.function.name");
 });
 
 await check("errors come as the client's typed errors", async () => {
