@@ -10,6 +10,14 @@ namespace triad {
 
 namespace {
 
+// How deep a call's JSON may nest: as deep as a grammar of its arguments lets a model write it
+// (tool_choice), not Boost.JSON's default 32.
+boost::json::parse_options call_parsing() {
+  boost::json::parse_options o;
+  o.max_depth = 1024;
+  return o;
+}
+
 void append(std::vector<token>& out, std::string_view text) {
   tokenizer{}.encode_to(out, text, false); // message text never makes special tokens
 }
@@ -187,7 +195,7 @@ expected<tool_call_text> call_of(const boost::json::value& v, bool need_argument
     out.arguments_json = boost::json::serialize(*args);
   } else if (args->is_string()) { // some models write the arguments as a JSON string
     std::error_code ec;
-    auto inner = boost::json::parse(args->as_string(), ec);
+    auto inner = boost::json::parse(args->as_string(), ec, {}, call_parsing());
     if (ec || !inner.is_object())
       return make_error(errc::invalid_argument,
                         "tool call \"arguments\" is a string that is not a JSON object");
@@ -210,7 +218,7 @@ expected<tool_call_text> parse_tool_call(std::string_view text) {
   // not in one allocation per node.
   unsigned char buffer[2048];
   boost::json::monotonic_resource arena{buffer, sizeof buffer};
-  auto v = boost::json::parse(text, ec, &arena);
+  auto v = boost::json::parse(text, ec, &arena, call_parsing());
   if (ec)
     return make_error(errc::invalid_argument, "tool call is not valid JSON: " + ec.message());
   return call_of(v);
@@ -251,7 +259,7 @@ expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::
         ++at;
       if (at == text.size())
         break;
-      boost::json::stream_parser p;
+      boost::json::stream_parser p{{}, call_parsing()};
       std::error_code ec;
       const auto used = p.write_some(text.data() + at, text.size() - at, ec);
       if (!ec && !p.done())
@@ -288,7 +296,8 @@ expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::
         while (!name.empty() && (name.back() == ' ' || name.back() == '\n'))
           name.remove_suffix(1);
         std::error_code ec;
-        auto arguments = boost::json::parse(part.substr(at + args.size()), ec);
+        auto arguments =
+            boost::json::parse(part.substr(at + args.size()), ec, {}, call_parsing());
         if (ec)
           return make_error(errc::invalid_argument,
                             "tool call [ARGS] are not valid JSON: " + ec.message());
@@ -301,7 +310,7 @@ expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::
       return out;
     }
     std::error_code ec;
-    auto v = boost::json::parse(text, ec);
+    auto v = boost::json::parse(text, ec, {}, call_parsing());
     if (ec)
       return make_error(errc::invalid_argument, "tool calls are not valid JSON: " + ec.message());
     if (v.is_object()) {

@@ -357,6 +357,7 @@ std::optional<grammar::call_layout> call_layout_of(const chat_format& format,
     l.before_each = open;
     l.after_each = close;
     l.between += '\n';
+    l.newlines_inside = true;
     return l;
   case call_syntax::llama3: // {"name": .., "parameters": {..}}; {..}
     l.arguments_key = std::string{"parameters"};

@@ -234,6 +234,8 @@ private:
     if (produced_ < forced_.size())
       g.forced.assign(forced_.begin() + static_cast<std::ptrdiff_t>(produced_), forced_.end());
     g.constraint = constraint_from_here();
+    g.logprobs = req_.logprobs;
+    g.top_logprobs = req_.top_logprobs;
     return g;
   }
 
@@ -515,8 +517,12 @@ private:
       usage_.prefill_tokens -= std::min<std::uint64_t>(usage_.prefill_tokens, e.cached);
       unreported_ -= std::min<std::uint64_t>(unreported_, e.cached);
     }
-    for (auto t : e.tokens)
-      on_token(t);
+    for (std::size_t i = 0; i < e.tokens.size(); ++i) {
+      // A token event's log probabilities are its one token's.
+      step_logprobs_ = i == 0 && !e.logprobs.empty() ? &e : nullptr;
+      on_token(e.tokens[i]);
+    }
+    step_logprobs_ = nullptr;
     switch (e.kind) {
     case device_event::token:
       return;
@@ -658,10 +664,14 @@ private:
   // A call the model closed (with its closing token, or by ending the turn): its calls join the
   // answer's; malformed, or past what one answer may return (the request's max_tool_calls, and
   // at most 64, up to which the ids of one answer's calls are distinct), it is the answer's text
-  // again (the model cannot be told).
+  // again (the model cannot be told). Without parallel_tool_calls the answer's first call is
+  // its only one: later calls at the same site are dropped, a later site is text.
   void close_call(bool closed_by_token) {
     auto parsed = parse_tool_calls(format().syntax(), call_text(), !call_open_.has_value());
-    const std::size_t room = std::min<std::size_t>(req_.max_tool_calls, 64);
+    if (parsed && !req_.parallel_tool_calls && calls_.empty() && parsed->size() > 1)
+      parsed->resize(1);
+    const std::size_t room =
+        req_.parallel_tool_calls ? std::min<std::size_t>(req_.max_tool_calls, 64) : 1;
     if (parsed && calls_.size() + parsed->size() <= room)
       calls_.insert(calls_.end(), std::make_move_iterator(parsed->begin()),
                     std::make_move_iterator(parsed->end()));
@@ -699,6 +709,11 @@ private:
     ev.tok = t;
     ev.text = std::move(piece);
     ev.content = content;
+    if (const auto* lp = step_logprobs_) {
+      ev.logprob = lp->logprobs.front();
+      for (std::size_t k = 0; k < lp->top.size() && k + 1 < lp->logprobs.size(); ++k)
+        ev.top_logprobs.push_back({lp->top[k], format().piece(lp->top[k]), lp->logprobs[k + 1]});
+    }
     emit(std::move(ev));
   }
 
@@ -1070,6 +1085,8 @@ private:
   std::vector<tool_call_text> calls_; // the answer's calls so far (a format that returns them)
   std::vector<token> appended_;       // the tool result's tokens, until they are sent
   std::shared_ptr<grammar::mask_cache> masks_; // response_format: the answer's token masks
+  // While a device event's tokens are taken: the one whose log probabilities it carries.
+  const device_event* step_logprobs_ = nullptr;
   request_usage usage_;
 };
 

@@ -64,6 +64,9 @@ struct chat_request {
   /// (`[tools].expose_to_all_requests`); a call to any other is a call the node does not host.
   /// Unset: the embedded caller, who configured the node's tools, may call each of them.
   std::optional<std::vector<std::string>> declared_tools;
+  /// An answer may make several calls (OpenAI's parallel_tool_calls); false: its first call
+  /// alone is one, the rest of what it writes text.
+  bool parallel_tool_calls = true;
   /// A plain completion (`/v1/completions`): the prompt is this text's tokens (after BOS where
   /// the model wants one), with no chat template; `messages` is not used.
   std::optional<std::string> raw_prompt;
@@ -76,9 +79,13 @@ struct chat_request {
   std::shared_ptr<const grammar::grammar> response_grammar;
   /// The grammar of the calls the answer must make (tool_choice "required" or a named function,
   /// in the model's call syntax: call_layout_of; null: the model chooses): the devices mask
-  /// every token it does not allow until the answer's first call closes. After a hosted call's
-  /// result the model answers freely.
+  /// every token it does not allow, to the end of an answer that returns its calls, up to the
+  /// first call where the node runs it: after a hosted call's result the model answers freely.
   std::shared_ptr<const grammar::grammar> tool_grammar;
+  /// Report each generated token's log probability under the model (token events' `logprob`),
+  /// with this many of the most likely alternatives (top_logprobs, at most max_top_logprobs).
+  bool logprobs = false;
+  std::uint8_t top_logprobs = 0; ///< see logprobs
 };
 
 /// The states of a request; the first five match its stages, the last three are its ends.
@@ -144,6 +151,16 @@ struct request_event {
   std::string text;          ///< token: its bytes (a character may span tokens)
   /// token: part of the answer's text (not a control token, not inside a tool call).
   bool content = true;
+  /// One of the most likely tokens at a step, for logprobs.
+  struct alternative {
+    triad::token tok = 0; ///< its id
+    std::string text;     ///< its bytes
+    float logprob = 0;    ///< its log probability
+  };
+  /// token, where the request asked for logprobs: the token's log probability under the model
+  /// (log softmax of the step's logits before temperature, top-k/p and any grammar mask).
+  std::optional<float> logprob;
+  std::vector<alternative> top_logprobs; ///< token: the most likely tokens (top_logprobs)
   std::string tool_name;      ///< tool_call: the function called ("(malformed)" if unparsed)
   std::string arguments_json; ///< tool_call: its arguments
   std::string tool_output;    ///< tool_result: the output, as the model reads it

@@ -163,6 +163,10 @@ public:
           s->tokens.insert(s->tokens.end(), appended.begin(), appended.end());
           s->state = s->computed < s->tokens.size() ? seq_state::waiting : seq_state::running;
           s->finished = false;
+          // A grammar (a tool_choice's) held up to the call; after its result the model is
+          // free. Parked, no job of the sequence is in flight: the plan is the actor's now.
+          if (s->plan)
+            s->plan->constraint.reset();
           schedule();
         },
         [this](free_atom, seq_id id) { release(id); },
@@ -443,7 +447,8 @@ private:
     s.lookup = looks_up;
     s.plan = std::make_shared<detail::sample_plan>(
         detail::sample_plan{sampler{req.sampling}, std::move(req.forced), std::move(req.stop),
-                            req.max_new_tokens, req.end, std::move(req.constraint), {}});
+                            req.max_new_tokens, req.end, std::move(req.constraint), {},
+                            req.logprobs, req.top_logprobs});
     s.admitted_order = next_order_++;
     s.import = std::move(import);
     s.req = std::move(req);

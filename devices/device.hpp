@@ -29,8 +29,8 @@ namespace triad {
 using generate_atom = caf::atom_constant<caf::atom("generate")>;
 /// Stops scheduling a sequence but keeps its KV: `(park_atom, seq_id)`.
 using park_atom = caf::atom_constant<caf::atom("park")>;
-/// Appends tokens to a parked sequence (a tool result) and resumes it:
-/// `(resume_atom, seq_id, std::vector<token>)`.
+/// Appends tokens to a parked sequence (a tool result) and resumes it, free of the grammar it
+/// had (a tool_choice holds up to the call): `(resume_atom, seq_id, std::vector<token>)`.
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
 /// Drops a sequence and its KV: `(free_atom, seq_id)`.
 using free_atom = caf::atom_constant<caf::atom("free")>;
@@ -115,6 +115,10 @@ struct generate_request {
   /// the driver masks each step's logits with it before sampling and moves it on by each token
   /// chosen. In-process only (not serialized: a remote device would need the grammar's text).
   std::shared_ptr<grammar::token_constraint> constraint;
+  /// Report each generated token's log probability (token events' `logprobs`), and this many of
+  /// the most likely alternatives (at most max_top_logprobs).
+  bool logprobs = false;
+  std::uint8_t top_logprobs = 0; ///< see logprobs
 };
 
 /// Where a demoted sequence's KV went: blocks of the KV store, pinned for the caller (who
@@ -177,6 +181,10 @@ struct device_event {
   kv_blob kv;
   /// Of `cached`, tokens whose KV was read from the tier below or another device's memory.
   std::uint32_t stored = 0;
+  /// token, for a request that asked for logprobs: the token's log probability, then those of
+  /// the alternatives in `top` (log_probabilities).
+  std::vector<float> logprobs = {};
+  std::vector<triad::token> top = {}; ///< token: the most likely alternatives (see logprobs)
 };
 
 /// A snapshot of a device's scheduler and cache.
@@ -233,7 +241,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
            x.stop, x.end, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done,
-           x.kept_blocks, x.kept_tokens);
+           x.kept_blocks, x.kept_tokens, x.logprobs, x.top_logprobs);
 }
 /// Inspector of admission.
 template<class Inspector>
@@ -244,7 +252,7 @@ typename Inspector::result_type inspect(Inspector& f, admission& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_event& x) {
   return f(caf::meta::type_name("device_event"), x.seq, x.kind, x.tokens, x.generated, x.message,
-           x.cached, x.kv, x.stored);
+           x.cached, x.kv, x.stored, x.logprobs, x.top);
 }
 /// Inspector of kv_blob: the bytes as one string (element by element, CAF would read each
 /// std::byte through an uninitialised temporary).

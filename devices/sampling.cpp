@@ -17,6 +17,45 @@ expected<void> sampling_params::validate() const {
   return {};
 }
 
+token_logprobs log_probabilities(std::span<const float> logits, token chosen, std::size_t top) {
+  token_logprobs out;
+  if (logits.empty())
+    return out;
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double total = 0;
+  for (float l : logits)
+    total += std::exp(static_cast<double>(l) - max_logit);
+  const double log_total = max_logit + std::log(total);
+  const auto logprob = [&](token t) {
+    return static_cast<float>(static_cast<double>(logits[static_cast<std::size_t>(t)]) -
+                              log_total);
+  };
+  if (chosen >= 0 && static_cast<std::size_t>(chosen) < logits.size())
+    out.logprob = logprob(chosen);
+  top = std::min({top, max_top_logprobs, logits.size()});
+  if (top == 0)
+    return out;
+  // The `top` best by a bounded insertion: one pass, no copy of the vocabulary.
+  auto better = [&](token a, token b) {
+    return logits[static_cast<std::size_t>(a)] != logits[static_cast<std::size_t>(b)]
+               ? logits[static_cast<std::size_t>(a)] > logits[static_cast<std::size_t>(b)]
+               : a < b;
+  };
+  out.top.reserve(top + 1);
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const auto t = static_cast<token>(i);
+    if (out.top.size() == top && !better(t, out.top.back()))
+      continue;
+    out.top.insert(std::upper_bound(out.top.begin(), out.top.end(), t, better), t);
+    if (out.top.size() > top)
+      out.top.pop_back();
+  }
+  out.top_logprobs.reserve(top);
+  for (auto t : out.top)
+    out.top_logprobs.push_back(logprob(t));
+  return out;
+}
+
 token sampler::sample(std::span<const float> logits) {
   auto argmax = [&] {
     return static_cast<token>(std::max_element(logits.begin(), logits.end()) - logits.begin());

@@ -4,6 +4,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <vector>
 
 #include "devices/tokenizer.hpp"
 #include "runtime/error.hpp"
@@ -21,6 +22,22 @@ struct sampling_params {
   /// Checks ranges: temperature in [0, 100], top_p in (0, 1].
   expected<void> validate() const;
 };
+
+/// A chosen token's log probability under the model and its most likely alternatives: the log
+/// softmax of the step's logits as the model gives them (before temperature, top-k, top-p and
+/// any grammar mask), as OpenAI's `logprobs` report them.
+struct token_logprobs {
+  float logprob = 0;               ///< the chosen token's
+  std::vector<token> top;          ///< the most likely tokens, most likely first (ties: lower id)
+  std::vector<float> top_logprobs; ///< their log probabilities
+};
+
+/// Most alternatives a step reports (OpenAI's top_logprobs allows 0..20).
+inline constexpr std::size_t max_top_logprobs = 20;
+
+/// The log probabilities of `chosen` and of the `top` (at most max_top_logprobs) most likely
+/// tokens after `logits`.
+token_logprobs log_probabilities(std::span<const float> logits, token chosen, std::size_t top);
 
 /// A per-request sampler: owns the seeded random stream.
 class sampler {

@@ -613,8 +613,24 @@ expected<grammar> from_json_schema(const boost::json::value& schema, const json_
   });
 }
 
+namespace {
+
+// Whether a function's parameters schema leaves its arguments any object: null, true, or an
+// object of annotations alone.
+bool any_arguments(const json::value& parameters) {
+  if (parameters.is_null() || (parameters.is_bool() && parameters.get_bool()))
+    return true;
+  const auto* o = parameters.if_object();
+  return o != nullptr && std::all_of(o->begin(), o->end(), [](const auto& kv) {
+           return annotations.count(kv.key()) != 0;
+         });
+}
+
+} // namespace
+
 expected<grammar> from_tool_calls(const std::vector<function_signature>& functions,
-                                  const call_layout& layout, const json_options& options) {
+                                  const call_layout& layout, const json_options& options,
+                                  std::size_t* failed) {
   if (functions.empty())
     return make_error(errc::invalid_argument, "tool calls: no function to call");
   return with_root(options, [&](compiler& c) -> expected<element> {
@@ -622,14 +638,34 @@ expected<grammar> from_tool_calls(const std::vector<function_signature>& functio
     // One call: '{' ws "name" ws ':' ws NAME ws ',' ws KEY ws ':' ws ARGUMENTS ws '}', one
     // alternative per function.
     std::vector<sequence> calls;
-    for (const auto& f : functions) {
+    for (std::size_t i = 0; i < functions.size(); ++i) {
+      const auto& f = functions[i];
+      auto refuse = [&](errc code, const std::string& why) {
+        if (failed != nullptr)
+          *failed = i;
+        return make_error(code, "function '" + f.name + "': " + why);
+      };
       expected<element> arguments = c.any_object();
-      if (!f.parameters.is_null()) {
+      if (!any_arguments(f.parameters)) {
+        // The parser takes arguments that are an object (chat.hpp parse_tool_calls).
+        const auto* o = f.parameters.if_object();
+        const json::value* type = o ? o->if_contains("type") : nullptr;
+        if (type == nullptr || !type->is_string() || type->get_string() != "object")
+          return refuse(errc::unsupported,
+                        "parameters must be an object's schema ({\"type\": \"object\", ...}), "
+                        "got " +
+                            json::serialize(type ? *type : f.parameters));
         c.set_root_schema(f.parameters);
         arguments = c.schema(f.parameters, "#");
         if (!arguments)
-          return make_error(arguments.error().code,
-                            "function '" + f.name + "': " + arguments.error().message);
+          return refuse(arguments.error().code, arguments.error().message);
+        const std::uint32_t r = b.declare("arguments_" + f.name);
+        b.add(r, {*arguments});
+        if (!b.productive(r))
+          return refuse(errc::unsupported,
+                        "json schema: no finite JSON document matches its parameters (a $ref "
+                        "that only recurses)");
+        arguments = grammar_builder::ref(r);
       }
       sequence s{b.byte('{')};
       c.ws(s);
@@ -652,7 +688,12 @@ expected<grammar> from_tool_calls(const std::vector<function_signature>& functio
       calls.push_back(std::move(s));
     }
     sequence call = b.literal(layout.before_each);
+    const auto newline = b.optional(b.byte('\n'), "newline");
+    if (layout.newlines_inside)
+      call.push_back(newline);
     call.push_back(b.choice(std::move(calls), "call"));
+    if (layout.newlines_inside)
+      call.push_back(newline);
     for (auto e : b.literal(layout.after_each))
       call.push_back(e);
     const element one = b.choice({call}, "tool_call");

@@ -50,14 +50,20 @@ struct call_layout {
   std::string after_all;                   ///< once, after the last call
   std::string arguments_key = "arguments"; ///< the member that holds the arguments
   std::size_t max_calls = 1;               ///< calls one answer may make, at least 1
+  /// A newline may follow before_each and precede after_each (Hermes and Qwen write
+  /// `<tool_call>\n{...}\n</tool_call>`).
+  bool newlines_inside = false;
 };
 
 /// A grammar of one to `layout.max_calls` calls, each to one of `functions` by name with
 /// arguments valid against its parameters (each schema compiled as from_json_schema does, its
-/// `$ref`s resolved within it). Errors: no function; an unsupported schema, its message
-/// starting with the function's name.
+/// `$ref`s resolved within it; null, `{}` or `true`: any object). Errors: no function; a
+/// parameters schema that is not of an object (`"type": "object"`), has no finite document or
+/// is not supported, its message starting with the function's name and its index in
+/// `functions` in `*failed` (when given).
 expected<grammar> from_tool_calls(const std::vector<function_signature>& functions,
-                                  const call_layout& layout, const json_options& options = {});
+                                  const call_layout& layout, const json_options& options = {},
+                                  std::size_t* failed = nullptr);
 
 /// A grammar of any JSON value.
 grammar any_json(const json_options& options = {});

@@ -284,6 +284,7 @@ private:
       }
       if (!spec.script.back().tool.empty())
         spec.script.push_back({0, {}, {}});
+      spec.tools.push_back(options_.hosted_tool); // a node runs only the hosted tools declared
       return spec;
     }
     if (options_.scripted) {

@@ -13,6 +13,8 @@ namespace server {
 /// Whitespace bytes a response_format's JSON may have at each place JSON allows them: one lets
 /// a model write `{"a": 1, "b": 2}` as it was trained to, and bounds padding.
 inline constexpr std::size_t json_whitespace = 1;
+/// Most choices (`n`) one request may ask for: each is a request of its own on the node.
+inline constexpr std::size_t max_choices = 16;
 /// `[server].listen`: the address triad-node listens on (loopback: not exposed by accident).
 inline constexpr std::string_view listen = "127.0.0.1";
 /// `[server].port`: its TCP port.

@@ -113,7 +113,7 @@ public:
 
   ~connection() {
     if (in_request_ && !finished_) { // gone with its answer unfinished (server stopping)
-      state_->n->cancel(handle_);
+      cancel_all();
       state_->end();
     }
   }
@@ -319,29 +319,55 @@ private:
     answer.stream = stream_answer_ = chat_.stream;
     answer.include_usage = chat_.include_usage;
     answer.stop = chat_.stop;
+    answer.logprobs = chat_.request.logprobs;
     answer.id =
         (completion ? "cmpl-" : "chatcmpl-") + std::to_string(state_->next_call.fetch_add(1) + 1);
     answer.created = std::time(nullptr);
     answer.model = state_->options.model_id;
-    // The request's events come on its actor's thread and go to this connection's strand. They
-    // hold the connection weakly (a connection that is gone cancels its request as it goes), and
-    // are not posted once the server stopped. The callback holds no executor: the request actor
-    // may drop it after the server's io_context is gone, and a strand must not outlive that.
-    std::weak_ptr<connection> weak = shared_from_this();
-    handle_ = state_->n->submit(std::move(chat_.request),
-                                [weak, state = state_](const request_event& ev) {
-                                  std::lock_guard<std::mutex> g{state->post_m};
-                                  if (state->stopped)
-                                    return;
-                                  if (auto self = weak.lock())
-                                    net::post(self->stream_.get_executor(), [weak, ev] {
-                                      if (auto alive = weak.lock())
-                                        alive->on_event(ev);
-                                    });
-                                });
-    answer.request = handle_.id;
-    answer_.emplace(std::move(answer)); // before any event: they come on this strand, later
+    answer_.emplace(std::move(answer), chat_.n); // before any event: they come later
+    handles_.assign(chat_.n, request_handle{});
+    forked_ = chat_.n == 1;
+    // n > 1: the first choice goes alone; the others start once its prompt is prefilled
+    // (fork()), so they find its KV pages in the prefix cache.
+    submit_choice(0, chat_.n == 1 ? std::move(chat_.request) : chat_.request);
     watch_disconnect();
+  }
+
+  // Starts choice `i` of the answer. Its events come on its actor's thread and go to this
+  // connection's strand. They hold the connection weakly (a connection that is gone cancels its
+  // requests as it goes), and are not posted once the server stopped. The callback holds no
+  // executor: the request actor may drop it after the server's io_context is gone, and a strand
+  // must not outlive that.
+  void submit_choice(std::size_t i, chat_request request) {
+    std::weak_ptr<connection> weak = shared_from_this();
+    request.sampling.seed += i; // each choice its own random stream
+    handles_[i] = state_->n->submit(std::move(request),
+                                    [weak, i, state = state_](const request_event& ev) {
+                                      std::lock_guard<std::mutex> g{state->post_m};
+                                      if (state->stopped)
+                                        return;
+                                      if (auto self = weak.lock())
+                                        net::post(self->stream_.get_executor(), [weak, i, ev] {
+                                          if (auto alive = weak.lock())
+                                            alive->on_event(i, ev);
+                                        });
+                                    });
+    answer_->set_request(i, handles_[i].id);
+  }
+
+  // The other choices of an answer with n > 1, once the first one's prompt is prefilled (its
+  // first token came) or it ended.
+  void fork() {
+    if (forked_)
+      return;
+    forked_ = true;
+    for (std::size_t i = 1; i < handles_.size(); ++i)
+      submit_choice(i, chat_.request);
+  }
+
+  void cancel_all() {
+    for (const auto& h : handles_)
+      state_->n->cancel(h);
   }
 
   // A client that closes its connection while its answer is generated cancels the request.
@@ -359,7 +385,7 @@ private:
       bool nothing = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
       if (ec || n == 0 || (n < 0 && !nothing)) {
         self->client_gone_ = true;
-        self->state_->n->cancel(self->handle_);
+        self->cancel_all();
         return;
       }
       if (nothing)
@@ -373,17 +399,22 @@ private:
   }
 
   // The request's events become the answer (completion_stream); the connection sends it.
-  void on_event(const request_event& ev) {
+  void on_event(std::size_t choice, const request_event& ev) {
     if (finished_ || !answer_)
       return;
-    if (ev.kind == request_event::error && client_gone_ && !answer_->stopped_by_string()) {
+    if (ev.kind == request_event::error && client_gone_ && !answer_->stopped_by_string(choice)) {
       finished_ = true; // nobody to answer
+      cancel_all();
       state_->end();
       return close();
     }
-    auto out = answer_->on_event(ev);
-    if (out.cancel)
-      state_->n->cancel(handle_); // a stop string matched: the answer ends with "stop"
+    if (choice == 0 && ev.kind != request_event::state && ev.kind != request_event::error)
+      fork(); // its prompt is prefilled (or it ended): the others find its pages cached
+    auto out = answer_->on_event(choice, ev);
+    if (out.cancel) // a stop string matched: the choice ends with "stop"
+      state_->n->cancel(handles_[choice]);
+    if (out.cancel_others)
+      cancel_all();
     if (out.finished) {
       finished_ = true;
       state_->end();
@@ -463,7 +494,7 @@ private:
   void on_write_failed() {
     client_gone_ = true;
     if (!finished_)
-      state_->n->cancel(handle_); // its error event ends it
+      cancel_all(); // their error events end them
     close();
   }
 
@@ -532,8 +563,9 @@ private:
   std::uint64_t served_ = 0;
   // The generation being answered.
   openai_chat chat_;
-  request_handle handle_;
-  std::optional<completion_stream> answer_; // the events as an OpenAI answer
+  std::vector<request_handle> handles_;  // one request per choice
+  bool forked_ = true;                   // the choices past the first have started
+  std::optional<completion_set> answer_; // the events as an OpenAI answer
   bool stream_answer_ = false;              // as server-sent events
   bool in_request_ = false, finished_ = false, keep_alive_ = true, client_gone_ = false;
   // Streaming output.

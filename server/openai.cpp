@@ -151,13 +151,14 @@ tool_choice_grammar(const openai_chat& chat,
       chosen.push_back(f);
   grammar::json_options options;
   options.max_whitespace = defaults::server::json_whitespace;
-  auto g = grammar::from_tool_calls(chosen, *layout, options);
+  std::size_t failed = chosen.size();
+  auto g = grammar::from_tool_calls(chosen, *layout, options, &failed);
   if (g)
     return std::make_shared<const grammar::grammar>(std::move(*g));
-  for (std::size_t i = 0; i < functions.size(); ++i) // name the parameters that failed
-    if (!functions[i].parameters.is_null() &&
-        !grammar::from_json_schema(functions[i].parameters, options))
-      return bad("tools[" + std::to_string(i) + "].function.parameters", g.error().message);
+  if (failed < chosen.size()) // name the parameters that failed, by their place in tools
+    for (std::size_t i = 0; i < functions.size(); ++i)
+      if (functions[i].name == chosen[failed].name)
+        return bad("tools[" + std::to_string(i) + "].function.parameters", g.error().message);
   return bad("tool_choice", g.error().message);
 }
 
@@ -351,8 +352,10 @@ std::optional<api_error> parse_common(const json::object* root, openai_chat& out
   }
   if (const auto* v = root->if_contains("n"); v && !v->is_null()) {
     std::int64_t n = 0;
-    if (!whole(*v, n) || n != 1)
-      return bad("n", "only n = 1 is supported, got " + shown(*v));
+    if (!whole(*v, n) || n < 1 || n > static_cast<std::int64_t>(defaults::server::max_choices))
+      return bad("n", "expected an integer 1.." + std::to_string(defaults::server::max_choices) +
+                          ", got " + shown(*v));
+    out.n = static_cast<std::size_t>(n);
   }
   if (const auto* v = root->if_contains("stop"); v && !v->is_null()) {
     if (v->is_string()) {
@@ -463,6 +466,9 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
       const json::value* name = fn ? fn->if_contains("name") : nullptr;
       if (name == nullptr || !name->is_string() || name->get_string().empty())
         return bad(p + ".function.name", "expected a non-empty string");
+      if (std::find(out.tools.begin(), out.tools.end(), name->get_string()) != out.tools.end())
+        return bad(p + ".function.name",
+                   "'" + std::string{name->get_string()} + "' is declared twice");
       out.tools.emplace_back(name->get_string());
       const json::value* parameters = fn->if_contains("parameters");
       functions.push_back({out.tools.back(), parameters ? *parameters : json::value{}});
@@ -494,12 +500,26 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
     }
   }
 
+  if (const auto* v = root->if_contains("logprobs"); v && !v->is_null()) {
+    if (!v->is_bool())
+      return wrong_type("logprobs", *v, "a boolean");
+    req.logprobs = v->get_bool();
+  }
+  if (const auto* v = root->if_contains("top_logprobs"); v && !v->is_null()) {
+    std::int64_t n = 0;
+    if (!whole(*v, n) || n < 0 || n > static_cast<std::int64_t>(max_top_logprobs))
+      return bad("top_logprobs", "expected an integer 0..20, got " + shown(*v));
+    if (!req.logprobs)
+      return bad("top_logprobs", "top_logprobs needs logprobs: true");
+    req.top_logprobs = static_cast<std::uint8_t>(n);
+  }
   if (out.tool_choice == "required" && out.tools.empty())
     return bad("tool_choice", "'required' needs tools to call, and the request declares none");
   if (const auto* v = root->if_contains("parallel_tool_calls"); v && !v->is_null()) {
     if (!v->is_bool())
       return wrong_type("parallel_tool_calls", *v, "a boolean");
     out.parallel_tool_calls = v->get_bool();
+    req.parallel_tool_calls = out.parallel_tool_calls;
   }
 
   if (const auto* format = root->if_contains("response_format"); format && !format->is_null()) {
@@ -560,7 +580,14 @@ std::variant<openai_chat, api_error> parse_completion_request(std::string_view b
   } else {
     return wrong_type("prompt", *prompt, "a string (or an array of one string)");
   }
-  for (const char* key : {"echo", "logprobs", "suffix", "best_of"}) {
+  if (const auto* v = root->if_contains("logprobs"); v && !v->is_null()) {
+    std::int64_t n = 0;
+    if (!whole(*v, n) || n < 0 || n > 5)
+      return bad("logprobs", "expected an integer 0..5 (alternatives per token), got " + shown(*v));
+    out.request.logprobs = true;
+    out.request.top_logprobs = static_cast<std::uint8_t>(n);
+  }
+  for (const char* key : {"echo", "suffix", "best_of"}) {
     const auto* v = root->if_contains(key);
     if (v == nullptr || v->is_null() || (v->is_bool() && !v->get_bool()) ||
         (std::string_view{key} == "best_of" && v->is_int64() && v->get_int64() == 1))
@@ -710,6 +737,10 @@ completion_output completion_stream::on_event(const request_event& ev) {
       server_calls_.push_back(std::move(call));
       unanswered_.erase(unanswered_.begin());
       if (options_.stream) { // the text before it, then the call and its result
+        if (!role_sent_ && !options_.completion) {
+          role_sent_ = true;
+          add_event(chunk(json::object{{"role", "assistant"}, {"content", ""}}, nullptr), out);
+        }
         flush(false, out); // all but what may start a stop string
         auto event = chunk(json::object{}, nullptr);
         event["choices"] = json::array{};
@@ -749,10 +780,11 @@ completion_output completion_stream::on_event(const request_event& ev) {
       break;
     }
     finished_ = out.finished = true;
-    if (started_) // mid-stream: an error event, then the end of the stream
+    usage_ = ev.usage;
+    if (started_ && options_.last_chunks) // mid-stream: an error event, then the end
       out.bytes = "data: " + to_json(error_of(ev)) + "\n\ndata: [DONE]\n\n";
     else
-      out.error = error_of(ev);
+      out.error = error_of(ev); // before any byte, or one choice of several: the set answers
     break;
   }
   return out;
@@ -761,6 +793,8 @@ completion_output completion_stream::on_event(const request_event& ev) {
 void completion_stream::on_token(const request_event& ev, completion_output& out) {
   if (stopped_by_string_)
     return;
+  if (options_.logprobs && ev.content && ev.logprob)
+    logprobs_.push_back({ev.text, *ev.logprob, ev.top_logprobs, content_.size()});
   auto text = answer_.push(ev);
   if (text.empty())
     return;
@@ -805,21 +839,77 @@ void completion_stream::flush(bool all, completion_output& out) {
       --limit;
     auto piece = content_.substr(streamed_, limit - streamed_);
     streamed_ = limit;
-    if (!piece.empty())
-      add_event(chunk(json::object{{"content", piece}}, nullptr), out);
+    if (!piece.empty()) {
+      auto event = chunk(json::object{{"content", piece}}, nullptr);
+      if (options_.logprobs) { // the tokens taken so far (a held-back one comes with the next)
+        event["choices"].as_array()[0].as_object()["logprobs"] =
+            logprobs_json(logprobs_sent_, logprobs_.size());
+        logprobs_sent_ = logprobs_.size();
+      }
+      add_event(event, out);
+    }
   }
+}
+
+// The log probabilities of content tokens [from, to): chat's {"content": [{token, logprob,
+// bytes, top_logprobs}]}, or a completion's {tokens, token_logprobs, top_logprobs,
+// text_offset}; null where the request did not ask.
+json::value completion_stream::logprobs_json(std::size_t from, std::size_t to) const {
+  if (!options_.logprobs)
+    return nullptr;
+  // A token may hold part of a character: its text as valid UTF-8, its bytes as they are.
+  auto text_of = [](const std::string& bytes) {
+    utf8_stream u;
+    auto t = u.push(bytes);
+    return t + u.finish();
+  };
+  auto bytes_of = [](const std::string& bytes) {
+    json::array a;
+    for (char c : bytes)
+      a.push_back(static_cast<unsigned char>(c));
+    return a;
+  };
+  if (options_.completion) {
+    json::array tokens, token_logprobs, top, offsets;
+    for (std::size_t i = from; i < to; ++i) {
+      const auto& e = logprobs_[i];
+      tokens.push_back(json::string(text_of(e.bytes)));
+      token_logprobs.push_back(e.logprob);
+      json::object alternatives;
+      for (const auto& a : e.top)
+        alternatives[text_of(a.text)] = a.logprob;
+      top.push_back(std::move(alternatives));
+      offsets.push_back(e.offset);
+    }
+    return json::object{{"tokens", std::move(tokens)},
+                        {"token_logprobs", std::move(token_logprobs)},
+                        {"top_logprobs", std::move(top)},
+                        {"text_offset", std::move(offsets)}};
+  }
+  json::array content;
+  for (std::size_t i = from; i < to; ++i) {
+    const auto& e = logprobs_[i];
+    json::array alternatives;
+    for (const auto& a : e.top)
+      alternatives.push_back(json::object{
+          {"token", text_of(a.text)}, {"logprob", a.logprob}, {"bytes", bytes_of(a.text)}});
+    content.push_back(json::object{{"token", text_of(e.bytes)},
+                                   {"logprob", e.logprob},
+                                   {"bytes", bytes_of(e.bytes)},
+                                   {"top_logprobs", std::move(alternatives)}});
+  }
+  return json::object{{"content", std::move(content)}};
 }
 
 void completion_stream::complete(std::string_view finish, completion_output& out) {
   finished_ = out.finished = true;
   if (!options_.stream) {
-    json::object choice{{"index", 0}, {"finish_reason", finish}};
-    if (options_.completion) {
+    json::object choice{{"index", options_.index}, {"finish_reason", finish}};
+    if (options_.completion)
       choice["text"] = content_;
-      choice["logprobs"] = nullptr;
-    } else {
+    else
       choice["message"] = message_json();
-    }
+    choice["logprobs"] = logprobs_json(0, logprobs_.size());
     json::object body{
         {"id", options_.id},
         {"object", options_.completion ? "text_completion" : "chat.completion"},
@@ -838,6 +928,8 @@ void completion_stream::complete(std::string_view finish, completion_output& out
   if (!client_calls_.empty())
     add_event(chunk(json::object{{"tool_calls", client_calls_json(true)}}, nullptr), out);
   add_event(chunk(json::object{}, json::value(finish)), out);
+  if (!options_.last_chunks)
+    return; // one choice of several: the set ends the stream
   if (options_.include_usage) {
     auto last = chunk(json::object{}, nullptr);
     last["choices"] = json::array{};
@@ -857,7 +949,7 @@ json::object completion_stream::chunk(json::object delta, json::value finish) co
         {"object", "text_completion"},
         {"created", options_.created},
         {"model", options_.model},
-        {"choices", json::array{json::object{{"index", 0},
+        {"choices", json::array{json::object{{"index", options_.index},
                                              {"text", text ? *text : json::value("")},
                                              {"logprobs", nullptr},
                                              {"finish_reason", finish}}}},
@@ -868,8 +960,10 @@ json::object completion_stream::chunk(json::object delta, json::value finish) co
       {"object", "chat.completion.chunk"},
       {"created", options_.created},
       {"model", options_.model},
-      {"choices", json::array{json::object{
-                      {"index", 0}, {"delta", std::move(delta)}, {"finish_reason", finish}}}},
+      {"choices", json::array{json::object{{"index", options_.index},
+                                           {"delta", std::move(delta)},
+                                           {"logprobs", nullptr},
+                                           {"finish_reason", finish}}}},
   };
 }
 
@@ -916,6 +1010,107 @@ json::object completion_stream::message_json() const {
 std::string utf8_stream::finish() {
   std::string out = pending_.empty() ? "" : "\xef\xbf\xbd";
   pending_.clear();
+  return out;
+}
+
+// -- completion_set --
+
+completion_set::completion_set(completion_options options, std::size_t n)
+    : options_(std::move(options)),
+      ended_(std::max<std::size_t>(n, 1), false),
+      bodies_(ended_.size()),
+      usage_(ended_.size()),
+      remaining_(ended_.size()) {
+  for (std::size_t i = 0; i < ended_.size(); ++i) {
+    auto o = options_;
+    o.index = i;
+    o.last_chunks = ended_.size() == 1;
+    choices_.emplace_back(std::move(o));
+  }
+}
+
+completion_output completion_set::on_event(std::size_t choice, const request_event& ev) {
+  if (choices_.size() == 1)
+    return choices_[0].on_event(ev);
+  completion_output out;
+  if (finished_ || choice >= choices_.size() || ended_[choice])
+    return out;
+  auto part = choices_[choice].on_event(ev);
+  out.cancel = part.cancel;
+  if (part.error) { // one choice failed: so does the answer
+    finished_ = out.finished = true;
+    out.cancel_others = true;
+    if (started_)
+      out.bytes = "data: " + to_json(*part.error) + "\n\ndata: [DONE]\n\n";
+    else
+      out.error = std::move(part.error);
+    return out;
+  }
+  if (options_.stream && !part.bytes.empty()) {
+    started_ = true;
+    out.bytes = std::move(part.bytes);
+  }
+  if (!part.finished)
+    return out;
+  ended_[choice] = true;
+  usage_[choice] = choices_[choice].usage();
+  if (!options_.stream)
+    bodies_[choice] = json::parse(part.bytes);
+  if (--remaining_ > 0)
+    return out;
+  finished_ = out.finished = true;
+  // The prompt once (the first choice's: the others found its pages cached), the completions
+  // of all.
+  request_usage total = usage_[0];
+  json::array per_choice;
+  for (std::size_t i = 0; i < usage_.size(); ++i) {
+    if (i > 0) {
+      total.completion_tokens += usage_[i].completion_tokens;
+      total.tool_calls += usage_[i].tool_calls;
+      total.hosted_tool_calls += usage_[i].hosted_tool_calls;
+      total.kv_kept_calls += usage_[i].kv_kept_calls;
+      total.kv_stored_calls += usage_[i].kv_stored_calls;
+      total.store_tokens += usage_[i].store_tokens;
+    }
+    per_choice.push_back(json::object{{"completion_tokens", usage_[i].completion_tokens},
+                                      {"cached_tokens", usage_[i].cached_tokens}});
+  }
+  auto usage = usage_object(total);
+  usage["triad"].as_object()["choices"] = std::move(per_choice);
+  if (options_.stream) {
+    if (options_.include_usage)
+      out.bytes += "data: " +
+                   json::serialize(json::object{{"id", options_.id},
+                                                {"object", options_.completion
+                                                               ? "text_completion"
+                                                               : "chat.completion.chunk"},
+                                                {"created", options_.created},
+                                                {"model", options_.model},
+                                                {"choices", json::array{}},
+                                                {"usage", std::move(usage)}}) +
+                   "\n\n";
+    out.bytes += "data: [DONE]\n\n";
+    return out;
+  }
+  auto body = bodies_[0].as_object();
+  json::array choices, server_calls;
+  for (std::size_t i = 0; i < bodies_.size(); ++i) {
+    const auto& b = bodies_[i].as_object();
+    choices.push_back(b.at("choices").at(0));
+    if (const auto* ext = b.if_contains("triad"))
+      for (const auto& call : ext->at("server_tool_calls").as_array()) {
+        auto c = call.as_object();
+        c["choice"] = i;
+        server_calls.push_back(std::move(c));
+      }
+  }
+  body["choices"] = std::move(choices);
+  body["usage"] = std::move(usage);
+  if (server_calls.empty())
+    body.erase("triad");
+  else
+    body["triad"] = json::object{{"server_tool_calls", std::move(server_calls)}};
+  out.bytes = json::serialize(body);
   return out;
 }
 

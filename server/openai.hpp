@@ -40,6 +40,7 @@ struct openai_chat {
   std::vector<std::string> tools;   ///< names of the functions the client declared
   std::string tool_choice = "auto"; ///< "none", "auto", "required" or "function"
   std::string tool_choice_function; ///< tool_choice "function": the function it names
+  std::size_t n = 1; ///< choices to answer with (each its own request, sharing the prompt's KV)
   bool parallel_tool_calls = true;  ///< more than one call in one answer may be made
 };
 
@@ -48,7 +49,8 @@ struct openai_chat {
 /// a string, null or an array of text parts), tools, tool_choice (none, auto, required or a
 /// named function: the last two are enforced by a grammar of `format`'s call syntax over the
 /// declared functions' parameters, a schema keyword not supported a 400 naming it),
-/// parallel_tool_calls, stream, stream_options, max_tokens / max_completion_tokens, temperature
+/// parallel_tool_calls, logprobs and top_logprobs (0..20), stream, stream_options,
+/// max_tokens / max_completion_tokens, temperature
 /// (0..2), top_p (0 < p <= 1), top_k, seed, stop (a string or up to 4), n (1 only), user,
 /// response_format (text, json_object, json_schema: the answer is constrained to it; not together
 /// with tools yet), and the extension object `triad` (`session`: the PLAS session id; `script`:
@@ -61,8 +63,8 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
 
 /// Parses a `POST /v1/completions` body: model, prompt (a string, or an array of one string),
 /// max_tokens (default 16, as OpenAI's), temperature, top_p, top_k, seed, stop, stream,
-/// stream_options, n (1 only), user, and the `triad` extension; echo, logprobs, suffix and
-/// best_of other than their defaults are refused as unsupported.
+/// stream_options, n (1 only), logprobs (0..5 alternatives), user, and the `triad` extension;
+/// echo, suffix and best_of other than their defaults are refused as unsupported.
 std::variant<openai_chat, api_error> parse_completion_request(std::string_view body,
                                                               std::string_view served_model);
 
@@ -123,6 +125,13 @@ struct completion_options {
   std::int64_t created = 0;      ///< Unix time of the request
   std::string model;             ///< the served model's id
   std::uint64_t request = 0;     ///< the node's request id (tool call ids derive from it)
+  /// The answer's tokens carry their log probabilities (token events' logprob): chat's
+  /// `logprobs.content`, a completion's `logprobs` object; null without.
+  bool logprobs = false;
+  std::size_t index = 0; ///< the choice this answer is (of a request with n > 1)
+  /// Streaming: end with the usage chunk (include_usage) and [DONE]; false for one choice of
+  /// several, whose completion_set writes them once all have ended.
+  bool last_chunks = true;
 };
 
 /// What the connection does after a completion_stream took an event.
@@ -131,6 +140,8 @@ struct completion_output {
   /// otherwise, once finished, the whole JSON body.
   std::string bytes;
   bool cancel = false;            ///< a stop string matched: cancel the request
+  /// An error ended the answer (completion_set): cancel the other choices' requests.
+  bool cancel_others = false;
   bool finished = false;          ///< the answer is complete; nothing more comes
   std::optional<api_error> error; ///< finished with an error before any byte: answer it instead
 };
@@ -148,6 +159,10 @@ public:
   completion_output on_event(const request_event& ev);
   /// Whether a stop string ended the answer (the request's cancelled error is then its end).
   bool stopped_by_string() const noexcept { return stopped_by_string_; }
+  /// The request's usage, once it ended.
+  const request_usage& usage() const noexcept { return usage_; }
+  /// The node's id of the request (tool call ids derive from it), once it is submitted.
+  void set_request(std::uint64_t id) noexcept { options_.request = id; }
 
 private:
   void on_token(const request_event& ev, completion_output& out);
@@ -158,6 +173,7 @@ private:
   boost::json::object call_json(const request_event& call, std::size_t index, bool delta) const;
   boost::json::array client_calls_json(bool delta) const;
   boost::json::object message_json() const;
+  boost::json::value logprobs_json(std::size_t from, std::size_t to) const;
 
   completion_options options_;
   std::size_t hold_back_ = 0;
@@ -169,6 +185,47 @@ private:
   std::vector<boost::json::value> server_calls_; // hosted calls and their results
   std::vector<request_event> unanswered_;        // calls no result has followed yet
   std::vector<request_event> client_calls_;      // the calls the answer returns
+  // The content tokens' log probabilities (options_.logprobs), each with where its text starts
+  // in content_; a stream has sent those before logprobs_sent_.
+  struct token_entry {
+    std::string bytes;
+    float logprob = 0;
+    std::vector<request_event::alternative> top;
+    std::size_t offset = 0;
+  };
+  std::vector<token_entry> logprobs_;
+  std::size_t logprobs_sent_ = 0;
+};
+
+/// The answer to a request for `n` choices: each choice its own node request and
+/// completion_stream (its `index`), merged into one OpenAI answer. Not streamed: one body once
+/// all have ended, `choices` in index order, the prompt counted once and the completions
+/// summed (usage.triad.choices: each choice's completion and cached tokens). Streamed: each
+/// choice's chunks as they come, then one usage chunk and [DONE] after the last. An error
+/// in any choice ends the answer (cancel_others). With n = 1 it is that one completion_stream.
+class completion_set {
+public:
+  /// `n` choices (at least 1) of `options`.
+  completion_set(completion_options options, std::size_t n);
+  /// Takes choice `choice`'s next event.
+  completion_output on_event(std::size_t choice, const request_event& ev);
+  /// Whether a stop string ended choice `choice` (its cancelled error is then its end).
+  bool stopped_by_string(std::size_t choice) const {
+    return choices_[choice].stopped_by_string();
+  }
+  /// The number of choices.
+  std::size_t size() const noexcept { return choices_.size(); }
+  /// The node's id of choice `choice`'s request, once submitted.
+  void set_request(std::size_t choice, std::uint64_t id) { choices_[choice].set_request(id); }
+
+private:
+  completion_options options_;
+  std::vector<completion_stream> choices_;
+  std::vector<bool> ended_;
+  std::vector<boost::json::value> bodies_; // not streamed: each choice's answer
+  std::vector<request_usage> usage_;       // streamed: each choice's usage
+  std::size_t remaining_ = 0;
+  bool started_ = false, finished_ = false;
 };
 
 } // namespace triad

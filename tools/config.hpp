@@ -25,9 +25,11 @@ struct tools_config {
   /// so a node runs no tool the operator did not name. Calls to any other tool go back to the
   /// client.
   std::vector<std::string> hosted;
-  /// `expose_to_all_requests`: every request may call every hosted tool (built-in or MCP), even
-  /// one it did not declare in its `tools`. Off by default: a hosted tool runs only for a
-  /// request that declared it; a call to an undeclared one goes back to the client.
+  /// `expose_to_all_requests`: every HTTP request may call every hosted tool (built-in or MCP),
+  /// even one it did not declare in its `tools`. Off by default: a hosted tool runs only for a
+  /// request that declared it; a call to an undeclared one goes back to the client. (Requests
+  /// of the embedded API, made by the program that configured the node, declare what they
+  /// want in chat_request::declared_tools; left unset, they may call every hosted tool.)
   bool expose_to_all_requests = false;
   bool operator==(const tools_config&) const = default;
 };

@@ -194,12 +194,13 @@ int run(int argc, char** argv) {
   for (const auto& name : config.tools.hosted)
     hosted += (hosted.empty() ? "" : ", ") + name;
   std::string where;
-  if (!hosted.empty() || !config.mcp_servers.empty()) {
-    if (!hosted.empty())
-      where = " in " + root.string();
+  if (!hosted.empty())
+    where = " in " + root.string();
+  for (const auto& m : config.mcp_servers)
+    hosted += (hosted.empty() ? "MCP server " : ", MCP server ") + m.name;
+  if (!hosted.empty())
     where += config.tools.expose_to_all_requests ? ", run for every request"
                                                  : ", run for requests that declare them";
-  }
   std::printf("triad-node: serving model %s on http://%s:%u (hosted tools: %s%s; scripts %s)\n",
               http.model_id.c_str(), config.server.listen.c_str(), (*server)->port(),
               hosted.empty() ? "none" : hosted.c_str(), where.c_str(),

@@ -119,14 +119,18 @@ void step_job::operator()() {
       auto n = generated[i] + static_cast<std::uint32_t>(r.sampled[i].size());
       auto tok = plan->choose(n, out->logits[k]);
       r.sampled[i].push_back(tok);
-      if (sinks[i]) // each token leaves as it is chosen, not at the end of the burst
-        caf::anon_send(sinks[i], device_event{r.seqs[i],
-                                              device_event::token,
-                                              {tok},
-                                              n + 1,
-                                              {},
-                                              static_cast<std::uint32_t>(r.cached[i]),
-                                              {}});
+      if (sinks[i]) { // each token leaves as it is chosen, not at the end of the burst
+        device_event ev{r.seqs[i], device_event::token, {tok}, n + 1, {},
+                        static_cast<std::uint32_t>(r.cached[i]), {}};
+        if (plan->logprobs) {
+          auto lp = log_probabilities(out->logits[k], tok, plan->top_logprobs);
+          ev.logprobs.reserve(1 + lp.top_logprobs.size());
+          ev.logprobs.push_back(lp.logprob);
+          ev.logprobs.insert(ev.logprobs.end(), lp.top_logprobs.begin(), lp.top_logprobs.end());
+          ev.top = std::move(lp.top);
+        }
+        caf::anon_send(sinks[i], std::move(ev));
+      }
       if (plan->ends(tok, n + 1) == nullptr) {
         // Written in place: entry `kept` of `next` is read no more in this step.
         if (kept == next.size())

@@ -60,6 +60,8 @@ struct sample_plan {
   // masked before sampling, and every token chosen (forced ones too) moves it on.
   std::shared_ptr<grammar::token_constraint> constraint{};
   std::vector<float> masked{}; // the masked logits (kept: one vocabulary of floats per step)
+  bool logprobs = false;       // report each token's log probability (generate_request)
+  std::uint8_t top_logprobs = 0; // and this many alternatives
 
   // The `generated`-th token (counting from 0) after these logits.
   token choose(std::uint32_t generated, std::span<const float> logits) {

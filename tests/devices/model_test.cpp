@@ -1,3 +1,6 @@
+#include <cmath>
+#include <vector>
+
 #include <boost/test/unit_test.hpp>
 
 #include "devices/model.hpp"
@@ -114,6 +117,27 @@ BOOST_AUTO_TEST_CASE(out_of_range_sampling_params_are_errors) {
   fine.top_k = 40;
   fine.top_p = 0.9f;
   BOOST_TEST(fine.validate().has_value());
+}
+
+BOOST_AUTO_TEST_CASE(log_probabilities_are_the_log_softmax_and_its_best_in_order) {
+  const std::vector<float> logits{1.0f, 3.0f, -2.0f, 3.0f, 0.5f};
+  double total = 0;
+  for (float l : logits)
+    total += std::exp(static_cast<double>(l));
+  const auto lp = triad::log_probabilities(logits, 4, 3);
+  BOOST_TEST(lp.logprob == std::log(std::exp(0.5) / total), boost::test_tools::tolerance(1e-5));
+  // Ties by the lower id: 1 before 3.
+  BOOST_TEST(lp.top == (std::vector<triad::token>{1, 3, 0}), boost::test_tools::per_element());
+  BOOST_REQUIRE(lp.top_logprobs.size() == 3u);
+  BOOST_TEST(lp.top_logprobs[0] == std::log(std::exp(3.0) / total),
+             boost::test_tools::tolerance(1e-5));
+  BOOST_TEST(lp.top_logprobs[2] == std::log(std::exp(1.0) / total),
+             boost::test_tools::tolerance(1e-5));
+  // Never more than the vocabulary or 20 alternatives, and none when none are asked.
+  BOOST_TEST(triad::log_probabilities(logits, 0, 50).top.size() == logits.size());
+  BOOST_TEST(triad::log_probabilities(std::vector<float>(64, 0.0f), 0, 50).top.size() ==
+             triad::max_top_logprobs);
+  BOOST_TEST(triad::log_probabilities(logits, 0, 0).top.empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

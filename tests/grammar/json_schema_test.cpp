@@ -285,10 +285,46 @@ BOOST_AUTO_TEST_CASE(each_function_resolves_its_own_refs_and_a_bad_schema_names_
   BOOST_TEST(matches(g, R"({"name":"a","arguments":{"x":3}})"));
   BOOST_TEST(matches(g, R"({"name":"b","arguments":{"x":true}})"));
   BOOST_TEST(!matches(g, R"({"name":"b","arguments":{"x":3}})"));
-  auto bad = from_tool_calls({{"a", a}, {"odd", json::parse(R"({"type": "string", "pattern": "a+"})")}},
+  auto bad = from_tool_calls({{"a", a}, {"odd", json::parse(R"({"type": "object", "properties": {"s": {"type": "string",
+                                                    "pattern": "a+"}}})")}},
                              {});
   BOOST_REQUIRE(!bad);
   BOOST_TEST(bad.error().message.find("function 'odd'") == 0u, bad.error().message);
   BOOST_TEST(bad.error().message.find("pattern") != std::string::npos, bad.error().message);
   BOOST_TEST(!from_tool_calls({}, {}));
+}
+
+BOOST_AUTO_TEST_CASE(parameters_must_describe_an_object_and_any_object_is_the_default) {
+  const auto g = calls_grammar({}, {{"f", json::parse("{}")}, {"g", json::parse("true")}});
+  BOOST_TEST(matches(g, R"({"name":"f","arguments":{"a":[1,{"b":null}]}})"));
+  BOOST_TEST(matches(g, R"({"name":"g","arguments":{}})"));
+  BOOST_TEST(!matches(g, R"({"name":"f","arguments":3})"));
+  BOOST_TEST(!matches(g, R"({"name":"g","arguments":"x"})"));
+  std::size_t failed = 99;
+  auto scalar = from_tool_calls({{"ok", json::value{}}, {"s", json::parse(R"({"type": "string"})")}},
+                                {}, {}, &failed);
+  BOOST_REQUIRE(!scalar);
+  BOOST_TEST(failed == 1u);
+  BOOST_TEST(scalar.error().message.find("an object's schema") != std::string::npos,
+             scalar.error().message);
+  failed = 99;
+  auto endless = from_tool_calls(
+      {{"loop", json::parse(R"({"type": "object", "properties": {"x": {"$ref": "#"}},
+                                "required": ["x"]})")}},
+      {}, {}, &failed);
+  BOOST_REQUIRE(!endless);
+  BOOST_TEST(failed == 0u);
+  BOOST_TEST(endless.error().message.find("no finite") != std::string::npos,
+             endless.error().message);
+}
+
+BOOST_AUTO_TEST_CASE(hermes_calls_may_have_newlines_inside_their_tags) {
+  call_layout tagged;
+  tagged.before_each = open_tag;
+  tagged.after_each = close_tag;
+  tagged.newlines_inside = true;
+  const auto g = calls_grammar(tagged, {{"t", json::value{}}});
+  BOOST_TEST(matches(g, open_tag + "\n" + R"({"name":"t","arguments":{}})" + "\n" + close_tag));
+  BOOST_TEST(matches(g, open_tag + R"({"name":"t","arguments":{}})" + close_tag));
+  BOOST_TEST(!matches(g, open_tag + "\n\n" + R"({"name":"t","arguments":{}})" + close_tag));
 }

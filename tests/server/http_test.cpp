@@ -1,3 +1,6 @@
+#include <cmath>
+#include <map>
+#include <set>
 #include <future>
 #include <thread>
 
@@ -10,6 +13,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "server/http_server.hpp"
+#include "server/openai.hpp"
 #include "tests/actors/support.hpp"
 
 namespace {
@@ -626,6 +630,108 @@ BOOST_AUTO_TEST_CASE(tool_choice_required_runs_a_declared_hosted_tool_then_answe
   const auto args = json::parse(ran.at("arguments").as_string());
   BOOST_TEST((args.at("ms") == json::value(1) || args.at("ms") == json::value(2)));
   BOOST_TEST(reply.at("choices").at(0).at("finish_reason").as_string() != "tool_calls");
+  // Free after the result: the model goes on writing (a grammar still held would have left it
+  // nothing but its end).
+  BOOST_TEST(!reply.at("choices").at(0).at("message").at("content").as_string().empty(),
+             json::serialize(reply));
+}
+
+BOOST_AUTO_TEST_CASE(logprobs_are_the_models_and_greedy_picks_the_most_likely) {
+  server_fixture f;
+  auto r = f.chat(ask(R"(, "logprobs": true, "top_logprobs": 3)", 6));
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  const auto reply = r.json();
+  const auto& choice = reply.at("choices").at(0);
+  const auto& content = choice.at("logprobs").at("content").as_array();
+  BOOST_TEST(content.size() == 6u); // every generated token is content here
+  std::string text;
+  for (const auto& e : content) {
+    const double lp = e.at("logprob").to_number<double>();
+    BOOST_TEST(lp <= 0.0);
+    const auto& top = e.at("top_logprobs").as_array();
+    BOOST_REQUIRE(top.size() == 3u);
+    double prev = 0, mass = 0;
+    for (std::size_t k = 0; k < top.size(); ++k) {
+      const double alt = top[k].at("logprob").to_number<double>();
+      if (k > 0)
+        BOOST_TEST(alt <= prev);
+      prev = alt;
+      mass += std::exp(alt);
+    }
+    BOOST_TEST(mass <= 1.0 + 1e-6);
+    // temperature 0: the token chosen is the most likely one.
+    BOOST_TEST(lp == top[0].at("logprob").to_number<double>(), boost::test_tools::tolerance(1e-6));
+    for (const auto& b : e.at("bytes").as_array())
+      text += static_cast<char>(b.as_int64());
+  }
+  // The tokens' bytes are the answer (as valid UTF-8, like the content).
+  triad::utf8_stream utf8;
+  text = utf8.push(text) + utf8.finish();
+  BOOST_TEST(text == std::string{choice.at("message").at("content").as_string()});
+  // A plain completion: OpenAI's legacy shape.
+  auto plain = f.call(http::verb::post, "/v1/completions",
+                      R"({"model": "triad-tiny", "prompt": "ab", "max_tokens": 3, "logprobs": 2,
+                          "temperature": 0})");
+  BOOST_REQUIRE_EQUAL(plain.status, 200u);
+  const auto lp = plain.json().at("choices").at(0).at("logprobs");
+  // One entry per token of the text (a control token the model wrote has none).
+  const auto entries = lp.at("tokens").as_array().size();
+  BOOST_TEST(entries >= 1u);
+  BOOST_TEST(entries <= 3u);
+  BOOST_TEST(lp.at("token_logprobs").as_array().size() == entries);
+  BOOST_TEST(lp.at("text_offset").as_array().size() == entries);
+  BOOST_TEST(lp.at("top_logprobs").at(0).as_object().size() <= 2u);
+}
+
+BOOST_AUTO_TEST_CASE(n_choices_share_the_prompts_kv_and_each_answers) {
+  server_fixture f;
+  const std::string long_prompt(120, 'q'); // several KV pages of byte tokens
+  const std::string body = R"({"model": "triad-tiny", "messages": [{"role": "user", "content": ")" +
+                           long_prompt + R"("}], "max_tokens": 8, "n": 3, "temperature": 1.5)";
+  auto r = f.chat(body + "}");
+  BOOST_REQUIRE_EQUAL(r.status, 200u);
+  const auto reply = r.json();
+  const auto& choices = reply.at("choices").as_array();
+  BOOST_REQUIRE(choices.size() == 3u);
+  std::set<std::string> answers;
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    BOOST_TEST(choices[i].at("index").as_int64() == static_cast<std::int64_t>(i));
+    BOOST_TEST(choices[i].at("finish_reason").as_string() == "length");
+    answers.insert(std::string{choices[i].at("message").at("content").as_string()});
+  }
+  BOOST_TEST(answers.size() > 1u); // each choice its own random stream
+  const auto& usage = reply.at("usage");
+  BOOST_TEST(usage.at("completion_tokens").as_int64() == 24);
+  const auto& per = usage.at("triad").at("choices").as_array();
+  BOOST_REQUIRE(per.size() == 3u);
+  // The later choices started once the first one's prompt was prefilled: its full pages
+  // were in the prefix cache for them.
+  for (std::size_t i = 1; i < per.size(); ++i)
+    BOOST_TEST(per[i].at("cached_tokens").as_int64() >= 64, json::serialize(usage));
+
+  // Streamed: each choice's chunks by index, one usage chunk, one [DONE].
+  auto s = f.chat(body + R"(, "stream": true, "stream_options": {"include_usage": true}})");
+  BOOST_REQUIRE_EQUAL(s.status, 200u);
+  std::map<std::int64_t, std::string> finish;
+  std::size_t usage_chunks = 0, done = 0;
+  for (const auto& e : events_of(s.body)) {
+    if (e == "[DONE]") {
+      ++done;
+      continue;
+    }
+    const auto chunk = json::parse(e);
+    if (chunk.as_object().contains("usage") && !chunk.at("usage").is_null()) {
+      ++usage_chunks;
+      BOOST_TEST(chunk.at("usage").at("completion_tokens").as_int64() == 24);
+    }
+    for (const auto& c : chunk.at("choices").as_array())
+      if (!c.at("finish_reason").is_null())
+        finish[c.at("index").as_int64()] = std::string{c.at("finish_reason").as_string()};
+  }
+  BOOST_TEST(finish.size() == 3u);
+  BOOST_TEST(usage_chunks == 1u);
+  BOOST_TEST(done == 1u);
+  BOOST_TEST(f.chat(ask(R"(, "n": 17)")).status == 400u);
 }
 
 BOOST_AUTO_TEST_CASE(a_response_format_the_node_cannot_enforce_is_a_400_naming_it) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "grammar/matcher.hpp"
@@ -173,8 +174,8 @@ BOOST_AUTO_TEST_CASE(every_bad_field_is_named_with_its_value) {
        "temperature", "0..2"},
       {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}], "top_p": 0})",
        "top_p", "0 < top_p"},
-      {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}], "n": 2})", "n",
-       "only n = 1"},
+      {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}], "n": 0})", "n",
+       "1..16"},
       {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}], "stream": "yes"})",
        "stream", "a boolean"},
       {R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}],
@@ -463,6 +464,132 @@ BOOST_AUTO_TEST_CASE(hosted_calls_and_their_results_are_reported_apart) {
   const auto& hosted = body.at("triad").at("server_tool_calls").at(0);
   BOOST_TEST(hosted.at("name") == "shell");
   BOOST_TEST(hosted.at("result") == "a.txt\n");
+}
+
+namespace {
+
+// A token event with its log probability and one alternative.
+triad::request_event scored_token(char c, float logprob) {
+  auto ev = token_event(c);
+  ev.logprob = logprob;
+  ev.top_logprobs.push_back({static_cast<triad::token>('z'), "z", -0.25f});
+  return ev;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(logprobs_are_parsed_and_checked) {
+  const std::string head =
+      R"({"model": "triad-tiny", "messages": [{"role": "user", "content": "x"}])";
+  auto c = ok(head + R"(, "logprobs": true, "top_logprobs": 3})");
+  BOOST_TEST(c.request.logprobs);
+  BOOST_TEST(c.request.top_logprobs == 3u);
+  BOOST_TEST(!ok(head + "}").request.logprobs);
+  BOOST_TEST(refused(head + R"(, "top_logprobs": 2})").message.find("needs logprobs") !=
+             std::string::npos);
+  BOOST_TEST(refused(head + R"(, "logprobs": true, "top_logprobs": 21})").param == "top_logprobs");
+  BOOST_TEST(refused(head + R"(, "logprobs": 1})").param == "logprobs");
+  auto plain = triad::parse_completion_request(
+      R"({"model": "triad-tiny", "prompt": "a", "logprobs": 2})", "triad-tiny");
+  BOOST_REQUIRE(std::holds_alternative<triad::openai_chat>(plain));
+  BOOST_TEST(std::get<triad::openai_chat>(plain).request.top_logprobs == 2u);
+  auto too_many = triad::parse_completion_request(
+      R"({"model": "triad-tiny", "prompt": "a", "logprobs": 6})", "triad-tiny");
+  BOOST_REQUIRE(std::holds_alternative<triad::api_error>(too_many));
+  BOOST_TEST(std::get<triad::api_error>(too_many).param == "logprobs");
+}
+
+BOOST_AUTO_TEST_CASE(logprobs_come_per_content_token_in_openais_shapes) {
+  for (bool completion : {false, true}) {
+    auto o = answer_options(false);
+    o.completion = completion;
+    o.logprobs = true;
+    triad::completion_stream answer{o};
+    answer.on_event(scored_token('h', -0.5f));
+    answer.on_event(scored_token('i', -1.5f));
+    auto body = boost::json::parse(answer.on_event(done_event(triad::finish_reason::stop)).bytes);
+    const auto& lp = body.at("choices").at(0).at("logprobs");
+    BOOST_TEST_CONTEXT(boost::json::serialize(lp)) {
+      if (completion) {
+        BOOST_TEST(lp.at("tokens") == boost::json::parse(R"(["h", "i"])"));
+        BOOST_TEST(lp.at("token_logprobs") == boost::json::parse("[-0.5, -1.5]"));
+        BOOST_TEST(lp.at("top_logprobs").at(1) == boost::json::parse(R"({"z": -0.25})"));
+        BOOST_TEST(lp.at("text_offset") == boost::json::parse("[0, 1]"));
+      } else {
+        const auto& content = lp.at("content");
+        BOOST_REQUIRE(content.as_array().size() == 2u);
+        BOOST_TEST(content.at(0).at("token") == "h");
+        BOOST_TEST(content.at(0).at("logprob") == -0.5);
+        BOOST_TEST(content.at(0).at("bytes") == boost::json::parse("[104]"));
+        BOOST_TEST(content.at(1).at("top_logprobs").at(0).at("token") == "z");
+        BOOST_TEST(content.at(1).at("top_logprobs").at(0).at("logprob") == -0.25);
+      }
+    }
+  }
+  // Not asked: null, as OpenAI answers.
+  triad::completion_stream plain{answer_options(false)};
+  plain.on_event(scored_token('h', -0.5f));
+  auto body = boost::json::parse(plain.on_event(done_event(triad::finish_reason::stop)).bytes);
+  BOOST_TEST(body.at("choices").at(0).at("logprobs").is_null());
+}
+
+BOOST_AUTO_TEST_CASE(streamed_logprobs_ride_with_the_content_of_their_tokens) {
+  auto o = answer_options(true);
+  o.logprobs = true;
+  triad::completion_stream answer{o};
+  std::string bytes;
+  for (char c : std::string{"abc"})
+    bytes += answer.on_event(scored_token(c, -1.0f)).bytes;
+  bytes += answer.on_event(done_event(triad::finish_reason::stop)).bytes;
+  bool done = false;
+  std::size_t entries = 0;
+  std::string text;
+  for (const auto& e : events_of(bytes, done)) {
+    const auto& choices = e.at("choices").as_array();
+    if (choices.empty())
+      continue;
+    const auto& delta = choices[0].at("delta").as_object();
+    if (const auto* c = delta.if_contains("content"); c && !c->as_string().empty()) {
+      const auto& content = choices[0].at("logprobs").at("content").as_array();
+      for (const auto& entry : content)
+        text += std::string{entry.at("token").as_string()};
+      entries += content.size();
+    }
+  }
+  BOOST_TEST(entries == 3u);
+  BOOST_TEST(text == "abc");
+}
+
+BOOST_AUTO_TEST_CASE(a_set_of_choices_answers_once_all_ended_and_an_error_ends_all) {
+  triad::completion_set set{answer_options(false), 2};
+  BOOST_TEST(set.on_event(1, token_event('b')).bytes.empty());
+  BOOST_TEST(set.on_event(0, token_event('a')).bytes.empty());
+  auto first = set.on_event(1, done_event(triad::finish_reason::stop));
+  BOOST_TEST(!first.finished); // choice 0 goes on
+  auto last = set.on_event(0, done_event(triad::finish_reason::length));
+  BOOST_REQUIRE(last.finished);
+  auto body = boost::json::parse(last.bytes);
+  const auto& choices = body.at("choices").as_array();
+  BOOST_REQUIRE(choices.size() == 2u);
+  BOOST_TEST(choices[0].at("index") == 0);
+  BOOST_TEST(choices[0].at("message").at("content") == "a");
+  BOOST_TEST(choices[0].at("finish_reason") == "length");
+  BOOST_TEST(choices[1].at("index") == 1);
+  BOOST_TEST(choices[1].at("message").at("content") == "b");
+  BOOST_TEST(body.at("usage").at("prompt_tokens") == 7);      // once
+  BOOST_TEST(body.at("usage").at("completion_tokens") == 10); // both
+  BOOST_TEST(body.at("usage").at("triad").at("choices").as_array().size() == 2u);
+
+  triad::completion_set failing{answer_options(true), 2};
+  auto started = failing.on_event(0, token_event('a'));
+  BOOST_TEST(!started.bytes.empty());
+  auto failed = failing.on_event(1, error_event(triad::errc::system_error, "boom"));
+  BOOST_TEST(failed.finished);
+  BOOST_TEST(failed.cancel_others);
+  BOOST_TEST(!failed.error); // bytes went out: an error event, then [DONE]
+  BOOST_TEST(failed.bytes.find("boom") != std::string::npos);
+  BOOST_TEST(failed.bytes.find("[DONE]") != std::string::npos);
+  BOOST_TEST(failing.on_event(0, done_event(triad::finish_reason::stop)).bytes.empty());
 }
 
 BOOST_AUTO_TEST_CASE(a_streamed_hosted_call_is_a_triad_chunk_with_no_choices_after_the_text) {

@@ -201,6 +201,36 @@ await check("a named function not in tools is a 400 naming tool_choice", async (
     (e) => e instanceof OpenAI.BadRequestError && e.error?.param === "tool_choice.function.name");
 });
 
+await check("logprobs answer as OpenAI's: one entry per token, the greedy choice the most likely", async () => {
+  const r = await client.chat.completions.create({ model, messages: user, max_tokens: 5, temperature: 0,
+    logprobs: true, top_logprobs: 2 });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, r.usage.completion_tokens);
+  for (const e of content) {
+    assert.equal(typeof e.token, "string");
+    assert.ok(Array.isArray(e.bytes));
+    assert.ok(e.logprob <= 0);
+    assert.equal(e.top_logprobs.length, 2);
+    assert.ok(Math.abs(e.logprob - e.top_logprobs[0].logprob) < 1e-6);
+    assert.ok(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob);
+  }
+  const none = await client.chat.completions.create({ model, messages: user, max_tokens: 2 });
+  assert.equal(none.choices[0].logprobs, null);
+});
+
+await check("n: 2 answers with two choices, streamed too", async () => {
+  const r = await client.chat.completions.create({ model, messages: user, max_tokens: 4, n: 2, temperature: 1.2, seed: 4 });
+  assert.equal(r.choices.length, 2);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  for (const c of r.choices) assert.equal(c.finish_reason, "length");
+  assert.equal(r.usage.completion_tokens, 8);
+  const stream = await client.chat.completions.create({ model, messages: user, max_tokens: 4, n: 2, stream: true });
+  const finished = new Set();
+  for await (const chunk of stream)
+    for (const c of chunk.choices) if (c.finish_reason) finished.add(c.index);
+  assert.deepEqual([...finished].sort(), [0, 1]);
+});
+
 await check("errors come as the client's typed errors", async () => {
   await assert.rejects(client.chat.completions.create({ model: "no-such-model", messages: user }),
     (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
