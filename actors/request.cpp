@@ -252,7 +252,9 @@ private:
     if (!masks_)
       masks_ = std::make_shared<grammar::mask_cache>(std::make_shared<grammar::automaton>(rules),
                                                      ctx_->vocabulary);
-    auto c = std::make_shared<grammar::token_constraint>(masks_);
+    // The budget: every token the request may still generate, those of the answer so far
+    // included (the constraint moves through them below).
+    auto c = std::make_shared<grammar::token_constraint>(masks_, left() + produced_);
     // Under a grammar the answer has made no tool call yet: its tokens are the last produced_.
     for (auto it = tokens_.end() - static_cast<std::ptrdiff_t>(produced_); it != tokens_.end();
          ++it)

@@ -20,6 +20,23 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) noexcept {
 
 automaton::automaton(std::shared_ptr<const grammar> g)
     : g_(std::move(g)) {
+  // Each rule's shortest match, to a fixed point (a rule that only recurses stays unreachable).
+  const auto& rules = g_->rules();
+  min_len_.assign(rules.size(), unreachable);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < rules.size(); ++r)
+      for (const auto& alt : rules[r].alternatives) {
+        std::uint32_t len = 0;
+        for (const auto& e : alt)
+          len = std::min(unreachable,
+                         len + (e.what == element::kind::bytes ? 1u : min_len_[e.index]));
+        if (len < min_len_[r]) {
+          min_len_[r] = len;
+          changed = true;
+        }
+      }
+  }
   std::lock_guard lock{mutex_};
   std::vector<std::uint32_t> pending;
   for (std::size_t a = 0; a < g_->rules()[0].alternatives.size(); ++a)
@@ -33,7 +50,13 @@ std::uint32_t automaton::intern(frame f, std::uint32_t below, std::uint32_t dept
   for (auto id : ids)
     if (nodes_[id].top == f && nodes_[id].below == below)
       return id;
-  nodes_.push_back(node{f, below, depth});
+  // The rest of this frame's alternative, then the stack below it.
+  const auto& alt = g_->rules()[f.rule].alternatives[f.alt];
+  std::uint32_t rest = below == empty_stack ? 0 : nodes_[below].rest;
+  for (std::size_t i = f.pos; i < alt.size(); ++i)
+    rest = std::min(unreachable,
+                    rest + (alt[i].what == element::kind::bytes ? 1u : min_len_[alt[i].index]));
+  nodes_.push_back(node{f, below, depth, rest});
   ids.push_back(static_cast<std::uint32_t>(nodes_.size() - 1));
   return ids.back();
 }
@@ -88,9 +111,11 @@ automaton::state_id automaton::close(std::vector<std::uint32_t>& pending) {
       return s;
   auto& s = states_.emplace_back();
   s.can_end = can_end;
+  s.min_rest = can_end ? 0 : unreachable;
   for (auto id : ready) {
     const frame& f = nodes_[id].top;
     s.takes |= g_->sets()[rules[f.rule].alternatives[f.alt][f.pos].index];
+    s.min_rest = std::min(s.min_rest, nodes_[id].rest);
   }
   s.stacks = std::move(ready);
   s.next.fill(unknown);
@@ -134,6 +159,11 @@ bool automaton::can_end(state_id s) const {
 bool automaton::done(state_id s) const {
   std::lock_guard lock{mutex_};
   return states_[s].stacks.empty();
+}
+
+std::uint32_t automaton::min_rest(state_id s) const {
+  std::lock_guard lock{mutex_};
+  return states_[s].min_rest;
 }
 
 byte_set automaton::next_bytes(state_id s) const {

@@ -43,6 +43,8 @@ public:
     state_id next(state_id s, unsigned char c) { return a_.next_locked(s, c); }
     /// automaton::can_end under this lock.
     bool can_end(state_id s) const { return a_.states_[s].can_end; }
+    /// automaton::min_rest under this lock.
+    std::uint32_t min_rest(state_id s) const { return a_.states_[s].min_rest; }
 
   private:
     automaton& a_;
@@ -52,6 +54,11 @@ public:
   bool can_end(state_id s) const;
   /// Whether no byte can follow `s`.
   bool done(state_id s) const;
+  /// The fewest bytes that end a match from `s` (0 where it may end; `unreachable` where no
+  /// finite continuation does): what a budget of tokens must leave room for.
+  std::uint32_t min_rest(state_id s) const;
+  /// min_rest of a stack no finite continuation ends.
+  static constexpr std::uint32_t unreachable = 0x3fffffffu;
   /// The bytes `s` takes.
   byte_set next_bytes(state_id s) const;
   /// States made so far.
@@ -73,10 +80,12 @@ private:
     frame top;
     std::uint32_t below; // empty_stack at the bottom
     std::uint32_t depth; // frames in the stack
+    std::uint32_t rest;  // the fewest bytes that empty the stack
   };
   struct state {
     std::vector<std::uint32_t> stacks; // sorted node ids, each waiting for a byte set
     bool can_end = false;
+    std::uint32_t min_rest = 0; // the fewest bytes to an end
     byte_set takes;
     std::array<state_id, 256> next;
   };
@@ -88,7 +97,8 @@ private:
   state_id close(std::vector<std::uint32_t>& pending);
 
   std::shared_ptr<const grammar> g_;
-  mutable std::mutex mutex_; // guards all below
+  std::vector<std::uint32_t> min_len_; // per rule: its shortest match (unreachable: none)
+  mutable std::mutex mutex_;           // guards all below
   std::vector<node> nodes_;
   std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> node_index_; // hash -> ids
   std::deque<state> states_;                                                 // stable

@@ -36,6 +36,8 @@ public:
   bool done() const { return a_->done(history_.back()); }
   /// The bytes the grammar allows next.
   byte_set next_bytes() const { return a_->next_bytes(history_.back()); }
+  /// The fewest bytes that complete the match from here (automaton::min_rest).
+  std::uint32_t min_rest() const { return a_->min_rest(history_.back()); }
   /// The automaton's state now.
   automaton::state_id state() const noexcept { return history_.back(); }
   /// The automaton walked.

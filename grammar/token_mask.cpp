@@ -25,7 +25,7 @@ token_index::token_index(std::vector<std::string> bytes, std::vector<std::uint32
   }
 }
 
-void token_index::mask(matcher& m, std::vector<std::uint32_t>& allowed) const {
+void token_index::mask(matcher& m, std::vector<std::uint32_t>& allowed, bool shortest) const {
   allowed.assign((bytes_.size() + 31) / 32, 0u);
   automaton::session walk{m.machine()};
   // path[i]: the state after i bytes of the token tried last (path[0]: the matcher's);
@@ -45,7 +45,8 @@ void token_index::mask(matcher& m, std::vector<std::uint32_t>& allowed) const {
       path.resize(shared + 1);
     while (path.size() <= b.size()) {
       const auto next = walk.next(path.back(), static_cast<unsigned char>(b[path.size() - 1]));
-      if (next == automaton::refused)
+      if (next == automaton::refused ||
+          (shortest && walk.min_rest(next) + 1 != walk.min_rest(path.back())))
         break;
       path.push_back(next);
     }
@@ -80,32 +81,62 @@ std::shared_ptr<const std::vector<std::uint32_t>> mask_cache::at(matcher& m) {
   return mask;
 }
 
-token_constraint::token_constraint(std::shared_ptr<mask_cache> masks)
+token_constraint::token_constraint(std::shared_ptr<mask_cache> masks, std::uint32_t budget)
     : masks_(std::move(masks))
-    , m_(masks_->machine()) {}
+    , m_(masks_->machine())
+    , budget_(budget) {}
 
-bool token_constraint::apply(std::span<float> logits) {
-  const auto mask = masks_->at(m_);
-  const std::size_t n = std::min(logits.size(), masks_->vocabulary().size());
+bool token_constraint::keep_only(const std::vector<std::uint32_t>& mask, std::size_t vocabulary,
+                                 std::span<float> logits) {
+  const std::size_t n = std::min(logits.size(), vocabulary);
   bool any = false;
   for (std::size_t t = 0; t < n && !any; ++t)
-    any = allowed(*mask, static_cast<std::uint32_t>(t));
+    any = allowed(mask, static_cast<std::uint32_t>(t));
   if (!any)
     return false;
   for (std::size_t t = 0; t < logits.size(); ++t)
-    if (t >= n || !allowed(*mask, static_cast<std::uint32_t>(t)))
+    if (t >= n || !allowed(mask, static_cast<std::uint32_t>(t)))
       logits[t] = -std::numeric_limits<float>::infinity();
   return true;
+}
+
+bool token_constraint::apply(std::span<float> logits) {
+  return keep_only(*masks_->at(m_), masks_->vocabulary().size(), logits);
+}
+
+bool token_constraint::fits(std::uint32_t t) {
+  const auto& v = masks_->vocabulary();
+  if (budget_ == unlimited || t >= v.size() || v.is_end(t))
+    return true;
+  const auto& b = v.bytes(t);
+  if (b.empty() || !m_.accept(b))
+    return true; // not this constraint's to judge (advance refuses it)
+  const std::uint64_t rest = m_.min_rest();
+  m_.rollback(b.size());
+  // After t: budget_ - 1 tokens, one byte each, the last of them the end token.
+  return rest + 2 <= budget_;
+}
+
+bool token_constraint::apply_shortest(std::span<float> logits) {
+  std::vector<std::uint32_t> mask;
+  masks_->vocabulary().mask(m_, mask, true);
+  return keep_only(mask, masks_->vocabulary().size(), logits);
 }
 
 bool token_constraint::advance(std::uint32_t t) {
   const auto& v = masks_->vocabulary();
   if (t >= v.size())
     return false;
-  if (v.is_end(t))
-    return m_.can_end();
-  const auto& b = v.bytes(t);
-  return !b.empty() && m_.accept(b);
+  bool ok = false;
+  if (v.is_end(t)) {
+    ok = m_.can_end();
+  } else {
+    const auto& b = v.bytes(t);
+    ok = !b.empty() && m_.accept(b);
+  }
+  if (ok && budget_ != unlimited && budget_ > 0)
+    --budget_;
+  return ok;
 }
 
 std::size_t mask_cache::size() const {

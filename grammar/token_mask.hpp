@@ -33,8 +33,10 @@ public:
   }
 
   /// Sets `allowed` (one bit per token, 32 per word, `(size() + 31) / 32` words) to the tokens
-  /// whose bytes `m` accepts from where it is; `m` is left where it was.
-  void mask(matcher& m, std::vector<std::uint32_t>& allowed) const;
+  /// whose bytes `m` accepts from where it is; `m` is left where it was. With `shortest`, only
+  /// tokens each of whose bytes brings the match one byte nearer its nearest end (a step on a
+  /// shortest completion; automaton::min_rest), and the end tokens where it may end.
+  void mask(matcher& m, std::vector<std::uint32_t>& allowed, bool shortest = false) const;
 
 private:
   std::vector<std::string> bytes_;
@@ -74,19 +76,35 @@ private:
 /// the token chosen; an end token is allowed only where the output is complete.
 class token_constraint {
 public:
-  /// At the start of `masks`' grammar.
-  explicit token_constraint(std::shared_ptr<mask_cache> masks);
+  /// Tokens of no budget (the output may run as long as it likes).
+  static constexpr std::uint32_t unlimited = 0xffffffffu;
+  /// At the start of `masks`' grammar, with `budget` tokens for the whole output, its end
+  /// token included (the request's max_tokens left).
+  explicit token_constraint(std::shared_ptr<mask_cache> masks, std::uint32_t budget = unlimited);
   /// Sets the logits of the tokens not allowed here to -infinity; false (logits unchanged)
   /// when no token is allowed (the output is complete and the vocabulary has no end token).
   bool apply(std::span<float> logits);
+  /// Whether the output can still end within the budget after token `t` (an allowed one),
+  /// counting a byte per token from there, as a vocabulary with every byte can always write.
+  bool fits(std::uint32_t t);
+  /// Sets the logits of every token but those on a shortest way to an end to -infinity
+  /// (token_index::mask with `shortest`): where a token the model chose would not fit the
+  /// budget, this one does, so an output that could end in its budget does. False (logits
+  /// unchanged) when none is.
+  bool apply_shortest(std::span<float> logits);
   /// Moves on by token `t`; false when the grammar refuses it (the state does not change).
   bool advance(std::uint32_t t);
   /// Whether the output so far is complete.
   bool complete() const { return m_.can_end(); }
 
 private:
+  // Sets the logits of the tokens `mask` does not allow to -infinity, unless it allows none.
+  static bool keep_only(const std::vector<std::uint32_t>& mask, std::size_t vocabulary,
+                        std::span<float> logits);
+
   std::shared_ptr<mask_cache> masks_;
   matcher m_;
+  std::uint32_t budget_; // tokens left, this step's included
 };
 
 /// Whether bit `t` of a mask is set.

@@ -78,6 +78,13 @@ struct sample_plan {
       if (!constraint->apply(masked))
         return end.empty() ? pick.sample(logits) : end.front();
       t = pick.sample(masked);
+      // Near the end of the budget: a token that leaves no room to close the output gives
+      // way to one on a shortest way to its end.
+      if (!constraint->fits(static_cast<std::uint32_t>(t))) {
+        masked.assign(logits.begin(), logits.end());
+        if (constraint->apply_shortest(masked))
+          t = pick.sample(masked);
+      }
     }
     if (constraint)
       constraint->advance(static_cast<std::uint32_t>(t));

@@ -108,3 +108,51 @@ BOOST_AUTO_TEST_CASE(cached_masks_equal_fresh_ones) {
   }
   BOOST_TEST(cache.size() == 8u); // at most max_states kept
 }
+
+BOOST_AUTO_TEST_CASE(a_budget_closes_the_output_in_time_whatever_the_model_prefers) {
+  // A "model" that always prefers the longest allowed token that keeps a string or array
+  // going: unconstrained by the budget it would run on; with it, the output ends valid within
+  // the budget, for every budget from the shortest document up.
+  auto g = from_json_schema(boost::json::parse(R"({"type": "object", "properties": {
+      "city": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+      "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "tags", "unit"],
+      "additionalProperties": false})"));
+  BOOST_REQUIRE(g);
+  auto shared = std::make_shared<const grammar>(std::move(*g));
+  const auto words = vocabulary(200);
+  auto vocab = std::make_shared<const token_index>(words, std::vector<std::uint32_t>{1});
+  auto masks = std::make_shared<mask_cache>(std::make_shared<automaton>(shared), vocab);
+  // The shortest document: {"city":"","tags":[],"unit":"celsius"}, 38 bytes, and its end.
+  for (std::uint32_t budget : {39u, 40u, 45u, 60u, 120u}) {
+    token_constraint c{masks, budget};
+    std::string out;
+    bool ended = false;
+    for (std::uint32_t step = 0; step < budget && !ended; ++step) {
+      std::vector<float> logits(words.size());
+      for (std::size_t t = 0; t < words.size(); ++t) // long tokens, and never the end or '"'
+        logits[t] = static_cast<float>(words[t].size()) -
+                    (t == 1 || words[t].find_first_of("\"]") != std::string::npos ? 100.0f : 0.0f);
+      std::vector<float> masked = logits;
+      BOOST_REQUIRE(c.apply(masked));
+      auto pick = static_cast<std::uint32_t>(std::max_element(masked.begin(), masked.end()) -
+                                             masked.begin());
+      if (!c.fits(pick)) {
+        masked = logits;
+        BOOST_REQUIRE(c.apply_shortest(masked));
+        pick = static_cast<std::uint32_t>(std::max_element(masked.begin(), masked.end()) -
+                                          masked.begin());
+      }
+      BOOST_REQUIRE(c.advance(pick));
+      if (pick == 1)
+        ended = true;
+      else
+        out += words[pick];
+    }
+    BOOST_TEST_CONTEXT("budget " << budget << ": " << out) {
+      BOOST_TEST(ended);
+      boost::system::error_code ec;
+      const auto doc = boost::json::parse(out, ec);
+      BOOST_TEST(!ec);
+    }
+  }
+}
