@@ -1,21 +1,33 @@
-// triad-bench-grammar: token masks of a typical tool's JSON Schema (issue #27). A tool-call
-// document is generated token by token as a model would, each step asking the mask of the
-// grammar's state; the mask time per token is reported cold (a new grammar: its automaton and
-// masks are built as it goes) and warm (the next turn's call with the same tools, as an agent
-// sends them every turn, other values: the mask cache answers the states seen before).
-// Vocabularies: triad's byte tokenizer (320 ids), and SYNTHETIC vocabularies of 32000, 128256 and
-// 151936 ids (every byte, then random pieces of 2-9 characters of letters, digits, spaces and JSON
-// punctuation, as BPE vocabularies' pieces are); real vocabularies are not read yet. Not yet on the
-// serving path (issue #27 continues).
+// triad-bench-grammar: constrained decoding (issue #27).
+// - Token masks of a typical tool's JSON Schema: a tool-call document is generated token by
+//   token as a model would, each step asking the mask of the grammar's state; the mask time per
+//   token is reported cold (a new grammar: its automaton and masks are built as it goes) and warm
+//   (the next turn's call with the same tools, as an agent sends them every turn, other values:
+//   the mask cache answers the states seen before). Vocabularies: triad's byte tokenizer (320
+//   ids), and SYNTHETIC vocabularies of 32000, 128256 and 151936 ids (every byte, then random
+//   pieces of 2-9 characters of letters, digits, spaces and JSON punctuation, as BPE
+//   vocabularies' pieces are); real vocabularies are not read yet.
+// - On the serving path, an embedded node with cpu devices and random weights:
+//   `constrained_over_free_decode_time`: 16 requests at once on the small preset, each answer
+//   under a response_format of {"text": string} (the answer runs to max_tokens, the string
+//   closed by the budget) against the same without one, decode seconds per token
+//   (the mask is computed on the device's driver inside the step, so it counts);
+//   `valid_fraction`: answers valid against their schema over random schemas and seeds (1000;
+//   --quick 64) on the tiny preset, checked by a validator of the schema subset written here,
+//   not by the grammar.
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <random>
 
 #include <CLI/CLI.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
+#include "actors/node.hpp"
 #include "bench/report.hpp"
 #include "devices/tokenizer.hpp"
 #include "grammar/json_schema.hpp"
@@ -111,6 +123,236 @@ double generate(std::string_view document, mask_cache& cache, const token_index&
   return seconds * 1e6 / static_cast<double>(tokens);
 }
 
+// -- on the serving path --
+
+namespace json = boost::json;
+
+// One request's answer, as its events come.
+struct answer {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::string text, error;
+  triad::finish_reason finish = triad::finish_reason::stop;
+  triad::request_usage usage;
+};
+
+void submit(triad::node& n, triad::chat_request r, answer& a) {
+  n.submit(std::move(r), [&a](const triad::request_event& e) {
+    std::lock_guard<std::mutex> g{a.m};
+    if (e.kind == triad::request_event::token && e.content)
+      a.text += e.text;
+    if (e.kind == triad::request_event::done || e.kind == triad::request_event::error) {
+      if (e.kind == triad::request_event::error)
+        a.error = e.message.empty() ? "error" : e.message;
+      a.finish = e.finish;
+      a.usage = e.usage;
+      a.done = true;
+      a.cv.notify_all();
+    }
+  });
+}
+
+void wait(answer& a) {
+  std::unique_lock<std::mutex> l{a.m};
+  a.cv.wait(l, [&] { return a.done; });
+}
+
+triad::expected<std::unique_ptr<triad::node>> start_node(const std::string& preset) {
+  auto config = triad::default_config();
+  config.model.preset = preset;
+  config.topology.bind_threads = false;
+  for (auto& d : config.devices)
+    d.memory_mib = 1024;
+  return triad::node::start(config);
+}
+
+// Decode seconds per token of `rounds` x 16 requests at once, each with `g` as its
+// response_format (null: free).
+double decode_seconds_per_token(triad::node& n, const std::shared_ptr<const grammar>& g,
+                                std::uint32_t max_tokens, std::uint64_t seed, double& generated) {
+  constexpr std::size_t batch = 16;
+  std::vector<answer> answers(batch);
+  for (std::size_t i = 0; i < batch; ++i) {
+    triad::chat_request r;
+    r.messages = {{"user", "Describe the weather in a JSON object, request " +
+                               std::to_string(seed * batch + i)}};
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = seed * batch + i;
+    r.response_grammar = g;
+    submit(n, std::move(r), answers[i]);
+  }
+  double seconds = 0, tokens = 0;
+  for (auto& a : answers) {
+    wait(a);
+    if (!a.error.empty()) {
+      std::fprintf(stderr, "triad-bench-grammar: %s\n", a.error.c_str());
+      std::exit(1);
+    }
+    seconds += a.usage.total_s - a.usage.ttft_s;
+    tokens += static_cast<double>(a.usage.completion_tokens > 0 ? a.usage.completion_tokens - 1 : 0);
+  }
+  generated = tokens + static_cast<double>(batch);
+  return tokens > 0 ? seconds / tokens : 0;
+}
+
+// A random schema of the subset OpenAI's strict mode allows, `depth` levels at most.
+json::value random_schema(std::mt19937& rng, int depth) {
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  const std::size_t kind = depth <= 0 ? pick(6) : pick(10);
+  switch (kind) {
+  case 0:
+    return json::object{{"type", "string"}};
+  case 1:
+    return json::object{{"type", "integer"}};
+  case 2:
+    return json::object{{"type", "number"}};
+  case 3:
+    return json::object{{"type", "boolean"}};
+  case 4: {
+    json::array values;
+    const json::value pool[] = {"low", "high", "a b", 1, 2.5, true, nullptr, "\u00e9t\u00e9"};
+    for (std::size_t i = 0, n = 1 + pick(4); i < n; ++i)
+      values.push_back(pool[pick(std::size(pool))]);
+    return json::object{{"enum", std::move(values)}};
+  }
+  case 5:
+    return json::object{{"type", json::array{"string", "null"}}};
+  case 6:
+  case 7: {
+    json::object props;
+    json::array required;
+    for (std::size_t i = 0, n = 1 + pick(4); i < n; ++i) {
+      const std::string name = "k" + std::to_string(i);
+      props[name] = random_schema(rng, depth - 1);
+      if (pick(3) != 0)
+        required.push_back(json::string(name));
+    }
+    return json::object{{"type", "object"},
+                        {"properties", std::move(props)},
+                        {"required", std::move(required)},
+                        {"additionalProperties", false}};
+  }
+  case 8: {
+    const std::size_t min = pick(3);
+    return json::object{{"type", "array"},
+                        {"items", random_schema(rng, depth - 1)},
+                        {"minItems", min},
+                        {"maxItems", min + pick(3)}};
+  }
+  default:
+    return json::object{
+        {"anyOf", json::array{random_schema(rng, depth - 1), random_schema(rng, depth - 1)}}};
+  }
+}
+
+// Whether `v` is valid against `schema` (the subset random_schema writes), independently of the
+// grammar compiler.
+bool valid(const json::value& v, const json::value& schema) {
+  const auto& s = schema.as_object();
+  if (const auto* any = s.if_contains("anyOf")) {
+    for (const auto& alt : any->as_array())
+      if (valid(v, alt))
+        return true;
+    return false;
+  }
+  if (const auto* e = s.if_contains("enum")) {
+    for (const auto& x : e->as_array())
+      if (x == v || (x.is_number() && v.is_number() && x.to_number<double>() == v.to_number<double>()))
+        return true;
+    return false;
+  }
+  const auto& type = s.at("type");
+  if (type.is_array()) {
+    for (const auto& t : type.as_array())
+      if (valid(v, json::object{{"type", t}}))
+        return true;
+    return false;
+  }
+  const auto t = type.as_string();
+  if (t == "string")
+    return v.is_string();
+  if (t == "null")
+    return v.is_null();
+  if (t == "boolean")
+    return v.is_bool();
+  if (t == "integer")
+    return v.is_int64() || v.is_uint64();
+  if (t == "number")
+    return v.is_number();
+  if (t == "array") {
+    if (!v.is_array())
+      return false;
+    const auto& a = v.as_array();
+    if (a.size() < s.at("minItems").to_number<std::size_t>() ||
+        a.size() > s.at("maxItems").to_number<std::size_t>())
+      return false;
+    for (const auto& x : a)
+      if (!valid(x, s.at("items")))
+        return false;
+    return true;
+  }
+  if (!v.is_object())
+    return false;
+  const auto& o = v.as_object();
+  const auto& props = s.at("properties").as_object();
+  for (const auto& [k, x] : o)
+    if (!props.contains(k) || !valid(x, props.at(k)))
+      return false;
+  for (const auto& r : s.at("required").as_array())
+    if (!o.contains(r.as_string()))
+      return false;
+  return true;
+}
+
+// Random schemas answered by the random model: how many answers are valid against theirs.
+struct validity {
+  std::size_t schemas = 0, valid = 0, finished = 0;
+  std::string first_invalid;
+};
+
+validity check_random_schemas(triad::node& n, std::size_t count) {
+  validity out;
+  std::mt19937 rng{2027};
+  constexpr std::size_t batch = 16;
+  for (std::size_t done = 0; done < count;) {
+    const std::size_t k = std::min(batch, count - done);
+    std::vector<json::value> schemas;
+    std::vector<answer> answers(k);
+    for (std::size_t i = 0; i < k; ++i) {
+      schemas.push_back(random_schema(rng, 3));
+      auto g = from_json_schema(schemas.back(), {.max_whitespace = 1});
+      if (!g) {
+        std::fprintf(stderr, "triad-bench-grammar: a random schema did not compile: %s\n%s\n",
+                     g.error().message.c_str(), json::serialize(schemas.back()).c_str());
+        std::exit(1);
+      }
+      triad::chat_request r;
+      r.messages = {{"user", "Answer in JSON"}};
+      r.max_tokens = 256;
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = done + i;
+      r.response_grammar = std::make_shared<const grammar>(std::move(*g));
+      submit(n, std::move(r), answers[i]);
+    }
+    for (std::size_t i = 0; i < k; ++i) {
+      wait(answers[i]);
+      ++out.schemas;
+      boost::system::error_code ec;
+      const auto doc = json::parse(answers[i].text, ec);
+      const bool ok = answers[i].error.empty() && !ec && valid(doc, schemas[i]);
+      out.valid += ok ? 1 : 0;
+      out.finished += answers[i].finish == triad::finish_reason::stop ? 1 : 0;
+      if (!ok && out.first_invalid.empty())
+        out.first_invalid = json::serialize(schemas[i]) + " -> " + answers[i].text +
+                            (answers[i].error.empty() ? "" : " (" + answers[i].error + ")");
+    }
+    done += k;
+  }
+  return out;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"triad-bench-grammar: token masks of a tool's JSON Schema"};
   triad::bench::common_options common;
@@ -145,6 +387,58 @@ int run(int argc, char** argv) {
     rep.metrics["mask_us_per_token_" + n] = warm;
     rep.metrics["tokens_" + n] = tokens + next_tokens;
     rep.metrics["vocabulary_" + n] = size == 320 ? "byte tokenizer" : "synthetic";
+  }
+
+  // On the serving path.
+  {
+    auto small = start_node("small");
+    if (!small) {
+      std::fprintf(stderr, "triad-bench-grammar: %s\n", small.error().message.c_str());
+      return 1;
+    }
+    // A long answer's shape: an object whose one string the model writes until the budget
+    // closes it, so both sides generate about the same tokens in batches of 16.
+    auto text = from_json_schema(json::parse(R"({"type": "object", "properties": {"text":
+        {"type": "string"}}, "required": ["text"], "additionalProperties": false})"),
+                                 {.max_whitespace = 1});
+    const auto object = std::make_shared<const grammar>(std::move(*text));
+    const std::uint32_t max_tokens = common.quick ? 32 : 64;
+    // Interleaved, best of two each: the machine's noise hits both alike.
+    double free = 0, constrained = 0, free_tokens = 0, constrained_tokens = 0;
+    for (std::uint64_t round = 0; round < 2; ++round) {
+      const double f = decode_seconds_per_token(**small, nullptr, max_tokens, 2 * round, free_tokens);
+      const double c =
+          decode_seconds_per_token(**small, object, max_tokens, 2 * round + 1, constrained_tokens);
+      free = round == 0 ? f : std::min(free, f);
+      constrained = round == 0 ? c : std::min(constrained, c);
+    }
+    (*small)->stop();
+    std::printf("small preset, 16 requests at once, max_tokens %u: decode %.2f ms per token free "
+                "(%.0f tokens), %.2f constrained ({\"text\": string}, %.0f tokens)\n",
+                max_tokens, free * 1e3, free_tokens, constrained * 1e3, constrained_tokens);
+    rep.metrics["free_tokens_small_batch16"] = free_tokens;
+    rep.metrics["constrained_tokens_small_batch16"] = constrained_tokens;
+    rep.metrics["free_decode_ms_per_token_small_batch16"] = free * 1e3;
+    rep.metrics["constrained_decode_ms_per_token_small_batch16"] = constrained * 1e3;
+    rep.ratios["constrained_over_free_decode_time"] = free > 0 ? constrained / free : 0;
+  }
+  {
+    auto tiny = start_node("tiny");
+    if (!tiny) {
+      std::fprintf(stderr, "triad-bench-grammar: %s\n", tiny.error().message.c_str());
+      return 1;
+    }
+    const auto v = check_random_schemas(**tiny, common.quick ? 64 : 1000);
+    (*tiny)->stop();
+    std::printf("random schemas: %zu of %zu answers valid (%zu ended with stop, within "
+                "max_tokens 256)\n",
+                v.valid, v.schemas, v.finished);
+    if (!v.first_invalid.empty())
+      std::printf("first invalid: %s\n", v.first_invalid.c_str());
+    rep.metrics["random_schemas"] = v.schemas;
+    rep.metrics["random_schemas_valid"] = v.valid;
+    rep.ratios["valid_fraction"] =
+        v.schemas > 0 ? static_cast<double>(v.valid) / static_cast<double>(v.schemas) : 0;
   }
   return rep.finish(common.json_path);
 }

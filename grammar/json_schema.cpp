@@ -27,6 +27,8 @@ byte_set range(unsigned lo, unsigned hi) {
 // Repetitions a bounded count may allow beyond its minimum (each is a rule), and the most a
 // minimum may require (each is an element).
 constexpr std::size_t max_bounded_repeat = 4096;
+// Whole digits a number may have (18: an integer fits an int64 exactly).
+constexpr std::size_t max_whole_digits = 18;
 // Elements a whole grammar may have: a schema is checked against it as it compiles, so no
 // request can make the node build a grammar it cannot hold.
 constexpr std::size_t max_elements = std::size_t{1} << 20;
@@ -124,17 +126,19 @@ public:
     return *string_;
   }
 
-  // -?(0|[1-9][0-9]*), and for a number (\.[0-9]+)?([eE][+-]?[0-9]+)?
+  // -?(0|[1-9][0-9]{0,17}), and for a number (\.[0-9]+)?([eE][+-]?[0-9]{1,2})?: at most 18
+  // whole digits and a two-digit exponent, so every JSON parser reads the value (an integer
+  // exactly, as an int64; a number without overflow).
   element number(bool integer) {
     auto& cached = integer ? integer_ : number_;
     if (cached)
       return *cached;
     const element digit = b_.bytes(range('0', '9'));
     const element digits = b_.repeat(digit, 1, 0, true, "digits");
+    if (!more_digits_)
+      more_digits_ = b_.repeat(digit, 0, max_whole_digits - 1, false, "more_digits");
     sequence s{b_.optional(b_.byte('-'), "minus"),
-               b_.choice({{b_.byte('0')},
-                          {b_.bytes(range('1', '9')), b_.repeat(digit, 0, 0, true, "more_digits")}},
-                         "whole")};
+               b_.choice({{b_.byte('0')}, {b_.bytes(range('1', '9')), *more_digits_}}, "whole")};
     if (!integer) {
       s.push_back(b_.optional(b_.choice({{b_.byte('.'), digits}}, "fraction"), "fraction_opt"));
       byte_set e, sign;
@@ -143,7 +147,9 @@ public:
       sign.set('+');
       sign.set('-');
       s.push_back(b_.optional(
-          b_.choice({{b_.bytes(e), b_.optional(b_.bytes(sign), "exp_sign"), digits}}, "exponent"),
+          b_.choice({{b_.bytes(e), b_.optional(b_.bytes(sign), "exp_sign"), digit,
+                      b_.optional(digit, "exp_digit")}},
+                    "exponent"),
           "exponent_opt"));
     }
     cached = b_.choice({std::move(s)}, integer ? "integer" : "number");
@@ -585,7 +591,7 @@ private:
   grammar_builder b_;
   const json::value* root_ = nullptr;
   std::map<std::string, std::uint32_t> refs_;
-  std::optional<element> ws_, string_, number_, integer_, any_, any_object_;
+  std::optional<element> ws_, string_, number_, integer_, more_digits_, any_, any_object_;
 };
 
 // The grammar whose root rule (declared first) matches what `body` returns.

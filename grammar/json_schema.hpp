@@ -22,7 +22,9 @@ struct json_options {
 /// allows: `type` (object, array, string, number, integer, boolean, null, or a list of them),
 /// object `properties` (written in their declared order), `required`, `additionalProperties`
 /// (false or absent: only the declared properties; true or a schema, only without properties:
-/// any members of it; an object type with neither: any object), array `items`,
+/// any members of it; an object type with neither: any object), numbers of at most 18 whole
+/// digits and a two-digit exponent (an integer fits an int64; every parser reads them), array
+/// `items`,
 /// `minItems`, `maxItems`, `enum`, `const`, `anyOf`, `allOf` of one schema, `$defs` /
 /// `definitions` and `$ref` to them or to "#" (recursion allowed). Annotations (title,
 /// description, default, examples, $schema, $id, $comment) are ignored. Any other keyword is an
