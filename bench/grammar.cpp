@@ -309,7 +309,7 @@ bool valid(const json::value& v, const json::value& schema) {
 // Random schemas answered by the random model: how many answers are valid against theirs.
 struct validity {
   std::size_t schemas = 0, valid = 0, finished = 0;
-  std::string first_invalid;
+  std::vector<std::string> invalid; // the first few, for people
 };
 
 validity check_random_schemas(triad::node& n, std::size_t count) {
@@ -344,9 +344,10 @@ validity check_random_schemas(triad::node& n, std::size_t count) {
       const bool ok = answers[i].error.empty() && !ec && valid(doc, schemas[i]);
       out.valid += ok ? 1 : 0;
       out.finished += answers[i].finish == triad::finish_reason::stop ? 1 : 0;
-      if (!ok && out.first_invalid.empty())
-        out.first_invalid = json::serialize(schemas[i]) + " -> " + answers[i].text +
-                            (answers[i].error.empty() ? "" : " (" + answers[i].error + ")");
+      if (!ok && out.invalid.size() < 5)
+        out.invalid.push_back(json::serialize(schemas[i]) + " -> " + answers[i].text +
+                              (answers[i].error.empty() ? "" : " (" + answers[i].error + ")") +
+                              (ec ? " (" + ec.message() + ")" : ""));
     }
     done += k;
   }
@@ -356,7 +357,10 @@ validity check_random_schemas(triad::node& n, std::size_t count) {
 int run(int argc, char** argv) {
   CLI::App app{"triad-bench-grammar: token masks of a tool's JSON Schema"};
   triad::bench::common_options common;
-  triad::bench::add_common_options(app, common, "the byte and 32000-id vocabularies only");
+  triad::bench::add_common_options(app, common,
+                                   "the byte and 32000-id vocabularies only, 64 random schemas");
+  std::size_t schemas = 0;
+  app.add_option("--schemas", schemas, "random schemas to answer (default 1000, --quick 64)");
   CLI11_PARSE(app, argc, argv);
   triad::bench::report rep;
   rep.quick = common.quick;
@@ -428,13 +432,13 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "triad-bench-grammar: %s\n", tiny.error().message.c_str());
       return 1;
     }
-    const auto v = check_random_schemas(**tiny, common.quick ? 64 : 1000);
+    const auto v = check_random_schemas(**tiny, schemas != 0 ? schemas : common.quick ? 64 : 1000);
     (*tiny)->stop();
     std::printf("random schemas: %zu of %zu answers valid (%zu ended with stop, within "
                 "max_tokens 256)\n",
                 v.valid, v.schemas, v.finished);
-    if (!v.first_invalid.empty())
-      std::printf("first invalid: %s\n", v.first_invalid.c_str());
+    for (const auto& example : v.invalid)
+      std::printf("invalid: %s\n", example.c_str());
     rep.metrics["random_schemas"] = v.schemas;
     rep.metrics["random_schemas_valid"] = v.valid;
     rep.ratios["valid_fraction"] =

@@ -97,7 +97,7 @@ public:
     if (string_)
       return *string_;
     // One character: printable ASCII but '"' and '\', a well-formed UTF-8 sequence (no
-    // overlong forms, no surrogates, at most U+10FFFF), or an escape.
+    // overlong forms, no surrogates, at most U+10FFFF), or an escape (surrogates in pairs).
     const element cont = b_.bytes(range(0x80, 0xbf));
     byte_set ascii = range(0x20, 0x7f);
     ascii.reset('"');
@@ -106,6 +106,9 @@ public:
     for (char c : std::string_view{"\"\\/bfnrt"})
       escaped.set(static_cast<unsigned char>(c));
     const element hex = b_.bytes(range('0', '9') | range('a', 'f') | range('A', 'F'));
+    const element d = b_.bytes(range('d', 'd') | range('D', 'D'));
+    const byte_set high = range('8', '9') | range('a', 'b') | range('A', 'B');
+    const byte_set low = range('c', 'f') | range('C', 'F');
     const element ch = b_.choice(
         {
             {b_.bytes(ascii)},
@@ -118,7 +121,14 @@ public:
             {b_.bytes(range(0xf1, 0xf3)), cont, cont, cont},
             {b_.byte(0xf4), b_.bytes(range(0x80, 0x8f)), cont, cont},
             {b_.byte('\\'), b_.bytes(escaped)},
-            {b_.byte('\\'), b_.byte('u'), hex, hex, hex, hex},
+            // \uXXXX, a surrogate only as a high-low pair (a lone one is refused by many
+            // parsers, Boost.JSON's among them).
+            {b_.byte('\\'), b_.byte('u'), b_.bytes(range('0', '9') | range('a', 'c') | range('A', 'C')),
+             hex, hex, hex},
+            {b_.byte('\\'), b_.byte('u'), d, b_.bytes(range('0', '7')), hex, hex},
+            {b_.byte('\\'), b_.byte('u'), b_.bytes(range('e', 'f') | range('E', 'F')), hex, hex, hex},
+            {b_.byte('\\'), b_.byte('u'), d, b_.bytes(high), hex, hex, b_.byte('\\'), b_.byte('u'), d,
+             b_.bytes(low), hex, hex},
         },
         "char");
     const element body = b_.repeat(ch, 0, 0, true, "chars");

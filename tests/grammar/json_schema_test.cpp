@@ -88,6 +88,9 @@ BOOST_AUTO_TEST_CASE(strings_take_escapes_and_utf8_only) {
   BOOST_TEST(!matches(g, "\"\xed\xa0\x80\"")); // a surrogate
   BOOST_TEST(!matches(g, "\"a\nb\""));         // a raw control character
   BOOST_TEST(!matches(g, R"("\x")"));          // not an escape
+  BOOST_TEST(matches(g, R"("\ud83d\ude00 \u20AC")")); // a surrogate pair, a BMP character
+  BOOST_TEST(!matches(g, R"("\udbb3,")"));             // a lone high surrogate
+  BOOST_TEST(!matches(g, R"("\uDC00")"));              // a lone low one
 }
 
 BOOST_AUTO_TEST_CASE(arrays_keep_their_item_counts) {
@@ -327,4 +330,14 @@ BOOST_AUTO_TEST_CASE(hermes_calls_may_have_newlines_inside_their_tags) {
   BOOST_TEST(matches(g, open_tag + "\n" + R"({"name":"t","arguments":{}})" + "\n" + close_tag));
   BOOST_TEST(matches(g, open_tag + R"({"name":"t","arguments":{}})" + close_tag));
   BOOST_TEST(!matches(g, open_tag + "\n\n" + R"({"name":"t","arguments":{}})" + close_tag));
+}
+
+BOOST_AUTO_TEST_CASE(numbers_stay_within_what_every_parser_reads) {
+  const auto integer = compile(R"({"type": "integer"})");
+  BOOST_TEST(matches(integer, "-123456789012345678")); // 18 digits: an int64
+  BOOST_TEST(!matches(integer, "1234567890123456789"));
+  const auto number = compile(R"({"type": "number"})");
+  BOOST_TEST(matches(number, "1.25e-12"));
+  BOOST_TEST(matches(number, "0.000000000000000000000001"));
+  BOOST_TEST(!matches(number, "1e308")); // a two-digit exponent: never an overflow
 }
