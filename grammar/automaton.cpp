@@ -1,6 +1,7 @@
 #include "grammar/automaton.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <unordered_set>
 
 namespace triad::grammar {
@@ -149,6 +150,41 @@ automaton::state_id automaton::next_locked(state_id s, unsigned char c) {
   }
   states_[s].next[c] = result;
   return result;
+}
+
+automaton::state_id automaton::top(state_id s) {
+  std::lock_guard lock{mutex_};
+  return top_locked(s);
+}
+
+automaton::state_id automaton::top_locked(state_id s) {
+  if (states_[s].top == unknown) {
+    // Each stack from the bottom up; the cut goes above the longest part all of them share,
+    // below every stack's top frame.
+    const auto& stacks = states_[s].stacks;
+    std::vector<std::vector<std::uint32_t>> chains(stacks.size());
+    std::size_t common = std::numeric_limits<std::size_t>::max();
+    for (std::size_t i = 0; i < stacks.size(); ++i) {
+      for (auto id = stacks[i]; id != empty_stack; id = nodes_[id].below)
+        chains[i].push_back(id);
+      std::reverse(chains[i].begin(), chains[i].end());
+      std::size_t n = 0;
+      const std::size_t limit = std::min(common, chains[i].size() - 1);
+      while (n < limit && chains[i][n] == chains[0][n])
+        ++n;
+      common = n;
+    }
+    std::vector<std::uint32_t> pending;
+    for (const auto& chain : chains) {
+      std::uint32_t below = empty_stack;
+      for (std::size_t k = common; k < chain.size(); ++k)
+        below = intern(nodes_[chain[k]].top, below, static_cast<std::uint32_t>(k - common + 1));
+      pending.push_back(below);
+    }
+    const state_id cut = close(pending); // may add states: states_ is a deque, `s` stays put
+    states_[s].top = cut;
+  }
+  return states_[s].top;
 }
 
 bool automaton::can_end(state_id s) const {

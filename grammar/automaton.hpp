@@ -45,6 +45,8 @@ public:
     bool can_end(state_id s) const { return a_.states_[s].can_end; }
     /// automaton::min_rest under this lock.
     std::uint32_t min_rest(state_id s) const { return a_.states_[s].min_rest; }
+    /// automaton::top under this lock.
+    state_id top(state_id s) { return a_.top_locked(s); }
 
   private:
     automaton& a_;
@@ -61,6 +63,13 @@ public:
   static constexpr std::uint32_t unreachable = 0x3fffffffu;
   /// The bytes `s` takes.
   byte_set next_bytes(state_id s) const;
+  /// The state of `s`'s stacks cut above the longest part below their top frames that all of
+  /// them share (on an empty stack): what a token does there, as long as it does not empty a
+  /// cut stack, holds whatever lay below the cut (xgrammar's context-independent tokens), and
+  /// where one empties, the same part lies below every stack; so a mask can be computed once
+  /// per top (token_index::classify) and shared by every state with the same top: all the
+  /// strings of a schema share one.
+  state_id top(state_id s);
   /// States made so far.
   std::size_t states() const;
   /// The grammar.
@@ -86,12 +95,14 @@ private:
     std::vector<std::uint32_t> stacks; // sorted node ids, each waiting for a byte set
     bool can_end = false;
     std::uint32_t min_rest = 0; // the fewest bytes to an end
+    state_id top = unknown; // see top(); computed at the first need
     byte_set takes;
     std::array<state_id, 256> next;
   };
   static constexpr state_id unknown = 0xfffffffeu;
 
   state_id next_locked(state_id s, unsigned char c);
+  state_id top_locked(state_id s);
   std::uint32_t intern(frame f, std::uint32_t below, std::uint32_t depth);
   // Expands `pending` stacks until each waits for a byte; the state of them (interned).
   state_id close(std::vector<std::uint32_t>& pending);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
+#include <unordered_map>
 
 namespace triad::grammar {
 
@@ -22,6 +24,13 @@ token_index::token_index(std::vector<std::string> bytes, std::vector<std::uint32
     while (n < a.size() && n < b.size() && a[n] == b[n])
       ++n;
     common_[i] = static_cast<std::uint32_t>(n);
+  }
+  for (std::uint32_t k = 0; k < 2; ++k) {
+    skip_[k].resize(order_.size());
+    for (std::size_t i = order_.size(); i-- > 0;)
+      skip_[k][i] = i + 1 < order_.size() && common_[i + 1] >= k + 1
+                        ? skip_[k][i + 1]
+                        : static_cast<std::uint32_t>(i + 1);
   }
 }
 
@@ -50,15 +59,134 @@ void token_index::mask(matcher& m, std::vector<std::uint32_t>& allowed, bool sho
         break;
       path.push_back(next);
     }
-    if (path.size() == b.size() + 1)
+    if (path.size() == b.size() + 1) {
       allowed[t / 32] |= 1u << (t % 32);
-    else
+    } else {
       refused = path.size();
+      i = after_refused(i, refused);
+    }
   }
   if (walk.can_end(m.state()))
     for (auto t : end_tokens_)
       if (t < bytes_.size())
         allowed[t / 32] |= 1u << (t % 32);
+}
+
+namespace {
+
+// Walks `items` (token, the bytes to try), sorted by those bytes, from `from`: the bits of the
+// tokens whose bytes the automaton takes are set in `allowed`. Shared prefixes are walked once
+// and a refused prefix skips every item that starts with it.
+void walk_sorted(automaton::session& walk, automaton::state_id from,
+                 const std::vector<std::pair<std::uint32_t, std::string_view>>& items,
+                 std::vector<std::uint32_t>& allowed) {
+  std::vector<automaton::state_id> path{from};
+  std::size_t refused = 0;
+  std::string_view previous;
+  for (const auto& [t, b] : items) {
+    std::size_t shared = 0;
+    while (shared < b.size() && shared < previous.size() && b[shared] == previous[shared])
+      ++shared;
+    previous = b;
+    if (refused != 0 && shared >= refused)
+      continue;
+    refused = 0;
+    if (path.size() > shared + 1)
+      path.resize(shared + 1);
+    while (path.size() <= b.size()) {
+      const auto next = walk.next(path.back(), static_cast<unsigned char>(b[path.size() - 1]));
+      if (next == automaton::refused)
+        break;
+      path.push_back(next);
+    }
+    if (path.size() == b.size() + 1)
+      allowed[t / 32] |= 1u << (t % 32);
+    else
+      refused = path.size();
+  }
+}
+
+} // namespace
+
+void token_index::classify(automaton::session& walk, automaton::state_id frame,
+                           std::vector<std::uint32_t>& accepted, frame_exits& exits) const {
+  accepted.assign((bytes_.size() + 31) / 32, 0u);
+  exits = {};
+  // Per state where the frame may end: its tokens and where their rests start.
+  std::unordered_map<automaton::state_id, std::vector<std::pair<std::uint32_t, std::uint32_t>>>
+      by_exit;
+  constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  // path as in mask; `ended`: the first length after which the frame may have ended (its
+  // state may end), none when it may not have on the current path.
+  std::vector<automaton::state_id> path{frame};
+  std::size_t refused = 0, ended = none;
+  for (std::size_t i = 0; i < order_.size(); ++i) {
+    const std::uint32_t t = order_[i];
+    const std::string& b = bytes_[t];
+    const std::size_t shared = i == 0 ? 0 : common_[i];
+    if (refused != 0 && shared >= refused)
+      continue;
+    refused = 0;
+    if (path.size() > shared + 1)
+      path.resize(shared + 1);
+    if (ended != none && ended >= path.size())
+      ended = none;
+    bool decided = false;
+    while (path.size() <= b.size()) {
+      if (ended != none) { // bytes after the frame's end: the stack below decides them
+        by_exit[path[ended]].emplace_back(t, static_cast<std::uint32_t>(ended));
+        decided = true;
+        break;
+      }
+      const auto next = walk.next(path.back(), static_cast<unsigned char>(b[path.size() - 1]));
+      if (next == automaton::refused)
+        break;
+      path.push_back(next);
+      if (walk.can_end(next))
+        ended = path.size() - 1;
+    }
+    if (decided)
+      continue;
+    if (path.size() == b.size() + 1) {
+      accepted[t / 32] |= 1u << (t % 32);
+    } else {
+      refused = path.size();
+      i = after_refused(i, refused);
+    }
+  }
+  for (auto& [at, tokens] : by_exit) {
+    frame_exits::group g;
+    g.lead = tokens.front().first;
+    g.lead_bytes = tokens.front().second;
+    std::sort(tokens.begin(), tokens.end(), [&](const auto& a, const auto& b) {
+      return std::string_view{bytes_[a.first]}.substr(a.second) <
+             std::string_view{bytes_[b.first]}.substr(b.second);
+    });
+    for (const auto& [t, rest] : tokens) {
+      g.tokens.push_back(t);
+      g.rests.push_back(rest);
+    }
+    exits.groups.push_back(std::move(g));
+  }
+}
+
+void token_index::accept_exits(automaton::session& walk, automaton::state_id from,
+                               const frame_exits& exits,
+                               std::vector<std::uint32_t>& allowed) const {
+  std::vector<std::pair<std::uint32_t, std::string_view>> items;
+  for (const auto& g : exits.groups) {
+    // Where the frame may end, from `from`: the same for every token of the group.
+    auto at = from;
+    const std::string_view lead{bytes_[g.lead]};
+    for (std::size_t k = 0; k < g.lead_bytes && at != automaton::refused; ++k)
+      at = walk.next(at, static_cast<unsigned char>(lead[k]));
+    if (at == automaton::refused)
+      continue;
+    items.clear();
+    for (std::size_t k = 0; k < g.tokens.size(); ++k)
+      items.emplace_back(g.tokens[k], std::string_view{bytes_[g.tokens[k]]}.substr(g.rests[k]));
+    walk_sorted(walk, at, items, allowed);
+  }
 }
 
 mask_cache::mask_cache(std::shared_ptr<automaton> a, std::shared_ptr<const token_index> vocabulary,
@@ -73,8 +201,34 @@ std::shared_ptr<const std::vector<std::uint32_t>> mask_cache::at(matcher& m) {
     if (auto it = kept_.find(m.state()); it != kept_.end())
       return it->second;
   }
-  auto mask = std::make_shared<std::vector<std::uint32_t>>();
-  vocabulary_->mask(m, *mask);
+  const auto& v = *vocabulary_;
+  auto mask = std::make_shared<std::vector<std::uint32_t>>((v.size() + 31) / 32, 0u);
+  {
+    automaton::session walk{*a_};
+    const auto state = m.state();
+    const auto frame = walk.top(state);
+    std::shared_ptr<const frame_tokens> known;
+    {
+      std::lock_guard lock{mutex_};
+      if (auto it = frames_.find(frame); it != frames_.end())
+        known = it->second;
+    }
+    if (!known) {
+      auto made = std::make_shared<frame_tokens>();
+      v.classify(walk, frame, made->accepted, made->exits);
+      known = made;
+      std::lock_guard lock{mutex_};
+      if (frames_.size() < max_states_)
+        frames_.emplace(frame, known);
+    }
+    *mask = known->accepted;
+    // The tokens that empty a cut stack: what lies below decides them, tried from the state.
+    v.accept_exits(walk, state, known->exits, *mask);
+    if (walk.can_end(state))
+      for (const auto t : v.end_tokens())
+        if (t < v.size())
+          (*mask)[t / 32] |= 1u << (t % 32);
+  }
   std::lock_guard lock{mutex_};
   if (kept_.size() < max_states_)
     kept_.emplace(m.state(), mask);

@@ -27,6 +27,8 @@ public:
   std::size_t size() const noexcept { return bytes_.size(); }
   /// The bytes of token `t` (empty for control and end tokens).
   const std::string& bytes(std::uint32_t t) const noexcept { return bytes_[t]; }
+  /// The end tokens, sorted.
+  const std::vector<std::uint32_t>& end_tokens() const noexcept { return end_tokens_; }
   /// Whether `t` is one of the end tokens.
   bool is_end(std::uint32_t t) const noexcept {
     return std::binary_search(end_tokens_.begin(), end_tokens_.end(), t);
@@ -37,18 +39,52 @@ public:
   /// tokens each of whose bytes brings the match one byte nearer its nearest end (a step on a
   /// shortest completion; automaton::min_rest), and the end tokens where it may end.
   void mask(matcher& m, std::vector<std::uint32_t>& allowed, bool shortest = false) const;
+  /// The tokens that may empty a cut stack (automaton::top) before their last byte (what lies
+  /// below decides them), grouped by the top's state where one may: as the same part lies
+  /// below every stack, one walk of one token's bytes up to there serves its whole group, and
+  /// the rest of each token (sorted: shared prefixes walked once, a refused prefix skipped) is
+  /// tried from there.
+  struct frame_exits {
+    /// Tokens that leave the top from the same state.
+    struct group {
+      std::uint32_t lead = 0;           ///< a token of the group
+      std::uint32_t lead_bytes = 0;     ///< its bytes up to where a cut stack may empty
+      std::vector<std::uint32_t> tokens; ///< the group's tokens, sorted by their rest
+      std::vector<std::uint32_t> rests;  ///< where each one's rest starts
+    };
+    std::vector<group> groups; ///< by the top's state where a cut stack may empty
+  };
+  /// What tokens do from `frame`, a state's top (automaton::top): `accepted` (bits, as mask's)
+  /// those it takes without emptying a cut stack before their last byte, whatever lies below
+  /// the cut; `exits` those that may empty one earlier. The rest it refuses whatever lies
+  /// below.
+  void classify(automaton::session& walk, automaton::state_id frame,
+                std::vector<std::uint32_t>& accepted, frame_exits& exits) const;
+  /// Adds to `allowed` the tokens of `exits` (of `from`'s top) that state `from` takes.
+  void accept_exits(automaton::session& walk, automaton::state_id from, const frame_exits& exits,
+                    std::vector<std::uint32_t>& allowed) const;
 
 private:
   std::vector<std::string> bytes_;
   std::vector<std::uint32_t> end_tokens_;
   std::vector<std::uint32_t> order_;  // token ids by their bytes, empty ones left out
   std::vector<std::uint32_t> common_; // common_[i]: prefix order_[i] shares with order_[i - 1]
+  // skip_[k][i]: the first place after i whose token shares fewer than k + 1 bytes with
+  // order_[i] (where a refused prefix of 1 or 2 bytes ends: most refusals are that short).
+  std::vector<std::uint32_t> skip_[2];
+  // The place to go on from after the token at place i had its first `refused` bytes refused.
+  std::size_t after_refused(std::size_t i, std::size_t refused) const noexcept {
+    return refused >= 1 && refused <= 2 ? skip_[refused - 1][i] - 1 : i;
+  }
 };
 
 /// Token masks of one grammar over one vocabulary, each computed at the first need of its
 /// automaton state and kept (states repeat: every byte inside a string; shared across requests
-/// that send the same schema, every turn of an agent would hit it: not yet done). Thread-safe;
-/// keeps at most `max_states` masks (then computes the rest each time).
+/// that send the same schema, every turn of an agent would hit it: not yet done). A state's mask
+/// is what its top (automaton::top) takes whatever lies below (token_index::classify, computed
+/// once per top and kept: every string of a schema shares one), plus the tokens leaving the top
+/// that the state takes. Thread-safe; keeps at most `max_states` masks and as many tops (then
+/// computes the rest each time).
 class mask_cache {
 public:
   /// Masks of `a`'s grammar over `vocabulary`.
@@ -64,11 +100,18 @@ public:
   const token_index& vocabulary() const noexcept { return *vocabulary_; }
 
 private:
+  // What a frame's tokens do (token_index::classify).
+  struct frame_tokens {
+    std::vector<std::uint32_t> accepted;
+    token_index::frame_exits exits;
+  };
+
   std::shared_ptr<automaton> a_;
   std::shared_ptr<const token_index> vocabulary_;
   std::size_t max_states_;
   mutable std::mutex mutex_;
   std::unordered_map<automaton::state_id, std::shared_ptr<const std::vector<std::uint32_t>>> kept_;
+  std::unordered_map<automaton::state_id, std::shared_ptr<const frame_tokens>> frames_;
 };
 
 /// One sequence's constraint: where its output stands in the grammar, and which tokens may

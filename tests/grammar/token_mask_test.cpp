@@ -156,3 +156,34 @@ BOOST_AUTO_TEST_CASE(a_budget_closes_the_output_in_time_whatever_the_model_prefe
     }
   }
 }
+
+BOOST_AUTO_TEST_CASE(masks_made_of_frames_equal_trying_each_token) {
+  // The cache builds a state's mask from what each frame on top takes whatever lies below, and
+  // tries the tokens that reach a frame's end from the state: the same as trying every token,
+  // for a schema and for any JSON (recursive, frames nested deep).
+  const auto vocab = vocabulary(3000);
+  auto index = std::make_shared<const token_index>(vocab, std::vector<std::uint32_t>{1});
+  auto schema = from_json_schema(boost::json::parse(R"({"type": "object", "properties": {
+      "city": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+      "n": {"type": ["number", "null"]}, "ok": {"type": "boolean"}}, "required": ["city"]})"));
+  BOOST_REQUIRE(schema);
+  const std::pair<grammar, std::string> cases[] = {
+      {std::move(*schema), R"({"city":"a\"b","tags":["x","",""],"n":-1.5e3,"ok":false})"},
+      {any_json(), R"([{"a":[[1,{"b":"c"}],null]},"d",[[[]]],{"":{}}])"},
+  };
+  for (const auto& [g, doc] : cases) {
+    auto machine = std::make_shared<automaton>(std::make_shared<const grammar>(g));
+    mask_cache cache{machine, index};
+    matcher m{machine};
+    for (std::size_t i = 0; i <= doc.size(); ++i) {
+      const auto mask = cache.at(m);
+      const auto expected = brute_force(m, vocab);
+      for (std::uint32_t t = 0; t < vocab.size(); ++t)
+        BOOST_REQUIRE_MESSAGE(allowed(*mask, t) == expected[t],
+                              "token " << t << " '" << vocab[t] << "' after '" << doc.substr(0, i)
+                                       << "'");
+      if (i < doc.size())
+        BOOST_REQUIRE(m.accept(static_cast<unsigned char>(doc[i])));
+    }
+  }
+}
