@@ -34,13 +34,13 @@ token_index::token_index(std::vector<std::string> bytes, std::vector<std::uint32
   }
 }
 
-void token_index::mask(matcher& m, std::vector<std::uint32_t>& allowed, bool shortest) const {
-  allowed.assign((bytes_.size() + 31) / 32, 0u);
-  automaton::session walk{m.machine()};
-  // path[i]: the state after i bytes of the token tried last (path[0]: the matcher's);
-  // `refused`: the length of the previous token's prefix the grammar refused (its last byte
-  // refused), 0 when none was.
-  std::vector<automaton::state_id> path{m.state()};
+template<class Decide, class Step, class Whole>
+void token_index::walk_tokens(automaton::session& walk, automaton::state_id from, Decide decide,
+                              Step step, Whole whole) const {
+  // path[i]: the state after i bytes of the token tried last (path[0]: `from`); `refused`: the
+  // length of the previous token's prefix the grammar refused (its last byte refused), 0 when
+  // none was.
+  std::vector<automaton::state_id> path{from};
   std::size_t refused = 0;
   for (std::size_t i = 0; i < order_.size(); ++i) {
     const std::uint32_t t = order_[i];
@@ -52,20 +52,37 @@ void token_index::mask(matcher& m, std::vector<std::uint32_t>& allowed, bool sho
     refused = 0;
     if (path.size() > shared + 1)
       path.resize(shared + 1);
+    bool decided = false;
     while (path.size() <= b.size()) {
+      if (decide(t, path)) {
+        decided = true;
+        break;
+      }
       const auto next = walk.next(path.back(), static_cast<unsigned char>(b[path.size() - 1]));
-      if (next == automaton::refused ||
-          (shortest && walk.min_rest(next) + 1 != walk.min_rest(path.back())))
+      if (next == automaton::refused || !step(path, next))
         break;
       path.push_back(next);
     }
+    if (decided)
+      continue;
     if (path.size() == b.size() + 1) {
-      allowed[t / 32] |= 1u << (t % 32);
+      whole(t);
     } else {
       refused = path.size();
       i = after_refused(i, refused);
     }
   }
+}
+
+void token_index::mask(matcher& m, std::vector<std::uint32_t>& allowed, bool shortest) const {
+  allowed.assign((bytes_.size() + 31) / 32, 0u);
+  automaton::session walk{m.machine()};
+  walk_tokens(
+      walk, m.state(), [](std::uint32_t, const auto&) { return false; },
+      [&](const std::vector<automaton::state_id>& path, automaton::state_id next) {
+        return !shortest || walk.min_rest(next) + 1 == walk.min_rest(path.back());
+      },
+      [&](std::uint32_t t) { allowed[t / 32] |= 1u << (t % 32); });
   if (walk.can_end(m.state()))
     for (auto t : end_tokens_)
       if (t < bytes_.size())
@@ -116,44 +133,26 @@ void token_index::classify(automaton::session& walk, automaton::state_id frame,
   std::unordered_map<automaton::state_id, std::vector<std::pair<std::uint32_t, std::uint32_t>>>
       by_exit;
   constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
-  // path as in mask; `ended`: the first length after which the frame may have ended (its
-  // state may end), none when it may not have on the current path.
-  std::vector<automaton::state_id> path{frame};
-  std::size_t refused = 0, ended = none;
-  for (std::size_t i = 0; i < order_.size(); ++i) {
-    const std::uint32_t t = order_[i];
-    const std::string& b = bytes_[t];
-    const std::size_t shared = i == 0 ? 0 : common_[i];
-    if (refused != 0 && shared >= refused)
-      continue;
-    refused = 0;
-    if (path.size() > shared + 1)
-      path.resize(shared + 1);
-    if (ended != none && ended >= path.size())
-      ended = none;
-    bool decided = false;
-    while (path.size() <= b.size()) {
-      if (ended != none) { // bytes after the frame's end: the stack below decides them
+  // `ended`: the first length after which a cut stack may have emptied (the top's state may
+  // end) on the path walked, none when none may have.
+  std::size_t ended = none;
+  walk_tokens(
+      walk, frame,
+      [&](std::uint32_t t, const std::vector<automaton::state_id>& path) {
+        if (ended != none && ended >= path.size())
+          ended = none; // the path went back above it
+        if (ended == none)
+          return false;
+        // Bytes after a cut stack emptied: what lies below decides them.
         by_exit[path[ended]].emplace_back(t, static_cast<std::uint32_t>(ended));
-        decided = true;
-        break;
-      }
-      const auto next = walk.next(path.back(), static_cast<unsigned char>(b[path.size() - 1]));
-      if (next == automaton::refused)
-        break;
-      path.push_back(next);
-      if (walk.can_end(next))
-        ended = path.size() - 1;
-    }
-    if (decided)
-      continue;
-    if (path.size() == b.size() + 1) {
-      accepted[t / 32] |= 1u << (t % 32);
-    } else {
-      refused = path.size();
-      i = after_refused(i, refused);
-    }
-  }
+        return true;
+      },
+      [&](const std::vector<automaton::state_id>& path, automaton::state_id next) {
+        if (walk.can_end(next) && ended == none)
+          ended = path.size();
+        return true;
+      },
+      [&](std::uint32_t t) { accepted[t / 32] |= 1u << (t % 32); });
   for (auto& [at, tokens] : by_exit) {
     frame_exits::group g;
     g.lead = tokens.front().first;

@@ -72,6 +72,14 @@ private:
   // skip_[k][i]: the first place after i whose token shares fewer than k + 1 bytes with
   // order_[i] (where a refused prefix of 1 or 2 bytes ends: most refusals are that short).
   std::vector<std::uint32_t> skip_[2];
+  // The walk of the sorted vocabulary from `from` that mask and classify share: each token's
+  // bytes from the path its prefix shares with the one before, a refused prefix skipping every
+  // token that starts with it. `decide(t, path)` may settle a token before its next byte (true),
+  // `step(path, next)` whether a byte's step counts (false: refused), `whole(t)` gets each token
+  // walked to its end.
+  template<class Decide, class Step, class Whole>
+  void walk_tokens(automaton::session& walk, automaton::state_id from, Decide decide, Step step,
+                   Whole whole) const;
   // The place to go on from after the token at place i had its first `refused` bytes refused.
   std::size_t after_refused(std::size_t i, std::size_t refused) const noexcept {
     return refused >= 1 && refused <= 2 ? skip_[refused - 1][i] - 1 : i;
