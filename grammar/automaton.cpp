@@ -174,6 +174,10 @@ automaton::state_id automaton::top_locked(state_id s) {
         ++n;
       common = n;
     }
+    // Near the depth limit the cut would prune less than the stacks themselves do: no cut.
+    for (const auto& chain : chains)
+      if (chain.size() > max_depth / 2)
+        common = 0;
     std::vector<std::uint32_t> pending;
     for (const auto& chain : chains) {
       std::uint32_t below = empty_stack;

@@ -325,6 +325,7 @@ private:
     answer.created = std::time(nullptr);
     answer.model = state_->options.model_id;
     answer_.emplace(std::move(answer), chat_.n); // before any event: they come later
+    ++answer_serial_; // events of an earlier answer's requests, still coming, are dropped
     handles_.assign(chat_.n, request_handle{});
     forked_ = chat_.n == 1;
     // n > 1: the first choice goes alone; the others start once its prompt is prefilled
@@ -341,24 +342,25 @@ private:
   void submit_choice(std::size_t i, chat_request request) {
     std::weak_ptr<connection> weak = shared_from_this();
     request.sampling.seed += i; // each choice its own random stream
-    handles_[i] = state_->n->submit(std::move(request),
-                                    [weak, i, state = state_](const request_event& ev) {
-                                      std::lock_guard<std::mutex> g{state->post_m};
-                                      if (state->stopped)
-                                        return;
-                                      if (auto self = weak.lock())
-                                        net::post(self->stream_.get_executor(), [weak, i, ev] {
-                                          if (auto alive = weak.lock())
-                                            alive->on_event(i, ev);
-                                        });
-                                    });
+    const auto serial = answer_serial_;
+    handles_[i] = state_->n->submit(
+        std::move(request), [weak, i, serial, state = state_](const request_event& ev) {
+          std::lock_guard<std::mutex> g{state->post_m};
+          if (state->stopped)
+            return;
+          if (auto self = weak.lock())
+            net::post(self->stream_.get_executor(), [weak, i, serial, ev] {
+              if (auto alive = weak.lock(); alive && alive->answer_serial_ == serial)
+                alive->on_event(i, ev);
+            });
+        });
     answer_->set_request(i, handles_[i].id);
   }
 
   // The other choices of an answer with n > 1, once the first one's prompt is prefilled (its
   // first token came) or it ended.
   void fork() {
-    if (forked_)
+    if (forked_ || finished_ || client_gone_)
       return;
     forked_ = true;
     for (std::size_t i = 1; i < handles_.size(); ++i)
@@ -566,6 +568,7 @@ private:
   std::vector<request_handle> handles_;  // one request per choice
   bool forked_ = true;                   // the choices past the first have started
   std::optional<completion_set> answer_; // the events as an OpenAI answer
+  std::uint64_t answer_serial_ = 0;      // which answer the connection gives now
   bool stream_answer_ = false;              // as server-sent events
   bool in_request_ = false, finished_ = false, keep_alive_ = true, client_gone_ = false;
   // Streaming output.

@@ -805,6 +805,10 @@ void completion_stream::on_token(const request_event& ev, completion_output& out
     auto at = content_.find(s, from);
     if (at != std::string::npos) {
       content_.resize(at);
+      // Tokens whose text starts in the stop string are not in the answer, nor their logprobs.
+      while (!logprobs_.empty() && logprobs_.back().offset >= at)
+        logprobs_.pop_back();
+      logprobs_sent_ = std::min(logprobs_sent_, logprobs_.size());
       stopped_by_string_ = true;
       out.cancel = true; // the request ends with "cancelled", answered as stop
       break;
@@ -841,10 +845,13 @@ void completion_stream::flush(bool all, completion_output& out) {
     streamed_ = limit;
     if (!piece.empty()) {
       auto event = chunk(json::object{{"content", piece}}, nullptr);
-      if (options_.logprobs) { // the tokens taken so far (a held-back one comes with the next)
+      if (options_.logprobs) { // the tokens whose text starts in what is sent
+        std::size_t upto = logprobs_sent_;
+        while (upto < logprobs_.size() && (all || logprobs_[upto].offset < streamed_))
+          ++upto;
         event["choices"].as_array()[0].as_object()["logprobs"] =
-            logprobs_json(logprobs_sent_, logprobs_.size());
-        logprobs_sent_ = logprobs_.size();
+            logprobs_json(logprobs_sent_, upto);
+        logprobs_sent_ = upto;
       }
       add_event(event, out);
     }
@@ -876,8 +883,8 @@ json::value completion_stream::logprobs_json(std::size_t from, std::size_t to) c
       tokens.push_back(json::string(text_of(e.bytes)));
       token_logprobs.push_back(e.logprob);
       json::object alternatives;
-      for (const auto& a : e.top)
-        alternatives[text_of(a.text)] = a.logprob;
+      for (const auto& a : e.top) // the likelier of two alike texts stays
+        alternatives.emplace(text_of(a.text), a.logprob);
       top.push_back(std::move(alternatives));
       offsets.push_back(e.offset);
     }

@@ -211,7 +211,7 @@ public:
   completion_output on_event(std::size_t choice, const request_event& ev);
   /// Whether a stop string ended choice `choice` (its cancelled error is then its end).
   bool stopped_by_string(std::size_t choice) const {
-    return choices_[choice].stopped_by_string();
+    return choice < choices_.size() && choices_[choice].stopped_by_string();
   }
   /// The number of choices.
   std::size_t size() const noexcept { return choices_.size(); }

@@ -592,6 +592,19 @@ BOOST_AUTO_TEST_CASE(a_set_of_choices_answers_once_all_ended_and_an_error_ends_a
   BOOST_TEST(failing.on_event(0, done_event(triad::finish_reason::stop)).bytes.empty());
 }
 
+BOOST_AUTO_TEST_CASE(a_stop_string_drops_the_logprobs_of_the_tokens_it_takes) {
+  auto o = answer_options(false);
+  o.logprobs = true;
+  o.stop = {"bc"};
+  triad::completion_stream answer{o};
+  for (char c : std::string{"abcd"})
+    answer.on_event(scored_token(c, -1.0f));
+  auto body = boost::json::parse(
+      answer.on_event(error_event(triad::errc::cancelled, "cancelled")).bytes);
+  BOOST_TEST(body.at("choices").at(0).at("message").at("content") == "a");
+  BOOST_TEST(body.at("choices").at(0).at("logprobs").at("content").as_array().size() == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(a_streamed_hosted_call_is_a_triad_chunk_with_no_choices_after_the_text) {
   triad::completion_stream answer{answer_options(true)};
   std::string bytes = answer.on_event(token_event('a')).bytes;
