@@ -27,6 +27,7 @@
 #include "runtime/cpu_time.hpp"
 #include "server/http_framing.hpp"
 #include "server/openai.hpp"
+#include "server/responses.hpp"
 
 namespace triad {
 
@@ -229,11 +230,13 @@ private:
         send_text(200, std::string{metrics_registry::content_type}, state_->n->metrics().render());
       return;
     }
-    bool api = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions";
+    bool api = path == "/v1/models" || path == "/v1/chat/completions" ||
+               path == "/v1/completions" || path == "/v1/responses";
     if (!api) {
       fail(error(404,
                  "no such endpoint: " + path +
-                     "; served: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, "
+                     "; served: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, "
+                     "GET /v1/models, "
                      "GET /metrics, "
                      "GET /health, GET /ready",
                  "not_found"),
@@ -252,7 +255,9 @@ private:
       return;
     }
     if (only(http::verb::post, "POST"))
-      generate(path == "/v1/completions");
+      generate(path == "/v1/completions" ? api_kind::completions
+               : path == "/v1/responses" ? api_kind::responses
+                                         : api_kind::chat);
   }
 
   bool authorized() const {
@@ -284,13 +289,33 @@ private:
 
   // ---- chat completions --------------------------------------------------------------------
 
-  // A chat completion, or a plain one (`completion`).
-  void generate(bool completion) {
+  // The three ways to ask for a generation.
+  enum class api_kind { chat, completions, responses };
+
+  // A chat completion, a plain one, or a response (the Responses API, translated to a chat
+  // request: responses.hpp).
+  void generate(api_kind kind) {
     if (!state_->accepting.load())
       return fail(error(503, "the node is draining: no new requests", "draining"), false);
-    auto parsed = completion ? parse_completion_request(req_.body(), state_->options.model_id)
-                             : parse_chat_request(req_.body(), state_->options.model_id,
-                                                 &state_->n->format());
+    const bool completion = kind == api_kind::completions;
+    std::variant<openai_chat, api_error> parsed = api_error{};
+    if (kind == api_kind::responses) {
+      auto translated = responses_to_chat(req_.body());
+      if (auto* e = std::get_if<api_error>(&translated))
+        return fail(*e, req_.keep_alive());
+      const auto& r = std::get<responses_request>(translated);
+      parsed = parse_chat_request(r.chat_body, state_->options.model_id, &state_->n->format());
+      if (auto* e = std::get_if<api_error>(&parsed)) { // in the Responses request's terms
+        const auto param = responses_param(e->param, r.origins);
+        if (!e->param.empty() && e->message.starts_with(e->param))
+          e->message = param + e->message.substr(e->param.size());
+        e->param = param;
+      }
+    } else if (completion) {
+      parsed = parse_completion_request(req_.body(), state_->options.model_id);
+    } else {
+      parsed = parse_chat_request(req_.body(), state_->options.model_id, &state_->n->format());
+    }
     if (auto* e = std::get_if<api_error>(&parsed))
       return fail(*e, req_.keep_alive());
     chat_ = std::get<openai_chat>(std::move(parsed));
@@ -324,6 +349,9 @@ private:
         (completion ? "cmpl-" : "chatcmpl-") + std::to_string(state_->next_call.fetch_add(1) + 1);
     answer.created = std::time(nullptr);
     answer.model = state_->options.model_id;
+    response_.reset();
+    if (kind == api_kind::responses)
+      response_.emplace(answer, chat_.stream); // its id "resp_N" from answer's "chatcmpl-N"
     answer_.emplace(std::move(answer), chat_.n); // before any event: they come later
     ++answer_serial_; // events of an earlier answer's requests, still coming, are dropped
     handles_.assign(chat_.n, request_handle{});
@@ -355,6 +383,8 @@ private:
             });
         });
     answer_->set_request(i, handles_[i].id);
+    if (response_)
+      response_->set_request(handles_[i].id);
   }
 
   // The other choices of an answer with n > 1, once the first one's prompt is prefilled (its
@@ -404,7 +434,9 @@ private:
   void on_event(std::size_t choice, const request_event& ev) {
     if (finished_ || !answer_)
       return;
-    if (ev.kind == request_event::error && client_gone_ && !answer_->stopped_by_string(choice)) {
+    const bool by_string =
+        response_ ? response_->stopped_by_string() : answer_->stopped_by_string(choice);
+    if (ev.kind == request_event::error && client_gone_ && !by_string) {
       finished_ = true; // nobody to answer
       cancel_all();
       state_->end();
@@ -412,7 +444,7 @@ private:
     }
     if (choice == 0 && ev.kind != request_event::state && ev.kind != request_event::error)
       fork(); // its prompt is prefilled (or it ended): the others find its pages cached
-    auto out = answer_->on_event(choice, ev);
+    auto out = response_ ? response_->on_event(ev) : answer_->on_event(choice, ev);
     if (out.cancel) // a stop string matched: the choice ends with "stop"
       state_->n->cancel(handles_[choice]);
     if (out.cancel_others)
@@ -543,6 +575,7 @@ private:
     headers_sent_ = end_stream_ = ended_ = false;
     client_gone_ = false;
     answer_.reset();
+    response_.reset();
     head_sr_.reset();
     head_.reset();
     read();
@@ -568,6 +601,7 @@ private:
   std::vector<request_handle> handles_;  // one request per choice
   bool forked_ = true;                   // the choices past the first have started
   std::optional<completion_set> answer_; // the events as an OpenAI answer
+  std::optional<response_stream> response_; // or as a Responses API answer
   std::uint64_t answer_serial_ = 0;      // which answer the connection gives now
   bool stream_answer_ = false;              // as server-sent events
   bool in_request_ = false, finished_ = false, keep_alive_ = true, client_gone_ = false;

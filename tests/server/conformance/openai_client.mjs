@@ -231,6 +231,30 @@ await check("n: 2 answers with two choices, streamed too", async () => {
   assert.deepEqual([...finished].sort(), [0, 1]);
 });
 
+await check("the Responses API: text, a required call, its output sent back, streamed events", async () => {
+  const r = await client.responses.create({ model, input: "What is the weather in Oslo?", max_output_tokens: 5, temperature: 0 });
+  assert.equal(r.object, "response");
+  assert.equal(r.status, "incomplete");
+  assert.equal(r.usage.output_tokens, 5);
+  assert.equal(typeof r.output_text, "string");
+  const tools = forecast.map((t) => ({ type: "function", name: t.function.name, parameters: t.function.parameters }));
+  const called = await client.responses.create({ model, input: "weather?", tools, tool_choice: "required", max_output_tokens: 300 });
+  const call = called.output.find((o) => o.type === "function_call");
+  assert.ok(call, JSON.stringify(called.output));
+  checkForecastCall({ type: "function", function: { name: call.name, arguments: call.arguments } });
+  const next = await client.responses.create({ model, max_output_tokens: 3, tools,
+    input: [{ role: "user", content: "weather?" }, call, { type: "function_call_output", call_id: call.call_id, output: "sunny" }] });
+  assert.equal(next.usage.output_tokens, 3);
+  const stream = await client.responses.create({ model, input: "hello", max_output_tokens: 4, stream: true });
+  let text = "", last = null;
+  for await (const ev of stream) {
+    if (ev.type === "response.output_text.delta") text += ev.delta;
+    last = ev;
+  }
+  assert.equal(last.type, "response.incomplete");
+  assert.equal(last.response.output[0].content[0].text, text);
+});
+
 await check("errors come as the client's typed errors", async () => {
   await assert.rejects(client.chat.completions.create({ model: "no-such-model", messages: user }),
     (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
