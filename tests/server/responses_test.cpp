@@ -153,7 +153,7 @@ BOOST_AUTO_TEST_CASE(a_streamed_response_is_a_sequence_of_response_events) {
   std::string text;
   std::int64_t sequence = -1;
   for (const auto& [name, data] : events) {
-    BOOST_TEST(data.at("type") == name);
+    BOOST_TEST(data.at("type").as_string() == name);
     BOOST_TEST(data.at("sequence_number").as_int64() == sequence + 1);
     sequence = data.at("sequence_number").as_int64();
     if (name == "response.output_text.delta")
