@@ -64,7 +64,7 @@ std::variant<responses_request, api_error> responses_to_chat(std::string_view bo
   responses_request out;
   json::object chat;
   json::array messages;
-  for (const char* refused : {"previous_response_id", "conversation"})
+  for (const char* refused : {"previous_response_id", "conversation", "background", "prompt"})
     if (const auto* v = root.if_contains(refused); v && !v->is_null())
       return bad(refused, "not supported: this node keeps no responses; send the whole input");
   if (const auto* v = root.if_contains("instructions"); v && !v->is_null()) {
@@ -94,7 +94,9 @@ std::variant<responses_request, api_error> responses_to_chat(std::string_view bo
       }
       if (type == "message") {
         const auto* role = o->if_contains("role");
-        if (role == nullptr || !role->is_string())
+        if (role == nullptr || !role->is_string() ||
+            (role->get_string() != "system" && role->get_string() != "developer" &&
+             role->get_string() != "user" && role->get_string() != "assistant"))
           return bad(p + ".role", "expected one of system, developer, user, assistant");
         const auto* c = o->if_contains("content");
         if (c == nullptr)
@@ -172,6 +174,9 @@ std::variant<responses_request, api_error> responses_to_chat(std::string_view bo
   }
   if (const auto* choice = root.if_contains("tool_choice"); choice && !choice->is_null()) {
     if (const auto* o = choice->if_object()) {
+      const json::value* type = o->if_contains("type");
+      if (type == nullptr || !type->is_string() || type->get_string() != "function")
+        return bad("tool_choice.type", "only {\"type\": \"function\", \"name\": ...} is supported");
       const json::value* name = o->if_contains("name");
       if (name == nullptr || !name->is_string())
         return bad("tool_choice.name", "expected a string");
@@ -227,15 +232,20 @@ std::string responses_param(const std::string& chat_param,
     const auto k = std::stoul(chat_param.substr(9, close - 9));
     const auto rest = chat_param.substr(close + 1);
     const auto origin = k < origins.size() ? origins[k] : std::string{"input"};
-    if (rest == ".content" && origin.starts_with("input[") &&
-        origin.find("function_call_output") == std::string::npos)
-      return origin + ".content";
+    if (origin == "input" || origin == "instructions") // a whole field, not an item
+      return origin;
+    if (rest == ".tool_call_id")
+      return origin + ".call_id";
     return origin + rest;
   }
   if (chat_param == "max_tokens")
     return "max_output_tokens";
+  if (starts("response_format.json_schema"))
+    return "text.format" + chat_param.substr(27);
   if (starts("response_format"))
     return "text.format" + chat_param.substr(15);
+  if (chat_param == "messages")
+    return "input";
   if (chat_param == "tool_choice.function.name")
     return "tool_choice.name";
   if (starts("tools[")) {
@@ -293,10 +303,13 @@ void response_stream::close_text(completion_output& out) {
     return;
   text_open_ = false;
   const auto index = output_.size();
-  const json::object part{{"type", "output_text"}, {"text", text_}, {"annotations", json::array{}}};
+  const json::object part{{"type", "output_text"},
+                          {"text", text_},
+                          {"annotations", json::array{}},
+                          {"logprobs", json::array{}}};
   emit("response.output_text.done",
        {{"item_id", "msg_" + id_.substr(5)}, {"output_index", index}, {"content_index", 0},
-        {"text", text_}},
+        {"text", text_}, {"logprobs", json::array{}}},
        out);
   emit("response.content_part.done",
        {{"item_id", "msg_" + id_.substr(5)}, {"output_index", index}, {"content_index", 0},
@@ -353,7 +366,8 @@ void response_stream::on_chunk(const json::object& chunk, completion_output& out
          {{"item_id", "msg_" + id_.substr(5)},
           {"output_index", output_.size()},
           {"content_index", 0},
-          {"delta", *c}},
+          {"delta", *c},
+          {"logprobs", json::array{}}},
          out);
   }
   if (const auto* calls = delta.if_contains("tool_calls"); calls && calls->is_array()) {
@@ -374,7 +388,10 @@ void response_stream::on_chunk(const json::object& chunk, completion_output& out
            {{"item_id", "fc_" + call_id}, {"output_index", index}, {"delta", fn.at("arguments")}},
            out);
       emit("response.function_call_arguments.done",
-           {{"item_id", "fc_" + call_id}, {"output_index", index}, {"arguments", fn.at("arguments")}},
+           {{"item_id", "fc_" + call_id},
+            {"output_index", index},
+            {"name", fn.at("name")},
+            {"arguments", fn.at("arguments")}},
            out);
       item["arguments"] = fn.at("arguments");
       item["status"] = "completed";
@@ -390,21 +407,19 @@ completion_output response_stream::on_event(const request_event& ev) {
   completion_output out;
   if (finished_)
     return out;
+  // Not streamed, an error (not the end a stop string asked for) is the HTTP error chat gives,
+  // whenever it comes.
+  if (!stream_ && ev.kind == request_event::error &&
+      !(ev.code == errc::cancelled && chat_.stopped_by_string())) {
+    finished_ = out.finished = true;
+    out.error = error_of(ev);
+    return out;
+  }
   auto inner = chat_.on_event(ev);
   out.cancel = inner.cancel;
-  if (inner.error) { // before any byte of the chat stream: an HTTP error unless ours began
+  if (inner.error) { // before any byte of the chat stream, and of ours: an HTTP error
     finished_ = out.finished = true;
-    if (!stream_ || !created_) {
-      out.error = std::move(inner.error);
-      return out;
-    }
-    emit("response.failed",
-         {{"response", [&] {
-             auto r = response_json("failed");
-             r["error"] = json::object{{"code", inner.error->code}, {"message", inner.error->message}};
-             return r;
-           }()}},
-         out);
+    out.error = std::move(inner.error);
     return out;
   }
   if (!created_ && (!inner.bytes.empty() || inner.finished)) {

@@ -107,7 +107,7 @@ BOOST_AUTO_TEST_CASE(bad_items_and_chat_errors_are_named_in_responses_terms) {
   BOOST_TEST(triad::responses_param("messages[2].role", origins) == "input[2].role");
   BOOST_TEST(triad::responses_param("max_tokens", origins) == "max_output_tokens");
   BOOST_TEST(triad::responses_param("response_format.json_schema.schema", origins) ==
-             "text.format.json_schema.schema");
+             "text.format.schema");
   BOOST_TEST(triad::responses_param("tools[1].function.parameters", origins) ==
              "tools[1].parameters");
   BOOST_TEST(triad::responses_param("tool_choice.function.name", origins) == "tool_choice.name");
