@@ -646,11 +646,30 @@ bool any_arguments(const json::value& parameters) {
 
 expected<grammar> from_tool_calls(const std::vector<function_signature>& functions,
                                   const call_layout& layout, const json_options& options,
-                                  std::size_t* failed) {
+                                  std::size_t* failed, const call_alternative& instead) {
   if (functions.empty())
     return make_error(errc::invalid_argument, "tool calls: no function to call");
   return with_root(options, [&](compiler& c) -> expected<element> {
     auto& b = c.builder();
+    // The document a JSON alternative asks for, compiled first (each schema resolves its own
+    // $refs).
+    std::optional<element> document;
+    if (instead.what == call_alternative::kind::json) {
+      if (instead.schema.is_null()) {
+        document = c.any_object();
+      } else {
+        c.set_root_schema(instead.schema);
+        auto d = c.schema(instead.schema, "#");
+        if (!d)
+          return make_error(d.error().code, "response_format: " + d.error().message);
+        const std::uint32_t r = b.declare("document");
+        b.add(r, {*d});
+        if (!b.productive(r))
+          return make_error(errc::unsupported, "response_format: json schema: no finite JSON "
+                                               "document matches it (a $ref that only recurses)");
+        document = grammar_builder::ref(r);
+      }
+    }
     // One call: '{' ws "name" ws ':' ws NAME ws ',' ws KEY ws ':' ws ARGUMENTS ws '}', one
     // alternative per function.
     std::vector<sequence> calls;
@@ -723,7 +742,31 @@ expected<grammar> from_tool_calls(const std::vector<function_signature>& functio
     }
     for (auto e : b.literal(layout.after_all))
       all.push_back(e);
-    return b.choice({std::move(all)}, "tool_calls");
+    const element calls_element = b.choice({std::move(all)}, "tool_calls");
+    switch (instead.what) {
+    case call_alternative::kind::none:
+      return calls_element;
+    case call_alternative::kind::json:
+      return b.choice({{*document}, {calls_element}}, "document_or_calls");
+    case call_alternative::kind::text:
+      break;
+    }
+    // Text: any bytes but the markers (no UTF-8 text has them).
+    const byte_set text_bytes = range(0x00, call_open_marker - 1);
+    const element text = b.repeat(b.bytes(text_bytes), 0, 0, true, "text");
+    const std::string& opening = layout.before_all.empty() ? layout.before_each : layout.before_all;
+    if (!opening.empty() && static_cast<unsigned char>(opening.front()) >= call_open_marker)
+      return b.choice({{text}, {text, calls_element}}, "text_then_calls");
+    // Calls that open with their JSON: white space, then a call or text that does not start
+    // one.
+    byte_set white;
+    for (char w : std::string_view{" \t\r\n"})
+      white.set(static_cast<unsigned char>(w));
+    byte_set first = text_bytes & ~white;
+    first.reset('{');
+    const element blank = b.repeat(b.bytes(white), 0, 0, true, "blank");
+    const element rest = b.choice({{}, {b.bytes(first), text}, {calls_element}}, "text_or_calls");
+    return b.choice({{blank, rest}}, "answer");
   });
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -57,15 +58,34 @@ struct call_layout {
   bool newlines_inside = false;
 };
 
+/// What an answer may be instead of tool calls: nothing else under tool_choice "required" or a
+/// named function; under "auto", text (which may end in calls where a control token opens them)
+/// or, with a JSON response_format, a document of it.
+struct call_alternative {
+  /// The kinds of alternative.
+  enum class kind : std::uint8_t {
+    none, ///< calls only
+    /// Any text without marker bytes, ending in calls where the layout opens them with a marker
+    /// byte (Hermes, Mistral); else text or calls (Llama 3, whose call is an answer starting
+    /// with '{': text may not start with one).
+    text,
+    json, ///< a JSON document valid against `schema` (null: any object) or calls
+  };
+  kind what = kind::none;    ///< the alternative
+  boost::json::value schema; ///< json: the document's schema (null: any object)
+};
+
 /// A grammar of one to `layout.max_calls` calls, each to one of `functions` by name with
 /// arguments valid against its parameters (each schema compiled as from_json_schema does, its
 /// `$ref`s resolved within it; null, `{}` or `true`: any object). Errors: no function; a
 /// parameters schema that is not of an object (`"type": "object"`), has no finite document or
 /// is not supported, its message starting with the function's name and its index in
-/// `functions` in `*failed` (when given).
+/// `functions` in `*failed` (when given); an `instead` schema's error starts "response_format: ".
+/// `instead`: what the answer may be rather than calls.
 expected<grammar> from_tool_calls(const std::vector<function_signature>& functions,
                                   const call_layout& layout, const json_options& options = {},
-                                  std::size_t* failed = nullptr);
+                                  std::size_t* failed = nullptr,
+                                  const call_alternative& instead = {});
 
 /// A grammar of any JSON value.
 grammar any_json(const json_options& options = {});

@@ -279,6 +279,67 @@ BOOST_AUTO_TEST_CASE(parallel_calls_take_up_to_max_calls_in_the_layout_of_the_fa
   BOOST_TEST(!matches(m, "[" + t + "]"));
 }
 
+BOOST_AUTO_TEST_CASE(under_auto_text_may_end_in_calls_where_a_control_token_opens_them) {
+  call_layout tagged;
+  tagged.before_each = open_tag;
+  tagged.after_each = close_tag;
+  call_alternative text;
+  text.what = call_alternative::kind::text;
+  auto g = from_tool_calls(weather_functions(), tagged, {}, nullptr, text);
+  BOOST_REQUIRE(g);
+  const auto rules = std::make_shared<const grammar>(std::move(*g));
+  const std::string call = open_tag + R"({"name":"get_time","arguments":{}})" + close_tag;
+  BOOST_TEST(matches(rules, ""));
+  BOOST_TEST(matches(rules, "Any text, {even} \"this\""));
+  BOOST_TEST(matches(rules, "Let me look.\n" + call));
+  BOOST_TEST(matches(rules, call));
+  BOOST_TEST(!matches(rules, "text " + open_tag + R"({"name":"rm","arguments":{}})" + close_tag));
+  BOOST_TEST(!matches(rules, call + " text after the call"));
+  BOOST_TEST(!matches(rules, "a stray " + close_tag));
+}
+
+BOOST_AUTO_TEST_CASE(under_auto_a_llama3_answer_starting_with_a_brace_is_a_call) {
+  call_layout llama3;
+  llama3.arguments_key = "parameters";
+  call_alternative text;
+  text.what = call_alternative::kind::text;
+  auto g = from_tool_calls({{"get_time", json::value{}}}, llama3, {}, nullptr, text);
+  BOOST_REQUIRE(g);
+  const auto rules = std::make_shared<const grammar>(std::move(*g));
+  BOOST_TEST(matches(rules, "It is noon {or so}."));
+  BOOST_TEST(matches(rules, " \n" R"({"name":"get_time","parameters":{}})"));
+  BOOST_TEST(matches(rules, "\n"));
+  BOOST_TEST(!matches(rules, R"({"name":"get_date","parameters":{}})"));
+  BOOST_TEST(!matches(rules, "{not a call}"));
+}
+
+BOOST_AUTO_TEST_CASE(with_a_response_format_the_answer_is_its_document_or_calls) {
+  call_layout tagged;
+  tagged.before_each = open_tag;
+  tagged.after_each = close_tag;
+  call_alternative json_answer;
+  json_answer.what = call_alternative::kind::json;
+  json_answer.schema = json::parse(R"({"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}},
+      "required": ["n"], "additionalProperties": false, "$defs": {"n": {"type": "integer"}}})");
+  auto g = from_tool_calls(weather_functions(), tagged, {}, nullptr, json_answer);
+  BOOST_REQUIRE_MESSAGE(g, (g ? "" : g.error().to_string()));
+  const auto rules = std::make_shared<const grammar>(std::move(*g));
+  BOOST_TEST(matches(rules, R"({"n":4})"));
+  BOOST_TEST(matches(rules, open_tag + R"({"name":"get_time","arguments":{}})" + close_tag));
+  BOOST_TEST(!matches(rules, R"({"n":"four"})"));
+  BOOST_TEST(!matches(rules, "plain text"));
+  BOOST_TEST(!matches(rules, R"({"n":4})" + open_tag + R"({"name":"get_time","arguments":{}})" +
+                                 close_tag));
+  json_answer.schema = json::value{};
+  auto any = from_tool_calls(weather_functions(), tagged, {}, nullptr, json_answer);
+  BOOST_REQUIRE(any);
+  BOOST_TEST(matches(std::make_shared<const grammar>(std::move(*any)), R"({"free":[1,2]})"));
+  json_answer.schema = json::parse(R"({"type": "string", "format": "email"})");
+  auto bad = from_tool_calls(weather_functions(), tagged, {}, nullptr, json_answer);
+  BOOST_REQUIRE(!bad);
+  BOOST_TEST(bad.error().message.find("response_format: ") == 0u, bad.error().message);
+}
+
 BOOST_AUTO_TEST_CASE(each_function_resolves_its_own_refs_and_a_bad_schema_names_it) {
   const auto a = json::parse(R"({"type": "object", "properties": {"x": {"$ref": "#/$defs/n"}},
       "required": ["x"], "$defs": {"n": {"type": "integer"}}})");
