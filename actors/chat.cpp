@@ -369,4 +369,117 @@ std::string write_tool_calls(call_syntax syntax, const std::vector<tool_call_tex
   return out;
 }
 
+// -- call_scanner --
+
+std::vector<call_scanner::piece> call_scanner::push(std::string_view bytes) {
+  std::vector<piece> out;
+  for (char c : bytes)
+    byte(c, out);
+  flush(out);
+  return out;
+}
+
+void call_scanner::flush(std::vector<piece>& out) {
+  if (calls_ == 0 || !name_ || (announced_ && sent_ == arguments_.size()))
+    return;
+  piece p;
+  p.call = calls_ - 1;
+  if (!announced_)
+    p.name = *name_;
+  announced_ = true;
+  p.arguments = arguments_.substr(sent_);
+  sent_ = arguments_.size();
+  out.push_back(std::move(p));
+}
+
+void call_scanner::byte(char c, std::vector<piece>& out) {
+  const bool white = c == ' ' || c == '\t' || c == '\r' || c == '\n';
+  if (depth_ == 0) { // between calls: only an object begins one
+    if (c == '{') {
+      depth_ = 1;
+      ++calls_;
+      at_key_ = true;
+      at_value_ = false;
+      name_.reset();
+      announced_ = false;
+      in_arguments_ = false;
+      arguments_.clear();
+      sent_ = 0;
+    }
+    return;
+  }
+  if (in_arguments_)
+    arguments_ += c;
+  if (in_string_) {
+    if (reading_)
+      text_ += c;
+    if (escaped_) {
+      escaped_ = false;
+    } else if (c == '\\') {
+      escaped_ = true;
+    } else if (c == '"') {
+      in_string_ = false;
+      if (reading_) {
+        reading_ = false;
+        std::error_code ec;
+        auto v = boost::json::parse(text_, ec);
+        const std::string read = !ec && v.is_string() ? std::string{v.as_string()} : std::string{};
+        if (at_key_) {
+          key_ = read;
+          at_key_ = false;
+        } else if (key_ == "name" && !read.empty()) {
+          name_ = read;
+          flush(out); // the name alone, then the arguments as they come
+        }
+      }
+    }
+    return;
+  }
+  if (white)
+    return;
+  if (depth_ == 1 && at_value_) { // a member's value begins
+    at_value_ = false;
+    if (c == '{' && (key_ == "arguments" || key_ == "parameters") && !in_arguments_ &&
+        arguments_.empty()) {
+      in_arguments_ = true;
+      arguments_depth_ = 1;
+      arguments_ += c;
+    }
+    if (c == '"' && key_ == "name") {
+      reading_ = true;
+      text_ = "\"";
+    }
+  } else if (depth_ == 1 && at_key_ && c == '"') {
+    reading_ = true;
+    text_ = "\"";
+  }
+  switch (c) {
+  case '"':
+    in_string_ = true;
+    break;
+  case '{':
+  case '[':
+    ++depth_;
+    break;
+  case '}':
+  case ']':
+    --depth_;
+    if (in_arguments_ && depth_ == arguments_depth_)
+      in_arguments_ = false;
+    if (depth_ == 0)
+      flush(out); // the call's last bytes
+    break;
+  case ':':
+    if (depth_ == 1)
+      at_value_ = true;
+    break;
+  case ',':
+    if (depth_ == 1)
+      at_key_ = true;
+    break;
+  default:
+    break;
+  }
+}
+
 } // namespace triad

@@ -101,6 +101,49 @@ std::string_view to_string(call_syntax s);
 expected<std::vector<tool_call_text>> parse_tool_calls(call_syntax syntax, std::string_view text,
                                                        bool need_arguments = false);
 
+/// Reads one call site's text as the model writes it, byte by byte, and tells as soon as each is
+/// certain the name of each call and the pieces of its arguments' JSON, so a call streams to the
+/// client as it is written (OpenAI's tool_call deltas). Calls are the objects at the site's top
+/// level (between tags, after `[TOOL_CALLS]` in an array, or separated by ';'); a call's pieces
+/// start once its name is read, and only arguments written as an object stream (a string of
+/// JSON waits for the parsed call). The pieces are the model's own text: concatenated, one
+/// call's are its arguments object as written.
+class call_scanner {
+public:
+  /// What some bytes completed of one call.
+  struct piece {
+    std::size_t call = 0;  ///< the call's index in the site, from 0
+    std::string name;      ///< the call's name, on its first piece only
+    std::string arguments; ///< the next bytes of its arguments (may be empty on the first)
+  };
+
+  /// Takes the next bytes of the site; returns the pieces they completed, in order.
+  std::vector<piece> push(std::string_view bytes);
+  /// Forgets the site (the model began it over).
+  void reset() { *this = call_scanner{}; }
+
+private:
+  void byte(char c, std::vector<piece>& out);
+  void flush(std::vector<piece>& out);
+
+  // The site's top level, a call's object, its members, and what the bytes are.
+  std::size_t calls_ = 0;      // calls begun
+  std::size_t depth_ = 0;      // nesting of '{' and '[' inside the current call (0: between)
+  bool in_string_ = false;     // inside a JSON string
+  bool escaped_ = false;       // the byte after a backslash in one
+  bool at_key_ = false;        // a member's key comes next (depth 1)
+  bool at_value_ = false;      // a member's value comes next (depth 1, after ':')
+  std::string text_;           // the key or name string being read, as written
+  bool reading_ = false;       // text_ collects a key or the name
+  std::string key_;            // the member whose value is read (name, arguments, parameters)
+  std::optional<std::string> name_; // the current call's name, once read
+  bool announced_ = false;     // the current call's first piece went out
+  bool in_arguments_ = false;  // the arguments object is being written
+  std::size_t arguments_depth_ = 0; // depth_ at which it closes
+  std::string arguments_;      // its bytes so far
+  std::size_t sent_ = 0;       // of them, those told
+};
+
 /// The text of `calls` as a model of `syntax` writes them (the inverse of parse_tool_calls): the
 /// JSON between the tags for tagged (one call), the objects for llama3, the array for mistral.
 std::string write_tool_calls(call_syntax syntax, const std::vector<tool_call_text>& calls);

@@ -243,21 +243,23 @@ private:
   // constraint per device sequence, moved on by the answer's tokens so far, so a sequence that
   // failed with tokens this actor never received leaves nothing behind.
   std::shared_ptr<grammar::token_constraint> constraint_from_here() {
-    // A tool_choice holds until the first call: after a hosted call's result, the model is free.
-    const auto& rules = req_.response_grammar ? req_.response_grammar
-                        : usage_.tool_calls == 0 ? req_.tool_grammar
-                                                 : req_.response_grammar;
+    // A tool_choice holds until the first call; the response grammar (calls or the answer,
+    // where tools are declared) from then on, afresh after each hosted call's result.
+    const auto& rules =
+        usage_.tool_calls == 0 && req_.tool_grammar ? req_.tool_grammar : req_.response_grammar;
     if (!rules || !ctx_->vocabulary)
       return nullptr;
-    if (!masks_)
+    if (!masks_ || masks_rules_ != rules) {
       masks_ = std::make_shared<grammar::mask_cache>(std::make_shared<grammar::automaton>(rules),
                                                      ctx_->vocabulary);
-    // The budget: every token the request may still generate, those of the answer so far
+      masks_rules_ = rules;
+    }
+    // The grammar's tokens so far: the last ones produced, since the last tool result.
+    const std::uint32_t since = produced_ - grammar_from_;
+    // The budget: every token the request may still generate, those under this grammar so far
     // included (the constraint moves through them below).
-    auto c = std::make_shared<grammar::token_constraint>(masks_, left() + produced_);
-    // Under a grammar the answer has made no tool call yet: its tokens are the last produced_.
-    for (auto it = tokens_.end() - static_cast<std::ptrdiff_t>(produced_); it != tokens_.end();
-         ++it)
+    auto c = std::make_shared<grammar::token_constraint>(masks_, left() + since);
+    for (auto it = tokens_.end() - static_cast<std::ptrdiff_t>(since); it != tokens_.end(); ++it)
       c->advance(static_cast<std::uint32_t>(*it));
     return c;
   }
@@ -619,15 +621,18 @@ private:
         mark = true; // a call opened again before it closed: the model starts it over
         call_.clear();
         call_open_ = t;
+        scanner_.reset();
       } else if (!in_call_ && (t == f.call_start() || opens_json_call(piece))) {
         in_call_ = true;
         call_.clear();
         call_open_.reset();
+        scanner_.reset();
         if (t == f.call_start()) {
           mark = true;
           call_open_ = t;
         } else {
           call_.push_back(t); // the '{' that began a Llama 3 call is the call's own text
+          stream_call(piece);
         }
       } else if (in_call_ && f.call_end() && t == *f.call_end()) {
         mark = true;
@@ -635,6 +640,7 @@ private:
           close_call(true); // the next call may follow; the device runs to the end of the turn
       } else if (in_call_) {
         call_.push_back(t);
+        stream_call(piece);
       }
     }
     const bool content = !(in_call_ || mark || f.control(t));
@@ -643,13 +649,38 @@ private:
     emit_token(t, std::move(piece), content);
   }
 
+  // A call token's text: what it completes of a call the client will run goes to it at once
+  // (tool_call_delta), where a grammar of calls makes the call certain to be well formed.
+  void stream_call(const std::string& piece) {
+    const bool under_calls_grammar =
+        ctx_->vocabulary && !req_.tools_json.empty() &&
+        (usage_.tool_calls == 0 && req_.tool_grammar ? true : req_.response_grammar != nullptr);
+    if (!under_calls_grammar)
+      return;
+    const auto& f = format();
+    for (auto& p : scanner_.push(piece)) {
+      if (!p.name.empty()) // a call the format stops at is the client's unless the node hosts it
+        streams_call_ = !f.continues_calls() || (req_.return_unhosted_calls && !hosted(p.name));
+      if (!streams_call_)
+        continue;
+      request_event ev;
+      ev.request = id_;
+      ev.kind = request_event::tool_call_delta;
+      // A format that stops at each call returns the answer's first call it does not host.
+      ev.call_index = f.continues_calls() ? 0 : static_cast<std::uint32_t>(calls_.size() + p.call);
+      ev.tool_name = std::move(p.name);
+      ev.arguments_json = std::move(p.arguments);
+      emit(std::move(ev));
+    }
+  }
+
   // Whether the model's tool calls are taken as calls: always where its format continues them
   // (the byte format, whose limits end the request); for a model file only where the request
   // may call tools at all (not tool_choice "none", not a plain completion), else its call
   // tokens are text like any other.
   bool calls_enabled() const {
     const auto& f = format();
-    return !req_.response_grammar && f.syntax() != call_syntax::none &&
+    return f.syntax() != call_syntax::none &&
            (f.continues_calls() ||
             (req_.max_tool_calls > 0 && !req_.raw_prompt && !req_.tools_json.empty()));
   }
@@ -905,6 +936,7 @@ private:
     auto appended = std::move(appended_);
     appended_.clear();
     tokens_.insert(tokens_.end(), appended.begin(), appended.end());
+    grammar_from_ = produced_; // the model answers the result afresh
     // A pin past its TTL moved the KV to the store: it resumes as a demotion does.
     const bool parked = !std::exchange(pin_expired_, false) && keeps_kv_across_tools();
     if (parked)
@@ -917,7 +949,7 @@ private:
       // token runs through the model only with the step after it).
       usage_.prefill_tokens += appended.size() + 1;
       unreported_ += appended.size() + 1;
-      send(decode_.device, resume_atom::value, decode_.seq, appended);
+      send(decode_.device, resume_atom::value, decode_.seq, appended, constraint_from_here());
       return;
     }
     // Only a demotion (or that pin) leaves KV waiting off the devices at a tool call.
@@ -1085,8 +1117,12 @@ private:
   std::vector<token> call_;           // tokens of the tool call being written
   std::optional<token> call_open_;    // the token that opened it (none: a Llama 3 '{')
   std::vector<tool_call_text> calls_; // the answer's calls so far (a format that returns them)
+  call_scanner scanner_;              // the call being written, read as it comes
+  bool streams_call_ = false;         // its pieces go to the client
   std::vector<token> appended_;       // the tool result's tokens, until they are sent
-  std::shared_ptr<grammar::mask_cache> masks_; // response_format: the answer's token masks
+  std::shared_ptr<grammar::mask_cache> masks_; // the grammar's token masks
+  std::shared_ptr<const grammar::grammar> masks_rules_; // the grammar masks_ is of
+  std::uint32_t grammar_from_ = 0; // produced_ when the grammar began (the last tool result)
   // While a device event's tokens are taken: the one whose log probabilities it carries.
   const device_event* step_logprobs_ = nullptr;
   request_usage usage_;

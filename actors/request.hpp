@@ -143,8 +143,10 @@ struct request_usage {
 /// What a request reports, in order: tokens, tool calls and their results, then exactly one of
 /// done or error.
 struct request_event {
-  /// The kinds of events.
-  enum kind_t : std::uint8_t { token, tool_call, tool_result, state, done, error };
+  /// The kinds of events. tool_call_delta: part of a call the client will run, as the model
+  /// writes it (under a grammar of calls, so certain to be well formed): its name first, then
+  /// pieces of its arguments' JSON; the whole call still follows as a tool_call.
+  enum kind_t : std::uint8_t { token, tool_call, tool_result, state, done, error, tool_call_delta };
   std::uint64_t request = 0; ///< the request's id
   kind_t kind = token;       ///< what happened
   triad::token tok = 0;      ///< token: its id
@@ -161,8 +163,11 @@ struct request_event {
   /// (log softmax of the step's logits before temperature, top-k/p and any grammar mask).
   std::optional<float> logprob;
   std::vector<alternative> top_logprobs; ///< token: the most likely tokens (top_logprobs)
-  std::string tool_name;      ///< tool_call: the function called ("(malformed)" if unparsed)
-  std::string arguments_json; ///< tool_call: its arguments
+  /// tool_call: the function called ("(malformed)" if unparsed); tool_call_delta: on the
+  /// call's first piece only.
+  std::string tool_name;
+  std::string arguments_json; ///< tool_call: its arguments; tool_call_delta: their next bytes
+  std::uint32_t call_index = 0; ///< tool_call_delta: the call's index among the answer's calls
   std::string tool_output;    ///< tool_result: the output, as the model reads it
   request_state entered = request_state::queued; ///< state: the state entered
   finish_reason finish = finish_reason::stop;    ///< done: why

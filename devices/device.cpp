@@ -155,7 +155,8 @@ public:
           if (auto* s = find(id))
             s->state = seq_state::parked;
         },
-        [this](resume_atom, seq_id id, std::vector<token>& appended) {
+        [this](resume_atom, seq_id id, std::vector<token>& appended,
+               std::shared_ptr<grammar::token_constraint>& constraint) {
           interrupt_burst();
           auto* s = find(id);
           if (s == nullptr)
@@ -163,10 +164,10 @@ public:
           s->tokens.insert(s->tokens.end(), appended.begin(), appended.end());
           s->state = s->computed < s->tokens.size() ? seq_state::waiting : seq_state::running;
           s->finished = false;
-          // A grammar (a tool_choice's) held up to the call; after its result the model is
-          // free. Parked, no job of the sequence is in flight: the plan is the actor's now.
+          // The grammar the answer to the result follows (none: free). Parked, no job of the
+          // sequence is in flight: the plan is the actor's now.
           if (s->plan)
-            s->plan->constraint.reset();
+            s->plan->constraint = std::move(constraint);
           schedule();
         },
         [this](free_atom, seq_id id) { release(id); },

@@ -29,8 +29,9 @@ namespace triad {
 using generate_atom = caf::atom_constant<caf::atom("generate")>;
 /// Stops scheduling a sequence but keeps its KV: `(park_atom, seq_id)`.
 using park_atom = caf::atom_constant<caf::atom("park")>;
-/// Appends tokens to a parked sequence (a tool result) and resumes it, free of the grammar it
-/// had (a tool_choice holds up to the call): `(resume_atom, seq_id, std::vector<token>)`.
+/// Appends tokens to a parked sequence (a tool result) and resumes it under the grammar the
+/// answer to the result follows (null: free): `(resume_atom, seq_id, std::vector<token>,
+/// std::shared_ptr<grammar::token_constraint>)`.
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
 /// Drops a sequence and its KV: `(free_atom, seq_id)`.
 using free_atom = caf::atom_constant<caf::atom("free")>;
@@ -316,7 +317,8 @@ using device_actor = caf::typed_actor<
     caf::replies_to<generate_atom, generate_request>::with<admission>,
     caf::replies_to<import_atom, kv_blob, generate_request>::with<admission>,
     caf::replies_to<import_atom, std::shared_ptr<const kv_blob>, generate_request>::with<admission>,
-    caf::reacts_to<park_atom, seq_id>, caf::reacts_to<resume_atom, seq_id, std::vector<token>>,
+    caf::reacts_to<park_atom, seq_id>, caf::reacts_to<resume_atom, seq_id, std::vector<token>,
+                   std::shared_ptr<grammar::token_constraint>>,
     caf::reacts_to<free_atom, seq_id>, caf::replies_to<export_atom, seq_id>::with<kv_blob>,
     caf::replies_to<move_out_atom, seq_id>::with<kv_blob>,
     caf::replies_to<demote_atom, seq_id, std::uint32_t>::with<kv_kept>,
@@ -344,3 +346,4 @@ expected<device_actor> spawn_device(domain& home, std::unique_ptr<backend> backe
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::device_event::kind_t)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const triad::kv_blob>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::detail::step_job>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::grammar::token_constraint>)

@@ -98,6 +98,8 @@ int run(int argc, char** argv) {
     case triad::request_event::state:
       std::printf("[%s]\n", std::string{to_string(e.entered)}.c_str());
       return;
+    case triad::request_event::tool_call_delta: // the whole call follows
+      return;
     case triad::request_event::done:
       std::printf("text: %s\ndone (%s): %llu prompt tokens, %llu generated, %llu prefilled, "
                   "%u tool calls, %.3f s (first token %.3f s, tools %.3f s)\n",

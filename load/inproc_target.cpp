@@ -106,6 +106,7 @@ void inproc_target::prepared::send() {
       r.tool_name.clear();
       return;
     case request_event::state:
+    case request_event::tool_call_delta: // the whole call follows
       return;
     case request_event::done:
     case request_event::error:

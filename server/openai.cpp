@@ -103,8 +103,9 @@ constexpr auto whole = json_whole;
 // The grammar of a chat request's `response_format`: null for "text", any JSON object for
 // "json_object", the schema's documents for "json_schema" (an unsupported keyword is a 400
 // naming it).
+// `answer` becomes what the format asks of an answer that may also call tools.
 std::variant<std::shared_ptr<const grammar::grammar>, api_error>
-response_grammar(const json::value& format) {
+response_grammar(const json::value& format, grammar::call_alternative& answer) {
   const auto* o = format.if_object();
   const json::value* type = o ? o->if_contains("type") : nullptr;
   if (type == nullptr || !type->is_string())
@@ -115,6 +116,7 @@ response_grammar(const json::value& format) {
   const std::string_view t = type->get_string();
   if (t == "text")
     return std::shared_ptr<const grammar::grammar>{};
+  answer.what = grammar::call_alternative::kind::json;
   if (t == "json_object")
     return std::make_shared<const grammar::grammar>(grammar::any_json_object(options));
   if (t != "json_schema")
@@ -129,7 +131,38 @@ response_grammar(const json::value& format) {
   auto g = grammar::from_json_schema(*schema, options);
   if (!g)
     return bad("response_format.json_schema.schema", g.error().message);
+  answer.schema = *schema;
   return std::make_shared<const grammar::grammar>(std::move(*g));
+}
+
+// The grammar of an answer that may call the declared functions (tool_choice auto, and after
+// the first call under required or a named function): `answer` (text, or the response_format's
+// document) or calls in `format`'s syntax with arguments valid against their parameters. A
+// function whose parameters go past what the grammar supports takes any object, unless its tool
+// asked `strict` (then a 400 naming them). Null where the format has no call syntax triad knows.
+std::variant<std::shared_ptr<const grammar::grammar>, api_error>
+calls_or_answer_grammar(const openai_chat& chat,
+                        std::vector<grammar::function_signature> functions,
+                        const std::vector<bool>& strict, const chat_format& format,
+                        const grammar::call_alternative& answer) {
+  const std::size_t calls =
+      chat.parallel_tool_calls ? std::min<std::size_t>(chat.request.max_tool_calls, 64) : 1;
+  auto layout = call_layout_of(format, calls);
+  if (!layout)
+    return std::shared_ptr<const grammar::grammar>{};
+  grammar::json_options options;
+  options.max_whitespace = defaults::server::json_whitespace;
+  for (;;) { // each pass frees one function's arguments, or ends
+    std::size_t failed = functions.size();
+    auto g = grammar::from_tool_calls(functions, *layout, options, &failed, answer);
+    if (g)
+      return std::make_shared<const grammar::grammar>(std::move(*g));
+    if (failed >= functions.size())
+      return bad("response_format", g.error().message);
+    if (strict[failed])
+      return bad("tools[" + std::to_string(failed) + "].function.parameters", g.error().message);
+    functions[failed].parameters = json::value{};
+  }
 }
 
 // The grammar of what tool_choice "required" or a named function asks of the answer: calls, in
@@ -409,6 +442,7 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
   openai_chat out;
   auto& req = out.request;
   std::vector<grammar::function_signature> functions; // of tools, in order
+  std::vector<bool> strict;                           // of tools: `strict: true`
   const auto* messages = root->if_contains("messages");
   if (messages == nullptr)
     return bad("messages", "required");
@@ -472,6 +506,10 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
       out.tools.emplace_back(name->get_string());
       const json::value* parameters = fn->if_contains("parameters");
       functions.push_back({out.tools.back(), parameters ? *parameters : json::value{}});
+      const json::value* is_strict = fn->if_contains("strict");
+      if (is_strict != nullptr && !is_strict->is_null() && !is_strict->is_bool())
+        return wrong_type(p + ".function.strict", *is_strict, "a boolean");
+      strict.push_back(is_strict != nullptr && is_strict->is_bool() && is_strict->get_bool());
     }
     if (!ts.empty())
       req.tools_json = json::serialize(*tools); // for a model's own chat template
@@ -522,14 +560,13 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
     req.parallel_tool_calls = out.parallel_tool_calls;
   }
 
-  if (const auto* format = root->if_contains("response_format"); format && !format->is_null()) {
-    auto g = response_grammar(*format);
+  grammar::call_alternative answer; // what an answer that may call tools is instead
+  answer.what = grammar::call_alternative::kind::text;
+  if (const auto* rf = root->if_contains("response_format"); rf && !rf->is_null()) {
+    auto g = response_grammar(*rf, answer);
     if (auto* e = std::get_if<api_error>(&g))
       return *e;
     req.response_grammar = std::get<std::shared_ptr<const grammar::grammar>>(std::move(g));
-    if (req.response_grammar && !out.tools.empty())
-      return bad("response_format", "a JSON response_format together with tools is not "
-                                    "supported yet: send one or the other");
   }
 
   if (auto e = parse_common(root, out))
@@ -545,6 +582,17 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
     if (req.script)
       return bad("triad.script", "a script forces tokens a tool_choice of '" + out.tool_choice +
                                      "' would not allow; send one or the other");
+  }
+  // Under auto (and after the first call under required or a named function) the answer is
+  // text or the response_format's document, or calls valid against the declared functions. A
+  // script forces its own tokens.
+  if (!out.tools.empty() && out.tool_choice != "none" && !req.script && req.max_tool_calls > 0) {
+    auto g = calls_or_answer_grammar(out, functions, strict,
+                                     format ? *format : *byte_chat_format(), answer);
+    if (auto* e = std::get_if<api_error>(&g))
+      return *e;
+    if (auto rules = std::get<std::shared_ptr<const grammar::grammar>>(std::move(g)))
+      req.response_grammar = std::move(rules);
   }
   req.return_unhosted_calls = true;
   req.declared_tools = out.tools; // only these of the node's hosted tools may run
@@ -754,6 +802,10 @@ completion_output completion_stream::on_event(const request_event& ev) {
   case request_event::token:
     on_token(ev, out);
     break;
+  case request_event::tool_call_delta:
+    if (options_.stream && !options_.completion)
+      on_call_delta(ev, out);
+    break;
   case request_event::tool_call:
     // Until its result arrives it may be the client's to run (the request then ends with
     // "tool_calls"); a hosted one is followed by its result.
@@ -816,6 +868,27 @@ void completion_stream::on_token(const request_event& ev, completion_output& out
   }
   if (options_.stream)
     flush(false, out);
+}
+
+// A piece of a call the client will run, streamed as the model writes it: the first with the
+// call's id and name, the next with the arguments' next bytes (OpenAI's tool_call deltas).
+void completion_stream::on_call_delta(const request_event& ev, completion_output& out) {
+  if (stopped_by_string_)
+    return;
+  flush(true, out); // the text before the call (no stop string reaches into a call)
+  const std::size_t index = ev.call_index;
+  json::object call;
+  call["index"] = index;
+  if (index >= streamed_calls_.size()) { // the call's first piece
+    streamed_calls_.resize(index + 1);
+    call["id"] = call_id(options_.request, index);
+    call["type"] = "function";
+    call["function"] = json::object{{"name", ev.tool_name}, {"arguments", ev.arguments_json}};
+  } else {
+    call["function"] = json::object{{"arguments", ev.arguments_json}};
+  }
+  streamed_calls_[index] += ev.arguments_json;
+  add_event(chunk(json::object{{"tool_calls", json::array{std::move(call)}}}, nullptr), out);
 }
 
 void completion_stream::add_event(const json::object& o, completion_output& out) {
@@ -932,8 +1005,25 @@ void completion_stream::complete(std::string_view finish, completion_output& out
     return;
   }
   flush(true, out);
-  if (!client_calls_.empty())
-    add_event(chunk(json::object{{"tool_calls", client_calls_json(true)}}, nullptr), out);
+  if (!client_calls_.empty()) {
+    // The calls, less what streamed as written: a streamed call's arguments are the model's
+    // text, so only what they lack of the parsed call's (nothing, once written whole) follows.
+    json::array calls;
+    for (std::size_t i = 0; i < client_calls_.size(); ++i) {
+      if (i >= streamed_calls_.size()) {
+        calls.push_back(call_json(client_calls_[i], i, true));
+        continue;
+      }
+      const auto& whole = client_calls_[i].arguments_json;
+      if (!whole.starts_with(streamed_calls_[i]) || whole.size() == streamed_calls_[i].size())
+        continue;
+      calls.push_back(json::object{
+          {"index", i},
+          {"function", json::object{{"arguments", whole.substr(streamed_calls_[i].size())}}}});
+    }
+    if (!calls.empty())
+      add_event(chunk(json::object{{"tool_calls", std::move(calls)}}, nullptr), out);
+  }
   add_event(chunk(json::object{}, json::value(finish)), out);
   if (!options_.last_chunks)
     return; // one choice of several: the set ends the stream

@@ -166,6 +166,7 @@ public:
 
 private:
   void on_token(const request_event& ev, completion_output& out);
+  void on_call_delta(const request_event& ev, completion_output& out);
   void complete(std::string_view finish, completion_output& out);
   void flush(bool all, completion_output& out);
   void add_event(const boost::json::object& o, completion_output& out);
@@ -185,6 +186,7 @@ private:
   std::vector<boost::json::value> server_calls_; // hosted calls and their results
   std::vector<request_event> unanswered_;        // calls no result has followed yet
   std::vector<request_event> client_calls_;      // the calls the answer returns
+  std::vector<std::string> streamed_calls_;      // per call streamed as written, its arguments
   // The content tokens' log probabilities (options_.logprobs), each with where its text starts
   // in content_; a stream has sent those before logprobs_sent_.
   struct token_entry {

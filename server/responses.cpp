@@ -324,6 +324,61 @@ void response_stream::close_text(completion_output& out) {
   output_.push_back(std::move(item));
 }
 
+// The answer's text: a message item opened by its first text that is not white space alone
+// (white space before calls is no message; `force`: the answer ends in it).
+void response_stream::add_text(std::string_view text, completion_output& out, bool force) {
+  if (!text_open_) {
+    if (!force && text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+      blank_ += text;
+      return;
+    }
+    close_call(out);
+    text_open_ = true;
+    text_.clear();
+    const json::object item{{"type", "message"},
+                            {"id", "msg_" + id_.substr(5)},
+                            {"status", "in_progress"},
+                            {"role", "assistant"},
+                            {"content", json::array{}}};
+    emit("response.output_item.added", {{"output_index", output_.size()}, {"item", item}}, out);
+    emit("response.content_part.added",
+         {{"item_id", "msg_" + id_.substr(5)},
+          {"output_index", output_.size()},
+          {"content_index", 0},
+          {"part",
+           json::object{{"type", "output_text"}, {"text", ""}, {"annotations", json::array{}}}}},
+         out);
+    text = std::string_view{blank_ += text};
+  }
+  text_ += text;
+  emit("response.output_text.delta",
+       {{"item_id", "msg_" + id_.substr(5)},
+        {"output_index", output_.size()},
+        {"content_index", 0},
+        {"delta", text},
+        {"logprobs", json::array{}}},
+       out);
+  blank_.clear();
+}
+
+void response_stream::close_call(completion_output& out) {
+  if (!call_open_)
+    return;
+  call_open_ = false;
+  const auto index = output_.size();
+  emit("response.function_call_arguments.done",
+       {{"item_id", call_.at("id")},
+        {"output_index", index},
+        {"name", call_.at("name")},
+        {"arguments", arguments_}},
+       out);
+  call_["arguments"] = arguments_;
+  call_["status"] = "completed";
+  emit("response.output_item.done", {{"output_index", index}, {"item", call_}}, out);
+  output_.push_back(std::move(call_));
+  call_ = json::object{};
+}
+
 void response_stream::on_chunk(const json::object& chunk, completion_output& out) {
   if (const auto* u = chunk.if_contains("usage"); u && u->is_object()) {
     const auto& c = u->as_object();
@@ -344,59 +399,35 @@ void response_stream::on_chunk(const json::object& chunk, completion_output& out
     return;
   const auto& choice = choices->as_array()[0].as_object();
   const auto& delta = choice.at("delta").as_object();
-  if (const auto* c = delta.if_contains("content"); c && c->is_string() && !c->as_string().empty()) {
-    if (!text_open_) {
-      text_open_ = true;
-      text_.clear();
-      const json::object item{{"type", "message"},
-                              {"id", "msg_" + id_.substr(5)},
-                              {"status", "in_progress"},
-                              {"role", "assistant"},
-                              {"content", json::array{}}};
-      emit("response.output_item.added", {{"output_index", output_.size()}, {"item", item}}, out);
-      emit("response.content_part.added",
-           {{"item_id", "msg_" + id_.substr(5)},
-            {"output_index", output_.size()},
-            {"content_index", 0},
-            {"part", json::object{{"type", "output_text"}, {"text", ""}, {"annotations", json::array{}}}}},
-           out);
-    }
-    text_ += c->as_string();
-    emit("response.output_text.delta",
-         {{"item_id", "msg_" + id_.substr(5)},
-          {"output_index", output_.size()},
-          {"content_index", 0},
-          {"delta", *c},
-          {"logprobs", json::array{}}},
-         out);
-  }
+  if (const auto* c = delta.if_contains("content"); c && c->is_string() && !c->as_string().empty())
+    add_text(c->as_string(), out);
   if (const auto* calls = delta.if_contains("tool_calls"); calls && calls->is_array()) {
+    blank_.clear(); // white space before calls is no message
     close_text(out);
     for (const auto& c : calls->as_array()) {
       const auto& call = c.as_object();
       const auto& fn = call.at("function").as_object();
-      const std::string call_id{call.at("id").as_string()};
-      json::object item{{"type", "function_call"},
-                        {"id", "fc_" + call_id},
-                        {"call_id", call_id},
-                        {"name", fn.at("name")},
-                        {"arguments", ""},
-                        {"status", "in_progress"}};
-      const auto index = output_.size();
-      emit("response.output_item.added", {{"output_index", index}, {"item", item}}, out);
+      if (const auto* id = call.if_contains("id")) { // a call begins
+        close_call(out);
+        const std::string call_id{id->as_string()};
+        call_ = json::object{{"type", "function_call"},
+                             {"id", "fc_" + call_id},
+                             {"call_id", call_id},
+                             {"name", fn.at("name")},
+                             {"arguments", ""},
+                             {"status", "in_progress"}};
+        call_open_ = true;
+        arguments_.clear();
+        emit("response.output_item.added", {{"output_index", output_.size()}, {"item", call_}},
+             out);
+      }
+      const auto* piece = fn.if_contains("arguments");
+      if (!call_open_ || piece == nullptr || piece->as_string().empty())
+        continue;
+      arguments_ += piece->as_string();
       emit("response.function_call_arguments.delta",
-           {{"item_id", "fc_" + call_id}, {"output_index", index}, {"delta", fn.at("arguments")}},
+           {{"item_id", call_.at("id")}, {"output_index", output_.size()}, {"delta", *piece}},
            out);
-      emit("response.function_call_arguments.done",
-           {{"item_id", "fc_" + call_id},
-            {"output_index", index},
-            {"name", fn.at("name")},
-            {"arguments", fn.at("arguments")}},
-           out);
-      item["arguments"] = fn.at("arguments");
-      item["status"] = "completed";
-      emit("response.output_item.done", {{"output_index", index}, {"item", item}}, out);
-      output_.push_back(std::move(item));
     }
   }
   if (const auto* f = choice.if_contains("finish_reason"); f && f->is_string())
@@ -451,7 +482,10 @@ completion_output response_stream::on_event(const request_event& ev) {
   if (!inner.finished)
     return out;
   finished_ = out.finished = true;
+  if (!blank_.empty() && !text_open_ && output_.empty()) // the whole answer was white space
+    add_text({}, out, true);
   close_text(out);
+  close_call(out);
   const auto status = finish_ == "length" ? "incomplete" : "completed";
   auto r = response_json(status);
   if (stream_)

@@ -58,6 +58,8 @@ private:
   void emit(std::string type, boost::json::object fields, completion_output& out);
   boost::json::object response_json(std::string_view status) const;
   void close_text(completion_output& out);
+  void add_text(std::string_view text, completion_output& out, bool force = false);
+  void close_call(completion_output& out);
 
   completion_options options_;
   bool stream_;
@@ -68,7 +70,10 @@ private:
   std::string text_;
   std::string finish_;
   boost::json::array output_;                 // finished output items
-  std::vector<boost::json::object> calls_;    // function_call items, by index
+  std::string blank_;                         // white space no message holds yet
+  boost::json::object call_;                  // the function_call item being written
+  bool call_open_ = false;                    // call_ is
+  std::string arguments_;                     // its arguments so far
   boost::json::object usage_;
 };
 

@@ -172,6 +172,68 @@ BOOST_AUTO_TEST_CASE(a_script_call_larger_than_its_buffers_is_written_whole) {
   BOOST_TEST(calls[1] == R"({"name":"raw","arguments":"not json"})");
 }
 
+namespace {
+
+// What a scanner tells of `site` fed `step` bytes at a time: per call, its name and its
+// arguments' pieces joined, and how many pieces came before the name was known (must be 0).
+struct scanned {
+  std::vector<std::string> names, arguments;
+  std::size_t pieces = 0;
+};
+
+scanned scan(std::string_view site, std::size_t step) {
+  triad::call_scanner s;
+  scanned out;
+  for (std::size_t at = 0; at < site.size(); at += step)
+    for (auto& p : s.push(site.substr(at, step))) {
+      ++out.pieces;
+      if (!p.name.empty()) {
+        BOOST_TEST(p.call == out.names.size()); // a call is named before its arguments
+        out.names.push_back(p.name);
+        out.arguments.emplace_back();
+      }
+      BOOST_REQUIRE(p.call < out.arguments.size());
+      out.arguments[p.call] += p.arguments;
+    }
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_call_streams_its_name_then_its_arguments_as_written) {
+  const std::string site = R"({"name": "get_weather", "arguments": {"city": "Oslo \"}{", "n": [1, {"x": 2}]}})";
+  for (std::size_t step : {1u, 3u, 7u, 1000u}) {
+    auto s = scan(site, step);
+    BOOST_REQUIRE(s.names.size() == 1u);
+    BOOST_TEST(s.names[0] == "get_weather");
+    BOOST_TEST(s.arguments[0] == R"({"city": "Oslo \"}{", "n": [1, {"x": 2}]})");
+  }
+  // Byte by byte, the name comes alone and the arguments in many pieces.
+  BOOST_TEST(scan(site, 1).pieces > 10u);
+}
+
+BOOST_AUTO_TEST_CASE(a_site_of_several_calls_streams_each_in_turn) {
+  const std::string mistral =
+      R"([{"name": "a", "arguments": {}}, {"arguments": {"k": "v"}, "name": "b\u0031"}])";
+  auto s = scan(mistral, 2);
+  BOOST_REQUIRE(s.names.size() == 2u);
+  BOOST_TEST(s.names[0] == "a");
+  BOOST_TEST(s.arguments[0] == "{}");
+  BOOST_TEST(s.names[1] == "b1"); // named after its arguments: they wait for it
+  BOOST_TEST(s.arguments[1] == R"({"k": "v"})");
+  const std::string llama3 = R"({"name": "t", "parameters": {"z": 1}}; {"name": "u", "parameters": {}})";
+  auto l = scan(llama3, 5);
+  BOOST_REQUIRE(l.names.size() == 2u);
+  BOOST_TEST(l.arguments[0] == R"({"z": 1})");
+  BOOST_TEST(l.names[1] == "u");
+}
+
+BOOST_AUTO_TEST_CASE(arguments_written_as_a_string_do_not_stream) {
+  auto s = scan(R"({"name": "f", "arguments": "{\"a\": 1}"})", 1);
+  BOOST_REQUIRE(s.names.size() == 1u);
+  BOOST_TEST(s.arguments[0].empty()); // the parsed call gives them
+}
+
 BOOST_AUTO_TEST_CASE(message_text_never_becomes_special_tokens) {
   auto p = triad::render_prompt({{"user", "<tool_call>{}</tool_call>"}});
   BOOST_TEST(p.front() == triad::tokenizer::bos);

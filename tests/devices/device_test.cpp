@@ -119,7 +119,8 @@ std::vector<triad::token> tokens_of(const std::vector<triad::device_event>& even
 void device_fixture::resume_with_tool_result(caf::scoped_actor& self, triad::seq_id seq) {
   self->send(device, triad::resume_atom::value, seq,
              std::vector<triad::token>{triad::tokenizer::tool_response_start, 'o', 'k',
-                                       triad::tokenizer::tool_response_end});
+                                       triad::tokenizer::tool_response_end},
+             std::shared_ptr<triad::grammar::token_constraint>{});
   auto more = collect(self, 1);
   BOOST_TEST(tokens_of(more[seq]).size() >= 1u);
   BOOST_TEST(more[seq].back().kind == triad::device_event::done);

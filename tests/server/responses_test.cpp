@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,85 @@ BOOST_AUTO_TEST_CASE(an_error_before_any_byte_is_an_http_error) {
   BOOST_TEST(out.finished);
   BOOST_REQUIRE(out.error);
   BOOST_TEST(out.error->status == 400u);
+}
+
+BOOST_AUTO_TEST_CASE(a_call_streamed_as_written_is_one_function_call_item_in_pieces) {
+  triad::response_stream answer{options(), true};
+  std::string bytes = answer.on_event(token('\n')).bytes; // white space before a call
+  const std::vector<std::string> pieces{"", R"({"city":)", R"( "Oslo"})"};
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    triad::request_event delta;
+    delta.kind = triad::request_event::tool_call_delta;
+    delta.call_index = 0;
+    delta.tool_name = i == 0 ? "get_weather" : "";
+    delta.arguments_json = pieces[i];
+    bytes += answer.on_event(delta).bytes;
+  }
+  triad::request_event call; // the whole call, parsed
+  call.kind = triad::request_event::tool_call;
+  call.tool_name = "get_weather";
+  call.arguments_json = R"({"city":"Oslo"})";
+  bytes += answer.on_event(call).bytes;
+  bytes += answer.on_event(done(triad::finish_reason::tool_calls)).bytes;
+  const auto events = events_of(bytes);
+  std::vector<std::string> names;
+  std::string arguments;
+  for (const auto& [name, data] : events) {
+    names.push_back(name);
+    if (name == "response.function_call_arguments.delta")
+      arguments += std::string{data.at("delta").as_string()};
+    if (name == "response.function_call_arguments.done") {
+      BOOST_TEST(data.at("name") == "get_weather");
+      BOOST_TEST(data.at("arguments") == R"({"city": "Oslo"})"); // as written
+    }
+  }
+  BOOST_TEST(arguments == R"({"city": "Oslo"})");
+  BOOST_TEST(std::count(names.begin(), names.end(), "response.function_call_arguments.delta") ==
+             2);
+  BOOST_TEST(std::count(names.begin(), names.end(), "response.output_item.added") == 1);
+  BOOST_TEST(std::count(names.begin(), names.end(), "response.output_text.delta") == 0);
+  const auto& output = events.back().second.at("response").at("output").as_array();
+  BOOST_REQUIRE(output.size() == 1u); // the newline made no message
+  BOOST_TEST(output[0].at("type") == "function_call");
+  BOOST_TEST(output[0].at("status") == "completed");
+}
+
+BOOST_AUTO_TEST_CASE(an_answer_of_white_space_alone_is_still_a_message) {
+  triad::response_stream answer{options(), false};
+  answer.on_event(token(' '));
+  auto out = answer.on_event(done(triad::finish_reason::stop));
+  const auto r = json::parse(out.bytes);
+  BOOST_REQUIRE(r.at("output").as_array().size() == 1u);
+  BOOST_TEST(r.at("output").at(0).at("content").at(0).at("text") == " ");
+}
+
+BOOST_AUTO_TEST_CASE(a_failure_after_the_first_token_not_streamed_is_the_http_error) {
+  triad::response_stream answer{options(), false};
+  answer.on_event(token('h'));
+  triad::request_event ev;
+  ev.kind = triad::request_event::error;
+  ev.code = triad::errc::timed_out;
+  ev.message = "past the deadline";
+  auto out = answer.on_event(ev);
+  BOOST_TEST(out.finished);
+  BOOST_REQUIRE(out.error);
+  BOOST_TEST(out.error->status == 504u);
+}
+
+BOOST_AUTO_TEST_CASE(a_failure_mid_stream_is_response_failed) {
+  triad::response_stream answer{options(), true};
+  std::string bytes = answer.on_event(token('h')).bytes;
+  triad::request_event ev;
+  ev.kind = triad::request_event::error;
+  ev.code = triad::errc::timed_out;
+  ev.message = "past the deadline";
+  auto out = answer.on_event(ev);
+  BOOST_TEST(out.finished);
+  BOOST_TEST(!out.error);
+  const auto events = events_of(bytes + out.bytes);
+  BOOST_REQUIRE(!events.empty());
+  BOOST_TEST(events.back().first == "response.failed");
+  BOOST_TEST(events.back().second.at("response").at("status") == "failed");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
