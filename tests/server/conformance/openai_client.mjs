@@ -195,6 +195,42 @@ await check("a named tool_choice always calls that function, streamed too", asyn
   assert.equal(fname, "get_forecast");
 });
 
+await check("a call streams in pieces as it is written, which the client's stream helper joins", async () => {
+  const runner = client.beta.chat.completions.stream({ model, messages: user, tools: forecast,
+    tool_choice: "required", max_tokens: 300, temperature: 1.2, seed: 5 });
+  let pieces = 0;
+  runner.on("tool_calls.function.arguments.delta", () => { pieces += 1; });
+  const final = await runner.finalChatCompletion();
+  assert.equal(final.choices[0].finish_reason, "tool_calls");
+  final.choices[0].message.tool_calls.forEach(checkForecastCall);
+  assert.ok(pieces > 3, `${pieces} argument pieces`);
+});
+
+await check("tool_choice auto: text, or calls that are valid", async () => {
+  for (const seed of [1, 2, 3, 4, 5]) {
+    const r = await client.chat.completions.create({ model, messages: user, tools: forecast,
+      max_tokens: 120, temperature: 1.5, seed });
+    if (r.choices[0].finish_reason === "tool_calls") r.choices[0].message.tool_calls.forEach(checkForecastCall);
+    else assert.equal(typeof r.choices[0].message.content, "string");
+  }
+});
+
+await check("response_format with tools: the document, or valid calls", async () => {
+  const response_format = { type: "json_schema", json_schema: { name: "answer", strict: true,
+    schema: { type: "object", properties: { ok: { type: "boolean" } }, required: ["ok"], additionalProperties: false } } };
+  for (const seed of [1, 2, 3, 4]) {
+    const r = await client.chat.completions.create({ model, messages: user, tools: forecast,
+      response_format, max_tokens: 200, temperature: 1.3, seed });
+    if (r.choices[0].finish_reason === "tool_calls") {
+      r.choices[0].message.tool_calls.forEach(checkForecastCall);
+    } else {
+      const doc = JSON.parse(r.choices[0].message.content);
+      assert.deepEqual(Object.keys(doc), ["ok"]);
+      assert.equal(typeof doc.ok, "boolean");
+    }
+  }
+});
+
 await check("a named function not in tools is a 400 naming tool_choice", async () => {
   await assert.rejects(client.chat.completions.create({ model, messages: user, tools: forecast,
     tool_choice: { type: "function", function: { name: "launch" } } }),
@@ -253,6 +289,18 @@ await check("the Responses API: text, a required call, its output sent back, str
   }
   assert.equal(last.type, "response.incomplete");
   assert.equal(last.response.output[0].content[0].text, text);
+  const calls = await client.responses.create({ model, input: "weather?", tools, stream: true,
+    tool_choice: { type: "function", name: "get_forecast" }, max_output_tokens: 300 });
+  let args = "", deltas = 0, done = null, item = null;
+  for await (const ev of calls) {
+    if (ev.type === "response.function_call_arguments.delta") { args += ev.delta; deltas += 1; }
+    if (ev.type === "response.function_call_arguments.done") done = ev;
+    if (ev.type === "response.output_item.done") item = ev.item;
+  }
+  assert.ok(deltas > 3, `${deltas} argument deltas`);
+  assert.equal(done.arguments, args);
+  assert.equal(item.type, "function_call");
+  checkForecastCall({ type: "function", function: { name: item.name, arguments: item.arguments } });
 });
 
 await check("errors come as the client's typed errors", async () => {
