@@ -271,6 +271,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
       config.model.context_tokens != 0 ? config.model.context_tokens : n->model_.shape.max_context;
   ctx->format = std::move(*format);
   ctx->vocabulary = answer_vocabulary(*ctx->format, n->model_.shape.vocab);
+  ctx->grammars = std::make_shared<grammar::grammar_cache>();
+  ctx->grammars->attach(n->metrics_);
   ctx->metrics = request_metrics::attach(n->metrics_);
   ctx->tier = n->kv_tier_;
   ctx->sessions_in_store = n->kv_tier_ && std::all_of(n->reports_.begin(), n->reports_.end(),

@@ -105,6 +105,8 @@ public:
   /// How its model's conversations become tokens, and how the model writes tool calls (a
   /// server compiles a request's tool_choice against it).
   const chat_format& format() const noexcept { return *context_->format; }
+  /// The compiled grammars (response_format, tools) and token masks requests share.
+  grammar::grammar_cache& grammars() noexcept { return *context_->grammars; }
   /// What the tools' sandbox applies here (probe_sandbox at start), when the config hosts a
   /// tool or an MCP server; empty otherwise.
   const std::optional<sandbox_result>& sandbox_report() const noexcept { return sandbox_; }

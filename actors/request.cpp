@@ -250,8 +250,9 @@ private:
     if (!rules || !ctx_->vocabulary)
       return nullptr;
     if (!masks_ || masks_rules_ != rules) {
-      masks_ = std::make_shared<grammar::mask_cache>(std::make_shared<grammar::automaton>(rules),
-                                                     ctx_->vocabulary);
+      masks_ = ctx_->grammars ? ctx_->grammars->masks(rules, ctx_->vocabulary)
+                              : std::make_shared<grammar::mask_cache>(
+                                    std::make_shared<grammar::automaton>(rules), ctx_->vocabulary);
       masks_rules_ = rules;
     }
     // The grammar's tokens so far: the last ones produced, since the last tool result.

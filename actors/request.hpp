@@ -22,6 +22,7 @@
 #include "devices/config.hpp"
 #include "devices/device.hpp"
 #include "devices/sampling.hpp"
+#include "grammar/cache.hpp"
 #include "grammar/token_mask.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
@@ -235,6 +236,9 @@ struct request_context {
   /// The served model's vocabulary as bytes, for the token masks of requests with a
   /// response_format (the node always sets it).
   std::shared_ptr<const grammar::token_index> vocabulary;
+  /// The node's compiled grammars and their masks, shared by requests that send the same schema
+  /// or tools (null: each request computes its own masks).
+  std::shared_ptr<grammar::grammar_cache> grammars;
   /// Where pin TTLs are armed (null: pins have no TTL); shared, so a request actor that ends
   /// after its node can still cancel its own.
   std::shared_ptr<coarse_timers> timers;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "grammar/defaults.hpp"
 #include "grammar/matcher.hpp"
 
 namespace triad::grammar {
@@ -87,8 +88,8 @@ private:
 };
 
 /// Token masks of one grammar over one vocabulary, each computed at the first need of its
-/// automaton state and kept (states repeat: every byte inside a string; shared across requests
-/// that send the same schema, every turn of an agent would hit it: not yet done). A state's mask
+/// automaton state and kept (states repeat: every byte inside a string; grammar_cache shares one
+/// across the requests that send the same schema or tools, as an agent does every turn). A state's mask
 /// is what its top (automaton::top) takes whatever lies below (token_index::classify, computed
 /// once per top and kept: every string of a schema shares one), plus the tokens leaving the top
 /// that the state takes. Thread-safe; keeps at most `max_states` masks and as many tops (then
@@ -97,7 +98,7 @@ class mask_cache {
 public:
   /// Masks of `a`'s grammar over `vocabulary`.
   mask_cache(std::shared_ptr<automaton> a, std::shared_ptr<const token_index> vocabulary,
-             std::size_t max_states = 1024);
+             std::size_t max_states = defaults::grammar::masks_per_grammar);
   /// The mask at `m`'s state (`m` walks this cache's automaton); valid while the cache lives.
   std::shared_ptr<const std::vector<std::uint32_t>> at(matcher& m);
   /// Masks kept.

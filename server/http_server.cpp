@@ -304,7 +304,8 @@ private:
       if (auto* e = std::get_if<api_error>(&translated))
         return fail(*e, req_.keep_alive());
       const auto& r = std::get<responses_request>(translated);
-      parsed = parse_chat_request(r.chat_body, state_->options.model_id, &state_->n->format());
+      parsed = parse_chat_request(r.chat_body, state_->options.model_id, &state_->n->format(),
+                                  &state_->n->grammars());
       if (auto* e = std::get_if<api_error>(&parsed)) { // in the Responses request's terms
         const auto param = responses_param(e->param, r.origins);
         if (!e->param.empty() && e->message.starts_with(e->param))
@@ -314,7 +315,8 @@ private:
     } else if (completion) {
       parsed = parse_completion_request(req_.body(), state_->options.model_id);
     } else {
-      parsed = parse_chat_request(req_.body(), state_->options.model_id, &state_->n->format());
+      parsed = parse_chat_request(req_.body(), state_->options.model_id, &state_->n->format(),
+                                  &state_->n->grammars());
     }
     if (auto* e = std::get_if<api_error>(&parsed))
       return fail(*e, req_.keep_alive());

@@ -100,12 +100,40 @@ bool number(const json::value& v, double& out) {
 // Reads a whole number (1.0 counts) into `out`.
 constexpr auto whole = json_whole;
 
+using grammar_or_error = std::variant<std::shared_ptr<const grammar::grammar>, api_error>;
+
+// The grammar for `key`: the one `cache` keeps (when given), else what `make` compiles, kept
+// there. `key` holds all that decides the grammar.
+template<class Make>
+grammar_or_error cached(grammar::grammar_cache* cache, const std::string& key, Make&& make) {
+  if (cache != nullptr)
+    if (auto kept = cache->find(key))
+      return kept;
+  grammar_or_error made = make();
+  if (auto* g = std::get_if<std::shared_ptr<const grammar::grammar>>(&made);
+      g != nullptr && *g != nullptr && cache != nullptr)
+    return cache->keep(key, std::move(*g));
+  return made;
+}
+
+// The part of a grammar's key a call layout and functions decide.
+std::string calls_key(const grammar::call_layout& layout,
+                      const std::vector<grammar::function_signature>& functions) {
+  std::string key;
+  for (const auto* part : {&layout.before_all, &layout.before_each, &layout.after_each,
+                           &layout.between, &layout.after_all, &layout.arguments_key})
+    key.append(*part).push_back('\x1f');
+  key.append(std::to_string(layout.max_calls)).push_back(layout.newlines_inside ? '1' : '0');
+  for (const auto& f : functions)
+    key.append("\x1e").append(f.name).append("\x1f").append(json::serialize(f.parameters));
+  return key;
+}
+
 // The grammar of a chat request's `response_format`: null for "text", any JSON object for
 // "json_object", the schema's documents for "json_schema" (an unsupported keyword is a 400
-// naming it).
-// `answer` becomes what the format asks of an answer that may also call tools.
-std::variant<std::shared_ptr<const grammar::grammar>, api_error>
-response_grammar(const json::value& format, grammar::call_alternative& answer) {
+// naming it). `answer` becomes what the format asks of an answer that may also call tools.
+grammar_or_error response_grammar(const json::value& format, grammar::call_alternative& answer,
+                                  grammar::grammar_cache* cache) {
   const auto* o = format.if_object();
   const json::value* type = o ? o->if_contains("type") : nullptr;
   if (type == nullptr || !type->is_string())
@@ -117,8 +145,11 @@ response_grammar(const json::value& format, grammar::call_alternative& answer) {
   if (t == "text")
     return std::shared_ptr<const grammar::grammar>{};
   answer.what = grammar::call_alternative::kind::json;
-  if (t == "json_object")
+  auto any_object = [&]() -> grammar_or_error {
     return std::make_shared<const grammar::grammar>(grammar::any_json_object(options));
+  };
+  if (t == "json_object")
+    return cached(cache, "json_object", any_object);
   if (t != "json_schema")
     return bad("response_format.type",
                "'" + std::string{t} + "' is not one of text, json_object, json_schema");
@@ -127,12 +158,14 @@ response_grammar(const json::value& format, grammar::call_alternative& answer) {
     return bad("response_format.json_schema", "expected an object with name and schema");
   const auto* schema = spec->get_object().if_contains("schema");
   if (schema == nullptr || schema->is_null())
-    return std::make_shared<const grammar::grammar>(grammar::any_json_object(options));
-  auto g = grammar::from_json_schema(*schema, options);
-  if (!g)
-    return bad("response_format.json_schema.schema", g.error().message);
+    return cached(cache, "json_object", any_object);
   answer.schema = *schema;
-  return std::make_shared<const grammar::grammar>(std::move(*g));
+  return cached(cache, "schema\x1e" + json::serialize(*schema), [&]() -> grammar_or_error {
+    auto g = grammar::from_json_schema(*schema, options);
+    if (!g)
+      return bad("response_format.json_schema.schema", g.error().message);
+    return std::make_shared<const grammar::grammar>(std::move(*g));
+  });
 }
 
 // The grammar of an answer that may call the declared functions (tool_choice auto, and after
@@ -140,38 +173,45 @@ response_grammar(const json::value& format, grammar::call_alternative& answer) {
 // document) or calls in `format`'s syntax with arguments valid against their parameters. A
 // function whose parameters go past what the grammar supports takes any object, unless its tool
 // asked `strict` (then a 400 naming them). Null where the format has no call syntax triad knows.
-std::variant<std::shared_ptr<const grammar::grammar>, api_error>
-calls_or_answer_grammar(const openai_chat& chat,
-                        std::vector<grammar::function_signature> functions,
-                        const std::vector<bool>& strict, const chat_format& format,
-                        const grammar::call_alternative& answer) {
+grammar_or_error calls_or_answer_grammar(const openai_chat& chat,
+                                         std::vector<grammar::function_signature> functions,
+                                         const std::vector<bool>& strict, const chat_format& format,
+                                         const grammar::call_alternative& answer,
+                                         grammar::grammar_cache* cache) {
   const std::size_t calls =
       chat.parallel_tool_calls ? std::min<std::size_t>(chat.request.max_tool_calls, 64) : 1;
   auto layout = call_layout_of(format, calls);
   if (!layout)
     return std::shared_ptr<const grammar::grammar>{};
-  grammar::json_options options;
-  options.max_whitespace = defaults::server::json_whitespace;
-  for (;;) { // each pass frees one function's arguments, or ends
-    std::size_t failed = functions.size();
-    auto g = grammar::from_tool_calls(functions, *layout, options, &failed, answer);
-    if (g)
-      return std::make_shared<const grammar::grammar>(std::move(*g));
-    if (failed >= functions.size())
-      return bad("response_format", g.error().message);
-    if (strict[failed])
-      return bad("tools[" + std::to_string(failed) + "].function.parameters", g.error().message);
-    functions[failed].parameters = json::value{};
-  }
+  std::string key = "auto\x1e" + calls_key(*layout, functions) + "\x1e";
+  for (bool s : strict)
+    key.push_back(s ? '1' : '0');
+  key.append("\x1e").push_back(static_cast<char>('0' + static_cast<int>(answer.what)));
+  key.append(json::serialize(answer.schema));
+  return cached(cache, key, [&]() -> grammar_or_error {
+    grammar::json_options options;
+    options.max_whitespace = defaults::server::json_whitespace;
+    for (;;) { // each pass frees one function's arguments, or ends
+      std::size_t failed = functions.size();
+      auto g = grammar::from_tool_calls(functions, *layout, options, &failed, answer);
+      if (g)
+        return std::make_shared<const grammar::grammar>(std::move(*g));
+      if (failed >= functions.size())
+        return bad("response_format", g.error().message);
+      if (strict[failed])
+        return bad("tools[" + std::to_string(failed) + "].function.parameters",
+                   g.error().message);
+      functions[failed].parameters = json::value{};
+    }
+  });
 }
 
 // The grammar of what tool_choice "required" or a named function asks of the answer: calls, in
 // `format`'s syntax, to the declared functions (or the named one), arguments valid against their
 // parameters. A schema keyword not supported is a 400 naming the function's parameters.
-std::variant<std::shared_ptr<const grammar::grammar>, api_error>
-tool_choice_grammar(const openai_chat& chat,
-                    const std::vector<grammar::function_signature>& functions,
-                    const chat_format& format) {
+grammar_or_error tool_choice_grammar(const openai_chat& chat,
+                                     const std::vector<grammar::function_signature>& functions,
+                                     const chat_format& format, grammar::grammar_cache* cache) {
   const std::size_t calls =
       chat.parallel_tool_calls ? std::min<std::size_t>(chat.request.max_tool_calls, 64) : 1;
   auto layout = call_layout_of(format, calls);
@@ -182,17 +222,19 @@ tool_choice_grammar(const openai_chat& chat,
   for (const auto& f : functions)
     if (chat.tool_choice != "function" || f.name == chat.tool_choice_function)
       chosen.push_back(f);
-  grammar::json_options options;
-  options.max_whitespace = defaults::server::json_whitespace;
-  std::size_t failed = chosen.size();
-  auto g = grammar::from_tool_calls(chosen, *layout, options, &failed);
-  if (g)
-    return std::make_shared<const grammar::grammar>(std::move(*g));
-  if (failed < chosen.size()) // name the parameters that failed, by their place in tools
-    for (std::size_t i = 0; i < functions.size(); ++i)
-      if (functions[i].name == chosen[failed].name)
-        return bad("tools[" + std::to_string(i) + "].function.parameters", g.error().message);
-  return bad("tool_choice", g.error().message);
+  return cached(cache, "calls\x1e" + calls_key(*layout, chosen), [&]() -> grammar_or_error {
+    grammar::json_options options;
+    options.max_whitespace = defaults::server::json_whitespace;
+    std::size_t failed = chosen.size();
+    auto g = grammar::from_tool_calls(chosen, *layout, options, &failed);
+    if (g)
+      return std::make_shared<const grammar::grammar>(std::move(*g));
+    if (failed < chosen.size()) // name the parameters that failed, by their place in tools
+      for (std::size_t i = 0; i < functions.size(); ++i)
+        if (functions[i].name == chosen[failed].name)
+          return bad("tools[" + std::to_string(i) + "].function.parameters", g.error().message);
+    return bad("tool_choice", g.error().message);
+  });
 }
 
 // A message's content as text: a string, null, or an array of {"type": "text", "text"} parts.
@@ -434,7 +476,8 @@ std::optional<api_error> parse_common(const json::object* root, openai_chat& out
 
 std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
                                                         std::string_view served_model,
-                                                        const chat_format* format) {
+                                                        const chat_format* format,
+                                                        grammar::grammar_cache* grammars) {
   auto doc = parse_root(body, served_model);
   if (auto* e = std::get_if<api_error>(&doc))
     return *e;
@@ -563,7 +606,7 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
   grammar::call_alternative answer; // what an answer that may call tools is instead
   answer.what = grammar::call_alternative::kind::text;
   if (const auto* rf = root->if_contains("response_format"); rf && !rf->is_null()) {
-    auto g = response_grammar(*rf, answer);
+    auto g = response_grammar(*rf, answer, grammars);
     if (auto* e = std::get_if<api_error>(&g))
       return *e;
     req.response_grammar = std::get<std::shared_ptr<const grammar::grammar>>(std::move(g));
@@ -575,7 +618,7 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
     return bad("triad.script", "a script forces tokens a response_format would not allow; send "
                                "one or the other");
   if (out.tool_choice == "required" || out.tool_choice == "function") {
-    auto g = tool_choice_grammar(out, functions, format ? *format : *byte_chat_format());
+    auto g = tool_choice_grammar(out, functions, format ? *format : *byte_chat_format(), grammars);
     if (auto* e = std::get_if<api_error>(&g))
       return *e;
     req.tool_grammar = std::get<std::shared_ptr<const grammar::grammar>>(std::move(g));
@@ -588,7 +631,7 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
   // script forces its own tokens.
   if (!out.tools.empty() && out.tool_choice != "none" && !req.script && req.max_tool_calls > 0) {
     auto g = calls_or_answer_grammar(out, functions, strict,
-                                     format ? *format : *byte_chat_format(), answer);
+                                     format ? *format : *byte_chat_format(), answer, grammars);
     if (auto* e = std::get_if<api_error>(&g))
       return *e;
     if (auto rules = std::get<std::shared_ptr<const grammar::grammar>>(std::move(g)))

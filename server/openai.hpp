@@ -47,19 +47,22 @@ struct openai_chat {
 /// Parses a `POST /v1/chat/completions` body for the model `served_model`. Accepted: model,
 /// messages (roles system, developer, user, assistant with optional tool_calls, tool; content
 /// a string, null or an array of text parts), tools, tool_choice (none, auto, required or a
-/// named function: the last two are enforced by a grammar of `format`'s call syntax over the
-/// declared functions' parameters, a schema keyword not supported a 400 naming it),
-/// parallel_tool_calls, logprobs and top_logprobs (0..20), stream, stream_options,
-/// max_tokens / max_completion_tokens, temperature
-/// (0..2), top_p (0 < p <= 1), top_k, seed, stop (a string or up to 4), n (1 only), user,
-/// response_format (text, json_object, json_schema: the answer is constrained to it; not together
-/// with tools yet), and the extension object `triad` (`session`: the PLAS session id; `script`:
+/// named function: enforced by a grammar of `format`'s call syntax over the declared functions'
+/// parameters, a schema keyword not supported a 400 naming it; under auto the answer is text or
+/// calls valid against them, a parameters schema past the grammar any object unless the tool
+/// is `strict`), parallel_tool_calls, logprobs and top_logprobs (0..20), stream,
+/// stream_options, max_tokens / max_completion_tokens, temperature (0..2), top_p (0 < p <= 1),
+/// top_k, seed, stop (a string or up to 4), n (1..16), user, response_format (text,
+/// json_object, json_schema: the answer is constrained to it; with tools, it or calls), and
+/// the extension object `triad` (`session`: the PLAS session id; `script`:
 /// forced generation, see README). Unknown fields are ignored as OpenAI's own clients expect;
 /// every bad value is an api_error naming it. `format`: the served model's (null: the byte
-/// format of the random presets). Returns the request, or the error to answer with.
+/// format of the random presets). `grammars`: where compiled grammars are kept across requests
+/// (null: compiled for this one). Returns the request, or the error to answer with.
 std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
                                                         std::string_view served_model,
-                                                        const chat_format* format = nullptr);
+                                                        const chat_format* format = nullptr,
+                                                        grammar::grammar_cache* grammars = nullptr);
 
 /// Parses a `POST /v1/completions` body: model, prompt (a string, or an array of one string),
 /// max_tokens (default 16, as OpenAI's), temperature, top_p, top_k, seed, stop, stream,

@@ -668,6 +668,11 @@ BOOST_AUTO_TEST_CASE(a_response_format_with_tools_answers_its_document_or_valid_
     ++documents;
   }
   BOOST_TEST_MESSAGE(documents << " of 6 answers were the document, the others calls");
+  // One response_format grammar and one of it or calls for the six: compiled for the first,
+  // found kept by the other five.
+  const auto metrics = f.call(http::verb::get, "/metrics").body;
+  BOOST_TEST(metrics.find("triad_grammar_cache_hits_total 10\n") != std::string::npos, metrics);
+  BOOST_TEST(metrics.find("triad_grammar_cache_grammars 2\n") != std::string::npos, metrics);
 }
 
 BOOST_AUTO_TEST_CASE(a_streamed_call_arrives_in_pieces_as_the_model_writes_it) {
