@@ -1,7 +1,13 @@
 #include "grammar/token_mask.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <string_view>
 #include <unordered_map>
 
@@ -194,17 +200,21 @@ mask_cache::mask_cache(std::shared_ptr<automaton> a, std::shared_ptr<const token
     , vocabulary_(std::move(vocabulary))
     , max_states_(max_states) {}
 
-std::shared_ptr<const std::vector<std::uint32_t>> mask_cache::at(matcher& m) {
+bool mask_cache::has(automaton::state_id s) const {
+  std::lock_guard lock{mutex_};
+  return kept_.count(s) != 0;
+}
+
+std::shared_ptr<const std::vector<std::uint32_t>> mask_cache::at(automaton::state_id state) {
   {
     std::lock_guard lock{mutex_};
-    if (auto it = kept_.find(m.state()); it != kept_.end())
+    if (auto it = kept_.find(state); it != kept_.end())
       return it->second;
   }
   const auto& v = *vocabulary_;
   auto mask = std::make_shared<std::vector<std::uint32_t>>((v.size() + 31) / 32, 0u);
   {
     automaton::session walk{*a_};
-    const auto state = m.state();
     const auto frame = walk.top(state);
     std::shared_ptr<const frame_tokens> known;
     {
@@ -230,9 +240,74 @@ std::shared_ptr<const std::vector<std::uint32_t>> mask_cache::at(matcher& m) {
   }
   std::lock_guard lock{mutex_};
   if (kept_.size() < max_states_)
-    kept_.emplace(m.state(), mask);
+    kept_.emplace(state, mask);
   return mask;
 }
+
+namespace {
+
+// The thread that computes masks ahead of the steps that need them (token_constraint::prefetch),
+// off the device's driver thread: one per process, started at the first need, its queue
+// drained and the thread joined at exit.
+class mask_worker {
+public:
+  static mask_worker& shared() {
+    static mask_worker w;
+    return w;
+  }
+
+  std::shared_future<std::shared_ptr<const std::vector<std::uint32_t>>>
+  submit(std::shared_ptr<mask_cache> masks, automaton::state_id state) {
+    std::packaged_task<std::shared_ptr<const std::vector<std::uint32_t>>()> task{
+        [masks = std::move(masks), state] { return masks->at(state); }};
+    auto done = task.get_future().share();
+    {
+      std::lock_guard lock{mutex_};
+      if (!thread_.joinable())
+        thread_ = std::thread{[this] { run(); }};
+      queue_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+    return done;
+  }
+
+  ~mask_worker() {
+    {
+      std::lock_guard lock{mutex_};
+      stop_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+private:
+  mask_worker() = default;
+
+  void run() {
+    pthread_setname_np(pthread_self(), "triad-masks");
+    for (;;) {
+      std::packaged_task<std::shared_ptr<const std::vector<std::uint32_t>>()> task;
+      {
+        std::unique_lock lock{mutex_};
+        wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty())
+          return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::packaged_task<std::shared_ptr<const std::vector<std::uint32_t>>()>> queue_;
+  std::thread thread_;
+  bool stop_ = false;
+};
+
+} // namespace
 
 token_constraint::token_constraint(std::shared_ptr<mask_cache> masks, std::uint32_t budget)
     : masks_(std::move(masks))
@@ -254,7 +329,16 @@ bool token_constraint::keep_only(const std::vector<std::uint32_t>& mask, std::si
 }
 
 bool token_constraint::apply(std::span<float> logits) {
-  return keep_only(*masks_->at(m_), masks_->vocabulary().size(), logits);
+  // The mask prefetch started (waiting for it if the step ran faster), else computed here.
+  auto mask = pending_.valid() ? pending_.get() : masks_->at(m_);
+  pending_ = {};
+  return keep_only(*mask, masks_->vocabulary().size(), logits);
+}
+
+void token_constraint::prefetch() {
+  pending_ = {};
+  if (!m_.done() && !masks_->has(m_.state()))
+    pending_ = mask_worker::shared().submit(masks_, m_.state());
 }
 
 bool token_constraint::fits(std::uint32_t t) {
@@ -287,6 +371,8 @@ bool token_constraint::advance(std::uint32_t t) {
     const auto& b = v.bytes(t);
     ok = !b.empty() && m_.accept(b);
   }
+  if (ok)
+    pending_ = {}; // of the state left
   if (ok && budget_ != unlimited && budget_ > 0)
     --budget_;
   return ok;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -100,7 +101,11 @@ public:
   mask_cache(std::shared_ptr<automaton> a, std::shared_ptr<const token_index> vocabulary,
              std::size_t max_states = defaults::grammar::masks_per_grammar);
   /// The mask at `m`'s state (`m` walks this cache's automaton); valid while the cache lives.
-  std::shared_ptr<const std::vector<std::uint32_t>> at(matcher& m);
+  std::shared_ptr<const std::vector<std::uint32_t>> at(matcher& m) { return at(m.state()); }
+  /// The mask at automaton state `s`.
+  std::shared_ptr<const std::vector<std::uint32_t>> at(automaton::state_id s);
+  /// Whether the mask at state `s` is kept (at() answers at once).
+  bool has(automaton::state_id s) const;
   /// Masks kept.
   std::size_t size() const;
   /// The automaton.
@@ -146,6 +151,10 @@ public:
   bool apply_shortest(std::span<float> logits);
   /// Moves on by token `t`; false when the grammar refuses it (the state does not change).
   bool advance(std::uint32_t t);
+  /// Starts computing the mask of where the output stands now on the grammar's worker thread,
+  /// unless it is kept, so the next apply() finds it ready: the device calls it after advance,
+  /// and the mask is computed while its next forward step runs (xgrammar's overlap).
+  void prefetch();
   /// Whether the output so far is complete.
   bool complete() const { return m_.can_end(); }
 
@@ -157,6 +166,8 @@ private:
   std::shared_ptr<mask_cache> masks_;
   matcher m_;
   std::uint32_t budget_; // tokens left, this step's included
+  // The mask being computed by prefetch, for the state m_ was in then (reset by advance).
+  std::shared_future<std::shared_ptr<const std::vector<std::uint32_t>>> pending_;
 };
 
 /// Whether bit `t` of a mask is set.

@@ -86,8 +86,10 @@ struct sample_plan {
           t = pick.sample(masked);
       }
     }
-    if (constraint)
+    if (constraint) {
       constraint->advance(static_cast<std::uint32_t>(t));
+      constraint->prefetch(); // the next mask, computed while the next step runs
+    }
     return t;
   }
   // Whether `tok` is one of the request's own stop tokens.

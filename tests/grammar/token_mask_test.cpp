@@ -109,6 +109,38 @@ BOOST_AUTO_TEST_CASE(cached_masks_equal_fresh_ones) {
   BOOST_TEST(cache.size() == 8u); // at most max_states kept
 }
 
+BOOST_AUTO_TEST_CASE(a_prefetched_mask_is_the_one_apply_computes_and_is_kept) {
+  auto g = from_json_schema(boost::json::parse(
+      R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})"));
+  BOOST_REQUIRE(g);
+  const auto rules = std::make_shared<const grammar>(std::move(*g));
+  const auto vocab_bytes = vocabulary(800);
+  auto vocab = std::make_shared<const token_index>(vocab_bytes, std::vector<std::uint32_t>{1});
+  auto ahead = std::make_shared<mask_cache>(std::make_shared<automaton>(rules), vocab);
+  auto here = std::make_shared<mask_cache>(std::make_shared<automaton>(rules), vocab);
+  token_constraint with{ahead}, without{here};
+  const std::string doc = R"({"city":"Nice"})";
+  std::vector<float> a(vocab->size()), b(vocab->size());
+  for (std::size_t i = 0; i <= doc.size(); ++i) {
+    std::fill(a.begin(), a.end(), 0.0f);
+    std::fill(b.begin(), b.end(), 0.0f);
+    BOOST_REQUIRE(with.apply(a));
+    BOOST_REQUIRE(without.apply(b));
+    BOOST_REQUIRE(a == b);
+    if (i == doc.size())
+      break;
+    // Move on by a one-byte token, then compute the next mask ahead.
+    const auto t = static_cast<std::uint32_t>(
+        std::find(vocab_bytes.begin(), vocab_bytes.end(), std::string(1, doc[i])) -
+        vocab_bytes.begin());
+    BOOST_REQUIRE(with.advance(t));
+    BOOST_REQUIRE(without.advance(t));
+    with.prefetch();
+  }
+  // The worker kept what it computed: every state met is in the cache.
+  BOOST_TEST(ahead->size() == here->size());
+}
+
 BOOST_AUTO_TEST_CASE(a_budget_closes_the_output_in_time_whatever_the_model_prefers) {
   // A "model" that always prefers the longest allowed token that keeps a string or array
   // going: unconstrained by the budget it would run on; with it, the output ends valid within
