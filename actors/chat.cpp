@@ -447,11 +447,11 @@ void call_scanner::byte(char c, std::vector<piece>& out) {
     }
     if (c == '"' && key_ == "name") {
       reading_ = true;
-      text_ = "\"";
+      text_.assign(1, '"');
     }
   } else if (depth_ == 1 && at_key_ && c == '"') {
     reading_ = true;
-    text_ = "\"";
+    text_.assign(1, '"');
   }
   switch (c) {
   case '"':

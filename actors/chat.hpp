@@ -127,21 +127,21 @@ private:
   void flush(std::vector<piece>& out);
 
   // The site's top level, a call's object, its members, and what the bytes are.
-  std::size_t calls_ = 0;      // calls begun
-  std::size_t depth_ = 0;      // nesting of '{' and '[' inside the current call (0: between)
-  bool in_string_ = false;     // inside a JSON string
-  bool escaped_ = false;       // the byte after a backslash in one
-  bool at_key_ = false;        // a member's key comes next (depth 1)
-  bool at_value_ = false;      // a member's value comes next (depth 1, after ':')
-  std::string text_;           // the key or name string being read, as written
-  bool reading_ = false;       // text_ collects a key or the name
-  std::string key_;            // the member whose value is read (name, arguments, parameters)
+  std::size_t calls_ = 0;           // calls begun
+  std::size_t depth_ = 0;           // nesting of '{' and '[' inside the current call (0: between)
+  bool in_string_ = false;          // inside a JSON string
+  bool escaped_ = false;            // the byte after a backslash in one
+  bool at_key_ = false;             // a member's key comes next (depth 1)
+  bool at_value_ = false;           // a member's value comes next (depth 1, after ':')
+  std::string text_;                // the key or name string being read, as written
+  bool reading_ = false;            // text_ collects a key or the name
+  std::string key_;                 // the member whose value is read (name, arguments, parameters)
   std::optional<std::string> name_; // the current call's name, once read
-  bool announced_ = false;     // the current call's first piece went out
-  bool in_arguments_ = false;  // the arguments object is being written
+  bool announced_ = false;          // the current call's first piece went out
+  bool in_arguments_ = false;       // the arguments object is being written
   std::size_t arguments_depth_ = 0; // depth_ at which it closes
-  std::string arguments_;      // its bytes so far
-  std::size_t sent_ = 0;       // of them, those told
+  std::string arguments_;           // its bytes so far
+  std::size_t sent_ = 0;            // of them, those told
 };
 
 /// The text of `calls` as a model of `syntax` writes them (the inverse of parse_tool_calls): the

@@ -1121,7 +1121,7 @@ private:
   call_scanner scanner_;              // the call being written, read as it comes
   bool streams_call_ = false;         // its pieces go to the client
   std::vector<token> appended_;       // the tool result's tokens, until they are sent
-  std::shared_ptr<grammar::mask_cache> masks_; // the grammar's token masks
+  std::shared_ptr<grammar::mask_cache> masks_;          // the grammar's token masks
   std::shared_ptr<const grammar::grammar> masks_rules_; // the grammar masks_ is of
   std::uint32_t grammar_from_ = 0; // produced_ when the grammar began (the last tool result)
   // While a device event's tokens are taken: the one whose log probabilities it carries.

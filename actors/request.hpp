@@ -167,7 +167,7 @@ struct request_event {
   /// tool_call: the function called ("(malformed)" if unparsed); tool_call_delta: on the
   /// call's first piece only.
   std::string tool_name;
-  std::string arguments_json; ///< tool_call: its arguments; tool_call_delta: their next bytes
+  std::string arguments_json;   ///< tool_call: its arguments; tool_call_delta: their next bytes
   std::uint32_t call_index = 0; ///< tool_call_delta: the call's index among the answer's calls
   std::string tool_output;    ///< tool_result: the output, as the model reads it
   request_state entered = request_state::queued; ///< state: the state entered

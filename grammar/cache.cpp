@@ -43,8 +43,9 @@ std::shared_ptr<const grammar> grammar_cache::keep(const std::string& key,
   return rules;
 }
 
-std::shared_ptr<mask_cache> grammar_cache::masks(const std::shared_ptr<const grammar>& rules,
-                                                 const std::shared_ptr<const token_index>& vocabulary) {
+std::shared_ptr<mask_cache>
+grammar_cache::masks(const std::shared_ptr<const grammar>& rules,
+                     const std::shared_ptr<const token_index>& vocabulary) {
   auto fresh = [&] {
     return std::make_shared<mask_cache>(std::make_shared<automaton>(rules), vocabulary,
                                         defaults::grammar::masks_per_grammar);
@@ -67,8 +68,9 @@ grammar_cache::stats grammar_cache::counts() const {
 }
 
 void grammar_cache::attach(metrics_registry& registry) {
-  auto hits = registry.add_counter("triad_grammar_cache_hits_total",
-                                   "Grammars (a response_format's, or of calls) requests found kept compiled");
+  auto hits = registry.add_counter(
+      "triad_grammar_cache_hits_total",
+      "Grammars (a response_format's, or of calls) requests found kept compiled");
   auto misses = registry.add_counter("triad_grammar_cache_misses_total",
                                      "Grammars requests did not find kept (compiled for them)");
   auto kept = registry.add_gauge("triad_grammar_cache_grammars",

@@ -60,7 +60,7 @@ private:
   std::unordered_map<std::string, std::list<entry>::iterator> by_key_;
   std::unordered_map<const grammar*, std::list<entry>::iterator> by_rules_;
   std::uint64_t hits_ = 0, misses_ = 0;
-  counter* hits_total_ = nullptr;   // of attach (null: none)
+  counter* hits_total_ = nullptr; // of attach (null: none)
   counter* misses_total_ = nullptr;
   gauge* kept_gauge_ = nullptr;
 };

@@ -7,8 +7,8 @@
 #include <deque>
 #include <limits>
 #include <mutex>
-#include <thread>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 
 namespace triad::grammar {

@@ -90,8 +90,8 @@ private:
 
 /// Token masks of one grammar over one vocabulary, each computed at the first need of its
 /// automaton state and kept (states repeat: every byte inside a string; grammar_cache shares one
-/// across the requests that send the same schema or tools, as an agent does every turn). A state's mask
-/// is what its top (automaton::top) takes whatever lies below (token_index::classify, computed
+/// across the requests that send the same schema or tools, as an agent does every turn). A state's
+/// mask is what its top (automaton::top) takes whatever lies below (token_index::classify, computed
 /// once per top and kept: every string of a schema shares one), plus the tokens leaving the top
 /// that the state takes. Thread-safe; keeps at most `max_states` masks and as many tops (then
 /// computes the rest each time).

@@ -199,8 +199,7 @@ grammar_or_error calls_or_answer_grammar(const openai_chat& chat,
       if (failed >= functions.size())
         return bad("response_format", g.error().message);
       if (strict[failed])
-        return bad("tools[" + std::to_string(failed) + "].function.parameters",
-                   g.error().message);
+        return bad("tools[" + std::to_string(failed) + "].function.parameters", g.error().message);
       functions[failed].parameters = json::value{};
     }
   });
@@ -630,8 +629,8 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
   // text or the response_format's document, or calls valid against the declared functions. A
   // script forces its own tokens.
   if (!out.tools.empty() && out.tool_choice != "none" && !req.script && req.max_tool_calls > 0) {
-    auto g = calls_or_answer_grammar(out, functions, strict,
-                                     format ? *format : *byte_chat_format(), answer, grammars);
+    auto g = calls_or_answer_grammar(out, functions, strict, format ? *format : *byte_chat_format(),
+                                     answer, grammars);
     if (auto* e = std::get_if<api_error>(&g))
       return *e;
     if (auto rules = std::get<std::shared_ptr<const grammar::grammar>>(std::move(g)))

@@ -308,8 +308,11 @@ void response_stream::close_text(completion_output& out) {
                           {"annotations", json::array{}},
                           {"logprobs", json::array{}}};
   emit("response.output_text.done",
-       {{"item_id", "msg_" + id_.substr(5)}, {"output_index", index}, {"content_index", 0},
-        {"text", text_}, {"logprobs", json::array{}}},
+       {{"item_id", "msg_" + id_.substr(5)},
+        {"output_index", index},
+        {"content_index", 0},
+        {"text", text_},
+        {"logprobs", json::array{}}},
        out);
   emit("response.content_part.done",
        {{"item_id", "msg_" + id_.substr(5)}, {"output_index", index}, {"content_index", 0},
@@ -410,12 +413,9 @@ void response_stream::on_chunk(const json::object& chunk, completion_output& out
       if (const auto* id = call.if_contains("id")) { // a call begins
         close_call(out);
         const std::string call_id{id->as_string()};
-        call_ = json::object{{"type", "function_call"},
-                             {"id", "fc_" + call_id},
-                             {"call_id", call_id},
-                             {"name", fn.at("name")},
-                             {"arguments", ""},
-                             {"status", "in_progress"}};
+        call_ = json::object{{"type", "function_call"}, {"id", "fc_" + call_id},
+                             {"call_id", call_id},      {"name", fn.at("name")},
+                             {"arguments", ""},         {"status", "in_progress"}};
         call_open_ = true;
         arguments_.clear();
         emit("response.output_item.added", {{"output_index", output_.size()}, {"item", call_}},
@@ -426,8 +426,7 @@ void response_stream::on_chunk(const json::object& chunk, completion_output& out
         continue;
       arguments_ += piece->as_string();
       emit("response.function_call_arguments.delta",
-           {{"item_id", call_.at("id")}, {"output_index", output_.size()}, {"delta", *piece}},
-           out);
+           {{"item_id", call_.at("id")}, {"output_index", output_.size()}, {"delta", *piece}}, out);
     }
   }
   if (const auto* f = choice.if_contains("finish_reason"); f && f->is_string())

@@ -201,7 +201,8 @@ scanned scan(std::string_view site, std::size_t step) {
 } // namespace
 
 BOOST_AUTO_TEST_CASE(a_call_streams_its_name_then_its_arguments_as_written) {
-  const std::string site = R"({"name": "get_weather", "arguments": {"city": "Oslo \"}{", "n": [1, {"x": 2}]}})";
+  const std::string site =
+      R"({"name": "get_weather", "arguments": {"city": "Oslo \"}{", "n": [1, {"x": 2}]}})";
   for (std::size_t step : {1u, 3u, 7u, 1000u}) {
     auto s = scan(site, step);
     BOOST_REQUIRE(s.names.size() == 1u);
@@ -221,7 +222,8 @@ BOOST_AUTO_TEST_CASE(a_site_of_several_calls_streams_each_in_turn) {
   BOOST_TEST(s.arguments[0] == "{}");
   BOOST_TEST(s.names[1] == "b1"); // named after its arguments: they wait for it
   BOOST_TEST(s.arguments[1] == R"({"k": "v"})");
-  const std::string llama3 = R"({"name": "t", "parameters": {"z": 1}}; {"name": "u", "parameters": {}})";
+  const std::string llama3 =
+      R"({"name": "t", "parameters": {"z": 1}}; {"name": "u", "parameters": {}})";
   auto l = scan(llama3, 5);
   BOOST_REQUIRE(l.names.size() == 2u);
   BOOST_TEST(l.arguments[0] == R"({"z": 1})");

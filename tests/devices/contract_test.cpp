@@ -314,7 +314,7 @@ BOOST_DATA_TEST_CASE(a_sequence_parked_at_a_stop_token_resumes_with_appended_tok
   (*f.self)->send(f.devices[0], triad::resume_atom::value, triad::seq_id{1},
                   std::vector<triad::token>{triad::tokenizer::tool_response_start, 'o', 'k',
                                             triad::tokenizer::tool_response_end},
-             std::shared_ptr<triad::grammar::token_constraint>{});
+                  std::shared_ptr<triad::grammar::token_constraint>{});
   auto more = f.run(1);
   BOOST_TEST(more.second.kind == triad::device_event::done);
   BOOST_TEST(!more.first.empty());

@@ -307,7 +307,8 @@ BOOST_AUTO_TEST_CASE(under_auto_a_llama3_answer_starting_with_a_brace_is_a_call)
   BOOST_REQUIRE(g);
   const auto rules = std::make_shared<const grammar>(std::move(*g));
   BOOST_TEST(matches(rules, "It is noon {or so}."));
-  BOOST_TEST(matches(rules, " \n" R"({"name":"get_time","parameters":{}})"));
+  BOOST_TEST(matches(rules, " \n"
+                            R"({"name":"get_time","parameters":{}})"));
   BOOST_TEST(matches(rules, "\n"));
   BOOST_TEST(!matches(rules, R"({"name":"get_date","parameters":{}})"));
   BOOST_TEST(!matches(rules, "{not a call}"));

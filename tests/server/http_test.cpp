@@ -716,8 +716,9 @@ BOOST_AUTO_TEST_CASE(a_streamed_call_arrives_in_pieces_as_the_model_writes_it) {
   // Joined, the pieces are the arguments: valid against get_weather's parameters.
   const auto args = json::parse(arguments);
   BOOST_TEST(args.as_object().size() == 2u, arguments);
-  BOOST_TEST((args.at("unit") == json::value("celsius") || args.at("unit") == json::value("fahrenheit")),
-             arguments);
+  BOOST_TEST(
+      (args.at("unit") == json::value("celsius") || args.at("unit") == json::value("fahrenheit")),
+      arguments);
   BOOST_TEST(args.at("wind").is_bool(), arguments);
 }
 

@@ -209,8 +209,7 @@ BOOST_AUTO_TEST_CASE(a_call_streamed_as_written_is_one_function_call_item_in_pie
     }
   }
   BOOST_TEST(arguments == R"({"city": "Oslo"})");
-  BOOST_TEST(std::count(names.begin(), names.end(), "response.function_call_arguments.delta") ==
-             2);
+  BOOST_TEST(std::count(names.begin(), names.end(), "response.function_call_arguments.delta") == 2);
   BOOST_TEST(std::count(names.begin(), names.end(), "response.output_item.added") == 1);
   BOOST_TEST(std::count(names.begin(), names.end(), "response.output_text.delta") == 0);
   const auto& output = events.back().second.at("response").at("output").as_array();
