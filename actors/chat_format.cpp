@@ -64,6 +64,7 @@ public:
       , template_(std::move(tmpl)) {
     const auto& v = tok_->vocabulary();
     std::optional<token> mistral_open, python_tag;
+    bool args_token = false;
     auto spelling = [&](std::optional<token> id) {
       return id ? v.tokens[static_cast<std::size_t>(*id)] : std::string{};
     };
@@ -88,6 +89,8 @@ public:
         mistral_open = static_cast<token>(id);
       if (t == "<|python_tag|>")
         python_tag = static_cast<token>(id);
+      if (t == "[ARGS]")
+        args_token = true;
     }
     // The family's call syntax, from the tokens its vocabulary has for it.
     if (call_start_ && call_end_) {
@@ -98,6 +101,7 @@ public:
       if (mistral_open) {
         syntax_ = call_syntax::mistral;
         call_start_ = mistral_open;
+        named_calls_ = args_token;
       } else if (python_tag) {
         syntax_ = call_syntax::llama3;
         call_start_ = python_tag;
@@ -246,6 +250,7 @@ public:
            v.kinds[static_cast<std::size_t>(t)] == token_kind::control;
   }
   bool continues_calls() const override { return false; }
+  bool calls_beyond_layout() const override { return named_calls_; }
   std::size_t known_tokens() const override { return tok_->vocabulary().tokens.size(); }
   bool text_token(token t) const override {
     const auto& v = tok_->vocabulary();
@@ -262,6 +267,7 @@ private:
   std::vector<token> ends_;
   std::optional<token> call_start_, call_end_;
   call_syntax syntax_ = call_syntax::none;
+  bool named_calls_ = false; // Mistral v11+: name[ARGS]{...}
   token turn_end_ = 0; // what a script's answer ends with
   token filler_ = 0;   // what a script's filler tokens are
 };

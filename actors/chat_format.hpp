@@ -60,6 +60,9 @@ public:
   virtual bool control(token t) const = 0;
   /// Whether tool outputs can be fed back (tool_result works).
   virtual bool continues_calls() const = 0;
+  /// Whether the model writes calls in a form call_layout_of does not give (Mistral's v11+
+  /// tokenizers: `name[ARGS]{...}`), so a grammar of calls would force another form on it.
+  virtual bool calls_beyond_layout() const { return false; }
   /// Ids the tokenizer knows (0..n-1); ids past them up to the model's vocabulary are unused.
   virtual std::size_t known_tokens() const = 0;
   /// Whether `t` is a token of text (a piece or a byte; not a control, unknown, unused or

@@ -239,14 +239,14 @@ private:
     return g;
   }
 
-  // The answer's grammar where the answer stands (null without a response_format): a fresh
+  // The answer's grammar where the answer stands (null without one): a fresh
   // constraint per device sequence, moved on by the answer's tokens so far, so a sequence that
   // failed with tokens this actor never received leaves nothing behind.
   std::shared_ptr<grammar::token_constraint> constraint_from_here() {
     // A tool_choice holds until the first call; the response grammar (calls or the answer,
     // where tools are declared) from then on, afresh after each hosted call's result.
-    const auto& rules =
-        usage_.tool_calls == 0 && req_.tool_grammar ? req_.tool_grammar : req_.response_grammar;
+    const bool calls_first = usage_.tool_calls == 0 && req_.tool_grammar;
+    const auto& rules = calls_first ? req_.tool_grammar : req_.response_grammar;
     if (!rules || !ctx_->vocabulary)
       return nullptr;
     if (!masks_ || masks_rules_ != rules) {
@@ -260,6 +260,8 @@ private:
     // The budget: every token the request may still generate, those under this grammar so far
     // included (the constraint moves through them below).
     auto c = std::make_shared<grammar::token_constraint>(masks_, left() + since);
+    if (!calls_first && req_.response_grammar_waits_for_call)
+      c->free_until_call();
     for (auto it = tokens_.end() - static_cast<std::ptrdiff_t>(since); it != tokens_.end(); ++it)
       c->advance(static_cast<std::uint32_t>(*it));
     return c;

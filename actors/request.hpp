@@ -74,14 +74,18 @@ struct chat_request {
   /// The request's `tools` array as JSON text (empty: none): a model file's chat template
   /// renders the definitions in the model's own format.
   std::string tools_json;
-  /// The grammar the answer must match (response_format json_object or json_schema; null:
-  /// free text): the devices mask every token it does not allow before sampling, and the
-  /// answer is not read for tool calls.
+  /// The grammar the answer must match (null: free): a response_format's document, or with
+  /// tools under tool_choice "auto" that or calls to them (text or calls; calls alone where
+  /// `response_grammar_waits_for_call`): the devices mask every token it does not allow before
+  /// sampling. After each hosted call's result the answer matches it afresh.
   std::shared_ptr<const grammar::grammar> response_grammar;
+  /// The response grammar holds from the answer's first token that opens a call: the text
+  /// before is free (token_constraint::free_until_call).
+  bool response_grammar_waits_for_call = false;
   /// The grammar of the calls the answer must make (tool_choice "required" or a named function,
   /// in the model's call syntax: call_layout_of; null: the model chooses): the devices mask
   /// every token it does not allow, to the end of an answer that returns its calls, up to the
-  /// first call where the node runs it: after a hosted call's result the model answers freely.
+  /// first call where the node runs it; after that call's result, response_grammar.
   std::shared_ptr<const grammar::grammar> tool_grammar;
   /// Report each generated token's log probability under the model (token events' `logprob`),
   /// with this many of the most likely alternatives (top_logprobs, at most max_top_logprobs).

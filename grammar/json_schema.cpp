@@ -756,7 +756,9 @@ expected<grammar> from_tool_calls(const std::vector<function_signature>& functio
     const element text = b.repeat(b.bytes(text_bytes), 0, 0, true, "text");
     const std::string& opening = layout.before_all.empty() ? layout.before_each : layout.before_all;
     if (!opening.empty() && static_cast<unsigned char>(opening.front()) >= call_open_marker)
-      return b.choice({{text}, {text, calls_element}}, "text_then_calls");
+      return make_error(errc::invalid_argument,
+                        "tool calls: text before calls a control token opens needs no grammar "
+                        "(token_constraint::free_until_call)");
     // Calls that open with their JSON: white space, then a call or text that does not start
     // one.
     byte_set white;

@@ -65,9 +65,9 @@ struct call_alternative {
   /// The kinds of alternative.
   enum class kind : std::uint8_t {
     none, ///< calls only
-    /// Any text without marker bytes, ending in calls where the layout opens them with a marker
-    /// byte (Hermes, Mistral); else text or calls (Llama 3, whose call is an answer starting
-    /// with '{': text may not start with one).
+    /// Text or calls, for a layout whose calls open with their JSON (Llama 3: a call is an
+    /// answer starting with '{', so text may not start with one). Where a control token opens
+    /// calls the text needs no grammar (token_constraint::free_until_call): an error.
     text,
     json, ///< a JSON document valid against `schema` (null: any object) or calls
   };

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <unordered_map>
 
 namespace triad::grammar {
@@ -247,8 +248,8 @@ std::shared_ptr<const std::vector<std::uint32_t>> mask_cache::at(automaton::stat
 namespace {
 
 // The thread that computes masks ahead of the steps that need them (token_constraint::prefetch),
-// off the device's driver thread: one per process, started at the first need, its queue
-// drained and the thread joined at exit.
+// off the devices' driver threads: one per process, started at the first need, its queue
+// drained and the thread joined at exit. A mask its sampler claimed first is skipped.
 class mask_worker {
 public:
   static mask_worker& shared() {
@@ -256,19 +257,15 @@ public:
     return w;
   }
 
-  std::shared_future<std::shared_ptr<const std::vector<std::uint32_t>>>
-  submit(std::shared_ptr<mask_cache> masks, automaton::state_id state) {
-    std::packaged_task<std::shared_ptr<const std::vector<std::uint32_t>>()> task{
-        [masks = std::move(masks), state] { return masks->at(state); }};
-    auto done = task.get_future().share();
+  void submit(std::shared_ptr<mask_cache> masks, automaton::state_id state,
+              std::shared_ptr<token_constraint::ahead> job) {
     {
       std::lock_guard lock{mutex_};
       if (!thread_.joinable())
         thread_ = std::thread{[this] { run(); }};
-      queue_.push_back(std::move(task));
+      queue_.push_back({std::move(masks), state, std::move(job)});
     }
     wake_.notify_one();
-    return done;
   }
 
   ~mask_worker() {
@@ -282,27 +279,39 @@ public:
   }
 
 private:
+  struct task {
+    std::shared_ptr<mask_cache> masks;
+    automaton::state_id state;
+    std::shared_ptr<token_constraint::ahead> job;
+  };
+
   mask_worker() = default;
 
   void run() {
     pthread_setname_np(pthread_self(), "triad-masks");
     for (;;) {
-      std::packaged_task<std::shared_ptr<const std::vector<std::uint32_t>>()> task;
+      task t;
       {
         std::unique_lock lock{mutex_};
         wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
         if (queue_.empty())
           return;
-        task = std::move(queue_.front());
+        t = std::move(queue_.front());
         queue_.pop_front();
       }
-      task();
+      if (t.job->claimed.exchange(true))
+        continue; // its sampler got there first
+      try {
+        t.job->result.set_value(t.masks->at(t.state));
+      } catch (...) {
+        t.job->result.set_exception(std::current_exception());
+      }
     }
   }
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::packaged_task<std::shared_ptr<const std::vector<std::uint32_t>>()>> queue_;
+  std::deque<task> queue_;
   std::thread thread_;
   bool stop_ = false;
 };
@@ -328,22 +337,35 @@ bool token_constraint::keep_only(const std::vector<std::uint32_t>& mask, std::si
   return true;
 }
 
+bool token_constraint::opens_call(std::uint32_t t) const {
+  const auto& v = masks_->vocabulary();
+  return t < v.size() && !v.bytes(t).empty() &&
+         static_cast<unsigned char>(v.bytes(t).front()) == call_open_marker;
+}
+
 bool token_constraint::apply(std::span<float> logits) {
-  // The mask prefetch started (waiting for it if the step ran faster), else computed here.
-  auto mask = pending_.valid() ? pending_.get() : masks_->at(m_);
-  pending_ = {};
+  if (waiting_)
+    return true; // free text until a call opens
+  // The mask prefetch asked for: the worker's (waiting if it is computing it), or computed here
+  // if the worker has not begun it; else computed here.
+  auto job = std::exchange(pending_, nullptr);
+  auto mask = job && job->claimed.exchange(true) ? job->ready.get() : masks_->at(m_);
   return keep_only(*mask, masks_->vocabulary().size(), logits);
 }
 
 void token_constraint::prefetch() {
-  pending_ = {};
-  if (!m_.done() && !masks_->has(m_.state()))
-    pending_ = mask_worker::shared().submit(masks_, m_.state());
+  pending_ = nullptr;
+  if (waiting_ || budget_ == 0 || m_.done() || masks_->has(m_.state()))
+    return;
+  auto job = std::make_shared<ahead>();
+  job->ready = job->result.get_future().share();
+  pending_ = job;
+  mask_worker::shared().submit(masks_, m_.state(), std::move(job));
 }
 
 bool token_constraint::fits(std::uint32_t t) {
   const auto& v = masks_->vocabulary();
-  if (budget_ == unlimited || t >= v.size() || v.is_end(t))
+  if (budget_ == unlimited || t >= v.size() || v.is_end(t) || (waiting_ && !opens_call(t)))
     return true;
   const auto& b = v.bytes(t);
   if (b.empty() || !m_.accept(b))
@@ -355,6 +377,12 @@ bool token_constraint::fits(std::uint32_t t) {
 }
 
 bool token_constraint::apply_shortest(std::span<float> logits) {
+  if (waiting_) { // text may end at any token: no call it could not close
+    for (std::size_t t = 0; t < logits.size(); ++t)
+      if (opens_call(static_cast<std::uint32_t>(t)))
+        logits[t] = -std::numeric_limits<float>::infinity();
+    return true;
+  }
   std::vector<std::uint32_t> mask;
   masks_->vocabulary().mask(m_, mask, true);
   return keep_only(mask, masks_->vocabulary().size(), logits);
@@ -364,6 +392,11 @@ bool token_constraint::advance(std::uint32_t t) {
   const auto& v = masks_->vocabulary();
   if (t >= v.size())
     return false;
+  if (waiting_ && !opens_call(t)) { // free text
+    if (budget_ != unlimited && budget_ > 0)
+      --budget_;
+    return true;
+  }
   bool ok = false;
   if (v.is_end(t)) {
     ok = m_.can_end();
@@ -371,8 +404,10 @@ bool token_constraint::advance(std::uint32_t t) {
     const auto& b = v.bytes(t);
     ok = !b.empty() && m_.accept(b);
   }
-  if (ok)
-    pending_ = {}; // of the state left
+  if (ok) {
+    pending_ = nullptr; // of the state left
+    waiting_ = false;   // a call opened, or it never waited
+  }
   if (ok && budget_ != unlimited && budget_ > 0)
     --budget_;
   return ok;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -151,12 +152,26 @@ public:
   bool apply_shortest(std::span<float> logits);
   /// Moves on by token `t`; false when the grammar refuses it (the state does not change).
   bool advance(std::uint32_t t);
+  /// Leaves the output free until a token that opens a tool call (its bytes start with
+  /// call_open_marker): the grammar (of calls) holds from that token on. For tool_choice "auto"
+  /// where a control token opens calls: the text before needs no mask and may hold any token
+  /// (a reasoning model's `<think>` too); tokens count against the budget all the same, and a
+  /// call that could not close within it is not begun.
+  void free_until_call() noexcept { waiting_ = true; }
   /// Starts computing the mask of where the output stands now on the grammar's worker thread,
   /// unless it is kept, so the next apply() finds it ready: the device calls it after advance,
   /// and the mask is computed while its next forward step runs (xgrammar's overlap).
   void prefetch();
   /// Whether the output so far is complete.
-  bool complete() const { return m_.can_end(); }
+  bool complete() const { return waiting_ || m_.can_end(); }
+
+  /// A mask computed ahead (prefetch): whoever claims it first computes it, the worker thread
+  /// or apply() (which then does not wait for a worker busy with other masks).
+  struct ahead {
+    std::atomic<bool> claimed{false};
+    std::promise<std::shared_ptr<const std::vector<std::uint32_t>>> result;
+    std::shared_future<std::shared_ptr<const std::vector<std::uint32_t>>> ready;
+  };
 
 private:
   // Sets the logits of the tokens `mask` does not allow to -infinity, unless it allows none.
@@ -166,8 +181,11 @@ private:
   std::shared_ptr<mask_cache> masks_;
   matcher m_;
   std::uint32_t budget_; // tokens left, this step's included
-  // The mask being computed by prefetch, for the state m_ was in then (reset by advance).
-  std::shared_future<std::shared_ptr<const std::vector<std::uint32_t>>> pending_;
+  // Whether a token opens a call (its bytes start with call_open_marker).
+  bool opens_call(std::uint32_t t) const;
+  // The mask prefetch asked for, of the state m_ is in (reset by advance).
+  std::shared_ptr<ahead> pending_;
+  bool waiting_ = false; // free_until_call, and no call opened yet
 };
 
 /// Whether bit `t` of a mask is set.

@@ -116,17 +116,19 @@ grammar_or_error cached(grammar::grammar_cache* cache, const std::string& key, M
   return made;
 }
 
-// The part of a grammar's key a call layout and functions decide.
-std::string calls_key(const grammar::call_layout& layout,
-                      const std::vector<grammar::function_signature>& functions) {
-  std::string key;
-  for (const auto* part : {&layout.before_all, &layout.before_each, &layout.after_each,
-                           &layout.between, &layout.after_all, &layout.arguments_key})
-    key.append(*part).push_back('\x1f');
-  key.append(std::to_string(layout.max_calls)).push_back(layout.newlines_inside ? '1' : '0');
+// The key of a grammar of calls: what decides it (`kind`, the call layout, the functions'
+// names and parameters, `extra`), as JSON text, so no two differ only in where a part ends.
+std::string calls_key(std::string_view kind, const grammar::call_layout& layout,
+                      const std::vector<grammar::function_signature>& functions,
+                      json::value extra = nullptr) {
+  json::array fs;
   for (const auto& f : functions)
-    key.append("\x1e").append(f.name).append("\x1f").append(json::serialize(f.parameters));
-  return key;
+    fs.push_back(json::array{json::string(f.name), f.parameters});
+  return json::serialize(json::array{
+      json::string(kind), json::string(layout.before_all), json::string(layout.before_each),
+      json::string(layout.after_each), json::string(layout.between),
+      json::string(layout.after_all), json::string(layout.arguments_key), layout.max_calls,
+      layout.newlines_inside, std::move(fs), std::move(extra)});
 }
 
 // The grammar of a chat request's `response_format`: null for "text", any JSON object for
@@ -149,7 +151,7 @@ grammar_or_error response_grammar(const json::value& format, grammar::call_alter
     return std::make_shared<const grammar::grammar>(grammar::any_json_object(options));
   };
   if (t == "json_object")
-    return cached(cache, "json_object", any_object);
+    return cached(cache, R"(["json_object"])", any_object);
   if (t != "json_schema")
     return bad("response_format.type",
                "'" + std::string{t} + "' is not one of text, json_object, json_schema");
@@ -158,9 +160,9 @@ grammar_or_error response_grammar(const json::value& format, grammar::call_alter
     return bad("response_format.json_schema", "expected an object with name and schema");
   const auto* schema = spec->get_object().if_contains("schema");
   if (schema == nullptr || schema->is_null())
-    return cached(cache, "json_object", any_object);
+    return cached(cache, R"(["json_object"])", any_object);
   answer.schema = *schema;
-  return cached(cache, "schema\x1e" + json::serialize(*schema), [&]() -> grammar_or_error {
+  return cached(cache, json::serialize(json::array{"schema", *schema}), [&]() -> grammar_or_error {
     auto g = grammar::from_json_schema(*schema, options);
     if (!g)
       return bad("response_format.json_schema.schema", g.error().message);
@@ -170,24 +172,43 @@ grammar_or_error response_grammar(const json::value& format, grammar::call_alter
 
 // The grammar of an answer that may call the declared functions (tool_choice auto, and after
 // the first call under required or a named function): `answer` (text, or the response_format's
-// document) or calls in `format`'s syntax with arguments valid against their parameters. A
-// function whose parameters go past what the grammar supports takes any object, unless its tool
-// asked `strict` (then a 400 naming them). Null where the format has no call syntax triad knows.
+// document) or calls in `format`'s syntax with arguments valid against their parameters. Where
+// a control token opens calls and the answer may be text, the grammar is of calls alone and
+// `*waits` is set: it holds from that token (token_constraint::free_until_call). A function
+// whose parameters go past what the grammar supports takes any object, unless its tool asked
+// `strict` (then a 400 naming them). Null where the format has no call syntax triad knows, or
+// writes calls in a form the layouts do not give (Mistral v11+).
 grammar_or_error calls_or_answer_grammar(const openai_chat& chat,
                                          std::vector<grammar::function_signature> functions,
                                          const std::vector<bool>& strict, const chat_format& format,
-                                         const grammar::call_alternative& answer,
-                                         grammar::grammar_cache* cache) {
+                                         grammar::call_alternative answer,
+                                         grammar::grammar_cache* cache, bool* waits) {
   const std::size_t calls =
       chat.parallel_tool_calls ? std::min<std::size_t>(chat.request.max_tool_calls, 64) : 1;
   auto layout = call_layout_of(format, calls);
-  if (!layout)
+  const bool document = answer.what == grammar::call_alternative::kind::json;
+  if (layout && format.calls_beyond_layout() && document)
+    return bad("response_format", "a JSON response_format together with tools is not supported "
+                                  "for this model: it writes calls as name[ARGS]{...}, which "
+                                  "triad cannot constrain yet; send one or the other");
+  if (!layout || format.calls_beyond_layout())
     return std::shared_ptr<const grammar::grammar>{};
-  std::string key = "auto\x1e" + calls_key(*layout, functions) + "\x1e";
-  for (bool s : strict)
-    key.push_back(s ? '1' : '0');
-  key.append("\x1e").push_back(static_cast<char>('0' + static_cast<int>(answer.what)));
-  key.append(json::serialize(answer.schema));
+  const std::string& opening = layout->before_all.empty() ? layout->before_each : layout->before_all;
+  const bool marked = !opening.empty() && static_cast<unsigned char>(opening.front()) >=
+                                              grammar::call_open_marker;
+  if (document && !marked)
+    return bad("response_format",
+               "a JSON response_format together with tools is not supported for this model: its "
+               "calls are bare JSON (Llama 3), so a document could not be told from a call; send "
+               "one or the other");
+  if (answer.what == grammar::call_alternative::kind::text && marked) {
+    answer.what = grammar::call_alternative::kind::none; // text before the call is free
+    *waits = true;
+  }
+  json::array strict_flags(strict.begin(), strict.end());
+  const auto key = calls_key("auto", *layout, functions,
+                             json::array{std::move(strict_flags), static_cast<int>(answer.what),
+                                         answer.schema});
   return cached(cache, key, [&]() -> grammar_or_error {
     grammar::json_options options;
     options.max_whitespace = defaults::server::json_whitespace;
@@ -221,7 +242,7 @@ grammar_or_error tool_choice_grammar(const openai_chat& chat,
   for (const auto& f : functions)
     if (chat.tool_choice != "function" || f.name == chat.tool_choice_function)
       chosen.push_back(f);
-  return cached(cache, "calls\x1e" + calls_key(*layout, chosen), [&]() -> grammar_or_error {
+  return cached(cache, calls_key("calls", *layout, chosen), [&]() -> grammar_or_error {
     grammar::json_options options;
     options.max_whitespace = defaults::server::json_whitespace;
     std::size_t failed = chosen.size();
@@ -630,7 +651,7 @@ std::variant<openai_chat, api_error> parse_chat_request(std::string_view body,
   // script forces its own tokens.
   if (!out.tools.empty() && out.tool_choice != "none" && !req.script && req.max_tool_calls > 0) {
     auto g = calls_or_answer_grammar(out, functions, strict, format ? *format : *byte_chat_format(),
-                                     answer, grammars);
+                                     answer, grammars, &req.response_grammar_waits_for_call);
     if (auto* e = std::get_if<api_error>(&g))
       return *e;
     if (auto rules = std::get<std::shared_ptr<const grammar::grammar>>(std::move(g)))

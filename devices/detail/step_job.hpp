@@ -88,7 +88,8 @@ struct sample_plan {
     }
     if (constraint) {
       constraint->advance(static_cast<std::uint32_t>(t));
-      constraint->prefetch(); // the next mask, computed while the next step runs
+      if (!is_end(t) && !stops_at(t)) // the next mask, computed while the next step runs
+        constraint->prefetch();
     }
     return t;
   }

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <memory>
 #include <random>
 
@@ -139,6 +140,47 @@ BOOST_AUTO_TEST_CASE(a_prefetched_mask_is_the_one_apply_computes_and_is_kept) {
   }
   // The worker kept what it computed: every state met is in the cache.
   BOOST_TEST(ahead->size() == here->size());
+}
+
+BOOST_AUTO_TEST_CASE(a_constraint_that_waits_for_a_call_leaves_text_free_then_holds) {
+  // A vocabulary of the end token, the call's open and close tokens and every printable byte.
+  std::vector<std::string> bytes{"", std::string(1, static_cast<char>(call_open_marker)),
+                                 std::string(1, static_cast<char>(call_close_marker))};
+  for (char c = 0x20; c < 0x7f; ++c)
+    bytes.emplace_back(1, c);
+  const auto id = [&](char c) { return static_cast<std::uint32_t>(3 + (c - 0x20)); };
+  auto vocab = std::make_shared<const token_index>(bytes, std::vector<std::uint32_t>{0});
+  call_layout tagged;
+  tagged.before_each = bytes[1];
+  tagged.after_each = bytes[2];
+  auto g = from_tool_calls({{"get_time", boost::json::value{}}}, tagged);
+  BOOST_REQUIRE(g);
+  auto masks = std::make_shared<mask_cache>(
+      std::make_shared<automaton>(std::make_shared<const grammar>(std::move(*g))), vocab);
+  token_constraint c{masks, 200};
+  c.free_until_call();
+  std::vector<float> logits(vocab->size(), 0.0f);
+  BOOST_TEST(c.apply(logits)); // text: nothing masked
+  BOOST_TEST(std::count(logits.begin(), logits.end(), 0.0f) == static_cast<long>(logits.size()));
+  BOOST_TEST(c.advance(id('h')));
+  BOOST_TEST(c.complete()); // text may end
+  BOOST_TEST(c.fits(1));    // a call fits 199 tokens
+  BOOST_TEST(c.advance(1)); // the call opens: the grammar holds from here
+  BOOST_TEST(!c.complete());
+  BOOST_TEST(c.apply(logits));
+  BOOST_TEST(logits[id('{')] == 0.0f);
+  BOOST_TEST(std::isinf(logits[id('h')]));
+  BOOST_TEST(std::isinf(logits[0])); // no end inside a call
+  BOOST_TEST(!c.advance(id('h')));
+  // Near the end of the budget a call that could not close is not begun.
+  token_constraint tight{masks, 5};
+  tight.free_until_call();
+  BOOST_TEST(!tight.fits(1));
+  std::vector<float> last(vocab->size(), 0.0f);
+  BOOST_TEST(tight.apply_shortest(last));
+  BOOST_TEST(std::isinf(last[1]));
+  BOOST_TEST(last[id('h')] == 0.0f);
+  BOOST_TEST(last[0] == 0.0f);
 }
 
 BOOST_AUTO_TEST_CASE(a_budget_closes_the_output_in_time_whatever_the_model_prefers) {
