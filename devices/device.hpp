@@ -112,7 +112,8 @@ struct generate_request {
   /// be read is computed.
   std::vector<std::uint64_t> kept_blocks;
   std::uint64_t kept_tokens = 0; ///< tokens the kept blocks cover
-  /// The grammar the generated tokens must follow, where the request has one (response_format):
+  /// The grammar the generated tokens must follow, where the request has one (a response_format,
+  /// tool calls):
   /// the driver masks each step's logits with it before sampling and moves it on by each token
   /// chosen. In-process only (not serialized: a remote device would need the grammar's text).
   std::shared_ptr<grammar::token_constraint> constraint;

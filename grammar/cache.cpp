@@ -1,11 +1,14 @@
 #include "grammar/cache.hpp"
 
+#include <algorithm>
+
 #include "grammar/automaton.hpp"
 
 namespace triad::grammar {
 
-grammar_cache::grammar_cache(std::size_t capacity)
-    : capacity_(capacity) {}
+grammar_cache::grammar_cache(std::size_t capacity, std::size_t mask_bytes)
+    : capacity_(capacity)
+    , mask_bytes_(mask_bytes) {}
 
 std::shared_ptr<const grammar> grammar_cache::find(const std::string& key) {
   std::lock_guard<std::mutex> guard{mutex_};
@@ -59,12 +62,27 @@ grammar_cache::masks(const std::shared_ptr<const grammar>& rules,
     e.masks = fresh(); // the automaton starts empty: cheap to make under the lock
     e.vocabulary = vocabulary;
   }
+  // Within the byte budget: the least recently used grammars' masks go first (requests using
+  // them keep theirs), this one's last.
+  std::size_t total = 0;
+  for (const auto& other : lru_)
+    if (other.masks)
+      total += other.masks->bytes();
+  for (auto last = lru_.rbegin(); total > mask_bytes_ && last != lru_.rend(); ++last)
+    if (last->masks && &*last != &e) {
+      total -= std::min(total, last->masks->bytes());
+      last->masks.reset();
+    }
   return e.masks;
 }
 
 grammar_cache::stats grammar_cache::counts() const {
   std::lock_guard<std::mutex> guard{mutex_};
-  return {hits_, misses_, lru_.size()};
+  std::size_t bytes = 0;
+  for (const auto& e : lru_)
+    if (e.masks)
+      bytes += e.masks->bytes();
+  return {hits_, misses_, lru_.size(), bytes};
 }
 
 void grammar_cache::attach(metrics_registry& registry) {

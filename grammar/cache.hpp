@@ -27,10 +27,13 @@ public:
     std::uint64_t hits = 0;   ///< grammars found kept
     std::uint64_t misses = 0; ///< grammars compiled (find found none)
     std::size_t kept = 0;     ///< grammars kept now
+    std::size_t mask_bytes = 0; ///< bytes of their masks (about)
   };
 
-  /// A cache of at most `capacity` grammars (0: keeps none).
-  explicit grammar_cache(std::size_t capacity = defaults::grammar::cache_grammars);
+  /// A cache of at most `capacity` grammars (0: keeps none) whose masks take at most about
+  /// `mask_bytes` (past it, the least recently used grammars lose theirs).
+  explicit grammar_cache(std::size_t capacity = defaults::grammar::cache_grammars,
+                         std::size_t mask_bytes = defaults::grammar::cache_mask_bytes);
 
   /// The grammar kept for `key`, or null (the caller compiles it and calls keep).
   std::shared_ptr<const grammar> find(const std::string& key);
@@ -55,6 +58,7 @@ private:
   };
 
   std::size_t capacity_;
+  std::size_t mask_bytes_;
   mutable std::mutex mutex_;
   std::list<entry> lru_; // most recently used first
   std::unordered_map<std::string, std::list<entry>::iterator> by_key_;

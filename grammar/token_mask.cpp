@@ -418,4 +418,9 @@ std::size_t mask_cache::size() const {
   return kept_.size();
 }
 
+std::size_t mask_cache::bytes() const {
+  std::lock_guard lock{mutex_};
+  return (kept_.size() + frames_.size()) * ((vocabulary_->size() + 31) / 32) * 4;
+}
+
 } // namespace triad::grammar

@@ -109,6 +109,8 @@ public:
   bool has(automaton::state_id s) const;
   /// Masks kept.
   std::size_t size() const;
+  /// Bytes of the masks and per-top token sets kept (about).
+  std::size_t bytes() const;
   /// The automaton.
   const std::shared_ptr<automaton>& machine() const noexcept { return a_; }
   /// The vocabulary.

@@ -335,7 +335,7 @@ void response_stream::add_text(std::string_view text, completion_output& out, bo
       blank_ += text;
       return;
     }
-    close_call(out);
+    close_calls(out);
     text_open_ = true;
     text_.clear();
     const json::object item{{"type", "message"},
@@ -364,22 +364,22 @@ void response_stream::add_text(std::string_view text, completion_output& out, bo
   blank_.clear();
 }
 
-void response_stream::close_call(completion_output& out) {
-  if (!call_open_)
-    return;
-  call_open_ = false;
-  const auto index = output_.size();
-  emit("response.function_call_arguments.done",
-       {{"item_id", call_.at("id")},
-        {"output_index", index},
-        {"name", call_.at("name")},
-        {"arguments", arguments_}},
-       out);
-  call_["arguments"] = arguments_;
-  call_["status"] = "completed";
-  emit("response.output_item.done", {{"output_index", index}, {"item", call_}}, out);
-  output_.push_back(std::move(call_));
-  call_ = json::object{};
+// The calls being written are done: each with its arguments, in the order they began (a
+// call's last pieces may come after the next one began).
+void response_stream::close_calls(completion_output& out) {
+  for (auto& [index, call] : calls_) {
+    auto& item = output_[call.output_index].as_object();
+    emit("response.function_call_arguments.done",
+         {{"item_id", item.at("id")},
+          {"output_index", call.output_index},
+          {"name", item.at("name")},
+          {"arguments", call.arguments}},
+         out);
+    item["arguments"] = call.arguments;
+    item["status"] = "completed";
+    emit("response.output_item.done", {{"output_index", call.output_index}, {"item", item}}, out);
+  }
+  calls_.clear();
 }
 
 void response_stream::on_chunk(const json::object& chunk, completion_output& out) {
@@ -410,23 +410,27 @@ void response_stream::on_chunk(const json::object& chunk, completion_output& out
     for (const auto& c : calls->as_array()) {
       const auto& call = c.as_object();
       const auto& fn = call.at("function").as_object();
-      if (const auto* id = call.if_contains("id")) { // a call begins
-        close_call(out);
+      const auto index = call.at("index").to_number<std::int64_t>();
+      if (const auto* id = call.if_contains("id")) { // a call begins: its item, in the output
         const std::string call_id{id->as_string()};
-        call_ = json::object{{"type", "function_call"}, {"id", "fc_" + call_id},
-                             {"call_id", call_id},      {"name", fn.at("name")},
-                             {"arguments", ""},         {"status", "in_progress"}};
-        call_open_ = true;
-        arguments_.clear();
-        emit("response.output_item.added", {{"output_index", output_.size()}, {"item", call_}},
+        json::object item{{"type", "function_call"}, {"id", "fc_" + call_id},
+                          {"call_id", call_id},      {"name", fn.at("name")},
+                          {"arguments", ""},         {"status", "in_progress"}};
+        emit("response.output_item.added", {{"output_index", output_.size()}, {"item", item}},
              out);
+        calls_[index] = open_call{output_.size(), {}};
+        output_.push_back(std::move(item));
       }
       const auto* piece = fn.if_contains("arguments");
-      if (!call_open_ || piece == nullptr || piece->as_string().empty())
+      auto open = calls_.find(index);
+      if (open == calls_.end() || piece == nullptr || piece->as_string().empty())
         continue;
-      arguments_ += piece->as_string();
+      open->second.arguments += piece->as_string();
       emit("response.function_call_arguments.delta",
-           {{"item_id", call_.at("id")}, {"output_index", output_.size()}, {"delta", *piece}}, out);
+           {{"item_id", output_[open->second.output_index].at("id")},
+            {"output_index", open->second.output_index},
+            {"delta", *piece}},
+           out);
     }
   }
   if (const auto* f = choice.if_contains("finish_reason"); f && f->is_string())
@@ -484,7 +488,7 @@ completion_output response_stream::on_event(const request_event& ev) {
   if (!blank_.empty() && !text_open_ && output_.empty()) // the whole answer was white space
     add_text({}, out, true);
   close_text(out);
-  close_call(out);
+  close_calls(out);
   const auto status = finish_ == "length" ? "incomplete" : "completed";
   auto r = response_json(status);
   if (stream_)

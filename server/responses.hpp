@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -59,7 +60,7 @@ private:
   boost::json::object response_json(std::string_view status) const;
   void close_text(completion_output& out);
   void add_text(std::string_view text, completion_output& out, bool force = false);
-  void close_call(completion_output& out);
+  void close_calls(completion_output& out);
 
   completion_options options_;
   bool stream_;
@@ -71,9 +72,13 @@ private:
   std::string finish_;
   boost::json::array output_;                 // finished output items
   std::string blank_;                         // white space no message holds yet
-  boost::json::object call_;                  // the function_call item being written
-  bool call_open_ = false;                    // call_ is
-  std::string arguments_;                     // its arguments so far
+  // The function_call items being written, by their chat index: where each is in output_ (its
+  // place taken when it began) and its arguments so far.
+  struct open_call {
+    std::size_t output_index = 0;
+    std::string arguments;
+  };
+  std::map<std::int64_t, open_call> calls_;
   boost::json::object usage_;
 };
 

@@ -54,6 +54,25 @@ BOOST_AUTO_TEST_CASE(requests_with_a_kept_grammar_share_its_masks) {
   BOOST_TEST(cache.masks(other, vocabulary) != cache.masks(other, vocabulary));
 }
 
+BOOST_AUTO_TEST_CASE(past_the_byte_budget_the_least_recently_used_masks_go) {
+  const auto vocabulary = bytes_vocabulary();
+  grammar_cache cache{8, 1}; // a byte: any kept mask is past it
+  const auto a = cache.keep("a", any_object());
+  const auto b = cache.keep("b", any_object());
+  auto fill = [&](const std::shared_ptr<mask_cache>& masks) {
+    token_constraint c{masks};
+    std::vector<float> logits(vocabulary->size(), 0.0f);
+    c.apply(logits);
+  };
+  const auto first = cache.masks(a, vocabulary);
+  fill(first);
+  BOOST_TEST(cache.counts().mask_bytes > 0u);
+  const auto second = cache.masks(b, vocabulary); // a's masks go: b is the one asked for
+  BOOST_TEST(cache.masks(a, vocabulary) != first); // made afresh
+  BOOST_TEST(first->size() == 1u); // a request holding them keeps them
+  (void)second;
+}
+
 BOOST_AUTO_TEST_CASE(the_least_recently_used_grammar_leaves_first) {
   grammar_cache cache{2};
   cache.keep("a", any_object());

@@ -218,6 +218,37 @@ BOOST_AUTO_TEST_CASE(a_call_streamed_as_written_is_one_function_call_item_in_pie
   BOOST_TEST(output[0].at("status") == "completed");
 }
 
+BOOST_AUTO_TEST_CASE(each_call_keeps_its_own_pieces_whatever_their_order) {
+  triad::response_stream answer{options(), true};
+  std::string bytes;
+  auto delta = [&](std::uint32_t index, std::string name, std::string piece) {
+    triad::request_event ev;
+    ev.kind = triad::request_event::tool_call_delta;
+    ev.call_index = index;
+    ev.tool_name = std::move(name);
+    ev.arguments_json = std::move(piece);
+    bytes += answer.on_event(ev).bytes;
+  };
+  delta(0, "f", R"({"a":)");
+  delta(1, "g", "{}");
+  for (auto [name, args] : {std::pair{"f", R"({"a":1})"}, std::pair{"g", "{}"}}) {
+    triad::request_event call;
+    call.kind = triad::request_event::tool_call;
+    call.tool_name = name;
+    call.arguments_json = args;
+    bytes += answer.on_event(call).bytes;
+  }
+  // f's last piece comes at the end (what its streamed text lacked of the parsed call).
+  bytes += answer.on_event(done(triad::finish_reason::tool_calls)).bytes;
+  const auto events = events_of(bytes);
+  const auto& output = events.back().second.at("response").at("output").as_array();
+  BOOST_REQUIRE(output.size() == 2u);
+  BOOST_TEST(output[0].at("name") == "f");
+  BOOST_TEST(output[0].at("arguments") == R"({"a":1})");
+  BOOST_TEST(output[1].at("name") == "g");
+  BOOST_TEST(output[1].at("arguments") == "{}");
+}
+
 BOOST_AUTO_TEST_CASE(an_answer_of_white_space_alone_is_still_a_message) {
   triad::response_stream answer{options(), false};
   answer.on_event(token(' '));
