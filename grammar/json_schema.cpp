@@ -1,6 +1,7 @@
 #include "grammar/json_schema.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <map>
 #include <optional>
@@ -59,7 +60,37 @@ const std::set<std::string_view> known_keywords = {
     "const",       "anyOf",      "allOf",    "$defs",
     "definitions", "$ref",       "title",    "description",
     "default",     "examples",   "$schema",  "$id",
-    "$comment",    "deprecated", "readOnly", "writeOnly"};
+    "$comment",    "deprecated", "readOnly", "writeOnly", "pattern",  "minLength",
+    "maxLength"};
+
+class compiler;
+
+// Reads a regular expression (a JSON Schema `pattern`: ECMAScript syntax) into grammar
+// elements of the JSON string text that holds a match: literals, `.`, classes (`[a-z_]`,
+// `[^...]` over ASCII), `\\d \\w \\s` and their negations, escapes, groups (`(...)`, `(?:...)`),
+// `|`, and `* + ? {n} {n,} {n,m}` (a lazy `?` after them changes nothing here); `^` at the
+// start and `$` at the end anchor it, else anything may stand before or after the match.
+// Backreferences, lookaround, `\\b`, Unicode classes and anchors elsewhere are refused.
+class regex_parser {
+public:
+  regex_parser(compiler& c, std::string pattern)
+      : c_(c)
+      , p_(std::move(pattern)) {}
+  expected<element> whole();
+
+private:
+  expected<element> alternation();
+  expected<sequence> concatenation();
+  expected<element> atom();
+  expected<element> escape_in(std::bitset<128>& ascii, bool& other, bool in_class);
+  expected<element> bracket();
+  static error refuse(const std::string& why) { return make_error(errc::unsupported, why); }
+  bool more() const noexcept { return at_ < p_.size(); }
+
+  compiler& c_;
+  std::string p_;
+  std::size_t at_ = 0;
+};
 
 // Compiles JSON grammars: the JSON primitives once each, a rule per schema node, one per `$ref`
 // target (declared before it is compiled, so recursion refers to it).
@@ -131,9 +162,97 @@ public:
              b_.bytes(low), hex, hex},
         },
         "char");
+    char_ = ch;
     const element body = b_.repeat(ch, 0, 0, true, "chars");
     string_ = b_.choice({{b_.byte('"'), body, b_.byte('"')}}, "string");
     return *string_;
+  }
+
+  // One character of a JSON string, as JSON writes it (string()'s).
+  element character() {
+    if (!char_)
+      string();
+    return *char_;
+  }
+
+  // The characters of a regular expression's class as a JSON string writes them: ASCII members
+  // (`ascii`, with '"', '\' and control characters escaped) and, where `other`, every
+  // character past ASCII.
+  element char_class(const std::bitset<128>& ascii, bool other) {
+    std::vector<sequence> alternatives;
+    byte_set plain;
+    for (unsigned c = 0x20; c < 0x80; ++c)
+      if (ascii.test(c) && c != '"' && c != '\\' && c != 0x7f)
+        plain.set(c);
+    if (plain.any())
+      alternatives.push_back({b_.bytes(plain)});
+    for (unsigned c = 0; c < 0x80; ++c) {
+      if (!ascii.test(c) || (c >= 0x20 && c != '"' && c != '\\' && c != 0x7f))
+        continue;
+      alternatives.push_back(b_.literal(json::serialize(json::value(std::string(1, static_cast<char>(c)))).substr(1, std::string::npos)));
+      alternatives.back().pop_back(); // the closing quote
+    }
+    if (other) {
+      const element cont = b_.bytes(range(0x80, 0xbf));
+      for (auto s : std::vector<sequence>{
+               {b_.bytes(range(0xc2, 0xdf)), cont},
+               {b_.byte(0xe0), b_.bytes(range(0xa0, 0xbf)), cont},
+               {b_.bytes(range(0xe1, 0xec)), cont, cont},
+               {b_.byte(0xed), b_.bytes(range(0x80, 0x9f)), cont},
+               {b_.bytes(range(0xee, 0xef)), cont, cont},
+               {b_.byte(0xf0), b_.bytes(range(0x90, 0xbf)), cont, cont},
+               {b_.bytes(range(0xf1, 0xf3)), cont, cont, cont},
+               {b_.byte(0xf4), b_.bytes(range(0x80, 0x8f)), cont, cont}})
+        alternatives.push_back(std::move(s));
+    }
+    if (alternatives.empty())
+      alternatives.push_back({b_.bytes(byte_set{})}); // matches nothing
+    return b_.choice(std::move(alternatives), "class");
+  }
+
+  // A string of `pattern` (ECMAScript syntax, the subset regex_parser reads; unanchored ends
+  // match anything there), or of minLength..maxLength characters.
+  expected<element> string_schema(const json::object& o, const std::string& path) {
+    auto min = count(o, "minLength", path, 0);
+    if (!min)
+      return min.error();
+    std::optional<std::size_t> max;
+    if (o.contains("maxLength")) {
+      auto m = count(o, "maxLength", path, 0);
+      if (!m)
+        return m.error();
+      if (*m < *min)
+        return make_error(errc::invalid_argument, "json schema: maxLength " + std::to_string(*m) +
+                                                      " at " + path + " is below minLength " +
+                                                      std::to_string(*min));
+      max = *m;
+    }
+    const auto* pattern = o.if_contains("pattern");
+    if (pattern == nullptr) {
+      if (*min == 0 && !max)
+        return string();
+      if (*min > max_bounded_repeat || (max && *max - *min > max_bounded_repeat))
+        return make_error(errc::unsupported, "json schema: minLength/maxLength at " + path +
+                                                 " past " + std::to_string(max_bounded_repeat) +
+                                                 " characters; leave them out or lower them");
+      const element body = b_.repeat(character(), *min, max.value_or(0), !max, "length");
+      return b_.choice({{b_.byte('"'), body, b_.byte('"')}}, "string_length");
+    }
+    if (!pattern->is_string())
+      return make_error(errc::invalid_argument,
+                        "json schema: pattern at " + path + " must be a string");
+    if (o.contains("minLength") || o.contains("maxLength"))
+      return make_error(errc::unsupported, "json schema: pattern together with minLength or "
+                                           "maxLength at " + path +
+                                               " is not supported; write the length into the "
+                                               "pattern ({m,n})");
+    regex_parser parse{*this, std::string{pattern->get_string()}};
+    auto body = parse.whole();
+    if (!body)
+      return make_error(errc::unsupported, "json schema: pattern " +
+                                               json::serialize(json::value(pattern->get_string())) +
+                                               " at " + path + ": " + body.error().message);
+    return b_.choice({{b_.byte('"'), *body, b_.byte('"')}}, "string_pattern");
   }
 
   // -?(0|[1-9][0-9]{0,17}), and for a number (\.[0-9]+)?([eE][+-]?[0-9]{1,2})?: at most 18
@@ -409,7 +528,7 @@ private:
 
   expected<element> typed(const json::object& o, const std::string& type, const std::string& path) {
     if (type == "string")
-      return string();
+      return string_schema(o, path);
     if (type == "number")
       return number(false);
     if (type == "integer")
@@ -601,8 +720,322 @@ private:
   grammar_builder b_;
   const json::value* root_ = nullptr;
   std::map<std::string, std::uint32_t> refs_;
-  std::optional<element> ws_, string_, number_, integer_, more_digits_, any_, any_object_;
+  std::optional<element> ws_, string_, char_, number_, integer_, more_digits_, any_, any_object_;
 };
+
+// -- regex_parser --
+
+expected<element> regex_parser::whole() {
+  auto& b = c_.builder();
+  const bool anchored_start = !p_.empty() && p_.front() == '^';
+  if (anchored_start)
+    ++at_;
+  bool anchored_end = false;
+  if (p_.size() > at_ && p_.back() == '$') {
+    std::size_t slashes = 0; // "\\$" is a dollar
+    for (std::size_t i = p_.size() - 1; i > at_ && p_[i - 1] == '\\'; --i)
+      ++slashes;
+    if (slashes % 2 == 0) {
+      anchored_end = true;
+      p_.pop_back();
+    }
+  }
+  auto body = alternation();
+  if (!body)
+    return body;
+  if (more())
+    return refuse("unexpected '" + std::string(1, p_[at_]) + "' at " + std::to_string(at_));
+  const element anything = b.repeat(c_.character(), 0, 0, true, "pattern_any");
+  sequence s;
+  if (!anchored_start)
+    s.push_back(anything);
+  s.push_back(*body);
+  if (!anchored_end)
+    s.push_back(anything);
+  return b.choice({std::move(s)}, "pattern");
+}
+
+expected<element> regex_parser::alternation() {
+  std::vector<sequence> alternatives;
+  for (;;) {
+    auto s = concatenation();
+    if (!s)
+      return s.error();
+    alternatives.push_back(std::move(*s));
+    if (!more() || p_[at_] != '|')
+      break;
+    ++at_;
+  }
+  return c_.builder().choice(std::move(alternatives), "pattern_alt");
+}
+
+expected<sequence> regex_parser::concatenation() {
+  auto& b = c_.builder();
+  sequence s;
+  while (more() && p_[at_] != '|' && p_[at_] != ')') {
+    auto a = atom();
+    if (!a)
+      return a.error();
+    // A quantifier: how often the atom repeats.
+    std::size_t min = 1, max = 1;
+    bool unbounded = false;
+    if (more()) {
+      const char q = p_[at_];
+      if (q == '*' || q == '+' || q == '?') {
+        ++at_;
+        min = q == '+' ? 1 : 0;
+        unbounded = q != '?';
+      } else if (q == '{') {
+        const auto close = p_.find('}', at_);
+        const auto inside = close == std::string::npos ? std::string{} : p_.substr(at_ + 1, close - at_ - 1);
+        const auto comma = inside.find(',');
+        auto number = [](const std::string& t, std::size_t& out) {
+          if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos)
+            return false;
+          out = std::stoul(t);
+          return true;
+        };
+        std::size_t lo = 0, hi = 0;
+        const bool ok = number(inside.substr(0, comma), lo) &&
+                        (comma == std::string::npos ? (hi = lo, true)
+                         : comma + 1 == inside.size() ? (unbounded = true, true)
+                                                      : number(inside.substr(comma + 1), hi));
+        if (!ok || (!unbounded && hi < lo))
+          return refuse("a quantifier {" + inside + "} is not {n}, {n,} or {n,m} with n <= m");
+        if (lo > max_bounded_repeat || (!unbounded && hi - lo > max_bounded_repeat))
+          return refuse("a quantifier {" + inside + "} past " + std::to_string(max_bounded_repeat));
+        min = lo;
+        max = hi;
+        at_ = close + 1;
+      }
+      if ((min != 1 || max != 1 || unbounded) && more() && p_[at_] == '?')
+        ++at_; // lazy: the same strings
+    }
+    if (min == 1 && max == 1 && !unbounded)
+      s.push_back(*a);
+    else
+      s.push_back(b.repeat(*a, min, max, unbounded, "pattern_repeat"));
+  }
+  return s;
+}
+
+expected<element> regex_parser::atom() {
+  auto& b = c_.builder();
+  const char c = p_[at_];
+  switch (c) {
+  case '(': {
+    ++at_;
+    if (p_.compare(at_, 2, "?:") == 0)
+      at_ += 2;
+    else if (more() && p_[at_] == '?')
+      return refuse("lookaround and named groups are not supported");
+    auto inner = alternation();
+    if (!inner)
+      return inner;
+    if (!more() || p_[at_] != ')')
+      return refuse("a group is not closed");
+    ++at_;
+    return inner;
+  }
+  case '[':
+    return bracket();
+  case '.': {
+    ++at_;
+    std::bitset<128> ascii;
+    ascii.set();
+    ascii.reset('\n');
+    ascii.reset('\r');
+    return c_.char_class(ascii, true);
+  }
+  case '\\': {
+    std::bitset<128> ascii;
+    bool other = false;
+    return escape_in(ascii, other, false);
+  }
+  case '^':
+  case '$':
+    return refuse("an anchor ('" + std::string(1, c) + "') only at the start or end");
+  case '*':
+  case '+':
+  case '?':
+  case '{':
+    return refuse("a quantifier ('" + std::string(1, c) + "') with nothing before it");
+  default:
+    break;
+  }
+  // A literal character (UTF-8: its bytes, as a JSON string holds them).
+  const auto lead = static_cast<unsigned char>(c);
+  if (lead < 0x80) {
+    ++at_;
+    std::bitset<128> one;
+    one.set(lead);
+    return c_.char_class(one, false);
+  }
+  const std::size_t n = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+  const auto bytes = p_.substr(at_, n);
+  at_ += n;
+  return b.choice({b.literal(bytes)}, "pattern_char");
+}
+
+// An escape after '\\': a class (\\d \\w \\s, negated in capitals) added to `ascii` and
+// `other`, or one character; its element (ignored inside a class, which builds its own).
+expected<element> regex_parser::escape_in(std::bitset<128>& ascii, bool& other, bool in_class) {
+  ++at_; // the backslash
+  if (!more())
+    return refuse("a pattern cannot end in a backslash");
+  const char e = p_[at_++];
+  std::bitset<128> set;
+  bool past_ascii = false;
+  auto range_of = [&](char lo, char hi) {
+    for (int x = lo; x <= hi; ++x)
+      set.set(static_cast<std::size_t>(x));
+  };
+  switch (e) {
+  case 'd':
+  case 'D':
+    range_of('0', '9');
+    break;
+  case 'w':
+  case 'W':
+    range_of('a', 'z');
+    range_of('A', 'Z');
+    range_of('0', '9');
+    set.set('_');
+    break;
+  case 's':
+  case 'S':
+    for (char w : std::string_view{" \t\n\r\f\v"})
+      set.set(static_cast<unsigned char>(w));
+    break;
+  case 'n':
+    set.set('\n');
+    break;
+  case 't':
+    set.set('\t');
+    break;
+  case 'r':
+    set.set('\r');
+    break;
+  case 'f':
+    set.set('\f');
+    break;
+  case 'v':
+    set.set('\v');
+    break;
+  case 'u': {
+    const auto hex = p_.substr(at_, 4);
+    if (hex.size() != 4 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+      return refuse("\\u needs four hex digits");
+    at_ += 4;
+    const auto cp = std::stoul(hex, nullptr, 16);
+    if (cp < 0x80) {
+      set.set(cp);
+      break;
+    }
+    if (in_class)
+      return refuse("a class with characters past ASCII is not supported");
+    std::string utf8;
+    if (cp < 0x800) {
+      utf8 += static_cast<char>(0xc0 | (cp >> 6));
+    } else {
+      if (cp >= 0xd800 && cp <= 0xdfff)
+        return refuse("\\u of a surrogate is not supported");
+      utf8 += static_cast<char>(0xe0 | (cp >> 12));
+      utf8 += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    }
+    utf8 += static_cast<char>(0x80 | (cp & 0x3f));
+    return c_.builder().choice({c_.builder().literal(utf8)}, "pattern_char");
+  }
+  default:
+    if (std::isalnum(static_cast<unsigned char>(e)))
+      return refuse("the escape \\" + std::string(1, e) +
+                    " is not supported (\\d \\D \\w \\W \\s \\S \\n \\t \\r \\f \\v \\uXXXX are)");
+    if (static_cast<unsigned char>(e) >= 0x80)
+      return refuse("an escaped character past ASCII is not supported");
+    set.set(static_cast<unsigned char>(e)); // an escaped punctuation mark is itself
+    break;
+  }
+  if (e == 'D' || e == 'W' || e == 'S') {
+    set.flip();
+    past_ascii = true;
+  }
+  ascii |= set;
+  other = other || past_ascii;
+  return c_.char_class(set, past_ascii);
+}
+
+expected<element> regex_parser::bracket() {
+  ++at_; // '['
+  const bool negated = more() && p_[at_] == '^';
+  if (negated)
+    ++at_;
+  std::bitset<128> ascii;
+  bool other = false;
+  bool first = true;
+  while (more() && (p_[at_] != ']' || first)) {
+    first = false;
+    unsigned char lo = static_cast<unsigned char>(p_[at_]);
+    if (lo == '\\') {
+      std::bitset<128> one;
+      bool past = false;
+      const auto before = at_;
+      auto e = escape_in(one, past, true);
+      if (!e)
+        return e;
+      // A single escaped character may start a range.
+      if (one.count() == 1 && !past && at_ + 1 < p_.size() && p_[at_] == '-' && p_[at_ + 1] != ']') {
+        std::size_t only = 0;
+        while (!one.test(only))
+          ++only;
+        lo = static_cast<unsigned char>(only);
+        (void)before;
+      } else {
+        ascii |= one;
+        other = other || past;
+        continue;
+      }
+    } else {
+      if (lo >= 0x80)
+        return refuse("a class with characters past ASCII is not supported");
+      ++at_;
+    }
+    if (at_ + 1 < p_.size() && p_[at_] == '-' && p_[at_ + 1] != ']') { // a range
+      ++at_;
+      unsigned char hi = static_cast<unsigned char>(p_[at_]);
+      if (hi == '\\') {
+        std::bitset<128> one;
+        bool past = false;
+        auto e = escape_in(one, past, true);
+        if (!e)
+          return e;
+        if (one.count() != 1 || past)
+          return refuse("a range must end in one character");
+        std::size_t only = 0;
+        while (!one.test(only))
+          ++only;
+        hi = static_cast<unsigned char>(only);
+      } else {
+        if (hi >= 0x80)
+          return refuse("a class with characters past ASCII is not supported");
+        ++at_;
+      }
+      if (hi < lo)
+        return refuse("a range out of order in a class");
+      for (unsigned x = lo; x <= hi; ++x)
+        ascii.set(x);
+    } else {
+      ascii.set(lo);
+    }
+  }
+  if (!more())
+    return refuse("a class is not closed");
+  ++at_; // ']'
+  if (negated) {
+    ascii.flip();
+    other = !other;
+  }
+  return c_.char_class(ascii, other);
+}
 
 // The grammar whose root rule (declared first) matches what `body` returns.
 template<class Body>

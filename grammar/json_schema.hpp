@@ -26,7 +26,10 @@ struct json_options {
 /// any members of it; an object type with neither: any object), numbers of at most 18 whole
 /// digits and a two-digit exponent (an integer fits an int64; every parser reads them), array
 /// `items`,
-/// `minItems`, `maxItems`, `enum`, `const`, `anyOf`, `allOf` of one schema, `$defs` /
+/// `minItems`, `maxItems`, string `pattern` (ECMAScript syntax: literals, `.`, ASCII classes and
+/// their negations, `\d \w \s`, groups, `|`, quantifiers, `^`/`$` at the ends; unanchored, any
+/// text around the match) or `minLength` / `maxLength` (characters), `enum`, `const`, `anyOf`,
+/// `allOf` of one schema, `$defs` /
 /// `definitions` and `$ref` to them or to "#" (recursion allowed). Annotations (title,
 /// description, default, examples, $schema, $id, $comment) are ignored. Any other keyword is an
 /// `unsupported` error naming it and where it is (a client gets a 400), never silently dropped;

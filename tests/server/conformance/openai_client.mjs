@@ -231,6 +231,18 @@ await check("response_format with tools: the document, or valid calls", async ()
   }
 });
 
+await check("a response_format pattern: the string matches it", async () => {
+  const response_format = { type: "json_schema", json_schema: { name: "code", strict: true, schema: {
+    type: "object", properties: { code: { type: "string", pattern: "^[A-Z]{3}-\\d{2,4}$" } },
+    required: ["code"], additionalProperties: false } } };
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({ model, messages: user, response_format,
+      max_tokens: 60, temperature: 1.3, seed });
+    assert.equal(r.choices[0].finish_reason, "stop");
+    assert.match(JSON.parse(r.choices[0].message.content).code, /^[A-Z]{3}-\d{2,4}$/);
+  }
+});
+
 await check("a named function not in tools is a 400 naming tool_choice", async () => {
   await assert.rejects(client.chat.completions.create({ model, messages: user, tools: forecast,
     tool_choice: { type: "function", function: { name: "launch" } } }),
