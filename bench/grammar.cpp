@@ -22,9 +22,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <optional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include <CLI/CLI.hpp>
@@ -36,8 +36,8 @@
 #include "devices/tokenizer.hpp"
 #include "grammar/json_schema.hpp"
 #include "grammar/token_mask.hpp"
-#include "tokenizer/tokenizer.hpp"
 #include "runtime/main_guard.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace {
 
@@ -128,7 +128,8 @@ std::optional<real_vocab> real_vocabulary(const std::filesystem::path& file, std
     if (i >= size)
       continue;
     v.tokens[i] = std::string{spelling};
-    const bool byte = spelling.size() == 6 && spelling.starts_with("<0x") && spelling.ends_with(">");
+    const bool byte =
+        spelling.size() == 6 && spelling.starts_with("<0x") && spelling.ends_with(">");
     v.kinds[i] = byte ? triad::token_kind::byte : triad::token_kind::normal;
   }
   real_vocab out;
@@ -467,8 +468,8 @@ int run(int argc, char** argv) {
     const std::string n = std::to_string(size);
     std::printf("vocabulary %zu (%s): mask %.1f us per token cold (%zu tokens), %.2f warm (%zu "
                 "tokens); %zu automaton states\n",
-                size, name == "synthetic" ? "SYNTHETIC" : name.c_str(), cold, tokens, warm, next_tokens,
-                cache.machine()->states());
+                size, name == "synthetic" ? "SYNTHETIC" : name.c_str(), cold, tokens, warm,
+                next_tokens, cache.machine()->states());
     rep.metrics["mask_us_per_token_cold_" + n] = cold;
     rep.metrics["mask_us_per_token_" + n] = warm;
     rep.metrics["tokens_" + n] = tokens + next_tokens;

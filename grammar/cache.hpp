@@ -24,9 +24,9 @@ class grammar_cache {
 public:
   /// Counts, for metrics and benchmarks.
   struct stats {
-    std::uint64_t hits = 0;   ///< grammars found kept
-    std::uint64_t misses = 0; ///< grammars compiled (find found none)
-    std::size_t kept = 0;     ///< grammars kept now
+    std::uint64_t hits = 0;     ///< grammars found kept
+    std::uint64_t misses = 0;   ///< grammars compiled (find found none)
+    std::size_t kept = 0;       ///< grammars kept now
     std::size_t mask_bytes = 0; ///< bytes of their masks (about)
   };
 

@@ -60,8 +60,8 @@ const std::set<std::string_view> known_keywords = {
     "const",       "anyOf",      "allOf",    "$defs",
     "definitions", "$ref",       "title",    "description",
     "default",     "examples",   "$schema",  "$id",
-    "$comment",    "deprecated", "readOnly", "writeOnly", "pattern",  "minLength",
-    "maxLength"};
+    "$comment",    "deprecated", "readOnly", "writeOnly",
+    "pattern",     "minLength",  "maxLength"};
 
 class compiler;
 
@@ -129,7 +129,6 @@ public:
       return *string_;
     // One character: printable ASCII but '"' and '\', a well-formed UTF-8 sequence (no
     // overlong forms, no surrogates, at most U+10FFFF), or an escape (surrogates in pairs).
-    const element cont = b_.bytes(range(0x80, 0xbf));
     byte_set ascii = range(0x20, 0x7f);
     ascii.reset('"');
     ascii.reset('\\');
@@ -140,32 +139,40 @@ public:
     const element d = b_.bytes(range('d', 'd') | range('D', 'D'));
     const byte_set high = range('8', '9') | range('a', 'b') | range('A', 'B');
     const byte_set low = range('c', 'f') | range('C', 'F');
-    const element ch = b_.choice(
-        {
-            {b_.bytes(ascii)},
-            {b_.bytes(range(0xc2, 0xdf)), cont},
+    std::vector<sequence> forms{{b_.bytes(ascii)}};
+    for (auto& multibyte : past_ascii())
+      forms.push_back(std::move(multibyte));
+    const std::vector<sequence> escapes{
+        {b_.byte('\\'), b_.bytes(escaped)},
+        // \uXXXX, a surrogate only as a high-low pair (a lone one is refused by many
+        // parsers, Boost.JSON's among them).
+        {b_.byte('\\'), b_.byte('u'), b_.bytes(range('0', '9') | range('a', 'c') | range('A', 'C')),
+         hex, hex, hex},
+        {b_.byte('\\'), b_.byte('u'), d, b_.bytes(range('0', '7')), hex, hex},
+        {b_.byte('\\'), b_.byte('u'), b_.bytes(range('e', 'f') | range('E', 'F')), hex, hex, hex},
+        {b_.byte('\\'), b_.byte('u'), d, b_.bytes(high), hex, hex, b_.byte('\\'), b_.byte('u'), d,
+         b_.bytes(low), hex, hex},
+    };
+    forms.insert(forms.end(), escapes.begin(), escapes.end());
+    const element ch = b_.choice(std::move(forms), "char");
+    char_ = ch;
+    const element body = b_.repeat(ch, 0, 0, true, "chars");
+    string_ = b_.choice({{b_.byte('"'), body, b_.byte('"')}}, "string");
+    return *string_;
+  }
+
+  // The well-formed UTF-8 sequences of the characters past ASCII (no overlong forms, no
+  // surrogates, at most U+10FFFF), one alternative per lead byte range.
+  std::vector<sequence> past_ascii() {
+    const element cont = b_.bytes(range(0x80, 0xbf));
+    return {{b_.bytes(range(0xc2, 0xdf)), cont},
             {b_.byte(0xe0), b_.bytes(range(0xa0, 0xbf)), cont},
             {b_.bytes(range(0xe1, 0xec)), cont, cont},
             {b_.byte(0xed), b_.bytes(range(0x80, 0x9f)), cont},
             {b_.bytes(range(0xee, 0xef)), cont, cont},
             {b_.byte(0xf0), b_.bytes(range(0x90, 0xbf)), cont, cont},
             {b_.bytes(range(0xf1, 0xf3)), cont, cont, cont},
-            {b_.byte(0xf4), b_.bytes(range(0x80, 0x8f)), cont, cont},
-            {b_.byte('\\'), b_.bytes(escaped)},
-            // \uXXXX, a surrogate only as a high-low pair (a lone one is refused by many
-            // parsers, Boost.JSON's among them).
-            {b_.byte('\\'), b_.byte('u'), b_.bytes(range('0', '9') | range('a', 'c') | range('A', 'C')),
-             hex, hex, hex},
-            {b_.byte('\\'), b_.byte('u'), d, b_.bytes(range('0', '7')), hex, hex},
-            {b_.byte('\\'), b_.byte('u'), b_.bytes(range('e', 'f') | range('E', 'F')), hex, hex, hex},
-            {b_.byte('\\'), b_.byte('u'), d, b_.bytes(high), hex, hex, b_.byte('\\'), b_.byte('u'), d,
-             b_.bytes(low), hex, hex},
-        },
-        "char");
-    char_ = ch;
-    const element body = b_.repeat(ch, 0, 0, true, "chars");
-    string_ = b_.choice({{b_.byte('"'), body, b_.byte('"')}}, "string");
-    return *string_;
+            {b_.byte(0xf4), b_.bytes(range(0x80, 0x8f)), cont, cont}};
   }
 
   // One character of a JSON string, as JSON writes it (string()'s).
@@ -189,22 +196,14 @@ public:
     for (unsigned c = 0; c < 0x80; ++c) {
       if (!ascii.test(c) || (c >= 0x20 && c != '"' && c != '\\' && c != 0x7f))
         continue;
-      alternatives.push_back(b_.literal(json::serialize(json::value(std::string(1, static_cast<char>(c)))).substr(1, std::string::npos)));
+      alternatives.push_back(
+          b_.literal(json::serialize(json::value(std::string(1, static_cast<char>(c))))
+                         .substr(1, std::string::npos)));
       alternatives.back().pop_back(); // the closing quote
     }
-    if (other) {
-      const element cont = b_.bytes(range(0x80, 0xbf));
-      for (auto s : std::vector<sequence>{
-               {b_.bytes(range(0xc2, 0xdf)), cont},
-               {b_.byte(0xe0), b_.bytes(range(0xa0, 0xbf)), cont},
-               {b_.bytes(range(0xe1, 0xec)), cont, cont},
-               {b_.byte(0xed), b_.bytes(range(0x80, 0x9f)), cont},
-               {b_.bytes(range(0xee, 0xef)), cont, cont},
-               {b_.byte(0xf0), b_.bytes(range(0x90, 0xbf)), cont, cont},
-               {b_.bytes(range(0xf1, 0xf3)), cont, cont, cont},
-               {b_.byte(0xf4), b_.bytes(range(0x80, 0x8f)), cont, cont}})
-        alternatives.push_back(std::move(s));
-    }
+    if (other)
+      for (auto& multibyte : past_ascii())
+        alternatives.push_back(std::move(multibyte));
     if (alternatives.empty())
       alternatives.push_back({b_.bytes(byte_set{})}); // matches nothing
     return b_.choice(std::move(alternatives), "class");
@@ -213,29 +212,19 @@ public:
   // A string of `pattern` (ECMAScript syntax, the subset regex_parser reads; unanchored ends
   // match anything there), or of minLength..maxLength characters.
   expected<element> string_schema(const json::object& o, const std::string& path) {
-    auto min = count(o, "minLength", path, 0);
-    if (!min)
-      return min.error();
-    std::optional<std::size_t> max;
-    if (o.contains("maxLength")) {
-      auto m = count(o, "maxLength", path, 0);
-      if (!m)
-        return m.error();
-      if (*m < *min)
-        return make_error(errc::invalid_argument, "json schema: maxLength " + std::to_string(*m) +
-                                                      " at " + path + " is below minLength " +
-                                                      std::to_string(*min));
-      max = *m;
-    }
+    auto length = bounds(o, "minLength", "maxLength", path);
+    if (!length)
+      return length.error();
+    const auto [min, max] = *length;
     const auto* pattern = o.if_contains("pattern");
     if (pattern == nullptr) {
-      if (*min == 0 && !max)
+      if (min == 0 && !max)
         return string();
-      if (*min > max_bounded_repeat || (max && *max - *min > max_bounded_repeat))
+      if (min > max_bounded_repeat || (max && *max - min > max_bounded_repeat))
         return make_error(errc::unsupported, "json schema: minLength/maxLength at " + path +
                                                  " past " + std::to_string(max_bounded_repeat) +
                                                  " characters; leave them out or lower them");
-      const element body = b_.repeat(character(), *min, max.value_or(0), !max, "length");
+      const element body = b_.repeat(character(), min, max.value_or(0), !max, "length");
       return b_.choice({{b_.byte('"'), body, b_.byte('"')}}, "string_length");
     }
     if (!pattern->is_string())
@@ -243,7 +232,8 @@ public:
                         "json schema: pattern at " + path + " must be a string");
     if (o.contains("minLength") || o.contains("maxLength"))
       return make_error(errc::unsupported, "json schema: pattern together with minLength or "
-                                           "maxLength at " + path +
+                                           "maxLength at " +
+                                               path +
                                                " is not supported; write the length into the "
                                                "pattern ({m,n})");
     regex_parser parse{*this, std::string{pattern->get_string()}};
@@ -560,6 +550,27 @@ private:
                                                   " must be a non-negative integer");
   }
 
+  // A count's bounds: `min_key` (0 when absent) and `max_key` (none when absent), not below it.
+  expected<std::pair<std::size_t, std::optional<std::size_t>>> bounds(const json::object& o,
+                                                                      std::string_view min_key,
+                                                                      std::string_view max_key,
+                                                                      const std::string& path) {
+    auto min = count(o, min_key, path, 0);
+    if (!min)
+      return min.error();
+    if (!o.contains(max_key))
+      return std::pair{*min, std::optional<std::size_t>{}};
+    auto m = count(o, max_key, path, 0);
+    if (!m)
+      return m.error();
+    if (*m < *min)
+      return make_error(errc::invalid_argument, "json schema: " + std::string{max_key} + " " +
+                                                    std::to_string(*m) + " at " + path +
+                                                    " is below " + std::string{min_key} + " " +
+                                                    std::to_string(*min));
+    return std::pair{*min, std::optional<std::size_t>{*m}};
+  }
+
   expected<element> array_schema(const json::object& o, const std::string& path) {
     element item = any();
     if (const auto* items = o.if_contains("items")) {
@@ -568,21 +579,10 @@ private:
         return e.error();
       item = *e;
     }
-    auto min = count(o, "minItems", path, 0);
-    if (!min)
-      return min.error();
-    std::optional<std::size_t> max;
-    if (o.contains("maxItems")) {
-      auto m = count(o, "maxItems", path, 0);
-      if (!m)
-        return m.error();
-      if (*m < *min)
-        return make_error(errc::invalid_argument, "json schema: maxItems " + std::to_string(*m) +
-                                                      " at " + path + " is below minItems " +
-                                                      std::to_string(*min));
-      max = *m;
-    }
-    return array(item, *min, max, path);
+    auto items = bounds(o, "minItems", "maxItems", path);
+    if (!items)
+      return items.error();
+    return array(item, items->first, items->second, path);
   }
 
   expected<element> object_schema(const json::object& o, const std::string& path) {
@@ -787,7 +787,8 @@ expected<sequence> regex_parser::concatenation() {
         unbounded = q != '?';
       } else if (q == '{') {
         const auto close = p_.find('}', at_);
-        const auto inside = close == std::string::npos ? std::string{} : p_.substr(at_ + 1, close - at_ - 1);
+        const auto inside =
+            close == std::string::npos ? std::string{} : p_.substr(at_ + 1, close - at_ - 1);
         const auto comma = inside.find(',');
         auto number = [](const std::string& t, std::size_t& out) {
           if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos)
@@ -797,7 +798,7 @@ expected<sequence> regex_parser::concatenation() {
         };
         std::size_t lo = 0, hi = 0;
         const bool ok = number(inside.substr(0, comma), lo) &&
-                        (comma == std::string::npos ? (hi = lo, true)
+                        (comma == std::string::npos   ? (hi = lo, true)
                          : comma + 1 == inside.size() ? (unbounded = true, true)
                                                       : number(inside.substr(comma + 1), hi));
         if (!ok || (!unbounded && hi < lo))
@@ -983,7 +984,8 @@ expected<element> regex_parser::bracket() {
       if (!e)
         return e;
       // A single escaped character may start a range.
-      if (one.count() == 1 && !past && at_ + 1 < p_.size() && p_[at_] == '-' && p_[at_ + 1] != ']') {
+      if (one.count() == 1 && !past && at_ + 1 < p_.size() && p_[at_] == '-' &&
+          p_[at_ + 1] != ']') {
         std::size_t only = 0;
         while (!one.test(only))
           ++only;

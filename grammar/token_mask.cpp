@@ -9,8 +9,8 @@
 #include <mutex>
 #include <string_view>
 #include <thread>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 
 namespace triad::grammar {
 

@@ -126,9 +126,9 @@ std::string calls_key(std::string_view kind, const grammar::call_layout& layout,
     fs.push_back(json::array{json::string(f.name), f.parameters});
   return json::serialize(json::array{
       json::string(kind), json::string(layout.before_all), json::string(layout.before_each),
-      json::string(layout.after_each), json::string(layout.between),
-      json::string(layout.after_all), json::string(layout.arguments_key), layout.max_calls,
-      layout.newlines_inside, std::move(fs), std::move(extra)});
+      json::string(layout.after_each), json::string(layout.between), json::string(layout.after_all),
+      json::string(layout.arguments_key), layout.max_calls, layout.newlines_inside, std::move(fs),
+      std::move(extra)});
 }
 
 // The grammar of a chat request's `response_format`: null for "text", any JSON object for
@@ -193,9 +193,10 @@ grammar_or_error calls_or_answer_grammar(const openai_chat& chat,
                                   "triad cannot constrain yet; send one or the other");
   if (!layout || format.calls_beyond_layout())
     return std::shared_ptr<const grammar::grammar>{};
-  const std::string& opening = layout->before_all.empty() ? layout->before_each : layout->before_all;
-  const bool marked = !opening.empty() && static_cast<unsigned char>(opening.front()) >=
-                                              grammar::call_open_marker;
+  const std::string& opening =
+      layout->before_all.empty() ? layout->before_each : layout->before_all;
+  const bool marked =
+      !opening.empty() && static_cast<unsigned char>(opening.front()) >= grammar::call_open_marker;
   if (document && !marked)
     return bad("response_format",
                "a JSON response_format together with tools is not supported for this model: its "
@@ -206,9 +207,9 @@ grammar_or_error calls_or_answer_grammar(const openai_chat& chat,
     *waits = true;
   }
   json::array strict_flags(strict.begin(), strict.end());
-  const auto key = calls_key("auto", *layout, functions,
-                             json::array{std::move(strict_flags), static_cast<int>(answer.what),
-                                         answer.schema});
+  const auto key =
+      calls_key("auto", *layout, functions,
+                json::array{std::move(strict_flags), static_cast<int>(answer.what), answer.schema});
   return cached(cache, key, [&]() -> grammar_or_error {
     grammar::json_options options;
     options.max_whitespace = defaults::server::json_whitespace;

@@ -416,8 +416,7 @@ void response_stream::on_chunk(const json::object& chunk, completion_output& out
         json::object item{{"type", "function_call"}, {"id", "fc_" + call_id},
                           {"call_id", call_id},      {"name", fn.at("name")},
                           {"arguments", ""},         {"status", "in_progress"}};
-        emit("response.output_item.added", {{"output_index", output_.size()}, {"item", item}},
-             out);
+        emit("response.output_item.added", {{"output_index", output_.size()}, {"item", item}}, out);
         calls_[index] = open_call{output_.size(), {}};
         output_.push_back(std::move(item));
       }

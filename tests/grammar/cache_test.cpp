@@ -67,9 +67,9 @@ BOOST_AUTO_TEST_CASE(past_the_byte_budget_the_least_recently_used_masks_go) {
   const auto first = cache.masks(a, vocabulary);
   fill(first);
   BOOST_TEST(cache.counts().mask_bytes > 0u);
-  const auto second = cache.masks(b, vocabulary); // a's masks go: b is the one asked for
+  const auto second = cache.masks(b, vocabulary);  // a's masks go: b is the one asked for
   BOOST_TEST(cache.masks(a, vocabulary) != first); // made afresh
-  BOOST_TEST(first->size() == 1u); // a request holding them keeps them
+  BOOST_TEST(first->size() == 1u);                 // a request holding them keeps them
   (void)second;
 }
 

@@ -184,7 +184,8 @@ BOOST_AUTO_TEST_CASE(a_pattern_is_matched_by_the_string_a_json_text_holds) {
   const auto dotted = compile(R"({"type": "string", "pattern": "^.{3}$"})");
   BOOST_TEST(matches(dotted, R"("aé\t")"));
   BOOST_TEST(!matches(dotted, R"("a\nb")")); // '.' is no line end
-  const auto email = compile(R"({"type": "string", "pattern": "^[\\w.+-]+@[\\w-]+(?:\\.[\\w-]+)+$"})");
+  const auto email =
+      compile(R"({"type": "string", "pattern": "^[\\w.+-]+@[\\w-]+(?:\\.[\\w-]+)+$"})");
   BOOST_TEST(matches(email, R"("ann.lee+x@mail.example.org")"));
   BOOST_TEST(!matches(email, R"("ann@localhost")"));
 }
@@ -206,7 +207,8 @@ BOOST_AUTO_TEST_CASE(a_pattern_beyond_the_subset_is_refused_naming_why) {
     BOOST_TEST(g.error().code == triad::errc::unsupported);
     BOOST_TEST(g.error().message.find("pattern") != std::string::npos, g.error().message);
   }
-  auto both = from_json_schema(json::parse(R"({"type": "string", "pattern": "a", "maxLength": 3})"));
+  auto both =
+      from_json_schema(json::parse(R"({"type": "string", "pattern": "a", "maxLength": 3})"));
   BOOST_REQUIRE(!both);
   BOOST_TEST(both.error().message.find("minLength or maxLength") != std::string::npos);
 }
@@ -389,9 +391,10 @@ BOOST_AUTO_TEST_CASE(each_function_resolves_its_own_refs_and_a_bad_schema_names_
   BOOST_TEST(matches(g, R"({"name":"a","arguments":{"x":3}})"));
   BOOST_TEST(matches(g, R"({"name":"b","arguments":{"x":true}})"));
   BOOST_TEST(!matches(g, R"({"name":"b","arguments":{"x":3}})"));
-  auto bad = from_tool_calls({{"a", a}, {"odd", json::parse(R"({"type": "object", "properties": {"s": {"type": "string",
+  auto bad = from_tool_calls(
+      {{"a", a}, {"odd", json::parse(R"({"type": "object", "properties": {"s": {"type": "string",
                                                     "pattern": "a\\1"}}})")}},
-                             {});
+      {});
   BOOST_REQUIRE(!bad);
   BOOST_TEST(bad.error().message.find("function 'odd'") == 0u, bad.error().message);
   BOOST_TEST(bad.error().message.find("pattern") != std::string::npos, bad.error().message);

@@ -37,6 +37,14 @@ triad::request_event done(triad::finish_reason why) {
   return ev;
 }
 
+triad::request_event failure(triad::errc code, std::string message) {
+  triad::request_event ev;
+  ev.kind = triad::request_event::error;
+  ev.code = code;
+  ev.message = std::move(message);
+  return ev;
+}
+
 triad::completion_options options() {
   triad::completion_options o;
   o.id = "chatcmpl-7";
@@ -168,11 +176,7 @@ BOOST_AUTO_TEST_CASE(a_streamed_response_is_a_sequence_of_response_events) {
 
 BOOST_AUTO_TEST_CASE(an_error_before_any_byte_is_an_http_error) {
   triad::response_stream answer{options(), true};
-  triad::request_event ev;
-  ev.kind = triad::request_event::error;
-  ev.code = triad::errc::exhausted;
-  ev.message = "too long";
-  auto out = answer.on_event(ev);
+  auto out = answer.on_event(failure(triad::errc::exhausted, "too long"));
   BOOST_TEST(out.finished);
   BOOST_REQUIRE(out.error);
   BOOST_TEST(out.error->status == 400u);
@@ -261,11 +265,7 @@ BOOST_AUTO_TEST_CASE(an_answer_of_white_space_alone_is_still_a_message) {
 BOOST_AUTO_TEST_CASE(a_failure_after_the_first_token_not_streamed_is_the_http_error) {
   triad::response_stream answer{options(), false};
   answer.on_event(token('h'));
-  triad::request_event ev;
-  ev.kind = triad::request_event::error;
-  ev.code = triad::errc::timed_out;
-  ev.message = "past the deadline";
-  auto out = answer.on_event(ev);
+  auto out = answer.on_event(failure(triad::errc::timed_out, "past the deadline"));
   BOOST_TEST(out.finished);
   BOOST_REQUIRE(out.error);
   BOOST_TEST(out.error->status == 504u);
@@ -274,11 +274,7 @@ BOOST_AUTO_TEST_CASE(a_failure_after_the_first_token_not_streamed_is_the_http_er
 BOOST_AUTO_TEST_CASE(a_failure_mid_stream_is_response_failed) {
   triad::response_stream answer{options(), true};
   std::string bytes = answer.on_event(token('h')).bytes;
-  triad::request_event ev;
-  ev.kind = triad::request_event::error;
-  ev.code = triad::errc::timed_out;
-  ev.message = "past the deadline";
-  auto out = answer.on_event(ev);
+  auto out = answer.on_event(failure(triad::errc::timed_out, "past the deadline"));
   BOOST_TEST(out.finished);
   BOOST_TEST(!out.error);
   const auto events = events_of(bytes + out.bytes);
