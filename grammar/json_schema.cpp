@@ -33,6 +33,9 @@ constexpr std::size_t max_whole_digits = 18;
 // Elements a whole grammar may have: a schema is checked against it as it compiles, so no
 // request can make the node build a grammar it cannot hold.
 constexpr std::size_t max_elements = std::size_t{1} << 20;
+// A `pattern`'s length and group nesting (a deeper one would recurse past a thread's stack).
+constexpr std::size_t max_pattern_bytes = 4096;
+constexpr std::size_t max_pattern_depth = 64;
 
 // Keywords that only describe (ignored beside anything).
 const std::set<std::string_view> annotations = {
@@ -90,6 +93,8 @@ private:
   compiler& c_;
   std::string p_;
   std::size_t at_ = 0;
+  std::size_t depth_ = 0;  // groups open
+  std::size_t weight_ = 1; // of the last atom: the copies its nested bounded repeats stack
 };
 
 // Compiles JSON grammars: the JSON primitives once each, a rule per schema node, one per `$ref`
@@ -481,6 +486,8 @@ public:
       types.emplace_back("object");
     } else if (o.contains("items") || o.contains("minItems") || o.contains("maxItems")) {
       types.emplace_back("array");
+    } else if (o.contains("pattern") || o.contains("minLength") || o.contains("maxLength")) {
+      types.emplace_back("string");
     } else {
       return any();
     }
@@ -727,6 +734,8 @@ private:
 
 expected<element> regex_parser::whole() {
   auto& b = c_.builder();
+  if (p_.size() > max_pattern_bytes)
+    return refuse("longer than " + std::to_string(max_pattern_bytes) + " bytes");
   const bool anchored_start = !p_.empty() && p_.front() == '^';
   if (anchored_start)
     ++at_;
@@ -745,6 +754,8 @@ expected<element> regex_parser::whole() {
     return body;
   if (more())
     return refuse("unexpected '" + std::string(1, p_[at_]) + "' at " + std::to_string(at_));
+  if (b.elements() > max_elements)
+    return refuse("its grammar passes " + std::to_string(max_elements) + " elements");
   const element anything = b.repeat(c_.character(), 0, 0, true, "pattern_any");
   sequence s;
   if (!anchored_start)
@@ -757,25 +768,32 @@ expected<element> regex_parser::whole() {
 
 expected<element> regex_parser::alternation() {
   std::vector<sequence> alternatives;
+  std::size_t heaviest = 1;
   for (;;) {
     auto s = concatenation();
     if (!s)
       return s.error();
+    heaviest = std::max(heaviest, weight_);
     alternatives.push_back(std::move(*s));
     if (!more() || p_[at_] != '|')
       break;
     ++at_;
   }
+  weight_ = heaviest; // the group's, to whoever repeats it
   return c_.builder().choice(std::move(alternatives), "pattern_alt");
 }
 
 expected<sequence> regex_parser::concatenation() {
   auto& b = c_.builder();
   sequence s;
+  std::size_t heaviest = 1;
   while (more() && p_[at_] != '|' && p_[at_] != ')') {
+    weight_ = 1;
     auto a = atom();
     if (!a)
       return a.error();
+    const std::size_t inner = weight_;
+    bool quantified = false;
     // A quantifier: how often the atom repeats.
     std::size_t min = 1, max = 1;
     bool unbounded = false;
@@ -783,6 +801,7 @@ expected<sequence> regex_parser::concatenation() {
       const char q = p_[at_];
       if (q == '*' || q == '+' || q == '?') {
         ++at_;
+        quantified = true;
         min = q == '+' ? 1 : 0;
         unbounded = q != '?';
       } else if (q == '{') {
@@ -808,15 +827,24 @@ expected<sequence> regex_parser::concatenation() {
         min = lo;
         max = hi;
         at_ = close + 1;
+        quantified = true;
       }
-      if ((min != 1 || max != 1 || unbounded) && more() && p_[at_] == '?')
+      if (quantified && more() && p_[at_] == '?')
         ++at_; // lazy: the same strings
     }
+    // Bounded repeats nested in bounded repeats multiply the matcher's stacks: kept within
+    // max_bounded_repeat copies (an unbounded one loops in one frame).
+    const std::size_t outer = quantified && !unbounded ? std::max<std::size_t>(max, 1) : 1;
+    if (inner > max_bounded_repeat / outer)
+      return refuse("bounded repeats nested past " + std::to_string(max_bounded_repeat) +
+                    " copies");
+    heaviest = std::max(heaviest, inner * outer);
     if (min == 1 && max == 1 && !unbounded)
       s.push_back(*a);
     else
       s.push_back(b.repeat(*a, min, max, unbounded, "pattern_repeat"));
   }
+  weight_ = heaviest;
   return s;
 }
 
@@ -826,6 +854,8 @@ expected<element> regex_parser::atom() {
   switch (c) {
   case '(': {
     ++at_;
+    if (++depth_ > max_pattern_depth)
+      return refuse("groups nested deeper than " + std::to_string(max_pattern_depth));
     if (p_.compare(at_, 2, "?:") == 0)
       at_ += 2;
     else if (more() && p_[at_] == '?')
@@ -836,6 +866,7 @@ expected<element> regex_parser::atom() {
     if (!more() || p_[at_] != ')')
       return refuse("a group is not closed");
     ++at_;
+    --depth_;
     return inner;
   }
   case '[':
@@ -872,7 +903,11 @@ expected<element> regex_parser::atom() {
     one.set(lead);
     return c_.char_class(one, false);
   }
+  if (lead < 0xc2 || lead > 0xf4)
+    return refuse("not UTF-8 at " + std::to_string(at_));
   const std::size_t n = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+  if (at_ + n > p_.size())
+    return refuse("not UTF-8 at " + std::to_string(at_));
   const auto bytes = p_.substr(at_, n);
   at_ += n;
   return b.choice({b.literal(bytes)}, "pattern_char");
@@ -970,11 +1005,11 @@ expected<element> regex_parser::bracket() {
   const bool negated = more() && p_[at_] == '^';
   if (negated)
     ++at_;
+  if (more() && p_[at_] == ']')
+    return refuse("an empty class ([] or [^]) is not supported");
   std::bitset<128> ascii;
   bool other = false;
-  bool first = true;
-  while (more() && (p_[at_] != ']' || first)) {
-    first = false;
+  while (more() && p_[at_] != ']') {
     unsigned char lo = static_cast<unsigned char>(p_[at_]);
     if (lo == '\\') {
       std::bitset<128> one;
@@ -1036,6 +1071,8 @@ expected<element> regex_parser::bracket() {
     ascii.flip();
     other = !other;
   }
+  if (ascii.none() && !other)
+    return refuse("a class that matches no character");
   return c_.char_class(ascii, other);
 }
 

@@ -1119,6 +1119,7 @@ struct answer {
   triad::request_event end;
   std::string content;
   std::vector<triad::request_event> calls;
+  std::vector<triad::request_event> deltas; // tool_call_delta: the calls as they were written
 };
 
 answer ask(triad::node& n, triad::chat_request r) {
@@ -1130,6 +1131,8 @@ answer ask(triad::node& n, triad::chat_request r) {
   for (const auto& e : rec.events) {
     if (e.kind == triad::request_event::tool_call)
       out.calls.push_back(e);
+    if (e.kind == triad::request_event::tool_call_delta)
+      out.deltas.push_back(e);
     if (e.kind == triad::request_event::token && e.content)
       out.content += e.text;
   }
@@ -1305,6 +1308,23 @@ BOOST_AUTO_TEST_CASE(a_tool_grammar_makes_a_random_model_file_call_in_its_family
         }
         // Only what the syntax puts between calls (ChatML: a newline) is outside them.
         BOOST_TEST(a.content.find_first_not_of('\n') == std::string::npos, a.content);
+        // Streamed as written: each call named first, its pieces joined its arguments.
+        std::vector<std::string> names, pieces;
+        for (const auto& d : a.deltas) {
+          if (!d.tool_name.empty()) {
+            BOOST_TEST(d.call_index == names.size());
+            names.push_back(d.tool_name);
+            pieces.emplace_back();
+          }
+          BOOST_REQUIRE(d.call_index < pieces.size());
+          pieces[d.call_index] += d.arguments_json;
+        }
+        BOOST_REQUIRE_EQUAL(names.size(), a.calls.size());
+        for (std::size_t i = 0; i < names.size(); ++i) {
+          BOOST_TEST(names[i] == a.calls[i].tool_name);
+          BOOST_TEST(boost::json::parse(pieces[i]) == boost::json::parse(a.calls[i].arguments_json),
+                     pieces[i]);
+        }
       }
     }
   }

@@ -213,6 +213,24 @@ BOOST_AUTO_TEST_CASE(a_pattern_beyond_the_subset_is_refused_naming_why) {
   BOOST_TEST(both.error().message.find("minLength or maxLength") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_pattern_that_would_swell_the_matcher_or_the_stack_is_refused) {
+  for (const std::string& p :
+       {std::string(200, '(') + "a" + std::string(200, ')'), // deep
+        std::string{"(a{0,100}){0,100}"},                    // 10000 copies
+        std::string(5000, 'a'), std::string{"[]"}, std::string{"[^]"}, std::string{"[^\\s\\S]"}}) {
+    auto g = from_json_schema(json::value{{"type", "string"}, {"pattern", p}});
+    BOOST_REQUIRE_MESSAGE(!g, p.substr(0, 40));
+    BOOST_TEST(g.error().message.find("pattern") != std::string::npos, g.error().message);
+  }
+  // Within the bounds, and a lazy single repeat.
+  BOOST_TEST(matches(compile(R"({"type": "string", "pattern": "^(a{0,64}){0,64}$"})"), R"("aaa")"));
+  BOOST_TEST(matches(compile(R"({"type": "string", "pattern": "^a{1}?b$"})"), R"("ab")"));
+  // Without a type, a pattern or a length makes it a string.
+  BOOST_TEST(matches(compile(R"({"pattern": "^x+$"})"), R"("xx")"));
+  BOOST_TEST(!matches(compile(R"({"pattern": "^x+$"})"), "3"));
+  BOOST_TEST(!matches(compile(R"({"minLength": 2})"), R"("x")"));
+}
+
 BOOST_AUTO_TEST_CASE(unsupported_keywords_are_named) {
   auto g = from_json_schema(json::parse(R"({"type": "object", "properties":
                                             {"name": {"type": "string", "not": {"const": "a"}}}})"));
