@@ -216,7 +216,15 @@ public:
     return store_.directory ? store_.directory->leading(chain) : 0;
   }
 
-  void spill(std::vector<kv_page> pages) override {
+  void spill(std::uint32_t device, std::vector<kv_page> pages) override {
+    const auto name = name_of(device);
+    if (store_.directory && !pages.empty()) {
+      std::vector<block_hash> gone;
+      gone.reserve(pages.size());
+      for (const auto& p : pages)
+        gone.push_back(p.hash);
+      store_.directory->note_resident(device, {}, gone);
+    }
     for (auto& p : pages) {
       kv_put put;
       put.pool = host_pool_;
@@ -224,6 +232,7 @@ public:
       put.payloads.push_back(std::move(p.bytes));
       put.parent = p.parent;
       put.hold = false;
+      put.from_device = name; // its block moves down: the device's page becomes a host block
       caf::anon_send(store_.store, kv_put_atom::value, std::move(put));
     }
   }
@@ -269,28 +278,42 @@ public:
 
   // -- pages in the devices' own memory --
 
-  std::uint32_t join(caf::actor device) override {
+  std::uint32_t join(caf::actor device, std::string name) override {
     std::lock_guard lock{devices_mutex_};
     if (!store_.directory || devices_.size() >= kv_directory::max_devices)
       return no_device;
     devices_.push_back(device.address());
+    names_.push_back(name);
+    // The store keeps a block (and its actor) for each page the device's prefix cache holds.
+    caf::anon_send(store_.store, kv_device_join_atom::value, std::move(name), std::move(device));
     return static_cast<std::uint32_t>(devices_.size() - 1);
   }
 
   void leave(std::uint32_t device) override {
+    std::string name;
     {
       std::lock_guard lock{devices_mutex_};
       if (device >= devices_.size())
         return;
       devices_[device] = caf::actor_addr{}; // numbers are not reused
+      name = names_[device];
     }
     store_.directory->forget_device(device);
+    caf::anon_send(store_.store, kv_device_leave_atom::value, std::move(name));
   }
 
-  void resident(std::uint32_t device, std::span<const block_hash> added,
+  void resident(std::uint32_t device, std::span<const kv_page> added,
                 std::span<const block_hash> gone) override {
-    if (store_.directory)
-      store_.directory->note_resident(device, added, gone);
+    if (!store_.directory)
+      return;
+    std::vector<block_hash> hashes;
+    hashes.reserve(added.size());
+    for (const auto& p : added)
+      hashes.push_back(p.hash);
+    store_.directory->note_resident(device, hashes, gone);
+    caf::anon_send(store_.store, kv_resident_atom::value, name_of(device),
+                   std::vector<kv_page>{added.begin(), added.end()},
+                   std::vector<block_hash>{gone.begin(), gone.end()});
   }
 
   peer_run held_elsewhere(std::uint32_t device, std::span<const block_hash> chain) const override {
@@ -334,6 +357,12 @@ public:
   }
 
 private:
+  // The name `device` joined with (empty when unknown).
+  std::string name_of(std::uint32_t device) const {
+    std::lock_guard lock{devices_mutex_};
+    return device < names_.size() ? names_[device] : std::string{};
+  }
+
   kv_store store_;
   std::string host_pool_;
   std::size_t block_bytes_;
@@ -341,6 +370,7 @@ private:
   mutable std::mutex devices_mutex_;
   // By number (join); weak, so the tier (which each device holds) keeps none of them alive.
   std::vector<caf::actor_addr> devices_;
+  std::vector<std::string> names_; // by number, as joined
 };
 
 } // namespace

@@ -118,8 +118,7 @@ public:
       fail(fits.error().message, fits.error().code);
       return {};
     }
-    if (ctx_->request_timeout.count() > 0)
-      delayed_send(this, ctx_->request_timeout, deadline_atom::value);
+    arm_deadline();
     if (req_.prior && req_.prior->kv && req_.prior->kv->tokens < tokens_.size()) {
       // The earlier turns' KV (a copy: the conversation keeps its own); only this turn's tokens
       // are new.
@@ -146,6 +145,8 @@ public:
     release_all();
     release_kept();
     cancel_pin_ttl();
+    if (deadline_timer_ != 0 && ctx_->timers)
+      ctx_->timers->cancel(deadline_timer_);
     on_event_ = nullptr;
   }
 
@@ -438,6 +439,20 @@ private:
     kept_ = std::move(k);
     if (pending_result_)
       continue_after_tool();
+  }
+
+  // The request's total deadline on the node's coarse timers (cancelled at exit, so it holds
+  // the actor no longer): a CAF delayed_send would wake CAF's clock thread for every request.
+  void arm_deadline() {
+    if (ctx_->request_timeout.count() <= 0)
+      return;
+    if (!ctx_->timers) {
+      delayed_send(this, ctx_->request_timeout, deadline_atom::value);
+      return;
+    }
+    auto self = caf::actor_cast<caf::actor>(this);
+    deadline_timer_ = ctx_->timers->arm(clock_type::now() + ctx_->request_timeout,
+                                        [self] { caf::anon_send(self, deadline_atom::value); });
   }
 
   // The pin policy with a store: the parked sequence stays on its device for the p90 of the
@@ -1112,7 +1127,8 @@ private:
   kv_kept kept_;             // demote with a store: the blocks holding the KV across the tool call
   std::string tool_name_;    // the tool of the call running (empty: malformed)
   bool pin_expired_ = false; // the pinned KV moved to the store during this call
-  coarse_timers::key pin_timer_ = 0; // the pin TTL armed for this call (0: none)
+  coarse_timers::key pin_timer_ = 0;      // the pin TTL armed for this call (0: none)
+  coarse_timers::key deadline_timer_ = 0; // the request's deadline (0: none or CAF's clock)
   std::optional<kv_blob> kept_kv_;   // keep_kv: the KV exported at the end
   std::uint64_t stored_tokens_ = 0;  // keep_kv with a store: tokens whose KV went into it
   bool in_call_ = false, ended_ = false, demoting_ = false, pending_result_ = false;

@@ -96,10 +96,12 @@ public:
           const auto number = next_order_++;
           queue.emplace(key{priority, number}, waiter{promise, std::move(order.avoid),
                                                       std::move(order.prefix), current_sender()});
-          if (queue_timeout_.count() > 0)
+          serve();
+          // Only an order still waiting gets its expiry: one that serve() answered at once
+          // arms no timer on CAF's clock, whose thread each timer wakes.
+          if (queue_timeout_.count() > 0 && queue.count(key{priority, number}) != 0)
             delayed_send(this, queue_timeout_, router_expire_atom::value,
                          static_cast<std::uint32_t>(order.stage), number);
-          serve();
           return promise;
         },
         [this](router_expire_atom, std::uint32_t stage, std::uint64_t number) {

@@ -147,7 +147,7 @@ public:
 
   behavior_type make_behavior() override {
     if (tier_)
-      tier_index_ = tier_->join(caf::actor_cast<caf::actor>(this));
+      tier_index_ = tier_->join(caf::actor_cast<caf::actor>(this), options_.name);
     return {
         [this](generate_atom, generate_request& req) { return answer(admit(std::move(req))); },
         [this](park_atom, seq_id id) {
@@ -574,12 +574,18 @@ private:
   // cache), so a later prompt does not fetch them from the tier below, and tells the tier
   // (other devices may copy them).
   void note_published(const std::vector<token>& tokens) {
-    if (!tier_)
+    if (!tier_ || kv_.page_tokens == 0)
       return;
-    std::vector<block_hash> added;
-    for (auto h : chain_hashes(tokens, kv_.page_tokens))
-      if (own_pages_.insert(h).second)
-        added.push_back(h);
+    std::vector<kv_page> added;
+    const std::span<const token> all{tokens};
+    block_hash parent = root_hash;
+    for (std::size_t at = 0; at + kv_.page_tokens <= all.size(); at += kv_.page_tokens) {
+      auto own = all.subspan(at, kv_.page_tokens);
+      const auto hash = chain_hash(parent, own);
+      if (own_pages_.insert(hash).second)
+        added.push_back(kv_page{hash, parent, {own.begin(), own.end()}, {}, 0});
+      parent = hash;
+    }
     if (!added.empty())
       tier_->resident(tier_index_, added, {});
   }
@@ -962,16 +968,12 @@ private:
   void spill(std::vector<kv_page>& evicted) {
     if (evicted.empty() || !tier_)
       return;
-    std::vector<block_hash> gone;
-    gone.reserve(evicted.size());
     for (const auto& p : evicted)
-      if (own_pages_.erase(p.hash) != 0)
-        gone.push_back(p.hash);
-    tier_->resident(tier_index_, {}, gone);
+      own_pages_.erase(p.hash);
     stats_.spilled_pages += evicted.size();
     if (metrics_.spilled != nullptr)
       metrics_.spilled->inc(static_cast<double>(evicted.size()));
-    tier_->spill(std::move(evicted));
+    tier_->spill(tier_index_, std::move(evicted)); // no longer resident: a tier down
     evicted.clear();
   }
 

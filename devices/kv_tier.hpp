@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -46,9 +47,10 @@ public:
   /// How many of `chain` (a prompt's page hashes in order) the tier holds, counted from the
   /// first; thread-safe and without a message, so asking costs a request nothing.
   virtual std::size_t held(std::span<const block_hash> chain) const = 0;
-  /// Hands over full pages a device evicted; the tier stores them (or drops what it has no
-  /// room for) and the device forgets them.
-  virtual void spill(std::vector<kv_page> pages) = 0;
+  /// Hands over full pages device `device` (join's number) evicted; the tier stores them (or
+  /// drops what it has no room for) and the device forgets them. Each page's block moves a
+  /// tier down: it keeps its identity in the tier below.
+  virtual void spill(std::uint32_t device, std::vector<kv_page> pages) = 0;
   /// Reads pages `first`..`first + count - 1` of the page chain of `tokens` (each checked
   /// against its checksum) and answers `reply_to` with kv_fetched_atom for `seq`.
   virtual void fetch(std::vector<token> tokens, std::size_t first, std::size_t count, seq_id seq,
@@ -84,17 +86,19 @@ public:
     std::uint32_t device = no_device; ///< the device holding them
     std::size_t pages = 0;            ///< how many
   };
-  /// Connects a device (its actor answers kv_share_atom): the tier learns of its prefix
-  /// cache's pages through `resident` and other devices may copy them. Its number, or
-  /// no_device.
-  virtual std::uint32_t join(caf::actor device) {
+  /// Connects a device named `name` (its actor answers kv_share_atom): the tier learns of its
+  /// prefix cache's pages through `resident` (each a block of the tier's, standing for the page
+  /// in the device's memory) and other devices may copy them. Its number, or no_device.
+  virtual std::uint32_t join(caf::actor device, std::string name) {
     (void)device;
+    (void)name;
     return no_device;
   }
   /// The device stopped: its pages are no longer to be had.
   virtual void leave(std::uint32_t device) { (void)device; }
-  /// `device`'s prefix cache now holds the pages `added` and no longer those `gone`.
-  virtual void resident(std::uint32_t device, std::span<const block_hash> added,
+  /// `device`'s prefix cache now holds the pages `added` (their identities: chain hash,
+  /// parent, tokens; no bytes) and no longer those `gone` (freed, not spilled).
+  virtual void resident(std::uint32_t device, std::span<const kv_page> added,
                         std::span<const block_hash> gone) {
     (void)device;
     (void)added;

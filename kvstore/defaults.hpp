@@ -31,6 +31,9 @@ inline constexpr std::size_t first_move_batch_blocks = 4;
 inline constexpr std::size_t movers_per_domain = 16;
 /// Operations waiting for space (moves under way) before more are refused busy.
 inline constexpr std::size_t max_waiting = 256;
+/// How long a device may take to lend a page of its memory that a block stands for (its
+/// driver copies it out between steps); past it the read fails and the caller computes.
+inline constexpr std::chrono::seconds lend_patience{10};
 /// `[kvstore] host_mib`: the node's host tier, in MiB: where pages its devices evict go (0: no
 /// store; evicted pages are lost). Its memory is an arena, touched only as blocks fill it.
 inline constexpr std::uint64_t host_mib = 256;

@@ -13,6 +13,7 @@
 #include "kvstore/detail/index_actor.hpp"
 #include "kvstore/detail/locations.hpp"
 #include "kvstore/detail/move_batcher.hpp"
+#include "kvstore/detail/resident_pages.hpp"
 #include "kvstore/detail/store_metrics.hpp"
 #include "kvstore/pool.hpp"
 
@@ -129,6 +130,15 @@ public:
         [this](kv_lookup_atom, std::vector<token>& tokens) {
           return delegate(index_, kv_lookup_atom::value, std::move(tokens));
         },
+        [this](kv_device_join_atom, std::string& name, caf::actor& device) {
+          on_device_join(name, device);
+        },
+        [this](kv_resident_atom, std::string& device, std::vector<kv_page>& added,
+               std::vector<block_hash>& gone) { on_resident(device, added, gone); },
+        [this](kv_on_device_atom, std::string& device, std::vector<token>& tokens) {
+          return on_device(device, tokens);
+        },
+        [this](kv_device_leave_atom, std::string& name) { on_device_leave(name); },
         [this](kv_fault_atom, std::uint32_t n) { faults_ += n; },
         [this](kv_stats_atom) -> kv_store_stats { return stats(); },
         [this](kv_expiry_atom) { on_expiry(); },
@@ -141,6 +151,10 @@ public:
   void on_exit() override {
     for (auto& [id, b] : blocks_)
       send_exit(b.actor, caf::exit_reason::user_shutdown);
+    for (const auto& [name, n] : resident_.counts())
+      for (auto id : resident_.of_device(name))
+        if (auto p = resident_.remove(id))
+          send_exit(p->actor, caf::exit_reason::user_shutdown);
     for (auto& [d, idle] : spares_)
       for (auto& a : idle)
         send_exit(a, caf::exit_reason::user_shutdown);
@@ -334,8 +348,11 @@ private:
     wake_waiters(); // steps waiting for this block to be idle
   }
 
-  block_rec& create(location loc, block_hash parent, std::vector<token> tokens, bool full) {
-    auto id = next_id_++;
+  // A new block at `loc`; `id` 0: a new id (else the id of a device page moving down).
+  block_rec& create(location loc, block_hash parent, std::vector<token> tokens, bool full,
+                    block_id id = 0) {
+    if (id == 0)
+      id = next_id_++;
     auto& b = blocks_[id];
     b.id = id;
     b.parent = parent;
@@ -583,13 +600,27 @@ private:
                      std::to_string(config_.block_bytes);
         return bad;
       }
+    // A device's evicted pages: the blocks that stood for them there end now (the device no
+    // longer holds them) and lend their ids to the blocks made of the copies.
+    auto moving = std::make_shared<std::unordered_map<block_hash, block_id>>();
+    if (!put.from_device.empty()) {
+      block_hash h = put.parent;
+      for (std::size_t i = 0; i < full; ++i) {
+        h = chain_hash(h, std::span<const token>{put.tokens}.subspan(i * config_.block_tokens,
+                                                                     config_.block_tokens));
+        if (auto* p = resident_.find(put.from_device, h))
+          (*moving)[h] = end_resident(p->id);
+      }
+      if (!moving->empty())
+        update_gauges();
+    }
     if (crowded(bad))
       return bad;
     auto promise = make_response_promise<kv_reply>();
     auto state = std::make_shared<kv_put>(std::move(put));
     auto ids = std::make_shared<std::vector<block_id>>();
     auto parent = std::make_shared<block_hash>(state->parent);
-    run_waiting([this, state, ids, parent, loc, blocks, promise]() mutable {
+    run_waiting([this, state, ids, parent, loc, blocks, promise, moving]() mutable {
       auto bt = config_.block_tokens;
       while (ids->size() < blocks) {
         auto i = ids->size();
@@ -625,7 +656,12 @@ private:
           promise.deliver(std::move(busy));
           return true;
         }
-        auto& b = create(loc, *parent, std::move(toks), is_full);
+        block_id reuse = 0;
+        if (auto m = moving->find(hash); is_full && m != moving->end()) {
+          reuse = m->second;
+          metrics_.demoted(); // the device's page, a tier down under the same id
+        }
+        auto& b = create(loc, *parent, std::move(toks), is_full, reuse);
         b.refs = state->hold ? 1 : 0;
         b.busy = true;
         if (is_full) {
@@ -751,9 +787,9 @@ private:
     std::string missing;
     for (auto id : ids)
       if (!blocks_.count(id))
-        missing += (missing.empty() ? "" : ", ") + std::to_string(id);
+        missing += (missing.empty() ? "" : ", ") + not_here(id);
     if (!missing.empty()) {
-      r.reason = "acquire: unknown blocks " + missing + " (evicted or freed); nothing acquired";
+      r.reason = "acquire: unknown blocks " + missing + "; nothing acquired";
       return r;
     }
     for (auto id : ids) {
@@ -796,14 +832,14 @@ private:
     for (auto id : ids) {
       auto it = blocks_.find(id);
       if (it == blocks_.end()) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(id);
+        missing += (missing.empty() ? "" : ", ") + not_here(id);
         continue;
       }
       fn(it->second);
     }
     if (!missing.empty()) {
       r.ok = false;
-      r.reason = "unknown blocks " + missing + " (evicted or freed)";
+      r.reason = "unknown blocks " + missing;
     }
     r.ids = ids;
     return r;
@@ -924,6 +960,8 @@ private:
   }
 
   caf::result<kv_bytes> on_read(block_id id) {
+    if (resident_.find(id) != nullptr)
+      return read_resident(id);
     if (!blocks_.count(id)) {
       kv_bytes r;
       r.reason = "read: unknown block " + std::to_string(id) + " (evicted or freed)";
@@ -1085,6 +1123,115 @@ private:
     return promise;
   }
 
+  // -- pages in the devices' own memory --
+
+  void on_device_join(const std::string& name, const caf::actor& device) {
+    on_device_leave(name); // a device of the same name before it: its pages are gone
+    auto d = domains_->find("device:" + name);
+    resident_.join(name, {device.address(), d ? *d : home_});
+  }
+
+  // Each page a device's prefix cache now holds is a block of the device tier, with its actor
+  // in the device's domain; its bytes stay in the device's memory.
+  void on_resident(const std::string& device, std::vector<kv_page>& added,
+                   const std::vector<block_hash>& gone) {
+    const auto* dev = resident_.find_device(device);
+    if (dev == nullptr)
+      return; // it left (or never joined): nothing to stand for
+    const auto now = clock_type::now();
+    for (auto& p : added) {
+      if (auto* known = resident_.find(device, p.hash)) {
+        known->last_use = now;
+        continue;
+      }
+      detail::resident_pages::page rec;
+      rec.id = next_id_++;
+      rec.hash = p.hash;
+      rec.parent = p.parent;
+      rec.tokens = std::move(p.tokens);
+      rec.device = device;
+      rec.last_use = now;
+      detail::block_location where;
+      where.kind = tier::device;
+      where.size = config_.block_bytes;
+      where.owner = dev->owner;
+      rec.actor = take_actor(*dev->home, rec.id, where);
+      caf::anon_send(rec.actor, detail::block_assign_atom::value, rec.id, std::move(where));
+      resident_.add(std::move(rec));
+    }
+    for (auto h : gone)
+      if (auto* p = resident_.find(device, h))
+        end_resident(p->id);
+    update_gauges();
+  }
+
+  void on_device_leave(const std::string& name) {
+    const auto* dev = resident_.find_device(name);
+    if (dev == nullptr)
+      return;
+    for (auto id : resident_.of_device(name))
+      end_resident(id);
+    resident_.leave(name);
+    update_gauges();
+  }
+
+  kv_prefix on_device(const std::string& device, const std::vector<token>& tokens) {
+    kv_prefix out;
+    for (auto h : chain_hashes(tokens, config_.block_tokens)) {
+      auto* p = resident_.find(device, h);
+      if (p == nullptr)
+        break;
+      out.ids.push_back(p->id);
+      out.tiers.emplace_back(to_string(tier::device));
+      out.tokens += config_.block_tokens;
+    }
+    return out;
+  }
+
+  // Ends the block of a device page; returns its id (0: unknown).
+  block_id end_resident(block_id id) {
+    auto p = resident_.remove(id);
+    if (!p)
+      return 0;
+    const auto* dev = resident_.find_device(p->device);
+    retire(dev != nullptr ? *dev->home : *home_, std::move(p->actor));
+    return id;
+  }
+
+  // A block standing for a device page, read: the device lends the page (its driver copies it
+  // out between steps), checked against the checksum of its first lending.
+  caf::result<kv_bytes> read_resident(block_id id) {
+    auto* p = resident_.find(id);
+    auto chain = resident_.chain_of(id);
+    if (!chain) {
+      kv_bytes r;
+      r.reason = "read: block " + std::to_string(id) + " is a page of device " + p->device +
+                 ", whose earlier pages it no longer holds";
+      return r;
+    }
+    p->last_use = clock_type::now();
+    auto promise = make_response_promise<kv_bytes>();
+    request(p->actor, caf::infinite, detail::block_lend_atom::value, std::move(chain->first),
+            chain->second, p->checksum)
+        .then([this, id, promise](kv_bytes& r) mutable {
+          if (r.ok) {
+            metrics_.lent();
+            if (auto* again = resident_.find(id); again != nullptr && again->checksum == 0)
+              again->checksum = r.checksum;
+          }
+          promise.deliver(std::move(r));
+        });
+    return promise;
+  }
+
+  // Why block `id` takes no operation but reads: unknown, or a page in a device's memory.
+  std::string not_here(block_id id) {
+    if (auto* p = resident_.find(id))
+      return std::to_string(id) + " (a page in device " + p->device +
+             "'s memory: only kv_read serves it)";
+    return std::to_string(id) + " (evicted or freed)";
+  }
+
   // -- start-up, stats --
 
   // Indexes the blocks found on disk (content-addressed: the same prefix finds them again).
@@ -1118,12 +1265,16 @@ private:
     s.blocks = blocks_.size();
     metrics_.fill(s);
     s.disk_damaged_on_open = places_.disk() ? places_.disk()->damaged_on_open() : 0;
+    s.device_pages = resident_.counts();
     return s;
   }
 
   void update_gauges() {
-    if (metrics_.exported())
-      metrics_.held(places_.blocks_by_tier());
+    if (!metrics_.exported())
+      return;
+    auto held = places_.blocks_by_tier();
+    held[static_cast<std::size_t>(tier::device)] += resident_.size(); // pages in device memory
+    metrics_.held(held);
   }
 
   domain_set* domains_;
@@ -1136,6 +1287,7 @@ private:
   std::vector<std::unique_ptr<eviction_policy>> policies_; // by location::entry()
   std::unordered_map<block_id, block_rec> blocks_;
   std::unordered_map<block_hash, block_id> by_hash_;
+  detail::resident_pages resident_; // blocks of the pages in the devices' own memory
   std::deque<std::function<bool()>> waiting_;
   block_id next_id_ = 1;
   std::size_t moves_in_flight_ = 0;

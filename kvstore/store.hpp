@@ -82,6 +82,22 @@ using kv_reserve_atom = caf::atom_constant<caf::atom("kvreserve")>;
 /// indexed (unless the store holds the same already), all stay cached, unreferenced. Blocks
 /// without a checksum (all, when `checksums` is empty: the writer did not finish) are freed.
 using kv_seal_atom = caf::atom_constant<caf::atom("kvseal")>;
+/// A device whose prefix cache's pages the store keeps blocks for: `(kv_device_join_atom,
+/// std::string name, caf::actor device)`; the device lends their bytes (kv_share_atom). Its
+/// block actors live in its domain ("device:<name>").
+using kv_device_join_atom = caf::atom_constant<caf::atom("kvdjoin")>;
+/// A device's prefix cache changed: `(kv_resident_atom, std::string device,
+/// std::vector<kv_page> added, std::vector<block_hash> gone)`: each added page (identity only,
+/// no bytes) becomes a block of the device tier with its actor, whose bytes stay in the
+/// device's memory (kv_read asks the device to lend them, checked); gone ones (freed without a
+/// copy) end. Pages evicted with a copy end through kv_put's `from_device` instead.
+using kv_resident_atom = caf::atom_constant<caf::atom("kvresid")>;
+/// The blocks that stand for a device's pages along a prompt's page chain: `(kv_on_device_atom,
+/// std::string device, std::vector<token> tokens)` -> kv_prefix (tiers "device"), from the first
+/// page up to the first the device does not hold.
+using kv_on_device_atom = caf::atom_constant<caf::atom("kvondev")>;
+/// A device stopped: `(kv_device_leave_atom, std::string name)`; the blocks of its pages end.
+using kv_device_leave_atom = caf::atom_constant<caf::atom("kvdleave")>;
 /// Fault injection for tests and drills: `(.., std::uint32_t n)` flips one bit in each of the
 /// next n transfers (moves between tiers and reads), after the copy and before its check.
 using kv_fault_atom = caf::atom_constant<caf::atom("kvfault")>;
@@ -125,12 +141,16 @@ struct kv_put {
   /// True: the caller holds one reference of each block (released later). False: the blocks
   /// are kept unreferenced, cached until pressure evicts them (a device's evicted pages).
   bool hold = true;
+  /// A device's evicted pages (kv_resident_atom named it): the blocks that stood for them in
+  /// its memory move a tier down, keeping their ids. Empty: none.
+  std::string from_device;
 };
 
 /// Inspector of kv_put.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_put& x) {
-  return f(caf::meta::type_name("kv_put"), x.pool, x.tokens, x.payloads, x.parent, x.hold);
+  return f(caf::meta::type_name("kv_put"), x.pool, x.tokens, x.payloads, x.parent, x.hold,
+           x.from_device);
 }
 
 /// The answer to a store operation.
@@ -153,12 +173,13 @@ struct kv_bytes {
   bool ok = false;                 ///< read and checked
   std::string reason;              ///< why not (a damaged block is dropped: recompute it)
   std::vector<std::uint8_t> bytes; ///< block_bytes
+  std::uint64_t checksum = 0;      ///< block_checksum of `bytes` (0: not given)
 };
 
 /// Inspector of kv_bytes.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_bytes& x) {
-  return f(caf::meta::type_name("kv_bytes"), x.ok, x.reason, x.bytes);
+  return f(caf::meta::type_name("kv_bytes"), x.ok, x.reason, x.bytes, x.checksum);
 }
 
 /// Blocks leased for writing in place (kv_reserve_atom): their ids and memory. In this process
@@ -216,6 +237,9 @@ struct kv_store_stats {
   std::uint64_t disk_damaged_on_open = 0; ///< block files rejected when the store started
   std::uint64_t busy = 0;                 ///< operations refused for lack of space
   std::uint64_t actors_spawned = 0;       ///< block actors spawned (idle ones are reused first)
+  /// Blocks standing for pages in the devices' own memory (their prefix caches), by device.
+  std::vector<std::pair<std::string, std::uint64_t>> device_pages;
+  std::uint64_t lent = 0; ///< reads of such blocks a device answered with its page, checked
 };
 
 /// Inspector of kv_store_stats.
@@ -223,7 +247,8 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_store_stats& x) {
   return f(caf::meta::type_name("kv_store_stats"), x.pools, x.blocks, x.puts_shared, x.bytes_moved,
            x.transfers, x.demotions, x.promotions, x.evictions, x.pin_expiries, x.checksum_failures,
-           x.dropped_damaged, x.disk_damaged_on_open, x.busy, x.actors_spawned);
+           x.dropped_damaged, x.disk_damaged_on_open, x.busy, x.actors_spawned, x.device_pages,
+           x.lent);
 }
 
 /// The store's own, to its prefix index: records where a content-addressed block is:
@@ -271,7 +296,11 @@ using kv_store_actor = caf::typed_actor<
     caf::replies_to<kv_cow_atom, block_id>::with<kv_reply>,
     caf::replies_to<kv_lookup_atom, std::vector<token>>::with<kv_prefix>,
     caf::replies_to<kv_stats_atom>::with<kv_store_stats>,
-    caf::reacts_to<kv_fault_atom, std::uint32_t>, caf::reacts_to<kv_expiry_atom>,
+    caf::reacts_to<kv_device_join_atom, std::string, caf::actor>,
+    caf::reacts_to<kv_resident_atom, std::string, std::vector<kv_page>, std::vector<block_hash>>,
+    caf::replies_to<kv_on_device_atom, std::string, std::vector<token>>::with<kv_prefix>,
+    caf::reacts_to<kv_device_leave_atom, std::string>, caf::reacts_to<kv_fault_atom, std::uint32_t>,
+    caf::reacts_to<kv_expiry_atom>,
     caf::reacts_to<kv_flush_atom>>;
 
 /// A running store: the store actor (lifecycle of every block) and its prefix index actor

@@ -4,6 +4,7 @@
 
 #include <caf/all.hpp>
 
+#include "devices/kv_tier.hpp"
 #include "kvstore/store.hpp"
 
 namespace triad::detail {
@@ -36,6 +37,10 @@ public:
         [this](block_read_atom, std::uint64_t checksum, std::int64_t flip_bit) -> kv_bytes {
           return read(checksum, flip_bit);
         },
+        [this](block_lend_atom, std::vector<token>& chain, std::uint64_t page,
+               std::uint64_t checksum) -> caf::result<kv_bytes> {
+          return lend(std::move(chain), page, checksum);
+        },
         [this](block_write_atom, std::uint64_t offset,
                std::vector<std::uint8_t>& bytes) -> std::uint64_t {
           std::memcpy(where_.memory.data() + offset, bytes.data(), bytes.size());
@@ -45,6 +50,52 @@ public:
   }
 
 private:
+  // The page this block stands for, lent by its device (kv_share_atom): one copy out on the
+  // device's driver, summed there and checked here.
+  caf::result<kv_bytes> lend(std::vector<token> chain, std::uint64_t page,
+                             std::uint64_t checksum) {
+    auto owner = caf::actor_cast<caf::actor>(where_.owner);
+    if (!owner)
+      return failed("its device stopped");
+    // One token past the page: a device attaches a prompt's cached pages leaving at least one
+    // token to compute, so a chain that ends with the page would attach the pages before it
+    // only. Its value is never read.
+    chain.push_back(0);
+    auto promise = make_response_promise<kv_bytes>();
+    request(owner, defaults::kvstore::lend_patience, kv_share_atom::value, std::move(chain), page,
+            std::uint64_t{1})
+        .then(
+            [this, promise, checksum](std::vector<kv_page>& pages) mutable {
+              if (pages.size() != 1) {
+                promise.deliver(failed("its device no longer holds the page"));
+                return;
+              }
+              auto& p = pages.front();
+              const auto sum = block_checksum(
+                  std::span<const std::byte>{reinterpret_cast<const std::byte*>(p.bytes.data()),
+                                             p.bytes.size()});
+              if (sum != p.checksum || (checksum != 0 && sum != checksum)) {
+                promise.deliver(failed("the lent page failed its check"));
+                return;
+              }
+              kv_bytes out;
+              out.ok = true;
+              out.bytes = std::move(p.bytes);
+              out.checksum = sum;
+              promise.deliver(std::move(out));
+            },
+            [this, promise](caf::error&) mutable {
+              promise.deliver(failed("its device did not lend the page in time"));
+            });
+    return promise;
+  }
+
+  kv_bytes failed(const std::string& why) const {
+    kv_bytes out;
+    out.reason = "block " + std::to_string(id_) + " (a device page): " + why;
+    return out;
+  }
+
   kv_bytes read(std::uint64_t checksum, std::int64_t flip_bit) {
     kv_bytes out;
     if (where_.kind == tier::disk) {

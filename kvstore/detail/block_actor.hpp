@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 
@@ -24,6 +25,13 @@ using block_read_atom = caf::atom_constant<caf::atom("bread")>;
 /// Writes into the bytes: `(block_write_atom, offset, bytes)` -> new checksum.
 using block_write_atom = caf::atom_constant<caf::atom("bwrite")>;
 
+/// Reads a block that stands for a page in a device's memory: `(block_lend_atom,
+/// std::vector<token> chain, std::uint64_t page, std::uint64_t checksum)` -> kv_bytes: the
+/// device lends page `page` of the chain of `chain` (its tokens up to and including the page),
+/// copied out by its driver with its checksum, checked here and against `checksum` when that
+/// is not 0 (the page's sum when it was first lent: a device page is never written again).
+using block_lend_atom = caf::atom_constant<caf::atom("blend")>;
+
 /// Gives a pooled actor a block that is filled already (found on disk at start, or copied in
 /// by its domain's mover): `(block_assign_atom, block_id, block_location)`.
 using block_assign_atom = caf::atom_constant<caf::atom("bassign")>;
@@ -37,6 +45,8 @@ struct block_location {
   /// have none).
   std::shared_ptr<const disk_entry> meta;
   std::size_t size = 0; ///< the block's bytes
+  /// Device tier, a page in the device's own memory (no `memory`): the device that lends it.
+  caf::actor_addr owner;
 };
 
 /// Copies a batch of blocks into the mover's domain: `(move_batch_atom,

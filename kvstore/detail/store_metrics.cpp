@@ -104,6 +104,7 @@ void store_metrics::fill(kv_store_stats& s) const {
   s.dropped_damaged = dropped_damaged_;
   s.busy = busy_;
   s.actors_spawned = actors_spawned_;
+  s.lent = lent_;
 }
 
 } // namespace triad::detail

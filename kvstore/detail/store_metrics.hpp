@@ -43,6 +43,8 @@ public:
   void dropped_damaged() noexcept { ++dropped_damaged_; }
   /// A block actor was spawned (no idle one to reuse).
   void actor_spawned() noexcept { ++actors_spawned_; }
+  /// A device lent the page a block of its memory stands for (a read, checked).
+  void lent() noexcept { ++lent_; }
   /// A block moved from tier `from` to tier `to` in `seconds`.
   void moved(tier from, tier to, double seconds);
   /// Blocks held now, by tier (indexed by `tier`): sets the gauges.
@@ -68,7 +70,7 @@ private:
   std::size_t block_bytes_;
   std::uint64_t puts_shared_ = 0, bytes_moved_ = 0, transfers_ = 0, demotions_ = 0, promotions_ = 0,
                 evictions_ = 0, pin_expiries_ = 0, checksum_failures_ = 0, dropped_damaged_ = 0,
-                busy_ = 0, actors_spawned_ = 0;
+                busy_ = 0, actors_spawned_ = 0, lent_ = 0;
   counter *evictions_metric_ = nullptr, *demotions_metric_ = nullptr, *promotions_metric_ = nullptr,
           *expiries_metric_ = nullptr, *checksum_metric_ = nullptr;
   std::array<std::pair<gauge*, gauge*>, 3> tier_gauges_{};       // blocks, bytes; by tier

@@ -355,6 +355,66 @@ BOOST_AUTO_TEST_CASE(a_page_evicted_from_a_device_is_served_from_the_host_tier_b
   BOOST_TEST(text.find("triad_kv_budget_bytes{tier=\"disk\"} 0") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(the_pages_a_device_computes_are_blocks_of_the_store_read_through_it) {
+  auto n = small_memory_node(16);
+  const auto device = n->device_reports().front().name;
+  const auto prompt = long_prompt('a');
+  complete(*n, prompt);
+  // The prompt's 12 full pages (200 bytes and the bos, 16 tokens a page) are in the device's
+  // prefix cache, and the store keeps a block (with its actor) for each (the device tells the
+  // store as it publishes them, which may come just after the request's end).
+  auto st = store_stats(*n);
+  for (int i = 0; i < 500 && (st.device_pages.empty() || st.device_pages.front().second < 12);
+       ++i) {
+    std::this_thread::sleep_for(10ms);
+    st = store_stats(*n);
+  }
+  BOOST_REQUIRE(st.device_pages.size() == 1u);
+  BOOST_TEST(st.device_pages.front().first == device);
+  BOOST_TEST(st.device_pages.front().second >= 12u);
+  BOOST_TEST(n->metrics().render().find("triad_kv_blocks{tier=\"device\"} 0") ==
+             std::string::npos);
+  const auto tokens = n->format().raw(prompt);
+  caf::scoped_actor self{n->domains().orchestration().system()};
+  triad::kv_prefix held;
+  self->request(n->kv()->store, 30s, triad::kv_on_device_atom::value, device, tokens)
+      .receive([&](triad::kv_prefix& p) { held = std::move(p); },
+               [](caf::error&) { BOOST_FAIL("no answer from the store"); });
+  BOOST_REQUIRE(held.ids.size() == 12u);
+  // A read of one is lent by the device (its driver copies the page out, summed; checked by the
+  // block's actor), bit-exact against the page the device itself shares.
+  triad::kv_bytes read;
+  self->request(n->kv()->store, 30s, triad::kv_read_atom::value, held.ids[5])
+      .receive([&](triad::kv_bytes& b) { read = std::move(b); },
+               [](caf::error&) { BOOST_FAIL("no answer from the store"); });
+  BOOST_REQUIRE_MESSAGE(read.ok, read.reason);
+  std::vector<triad::kv_page> shared;
+  self->request(n->devices().front().second, 30s, triad::kv_share_atom::value, tokens,
+                std::uint64_t{5}, std::uint64_t{1})
+      .receive([&](std::vector<triad::kv_page>& p) { shared = std::move(p); },
+               [](caf::error&) { BOOST_FAIL("no answer from the device"); });
+  BOOST_REQUIRE(shared.size() == 1u);
+  BOOST_TEST((read.bytes == shared.front().bytes));
+  BOOST_TEST(read.checksum == shared.front().checksum);
+  BOOST_TEST(store_stats(*n).lent == 1u);
+  // Pushed out of the device by two more prompts, its pages move to the host tier under the
+  // same ids (the copies the device spilled): every block still reads, those that left without
+  // asking the device.
+  complete(*n, long_prompt('A'));
+  complete(*n, long_prompt('0'));
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::spilled_pages) > 0u);
+  const auto lent_before = store_stats(*n).lent;
+  std::size_t read_ok = 0;
+  for (auto id : held.ids)
+    self->request(n->kv()->store, 30s, triad::kv_read_atom::value, id)
+        .receive([&](triad::kv_bytes& b) { read_ok += b.ok ? 1 : 0; },
+                 [](caf::error&) { BOOST_FAIL("no answer from the store"); });
+  auto after = store_stats(*n);
+  BOOST_TEST(read_ok == held.ids.size());
+  BOOST_TEST(after.lent - lent_before < held.ids.size()); // some from the host tier
+  BOOST_TEST(after.demotions >= held.ids.size() - (after.lent - lent_before));
+}
+
 BOOST_AUTO_TEST_CASE(a_host_block_damaged_on_its_way_back_is_never_used_and_is_recomputed) {
   auto n = small_memory_node(16);
   auto first = complete(*n, long_prompt('a'));

@@ -240,7 +240,7 @@ struct directory_tier final : triad::kv_tier {
   std::map<caf::actor_addr, std::size_t> runs;
   std::size_t block_bytes() const noexcept override { return 0; }
   std::size_t held(std::span<const triad::block_hash>) const override { return 0; }
-  void spill(std::vector<triad::kv_page>) override {}
+  void spill(std::uint32_t, std::vector<triad::kv_page>) override {}
   void fetch(std::vector<triad::token>, std::size_t, std::size_t, triad::seq_id,
              caf::actor) override {}
   void keep(std::vector<triad::kv_page>, std::chrono::milliseconds, std::uint64_t,

@@ -1,11 +1,13 @@
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
 #include "actors/node_config.hpp"
+#include "devices/kv_tier.hpp"
 #include "kvstore/store.hpp"
 #include "tests/printers.hpp"
 
@@ -118,9 +120,153 @@ struct fixture {
   std::filesystem::path dir;
 };
 
+// A device's memory as the store sees it: answers kv_share_atom with page `first` of the
+// asked chain (payload(first + 1), summed), and records what it was asked. `changed` makes it
+// lend other bytes (with their own sum), as memory written since its first lending would.
+struct lender_state {
+  std::mutex m;
+  std::vector<std::pair<std::size_t, std::uint64_t>> asked; // (chain tokens, first page)
+  bool changed = false;
+};
+
+caf::behavior lender(caf::event_based_actor*, std::shared_ptr<lender_state> st) {
+  return {[st](triad::kv_share_atom, std::vector<triad::token>& chain, std::uint64_t first,
+               std::uint64_t count) {
+    std::lock_guard lock{st->m};
+    st->asked.emplace_back(chain.size(), first);
+    std::vector<triad::kv_page> out;
+    // As a device: the pages asked for are attached only with a token past them.
+    if (count != 1 || chain.size() <= (first + 1) * block_tokens)
+      return out;
+    triad::kv_page p;
+    p.bytes = payload(static_cast<unsigned>(first + 1 + (st->changed ? 100 : 0)));
+    p.checksum = triad::block_checksum(std::as_bytes(std::span{p.bytes}));
+    out.push_back(std::move(p));
+    return out;
+  }};
+}
+
+// The identities of the pages of `toks` (whole pages), as a device reports them.
+std::vector<triad::kv_page> page_ids(const std::vector<triad::token>& toks) {
+  std::vector<triad::kv_page> out;
+  triad::block_hash parent = triad::root_hash;
+  for (std::size_t at = 0; at + block_tokens <= toks.size(); at += block_tokens) {
+    std::vector<triad::token> own{toks.begin() + static_cast<std::ptrdiff_t>(at),
+                                  toks.begin() + static_cast<std::ptrdiff_t>(at + block_tokens)};
+    auto h = triad::chain_hash(parent, own);
+    out.push_back({h, parent, std::move(own), {}, 0});
+    parent = h;
+  }
+  return out;
+}
+
+// A store with a host pool and one device ("dev0", lent by `lender`) whose prefix cache holds
+// the three pages of tokens(12, 1).
+struct device_fixture : fixture {
+  device_fixture() {
+    start(config({{"host0", triad::tier::host, 0, 8}}));
+    device = domains->orchestration().system().spawn(lender, st);
+    caf::anon_send(kv.store, triad::kv_device_join_atom::value, std::string{"dev0"}, device);
+    caf::anon_send(kv.store, triad::kv_resident_atom::value, std::string{"dev0"}, page_ids(chain),
+                   std::vector<triad::block_hash>{});
+  }
+  ~device_fixture() { caf::anon_send_exit(device, caf::exit_reason::user_shutdown); }
+
+  triad::kv_prefix on_device(std::vector<triad::token> toks) {
+    return ask<triad::kv_prefix>(kv.store, triad::kv_on_device_atom::value, std::string{"dev0"},
+                                 std::move(toks));
+  }
+  std::uint64_t device_pages() {
+    auto s = stats();
+    return s.device_pages.empty() ? 0 : s.device_pages.front().second;
+  }
+
+  std::shared_ptr<lender_state> st = std::make_shared<lender_state>();
+  caf::actor device;
+  std::vector<triad::token> chain = tokens(3 * block_tokens, 1);
+};
+
 } // namespace
 
 BOOST_FIXTURE_TEST_SUITE(store, fixture)
+
+BOOST_FIXTURE_TEST_CASE(each_page_a_device_holds_is_a_block_of_the_device_tier, device_fixture) {
+  auto held = on_device(chain);
+  BOOST_TEST(held.ids.size() == 3u);
+  BOOST_TEST(held.tokens == 3 * block_tokens);
+  BOOST_TEST(held.tiers == std::vector<std::string>(3, "device"), boost::test_tools::per_element());
+  auto s = stats();
+  BOOST_REQUIRE(s.device_pages.size() == 1u);
+  BOOST_TEST(s.device_pages.front().first == "dev0");
+  BOOST_TEST(s.device_pages.front().second == 3u);
+  BOOST_TEST(metrics.render().find("triad_kv_blocks{tier=\"device\"} 3") != std::string::npos);
+  // Another chain shares none of them.
+  BOOST_TEST(on_device(tokens(3 * block_tokens, 50)).ids.empty());
+}
+
+BOOST_FIXTURE_TEST_CASE(a_device_page_is_read_through_its_device_checked, device_fixture) {
+  auto held = on_device(chain);
+  BOOST_REQUIRE(held.ids.size() == 3u);
+  auto r = read(held.ids[1]);
+  BOOST_REQUIRE_MESSAGE(r.ok, r.reason);
+  BOOST_TEST((r.bytes == payload(2))); // page 1 of the chain
+  {
+    std::lock_guard lock{st->m};
+    BOOST_REQUIRE(st->asked.size() == 1u);
+    // Its chain up to and with its own page, and a token past it.
+    BOOST_TEST(st->asked[0].first == 2 * block_tokens + 1);
+    BOOST_TEST(st->asked[0].second == 1u);
+  }
+  BOOST_TEST(stats().lent == 1u);
+  // Its sum at the first lending holds it: a device page is never written again, so other
+  // bytes now are damage, never used.
+  st->changed = true;
+  auto again = read(held.ids[1]);
+  BOOST_TEST(!again.ok);
+  BOOST_TEST(again.reason.find("failed its check") != std::string::npos, again.reason);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_page_a_device_evicts_with_a_copy_moves_to_host_under_its_id,
+                        device_fixture) {
+  auto held = on_device(chain);
+  BOOST_REQUIRE(held.ids.size() == 3u);
+  auto pages = page_ids(chain);
+  triad::kv_put put{"host0", pages[2].tokens, {payload(3)}};
+  put.parent = pages[2].parent;
+  put.hold = false;
+  put.from_device = "dev0";
+  auto r = ask<triad::kv_reply>(kv.store, triad::kv_put_atom::value, std::move(put));
+  BOOST_REQUIRE_MESSAGE(r.ok, r.reason);
+  BOOST_REQUIRE(r.ids.size() == 1u);
+  BOOST_TEST(r.ids[0] == held.ids[2]); // the same block, a tier down
+  BOOST_TEST(device_pages() == 2u);
+  BOOST_TEST(stats().demotions == 1u);
+  auto bytes = read(held.ids[2]);
+  BOOST_REQUIRE_MESSAGE(bytes.ok, bytes.reason);
+  BOOST_TEST((bytes.bytes == payload(3)));
+  std::lock_guard lock{st->m};
+  BOOST_TEST(st->asked.empty()); // from host, not lent
+}
+
+BOOST_FIXTURE_TEST_CASE(pages_a_device_frees_or_holds_when_it_stops_end_their_blocks,
+                        device_fixture) {
+  auto held = on_device(chain);
+  BOOST_REQUIRE(held.ids.size() == 3u);
+  caf::anon_send(kv.store, triad::kv_resident_atom::value, std::string{"dev0"},
+                 std::vector<triad::kv_page>{},
+                 std::vector<triad::block_hash>{page_ids(chain)[2].hash});
+  BOOST_TEST(device_pages() == 2u);
+  auto gone = read(held.ids[2]);
+  BOOST_TEST(!gone.ok);
+  // Only reads serve a device page; other operations name where it is.
+  auto acquired = op(triad::kv_acquire_atom::value, {held.ids[0]});
+  BOOST_TEST(!acquired.ok);
+  BOOST_TEST(acquired.reason.find("device dev0's memory") != std::string::npos, acquired.reason);
+  caf::anon_send(kv.store, triad::kv_device_leave_atom::value, std::string{"dev0"});
+  BOOST_TEST(stats().device_pages.empty());
+  BOOST_TEST(!read(held.ids[0]).ok);
+  BOOST_TEST(metrics.render().find("triad_kv_blocks{tier=\"device\"} 0") != std::string::npos);
+}
 
 BOOST_AUTO_TEST_CASE(sequences_with_a_common_prefix_share_its_blocks) {
   start(config({{"gpu0", triad::tier::device, 0, 16}}));
