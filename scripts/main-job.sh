@@ -36,9 +36,12 @@ wait_for_node $node_pid "$out/node.log"
 port=$NODE_PORT
 cat "$out/node.log"
 
-echo "== triad-load: 6 agent sessions, 3 at a time, 2-3 calls each of file_read, run by the node"
+# Two turns a session: the second turn's prompt starts with the first's conversation, whose KV
+# waited between the turns as blocks of the node's KV store (the summary's "prompt tokens read
+# from the KV store").
+echo "== triad-load: 6 agent sessions of 2 turns, 3 at a time, 1-2 calls of file_read a turn, run by the node"
 build/bin/triad-load --url "http://127.0.0.1:$port/v1" --workload agent --requests 6 \
-  --concurrency 3 --turns 1 --tool-calls uniform:2:3 \
+  --concurrency 3 --turns 2 --tool-calls uniform:1:2 \
   --hosted-tool file_read --hosted-tool-args '{"path": "build.log"}' \
   --output-tokens uniform:8:24 --system-tokens 256 --user-tokens uniform:16:48 \
   --slo-ttft-ms 3000 --slo-session-s 60 \
