@@ -291,15 +291,17 @@ public:
 
   void leave(std::uint32_t device) override {
     std::string name;
+    caf::actor_addr addr;
     {
       std::lock_guard lock{devices_mutex_};
       if (device >= devices_.size())
         return;
+      addr = std::move(devices_[device]);
       devices_[device] = caf::actor_addr{}; // numbers are not reused
       name = names_[device];
     }
     store_.directory->forget_device(device);
-    caf::anon_send(store_.store, kv_device_leave_atom::value, std::move(name));
+    caf::anon_send(store_.store, kv_device_leave_atom::value, std::move(name), std::move(addr));
   }
 
   void resident(std::uint32_t device, std::span<const kv_page> added,

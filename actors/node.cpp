@@ -111,6 +111,7 @@ expected<void> node::start_kv_store(node& n, const node_config& config, std::siz
     c.disk_dir = config.kvstore.disk_dir;
     c.disk_capacity_bytes = config.kvstore.disk_mib << 20;
   }
+  c.model = n.model_.fingerprint(); // disk blocks of another model are never read
   c.topo = config.topology.source == topology_source::machine ? n.topo_.get() : nullptr;
   c.metrics = &n.metrics_;
   auto store = spawn_kv_store(*n.domains_, home, std::move(c));

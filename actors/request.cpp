@@ -450,9 +450,11 @@ private:
       delayed_send(this, ctx_->request_timeout, deadline_atom::value);
       return;
     }
-    auto self = caf::actor_cast<caf::actor>(this);
     deadline_timer_ = ctx_->timers->arm(clock_type::now() + ctx_->request_timeout,
-                                        [self] { caf::anon_send(self, deadline_atom::value); });
+                                        [self = address()] {
+                                          if (auto a = caf::actor_cast<caf::actor>(self))
+                                            caf::anon_send(a, deadline_atom::value);
+                                        });
   }
 
   // The pin policy with a store: the parked sequence stays on its device for the p90 of the
@@ -468,8 +470,10 @@ private:
     // A coarse timer, cancelled when the tool returns: most tools return before their TTL.
     pin_timer_ =
         ctx_->timers->arm(clock_type::now() + ttl,
-                          [self = caf::actor_cast<caf::actor>(this), call = usage_.tool_calls] {
-                            caf::anon_send(self, pin_expiry_atom::value, call);
+                          [self = address(), call = usage_.tool_calls] {
+                            // Weak: a timer that fires as the request ends holds nothing.
+                            if (auto a = caf::actor_cast<caf::actor>(self))
+                              caf::anon_send(a, pin_expiry_atom::value, call);
                           });
   }
 

@@ -4,6 +4,9 @@
 #include <map>
 #include <mutex>
 
+#define XXH_STATIC_LINKING_ONLY // XXH3_state_t on the stack
+#include <xxhash.h>
+
 #include "devices/cpu/cpu_backend.hpp"
 #include "devices/sim/sim_backend.hpp"
 
@@ -77,6 +80,44 @@ expected<model_source> open_model(const model_config& model) {
   out.file = std::shared_ptr<const gguf_file>{opened, opened->file.get()};
   out.served_name = model.served_name.empty() ? out.shape.name : model.served_name;
   return out;
+}
+
+std::uint64_t model_source::fingerprint() const {
+  XXH3_state_t st;
+  XXH3_64bits_reset(&st);
+  auto add = [&st](const void* p, std::size_t n) { XXH3_64bits_update(&st, p, n); };
+  auto add_text = [&add](std::string_view t) {
+    const std::uint64_t n = t.size();
+    add(&n, sizeof(n));
+    add(t.data(), t.size());
+  };
+  const auto& s = shape;
+  add_text(s.name);
+  const std::uint64_t dims[] = {s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim,
+                                s.ffn, s.vocab, s.max_context, s.seed,
+                                static_cast<std::uint64_t>(s.arch), s.qkv_bias, s.qk_norm,
+                                s.tied_output, s.rope_adjacent};
+  add(dims, sizeof(dims));
+  add(&s.rope_theta, sizeof(s.rope_theta));
+  add(&s.rms_eps, sizeof(s.rms_eps));
+  add(s.rope_freq_factors.data(), s.rope_freq_factors.size() * sizeof(float));
+  if (file) {
+    const std::uint64_t bytes = file->file_bytes();
+    add(&bytes, sizeof(bytes));
+    for (const auto& key : file->keys())
+      add_text(key);
+    constexpr std::size_t sample = 4096;
+    for (const auto& t : file->tensors()) {
+      add_text(t.name);
+      const auto type = static_cast<std::uint64_t>(t.type);
+      add(&type, sizeof(type));
+      add(t.dims.data(), t.dims.size() * sizeof(t.dims[0]));
+      const auto n = std::min(sample, t.bytes.size());
+      add(t.bytes.data(), n);
+      add(t.bytes.data() + (t.bytes.size() - n), n);
+    }
+  }
+  return XXH3_64bits_digest(&st);
 }
 
 dtype accelerator_dtype(const device_set& node) noexcept {

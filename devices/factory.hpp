@@ -27,6 +27,11 @@ struct model_source {
 
   /// Whether the weights come from a file.
   bool from_file() const noexcept { return file != nullptr; }
+  /// What identifies the weights, for KV kept beyond this process (the KV store's disk tier):
+  /// KV computed by other weights must never be read as this model's. A hash of the shape
+  /// (with a preset's seed) and, for a file, of its size, its metadata keys, its tensors'
+  /// names, types and shapes, and their first and last 4 KiB.
+  std::uint64_t fingerprint() const;
 };
 
 /// Opens `[model]`: the GGUF file at `path` (opened and checked whole: architecture, every

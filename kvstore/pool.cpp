@@ -73,7 +73,9 @@ constexpr char magic[8] = {'T', 'R', 'I', 'A', 'D', 'K', 'V', '1'};
 // 2: the payload checksum is block_checksum's striped sum (1 was plain XXH3-64); files of
 // version 1 are rejected like any other foreign file, so they read as misses. 3: a llama model
 // file's K is stored in adjacent-pair rotary order (before, halves): older blocks read as misses.
-constexpr std::uint32_t file_version = 3;
+// 4: the header names the model whose KV the block holds (its fingerprint): a block of another
+// model (another file, or the same shape with other weights) is never read as this one's.
+constexpr std::uint32_t file_version = 4;
 
 // The fixed part of a block file's header; the tokens and the header checksum follow.
 struct file_header {
@@ -84,6 +86,7 @@ struct file_header {
   std::uint64_t hash;
   std::uint64_t parent;
   std::uint64_t checksum; // of the payload
+  std::uint64_t model;    // the model's fingerprint (kv_store_config::model)
 };
 
 std::string hex(block_hash h) {
@@ -96,7 +99,8 @@ std::string hex(block_hash h) {
 
 // Reads and checks a file's header; the descriptor is left at the payload.
 expected<disk_entry> read_header(int fd, const std::filesystem::path& path,
-                                 std::size_t block_tokens, std::size_t block_bytes) {
+                                 std::size_t block_tokens, std::size_t block_bytes,
+                                 std::uint64_t model) {
   file_header h{};
   auto bad = [&](std::string why) {
     return make_error(errc::corrupted, "block file " + path.string() + ": " + why);
@@ -109,6 +113,9 @@ expected<disk_entry> read_header(int fd, const std::filesystem::path& path,
     return bad("holds blocks of " + std::to_string(h.block_tokens) + " tokens and " +
                std::to_string(h.block_bytes) + " bytes; this store uses " +
                std::to_string(block_tokens) + " and " + std::to_string(block_bytes));
+  if (h.model != model)
+    return bad("holds KV of another model (fingerprint " + hex(h.model) + "; this store's is " +
+               hex(model) + ")");
   disk_entry e;
   e.hash = h.hash;
   e.parent = h.parent;
@@ -135,7 +142,8 @@ expected<disk_entry> read_header(int fd, const std::filesystem::path& path,
 expected<std::unique_ptr<disk_pool>> disk_pool::open(std::filesystem::path dir,
                                                      std::size_t block_tokens,
                                                      std::size_t block_bytes,
-                                                     std::uint64_t capacity_bytes) {
+                                                     std::uint64_t capacity_bytes,
+                                                     std::uint64_t model) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir))
@@ -146,6 +154,7 @@ expected<std::unique_ptr<disk_pool>> disk_pool::open(std::filesystem::path dir,
   p->dir_ = std::move(dir);
   p->block_tokens_ = block_tokens;
   p->block_bytes_ = block_bytes;
+  p->model_ = model;
   p->capacity_ = capacity_bytes / file_bytes;
   if (p->capacity_ == 0)
     return make_error(errc::invalid_argument,
@@ -164,7 +173,7 @@ expected<std::unique_ptr<disk_pool>> disk_pool::open(std::filesystem::path dir,
       ++p->damaged_;
       continue;
     }
-    auto header = read_header(fd, path, block_tokens, block_bytes);
+    auto header = read_header(fd, path, block_tokens, block_bytes, model);
     auto size = ::lseek(fd, 0, SEEK_END);
     ::close(fd);
     if (!header || static_cast<std::size_t>(size) != file_bytes ||
@@ -204,6 +213,7 @@ expected<void> disk_pool::write(const disk_entry& meta, std::span<const std::byt
   h.hash = meta.hash;
   h.parent = meta.parent;
   h.checksum = meta.checksum;
+  h.model = model_;
   XXH3_state_t st;
   XXH3_64bits_reset(&st);
   XXH3_64bits_update(&st, &h, sizeof(h));
@@ -236,7 +246,7 @@ expected<void> disk_pool::read(block_hash hash, std::span<std::byte> out, std::i
   if (fd < 0)
     return make_error(errc::not_found, "disk tier: " + path.string() + " is missing");
   auto close_fd = make_scope_guard([fd] { ::close(fd); });
-  auto header = read_header(fd, path, block_tokens_, block_bytes_);
+  auto header = read_header(fd, path, block_tokens_, block_bytes_, model_);
   if (!header)
     return header.error();
   if (header->hash != hash)

@@ -58,6 +58,7 @@ private:
   tier kind_ = tier::host;
   unsigned domain_ = 0;
   std::size_t block_bytes_ = 0;
+  std::uint64_t model_ = 0; ///< the model fingerprint written into and checked in every file
   std::size_t capacity_ = 0;
   std::shared_ptr<arena> arena_;
   arena_buffer buffer_;
@@ -80,11 +81,14 @@ struct disk_entry {
 /// written, so they can be found again after a restart.
 class disk_pool {
 public:
-  /// Opens (creating) `dir` for blocks of `block_tokens` tokens and `block_bytes` bytes.
+  /// Opens (creating) `dir` for blocks of `block_tokens` tokens and `block_bytes` bytes of the
+  /// model whose fingerprint is `model`: files of other sizes or another model are rejected
+  /// (removed and counted in damaged_on_open), so their KV is never read as this model's.
   static expected<std::unique_ptr<disk_pool>> open(std::filesystem::path dir,
                                                    std::size_t block_tokens,
                                                    std::size_t block_bytes,
-                                                   std::uint64_t capacity_bytes);
+                                                   std::uint64_t capacity_bytes,
+                                                   std::uint64_t model = 0);
 
   /// Blocks found by `open`: every file whose header checked. Files that did not check were
   /// deleted and counted in `damaged_on_open`.
@@ -115,6 +119,7 @@ private:
   std::filesystem::path dir_;
   std::size_t block_tokens_ = 0;
   std::size_t block_bytes_ = 0;
+  std::uint64_t model_ = 0; ///< the model fingerprint written into and checked in every file
   std::size_t capacity_ = 0;
   std::atomic<std::size_t> files_{0};
   std::vector<disk_entry> recovered_;

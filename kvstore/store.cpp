@@ -138,7 +138,10 @@ public:
         [this](kv_on_device_atom, std::string& device, std::vector<token>& tokens) {
           return on_device(device, tokens);
         },
-        [this](kv_device_leave_atom, std::string& name) { on_device_leave(name); },
+        [this](kv_device_leave_atom, std::string& name, caf::actor_addr& device) {
+          if (const auto* d = resident_.find_device(name); d != nullptr && d->owner == device)
+            on_device_leave(name);
+        },
         [this](kv_fault_atom, std::uint32_t n) { faults_ += n; },
         [this](kv_stats_atom) -> kv_store_stats { return stats(); },
         [this](kv_expiry_atom) { on_expiry(); },
@@ -578,6 +581,19 @@ private:
   }
 
   caf::result<kv_reply> on_put(kv_put put) {
+    // A device's evicted pages: the blocks that stood for them there end now, whatever becomes
+    // of the put (the device no longer holds them), and lend their ids to the blocks made of
+    // the copies.
+    auto moving = std::make_shared<std::unordered_map<block_hash, block_id>>();
+    if (!put.from_device.empty()) {
+      block_hash h = put.parent;
+      for (std::size_t at = 0; at + config_.block_tokens <= put.tokens.size();
+           at += config_.block_tokens) {
+        h = chain_hash(h, std::span<const token>{put.tokens}.subspan(at, config_.block_tokens));
+        if (auto* p = resident_.find(put.from_device, h))
+          (*moving)[h] = end_resident(p->id);
+      }
+    }
     kv_reply bad;
     auto found = places_.find(put.pool);
     if (!found) {
@@ -600,20 +616,6 @@ private:
                      std::to_string(config_.block_bytes);
         return bad;
       }
-    // A device's evicted pages: the blocks that stood for them there end now (the device no
-    // longer holds them) and lend their ids to the blocks made of the copies.
-    auto moving = std::make_shared<std::unordered_map<block_hash, block_id>>();
-    if (!put.from_device.empty()) {
-      block_hash h = put.parent;
-      for (std::size_t i = 0; i < full; ++i) {
-        h = chain_hash(h, std::span<const token>{put.tokens}.subspan(i * config_.block_tokens,
-                                                                     config_.block_tokens));
-        if (auto* p = resident_.find(put.from_device, h))
-          (*moving)[h] = end_resident(p->id);
-      }
-      if (!moving->empty())
-        update_gauges();
-    }
     if (crowded(bad))
       return bad;
     auto promise = make_response_promise<kv_reply>();
@@ -1159,10 +1161,11 @@ private:
       caf::anon_send(rec.actor, detail::block_assign_atom::value, rec.id, std::move(where));
       resident_.add(std::move(rec));
     }
+    if (!added.empty())
+      metrics_.device_pages(device, resident_.count(device));
     for (auto h : gone)
       if (auto* p = resident_.find(device, h))
         end_resident(p->id);
-    update_gauges();
   }
 
   void on_device_leave(const std::string& name) {
@@ -1172,7 +1175,6 @@ private:
     for (auto id : resident_.of_device(name))
       end_resident(id);
     resident_.leave(name);
-    update_gauges();
   }
 
   kv_prefix on_device(const std::string& device, const std::vector<token>& tokens) {
@@ -1195,6 +1197,7 @@ private:
       return 0;
     const auto* dev = resident_.find_device(p->device);
     retire(dev != nullptr ? *dev->home : *home_, std::move(p->actor));
+    metrics_.device_pages(p->device, resident_.count(p->device));
     return id;
   }
 
@@ -1213,14 +1216,23 @@ private:
     auto promise = make_response_promise<kv_bytes>();
     request(p->actor, caf::infinite, detail::block_lend_atom::value, std::move(chain->first),
             chain->second, p->checksum)
-        .then([this, id, promise](kv_bytes& r) mutable {
-          if (r.ok) {
-            metrics_.lent();
-            if (auto* again = resident_.find(id); again != nullptr && again->checksum == 0)
-              again->checksum = r.checksum;
-          }
-          promise.deliver(std::move(r));
-        });
+        .then(
+            [this, id, promise](kv_bytes& r) mutable {
+              if (r.ok) {
+                metrics_.lent();
+                if (auto* again = resident_.find(id); again != nullptr && again->checksum == 0)
+                  again->checksum = r.checksum;
+              } else if (r.gone) {
+                end_resident(id); // the device let it go unreported (a publish that found none)
+              }
+              promise.deliver(std::move(r));
+            },
+            [id, promise](caf::error& e) mutable {
+              kv_bytes r;
+              r.reason = "read: block " + std::to_string(id) +
+                         " (a device page): its actor did not answer: " + caf::to_string(e);
+              promise.deliver(std::move(r));
+            });
     return promise;
   }
 
@@ -1272,9 +1284,7 @@ private:
   void update_gauges() {
     if (!metrics_.exported())
       return;
-    auto held = places_.blocks_by_tier();
-    held[static_cast<std::size_t>(tier::device)] += resident_.size(); // pages in device memory
-    metrics_.held(held);
+    metrics_.held(places_.blocks_by_tier());
   }
 
   domain_set* domains_;
@@ -1327,7 +1337,7 @@ expected<kv_store> spawn_kv_store(domain_set& domains, domain& home, kv_store_co
   std::unique_ptr<disk_pool> disk;
   if (!config.disk_dir.empty()) {
     auto d = disk_pool::open(config.disk_dir, config.block_tokens, config.block_bytes,
-                             config.disk_capacity_bytes);
+                             config.disk_capacity_bytes, config.model);
     if (!d)
       return d.error();
     disk = std::move(*d);

@@ -96,7 +96,8 @@ using kv_resident_atom = caf::atom_constant<caf::atom("kvresid")>;
 /// std::string device, std::vector<token> tokens)` -> kv_prefix (tiers "device"), from the first
 /// page up to the first the device does not hold.
 using kv_on_device_atom = caf::atom_constant<caf::atom("kvondev")>;
-/// A device stopped: `(kv_device_leave_atom, std::string name)`; the blocks of its pages end.
+/// A device stopped: `(kv_device_leave_atom, std::string name, caf::actor_addr device)`; the
+/// blocks of its pages end (unless another device of that name joined since).
 using kv_device_leave_atom = caf::atom_constant<caf::atom("kvdleave")>;
 /// Fault injection for tests and drills: `(.., std::uint32_t n)` flips one bit in each of the
 /// next n transfers (moves between tiers and reads), after the copy and before its check.
@@ -120,6 +121,9 @@ struct kv_store_config {
   std::vector<kv_pool_config> pools;     ///< device and host pools; at least one
   std::filesystem::path disk_dir;        ///< directory of the disk tier; empty: no disk tier
   std::uint64_t disk_capacity_bytes = 0; ///< bound of the disk tier
+  /// The served model's fingerprint (model_source::fingerprint): the disk tier's files carry it,
+  /// and files of another model found at start are rejected, never read.
+  std::uint64_t model = 0;
   std::chrono::milliseconds pin_ttl = defaults::kvstore::pin_ttl;             ///< default TTL
   std::chrono::milliseconds expiry_period = defaults::kvstore::expiry_period; ///< pin checks
   std::size_t max_waiting = defaults::kvstore::max_waiting; ///< operations waiting for space
@@ -174,12 +178,13 @@ struct kv_bytes {
   std::string reason;              ///< why not (a damaged block is dropped: recompute it)
   std::vector<std::uint8_t> bytes; ///< block_bytes
   std::uint64_t checksum = 0;      ///< block_checksum of `bytes` (0: not given)
+  bool gone = false;               ///< the block no longer exists (a page its device let go)
 };
 
 /// Inspector of kv_bytes.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_bytes& x) {
-  return f(caf::meta::type_name("kv_bytes"), x.ok, x.reason, x.bytes, x.checksum);
+  return f(caf::meta::type_name("kv_bytes"), x.ok, x.reason, x.bytes, x.checksum, x.gone);
 }
 
 /// Blocks leased for writing in place (kv_reserve_atom): their ids and memory. In this process
@@ -299,7 +304,8 @@ using kv_store_actor = caf::typed_actor<
     caf::reacts_to<kv_device_join_atom, std::string, caf::actor>,
     caf::reacts_to<kv_resident_atom, std::string, std::vector<kv_page>, std::vector<block_hash>>,
     caf::replies_to<kv_on_device_atom, std::string, std::vector<token>>::with<kv_prefix>,
-    caf::reacts_to<kv_device_leave_atom, std::string>, caf::reacts_to<kv_fault_atom, std::uint32_t>,
+    caf::reacts_to<kv_device_leave_atom, std::string, caf::actor_addr>,
+    caf::reacts_to<kv_fault_atom, std::uint32_t>,
     caf::reacts_to<kv_expiry_atom>,
     caf::reacts_to<kv_flush_atom>>;
 

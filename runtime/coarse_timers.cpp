@@ -11,6 +11,7 @@ coarse_timers::coarse_timers(std::chrono::milliseconds granularity,
                              std::chrono::milliseconds linger)
     : granularity_(std::max(granularity, std::chrono::milliseconds{1}))
     , linger_(linger)
+    , horizon_(100 * granularity_)
     , thread_([this] { run(); }) {}
 
 coarse_timers::~coarse_timers() {
@@ -30,10 +31,13 @@ coarse_timers::key coarse_timers::arm(clock::time_point deadline, std::function<
     k = next_++;
     auto at = by_deadline_.emplace(deadline, k);
     entries_.emplace(k, entry{at, std::move(fire)});
-    wake = asleep_;
+    // The thread sleeps without a timeout (once per idle period), or until a later deadline
+    // than this one (only far deadlines armed: at most once per such period).
+    wake = asleep_ || (timed_ && deadline < wake_at_);
     asleep_ = false;
+    nudged_ = nudged_ || wake;
   }
-  if (wake) // only when the thread sleeps without a timeout: once per idle period
+  if (wake)
     wake_.notify_one();
   return k;
 }
@@ -64,7 +68,15 @@ void coarse_timers::run() {
       last_armed = clock::now();
       continue;
     }
-    wake_.wait_for(lock, granularity_, [this] { return stop_; });
+    // Ticks every granularity while a deadline is near (or none is armed, lingering); with only
+    // far ones it sleeps until the first (arm() wakes it for an earlier one).
+    auto next = clock::now() + granularity_;
+    if (!by_deadline_.empty() && by_deadline_.begin()->first > next + horizon_)
+      next = by_deadline_.begin()->first;
+    wake_at_ = next;
+    timed_ = true;
+    wake_.wait_until(lock, next, [this] { return stop_ || nudged_; });
+    timed_ = nudged_ = false; // awake: arm() need not wake it
     const auto now = clock::now();
     while (!by_deadline_.empty() && by_deadline_.begin()->first <= now) {
       auto k = by_deadline_.begin()->second;

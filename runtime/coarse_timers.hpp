@@ -15,8 +15,10 @@ namespace triad {
 /// tool call), checked by one thread at a coarse granularity. Arming and cancelling take a
 /// mutex and make no system call (CAF's clock wakes its thread for every timeout set: at one
 /// agent session that tripled the CPU of a request); the thread ticks every `granularity` while
-/// any deadline is armed and for `linger` after the last one, then sleeps until one is armed
-/// again, so an idle process is not woken.
+/// a deadline is due within 100 granularities and for `linger` after the last one ends, sleeps
+/// until the first deadline while all are further away (a request's total deadline), and
+/// sleeps without a timeout when none is armed, so an idle process is not woken. Arming wakes
+/// it only when it sleeps past the new deadline.
 class coarse_timers {
 public:
   /// An armed deadline, for cancel().
@@ -43,6 +45,7 @@ private:
   void run();
 
   const std::chrono::milliseconds granularity_, linger_;
+  const std::chrono::milliseconds horizon_; // deadlines nearer than this: ticking
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::multimap<clock::time_point, key> by_deadline_;
@@ -53,6 +56,9 @@ private:
   std::unordered_map<key, entry> entries_;
   key next_ = 1;
   bool asleep_ = false; // waiting without a timeout: arm() must wake it
+  bool timed_ = false;  // waiting until wake_at_: arm() wakes it for an earlier deadline
+  bool nudged_ = false; // woken by arm()
+  clock::time_point wake_at_;
   bool stop_ = false;
   std::thread thread_;
 };

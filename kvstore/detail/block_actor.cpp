@@ -54,9 +54,10 @@ private:
   // device's driver, summed there and checked here.
   caf::result<kv_bytes> lend(std::vector<token> chain, std::uint64_t page,
                              std::uint64_t checksum) {
+    const auto id = id_; // the actor may stand for another block by the time the device answers
     auto owner = caf::actor_cast<caf::actor>(where_.owner);
     if (!owner)
-      return failed("its device stopped");
+      return failed(id, "its device stopped", true);
     // One token past the page: a device attaches a prompt's cached pages leaving at least one
     // token to compute, so a chain that ends with the page would attach the pages before it
     // only. Its value is never read.
@@ -65,9 +66,9 @@ private:
     request(owner, defaults::kvstore::lend_patience, kv_share_atom::value, std::move(chain), page,
             std::uint64_t{1})
         .then(
-            [this, promise, checksum](std::vector<kv_page>& pages) mutable {
+            [id, promise, checksum](std::vector<kv_page>& pages) mutable {
               if (pages.size() != 1) {
-                promise.deliver(failed("its device no longer holds the page"));
+                promise.deliver(failed(id, "its device no longer holds the page", true));
                 return;
               }
               auto& p = pages.front();
@@ -75,7 +76,7 @@ private:
                   std::span<const std::byte>{reinterpret_cast<const std::byte*>(p.bytes.data()),
                                              p.bytes.size()});
               if (sum != p.checksum || (checksum != 0 && sum != checksum)) {
-                promise.deliver(failed("the lent page failed its check"));
+                promise.deliver(failed(id, "the lent page failed its check", false));
                 return;
               }
               kv_bytes out;
@@ -84,15 +85,17 @@ private:
               out.checksum = sum;
               promise.deliver(std::move(out));
             },
-            [this, promise](caf::error&) mutable {
-              promise.deliver(failed("its device did not lend the page in time"));
+            [id, promise](caf::error&) mutable {
+              promise.deliver(failed(id, "its device did not lend the page in time", false));
             });
     return promise;
   }
 
-  kv_bytes failed(const std::string& why) const {
+  // A failed read of device page `id`; `gone`: the device no longer has it.
+  static kv_bytes failed(block_id id, const std::string& why, bool gone) {
     kv_bytes out;
-    out.reason = "block " + std::to_string(id_) + " (a device page): " + why;
+    out.reason = "block " + std::to_string(id) + " (a device page): " + why;
+    out.gone = gone;
     return out;
   }
 

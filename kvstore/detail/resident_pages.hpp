@@ -41,14 +41,20 @@ public:
   };
 
   /// Notes a device; a second join of the same name replaces the first (its pages end first).
-  void join(const std::string& name, device d) { devices_[name] = d; }
+  void join(const std::string& name, device d) {
+    devices_[name] = d;
+    count_.emplace(name, 0);
+  }
   /// The device named `name`, or null.
   const device* find_device(const std::string& name) const {
     auto it = devices_.find(name);
     return it == devices_.end() ? nullptr : &it->second;
   }
   /// Forgets a device (its pages must have ended).
-  void leave(const std::string& name) { devices_.erase(name); }
+  void leave(const std::string& name) {
+    devices_.erase(name);
+    count_.erase(name);
+  }
 
   /// The block of `hash` on `device`, or null.
   page* find(const std::string& device, block_hash hash) {
@@ -64,6 +70,7 @@ public:
   page& add(page p) {
     auto id = p.id;
     by_device_[key{p.device, p.hash}] = id;
+    ++count_[p.device];
     return pages_[id] = std::move(p);
   }
   /// Ends a block; returns it (its actor to retire), or nothing when unknown.
@@ -74,6 +81,8 @@ public:
     page out = std::move(it->second);
     pages_.erase(it);
     by_device_.erase(key{out.device, out.hash});
+    if (auto c = count_.find(out.device); c != count_.end() && c->second > 0)
+      --c->second;
     return out;
   }
   /// The ids of `device`'s blocks.
@@ -107,12 +116,12 @@ public:
 
   /// Blocks by device, for the store's stats.
   std::vector<std::pair<std::string, std::uint64_t>> counts() const {
-    std::map<std::string, std::uint64_t> n;
-    for (const auto& [name, d] : devices_)
-      n[name] = 0;
-    for (const auto& [k, id] : by_device_)
-      ++n[k.device];
-    return {n.begin(), n.end()};
+    return {count_.begin(), count_.end()};
+  }
+  /// Blocks of `device`.
+  std::uint64_t count(const std::string& device) const {
+    auto it = count_.find(device);
+    return it == count_.end() ? 0 : it->second;
   }
   /// Blocks in all.
   std::size_t size() const noexcept { return pages_.size(); }
@@ -128,6 +137,7 @@ private:
   std::map<std::string, device> devices_;
   std::unordered_map<block_id, page> pages_;
   std::map<key, block_id> by_device_;
+  std::map<std::string, std::uint64_t> count_; // blocks by device
 };
 
 } // namespace triad::detail

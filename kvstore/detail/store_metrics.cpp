@@ -26,6 +26,21 @@ store_metrics::store_metrics(metrics_registry* registry, std::size_t block_bytes
   }
 }
 
+void store_metrics::device_pages(const std::string& device, std::uint64_t n) {
+  if (registry_ == nullptr)
+    return;
+  auto it = device_pages_.find(device);
+  if (it == device_pages_.end()) {
+    auto g = registry_->add_gauge(
+        "triad_kv_device_pages",
+        "Pages in a device's own memory (its prefix cache) that KV store blocks stand for.",
+        {{"device", device}});
+    it = device_pages_.emplace(device, g ? *g : nullptr).first;
+  }
+  if (it->second != nullptr)
+    it->second->set(static_cast<double>(n));
+}
+
 // -- events --
 
 void store_metrics::evicted() noexcept {

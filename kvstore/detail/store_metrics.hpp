@@ -45,6 +45,9 @@ public:
   void actor_spawned() noexcept { ++actors_spawned_; }
   /// A device lent the page a block of its memory stands for (a read, checked).
   void lent() noexcept { ++lent_; }
+  /// Blocks standing for pages in `device`'s own memory now: sets triad_kv_device_pages (apart
+  /// from triad_kv_blocks, which counts the store's own memory).
+  void device_pages(const std::string& device, std::uint64_t n);
   /// A block moved from tier `from` to tier `to` in `seconds`.
   void moved(tier from, tier to, double seconds);
   /// Blocks held now, by tier (indexed by `tier`): sets the gauges.
@@ -74,6 +77,7 @@ private:
   counter *evictions_metric_ = nullptr, *demotions_metric_ = nullptr, *promotions_metric_ = nullptr,
           *expiries_metric_ = nullptr, *checksum_metric_ = nullptr;
   std::array<std::pair<gauge*, gauge*>, 3> tier_gauges_{};       // blocks, bytes; by tier
+  std::map<std::string, gauge*> device_pages_;                    // by device
   std::map<std::string, std::pair<counter*, histogram*>> paths_; // bytes, seconds; by path
 };
 

@@ -372,7 +372,8 @@ BOOST_AUTO_TEST_CASE(the_pages_a_device_computes_are_blocks_of_the_store_read_th
   BOOST_REQUIRE(st.device_pages.size() == 1u);
   BOOST_TEST(st.device_pages.front().first == device);
   BOOST_TEST(st.device_pages.front().second >= 12u);
-  BOOST_TEST(n->metrics().render().find("triad_kv_blocks{tier=\"device\"} 0") ==
+  BOOST_TEST(n->metrics().render().find("triad_kv_device_pages{device=\"" + device + "\"} " +
+                                         std::to_string(st.device_pages.front().second)) !=
              std::string::npos);
   const auto tokens = n->format().raw(prompt);
   caf::scoped_actor self{n->domains().orchestration().system()};

@@ -3,6 +3,7 @@
 #include "actors/node_config.hpp"
 #include "devices/factory.hpp"
 #include "devices/sim/sim_backend.hpp"
+#include "tests/devices/gguf_reference.hpp"
 #include "tests/printers.hpp"
 
 namespace {
@@ -16,6 +17,31 @@ triad::node_config parse(const std::string& text) {
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(factory)
+
+BOOST_AUTO_TEST_CASE(a_models_fingerprint_tells_other_weights_apart) {
+  auto open = [](const triad::model_config& m) {
+    auto s = triad::open_model(m);
+    BOOST_REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().message));
+    return s->fingerprint();
+  };
+  triad::model_config tiny;
+  tiny.preset = "tiny";
+  triad::model_config small;
+  small.preset = "small";
+  BOOST_TEST(open(tiny) == open(tiny));
+  BOOST_TEST(open(tiny) != open(small));
+  // Two files of one shape whose weights differ (another seed), and the same file again.
+  triad::test::gguf_spec spec;
+  triad::test::temp_model a{spec, "fp-a"};
+  spec.seed += 1;
+  triad::test::temp_model b{spec, "fp-b"};
+  triad::model_config fa, fb;
+  fa.path = a.path.string();
+  fb.path = b.path.string();
+  BOOST_TEST(open(fa) == open(fa));
+  BOOST_TEST(open(fa) != open(fb));
+  BOOST_TEST(open(fa) != open(tiny));
+}
 
 BOOST_AUTO_TEST_CASE(the_default_config_builds_real_cpu_devices) {
   auto node = triad::default_config();

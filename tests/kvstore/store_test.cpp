@@ -127,6 +127,7 @@ struct lender_state {
   std::mutex m;
   std::vector<std::pair<std::size_t, std::uint64_t>> asked; // (chain tokens, first page)
   bool changed = false;
+  bool forgot = false; // lends nothing, as a device that let its pages go
 };
 
 caf::behavior lender(caf::event_based_actor*, std::shared_ptr<lender_state> st) {
@@ -136,7 +137,7 @@ caf::behavior lender(caf::event_based_actor*, std::shared_ptr<lender_state> st) 
     st->asked.emplace_back(chain.size(), first);
     std::vector<triad::kv_page> out;
     // As a device: the pages asked for are attached only with a token past them.
-    if (count != 1 || chain.size() <= (first + 1) * block_tokens)
+    if (count != 1 || chain.size() <= (first + 1) * block_tokens || st->forgot)
       return out;
     triad::kv_page p;
     p.bytes = payload(static_cast<unsigned>(first + 1 + (st->changed ? 100 : 0)));
@@ -199,7 +200,8 @@ BOOST_FIXTURE_TEST_CASE(each_page_a_device_holds_is_a_block_of_the_device_tier, 
   BOOST_REQUIRE(s.device_pages.size() == 1u);
   BOOST_TEST(s.device_pages.front().first == "dev0");
   BOOST_TEST(s.device_pages.front().second == 3u);
-  BOOST_TEST(metrics.render().find("triad_kv_blocks{tier=\"device\"} 3") != std::string::npos);
+  BOOST_TEST(metrics.render().find("triad_kv_device_pages{device=\"dev0\"} 3") !=
+             std::string::npos);
   // Another chain shares none of them.
   BOOST_TEST(on_device(tokens(3 * block_tokens, 50)).ids.empty());
 }
@@ -224,6 +226,17 @@ BOOST_FIXTURE_TEST_CASE(a_device_page_is_read_through_its_device_checked, device
   auto again = read(held.ids[1]);
   BOOST_TEST(!again.ok);
   BOOST_TEST(again.reason.find("failed its check") != std::string::npos, again.reason);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_device_page_its_device_no_longer_lends_ends_its_block, device_fixture) {
+  auto held = on_device(chain);
+  BOOST_REQUIRE(held.ids.size() == 3u);
+  st->forgot = true;
+  auto r = read(held.ids[2]);
+  BOOST_TEST(!r.ok);
+  BOOST_TEST(r.gone);
+  BOOST_TEST(device_pages() == 2u); // not kept for a page that is not there
+  BOOST_TEST(on_device(chain).ids.size() == 2u);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_page_a_device_evicts_with_a_copy_moves_to_host_under_its_id,
@@ -262,10 +275,16 @@ BOOST_FIXTURE_TEST_CASE(pages_a_device_frees_or_holds_when_it_stops_end_their_bl
   auto acquired = op(triad::kv_acquire_atom::value, {held.ids[0]});
   BOOST_TEST(!acquired.ok);
   BOOST_TEST(acquired.reason.find("device dev0's memory") != std::string::npos, acquired.reason);
-  caf::anon_send(kv.store, triad::kv_device_leave_atom::value, std::string{"dev0"});
+  // A leave from another actor of that name (an older device) ends nothing; its own does.
+  caf::anon_send(kv.store, triad::kv_device_leave_atom::value, std::string{"dev0"},
+                 caf::actor_addr{});
+  BOOST_TEST(device_pages() == 2u);
+  caf::anon_send(kv.store, triad::kv_device_leave_atom::value, std::string{"dev0"},
+                 device.address());
   BOOST_TEST(stats().device_pages.empty());
   BOOST_TEST(!read(held.ids[0]).ok);
-  BOOST_TEST(metrics.render().find("triad_kv_blocks{tier=\"device\"} 0") != std::string::npos);
+  BOOST_TEST(metrics.render().find("triad_kv_device_pages{device=\"dev0\"} 0") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(sequences_with_a_common_prefix_share_its_blocks) {
@@ -534,6 +553,23 @@ BOOST_AUTO_TEST_CASE(the_disk_tier_survives_a_restart_and_rejects_damaged_files)
   BOOST_TEST(!damaged.ok);
   BOOST_TEST(damaged.reason.find("checksum") != std::string::npos);
   BOOST_TEST(lookup(tokens(12, 1)).tokens == 8u); // the damaged block is now a miss
+}
+
+BOOST_AUTO_TEST_CASE(disk_blocks_of_another_model_are_never_read) {
+  auto c = config({{"host0", triad::tier::host, 0, 4}});
+  c.disk_dir = dir;
+  c.disk_capacity_bytes = 1 << 20;
+  c.model = 0x1111;
+  start(c);
+  auto r = put("host0", tokens(8, 1), {payload(1), payload(2)});
+  BOOST_REQUIRE(r.ok);
+  BOOST_REQUIRE(op(triad::kv_demote_atom::value, r.ids).ok);
+  stop_store();
+  // The same shape of blocks, another model's weights: the files are rejected at start.
+  c.model = 0x2222;
+  start(c);
+  BOOST_TEST(stats().disk_damaged_on_open == 2u);
+  BOOST_TEST(lookup(tokens(8, 1)).tokens == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(device_to_device_goes_direct_with_peer_access_else_through_host) {

@@ -52,6 +52,18 @@ BOOST_AUTO_TEST_CASE(a_deadline_armed_after_the_thread_fell_asleep_still_fires) 
   BOOST_TEST((fired.get_future().wait_for(10s) == std::future_status::ready));
 }
 
+BOOST_AUTO_TEST_CASE(a_near_deadline_armed_while_only_a_far_one_waits_fires_on_time) {
+  // With only a deadline ten minutes away the thread sleeps until it; a near one armed then
+  // wakes it, and fires long before the far one.
+  triad::coarse_timers timers{5ms};
+  timers.arm(clock_type::now() + 600s, [] {});
+  std::this_thread::sleep_for(30ms); // the thread is asleep until the far deadline
+  std::promise<void> fired;
+  timers.arm(clock_type::now() + 10ms, [&] { fired.set_value(); });
+  BOOST_TEST((fired.get_future().wait_for(10s) == std::future_status::ready));
+  BOOST_TEST(timers.armed() == 1u); // the far one still waits
+}
+
 BOOST_AUTO_TEST_CASE(deadlines_fire_in_the_order_they_pass) {
   triad::coarse_timers timers{1ms};
   std::mutex m;
