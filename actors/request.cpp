@@ -200,7 +200,9 @@ private:
                 return;
               }
               if (!r.ok) {
-                fail(r.reason, r.code, r.retry_ms);
+                // After a device failed it, the reason that device gave too.
+                fail(device_failure_.empty() ? r.reason : r.reason + " (" + device_failure_ + ")",
+                     r.code, r.retry_ms);
                 return;
               }
               next(holding{r.device, r.name, 0, true});
@@ -607,6 +609,7 @@ private:
       return;
     }
     ++retries_;
+    device_failure_ = what;
     if (ctx_->metrics.device_retries != nullptr)
       ctx_->metrics.device_retries->inc();
     failed_devices_.push_back(h.name);
@@ -1124,6 +1127,7 @@ private:
   std::uint64_t unreported_ = 0; // tokens computed for the session, not yet told the router
   std::uint32_t retries_ = 0;    // moves to another device after failures
   std::vector<std::string> failed_devices_; // devices that failed this request
+  std::string device_failure_;              // what the last of them said
   holding prefill_, decode_;
   // The KV between devices (a transfer, a demotion), shared with the device importing it, so a
   // retry elsewhere needs no copy.

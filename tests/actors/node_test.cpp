@@ -867,6 +867,35 @@ BOOST_AUTO_TEST_CASE(requests_report_their_sessions_service_to_the_router_under_
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_request_with_no_device_left_says_why_the_last_one_failed_it) {
+  // One decode device, which fails: the retry finds none left, and the error says both.
+  auto config = triad::zero_time_sim_config(
+      {{"prefill0", triad::device_role::prefill}, {"decode0", triad::device_role::decode}});
+  config.orchestration.device_failure = triad::device_failure_policy::retry;
+  triad::node_options opts;
+  opts.tools = triad::test::sleeper_registry();
+  opts.backend_factory = [](const triad::node_config& c, const triad::device_config& d,
+                            std::shared_ptr<triad::arena> a,
+                            const triad::compute_placement& compute)
+      -> triad::expected<std::unique_ptr<triad::backend>> {
+    auto be = triad::make_backend(c, d, std::move(a), compute);
+    if (!be || d.name != "decode0")
+      return be;
+    return std::unique_ptr<triad::backend>{std::make_unique<failing_backend>(std::move(*be), 5)};
+  };
+  auto n = triad::node::start(config, opts);
+  BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+  recorder rec;
+  (*n)->submit(agent_request(), rec.callback());
+  const auto& last = rec.wait();
+  BOOST_REQUIRE(last.kind == triad::request_event::error);
+  BOOST_TEST(last.message.find("no device left for this stage") != std::string::npos,
+             last.message);
+  BOOST_TEST(last.message.find("device decode0 failed: injected: the device stopped answering") !=
+                 std::string::npos,
+             last.message);
+}
+
 BOOST_AUTO_TEST_CASE(a_failing_decode_device_moves_its_request_to_another) {
   for (bool throws : {false, true}) {
     auto n = start_failing_node(triad::device_failure_policy::retry, throws);
