@@ -452,11 +452,11 @@ private:
       delayed_send(this, ctx_->request_timeout, deadline_atom::value);
       return;
     }
-    deadline_timer_ = ctx_->timers->arm(clock_type::now() + ctx_->request_timeout,
-                                        [self = address()] {
-                                          if (auto a = caf::actor_cast<caf::actor>(self))
-                                            caf::anon_send(a, deadline_atom::value);
-                                        });
+    deadline_timer_ =
+        ctx_->timers->arm(clock_type::now() + ctx_->request_timeout, [self = address()] {
+          if (auto a = caf::actor_cast<caf::actor>(self))
+            caf::anon_send(a, deadline_atom::value);
+        });
   }
 
   // The pin policy with a store: the parked sequence stays on its device for the p90 of the
@@ -471,12 +471,11 @@ private:
         ttl = std::clamp(*p90, ctx_->options.pin_ttl_min, ctx_->options.pin_ttl_max);
     // A coarse timer, cancelled when the tool returns: most tools return before their TTL.
     pin_timer_ =
-        ctx_->timers->arm(clock_type::now() + ttl,
-                          [self = address(), call = usage_.tool_calls] {
-                            // Weak: a timer that fires as the request ends holds nothing.
-                            if (auto a = caf::actor_cast<caf::actor>(self))
-                              caf::anon_send(a, pin_expiry_atom::value, call);
-                          });
+        ctx_->timers->arm(clock_type::now() + ttl, [self = address(), call = usage_.tool_calls] {
+          // Weak: a timer that fires as the request ends holds nothing.
+          if (auto a = caf::actor_cast<caf::actor>(self))
+            caf::anon_send(a, pin_expiry_atom::value, call);
+        });
   }
 
   void cancel_pin_ttl() {

@@ -93,10 +93,10 @@ std::uint64_t model_source::fingerprint() const {
   };
   const auto& s = shape;
   add_text(s.name);
-  const std::uint64_t dims[] = {s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim,
-                                s.ffn, s.vocab, s.max_context, s.seed,
-                                static_cast<std::uint64_t>(s.arch), s.qkv_bias, s.qk_norm,
-                                s.tied_output, s.rope_adjacent};
+  const std::uint64_t dims[] = {
+      s.layers,   s.hidden,  s.heads,       s.kv_heads,     s.head_dim,
+      s.ffn,      s.vocab,   s.max_context, s.seed,         static_cast<std::uint64_t>(s.arch),
+      s.qkv_bias, s.qk_norm, s.tied_output, s.rope_adjacent};
   add(dims, sizeof(dims));
   add(&s.rope_theta, sizeof(s.rope_theta));
   add(&s.rms_eps, sizeof(s.rms_eps));

@@ -139,11 +139,9 @@ expected<disk_entry> read_header(int fd, const std::filesystem::path& path,
 
 } // namespace
 
-expected<std::unique_ptr<disk_pool>> disk_pool::open(std::filesystem::path dir,
-                                                     std::size_t block_tokens,
-                                                     std::size_t block_bytes,
-                                                     std::uint64_t capacity_bytes,
-                                                     std::uint64_t model) {
+expected<std::unique_ptr<disk_pool>>
+disk_pool::open(std::filesystem::path dir, std::size_t block_tokens, std::size_t block_bytes,
+                std::uint64_t capacity_bytes, std::uint64_t model) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir))

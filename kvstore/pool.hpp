@@ -84,11 +84,9 @@ public:
   /// Opens (creating) `dir` for blocks of `block_tokens` tokens and `block_bytes` bytes of the
   /// model whose fingerprint is `model`: files of other sizes or another model are rejected
   /// (removed and counted in damaged_on_open), so their KV is never read as this model's.
-  static expected<std::unique_ptr<disk_pool>> open(std::filesystem::path dir,
-                                                   std::size_t block_tokens,
-                                                   std::size_t block_bytes,
-                                                   std::uint64_t capacity_bytes,
-                                                   std::uint64_t model = 0);
+  static expected<std::unique_ptr<disk_pool>>
+  open(std::filesystem::path dir, std::size_t block_tokens, std::size_t block_bytes,
+       std::uint64_t capacity_bytes, std::uint64_t model = 0);
 
   /// Blocks found by `open`: every file whose header checked. Files that did not check were
   /// deleted and counted in `damaged_on_open`.

@@ -147,7 +147,7 @@ struct kv_put {
   bool hold = true;
   /// A device's evicted pages (kv_resident_atom named it): the blocks that stood for them in
   /// its memory move a tier down, keeping their ids. Empty: none.
-  std::string from_device;
+  std::string from_device = {};
 };
 
 /// Inspector of kv_put.
@@ -305,8 +305,7 @@ using kv_store_actor = caf::typed_actor<
     caf::reacts_to<kv_resident_atom, std::string, std::vector<kv_page>, std::vector<block_hash>>,
     caf::replies_to<kv_on_device_atom, std::string, std::vector<token>>::with<kv_prefix>,
     caf::reacts_to<kv_device_leave_atom, std::string, caf::actor_addr>,
-    caf::reacts_to<kv_fault_atom, std::uint32_t>,
-    caf::reacts_to<kv_expiry_atom>,
+    caf::reacts_to<kv_fault_atom, std::uint32_t>, caf::reacts_to<kv_expiry_atom>,
     caf::reacts_to<kv_flush_atom>>;
 
 /// A running store: the store actor (lifecycle of every block) and its prefix index actor

@@ -52,8 +52,7 @@ public:
 private:
   // The page this block stands for, lent by its device (kv_share_atom): one copy out on the
   // device's driver, summed there and checked here.
-  caf::result<kv_bytes> lend(std::vector<token> chain, std::uint64_t page,
-                             std::uint64_t checksum) {
+  caf::result<kv_bytes> lend(std::vector<token> chain, std::uint64_t page, std::uint64_t checksum) {
     const auto id = id_; // the actor may stand for another block by the time the device answers
     auto owner = caf::actor_cast<caf::actor>(where_.owner);
     if (!owner)
@@ -72,9 +71,8 @@ private:
                 return;
               }
               auto& p = pages.front();
-              const auto sum = block_checksum(
-                  std::span<const std::byte>{reinterpret_cast<const std::byte*>(p.bytes.data()),
-                                             p.bytes.size()});
+              const auto sum = block_checksum(std::span<const std::byte>{
+                  reinterpret_cast<const std::byte*>(p.bytes.data()), p.bytes.size()});
               if (sum != p.checksum || (checksum != 0 && sum != checksum)) {
                 promise.deliver(failed(id, "the lent page failed its check", false));
                 return;

@@ -36,7 +36,7 @@ public:
 
   /// A device the store keeps blocks for.
   struct device {
-    caf::actor_addr owner; ///< lends the pages (weak: the store keeps no device alive)
+    caf::actor_addr owner;  ///< lends the pages (weak: the store keeps no device alive)
     domain* home = nullptr; ///< where its pages' block actors live
   };
 

@@ -77,7 +77,7 @@ private:
   counter *evictions_metric_ = nullptr, *demotions_metric_ = nullptr, *promotions_metric_ = nullptr,
           *expiries_metric_ = nullptr, *checksum_metric_ = nullptr;
   std::array<std::pair<gauge*, gauge*>, 3> tier_gauges_{};       // blocks, bytes; by tier
-  std::map<std::string, gauge*> device_pages_;                    // by device
+  std::map<std::string, gauge*> device_pages_;                   // by device
   std::map<std::string, std::pair<counter*, histogram*>> paths_; // bytes, seconds; by path
 };
 

@@ -373,7 +373,7 @@ BOOST_AUTO_TEST_CASE(the_pages_a_device_computes_are_blocks_of_the_store_read_th
   BOOST_TEST(st.device_pages.front().first == device);
   BOOST_TEST(st.device_pages.front().second >= 12u);
   BOOST_TEST(n->metrics().render().find("triad_kv_device_pages{device=\"" + device + "\"} " +
-                                         std::to_string(st.device_pages.front().second)) !=
+                                        std::to_string(st.device_pages.front().second)) !=
              std::string::npos);
   const auto tokens = n->format().raw(prompt);
   caf::scoped_actor self{n->domains().orchestration().system()};
@@ -816,14 +816,18 @@ BOOST_AUTO_TEST_CASE(a_draining_node_refuses_new_requests_with_a_reason) {
 // throws when `throws` is set (a driver-thread fault); everything else goes to `inner`.
 using triad::test::failing_backend;
 
-// Zero-time sim devices: a prefill device and two decode devices, of which decode0 fails after
-// a few steps (or throws), so an agent session breaks on it mid-decode.
+// Zero-time sim devices: a prefill device and two decode devices (one with `one_decode`), of
+// which decode0 fails after a few steps (or throws), so an agent session breaks on it
+// mid-decode.
 std::unique_ptr<triad::node> start_failing_node(triad::device_failure_policy policy, bool throws,
                                                 int after = 5,
-                                                triad::kv_policy kv = triad::kv_policy::pin) {
-  auto config = triad::zero_time_sim_config({{"prefill0", triad::device_role::prefill},
-                                             {"decode0", triad::device_role::decode},
-                                             {"decode1", triad::device_role::decode}});
+                                                triad::kv_policy kv = triad::kv_policy::pin,
+                                                bool one_decode = false) {
+  std::vector<std::pair<std::string, triad::device_role>> devices{
+      {"prefill0", triad::device_role::prefill}, {"decode0", triad::device_role::decode}};
+  if (!one_decode)
+    devices.emplace_back("decode1", triad::device_role::decode);
+  auto config = triad::zero_time_sim_config(devices);
   config.orchestration.device_failure = policy;
   config.orchestration.kv = kv;
   triad::node_options opts;
@@ -869,24 +873,10 @@ BOOST_AUTO_TEST_CASE(requests_report_their_sessions_service_to_the_router_under_
 
 BOOST_AUTO_TEST_CASE(a_request_with_no_device_left_says_why_the_last_one_failed_it) {
   // One decode device, which fails: the retry finds none left, and the error says both.
-  auto config = triad::zero_time_sim_config(
-      {{"prefill0", triad::device_role::prefill}, {"decode0", triad::device_role::decode}});
-  config.orchestration.device_failure = triad::device_failure_policy::retry;
-  triad::node_options opts;
-  opts.tools = triad::test::sleeper_registry();
-  opts.backend_factory = [](const triad::node_config& c, const triad::device_config& d,
-                            std::shared_ptr<triad::arena> a,
-                            const triad::compute_placement& compute)
-      -> triad::expected<std::unique_ptr<triad::backend>> {
-    auto be = triad::make_backend(c, d, std::move(a), compute);
-    if (!be || d.name != "decode0")
-      return be;
-    return std::unique_ptr<triad::backend>{std::make_unique<failing_backend>(std::move(*be), 5)};
-  };
-  auto n = triad::node::start(config, opts);
-  BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+  auto n = start_failing_node(triad::device_failure_policy::retry, false, 5,
+                              triad::kv_policy::pin, true);
   recorder rec;
-  (*n)->submit(agent_request(), rec.callback());
+  n->submit(agent_request(), rec.callback());
   const auto& last = rec.wait();
   BOOST_REQUIRE(last.kind == triad::request_event::error);
   BOOST_TEST(last.message.find("no device left for this stage") != std::string::npos,
