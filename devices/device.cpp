@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <map>
 #include <unordered_set>
 
@@ -162,7 +163,9 @@ public:
           if (s == nullptr)
             return;
           s->tokens.insert(s->tokens.end(), appended.begin(), appended.end());
-          s->state = s->computed < s->tokens.size() ? seq_state::waiting : seq_state::running;
+          s->state = s->tier_answers_due > 0          ? seq_state::fetching // swapped out
+                     : s->computed < s->tokens.size() ? seq_state::waiting
+                                                      : seq_state::running;
           s->finished = false;
           // The grammar the answer to the result follows (none: free). Parked, no job of the
           // sequence is in flight: the plan is the actor's now.
@@ -227,7 +230,7 @@ public:
             // The other device gave none (it evicted them, stopped or was slow): what the
             // store holds is fetched instead.
             s->from_peer = false;
-            fetch_from_tier(*s, cacheable_chain(s->tokens), false);
+            fetch_from_tier(*s, s->chain, false);
           }
           if (!pages.empty())
             s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
@@ -246,10 +249,20 @@ public:
         [this](step_done_atom, std::shared_ptr<detail::step_job>& job) { on_step(std::move(job)); },
         [this](kv_share_atom, std::vector<token>& tokens, std::uint64_t first,
                std::uint64_t count) { return share(std::move(tokens), first, count); },
-        [this](share_done_atom, std::uint64_t key, std::vector<kv_page>& pages) {
+        [this](swap_done_atom, seq_id id, std::uint64_t key, std::vector<kv_page>& pages) {
+          swapped(id, key, std::move(pages));
+        },
+        [this](share_done_atom, std::uint64_t key, std::vector<kv_page>& pages, bool failed) {
           auto it = shares_.find(key);
           if (it == shares_.end())
             return;
+          if (failed) { // the asker computes them, or tries again: they are not gone
+            it->second.deliver(
+                caf::make_error(caf::sec::runtime_error,
+                                "device " + options_.name + " could not copy the pages out"));
+            shares_.erase(it);
+            return;
+          }
           stats_.lent_pages += pages.size();
           if (metrics_.lent_pages != nullptr)
             metrics_.lent_pages->inc(static_cast<double>(pages.size()));
@@ -269,6 +282,9 @@ private:
     std::size_t cached = 0;    // of those, tokens attached from the prefix cache (whole pages)
     std::size_t shared = 0;    // of those, from the device's own cache (the rest: the tier's)
     bool lookup = false;       // look the prompt up in the prefix cache before computing it
+    // Set when it looks up: the chain hashes of its tokens' whole pages a lookup can attach (the
+    // first `shared` tokens' are those it holds from the prefix cache once attached).
+    std::vector<block_hash> chain;
     std::uint32_t generated = 0;
     seq_state state = seq_state::waiting;
     bool finished = false;
@@ -284,6 +300,8 @@ private:
     // it waits for in `fetching` before its prompt is computed.
     std::uint8_t tier_answers_due = 0;
     bool from_peer = false; // its fetched pages come from another device's memory
+    // Preempted: the key of the copy of its pages to host memory on its way (0: none).
+    std::uint64_t swap_key = 0;
   };
 
   // One answer of the tier below came for `s`: once none is due, a fetching sequence may run
@@ -330,6 +348,21 @@ private:
   // for the caller. Without a tier, or with no KV, the sequence is freed and nothing is kept.
   caf::result<kv_kept> demote(seq_id id, std::uint32_t keep_ms) {
     auto* s = find(id);
+    if (s != nullptr && tier_ && s->computed == 0 && (s->swap_key != 0 || s->fetched)) {
+      // Preempted meanwhile: the pages it was swapped out to are kept, once they are here.
+      auto promise = make_response_promise<kv_kept>();
+      auto key = next_promise_++;
+      demotions_.emplace(key, demotion{promise, 0, keep_ms});
+      if (s->swap_key != 0) {
+        swap_demotions_.emplace(s->swap_key, key);
+      } else {
+        auto pages = *s->fetched;
+        keep_swapped(key, std::move(pages));
+      }
+      seqs_.erase(id);
+      update_gauges();
+      return promise;
+    }
     if (s == nullptr || !tier_ || s->computed == 0) {
       if (s != nullptr)
         release(id);
@@ -365,12 +398,14 @@ private:
     submit([be = backend_, tokens = std::move(tokens), first, count, key,
             self = caf::actor_cast<device_actor>(this)] {
       std::vector<kv_page> pages;
+      bool failed = false;
       try {
         pages = detail::share_pages(*be, tokens, first, count);
       } catch (const std::exception&) { // out of memory for the copies: none lent
         pages.clear();
+        failed = true;
       }
-      caf::anon_send(self, share_done_atom::value, key, std::move(pages));
+      caf::anon_send(self, share_done_atom::value, key, std::move(pages), failed);
     });
     return promise;
   }
@@ -436,8 +471,9 @@ private:
     // The chain of the prompt's pages a prefix cache could give, hashed once for the memory
     // check (when others hold memory) and the fetch from the tier below (when it looks up).
     const bool looks_up = !importing && options_.prefix_cache && req.reuse_prefix;
-    const auto chain =
-        looks_up || !seqs_.empty() ? cacheable_chain(req.prompt) : std::vector<block_hash>{};
+    const bool comes_back = tier_ && !req.kept_blocks.empty() && options_.prefix_cache;
+    auto chain = looks_up || comes_back || !seqs_.empty() ? lookup_chain(req.prompt)
+                                                          : std::vector<block_hash>{};
     if (auto full = memory_full(req.prompt, chain); !full.empty())
       return refuse(errc::busy, std::move(full));
     if (options_.role == device_role::prefill)
@@ -463,6 +499,8 @@ private:
       tier_->lease(detail::pages_for(s.tokens.size(), kv_.page_tokens), s.req.seq,
                    caf::actor_cast<caf::actor>(this));
     }
+    if (s.lookup || comes_back)
+      s.chain = std::move(chain);
     if (tier_ && !s.req.kept_blocks.empty()) {
       // A demoted sequence comes back: its kept blocks are read before its first step (and
       // looked up in its own cache first, as any prompt).
@@ -475,7 +513,7 @@ private:
       tier_->fetch_kept(std::move(s.req.kept_blocks), std::move(kept), s.req.seq,
                         caf::actor_cast<caf::actor>(this));
     } else if (s.lookup) {
-      fetch_from_tier(s, chain);
+      fetch_from_tier(s, s.chain);
     }
     auto id = s.req.seq;
     seqs_.emplace(id, std::move(s));
@@ -483,29 +521,27 @@ private:
   }
 
   // Why `prompt` waits (empty: it may come in): the KV pages the unfinished sequences here need
-  // for their tokens so far (pages shared with the prefix cache aside, as the planner counts
-  // them) and the prompt's own (those its prefix cache holds aside) must fit the device. A
-  // newcomer that does not fit waits (busy) instead of pushing others out to be recomputed:
-  // preemption is for growth, not admission. Parked sequences count (a pin keeps their KV here
-  // across a tool call; a pin's TTL, not a newcomer, moves it to the store); finished ones do
-  // not (they go first). A prompt alone larger than the device comes in, and the planner
-  // refuses it with its reason.
-  // `chain`: cacheable_chain(prompt).
-  std::string memory_full(const std::vector<token>& prompt,
-                          std::span<const block_hash> chain) const {
+  // for their tokens so far (a page shared through the prefix cache counted once, as the
+  // planner counts them) and the prompt's own (those of its prefix cache that another
+  // sequence holds aside) must fit the device. A newcomer that does not fit waits (busy)
+  // instead of pushing others out to be recomputed: preemption is for growth, not admission.
+  // Parked sequences count (a pin keeps their KV here across a tool call; a pin's TTL, not a
+  // newcomer, moves it to the store); finished ones do not (they go first). A prompt alone
+  // larger than the device comes in, and the planner refuses it with its reason.
+  // `chain`: lookup_chain(prompt).
+  std::string memory_full(const std::vector<token>& prompt, std::span<const block_hash> chain) {
     const auto pt = kv_.page_tokens;
     const auto total = kv_.pages_total;
     if (pt == 0 || seqs_.empty() || detail::pages_for(prompt.size(), pt) > total)
       return {};
-    // The pages its own prefix cache holds are attached, not taken.
-    std::size_t need = detail::pages_for(prompt.size(), pt) - own_run(chain), active = 0;
-    for (const auto& [id, s] : seqs_)
-      if (s.state != seq_state::done) {
-        need += detail::pages_for(s.tokens.size(), pt) - s.shared / pt;
-        ++active;
-      }
+    const auto& st = plan_state();
+    const auto need =
+        detail::pages_needed(st.seqs, pt, prompt.size(), chain.first(own_run(chain)), plan_.held);
     if (need <= total)
       return {};
+    const auto active = std::count_if(seqs_.begin(), seqs_.end(), [](const auto& e) {
+      return e.second.state != seq_state::done;
+    });
     return "busy: the KV of the " + std::to_string(active) + " unfinished sequences on " +
            options_.name + " and this prompt's " + std::to_string(prompt.size()) + " tokens need " +
            std::to_string(need) + " pages of its " + std::to_string(total);
@@ -515,10 +551,10 @@ private:
   // holds (as far as the actor knows: the pages it published, less those evicted since) are
   // fetched before its first step, from whichever holds more of them, when the copy takes less
   // time than computing them: the sequence waits in `fetching` until they arrive
-  // (kv_fetched_atom). `chain`: cacheable_chain(s.tokens); `peers`: false to leave other
+  // (kv_fetched_atom). `chain`: lookup_chain(s.tokens); `peers`: false to leave other
   // devices out (one just gave none).
   void fetch_from_tier(sequence& s, std::span<const block_hash> chain, bool peers = true) {
-    if (chain.empty())
+    if (!tier_ || chain.empty())
       return;
     const std::size_t own = own_run(chain);
     auto below = tier_->held(chain.subspan(own));
@@ -552,11 +588,11 @@ private:
                  caf::actor_cast<caf::actor>(this));
   }
 
-  // With a tier below: the chain hashes of the whole pages of `tokens` a prefix lookup can
-  // attach (at least one token is left to compute); empty without a tier.
-  std::vector<block_hash> cacheable_chain(const std::vector<token>& tokens) const {
+  // The chain hashes of the whole pages of `tokens` a prefix lookup can attach (at least one
+  // token is left to compute).
+  std::vector<block_hash> lookup_chain(const std::vector<token>& tokens) const {
     const auto pt = kv_.page_tokens;
-    if (!tier_ || pt == 0 || tokens.size() <= pt)
+    if (pt == 0 || tokens.size() <= pt)
       return {};
     return chain_hashes(std::span<const token>{tokens.data(), (tokens.size() - 1) / pt * pt}, pt);
   }
@@ -658,12 +694,31 @@ private:
       std::optional<std::size_t> import_tokens;
       if (s.state == seq_state::importing && s.import)
         import_tokens = s.import->tokens;
+      // The pages it holds from the prefix cache; about to look up, those the lookup attaches
+      // and the tokens they and the fetched pages cover.
+      std::span<const block_hash> shared{s.chain};
       std::size_t incoming = 0;
-      if (s.lookup && s.computed == 0 && s.fetched)
-        for (const auto& p : *s.fetched)
-          incoming += p.tokens.size();
+      const auto pt = std::max<std::size_t>(1, kv_.page_tokens);
+      if (s.computed > 0) {
+        shared = shared.first(std::min(shared.size(), s.shared / pt));
+      } else if (s.lookup && s.state != seq_state::importing) {
+        shared = shared.first(own_run(shared));
+        incoming = shared.size() * pt;
+        if (s.fetched && !s.fetched->empty()) {
+          // Fetched pages start at the first page or where the own cache ended when asked.
+          const auto from = std::find(s.chain.begin(), s.chain.end(), s.fetched->front().hash);
+          std::size_t tokens = static_cast<std::size_t>(from - s.chain.begin()) * pt;
+          if (from == s.chain.end())
+            tokens = 0;
+          for (const auto& p : *s.fetched)
+            tokens += p.tokens.size();
+          incoming = std::max(incoming, tokens);
+        }
+      } else {
+        shared = {};
+      }
       st.seqs.push_back({id, s.admitted_order, s.state, s.finished, s.tokens.size(), s.computed,
-                         s.shared, import_tokens, incoming});
+                         shared, import_tokens, incoming});
     }
     st.pages_total = kv_.pages_total;
     st.page_tokens = kv_.page_tokens;
@@ -693,7 +748,9 @@ private:
     if (plan.items.empty()) {
       if (!plan.starved)
         return;
-      if (preempt_one())
+      // A sequence admitted after the earliest that starved gives up its KV; when none holds
+      // any, another does (nothing runs: waiting on the older ones would wait forever).
+      if (preempt_one(plan.starving) || preempt_one())
         return schedule();
       // Nothing holds KV and still nothing fits: fail what waits rather than hang.
       for (auto it = seqs_.begin(); it != seqs_.end();) {
@@ -834,7 +891,13 @@ private:
     // the job's results are applied (before, it could be a sequence of this very job, whose
     // KV the results then count again). Nothing to make room: they fail.
     const auto settle_starved_imports = [&] {
-      if (!starved_imports.empty() && !preempt_one())
+      if (starved_imports.empty())
+        return;
+      std::uint64_t earliest = std::numeric_limits<std::uint64_t>::max();
+      for (auto& [id, error] : starved_imports)
+        if (auto* s = find(id))
+          earliest = std::min(earliest, s->admitted_order);
+      if (!preempt_one(earliest) && !preempt_one())
         for (auto& [id, error] : starved_imports)
           if (auto* s = find(id)) {
             emit(*s, device_event::failed, "KV import failed: " + error);
@@ -979,22 +1042,88 @@ private:
 
   // Drops one sequence's KV for memory and marks it for recompute: a finished sequence first
   // (its KV is only kept for reuse), then a parked one, then the most recently admitted running
-  // or waiting one. False when no sequence holds KV.
-  bool preempt_one() {
-    const auto id = detail::pick_victim(plan_state().seqs);
+  // or waiting one admitted after `starving` (any without it). Its full pages go into the
+  // prefix cache (the tier below when evicted), where its recompute, or its request's resume
+  // after a tool call, looks them up. False when no such sequence holds KV.
+  bool preempt_one(std::optional<std::uint64_t> starving = std::nullopt) {
+    const auto id = detail::pick_victim(plan_state().seqs, starving);
     if (!id)
       return false;
     auto* victim = find(*id);
     ++stats_.preemptions;
-    pending_frees_.push_back(victim->req.seq);
+    const bool swap = options_.prefix_cache;
+    if (swap) {
+      std::vector<token> computed{victim->tokens.begin(),
+                                  victim->tokens.begin() +
+                                      static_cast<std::ptrdiff_t>(victim->computed)};
+      note_published(computed);
+      victim->swap_key = next_promise_++;
+      ++victim->tier_answers_due;
+      submit([be = backend_, id = *id, key = victim->swap_key, computed = std::move(computed),
+              self = caf::actor_cast<device_actor>(this)] {
+        std::vector<kv_page> pages;
+        try {
+          if (auto out = be->export_pages(id, computed))
+            pages = std::move(*out);
+        } catch (const std::exception&) { // no memory for the copy: recomputed instead
+          pages.clear();
+        }
+        detail::publish_and_free(*be, id, computed);
+        caf::anon_send(self, swap_done_atom::value, id, key, std::move(pages));
+      });
+    } else {
+      pending_frees_.push_back(victim->req.seq);
+    }
     victim->computed = 0;
     victim->cached = 0;
     victim->shared = 0;
+    victim->fetched.reset();
     victim->lookup = options_.prefix_cache && victim->req.reuse_prefix;
-    if (victim->state == seq_state::running)
-      victim->state = seq_state::waiting;
-    emit(*victim, device_event::preempted, "KV memory exhausted; recomputing when scheduled");
+    victim->chain =
+        victim->lookup || swap ? lookup_chain(victim->tokens) : std::vector<block_hash>{};
+    victim->lookup = victim->lookup || swap;
+    if (victim->state == seq_state::running || victim->state == seq_state::waiting)
+      victim->state = swap ? seq_state::fetching : seq_state::waiting;
+    emit(*victim, device_event::preempted,
+         swap ? "KV memory exhausted; swapped to host memory until scheduled"
+              : "KV memory exhausted; recomputing when scheduled");
     return true;
+  }
+
+  // A preempted sequence's pages were copied out (empty: they could not be): they wait in host
+  // memory until it is scheduled again, when its step job attaches them; or, demoted
+  // meanwhile, they are kept in the tier below for its request.
+  void swapped(seq_id id, std::uint64_t key, std::vector<kv_page> pages) {
+    if (auto d = swap_demotions_.find(key); d != swap_demotions_.end()) {
+      const auto demotion_key = d->second;
+      swap_demotions_.erase(d);
+      keep_swapped(demotion_key, std::move(pages));
+      return;
+    }
+    auto* s = find(id);
+    if (s == nullptr || s->swap_key != key)
+      return; // freed meanwhile
+    s->swap_key = 0;
+    if (!pages.empty())
+      s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
+    tier_answered(*s);
+  }
+
+  // Keeps a preempted sequence's swapped pages in the tier below for demotion `key` (none: its
+  // request recomputes them).
+  void keep_swapped(std::uint64_t key, std::vector<kv_page> pages) {
+    auto it = demotions_.find(key);
+    if (it == demotions_.end())
+      return;
+    if (pages.empty()) {
+      it->second.promise.deliver(kv_kept{});
+      demotions_.erase(it);
+      return;
+    }
+    for (const auto& p : pages)
+      it->second.tokens += p.tokens.size();
+    tier_->keep(std::move(pages), std::chrono::milliseconds{it->second.keep_ms}, key,
+                caf::actor_cast<caf::actor>(this));
   }
 
   void emit(const sequence& s, device_event::kind_t kind, std::string message,
@@ -1048,6 +1177,8 @@ private:
     std::uint64_t tokens = 0;  // tokens kept
     std::uint32_t keep_ms = 0; // how long the store keeps them pinned
   };
+  // Demotions of preempted sequences waiting for their swapped pages: swap key -> demotion key.
+  std::map<std::uint64_t, std::uint64_t> swap_demotions_;
   std::map<std::uint64_t, demotion> demotions_; // per demotion in flight
   std::uint64_t next_promise_ = 0;
   bool in_flight_ = false;

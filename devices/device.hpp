@@ -74,8 +74,12 @@ using device_retry_atom = caf::atom_constant<caf::atom("devretry")>;
 using demote_done_atom = caf::atom_constant<caf::atom("demotedone")>;
 /// A device's own: an export finished on the driver: `(export_done_atom, key, kv_blob, error)`.
 using export_done_atom = caf::atom_constant<caf::atom("exportdone")>;
+/// A device's own: a preempted sequence's pages were copied out on the driver (swapped to
+/// host memory) and freed: `(swap_done_atom, seq_id, swap key, std::vector<kv_page>)`.
+using swap_done_atom = caf::atom_constant<caf::atom("swapdone")>;
 /// A device's own: pages another device asked for (kv_share_atom) were copied out on the
-/// driver: `(share_done_atom, key, std::vector<kv_page>)`.
+/// driver: `(share_done_atom, key, std::vector<kv_page>, bool failed)`; `failed`: the copy
+/// could not be made (out of memory), which is not the pages being gone.
 using share_done_atom = caf::atom_constant<caf::atom("sharedone")>;
 
 namespace detail {
@@ -334,7 +338,8 @@ using device_actor = caf::typed_actor<
     caf::reacts_to<export_done_atom, std::uint64_t, kv_blob, std::string>,
     caf::replies_to<kv_share_atom, std::vector<token>, std::uint64_t,
                     std::uint64_t>::with<std::vector<kv_page>>,
-    caf::reacts_to<share_done_atom, std::uint64_t, std::vector<kv_page>>>;
+    caf::reacts_to<share_done_atom, std::uint64_t, std::vector<kv_page>, bool>,
+    caf::reacts_to<swap_done_atom, seq_id, std::uint64_t, std::vector<kv_page>>>;
 
 /// Spawns a device actor in `home` owning `backend` and a driver thread that runs its steps.
 /// The actor admits sequences (answering busy at once when full), forms each step from running

@@ -4,28 +4,67 @@
 
 namespace triad::detail {
 
+namespace {
+
+// Sorts `held` and drops its duplicates.
+void sort_unique(std::vector<block_hash>& held) {
+  std::sort(held.begin(), held.end());
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+}
+
+// How many of `pages` the sorted `held` lists.
+std::size_t held_of(std::span<const block_hash> pages, const std::vector<block_hash>& held) {
+  std::size_t n = 0;
+  for (auto h : pages)
+    n += std::binary_search(held.begin(), held.end(), h) ? 1 : 0;
+  return n;
+}
+
+// Adds `pages` to the sorted `held`.
+void hold(std::span<const block_hash> pages, std::vector<block_hash>& held) {
+  for (auto h : pages)
+    if (auto it = std::lower_bound(held.begin(), held.end(), h); it == held.end() || *it != h)
+      held.insert(it, h);
+}
+
+} // namespace
+
 void plan_step(const step_state& state, step_plan& out) {
   out.items.clear();
   out.too_large.clear();
   out.starved = false;
+  out.starving.reset();
   out.max_steps = 1;
   const std::size_t page = std::max<std::size_t>(1, state.page_tokens);
   const auto pages = [page](std::size_t tokens) { return pages_for(tokens, page); };
 
   auto& order = out.order;
+  auto& held = out.held;
   order.clear();
+  held.clear();
   std::size_t used = 0;
   for (std::size_t i = 0; i < state.seqs.size(); ++i) {
     const auto& s = state.seqs[i];
     order.push_back(i);
-    // Pages attached from the prefix cache are shared: counted as free here (an estimate; the
-    // backend's reservation is exact and answers exhausted when it is wrong).
-    used += pages(s.computed) - s.cached / page;
+    if (s.computed == 0)
+      continue; // a lookup's pages are counted when it is planned
+    // Its own pages here; those of the prefix cache once, however many sequences hold them.
+    const auto shared = std::min(s.shared.size(), pages(s.computed));
+    used += pages(s.computed) - shared;
+    held.insert(held.end(), s.shared.begin(),
+                s.shared.begin() + static_cast<std::ptrdiff_t>(shared));
   }
+  sort_unique(held);
+  used += held.size();
   std::size_t free_pages = state.pages_total > used ? state.pages_total - used : 0;
   std::sort(order.begin(), order.end(), [&state](std::size_t a, std::size_t b) {
     return state.seqs[a].admitted_order < state.seqs[b].admitted_order;
   });
+  const auto starve = [&out](const planned_sequence& s) {
+    out.starved = true;
+    if (!out.starving || s.admitted_order < *out.starving)
+      out.starving = s.admitted_order;
+  };
 
   std::size_t budget = state.token_budget;
   for (std::size_t i : order) {
@@ -35,7 +74,7 @@ void plan_step(const step_state& state, step_plan& out) {
     if (s->phase == seq_phase::running && !s->finished && s->computed + 1 == s->tokens) {
       const auto need = pages(s->computed + 1) - pages(s->computed);
       if (need > free_pages) {
-        out.starved = true;
+        starve(*s);
         continue;
       }
       free_pages -= need;
@@ -56,23 +95,29 @@ void plan_step(const step_state& state, step_plan& out) {
       out.too_large.push_back(s->seq);
       continue;
     }
-    // Fetched pages are appended in the job before the step: memory planned for them, not
+    // The pages it has without taking free ones: those it computed, or, about to look its
+    // prompt up, those of the lookup that other sequences hold already.
+    const bool looks_up = s->computed == 0 && !importing;
+    const std::size_t has = looks_up ? held_of(s->shared, held) : pages(s->computed);
+    // Attached and fetched pages come in the job before the step: memory planned for them, not
     // taken from what this plan gave the others. A sequence they do not fit waits, and so do
     // the prompts admitted after it (they would take the pages it waits for).
-    if (pages(s->incoming) > pages(s->computed) + free_pages) {
-      out.starved = true;
+    if (pages(s->incoming) > has + free_pages) {
+      starve(*s);
       break;
     }
     const std::size_t computed = importing ? *s->import_tokens : s->computed;
-    const std::size_t room = (pages(s->computed) + free_pages) * page;
+    const std::size_t room = (has + free_pages) * page;
     const std::size_t fit = room > computed ? room - computed : 0;
     const std::size_t left = s->tokens - computed;
     const std::size_t chunk = std::min({left, budget, state.max_prefill_chunk, fit});
     if (chunk == 0) {
-      out.starved = true;
+      starve(*s);
       continue;
     }
-    free_pages -= pages(std::max(computed + chunk, s->incoming)) - pages(s->computed);
+    free_pages -= pages(std::max(computed + chunk, s->incoming)) - has;
+    if (looks_up)
+      hold(s->shared, held); // a later lookup of the same pages takes none
     out.items.push_back({s->seq, computed, chunk, importing, computed + chunk == s->tokens});
     budget -= chunk;
   }
@@ -100,13 +145,33 @@ step_plan plan_step(const step_state& state) {
   return out;
 }
 
-std::optional<seq_id> pick_victim(std::span<const planned_sequence> seqs) {
+std::size_t pages_needed(std::span<const planned_sequence> seqs, std::size_t page_tokens,
+                         std::size_t prompt_tokens, std::span<const block_hash> attach,
+                         std::vector<block_hash>& held) {
+  const std::size_t page = std::max<std::size_t>(1, page_tokens);
+  held.clear();
+  std::size_t need = 0;
+  for (const auto& s : seqs) {
+    if (s.phase == seq_phase::done)
+      continue; // it goes first
+    const auto shared = std::min(s.shared.size(), pages_for(s.tokens, page));
+    need += pages_for(s.tokens, page) - shared;
+    held.insert(held.end(), s.shared.begin(),
+                s.shared.begin() + static_cast<std::ptrdiff_t>(shared));
+  }
+  sort_unique(held);
+  const auto own = pages_for(prompt_tokens, page);
+  return need + held.size() + own - std::min(own, held_of(attach, held));
+}
+
+std::optional<seq_id> pick_victim(std::span<const planned_sequence> seqs,
+                                  std::optional<std::uint64_t> starving) {
   const auto rank = [](const planned_sequence& s) {
     return s.phase == seq_phase::done ? 2 : s.phase == seq_phase::parked ? 1 : 0;
   };
   const planned_sequence* victim = nullptr;
   for (const auto& s : seqs) {
-    if (s.computed == 0)
+    if (s.computed == 0 || (rank(s) == 0 && starving && s.admitted_order <= *starving))
       continue;
     if (victim == nullptr || rank(s) > rank(*victim) ||
         (rank(s) == rank(*victim) && s.admitted_order > victim->admitted_order))

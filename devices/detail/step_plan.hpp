@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "devices/backend.hpp"
+#include "devices/prefix_hash.hpp"
 
 /// The device actor's scheduling rule as a pure function: which sequences the next step job
 /// computes (decodes, chunked prefills, KV imports), which can never fit, whether the driver may
@@ -32,11 +33,15 @@ struct planned_sequence {
   bool finished = false;    ///< its generation ended (a parked sequence may have)
   std::size_t tokens = 0;   ///< prompt, generated and appended tokens
   std::size_t computed = 0; ///< tokens whose KV the backend holds
-  std::size_t cached = 0;   ///< of those, attached from the prefix cache (shared pages)
+  /// The chain hashes of the pages it holds from the device's prefix cache (the first of its
+  /// pages), or, about to look its prompt up (computed 0), of those the lookup attaches. Other
+  /// sequences may hold the same pages: each is counted once.
+  std::span<const block_hash> shared;
   /// importing, with its KV bytes at hand: the tokens they cover.
   std::optional<std::size_t> import_tokens;
-  /// waiting, with pages fetched from the tier below to attach before its first step: the
-  /// tokens they hold (their pages are taken from the free ones when it is planned).
+  /// waiting, about to look its prompt up: the tokens its pages cover before its first step
+  /// (attached from the prefix cache, fetched from the tier below); the pages not held by
+  /// another sequence are taken from the free ones when it is planned.
   std::size_t incoming = 0;
 };
 
@@ -69,11 +74,17 @@ struct step_plan {
   std::vector<seq_id> too_large;
   /// A sequence that could take part did not fit (no pages, no chunk left).
   bool starved = false;
+  /// The admission order of the earliest sequence that did not fit (set when starved): a
+  /// sequence admitted before it is never its victim (pick_victim), or the victim, served first
+  /// again, would take back the pages it gave.
+  std::optional<std::uint64_t> starving;
   /// Steps the driver may run: burst_steps when every sequence that could take part is in the
   /// step, each one's prompt completes in it and none starved; else 1.
   std::size_t max_steps = 1;
   /// Scratch of plan_step: indices of the state's sequences in admission order.
   std::vector<std::size_t> order;
+  /// Scratch of plan_step: the distinct shared pages the sequences hold, sorted.
+  std::vector<block_hash> held;
 };
 
 /// Pages a sequence of `tokens` tokens holds, at `page_tokens` (>= 1) tokens per page.
@@ -88,9 +99,19 @@ void plan_step(const step_state& state, step_plan& out);
 /// plan_step, answering a new plan.
 step_plan plan_step(const step_state& state);
 
+/// The pages a newcomer of `prompt_tokens` tokens needs with the unfinished sequences of `seqs`
+/// at their current lengths: every page each holds or will hold, a page shared through the
+/// prefix cache counted once, and the newcomer's own (`attach`: the chain hashes of those its
+/// prefix lookup would attach, taken from the free ones unless another sequence holds them).
+/// `held`: scratch.
+std::size_t pages_needed(std::span<const planned_sequence> seqs, std::size_t page_tokens,
+                         std::size_t prompt_tokens, std::span<const block_hash> attach,
+                         std::vector<block_hash>& held);
+
 /// The sequence that gives up its KV for memory: a finished one first (its KV is only kept for
-/// reuse), then a parked one, then the most recently admitted running or waiting one; nullopt
-/// when no sequence holds KV.
-std::optional<seq_id> pick_victim(std::span<const planned_sequence> seqs);
+/// reuse), then a parked one, then the most recently admitted running or waiting one admitted
+/// after `starving` (step_plan::starving; any without it); nullopt when none holds KV.
+std::optional<seq_id> pick_victim(std::span<const planned_sequence> seqs,
+                                  std::optional<std::uint64_t> starving = std::nullopt);
 
 } // namespace triad::detail

@@ -250,6 +250,86 @@ BOOST_AUTO_TEST_CASE(demoted_requests_resume_from_the_store_when_a_decode_device
   BOOST_TEST(device_sequences(*n) == 0u);
 }
 
+// Agent session `i` of the memory-pressure test: its own system prompt (no page shared with
+// another session's), three tool calls of 100 ms.
+triad::chat_request pressure_session(int i) {
+  triad::chat_request r;
+  r.session = "p";
+  r.session += std::to_string(i);
+  std::string system = std::to_string(i);
+  system += ": you are one of eight coding agents; read the failing test, find the cause, change "
+            "as little as you can and run the suite again.";
+  r.messages = {{"system", std::move(system)}, {"user", "Fix the failing test."}};
+  triad::generation_script s;
+  for (int t = 0; t < 3; ++t)
+    s.turns.push_back({8, triad::tool_call_text{"nap", R"({"ms": 100})"}});
+  s.turns.push_back({6, std::nullopt});
+  r.script = s;
+  return r;
+}
+
+// The usage of each pressure session, all submitted at once to a node whose two cpu devices
+// have `device_mib` of memory each (demote, a host tier of 16 MiB, 20 s per request).
+// `computed`: the tokens the devices computed; `preemptions`: sequences that gave up their KV.
+std::vector<triad::request_usage> pressure_sessions(std::uint32_t device_mib, int sessions,
+                                                    std::uint64_t& computed,
+                                                    std::uint64_t& preemptions) {
+  triad::orchestration_options o;
+  o.kv = triad::kv_policy::demote;
+  auto n = start_node(o, [device_mib](triad::node_config& c) {
+    for (auto& d : c.devices)
+      d.memory_mib = device_mib;
+    c.kvstore.host_mib = 16;
+    c.limits.request_timeout_ms = 20'000;
+  });
+  std::vector<std::unique_ptr<recorder>> recs;
+  for (int i = 0; i < sessions; ++i) {
+    recs.push_back(std::make_unique<recorder>());
+    n->submit(pressure_session(i), recs.back()->callback());
+  }
+  std::vector<triad::request_usage> out;
+  for (auto& rec : recs) {
+    const auto& last = rec->wait();
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+    BOOST_TEST(last.usage.tool_calls == 3u);
+    out.push_back(last.usage);
+  }
+  BOOST_TEST(device_sequences(*n) == 0u);
+  computed = device_tokens(*n);
+  preemptions = devices_sum(*n, &triad::device_stats::preemptions);
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(sessions_whose_kv_exceeds_device_memory_complete_without_recompute) {
+  constexpr int sessions = 8;
+  // Each session alone on devices with room for all of them: what it computes at the least.
+  std::vector<triad::request_usage> alone;
+  std::uint64_t least = 0, preemptions = 0;
+  for (int i = 0; i < sessions; ++i) {
+    std::uint64_t computed = 0;
+    auto one = pressure_sessions(256, 1, computed, preemptions);
+    alone.push_back(one.front());
+    least += computed;
+  }
+  // All at once on devices of 2 MiB (32 pages of 16 tokens each on the tiny preset): together
+  // their KV is several times what a device holds; sessions in a tool call wait in the store's
+  // host tier, newcomers wait for room, a sequence that must give up its pages for an older
+  // one's growth is swapped to host memory, and nothing is computed twice.
+  std::uint64_t computed = 0;
+  auto together = pressure_sessions(2, sessions, computed, preemptions);
+  BOOST_TEST_MESSAGE("pressure: " << preemptions << " preemptions, " << computed
+                                  << " tokens computed, " << least << " alone");
+  BOOST_TEST(computed == least);
+  std::uint64_t kv_tokens = 0;
+  for (int i = 0; i < sessions; ++i) {
+    BOOST_TEST_INFO("session " << i);
+    BOOST_TEST(together[i].prefill_tokens == alone[i].prefill_tokens);
+    BOOST_TEST(together[i].kv_stored_calls == 3u);
+    kv_tokens += together[i].prompt_tokens + together[i].completion_tokens;
+  }
+  BOOST_TEST(kv_tokens > 2u * 32u * 16u); // more than both devices hold
+}
+
 BOOST_AUTO_TEST_CASE(the_monolithic_layout_runs_the_same_session_on_one_device) {
   auto config = triad::default_config();
   config.topology.bind_threads = false;

@@ -22,11 +22,11 @@ step_state device(std::size_t pages = 64) {
 }
 
 planned_sequence waiting(seq_id id, std::uint64_t order, std::size_t tokens) {
-  return {id, order, seq_phase::waiting, false, tokens, 0, 0, std::nullopt};
+  return {id, order, seq_phase::waiting, false, tokens, 0, {}, std::nullopt};
 }
 
 planned_sequence running(seq_id id, std::uint64_t order, std::size_t computed) {
-  return {id, order, seq_phase::running, false, computed + 1, computed, 0, std::nullopt};
+  return {id, order, seq_phase::running, false, computed + 1, computed, {}, std::nullopt};
 }
 
 std::vector<seq_id> seqs_of(const step_plan& p) {
@@ -78,18 +78,66 @@ BOOST_AUTO_TEST_CASE(a_decode_without_a_free_page_starves_and_is_left_out) {
   BOOST_TEST(p.starved);
 }
 
-BOOST_AUTO_TEST_CASE(pages_from_the_prefix_cache_count_as_free) {
-  auto st = device(2);
-  auto s = running(1, 0, 4);
-  s.cached = 4; // its one page is shared with the cache
-  st.seqs = {s, waiting(2, 1, 8)};
-  const auto p = plan_step(st);
+BOOST_AUTO_TEST_CASE(a_page_of_the_prefix_cache_counts_once_however_many_hold_it) {
+  auto st = device(3);
+  const std::vector<block_hash> chain{11};
+  auto a = running(1, 0, 5); // one page from the cache, one of its own
+  a.shared = chain;
+  auto b = running(2, 1, 5); // the same cached page, one of its own
+  b.shared = chain;
+  st.seqs = {a, b};
+  // 3 pages held: the decodes fit in the pages they have, a third sequence's prompt in none.
+  st.seqs.push_back(waiting(3, 2, 4));
+  auto p = plan_step(st);
   BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(p.starved);
+  st.pages_total = 4; // one page more: the prompt fits
+  p = plan_step(st);
+  BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1, 2, 3}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_page_attached_from_the_prefix_cache_is_held_not_free) {
+  // A sequence back from a tool call attached its own cached pages: nobody else holds them,
+  // and they are not free for another prompt.
+  auto st = device(2);
+  const std::vector<block_hash> chain{21};
+  auto back = running(1, 0, 4);
+  back.shared = chain;
+  st.seqs = {back, waiting(2, 1, 8)};
+  const auto p = plan_step(st);
+  // The decode takes the second page; nothing is left for the prompt.
+  BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1}), boost::test_tools::per_element());
+  BOOST_TEST(p.starved);
+  BOOST_TEST(*p.starving == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_lookup_takes_the_pages_it_attaches_unless_another_holds_them) {
+  auto st = device(4);
+  const std::vector<block_hash> chain{31, 32};
+  auto holder = running(1, 0, 9); // holds pages 31 and 32 from the cache, and a third
+  holder.shared = chain;
+  auto same = waiting(2, 1, 9); // attaches 31 and 32: held already, one page of its own
+  same.shared = chain;
+  same.incoming = 8;
+  st.seqs = {holder, same};
+  auto p = plan_step(st);
+  BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(!p.starved);
+  // Another prompt attaching two cached pages nobody holds needs them from the free ones.
+  auto other = waiting(3, 2, 9);
+  const std::vector<block_hash> its{41, 42};
+  other.shared = its;
+  other.incoming = 8;
+  st.seqs = {holder, other};
+  p = plan_step(st);
+  BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1}), boost::test_tools::per_element());
+  BOOST_TEST(p.starved);
+  BOOST_TEST(*p.starving == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(an_import_starts_at_the_tokens_its_kv_covers) {
   auto st = device();
-  planned_sequence s{7, 0, seq_phase::importing, false, 13, 0, 0, std::size_t{12}};
+  planned_sequence s{7, 0, seq_phase::importing, false, 13, 0, {}, std::size_t{12}};
   st.seqs = {s};
   const auto p = plan_step(st);
   BOOST_TEST_REQUIRE(p.items.size() == 1u);
@@ -122,7 +170,7 @@ BOOST_AUTO_TEST_CASE(pages_fetched_from_the_tier_are_planned_before_they_are_att
 
 BOOST_AUTO_TEST_CASE(an_importing_sequence_whose_bytes_are_away_is_not_planned) {
   auto st = device();
-  st.seqs = {{7, 0, seq_phase::importing, false, 13, 0, 0, std::nullopt}};
+  st.seqs = {{7, 0, seq_phase::importing, false, 13, 0, {}, std::nullopt}};
   BOOST_TEST(plan_step(st).items.empty());
 }
 
@@ -171,6 +219,38 @@ BOOST_AUTO_TEST_CASE(the_victim_is_a_done_one_then_a_parked_one_then_the_newest)
 BOOST_AUTO_TEST_CASE(no_victim_when_no_sequence_holds_kv) {
   std::vector<planned_sequence> seqs{waiting(1, 0, 8)};
   BOOST_TEST(!pick_victim(seqs).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_victim_is_never_admitted_before_the_sequence_that_starved) {
+  // Preempting an older sequence for a newer one that starved would only swap them: the older
+  // one, planned first, takes the pages back when it is computed again.
+  auto older = running(1, 1, 4);
+  auto starving = running(2, 5, 4);
+  auto newer = running(3, 7, 4);
+  std::vector<planned_sequence> seqs{older, starving, newer};
+  BOOST_TEST(*pick_victim(seqs, 5) == 3u);
+  seqs.pop_back();
+  BOOST_TEST(!pick_victim(seqs, 5).has_value());
+  auto parked = running(4, 0, 4); // a parked one computes nothing: it goes whatever its age
+  parked.phase = seq_phase::parked;
+  seqs.push_back(parked);
+  BOOST_TEST(*pick_victim(seqs, 5) == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(a_newcomer_needs_the_held_pages_once_and_its_own) {
+  std::vector<block_hash> chain{51, 52};
+  auto a = running(1, 0, 8); // 9 tokens: 3 pages of 4, two from the cache
+  a.shared = chain;
+  auto b = running(2, 1, 8);
+  b.shared = chain;
+  auto done = running(3, 2, 40);
+  done.phase = seq_phase::done; // goes first: not counted
+  std::vector<planned_sequence> seqs{a, b, done};
+  std::vector<block_hash> scratch;
+  // 1 + 1 own pages, 2 shared; a prompt of 9 tokens attaching the two shared: 1 page more.
+  BOOST_TEST(pages_needed(seqs, 4, 9, chain, scratch) == 5u);
+  // Attaching nothing held: all its 3 pages.
+  BOOST_TEST(pages_needed(seqs, 4, 9, {}, scratch) == 7u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
