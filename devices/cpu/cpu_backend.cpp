@@ -7,6 +7,7 @@
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <xxhash.h>
 
 #include "devices/cpu/detail/boundary.hpp"
 #include "devices/cpu/detail/kernels.hpp"
@@ -23,7 +24,33 @@ double since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
+// Steps of at least this many tokens measure what a prompt's token costs to compute.
+constexpr std::size_t min_measured_rows = 16;
+
 } // namespace
+
+namespace detail {
+
+double measure_checked_copy() {
+  // 8 MiB, past the caches of most cores, copied then summed as an import does; the best of
+  // three runs (the first pays the page faults).
+  constexpr std::size_t bytes = std::size_t{8} << 20;
+  std::vector<std::byte> from(bytes, std::byte{1});
+  std::vector<std::byte> to(bytes);
+  double best = 0;
+  for (int run = 0; run < 3; ++run) {
+    const auto start = clock_type::now();
+    std::memcpy(to.data(), from.data(), bytes);
+    volatile auto sum = XXH3_64bits(to.data(), bytes);
+    (void)sum;
+    const double s = since(start);
+    if (s > 0 && (best == 0 || s < best))
+      best = s;
+  }
+  return best > 0 ? static_cast<double>(bytes) / best : 0;
+}
+
+} // namespace detail
 
 using matrix = detail::cpu_matrix;
 
@@ -182,8 +209,20 @@ expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options o
         }
         m.rope = std::make_unique<detail::rope_table>(s.max_context, s.head_dim, s.rope_theta,
                                                       s.rope_freq_factors, s.rope_adjacent);
+        self->copy_bytes_per_second_ = detail::measure_checked_copy();
         return self;
       });
+}
+
+bool cpu_backend::import_cheaper(std::size_t context, std::size_t tokens) const {
+  (void)context; // attention over it makes computing dearer still: left out, a bound
+  const double per_token = seconds_per_token_.load(std::memory_order_relaxed);
+  if (tokens == 0 || per_token <= 0 || copy_bytes_per_second_ <= 0)
+    return true;
+  const double bytes =
+      static_cast<double>(tokens) * static_cast<double>(options_.shape.kv_bytes_per_token(
+                                        cache_->type()));
+  return bytes / copy_bytes_per_second_ < static_cast<double>(tokens) * per_token;
 }
 
 std::string cpu_backend::kernel() const {
@@ -395,6 +434,11 @@ expected<step_output> cpu_backend::step_unguarded(std::span<const step_item> ite
   out.tokens = rows;
   out.seconds = since(start);
   profile_ = {out.seconds, matmul_seconds, attention_seconds, rows};
+  if (rows >= min_measured_rows) { // a prefill: what computing a prompt's token costs here
+    const double now = out.seconds / static_cast<double>(rows);
+    const double was = seconds_per_token_.load(std::memory_order_relaxed);
+    seconds_per_token_.store(was <= 0 ? now : 0.75 * was + 0.25 * now, std::memory_order_relaxed);
+  }
   return out;
 }
 

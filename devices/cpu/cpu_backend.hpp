@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,12 @@ struct cpu_step_profile {
   std::uint64_t tokens = 0;     ///< tokens computed
 };
 
+namespace detail {
+/// Bytes per second of a checked copy on this machine (memcpy of 8 MiB, then XXH3 of it), as a
+/// KV import does; 0 when the clock could not tell.
+double measure_checked_copy();
+} // namespace detail
+
 /// A real Llama-architecture decoder on this machine's cores: embedding, RMSNorm, rotary
 /// positions, grouped-query attention over the paged KV cache, SwiGLU MLP, output projection.
 /// Matmuls run in oneDNN (AMX / AVX-512 bf16 where present) or, for bf16 weights on CPUs without
@@ -81,6 +88,20 @@ public:
                                               std::size_t from_page = 0) const override {
     return cache_->export_pages(seq, tokens, from_page);
   }
+  /// From measured costs: the KV of `tokens` tokens copied and checksummed at the bandwidth
+  /// measured at construction, against computing them at the seconds per token of this
+  /// backend's recent prefill steps (the context's attention left out: a bound that favours
+  /// computing). Before any prefill step was measured: true.
+  bool import_cheaper(std::size_t context, std::size_t tokens) const override;
+  /// The two measured costs import_cheaper weighs.
+  struct import_costs {
+    double copy_bytes_per_second = 0;  ///< a checked copy (memcpy, then XXH3 of the copy)
+    double compute_seconds_per_token = 0; ///< recent prefill steps; 0 before any
+  };
+  /// The costs measured so far; thread-safe.
+  import_costs measured_import_costs() const noexcept {
+    return {copy_bytes_per_second_, seconds_per_token_.load(std::memory_order_relaxed)};
+  }
 
   std::vector<page_range> stream_groups() const override { return cache_->layer_groups(); }
   std::vector<std::span<std::byte>> page_memory(seq_id seq) override {
@@ -113,6 +134,8 @@ private:
   std::unique_ptr<paged_kv_cache> cache_;
   std::unique_ptr<impl> impl_;
   cpu_step_profile profile_;
+  double copy_bytes_per_second_ = 0;           // measured at construction
+  std::atomic<double> seconds_per_token_{0.0}; // prefill steps, smoothed; written by step()
 };
 
 } // namespace triad

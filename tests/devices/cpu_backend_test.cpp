@@ -156,6 +156,27 @@ BOOST_AUTO_TEST_CASE(a_mixed_batch_gives_each_sequence_the_logits_it_gets_alone)
   BOOST_TEST(relative_error(out->logits[2], b_next) <= 1e-5);
 }
 
+BOOST_AUTO_TEST_CASE(whether_an_import_beats_computing_comes_from_measured_costs) {
+  auto b = make(triad::dtype::bf16);
+  auto costs = b->measured_import_costs();
+  BOOST_TEST(costs.copy_bytes_per_second > 0);
+  BOOST_TEST(costs.compute_seconds_per_token == 0); // no prefill measured yet: imports
+  BOOST_TEST(b->import_cheaper(0, 64));
+  prefill(*b, 1, random_tokens(3)); // a decode-sized step measures nothing
+  BOOST_TEST(b->measured_import_costs().compute_seconds_per_token == 0);
+  prefill(*b, 2, random_tokens(48));
+  costs = b->measured_import_costs();
+  BOOST_TEST_REQUIRE(costs.compute_seconds_per_token > 0);
+  BOOST_TEST_MESSAGE("checked copy " << costs.copy_bytes_per_second / 1e9 << " GB/s, compute "
+                                     << costs.compute_seconds_per_token * 1e6 << " us/token");
+  // The decision follows the two costs: a token's KV copied against a token computed.
+  const double kv = static_cast<double>(tiny().kv_bytes_per_token(triad::dtype::bf16));
+  const bool cheaper = kv / costs.copy_bytes_per_second < costs.compute_seconds_per_token;
+  BOOST_TEST(b->import_cheaper(0, 64) == cheaper);
+  // On a cpu a token's KV (a few KiB here) copies in far less time than its layers take.
+  BOOST_TEST(cheaper);
+}
+
 BOOST_AUTO_TEST_CASE(chunked_prefill_across_page_boundaries_gives_identical_results) {
   auto whole = make(triad::dtype::bf16, 8);
   auto chunked = make(triad::dtype::bf16, 8);
