@@ -143,6 +143,7 @@ public:
     seqs_.clear();
     backlog_.clear();
     pending_frees_.clear();
+    swap_demotions_.clear(); // their promises are in demotions_
     kv_watchers_.clear();
   }
 
@@ -167,6 +168,8 @@ public:
                      : s->computed < s->tokens.size() ? seq_state::waiting
                                                       : seq_state::running;
           s->finished = false;
+          if (s->computed == 0 && s->lookup) // preempted: its lookup covers the longer prompt
+            s->chain = lookup_chain(s->tokens);
           // The grammar the answer to the result follows (none: free). Parked, no job of the
           // sequence is in flight: the plan is the actor's now.
           if (s->plan)
@@ -280,10 +283,12 @@ private:
     std::vector<token> tokens; // prompt, generated and appended tokens
     std::size_t computed = 0;  // tokens whose KV the backend holds
     std::size_t cached = 0;    // of those, tokens attached from the prefix cache (whole pages)
+    std::size_t stored = 0;    // of `cached`, those from the tier below (reported as stored)
     std::size_t shared = 0;    // of those, from the device's own cache (the rest: the tier's)
     bool lookup = false;       // look the prompt up in the prefix cache before computing it
-    // Set when it looks up: the chain hashes of its tokens' whole pages a lookup can attach (the
-    // first `shared` tokens' are those it holds from the prefix cache once attached).
+    // Set when it looks up (a prompt, a demoted sequence back, a swapped one): the chain hashes
+    // of its tokens' whole pages a lookup can attach (the first `shared` tokens' are those it
+    // holds from the prefix cache once attached).
     std::vector<block_hash> chain;
     std::uint32_t generated = 0;
     seq_state state = seq_state::waiting;
@@ -302,6 +307,11 @@ private:
     bool from_peer = false; // its fetched pages come from another device's memory
     // Preempted: the key of the copy of its pages to host memory on its way (0: none).
     std::uint64_t swap_key = 0;
+    bool swapped = false; // its `fetched` pages are its own KV, swapped out when preempted
+    // Its first `published` full pages are in the prefix cache's index and known to the tier
+    // below as this device's (blocks of the store); the last one's chain hash.
+    std::size_t published = 0;
+    block_hash published_hash = root_hash;
   };
 
   // One answer of the tier below came for `s`: once none is due, a fetching sequence may run
@@ -356,8 +366,7 @@ private:
       if (s->swap_key != 0) {
         swap_demotions_.emplace(s->swap_key, key);
       } else {
-        auto pages = *s->fetched;
-        keep_swapped(key, std::move(pages));
+        keep_swapped(key, *s->fetched); // a copy: rare (demoted while swapped out)
       }
       seqs_.erase(id);
       update_gauges();
@@ -370,7 +379,7 @@ private:
     }
     std::vector<token> computed{s->tokens.begin(),
                                 s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed)};
-    note_published(computed);
+    note_published(*s, computed.size());
     seqs_.erase(id);
     auto promise = make_response_promise<kv_kept>();
     auto key = next_promise_++;
@@ -474,7 +483,10 @@ private:
     const bool comes_back = tier_ && !req.kept_blocks.empty() && options_.prefix_cache;
     auto chain = looks_up || comes_back || !seqs_.empty() ? lookup_chain(req.prompt)
                                                           : std::vector<block_hash>{};
-    if (auto full = memory_full(req.prompt, chain); !full.empty())
+    if (auto full =
+            memory_full(req.prompt, looks_up || comes_back ? std::span<const block_hash>{chain}
+                                                           : std::span<const block_hash>{});
+        !full.empty())
       return refuse(errc::busy, std::move(full));
     if (options_.role == device_role::prefill)
       req.max_new_tokens = std::min<std::uint32_t>(req.max_new_tokens, 1);
@@ -606,24 +618,51 @@ private:
     return own;
   }
 
-  // Notes the full pages of `tokens` as the device's own (it publishes them to its prefix
-  // cache), so a later prompt does not fetch them from the tier below, and tells the tier
-  // (other devices may copy them).
-  void note_published(const std::vector<token>& tokens) {
-    if (!tier_ || kv_.page_tokens == 0)
+  // Notes the full pages among the first `tokens` tokens of `s` as the device's own (they are
+  // published to its prefix cache), so a later prompt does not fetch them from the tier below,
+  // and tells the tier (they are blocks of the store, other devices may copy them). Hashes only
+  // the pages past those noted before.
+  void note_published(sequence& s, std::size_t tokens) {
+    const auto pt = kv_.page_tokens;
+    if (pt == 0)
       return;
+    const auto full = std::min(tokens, s.tokens.size()) / pt;
     std::vector<kv_page> added;
-    const std::span<const token> all{tokens};
-    block_hash parent = root_hash;
-    for (std::size_t at = 0; at + kv_.page_tokens <= all.size(); at += kv_.page_tokens) {
-      auto own = all.subspan(at, kv_.page_tokens);
-      const auto hash = chain_hash(parent, own);
-      if (own_pages_.insert(hash).second)
-        added.push_back(kv_page{hash, parent, {own.begin(), own.end()}, {}, 0});
-      parent = hash;
+    const std::span<const token> all{s.tokens};
+    for (; s.published < full; ++s.published) {
+      auto own = all.subspan(s.published * pt, pt);
+      const auto hash = chain_hash(s.published_hash, own);
+      if (tier_ && own_pages_.insert(hash).second)
+        added.push_back(kv_page{hash, s.published_hash, {own.begin(), own.end()}, {}, 0});
+      s.published_hash = hash;
     }
     if (!added.empty())
       tier_->resident(tier_index_, added, {});
+  }
+
+  // The full pages the job's sequences computed become blocks as they are computed: indexed in
+  // the prefix cache on the driver (other prompts attach them, the store reads them through
+  // the device), then noted (note_published). One driver job for all of them.
+  void publish_computed(const std::vector<seq_id>& ids) {
+    const auto pt = kv_.page_tokens;
+    if (!options_.prefix_cache || pt == 0)
+      return;
+    std::vector<std::pair<seq_id, std::vector<token>>> batch;
+    for (auto id : ids) {
+      auto* s = find(id);
+      if (s == nullptr || s->computed / pt <= s->published)
+        continue;
+      const auto end = s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed / pt * pt);
+      batch.emplace_back(id, std::vector<token>{s->tokens.begin(), end});
+    }
+    if (batch.empty())
+      return;
+    submit([be = backend_, batch] {
+      for (const auto& [id, tokens] : batch)
+        be->publish(id, tokens);
+    });
+    for (auto& [id, tokens] : batch)
+      note_published(*find(id), tokens.size());
   }
 
   // Answers an admission, then schedules: the driver sends a sequence's tokens to its sink as
@@ -644,7 +683,7 @@ private:
     if (it != seqs_.end() && options_.prefix_cache && it->second.computed > 0) {
       const auto& t = it->second.tokens;
       computed.assign(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(it->second.computed));
-      note_published(computed);
+      note_published(it->second, computed.size());
     }
     if (it != seqs_.end())
       seqs_.erase(it);
@@ -793,12 +832,14 @@ private:
           // What the done event the driver sends says came from caches (an earlier job may
           // have attached them; this job's own attach, if any, is the driver's to tell).
           mo.cached = s->cached;
-          mo.stored = s->cached - s->shared;
+          mo.stored = s->stored;
         }
         if (options_.prefix_cache) // the whole prompt is computed once the item has run
           mo.publish = s->tokens;
       }
       job->generated.push_back(s->generated);
+      job->swap_ins.push_back(s->swapped && s->lookup && s->computed == 0);
+      job->earlier_cached.push_back(static_cast<std::uint32_t>(s->cached));
       if (s->lookup && s->computed == 0) {
         job->add_lookup(i, s->tokens, std::move(s->fetched));
         s->lookup = false;
@@ -909,7 +950,12 @@ private:
                          [id](const auto& si) { return si.first == id; });
     };
     if (!r.output) { // starved imports go with the job's sequences: retried, or failed below
-      if (r.output.error().code == errc::exhausted && preempt_one()) {
+      // The victim is admitted after every sequence of the job, when one is (else any).
+      std::uint64_t earliest = std::numeric_limits<std::uint64_t>::max();
+      for (auto id : r.seqs)
+        if (auto* s = find(id))
+          earliest = std::min(earliest, s->admitted_order);
+      if (r.output.error().code == errc::exhausted && (preempt_one(earliest) || preempt_one())) {
         // The prefixes the job attached before the step stay on the backend's sequences:
         // they go, and the retry looks them up again (with the pages fetched for them).
         for (std::size_t l = 0; l < job->lookup_count; ++l) {
@@ -963,8 +1009,15 @@ private:
       if (s == nullptr || starved(r.seqs[i])) // freed while the step ran, or its import waits
         continue;
       s->computed += r.tokens[i];
-      if (r.cached[i] != 0) {
+      if (job->swap_ins[i]) {
+        s->swapped = false; // attached back (or, unusable, computed again)
+        if (r.cached[i] != 0) {
+          ++stats_.swapped_in;
+          s->shared = r.cached[i] - r.fetched[i];
+        }
+      } else if (r.cached[i] != 0) {
         s->cached = r.cached[i];
+        s->stored = r.fetched[i];
         // Only the pages attached from the device's own cache are shared; those fetched from
         // the tier below are the sequence's own memory, as computed ones are.
         s->shared = r.cached[i] - r.fetched[i];
@@ -1006,7 +1059,7 @@ private:
         // Exported and freed on the driver: the KV goes with the done event (sent by the
         // driver before it streamed the pages, when they went through the tier's blocks), the
         // sequence goes.
-        note_published(mo->publish);
+        note_published(*s, mo->publish.size());
         if (s->stream_out)
           s->stream_out->take(); // a lease that came too late gives its blocks back now
         if (mo->streamed) {
@@ -1020,6 +1073,7 @@ private:
         emit(*s, device_event::done, ended);
       }
     }
+    publish_computed(r.seqs);
     settle_starved_imports();
     update_gauges();
     job->move_outs.clear(); // no stream slot stays with the kept job object
@@ -1040,48 +1094,57 @@ private:
     evicted.clear();
   }
 
-  // Drops one sequence's KV for memory and marks it for recompute: a finished sequence first
-  // (its KV is only kept for reuse), then a parked one, then the most recently admitted running
-  // or waiting one admitted after `starving` (any without it). Its full pages go into the
-  // prefix cache (the tier below when evicted), where its recompute, or its request's resume
-  // after a tool call, looks them up. False when no such sequence holds KV.
+  // One sequence's KV gives way for memory: a finished sequence first (its KV is only kept for
+  // reuse), then a parked one, then the most recently admitted running or waiting one admitted
+  // after `starving` (any without it). It is swapped: its pages are copied to host memory on
+  // the driver (its full pages also go into the prefix cache) and attached back when it is
+  // scheduled, or kept in the tier below when its request demotes it meanwhile. A sequence
+  // that computes every token (reuse_prefix off), or a finished one with no tier to keep its
+  // KV in, is recomputed instead. False when no such sequence holds KV.
   bool preempt_one(std::optional<std::uint64_t> starving = std::nullopt) {
     const auto id = detail::pick_victim(plan_state().seqs, starving);
     if (!id)
       return false;
     auto* victim = find(*id);
     ++stats_.preemptions;
-    const bool swap = options_.prefix_cache;
+    const bool swap = options_.prefix_cache && victim->req.reuse_prefix &&
+                      (victim->state != seq_state::done || tier_ != nullptr);
     if (swap) {
       std::vector<token> computed{victim->tokens.begin(),
                                   victim->tokens.begin() +
                                       static_cast<std::ptrdiff_t>(victim->computed)};
-      note_published(computed);
+      note_published(*victim, computed.size());
       victim->swap_key = next_promise_++;
       ++victim->tier_answers_due;
       submit([be = backend_, id = *id, key = victim->swap_key, computed = std::move(computed),
               self = caf::actor_cast<device_actor>(this)] {
+        // Answered whatever happens: the sequence waits for it.
         std::vector<kv_page> pages;
         try {
           if (auto out = be->export_pages(id, computed))
             pages = std::move(*out);
-        } catch (const std::exception&) { // no memory for the copy: recomputed instead
+          detail::publish_and_free(*be, id, computed);
+        } catch (...) { // no memory for the copy: recomputed instead
           pages.clear();
+          be->free(id);
         }
-        detail::publish_and_free(*be, id, computed);
         caf::anon_send(self, swap_done_atom::value, id, key, std::move(pages));
       });
     } else {
       pending_frees_.push_back(victim->req.seq);
     }
     victim->computed = 0;
-    victim->cached = 0;
+    if (!swap) { // recomputed: its next lookup is what it reports; swapped, it keeps its hit
+      victim->cached = 0;
+      victim->stored = 0;
+    }
     victim->shared = 0;
+    victim->published = 0; // its pages come back attached or appended: noted again
+    victim->published_hash = root_hash;
     victim->fetched.reset();
-    victim->lookup = options_.prefix_cache && victim->req.reuse_prefix;
-    victim->chain =
-        victim->lookup || swap ? lookup_chain(victim->tokens) : std::vector<block_hash>{};
-    victim->lookup = victim->lookup || swap;
+    victim->swapped = false;
+    victim->lookup = swap || (options_.prefix_cache && victim->req.reuse_prefix);
+    victim->chain = victim->lookup ? lookup_chain(victim->tokens) : std::vector<block_hash>{};
     if (victim->state == seq_state::running || victim->state == seq_state::waiting)
       victim->state = swap ? seq_state::fetching : seq_state::waiting;
     emit(*victim, device_event::preempted,
@@ -1104,8 +1167,10 @@ private:
     if (s == nullptr || s->swap_key != key)
       return; // freed meanwhile
     s->swap_key = 0;
-    if (!pages.empty())
+    if (!pages.empty()) {
       s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
+      s->swapped = true;
+    }
     tier_answered(*s);
   }
 
@@ -1133,7 +1198,7 @@ private:
     caf::anon_send(s.req.sink,
                    device_event{s.req.seq, kind, std::move(tokens), s.generated, std::move(message),
                                 static_cast<std::uint32_t>(s.cached), std::move(kv),
-                                static_cast<std::uint32_t>(s.cached - s.shared)});
+                                static_cast<std::uint32_t>(s.stored)});
   }
 
   device_stats snapshot() const {
@@ -1180,7 +1245,7 @@ private:
   // Demotions of preempted sequences waiting for their swapped pages: swap key -> demotion key.
   std::map<std::uint64_t, std::uint64_t> swap_demotions_;
   std::map<std::uint64_t, demotion> demotions_; // per demotion in flight
-  std::uint64_t next_promise_ = 0;
+  std::uint64_t next_promise_ = 1;              // 0: no key (sequence::swap_key)
   bool in_flight_ = false;
   // Raised when a message changes what the next step should hold: the driver ends a burst.
   std::shared_ptr<std::atomic<bool>> interrupt_ = std::make_shared<std::atomic<bool>>(false);

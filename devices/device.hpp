@@ -167,11 +167,13 @@ struct admission {
 struct device_event {
   /// The kinds of events.
   enum kind_t : std::uint8_t {
-    token,     ///< generated tokens (in `tokens`)
-    done,      ///< generation ended (EOS, stop token or max_new_tokens), after the tokens in
-               ///< `tokens`; KV kept until freed
-    preempted, ///< KV dropped for lack of memory; the sequence is recomputed, nothing is lost
-    failed,    ///< the step failed; `message` says why; the sequence is dropped
+    token, ///< generated tokens (in `tokens`)
+    done,  ///< generation ended (EOS, stop token or max_new_tokens), after the tokens in
+           ///< `tokens`; KV kept until freed
+    /// KV gave way for lack of memory: copied to host memory (its full pages to the prefix
+    /// cache) and attached back when the sequence is scheduled, else recomputed; nothing lost
+    preempted,
+    failed, ///< the step failed; `message` says why; the sequence is dropped
   };
   seq_id seq = 0;      ///< the sequence
   kind_t kind = token; ///< what happened
@@ -200,7 +202,8 @@ struct device_stats {
   std::uint64_t tokens = 0;      ///< tokens computed
   std::uint64_t generated = 0;   ///< tokens sampled
   std::uint64_t refused = 0;     ///< generate requests answered busy
-  std::uint64_t preemptions = 0; ///< sequences whose KV was dropped for memory
+  std::uint64_t preemptions = 0; ///< sequences whose KV gave way for memory (swapped out)
+  std::uint64_t swapped_in = 0;  ///< preempted sequences whose swapped KV was attached back
   std::size_t sequences = 0;     ///< sequences held
   std::size_t waiting = 0;       ///< sequences waiting for (more) prefill
   std::size_t running = 0;       ///< sequences decoding
@@ -282,7 +285,7 @@ typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
            x.compute_cpu_seconds, x.kv_pages_used, x.kv_pages_total, x.kv_pages_cached,
            x.cached_tokens, x.tier_tokens, x.spilled_pages, x.streamed_out, x.streamed_in,
            x.stream_recomputes, x.peer_tokens, x.lent_pages, x.imports_declined,
-           x.fetches_corrupted);
+           x.fetches_corrupted, x.swapped_in);
 }
 
 /// Options of a device actor; every field documented where declared.

@@ -185,10 +185,14 @@ void page_table::publish(seq_id seq, std::span<const token> tokens) {
   auto full = std::min(s.length, tokens.size()) / page_tokens_;
   block_hash parent = root_hash;
   for (std::size_t p = 0; p < full && p < s.pages.size(); ++p) {
+    auto& info = info_[s.pages[p]];
+    if (info.indexed) { // attached from the cache or published before: its hash is known
+      parent = info.hash;
+      continue;
+    }
     auto page_tokens = tokens.subspan(p * page_tokens_, page_tokens_);
     auto hash = chain_hash(parent, page_tokens);
-    auto& info = info_[s.pages[p]];
-    if (!info.indexed && index_.emplace(hash, s.pages[p]).second) {
+    if (index_.emplace(hash, s.pages[p]).second) {
       info.indexed = true;
       info.hash = hash;
       info.parent = parent;

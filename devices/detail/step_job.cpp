@@ -120,8 +120,11 @@ void step_job::operator()() {
       auto tok = plan->choose(n, out->logits[k]);
       r.sampled[i].push_back(tok);
       if (sinks[i]) { // each token leaves as it is chosen, not at the end of the burst
-        device_event ev{r.seqs[i], device_event::token, {tok}, n + 1, {},
-                        static_cast<std::uint32_t>(r.cached[i]), {}};
+        // Cached tokens: this job's attach, else an earlier job's (never a swapped KV's).
+        const auto cached = r.cached[i] != 0 && !swap_ins[i]
+                                ? static_cast<std::uint32_t>(r.cached[i])
+                                : earlier_cached[i];
+        device_event ev{r.seqs[i], device_event::token, {tok}, n + 1, {}, cached, {}};
         if (plan->logprobs) {
           auto lp = log_probabilities(out->logits[k], tok, plan->top_logprobs);
           ev.logprobs.reserve(1 + lp.top_logprobs.size());
@@ -177,7 +180,7 @@ void step_job::export_if_ended(move_out& mo) {
     // Through the tier's blocks, a layer group at a time: the done event goes first, so the
     // request routes the sequence to its decode device while the groups are copied.
     // Cached tokens as the actor would report them: this job's attach, else an earlier one's.
-    const bool attached_now = r.cached[mo.item] != 0;
+    const bool attached_now = r.cached[mo.item] != 0 && !swap_ins[mo.item];
     const auto cached = attached_now ? r.cached[mo.item] : mo.cached;
     const auto stored = attached_now ? r.fetched[mo.item] : mo.stored;
     auto announce = [&] {

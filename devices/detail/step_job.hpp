@@ -171,6 +171,12 @@ struct step_job {
   std::vector<std::shared_ptr<sample_plan>> plans; // per item; null: its prompt goes on
   std::vector<caf::actor> sinks; // per item with a plan: where each chosen token goes at once
   std::vector<std::uint32_t> generated; // per item, tokens generated before the job
+  // Per item: its lookup attaches its own KV back (swapped out when it was preempted), which
+  // was computed once already: its events report no cached tokens for it.
+  std::vector<bool> swap_ins;
+  // Per item: prompt tokens attached from caches in earlier jobs (what its events report when
+  // this job attaches none).
+  std::vector<std::uint32_t> earlier_cached;
   std::vector<seq_id> frees;
   std::vector<std::pair<std::size_t, std::vector<token>>> lookups; // item index, its prompt
   std::size_t lookup_count = 0;                                    // as item_count, for lookups
@@ -230,6 +236,8 @@ struct step_job {
     plans.clear();
     sinks.clear();
     generated.clear();
+    swap_ins.clear();
+    earlier_cached.clear();
     frees.clear();
     result.seqs.clear();
     result.tokens.clear();
