@@ -496,6 +496,55 @@ BOOST_AUTO_TEST_CASE(the_pages_a_device_computes_are_blocks_of_the_store_read_th
   BOOST_TEST(after.demotions >= held.ids.size() - (after.lent - lent_before));
 }
 
+BOOST_AUTO_TEST_CASE(a_sequences_pages_are_blocks_while_it_still_holds_them) {
+  // Pin: during its tool call the session's sequence stays on the decode device, its KV held.
+  // The full pages it computed are blocks of the store already (made so after the step that
+  // completed them), not only once it lets go.
+  triad::orchestration_options o;
+  o.kv = triad::kv_policy::pin;
+  auto n = start_node(o);
+  BOOST_REQUIRE(n->kv() != nullptr);
+  triad::chat_request r;
+  r.session = "held";
+  r.messages = {{"system", "You are a coding agent; read the test, fix it, run the suite."},
+                {"user", "Fix the failing test, then tell me what you changed."}};
+  triad::generation_script script;
+  script.turns.push_back({8, triad::tool_call_text{"nap", R"({"ms": 400})"}});
+  script.turns.push_back({6, std::nullopt});
+  r.script = script;
+  std::mutex m;
+  std::condition_variable cv;
+  bool in_tool = false, ended = false;
+  triad::request_event last;
+  n->submit(r, [&](const triad::request_event& e) {
+    std::lock_guard<std::mutex> g{m};
+    if (e.kind == triad::request_event::tool_call)
+      in_tool = true;
+    if (e.kind == triad::request_event::done || e.kind == triad::request_event::error) {
+      ended = true;
+      last = e;
+    }
+    cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> l{m};
+    BOOST_REQUIRE(cv.wait_for(l, 60s, [&] { return in_tool || ended; }));
+    BOOST_REQUIRE_MESSAGE(!ended, "the request ended before its tool call: " << last.message);
+  }
+  // The tool naps 400 ms; the decode device's pages are in the store meanwhile (the prefill
+  // device's too: it let go of its sequence when the prompt moved on).
+  BOOST_TEST(stats_of(*n, "decode0").parked == 1u);
+  auto st = store_stats(*n);
+  std::size_t on_decode = 0;
+  for (const auto& [device, pages] : st.device_pages)
+    if (device == "decode0")
+      on_decode = pages;
+  BOOST_TEST(on_decode >= 4u); // the prompt's full pages (some 120 tokens, 16 a page)
+  std::unique_lock<std::mutex> l{m};
+  BOOST_REQUIRE(cv.wait_for(l, 60s, [&] { return ended; }));
+  BOOST_TEST((last.kind == triad::request_event::done), last.message);
+}
+
 BOOST_AUTO_TEST_CASE(a_host_block_damaged_on_its_way_back_is_never_used_and_is_recomputed) {
   auto n = small_memory_node(16);
   auto first = complete(*n, long_prompt('a'));
