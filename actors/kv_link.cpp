@@ -201,10 +201,12 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
 
 class store_tier final : public kv_tier {
 public:
-  store_tier(domain& home, kv_store store, std::string host_pool, std::size_t block_tokens,
+  store_tier(domain& home, kv_store store, std::string host_pool,
+             std::map<std::string, std::string> device_pools, std::size_t block_tokens,
              std::size_t block_bytes)
       : store_(std::move(store))
       , host_pool_(std::move(host_pool))
+      , device_pools_(std::move(device_pools))
       , block_bytes_(block_bytes)
       , fetcher_(home.spawn(fetcher, store_, block_tokens)) {}
 
@@ -218,6 +220,7 @@ public:
 
   void spill(std::uint32_t device, std::vector<kv_page> pages) override {
     const auto name = name_of(device);
+    const auto& pool = pool_of(name);
     if (store_.directory && !pages.empty()) {
       std::vector<block_hash> gone;
       gone.reserve(pages.size());
@@ -227,7 +230,7 @@ public:
     }
     for (auto& p : pages) {
       kv_put put;
-      put.pool = host_pool_;
+      put.pool = pool;
       put.tokens = std::move(p.tokens);
       put.payloads.push_back(std::move(p.bytes));
       put.parent = p.parent;
@@ -240,7 +243,7 @@ public:
   void keep(std::vector<kv_page> pages, std::chrono::milliseconds ttl, std::uint64_t key,
             caf::actor reply_to) override {
     kv_put put;
-    put.pool = host_pool_;
+    put.pool = pool_of(name_of(reply_to));
     put.hold = false;
     for (auto& p : pages) {
       put.tokens.insert(put.tokens.end(), p.tokens.begin(), p.tokens.end());
@@ -263,7 +266,7 @@ public:
   }
 
   void lease(std::size_t pages, seq_id seq, caf::actor reply_to) override {
-    caf::anon_send(fetcher_, kv_lease_atom::value, host_pool_,
+    caf::anon_send(fetcher_, kv_lease_atom::value, pool_of(name_of(reply_to)),
                    static_cast<std::uint32_t>(
                        std::min<std::size_t>(pages, std::numeric_limits<std::uint32_t>::max())),
                    seq, std::move(reply_to));
@@ -365,8 +368,24 @@ private:
     return device < names_.size() ? names_[device] : std::string{};
   }
 
+  // The name the device actor `device` joined with (empty when unknown).
+  std::string name_of(const caf::actor& device) const {
+    std::lock_guard lock{devices_mutex_};
+    for (std::size_t i = 0; i < devices_.size(); ++i)
+      if (devices_[i] == device.address())
+        return names_[i];
+    return {};
+  }
+
+  // The host pool of the named device's domain: the home pool when it has none of its own.
+  const std::string& pool_of(const std::string& device) const {
+    auto it = device_pools_.find(device);
+    return it == device_pools_.end() ? host_pool_ : it->second;
+  }
+
   kv_store store_;
   std::string host_pool_;
+  std::map<std::string, std::string> device_pools_; // device name -> its domain's host pool
   std::size_t block_bytes_;
   caf::actor fetcher_;
   mutable std::mutex devices_mutex_;
@@ -378,9 +397,10 @@ private:
 } // namespace
 
 std::shared_ptr<kv_tier> make_store_tier(domain& home, kv_store store, std::string host_pool,
+                                         std::map<std::string, std::string> device_pools,
                                          std::size_t block_tokens, std::size_t block_bytes) {
-  return std::make_shared<store_tier>(home, std::move(store), std::move(host_pool), block_tokens,
-                                      block_bytes);
+  return std::make_shared<store_tier>(home, std::move(store), std::move(host_pool),
+                                      std::move(device_pools), block_tokens, block_bytes);
 }
 
 } // namespace triad

@@ -101,12 +101,32 @@ expected<void> node::start_kv_store(node& n, const node_config& config, std::siz
   kv_store_config c;
   c.block_tokens = config.model.page_tokens;
   c.block_bytes = block_bytes;
-  kv_pool_config host;
-  host.name = "host" + std::to_string(home.id());
-  host.kind = tier::host;
-  host.domain = home.id();
-  host.capacity_bytes = config.kvstore.host_mib << 20;
-  c.pools.push_back(host);
+  // A host pool in each domain that holds a device, and the orchestration domain's (the home
+  // pool, first): a device's KV goes to its own domain's memory, then home. The host budget is
+  // split evenly between them.
+  std::vector<unsigned> host_domains{home.id()};
+  std::map<std::string, std::string> device_pools;
+  for (const auto& d : n.plan_.devices) {
+    if (std::find(host_domains.begin(), host_domains.end(), d.domain) == host_domains.end())
+      host_domains.push_back(d.domain);
+    device_pools[d.name] = "host" + std::to_string(d.domain);
+  }
+  const std::uint64_t per_pool = (config.kvstore.host_mib << 20) / host_domains.size();
+  if (per_pool < block_bytes)
+    return make_error(errc::invalid_argument,
+                      "[kvstore].host_mib = " + std::to_string(config.kvstore.host_mib) +
+                          " split over the host pools of " + std::to_string(host_domains.size()) +
+                          " domains gives each less than one block of " +
+                          std::to_string(block_bytes) + " bytes");
+  for (auto d : host_domains) {
+    kv_pool_config host;
+    host.name = "host" + std::to_string(d);
+    host.kind = tier::host;
+    host.domain = d;
+    host.capacity_bytes = per_pool;
+    c.pools.push_back(host);
+  }
+  const auto home_pool = c.pools.front().name;
   if (!config.kvstore.disk_dir.empty()) {
     c.disk_dir = config.kvstore.disk_dir;
     c.disk_capacity_bytes = config.kvstore.disk_mib << 20;
@@ -118,7 +138,8 @@ expected<void> node::start_kv_store(node& n, const node_config& config, std::siz
   if (!store)
     return make_error(store.error().code, "[kvstore]: " + store.error().message);
   n.kv_ = *store;
-  n.kv_tier_ = make_store_tier(home, *store, host.name, config.model.page_tokens, block_bytes);
+  n.kv_tier_ = make_store_tier(home, *store, home_pool, std::move(device_pools),
+                               config.model.page_tokens, block_bytes);
   return {};
 }
 

@@ -13,8 +13,9 @@ namespace triad {
 /// prefix caches evict to the store's host tier (and the host tier its least recently used
 /// blocks to the disk tier, when there is one); prompts find their pages there.
 struct kvstore_config {
-  /// `host_mib`: host memory for KV blocks, in MiB, 0..1048576; 0 = no store (evicted pages
-  /// are lost, as without a store).
+  /// `host_mib`: host memory for KV blocks, in MiB, 0..1048576, split evenly between the host
+  /// pools (one in each NUMA domain holding a device, and the orchestration domain's); 0 = no
+  /// store (evicted pages are lost, as without a store).
   std::uint64_t host_mib = defaults::kvstore::host_mib;
   /// `disk_dir`: directory of the disk tier; "" = no disk tier. Block files are checksummed;
   /// those found at start are served again, damaged ones removed.

@@ -271,6 +271,11 @@ private:
             relieve(host) != relief::none)
           return relief::started; // room below first; this tier's turn comes after
       }
+    } else if (const auto home = places_.first_host(); !loc.on_disk() && loc != home &&
+                                                       places_.tier_of(home) == tier::host &&
+                                                       !places_.has_room(home)) {
+      if (relieve(home) != relief::none)
+        return relief::started; // the home pool makes room first; this pool's turn comes after
     } else if (!loc.on_disk() && places_.disk() && !places_.has_room(location::disk())) {
       if (relieve(location::disk()) != relief::none)
         return relief::started;

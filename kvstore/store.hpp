@@ -118,7 +118,10 @@ struct kv_pool_config {
 struct kv_store_config {
   std::size_t block_tokens = defaults::kvstore::block_tokens; ///< tokens per block, >= 1
   std::size_t block_bytes = 0;           ///< payload bytes of one block (all layers' K and V)
-  std::vector<kv_pool_config> pools;     ///< device and host pools; at least one
+  /// Device and host pools; at least one. The first host pool is the home one (the
+  /// orchestration domain's): a block leaving another host pool under pressure goes there,
+  /// then to the disk.
+  std::vector<kv_pool_config> pools;
   std::filesystem::path disk_dir;        ///< directory of the disk tier; empty: no disk tier
   std::uint64_t disk_capacity_bytes = 0; ///< bound of the disk tier
   /// The served model's fingerprint (model_source::fingerprint): the disk tier's files carry it,

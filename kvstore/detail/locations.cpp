@@ -64,6 +64,10 @@ std::optional<location> locations::demote_target(location from, bool indexed) co
     }
     return any;
   }
+  // A host pool near a device gives way to the home one (NUMA arenas of the domain nearest the
+  // device, then the orchestration domain), then to the disk.
+  if (const auto home = first_host(); home != from && tier_of(home) == tier::host && has_room(home))
+    return home;
   if (indexed && has_room(location::disk()))
     return location::disk();
   return std::nullopt;

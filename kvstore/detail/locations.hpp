@@ -73,10 +73,11 @@ public:
   std::string names(std::optional<tier> kind = std::nullopt) const;
   /// The first host pool (the first pool when there is none).
   location first_host() const;
-  /// The next tier down with room for a block at `from`: below a device, a host pool (one of
-  /// the device's domain first, else the first with room); below a host pool, the disk, for
-  /// content-addressed (`indexed`) blocks only. None on the disk or where no tier below has
-  /// room.
+  /// The next place down with room for a block at `from`: below a device, a host pool (one of
+  /// the device's domain first, else the first with room); below a host pool other than the
+  /// first (the home one, of the orchestration domain), the home pool; below the home pool
+  /// (or a full one), the disk, for content-addressed (`indexed`) blocks only. None on the disk
+  /// or where no place below has room.
   std::optional<location> demote_target(location from, bool indexed) const;
   /// Whether a copy from `from` into memory pool `to` goes directly: everything but device to
   /// device across domains, which goes directly only when both pools have peer access.

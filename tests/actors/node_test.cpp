@@ -435,6 +435,35 @@ BOOST_AUTO_TEST_CASE(a_page_evicted_from_a_device_is_served_from_the_host_tier_b
   BOOST_TEST(text.find("triad_kv_budget_bytes{tier=\"disk\"} 0") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_devices_evicted_pages_go_to_the_host_pool_of_its_own_domain) {
+  // Two NUMA domains: orchestration in the first, the device in the second. The store has a
+  // host pool in each (the home one first), and the device's pages land in its own domain's.
+  auto config = triad::small_kv_config(16);
+  config.topology.source = triad::topology_source::synthetic;
+  config.topology.synthetic = "pack:1 numa:2 core:2 pu:1";
+  config.devices[0].domain = 1;
+  auto started = triad::node::start(config);
+  BOOST_REQUIRE_MESSAGE(started.has_value(), (started ? "" : started.error().message));
+  auto& n = **started;
+  complete(n, long_prompt('a'));
+  complete(n, long_prompt('A'));
+  complete(n, long_prompt('0'));
+  BOOST_TEST(devices_sum(n, &triad::device_stats::spilled_pages) > 0u);
+  auto st = store_stats(n);
+  BOOST_REQUIRE(st.pools.size() >= 2u);
+  BOOST_TEST(st.pools[0].name == "host0");
+  BOOST_TEST(st.pools[1].name == "host1");
+  BOOST_TEST(st.pools[1].blocks > 0u);  // the device's domain
+  BOOST_TEST(st.pools[0].blocks == 0u); // home: only once the device's pool is full
+  // Each gets half of [kvstore].host_mib, in whole blocks: as many as one pool of a node in one
+  // domain holds, halved.
+  BOOST_TEST(st.pools[0].capacity == st.pools[1].capacity);
+  auto one = small_memory_node(16);
+  const auto whole = store_stats(*one).pools.front().capacity;
+  BOOST_TEST(st.pools[0].capacity >= whole / 2 - 1);
+  BOOST_TEST(st.pools[0].capacity <= whole / 2);
+}
+
 BOOST_AUTO_TEST_CASE(the_pages_a_device_computes_are_blocks_of_the_store_read_through_it) {
   auto n = small_memory_node(16);
   const auto device = n->device_reports().front().name;

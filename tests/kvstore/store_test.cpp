@@ -622,6 +622,23 @@ BOOST_AUTO_TEST_CASE(blocks_move_between_host_pools_of_two_domains_intact) {
   BOOST_TEST(bad.reason.find("unknown pool 'nowhere'") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_full_host_pool_near_a_device_gives_way_to_the_home_pool) {
+  // host0: the home pool (orchestration domain); host1: the pool of a device's domain.
+  start(config({{"host0", triad::tier::host, 0, 4}, {"host1", triad::tier::host, 1, 2}}));
+  std::vector<triad::block_id> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto r = put("host1", tokens(4, 100 * (i + 1)), {payload(static_cast<unsigned>(i))});
+    BOOST_REQUIRE_MESSAGE(r.ok, r.reason);
+    ids.push_back(r.ids[0]);
+  }
+  auto s = stats();
+  BOOST_TEST(s.evictions == 0u);
+  BOOST_TEST(s.pools[0].blocks == 1u); // the least recently used one moved home
+  BOOST_TEST(s.pools[1].blocks == 2u);
+  for (int i = 0; i < 3; ++i)
+    BOOST_TEST(read(ids[static_cast<std::size_t>(i)]).bytes == payload(static_cast<unsigned>(i)));
+}
+
 BOOST_AUTO_TEST_CASE(a_move_of_many_blocks_in_several_batches_keeps_every_byte) {
   // 100 blocks go to a domain's movers in batches of 4, 8, 16, 32, 32 and 8. Each block's
   // actor in its new place must be told where that is: the last move takes domain 1's idle
