@@ -30,14 +30,17 @@ using namespace std::chrono_literals;
 using triad::test::recorder;
 using triad::test::start_node;
 
-// An agent turn with three tool calls of 5 ms, 8 tokens of text before each, 6 at the end.
-triad::chat_request agent_request(std::string session = "s1") {
+// An agent turn with three tool calls of `nap_ms` (5 ms), 8 tokens of text before each, 6 at the
+// end.
+triad::chat_request agent_request(std::string session = "s1",
+                                  std::string system = "You are a coding agent.", int nap_ms = 5) {
   triad::chat_request r;
   r.session = std::move(session);
-  r.messages = {{"system", "You are a coding agent."}, {"user", "Fix the failing test."}};
+  r.messages = {{"system", std::move(system)}, {"user", "Fix the failing test."}};
   triad::generation_script s;
   for (int i = 0; i < 3; ++i)
-    s.turns.push_back({8, triad::tool_call_text{"nap", R"({"ms": 5})"}});
+    s.turns.push_back(
+        {8, triad::tool_call_text{"nap", "{\"ms\": " + std::to_string(nap_ms) + "}"}});
   s.turns.push_back({6, std::nullopt});
   r.script = s;
   return r;
@@ -253,19 +256,12 @@ BOOST_AUTO_TEST_CASE(demoted_requests_resume_from_the_store_when_a_decode_device
 // Agent session `i` of the memory-pressure test: its own system prompt (no page shared with
 // another session's), three tool calls of 100 ms.
 triad::chat_request pressure_session(int i) {
-  triad::chat_request r;
-  r.session = "p";
-  r.session += std::to_string(i);
+  std::string session = "p";
+  session += std::to_string(i);
   std::string system = std::to_string(i);
   system += ": you are one of eight coding agents; read the failing test, find the cause, change "
             "as little as you can and run the suite again.";
-  r.messages = {{"system", std::move(system)}, {"user", "Fix the failing test."}};
-  triad::generation_script s;
-  for (int t = 0; t < 3; ++t)
-    s.turns.push_back({8, triad::tool_call_text{"nap", R"({"ms": 100})"}});
-  s.turns.push_back({6, std::nullopt});
-  r.script = s;
-  return r;
+  return agent_request(std::move(session), std::move(system), 100);
 }
 
 // The usage of each pressure session, all submitted at once to a node whose two cpu devices
