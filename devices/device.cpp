@@ -312,6 +312,7 @@ private:
     // below as this device's (blocks of the store); the last one's chain hash.
     std::size_t published = 0;
     block_hash published_hash = root_hash;
+    std::vector<block_hash> page_hashes; // the chain hashes of those `published` pages
   };
 
   // One answer of the tier below came for `s`: once none is due, a fetching sequence may run
@@ -635,6 +636,7 @@ private:
       if (tier_ && own_pages_.insert(hash).second)
         added.push_back(kv_page{hash, s.published_hash, {own.begin(), own.end()}, {}, 0});
       s.published_hash = hash;
+      s.page_hashes.push_back(hash);
     }
     if (!added.empty())
       tier_->resident(tier_index_, added, {});
@@ -657,12 +659,12 @@ private:
     }
     if (batch.empty())
       return;
-    submit([be = backend_, batch] {
+    for (auto& [id, tokens] : batch)
+      note_published(*find(id), tokens.size());
+    submit([be = backend_, batch = std::move(batch)] {
       for (const auto& [id, tokens] : batch)
         be->publish(id, tokens);
     });
-    for (auto& [id, tokens] : batch)
-      note_published(*find(id), tokens.size());
   }
 
   // Answers an admission, then schedules: the driver sends a sequence's tokens to its sink as
@@ -739,7 +741,12 @@ private:
       std::size_t incoming = 0;
       const auto pt = std::max<std::size_t>(1, kv_.page_tokens);
       if (s.computed > 0) {
-        shared = shared.first(std::min(shared.size(), s.shared / pt));
+        // Its published pages are in the prefix cache's index, where other sequences may
+        // attach them: listed by hash, each counted once (the pages it attached among them).
+        if (s.published >= s.shared / pt)
+          shared = s.page_hashes;
+        else
+          shared = shared.first(std::min(shared.size(), s.shared / pt));
       } else if (s.lookup && s.state != seq_state::importing) {
         shared = shared.first(own_run(shared));
         incoming = shared.size() * pt;
@@ -1141,6 +1148,7 @@ private:
     victim->shared = 0;
     victim->published = 0; // its pages come back attached or appended: noted again
     victim->published_hash = root_hash;
+    victim->page_hashes.clear();
     victim->fetched.reset();
     victim->swapped = false;
     victim->lookup = swap || (options_.prefix_cache && victim->req.reuse_prefix);
@@ -1167,10 +1175,11 @@ private:
     if (s == nullptr || s->swap_key != key)
       return; // freed meanwhile
     s->swap_key = 0;
-    if (!pages.empty()) {
+    // Its next lookup attaches its own KV back (its published pages too, when the copy could not
+    // be made): not a cache hit to report.
+    s->swapped = true;
+    if (!pages.empty())
       s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
-      s->swapped = true;
-    }
     tier_answered(*s);
   }
 

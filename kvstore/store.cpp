@@ -243,7 +243,9 @@ private:
 
   // Frees or starts freeing one place at `loc`: demote the least valuable block (per the
   // policy) when a lower tier has room, else drop an unreferenced one, else relieve the tier
-  // below first.
+  // below first. A host pool near a device whose home pool is full has the home pool make room
+  // first, then moves its victim there (least recently used across both, not a home pool that
+  // keeps the first blocks that ever overflowed).
   relief relieve(location loc) {
     auto now = clock_type::now();
     auto& order = policy(loc);
@@ -254,6 +256,19 @@ private:
     if (movable) {
       demote(*movable, *demote_target(blocks_.at(*movable)), [](expected<void>) {});
       return relief::started;
+    }
+    if (const auto home = places_.first_host();
+        !loc.on_disk() && !places_.is_device(loc) && loc != home &&
+        places_.tier_of(home) == tier::host && !places_.has_room(home) &&
+        order.victim([&](block_id id) { return evictable(blocks_.at(id), now); })) {
+      switch (relieve(home)) {
+      case relief::freed:
+        return relieve(loc); // the home pool has room now: the victim moves there
+      case relief::started:
+        return relief::started; // room at home first; this pool's turn comes after
+      case relief::none:
+        break; // nothing leaves home: this pool drops its own
+      }
     }
     auto droppable = order.victim([&](block_id id) {
       auto& b = blocks_.at(id);
@@ -271,16 +286,22 @@ private:
             relieve(host) != relief::none)
           return relief::started; // room below first; this tier's turn comes after
       }
-    } else if (const auto home = places_.first_host(); !loc.on_disk() && loc != home &&
-                                                       places_.tier_of(home) == tier::host &&
-                                                       !places_.has_room(home)) {
-      if (relieve(home) != relief::none)
-        return relief::started; // the home pool makes room first; this pool's turn comes after
     } else if (!loc.on_disk() && places_.disk() && !places_.has_room(location::disk())) {
       if (relieve(location::disk()) != relief::none)
         return relief::started;
     }
     return relief::none;
+  }
+
+  // A host pool near a device that is full of blocks in use (pinned, leased, referenced): the
+  // home pool takes what it cannot. True when `loc` became the home pool.
+  bool home_instead(location& loc) const {
+    const auto home = places_.first_host();
+    if (loc.on_disk() || places_.is_device(loc) || loc == home ||
+        places_.tier_of(home) != tier::host)
+      return false;
+    loc = home;
+    return true;
   }
 
   room ensure_room(location loc) {
@@ -605,7 +626,7 @@ private:
       bad.reason = "put: unknown pool '" + put.pool + "'; pools: " + places_.names();
       return bad;
     }
-    const location loc = *found;
+    location loc = *found;
     auto full = put.tokens.size() / config_.block_tokens;
     auto blocks = full + (put.tokens.size() % config_.block_tokens != 0 ? 1 : 0);
     if (put.payloads.size() != blocks) {
@@ -652,6 +673,8 @@ private:
         auto r = ensure_room(loc);
         if (r == room::wait)
           return false;
+        if (r == room::busy && home_instead(loc))
+          continue;
         if (r == room::busy) {
           metrics_.refused_busy();
           if (state->hold)
@@ -713,7 +736,7 @@ private:
     }
     if (crowded(bad))
       return bad;
-    const location loc = *found;
+    location loc = *found;
     auto promise = make_response_promise<kv_lease>();
     auto lease = std::make_shared<kv_lease>();
     run_waiting([this, lease, loc, count, promise]() mutable {
@@ -721,6 +744,8 @@ private:
         auto r = ensure_room(loc);
         if (r == room::wait)
           return false;
+        if (r == room::busy && home_instead(loc))
+          continue;
         if (r == room::busy) {
           metrics_.refused_busy();
           for (auto id : lease->ids)

@@ -49,7 +49,7 @@ struct cpu_step_profile {
 
 namespace detail {
 /// Bytes per second of a checked copy on this machine (memcpy of 8 MiB, then XXH3 of it), as a
-/// KV import does; 0 when the clock could not tell.
+/// KV import does, measured once per process; 0 when the clock could not tell.
 double measure_checked_copy();
 } // namespace detail
 
@@ -89,7 +89,7 @@ public:
     return cache_->export_pages(seq, tokens, from_page);
   }
   /// From measured costs: the KV of `tokens` tokens copied and checksummed at the bandwidth
-  /// measured at construction, against computing them at the seconds per token of this
+  /// measured once per process, against computing them at the seconds per token of this
   /// backend's recent prefill steps (the context's attention left out: a bound that favours
   /// computing). Before any prefill step was measured: true.
   bool import_cheaper(std::size_t context, std::size_t tokens) const override;

@@ -639,6 +639,29 @@ BOOST_AUTO_TEST_CASE(a_full_host_pool_near_a_device_gives_way_to_the_home_pool) 
     BOOST_TEST(read(ids[static_cast<std::size_t>(i)]).bytes == payload(static_cast<unsigned>(i)));
 }
 
+BOOST_AUTO_TEST_CASE(a_full_home_pool_makes_room_for_the_pool_near_a_device) {
+  // Both full: the home pool drops its least recently used block, the pool near the device moves
+  // its own there (least recently used across both), and the new block comes in.
+  start(config({{"host0", triad::tier::host, 0, 2}, {"host1", triad::tier::host, 1, 2}}));
+  std::vector<triad::block_id> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto r = put(i < 2 ? "host0" : "host1", tokens(4, 100 * (i + 1)),
+                 {payload(static_cast<unsigned>(i))});
+    BOOST_REQUIRE_MESSAGE(r.ok, r.reason);
+    ids.push_back(r.ids[0]);
+    BOOST_REQUIRE(op(triad::kv_release_atom::value, r.ids).ok); // cached, unreferenced
+  }
+  auto r = put("host1", tokens(4, 500), {payload(4)});
+  BOOST_REQUIRE_MESSAGE(r.ok, r.reason);
+  auto s = stats();
+  BOOST_TEST(s.evictions == 1u);
+  BOOST_TEST(s.pools[0].blocks == 2u);
+  BOOST_TEST(s.pools[1].blocks == 2u);
+  BOOST_TEST(!read(ids[0]).ok);                 // the oldest, at home, went
+  BOOST_TEST(read(ids[2]).bytes == payload(2)); // the oldest near the device moved home
+  BOOST_TEST(read(r.ids[0]).bytes == payload(4));
+}
+
 BOOST_AUTO_TEST_CASE(a_move_of_many_blocks_in_several_batches_keeps_every_byte) {
   // 100 blocks go to a domain's movers in batches of 4, 8, 16, 32, 32 and 8. Each block's
   // actor in its new place must be told where that is: the last move takes domain 1's idle
