@@ -846,7 +846,8 @@ private:
       }
       job->generated.push_back(s->generated);
       job->swap_ins.push_back(s->swapped && s->lookup && s->computed == 0);
-      job->earlier_cached.push_back(static_cast<std::uint32_t>(s->cached));
+      job->earlier_cached.emplace_back(static_cast<std::uint32_t>(s->cached),
+                                       static_cast<std::uint32_t>(s->stored));
       if (s->lookup && s->computed == 0) {
         job->add_lookup(i, s->tokens, std::move(s->fetched));
         s->lookup = false;

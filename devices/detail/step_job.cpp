@@ -120,11 +120,14 @@ void step_job::operator()() {
       auto tok = plan->choose(n, out->logits[k]);
       r.sampled[i].push_back(tok);
       if (sinks[i]) { // each token leaves as it is chosen, not at the end of the burst
-        // Cached tokens: this job's attach, else an earlier job's (never a swapped KV's).
-        const auto cached = r.cached[i] != 0 && !swap_ins[i]
-                                ? static_cast<std::uint32_t>(r.cached[i])
-                                : earlier_cached[i];
-        device_event ev{r.seqs[i], device_event::token, {tok}, n + 1, {}, cached, {}};
+        // Cached tokens, and of those the stored ones: this job's attach, else an earlier job's
+        // (never a swapped KV's). The request counts the first event that reports any.
+        const bool now = r.cached[i] != 0 && !swap_ins[i];
+        device_event ev{
+            r.seqs[i], device_event::token,
+            {tok},     n + 1,
+            {},        now ? static_cast<std::uint32_t>(r.cached[i]) : earlier_cached[i].first,
+            {},        now ? static_cast<std::uint32_t>(r.fetched[i]) : earlier_cached[i].second};
         if (plan->logprobs) {
           auto lp = log_probabilities(out->logits[k], tok, plan->top_logprobs);
           ev.logprobs.reserve(1 + lp.top_logprobs.size());

@@ -174,9 +174,9 @@ struct step_job {
   // Per item: its lookup attaches its own KV back (swapped out when it was preempted), which
   // was computed once already: its events report no cached tokens for it.
   std::vector<bool> swap_ins;
-  // Per item: prompt tokens attached from caches in earlier jobs (what its events report when
-  // this job attaches none).
-  std::vector<std::uint32_t> earlier_cached;
+  // Per item: prompt tokens attached from caches in earlier jobs, and of those the ones read
+  // from the tier below (what its events report when this job attaches none).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> earlier_cached;
   std::vector<seq_id> frees;
   std::vector<std::pair<std::size_t, std::vector<token>>> lookups; // item index, its prompt
   std::size_t lookup_count = 0;                                    // as item_count, for lookups

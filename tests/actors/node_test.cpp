@@ -700,6 +700,9 @@ BOOST_AUTO_TEST_CASE(a_next_turn_copies_the_answers_pages_from_the_decode_device
   BOOST_TEST(peer % 16 == 0u);
   BOOST_TEST(devices_sum(*n, &triad::device_stats::lent_pages) >= peer / 16);
   BOOST_TEST(second.usage.cached_tokens >= first_prompt / 16 * 16 + peer);
+  // The request hears of them as read through the store (its summary's "prompt tokens read
+  // from the KV store"), from the first event that reports the prompt's cached tokens.
+  BOOST_TEST(second.usage.store_tokens == peer);
   BOOST_TEST(second.usage.prefill_tokens ==
              second.usage.prompt_tokens - second.usage.cached_tokens + 1);
   auto text = n->metrics().render();
