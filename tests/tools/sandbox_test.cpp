@@ -300,7 +300,9 @@ BOOST_AUTO_TEST_CASE(a_call_leaves_no_process_behind_for_the_next) {
   auto first = bash("(sleep 300 &) ; echo started");
   BOOST_TEST(first.out == "started\n");
   auto second = bash("ls /proc | grep -c '^[0-9]'");
-  BOOST_TEST(second.out == "4\n"); // its init, bash, ls and grep
+  // Its init, bash and ls, and grep unless ls read /proc before bash had forked it (seen under a
+  // parallel ctest): never the first call's sleep.
+  BOOST_TEST((second.out == "4\n" || second.out == "3\n"), "processes: " << second.out);
   // The call's leftovers are killed as it ends; under load (ASan, a parallel ctest) one may
   // still be on its way out when the call returns (a clean-clone ASan run once saw one after
   // 5 s): it must be gone well before its 300 s, not linger. The message gives its state.
