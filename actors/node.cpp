@@ -104,12 +104,13 @@ expected<void> node::start_kv_store(node& n, const node_config& config, std::siz
   // A host pool in each domain that holds a device, and the orchestration domain's (the home
   // pool, first): a device's KV goes to its own domain's memory, then home. The host budget is
   // split evenly between them.
+  const auto pool_name = [](unsigned domain) { return "host" + std::to_string(domain); };
   std::vector<unsigned> host_domains{home.id()};
   std::map<std::string, std::string> device_pools;
   for (const auto& d : n.plan_.devices) {
     if (std::find(host_domains.begin(), host_domains.end(), d.domain) == host_domains.end())
       host_domains.push_back(d.domain);
-    device_pools[d.name] = "host" + std::to_string(d.domain);
+    device_pools[d.name] = pool_name(d.domain);
   }
   const std::uint64_t per_pool = (config.kvstore.host_mib << 20) / host_domains.size();
   if (per_pool < block_bytes)
@@ -120,7 +121,7 @@ expected<void> node::start_kv_store(node& n, const node_config& config, std::siz
                           std::to_string(block_bytes) + " bytes");
   for (auto d : host_domains) {
     kv_pool_config host;
-    host.name = "host" + std::to_string(d);
+    host.name = pool_name(d);
     host.kind = tier::host;
     host.domain = d;
     host.capacity_bytes = per_pool;

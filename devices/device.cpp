@@ -308,11 +308,9 @@ private:
     // Preempted: the key of the copy of its pages to host memory on its way (0: none).
     std::uint64_t swap_key = 0;
     bool swapped = false; // its `fetched` pages are its own KV, swapped out when preempted
-    // Its first `published` full pages are in the prefix cache's index and known to the tier
-    // below as this device's (blocks of the store); the last one's chain hash.
-    std::size_t published = 0;
-    block_hash published_hash = root_hash;
-    std::vector<block_hash> page_hashes; // the chain hashes of those `published` pages
+    // The chain hashes of its first full pages, those in the prefix cache's index and known to
+    // the tier below as this device's (blocks of the store).
+    std::vector<block_hash> published;
   };
 
   // One answer of the tier below came for `s`: once none is due, a fetching sequence may run
@@ -426,6 +424,12 @@ private:
       interrupt_->store(true, std::memory_order_relaxed);
   }
 
+  // When `id` was admitted (the latest possible order when it is gone).
+  std::uint64_t admitted_order(seq_id id) {
+    const auto* s = find(id);
+    return s != nullptr ? s->admitted_order : std::numeric_limits<std::uint64_t>::max();
+  }
+
   sequence* find(seq_id id) {
     auto it = seqs_.find(id);
     return it == seqs_.end() ? nullptr : &it->second;
@@ -482,12 +486,8 @@ private:
     // check (when others hold memory) and the fetch from the tier below (when it looks up).
     const bool looks_up = !importing && options_.prefix_cache && req.reuse_prefix;
     const bool comes_back = tier_ && !req.kept_blocks.empty() && options_.prefix_cache;
-    auto chain = looks_up || comes_back || !seqs_.empty() ? lookup_chain(req.prompt)
-                                                          : std::vector<block_hash>{};
-    if (auto full =
-            memory_full(req.prompt, looks_up || comes_back ? std::span<const block_hash>{chain}
-                                                           : std::span<const block_hash>{});
-        !full.empty())
+    auto chain = looks_up || comes_back ? lookup_chain(req.prompt) : std::vector<block_hash>{};
+    if (auto full = memory_full(req.prompt, chain); !full.empty())
       return refuse(errc::busy, std::move(full));
     if (options_.role == device_role::prefill)
       req.max_new_tokens = std::min<std::uint32_t>(req.max_new_tokens, 1);
@@ -541,7 +541,7 @@ private:
   // Parked sequences count (a pin keeps their KV here across a tool call; a pin's TTL, not a
   // newcomer, moves it to the store); finished ones do not (they go first). A prompt alone
   // larger than the device comes in, and the planner refuses it with its reason.
-  // `chain`: lookup_chain(prompt).
+  // `chain`: lookup_chain(prompt) when it looks up, else empty.
   std::string memory_full(const std::vector<token>& prompt, std::span<const block_hash> chain) {
     const auto pt = kv_.page_tokens;
     const auto total = kv_.pages_total;
@@ -630,13 +630,13 @@ private:
     const auto full = std::min(tokens, s.tokens.size()) / pt;
     std::vector<kv_page> added;
     const std::span<const token> all{s.tokens};
-    for (; s.published < full; ++s.published) {
-      auto own = all.subspan(s.published * pt, pt);
-      const auto hash = chain_hash(s.published_hash, own);
+    while (s.published.size() < full) {
+      auto own = all.subspan(s.published.size() * pt, pt);
+      const auto parent = s.published.empty() ? root_hash : s.published.back();
+      const auto hash = chain_hash(parent, own);
       if (tier_ && own_pages_.insert(hash).second)
-        added.push_back(kv_page{hash, s.published_hash, {own.begin(), own.end()}, {}, 0});
-      s.published_hash = hash;
-      s.page_hashes.push_back(hash);
+        added.push_back(kv_page{hash, parent, {own.begin(), own.end()}, {}, 0});
+      s.published.push_back(hash);
     }
     if (!added.empty())
       tier_->resident(tier_index_, added, {});
@@ -652,7 +652,7 @@ private:
     std::vector<std::pair<seq_id, std::vector<token>>> batch;
     for (auto id : ids) {
       auto* s = find(id);
-      if (s == nullptr || s->computed / pt <= s->published)
+      if (s == nullptr || s->computed / pt <= s->published.size())
         continue;
       const auto end = s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed / pt * pt);
       batch.emplace_back(id, std::vector<token>{s->tokens.begin(), end});
@@ -743,8 +743,8 @@ private:
       if (s.computed > 0) {
         // Its published pages are in the prefix cache's index, where other sequences may
         // attach them: listed by hash, each counted once (the pages it attached among them).
-        if (s.published >= s.shared / pt)
-          shared = s.page_hashes;
+        if (s.published.size() >= s.shared / pt)
+          shared = s.published;
         else
           shared = shared.first(std::min(shared.size(), s.shared / pt));
       } else if (s.lookup && s.state != seq_state::importing) {
@@ -753,9 +753,8 @@ private:
         if (s.fetched && !s.fetched->empty()) {
           // Fetched pages start at the first page or where the own cache ended when asked.
           const auto from = std::find(s.chain.begin(), s.chain.end(), s.fetched->front().hash);
-          std::size_t tokens = static_cast<std::size_t>(from - s.chain.begin()) * pt;
-          if (from == s.chain.end())
-            tokens = 0;
+          std::size_t tokens =
+              from == s.chain.end() ? 0 : static_cast<std::size_t>(from - s.chain.begin()) * pt;
           for (const auto& p : *s.fetched)
             tokens += p.tokens.size();
           incoming = std::max(incoming, tokens);
@@ -796,7 +795,7 @@ private:
         return;
       // A sequence admitted after the earliest that starved gives up its KV; when none holds
       // any, another does (nothing runs: waiting on the older ones would wait forever).
-      if (preempt_one(plan.starving) || preempt_one())
+      if (preempt_one(plan.starving))
         return schedule();
       // Nothing holds KV and still nothing fits: fail what waits rather than hang.
       for (auto it = seqs_.begin(); it != seqs_.end();) {
@@ -944,9 +943,8 @@ private:
         return;
       std::uint64_t earliest = std::numeric_limits<std::uint64_t>::max();
       for (auto& [id, error] : starved_imports)
-        if (auto* s = find(id))
-          earliest = std::min(earliest, s->admitted_order);
-      if (!preempt_one(earliest) && !preempt_one())
+        earliest = std::min(earliest, admitted_order(id));
+      if (!preempt_one(earliest))
         for (auto& [id, error] : starved_imports)
           if (auto* s = find(id)) {
             emit(*s, device_event::failed, "KV import failed: " + error);
@@ -961,9 +959,8 @@ private:
       // The victim is admitted after every sequence of the job, when one is (else any).
       std::uint64_t earliest = std::numeric_limits<std::uint64_t>::max();
       for (auto id : r.seqs)
-        if (auto* s = find(id))
-          earliest = std::min(earliest, s->admitted_order);
-      if (r.output.error().code == errc::exhausted && (preempt_one(earliest) || preempt_one())) {
+        earliest = std::min(earliest, admitted_order(id));
+      if (r.output.error().code == errc::exhausted && preempt_one(earliest)) {
         // The prefixes the job attached before the step stay on the backend's sequences:
         // they go, and the retry looks them up again (with the pages fetched for them).
         for (std::size_t l = 0; l < job->lookup_count; ++l) {
@@ -1104,13 +1101,15 @@ private:
 
   // One sequence's KV gives way for memory: a finished sequence first (its KV is only kept for
   // reuse), then a parked one, then the most recently admitted running or waiting one admitted
-  // after `starving` (any without it). It is swapped: its pages are copied to host memory on
-  // the driver (its full pages also go into the prefix cache) and attached back when it is
-  // scheduled, or kept in the tier below when its request demotes it meanwhile. A sequence
-  // that computes every token (reuse_prefix off), or a finished one with no tier to keep its
-  // KV in, is recomputed instead. False when no such sequence holds KV.
+  // after `starving` (any when none is, or without it). It is swapped: its pages are copied to host
+  // memory on the driver (its full pages also go into the prefix cache) and attached back when it
+  // is scheduled, or kept in the tier below when its request demotes it meanwhile. A sequence that
+  // computes every token (reuse_prefix off), or a finished one with no tier to keep its KV in, is
+  // recomputed instead. False when no such sequence holds KV.
   bool preempt_one(std::optional<std::uint64_t> starving = std::nullopt) {
-    const auto id = detail::pick_victim(plan_state().seqs, starving);
+    auto id = detail::pick_victim(plan_state().seqs, starving);
+    if (!id && starving) // nothing runs behind the one that starved: waiting would be forever
+      id = detail::pick_victim(plan_state_.seqs);
     if (!id)
       return false;
     auto* victim = find(*id);
@@ -1147,9 +1146,7 @@ private:
       victim->stored = 0;
     }
     victim->shared = 0;
-    victim->published = 0; // its pages come back attached or appended: noted again
-    victim->published_hash = root_hash;
-    victim->page_hashes.clear();
+    victim->published.clear(); // its pages come back attached or appended: noted again
     victim->fetched.reset();
     victim->swapped = false;
     victim->lookup = swap || (options_.prefix_cache && victim->req.reuse_prefix);
