@@ -96,21 +96,22 @@ struct node::live_set {
   std::map<std::uint64_t, caf::actor> requests;
 };
 
-expected<void> node::start_kv_store(node& n, const node_config& config, std::size_t block_bytes) {
+expected<void> node::start_kv_store(node& n, const node_config& config, std::size_t block_bytes,
+                                    const std::vector<const device_placement*>& connected) {
   auto& home = n.domains_->orchestration();
   kv_store_config c;
   c.block_tokens = config.model.page_tokens;
   c.block_bytes = block_bytes;
-  // A host pool in each domain that holds a device, and the orchestration domain's (the home
-  // pool, first): a device's KV goes to its own domain's memory, then home. The host budget is
-  // split evenly between them.
+  // A host pool in each domain that holds a connected device, and the orchestration domain's
+  // (the home pool, first): a device's KV goes to its own domain's memory, then home. The host
+  // budget is split evenly between them.
   const auto pool_name = [](unsigned domain) { return "host" + std::to_string(domain); };
   std::vector<unsigned> host_domains{home.id()};
   std::map<std::string, std::string> device_pools;
-  for (const auto& d : n.plan_.devices) {
-    if (std::find(host_domains.begin(), host_domains.end(), d.domain) == host_domains.end())
-      host_domains.push_back(d.domain);
-    device_pools[d.name] = pool_name(d.domain);
+  for (const auto* d : connected) {
+    if (std::find(host_domains.begin(), host_domains.end(), d->domain) == host_domains.end())
+      host_domains.push_back(d->domain);
+    device_pools[d->name] = pool_name(d->domain);
   }
   const std::uint64_t per_pool = (config.kvstore.host_mib << 20) / host_domains.size();
   if (per_pool < block_bytes)
@@ -179,7 +180,16 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     return domains.error();
   n->domains_ = std::move(*domains);
 
-  std::vector<routed_device> routed;
+  // Each device's backend first: the KV store's blocks and host pools follow from which
+  // devices it connects.
+  struct built_device {
+    const device_config* config;
+    const device_placement* placed;
+    domain* home;
+    std::unique_ptr<backend> be;
+    device_report report;
+  };
+  std::vector<built_device> built;
   for (const auto& dev : config.devices) {
     const auto* placed = n->plan_.find_device(dev.name);
     if (placed == nullptr)
@@ -211,15 +221,26 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     report.weight_bytes = (*be)->weight_bytes();
     report.team = compute.team.size();
     describe_compute(config, **be, report);
-    // The KV store, at the first device whose pages can leave it: its blocks are that
-    // device's pages (a device whose pages have another size is not connected to it).
-    if (!n->kv_tier_ && config.kvstore.host_mib > 0 && (*be)->page_payload_bytes() > 0) {
-      auto started = start_kv_store(*n, config, (*be)->page_payload_bytes());
-      if (!started)
-        return started.error();
-    }
-    report.kv_store = n->kv_tier_ && dev.prefix_cache &&
-                      (*be)->page_payload_bytes() == n->kv_tier_->block_bytes();
+    built.push_back({&dev, placed, *home, std::move(*be), std::move(report)});
+  }
+  // The KV store's blocks are the pages of the first device with a prefix cache whose pages can
+  // leave it; it connects the devices with a prefix cache whose pages have that size (the devices'
+  // own rule, devices/device.cpp), and only their domains get a host pool.
+  std::size_t block_bytes = 0;
+  for (const auto& b : built)
+    if (block_bytes == 0 && b.config->prefix_cache)
+      block_bytes = b.be->page_payload_bytes();
+  if (config.kvstore.host_mib > 0 && block_bytes > 0) {
+    std::vector<const device_placement*> connected;
+    for (auto& b : built)
+      if ((b.report.kv_store = b.config->prefix_cache && b.be->page_payload_bytes() == block_bytes))
+        connected.push_back(b.placed);
+    if (auto started = start_kv_store(*n, config, block_bytes, connected); !started)
+      return started.error();
+  }
+  std::vector<routed_device> routed;
+  for (auto& [dev_config, placed, home, be, report] : built) {
+    const auto& dev = *dev_config;
     add_device_info(n->metrics_, report);
     n->reports_.push_back(report);
     device_options o;
@@ -234,7 +255,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
       o.driver_cpus = {placed->driver_cpu};
     o.topo = machine ? n->topo_.get() : nullptr;
     o.metrics = &n->metrics_;
-    auto actor = spawn_device(**home, std::move(*be), o);
+    auto actor = spawn_device(*home, std::move(be), o);
     if (!actor)
       return make_error(actor.error().code, "device '" + dev.name + "': " + actor.error().message);
     n->devices_.emplace_back(dev.name, *actor);

@@ -144,8 +144,10 @@ public:
 
 private:
   node() = default;
-  // Starts the KV store ([kvstore]) with blocks of `block_bytes` and its link for the devices.
-  static expected<void> start_kv_store(node& n, const node_config& config, std::size_t block_bytes);
+  // Starts the KV store ([kvstore]) with blocks of `block_bytes`, a host pool in the domain of
+  // each `connected` device and the orchestration domain's, and its link for the devices.
+  static expected<void> start_kv_store(node& n, const node_config& config, std::size_t block_bytes,
+                                       const std::vector<const device_placement*>& connected);
 
   std::unique_ptr<topology> topo_;
   plan plan_;

@@ -457,6 +457,31 @@ BOOST_AUTO_TEST_CASE(a_devices_evicted_pages_go_to_the_host_pool_of_its_own_doma
   BOOST_TEST(st.pools[0].capacity <= whole / 2);
 }
 
+BOOST_AUTO_TEST_CASE(a_domain_whose_devices_do_not_use_the_store_gets_no_host_pool) {
+  // The device in the second domain has no prefix cache, so the store never holds its pages:
+  // the home pool alone takes all of [kvstore].host_mib.
+  auto config = triad::small_kv_config(16);
+  config.topology.source = triad::topology_source::synthetic;
+  config.topology.synthetic = "pack:1 numa:2 core:2 pu:1";
+  auto other = config.devices[0];
+  other.name = "uncached";
+  other.domain = 1;
+  other.prefix_cache = false;
+  config.devices.push_back(other);
+  auto started = triad::node::start(config);
+  BOOST_REQUIRE_MESSAGE(started.has_value(), (started ? "" : started.error().message));
+  auto& n = **started;
+  BOOST_TEST(n.device_reports()[0].kv_store);
+  BOOST_TEST(!n.device_reports()[1].kv_store);
+  auto st = store_stats(n);
+  BOOST_REQUIRE(st.pools.size() >= 1u);
+  BOOST_TEST(st.pools[0].name == "host0");
+  for (const auto& pool : st.pools)
+    BOOST_TEST(pool.name != "host1");
+  auto one = small_memory_node(16);
+  BOOST_TEST(st.pools[0].capacity == store_stats(*one).pools.front().capacity);
+}
+
 BOOST_AUTO_TEST_CASE(the_pages_a_device_computes_are_blocks_of_the_store_read_through_it) {
   auto n = small_memory_node(16);
   const auto device = n->device_reports().front().name;
