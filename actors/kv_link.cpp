@@ -332,16 +332,17 @@ public:
 
   std::size_t held_by(const caf::actor_addr& device,
                       std::span<const block_hash> chain) const override {
-    if (!store_.directory || !device)
+    if (!store_.directory)
       return 0;
-    std::uint32_t number = no_device;
-    {
-      std::lock_guard lock{devices_mutex_};
-      for (std::size_t i = 0; i < devices_.size(); ++i)
-        if (devices_[i] == device)
-          number = static_cast<std::uint32_t>(i);
-    }
-    return store_.directory->run_on(number, chain);
+    return store_.directory->run_on(number_of(device), chain);
+  }
+
+  bool note_routed(const caf::actor_addr& device, std::span<const block_hash> chain) override {
+    const auto number = number_of(device);
+    if (!store_.directory || number == no_device)
+      return false;
+    store_.directory->note_routed(number, chain);
+    return true;
   }
 
   void fetch_from_device(std::uint32_t owner, std::vector<token> tokens, std::size_t first,
@@ -370,11 +371,16 @@ private:
 
   // The name the device actor `device` joined with (empty when unknown).
   std::string name_of(const caf::actor& device) const {
+    return name_of(number_of(device.address()));
+  }
+
+  // The number the device actor `device` joined with (no_device when unknown).
+  std::uint32_t number_of(const caf::actor_addr& device) const {
     std::lock_guard lock{devices_mutex_};
-    for (std::size_t i = 0; i < devices_.size(); ++i)
-      if (devices_[i] == device.address())
-        return names_[i];
-    return {};
+    for (std::size_t i = 0; device && i < devices_.size(); ++i)
+      if (devices_[i] == device)
+        return static_cast<std::uint32_t>(i);
+    return no_device;
   }
 
   // The host pool of the named device's domain: the home pool when it has none of its own.

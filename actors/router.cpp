@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 
 #include "devices/device.hpp"
+#include "runtime/forget_oldest.hpp"
 #include "runtime/homed_actor.hpp"
 
 namespace triad {
@@ -31,7 +32,7 @@ class router_impl : public homed<router_actor::base> {
 public:
   router_impl(caf::actor_config& cfg, std::vector<routed_device> devices,
               orchestration_options options, std::chrono::milliseconds queue_timeout,
-              std::shared_ptr<const kv_tier> tier)
+              std::shared_ptr<kv_tier> tier)
       : homed(cfg)
       , options_(std::move(options))
       , queue_timeout_(queue_timeout)
@@ -191,7 +192,9 @@ private:
     std::size_t room;    // while said_busy: grants it may have (one per sequence that left)
     bool busy_again;     // answered busy again since the last backoff began
     std::size_t kv_free; // KV pages free as the device last said (unknown_kv: not yet)
-    std::unordered_map<block_hash, std::uint64_t> prefixes; // prompt pages sent -> when
+    // Prompt pages sent -> when; only for a device the KV store does not know (its directory
+    // keeps that record for the others).
+    std::unordered_map<block_hash, std::uint64_t> prefixes;
   };
 
   // Asks device `i` for its stats, keeps its free KV pages, then runs `then`.
@@ -284,9 +287,10 @@ private:
     return n;
   }
 
-  // Pages at the start of `prefix` that `d` holds as far as the router can tell: the longer of
-  // the run the store's directory says its prefix cache holds and the run that was sent to it
-  // before (which covers prompts still being computed).
+  // Pages at the start of `prefix` that `d` holds, or soon will, as far as the router can tell:
+  // the run the store's directory says its prefix cache holds or it was sent (which covers
+  // prompts still being computed), or for a device the store does not know, the run the router
+  // itself recorded sending it.
   std::size_t cached_run(const device& d, const std::vector<block_hash>& prefix) const {
     std::size_t n = 0;
     while (n < prefix.size() && d.prefixes.count(prefix[n]) != 0)
@@ -324,12 +328,13 @@ private:
     return best;
   }
 
-  // Hands out a slot of `d`, remembering the prompt pages it will cache.
+  // Hands out a slot of `d`, recording the prompt pages it will cache (in the store's directory
+  // when the store knows the device).
   route_reply grant(device& d, const std::vector<block_hash>& prefix) {
     ++d.used;
     if (d.said_busy)
       --d.room;
-    if (!prefix.empty()) {
+    if (!prefix.empty() && !(tier_ && tier_->note_routed(d.info.actor.address(), prefix))) {
       auto now = ++prefix_seq_;
       for (auto h : prefix)
         d.prefixes[h] = now;
@@ -368,20 +373,6 @@ private:
     }
   }
 
-  // Bounds a map of entries stamped with when they were last used (`stamp` reads it): forgets
-  // the least recently used half.
-  template<class Map, class Stamp>
-  static void forget_oldest_half(Map& map, Stamp stamp) {
-    std::vector<std::uint64_t> lasts;
-    lasts.reserve(map.size());
-    for (const auto& [k, v] : map)
-      lasts.push_back(stamp(v));
-    auto mid = lasts.begin() + static_cast<std::ptrdiff_t>(lasts.size() / 2);
-    std::nth_element(lasts.begin(), mid, lasts.end());
-    auto cut = *mid;
-    std::erase_if(map, [cut, &stamp](const auto& kv) { return stamp(kv.second) < cut; });
-  }
-
   orchestration_options options_;
   std::chrono::milliseconds queue_timeout_;
   std::vector<device> devices_;
@@ -390,14 +381,14 @@ private:
   std::uint64_t next_order_ = 0;
   std::uint64_t served_seq_ = 0;
   std::uint64_t prefix_seq_ = 0;
-  std::shared_ptr<const kv_tier> tier_; // the node's KV store: what each device's cache holds
+  std::shared_ptr<kv_tier> tier_; // the node's KV store: what each device holds or was sent
 };
 
 } // namespace
 
 router_actor spawn_router(domain& home, std::vector<routed_device> devices,
                           orchestration_options options, std::chrono::milliseconds queue_timeout,
-                          std::shared_ptr<const kv_tier> tier) {
+                          std::shared_ptr<kv_tier> tier) {
   return home.spawn<router_impl>(std::move(devices), std::move(options), queue_timeout,
                                  std::move(tier));
 }

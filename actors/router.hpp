@@ -30,11 +30,12 @@ struct routed_device {
 /// free slots; for prefill (and the monolithic layout) the one with the longest cached prefix
 /// of the prompt, then the most free slots (ties: config order); never one that said busy
 /// since its last release (or within defaults::orchestration::busy_backoff). A device's cached
-/// prefix is the longer of what the KV store's directory says its prefix cache holds (`tier`,
-/// when the node has a store: the pages each device reported publishing and not evicting) and
-/// the router's own record of the prompts it sent it (their page hashes, the
-/// defaults::orchestration::tracked_prefixes most recent per device), which also covers prompts
-/// still being computed; a wrong guess costs only recompute.
+/// prefix is what the KV store's directory (`tier`, when the node has a store) says it holds:
+/// the pages it reported computing and has not evicted, and the pages of prompts routed to it
+/// and not yet computed (the router notes each grant there). For a device the store does not
+/// connect, the router keeps that record itself (page hashes, the
+/// defaults::orchestration::tracked_prefixes most recent per device). A wrong guess costs only
+/// recompute.
 /// A request with no device free waits, up to
 /// `options.max_waiting` in all, beyond which it is refused "overloaded, retry after N ms".
 /// When a slot frees, the waiting request served first is the earliest (FCFS) or the one whose
@@ -46,6 +47,6 @@ struct routed_device {
 router_actor spawn_router(domain& home, std::vector<routed_device> devices,
                           orchestration_options options,
                           std::chrono::milliseconds queue_timeout = std::chrono::milliseconds{0},
-                          std::shared_ptr<const kv_tier> tier = nullptr);
+                          std::shared_ptr<kv_tier> tier = nullptr);
 
 } // namespace triad

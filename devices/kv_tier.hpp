@@ -112,13 +112,22 @@ public:
     return {};
   }
   /// How many of `chain`, from its first page, the device whose actor is `device` holds in its
-  /// prefix cache (as it reported them); thread-safe and without a message. The router routes
-  /// prompts by it.
+  /// prefix cache (as it reported them) or was routed (note_routed) and has not yet computed;
+  /// thread-safe and without a message. The router routes prompts by it.
   virtual std::size_t held_by(const caf::actor_addr& device,
                               std::span<const block_hash> chain) const {
     (void)device;
     (void)chain;
     return 0;
+  }
+  /// Notes that a prompt whose pages are `chain` was routed to the device whose actor is
+  /// `device`: held_by counts them until the device reports them computed (or they age out).
+  /// False when the tier does not know the device (it is not connected): the caller keeps its
+  /// own record then.
+  virtual bool note_routed(const caf::actor_addr& device, std::span<const block_hash> chain) {
+    (void)device;
+    (void)chain;
+    return false;
   }
   /// Asks device `owner` for pages `first`..`first + count - 1` of the page chain of `tokens`
   /// (copied out of its prefix cache by its driver, each with its checksum, checked when

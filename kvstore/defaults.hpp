@@ -39,6 +39,9 @@ inline constexpr std::chrono::seconds lend_patience{10};
 inline constexpr std::uint64_t host_mib = 256;
 /// `[kvstore] disk_mib`: the bound of the disk tier, in MiB (when `disk_dir` names one).
 inline constexpr std::uint64_t disk_mib = 1024;
+/// Pages of prompts routed to one device and not yet computed there that the directory
+/// remembers (kv_directory::note_routed); beyond, the least recently routed half is forgotten.
+inline constexpr std::size_t routed_pages_per_device = 65536;
 } // namespace kvstore
 
 } // namespace triad::defaults

@@ -10,6 +10,8 @@
 #include <unordered_set>
 
 #include "devices/prefix_hash.hpp"
+#include "kvstore/defaults.hpp"
+#include "runtime/forget_oldest.hpp"
 
 namespace triad {
 
@@ -23,6 +25,11 @@ namespace triad {
 /// as each device's actor reports them): a prompt whose pages another device holds is copied
 /// from there instead of computed. Devices are numbered 0..max_devices-1 by whoever connects
 /// them.
+///
+/// And it is the router's record of what it sent each device: the pages of a prompt routed to a
+/// device count as that device's (for `run_on` only) until the device reports them computed,
+/// so a prompt routed while an earlier one with its prefix is still being computed goes to
+/// the same device.
 class kv_directory {
 public:
   /// Devices whose pages the directory can tell apart.
@@ -65,18 +72,45 @@ public:
       return;
     const std::uint64_t bit = std::uint64_t{1} << device;
     std::unique_lock lock{mutex_};
-    for (auto h : added)
+    auto& routed = routed_[device];
+    for (auto h : added) {
       resident_[h] |= bit;
+      routed.erase(h); // computed: it is the device's now
+    }
     for (auto h : gone)
       if (auto it = resident_.find(h); it != resident_.end() && (it->second &= ~bit) == 0)
         resident_.erase(it);
   }
+  /// Notes that a prompt whose pages are `chain` was routed to `device`: it will hold them once
+  /// it computes them. A device remembers defaults::kvstore::routed_pages_per_device such pages;
+  /// beyond, the least recently routed half is forgotten.
+  void note_routed(std::uint32_t device, std::span<const block_hash> chain) {
+    if (device >= max_devices || chain.empty())
+      return;
+    std::unique_lock lock{mutex_};
+    auto& routed = routed_[device];
+    const auto now = ++routed_seq_;
+    for (auto h : chain)
+      routed[h] = now;
+    if (routed.size() > defaults::kvstore::routed_pages_per_device)
+      forget_oldest_half(routed, [](std::uint64_t stamp) { return stamp; });
+  }
+  /// Pages routed to some device and not yet reported computed there, each counted per device.
+  std::size_t routed_pages() const {
+    std::shared_lock lock{mutex_};
+    std::size_t n = 0;
+    for (const auto& routed : routed_)
+      n += routed.size();
+    return n;
+  }
+
   /// Forgets every page of `device` (it stopped).
   void forget_device(std::uint32_t device) {
     if (device >= max_devices)
       return;
     const std::uint64_t bit = std::uint64_t{1} << device;
     std::unique_lock lock{mutex_};
+    routed_[device].clear();
     for (auto it = resident_.begin(); it != resident_.end();)
       if ((it->second &= ~bit) == 0)
         it = resident_.erase(it);
@@ -98,15 +132,18 @@ public:
     }
     return best;
   }
-  /// How many of `chain`, from its first page, `device` holds.
+  /// How many of `chain`, from its first page, `device` holds or was routed and has not yet
+  /// reported computed: where a prompt's prefix is, or soon will be.
   std::size_t run_on(std::uint32_t device, std::span<const block_hash> chain) const {
     if (device >= max_devices)
       return 0;
     const std::uint64_t bit = std::uint64_t{1} << device;
     std::shared_lock lock{mutex_};
+    const auto& routed = routed_[device];
     std::size_t n = 0;
     for (; n < chain.size(); ++n)
-      if (auto it = resident_.find(chain[n]); it == resident_.end() || (it->second & bit) == 0)
+      if (auto it = resident_.find(chain[n]);
+          (it == resident_.end() || (it->second & bit) == 0) && routed.count(chain[n]) == 0)
         break;
     return n;
   }
@@ -120,6 +157,9 @@ private:
   mutable std::shared_mutex mutex_;
   std::unordered_set<block_hash> held_;
   std::unordered_map<block_hash, std::uint64_t> resident_; // page -> devices holding it (bits)
+  // Per device: pages of prompts routed to it, not yet reported computed -> when routed.
+  std::unordered_map<block_hash, std::uint64_t> routed_[max_devices];
+  std::uint64_t routed_seq_ = 0;
 };
 
 } // namespace triad

@@ -6,6 +6,7 @@
 
 #include "actors/router.hpp"
 #include "devices/device.hpp"
+#include "kvstore/directory.hpp"
 #include "tests/actors/support.hpp"
 
 namespace {
@@ -194,7 +195,7 @@ struct two_prefill_devices {
   triad::router_actor router;
   std::vector<std::string> order;
 
-  explicit two_prefill_devices(std::shared_ptr<const triad::kv_tier> tier = nullptr) {
+  explicit two_prefill_devices(std::shared_ptr<triad::kv_tier> tier = nullptr) {
     router = triad::spawn_router(node->domains().orchestration(),
                                  {{"a", triad::device_role::prefill, as_device(a), 2},
                                   {"b", triad::device_role::prefill, as_device(b), 1}},
@@ -273,6 +274,60 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_whose_cache_the_store_says_holds
   }
   f.route({11}); // a: more free slots
   std::vector<std::string> expected = {"b", "a"};
+  BOOST_TEST(f.order == expected, boost::test_tools::per_element());
+}
+
+// A KV store's tier over a real directory in which the router's devices are numbered (as
+// the store's link numbers the devices that join it): what the router routes is recorded there.
+struct routed_tier final : triad::kv_tier {
+  triad::kv_directory directory;
+  std::map<caf::actor_addr, std::uint32_t> numbers;
+  std::size_t block_bytes() const noexcept override { return 0; }
+  std::size_t held(std::span<const triad::block_hash>) const override { return 0; }
+  void spill(std::uint32_t, std::vector<triad::kv_page>) override {}
+  void fetch(std::vector<triad::token>, std::size_t, std::size_t, triad::seq_id,
+             caf::actor) override {}
+  void keep(std::vector<triad::kv_page>, std::chrono::milliseconds, std::uint64_t,
+            caf::actor) override {}
+  void release(std::vector<std::uint64_t>, std::uint64_t) override {}
+  void fetch_kept(std::vector<std::uint64_t>, std::vector<triad::token>, triad::seq_id,
+                  caf::actor) override {}
+  std::uint32_t number(const caf::actor_addr& device) const {
+    auto it = numbers.find(device);
+    return it == numbers.end() ? no_device : it->second;
+  }
+  std::size_t held_by(const caf::actor_addr& device,
+                      std::span<const triad::block_hash> chain) const override {
+    return directory.run_on(number(device), chain);
+  }
+  bool note_routed(const caf::actor_addr& device,
+                   std::span<const triad::block_hash> chain) override {
+    if (number(device) == no_device)
+      return false;
+    directory.note_routed(number(device), chain);
+    return true;
+  }
+};
+
+BOOST_AUTO_TEST_CASE(what_the_router_sent_a_device_the_store_knows_is_recorded_in_its_directory) {
+  auto tier = std::make_shared<routed_tier>();
+  two_prefill_devices f{tier};
+  tier->numbers = {{f.a.address(), 0}, {f.b.address(), 1}}; // before any route: no race
+  f.route({1});
+  f.route({2});
+  f.route({5}); // b: a is full
+  for (const char* name : {"a", "a", "b"})
+    f.release(name);
+  // The record is the directory's: b will hold page 5 (not yet computed), a pages 1 and 2.
+  BOOST_TEST(tier->directory.routed_pages() == 3u);
+  BOOST_TEST(tier->directory.run_on(1, std::vector<triad::block_hash>{5, 6}) == 1u);
+  f.route({5, 6}); // b, by the directory; a has more free slots
+  // Once b reports page 5 computed it is b's in the directory, no longer only routed there.
+  tier->directory.note_resident(1, std::vector<triad::block_hash>{5}, {});
+  BOOST_TEST(tier->directory.routed_pages() == 3u); // 1 and 2 on a, 6 on b
+  f.release("b");
+  f.route({5, 7}); // b: it holds page 5
+  std::vector<std::string> expected = {"a", "a", "b", "b", "b"};
   BOOST_TEST(f.order == expected, boost::test_tools::per_element());
 }
 

@@ -63,3 +63,38 @@ BOOST_AUTO_TEST_CASE(devices_past_the_directorys_count_are_not_noted) {
   BOOST_TEST(d.resident_pages() == 0u);
   BOOST_TEST(d.longest_resident(c, 0).pages == 0u);
 }
+
+BOOST_AUTO_TEST_CASE(a_prompt_routed_to_a_device_counts_as_its_own_until_computed) {
+  triad::kv_directory d;
+  auto c = chain_of(4);
+  d.note_routed(1, std::span{c}.first(3));
+  BOOST_TEST(d.run_on(1, c) == 3u);
+  BOOST_TEST(d.run_on(0, c) == 0u);
+  // Only the device's own routing counts: another device is never sent to fetch them.
+  BOOST_TEST(d.longest_resident(c, 0).pages == 0u);
+  BOOST_TEST(d.routed_pages() == 3u);
+  // Computed: the pages are the device's, no longer routed ones.
+  d.note_resident(1, std::span{c}.first(2), {});
+  BOOST_TEST(d.routed_pages() == 1u);
+  BOOST_TEST(d.run_on(1, c) == 3u);
+  BOOST_TEST(d.longest_resident(c, 0).pages == 2u);
+  d.forget_device(1);
+  BOOST_TEST(d.run_on(1, c) == 0u);
+  BOOST_TEST(d.routed_pages() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_pages_routed_to_a_device_are_bounded) {
+  triad::kv_directory d;
+  const auto bound = triad::defaults::kvstore::routed_pages_per_device;
+  std::vector<triad::block_hash> first;
+  for (std::size_t i = 0; i < bound; ++i)
+    first.push_back(i + 1);
+  d.note_routed(0, first);
+  BOOST_TEST(d.routed_pages() == bound);
+  // One more prompt passes the bound: the least recently routed go, the newest stays.
+  std::vector<triad::block_hash> next{bound + 1, bound + 2};
+  d.note_routed(0, next);
+  BOOST_TEST(d.routed_pages() <= bound);
+  BOOST_TEST(d.run_on(0, next) == 2u);
+  BOOST_TEST(d.run_on(0, std::span{first}.first(1)) == 0u);
+}
