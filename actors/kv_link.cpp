@@ -1,6 +1,7 @@
 #include "actors/kv_link.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <mutex>
 
@@ -16,6 +17,10 @@ namespace {
 using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
 /// Asks the fetcher for kept blocks: `(kv_fetch_kept_atom, ids, tokens, seq, reply_to)`.
 using kv_fetch_kept_atom = caf::atom_constant<caf::atom("kvfetchk")>;
+/// Starts reading kept blocks before a device asks: `(kv_prefetch_atom, ids, tokens)`.
+using kv_prefetch_atom = caf::atom_constant<caf::atom("kvprefch")>;
+/// Drops a prefetch no device joined: `(kv_unprefetch_atom, ids)`.
+using kv_unprefetch_atom = caf::atom_constant<caf::atom("kvunpref")>;
 /// Asks the fetcher to keep pages: `(kv_keep_atom, kv_put, ttl_ms, key, reply_to)`.
 using kv_keep_atom = caf::atom_constant<caf::atom("kvkeep")>;
 /// Asks the fetcher for blocks to stream through: `(kv_lease_atom, pool, pages, seq, reply_to)`.
@@ -36,7 +41,9 @@ struct fetch_state {
   std::vector<bool> ok;
   std::size_t left = 0;
   seq_id seq = 0;
-  caf::actor reply_to;
+  caf::actor reply_to; // null for a prefetch no device joined yet: the pages wait in `done`
+  bool finished = false;
+  std::vector<kv_page> done;
 
   // The pages read and checked, up to the first that was not: the rest is computed. Page k
   // holds the tokens of page `first + k` of `tokens` (the last may be partial).
@@ -59,7 +66,11 @@ struct fetch_state {
       parent = p.hash;
       out.push_back(std::move(p));
     }
-    caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(out));
+    finished = true;
+    if (reply_to)
+      caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(out));
+    else
+      done = std::move(out);
   }
 
   // Reads `ids` through the store, in order, then finishes. The blocks are referenced while
@@ -102,8 +113,29 @@ struct fetch_state {
   }
 };
 
-caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t block_tokens) {
+// Reads of kept blocks started ahead of their device (kv_prefetch_atom), by their ids.
+using prefetch_map = std::map<std::vector<block_id>, std::shared_ptr<fetch_state>>;
+
+// Prefetches the fetcher holds at most (each until a device joins it or its blocks are
+// released); beyond, the one with the lowest ids (the oldest blocks) goes.
+constexpr std::size_t max_prefetches = 4096;
+
+caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t block_tokens,
+                      std::shared_ptr<std::atomic<std::uint64_t>> joins) {
+  auto prefetches = std::make_shared<prefetch_map>();
   return {
+      [self, store, block_tokens, prefetches](kv_prefetch_atom, std::vector<block_id>& ids,
+                                              std::vector<token>& tokens) {
+        if (ids.empty() || prefetches->count(ids) != 0)
+          return;
+        if (prefetches->size() >= max_prefetches)
+          prefetches->erase(prefetches->begin());
+        auto st = std::make_shared<fetch_state>();
+        st->tokens = std::move(tokens);
+        prefetches->emplace(ids, st);
+        st->read(self, store, ids, block_tokens, st);
+      },
+      [prefetches](kv_unprefetch_atom, std::vector<block_id>& ids) { prefetches->erase(ids); },
       [self, store, block_tokens](kv_fetch_atom, std::vector<token>& tokens, std::uint64_t first,
                                   std::uint64_t count, seq_id seq, caf::actor& reply_to) {
         auto st = std::make_shared<fetch_state>();
@@ -120,8 +152,21 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                    block_tokens](kv_prefix& p) { st->read(self, store, p.ids, block_tokens, st); },
                   [st, block_tokens](caf::error&) { st->finish(block_tokens); });
       },
-      [self, store, block_tokens](kv_fetch_kept_atom, std::vector<std::uint64_t>& ids,
-                                  std::vector<token>& tokens, seq_id seq, caf::actor& reply_to) {
+      [self, store, block_tokens, prefetches,
+       joins](kv_fetch_kept_atom, std::vector<std::uint64_t>& ids, std::vector<token>& tokens,
+              seq_id seq, caf::actor& reply_to) {
+        // A read started when the tool returned: joined (the same blocks for the same tokens).
+        if (auto it = prefetches->find(ids);
+            it != prefetches->end() && it->second->tokens == tokens) {
+          auto st = std::move(it->second);
+          prefetches->erase(it);
+          joins->fetch_add(1, std::memory_order_relaxed);
+          if (st->finished)
+            caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(st->done));
+          else
+            st->seq = seq, st->reply_to = std::move(reply_to);
+          return;
+        }
         auto st = std::make_shared<fetch_state>();
         st->tokens = std::move(tokens);
         st->seq = seq;
@@ -208,7 +253,8 @@ public:
       , host_pool_(std::move(host_pool))
       , device_pools_(std::move(device_pools))
       , block_bytes_(block_bytes)
-      , fetcher_(home.spawn(fetcher, store_, block_tokens)) {}
+      , joins_(std::make_shared<std::atomic<std::uint64_t>>(0))
+      , fetcher_(home.spawn(fetcher, store_, block_tokens, joins_)) {}
 
   ~store_tier() override { caf::anon_send_exit(fetcher_, caf::exit_reason::user_shutdown); }
 
@@ -255,8 +301,18 @@ public:
   }
 
   void release(std::vector<std::uint64_t> block_ids, std::uint64_t pin) override {
-    if (!block_ids.empty())
-      caf::anon_send(store_.store, kv_unpin_atom::value, std::move(block_ids), pin);
+    if (block_ids.empty())
+      return;
+    caf::anon_send(fetcher_, kv_unprefetch_atom::value, block_ids);
+    caf::anon_send(store_.store, kv_unpin_atom::value, std::move(block_ids), pin);
+  }
+
+  void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens) override {
+    caf::anon_send(fetcher_, kv_prefetch_atom::value, std::move(block_ids), std::move(tokens));
+  }
+
+  std::uint64_t prefetch_joins() const noexcept override {
+    return joins_->load(std::memory_order_relaxed);
   }
 
   void fetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens, seq_id seq,
@@ -393,6 +449,7 @@ private:
   std::string host_pool_;
   std::map<std::string, std::string> device_pools_; // device name -> its domain's host pool
   std::size_t block_bytes_;
+  std::shared_ptr<std::atomic<std::uint64_t>> joins_; // fetch_kept that joined a prefetch
   caf::actor fetcher_;
   mutable std::mutex devices_mutex_;
   // By number (join); weak, so the tier (which each device holds) keeps none of them alive.

@@ -439,8 +439,22 @@ private:
       return;
     }
     kept_ = std::move(k);
-    if (pending_result_)
+    if (pending_result_) {
+      prefetch_kept(); // while the request is routed and admitted
       continue_after_tool();
+    }
+  }
+
+  // When the tool's result will resume the request from the blocks kept in the store (a
+  // demotion, or a pin past its TTL), starts reading them back now: the device that takes the
+  // request joins the read (kv_tier::prefetch_kept) instead of starting it at admission.
+  void prefetch_kept() {
+    if (!ctx_->tier || kept_.blocks.empty() || parked_blob_ ||
+        (!pin_expired_ && keeps_kv_across_tools()))
+      return;
+    const auto n = std::min<std::size_t>(kept_.tokens, tokens_.size());
+    ctx_->tier->prefetch_kept(kept_.blocks,
+                              {tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(n)});
   }
 
   // The request's total deadline on the node's coarse timers (cancelled at exit, so it holds
@@ -944,6 +958,9 @@ private:
     }
     ev.tool_output = std::move(*fitted);
     emit(ev);
+    // The KV kept in the store comes back while the result is tokenized, routed and admitted.
+    if (!demoting_)
+      prefetch_kept();
     auto appended = format().tool_result(ev.tool_output);
     if (!appended) {
       fail(appended.error().message, appended.error().code);

@@ -79,6 +79,16 @@ public:
 
   // -- pages in the devices' own memory --
 
+  /// Starts reading the blocks `block_ids` kept for the first tokens of `tokens` before a
+  /// device asks for them: a demoted sequence's tool returned, and the read overlaps with
+  /// tokenizing the result, routing and admission. A fetch_kept of the same blocks and tokens
+  /// joins it (answered at once if it finished); release of the blocks drops one never joined.
+  virtual void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens) {
+    (void)block_ids;
+    (void)tokens;
+  }
+  /// How many fetch_kept joined a prefetch_kept (its read already under way or done).
+  virtual std::uint64_t prefetch_joins() const noexcept { return 0; }
   /// A device the tier does not know (join's answer when it cannot take more).
   static constexpr std::uint32_t no_device = ~std::uint32_t{0};
   /// A run of a prompt's pages another device holds (`pages` from the chain's first).

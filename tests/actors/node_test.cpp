@@ -180,6 +180,9 @@ BOOST_AUTO_TEST_CASE(demote_keeps_the_kv_as_blocks_of_the_store_across_each_tool
   BOOST_TEST(st.pools.front().kind == "host");
   BOOST_TEST(devices_sum(*n, &triad::device_stats::tier_tokens) > 0u);
   BOOST_TEST(device_sequences(*n) == 0u);
+  // Each read back began when its tool returned, before the result was tokenized; the device
+  // that took the request joined it.
+  BOOST_TEST(n->tier()->prefetch_joins() == 3u);
 }
 
 // Pin with a fixed TTL of `ttl` (floor = ceiling, so the tool's recent durations cannot move it:
@@ -225,6 +228,7 @@ BOOST_AUTO_TEST_CASE(a_pin_past_its_ttl_moves_the_kv_to_the_store_and_resumes_fr
   BOOST_TEST(moved.prefill_tokens == held.prefill_tokens);
   BOOST_TEST(moved.completion_tokens == held.completion_tokens);
   BOOST_TEST(devices_sum(*n, &triad::device_stats::tier_tokens) > 0u);
+  BOOST_TEST(n->tier()->prefetch_joins() == 2u); // read back from the tool's return on
 }
 
 BOOST_AUTO_TEST_CASE(demoted_requests_resume_from_the_store_when_a_decode_device_is_busy) {
