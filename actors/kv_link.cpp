@@ -113,29 +113,69 @@ struct fetch_state {
   }
 };
 
-// Reads of kept blocks started ahead of their device (kv_prefetch_atom), by their ids.
-using prefetch_map = std::map<std::vector<block_id>, std::shared_ptr<fetch_state>>;
-
-// Prefetches the fetcher holds at most (each until a device joins it or its blocks are
-// released); beyond, the one with the lowest ids (the oldest blocks) goes.
+// Prefetches the fetcher holds at most (each until a device joins it, its request is admitted
+// elsewhere or its blocks are released), and their bytes at most (the KV read back waits in the
+// fetcher's memory, outside the store's budget); beyond, those with the lowest ids (the oldest
+// blocks) go, and a prefetch larger than the bytes alone is not made (the device reads then).
 constexpr std::size_t max_prefetches = 4096;
+constexpr std::size_t max_prefetch_bytes = std::size_t{256} << 20;
+
+// Reads of kept blocks started ahead of their device (kv_prefetch_atom), by their ids.
+class prefetch_set {
+public:
+  // Takes `st` for `ids` of `bytes`, making room; false when it cannot be held.
+  bool add(const std::vector<block_id>& ids, std::shared_ptr<fetch_state> st, std::size_t bytes) {
+    if (bytes > max_prefetch_bytes || reads_.count(ids) != 0)
+      return false;
+    while (!reads_.empty() &&
+           (reads_.size() >= max_prefetches || bytes_ + bytes > max_prefetch_bytes))
+      erase(reads_.begin());
+    reads_.emplace(ids, entry{std::move(st), bytes});
+    bytes_ += bytes;
+    return true;
+  }
+  // The read for `ids` with `tokens`, taken out of the set; null when there is none.
+  std::shared_ptr<fetch_state> take(const std::vector<block_id>& ids,
+                                    const std::vector<token>& tokens) {
+    auto it = reads_.find(ids);
+    if (it == reads_.end() || it->second.st->tokens != tokens)
+      return nullptr;
+    auto st = std::move(it->second.st);
+    erase(it);
+    return st;
+  }
+  // Drops the read for `ids`, if any.
+  void drop(const std::vector<block_id>& ids) {
+    if (auto it = reads_.find(ids); it != reads_.end())
+      erase(it);
+  }
+
+private:
+  struct entry {
+    std::shared_ptr<fetch_state> st;
+    std::size_t bytes;
+  };
+  using map = std::map<std::vector<block_id>, entry>;
+  void erase(map::iterator it) {
+    bytes_ -= it->second.bytes;
+    reads_.erase(it);
+  }
+  map reads_;
+  std::size_t bytes_ = 0;
+};
 
 caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t block_tokens,
-                      std::shared_ptr<std::atomic<std::uint64_t>> joins) {
-  auto prefetches = std::make_shared<prefetch_map>();
+                      std::size_t block_bytes, std::shared_ptr<std::atomic<std::uint64_t>> joins) {
+  auto prefetches = std::make_shared<prefetch_set>();
   return {
-      [self, store, block_tokens, prefetches](kv_prefetch_atom, std::vector<block_id>& ids,
-                                              std::vector<token>& tokens) {
-        if (ids.empty() || prefetches->count(ids) != 0)
-          return;
-        if (prefetches->size() >= max_prefetches)
-          prefetches->erase(prefetches->begin());
+      [self, store, block_tokens, block_bytes,
+       prefetches](kv_prefetch_atom, std::vector<block_id>& ids, std::vector<token>& tokens) {
         auto st = std::make_shared<fetch_state>();
         st->tokens = std::move(tokens);
-        prefetches->emplace(ids, st);
-        st->read(self, store, ids, block_tokens, st);
+        if (!ids.empty() && prefetches->add(ids, st, ids.size() * block_bytes))
+          st->read(self, store, ids, block_tokens, st);
       },
-      [prefetches](kv_unprefetch_atom, std::vector<block_id>& ids) { prefetches->erase(ids); },
+      [prefetches](kv_unprefetch_atom, std::vector<block_id>& ids) { prefetches->drop(ids); },
       [self, store, block_tokens](kv_fetch_atom, std::vector<token>& tokens, std::uint64_t first,
                                   std::uint64_t count, seq_id seq, caf::actor& reply_to) {
         auto st = std::make_shared<fetch_state>();
@@ -156,10 +196,7 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
        joins](kv_fetch_kept_atom, std::vector<std::uint64_t>& ids, std::vector<token>& tokens,
               seq_id seq, caf::actor& reply_to) {
         // A read started when the tool returned: joined (the same blocks for the same tokens).
-        if (auto it = prefetches->find(ids);
-            it != prefetches->end() && it->second->tokens == tokens) {
-          auto st = std::move(it->second);
-          prefetches->erase(it);
+        if (auto st = prefetches->take(ids, tokens)) {
           joins->fetch_add(1, std::memory_order_relaxed);
           if (st->finished)
             caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(st->done));
@@ -254,7 +291,7 @@ public:
       , device_pools_(std::move(device_pools))
       , block_bytes_(block_bytes)
       , joins_(std::make_shared<std::atomic<std::uint64_t>>(0))
-      , fetcher_(home.spawn(fetcher, store_, block_tokens, joins_)) {}
+      , fetcher_(home.spawn(fetcher, store_, block_tokens, block_bytes, joins_)) {}
 
   ~store_tier() override { caf::anon_send_exit(fetcher_, caf::exit_reason::user_shutdown); }
 
@@ -309,6 +346,11 @@ public:
 
   void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens) override {
     caf::anon_send(fetcher_, kv_prefetch_atom::value, std::move(block_ids), std::move(tokens));
+  }
+
+  void forget_prefetch(std::vector<std::uint64_t> block_ids) override {
+    if (!block_ids.empty())
+      caf::anon_send(fetcher_, kv_unprefetch_atom::value, std::move(block_ids));
   }
 
   std::uint64_t prefetch_joins() const noexcept override {

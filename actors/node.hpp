@@ -86,8 +86,8 @@ public:
   /// Stops everything (stop()).
   ~node();
 
-  /// The node's KV store (its actors), when `[kvstore] host_mib` > 0 and a device's pages can
-  /// leave it; nullptr otherwise.
+  /// The node's KV store (its actors), when `[kvstore] host_mib` > 0 and a device with a prefix
+  /// cache has pages that can leave it; nullptr otherwise.
   const kv_store* kv() const noexcept { return kv_ ? &*kv_ : nullptr; }
   /// The KV store as the tier below the devices (kv_link), or null without a store.
   const kv_tier* tier() const noexcept { return kv_tier_.get(); }

@@ -319,6 +319,10 @@ private:
       h.seq = seq;
       if (s == route_stage::decode)
         parked_blob_.reset(); // the KV lives on the decode device now
+      // The device asked for its kept blocks before it answered: a read started for them at
+      // the tool's return that it did not join is not needed.
+      if (s == route_stage::decode && ctx_->tier && !kept_.blocks.empty())
+        ctx_->tier->forget_prefetch(kept_.blocks);
       (s == route_stage::prefill ? prefill_ : decode_) = h;
     };
     auto on_error = [this, h](caf::error& e) {

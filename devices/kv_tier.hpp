@@ -81,12 +81,16 @@ public:
 
   /// Starts reading the blocks `block_ids` kept for the first tokens of `tokens` before a
   /// device asks for them: a demoted sequence's tool returned, and the read overlaps with
-  /// tokenizing the result, routing and admission. A fetch_kept of the same blocks and tokens
-  /// joins it (answered at once if it finished); release of the blocks drops one never joined.
+  /// tokenizing the result (when the demotion had ended by then), routing and admission. A
+  /// fetch_kept of the same blocks and tokens joins it (answered at once if it finished);
+  /// forget_prefetch or release of the blocks drops one never joined.
   virtual void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens) {
     (void)block_ids;
     (void)tokens;
   }
+  /// Drops the prefetch of `block_ids` if no device joined it (the request was admitted by a
+  /// device that reads them itself, or not at all).
+  virtual void forget_prefetch(std::vector<std::uint64_t> block_ids) { (void)block_ids; }
   /// How many fetch_kept joined a prefetch_kept (its read already under way or done).
   virtual std::uint64_t prefetch_joins() const noexcept { return 0; }
   /// A device the tier does not know (join's answer when it cannot take more).
@@ -131,8 +135,8 @@ public:
     return 0;
   }
   /// Notes that a prompt whose pages are `chain` was routed to the device whose actor is
-  /// `device`: held_by counts them until the device reports them computed (or they age out).
-  /// False when the tier does not know the device (it is not connected): the caller keeps its
+  /// `device`: held_by counts them until the device reports them computed or evicted (or they age
+  /// out). False when the tier does not know the device (it is not connected): the caller keeps its
   /// own record then.
   virtual bool note_routed(const caf::actor_addr& device, std::span<const block_hash> chain) {
     (void)device;

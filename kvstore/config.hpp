@@ -14,7 +14,8 @@ namespace triad {
 /// blocks to the disk tier, when there is one); prompts find their pages there.
 struct kvstore_config {
   /// `host_mib`: host memory for KV blocks, in MiB, 0..1048576, split evenly between the host
-  /// pools (one in each NUMA domain holding a device, and the orchestration domain's); 0 = no
+  /// pools (one in each NUMA domain holding a device the store connects, and the orchestration
+  /// domain's); 0 = no
   /// store (evicted pages are lost, as without a store).
   std::uint64_t host_mib = defaults::kvstore::host_mib;
   /// `disk_dir`: directory of the disk tier; "" = no disk tier. Block files are checksummed;

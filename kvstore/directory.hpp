@@ -27,9 +27,9 @@ namespace triad {
 /// them.
 ///
 /// And it is the router's record of what it sent each device: the pages of a prompt routed to a
-/// device count as that device's (for `run_on` only) until the device reports them computed,
-/// so a prompt routed while an earlier one with its prefix is still being computed goes to
-/// the same device.
+/// device count as that device's (for `run_on` only) until the device reports them computed (or
+/// evicted), so a prompt routed while an earlier one with its prefix is still being computed goes
+/// to the same device.
 class kv_directory {
 public:
   /// Devices whose pages the directory can tell apart.
@@ -77,21 +77,26 @@ public:
       resident_[h] |= bit;
       routed.erase(h); // computed: it is the device's now
     }
-    for (auto h : gone)
+    for (auto h : gone) {
+      routed.erase(h);
       if (auto it = resident_.find(h); it != resident_.end() && (it->second &= ~bit) == 0)
         resident_.erase(it);
+    }
   }
-  /// Notes that a prompt whose pages are `chain` was routed to `device`: it will hold them once
-  /// it computes them. A device remembers defaults::kvstore::routed_pages_per_device such pages;
-  /// beyond, the least recently routed half is forgotten.
+  /// Notes that a prompt whose pages are `chain` was routed to `device`: the pages it does not
+  /// hold count as its own (in run_on) until it reports them computed or evicted. A device
+  /// remembers defaults::kvstore::routed_pages_per_device such pages; beyond, the least recently
+  /// routed half is forgotten.
   void note_routed(std::uint32_t device, std::span<const block_hash> chain) {
     if (device >= max_devices || chain.empty())
       return;
+    const std::uint64_t bit = std::uint64_t{1} << device;
     std::unique_lock lock{mutex_};
     auto& routed = routed_[device];
     const auto now = ++routed_seq_;
     for (auto h : chain)
-      routed[h] = now;
+      if (auto it = resident_.find(h); it == resident_.end() || (it->second & bit) == 0)
+        routed[h] = now; // a page it holds is counted as resident, and goes when it is evicted
     if (routed.size() > defaults::kvstore::routed_pages_per_device)
       forget_oldest_half(routed, [](std::uint64_t stamp) { return stamp; });
   }

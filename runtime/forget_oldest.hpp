@@ -8,8 +8,9 @@
 namespace triad {
 
 /// Bounds a map whose entries are stamped with when they were last used (`stamp` reads an
-/// entry's value): forgets the least recently used half. Entries stamped alike go together, so
-/// when more than half share the oldest stamps those all go (a bound must hold even then).
+/// entry's value): forgets the least recently used half, at least. Entries stamped alike go
+/// together, so when the median stamp is shared those entries go too (the map then keeps less
+/// than half, but always at most half).
 template<class Map, class Stamp>
 void forget_oldest_half(Map& map, Stamp stamp) {
   if (map.empty())
@@ -21,7 +22,8 @@ void forget_oldest_half(Map& map, Stamp stamp) {
   auto mid = lasts.begin() + static_cast<std::ptrdiff_t>(lasts.size() / 2);
   std::nth_element(lasts.begin(), mid, lasts.end());
   const auto cut = *mid;
-  if (std::erase_if(map, [cut, &stamp](const auto& kv) { return stamp(kv.second) < cut; }) == 0)
+  const auto half = map.size() / 2;
+  if (std::erase_if(map, [cut, &stamp](const auto& kv) { return stamp(kv.second) < cut; }) < half)
     std::erase_if(map, [cut, &stamp](const auto& kv) { return stamp(kv.second) <= cut; });
 }
 

@@ -98,3 +98,18 @@ BOOST_AUTO_TEST_CASE(the_pages_routed_to_a_device_are_bounded) {
   BOOST_TEST(d.run_on(0, next) == 2u);
   BOOST_TEST(d.run_on(0, std::span{first}.first(1)) == 0u);
 }
+
+BOOST_AUTO_TEST_CASE(a_routed_page_the_device_held_goes_with_its_eviction) {
+  triad::kv_directory d;
+  auto c = chain_of(3);
+  d.note_resident(0, std::span{c}.first(2), {});
+  d.note_routed(0, c); // the next turn: it holds the first two pages already
+  BOOST_TEST(d.routed_pages() == 1u);
+  BOOST_TEST(d.run_on(0, c) == 3u);
+  // Evicted, the held pages are no longer the device's: not counted as routed ones either.
+  d.note_resident(0, {}, std::span{c}.first(2));
+  BOOST_TEST(d.run_on(0, c) == 0u);
+  // A routed page reported gone is forgotten too.
+  d.note_resident(0, {}, std::span{c}.subspan(2));
+  BOOST_TEST(d.routed_pages() == 0u);
+}
