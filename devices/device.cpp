@@ -1154,7 +1154,8 @@ private:
     if (victim->state == seq_state::running || victim->state == seq_state::waiting)
       victim->state = swap ? seq_state::fetching : seq_state::waiting;
     emit(*victim, device_event::preempted,
-         swap ? "KV memory exhausted; swapped to host memory until scheduled"
+         swap ? "KV memory exhausted; swapping to host memory until scheduled (recomputed if the "
+                "copy fails)"
               : "KV memory exhausted; recomputing when scheduled");
     return true;
   }
