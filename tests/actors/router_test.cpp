@@ -234,11 +234,8 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_
   BOOST_TEST(f.order == expected, boost::test_tools::per_element());
 }
 
-// What a KV store's directory says each device holds: `runs[device]` is its run of every
-// chain.
-struct directory_tier final : triad::kv_tier {
-  mutable std::mutex m; // the router reads on its thread, the test writes on its own
-  std::map<caf::actor_addr, std::size_t> runs;
+// A tier that holds nothing and moves nothing: the router asks only what devices hold.
+struct empty_tier : triad::kv_tier {
   std::size_t block_bytes() const noexcept override { return 0; }
   std::size_t held(std::span<const triad::block_hash>) const override { return 0; }
   void spill(std::uint32_t, std::vector<triad::kv_page>) override {}
@@ -249,6 +246,13 @@ struct directory_tier final : triad::kv_tier {
   void release(std::vector<std::uint64_t>, std::uint64_t) override {}
   void fetch_kept(std::vector<std::uint64_t>, std::vector<triad::token>, triad::seq_id,
                   caf::actor) override {}
+};
+
+// What a KV store's directory says each device holds: `runs[device]` is its run of every
+// chain.
+struct directory_tier final : empty_tier {
+  mutable std::mutex m; // the router reads on its thread, the test writes on its own
+  std::map<caf::actor_addr, std::size_t> runs;
   std::size_t held_by(const caf::actor_addr& device,
                       std::span<const triad::block_hash> chain) const override {
     std::lock_guard lock{m};
@@ -279,19 +283,9 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_whose_cache_the_store_says_holds
 
 // A KV store's tier over a real directory in which the router's devices are numbered (as
 // the store's link numbers the devices that join it): what the router routes is recorded there.
-struct routed_tier final : triad::kv_tier {
+struct routed_tier final : empty_tier {
   triad::kv_directory directory;
   std::map<caf::actor_addr, std::uint32_t> numbers;
-  std::size_t block_bytes() const noexcept override { return 0; }
-  std::size_t held(std::span<const triad::block_hash>) const override { return 0; }
-  void spill(std::uint32_t, std::vector<triad::kv_page>) override {}
-  void fetch(std::vector<triad::token>, std::size_t, std::size_t, triad::seq_id,
-             caf::actor) override {}
-  void keep(std::vector<triad::kv_page>, std::chrono::milliseconds, std::uint64_t,
-            caf::actor) override {}
-  void release(std::vector<std::uint64_t>, std::uint64_t) override {}
-  void fetch_kept(std::vector<std::uint64_t>, std::vector<triad::token>, triad::seq_id,
-                  caf::actor) override {}
   std::uint32_t number(const caf::actor_addr& device) const {
     auto it = numbers.find(device);
     return it == numbers.end() ? no_device : it->second;
