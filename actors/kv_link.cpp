@@ -338,10 +338,8 @@ public:
   }
 
   void release(std::vector<std::uint64_t> block_ids, std::uint64_t pin) override {
-    if (block_ids.empty())
-      return;
-    caf::anon_send(fetcher_, kv_unprefetch_atom::value, block_ids);
-    caf::anon_send(store_.store, kv_unpin_atom::value, std::move(block_ids), pin);
+    if (!block_ids.empty())
+      caf::anon_send(store_.store, kv_unpin_atom::value, std::move(block_ids), pin);
   }
 
   void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens) override {

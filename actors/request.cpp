@@ -321,8 +321,8 @@ private:
         parked_blob_.reset(); // the KV lives on the decode device now
       // The device asked for its kept blocks before it answered: a read started for them at
       // the tool's return that it did not join is not needed.
-      if (s == route_stage::decode && ctx_->tier && !kept_.blocks.empty())
-        ctx_->tier->forget_prefetch(kept_.blocks);
+      if (s == route_stage::decode)
+        forget_prefetch();
       (s == route_stage::prefill ? prefill_ : decode_) = h;
     };
     auto on_error = [this, h](caf::error& e) {
@@ -459,6 +459,13 @@ private:
     const auto n = std::min<std::size_t>(kept_.tokens, tokens_.size());
     ctx_->tier->prefetch_kept(kept_.blocks,
                               {tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(n)});
+    prefetching_ = true;
+  }
+
+  // Drops the read prefetch_kept started if no device joined it (once, whatever ends it).
+  void forget_prefetch() {
+    if (std::exchange(prefetching_, false))
+      ctx_->tier->forget_prefetch(kept_.blocks);
   }
 
   // The request's total deadline on the node's coarse timers (cancelled at exit, so it holds
@@ -539,6 +546,7 @@ private:
 
   // Lets go of the blocks kept at the last demotion (a later one keeps its own).
   void release_kept() {
+    forget_prefetch();
     if (ctx_->tier && !kept_.blocks.empty())
       ctx_->tier->release(std::move(kept_.blocks), kept_.pin);
     kept_ = {};
@@ -1153,6 +1161,7 @@ private:
   // retry elsewhere needs no copy.
   std::shared_ptr<const kv_blob> parked_blob_;
   kv_kept kept_;             // demote with a store: the blocks holding the KV across the tool call
+  bool prefetching_ = false; // a read of kept_'s blocks started (prefetch_kept), not yet forgotten
   std::string tool_name_;    // the tool of the call running (empty: malformed)
   bool pin_expired_ = false; // the pinned KV moved to the store during this call
   coarse_timers::key pin_timer_ = 0;      // the pin TTL armed for this call (0: none)

@@ -83,7 +83,8 @@ public:
   /// device asks for them: a demoted sequence's tool returned, and the read overlaps with
   /// tokenizing the result (when the demotion had ended by then), routing and admission. A
   /// fetch_kept of the same blocks and tokens joins it (answered at once if it finished);
-  /// forget_prefetch or release of the blocks drops one never joined.
+  /// forget_prefetch drops one never joined (the caller's part, once it is admitted or lets go
+  /// of the blocks).
   virtual void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens) {
     (void)block_ids;
     (void)tokens;

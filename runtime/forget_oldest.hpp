@@ -9,8 +9,8 @@ namespace triad {
 
 /// Bounds a map whose entries are stamped with when they were last used (`stamp` reads an
 /// entry's value): forgets the least recently used half, at least. Entries stamped alike go
-/// together, so when the median stamp is shared those entries go too (the map then keeps less
-/// than half, but always at most half).
+/// together: when fewer than half are older than the median stamp, every entry stamped with it
+/// goes too.
 template<class Map, class Stamp>
 void forget_oldest_half(Map& map, Stamp stamp) {
   if (map.empty())
