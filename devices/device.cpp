@@ -142,7 +142,7 @@ public:
     spare_job_.reset();          // its sinks
     seqs_.clear();
     backlog_.clear();
-    pending_frees_.clear();
+    owed_.clear();
     swap_demotions_.clear(); // their promises are in demotions_
     kv_watchers_.clear();
   }
@@ -644,27 +644,19 @@ private:
 
   // The full pages the job's sequences computed become blocks as they are computed: indexed in
   // the prefix cache on the driver (other prompts attach them, the store reads them through
-  // the device), then noted (note_published). One driver job for all of them.
+  // the device), then noted (note_published). The driver indexes them with its next job.
   void publish_computed(const std::vector<seq_id>& ids) {
     const auto pt = kv_.page_tokens;
     if (!options_.prefix_cache || pt == 0)
       return;
-    std::vector<std::pair<seq_id, std::vector<token>>> batch;
     for (auto id : ids) {
       auto* s = find(id);
       if (s == nullptr || s->computed / pt <= s->published.size())
         continue;
       const auto end = s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed / pt * pt);
-      batch.emplace_back(id, std::vector<token>{s->tokens.begin(), end});
+      owed_.publishes.emplace_back(id, std::vector<token>{s->tokens.begin(), end});
+      note_published(*s, owed_.publishes.back().second.size());
     }
-    if (batch.empty())
-      return;
-    for (auto& [id, tokens] : batch)
-      note_published(*find(id), tokens.size());
-    submit([be = backend_, batch = std::move(batch)] {
-      for (const auto& [id, tokens] : batch)
-        be->publish(id, tokens);
-    });
   }
 
   // Answers an admission, then schedules: the driver sends a sequence's tokens to its sink as
@@ -689,18 +681,29 @@ private:
     }
     if (it != seqs_.end())
       seqs_.erase(it);
-    // The backend is only touched on the driver thread; the KV's full pages go into the prefix
-    // cache before the sequence lets go of them.
-    submit([be = backend_, id, computed = std::move(computed)] {
-      detail::publish_and_free(*be, id, computed);
-    });
+    // The backend is only touched on the driver thread: the KV's full pages go into the prefix
+    // cache before the sequence lets go of them, with the driver's next job.
+    if (!computed.empty())
+      owed_.publishes.emplace_back(id, std::move(computed));
+    owed_.frees.push_back(id);
     update_gauges();
   }
 
-  // Hands a job (export, import, free) to the driver, in order: straight into its queue when
-  // nothing waits before it, else behind the backlog, which goes in as the driver frees up.
-  // The backlog stays small: each sequence has at most one export or import outstanding.
+  // Hands a job (export, demote, swap, share) to the driver, in order, behind what the driver is
+  // owed (owed_: publishes and frees, which must come first, else they ride with the next step).
   void submit(driver_job&& job) {
+    if (!owed_.empty()) { // what the driver is owed goes first, in a job of its own
+      auto owed = std::move(owed_);
+      owed_.clear(); // moved-from: empty again
+      enqueue([be = backend_, owed = std::move(owed)] { owed.apply(*be); });
+    }
+    enqueue(std::move(job));
+  }
+
+  // Straight into the driver's queue when nothing waits before it, else behind the backlog,
+  // which goes in as the driver frees up. The backlog stays small: each sequence has at most
+  // one export or import outstanding.
+  void enqueue(driver_job&& job) {
     interrupt_burst();
     if (backlog_.empty() && driver_->try_submit_in_order(std::move(job)) != submit_result::full)
       return; // accepted, or refused because the device is stopping
@@ -787,7 +790,7 @@ private:
            "sequence of " + std::to_string(s->tokens.size()) + " tokens needs " +
                std::to_string(detail::pages_for(s->tokens.size(), kv_.page_tokens)) +
                " KV pages; device " + options_.name + " has " + std::to_string(kv_.pages_total));
-      pending_frees_.push_back(id);
+      owed_.frees.push_back(id);
       seqs_.erase(id);
     }
     if (plan.items.empty()) {
@@ -854,7 +857,7 @@ private:
     }
     job->be = backend_;
     job->capture = tier_ != nullptr;
-    job->frees.swap(pending_frees_); // both empty before: pending_frees_ is empty after
+    std::swap(job->owed, owed_); // the job's was empty: owed_ is empty after
     job->max_steps = plan.max_steps;
     job->window = options_.burst_window;
     interrupt_->store(false, std::memory_order_relaxed);
@@ -878,9 +881,9 @@ private:
       in_flight_ = true;
       break;
     case submit_result::full:
-      // The driver still holds the previous step's tail or frees: the frees taken for this
-      // step go back, and scheduling is retried shortly, so no work is dropped.
-      pending_frees_.swap(job->frees);
+      // The driver's queue is full: what it is owed goes back to wait for the next job, and
+      // scheduling is retried shortly, so no work is dropped.
+      std::swap(job->owed, owed_);
       for (auto& im : job->imports) // imported with a later job
         if (auto* s = find(job->items[im.item].seq))
           s->import = std::move(im.blob);
@@ -966,7 +969,7 @@ private:
         for (std::size_t l = 0; l < job->lookup_count; ++l) {
           auto seq = job->items[job->lookups[l].first].seq;
           if (auto* s = find(seq); s != nullptr && s->computed == 0) {
-            pending_frees_.push_back(seq);
+            owed_.frees.push_back(seq);
             s->lookup = true;
             s->fetched = std::move(job->lookup_pages[l]);
           }
@@ -978,7 +981,7 @@ private:
         if (auto* s = find(id)) {
           emit(*s, device_event::failed, r.output.error().message);
           seqs_.erase(id);
-          pending_frees_.push_back(id);
+          owed_.frees.push_back(id);
         }
       spare_job_ = std::move(job);
       return schedule();
@@ -1138,7 +1141,7 @@ private:
         caf::anon_send(self, swap_done_atom::value, id, key, std::move(pages));
       });
     } else {
-      pending_frees_.push_back(victim->req.seq);
+      owed_.frees.push_back(victim->req.seq);
     }
     victim->computed = 0;
     if (!swap) { // recomputed: its next lookup is what it reports; swapped, it keeps its hit
@@ -1211,6 +1214,7 @@ private:
 
   device_stats snapshot() const {
     auto st = stats_;
+    st.driver_jobs = driver_->stats().completed;
     st.sequences = seqs_.size();
     for (const auto& [id, s] : seqs_) {
       st.waiting += s.state == seq_state::waiting || s.state == seq_state::fetching;
@@ -1241,7 +1245,8 @@ private:
   detail::step_state plan_state_;               // the planner's view of the sequences (memory kept)
   detail::step_plan plan_;                      // the last plan (memory kept)
   std::shared_ptr<detail::step_job> spare_job_; // the job object filled again for the next job
-  std::vector<seq_id> pending_frees_;
+  // Publishes and frees the driver is owed, sent with the next job (detail::deferred_work).
+  detail::deferred_work owed_;
   std::map<std::uint64_t, caf::typed_response_promise<kv_blob>> exports_;
   // Pages other devices asked for (kv_share_atom), being copied out on the driver.
   std::map<std::uint64_t, caf::typed_response_promise<std::vector<kv_page>>> shares_;

@@ -199,6 +199,9 @@ struct device_event {
 struct device_stats {
   std::uint64_t steps = 0;       ///< steps run
   std::uint64_t step_jobs = 0;   ///< driver jobs that ran them (fewer when steps ran in bursts)
+  /// Driver jobs run of every kind: step jobs, exports, swaps, shares, and the publishes and
+  /// frees owed when another job than a step comes first (they ride with a step job else).
+  std::uint64_t driver_jobs = 0;
   std::uint64_t tokens = 0;      ///< tokens computed
   std::uint64_t generated = 0;   ///< tokens sampled
   std::uint64_t refused = 0;     ///< generate requests answered busy
@@ -280,11 +283,11 @@ typename Inspector::result_type inspect(Inspector& f, kv_blob& x) {
 /// Inspector of device_stats.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
-  return f(caf::meta::type_name("device_stats"), x.steps, x.step_jobs, x.tokens, x.generated,
-           x.refused, x.preemptions, x.sequences, x.waiting, x.running, x.parked, x.busy_seconds,
-           x.compute_cpu_seconds, x.kv_pages_used, x.kv_pages_total, x.kv_pages_cached,
-           x.cached_tokens, x.tier_tokens, x.spilled_pages, x.streamed_out, x.streamed_in,
-           x.stream_recomputes, x.peer_tokens, x.lent_pages, x.imports_declined,
+  return f(caf::meta::type_name("device_stats"), x.steps, x.step_jobs, x.driver_jobs, x.tokens,
+           x.generated, x.refused, x.preemptions, x.sequences, x.waiting, x.running, x.parked,
+           x.busy_seconds, x.compute_cpu_seconds, x.kv_pages_used, x.kv_pages_total,
+           x.kv_pages_cached, x.cached_tokens, x.tier_tokens, x.spilled_pages, x.streamed_out,
+           x.streamed_in, x.stream_recomputes, x.peer_tokens, x.lent_pages, x.imports_declined,
            x.fetches_corrupted, x.swapped_in);
 }
 

@@ -28,6 +28,13 @@ void publish_and_free(backend& be, seq_id seq, const std::vector<token>& compute
   be.free(seq);
 }
 
+void deferred_work::apply(backend& be) const {
+  for (const auto& [seq, tokens] : publishes)
+    be.publish(seq, tokens);
+  for (auto seq : frees)
+    be.free(seq);
+}
+
 std::vector<kv_page> share_pages(backend& be, std::span<const token> tokens, std::size_t first,
                                  std::size_t count) {
   // A sequence of its own for the copy, attached to the cached pages and let go behind it.
@@ -55,8 +62,7 @@ void step_job::operator()() {
     if (capture)
       be->capture_evictions(nullptr);
   });
-  for (auto id : frees)
-    be->free(id);
+  owed.apply(*be);
   for (auto& im : imports) {
     const auto& stream = im.blob->stream;
     auto ok = stream

@@ -256,6 +256,15 @@ BOOST_AUTO_TEST_CASE(a_prompt_starting_like_a_freed_one_reuses_its_cached_pages)
   BOOST_TEST(tokens_of(events) == tokens_of(plain)); // and change nothing generated
 }
 
+BOOST_AUTO_TEST_CASE(pages_published_and_a_sequence_freed_ride_with_the_next_step_job) {
+  auto [events, st] = second_prompt_on_a_shared_start({}, true);
+  // Seq 1's computed pages and its free went to the driver with seq 2's step, not in jobs of
+  // their own, and seq 2 still found the pages (published before its lookup).
+  BOOST_TEST(events.front().cached == 32u);
+  BOOST_TEST(st.step_jobs >= 2u);
+  BOOST_TEST(st.driver_jobs <= st.step_jobs);
+}
+
 BOOST_AUTO_TEST_CASE(a_device_without_a_prefix_cache_computes_every_prompt_in_full) {
   triad::device_options options;
   options.prefix_cache = false;
