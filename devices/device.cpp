@@ -1075,7 +1075,7 @@ private:
           if (metrics_.streamed_out != nullptr)
             metrics_.streamed_out->inc();
         } else
-          emit(*s, device_event::done, mo->reason, {}, std::move(mo->blob));
+          emit(*s, device_event::done, mo->reason, std::move(mo->blob));
         seqs_.erase(r.seqs[i]);
       } else if (ended != nullptr) {
         emit(*s, device_event::done, ended);
@@ -1202,14 +1202,18 @@ private:
                 caf::actor_cast<caf::actor>(this));
   }
 
-  void emit(const sequence& s, device_event::kind_t kind, std::string message,
-            std::vector<token> tokens = {}, kv_blob kv = {}) {
+  void emit(const sequence& s, device_event::kind_t kind, std::string message, kv_blob kv = {}) {
     if (!s.req.sink)
       return;
-    caf::anon_send(s.req.sink,
-                   device_event{s.req.seq, kind, std::move(tokens), s.generated, std::move(message),
-                                static_cast<std::uint32_t>(s.cached), std::move(kv),
-                                static_cast<std::uint32_t>(s.stored)});
+    device_event ev;
+    ev.seq = s.req.seq;
+    ev.kind = kind;
+    ev.generated = s.generated;
+    ev.message = std::move(message);
+    ev.cached = static_cast<std::uint32_t>(s.cached);
+    ev.kv = std::move(kv);
+    ev.stored = static_cast<std::uint32_t>(s.stored);
+    caf::anon_send(s.req.sink, std::move(ev));
   }
 
   device_stats snapshot() const {

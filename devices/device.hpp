@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
 #include <caf/typed_actor.hpp>
@@ -179,8 +180,10 @@ struct device_event {
   kind_t kind = token; ///< what happened
   /// token: the token just chosen, sent by the device's driver thread as it chooses it (a
   /// burst of decode steps publishes each token at its step, not at the burst's end); done and
-  /// the rest carry none (every token came before them, in order).
-  std::vector<triad::token> tokens;
+  /// the rest carry none (every token came before them, in order). Held inline: a token event
+  /// costs the driver no allocation beyond its message, and the actor no free of another
+  /// thread's memory.
+  boost::container::small_vector<triad::token, 1> tokens;
   std::uint32_t generated = 0; ///< tokens generated so far, these included
   std::string message;         ///< detail for `done` (reason) and `failed`
   std::uint32_t cached = 0;    ///< prompt tokens whose KV came from the prefix cache
