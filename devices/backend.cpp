@@ -1,6 +1,7 @@
 #include "devices/backend.hpp"
 
-#include <unordered_set>
+#include <algorithm>
+#include <vector>
 
 namespace triad {
 
@@ -8,14 +9,19 @@ expected<void> check_step(std::span<const step_item> items, const model_shape& s
                           const backend& b) {
   if (items.empty())
     return make_error(errc::invalid_argument, "step: no items");
-  std::unordered_set<seq_id> seen;
+  // Each sequence once: sorted ids in the thread's buffer (no allocation per step).
+  thread_local std::vector<seq_id> ids;
+  ids.clear();
+  for (const auto& item : items)
+    ids.push_back(item.seq);
+  std::sort(ids.begin(), ids.end());
+  if (auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end())
+    return make_error(errc::invalid_argument,
+                      "step: sequence " + std::to_string(*twice) + " appears twice");
   for (const auto& item : items) {
     if (item.tokens.empty())
       return make_error(errc::invalid_argument,
                         "step: sequence " + std::to_string(item.seq) + " has no tokens");
-    if (!seen.insert(item.seq).second)
-      return make_error(errc::invalid_argument,
-                        "step: sequence " + std::to_string(item.seq) + " appears twice");
     for (auto t : item.tokens)
       if (t < 0 || static_cast<unsigned>(t) >= shape.vocab)
         return make_error(errc::invalid_argument, "step: token " + std::to_string(t) +
