@@ -686,23 +686,32 @@ private:
     if (!computed.empty())
       owed_.publishes.emplace_back(id, std::move(computed));
     owed_.frees.push_back(id);
+    if (in_flight_)
+      interrupt_burst(); // the batch changed: the step job after this one carries the free
+    else
+      pay_owed(); // an idle device lets the memory go now, not at its next request
     update_gauges();
   }
 
   // Hands a job (export, demote, swap, share) to the driver, in order, behind what the driver is
   // owed (owed_: publishes and frees, which must come first, else they ride with the next step).
   void submit(driver_job&& job) {
-    if (!owed_.empty()) { // what the driver is owed goes first, in a job of its own
-      auto owed = std::move(owed_);
-      owed_.clear(); // moved-from: empty again
-      enqueue([be = backend_, owed = std::move(owed)] { owed.apply(*be); });
-    }
+    pay_owed();
     enqueue(std::move(job));
+  }
+
+  // What the driver is owed, in a job of its own.
+  void pay_owed() {
+    if (owed_.empty())
+      return;
+    auto owed = std::move(owed_);
+    owed_.clear(); // moved-from: empty again
+    enqueue([be = backend_, owed = std::move(owed)] { owed.apply(*be); });
   }
 
   // Straight into the driver's queue when nothing waits before it, else behind the backlog,
   // which goes in as the driver frees up. The backlog stays small: each sequence has at most
-  // one export or import outstanding.
+  // one export or import outstanding, and the owed work goes as one job in front of one.
   void enqueue(driver_job&& job) {
     interrupt_burst();
     if (backlog_.empty() && driver_->try_submit_in_order(std::move(job)) != submit_result::full)

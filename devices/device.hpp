@@ -308,8 +308,8 @@ struct device_options {
   /// Driver time after which a burst ends and the actor sees its result (tokens leave as they
   /// are chosen; `[[devices]] burst_window_us`).
   std::chrono::microseconds burst_window{defaults::device::burst_window_us};
-  /// Jobs (steps, exports, imports, frees) queued to the driver thread at once, >= 1; more
-  /// wait in the device actor, in order (`[[devices]] queue_capacity`).
+  /// Jobs (steps, exports, swaps, shares, owed frees) queued to the driver thread at once, >= 1;
+  /// more wait in the device actor, in order (`[[devices]] queue_capacity`).
   std::size_t queue_capacity = defaults::device::queue_capacity;
   /// Keeps the KV pages of finished sequences, indexed by content, so a later prompt with the
   /// same start reuses them instead of computing them (`[[devices]] prefix_cache`).

@@ -241,6 +241,8 @@ second_prompt_on_a_shared_start(triad::device_options options, bool reuse) {
   second.reuse_prefix = reuse;
   BOOST_REQUIRE(f.submit(self, second).accepted);
   auto events = f.collect(self, 1)[2];
+  // The driver counts a job done just after it sent the job's result: a moment for the count.
+  std::this_thread::sleep_for(50ms);
   return {events, f.stats(self)};
 }
 
@@ -256,13 +258,13 @@ BOOST_AUTO_TEST_CASE(a_prompt_starting_like_a_freed_one_reuses_its_cached_pages)
   BOOST_TEST(tokens_of(events) == tokens_of(plain)); // and change nothing generated
 }
 
-BOOST_AUTO_TEST_CASE(pages_published_and_a_sequence_freed_ride_with_the_next_step_job) {
+BOOST_AUTO_TEST_CASE(pages_a_step_published_ride_with_the_next_job) {
   auto [events, st] = second_prompt_on_a_shared_start({}, true);
-  // Seq 1's computed pages and its free went to the driver with seq 2's step, not in jobs of
-  // their own, and seq 2 still found the pages (published before its lookup).
+  // Seq 1's computed pages went to the driver with its free, one job as the device was idle
+  // then (not a job of their own after its step as well), and seq 2 found them.
   BOOST_TEST(events.front().cached == 32u);
   BOOST_TEST(st.step_jobs >= 2u);
-  BOOST_TEST(st.driver_jobs <= st.step_jobs);
+  BOOST_TEST(st.driver_jobs <= st.step_jobs + 1);
 }
 
 BOOST_AUTO_TEST_CASE(a_device_without_a_prefix_cache_computes_every_prompt_in_full) {
@@ -601,6 +603,54 @@ BOOST_AUTO_TEST_CASE(damaged_kv_bytes_fail_the_sequence_with_the_reason) {
   auto events = f.collect(self, 1);
   BOOST_TEST(events[4].back().kind == triad::device_event::failed);
   BOOST_TEST(events[4].back().message.find("KV import failed") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_free_ends_the_burst_its_sequence_is_in) {
+  // A burst as long as it can be: only the test's gate paces the steps.
+  triad::device_options o;
+  o.burst_steps = 64;
+  o.burst_window = std::chrono::seconds{30};
+  auto dom = std::make_unique<triad::domain>(0, std::vector<unsigned>{0, 1}, nullptr,
+                                             triad::scheduler_config{});
+  triad::cpu_backend_options c;
+  c.shape = *triad::model_preset("tiny");
+  auto inner = triad::cpu_backend::create(c);
+  BOOST_REQUIRE(inner.has_value());
+  auto gated = std::make_unique<gated_backend>(std::move(*inner));
+  auto gate = gated->gate;
+  auto device = triad::spawn_device(*dom, std::move(gated), o);
+  BOOST_REQUIRE(device.has_value());
+  std::size_t tokens = 0;
+  {
+    caf::scoped_actor self{dom->system()};
+    triad::admission a;
+    self->request(*device, caf::infinite, triad::generate_atom::value,
+                  make_request(1, 8, 60, caf::actor{self}))
+        .receive([&](triad::admission& x) { a = x; }, [](caf::error&) {});
+    BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
+    self->receive([&](triad::device_event& e) { tokens += e.tokens.size(); },
+                  caf::after(30s) >> [] { BOOST_FAIL("no first token within 30 s"); });
+    // Let go of the sequence while its burst waits at its second step, then open the gate for
+    // every step it could still take: the burst ends after the step it is in.
+    self->send(*device, triad::free_atom::value, triad::seq_id{1});
+    auto stats = [&] { // from self, so it is answered after the free
+      triad::device_stats st;
+      self->request(*device, caf::infinite, triad::stats_atom::value)
+          .receive([&](triad::device_stats& x) { st = x; }, [](caf::error&) {});
+      return st;
+    };
+    stats();
+    gate->release(60);
+    for (bool more = true; more;)
+      self->receive([&](triad::device_event& e) { tokens += e.tokens.size(); },
+                    caf::after(1s) >> [&] { more = false; });
+    auto st = stats();
+    BOOST_TEST(st.sequences == 0u);
+    BOOST_TEST(st.steps <= 3u, "the burst ran " << st.steps << " steps after the free");
+  }
+  BOOST_TEST(tokens <= 3u);
+  caf::anon_send_exit(*device, caf::exit_reason::user_shutdown);
+  dom->stop(10s);
 }
 
 BOOST_AUTO_TEST_CASE(two_streams_get_each_token_before_the_next_step_runs) {
