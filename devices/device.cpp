@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <unordered_set>
+#include <utility>
 
 #include <cstring>
 #include <ctime>
@@ -704,9 +705,7 @@ private:
   void pay_owed() {
     if (owed_.empty())
       return;
-    auto owed = std::move(owed_);
-    owed_.clear(); // moved-from: empty again
-    enqueue([be = backend_, owed = std::move(owed)] { owed.apply(*be); });
+    enqueue([be = backend_, owed = std::exchange(owed_, {})] { owed.apply(*be); });
   }
 
   // Straight into the driver's queue when nothing waits before it, else behind the backlog,

@@ -145,6 +145,36 @@ private:
   int steps_ = 0;
 };
 
+// A device on a gated backend whose bursts are as long as they can be: only the test's gate
+// paces the steps.
+struct gated_device {
+  gated_device() {
+    triad::device_options o;
+    o.burst_steps = 64;
+    o.burst_window = std::chrono::seconds{30};
+    dom = std::make_unique<triad::domain>(0, std::vector<unsigned>{0, 1}, nullptr,
+                                          triad::scheduler_config{});
+    triad::cpu_backend_options c;
+    c.shape = *triad::model_preset("tiny");
+    auto inner = triad::cpu_backend::create(c);
+    BOOST_REQUIRE(inner.has_value());
+    auto gated = std::make_unique<gated_backend>(std::move(*inner));
+    gate = gated->gate;
+    late = gated->late;
+    auto d = triad::spawn_device(*dom, std::move(gated), o);
+    BOOST_REQUIRE(d.has_value());
+    device = *d;
+  }
+  ~gated_device() {
+    caf::anon_send_exit(device, caf::exit_reason::user_shutdown);
+    dom->stop(10s);
+  }
+  std::unique_ptr<triad::domain> dom;
+  triad::device_actor device;
+  std::shared_ptr<std::counting_semaphore<>> gate;
+  std::shared_ptr<std::atomic<bool>> late;
+};
+
 BOOST_AUTO_TEST_SUITE(device)
 
 BOOST_AUTO_TEST_CASE(a_device_that_exits_lets_go_of_the_requests_it_held) {
@@ -606,25 +636,12 @@ BOOST_AUTO_TEST_CASE(damaged_kv_bytes_fail_the_sequence_with_the_reason) {
 }
 
 BOOST_AUTO_TEST_CASE(a_free_ends_the_burst_its_sequence_is_in) {
-  // A burst as long as it can be: only the test's gate paces the steps.
-  triad::device_options o;
-  o.burst_steps = 64;
-  o.burst_window = std::chrono::seconds{30};
-  auto dom = std::make_unique<triad::domain>(0, std::vector<unsigned>{0, 1}, nullptr,
-                                             triad::scheduler_config{});
-  triad::cpu_backend_options c;
-  c.shape = *triad::model_preset("tiny");
-  auto inner = triad::cpu_backend::create(c);
-  BOOST_REQUIRE(inner.has_value());
-  auto gated = std::make_unique<gated_backend>(std::move(*inner));
-  auto gate = gated->gate;
-  auto device = triad::spawn_device(*dom, std::move(gated), o);
-  BOOST_REQUIRE(device.has_value());
+  gated_device g;
   std::size_t tokens = 0;
   {
-    caf::scoped_actor self{dom->system()};
+    caf::scoped_actor self{g.dom->system()};
     triad::admission a;
-    self->request(*device, caf::infinite, triad::generate_atom::value,
+    self->request(g.device, caf::infinite, triad::generate_atom::value,
                   make_request(1, 8, 60, caf::actor{self}))
         .receive([&](triad::admission& x) { a = x; }, [](caf::error&) {});
     BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
@@ -632,15 +649,15 @@ BOOST_AUTO_TEST_CASE(a_free_ends_the_burst_its_sequence_is_in) {
                   caf::after(30s) >> [] { BOOST_FAIL("no first token within 30 s"); });
     // Let go of the sequence while its burst waits at its second step, then open the gate for
     // every step it could still take: the burst ends after the step it is in.
-    self->send(*device, triad::free_atom::value, triad::seq_id{1});
+    self->send(g.device, triad::free_atom::value, triad::seq_id{1});
     auto stats = [&] { // from self, so it is answered after the free
       triad::device_stats st;
-      self->request(*device, caf::infinite, triad::stats_atom::value)
+      self->request(g.device, caf::infinite, triad::stats_atom::value)
           .receive([&](triad::device_stats& x) { st = x; }, [](caf::error&) {});
       return st;
     };
     stats();
-    gate->release(60);
+    g.gate->release(60);
     for (bool more = true; more;)
       self->receive([&](triad::device_event& e) { tokens += e.tokens.size(); },
                     caf::after(1s) >> [&] { more = false; });
@@ -649,32 +666,16 @@ BOOST_AUTO_TEST_CASE(a_free_ends_the_burst_its_sequence_is_in) {
     BOOST_TEST(st.steps <= 3u, "the burst ran " << st.steps << " steps after the free");
   }
   BOOST_TEST(tokens <= 3u);
-  caf::anon_send_exit(*device, caf::exit_reason::user_shutdown);
-  dom->stop(10s);
 }
 
 BOOST_AUTO_TEST_CASE(two_streams_get_each_token_before_the_next_step_runs) {
-  // Bursts as long as they can be: only the test's gate paces the steps.
-  triad::device_options o;
-  o.burst_steps = 64;
-  o.burst_window = std::chrono::seconds{30};
-  auto dom = std::make_unique<triad::domain>(0, std::vector<unsigned>{0, 1}, nullptr,
-                                             triad::scheduler_config{});
-  triad::cpu_backend_options c;
-  c.shape = *triad::model_preset("tiny");
-  auto inner = triad::cpu_backend::create(c);
-  BOOST_REQUIRE(inner.has_value());
-  auto gated = std::make_unique<gated_backend>(std::move(*inner));
-  auto gate = gated->gate;
-  auto late = gated->late;
-  auto device = triad::spawn_device(*dom, std::move(gated), o);
-  BOOST_REQUIRE(device.has_value());
+  gated_device g;
   {
-    caf::scoped_actor self{dom->system()};
+    caf::scoped_actor self{g.dom->system()};
     // The second starts a step later at most, and so ends with the first.
     for (auto [seq, max_new] : {std::pair<triad::seq_id, std::uint32_t>{1, 6}, {2, 5}}) {
       triad::admission a;
-      self->request(*device, caf::infinite, triad::generate_atom::value,
+      self->request(g.device, caf::infinite, triad::generate_atom::value,
                     make_request(seq, 8, max_new, caf::actor{self}))
           .receive([&](triad::admission& x) { a = x; }, [](caf::error&) {});
       BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
@@ -697,17 +698,15 @@ BOOST_AUTO_TEST_CASE(two_streams_get_each_token_before_the_next_step_runs) {
             // token of the step before came already.
             BOOST_TEST(tokens[2] + 2 >= tokens[1],
                        "first " << tokens[1] << ", second " << tokens[2]);
-            gate->release();
+            g.gate->release();
           },
           caf::after(30s) >> [] {});
       BOOST_REQUIRE_MESSAGE(got, "no device event within 30 s");
     }
     BOOST_TEST(tokens[1] == 6u);
     BOOST_TEST(tokens[2] == 5u);
-    BOOST_TEST(!late->load()); // no step waited for a token still held back
+    BOOST_TEST(!g.late->load()); // no step waited for a token still held back
   }
-  caf::anon_send_exit(*device, caf::exit_reason::user_shutdown);
-  dom->stop(10s);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
