@@ -70,4 +70,14 @@ inline constexpr std::uint32_t session_max_turns = 256;
 inline constexpr std::uint64_t session_max_tokens = 1u << 20;
 } // namespace orchestration
 
+/// Histogram buckets of the request metrics (`triad_request_*`) beyond durations.
+namespace request_metrics {
+/// Tool calls per request.
+inline constexpr double tool_call_buckets[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
+/// Bytes per prefill-to-decode KV transfer (64 KiB to 4 GiB, by fours).
+inline constexpr double kv_transfer_byte_buckets[] = {65536.0,     262144.0,     1048576.0,
+                                                      4194304.0,   16777216.0,   67108864.0,
+                                                      268435456.0, 1073741824.0, 4294967296.0};
+} // namespace request_metrics
+
 } // namespace triad::defaults

@@ -88,6 +88,35 @@ void add_device_info(metrics_registry& metrics, const device_report& r) {
     (*w)->set(static_cast<double>(r.weight_bytes));
 }
 
+// triad_build_info and triad_config_info (1 each, the facts in labels), and the process
+// metrics: what an operator checks first when two nodes behave differently.
+expected<void> add_node_info(metrics_registry& metrics, const node_config& config) {
+  auto build = metrics.add_gauge("triad_build_info",
+                                 "The build of this node: version, git commit at configure time, "
+                                 "compiler and build type (1)",
+                                 {{"version", TRIAD_VERSION},
+                                  {"commit", TRIAD_COMMIT},
+                                  {"compiler", TRIAD_COMPILER},
+                                  {"build_type", TRIAD_BUILD_TYPE}});
+  if (!build)
+    return build.error();
+  (*build)->set(1);
+  const auto& o = config.orchestration;
+  auto info = metrics.add_gauge(
+      "triad_config_info",
+      "The orchestration settings this node runs with: layout, KV policy across tool calls, "
+      "scheduling, device failure policy, and its device count (1)",
+      {{"layout", std::string{to_string(o.device_layout)}},
+       {"kv_policy", std::string{to_string(o.kv)}},
+       {"schedule", std::string{to_string(o.schedule)}},
+       {"device_failure", std::string{to_string(o.device_failure)}},
+       {"devices", std::to_string(config.devices.size())}});
+  if (!info)
+    return info.error();
+  (*info)->set(1);
+  return add_process_metrics(metrics);
+}
+
 } // namespace
 
 struct node::live_set {
@@ -162,6 +191,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   std::unique_ptr<node> n{new node};
   n->model_ = std::move(*model);
   n->live_ = std::make_shared<live_set>();
+  if (auto info = add_node_info(n->metrics_, config); !info)
+    return info.error();
   auto topo = topology::load(config.topology);
   if (!topo)
     return topo.error();

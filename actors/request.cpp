@@ -4,6 +4,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/defaults.hpp"
 #include "actors/router.hpp"
 #include "devices/device.hpp"
 #include "runtime/homed_actor.hpp"
@@ -15,6 +16,13 @@ namespace triad {
 std::string_view to_string(request_state s) noexcept {
   static constexpr std::string_view names[] = {"queued",    "prefill", "transfer", "decode",
                                                "tool_wait", "done",    "failed",   "cancelled"};
+  auto i = static_cast<std::size_t>(s);
+  return i < std::size(names) ? names[i] : "unknown";
+}
+
+std::string_view to_string(request_stage s) noexcept {
+  static constexpr std::string_view names[] = {"queue",  "prefill", "transfer",
+                                               "decode", "tool",    "orchestration"};
   auto i = static_cast<std::size_t>(s);
   return i < std::size(names) ? names[i] : "unknown";
 }
@@ -45,6 +53,41 @@ request_metrics request_metrics::attach(metrics_registry& r) {
                                "first token.",
                                default_duration_buckets()))
     m.ttft_seconds = *h;
+  for (std::size_t i = 0; i < request_stage_count; ++i)
+    if (auto h = r.add_histogram(
+            "triad_request_stage_seconds",
+            "Each request's time by stage: queue (waiting for a device), prefill, transfer (KV "
+            "from the prefill to a decode device), decode (tool time excluded), tool, "
+            "orchestration (the node's own work between them); the stages add up to "
+            "triad_request_seconds.",
+            default_duration_buckets(),
+            {{"stage", std::string{to_string(static_cast<request_stage>(i))}}}))
+      m.stage_seconds[i] = *h;
+  if (auto h = r.add_histogram("triad_request_inter_token_seconds",
+                               "Gaps between a request's tokens as the node receives them (not "
+                               "across a tool call or a prefill-to-decode transfer).",
+                               default_duration_buckets()))
+    m.inter_token_seconds = *h;
+  if (auto h = r.add_histogram("triad_request_time_per_output_token_seconds",
+                               "Per request with two tokens or more: first token to end, less "
+                               "tool time, per token after the first.",
+                               default_duration_buckets()))
+    m.tpot_seconds = *h;
+  const auto& d = defaults::request_metrics::tool_call_buckets;
+  if (auto h = r.add_histogram("triad_request_tool_calls", "Tool calls per request.",
+                               {std::begin(d), std::end(d)}))
+    m.tool_calls = *h;
+  const auto& b = defaults::request_metrics::kv_transfer_byte_buckets;
+  if (auto h =
+          r.add_histogram("triad_request_kv_transfer_bytes",
+                          "Bytes per prefill-to-decode KV transfer.", {std::begin(b), std::end(b)}))
+    m.kv_transfer_bytes = *h;
+  if (auto h = r.add_histogram("triad_request_kv_transfer_seconds",
+                               "Seconds per prefill-to-decode KV transfer: from the prefill "
+                               "device's hand-over to the decode device's import, the wait for a "
+                               "decode device excluded.",
+                               default_duration_buckets()))
+    m.kv_transfer_seconds = *h;
   return m;
 }
 
@@ -79,6 +122,7 @@ public:
 
   caf::behavior make_behavior() override {
     start_ = clock_type::now();
+    stage_since_ = start_; // in orchestration: the template and the tokenizer run now
     const chat_format& format = this->format();
     if (req_.raw_prompt) {
       tokens_ = format.raw(*req_.raw_prompt);
@@ -180,7 +224,7 @@ private:
   // Asks the router for a device of `s`, then runs `next` with it.
   // `release`: a slot to give back in the same message (see route_order::release).
   void route(route_stage s, std::function<void(holding)> next, std::string release = {}) {
-    auto asked = clock_type::now();
+    auto asked = charge(request_stage::queue);
     enter(stage::queued);
     route_order order{s, req_.session, failed_devices_, {}, std::move(release)};
     if (s != route_stage::decode && reuse_prefix())
@@ -192,7 +236,10 @@ private:
             [this, next, asked](route_reply& r) {
               routing_ = false;
               --awaiting_;
-              usage_.queued_s += since(asked);
+              if (stage_ != stage::finished)
+                usage_.queued_s +=
+                    std::chrono::duration<double>(charge(request_stage::orchestration) - asked)
+                        .count();
               if (stage_ == stage::finished) { // ended while waiting: answered, now it goes
                 if (r.ok)
                   send(ctx_->router, release_atom::value, r.name);
@@ -367,6 +414,7 @@ private:
     bool mono = ctx_->options.device_layout == layout::monolithic;
     auto s = mono ? route_stage::any : route_stage::prefill;
     route(s, [this, mono, s](holding h) {
+      charge(request_stage::prefill);
       enter(stage::prefill);
       auto order = order_for(next_seq(), mono ? left() : 1);
       // A prefill device hands the KV over with its done event (no move_out round trip).
@@ -379,6 +427,12 @@ private:
   // Moves the prefilled KV from the prefill device to a decode device; `moved`: the KV the
   // prefill device already handed over with its done event (it dropped the sequence).
   void begin_transfer(std::optional<kv_blob> moved = std::nullopt) {
+    charge(request_stage::transfer);
+    transfer_from_ = stage_s_[static_cast<std::size_t>(request_stage::transfer)];
+    awaiting_import_ = true;
+    if (moved && ctx_->metrics.kv_transfer_bytes != nullptr)
+      ctx_->metrics.kv_transfer_bytes->observe(
+          static_cast<double>(moved->stream ? moved->stream->bytes() : moved->bytes.size()));
     enter(stage::transfer);
     auto from = prefill_;
     if (moved) {
@@ -405,6 +459,7 @@ private:
     route(
         route_stage::decode,
         [this](holding h) {
+          charge(request_stage::decode);
           enter(stage::decode);
           auto blob = parked_blob_;
           if (!blob) {
@@ -526,6 +581,7 @@ private:
   // device reads them back (checked) and computes the tokens past them.
   void begin_decode_kept() {
     route(route_stage::decode, [this](holding h) {
+      charge(request_stage::decode);
       enter(stage::decode);
       auto order = order_for(next_seq(), left());
       order.kept_blocks = kept_.blocks;
@@ -562,6 +618,8 @@ private:
     if (!from_prefill && !from_decode)
       return; // a sequence already let go
     auto& held = from_prefill ? prefill_ : decode_;
+    if (!e.tokens.empty())
+      time_tokens(from_decode, e.import_seconds);
     if (e.cached != 0 && !held.cache_counted) {
       // Admission counted the whole prompt as prefilled; the device reused this much of it.
       held.cache_counted = true;
@@ -589,6 +647,8 @@ private:
     }
     report_service();
     bool mono = ctx_->options.device_layout == layout::monolithic;
+    if (!from_prefill || mono)
+      charge(request_stage::orchestration); // the device is done: what follows is the node's
     std::optional<kv_blob> moved;
     if (from_prefill && !e.kv.empty()) {
       prefill_.seq = 0; // the device let go of it; its KV came with the event
@@ -836,6 +896,7 @@ private:
     enter(stage::tool_wait);
     in_call_ = false;
     tool_start_ = clock_type::now();
+    token_gap_open_ = false; // the gap across the call is no inter-token latency
     ++usage_.tool_calls;
     tool_name_ = parsed ? parsed->name : std::string{};
     request_event ev;
@@ -875,6 +936,7 @@ private:
     tool_invocation call{usage_.tool_calls, parsed->name, parsed->arguments_json,
                          ctx_->options.tool_deadline};
     ++usage_.hosted_tool_calls;
+    charge(request_stage::tool);
     ctx_->tools->invoke(std::move(call), caf::actor_cast<caf::actor>(this));
   }
 
@@ -940,6 +1002,7 @@ private:
   void on_tool_result(tool_reply r) {
     if (stage_ != stage::tool_wait)
       return;
+    charge(request_stage::orchestration);
     const auto took = clock_type::now() - tool_start_;
     usage_.tool_s += std::chrono::duration<double>(took).count();
     cancel_pin_ttl();
@@ -997,6 +1060,7 @@ private:
     else if (!kept_.blocks.empty())
       ++usage_.kv_stored_calls;
     if (parked) { // parked on its device, which resumes it
+      charge(request_stage::decode);
       enter(stage::decode);
       // The device computes the tool result and the </tool_call> it stopped at (a sampled
       // token runs through the model only with the step after it).
@@ -1010,6 +1074,56 @@ private:
       resume_decode();
     else
       begin_prefill(); // discard, or a demotion that failed: recompute everything
+  }
+
+  // ---- where the time goes -----------------------------------------------------------------
+
+  // Ends the current stage now and begins `next` (the same one: its time so far is counted);
+  // returns the moment read.
+  clock_type::time_point charge(request_stage next) {
+    const auto now = clock_type::now();
+    stage_s_[static_cast<std::size_t>(stage_now_)] +=
+        std::chrono::duration<double>(now - stage_since_).count();
+    stage_now_ = next;
+    stage_since_ = now;
+    return now;
+  }
+
+  // A device event with tokens came: the gap since the last one is an inter-token latency
+  // (unless a tool call lies between); `import_s`, on a decode device's first token after a KV
+  // import, is moved from decode to the transfer it belongs to.
+  void time_tokens(bool from_decode, float import_s) {
+    const auto now = clock_type::now();
+    if (token_gap_open_)
+      inter_token_.observe(std::chrono::duration<double>(now - last_token_at_).count());
+    token_gap_open_ = true;
+    last_token_at_ = now;
+    if (ctx_->options.device_layout == layout::monolithic && stage_now_ == request_stage::prefill)
+      charge(request_stage::decode); // a monolithic device decodes on from its first token
+    if (!from_decode || (import_s <= 0 && !awaiting_import_))
+      return;
+    charge(request_stage::decode);
+    auto& decode = stage_s_[static_cast<std::size_t>(request_stage::decode)];
+    auto& transfer = stage_s_[static_cast<std::size_t>(request_stage::transfer)];
+    const double moved = std::min<double>(std::max(0.0f, import_s), decode);
+    decode -= moved;
+    transfer += moved;
+    if (std::exchange(awaiting_import_, false) && ctx_->metrics.kv_transfer_seconds != nullptr)
+      ctx_->metrics.kv_transfer_seconds->observe(transfer - transfer_from_);
+  }
+
+  // At the end: each stage's time, the tool calls, the time per output token.
+  void observe_stages() {
+    const auto& m = ctx_->metrics;
+    for (std::size_t i = 0; i < request_stage_count; ++i)
+      if (m.stage_seconds[i] != nullptr)
+        m.stage_seconds[i]->observe(stage_s_[i]);
+    if (m.tool_calls != nullptr)
+      m.tool_calls->observe(static_cast<double>(usage_.tool_calls));
+    if (m.tpot_seconds != nullptr && usage_.completion_tokens >= 2)
+      m.tpot_seconds->observe(std::max(0.0, usage_.total_s - usage_.ttft_s - usage_.tool_s) /
+                              static_cast<double>(usage_.completion_tokens - 1));
+    inter_token_.flush();
   }
 
   // ---- endings ------------------------------------------------------------------------------
@@ -1072,7 +1186,9 @@ private:
   void end(request_event ev) {
     if (stage_ == stage::finished)
       return;
-    usage_.total_s = since(start_);
+    const auto now = charge(request_stage::orchestration);
+    usage_.total_s = std::chrono::duration<double>(now - start_).count();
+    observe_stages();
     const auto kind = ev.kind;
     ev.request = id_;
     ev.usage = usage_;
@@ -1182,6 +1298,16 @@ private:
   // While a device event's tokens are taken: the one whose log probabilities it carries.
   const device_event* step_logprobs_ = nullptr;
   request_usage usage_;
+  // Where the time goes (triad_request_stage_seconds): the stage now, since when, and the
+  // seconds of each so far.
+  request_stage stage_now_ = request_stage::orchestration;
+  clock_type::time_point stage_since_;
+  std::array<double, request_stage_count> stage_s_{};
+  double transfer_from_ = 0;     // the transfer stage's seconds when the last transfer began
+  bool awaiting_import_ = false; // a transfer's import is still to be reported by its device
+  clock_type::time_point last_token_at_;
+  bool token_gap_open_ = false; // a token came since the last tool call (or the start)
+  histogram::tally inter_token_{ctx_->metrics.inter_token_seconds};
 };
 
 } // namespace

@@ -108,6 +108,23 @@ enum class request_state : std::uint8_t {
 /// "queued", "prefill", ..., "cancelled".
 std::string_view to_string(request_state s) noexcept;
 
+/// Where a request's time goes, as `triad_request_stage_seconds{stage}` reports it: every moment
+/// from submit to the end is in exactly one stage, so the stages add up to end to end.
+enum class request_stage : std::uint8_t {
+  queue,    ///< waiting for a device slot (the router's queue)
+  prefill,  ///< on a prefill device (or a monolithic one's prefill): admission to its first token
+  transfer, ///< KV from the prefill device to a decode device: the hand-over and the import
+  decode,   ///< on a decode device, tool time excluded
+  tool,     ///< a tool call runs (from the call to its result)
+  orchestration, ///< the node's own work between them: templates, tokenizing, tool-call parsing
+};
+
+/// Stages in request_stage.
+inline constexpr std::size_t request_stage_count = 6;
+
+/// "queue", "prefill", "transfer", "decode", "tool", "orchestration".
+std::string_view to_string(request_stage s) noexcept;
+
 /// Why a request ended with done.
 enum class finish_reason : std::uint8_t {
   stop,             ///< the model ended its answer (EOS), or a stop string matched
@@ -204,6 +221,19 @@ struct request_metrics {
   counter* device_retries = nullptr;  ///< `triad_request_device_retries_total`
   histogram* total_seconds = nullptr; ///< `triad_request_seconds`: submit to end
   histogram* ttft_seconds = nullptr;  ///< `triad_request_ttft_seconds`: submit to first token
+  /// `triad_request_stage_seconds{stage}`, indexed by request_stage: each request's time per
+  /// stage, observed at its end.
+  std::array<histogram*, request_stage_count> stage_seconds{};
+  /// `triad_request_inter_token_seconds`: the gaps between a request's tokens as it receives
+  /// them (the gap across a tool call, or a prefill to its decode device, left out).
+  histogram* inter_token_seconds = nullptr;
+  /// `triad_request_time_per_output_token_seconds`: per request with two tokens or more, its
+  /// time from the first token to the end less tool time, per token after the first.
+  histogram* tpot_seconds = nullptr;
+  histogram* tool_calls = nullptr; ///< `triad_request_tool_calls`: tool calls per request
+  /// `triad_request_kv_transfer_bytes` / `_seconds`: per prefill-to-decode KV transfer.
+  histogram* kv_transfer_bytes = nullptr;
+  histogram* kv_transfer_seconds = nullptr; ///< see kv_transfer_bytes
   /// Registers them in `registry`.
   static request_metrics attach(metrics_registry& registry);
 };

@@ -1302,6 +1302,7 @@ expected<device_actor> spawn_device(domain& home, std::unique_ptr<backend> be,
                                                   ">= 1");
   driver_options d;
   d.name = "drv." + options.name;
+  d.domain = static_cast<int>(home.id());
   d.capacity = options.queue_capacity;
   d.cpus = options.driver_cpus;
   d.topo = options.topo;

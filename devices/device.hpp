@@ -196,6 +196,10 @@ struct device_event {
   /// the alternatives in `top` (log_probabilities).
   std::vector<float> logprobs = {};
   std::vector<triad::token> top = {}; ///< token: the most likely alternatives (see logprobs)
+  /// The first token after a KV import (a transfer, or a stream): the seconds the device's
+  /// driver spent importing it (for a stream, waiting for and copying its layer groups), which
+  /// the request reports as KV transfer, not decode.
+  float import_seconds = 0;
 };
 
 /// A snapshot of a device's scheduler and cache.

@@ -61,6 +61,13 @@ public:
   const std::vector<page_range>& groups() const noexcept { return groups_; }
   /// Pages it carries.
   std::size_t pages() const noexcept { return pages_; }
+  /// Bytes of KV it carries: its pages' blocks.
+  std::size_t bytes() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < pages_ && i < blocks_.size(); ++i)
+      n += blocks_[i].size();
+    return n;
+  }
   /// Waits until group `g` is published (spinning, then yielding the cpu): false when the
   /// stream was aborted or `deadline` passed first.
   bool wait_for(std::size_t g, std::chrono::steady_clock::time_point deadline) const;

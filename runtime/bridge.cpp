@@ -7,6 +7,8 @@
 
 #include <concurrentqueue/blockingconcurrentqueue.h>
 
+#include "runtime/cpu_time.hpp"
+
 namespace triad {
 
 struct driver_thread::queue {
@@ -35,6 +37,8 @@ driver_thread::driver_thread(driver_options options)
     , cpus_(std::move(options.cpus))
     , topo_(options.topo)
     , idle_poll_(options.idle_poll)
+    , domain_(options.domain)
+    , role_(std::move(options.role))
     , queue_(std::make_unique<queue>(options.capacity)) {}
 
 expected<std::unique_ptr<driver_thread>> driver_thread::start(driver_options options) {
@@ -51,7 +55,11 @@ expected<std::unique_ptr<driver_thread>> driver_thread::start(driver_options opt
   // 0: starting, 1: bound or not asked, -1: binding failed.
   auto bind_state = std::make_shared<std::atomic<int>>(0);
   self->thread_ = std::thread([raw = self.get(), bind_state] {
+    if (raw->domain_ >= 0)
+      begin_thread_role(raw->domain_, raw->role_);
     raw->run(bind_state);
+    if (raw->domain_ >= 0)
+      end_thread_role();
     if (raw->ownership_.exchange(2) == 1)
       delete raw; // abandoned: nobody joins it
   });

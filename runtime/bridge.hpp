@@ -49,6 +49,10 @@ struct driver_options {
   /// After each job, the thread polls for the next one this long, yielding its cpu between
   /// polls, before it sleeps (0: sleeps at once).
   std::chrono::microseconds idle_poll = defaults::bridge::idle_poll;
+  /// The NUMA domain whose work the thread runs and its role there ("driver", "tool"): its CPU
+  /// counts under them in `/metrics` (roles_cpu). -1: the thread is counted under no domain.
+  int domain = -1;
+  std::string role = "driver"; ///< see `domain`
 };
 
 /// A thread that runs a device's work, fed by a bounded lock-free queue (moodycamel).
@@ -107,6 +111,8 @@ private:
   std::vector<unsigned> cpus_;
   const topology* topo_;
   std::chrono::microseconds idle_poll_;
+  int domain_;
+  std::string role_;
   bool bound_ = false;
   std::unique_ptr<queue> queue_;
   std::atomic<std::size_t> pending_{0};

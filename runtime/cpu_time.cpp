@@ -6,11 +6,69 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <utility>
+
+#include <sys/syscall.h>
 
 namespace triad {
+
+namespace {
+
+// User and system time of one thread from a /proc stat file (its clock ticks); none when the
+// file is gone (the thread ended) or does not parse.
+std::optional<cpu_times> read_thread_stat(const std::filesystem::path& stat_file,
+                                          std::string* name = nullptr) {
+  static const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::ifstream stat{stat_file};
+  std::string line;
+  if (!std::getline(stat, line))
+    return std::nullopt;
+  auto open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 2 > line.size())
+    return std::nullopt;
+  if (name != nullptr)
+    *name = line.substr(open + 1, close - open - 1);
+  // Fields after the name: the state is field 3, utime field 14, stime field 15.
+  std::istringstream rest{line.substr(close + 2)};
+  std::string field;
+  cpu_times out;
+  int i = 3;
+  for (; i <= 15 && rest >> field; ++i) {
+    if (i == 14)
+      out.user = std::stod(field) * tick;
+    if (i == 15)
+      out.sys = std::stod(field) * tick;
+  }
+  if (i <= 15)
+    return std::nullopt;
+  return out;
+}
+
+// The threads counted by role: the live ones by tid, and what ended ones used, per role.
+struct role_registry {
+  using key = std::pair<int, std::string>; // domain, role
+  std::mutex mutex;
+  std::map<pid_t, key> live;
+  std::map<key, cpu_times> ended;
+
+  static role_registry& get() {
+    static role_registry r; // never destroyed before the threads it counts: a function static
+    return r;
+  }
+};
+
+pid_t this_tid() {
+  return static_cast<pid_t>(::syscall(SYS_gettid));
+}
+
+} // namespace
 
 cpu_times process_cpu() {
   rusage ru{};
@@ -28,29 +86,54 @@ double this_thread_cpu_seconds() {
 }
 
 std::vector<thread_cpu_time> process_threads_cpu() {
-  static const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
   std::vector<thread_cpu_time> out;
   std::error_code ec;
   for (const auto& task : std::filesystem::directory_iterator{"/proc/self/task", ec}) {
-    std::ifstream stat{task.path() / "stat"};
-    std::string line;
-    std::getline(stat, line);
-    auto open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close + 2 > line.size())
-      continue;
     thread_cpu_time t;
-    t.name = line.substr(open + 1, close - open - 1);
-    // Fields after the name: the state is field 3, utime field 14, stime field 15.
-    std::istringstream rest{line.substr(close + 2)};
-    std::string field;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {
-      if (i == 14)
-        t.cpu.user = std::stod(field) * tick;
-      if (i == 15)
-        t.cpu.sys = std::stod(field) * tick;
+    if (auto cpu = read_thread_stat(task.path() / "stat", &t.name)) {
+      t.cpu = *cpu;
+      out.push_back(std::move(t));
     }
-    out.push_back(std::move(t));
   }
+  return out;
+}
+
+void begin_thread_role(int domain, std::string role) {
+  auto& r = role_registry::get();
+  std::lock_guard g{r.mutex};
+  r.live[this_tid()] = {domain, std::move(role)};
+}
+
+void end_thread_role() {
+  auto& r = role_registry::get();
+  auto last = read_thread_stat("/proc/thread-self/stat");
+  std::lock_guard g{r.mutex};
+  auto it = r.live.find(this_tid());
+  if (it == r.live.end())
+    return;
+  if (last)
+    r.ended[it->second] += *last;
+  r.live.erase(it);
+}
+
+std::vector<role_cpu_time> roles_cpu() {
+  auto& r = role_registry::get();
+  std::map<role_registry::key, cpu_times> live;
+  std::map<role_registry::key, cpu_times> ended;
+  {
+    std::lock_guard g{r.mutex};
+    ended = r.ended;
+    for (const auto& [tid, k] : r.live)
+      live[k]; // the role shows even before its threads used a tick
+    for (const auto& [tid, k] : r.live)
+      if (auto cpu = read_thread_stat("/proc/self/task/" + std::to_string(tid) + "/stat"))
+        live[k] += *cpu;
+  }
+  for (auto& [k, cpu] : ended)
+    live[k] += cpu;
+  std::vector<role_cpu_time> out;
+  for (auto& [k, cpu] : live)
+    out.push_back({k.first, k.second, cpu});
   return out;
 }
 

@@ -41,4 +41,23 @@ std::vector<thread_cpu_time> process_threads_cpu();
 /// Names the calling thread (truncated to 15 bytes), so process_threads_cpu can tell it apart.
 void name_this_thread(const std::string& name);
 
+/// The CPU a kind of thread of one domain has used: what `/metrics` reports per domain (the
+/// orchestration and tool domains' utilisation).
+struct role_cpu_time {
+  int domain = -1;  ///< the NUMA domain id (-1: none)
+  std::string role; ///< "worker" (CAF), "clock", "driver" (a device's), "tool"
+  cpu_times cpu;    ///< user and system seconds, threads that ended included
+};
+
+/// Counts the calling thread's CPU under `role` of `domain` from now on, until it ends or
+/// calls end_thread_role (which it must before it ends, so its last CPU is kept).
+void begin_thread_role(int domain, std::string role);
+
+/// Stops counting the calling thread, keeping the CPU it used in its role's total.
+void end_thread_role();
+
+/// The CPU of every role of every domain so far (threads registered by begin_thread_role),
+/// sorted by domain, then role. Reads /proc/self/task/<tid>/stat of each live thread.
+std::vector<role_cpu_time> roles_cpu();
+
 } // namespace triad

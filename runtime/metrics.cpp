@@ -14,6 +14,9 @@ namespace triad {
 namespace {
 
 constexpr std::string_view name_prefix = "triad_";
+// The standard process metrics' prefix, as Prometheus client libraries name them
+// (process_cpu_seconds_total, process_resident_memory_bytes, ...).
+constexpr std::string_view process_prefix = "process_";
 constexpr std::array<std::string_view, 3> histogram_suffixes = {"_bucket", "_sum", "_count"};
 
 bool is_name_start(char c, bool allow_colon) {
@@ -158,9 +161,11 @@ std::vector<std::string> sample_names(metric_type type, std::string_view name) {
 }
 
 expected<void> check_name(std::string_view name) {
-  if (!name.starts_with(name_prefix)) {
+  if (!name.starts_with(name_prefix) && !name.starts_with(process_prefix)) {
     return make_error(errc::invalid_argument,
-                      "metric name " + quoted(name) + " must start with \"triad_\"");
+                      "metric name " + quoted(name) +
+                          " must start with \"triad_\" (or \"process_\" for the standard "
+                          "process metrics)");
   }
   if (auto at = invalid_char_at(name, true); at != std::string_view::npos) {
     return make_error(errc::invalid_argument, "metric name " + quoted(name) + " has " +
@@ -244,6 +249,35 @@ void counter::inc(double amount) noexcept {
   if (amount > 0) {
     value_.fetch_add(amount, std::memory_order_relaxed);
   }
+}
+
+void counter::advance_to(double total) noexcept {
+  auto now = value_.load(std::memory_order_relaxed);
+  while (total > now && !value_.compare_exchange_weak(now, total, std::memory_order_relaxed)) {
+  }
+}
+
+void histogram::tally::observe(double value) {
+  if (h_ == nullptr)
+    return;
+  if (counts_.empty())
+    counts_.resize(h_->bounds_.size() + 1);
+  ++counts_[h_->bucket_of(value)];
+  sum_ += value;
+  ++n_;
+}
+
+void histogram::tally::flush() noexcept {
+  if (h_ == nullptr || n_ == 0)
+    return;
+  for (std::size_t i = 0; i < counts_.size(); ++i)
+    if (counts_[i] != 0) {
+      h_->buckets_[i].fetch_add(counts_[i], std::memory_order_relaxed);
+      counts_[i] = 0;
+    }
+  h_->sum_.fetch_add(sum_, std::memory_order_relaxed);
+  sum_ = 0;
+  n_ = 0;
 }
 
 histogram::histogram(std::vector<double> bounds)
@@ -435,7 +469,19 @@ expected<metrics_registry::child*> metrics_registry::add(metric_type type, std::
   return out;
 }
 
+void metrics_registry::add_collector(std::function<void()> refresh) {
+  std::lock_guard lock(mutex_);
+  collectors_.push_back(std::move(refresh));
+}
+
 std::string metrics_registry::render() const {
+  std::vector<std::function<void()>> collectors;
+  {
+    std::lock_guard lock(mutex_);
+    collectors = collectors_;
+  }
+  for (const auto& refresh : collectors)
+    refresh();
   std::lock_guard lock(mutex_);
   std::string out;
   for (const auto& fam : families_) {

@@ -44,6 +44,9 @@ public:
 
   /// Adds `amount`; negative and NaN amounts are ignored, since a counter never goes down.
   void inc(double amount = 1.0) noexcept;
+  /// Raises the total to `total` when that is more (a counter that mirrors a total kept
+  /// elsewhere, e.g. a process's CPU seconds read at scrape time); never lowers it.
+  void advance_to(double total) noexcept;
   /// The current total.
   double value() const noexcept { return value_.load(std::memory_order_relaxed); }
 
@@ -113,6 +116,32 @@ public:
       sum_.fetch_add(total, std::memory_order_relaxed);
     }
   }
+  /// Observations kept by one owner (an actor, one thread at a time) and added to the
+  /// histogram at once by flush(): a request's inter-token gaps cost a plain increment each,
+  /// not two atomic ones.
+  class tally {
+  public:
+    /// A tally for `h` (null: observations are dropped).
+    explicit tally(histogram* h)
+        : h_(h) {}
+    /// Flushes what is left.
+    ~tally() { flush(); }
+    /// Not copyable: two copies would flush the same observations twice.
+    tally(const tally&) = delete;
+    /// Not copyable: two copies would flush the same observations twice.
+    tally& operator=(const tally&) = delete;
+    /// Records one observation locally.
+    void observe(double value);
+    /// Adds the observations so far to the histogram and starts afresh.
+    void flush() noexcept;
+
+  private:
+    histogram* h_;
+    std::vector<std::uint64_t> counts_; // per bucket, allocated at the first observation
+    double sum_ = 0;
+    std::uint64_t n_ = 0;
+  };
+
   /// The finite bucket upper bounds, strictly increasing (the +Inf bucket is implicit).
   std::span<const double> bounds() const noexcept { return bounds_; }
   /// Cumulative counts, one per bound plus a last one for +Inf that equals the total count.
@@ -167,6 +196,12 @@ public:
   expected<histogram*> add_histogram(std::string_view name, std::string_view help,
                                      std::vector<double> bounds, const labels& lbls = {});
 
+  /// Runs `refresh` at the start of every render(), before the families are read: metrics
+  /// whose values live elsewhere (the process's CPU and memory, threads' CPU) are read then,
+  /// not kept up to date all the time. It runs on the rendering thread, without the registry's
+  /// lock held, so it may add and set metrics; it must outlive the registry's last render.
+  void add_collector(std::function<void()> refresh);
+
   /// All families that have at least one metric, in the Prometheus text format 0.0.4.
   std::string render() const;
 
@@ -178,9 +213,16 @@ private:
                        std::vector<double> bounds, const labels& lbls);
 
   mutable std::mutex mutex_;
+  std::vector<std::function<void()>> collectors_;           // run by render() before it locks
   std::vector<std::unique_ptr<family>> families_;           // registration order
   std::map<std::string, family*, std::less<>> by_name_;     // family name -> family
   std::map<std::string, std::string, std::less<>> samples_; // sample name -> owning family name
 };
+
+/// Adds the standard process metrics as the Prometheus client libraries export them
+/// (process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
+/// process_open_fds, process_max_fds, process_threads, process_start_time_seconds) and the CPU of
+/// each domain's threads by role (triad_thread_cpu_seconds_total), read from /proc at each render.
+expected<void> add_process_metrics(metrics_registry& registry);
 
 } // namespace triad

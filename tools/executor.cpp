@@ -56,6 +56,7 @@ struct tool_executor::state {
   std::weak_ptr<state> self; // for the jobs, which keep the state while they run
   std::shared_ptr<const tool_registry> tools;
   tool_executor_options options;
+  int domain = -1; // the tool domain's id: the workers' CPU counts there
   std::vector<worker> workers;
   caf::actor_addr actor; // the executor's actor: sweeps run there (weak: it owns this state)
   std::size_t abandoned_running = 0; // given-up workers whose call has not returned
@@ -270,6 +271,8 @@ struct tool_executor::state {
   expected<std::unique_ptr<driver_thread>> start_worker(std::size_t w) const {
     driver_options d;
     d.name = "tool." + std::to_string(w);
+    d.domain = domain;
+    d.role = "tool";
     d.capacity = 2; // the next call may arrive while the previous job returns
     d.cpus = options.cpus;
     d.topo = options.topo;
@@ -398,6 +401,7 @@ tool_executor::start(domain& home, std::shared_ptr<const tool_registry> tools,
   st->self = st;
   st->tools = std::move(tools);
   st->options = options;
+  st->domain = static_cast<int>(home.id());
   for (std::size_t i = 0; i < options.concurrency; ++i) {
     auto w = st->start_worker(i);
     if (!w)

@@ -63,11 +63,16 @@ void step_job::operator()() {
       be->capture_evictions(nullptr);
   });
   owed.apply(*be);
+  if (!imports.empty())
+    import_seconds.assign(item_count, 0.0f);
   for (auto& im : imports) {
     const auto& stream = im.blob->stream;
+    const auto import_start = std::chrono::steady_clock::now();
     auto ok = stream
                   ? receive_kv(*be, items[im.item].seq, *stream)
                   : be->import_kv(items[im.item].seq, std::span<const std::byte>{im.blob->bytes});
+    import_seconds[im.item] =
+        std::chrono::duration<float>(std::chrono::steady_clock::now() - import_start).count();
     if (ok)
       continue;
     im.error = ok.error().message;
@@ -134,6 +139,8 @@ void step_job::operator()() {
             {tok},     n + 1,
             {},        now ? static_cast<std::uint32_t>(r.cached[i]) : earlier_cached[i].first,
             {},        now ? static_cast<std::uint32_t>(r.fetched[i]) : earlier_cached[i].second};
+        if (step == 0 && i < import_seconds.size())
+          ev.import_seconds = import_seconds[i];
         if (plan->logprobs) {
           auto lp = log_probabilities(out->logits[k], tok, plan->top_logprobs);
           ev.logprobs.reserve(1 + lp.top_logprobs.size());

@@ -218,6 +218,8 @@ struct step_job {
     bool recomputed = false;
   };
   std::vector<import> imports;
+  // Per item: the seconds its import took in this job (0: none), reported with its first token.
+  std::vector<float> import_seconds;
   // Items whose sequence moves out when done: if the job ends its generation (not at a stop
   // token that parks it), the driver exports its KV into `blob`, publishes `publish` (its
   // computed tokens) to the prefix cache and frees it; `moved` then says so. An export error
@@ -251,6 +253,7 @@ struct step_job {
     item_count = 0;
     lookup_count = 0;
     imports.clear();
+    import_seconds.clear();
     move_outs.clear();
     plans.clear();
     sinks.clear();

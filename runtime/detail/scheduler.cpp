@@ -20,6 +20,9 @@
 #include <concurrentqueue/concurrentqueue.h>
 #include <concurrentqueue/lightweightsemaphore.h>
 
+#include "runtime/cpu_time.hpp"
+#include "runtime/domains.hpp"
+
 namespace triad::detail {
 
 namespace {
@@ -140,7 +143,9 @@ public:
       workers_[i]->start(i);
     clock_thread_ = std::thread{[this] {
       system().thread_started();
+      begin_thread_role(current_domain(), "clock");
       clock_.run_dispatch_loop();
+      end_thread_role();
       system().thread_terminates();
     }};
     // Named here, not in the thread, so the names are there once the system has started.
@@ -225,7 +230,9 @@ void worker::exec_later(caf::resumable* job) {
 void worker::start(std::size_t index) {
   thread_ = std::thread{[this] {
     system().thread_started();
+    begin_thread_role(current_domain(), "worker");
     run();
+    end_thread_role();
     system().thread_terminates();
   }};
   auto name = "caf.worker." + std::to_string(index);

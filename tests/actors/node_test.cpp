@@ -1,6 +1,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -149,6 +150,103 @@ BOOST_AUTO_TEST_CASE(an_agent_session_with_three_tool_calls_runs_to_the_end_with
   // decode device), then per tool call its result and the </tool_call> the device stopped at.
   auto per_result = triad::render_tool_result("rested").size();
   BOOST_TEST(u.prefill_tokens == u.prompt_tokens + 1 + 3 * (per_result + 1));
+}
+
+// The value of the sample `name` (with its labels, as rendered) in `text`; fails the test
+// when it is not there.
+double sample(const std::string& text, const std::string& name) {
+  auto at = text.find("\n" + name + " ");
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, "no sample " + name + " in /metrics");
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+// The sum of triad_request_stage_seconds over the stages, and each stage's sum.
+std::map<std::string, double> stage_sums(const std::string& text) {
+  std::map<std::string, double> out;
+  for (const char* stage : {"queue", "prefill", "transfer", "decode", "tool", "orchestration"}) {
+    out[stage] =
+        sample(text, "triad_request_stage_seconds_sum{stage=\"" + std::string{stage} + "\"}");
+    BOOST_TEST(sample(text, "triad_request_stage_seconds_count{stage=\"" + std::string{stage} +
+                                "\"}") == 1.0);
+    out["all"] += out[stage];
+  }
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(a_requests_stages_add_up_to_its_end_to_end_time_in_metrics) {
+  auto n = start_node();
+  recorder rec;
+  n->submit(agent_request("s1", "You are a coding agent.", 20), rec.callback());
+  const auto& last = rec.wait();
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+  auto text = n->metrics().render();
+  auto stages = stage_sums(text);
+  const double total = sample(text, "triad_request_seconds_sum");
+  for (const auto& [stage, seconds] : stages)
+    BOOST_TEST_MESSAGE(stage << ": " << seconds * 1e3 << " ms");
+  BOOST_TEST(stages["all"] == total, boost::test_tools::tolerance(0.01));
+  BOOST_TEST(total == last.usage.total_s, boost::test_tools::tolerance(0.01));
+  // Three naps of 20 ms: the tool stage holds them, and nothing else does.
+  BOOST_TEST(stages["tool"] >= 0.060);
+  BOOST_TEST(stages["tool"] >= last.usage.tool_s * 0.99);
+  BOOST_TEST(stages["prefill"] > 0.0);
+  BOOST_TEST(stages["transfer"] > 0.0);
+  BOOST_TEST(stages["decode"] > 0.0);
+  BOOST_TEST(stages["orchestration"] > 0.0);
+  BOOST_TEST(stages["queue"] >= 0.0);
+  // One prefill-to-decode transfer, with its bytes; three tool calls.
+  BOOST_TEST(sample(text, "triad_request_kv_transfer_bytes_count") == 1.0);
+  BOOST_TEST(sample(text, "triad_request_kv_transfer_bytes_sum") > 0.0);
+  BOOST_TEST(sample(text, "triad_request_kv_transfer_seconds_count") == 1.0);
+  BOOST_TEST(sample(text, "triad_request_kv_transfer_seconds_sum") <= stages["transfer"] + 1e-9);
+  BOOST_TEST(sample(text, "triad_request_tool_calls_sum") == 3.0);
+  // A gap between every two tokens but the three across a tool call.
+  BOOST_TEST(sample(text, "triad_request_inter_token_seconds_count") ==
+             static_cast<double>(last.usage.completion_tokens - 1 - 3));
+  BOOST_TEST(sample(text, "triad_request_inter_token_seconds_sum") <= total - stages["tool"]);
+  BOOST_TEST(sample(text, "triad_request_time_per_output_token_seconds_count") == 1.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_monolithic_request_has_no_transfer_stage) {
+  triad::orchestration_options o;
+  o.device_layout = triad::layout::monolithic;
+  auto n = start_node(o, [](triad::node_config& c) {
+    c.devices.resize(1);
+    c.devices[0].role = triad::device_role::both;
+  });
+  recorder rec;
+  n->submit(agent_request(), rec.callback());
+  const auto& last = rec.wait();
+  BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+  auto text = n->metrics().render();
+  auto stages = stage_sums(text);
+  BOOST_TEST(stages["all"] == sample(text, "triad_request_seconds_sum"),
+             boost::test_tools::tolerance(0.01));
+  BOOST_TEST(stages["transfer"] == 0.0);
+  BOOST_TEST(stages["prefill"] > 0.0);
+  BOOST_TEST(stages["decode"] > 0.0);
+  BOOST_TEST(sample(text, "triad_request_kv_transfer_bytes_count") == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(metrics_name_the_build_the_config_and_the_process) {
+  auto n = start_node();
+  recorder rec;
+  n->submit(agent_request(), rec.callback());
+  BOOST_REQUIRE(rec.wait().kind == triad::request_event::done);
+  auto text = n->metrics().render();
+  BOOST_TEST(text.find("triad_build_info{version=\"") != std::string::npos);
+  BOOST_TEST(text.find("triad_config_info{layout=\"three_stage\",kv_policy=\"pin\"") !=
+             std::string::npos);
+  BOOST_TEST(sample(text, "process_cpu_seconds_total") > 0.0);
+  BOOST_TEST(sample(text, "process_resident_memory_bytes") > 1e6);
+  BOOST_TEST(sample(text, "process_open_fds") >= 3.0);
+  BOOST_TEST(sample(text, "process_threads") >= 4.0);
+  BOOST_TEST(sample(text, "process_start_time_seconds") > 1.6e9);
+  // The CPU of the node's threads by domain and role: its devices' drivers, its CAF workers.
+  BOOST_TEST(text.find("triad_thread_cpu_seconds_total{domain=\"domain0\",role=\"driver\"}") !=
+             std::string::npos);
+  BOOST_TEST(text.find("triad_thread_cpu_seconds_total{domain=\"domain0\",role=\"worker\"}") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(discard_prefills_the_whole_conversation_again_after_each_tool) {

@@ -561,6 +561,69 @@ BOOST_AUTO_TEST_CASE(observing_a_range_counts_as_observing_each_value) {
   BOOST_TEST((*inf_only)->count() == values.size());
 }
 
+BOOST_AUTO_TEST_CASE(a_tally_flushes_what_observing_each_value_would_have_counted) {
+  const std::vector<double> values = {0.5, 0.7, 3, 0.2, 20, 1, 2};
+  triad::metrics_registry reg;
+  auto one_by_one = reg.add_histogram("triad_one_by_one", "h", {1, 2, 10});
+  auto tallied = reg.add_histogram("triad_tallied", "h", {1, 2, 10});
+  BOOST_REQUIRE(one_by_one && tallied);
+  {
+    triad::histogram::tally t{*tallied};
+    for (double v : values) {
+      (*one_by_one)->observe(v);
+      t.observe(v);
+    }
+    BOOST_TEST((*tallied)->count() == 0u); // nothing shows before the flush
+    t.flush();
+    BOOST_TEST((*tallied)->count() == values.size());
+    t.observe(4); // flushed by the destructor
+  }
+  (*one_by_one)->observe(4);
+  auto want = (*one_by_one)->cumulative_counts();
+  auto got = (*tallied)->cumulative_counts();
+  BOOST_TEST(got == want, boost::test_tools::per_element());
+  BOOST_TEST((*tallied)->sum() == (*one_by_one)->sum(), boost::test_tools::tolerance(1e-12));
+  triad::histogram::tally nowhere{nullptr}; // observations without a histogram are dropped
+  nowhere.observe(1);
+  nowhere.flush();
+}
+
+BOOST_AUTO_TEST_CASE(a_counter_advanced_to_a_total_never_goes_down) {
+  triad::metrics_registry reg;
+  auto c = reg.add_counter("triad_mirrored_total", "c");
+  BOOST_REQUIRE(c.has_value());
+  (*c)->advance_to(5);
+  BOOST_TEST((*c)->value() == 5.0);
+  (*c)->advance_to(3);
+  BOOST_TEST((*c)->value() == 5.0);
+  (*c)->advance_to(std::numeric_limits<double>::quiet_NaN());
+  BOOST_TEST((*c)->value() == 5.0);
+}
+
+BOOST_AUTO_TEST_CASE(collectors_run_before_each_render) {
+  triad::metrics_registry reg;
+  auto g = reg.add_gauge("triad_read_at_scrape", "g");
+  BOOST_REQUIRE(g.has_value());
+  int runs = 0;
+  reg.add_collector([&] { (*g)->set(++runs); });
+  BOOST_TEST(reg.render().find("triad_read_at_scrape 1\n") != std::string::npos);
+  BOOST_TEST(reg.render().find("triad_read_at_scrape 2\n") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(process_metrics_render_under_their_standard_names) {
+  triad::metrics_registry reg;
+  BOOST_REQUIRE(triad::add_process_metrics(reg).has_value());
+  auto text = reg.render();
+  for (const char* name :
+       {"# TYPE process_cpu_seconds_total counter", "# TYPE process_resident_memory_bytes gauge",
+        "# TYPE process_virtual_memory_bytes gauge", "# TYPE process_open_fds gauge",
+        "# TYPE process_max_fds gauge", "# TYPE process_threads gauge",
+        "# TYPE process_start_time_seconds gauge"})
+    BOOST_TEST(text.find(name) != std::string::npos, name);
+  // Other names still need the triad_ prefix.
+  BOOST_TEST(!reg.add_gauge("processes", "g").has_value());
+}
+
 BOOST_AUTO_TEST_CASE(histogram_with_default_duration_buckets) {
   triad::metrics_registry reg;
   auto h = reg.add_histogram("triad_step_seconds", "step", triad::default_duration_buckets());
