@@ -193,6 +193,12 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   n->live_ = std::make_shared<live_set>();
   if (auto info = add_node_info(n->metrics_, config); !info)
     return info.error();
+  if (!options.trace_file.empty()) {
+    auto log = trace_log::open(options.trace_file);
+    if (!log)
+      return log.error();
+    n->trace_ = std::move(*log);
+  }
   auto topo = topology::load(config.topology);
   if (!topo)
     return topo.error();
@@ -286,6 +292,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
       o.driver_cpus = {placed->driver_cpu};
     o.topo = machine ? n->topo_.get() : nullptr;
     o.metrics = &n->metrics_;
+    o.trace = n->trace_;
     auto actor = spawn_device(*home, std::move(be), o);
     if (!actor)
       return make_error(actor.error().code, "device '" + dev.name + "': " + actor.error().message);
@@ -350,6 +357,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->grammars->attach(n->metrics_);
   ctx->metrics = request_metrics::attach(n->metrics_);
   ctx->tier = n->kv_tier_;
+  ctx->trace = n->trace_;
+  ctx->trace_all = options.trace_all_requests;
   ctx->sessions_in_store = n->kv_tier_ && std::all_of(n->reports_.begin(), n->reports_.end(),
                                                       [](const auto& r) { return r.kv_store; });
   ctx->durations = std::make_shared<tool_durations>();

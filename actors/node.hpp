@@ -55,6 +55,12 @@ struct node_options {
   std::function<expected<std::unique_ptr<backend>>(
       const node_config&, const device_config&, std::shared_ptr<arena>, const compute_placement&)>
       backend_factory;
+  /// A trace file (Chrome's trace-event JSON, for Perfetto or chrome://tracing): every traced
+  /// request's stages on its own track, its devices' driver jobs on theirs. Empty: none.
+  std::filesystem::path trace_file;
+  /// With a trace file: every request is traced; false: only requests that ask
+  /// (chat_request::trace, the `x-triad-trace: 1` header).
+  bool trace_all_requests = true;
 };
 
 /// What runs one device, as the node built it (for start-up logs, triad-node and tests).
@@ -154,6 +160,7 @@ private:
   std::unique_ptr<topology> topo_;
   plan plan_;
   metrics_registry metrics_;
+  std::shared_ptr<trace_log> trace_; // the trace file's writer (null: none)
   model_source model_; // the served model (its file mapped while the node lives)
   // -- what the node runs, in start order; stop() ends them in reverse, as destruction would --
   // The domains run every actor below and the tool service's invocation actors: they go last.

@@ -123,6 +123,8 @@ public:
   caf::behavior make_behavior() override {
     start_ = clock_type::now();
     stage_since_ = start_; // in orchestration: the template and the tokenizer run now
+    span_since_ = start_;
+    traced_ = ctx_->trace && (ctx_->trace_all || req_.trace);
     const chat_format& format = this->format();
     if (req_.raw_prompt) {
       tokens_ = format.raw(*req_.raw_prompt);
@@ -286,6 +288,8 @@ private:
     g.constraint = constraint_from_here();
     g.logprobs = req_.logprobs;
     g.top_logprobs = req_.top_logprobs;
+    g.traced = traced_;
+    g.trace_id = id_;
     return g;
   }
 
@@ -1084,6 +1088,10 @@ private:
     const auto now = clock_type::now();
     stage_s_[static_cast<std::size_t>(stage_now_)] +=
         std::chrono::duration<double>(now - stage_since_).count();
+    if (traced_ && next != stage_now_) {
+      trace(std::string{to_string(stage_now_)}, span_since_, now);
+      span_since_ = now;
+    }
     stage_now_ = next;
     stage_since_ = now;
     return now;
@@ -1110,6 +1118,20 @@ private:
     transfer += moved;
     if (std::exchange(awaiting_import_, false) && ctx_->metrics.kv_transfer_seconds != nullptr)
       ctx_->metrics.kv_transfer_seconds->observe(transfer - transfer_from_);
+  }
+
+  // A span of this request on its own track (the domain it runs in, "request <id>").
+  void trace(std::string name, clock_type::time_point from, clock_type::time_point to,
+             std::vector<std::pair<std::string, std::string>> args = {}) {
+    trace_span span;
+    span.name = std::move(name);
+    span.category = "request";
+    span.process = "domain" + std::to_string(current_domain());
+    span.thread = "request " + std::to_string(id_);
+    span.start = from;
+    span.length = to - from;
+    span.args = std::move(args);
+    ctx_->trace->add(span);
   }
 
   // At the end: each stage's time, the tool calls, the time per output token.
@@ -1189,6 +1211,16 @@ private:
     const auto now = charge(request_stage::orchestration);
     usage_.total_s = std::chrono::duration<double>(now - start_).count();
     observe_stages();
+    if (traced_) {
+      trace(std::string{to_string(stage_now_)}, span_since_, now);
+      trace("request", start_, now,
+            {{"id", std::to_string(id_)},
+             {"session", trace_string(req_.session)},
+             {"outcome", trace_string(ev.kind == request_event::done ? "done" : ev.message)},
+             {"prompt_tokens", std::to_string(usage_.prompt_tokens)},
+             {"completion_tokens", std::to_string(usage_.completion_tokens)},
+             {"tool_calls", std::to_string(usage_.tool_calls)}});
+    }
     const auto kind = ev.kind;
     ev.request = id_;
     ev.usage = usage_;
@@ -1308,6 +1340,8 @@ private:
   clock_type::time_point last_token_at_;
   bool token_gap_open_ = false; // a token came since the last tool call (or the start)
   histogram::tally inter_token_{ctx_->metrics.inter_token_seconds};
+  bool traced_ = false;               // its spans go to the node's trace log
+  clock_type::time_point span_since_; // the start of the stage's span being traced
 };
 
 } // namespace

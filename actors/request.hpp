@@ -26,6 +26,7 @@
 #include "grammar/token_mask.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
+#include "runtime/trace.hpp"
 
 namespace triad {
 
@@ -60,6 +61,10 @@ struct chat_request {
   /// (the caller runs it, as an OpenAI client does) instead of feeding "no such tool" back to
   /// the model. Calls to hosted tools always run on the node.
   bool return_unhosted_calls = false;
+  /// Asks for this request's trace (HTTP: the `x-triad-trace: 1` header) where the node writes
+  /// traces of asked requests only (node_options::trace_all_requests false); a node that writes
+  /// none ignores it.
+  bool trace = false;
   /// The tools the caller declared (an HTTP request's `tools` names): a hosted tool runs only
   /// when declared here, or when the node exposes its hosted tools to every request
   /// (`[tools].expose_to_all_requests`); a call to any other is a call the node does not host.
@@ -249,6 +254,9 @@ struct request_context {
   bool expose_hosted_tools = false;
   orchestration_options options; ///< policies
   request_metrics metrics;       ///< where transitions are counted
+  /// Where the spans of traced requests go (null: the node writes no trace).
+  std::shared_ptr<trace_log> trace;
+  bool trace_all = true; ///< every request is traced, not only those that ask (trace above)
   /// Tokens per KV page of the node's devices: prompts are hashed page by page for
   /// prefix-aware routing.
   std::size_t page_tokens = defaults::model::page_tokens;

@@ -997,6 +997,8 @@ private:
     for (std::size_t l = 0; l < job->lookup_count; ++l)
       job->lookup_pages[l].reset(); // the fetched pages' memory goes now
     stats_.step_jobs += r.steps.empty() ? 0 : 1;
+    if (options_.trace && !r.steps.empty())
+      trace_job(r);
     std::uint64_t job_tokens = 0;
     double job_seconds = 0;
     for (const auto& st : r.steps) {
@@ -1208,6 +1210,42 @@ private:
       it->second.tokens += p.tokens.size();
     tier_->keep(std::move(pages), std::chrono::milliseconds{it->second.keep_ms}, key,
                 caf::actor_cast<caf::actor>(this));
+  }
+
+  // A driver job that a traced request took part in, as one span on the device's driver track:
+  // its steps, their batch sizes and tokens, and the traced requests in it. One span per job, not
+  // per step, so tracing every request costs little beside the steps themselves.
+  void trace_job(const detail::step_result& r) {
+    std::string traced;
+    for (auto id : r.seqs)
+      if (const auto* s = find(id); s != nullptr && s->req.traced)
+        traced += (traced.empty() ? "" : ",") + std::to_string(s->req.trace_id);
+    if (traced.empty())
+      return;
+    std::size_t batch_max = 0, tokens = 0;
+    for (const auto& st : r.steps) {
+      batch_max = std::max(batch_max, st.batch);
+      tokens += st.tokens;
+    }
+    trace_span span;
+    span.name = r.steps.size() == 1 ? "step" : "steps";
+    span.category = "device";
+    span.process = "device " + options_.name;
+    span.thread = "driver";
+    span.start = r.started;
+    span.length = r.finished - r.started;
+    span.args = {{"steps", std::to_string(r.steps.size())},
+                 {"batch_max", std::to_string(batch_max)},
+                 {"tokens", std::to_string(tokens)},
+                 {"requests", trace_string(traced)}};
+    options_.trace->add(span);
+    if (r.imports_to > r.imports_from) { // the KV it imported before its steps, inside it
+      span.name = "kv import";
+      span.start = r.imports_from;
+      span.length = r.imports_to - r.imports_from;
+      span.args = {{"requests", trace_string(traced)}};
+      options_.trace->add(span);
+    }
   }
 
   void emit(const sequence& s, device_event::kind_t kind, std::string message, kv_blob kv = {}) {

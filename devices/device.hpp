@@ -22,6 +22,7 @@
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
+#include "runtime/trace.hpp"
 
 namespace triad {
 
@@ -126,6 +127,10 @@ struct generate_request {
   /// the most likely alternatives (at most max_top_logprobs).
   bool logprobs = false;
   std::uint8_t top_logprobs = 0; ///< see logprobs
+  /// The request is traced: the device writes the driver jobs it takes part in to its trace
+  /// log (device_options::trace), with `trace_id` among their requests.
+  bool traced = false;
+  std::uint64_t trace_id = 0; ///< see traced
 };
 
 /// Where a demoted sequence's KV went: blocks of the KV store, pinned for the caller (who
@@ -325,6 +330,8 @@ struct device_options {
   std::vector<unsigned> driver_cpus;   ///< where the driver thread binds (empty: unbound)
   const topology* topo = nullptr;      ///< topology for binding (this machine only)
   metrics_registry* metrics = nullptr; ///< where per-device metrics go (may be null)
+  /// Where the driver jobs of traced requests are written (null: nowhere).
+  std::shared_ptr<trace_log> trace;
 };
 
 /// The messages a device actor takes (a wrong one is a compile error). kv_fetched_atom is its

@@ -321,6 +321,9 @@ private:
     if (auto* e = std::get_if<api_error>(&parsed))
       return fail(*e, req_.keep_alive());
     chat_ = std::get<openai_chat>(std::move(parsed));
+    // Asks for this request's trace (where the node writes traces of asked requests only).
+    if (auto h = req_.find("x-triad-trace"); h != req_.end() && h->value() == "1")
+      chat_.request.trace = true;
     if (chat_.request.script && !state_->options.server.allow_scripts) {
       auto e = error(400,
                      "triad.script is off on this node: forced output is for benchmarks and "

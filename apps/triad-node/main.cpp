@@ -71,6 +71,13 @@ int run(int argc, char** argv) {
                  "a Jinja chat template file to use instead of the model file's own "
                  "([model].chat_template)")
       ->check(CLI::ExistingFile);
+  std::string trace_path;
+  app.add_option("--trace", trace_path,
+                 "write the spans of every request to this file (Chrome trace-event JSON, for "
+                 "Perfetto or chrome://tracing); closed when the node stops");
+  bool trace_asked = false;
+  app.add_flag("--trace-asked-only", trace_asked,
+               "with --trace: only requests that ask (header x-triad-trace: 1)");
   bool insecure = false;
   app.add_flag("--insecure", insecure,
                "serve on a non-loopback address without an API key ([server].api_key_env)");
@@ -154,6 +161,10 @@ int run(int argc, char** argv) {
 
   triad::node_options options;
   options.tools_root = root;
+  options.trace_file = trace_path;
+  options.trace_all_requests = !trace_asked;
+  if (trace_asked && trace_path.empty())
+    return fail("--trace-asked-only needs --trace FILE");
   auto started = triad::node::start(config, options);
   if (!started)
     return fail("the node did not start: " + started.error().message);

@@ -62,9 +62,13 @@ void step_job::operator()() {
     if (capture)
       be->capture_evictions(nullptr);
   });
+  result.started = std::chrono::steady_clock::now();
+  auto mark_finished =
+      make_scope_guard([this] { result.finished = std::chrono::steady_clock::now(); });
   owed.apply(*be);
   if (!imports.empty())
     import_seconds.assign(item_count, 0.0f);
+  result.imports_from = std::chrono::steady_clock::now();
   for (auto& im : imports) {
     const auto& stream = im.blob->stream;
     const auto import_start = std::chrono::steady_clock::now();
@@ -88,6 +92,7 @@ void step_job::operator()() {
     items[im.item].tokens.clear(); // leaves the step (attach_prefixes drops empty items)
     result.tokens[im.item] = 0;    // and moves its sequence on by nothing
   }
+  result.imports_to = imports.empty() ? result.imports_from : std::chrono::steady_clock::now();
   auto& r = result;
   if (r.sampled.size() < r.seqs.size())
     r.sampled.resize(r.seqs.size());

@@ -42,6 +42,8 @@ struct step_result {
   std::vector<std::size_t> fetched;
   std::size_t fetches_corrupted = 0; // fetched pages refused: one failed its checksum
   std::vector<step_stat> steps;      // the forward steps run, in order
+  std::chrono::steady_clock::time_point started, finished;        // the job's run on the driver
+  std::chrono::steady_clock::time_point imports_from, imports_to; // its KV imports, if any
   double compute_cpu_seconds = 0;    // the driver thread's CPU inside the backend's steps
   expected<void> output = make_error(errc::invalid_argument, "not run");
   kv_usage kv;

@@ -1,8 +1,10 @@
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -247,6 +249,105 @@ BOOST_AUTO_TEST_CASE(metrics_name_the_build_the_config_and_the_process) {
              std::string::npos);
   BOOST_TEST(text.find("triad_thread_cpu_seconds_total{domain=\"domain0\",role=\"worker\"}") !=
              std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
+  namespace json = boost::json;
+  auto path = std::filesystem::temp_directory_path() /
+              ("triad-trace-" + std::to_string(::getpid()) + ".json");
+  triad::request_usage usage;
+  {
+    auto config = triad::default_config();
+    config.topology.bind_threads = false;
+    for (auto& d : config.devices)
+      d.memory_mib = 256;
+    triad::node_options opts;
+    opts.tools = triad::test::sleeper_registry();
+    opts.trace_file = path;
+    auto n = triad::node::start(config, opts);
+    BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+    recorder rec;
+    (*n)->submit(agent_request("s1", "You are a coding agent.", 10), rec.callback());
+    const auto& last = rec.wait();
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+    usage = last.usage;
+  } // the node stops: its trace file is closed, one JSON document
+  std::ifstream in{path};
+  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  std::filesystem::remove(path);
+  auto doc = json::parse(text).as_object();
+  struct span {
+    std::string name, cat;
+    std::int64_t pid, tid;
+    double ts, dur;
+    json::object args;
+  };
+  std::vector<span> spans;
+  std::map<std::int64_t, std::string> process_names;
+  for (const auto& v : doc.at("traceEvents").as_array()) {
+    const auto& e = v.as_object();
+    if (e.at("ph").as_string() == "M") {
+      if (e.at("name").as_string() == "process_name")
+        process_names[e.at("pid").as_int64()] = e.at("args").at("name").as_string().c_str();
+      continue;
+    }
+    BOOST_REQUIRE(e.at("ph").as_string() == "X");
+    spans.push_back({e.at("name").as_string().c_str(), e.at("cat").as_string().c_str(),
+                     e.at("pid").as_int64(), e.at("tid").as_int64(), e.at("ts").to_number<double>(),
+                     e.at("dur").to_number<double>(),
+                     e.contains("args") ? e.at("args").as_object() : json::object{}});
+  }
+  auto root =
+      std::find_if(spans.begin(), spans.end(), [](const span& s) { return s.name == "request"; });
+  BOOST_REQUIRE(root != spans.end());
+  BOOST_TEST(root->args.at("tool_calls").as_int64() == 3);
+  BOOST_TEST(root->dur == usage.total_s * 1e6, boost::test_tools::tolerance(0.01));
+  const double slack = 0.002; // us: the file's timestamps are rounded to the nanosecond
+  auto inside = [&](const span& s, const span& outer) {
+    return s.ts >= outer.ts - slack && s.ts + s.dur <= outer.ts + outer.dur + slack;
+  };
+  // The stages on the request's own track: inside it, one after another, covering it whole.
+  std::vector<span> stages;
+  for (const auto& s : spans)
+    if (s.pid == root->pid && s.tid == root->tid && s.name != "request")
+      stages.push_back(s);
+  std::sort(stages.begin(), stages.end(), [](auto& a, auto& b) { return a.ts < b.ts; });
+  BOOST_REQUIRE(!stages.empty());
+  double covered = 0;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    BOOST_TEST(inside(stages[i], *root), stages[i].name);
+    if (i > 0)
+      BOOST_TEST(stages[i].ts >= stages[i - 1].ts + stages[i - 1].dur - slack, stages[i].name);
+    covered += stages[i].dur;
+    names.insert(stages[i].name);
+  }
+  BOOST_TEST(covered == root->dur, boost::test_tools::tolerance(0.001));
+  for (const char* stage : {"queue", "prefill", "transfer", "decode", "tool", "orchestration"})
+    BOOST_TEST(names.count(stage) == 1u, stage);
+  BOOST_TEST(std::count_if(stages.begin(), stages.end(),
+                           [](const span& s) { return s.name == "tool"; }) == 3);
+  // The devices' driver jobs it took part in: on both devices' tracks, inside the request.
+  std::set<std::string> devices;
+  for (const auto& s : spans)
+    if (s.cat == "device") {
+      const std::string requests = s.args.at("requests").as_string().c_str();
+      BOOST_TEST(requests == std::to_string(root->args.at("id").as_int64()));
+      BOOST_TEST(inside(s, *root), s.name);
+      devices.insert(process_names[s.pid]);
+    }
+  BOOST_TEST(devices.size() == 2u);
+  // The KV import: on the decode device, inside the job that imported it and the request's
+  // decode stage.
+  auto import =
+      std::find_if(spans.begin(), spans.end(), [](const span& s) { return s.name == "kv import"; });
+  BOOST_REQUIRE(import != spans.end());
+  BOOST_TEST(process_names[import->pid] == "device decode0");
+  BOOST_TEST(std::any_of(spans.begin(), spans.end(), [&](const span& s) {
+    return s.cat == "device" && s.name != "kv import" && s.pid == import->pid && inside(*import, s);
+  }));
+  BOOST_TEST(std::any_of(stages.begin(), stages.end(),
+                         [&](const span& s) { return s.name == "decode" && inside(*import, s); }));
 }
 
 BOOST_AUTO_TEST_CASE(discard_prefills_the_whole_conversation_again_after_each_tool) {
