@@ -355,7 +355,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->vocabulary = answer_vocabulary(*ctx->format, n->model_.shape.vocab);
   ctx->grammars = std::make_shared<grammar::grammar_cache>();
   ctx->grammars->attach(n->metrics_);
-  ctx->metrics = request_metrics::attach(n->metrics_);
+  if (options.request_metrics)
+    ctx->metrics = request_metrics::attach(n->metrics_);
   ctx->tier = n->kv_tier_;
   ctx->trace = n->trace_;
   ctx->trace_all = options.trace_all_requests;

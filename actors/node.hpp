@@ -61,6 +61,9 @@ struct node_options {
   /// With a trace file: every request is traced; false: only requests that ask
   /// (chat_request::trace, the `x-triad-trace: 1` header).
   bool trace_all_requests = true;
+  /// The request metrics (`triad_request_*`: stages, tokens, transfers); false only to measure
+  /// what they cost (triad-bench-orchestration).
+  bool request_metrics = true;
 };
 
 /// What runs one device, as the node built it (for start-up logs, triad-node and tests).
@@ -106,6 +109,8 @@ public:
   domain_set& domains() noexcept { return *domains_; }
   /// The node's metrics (Prometheus text via render).
   metrics_registry& metrics() noexcept { return metrics_; }
+  /// Spans written to the trace file so far (0 without one: node_options::trace_file).
+  std::uint64_t trace_spans() const { return trace_ ? trace_->spans() : 0; }
   /// What each device runs, in config order.
   const std::vector<device_report>& device_reports() const noexcept { return reports_; }
   /// The model it serves (`[model]`: a file or a preset), with the name clients see.

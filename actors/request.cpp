@@ -1089,7 +1089,7 @@ private:
     stage_s_[static_cast<std::size_t>(stage_now_)] +=
         std::chrono::duration<double>(now - stage_since_).count();
     if (traced_ && next != stage_now_) {
-      trace(std::string{to_string(stage_now_)}, span_since_, now);
+      trace(to_string(stage_now_), span_since_, now);
       span_since_ = now;
     }
     stage_now_ = next;
@@ -1121,17 +1121,12 @@ private:
   }
 
   // A span of this request on its own track (the domain it runs in, "request <id>").
-  void trace(std::string name, clock_type::time_point from, clock_type::time_point to,
-             std::vector<std::pair<std::string, std::string>> args = {}) {
-    trace_span span;
-    span.name = std::move(name);
-    span.category = "request";
-    span.process = "domain" + std::to_string(current_domain());
-    span.thread = "request " + std::to_string(id_);
-    span.start = from;
-    span.length = to - from;
-    span.args = std::move(args);
-    ctx_->trace->add(span);
+  void trace(std::string_view name, clock_type::time_point from, clock_type::time_point to,
+             std::string_view args = {}) {
+    if (!trace_track_)
+      trace_track_ = ctx_->trace->track("domain" + std::to_string(current_domain()),
+                                        "request " + std::to_string(id_));
+    ctx_->trace->add(*trace_track_, name, "request", from, to - from, args);
   }
 
   // At the end: each stage's time, the tool calls, the time per output token.
@@ -1212,14 +1207,15 @@ private:
     usage_.total_s = std::chrono::duration<double>(now - start_).count();
     observe_stages();
     if (traced_) {
-      trace(std::string{to_string(stage_now_)}, span_since_, now);
-      trace("request", start_, now,
-            {{"id", std::to_string(id_)},
-             {"session", trace_string(req_.session)},
-             {"outcome", trace_string(ev.kind == request_event::done ? "done" : ev.message)},
-             {"prompt_tokens", std::to_string(usage_.prompt_tokens)},
-             {"completion_tokens", std::to_string(usage_.completion_tokens)},
-             {"tool_calls", std::to_string(usage_.tool_calls)}});
+      trace(to_string(stage_now_), span_since_, now);
+      std::string args = "\"id\":" + std::to_string(id_) + ",\"session\":";
+      append_trace_string(args, req_.session);
+      args += ",\"outcome\":";
+      append_trace_string(args, ev.kind == request_event::done ? "done" : ev.message);
+      args += ",\"prompt_tokens\":" + std::to_string(usage_.prompt_tokens) +
+              ",\"completion_tokens\":" + std::to_string(usage_.completion_tokens) +
+              ",\"tool_calls\":" + std::to_string(usage_.tool_calls);
+      trace("request", start_, now, args);
     }
     const auto kind = ev.kind;
     ev.request = id_;
@@ -1342,6 +1338,7 @@ private:
   histogram::tally inter_token_{ctx_->metrics.inter_token_seconds};
   bool traced_ = false;               // its spans go to the node's trace log
   clock_type::time_point span_since_; // the start of the stage's span being traced
+  std::optional<trace_track> trace_track_; // its track in the trace (once asked)
 };
 
 } // namespace

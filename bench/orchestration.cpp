@@ -14,13 +14,17 @@
 // run, in the same actor system, as the yardstick, and the round trip of two plain threads
 // around each session count's runs as the machine's cross-thread floor.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <thread>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <boost/json/array.hpp>
@@ -114,8 +118,8 @@ double backend_seconds(triad::node& n) {
 }
 
 // A node of `config` with the bench's tool; null (the reason printed) when it cannot start.
-std::unique_ptr<triad::node> start_node(const triad::node_config& config) {
-  triad::node_options opts;
+std::unique_ptr<triad::node> start_node(const triad::node_config& config,
+                                        triad::node_options opts = {}) {
   opts.tools = bench_tools();
   auto started = triad::node::start(config, opts);
   if (!started) {
@@ -192,6 +196,11 @@ run_result run(triad::node& n, std::size_t sessions, std::size_t rounds, std::ui
   return out;
 }
 
+// The largest of `xs` (0 when empty).
+double worst_of(const std::vector<double>& xs) {
+  return xs.empty() ? 0.0 : *std::max_element(xs.begin(), xs.end());
+}
+
 } // namespace
 
 namespace {
@@ -213,6 +222,11 @@ int run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--long-turn", long_turn, "tokens per turn in the long runs")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  std::size_t cost_sessions = 100;
+  app.add_option("--cost-sessions", cost_sessions,
+                 "sessions at once when measuring the cost of metrics and tracing")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   bool no_kv_store = false;
@@ -330,6 +344,62 @@ int run(int argc, char** argv) {
   auto caf_us =
       caf_us_per_message(n.domains().orchestration().system(), quick ? 200'000 : 1'000'000);
   n.stop();
+  started.reset();
+
+  // What the request metrics and tracing every request cost (issue #30): three nodes alike but
+  // for them (request metrics off; on, the default; on, with every request traced to a file), run
+  // in turns at `cost_sessions` sessions so a drift of the machine's speed falls on all three.
+  // Each one's triad CPU per request, unsplit (its tokens included): the differences, against
+  // the per-request figure above, are the costs. The spread of the parts says how much of the
+  // difference this VM's noise could make.
+  double metrics_cost = 0, tracing_cost = 0, cost_noise = 0;
+  std::uint64_t traced_spans = 0;
+  {
+    auto trace_path = std::filesystem::temp_directory_path() /
+                      ("triad-bench-orchestration-" + std::to_string(::getpid()) + ".json");
+    triad::node_options off, traced;
+    off.request_metrics = false;
+    traced.trace_file = trace_path;
+    auto a = start_node(config, off), b = start_node(config), c = start_node(config, traced);
+    if (!a || !b || !c)
+      return 1;
+    run(*a, 10, 5, calls, short_turn), run(*b, 10, 5, calls, short_turn),
+        run(*c, 10, 5, calls, short_turn); // warm-up
+    const std::size_t parts = quick ? 4 : 8, rounds = quick ? 10 : 20;
+    std::array<std::vector<double>, 3> per_request; // per part
+    const std::array<triad::node*, 3> nodes = {a.get(), b.get(), c.get()};
+    for (std::size_t p = 0; p < parts; ++p)
+      for (std::size_t k = 0; k < nodes.size(); ++k) {
+        const auto i = (p + k) % nodes.size(); // each goes first in turn: no order favours one
+        auto r = run(*nodes[i], cost_sessions, rounds, calls, short_turn);
+        errors += r.errors;
+        per_request[i].push_back(r.triad_s() * 1e6 / static_cast<double>(r.requests));
+      }
+    auto mean = [](const std::vector<double>& xs) {
+      double t = 0;
+      for (double x : xs)
+        t += x;
+      return t / static_cast<double>(xs.size());
+    };
+    const double reference = std::max(1e-9, worst_of(honest_request));
+    metrics_cost = (mean(per_request[1]) - mean(per_request[0])) / reference;
+    tracing_cost = (mean(per_request[2]) - mean(per_request[1])) / reference;
+    // The spread of one node's parts, as a share of the reference: what noise alone moves.
+    for (const auto& xs : per_request) {
+      auto [lo, hi] = std::minmax_element(xs.begin(), xs.end());
+      cost_noise = std::max(cost_noise, (*hi - *lo) / reference);
+    }
+    traced_spans = c->trace_spans();
+    a->stop(), b->stop(), c->stop();
+    c.reset();
+    std::filesystem::remove(trace_path);
+    std::printf("at %zu sessions, triad CPU per request (unsplit): metrics off %.1f us, on %.1f "
+                "us, on and every request traced %.1f us; costs %.1f%% and %.1f%% of the "
+                "per-request figure (parts spread %.1f%%; %llu spans traced)\n",
+                cost_sessions, mean(per_request[0]), mean(per_request[1]), mean(per_request[2]),
+                100 * metrics_cost, 100 * tracing_cost, 100 * cost_noise,
+                static_cast<unsigned long long>(traced_spans));
+  }
 
   // An idle node as triad-node runs it (the scheduler's default polling): the share of one core
   // its process uses with no request at all.
@@ -350,9 +420,7 @@ int run(int argc, char** argv) {
   }
 
   // The headline figures: the worst over the session counts.
-  auto worst = [](const std::vector<double>& xs) {
-    return *std::max_element(xs.begin(), xs.end());
-  };
+  auto worst = worst_of;
   double worst_token = worst(honest_token);
   double worst_request = worst(honest_request);
   rep.metrics["cpu_us_per_token"] = worst_token;
@@ -367,6 +435,10 @@ int run(int argc, char** argv) {
   rep.metrics["caf_us_per_message"] = caf_us;
   rep.metrics["thread_pingpong_rtt_us"] = triad::bench::median(floors);
   rep.metrics["idle_cpu_percent"] = idle_percent;
+  rep.metrics["metrics_cost_share"] = metrics_cost;
+  rep.metrics["tracing_cost_share"] = tracing_cost;
+  rep.metrics["cost_parts_spread_share"] = cost_noise;
+  rep.metrics["traced_spans"] = traced_spans;
   rep.metrics["errors"] = errors;
   rep.metrics["runs"] = rows;
   rep.ratios["token_over_caf_message"] = worst_token / caf_us;

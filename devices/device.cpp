@@ -1213,8 +1213,9 @@ private:
   }
 
   // A driver job that a traced request took part in, as one span on the device's driver track:
-  // its steps, their batch sizes and tokens, and the traced requests in it. One span per job, not
-  // per step, so tracing every request costs little beside the steps themselves.
+  // its steps, their largest batch and tokens, and the traced requests in it; its KV imports as a
+  // span inside it. One span per job, not per step, so tracing every request costs little beside
+  // the steps themselves.
   void trace_job(const detail::step_result& r) {
     std::string traced;
     for (auto id : r.seqs)
@@ -1227,25 +1228,18 @@ private:
       batch_max = std::max(batch_max, st.batch);
       tokens += st.tokens;
     }
-    trace_span span;
-    span.name = r.steps.size() == 1 ? "step" : "steps";
-    span.category = "device";
-    span.process = "device " + options_.name;
-    span.thread = "driver";
-    span.start = r.started;
-    span.length = r.finished - r.started;
-    span.args = {{"steps", std::to_string(r.steps.size())},
-                 {"batch_max", std::to_string(batch_max)},
-                 {"tokens", std::to_string(tokens)},
-                 {"requests", trace_string(traced)}};
-    options_.trace->add(span);
-    if (r.imports_to > r.imports_from) { // the KV it imported before its steps, inside it
-      span.name = "kv import";
-      span.start = r.imports_from;
-      span.length = r.imports_to - r.imports_from;
-      span.args = {{"requests", trace_string(traced)}};
-      options_.trace->add(span);
-    }
+    if (!trace_track_)
+      trace_track_ = options_.trace->track("device " + options_.name, "driver");
+    std::string requests = "\"requests\":";
+    append_trace_string(requests, traced);
+    const auto args = "\"steps\":" + std::to_string(r.steps.size()) +
+                      ",\"batch_max\":" + std::to_string(batch_max) +
+                      ",\"tokens\":" + std::to_string(tokens) + "," + requests;
+    options_.trace->add(*trace_track_, r.steps.size() == 1 ? "step" : "steps", "device", r.started,
+                        r.finished - r.started, args);
+    if (r.imports_to > r.imports_from) // the KV it imported before its steps
+      options_.trace->add(*trace_track_, "kv import", "device", r.imports_from,
+                          r.imports_to - r.imports_from, requests);
   }
 
   void emit(const sequence& s, device_event::kind_t kind, std::string message, kv_blob kv = {}) {
@@ -1290,6 +1284,7 @@ private:
   std::shared_ptr<backend> backend_;
   std::unique_ptr<driver_thread> driver_;
   device_options options_;
+  std::optional<trace_track> trace_track_; // the driver's track in the trace (once asked)
   device_metrics metrics_;
   std::map<seq_id, sequence> seqs_;
   detail::step_state plan_state_;               // the planner's view of the sequences (memory kept)

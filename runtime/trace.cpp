@@ -1,13 +1,44 @@
 #include "runtime/trace.hpp"
 
-#include <cstring>
-#include <iomanip>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
 #include <system_error>
 
 namespace triad {
 
-std::string trace_string(std::string_view text) {
-  std::string out = "\"";
+namespace {
+
+// Bytes of formatted events kept before they are written to the file.
+constexpr std::size_t flush_bytes = 64 << 10;
+
+// `ns` nanoseconds as microseconds with three decimals ("12.345"), without the locale and
+// formatting state of a stream.
+void append_us(std::string& out, std::int64_t ns) {
+  if (ns < 0) {
+    out += '-';
+    ns = -ns;
+  }
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, ns / 1000);
+  out.append(buf, end);
+  const auto frac = static_cast<int>(ns % 1000);
+  out += '.';
+  out += static_cast<char>('0' + frac / 100);
+  out += static_cast<char>('0' + frac / 10 % 10);
+  out += static_cast<char>('0' + frac % 10);
+}
+
+void append_int(std::string& out, long long v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, end);
+}
+
+} // namespace
+
+void append_trace_string(std::string& out, std::string_view text) {
+  out += '"';
   for (char c : text) {
     switch (c) {
     case '"':
@@ -32,7 +63,7 @@ std::string trace_string(std::string_view text) {
       }
     }
   }
-  return out + "\"";
+  out += '"';
 }
 
 expected<std::shared_ptr<trace_log>> trace_log::open(const std::filesystem::path& path) {
@@ -41,7 +72,6 @@ expected<std::shared_ptr<trace_log>> trace_log::open(const std::filesystem::path
     return make_error(errc::io_error,
                       "trace file " + path.string() + ": cannot be written (" +
                           std::error_code{errno, std::generic_category()}.message() + ")");
-  out << std::fixed << std::setprecision(3); // microseconds, to the nanosecond
   out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
   return std::shared_ptr<trace_log>{new trace_log{path, std::move(out)}};
 }
@@ -49,57 +79,87 @@ expected<std::shared_ptr<trace_log>> trace_log::open(const std::filesystem::path
 trace_log::trace_log(std::filesystem::path path, std::ofstream out)
     : path_(std::move(path))
     , out_(std::move(out))
-    , origin_(std::chrono::steady_clock::now()) {}
+    , origin_(clock_type::now()) {}
 
 trace_log::~trace_log() {
   std::lock_guard g{mutex_};
-  out_ << "\n]}\n";
+  buffer_ += "\n]}\n";
+  write_out();
   out_.flush();
 }
 
-void trace_log::separate() {
-  out_ << (first_ ? "\n" : ",\n");
+void trace_log::append_event_start() {
+  buffer_ += first_ ? "\n" : ",\n";
   first_ = false;
 }
 
-int trace_log::process_id(const std::string& name) {
-  auto [it, fresh] = processes_.emplace(name, static_cast<int>(processes_.size()) + 1);
-  if (fresh)
-    separate(), out_ << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << it->second
-                     << ",\"tid\":0,\"args\":{\"name\":" << trace_string(name) << "}}";
-  return it->second;
+void trace_log::write_out() {
+  out_.write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
+  buffer_.clear();
 }
 
-int trace_log::thread_id(int pid, const std::string& name) {
-  auto [it, fresh] = threads_.emplace(std::pair{pid, name}, static_cast<int>(threads_.size()) + 1);
-  if (fresh)
-    separate(), out_ << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << pid
-                     << ",\"tid\":" << it->second << ",\"args\":{\"name\":" << trace_string(name)
-                     << "}}";
-  return it->second;
-}
-
-void trace_log::add(const trace_span& span) {
-  using us = std::chrono::duration<double, std::micro>;
+trace_track trace_log::track(std::string_view process, std::string_view thread) {
   std::lock_guard g{mutex_};
-  const int pid = process_id(span.process);
-  const int tid = thread_id(pid, span.thread);
-  separate();
-  out_ << "{\"name\":" << trace_string(span.name) << ",\"cat\":" << trace_string(span.category)
-       << ",\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << tid
-       << ",\"ts\":" << us(span.start - origin_).count() << ",\"dur\":" << us(span.length).count();
-  if (!span.args.empty()) {
-    out_ << ",\"args\":{";
-    for (std::size_t i = 0; i < span.args.size(); ++i)
-      out_ << (i == 0 ? "" : ",") << trace_string(span.args[i].first) << ':' << span.args[i].second;
-    out_ << '}';
+  auto p = processes_.find(process);
+  if (p == processes_.end()) {
+    p = processes_.emplace(std::string{process}, static_cast<int>(processes_.size()) + 1).first;
+    append_event_start();
+    buffer_ += R"({"name":"process_name","ph":"M","pid":)";
+    append_int(buffer_, p->second);
+    buffer_ += R"(,"tid":0,"args":{"name":)";
+    append_trace_string(buffer_, process);
+    buffer_ += "}}";
   }
-  out_ << '}';
+  const int pid = p->second;
+  auto [t, fresh] =
+      threads_.emplace(std::pair{pid, std::string{thread}}, static_cast<int>(threads_.size()) + 1);
+  if (fresh) {
+    append_event_start();
+    buffer_ += R"({"name":"thread_name","ph":"M","pid":)";
+    append_int(buffer_, pid);
+    buffer_ += R"(,"tid":)";
+    append_int(buffer_, t->second);
+    buffer_ += R"(,"args":{"name":)";
+    append_trace_string(buffer_, thread);
+    buffer_ += "}}";
+  }
+  return {pid, t->second};
+}
+
+void trace_log::add(trace_track where, std::string_view name, std::string_view category,
+                    clock_type::time_point start, clock_type::duration length,
+                    std::string_view args) {
+  using ns = std::chrono::nanoseconds;
+  const auto at = std::chrono::duration_cast<ns>(start - origin_).count();
+  const auto dur = std::chrono::duration_cast<ns>(length).count();
+  std::lock_guard g{mutex_};
+  append_event_start();
+  buffer_ += R"({"name":)";
+  append_trace_string(buffer_, name);
+  buffer_ += R"(,"cat":)";
+  append_trace_string(buffer_, category);
+  buffer_ += R"(,"ph":"X","pid":)";
+  append_int(buffer_, where.pid);
+  buffer_ += R"(,"tid":)";
+  append_int(buffer_, where.tid);
+  buffer_ += R"(,"ts":)";
+  append_us(buffer_, at);
+  buffer_ += R"(,"dur":)";
+  append_us(buffer_, dur);
+  if (!args.empty()) {
+    buffer_ += R"(,"args":{)";
+    buffer_ += args;
+    buffer_ += '}';
+  }
+  buffer_ += '}';
   ++spans_;
+  if (buffer_.size() >= flush_bytes)
+    write_out();
 }
 
 void trace_log::flush() {
   std::lock_guard g{mutex_};
+  write_out();
   out_.flush();
 }
 

@@ -8,36 +8,31 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
-#include <vector>
 
 #include "runtime/error.hpp"
 
 namespace triad {
 
-/// One span of a trace: a complete event of Chrome's trace-event format ("ph": "X"), shown by
-/// Perfetto and chrome://tracing on the track `thread` of the group `process` (a domain, a
-/// device: where the work ran).
-struct trace_span {
-  std::string name;                             ///< what ran, e.g. "decode", "step"
-  std::string category;                         ///< "request", "device", ...
-  std::string process;                          ///< the track group: "domain0", "device decode0"
-  std::string thread;                           ///< the track: "request 17", "driver"
-  std::chrono::steady_clock::time_point start;  ///< when it began
-  std::chrono::steady_clock::duration length{}; ///< how long it ran
-  /// Extra facts shown with the span: (key, value) pairs, the values JSON text (a number, or a
-  /// string with its quotes, see trace_string).
-  std::vector<std::pair<std::string, std::string>> args;
+/// A track of a trace: the group `process` (a domain, a device: where the work ran) and the
+/// track `thread` in it ("request 17", "driver"), as trace_log::track numbered them.
+struct trace_track {
+  int pid = 0; ///< the group's number in the file
+  int tid = 0; ///< the track's number in the file
 };
 
-/// `text` as a JSON string, quotes included (for trace_span::args).
-std::string trace_string(std::string_view text);
+/// `text` appended to `out` as a JSON string, quotes included (for a span's arguments).
+void append_trace_string(std::string& out, std::string_view text);
 
-/// A trace file being written: spans from any thread, each written as one JSON line of the
-/// trace's `traceEvents` array, with the names of the tracks it uses. The array is closed when
-/// the log is destroyed, so the file a stopped node leaves is one JSON document.
+/// A trace file being written: Chrome's trace-event format, which Perfetto and chrome://tracing
+/// open. Spans come from any thread; each is one complete event ("ph": "X") on one line of the
+/// `traceEvents` array, after the names of the tracks it uses. The array is closed when the log
+/// is destroyed, so the file a stopped node leaves is one JSON document.
 class trace_log {
 public:
+  using clock_type = std::chrono::steady_clock; ///< the clock of the spans' times
+
   /// Creates (or truncates) `path` and writes the document's head; the error names the path.
   static expected<std::shared_ptr<trace_log>> open(const std::filesystem::path& path);
   /// Closes the array and the file.
@@ -45,8 +40,14 @@ public:
   trace_log(const trace_log&) = delete;
   trace_log& operator=(const trace_log&) = delete;
 
-  /// Writes `span`; thread-safe. Timestamps are microseconds since the log was opened.
-  void add(const trace_span& span);
+  /// The track `thread` of group `process`, named in the file the first time it is asked for;
+  /// a caller that writes many spans asks once and keeps it.
+  trace_track track(std::string_view process, std::string_view thread);
+  /// Writes one span on `where`; thread-safe. `args`: the span's arguments as the members of a
+  /// JSON object without its braces (`"steps":7,"requests":"3"`), or empty. Times are written in
+  /// microseconds since the log was opened.
+  void add(trace_track where, std::string_view name, std::string_view category,
+           clock_type::time_point start, clock_type::duration length, std::string_view args = {});
   /// Writes what is buffered to the file (a reader may then open it, less its closing bracket).
   void flush();
   /// Spans written so far.
@@ -56,16 +57,15 @@ public:
 
 private:
   trace_log(std::filesystem::path path, std::ofstream out);
-  // The id of a track group or track (written with its name the first time).
-  int process_id(const std::string& name);
-  int thread_id(int pid, const std::string& name);
-  void separate(); // the comma (or not) before the next event
+  void append_event_start(); // the separator before the next event, into buffer_
+  void write_out();          // buffer_ to the file
 
   std::filesystem::path path_;
   mutable std::mutex mutex_;
   std::ofstream out_;
-  std::chrono::steady_clock::time_point origin_;
-  std::map<std::string, int> processes_;
+  std::string buffer_; // formatted events not yet written to out_
+  clock_type::time_point origin_;
+  std::map<std::string, int, std::less<>> processes_;
   std::map<std::pair<int, std::string>, int> threads_;
   std::uint64_t spans_ = 0;
   bool first_ = true; // no event written yet
