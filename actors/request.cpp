@@ -45,49 +45,46 @@ request_metrics request_metrics::attach(metrics_registry& r) {
   if (auto c = r.add_counter("triad_request_device_retries_total",
                              "Requests moved to another device after a failed step."))
     m.device_retries = *c;
-  if (auto h = r.add_histogram("triad_request_seconds", "Requests from submit to their end.",
-                               default_duration_buckets()))
-    m.total_seconds = *h;
-  if (auto h = r.add_histogram("triad_request_ttft_seconds",
-                               "Requests from submit to their "
-                               "first token.",
-                               default_duration_buckets()))
-    m.ttft_seconds = *h;
+  // A histogram of the family, or null when it could not be registered (not counted).
+  auto histogram_of = [&r](std::string_view name, std::string_view help, std::vector<double> bounds,
+                           const labels& lbls = {}) -> histogram* {
+    auto h = r.add_histogram(name, help, std::move(bounds), lbls);
+    return h ? *h : nullptr;
+  };
+  m.total_seconds = histogram_of("triad_request_seconds", "Requests from submit to their end.",
+                                 default_duration_buckets());
+  m.ttft_seconds =
+      histogram_of("triad_request_ttft_seconds", "Requests from submit to their first token.",
+                   default_duration_buckets());
   for (std::size_t i = 0; i < request_stage_count; ++i)
-    if (auto h = r.add_histogram(
-            "triad_request_stage_seconds",
-            "Each request's time by stage: queue (waiting for a device), prefill, transfer (KV "
-            "from the prefill to a decode device), decode (tool time excluded), tool, "
-            "orchestration (the node's own work between them); the stages add up to "
-            "triad_request_seconds.",
-            default_duration_buckets(),
-            {{"stage", std::string{to_string(static_cast<request_stage>(i))}}}))
-      m.stage_seconds[i] = *h;
-  if (auto h = r.add_histogram("triad_request_inter_token_seconds",
-                               "Gaps between a request's tokens as the node receives them (not "
-                               "across a tool call or a prefill-to-decode transfer).",
-                               default_duration_buckets()))
-    m.inter_token_seconds = *h;
-  if (auto h = r.add_histogram("triad_request_time_per_output_token_seconds",
-                               "Per request with two tokens or more: first token to end, less "
-                               "tool time, per token after the first.",
-                               default_duration_buckets()))
-    m.tpot_seconds = *h;
+    m.stage_seconds[i] = histogram_of(
+        "triad_request_stage_seconds",
+        "Each request's time by stage: queue (waiting for a device), prefill, transfer (KV from "
+        "the prefill to a decode device), decode (tool time excluded), tool, orchestration (the "
+        "node's own work between them); the stages add up to triad_request_seconds.",
+        default_duration_buckets(),
+        {{"stage", std::string{to_string(static_cast<request_stage>(i))}}});
+  m.inter_token_seconds =
+      histogram_of("triad_request_inter_token_seconds",
+                   "Gaps between a request's tokens as the node receives them (not across a tool "
+                   "call).",
+                   default_duration_buckets());
+  m.tpot_seconds = histogram_of("triad_request_time_per_output_token_seconds",
+                                "Per request with two tokens or more: first token to end, less "
+                                "tool time, per token after the first.",
+                                default_duration_buckets());
   const auto& d = defaults::request_metrics::tool_call_buckets;
-  if (auto h = r.add_histogram("triad_request_tool_calls", "Tool calls per request.",
-                               {std::begin(d), std::end(d)}))
-    m.tool_calls = *h;
+  m.tool_calls = histogram_of("triad_request_tool_calls", "Tool calls per request.",
+                              {std::begin(d), std::end(d)});
   const auto& b = defaults::request_metrics::kv_transfer_byte_buckets;
-  if (auto h =
-          r.add_histogram("triad_request_kv_transfer_bytes",
-                          "Bytes per prefill-to-decode KV transfer.", {std::begin(b), std::end(b)}))
-    m.kv_transfer_bytes = *h;
-  if (auto h = r.add_histogram("triad_request_kv_transfer_seconds",
-                               "Seconds per prefill-to-decode KV transfer: from the prefill "
-                               "device's hand-over to the decode device's import, the wait for a "
-                               "decode device excluded.",
-                               default_duration_buckets()))
-    m.kv_transfer_seconds = *h;
+  m.kv_transfer_bytes =
+      histogram_of("triad_request_kv_transfer_bytes", "Bytes per prefill-to-decode KV transfer.",
+                   {std::begin(b), std::end(b)});
+  m.kv_transfer_seconds = histogram_of(
+      "triad_request_kv_transfer_seconds",
+      "Seconds per prefill-to-decode KV transfer: from the prefill device's hand-over to the "
+      "decode device's import, the wait for a decode device excluded.",
+      default_duration_buckets());
   return m;
 }
 

@@ -120,10 +120,7 @@ std::string_view type_name(const toml::node& node) {
 
 } // namespace
 
-/// Renders `text` as a TOML basic string.
-std::string quote(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
+void append_quoted(std::string& out, std::string_view text) {
   out += '"';
   for (char ch : text) {
     switch (ch) {
@@ -162,6 +159,13 @@ std::string quote(std::string_view text) {
     }
   }
   out += '"';
+}
+
+/// Renders `text` as a TOML basic string.
+std::string quote(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 2);
+  append_quoted(out, text);
   return out;
 }
 

@@ -86,6 +86,11 @@ std::string enum_allowed(const enum_name<E> (&names)[N]) {
 
 /// `text` as a TOML basic string.
 std::string quote(std::string_view text);
+
+/// Appends `text` to `out` in quotes, escaped as a TOML basic string, which JSON reads the
+/// same (\", \\, \b, \t, \n, \f, \r, \u00XX for other control bytes): quote's work, and
+/// trace files' strings.
+void append_quoted(std::string& out, std::string_view text);
 /// A double as a TOML float that reads back to the same value.
 std::string format_double(double value);
 /// An array of strings as a TOML array.

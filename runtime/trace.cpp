@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <system_error>
 
+#include "runtime/options.hpp"
+
 namespace triad {
 
 namespace {
@@ -38,32 +40,7 @@ void append_int(std::string& out, long long v) {
 } // namespace
 
 void append_trace_string(std::string& out, std::string_view text) {
-  out += '"';
-  for (char c : text) {
-    switch (c) {
-    case '"':
-      out += "\\\"";
-      break;
-    case '\\':
-      out += "\\\\";
-      break;
-    case '\n':
-      out += "\\n";
-      break;
-    case '\t':
-      out += "\\t";
-      break;
-    default:
-      if (static_cast<unsigned char>(c) < 0x20) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-        out += buf;
-      } else {
-        out += c;
-      }
-    }
-  }
-  out += '"';
+  options::append_quoted(out, text);
 }
 
 expected<std::shared_ptr<trace_log>> trace_log::open(const std::filesystem::path& path) {
