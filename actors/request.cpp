@@ -185,6 +185,7 @@ public:
   }
 
   void on_exit() override {
+    inter_token_.flush(); // while the node's metrics surely live
     release_all();
     release_kept();
     cancel_pin_ttl();

@@ -59,8 +59,10 @@ struct role_registry {
   std::map<key, cpu_times> ended;
 
   static role_registry& get() {
-    static role_registry r; // never destroyed before the threads it counts: a function static
-    return r;
+    // Never destroyed: a thread the process abandons (a tool worker given up) may end after
+    // static destructors have run.
+    static auto* r = new role_registry;
+    return *r;
   }
 };
 
