@@ -457,6 +457,8 @@ void node::stop() {
   }
   if (domains_)
     domains_->stop();
+  if (trace_)
+    trace_->flush(); // every span so far is in the file (it is closed with the node)
 }
 
 } // namespace triad

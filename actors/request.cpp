@@ -448,6 +448,8 @@ private:
         .then(
             [this, from](kv_blob& blob) {
               prefill_ = {};
+              if (ctx_->metrics.kv_transfer_bytes != nullptr)
+                ctx_->metrics.kv_transfer_bytes->observe(static_cast<double>(blob.bytes.size()));
               parked_blob_ = std::make_shared<const kv_blob>(std::move(blob));
               begin_decode(from.name); // gives the prefill slot back with the decode order
             },
@@ -1121,9 +1123,9 @@ private:
   // A span of this request on its own track (the domain it runs in, "request <id>").
   void trace(std::string_view name, clock_type::time_point from, clock_type::time_point to,
              std::string_view args = {}) {
-    if (!trace_track_)
-      trace_track_ = ctx_->trace->track("domain" + std::to_string(current_domain()),
-                                        "request " + std::to_string(id_));
+    if (!trace_track_) // a track of its own, not remembered by the log: requests come and go
+      trace_track_ = ctx_->trace->new_track("domain" + std::to_string(current_domain()),
+                                            "request " + std::to_string(id_));
     ctx_->trace->add(*trace_track_, name, "request", from, to - from, args);
   }
 
@@ -1213,7 +1215,9 @@ private:
       args += ",\"prompt_tokens\":" + std::to_string(usage_.prompt_tokens) +
               ",\"completion_tokens\":" + std::to_string(usage_.completion_tokens) +
               ",\"tool_calls\":" + std::to_string(usage_.tool_calls);
-      trace("request", start_, now, args);
+      // A nanosecond before its first stage: a viewer nests spans that start together in the
+      // order it reads them, and this one is written last.
+      trace("request", start_ - std::chrono::nanoseconds{1}, now, args);
     }
     const auto kind = ev.kind;
     ev.request = id_;

@@ -230,7 +230,7 @@ struct request_metrics {
   /// stage, observed at its end.
   std::array<histogram*, request_stage_count> stage_seconds{};
   /// `triad_request_inter_token_seconds`: the gaps between a request's tokens as it receives
-  /// them (the gap across a tool call, or a prefill to its decode device, left out).
+  /// them (the gap across a tool call left out; the gap of a prefill-to-decode transfer is in).
   histogram* inter_token_seconds = nullptr;
   /// `triad_request_time_per_output_token_seconds`: per request with two tokens or more, its
   /// time from the first token to the end less tool time, per token after the first.

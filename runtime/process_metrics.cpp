@@ -74,8 +74,8 @@ struct process_collector {
     for (const auto& r : roles_cpu()) {
       auto c = registry->add_counter(
           "triad_thread_cpu_seconds_total",
-          "CPU seconds (user and system) of the node's threads, by domain and role: CAF workers "
-          "(worker) and clock, device drivers (driver), tool workers (tool).",
+          "CPU seconds (user and system) of the process's threads, by domain and role: CAF "
+          "workers (worker) and clock, device drivers (driver), tool workers (tool).",
           {{"domain", "domain" + std::to_string(r.domain)}, {"role", r.role}});
       if (c)
         (*c)->advance_to(r.cpu.total());

@@ -75,8 +75,8 @@ void trace_log::write_out() {
   buffer_.clear();
 }
 
-trace_track trace_log::track(std::string_view process, std::string_view thread) {
-  std::lock_guard g{mutex_};
+// The group `process`'s number, named in the file the first time (the mutex held).
+int trace_log::process_id(std::string_view process) {
   auto p = processes_.find(process);
   if (p == processes_.end()) {
     p = processes_.emplace(std::string{process}, static_cast<int>(processes_.size()) + 1).first;
@@ -87,20 +87,38 @@ trace_track trace_log::track(std::string_view process, std::string_view thread) 
     append_trace_string(buffer_, process);
     buffer_ += "}}";
   }
-  const int pid = p->second;
-  auto [t, fresh] =
-      threads_.emplace(std::pair{pid, std::string{thread}}, static_cast<int>(threads_.size()) + 1);
+  return p->second;
+}
+
+// Names track `tid` of group `pid` in the file (the mutex held).
+void trace_log::name_thread(int pid, int tid, std::string_view thread) {
+  append_event_start();
+  buffer_ += R"({"name":"thread_name","ph":"M","pid":)";
+  append_int(buffer_, pid);
+  buffer_ += R"(,"tid":)";
+  append_int(buffer_, tid);
+  buffer_ += R"(,"args":{"name":)";
+  append_trace_string(buffer_, thread);
+  buffer_ += "}}";
+}
+
+trace_track trace_log::track(std::string_view process, std::string_view thread) {
+  std::lock_guard g{mutex_};
+  const int pid = process_id(process);
+  auto [t, fresh] = threads_.emplace(std::pair{pid, std::string{thread}}, next_tid_);
   if (fresh) {
-    append_event_start();
-    buffer_ += R"({"name":"thread_name","ph":"M","pid":)";
-    append_int(buffer_, pid);
-    buffer_ += R"(,"tid":)";
-    append_int(buffer_, t->second);
-    buffer_ += R"(,"args":{"name":)";
-    append_trace_string(buffer_, thread);
-    buffer_ += "}}";
+    ++next_tid_;
+    name_thread(pid, t->second, thread);
   }
   return {pid, t->second};
+}
+
+trace_track trace_log::new_track(std::string_view process, std::string_view thread) {
+  std::lock_guard g{mutex_};
+  const int pid = process_id(process);
+  const int tid = next_tid_++;
+  name_thread(pid, tid, thread);
+  return {pid, tid};
 }
 
 void trace_log::add(trace_track where, std::string_view name, std::string_view category,

@@ -43,6 +43,9 @@ public:
   /// The track `thread` of group `process`, named in the file the first time it is asked for;
   /// a caller that writes many spans asks once and keeps it.
   trace_track track(std::string_view process, std::string_view thread);
+  /// A new track `thread` of group `process`, numbered and named now and not remembered (the log
+  /// keeps nothing per track): for a writer that lives shortly, as a request does.
+  trace_track new_track(std::string_view process, std::string_view thread);
   /// Writes one span on `where`; thread-safe. `args`: the span's arguments as the members of a
   /// JSON object without its braces (`"steps":7,"requests":"3"`), or empty. Times are written in
   /// microseconds since the log was opened.
@@ -58,6 +61,8 @@ public:
 private:
   trace_log(std::filesystem::path path, std::ofstream out);
   void append_event_start(); // the separator before the next event, into buffer_
+  int process_id(std::string_view process);
+  void name_thread(int pid, int tid, std::string_view thread);
   void write_out();          // buffer_ to the file
 
   std::filesystem::path path_;
@@ -68,6 +73,7 @@ private:
   std::map<std::string, int, std::less<>> processes_;
   std::map<std::pair<int, std::string>, int> threads_;
   std::uint64_t spans_ = 0;
+  int next_tid_ = 1;  // the number of the next track
   bool first_ = true; // no event written yet
 };
 
