@@ -433,8 +433,7 @@ private:
     transfer_from_ = stage_s_[static_cast<std::size_t>(request_stage::transfer)];
     awaiting_import_ = true;
     if (moved && ctx_->metrics.kv_transfer_bytes != nullptr)
-      ctx_->metrics.kv_transfer_bytes->observe(
-          static_cast<double>(moved->stream ? moved->stream->bytes() : moved->bytes.size()));
+      ctx_->metrics.kv_transfer_bytes->observe(static_cast<double>(moved->size_bytes()));
     enter(stage::transfer);
     auto from = prefill_;
     if (moved) {
@@ -449,7 +448,7 @@ private:
             [this, from](kv_blob& blob) {
               prefill_ = {};
               if (ctx_->metrics.kv_transfer_bytes != nullptr)
-                ctx_->metrics.kv_transfer_bytes->observe(static_cast<double>(blob.bytes.size()));
+                ctx_->metrics.kv_transfer_bytes->observe(static_cast<double>(blob.size_bytes()));
               parked_blob_ = std::make_shared<const kv_blob>(std::move(blob));
               begin_decode(from.name); // gives the prefill slot back with the decode order
             },

@@ -420,18 +420,17 @@ int run(int argc, char** argv) {
   }
 
   // The headline figures: the worst over the session counts.
-  auto worst = worst_of;
-  double worst_token = worst(honest_token);
-  double worst_request = worst(honest_request);
+  double worst_token = worst_of(honest_token);
+  double worst_request = worst_of(honest_request);
   rep.metrics["cpu_us_per_token"] = worst_token;
   rep.metrics["cpu_us_per_request"] = worst_request;
-  rep.metrics["backend_compute_share"] = worst(backend_share);
+  rep.metrics["backend_compute_share"] = worst_of(backend_share);
   // The figures before the honest count, beside it: orchestration threads only (no driver or
   // tool thread), user mode, then with kernel time.
-  rep.metrics["orchestration_user_cpu_us_per_token"] = worst(per_token);
-  rep.metrics["orchestration_user_cpu_us_per_request"] = worst(per_request);
-  rep.metrics["with_kernel_cpu_us_per_token"] = worst(per_token_all);
-  rep.metrics["with_kernel_cpu_us_per_request"] = worst(per_request_all);
+  rep.metrics["orchestration_user_cpu_us_per_token"] = worst_of(per_token);
+  rep.metrics["orchestration_user_cpu_us_per_request"] = worst_of(per_request);
+  rep.metrics["with_kernel_cpu_us_per_token"] = worst_of(per_token_all);
+  rep.metrics["with_kernel_cpu_us_per_request"] = worst_of(per_request_all);
   rep.metrics["caf_us_per_message"] = caf_us;
   rep.metrics["thread_pingpong_rtt_us"] = triad::bench::median(floors);
   rep.metrics["idle_cpu_percent"] = idle_percent;

@@ -997,14 +997,14 @@ private:
     for (std::size_t l = 0; l < job->lookup_count; ++l)
       job->lookup_pages[l].reset(); // the fetched pages' memory goes now
     stats_.step_jobs += r.steps.empty() ? 0 : 1;
-    if (options_.trace && !r.steps.empty())
-      trace_job(r);
     std::uint64_t job_tokens = 0;
     double job_seconds = 0;
     for (const auto& st : r.steps) {
       job_tokens += st.tokens;
       job_seconds += st.seconds;
     }
+    if (options_.trace && !r.steps.empty())
+      trace_job(r, job_tokens);
     if (metrics_.steps != nullptr) { // the distributions per step
       metrics_.batch->observe_each(
           r.steps, [](const detail::step_stat& st) { return static_cast<double>(st.batch); });
@@ -1216,18 +1216,16 @@ private:
   // its steps, their largest batch and tokens, and the traced requests in it; its KV imports as a
   // span inside it. One span per job, not per step, so tracing every request costs little beside
   // the steps themselves.
-  void trace_job(const detail::step_result& r) {
+  void trace_job(const detail::step_result& r, std::uint64_t tokens) {
     std::string traced;
     for (auto id : r.seqs)
       if (const auto* s = find(id); s != nullptr && s->req.traced)
         traced += (traced.empty() ? "" : ",") + std::to_string(s->req.trace_id);
     if (traced.empty())
       return;
-    std::size_t batch_max = 0, tokens = 0;
-    for (const auto& st : r.steps) {
+    std::size_t batch_max = 0;
+    for (const auto& st : r.steps)
       batch_max = std::max(batch_max, st.batch);
-      tokens += st.tokens;
-    }
     if (!trace_track_)
       trace_track_ = options_.trace->track("device " + options_.name, "driver");
     std::string requests = "\"requests\":";

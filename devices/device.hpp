@@ -159,6 +159,8 @@ struct kv_blob {
   std::shared_ptr<kv_stream> stream;
   /// Whether it carries any KV.
   bool empty() const noexcept { return bytes.empty() && !stream; }
+  /// The KV bytes it carries: the stream's, or those in `bytes`.
+  std::uint64_t size_bytes() const noexcept { return stream ? stream->bytes() : bytes.size(); }
 };
 
 /// The immediate answer to a generate request.

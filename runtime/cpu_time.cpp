@@ -1,4 +1,5 @@
 #include "runtime/cpu_time.hpp"
+#include "runtime/detail/proc_stat.hpp"
 
 #include <ctime>
 
@@ -19,13 +20,8 @@
 
 namespace triad {
 
-namespace {
-
-// User and system time of one thread from a /proc stat file (its clock ticks); none when the
-// file is gone (the thread ended) or does not parse.
-std::optional<cpu_times> read_thread_stat(const std::filesystem::path& stat_file,
-                                          std::string* name = nullptr) {
-  static const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+std::optional<std::vector<std::string>>
+detail::read_proc_stat(const std::filesystem::path& stat_file, int last, std::string* name) {
   std::ifstream stat{stat_file};
   std::string line;
   if (!std::getline(stat, line))
@@ -35,20 +31,26 @@ std::optional<cpu_times> read_thread_stat(const std::filesystem::path& stat_file
     return std::nullopt;
   if (name != nullptr)
     *name = line.substr(open + 1, close - open - 1);
-  // Fields after the name: the state is field 3, utime field 14, stime field 15.
   std::istringstream rest{line.substr(close + 2)};
-  std::string field;
-  cpu_times out;
-  int i = 3;
-  for (; i <= 15 && rest >> field; ++i) {
-    if (i == 14)
-      out.user = std::stod(field) * tick;
-    if (i == 15)
-      out.sys = std::stod(field) * tick;
-  }
-  if (i <= 15)
+  std::vector<std::string> out;
+  for (std::string field; static_cast<int>(out.size()) + 3 <= last && rest >> field;)
+    out.push_back(std::move(field));
+  if (static_cast<int>(out.size()) + 3 <= last)
     return std::nullopt;
   return out;
+}
+
+namespace {
+
+// User and system time of one thread from a /proc stat file (its clock ticks); none when the
+// file is gone (the thread ended) or does not parse.
+std::optional<cpu_times> read_thread_stat(const std::filesystem::path& stat_file,
+                                          std::string* name = nullptr) {
+  static const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  auto fields = detail::read_proc_stat(stat_file, 15, name); // utime 14, stime 15
+  if (!fields)
+    return std::nullopt;
+  return cpu_times{std::stod((*fields)[14 - 3]) * tick, std::stod((*fields)[15 - 3]) * tick};
 }
 
 // The threads counted by role: the live ones by tid, and what ended ones used, per role.
@@ -120,21 +122,18 @@ void end_thread_role() {
 
 std::vector<role_cpu_time> roles_cpu() {
   auto& r = role_registry::get();
-  std::map<role_registry::key, cpu_times> live;
-  std::map<role_registry::key, cpu_times> ended;
+  std::map<role_registry::key, cpu_times> by_role;
   {
     std::lock_guard g{r.mutex};
-    ended = r.ended;
-    for (const auto& [tid, k] : r.live)
-      live[k]; // the role shows even before its threads used a tick
-    for (const auto& [tid, k] : r.live)
-      if (auto cpu = read_thread_stat("/proc/self/task/" + std::to_string(tid) + "/stat"))
-        live[k] += *cpu;
+    by_role = r.ended; // what the ended threads used, then the live ones beside it
+    for (const auto& [tid, k] : r.live) {
+      auto& cpu = by_role[k]; // the role shows even before its threads used a tick
+      if (auto now = read_thread_stat("/proc/self/task/" + std::to_string(tid) + "/stat"))
+        cpu += *now;
+    }
   }
-  for (auto& [k, cpu] : ended)
-    live[k] += cpu;
   std::vector<role_cpu_time> out;
-  for (auto& [k, cpu] : live)
+  for (auto& [k, cpu] : by_role)
     out.push_back({k.first, k.second, cpu});
   return out;
 }

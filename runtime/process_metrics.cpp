@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "runtime/cpu_time.hpp"
+#include "runtime/detail/proc_stat.hpp"
 #include "runtime/metrics.hpp"
 
 namespace triad {
@@ -28,18 +29,9 @@ double count_entries(const char* dir) {
 // The process's start in seconds since the epoch: its start time in clock ticks after boot
 // (/proc/self/stat field 22) plus the boot time (/proc/stat btime).
 double start_time_seconds() {
-  std::ifstream stat{"/proc/self/stat"};
-  std::string line;
-  std::getline(stat, line);
-  auto close = line.rfind(')');
-  if (close == std::string::npos)
+  auto fields = detail::read_proc_stat("/proc/self/stat", 22); // starttime is field 22
+  if (!fields)
     return 0;
-  std::istringstream rest{line.substr(close + 2)};
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 22 && rest >> field; ++i)
-    if (i == 22)
-      ticks = std::stod(field);
   std::ifstream sys{"/proc/stat"};
   double boot = 0;
   for (std::string key; sys >> key;)
@@ -47,7 +39,7 @@ double start_time_seconds() {
       sys >> boot;
       break;
     }
-  return boot + ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return boot + std::stod((*fields)[22 - 3]) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 // The process's metrics as the Prometheus client libraries export them, and the CPU of each

@@ -2,8 +2,11 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -15,7 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "runtime/defaults.hpp"
+#include "runtime/detail/proc_stat.hpp"
 
 namespace {
 
@@ -622,6 +628,40 @@ BOOST_AUTO_TEST_CASE(process_metrics_render_under_their_standard_names) {
     BOOST_TEST(text.find(name) != std::string::npos, name);
   // Other names still need the triad_ prefix.
   BOOST_TEST(!reg.add_gauge("processes", "g").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(process_start_time_is_this_process_start) {
+  triad::metrics_registry reg;
+  BOOST_REQUIRE(triad::add_process_metrics(reg).has_value());
+  auto fams = parse(reg.render());
+  auto start =
+      samples_named(find_family(fams, "process_start_time_seconds"), "process_start_time_seconds");
+  BOOST_REQUIRE_EQUAL(start.size(), 1u);
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  // This test process started before now, and not a day ago.
+  BOOST_TEST(start.front().value <= now + 1);
+  BOOST_TEST(start.front().value > now - 86400);
+}
+
+BOOST_AUTO_TEST_CASE(proc_stat_fields_follow_the_last_paren_of_the_name) {
+  auto file =
+      std::filesystem::temp_directory_path() / ("triad-proc-stat-" + std::to_string(::getpid()));
+  {
+    std::ofstream out{file};
+    // A command name may hold spaces and parens; fields count from the last ')'.
+    out << "4242 (a) b (c) S 1 2 3 4 5 6 7 8 9 10 11 12 13\n";
+  }
+  std::string name;
+  auto fields = triad::detail::read_proc_stat(file, 15, &name);
+  BOOST_REQUIRE(fields.has_value());
+  BOOST_TEST(name == "a) b (c");
+  BOOST_TEST((*fields)[0] == "S");                                  // field 3
+  BOOST_TEST((*fields)[14 - 3] == "11");                            // field 14
+  BOOST_TEST((*fields)[15 - 3] == "12");                            // field 15
+  BOOST_TEST(!triad::detail::read_proc_stat(file, 22).has_value()); // too few fields
+  std::filesystem::remove(file);
+  BOOST_TEST(!triad::detail::read_proc_stat(file, 15).has_value()); // gone
 }
 
 BOOST_AUTO_TEST_CASE(histogram_with_default_duration_buckets) {
