@@ -1,0 +1,304 @@
+// The Prometheus rules and the Grafana dashboard under deploy/: promtool checks the rules and runs
+// their unit tests, every dashboard query parses as PromQL, and every metric, label and label
+// value they name is one a running node exports.
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <boost/json.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "server/http_server.hpp"
+#include "tests/actors/support.hpp"
+#include "tests/process.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+fs::path source_dir() {
+  const char* dir = std::getenv("TRIAD_SOURCE_DIR");
+  BOOST_REQUIRE_MESSAGE(dir != nullptr, "TRIAD_SOURCE_DIR is not set (ctest sets it)");
+  return dir;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in{p};
+  BOOST_REQUIRE_MESSAGE(in, "cannot read " << p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// promtool must be there: the test suite installs it (Debian's prometheus package).
+void require_promtool() {
+  BOOST_REQUIRE_MESSAGE(triad::test::run_command("command -v promtool >/dev/null").status == 0,
+                        "promtool not found (Debian package prometheus): run "
+                        "scripts/install-deps.sh --test");
+}
+
+// One target of a dashboard panel: the panel's title and the query.
+struct panel_query {
+  std::string panel;
+  std::string expr;
+};
+
+std::vector<panel_query> dashboard_queries() {
+  auto doc = json::parse(read_file(source_dir() / "deploy/grafana/triad-dashboard.json"));
+  std::vector<panel_query> out;
+  for (const auto& p : doc.at("panels").as_array()) {
+    const auto& panel = p.as_object();
+    if (const auto* targets = panel.if_contains("targets"))
+      for (const auto& t : targets->as_array())
+        out.push_back({json::value_to<std::string>(panel.at("title")),
+                       json::value_to<std::string>(t.at("expr"))});
+  }
+  return out;
+}
+
+// The query as Prometheus sees it once Grafana filled in its variables.
+std::string substitute_variables(const std::string& expr) {
+  std::string out;
+  for (std::size_t i = 0; i < expr.size();) {
+    if (expr.compare(i, 16, "$__rate_interval") == 0) {
+      out += "5m";
+      i += 16;
+    } else if (expr.compare(i, 9, "$instance") == 0) {
+      out += ".*";
+      i += 9;
+    } else {
+      out += expr[i++];
+    }
+  }
+  return out;
+}
+
+// A metric a query names, with the label matchers written on it.
+struct metric_use {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> matchers; // label, value (= or =~)
+};
+
+// The triad_ and process_ metrics a PromQL text names (recorded series, with ':', are not).
+std::vector<metric_use> metrics_named(const std::string& text) {
+  std::vector<metric_use> out;
+  auto ident = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+  };
+  for (std::size_t i = 0; i < text.size();) {
+    if (!ident(text[i]) || (i > 0 && ident(text[i - 1]))) {
+      ++i;
+      continue;
+    }
+    auto end = i;
+    while (end < text.size() && ident(text[end]))
+      ++end;
+    std::string word = text.substr(i, end - i);
+    i = end;
+    if ((word.rfind("triad_", 0) != 0 && word.rfind("process_", 0) != 0) ||
+        word.find(':') != std::string::npos)
+      continue;
+    metric_use use{word, {}};
+    if (i < text.size() && text[i] == '{') {
+      auto close = text.find('}', i);
+      BOOST_REQUIRE_MESSAGE(close != std::string::npos, "unclosed matcher after " << word);
+      std::string body = text.substr(i + 1, close - i - 1);
+      // label op "value", comma separated (values hold no commas or quotes here)
+      std::stringstream parts{body};
+      for (std::string m; std::getline(parts, m, ',');) {
+        auto op = m.find_first_of("=!");
+        auto q1 = m.find('"'), q2 = m.rfind('"');
+        if (op == std::string::npos || q1 == std::string::npos || q2 <= q1)
+          continue;
+        auto label = m.substr(0, op);
+        label.erase(0, label.find_first_not_of(' '));
+        label.erase(label.find_last_not_of(' ') + 1);
+        use.matchers.emplace_back(label, m.substr(q1 + 1, q2 - q1 - 1));
+      }
+      i = close + 1;
+    }
+    out.push_back(std::move(use));
+  }
+  return out;
+}
+
+// What a node exports: each family's type, and each label's values seen in its samples.
+struct exposition {
+  std::map<std::string, std::string> types;
+  std::map<std::string, std::map<std::string, std::set<std::string>>>
+      labels; // family->label->values
+};
+
+exposition parse_exposition(const std::string& text) {
+  exposition e;
+  std::stringstream lines{text};
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::stringstream w{line.substr(7)};
+      std::string name, type;
+      w >> name >> type;
+      e.types[name] = type;
+      continue;
+    }
+    if (line.empty() || line[0] == '#')
+      continue;
+    auto brace = line.find('{');
+    if (brace == std::string::npos)
+      continue;
+    std::string family = line.substr(0, brace);
+    for (const char* suffix : {"_bucket", "_sum", "_count"})
+      if (family.size() > std::strlen(suffix) &&
+          family.compare(family.size() - std::strlen(suffix), std::string::npos, suffix) == 0 &&
+          e.types.count(family.substr(0, family.size() - std::strlen(suffix))))
+        family.resize(family.size() - std::strlen(suffix));
+    auto close = line.find('}', brace);
+    for (std::size_t at = brace + 1; at < close;) {
+      auto eq = line.find('=', at);
+      auto q1 = eq + 1, q2 = line.find('"', q1 + 1);
+      while (q2 != std::string::npos && line[q2 - 1] == '\\')
+        q2 = line.find('"', q2 + 1);
+      e.labels[family][line.substr(at, eq - at)].insert(line.substr(q1 + 1, q2 - q1 - 1));
+      at = q2 + 2; // past the quote and the comma
+    }
+  }
+  return e;
+}
+
+// The labels whose values form a fixed set the node registers up front: a matcher's value on
+// them must be one of those (a typo such as outcome="failure" never matches anything).
+const std::set<std::string> enumerated_labels{"stage", "state", "outcome", "tier", "role"};
+
+// Checks every metric use in `text` (from `where`) against what the node exports.
+void check_uses(const exposition& e, const std::string& where, const std::string& text) {
+  for (const auto& use : metrics_named(text)) {
+    std::string family = use.name;
+    if (!e.types.count(family))
+      for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+        auto n = std::strlen(suffix);
+        if (family.size() > n && family.compare(family.size() - n, n, suffix) == 0) {
+          auto base = family.substr(0, family.size() - n);
+          if (e.types.count(base) && e.types.at(base) == "histogram")
+            family = base;
+        }
+      }
+    BOOST_TEST_CONTEXT(where << ": " << use.name) {
+      BOOST_TEST(e.types.count(family) == 1u, "the node exports no metric " << use.name);
+      if (!e.types.count(family))
+        continue;
+      const auto labels = e.labels.count(family) ? e.labels.at(family)
+                                                 : std::map<std::string, std::set<std::string>>{};
+      for (const auto& [label, value] : use.matchers) {
+        if (label == "instance" || label == "job")
+          continue; // Prometheus adds them
+        BOOST_TEST(labels.count(label) == 1u, use.name << " has no label " << label);
+        if (!labels.count(label) || !enumerated_labels.count(label))
+          continue;
+        std::stringstream alternatives{value};
+        for (std::string v; std::getline(alternatives, v, '|');)
+          BOOST_TEST(labels.at(label).count(v) == 1u,
+                     use.name << "{" << label << "} never has the value " << v);
+      }
+    }
+  }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(deploy)
+
+BOOST_AUTO_TEST_CASE(the_rules_and_config_pass_promtool_and_the_rules_unit_tests) {
+  require_promtool();
+  auto dir = (source_dir() / "deploy/prometheus").string();
+  for (const char* command :
+       {"promtool check config prometheus.yml", "promtool check rules triad-rules.yml",
+        "promtool test rules triad-rules.test.yml"}) {
+    auto r = triad::test::run_command("cd '" + dir + "' && " + command + " 2>&1");
+    BOOST_TEST(r.status == 0, command << " failed:\n" << r.out);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(every_dashboard_query_parses_as_promql) {
+  require_promtool();
+  auto queries = dashboard_queries();
+  BOOST_REQUIRE_GE(queries.size(), 20u);
+  // Each query becomes a recording rule, so promtool's PromQL parser checks it.
+  auto file =
+      fs::temp_directory_path() / ("triad-dashboard-" + std::to_string(::getpid()) + ".yml");
+  {
+    std::ofstream out{file};
+    out << "groups:\n  - name: dashboard\n    rules:\n";
+    for (std::size_t i = 0; i < queries.size(); ++i) {
+      out << "      - record: triad_dashboard:query_" << i << "\n        expr: '";
+      for (char c : substitute_variables(queries[i].expr))
+        out << (c == '\'' ? "''" : std::string(1, c)); // YAML single-quoted: a quote is doubled
+      out << "'\n";
+    }
+  }
+  auto r = triad::test::run_command("promtool check rules '" + file.string() + "' 2>&1");
+  fs::remove(file);
+  BOOST_TEST(r.status == 0, "a dashboard query is not PromQL:\n" << r.out);
+}
+
+BOOST_AUTO_TEST_CASE(every_metric_the_dashboard_and_rules_name_is_one_the_node_exports) {
+  // A node behind its HTTP server (which adds the HTTP metrics) that served an agent turn with
+  // tool calls: every family they register is rendered.
+  auto n = triad::test::start_node();
+  triad::http_server_options o;
+  o.server.port = 0;
+  auto server = triad::http_server::start(*n, o);
+  BOOST_REQUIRE_MESSAGE(server.has_value(), (server ? "" : server.error().message));
+  triad::test::recorder rec;
+  triad::chat_request req;
+  req.messages = {{"system", "You are a coding agent."}, {"user", "Fix the failing test."}};
+  triad::generation_script s;
+  s.turns.push_back({8, triad::tool_call_text{"nap", "{\"ms\": 1}"}});
+  s.turns.push_back({4, std::nullopt});
+  req.script = s;
+  n->submit(req, rec.callback());
+  BOOST_REQUIRE(rec.wait().kind == triad::request_event::done);
+  // One request over HTTP, so the server counts a response.
+  {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket sock{io};
+    sock.connect({boost::asio::ip::make_address("127.0.0.1"), (*server)->port()});
+    const std::string get = "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    boost::asio::write(sock, boost::asio::buffer(get));
+    std::string answer;
+    boost::system::error_code ec;
+    boost::asio::read(sock, boost::asio::dynamic_buffer(answer), ec); // to the close
+    BOOST_REQUIRE(answer.rfind("HTTP/1.1 200", 0) == 0);
+  }
+  auto e = parse_exposition(n->metrics().render());
+  BOOST_REQUIRE_GE(e.types.size(), 40u);
+  for (const auto& q : dashboard_queries())
+    check_uses(e, "dashboard panel \"" + q.panel + "\"", q.expr);
+  check_uses(e, "deploy/prometheus/triad-rules.yml",
+             read_file(source_dir() / "deploy/prometheus/triad-rules.yml"));
+}
+
+BOOST_AUTO_TEST_CASE(the_checks_catch_a_metric_or_label_value_the_node_does_not_export) {
+  // The checker itself: a misspelt name, label and value are each reported.
+  auto e = parse_exposition("# TYPE triad_tool_invocations_total counter\n"
+                            "triad_tool_invocations_total{outcome=\"ok\"} 1\n");
+  auto uses = metrics_named(R"(rate(triad_tool_invocations_total{outcome=~"ok|failure"}[5m]))"
+                            R"( + triad_tool_invocation_total + triad:recorded:rate5m)");
+  BOOST_REQUIRE_EQUAL(uses.size(), 2u);
+  BOOST_TEST(uses[0].name == "triad_tool_invocations_total");
+  BOOST_REQUIRE_EQUAL(uses[0].matchers.size(), 1u);
+  BOOST_TEST(uses[0].matchers[0].second == "ok|failure");
+  BOOST_TEST(e.labels["triad_tool_invocations_total"]["outcome"].count("failure") == 0u);
+  BOOST_TEST(e.types.count(uses[1].name) == 0u); // triad_tool_invocation_total: misspelt
+}
+
+BOOST_AUTO_TEST_SUITE_END()
