@@ -7,6 +7,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/detail/build_commit.hpp"
 #include "actors/kv_link.hpp"
 #include "actors/router.hpp"
 #include "devices/cpu/cpu_backend.hpp"
@@ -95,7 +96,7 @@ expected<void> add_node_info(metrics_registry& metrics, const node_config& confi
                                  "The build of this node: version, git commit at configure time, "
                                  "compiler and build type (1)",
                                  {{"version", TRIAD_VERSION},
-                                  {"commit", TRIAD_COMMIT},
+                                  {"commit", detail::build_commit()},
                                   {"compiler", TRIAD_COMPILER},
                                   {"build_type", TRIAD_BUILD_TYPE}});
   if (!build)
