@@ -80,4 +80,11 @@ inline constexpr double kv_transfer_byte_buckets[] = {65536.0,     262144.0,    
                                                       268435456.0, 1073741824.0, 4294967296.0};
 } // namespace request_metrics
 
+/// Request traces.
+namespace traces {
+/// Requests that asked for their trace whose spans the node keeps in memory for
+/// GET /v1/traces/{id} (the most recent; each at most 4096 spans).
+inline constexpr std::size_t kept_requests = 256;
+} // namespace traces
+
 } // namespace triad::defaults

@@ -199,6 +199,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     if (!log)
       return log.error();
     n->trace_ = std::move(*log);
+    n->kept_traces_ = options.kept_request_traces;
   }
   auto topo = topology::load(config.topology);
   if (!topo)
@@ -361,6 +362,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->tier = n->kv_tier_;
   ctx->trace = n->trace_;
   ctx->trace_all = options.trace_all_requests;
+  ctx->kept_traces = options.kept_request_traces;
   ctx->sessions_in_store = n->kv_tier_ && std::all_of(n->reports_.begin(), n->reports_.end(),
                                                       [](const auto& r) { return r.kv_store; });
   ctx->durations = std::make_shared<tool_durations>();
@@ -425,6 +427,20 @@ bool node::drain(std::chrono::milliseconds deadline) {
   draining_ = true;
   std::unique_lock<std::mutex> lock{live_->mutex};
   return live_->ended.wait_for(lock, deadline, [&] { return live_->requests.empty(); });
+}
+
+expected<std::string> node::request_trace(std::uint64_t id) const {
+  if (!trace_)
+    return make_error(errc::not_found,
+                      "this node writes no traces: start it with a trace file (triad-node --trace "
+                      "FILE, node_options::trace_file)");
+  if (auto doc = trace_->trace_of(id))
+    return std::move(*doc);
+  return make_error(errc::not_found,
+                    "no trace of request " + std::to_string(id) +
+                        " is kept: the node keeps the spans of the last " +
+                        std::to_string(kept_traces_) +
+                        " requests that asked for theirs (header x-triad-trace: 1)");
 }
 
 void node::stop() {

@@ -15,6 +15,7 @@
 
 #include <caf/actor.hpp>
 
+#include "actors/defaults.hpp"
 #include "actors/node_config.hpp"
 #include "actors/request.hpp"
 #include "actors/session.hpp"
@@ -61,6 +62,9 @@ struct node_options {
   /// With a trace file: every request is traced; false: only requests that ask
   /// (chat_request::trace, the `x-triad-trace: 1` header).
   bool trace_all_requests = true;
+  /// With a trace file: the requests that asked for their trace whose spans are also kept in
+  /// memory for request_trace() (the most recent; 0: none).
+  std::size_t kept_request_traces = defaults::traces::kept_requests;
   /// The request metrics (`triad_request_*`: stages, tokens, transfers); false only to measure
   /// what they cost (triad-bench-orchestration).
   bool request_metrics = true;
@@ -111,6 +115,10 @@ public:
   metrics_registry& metrics() noexcept { return metrics_; }
   /// Spans written to the trace file so far (0 without one: node_options::trace_file).
   std::uint64_t trace_spans() const { return trace_ ? trace_->spans() : 0; }
+  /// The spans of request `id`, which asked for its trace (chat_request::trace), as a Chrome
+  /// trace-event document of its own; not_found when the node writes no trace, or keeps none of
+  /// that request (it did not ask, or newer ones displaced it: kept_request_traces).
+  expected<std::string> request_trace(std::uint64_t id) const;
   /// What each device runs, in config order.
   const std::vector<device_report>& device_reports() const noexcept { return reports_; }
   /// The model it serves (`[model]`: a file or a preset), with the name clients see.
@@ -166,6 +174,7 @@ private:
   plan plan_;
   metrics_registry metrics_;
   std::shared_ptr<trace_log> trace_; // the trace file's writer (null: none)
+  std::size_t kept_traces_ = 0;      // node_options::kept_request_traces
   model_source model_; // the served model (its file mapped while the node lives)
   // -- what the node runs, in start order; stop() ends them in reverse, as destruction would --
   // The domains run every actor below and the tool service's invocation actors: they go last.

@@ -122,6 +122,8 @@ public:
     stage_since_ = start_; // in orchestration: the template and the tokenizer run now
     span_since_ = start_;
     traced_ = ctx_->trace && (ctx_->trace_all || req_.trace);
+    if (ctx_->trace && req_.trace) // asked: its trace is kept for GET /v1/traces/{id} too
+      ctx_->trace->keep(id_, ctx_->kept_traces);
     const chat_format& format = this->format();
     if (req_.raw_prompt) {
       tokens_ = format.raw(*req_.raw_prompt);
@@ -1122,10 +1124,12 @@ private:
   // A span of this request on its own track (the domain it runs in, "request <id>").
   void trace(std::string_view name, clock_type::time_point from, clock_type::time_point to,
              std::string_view args = {}) {
+    const std::uint64_t owner = req_.trace ? id_ : 0; // a kept trace's
     if (!trace_track_) // a track of its own, not remembered by the log: requests come and go
       trace_track_ = ctx_->trace->new_track("domain" + std::to_string(current_domain()),
-                                            "request " + std::to_string(id_));
-    ctx_->trace->add(*trace_track_, name, "request", from, to - from, args);
+                                            "request " + std::to_string(id_), owner);
+    ctx_->trace->add(*trace_track_, name, "request", from, to - from, args,
+                     std::span{&owner, owner != 0 ? 1u : 0u});
   }
 
   // At the end: each stage's time, the tool calls, the time per output token.

@@ -257,6 +257,8 @@ struct request_context {
   /// Where the spans of traced requests go (null: the node writes no trace).
   std::shared_ptr<trace_log> trace;
   bool trace_all = true; ///< every request is traced, not only those that ask (trace above)
+  /// Requests that asked whose spans the trace log keeps in memory (trace_log::keep).
+  std::size_t kept_traces = defaults::traces::kept_requests;
   /// Tokens per KV page of the node's devices: prompts are hashed page by page for
   /// prefix-aware routing.
   std::size_t page_tokens = defaults::model::page_tokens;

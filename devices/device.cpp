@@ -1218,9 +1218,12 @@ private:
   // the steps themselves.
   void trace_job(const detail::step_result& r, std::uint64_t tokens) {
     std::string traced;
+    std::vector<std::uint64_t> owners; // the requests whose kept traces get a copy
     for (auto id : r.seqs)
-      if (const auto* s = find(id); s != nullptr && s->req.traced)
+      if (const auto* s = find(id); s != nullptr && s->req.traced) {
         traced += (traced.empty() ? "" : ",") + std::to_string(s->req.trace_id);
+        owners.push_back(s->req.trace_id);
+      }
     if (traced.empty())
       return;
     std::size_t batch_max = 0;
@@ -1234,10 +1237,10 @@ private:
                       ",\"batch_max\":" + std::to_string(batch_max) +
                       ",\"tokens\":" + std::to_string(tokens) + "," + requests;
     options_.trace->add(*trace_track_, r.steps.size() == 1 ? "step" : "steps", "device", r.started,
-                        r.finished - r.started, args);
+                        r.finished - r.started, args, owners);
     if (r.imports_to > r.imports_from) // the KV it imported before its steps
       options_.trace->add(*trace_track_, "kv import", "device", r.imports_from,
-                          r.imports_to - r.imports_from, requests);
+                          r.imports_to - r.imports_from, requests, owners);
   }
 
   void emit(const sequence& s, device_event::kind_t kind, std::string message, kv_blob kv = {}) {

@@ -13,6 +13,9 @@ namespace {
 
 // Bytes of formatted events kept before they are written to the file.
 constexpr std::size_t flush_bytes = 64 << 10;
+// Spans kept per kept request (a long decode takes part in many device jobs); later ones are
+// only in the file, and the kept trace says it was truncated.
+constexpr std::size_t max_kept_events = 4096;
 
 // `ns` nanoseconds as microseconds with three decimals ("12.345"), without the locale and
 // formatting state of a stream.
@@ -113,21 +116,105 @@ trace_track trace_log::track(std::string_view process, std::string_view thread) 
   return {pid, t->second};
 }
 
-trace_track trace_log::new_track(std::string_view process, std::string_view thread) {
+trace_track trace_log::new_track(std::string_view process, std::string_view thread,
+                                 std::uint64_t owner) {
   std::lock_guard g{mutex_};
   const int pid = process_id(process);
   const int tid = next_tid_++;
+  const auto from = buffer_.size();
   name_thread(pid, tid, thread);
+  if (auto k = kept_.find(owner); owner != 0 && k != kept_.end()) {
+    k->second.track_names += ",\n";
+    k->second.track_names.append(buffer_, buffer_.find('{', from)); // less the separator
+  }
   return {pid, tid};
+}
+
+void trace_log::keep(std::uint64_t id, std::size_t limit) {
+  std::lock_guard g{mutex_};
+  if (limit == 0 || !kept_.try_emplace(id).second)
+    return;
+  kept_order_.push_back(id);
+  while (kept_order_.size() > limit) {
+    kept_.erase(kept_order_.front());
+    kept_order_.pop_front();
+  }
+}
+
+// Copies the event formatted at buffer_[from..] to the kept traces of `owners` (the mutex held).
+void trace_log::copy_to_owners(std::size_t from, trace_track where,
+                               std::span<const std::uint64_t> owners) {
+  if (kept_.empty())
+    return;
+  const auto at = buffer_.find('{', from); // less the separator
+  const std::string_view event{buffer_.data() + at, buffer_.size() - at};
+  for (auto owner : owners) {
+    auto k = kept_.find(owner);
+    if (k == kept_.end())
+      continue;
+    auto& t = k->second;
+    if (t.count == max_kept_events) {
+      t.truncated = true;
+      continue;
+    }
+    t.events += ",\n";
+    t.events += event;
+    t.tracks.emplace(where.pid, where.tid);
+    ++t.count;
+  }
+}
+
+std::optional<std::string> trace_log::trace_of(std::uint64_t id) const {
+  std::lock_guard g{mutex_};
+  auto k = kept_.find(id);
+  if (k == kept_.end())
+    return std::nullopt;
+  const auto& t = k->second;
+  std::string out = R"({"displayTimeUnit":"ms","otherData":{"request":)";
+  append_int(out, static_cast<long long>(id));
+  out += R"(,"spans":)";
+  append_int(out, static_cast<long long>(t.count));
+  out += t.truncated ? R"(,"truncated":true},"traceEvents":[)"
+                     : R"(,"truncated":false},"traceEvents":[)";
+  std::string names;
+  std::set<int> pids;
+  for (auto [pid, tid] : t.tracks)
+    pids.insert(pid);
+  for (const auto& [name, pid] : processes_)
+    if (pids.count(pid)) {
+      names += R"(,
+{"name":"process_name","ph":"M","pid":)";
+      append_int(names, pid);
+      names += R"(,"tid":0,"args":{"name":)";
+      append_trace_string(names, name);
+      names += "}}";
+    }
+  for (const auto& [key, tid] : threads_) // the remembered tracks (devices) its spans are on
+    if (t.tracks.count({key.first, tid})) {
+      names += R"(,
+{"name":"thread_name","ph":"M","pid":)";
+      append_int(names, key.first);
+      names += R"(,"tid":)";
+      append_int(names, tid);
+      names += R"(,"args":{"name":)";
+      append_trace_string(names, key.second);
+      names += "}}";
+    }
+  names += t.track_names;
+  names += t.events;
+  out.append(names.empty() ? names : names.substr(1)); // less the first separator
+  out += "\n]}\n";
+  return out;
 }
 
 void trace_log::add(trace_track where, std::string_view name, std::string_view category,
                     clock_type::time_point start, clock_type::duration length,
-                    std::string_view args) {
+                    std::string_view args, std::span<const std::uint64_t> owners) {
   using ns = std::chrono::nanoseconds;
   const auto at = std::chrono::duration_cast<ns>(start - origin_).count();
   const auto dur = std::chrono::duration_cast<ns>(length).count();
   std::lock_guard g{mutex_};
+  const auto from = buffer_.size();
   append_event_start();
   buffer_ += R"({"name":)";
   append_trace_string(buffer_, name);
@@ -148,6 +235,8 @@ void trace_log::add(trace_track where, std::string_view name, std::string_view c
   }
   buffer_ += '}';
   ++spans_;
+  if (!owners.empty())
+    copy_to_owners(from, where, owners);
   if (buffer_.size() >= flush_bytes)
     write_out();
 }

@@ -2,11 +2,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,13 +48,22 @@ public:
   /// a caller that writes many spans asks once and keeps it.
   trace_track track(std::string_view process, std::string_view thread);
   /// A new track `thread` of group `process`, numbered and named now and not remembered (the log
-  /// keeps nothing per track): for a writer that lives shortly, as a request does.
-  trace_track new_track(std::string_view process, std::string_view thread);
+  /// keeps nothing per track): for a writer that lives shortly, as a request does. `owner`: the
+  /// kept request (keep()) whose trace names this track, or 0.
+  trace_track new_track(std::string_view process, std::string_view thread, std::uint64_t owner = 0);
   /// Writes one span on `where`; thread-safe. `args`: the span's arguments as the members of a
   /// JSON object without its braces (`"steps":7,"requests":"3"`), or empty. Times are written in
   /// microseconds since the log was opened.
+  /// `owners`: the requests the span belongs to; a copy goes to the trace of each that is kept.
   void add(trace_track where, std::string_view name, std::string_view category,
-           clock_type::time_point start, clock_type::duration length, std::string_view args = {});
+           clock_type::time_point start, clock_type::duration length, std::string_view args = {},
+           std::span<const std::uint64_t> owners = {});
+  /// Keeps request `id`'s spans in memory as well, so trace_of() can answer for it (a client
+  /// asked for its trace); the `limit` most recent kept requests stay, the oldest goes first.
+  void keep(std::uint64_t id, std::size_t limit);
+  /// The spans of kept request `id` as a Chrome trace-event document of their own (with the
+  /// names of their tracks), or none when it was not kept or was dropped for newer ones.
+  std::optional<std::string> trace_of(std::uint64_t id) const;
   /// Writes what is buffered to the file (a reader may then open it, less its closing bracket).
   void flush();
   /// Spans written so far.
@@ -64,6 +77,17 @@ private:
   int process_id(std::string_view process);
   void name_thread(int pid, int tid, std::string_view thread);
   void write_out();          // buffer_ to the file
+  void copy_to_owners(std::size_t from, trace_track where, std::span<const std::uint64_t> owners);
+
+  // The spans of a kept request: its events, the tracks they are on, the names of tracks made
+  // for it (new_track), capped at max_kept_events.
+  struct kept_trace {
+    std::string events;
+    std::string track_names;
+    std::set<std::pair<int, int>> tracks;
+    std::size_t count = 0;
+    bool truncated = false;
+  };
 
   std::filesystem::path path_;
   mutable std::mutex mutex_;
@@ -72,6 +96,8 @@ private:
   clock_type::time_point origin_;
   std::map<std::string, int, std::less<>> processes_;
   std::map<std::pair<int, std::string>, int> threads_;
+  std::map<std::uint64_t, kept_trace> kept_;
+  std::deque<std::uint64_t> kept_order_; // oldest first
   std::uint64_t spans_ = 0;
   int next_tid_ = 1;  // the number of the next track
   bool first_ = true; // no event written yet

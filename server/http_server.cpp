@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <charconv>
 #include <cstring>
 
 #include <atomic>
@@ -230,16 +231,19 @@ private:
         send_text(200, std::string{metrics_registry::content_type}, state_->n->metrics().render());
       return;
     }
+    constexpr std::string_view traces_prefix = "/v1/traces/";
+    const bool trace_path = path.starts_with(traces_prefix);
     bool api = path == "/v1/models" || path == "/v1/chat/completions" ||
-               path == "/v1/completions" || path == "/v1/responses";
+               path == "/v1/completions" || path == "/v1/responses" || trace_path;
     if (!api) {
-      fail(error(404,
-                 "no such endpoint: " + path +
-                     "; served: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, "
-                     "GET /v1/models, "
-                     "GET /metrics, "
-                     "GET /health, GET /ready",
-                 "not_found"),
+      fail(error(
+               404,
+               "no such endpoint: " + path +
+                   "; served: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, "
+                   "GET /v1/models, GET /v1/traces/{request id}, "
+                   "GET /metrics, "
+                   "GET /health, GET /ready",
+               "not_found"),
            req_.keep_alive());
       return;
     }
@@ -254,10 +258,33 @@ private:
         send_text(200, "application/json", models_json());
       return;
     }
+    if (trace_path) {
+      if (only(http::verb::get, "GET"))
+        send_trace(path.substr(traces_prefix.size()));
+      return;
+    }
     if (only(http::verb::post, "POST"))
       generate(path == "/v1/completions" ? api_kind::completions
                : path == "/v1/responses" ? api_kind::responses
                                          : api_kind::chat);
+  }
+
+  // GET /v1/traces/{id}: the spans of a request that asked for its trace (x-triad-trace: 1; its
+  // id came in the x-triad-request-id header), as a Chrome trace-event document.
+  void send_trace(std::string_view id_text) {
+    std::uint64_t id = 0;
+    auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
+    if (ec != std::errc{} || end != id_text.data() + id_text.size() || id == 0)
+      return fail(error(400,
+                        "request id '" + std::string{id_text} +
+                            "' is not a request id: a positive integer, as the "
+                            "x-triad-request-id response header gives it",
+                        "invalid_request_id"),
+                  req_.keep_alive());
+    auto doc = state_->n->request_trace(id);
+    if (!doc)
+      return fail(error(404, doc.error().message, "trace_not_found"), req_.keep_alive());
+    send_text(200, "application/json", std::move(*doc));
   }
 
   bool authorized() const {
@@ -322,8 +349,9 @@ private:
       return fail(*e, req_.keep_alive());
     chat_ = std::get<openai_chat>(std::move(parsed));
     // Asks for this request's trace (where the node writes traces of asked requests only).
+    trace_asked_ = false;
     if (auto h = req_.find("x-triad-trace"); h != req_.end() && h->value() == "1")
-      chat_.request.trace = true;
+      chat_.request.trace = trace_asked_ = true;
     if (chat_.request.script && !state_->options.server.allow_scripts) {
       auto e = error(400,
                      "triad.script is off on this node: forced output is for benchmarks and "
@@ -462,7 +490,7 @@ private:
       return fail(*out.error, keep_alive_);
     if (!stream_answer_) {
       if (out.finished)
-        send_text(200, "application/json", std::move(out.bytes));
+        send_text(200, "application/json", std::move(out.bytes), true);
       return;
     }
     const bool any = !out.bytes.empty();
@@ -489,6 +517,7 @@ private:
       head_.emplace(http::status::ok, req_.version());
       head_->set(http::field::content_type, "text/event-stream");
       head_->set(http::field::cache_control, "no-cache");
+      set_request_ids(*head_);
       head_->keep_alive(keep_alive_);
       head_->chunked(true);
       head_sr_.emplace(*head_);
@@ -537,10 +566,27 @@ private:
     close();
   }
 
-  void send_text(unsigned status, std::string content_type, std::string body) {
+  // A request that asked for its trace learns the node's ids of its choices' requests, to fetch
+  // their traces with GET /v1/traces/{id}.
+  template<class Response>
+  void set_request_ids(Response& res) const {
+    if (!trace_asked_)
+      return;
+    std::string ids;
+    for (const auto& h : handles_)
+      if (h.id != 0)
+        ids += (ids.empty() ? "" : ",") + std::to_string(h.id);
+    if (!ids.empty())
+      res.set("x-triad-request-id", ids);
+  }
+
+  // `answer`: a generation's answer (it carries the request ids when a trace was asked for).
+  void send_text(unsigned status, std::string content_type, std::string body, bool answer = false) {
     auto res = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(status), req_.version());
     res->set(http::field::content_type, content_type);
+    if (answer)
+      set_request_ids(*res);
     res->keep_alive(req_.keep_alive() && state_->accepting.load());
     res->body() = std::move(body);
     res->prepare_payload();
@@ -605,6 +651,7 @@ private:
   openai_chat chat_;
   std::vector<request_handle> handles_;  // one request per choice
   bool forked_ = true;                   // the choices past the first have started
+  bool trace_asked_ = false;             // the request asked for its trace (x-triad-trace: 1)
   std::optional<completion_set> answer_; // the events as an OpenAI answer
   std::optional<response_stream> response_; // or as a Responses API answer
   std::uint64_t answer_serial_ = 0;      // which answer the connection gives now

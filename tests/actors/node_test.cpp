@@ -26,6 +26,7 @@
 #include "tests/tools/test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 namespace {
 
@@ -207,6 +208,81 @@ BOOST_AUTO_TEST_CASE(a_requests_stages_add_up_to_its_end_to_end_time_in_metrics)
              static_cast<double>(last.usage.completion_tokens - 1 - 3));
   BOOST_TEST(sample(text, "triad_request_inter_token_seconds_sum") <= total - stages["tool"]);
   BOOST_TEST(sample(text, "triad_request_time_per_output_token_seconds_count") == 1.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_node) {
+  namespace json = boost::json;
+  auto path = std::filesystem::temp_directory_path() /
+              ("triad-kept-trace-" + std::to_string(::getpid()) + ".json");
+  std::uint64_t asked_id = 0, plain_id = 0;
+  std::string kept;
+  {
+    auto config = triad::default_config();
+    config.topology.bind_threads = false;
+    for (auto& d : config.devices)
+      d.memory_mib = 256;
+    triad::node_options opts;
+    opts.tools = triad::test::sleeper_registry();
+    opts.trace_file = path;
+    opts.trace_all_requests = false;
+    auto n = triad::node::start(config, opts);
+    BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+    recorder asked, plain;
+    auto r = agent_request("s1", "You are a coding agent.", 2);
+    r.trace = true;
+    (*n)->submit(r, asked.callback());
+    (*n)->submit(agent_request("s2", "You are a coding agent.", 2), plain.callback());
+    BOOST_REQUIRE(asked.wait().kind == triad::request_event::done);
+    BOOST_REQUIRE(plain.wait().kind == triad::request_event::done);
+    asked_id = asked.wait().request;
+    plain_id = plain.wait().request;
+    auto doc = (*n)->request_trace(asked_id);
+    BOOST_REQUIRE_MESSAGE(doc.has_value(), (doc ? "" : doc.error().message));
+    kept = *doc;
+    // One that did not ask has none kept, and says why.
+    auto none = (*n)->request_trace(plain_id);
+    BOOST_REQUIRE(!none.has_value());
+    BOOST_TEST((none.error().code == triad::errc::not_found));
+    BOOST_TEST(none.error().message.find("x-triad-trace") != std::string::npos);
+  }
+  // The file holds what the node wrote: the kept trace has exactly the asked request's spans.
+  std::ifstream in{path};
+  auto file = json::parse(std::string{std::istreambuf_iterator<char>{in}, {}}).as_object();
+  std::filesystem::remove(path);
+  auto spans_of = [&](const json::object& d) {
+    std::map<std::pair<std::int64_t, std::int64_t>, std::string> tracks;
+    std::multiset<std::string> out; // name, track name, start and length, for comparison
+    for (const auto& v : d.at("traceEvents").as_array()) {
+      const auto& e = v.as_object();
+      if (e.at("ph").as_string() == "M" && e.at("name").as_string() == "thread_name")
+        tracks[{e.at("pid").as_int64(), e.at("tid").as_int64()}] =
+            e.at("args").at("name").as_string().c_str();
+    }
+    for (const auto& v : d.at("traceEvents").as_array()) {
+      const auto& e = v.as_object();
+      if (e.at("ph").as_string() != "X")
+        continue;
+      auto track = tracks.find({e.at("pid").as_int64(), e.at("tid").as_int64()});
+      BOOST_REQUIRE_MESSAGE(track != tracks.end(), "a span on an unnamed track");
+      const bool mine = track->second == "request " + std::to_string(asked_id) ||
+                        (e.contains("args") && e.at("args").as_object().contains("requests") &&
+                         e.at("args").at("requests").as_string() == std::to_string(asked_id));
+      if (mine)
+        out.insert(std::string{e.at("name").as_string()} + "|" + track->second + "|" +
+                   json::serialize(e.at("ts")) + "|" + json::serialize(e.at("dur")));
+    }
+    return out;
+  };
+  auto kept_doc = json::parse(kept).as_object();
+  auto kept_spans = spans_of(kept_doc);
+  BOOST_TEST(kept_doc.at("otherData").at("request").as_int64() ==
+             static_cast<std::int64_t>(asked_id));
+  BOOST_TEST(kept_doc.at("otherData").at("spans").as_int64() ==
+             static_cast<std::int64_t>(kept_spans.size()));
+  BOOST_TEST(kept_spans.size() > 10u); // its stages, its root span, its devices' jobs
+  BOOST_TEST((kept_spans == spans_of(file)));
+  // Nothing of the request that did not ask is in it, nor in the file (it was not traced).
+  BOOST_TEST(kept.find("request " + std::to_string(plain_id)) == std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_monolithic_request_has_no_transfer_stage) {

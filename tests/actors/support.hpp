@@ -19,10 +19,11 @@ using namespace std::chrono_literals;
 
 /// The embedded default (one cpu prefill and one cpu decode device, tiny preset), unbound so
 /// it runs the same on any CI machine, with the "nap" and "flood" tools; `tweak` changes the
-/// config further before the node starts.
+/// config further before the node starts, `tweak_options` its options.
 inline std::unique_ptr<triad::node>
 start_node(triad::orchestration_options o = {},
-           const std::function<void(triad::node_config&)>& tweak = {}) {
+           const std::function<void(triad::node_config&)>& tweak = {},
+           const std::function<void(triad::node_options&)>& tweak_options = {}) {
   auto config = triad::default_config();
   config.topology.bind_threads = false;
   for (auto& d : config.devices)
@@ -32,6 +33,8 @@ start_node(triad::orchestration_options o = {},
     tweak(config);
   triad::node_options opts;
   opts.tools = triad::test::sleeper_registry();
+  if (tweak_options)
+    tweak_options(opts);
   auto n = triad::node::start(config, opts);
   BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
   return std::move(*n);

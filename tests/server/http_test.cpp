@@ -1,8 +1,11 @@
 #include <cmath>
+#include <filesystem>
+#include <future>
 #include <map>
 #include <set>
-#include <future>
 #include <thread>
+
+#include <unistd.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -38,11 +41,16 @@ struct server_fixture {
   std::unique_ptr<triad::http_server> server;
 
   /// `expose_tools`: the node's `[tools].expose_to_all_requests`.
+  /// `trace_file`: the node writes traces of the requests that ask there.
   explicit server_fixture(std::string api_key = {}, std::size_t max_concurrent = 64,
-                          bool allow_scripts = true, bool expose_tools = false)
-      : node(triad::test::start_node({}, [&](triad::node_config& c) {
-          c.tools.expose_to_all_requests = expose_tools;
-        })) {
+                          bool allow_scripts = true, bool expose_tools = false,
+                          std::filesystem::path trace_file = {})
+      : node(triad::test::start_node(
+            {}, [&](triad::node_config& c) { c.tools.expose_to_all_requests = expose_tools; },
+            [&](triad::node_options& o) {
+              o.trace_file = trace_file;
+              o.trace_all_requests = false;
+            })) {
     triad::http_server_options o;
     o.server.port = 0;
     o.server.max_header_bytes = 2048;
@@ -119,6 +127,43 @@ std::vector<std::string> events_of(const std::string& body) {
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(http_api)
+
+BOOST_AUTO_TEST_CASE(a_request_that_asks_for_its_trace_gets_its_id_and_fetches_the_trace) {
+  auto path = std::filesystem::temp_directory_path() /
+              ("triad-http-trace-" + std::to_string(::getpid()) + ".json");
+  {
+    server_fixture f{{}, 64, true, false, path};
+    // Not asked: no id header, and nothing kept.
+    auto plain = f.chat(ask(R"(, "stream": true)"));
+    BOOST_REQUIRE_EQUAL(plain.status, 200u);
+    BOOST_TEST((plain.headers.find("x-triad-request-id") == plain.headers.end()));
+    for (bool stream : {false, true}) {
+      auto r = f.chat(ask(stream ? R"(, "stream": true)" : ""), {{"x-triad-trace", "1"}});
+      BOOST_REQUIRE_EQUAL(r.status, 200u);
+      auto id = r.headers.find("x-triad-request-id");
+      BOOST_REQUIRE(id != r.headers.end());
+      auto t = f.call(http::verb::get, "/v1/traces/" + std::string{id->value()});
+      BOOST_REQUIRE_EQUAL(t.status, 200u);
+      auto doc = t.json().as_object();
+      BOOST_TEST(doc.at("otherData").at("request").as_int64() ==
+                 std::stoll(std::string{id->value()}));
+      BOOST_TEST(doc.at("otherData").at("spans").as_int64() > 3);
+      BOOST_TEST(t.body.find("\"name\":\"request\"") != std::string::npos); // its root span
+    }
+    auto bad = f.call(http::verb::get, "/v1/traces/abc");
+    BOOST_TEST(bad.status == 400u);
+    BOOST_TEST(bad.body.find("abc") != std::string::npos);
+    auto gone = f.call(http::verb::get, "/v1/traces/999999");
+    BOOST_TEST(gone.status == 404u);
+    BOOST_TEST(gone.body.find("no trace of request 999999") != std::string::npos);
+  }
+  std::filesystem::remove(path);
+  // A node that writes no traces says how to have them.
+  server_fixture f;
+  auto off = f.call(http::verb::get, "/v1/traces/1");
+  BOOST_TEST(off.status == 404u);
+  BOOST_TEST(off.body.find("--trace") != std::string::npos);
+}
 
 BOOST_AUTO_TEST_CASE(a_completion_answers_with_the_message_and_usage) {
   server_fixture f;
