@@ -163,6 +163,44 @@ private:
   call_result result_;
 };
 
+// A GET of `path` (under the URL's prefix) on a connection of its own, waiting for the answer:
+// for the few requests around a run (the model's name, traces), not the load itself.
+expected<http::response<http::string_body>> get_now(const http_target_options& options,
+                                                    const url_parts& parts,
+                                                    const tcp::resolver::results_type& endpoints,
+                                                    const std::string& path) {
+  net::io_context io;
+  beast::tcp_stream s{io};
+  s.expires_after(std::chrono::seconds{10});
+  boost::system::error_code ec;
+  s.connect(endpoints, ec);
+  if (ec)
+    return make_error(errc::io_error, "cannot connect: " + ec.message());
+  http::request<http::empty_body> req{http::verb::get, parts.prefix + path, 11};
+  req.set(http::field::host, parts.host);
+  if (!options.api_key.empty())
+    req.set(http::field::authorization, "Bearer " + options.api_key);
+  http::write(s, req, ec);
+  beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  if (!ec)
+    http::read(s, buf, res, ec);
+  if (ec)
+    return make_error(errc::io_error, "GET " + path + " failed: " + ec.message());
+  return res;
+}
+
+// The message of an OpenAI-shaped error body, or the body itself.
+std::string error_message(const std::string& body) {
+  boost::system::error_code ec;
+  auto j = json::parse(body, ec);
+  if (!ec && j.is_object())
+    if (const auto* e = j.get_object().if_contains("error"); e && e->is_object())
+      if (const auto* m = e->get_object().if_contains("message"); m && m->is_string())
+        return std::string{m->get_string()};
+  return body;
+}
+
 class http_target final : public target {
 public:
   http_target(http_target_options o, url_parts p, tcp::resolver::results_type endpoints)
@@ -191,8 +229,10 @@ public:
   std::unique_ptr<prepared_call> prepare(call_spec spec, call_callback done) override {
     auto body = body_of(spec, options_.model);
     auto wire = std::make_shared<std::string>();
-    wire->reserve(head_.size() + 32 + body.size());
+    wire->reserve(head_.size() + 64 + body.size());
     *wire += head_;
+    if (spec.trace)
+      *wire += "x-triad-trace: 1\r\n";
     *wire += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
     *wire += body;
     return std::make_unique<prepared>(*this, std::move(wire), std::move(done));
@@ -205,6 +245,17 @@ public:
         return;
       give_back(std::move(s));
     }
+  }
+
+  expected<std::string> trace_of(const std::string& request_id) override {
+    auto res = get_now(options_, url_, endpoints_, "/traces/" + request_id);
+    if (!res)
+      return make_error(errc::io_error, options_.url + ": " + res.error().message);
+    if (res->result_int() != 200)
+      return make_error(res->result_int() == 404 ? errc::not_found : errc::io_error,
+                        "GET /traces/" + request_id + ": HTTP " +
+                            std::to_string(res->result_int()) + ": " + error_message(res->body()));
+    return std::move(res->body());
   }
 
   std::string describe() const override { return options_.url; }
@@ -377,6 +428,8 @@ void exchange::on_chunk(std::string_view data) {
 void exchange::finish(bool keep) {
   const auto& res = parser_.get();
   result_.ended = clock_type::now();
+  if (auto id = res.find("x-triad-request-id"); id != res.end())
+    result_.request_id = std::string{id->value()};
   if (res.result_int() != 200) {
     std::string message = res.body();
     std::string code;
@@ -440,27 +493,13 @@ expected<std::unique_ptr<target>> make_http_target(http_target_options options) 
                                            ":" + parts->port + ": " + ec.message());
   if (options.model.empty()) {
     // Ask the server which model it serves.
-    beast::tcp_stream s{io};
-    s.expires_after(std::chrono::seconds{10});
-    s.connect(endpoints, ec);
-    if (ec)
-      return make_error(errc::io_error,
-                        "--url " + options.url + ": cannot connect: " + ec.message());
-    http::request<http::empty_body> req{http::verb::get, parts->prefix + "/models", 11};
-    req.set(http::field::host, parts->host);
-    if (!options.api_key.empty())
-      req.set(http::field::authorization, "Bearer " + options.api_key);
-    http::write(s, req, ec);
-    beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    if (!ec)
-      http::read(s, buf, res, ec);
-    if (ec || res.result_int() != 200)
-      return make_error(errc::io_error,
-                        "--url " + options.url + ": GET /models failed (" +
-                            (ec ? ec.message() : "HTTP " + std::to_string(res.result_int())) +
-                            "); give --model");
-    auto j = json::parse(res.body(), ec);
+    auto res = get_now(options, *parts, endpoints, "/models");
+    if (!res)
+      return make_error(errc::io_error, "--url " + options.url + ": " + res.error().message);
+    if (res->result_int() != 200)
+      return make_error(errc::io_error, "--url " + options.url + ": GET /models failed (HTTP " +
+                                            std::to_string(res->result_int()) + "); give --model");
+    auto j = json::parse(res->body(), ec);
     const json::value* id = nullptr;
     if (!ec && j.is_object())
       if (const auto* data = j.get_object().if_contains("data"); data && data->is_array() &&

@@ -1,3 +1,4 @@
+#include <charconv>
 #include <mutex>
 
 #include "actors/node.hpp"
@@ -24,6 +25,14 @@ public:
     return std::make_unique<prepared>(*node_, request_of(spec), std::move(done));
   }
 
+  expected<std::string> trace_of(const std::string& request_id) override {
+    std::uint64_t id = 0;
+    auto [end, ec] = std::from_chars(request_id.data(), request_id.data() + request_id.size(), id);
+    if (ec != std::errc{} || end != request_id.data() + request_id.size())
+      return make_error(errc::invalid_argument, "request id '" + request_id + "' is not a number");
+    return node_->request_trace(id);
+  }
+
   std::string describe() const override { return "inproc " + model_; }
   std::string model() const override { return model_; }
 
@@ -35,6 +44,7 @@ private:
     req.session = spec.session;
     req.max_tokens = spec.max_tokens;
     req.return_unhosted_calls = true;
+    req.trace = spec.trace;
     for (const auto& m : spec.messages) {
       std::string content = m.content;
       if (!m.tool_name.empty())
@@ -84,8 +94,10 @@ void inproc_target::prepared::send() {
     call_result r;
     answer_text text;
     call_callback done;
+    bool traced = false;
   };
   auto st = std::make_shared<state>();
+  st->traced = req_.trace;
   st->done = std::move(done_);
   st->r.sent = clock_type::now();
   node_.submit(std::move(req_), [st](const request_event& ev) {
@@ -113,6 +125,8 @@ void inproc_target::prepared::send() {
       break;
     }
     r.ended = clock_type::now();
+    if (st->traced)
+      r.request_id = std::to_string(ev.request);
     r.prompt_tokens = ev.usage.prompt_tokens;
     r.completion_tokens = ev.usage.completion_tokens;
     r.cached_tokens = ev.usage.cached_tokens;
@@ -136,8 +150,12 @@ void inproc_target::prepared::send() {
 
 } // namespace
 
-expected<std::unique_ptr<target>> make_inproc_target(const node_config& config) {
-  auto n = node::start(config);
+expected<std::unique_ptr<target>> make_inproc_target(const node_config& config,
+                                                     const std::filesystem::path& trace_file) {
+  node_options options;
+  options.trace_file = trace_file;
+  options.trace_all_requests = false; // the calls that ask
+  auto n = node::start(config, options);
   if (!n)
     return make_error(n.error().code, "--inproc: the node did not start: " + n.error().message);
   auto* raw = n->get();

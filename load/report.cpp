@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 namespace triad::load {
@@ -376,8 +377,111 @@ bool write_csv(const run_result& r, const std::filesystem::path& path, std::stri
   return static_cast<bool>(f) || (error = "writing " + path.string() + " failed", false);
 }
 
+bool read_trace(const std::string& doc, sampled_trace& t, std::string& error) {
+  boost::system::error_code ec;
+  auto v = json::parse(doc, ec);
+  const json::array* events = nullptr;
+  if (!ec && v.is_object())
+    if (const auto* e = v.get_object().if_contains("traceEvents"); e != nullptr && e->is_array())
+      events = &e->get_array();
+  if (events == nullptr) {
+    error = "the trace of request " + t.request_id + " is not a trace-event document";
+    return false;
+  }
+  // A member of an event: its text, or its number (empty or 0 when absent or of another kind).
+  auto text = [](const json::object& e, std::string_view key) -> std::string_view {
+    const auto* m = e.if_contains(key);
+    return m != nullptr && m->is_string() ? std::string_view{m->get_string()} : std::string_view{};
+  };
+  auto number = [](const json::object& e, std::string_view key) {
+    const auto* m = e.if_contains(key);
+    return m != nullptr && m->is_number() ? m->to_number<double>() : 0.0;
+  };
+  // The request's own track ("request <id>") and the spans on it; the rest are devices'.
+  const std::string own_name = "request " + t.request_id;
+  std::pair<double, double> own{-1, -1};
+  for (const auto& e : *events)
+    if (e.is_object() && text(e.get_object(), "name") == "thread_name")
+      if (const auto* args = e.get_object().if_contains("args");
+          args != nullptr && args->is_object() && text(args->get_object(), "name") == own_name)
+        own = {number(e.get_object(), "pid"), number(e.get_object(), "tid")};
+  double root_ts = 0;
+  std::vector<trace_stage> stages;
+  for (const auto& v : *events) {
+    if (!v.is_object() || text(v.get_object(), "ph") != "X")
+      continue;
+    const auto& e = v.get_object();
+    ++t.spans;
+    const std::string name{text(e, "name")};
+    const double ts = number(e, "ts") / 1e3, dur = number(e, "dur") / 1e3;
+    if (std::pair{number(e, "pid"), number(e, "tid")} != own) {
+      ++t.device_spans;
+    } else if (name == "request") {
+      root_ts = ts;
+      t.request_ms = dur;
+    } else {
+      stages.push_back({name, ts, dur});
+    }
+  }
+  std::sort(stages.begin(), stages.end(),
+            [](const trace_stage& a, const trace_stage& b) { return a.start_ms < b.start_ms; });
+  for (auto& st : stages)
+    st.start_ms -= root_ts;
+  t.stages = std::move(stages);
+  return true;
+}
+
+namespace {
+
+// The sampled calls' traces: one row each with its stages as a bar, colored by stage.
+std::string traces_html(const std::vector<sampled_trace>& traces) {
+  static const std::map<std::string, std::string> colors{
+      {"queue", "#e8a33c"},  {"prefill", "#4c8bf5"}, {"transfer", "#9b59b6"},
+      {"decode", "#3cb371"}, {"tool", "#e74c3c"},    {"orchestration", "#f1c40f"}};
+  std::ostringstream o;
+  std::size_t got = 0;
+  for (const auto& t : traces)
+    got += t.file.empty() ? 0 : 1;
+  o << "<h2>Sampled request traces</h2><p>" << traces.size()
+    << " calls asked the node for their trace (x-triad-trace: 1); " << got
+    << " came back. Each bar is the request's time in the node by stage; the link is its "
+       "trace (open it in Perfetto or chrome://tracing): its stages and the device jobs and KV "
+       "imports it took part in.</p><p>";
+  for (const auto& [stage, color] : colors)
+    o << "<span style='background:" << color << ";padding:0 6px;margin-right:6px'>"
+      << escape_html(stage) << "</span>";
+  o << "</p><table><tr><th>call</th><th>request</th><th>E2E ms</th><th>in node ms</th>"
+       "<th>spans</th><th>stages</th></tr>";
+  for (const auto& t : traces) {
+    o << "<tr><td>job " << t.job << " turn " << t.turn << " call " << t.call << "</td><td>";
+    if (t.file.empty()) {
+      o << escape_html(t.request_id.empty() ? "-" : t.request_id) << "</td><td>" << fmt(t.e2e_ms)
+        << "</td><td colspan='3' class='warn' style='text-align:left'>" << escape_html(t.error)
+        << "</td></tr>";
+      continue;
+    }
+    o << "<a href='" << escape_html(t.file) << "'>" << escape_html(t.request_id) << "</a></td><td>"
+      << fmt(t.e2e_ms) << "</td><td>" << fmt(t.request_ms) << "</td><td>" << t.spans << " ("
+      << t.device_spans << " device)</td><td><svg width='300' height='14'>";
+    const double total = std::max(1e-9, t.request_ms);
+    for (const auto& st : t.stages) {
+      auto c = colors.find(st.name);
+      o << "<rect x='" << fmt(300 * st.start_ms / total, 2) << "' y='1' width='"
+        << fmt(std::max(0.5, 300 * st.length_ms / total), 2) << "' height='12' fill='"
+        << (c == colors.end() ? "#999" : c->second) << "'><title>" << escape_html(st.name) << " "
+        << fmt(st.length_ms, 3) << " ms</title></rect>";
+    }
+    o << "</svg></td></tr>";
+  }
+  o << "</table>";
+  return o.str();
+}
+
+} // namespace
+
 bool write_html(const run_result& r, const summary& s, const std::string& title,
-                const std::filesystem::path& path, std::string& error) {
+                const std::filesystem::path& path, std::string& error,
+                const std::vector<sampled_trace>& traces) {
   std::vector<double> ttft, itl, e2e;
   for (const auto& c : r.calls) {
     if (!c.ok)
@@ -430,7 +534,10 @@ bool write_html(const run_result& r, const summary& s, const std::string& title,
   for (const auto& [k, v] : s.stages)
     o << "<tr><th>" << escape_html(std::string{k}) << "</th><td>" << fmt(v.to_number<double>(), 4)
       << "</td></tr>";
-  o << "</table></body></html>\n";
+  o << "</table>";
+  if (!traces.empty())
+    o << traces_html(traces);
+  o << "</body></html>\n";
   std::ofstream f;
   if (!open_for(f, path, error))
     return false;

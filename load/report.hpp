@@ -61,10 +61,38 @@ void print(const summary& s, std::FILE* out);
 bool write_jsonl(const run_result& r, const std::filesystem::path& path, std::string& error);
 /// Writes one CSV row per call, with a header row.
 bool write_csv(const run_result& r, const std::filesystem::path& path, std::string& error);
+/// One span of a request's own track in its trace (a stage: queue, prefill, transfer, ...).
+struct trace_stage {
+  std::string name;     ///< the stage
+  double start_ms = 0;  ///< from the request's start
+  double length_ms = 0; ///< its length
+};
+
+/// A call that asked the node for its trace, and what came of it.
+struct sampled_trace {
+  std::size_t job = 0, turn = 0, call = 0; ///< which call
+  std::string session;                     ///< its job's session
+  std::string request_id;                  ///< the node's id of its request (empty: none came)
+  std::string file;                ///< the trace file written, relative to the report (empty: none)
+  std::string error;               ///< why there is no trace
+  double e2e_ms = 0;               ///< the call's end-to-end time, from its intended send
+  double request_ms = 0;           ///< the request's time in the node (its root span)
+  std::size_t spans = 0;           ///< spans in the trace (stages, device jobs, KV imports)
+  std::size_t device_spans = 0;    ///< of those, on the devices' tracks
+  std::vector<trace_stage> stages; ///< the request's own track, in time order
+};
+
+/// Reads a node's trace of request `t.request_id` (a Chrome trace-event document, as
+/// GET /v1/traces/{id} gives it) into `t`'s span counts and stages; false with `error` when it
+/// is not one.
+bool read_trace(const std::string& doc, sampled_trace& t, std::string& error);
+
 /// Writes a self-contained HTML report: the summary, latency CDFs (TTFT, inter-token, end to
-/// end), throughput over time, and the per-stage breakdown, as inline SVG (no scripts, no
-/// network).
+/// end), throughput over time, the per-stage breakdown, as inline SVG (no scripts, no
+/// network), and the sampled calls' traces: where each request's time went in the node, with a
+/// link to its trace file (for Perfetto or chrome://tracing).
 bool write_html(const run_result& r, const summary& s, const std::string& title,
-                const std::filesystem::path& path, std::string& error);
+                const std::filesystem::path& path, std::string& error,
+                const std::vector<sampled_trace>& traces = {});
 
 } // namespace triad::load

@@ -273,6 +273,7 @@ private:
     spec.messages = js.messages;
     spec.session = plan.session;
     spec.stream = options_.stream;
+    spec.trace = sampled_for_trace(js);
     bool tool = cp.tool_ms >= 0;
     if (options_.scripted && !options_.hosted_tool.empty()) {
       // The whole turn in one request: the server runs the calls between the texts.
@@ -298,6 +299,21 @@ private:
     if (js.has_tools)
       spec.tools.push_back(options_.tool_name);
     return spec;
+  }
+
+  // Whether the call `js` makes next asks for its trace: a hash of the seed and the call's place
+  // (job, turn, call) under the sampled share.
+  bool sampled_for_trace(const job_state& js) const {
+    if (options_.trace_sample <= 0)
+      return false;
+    std::uint64_t h = options_.seed * 0x9E3779B97F4A7C15ull;
+    for (std::uint64_t v :
+         {std::uint64_t{js.index}, std::uint64_t{js.turn}, std::uint64_t{js.call}}) {
+      h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+      h *= 0xBF58476D1CE4E5B9ull;
+      h ^= h >> 31;
+    }
+    return static_cast<double>(h >> 11) * 0x1.0p-53 < options_.trace_sample;
   }
 
   // Where a call's result goes: the runner's thread.
@@ -346,6 +362,8 @@ private:
     c.finish_reason = r.finish_reason;
     c.tool_call = !r.tool_name.empty();
     c.new_connection = r.new_connection;
+    c.traced = sampled_for_trace(*js);
+    c.request_id = r.request_id;
     ++job.calls;
     ++calls_done_;
     result_.calls.push_back(c);

@@ -30,6 +30,8 @@ struct call_record {
   std::string finish_reason;   ///< stop, length, tool_calls
   bool tool_call = false;      ///< the answer asked the client to run a tool
   bool new_connection = false; ///< it connected before sending (no idle connection was left)
+  bool traced = false;         ///< it asked the server for its trace (run_options::trace_sample)
+  std::string request_id;      ///< traced: the node's id of its request (empty: none came)
 };
 
 /// One job (chat request or agent session) as it happened.
@@ -54,6 +56,9 @@ struct run_options {
   std::uint64_t seed = 1;              ///< for the schedule
   bool scripted = true;                ///< send triad's script extension (forced lengths)
   bool stream = true;                  ///< ask for streaming answers
+  /// The share of calls (0..1) that ask a triad node for their trace (x-triad-trace: 1), drawn
+  /// from `seed` by call, so the same run samples the same calls.
+  double trace_sample = 0;
   std::string tool_name = "sim_tool";  ///< client-side tool of agent plans
   /// Agent plans: a tool the server hosts, called instead of the client-side one (empty:
   /// none). Each turn is then one request whose script makes all of its calls; the server runs

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -64,6 +65,7 @@ struct call_spec {
   std::vector<std::string> tools;  ///< functions declared to the server (client-side tools)
   std::string session;             ///< PLAS accounting key (`triad.session`)
   bool stream = true;              ///< ask for server-sent events
+  bool trace = false;              ///< ask a triad node for this call's trace (x-triad-trace)
 };
 
 /// What came back.
@@ -89,6 +91,8 @@ struct call_result {
   /// proportion to their text, or one per chunk when usage is missing).
   std::vector<clock_type::time_point> token_times;
   clock_type::time_point ended; ///< when the answer (or error) was complete
+  /// A traced call: the node's id of its request (x-triad-request-id), for target::trace_of.
+  std::string request_id;
 };
 
 /// Receives a call's result on one of the target's threads; must not block.
@@ -119,6 +123,10 @@ public:
   /// need not connect first; those that fail are left out (a call connects when none is idle).
   /// Targets without connections ignore it.
   virtual void warm(std::size_t connections) { (void)connections; }
+  /// The trace of a call that asked for one (call_spec::trace), by the request id its result
+  /// carries: a Chrome trace-event document as the node keeps it (GET /v1/traces/{id}). The
+  /// error says why there is none (the node writes no traces, or no longer keeps this one).
+  virtual expected<std::string> trace_of(const std::string& request_id) = 0;
   /// A short description ("http://127.0.0.1:8080/v1", "inproc triad-tiny").
   virtual std::string describe() const = 0;
   /// The model name requests carry.
@@ -143,8 +151,10 @@ struct http_target_options {
 expected<std::unique_ptr<target>> make_http_target(http_target_options options);
 
 /// A node embedded in this process, started from a config file (its devices, tools, policies):
-/// requests go through node::submit, without HTTP.
-expected<std::unique_ptr<target>> make_inproc_target(const node_config& config);
+/// requests go through node::submit, without HTTP. `trace_file`: where it writes the traces of
+/// the calls that ask for one (empty: it writes none).
+expected<std::unique_ptr<target>> make_inproc_target(const node_config& config,
+                                                     const std::filesystem::path& trace_file = {});
 
 /// The same on a node someone else started and keeps (it must outlive the target); `model`
 /// is what the target reports.

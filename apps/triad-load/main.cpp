@@ -43,6 +43,52 @@ bool write_text(const std::string& path, const std::string& text) {
   return true;
 }
 
+// The traces of the calls that asked for one, fetched from the node and written to a folder
+// beside the report (<report>-traces/), for the report to link; a call without one says why.
+std::vector<sampled_trace> fetch_traces(target& t, const run_result& r,
+                                        const std::filesystem::path& html) {
+  std::vector<sampled_trace> out;
+  const auto folder_name = html.stem().string() + "-traces";
+  const auto folder = html.parent_path() / folder_name;
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  std::size_t failed = 0;
+  std::string first_error;
+  for (const auto& c : r.calls) {
+    if (!c.traced)
+      continue;
+    sampled_trace st;
+    st.job = c.job;
+    st.turn = c.turn;
+    st.call = c.call;
+    st.session = c.session;
+    st.request_id = c.request_id;
+    st.e2e_ms = (c.end_s - c.intended_s) * 1e3;
+    if (c.request_id.empty()) {
+      st.error = c.ok ? "the server sent no request id (x-triad-request-id): not a triad node?"
+                      : "the call failed: " + c.error;
+    } else if (auto doc = t.trace_of(c.request_id); !doc) {
+      st.error = doc.error().message;
+    } else if (std::string error; !read_trace(*doc, st, error)) {
+      st.error = error;
+    } else {
+      const auto name = "job" + std::to_string(c.job) + "-turn" + std::to_string(c.turn) + "-call" +
+                        std::to_string(c.call) + "-request" + c.request_id + ".json";
+      if (ec || !write_text((folder / name).string(), *doc))
+        st.error = "cannot write " + (folder / name).string();
+      else
+        st.file = folder_name + "/" + name;
+    }
+    if (!st.error.empty() && failed++ == 0)
+      first_error = st.error;
+    out.push_back(std::move(st));
+  }
+  std::fprintf(stderr, "triad-load: %zu of %zu sampled calls' traces written to %s%s%s\n",
+               out.size() - failed, out.size(), folder.c_str(),
+               failed ? "; the first missing one: " : "", first_error.c_str());
+  return out;
+}
+
 // Raises the open-file limit to its hard maximum: thousands of streams need thousands of fds.
 void raise_fd_limit() {
   rlimit r{};
@@ -310,6 +356,11 @@ int run(int argc, char** argv) {
   app.add_option("--jsonl", jsonl_path, "write one JSON object per call");
   app.add_option("--csv", csv_path, "write one CSV row per call");
   app.add_option("--html", html_path, "write a self-contained HTML report");
+  double sample_traces = 0;
+  app.add_option("--sample-traces", sample_traces,
+                 "ask a triad node for the traces of this share of calls (0..1; the node runs "
+                 "with --trace FILE), write them beside the --html report and link them from it")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--progress", progress, "a live progress line on stderr");
   bool no_realtime = false;
   app.add_flag("--no-realtime", no_realtime,
@@ -357,8 +408,12 @@ int run(int argc, char** argv) {
       return fail("trace " + trace_path + " has no usable request");
   }
 
+  if (sample_traces > 0 && html_path.empty())
+    return fail("--sample-traces: the traces are written beside the --html report and linked "
+                "from it; give --html FILE");
   run_options o;
   o.seed = seed;
+  o.trace_sample = sample_traces;
   o.duration_s = duration;
   o.scripted = !no_script;
   o.stream = !no_stream;
@@ -414,7 +469,18 @@ int run(int argc, char** argv) {
     auto config = triad::load_config(inproc);
     if (!config)
       return fail(config.error().message);
-    auto made = make_inproc_target(*config);
+    // Sampled traces: the node in this process writes those calls' spans beside the report.
+    std::filesystem::path trace_file;
+    if (sample_traces > 0) {
+      const std::filesystem::path html{html_path};
+      const auto folder = html.parent_path() / (html.stem().string() + "-traces");
+      std::error_code ec;
+      std::filesystem::create_directories(folder, ec);
+      if (ec)
+        return fail("--sample-traces: cannot create " + folder.string() + ": " + ec.message());
+      trace_file = folder / "node-trace.json";
+    }
+    auto made = make_inproc_target(*config, trace_file);
     if (!made)
       return fail(made.error().message);
     t = std::move(*made);
@@ -465,8 +531,11 @@ int run(int argc, char** argv) {
     ok = (std::fprintf(stderr, "triad-load: %s\n", error.c_str()), false);
   if (!csv_path.empty() && !write_csv(last, csv_path, error))
     ok = (std::fprintf(stderr, "triad-load: %s\n", error.c_str()), false);
+  std::vector<sampled_trace> traces;
+  if (sample_traces > 0)
+    traces = fetch_traces(*t, last, html_path);
   if (!html_path.empty() &&
-      !write_html(last, last_summary, "triad-load: " + t->describe(), html_path, error))
+      !write_html(last, last_summary, "triad-load: " + t->describe(), html_path, error, traces))
     ok = (std::fprintf(stderr, "triad-load: %s\n", error.c_str()), false);
   return ok ? 0 : 1;
 }

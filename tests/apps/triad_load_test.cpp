@@ -108,6 +108,37 @@ BOOST_AUTO_TEST_CASE(
   BOOST_TEST(m.at("kv_kept_calls").as_int64() + m.at("kv_stored_calls").as_int64() == 4);
 }
 
+BOOST_AUTO_TEST_CASE(sampled_calls_traces_are_written_beside_the_report_and_linked_from_it) {
+  scratch s;
+  auto r = run_command(binary("triad-load") + " --inproc " + s.path("node.toml") +
+                       " --requests 6 --concurrency 2 --input-tokens 64 --output-tokens 4"
+                       " --sample-traces 0.5 --seed 3 --html " +
+                       s.path("report.html") + " 2>&1");
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+  auto report = slurp(s.path("report.html"));
+  BOOST_TEST(report.find("Sampled request traces") != std::string::npos);
+  // Every linked trace is there, a trace-event document of that request with its stages.
+  std::size_t links = 0;
+  for (auto at = report.find("<a href='report-traces/"); at != std::string::npos;
+       at = report.find("<a href='report-traces/", at + 1)) {
+    auto end = report.find('\'', at + 9);
+    auto file = s.dir / report.substr(at + 9, end - at - 9);
+    BOOST_REQUIRE_MESSAGE(std::filesystem::exists(file), file);
+    auto doc = json::parse(slurp(file.string())).as_object();
+    BOOST_TEST(doc.at("otherData").at("spans").as_int64() > 3);
+    BOOST_TEST(slurp(file.string()).find("\"name\":\"prefill\"") != std::string::npos);
+    ++links;
+  }
+  // About half of the six calls asked (the draw is the seed's), and each came back.
+  BOOST_TEST(links >= 1u);
+  BOOST_TEST(links <= 5u);
+  BOOST_TEST(r.out.find(std::to_string(links) + " of " + std::to_string(links) +
+                        " sampled calls' traces written") != std::string::npos,
+             r.out);
+  // The in-process node wrote the traces of exactly those calls to its own file.
+  BOOST_TEST(std::filesystem::exists(s.dir / "report-traces" / "node-trace.json"));
+}
+
 BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_servers_are_clear_errors) {
   auto chat_hosted =
       run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --hosted-tool shell 2>&1");
@@ -134,6 +165,12 @@ BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_servers_are_clear_errors) {
   auto no_trace = run_command(binary("triad-load") + " --url http://x/v1 --workload trace 2>&1");
   BOOST_TEST(no_trace.status == 2);
   BOOST_TEST(no_trace.out.find("--workload trace needs --trace FILE") != std::string::npos);
+  auto traces_nowhere =
+      run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --sample-traces 0.1 2>&1");
+  BOOST_TEST(traces_nowhere.status == 2);
+  BOOST_TEST(traces_nowhere.out.find("--sample-traces: the traces are written beside the --html "
+                                     "report") != std::string::npos,
+             traces_nowhere.out);
   auto bad_dist =
       run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --turns uniform:5:1 2>&1");
   BOOST_TEST(bad_dist.out.find("--turns 'uniform:5:1'") != std::string::npos, bad_dist.out);
