@@ -938,8 +938,12 @@ private:
                                 {}});
       return;
     }
-    tool_invocation call{usage_.tool_calls, parsed->name, parsed->arguments_json,
-                         ctx_->options.tool_deadline};
+    tool_invocation call{usage_.tool_calls,
+                         parsed->name,
+                         parsed->arguments_json,
+                         ctx_->options.tool_deadline,
+                         traced_ ? ctx_->trace : nullptr,
+                         id_};
     ++usage_.hosted_tool_calls;
     charge(request_stage::tool);
     ctx_->tools->invoke(std::move(call), caf::actor_cast<caf::actor>(this));

@@ -126,7 +126,9 @@ struct tool_executor::state {
   void work(std::size_t w, std::uint64_t gen, std::uint64_t key, std::string name, std::string args,
             clock_type::time_point deadline) {
     for (;;) {
+      const auto started = clock_type::now();
       auto reply = run(name, args, deadline);
+      const auto ended = clock_type::now();
       std::unique_lock guard{mutex};
       if (workers.size() <= w || workers[w].generation != gen) {
         --abandoned_running; // its call was answered as timed out when it was given up
@@ -153,11 +155,24 @@ struct tool_executor::state {
       }
       workers[w].overdue_since = no_deadline;
       guard.unlock();
+      if (done && done->trace)
+        trace_call(w, *done, reply, started, ended);
       if (done)
         send_result(*done, std::move(reply));
       if (!more)
         return;
     }
+  }
+
+  // A traced request's call as a span on the worker's track of this tool domain.
+  void trace_call(std::size_t w, const tool_submission& call, const tool_reply& reply,
+                  clock_type::time_point started, clock_type::time_point ended) {
+    auto track = call.trace->track("domain" + std::to_string(domain) + " tools",
+                                   "tool worker " + std::to_string(w));
+    std::string args = "\"request\":" + std::to_string(call.trace_id) + ",\"ok\":";
+    args += reply.ok ? "true" : "false";
+    call.trace->add(track, "tool " + call.name, "tool", started, ended - started, args,
+                    std::span{&call.trace_id, 1});
   }
 
   // Runs one call under its deadline (a sandboxed tool's processes are killed by it, so the
@@ -365,8 +380,13 @@ private:
   caf::result<tool_reply> accept(std::string name, std::string args,
                                  clock_type::time_point deadline) {
     auto key = next_key_++;
-    tool_submission call{std::move(name), std::move(args), deadline,
-                         caf::actor_cast<caf::actor>(this), key};
+    tool_submission call{std::move(name),
+                         std::move(args),
+                         deadline,
+                         caf::actor_cast<caf::actor>(this),
+                         key,
+                         nullptr,
+                         0};
     if (state_->submit(call) != submit_result::accepted) {
       tool_reply busy;
       busy.busy = true;

@@ -14,6 +14,7 @@
 #include "runtime/bridge.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/topology.hpp"
+#include "runtime/trace.hpp"
 #include "tools/defaults.hpp"
 #include "tools/registry.hpp"
 
@@ -82,6 +83,10 @@ struct tool_submission {
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   caf::actor reply_to;  ///< gets `(tool_result_atom, id, tool_reply)` once
   std::uint64_t id = 0; ///< echoed in the result
+  /// A traced request's call: the worker writes the call's span here (null: none), on its own
+  /// track, as a span of request `trace_id`.
+  std::shared_ptr<trace_log> trace;
+  std::uint64_t trace_id = 0; ///< the request the span belongs to
 };
 
 /// The executor of a tool domain: admits calls up to `concurrency` running plus

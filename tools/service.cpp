@@ -132,8 +132,9 @@ private:
         finish_timed_out();
         return;
       }
-      tool_submission s{call_.name, call_.arguments_json, deadline,
-                        caf::actor_cast<caf::actor>(this), ++ticket_};
+      tool_submission s{
+          call_.name, call_.arguments_json, deadline,      caf::actor_cast<caf::actor>(this),
+          ++ticket_,  call_.trace,          call_.trace_id};
       auto r = executor->submit(s);
       if (r == submit_result::accepted)
         return; // the result or a timeout comes as tool_result_atom

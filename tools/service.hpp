@@ -13,6 +13,7 @@
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/placement.hpp"
+#include "runtime/trace.hpp"
 #include "tools/config.hpp"
 #include "tools/defaults.hpp"
 #include "tools/executor.hpp"
@@ -26,6 +27,9 @@ struct tool_invocation {
   std::string arguments_json; ///< its arguments, a JSON object as text (validated by the tool)
   /// How long the invocation supervises the call before failing it.
   std::chrono::milliseconds deadline = defaults::tool_invocation::deadline;
+  /// A traced request's: the trace its call's span goes to (null: not traced), and its id.
+  std::shared_ptr<trace_log> trace;
+  std::uint64_t trace_id = 0; ///< the request the span belongs to
 };
 
 /// The node's tool domains at run time: one executor per domain of the plan with tool cpus,

@@ -266,7 +266,10 @@ BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_no
       BOOST_REQUIRE_MESSAGE(track != tracks.end(), "a span on an unnamed track");
       const bool mine = track->second == "request " + std::to_string(asked_id) ||
                         (e.contains("args") && e.at("args").as_object().contains("requests") &&
-                         e.at("args").at("requests").as_string() == std::to_string(asked_id));
+                         e.at("args").at("requests").as_string() == std::to_string(asked_id)) ||
+                        (e.contains("args") && e.at("args").as_object().contains("request") &&
+                         e.at("args").at("request").as_int64() ==
+                             static_cast<std::int64_t>(asked_id)); // its tool calls
       if (mine)
         out.insert(std::string{e.at("name").as_string()} + "|" + track->second + "|" +
                    json::serialize(e.at("ts")) + "|" + json::serialize(e.at("dur")));
@@ -413,6 +416,20 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
       devices.insert(process_names[s.pid]);
     }
   BOOST_TEST(devices.size() == 2u);
+  // Its three tool calls, as the tool workers ran them: on a tool domain's worker track, each
+  // inside one of the request's tool stages.
+  std::size_t tool_spans = 0;
+  for (const auto& s : spans)
+    if (s.cat == "tool") {
+      ++tool_spans;
+      BOOST_TEST(s.name == "tool nap");
+      BOOST_TEST(s.args.at("request").as_int64() == root->args.at("id").as_int64());
+      BOOST_TEST(s.args.at("ok").as_bool());
+      BOOST_TEST(process_names[s.pid].find(" tools") != std::string::npos, process_names[s.pid]);
+      BOOST_TEST(std::any_of(stages.begin(), stages.end(),
+                             [&](const span& st) { return st.name == "tool" && inside(s, st); }));
+    }
+  BOOST_TEST(tool_spans == 3u);
   // The KV import: on the decode device, inside the job that imported it and the request's
   // decode stage.
   auto import =

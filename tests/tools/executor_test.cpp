@@ -17,8 +17,13 @@ namespace {
 
 triad::tool_submission nap(int ms, std::uint64_t id, caf::actor to,
                            std::chrono::milliseconds deadline = std::chrono::hours{1}) {
-  return {"nap", "{\"ms\": " + std::to_string(ms) + "}",
-          std::chrono::steady_clock::now() + deadline, std::move(to), id};
+  return {"nap",
+          "{\"ms\": " + std::to_string(ms) + "}",
+          std::chrono::steady_clock::now() + deadline,
+          std::move(to),
+          id,
+          nullptr,
+          0};
 }
 
 // Receives `n` results, by call id, failing on a second result for an id.
@@ -206,10 +211,11 @@ BOOST_AUTO_TEST_CASE(a_sandboxed_call_past_its_deadline_is_killed_and_its_worker
   started_executor f{1, 8, tools};
   caf::scoped_actor self{f.dom.system()};
   auto now = std::chrono::steady_clock::now();
-  triad::tool_submission slow{"shell", R"({"command": "sleep 30; echo woke"})", now + 300ms,
-                              caf::actor{self}, 1};
-  triad::tool_submission next{"shell", R"({"command": "echo next"})", now + 20s, caf::actor{self},
-                              2};
+  triad::tool_submission slow{
+      "shell", R"({"command": "sleep 30; echo woke"})", now + 300ms, caf::actor{self}, 1, nullptr,
+      0};
+  triad::tool_submission next{
+      "shell", R"({"command": "echo next"})", now + 20s, caf::actor{self}, 2, nullptr, 0};
   for (auto* s : {&slow, &next})
     BOOST_REQUIRE(f.ex->submit(*s) == triad::submit_result::accepted);
   auto got = results(self, 2);
@@ -251,8 +257,8 @@ BOOST_AUTO_TEST_CASE(a_tool_that_throws_answers_with_the_error_and_its_worker_go
   // One worker: it must survive the throw to run the nap.
   started_executor f{1, triad::defaults::tool_executor::queue_capacity, tools};
   caf::scoped_actor self{f.dom.system()};
-  triad::tool_submission boom{"boom", "{}", std::chrono::steady_clock::time_point::max(),
-                              caf::actor{self}, 1};
+  triad::tool_submission boom{
+      "boom", "{}", std::chrono::steady_clock::time_point::max(), caf::actor{self}, 1, nullptr, 0};
   auto after = nap(10, 2, caf::actor{self});
   BOOST_REQUIRE(f.ex->submit(boom) == triad::submit_result::accepted);
   BOOST_REQUIRE(f.ex->submit(after) == triad::submit_result::accepted);
@@ -297,8 +303,8 @@ BOOST_AUTO_TEST_CASE(a_worker_stuck_past_its_deadline_and_the_grace_is_replaced)
   auto& ex = f.ex;
   {
     caf::scoped_actor self{f.dom.system()};
-    triad::tool_submission blocked{"stuck", "{}", std::chrono::steady_clock::now() + 50ms,
-                                   caf::actor{self}, 1};
+    triad::tool_submission blocked{
+        "stuck", "{}", std::chrono::steady_clock::now() + 50ms, caf::actor{self}, 1, nullptr, 0};
     auto after = nap(10, 2, caf::actor{self});
     BOOST_REQUIRE(ex->submit(blocked) == triad::submit_result::accepted);
     BOOST_REQUIRE(ex->submit(after) == triad::submit_result::accepted);
@@ -323,8 +329,8 @@ BOOST_AUTO_TEST_CASE(stopping_gives_up_a_worker_stuck_past_its_deadline_instead_
   auto& ex = f.ex;
   {
     caf::scoped_actor self{f.dom.system()};
-    triad::tool_submission blocked{"stuck", "{}", std::chrono::steady_clock::now() + 50ms,
-                                   caf::actor{self}, 1};
+    triad::tool_submission blocked{
+        "stuck", "{}", std::chrono::steady_clock::now() + 50ms, caf::actor{self}, 1, nullptr, 0};
     BOOST_REQUIRE(ex->submit(blocked) == triad::submit_result::accepted);
     BOOST_TEST(results(self, 1)[1].timed_out);
     BOOST_TEST(ex->abandoned_workers() == 0u);
