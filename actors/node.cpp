@@ -93,7 +93,7 @@ void add_device_info(metrics_registry& metrics, const device_report& r) {
 // metrics: what an operator checks first when two nodes behave differently.
 expected<void> add_node_info(metrics_registry& metrics, const node_config& config) {
   auto build = metrics.add_gauge("triad_build_info",
-                                 "The build of this node: version, git commit at configure time, "
+                                 "The build of this node: version, git commit it was built from, "
                                  "compiler and build type (1)",
                                  {{"version", TRIAD_VERSION},
                                   {"commit", detail::build_commit()},
@@ -436,6 +436,10 @@ expected<std::string> node::request_trace(std::uint64_t id) const {
                       "FILE, node_options::trace_file)");
   if (auto doc = trace_->trace_of(id))
     return std::move(*doc);
+  if (kept_traces_ == 0)
+    return make_error(errc::not_found, "this node keeps no request traces in memory "
+                                       "(node_options::kept_request_traces = 0); they are in " +
+                                           trace_->path().string());
   return make_error(errc::not_found,
                     "no trace of request " + std::to_string(id) +
                         " is kept: the node keeps the spans of the last " +

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cstdio>
 #include <system_error>
+#include <tuple>
+#include <vector>
 
 #include "runtime/options.hpp"
 
@@ -16,6 +18,8 @@ constexpr std::size_t flush_bytes = 64 << 10;
 // Spans kept per kept request (a long decode takes part in many device jobs); later ones are
 // only in the file, and the kept trace says it was truncated.
 constexpr std::size_t max_kept_events = 4096;
+// Bytes all kept traces may hold together; past it the oldest go first.
+constexpr std::size_t max_kept_bytes = 64 << 20;
 
 // `ns` nanoseconds as microseconds with three decimals ("12.345"), without the locale and
 // formatting state of a stream.
@@ -124,8 +128,10 @@ trace_track trace_log::new_track(std::string_view process, std::string_view thre
   const auto from = buffer_.size();
   name_thread(pid, tid, thread);
   if (auto k = kept_.find(owner); owner != 0 && k != kept_.end()) {
+    const auto before = k->second.track_names.size();
     k->second.track_names += ",\n";
     k->second.track_names.append(buffer_, buffer_.find('{', from)); // less the separator
+    kept_bytes_ += k->second.track_names.size() - before;
   }
   return {pid, tid};
 }
@@ -135,10 +141,16 @@ void trace_log::keep(std::uint64_t id, std::size_t limit) {
   if (limit == 0 || !kept_.try_emplace(id).second)
     return;
   kept_order_.push_back(id);
-  while (kept_order_.size() > limit) {
-    kept_.erase(kept_order_.front());
-    kept_order_.pop_front();
-  }
+  while (kept_order_.size() > limit)
+    drop_oldest_kept();
+}
+
+// Forgets the oldest kept trace (the mutex held).
+void trace_log::drop_oldest_kept() {
+  auto k = kept_.find(kept_order_.front());
+  kept_bytes_ -= k->second.events.size() + k->second.track_names.size();
+  kept_.erase(k);
+  kept_order_.pop_front();
 }
 
 // Copies the event formatted at buffer_[from..] to the kept traces of `owners` (the mutex held).
@@ -161,15 +173,33 @@ void trace_log::copy_to_owners(std::size_t from, trace_track where,
     t.events += event;
     t.tracks.emplace(where.pid, where.tid);
     ++t.count;
+    kept_bytes_ += event.size() + 2;
   }
+  while (kept_bytes_ > max_kept_bytes && kept_order_.size() > 1)
+    drop_oldest_kept();
 }
 
 std::optional<std::string> trace_log::trace_of(std::uint64_t id) const {
-  std::lock_guard g{mutex_};
-  auto k = kept_.find(id);
-  if (k == kept_.end())
-    return std::nullopt;
-  const auto& t = k->second;
+  // Copied under the lock (the drivers and requests write spans meanwhile), formatted outside.
+  kept_trace t;
+  std::vector<std::pair<int, std::string>> process_names;
+  std::vector<std::tuple<int, int, std::string>> track_names;
+  {
+    std::lock_guard g{mutex_};
+    auto k = kept_.find(id);
+    if (k == kept_.end())
+      return std::nullopt;
+    t = k->second;
+    std::set<int> pids;
+    for (auto [pid, tid] : t.tracks)
+      pids.insert(pid);
+    for (const auto& [name, pid] : processes_)
+      if (pids.count(pid))
+        process_names.emplace_back(pid, name);
+    for (const auto& [key, tid] : threads_) // the remembered tracks (devices) its spans are on
+      if (t.tracks.count({key.first, tid}))
+        track_names.emplace_back(key.first, tid, key.second);
+  }
   std::string out = R"({"displayTimeUnit":"ms","otherData":{"request":)";
   append_int(out, static_cast<long long>(id));
   out += R"(,"spans":)";
@@ -177,29 +207,22 @@ std::optional<std::string> trace_log::trace_of(std::uint64_t id) const {
   out += t.truncated ? R"(,"truncated":true},"traceEvents":[)"
                      : R"(,"truncated":false},"traceEvents":[)";
   std::string names;
-  std::set<int> pids;
-  for (auto [pid, tid] : t.tracks)
-    pids.insert(pid);
-  for (const auto& [name, pid] : processes_)
-    if (pids.count(pid)) {
-      names += R"(,
-{"name":"process_name","ph":"M","pid":)";
-      append_int(names, pid);
-      names += R"(,"tid":0,"args":{"name":)";
-      append_trace_string(names, name);
-      names += "}}";
-    }
-  for (const auto& [key, tid] : threads_) // the remembered tracks (devices) its spans are on
-    if (t.tracks.count({key.first, tid})) {
-      names += R"(,
-{"name":"thread_name","ph":"M","pid":)";
-      append_int(names, key.first);
-      names += R"(,"tid":)";
-      append_int(names, tid);
-      names += R"(,"args":{"name":)";
-      append_trace_string(names, key.second);
-      names += "}}";
-    }
+  for (const auto& [pid, name] : process_names) {
+    names += ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":";
+    append_int(names, pid);
+    names += R"(,"tid":0,"args":{"name":)";
+    append_trace_string(names, name);
+    names += "}}";
+  }
+  for (const auto& [pid, tid, name] : track_names) {
+    names += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":";
+    append_int(names, pid);
+    names += R"(,"tid":)";
+    append_int(names, tid);
+    names += R"(,"args":{"name":)";
+    append_trace_string(names, name);
+    names += "}}";
+  }
   names += t.track_names;
   names += t.events;
   out.append(names.empty() ? names : names.substr(1)); // less the first separator

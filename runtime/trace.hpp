@@ -59,7 +59,8 @@ public:
            clock_type::time_point start, clock_type::duration length, std::string_view args = {},
            std::span<const std::uint64_t> owners = {});
   /// Keeps request `id`'s spans in memory as well, so trace_of() can answer for it (a client
-  /// asked for its trace); the `limit` most recent kept requests stay, the oldest goes first.
+  /// asked for its trace); the `limit` most recent kept requests stay, under 64 MiB in all, the
+  /// oldest going first.
   void keep(std::uint64_t id, std::size_t limit);
   /// The spans of kept request `id` as a Chrome trace-event document of their own (with the
   /// names of their tracks), or none when it was not kept or was dropped for newer ones.
@@ -78,6 +79,7 @@ private:
   void name_thread(int pid, int tid, std::string_view thread);
   void write_out();          // buffer_ to the file
   void copy_to_owners(std::size_t from, trace_track where, std::span<const std::uint64_t> owners);
+  void drop_oldest_kept();
 
   // The spans of a kept request: its events, the tracks they are on, the names of tracks made
   // for it (new_track), capped at max_kept_events.
@@ -98,6 +100,7 @@ private:
   std::map<std::pair<int, std::string>, int> threads_;
   std::map<std::uint64_t, kept_trace> kept_;
   std::deque<std::uint64_t> kept_order_; // oldest first
+  std::size_t kept_bytes_ = 0;           // of the kept traces' events and track names
   std::uint64_t spans_ = 0;
   int next_tid_ = 1;  // the number of the next track
   bool first_ = true; // no event written yet

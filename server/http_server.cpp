@@ -53,24 +53,38 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-// Counts of answered requests by status, for /metrics.
+// The endpoint label of a request target: the served path it names (/v1/traces/{id} as
+// /v1/traces), or "other" (a bounded set, whatever clients send).
+std::string_view endpoint_of(std::string_view target) {
+  auto path = target.substr(0, target.find('?'));
+  if (path.starts_with("/v1/traces/"))
+    return "/v1/traces";
+  for (std::string_view served : {"/v1/chat/completions", "/v1/completions", "/v1/responses",
+                                  "/v1/models", "/metrics", "/health", "/ready"})
+    if (path == served)
+      return served;
+  return "other";
+}
+
+// Counts of answered requests by status and endpoint, for /metrics.
 struct http_metrics {
   metrics_registry* registry = nullptr;
   std::mutex m;
-  std::map<unsigned, counter*> by_status;
+  std::map<std::pair<unsigned, std::string_view>, counter*> by_status;
   gauge* active = nullptr;
 
-  void answered(unsigned status) {
+  void answered(unsigned status, std::string_view endpoint) {
     if (registry == nullptr)
       return;
     counter* c = nullptr;
     {
       std::lock_guard<std::mutex> g{m};
-      auto& slot = by_status[status];
+      auto& slot = by_status[{status, endpoint}];
       if (slot == nullptr)
-        if (auto r = registry->add_counter("triad_http_responses_total",
-                                           "HTTP responses sent, by status.",
-                                           {{"status", std::to_string(status)}}))
+        if (auto r = registry->add_counter(
+                "triad_http_responses_total",
+                "HTTP responses sent, by status and endpoint (the path served, or other).",
+                {{"status", std::to_string(status)}, {"endpoint", std::string{endpoint}}}))
           slot = *r;
       c = slot;
     }
@@ -537,7 +551,7 @@ private:
         net::async_write(stream_, http::make_chunk_last(),
                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
                            self->writing_ = false;
-                           self->state_->metrics.answered(200);
+                           self->state_->metrics.answered(200, endpoint_of(self->req_.target()));
                            if (ec)
                              return self->close();
                            self->next_request();
@@ -602,13 +616,15 @@ private:
     if (allow != nullptr)
       res->set(http::field::allow, allow);
     res->keep_alive(keep_alive && state_->accepting.load());
+    if (in_request_) // a generation that asked for its trace fails: its trace tells why
+      set_request_ids(*res);
     res->body() = to_json(e);
     res->prepare_payload();
     write(res, e.status);
   }
 
   void write(std::shared_ptr<http::response<http::string_body>> res, unsigned status) {
-    state_->metrics.answered(status);
+    state_->metrics.answered(status, endpoint_of(req_.target()));
     bool keep = res->keep_alive();
     http::async_write(stream_, *res,
                       [self = shared_from_this(), res, keep](beast::error_code ec, std::size_t) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -224,7 +225,7 @@ BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_no
     triad::node_options opts;
     opts.tools = triad::test::sleeper_registry();
     opts.trace_file = path;
-    opts.trace_all_requests = false;
+    opts.trace_all_requests = true; // both are in the file; only the one that asked is kept
     auto n = triad::node::start(config, opts);
     BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
     recorder asked, plain;
@@ -249,7 +250,23 @@ BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_no
   std::ifstream in{path};
   auto file = json::parse(std::string{std::istreambuf_iterator<char>{in}, {}}).as_object();
   std::filesystem::remove(path);
-  auto spans_of = [&](const json::object& d) {
+  // Whether span `e` names request `id` among those it served (a device job's "requests", a tool
+  // call's "request").
+  auto listed = [](const json::object& e, std::uint64_t id) {
+    if (!e.contains("args"))
+      return false;
+    const auto& args = e.at("args").as_object();
+    if (args.contains("request"))
+      return args.at("request").as_int64() == static_cast<std::int64_t>(id);
+    if (!args.contains("requests"))
+      return false;
+    std::stringstream ids{std::string{args.at("requests").as_string()}};
+    for (std::string one; std::getline(ids, one, ',');)
+      if (one == std::to_string(id))
+        return true;
+    return false;
+  };
+  auto spans_of = [&](const json::object& d, std::uint64_t id) {
     std::map<std::pair<std::int64_t, std::int64_t>, std::string> tracks;
     std::multiset<std::string> out; // name, track name, start and length, for comparison
     for (const auto& v : d.at("traceEvents").as_array()) {
@@ -264,12 +281,7 @@ BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_no
         continue;
       auto track = tracks.find({e.at("pid").as_int64(), e.at("tid").as_int64()});
       BOOST_REQUIRE_MESSAGE(track != tracks.end(), "a span on an unnamed track");
-      const bool mine = track->second == "request " + std::to_string(asked_id) ||
-                        (e.contains("args") && e.at("args").as_object().contains("requests") &&
-                         e.at("args").at("requests").as_string() == std::to_string(asked_id)) ||
-                        (e.contains("args") && e.at("args").as_object().contains("request") &&
-                         e.at("args").at("request").as_int64() ==
-                             static_cast<std::int64_t>(asked_id)); // its tool calls
+      const bool mine = track->second == "request " + std::to_string(id) || listed(e, id);
       if (mine)
         out.insert(std::string{e.at("name").as_string()} + "|" + track->second + "|" +
                    json::serialize(e.at("ts")) + "|" + json::serialize(e.at("dur")));
@@ -277,15 +289,20 @@ BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_no
     return out;
   };
   auto kept_doc = json::parse(kept).as_object();
-  auto kept_spans = spans_of(kept_doc);
+  auto kept_spans = spans_of(kept_doc, asked_id);
   BOOST_TEST(kept_doc.at("otherData").at("request").as_int64() ==
              static_cast<std::int64_t>(asked_id));
   BOOST_TEST(kept_doc.at("otherData").at("spans").as_int64() ==
              static_cast<std::int64_t>(kept_spans.size()));
   BOOST_TEST(kept_spans.size() > 10u); // its stages, its root span, its devices' jobs
-  BOOST_TEST((kept_spans == spans_of(file)));
-  // Nothing of the request that did not ask is in it, nor in the file (it was not traced).
+  BOOST_TEST((kept_spans == spans_of(file, asked_id)));
+  // The request that did not ask was traced to the file (every request is), and nothing of it
+  // alone is in the kept trace: neither its track nor a device job it had to itself.
+  BOOST_TEST(spans_of(file, plain_id).size() > 10u);
   BOOST_TEST(kept.find("request " + std::to_string(plain_id)) == std::string::npos);
+  for (const auto& v : kept_doc.at("traceEvents").as_array())
+    if (v.at("ph").as_string() == "X")
+      BOOST_TEST(!(listed(v.as_object(), plain_id) && !listed(v.as_object(), asked_id)));
 }
 
 BOOST_AUTO_TEST_CASE(a_monolithic_request_has_no_transfer_stage) {

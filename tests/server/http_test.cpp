@@ -543,7 +543,14 @@ BOOST_AUTO_TEST_CASE(models_metrics_and_readiness_are_served) {
   BOOST_TEST(metrics.status == 200u);
   BOOST_TEST(metrics.headers[http::field::content_type] ==
              "text/plain; version=0.0.4; charset=utf-8");
-  BOOST_TEST(metrics.body.find("triad_http_responses_total{status=\"200\"}") != std::string::npos);
+  // By status and endpoint: the models listing and the completion, each counted once.
+  BOOST_TEST(
+      metrics.body.find("triad_http_responses_total{status=\"200\",endpoint=\"/v1/models\"} 1") !=
+      std::string::npos);
+  BOOST_TEST(
+      metrics.body.find(
+          "triad_http_responses_total{status=\"200\",endpoint=\"/v1/chat/completions\"} 1") !=
+      std::string::npos);
   BOOST_TEST(metrics.body.find("triad_request_transitions_total") != std::string::npos);
   BOOST_TEST(f.call(http::verb::get, "/ready").status == 200u);
   f.server->stop_accepting();
