@@ -75,6 +75,11 @@ int run(int argc, char** argv) {
   app.add_option("--trace", trace_path,
                  "write the spans of every request to this file (Chrome trace-event JSON, for "
                  "Perfetto or chrome://tracing); closed when the node stops");
+  std::size_t kept_traces = triad::defaults::traces::kept_requests;
+  auto* kept_option = app.add_option(
+      "--kept-traces", kept_traces,
+      "with --trace: requests that asked for their trace whose spans are kept in memory for GET "
+      "/v1/traces/{id} (the most recent, 64 MiB at most; 0: none)");
   bool trace_asked = false;
   app.add_flag("--trace-asked-only", trace_asked,
                "with --trace: only requests that ask (header x-triad-trace: 1)");
@@ -164,7 +169,10 @@ int run(int argc, char** argv) {
   options.trace_file = trace_path;
   options.trace_all_requests = !trace_asked;
   if (trace_asked && trace_path.empty())
-    return fail("--trace-asked-only needs --trace FILE");
+    return fail("--trace-asked-only needs --trace FILE", config_error);
+  if (kept_option->count() > 0 && trace_path.empty())
+    return fail("--kept-traces needs --trace FILE", config_error);
+  options.kept_request_traces = kept_traces;
   auto started = triad::node::start(config, options);
   if (!started)
     return fail("the node did not start: " + started.error().message);

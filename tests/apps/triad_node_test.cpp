@@ -44,6 +44,14 @@ BOOST_AUTO_TEST_CASE(a_config_file_error_exits_2) {
   std::filesystem::remove(path);
 }
 
+BOOST_AUTO_TEST_CASE(trace_options_without_a_trace_file_exit_2_naming_what_they_need) {
+  for (const char* option : {"--trace-asked-only", "--kept-traces 3"}) {
+    auto r = run_command(binary("triad-node") + " " + option + " 2>&1");
+    BOOST_TEST(r.status == 2, option);
+    BOOST_TEST(r.out.find("needs --trace FILE") != std::string::npos, r.out);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_listener_beyond_loopback_without_an_api_key_exits_2) {
   auto path = config_file("triad-node-test-open.toml", "");
   auto r = run_command("timeout 20 " + binary("triad-node") + " --config " + path +
