@@ -2,6 +2,7 @@
 // their unit tests, every dashboard query parses as PromQL, and every metric, label and label
 // value they name is one a running node exports.
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,9 @@
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "load/runner.hpp"
+#include "load/target.hpp"
+#include "load/workload.hpp"
 #include "server/http_server.hpp"
 #include "tests/actors/support.hpp"
 #include "tests/process.hpp"
@@ -218,9 +222,73 @@ std::vector<std::string> check_uses(const exposition& e, const std::string& text
   return problems;
 }
 
+// The value of the sample written exactly as `series` (name and labels) in `text`; NaN if none.
+double sample_of(const std::string& text, const std::string& series) {
+  for (auto at = text.find(series + " "); at != std::string::npos;
+       at = text.find(series + " ", at + 1))
+    if (at == 0 || text[at - 1] == '\n')
+      return std::stod(text.substr(at + series.size() + 1));
+  return std::nan("");
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(deploy)
+
+BOOST_AUTO_TEST_CASE(under_a_triad_load_run_the_request_metrics_add_up) {
+  // Agent sessions through triad-load's runner, each turn one request whose two calls of the
+  // node's "nap" tool the node runs itself, three sessions at a time.
+  auto n = triad::test::start_node();
+  auto t = triad::load::make_inproc_target(*n, "triad-tiny");
+  triad::load::workload_options w;
+  w.kind = triad::load::workload_options::agent;
+  w.turns = {triad::load::distribution_spec::fixed, 2, 0};
+  w.tool_calls = {triad::load::distribution_spec::fixed, 2, 0};
+  w.output = {triad::load::distribution_spec::fixed, 6, 0};
+  w.call_tokens = {triad::load::distribution_spec::fixed, 4, 0};
+  w.think_ms = {triad::load::distribution_spec::fixed, 0, 0};
+  w.system_tokens = 64;
+  triad::load::run_options o;
+  o.concurrency = 3;
+  o.hosted_tool = "nap";
+  o.hosted_arguments = R"({"ms": 2})";
+  auto r = triad::load::run(*t, triad::load::plan_jobs(w, 6, 5), o);
+  std::uint64_t calls = 0, tool_calls = 0;
+  for (const auto& c : r.calls) {
+    BOOST_REQUIRE_MESSAGE(c.ok, c.error);
+    ++calls;
+    tool_calls += c.node.server_tool_calls;
+  }
+  BOOST_REQUIRE_EQUAL(calls, 12u); // 6 sessions of 2 turns
+  BOOST_REQUIRE_EQUAL(tool_calls, 24u);
+  const auto text = n->metrics().render();
+  auto value = [&](const std::string& series) {
+    const double v = sample_of(text, series);
+    BOOST_TEST_REQUIRE(!std::isnan(v), "no sample " << series);
+    return v;
+  };
+  // Every moment of every request is in one stage: the stages add up to end to end.
+  double stages = 0;
+  for (const char* stage : {"queue", "prefill", "transfer", "decode", "tool", "orchestration"})
+    stages += value(std::string{"triad_request_stage_seconds_sum{stage=\""} + stage + "\"}");
+  const double end_to_end = value("triad_request_seconds_sum");
+  BOOST_TEST(stages == end_to_end, boost::test_tools::tolerance(0.01));
+  BOOST_TEST(value("triad_request_stage_seconds_sum{stage=\"tool\"}") > 24 * 0.002 * 0.9);
+  // One observation per request where one is due, and the counts match the run's.
+  for (const char* count :
+       {"triad_request_seconds_count", "triad_request_ttft_seconds_count",
+        "triad_request_tool_calls_count", "triad_request_time_per_output_token_seconds_count"})
+    BOOST_TEST(value(count) == static_cast<double>(calls), count);
+  BOOST_TEST(value("triad_request_tool_calls_sum") == static_cast<double>(tool_calls));
+  BOOST_TEST(value("triad_tool_invocations_total{outcome=\"ok\"}") ==
+             static_cast<double>(tool_calls));
+  BOOST_TEST(value("triad_request_transitions_total{state=\"done\"}") ==
+             static_cast<double>(calls));
+  // Three stages: each request's prompt moved from the prefill device to the decode device.
+  BOOST_TEST(value("triad_request_kv_transfer_bytes_count") >= static_cast<double>(calls));
+  BOOST_TEST(value("triad_request_kv_transfer_bytes_sum") > 0.0);
+  BOOST_TEST(value("triad_request_inter_token_seconds_count") > static_cast<double>(calls));
+}
 
 BOOST_AUTO_TEST_CASE(the_rules_and_config_pass_promtool_and_the_rules_unit_tests) {
   require_promtool();
