@@ -44,6 +44,26 @@ void append_int(std::string& out, long long v) {
   out.append(buf, end);
 }
 
+// The metadata events naming a group (process) and a track (thread) in it, as Chrome's format
+// writes them.
+void append_process_name(std::string& out, int pid, std::string_view name) {
+  out += R"({"name":"process_name","ph":"M","pid":)";
+  append_int(out, pid);
+  out += R"(,"tid":0,"args":{"name":)";
+  options::append_quoted(out, name);
+  out += "}}";
+}
+
+void append_thread_name(std::string& out, int pid, int tid, std::string_view name) {
+  out += R"({"name":"thread_name","ph":"M","pid":)";
+  append_int(out, pid);
+  out += R"(,"tid":)";
+  append_int(out, tid);
+  out += R"(,"args":{"name":)";
+  options::append_quoted(out, name);
+  out += "}}";
+}
+
 } // namespace
 
 void append_trace_string(std::string& out, std::string_view text) {
@@ -88,11 +108,7 @@ int trace_log::process_id(std::string_view process) {
   if (p == processes_.end()) {
     p = processes_.emplace(std::string{process}, static_cast<int>(processes_.size()) + 1).first;
     append_event_start();
-    buffer_ += R"({"name":"process_name","ph":"M","pid":)";
-    append_int(buffer_, p->second);
-    buffer_ += R"(,"tid":0,"args":{"name":)";
-    append_trace_string(buffer_, process);
-    buffer_ += "}}";
+    append_process_name(buffer_, p->second, process);
   }
   return p->second;
 }
@@ -100,13 +116,7 @@ int trace_log::process_id(std::string_view process) {
 // Names track `tid` of group `pid` in the file (the mutex held).
 void trace_log::name_thread(int pid, int tid, std::string_view thread) {
   append_event_start();
-  buffer_ += R"({"name":"thread_name","ph":"M","pid":)";
-  append_int(buffer_, pid);
-  buffer_ += R"(,"tid":)";
-  append_int(buffer_, tid);
-  buffer_ += R"(,"args":{"name":)";
-  append_trace_string(buffer_, thread);
-  buffer_ += "}}";
+  append_thread_name(buffer_, pid, tid, thread);
 }
 
 trace_track trace_log::track(std::string_view process, std::string_view thread) {
@@ -208,20 +218,12 @@ std::optional<std::string> trace_log::trace_of(std::uint64_t id) const {
                      : R"(,"truncated":false},"traceEvents":[)";
   std::string names;
   for (const auto& [pid, name] : process_names) {
-    names += ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":";
-    append_int(names, pid);
-    names += R"(,"tid":0,"args":{"name":)";
-    append_trace_string(names, name);
-    names += "}}";
+    names += ",\n";
+    append_process_name(names, pid, name);
   }
   for (const auto& [pid, tid, name] : track_names) {
-    names += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":";
-    append_int(names, pid);
-    names += R"(,"tid":)";
-    append_int(names, tid);
-    names += R"(,"args":{"name":)";
-    append_trace_string(names, name);
-    names += "}}";
+    names += ",\n";
+    append_thread_name(names, pid, tid, name);
   }
   names += t.track_names;
   names += t.events;

@@ -218,30 +218,24 @@ BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_no
   std::uint64_t asked_id = 0, plain_id = 0;
   std::string kept;
   {
-    auto config = triad::default_config();
-    config.topology.bind_threads = false;
-    for (auto& d : config.devices)
-      d.memory_mib = 256;
-    triad::node_options opts;
-    opts.tools = triad::test::sleeper_registry();
-    opts.trace_file = path;
-    opts.trace_all_requests = true; // both are in the file; only the one that asked is kept
-    auto n = triad::node::start(config, opts);
-    BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+    auto n = start_node({}, {}, [&](triad::node_options& o) {
+      o.trace_file = path;
+      o.trace_all_requests = true; // both are in the file; only the one that asked is kept
+    });
     recorder asked, plain;
     auto r = agent_request("s1", "You are a coding agent.", 2);
     r.trace = true;
-    (*n)->submit(r, asked.callback());
-    (*n)->submit(agent_request("s2", "You are a coding agent.", 2), plain.callback());
+    n->submit(r, asked.callback());
+    n->submit(agent_request("s2", "You are a coding agent.", 2), plain.callback());
     BOOST_REQUIRE(asked.wait().kind == triad::request_event::done);
     BOOST_REQUIRE(plain.wait().kind == triad::request_event::done);
     asked_id = asked.wait().request;
     plain_id = plain.wait().request;
-    auto doc = (*n)->request_trace(asked_id);
+    auto doc = n->request_trace(asked_id);
     BOOST_REQUIRE_MESSAGE(doc.has_value(), (doc ? "" : doc.error().message));
     kept = *doc;
     // One that did not ask has none kept, and says why.
-    auto none = (*n)->request_trace(plain_id);
+    auto none = n->request_trace(plain_id);
     BOOST_REQUIRE(!none.has_value());
     BOOST_TEST((none.error().code == triad::errc::not_found));
     BOOST_TEST(none.error().message.find("x-triad-trace") != std::string::npos);
@@ -353,17 +347,9 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
               ("triad-trace-" + std::to_string(::getpid()) + ".json");
   triad::request_usage usage;
   {
-    auto config = triad::default_config();
-    config.topology.bind_threads = false;
-    for (auto& d : config.devices)
-      d.memory_mib = 256;
-    triad::node_options opts;
-    opts.tools = triad::test::sleeper_registry();
-    opts.trace_file = path;
-    auto n = triad::node::start(config, opts);
-    BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+    auto n = start_node({}, {}, [&](triad::node_options& o) { o.trace_file = path; });
     recorder rec;
-    (*n)->submit(agent_request("s1", "You are a coding agent.", 10), rec.callback());
+    n->submit(agent_request("s1", "You are a coding agent.", 10), rec.callback());
     const auto& last = rec.wait();
     BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
     usage = last.usage;
