@@ -431,7 +431,7 @@ bool node::drain(std::chrono::milliseconds deadline) {
 
 expected<std::string> node::request_trace(std::uint64_t id) const {
   if (!trace_)
-    return make_error(errc::not_found,
+    return make_error(errc::unsupported,
                       "this node writes no traces: start it with a trace file (triad-node --trace "
                       "FILE, node_options::trace_file)");
   if (auto doc = trace_->trace_of(id))
@@ -444,7 +444,8 @@ expected<std::string> node::request_trace(std::uint64_t id) const {
                     "no trace of request " + std::to_string(id) +
                         " is kept: the node keeps the spans of the last " +
                         std::to_string(kept_traces_) +
-                        " requests that asked for theirs (header x-triad-trace: 1)");
+                        " requests that asked for theirs (header x-triad-trace: 1), 64 MiB at "
+                        "most");
 }
 
 void node::stop() {

@@ -116,8 +116,9 @@ public:
   /// Spans written to the trace file so far (0 without one: node_options::trace_file).
   std::uint64_t trace_spans() const { return trace_ ? trace_->spans() : 0; }
   /// The spans of request `id`, which asked for its trace (chat_request::trace), as a Chrome
-  /// trace-event document of its own; not_found when the node writes no trace, or keeps none of
-  /// that request (it did not ask, or newer ones displaced it: kept_request_traces).
+  /// trace-event document of its own; unsupported when the node writes no trace, not_found when
+  /// it keeps none of that request (it did not ask, or newer ones displaced it:
+  /// kept_request_traces).
   expected<std::string> request_trace(std::uint64_t id) const;
   /// What each device runs, in config order.
   const std::vector<device_report>& device_reports() const noexcept { return reports_; }

@@ -169,36 +169,54 @@ expected<http::response<http::string_body>> get_now(const http_target_options& o
                                                     const url_parts& parts,
                                                     const tcp::resolver::results_type& endpoints,
                                                     const std::string& path) {
+  // Asynchronous operations under one 10 s expiry: a server that stalls cannot hang the caller
+  // (the stream's timeouts apply to asynchronous operations only).
   net::io_context io;
   beast::tcp_stream s{io};
   s.expires_after(std::chrono::seconds{10});
-  boost::system::error_code ec;
-  s.connect(endpoints, ec);
-  if (ec)
-    return make_error(errc::io_error, "cannot connect: " + ec.message());
   http::request<http::empty_body> req{http::verb::get, parts.prefix + path, 11};
   req.set(http::field::host, parts.host);
   if (!options.api_key.empty())
     req.set(http::field::authorization, "Bearer " + options.api_key);
-  http::write(s, req, ec);
   beast::flat_buffer buf;
-  http::response<http::string_body> res;
-  if (!ec)
-    http::read(s, buf, res, ec);
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(256 << 20); // a long request's trace runs to megabytes
+  boost::system::error_code ec;
+  const char* step = "connect";
+  s.async_connect(endpoints, [&](boost::system::error_code e, const tcp::endpoint&) {
+    if ((ec = e))
+      return;
+    step = "write";
+    http::async_write(s, req, [&](boost::system::error_code e, std::size_t) {
+      if ((ec = e))
+        return;
+      step = "read";
+      http::async_read(s, buf, parser, [&](boost::system::error_code e, std::size_t) { ec = e; });
+    });
+  });
+  io.run();
   if (ec)
-    return make_error(errc::io_error, "GET " + path + " failed: " + ec.message());
-  return res;
+    return make_error(errc::io_error,
+                      std::string{step == std::string_view{"connect"}
+                                      ? "cannot connect: "
+                                      : "GET " + parts.prefix + path + " failed (" + step + "): "} +
+                          ec.message());
+  return parser.release();
 }
 
-// The message of an OpenAI-shaped error body, or the body itself.
-std::string error_message(const std::string& body) {
+// The message and code of an OpenAI-shaped error body, or the body's start (a proxy's page).
+std::pair<std::string, std::string> error_message(const std::string& body) {
   boost::system::error_code ec;
   auto j = json::parse(body, ec);
   if (!ec && j.is_object())
     if (const auto* e = j.get_object().if_contains("error"); e && e->is_object())
-      if (const auto* m = e->get_object().if_contains("message"); m && m->is_string())
-        return std::string{m->get_string()};
-  return body;
+      if (const auto* m = e->get_object().if_contains("message"); m && m->is_string()) {
+        std::string code;
+        if (const auto* c = e->get_object().if_contains("code"); c && c->is_string())
+          code = std::string{c->get_string()};
+        return {std::string{m->get_string()}, code};
+      }
+  return {body.size() > 200 ? body.substr(0, 200) + "..." : body, {}};
 }
 
 class http_target final : public target {
@@ -251,10 +269,15 @@ public:
     auto res = get_now(options_, url_, endpoints_, "/traces/" + request_id);
     if (!res)
       return make_error(errc::io_error, options_.url + ": " + res.error().message);
-    if (res->result_int() != 200)
-      return make_error(res->result_int() == 404 ? errc::not_found : errc::io_error,
-                        "GET /traces/" + request_id + ": HTTP " +
-                            std::to_string(res->result_int()) + ": " + error_message(res->body()));
+    if (res->result_int() != 200) {
+      auto [message, code] = error_message(res->body());
+      // tracing_off: the node writes no traces at all (no later request will have one).
+      const auto kind = code == "tracing_off"      ? errc::unsupported
+                        : res->result_int() == 404 ? errc::not_found
+                                                   : errc::io_error;
+      return make_error(kind, "GET " + url_.prefix + "/traces/" + request_id + ": HTTP " +
+                                  std::to_string(res->result_int()) + ": " + message);
+    }
     return std::move(res->body());
   }
 
@@ -428,8 +451,13 @@ void exchange::on_chunk(std::string_view data) {
 void exchange::finish(bool keep) {
   const auto& res = parser_.get();
   result_.ended = clock_type::now();
-  if (auto id = res.find("x-triad-request-id"); id != res.end())
-    result_.request_id = std::string{id->value()};
+  // The node's request id: digits only (it names files and links; anything else is dropped).
+  if (auto id = res.find("x-triad-request-id"); id != res.end()) {
+    std::string_view v{id->value().data(), id->value().size()};
+    v = v.substr(0, v.find(',')); // n > 1: the first choice's
+    if (!v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string_view::npos)
+      result_.request_id = std::string{v};
+  }
   if (res.result_int() != 200) {
     std::string message = res.body();
     std::string code;

@@ -1,4 +1,5 @@
 #include <charconv>
+#include <limits>
 #include <mutex>
 
 #include "actors/node.hpp"
@@ -125,7 +126,7 @@ void inproc_target::prepared::send() {
       break;
     }
     r.ended = clock_type::now();
-    if (st->traced)
+    if (st->traced && ev.request != 0) // 0: refused before it had an id
       r.request_id = std::to_string(ev.request);
     r.prompt_tokens = ev.usage.prompt_tokens;
     r.completion_tokens = ev.usage.completion_tokens;
@@ -155,6 +156,9 @@ expected<std::unique_ptr<target>> make_inproc_target(const node_config& config,
   node_options options;
   options.trace_file = trace_file;
   options.trace_all_requests = false; // the calls that ask
+  // Every sampled call's trace is fetched after the run: keep them all (up to the trace log's
+  // byte budget).
+  options.kept_request_traces = std::numeric_limits<std::size_t>::max();
   auto n = node::start(config, options);
   if (!n)
     return make_error(n.error().code, "--inproc: the node did not start: " + n.error().message);

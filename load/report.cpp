@@ -1,6 +1,7 @@
 #include "load/report.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -271,6 +272,9 @@ std::string escape_html(const std::string& s) {
     case '"':
       out += "&quot;";
       break;
+    case '\'':
+      out += "&#39;";
+      break;
     default:
       out += ch;
     }
@@ -406,6 +410,7 @@ bool read_trace(const std::string& doc, sampled_trace& t, std::string& error) {
           args != nullptr && args->is_object() && text(args->get_object(), "name") == own_name)
         own = {number(e.get_object(), "pid"), number(e.get_object(), "tid")};
   double root_ts = 0;
+  bool root = false;
   std::vector<trace_stage> stages;
   for (const auto& v : *events) {
     if (!v.is_object() || text(v.get_object(), "ph") != "X")
@@ -415,13 +420,22 @@ bool read_trace(const std::string& doc, sampled_trace& t, std::string& error) {
     const std::string name{text(e, "name")};
     const double ts = number(e, "ts") / 1e3, dur = number(e, "dur") / 1e3;
     if (std::pair{number(e, "pid"), number(e, "tid")} != own) {
-      ++t.device_spans;
+      t.device_spans += text(e, "cat") == "device" ? 1 : 0;
+      t.tool_spans += text(e, "cat") == "tool" ? 1 : 0;
     } else if (name == "request") {
+      root = true;
       root_ts = ts;
       t.request_ms = dur;
     } else {
       stages.push_back({name, ts, dur});
     }
+  }
+  if (const auto* other = v.get_object().if_contains("otherData"); other && other->is_object())
+    if (const auto* tr = other->get_object().if_contains("truncated"); tr && tr->is_bool())
+      t.truncated = tr->get_bool();
+  if (!root) {
+    error = "the trace of request " + t.request_id + " has no span of the whole request";
+    return false;
   }
   std::sort(stages.begin(), stages.end(),
             [](const trace_stage& a, const trace_stage& b) { return a.start_ms < b.start_ms; });
@@ -432,6 +446,19 @@ bool read_trace(const std::string& doc, sampled_trace& t, std::string& error) {
 }
 
 namespace {
+
+// A relative link to `path`: percent-encoded but for unreserved characters and '/', so a
+// report or folder name with '#', '?', '%' or a quote still links.
+std::string link_to(const std::string& path) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out = "./";
+  for (unsigned char c : path)
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '/')
+      out += static_cast<char>(c);
+    else
+      out += {'%', hex[c >> 4], hex[c & 15]};
+  return out;
+}
 
 // The sampled calls' traces: one row each with its stages as a bar, colored by stage.
 std::string traces_html(const std::vector<sampled_trace>& traces) {
@@ -460,9 +487,10 @@ std::string traces_html(const std::vector<sampled_trace>& traces) {
         << "</td></tr>";
       continue;
     }
-    o << "<a href='" << escape_html(t.file) << "'>" << escape_html(t.request_id) << "</a></td><td>"
+    o << "<a href='" << link_to(t.file) << "'>" << escape_html(t.request_id) << "</a></td><td>"
       << fmt(t.e2e_ms) << "</td><td>" << fmt(t.request_ms) << "</td><td>" << t.spans << " ("
-      << t.device_spans << " device)</td><td><svg width='300' height='14'>";
+      << t.device_spans << " device, " << t.tool_spans << " tool"
+      << (t.truncated ? "; truncated" : "") << ")</td><td><svg width='300' height='14'>";
     const double total = std::max(1e-9, t.request_ms);
     for (const auto& st : t.stages) {
       auto c = colors.find(st.name);

@@ -78,13 +78,15 @@ struct sampled_trace {
   double e2e_ms = 0;               ///< the call's end-to-end time, from its intended send
   double request_ms = 0;           ///< the request's time in the node (its root span)
   std::size_t spans = 0;           ///< spans in the trace (stages, device jobs, KV imports)
-  std::size_t device_spans = 0;    ///< of those, on the devices' tracks
+  std::size_t device_spans = 0;    ///< of those, the devices' (category device)
+  std::size_t tool_spans = 0;      ///< and the tool workers' (category tool)
+  bool truncated = false;          ///< the node kept only part of its spans
   std::vector<trace_stage> stages; ///< the request's own track, in time order
 };
 
 /// Reads a node's trace of request `t.request_id` (a Chrome trace-event document, as
 /// GET /v1/traces/{id} gives it) into `t`'s span counts and stages; false with `error` when it
-/// is not one.
+/// is not one, or has no root span of that request.
 bool read_trace(const std::string& doc, sampled_trace& t, std::string& error);
 
 /// Writes a self-contained HTML report: the summary, latency CDFs (TTFT, inter-token, end to

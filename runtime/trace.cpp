@@ -175,7 +175,9 @@ void trace_log::copy_to_owners(std::size_t from, trace_track where,
     if (k == kept_.end())
       continue;
     auto& t = k->second;
-    if (t.count == max_kept_events) {
+    // Past the cap only the request's own spans (its stages and root) are still kept, so a
+    // truncated trace still covers the request.
+    if (t.count >= max_kept_events && event.find(R"("cat":"request")") == std::string_view::npos) {
       t.truncated = true;
       continue;
     }

@@ -152,6 +152,7 @@ private:
     const auto& o = state_->options.server;
     stream_.expires_after(
         std::chrono::milliseconds{served_ == 0 ? o.header_timeout_ms : o.idle_timeout_ms});
+    endpoint_ = "other"; // until a whole request is read (a failed read answers for "other")
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, std::size_t) {
                               if (ec)
@@ -196,6 +197,7 @@ private:
                   false);
     stream_.expires_never();
     req_ = parser_->release();
+    endpoint_ = endpoint_of(req_.target());
     ++served_;
     route();
   }
@@ -296,8 +298,10 @@ private:
                         "invalid_request_id"),
                   req_.keep_alive());
     auto doc = state_->n->request_trace(id);
-    if (!doc)
-      return fail(error(404, doc.error().message, "trace_not_found"), req_.keep_alive());
+    if (!doc) // tracing off (unsupported), or this request's trace not kept
+      return fail(error(404, doc.error().message,
+                        doc.error().code == errc::unsupported ? "tracing_off" : "trace_not_found"),
+                  req_.keep_alive());
     send_text(200, "application/json", std::move(*doc));
   }
 
@@ -551,7 +555,7 @@ private:
         net::async_write(stream_, http::make_chunk_last(),
                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
                            self->writing_ = false;
-                           self->state_->metrics.answered(200, endpoint_of(self->req_.target()));
+                           self->state_->metrics.answered(200, self->endpoint_);
                            if (ec)
                              return self->close();
                            self->next_request();
@@ -624,7 +628,7 @@ private:
   }
 
   void write(std::shared_ptr<http::response<http::string_body>> res, unsigned status) {
-    state_->metrics.answered(status, endpoint_of(req_.target()));
+    state_->metrics.answered(status, endpoint_);
     bool keep = res->keep_alive();
     http::async_write(stream_, *res,
                       [self = shared_from_this(), res, keep](beast::error_code ec, std::size_t) {
@@ -668,6 +672,7 @@ private:
   std::vector<request_handle> handles_;  // one request per choice
   bool forked_ = true;                   // the choices past the first have started
   bool trace_asked_ = false;             // the request asked for its trace (x-triad-trace: 1)
+  std::string_view endpoint_ = "other";  // the request's, for the responses metric
   std::optional<completion_set> answer_; // the events as an OpenAI answer
   std::optional<response_stream> response_; // or as a Responses API answer
   std::uint64_t answer_serial_ = 0;      // which answer the connection gives now

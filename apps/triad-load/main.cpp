@@ -52,6 +52,9 @@ std::vector<sampled_trace> fetch_traces(target& t, const run_result& r,
   const auto folder = html.parent_path() / folder_name;
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
+  std::string no_traces; // why none can come (the folder, or a node that writes none)
+  if (ec)
+    no_traces = "cannot create " + folder.string() + ": " + ec.message();
   std::size_t failed = 0;
   std::string first_error;
   for (const auto& c : r.calls) {
@@ -64,17 +67,21 @@ std::vector<sampled_trace> fetch_traces(target& t, const run_result& r,
     st.session = c.session;
     st.request_id = c.request_id;
     st.e2e_ms = (c.end_s - c.intended_s) * 1e3;
-    if (c.request_id.empty()) {
+    if (!no_traces.empty()) {
+      st.error = no_traces;
+    } else if (c.request_id.empty()) {
       st.error = c.ok ? "the server sent no request id (x-triad-request-id): not a triad node?"
                       : "the call failed: " + c.error;
     } else if (auto doc = t.trace_of(c.request_id); !doc) {
       st.error = doc.error().message;
+      if (doc.error().code == triad::errc::unsupported) // no later call's will come either
+        no_traces = st.error;
     } else if (std::string error; !read_trace(*doc, st, error)) {
       st.error = error;
     } else {
       const auto name = "job" + std::to_string(c.job) + "-turn" + std::to_string(c.turn) + "-call" +
                         std::to_string(c.call) + "-request" + c.request_id + ".json";
-      if (ec || !write_text((folder / name).string(), *doc))
+      if (!write_text((folder / name).string(), *doc))
         st.error = "cannot write " + (folder / name).string();
       else
         st.file = folder_name + "/" + name;
@@ -359,7 +366,8 @@ int run(int argc, char** argv) {
   double sample_traces = 0;
   app.add_option("--sample-traces", sample_traces,
                  "ask a triad node for the traces of this share of calls (0..1; the node runs "
-                 "with --trace FILE), write them beside the --html report and link them from it")
+                 "with --trace FILE and keeps the last --kept-traces asking requests' traces, "
+                 "256 by default), write them beside the --html report and link them from it")
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--progress", progress, "a live progress line on stderr");
   bool no_realtime = false;

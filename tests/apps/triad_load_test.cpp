@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>
@@ -119,8 +120,8 @@ BOOST_AUTO_TEST_CASE(sampled_calls_traces_are_written_beside_the_report_and_link
   BOOST_TEST(report.find("Sampled request traces") != std::string::npos);
   // Every linked trace is there, a trace-event document of that request with its stages.
   std::size_t links = 0;
-  for (auto at = report.find("<a href='report-traces/"); at != std::string::npos;
-       at = report.find("<a href='report-traces/", at + 1)) {
+  for (auto at = report.find("<a href='./report-traces/"); at != std::string::npos;
+       at = report.find("<a href='./report-traces/", at + 1)) {
     auto end = report.find('\'', at + 9);
     auto file = s.dir / report.substr(at + 9, end - at - 9);
     BOOST_REQUIRE_MESSAGE(std::filesystem::exists(file), file);
@@ -135,8 +136,20 @@ BOOST_AUTO_TEST_CASE(sampled_calls_traces_are_written_beside_the_report_and_link
   BOOST_TEST(r.out.find(std::to_string(links) + " of " + std::to_string(links) +
                         " sampled calls' traces written") != std::string::npos,
              r.out);
-  // The in-process node wrote the traces of exactly those calls to its own file.
-  BOOST_TEST(std::filesystem::exists(s.dir / "report-traces" / "node-trace.json"));
+  // The in-process node traced exactly those calls (to its own file, closed when it stopped).
+  std::set<std::string> linked, traced;
+  for (auto at = report.find("-request"); at != std::string::npos;
+       at = report.find("-request", at + 1))
+    linked.insert(report.substr(at + 8, report.find(".json", at) - at - 8));
+  auto node_trace = json::parse(slurp((s.dir / "report-traces" / "node-trace.json").string()));
+  for (const auto& e : node_trace.at("traceEvents").as_array())
+    if (e.at("name") == "thread_name") {
+      const std::string track{e.at("args").at("name").as_string()};
+      if (track.rfind("request ", 0) == 0)
+        traced.insert(track.substr(8));
+    }
+  BOOST_TEST(linked.size() == links);
+  BOOST_TEST((traced == linked));
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_servers_are_clear_errors) {

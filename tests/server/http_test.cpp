@@ -163,6 +163,7 @@ BOOST_AUTO_TEST_CASE(a_request_that_asks_for_its_trace_gets_its_id_and_fetches_t
   auto off = f.call(http::verb::get, "/v1/traces/1");
   BOOST_TEST(off.status == 404u);
   BOOST_TEST(off.body.find("--trace") != std::string::npos);
+  BOOST_TEST(off.body.find("tracing_off") != std::string::npos); // its code: none will come
 }
 
 BOOST_AUTO_TEST_CASE(a_completion_answers_with_the_message_and_usage) {
