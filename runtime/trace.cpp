@@ -163,8 +163,9 @@ void trace_log::drop_oldest_kept() {
   kept_order_.pop_front();
 }
 
-// Copies the event formatted at buffer_[from..] to the kept traces of `owners` (the mutex held).
-void trace_log::copy_to_owners(std::size_t from, trace_track where,
+// Copies the event formatted at buffer_[from..] to the kept traces of `owners` (the mutex held);
+// `request_span`: one of a request's own spans (its stages, its root).
+void trace_log::copy_to_owners(std::size_t from, trace_track where, bool request_span,
                                std::span<const std::uint64_t> owners) {
   if (kept_.empty())
     return;
@@ -177,7 +178,7 @@ void trace_log::copy_to_owners(std::size_t from, trace_track where,
     auto& t = k->second;
     // Past the cap only the request's own spans (its stages and root) are still kept, so a
     // truncated trace still covers the request.
-    if (t.count >= max_kept_events && event.find(R"("cat":"request")") == std::string_view::npos) {
+    if (t.count >= max_kept_events && !request_span) {
       t.truncated = true;
       continue;
     }
@@ -263,7 +264,7 @@ void trace_log::add(trace_track where, std::string_view name, std::string_view c
   buffer_ += '}';
   ++spans_;
   if (!owners.empty())
-    copy_to_owners(from, where, owners);
+    copy_to_owners(from, where, category == "request", owners);
   if (buffer_.size() >= flush_bytes)
     write_out();
 }

@@ -78,7 +78,8 @@ private:
   int process_id(std::string_view process);
   void name_thread(int pid, int tid, std::string_view thread);
   void write_out();          // buffer_ to the file
-  void copy_to_owners(std::size_t from, trace_track where, std::span<const std::uint64_t> owners);
+  void copy_to_owners(std::size_t from, trace_track where, bool request_span,
+                      std::span<const std::uint64_t> owners);
   void drop_oldest_kept();
 
   // The spans of a kept request: its events, the tracks they are on, the names of tracks made

@@ -43,13 +43,18 @@ bool write_text(const std::string& path, const std::string& text) {
   return true;
 }
 
+// Where the sampled calls' traces go: <report>-traces/ beside the report.
+std::filesystem::path traces_folder(const std::filesystem::path& html) {
+  return html.parent_path() / (html.stem().string() + "-traces");
+}
+
 // The traces of the calls that asked for one, fetched from the node and written to a folder
 // beside the report (<report>-traces/), for the report to link; a call without one says why.
 std::vector<sampled_trace> fetch_traces(target& t, const run_result& r,
                                         const std::filesystem::path& html) {
   std::vector<sampled_trace> out;
-  const auto folder_name = html.stem().string() + "-traces";
-  const auto folder = html.parent_path() / folder_name;
+  const auto folder = traces_folder(html);
+  const auto folder_name = folder.filename().string();
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
   std::string no_traces; // why none can come (the folder, or a node that writes none)
@@ -480,8 +485,7 @@ int run(int argc, char** argv) {
     // Sampled traces: the node in this process writes those calls' spans beside the report.
     std::filesystem::path trace_file;
     if (sample_traces > 0) {
-      const std::filesystem::path html{html_path};
-      const auto folder = html.parent_path() / (html.stem().string() + "-traces");
+      const auto folder = traces_folder(html_path);
       std::error_code ec;
       std::filesystem::create_directories(folder, ec);
       if (ec)

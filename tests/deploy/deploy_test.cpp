@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -144,6 +143,20 @@ struct exposition {
       labels; // family->label->values
 };
 
+// The family a series name belongs to: itself when typed, else the histogram whose _bucket,
+// _sum or _count it is (else itself, untyped).
+std::string family_of(const std::map<std::string, std::string>& types, const std::string& name) {
+  if (types.count(name))
+    return name;
+  for (std::string_view suffix : {"_bucket", "_sum", "_count"})
+    if (name.size() > suffix.size() && name.ends_with(suffix)) {
+      auto base = name.substr(0, name.size() - suffix.size());
+      if (auto t = types.find(base); t != types.end() && t->second == "histogram")
+        return base;
+    }
+  return name;
+}
+
 exposition parse_exposition(const std::string& text) {
   exposition e;
   std::stringstream lines{text};
@@ -160,12 +173,7 @@ exposition parse_exposition(const std::string& text) {
     auto brace = line.find('{');
     if (brace == std::string::npos)
       continue;
-    std::string family = line.substr(0, brace);
-    for (const char* suffix : {"_bucket", "_sum", "_count"})
-      if (family.size() > std::strlen(suffix) &&
-          family.compare(family.size() - std::strlen(suffix), std::string::npos, suffix) == 0 &&
-          e.types.count(family.substr(0, family.size() - std::strlen(suffix))))
-        family.resize(family.size() - std::strlen(suffix));
+    const std::string family = family_of(e.types, line.substr(0, brace));
     auto close = line.find('}', brace);
     for (std::size_t at = brace + 1; at < close;) {
       auto eq = line.find('=', at);
@@ -188,16 +196,7 @@ const std::set<std::string> enumerated_labels{"stage", "state", "outcome", "tier
 std::vector<std::string> check_uses(const exposition& e, const std::string& text) {
   std::vector<std::string> problems;
   for (const auto& use : metrics_named(text)) {
-    std::string family = use.name;
-    if (!e.types.count(family))
-      for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-        auto n = std::strlen(suffix);
-        if (family.size() > n && family.compare(family.size() - n, n, suffix) == 0) {
-          auto base = family.substr(0, family.size() - n);
-          if (e.types.count(base) && e.types.at(base) == "histogram")
-            family = base;
-        }
-      }
+    const std::string family = family_of(e.types, use.name);
     if (!e.types.count(family)) {
       problems.push_back("the node exports no metric " + use.name);
       continue;
