@@ -343,7 +343,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     n->tools_ = std::move(*tools);
   }
   n->router_ = spawn_router(n->domains_->orchestration(), std::move(routed), config.orchestration,
-                            std::chrono::milliseconds{config.limits.queue_timeout_ms}, n->kv_tier_);
+                            std::chrono::milliseconds{config.limits.queue_timeout_ms}, n->kv_tier_,
+                            n->trace_);
   auto ctx = std::make_shared<request_context>();
   ctx->router = n->router_;
   ctx->tools = n->tools_.get();

@@ -8,6 +8,7 @@
 #include "actors/router.hpp"
 #include "devices/device.hpp"
 #include "runtime/homed_actor.hpp"
+#include "tools/executor.hpp"
 #include "tools/registry.hpp"
 #include "tools/service.hpp"
 
@@ -223,17 +224,88 @@ private:
     bool cache_counted = false; // the device's prefix-cache hit was taken off prefill_tokens
   };
 
+  // ---- messages to other actors (each a hop in the trace) ----------------------------------
+
+  // A message this request sent: to whom (the router, a device by name, the tools), which, and
+  // when. Empty when the request is not traced.
+  struct hop {
+    std::string to;
+    std::string what;
+    clock_type::time_point sent;
+  };
+
+  hop hop_from_here(std::string_view to, caf::atom_value what) const {
+    if (!traced_)
+      return {};
+    return {std::string{to}, caf::to_string(what), clock_type::now()};
+  }
+
+  // The hop's span on the request's messages track ("request <id> messages"): from the send to
+  // the answer, `outcome` (a one-way message's span is as long as the send).
+  void trace_hop(const hop& h, std::string_view outcome) {
+    if (!traced_ || h.to.empty())
+      return;
+    std::string args = "\"to\":";
+    append_trace_string(args, h.to);
+    args += ",\"message\":";
+    append_trace_string(args, h.what);
+    args += ",\"outcome\":";
+    append_trace_string(args, outcome);
+    trace_on(hop_track_, " messages", h.what + " to " + h.to, "message", h.sent, clock_type::now(),
+             args);
+  }
+
+  // A request's answer handle whose then() writes the hop's span as the answer (or the error)
+  // comes, before its handler runs.
+  template<class Reply, class Handle>
+  struct traced_answer {
+    request_actor* self;
+    hop sent;
+    Handle handle;
+
+    template<class OnAnswer, class OnError>
+    void then(OnAnswer on_answer, OnError on_error) {
+      handle.then(
+          [self = self, h = sent, f = std::move(on_answer)](Reply& r) mutable {
+            self->trace_hop(h, "answered");
+            f(r);
+          },
+          [self = self, h = sent, f = std::move(on_error)](caf::error& e) mutable {
+            self->trace_hop(h, "failed");
+            f(e);
+          });
+    }
+  };
+
+  // Sends `(atom, xs...)` to `dest` (named `to`) as a request answered with a `Reply`: a
+  // traced hop.
+  template<class Reply, class Dest, class Atom, class... Ts>
+  auto ask(const Dest& dest, std::string_view to, Atom atom, Ts&&... xs) {
+    auto h = hop_from_here(to, atom);
+    auto handle = request(dest, caf::infinite, atom, std::forward<Ts>(xs)...);
+    return traced_answer<Reply, decltype(handle)>{this, std::move(h), std::move(handle)};
+  }
+
+  // Sends `(atom, xs...)` to `dest` (named `to`), answered by no one: a traced hop.
+  template<class Dest, class Atom, class... Ts>
+  void tell(const Dest& dest, std::string_view to, Atom atom, Ts&&... xs) {
+    auto h = hop_from_here(to, atom);
+    send(dest, atom, std::forward<Ts>(xs)...);
+    trace_hop(h, "sent");
+  }
+
   // Asks the router for a device of `s`, then runs `next` with it.
   // `release`: a slot to give back in the same message (see route_order::release).
   void route(route_stage s, std::function<void(holding)> next, std::string release = {}) {
     auto asked = charge(request_stage::queue);
     enter(stage::queued);
-    route_order order{s, req_.session, failed_devices_, {}, std::move(release)};
+    route_order order{
+        s, req_.session, failed_devices_, {}, std::move(release), traced_ ? id_ : 0, req_.trace};
     if (s != route_stage::decode && reuse_prefix())
       order.prefix = chain_hashes(tokens_, ctx_->page_tokens);
     routing_ = true;
     ++awaiting_;
-    request(ctx_->router, caf::infinite, route_atom::value, order)
+    ask<route_reply>(ctx_->router, "router", route_atom::value, order)
         .then(
             [this, next, asked](route_reply& r) {
               routing_ = false;
@@ -244,7 +316,7 @@ private:
                         .count();
               if (stage_ == stage::finished) { // ended while waiting: answered, now it goes
                 if (r.ok)
-                  send(ctx_->router, release_atom::value, r.name);
+                  tell(ctx_->router, "router", release_atom::value, r.name);
                 leave_when_settled();
                 return;
               }
@@ -345,11 +417,11 @@ private:
       --awaiting_;
       if (stage_ == stage::finished) { // ended meanwhile: what the answer gives goes back
         if (a.accepted)
-          send(h.device, free_atom::value, seq);
+          tell(h.device, h.name, free_atom::value, seq);
         if (!a.accepted && a.code == errc::busy) // the router hears the device is full
-          send(ctx_->router, device_busy_atom::value, h.name);
+          tell(ctx_->router, "router", device_busy_atom::value, h.name);
         else
-          send(ctx_->router, release_atom::value, h.name);
+          tell(ctx_->router, "router", release_atom::value, h.name);
         leave_when_settled();
         return;
       }
@@ -357,11 +429,11 @@ private:
         if (a.code == errc::busy) {
           // The slot goes back with the report: the router sends nobody else there until a
           // sequence leaves it.
-          send(ctx_->router, device_busy_atom::value, h.name);
+          tell(ctx_->router, "router", device_busy_atom::value, h.name);
           resume_at(s);
           return;
         }
-        send(ctx_->router, release_atom::value, h.name);
+        tell(ctx_->router, "router", release_atom::value, h.name);
         fail("device " + h.name + " refused the request: " + a.reason, a.code);
         return;
       }
@@ -378,7 +450,7 @@ private:
     };
     auto on_error = [this, h](caf::error& e) {
       --awaiting_;
-      send(ctx_->router, release_atom::value, h.name);
+      tell(ctx_->router, "router", release_atom::value, h.name);
       if (stage_ == stage::finished)
         leave_when_settled();
       else
@@ -386,10 +458,10 @@ private:
     };
     ++awaiting_;
     if (blob)
-      request(h.device, caf::infinite, import_atom::value, std::move(blob), std::move(order))
+      ask<admission>(h.device, h.name, import_atom::value, std::move(blob), std::move(order))
           .then(handle, on_error);
     else
-      request(h.device, caf::infinite, generate_atom::value, std::move(order))
+      ask<admission>(h.device, h.name, generate_atom::value, std::move(order))
           .then(handle, on_error);
   }
 
@@ -445,7 +517,7 @@ private:
       return;
     }
     // The device frees the sequence behind the copy: one message for both.
-    request(from.device, caf::infinite, move_out_atom::value, from.seq)
+    ask<kv_blob>(from.device, from.name, move_out_atom::value, from.seq)
         .then(
             [this, from](kv_blob& blob) {
               prefill_ = {};
@@ -487,7 +559,7 @@ private:
     const auto keep_ms = static_cast<std::uint32_t>(
         std::min<std::int64_t>(keep.count(), std::numeric_limits<std::uint32_t>::max()));
     ++awaiting_;
-    request(held.device, caf::infinite, demote_atom::value, held.seq, keep_ms)
+    ask<kv_kept>(held.device, held.name, demote_atom::value, held.seq, keep_ms)
         .then([this](kv_kept& k) { on_kept(std::move(k)); },
               [this](caf::error&) { on_kept({}); }); // the device is gone: recompute
   }
@@ -946,6 +1018,7 @@ private:
                          id_};
     ++usage_.hosted_tool_calls;
     charge(request_stage::tool);
+    tool_hop_ = hop_from_here("tools", tool_call_atom::value); // answered by on_tool_result
     ctx_->tools->invoke(std::move(call), caf::actor_cast<caf::actor>(this));
   }
 
@@ -971,16 +1044,16 @@ private:
       // sequences), but the slot goes back: the device decodes others meanwhile, its own
       // admission bound (sequences held, parked ones included) still applies.
       if (decode_.slot)
-        send(ctx_->router, park_release_atom::value, decode_.name);
+        tell(ctx_->router, "router", park_release_atom::value, decode_.name);
       decode_.slot = false;
       arm_pin_ttl();
       return;
     }
     auto held = decode_;
     decode_ = {};
-    send(ctx_->router, release_atom::value, held.name);
+    tell(ctx_->router, "router", release_atom::value, held.name);
     if (ctx_->options.kv == kv_policy::discard) {
-      send(held.device, free_atom::value, held.seq);
+      tell(held.device, held.name, free_atom::value, held.seq);
       parked_blob_.reset();
       return;
     }
@@ -990,7 +1063,7 @@ private:
       demote_to_store(held);
       return;
     }
-    request(held.device, caf::infinite, move_out_atom::value, held.seq)
+    ask<kv_blob>(held.device, held.name, move_out_atom::value, held.seq)
         .then(
             [this, held](kv_blob& blob) {
               parked_blob_ = std::make_shared<const kv_blob>(std::move(blob));
@@ -1000,7 +1073,7 @@ private:
             },
             [this, held](caf::error&) {
               // Could not copy it out: fall back to recomputing after the tool.
-              send(held.device, free_atom::value, held.seq);
+              tell(held.device, held.name, free_atom::value, held.seq);
               parked_blob_.reset();
               demoting_ = false;
               if (pending_result_)
@@ -1011,6 +1084,7 @@ private:
   void on_tool_result(tool_reply r) {
     if (stage_ != stage::tool_wait)
       return;
+    trace_hop(std::exchange(tool_hop_, {}), r.ok ? "answered" : "failed");
     charge(request_stage::orchestration);
     const auto took = clock_type::now() - tool_start_;
     usage_.tool_s += std::chrono::duration<double>(took).count();
@@ -1075,7 +1149,8 @@ private:
       // token runs through the model only with the step after it).
       usage_.prefill_tokens += appended.size() + 1;
       unreported_ += appended.size() + 1;
-      send(decode_.device, resume_atom::value, decode_.seq, appended, constraint_from_here());
+      tell(decode_.device, decode_.name, resume_atom::value, decode_.seq, appended,
+           constraint_from_here());
       return;
     }
     // Only a demotion (or that pin) leaves KV waiting off the devices at a tool call.
@@ -1128,11 +1203,19 @@ private:
   // A span of this request on its own track (the domain it runs in, "request <id>").
   void trace(std::string_view name, clock_type::time_point from, clock_type::time_point to,
              std::string_view args = {}) {
+    trace_on(trace_track_, "", name, "request", from, to, args);
+  }
+
+  // A span on one of the request's tracks (`track`, made at first use: "request <id>" and
+  // `suffix`), in the trace of the request (kept when it asked).
+  void trace_on(std::optional<trace_track>& track, std::string_view suffix, std::string_view name,
+                std::string_view category, clock_type::time_point from, clock_type::time_point to,
+                std::string_view args) {
     const std::uint64_t owner = req_.trace ? id_ : 0; // a kept trace's
-    if (!trace_track_) // a track of its own, not remembered by the log: requests come and go
-      trace_track_ = ctx_->trace->new_track("domain" + std::to_string(current_domain()),
-                                            "request " + std::to_string(id_), owner);
-    ctx_->trace->add(*trace_track_, name, "request", from, to - from, args,
+    if (!track) // a track of its own, not remembered by the log: requests come and go
+      track = ctx_->trace->new_track("domain" + std::to_string(current_domain()),
+                                     "request " + std::to_string(id_) + std::string{suffix}, owner);
+    ctx_->trace->add(*track, name, category, from, to - from, args,
                      std::span{&owner, owner != 0 ? 1u : 0u});
   }
 
@@ -1169,7 +1252,7 @@ private:
       auto held = *h;
       h->seq = 0; // the device lets go of the sequence with the demotion (the slot stays held)
       ++awaiting_;
-      request(held.device, caf::infinite, demote_atom::value, held.seq, std::uint32_t{1})
+      ask<kv_kept>(held.device, held.name, demote_atom::value, held.seq, std::uint32_t{1})
           .then(
               [this, ev](kv_kept& k) mutable {
                 --awaiting_;
@@ -1187,7 +1270,7 @@ private:
               });
       return;
     }
-    request(h->device, caf::infinite, export_atom::value, h->seq)
+    ask<kv_blob>(h->device, h->name, export_atom::value, h->seq)
         .then(
             [this, ev](kv_blob& blob) mutable {
               kept_kv_ = std::move(blob);
@@ -1210,6 +1293,12 @@ private:
   void end(request_event ev) {
     if (stage_ == stage::finished)
       return;
+    // What it holds goes back first (its messages belong to its time).
+    release_all();
+    release_kept();
+    cancel_pin_ttl();
+    if (routing_) // still waiting for a device: the router answers the order, withdrawn
+      tell(ctx_->router, "router", withdraw_atom::value);
     const auto now = charge(request_stage::orchestration);
     usage_.total_s = std::chrono::duration<double>(now - start_).count();
     observe_stages();
@@ -1244,16 +1333,11 @@ private:
     enter(last);
     report_service();
     stage_ = stage::finished;
-    release_all();
-    release_kept();
-    cancel_pin_ttl();
     emit(std::move(ev));
     on_event_ = nullptr;
     // A request still waiting for a device stays until the router answers (withdrawn, or a
     // grant it then gives back), so no slot is granted to an actor that is gone; likewise for
     // a device's admission (a sequence and its slot) or demotion (kept blocks) on the way.
-    if (routing_)
-      send(ctx_->router, withdraw_atom::value);
     leave_when_settled();
   }
 
@@ -1269,9 +1353,9 @@ private:
   void release_all() {
     for (auto* h : {&prefill_, &decode_}) {
       if (h->device && h->seq != 0)
-        send(h->device, free_atom::value, h->seq);
+        tell(h->device, h->name, free_atom::value, h->seq);
       if (h->device && h->slot)
-        send(ctx_->router, release_atom::value, h->name);
+        tell(ctx_->router, "router", release_atom::value, h->name);
       *h = {};
     }
     parked_blob_.reset();
@@ -1283,7 +1367,7 @@ private:
   void report_service() {
     if (unreported_ == 0 || req_.session.empty() || ctx_->options.schedule != schedule_policy::plas)
       return;
-    send(ctx_->router, served_atom::value, req_.session, unreported_);
+    tell(ctx_->router, "router", served_atom::value, req_.session, unreported_);
     unreported_ = 0;
   }
 
@@ -1348,6 +1432,8 @@ private:
   bool traced_ = false;               // its spans go to the node's trace log
   clock_type::time_point span_since_; // the start of the stage's span being traced
   std::optional<trace_track> trace_track_; // its track in the trace (once asked)
+  std::optional<trace_track> hop_track_;   // its messages' track in the trace (once asked)
+  hop tool_hop_; // the hosted tool call on its way (traced: its span ends with the result)
 };
 
 } // namespace

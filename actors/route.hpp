@@ -65,6 +65,10 @@ struct route_order {
   /// A device slot to give back first, as `release_atom` would (empty: none): the prefill
   /// device's after a transfer, in the same message as the decode device's order.
   std::string release;
+  /// A traced request's id: the router writes its grant (or refusal) in the trace (0: none).
+  std::uint64_t trace_id = 0;
+  /// The traced request asked for its trace to be kept (GET /v1/traces): the grant goes to it.
+  bool trace_kept = false;
 };
 
 /// The router's answer.

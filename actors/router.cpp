@@ -4,6 +4,7 @@
 #include <array>
 #include <limits>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -32,11 +33,12 @@ class router_impl : public homed<router_actor::base> {
 public:
   router_impl(caf::actor_config& cfg, std::vector<routed_device> devices,
               orchestration_options options, std::chrono::milliseconds queue_timeout,
-              std::shared_ptr<kv_tier> tier)
+              std::shared_ptr<kv_tier> tier, std::shared_ptr<trace_log> trace)
       : homed(cfg)
       , options_(std::move(options))
       , queue_timeout_(queue_timeout)
-      , tier_(std::move(tier)) {
+      , tier_(std::move(tier))
+      , trace_(std::move(trace)) {
     for (auto& d : devices)
       devices_.push_back({std::move(d), 0, false, 0, false, unknown_kv, {}});
   }
@@ -65,29 +67,31 @@ public:
           return promise;
         },
         [this](route_atom, route_order& order) -> caf::result<route_reply> {
+          const order_trace traced{order.trace_id, order.trace_kept, trace_clock::now()};
           if (!order.release.empty())
             release(order.release);
           if (!any_qualifies(order.stage, order.avoid))
-            return route_reply{false,
-                               {},
-                               {},
-                               order.avoid.empty() ? "no device serves this stage"
-                                                   : "no device left for this stage: " +
-                                                         join(order.avoid) + " failed this request",
-                               0};
+            return answer(traced, route_reply{false,
+                                              {},
+                                              {},
+                                              order.avoid.empty()
+                                                  ? "no device serves this stage"
+                                                  : "no device left for this stage: " +
+                                                        join(order.avoid) + " failed this request",
+                                              0});
           auto& queue = waiting_[static_cast<std::size_t>(order.stage)];
           if (auto* d = pick(order.stage, order.avoid, order.prefix); d != nullptr && queue.empty())
-            return grant(*d, order.prefix);
+            return answer(traced, grant(*d, order.prefix));
           if (waiting() >= options_.max_waiting) {
             auto ms = static_cast<std::uint32_t>(options_.retry_after.count());
-            return route_reply{false,
-                               {},
-                               {},
-                               "overloaded: " + std::to_string(waiting()) +
-                                   " requests wait for devices; retry after " + std::to_string(ms) +
-                                   " ms",
-                               ms,
-                               errc::overloaded};
+            return answer(traced, route_reply{false,
+                                              {},
+                                              {},
+                                              "overloaded: " + std::to_string(waiting()) +
+                                                  " requests wait for devices; retry after " +
+                                                  std::to_string(ms) + " ms",
+                                              ms,
+                                              errc::overloaded});
           }
           auto promise = make_response_promise<route_reply>();
           std::uint64_t priority = 0;
@@ -95,8 +99,9 @@ public:
             if (auto it = ledger_.find(order.session); it != ledger_.end())
               priority = it->second.tokens;
           const auto number = next_order_++;
-          queue.emplace(key{priority, number}, waiter{promise, std::move(order.avoid),
-                                                      std::move(order.prefix), current_sender()});
+          queue.emplace(key{priority, number},
+                        waiter{promise, std::move(order.avoid), std::move(order.prefix),
+                               current_sender(), traced});
           serve();
           // Only an order still waiting gets its expiry: one that serve() answered at once
           // arms no timer on CAF's clock, whose thread each timer wakes.
@@ -176,7 +181,7 @@ public:
   void on_exit() override {
     for (auto& queue : waiting_) {
       for (auto& [k, w] : queue)
-        w.promise.deliver(route_reply{false, {}, {}, "the node is stopping", 0});
+        w.promise.deliver(answer(w.traced, route_reply{false, {}, {}, "the node is stopping", 0}));
       queue.clear();
     }
     devices_.clear();
@@ -209,6 +214,37 @@ private:
             [then](caf::error&) { then(); }); // keeps the last figure
   }
 
+  // A traced order: its request, whether that request's trace is kept, when the order came.
+  using trace_clock = trace_log::clock_type;
+  struct order_trace {
+    std::uint64_t id = 0; // 0: not traced
+    bool kept = false;
+    trace_clock::time_point arrived;
+  };
+
+  // `reply`, written in the trace first when its order is traced: a span on the router's track
+  // as the answer goes ("grant <device>" or "refuse"), with how long the order waited.
+  route_reply answer(const order_trace& traced, route_reply reply) {
+    if (!trace_ || traced.id == 0)
+      return reply;
+    if (!trace_track_)
+      trace_track_ = trace_->track("domain" + std::to_string(current_domain()), "router");
+    const auto now = trace_clock::now();
+    std::string args =
+        "\"request\":" + std::to_string(traced.id) + ",\"waited_us\":" +
+        std::to_string(
+            std::chrono::duration_cast<std::chrono::microseconds>(now - traced.arrived).count());
+    if (!reply.ok) {
+      args += ",\"reason\":";
+      append_trace_string(args, reply.reason);
+    }
+    // The router serves one order at a time: its spans are the moments it answers, which never
+    // overlap (a wait would: many orders wait at once).
+    trace_->add(*trace_track_, reply.ok ? "grant " + reply.name : "refuse", "router", now,
+                trace_clock::duration{0}, args, std::span{&traced.id, traced.kept ? 1u : 0u});
+    return reply;
+  }
+
   // Waiting order: (priority, arrival); priority is 0 under FCFS, the session's attained
   // service at arrival under PLAS.
   using key = std::pair<std::uint64_t, std::uint64_t>;
@@ -217,6 +253,7 @@ private:
     std::vector<std::string> avoid;
     std::vector<block_hash> prefix;
     caf::strong_actor_ptr who; // the request actor waiting
+    order_trace traced;        // for the answer's span
   };
 
   // Answers `reply` to the waiters of queue `stage` that `match` picks, and drops them.
@@ -227,7 +264,7 @@ private:
     auto& queue = waiting_[stage];
     for (auto it = queue.begin(); it != queue.end();) {
       if (match(it->first, it->second)) {
-        it->second.promise.deliver(reply);
+        it->second.promise.deliver(answer(it->second.traced, reply));
         it = queue.erase(it);
       } else {
         ++it;
@@ -369,7 +406,7 @@ private:
       auto head = best->begin();
       auto w = std::move(head->second);
       best->erase(head);
-      w.promise.deliver(grant(*chosen, w.prefix));
+      w.promise.deliver(answer(w.traced, grant(*chosen, w.prefix)));
     }
   }
 
@@ -382,15 +419,17 @@ private:
   std::uint64_t served_seq_ = 0;
   std::uint64_t prefix_seq_ = 0;
   std::shared_ptr<kv_tier> tier_; // the node's KV store: what each device holds or was sent
+  std::shared_ptr<trace_log> trace_;       // the node's trace (null: none)
+  std::optional<trace_track> trace_track_; // the router's track in it (once asked)
 };
 
 } // namespace
 
 router_actor spawn_router(domain& home, std::vector<routed_device> devices,
                           orchestration_options options, std::chrono::milliseconds queue_timeout,
-                          std::shared_ptr<kv_tier> tier) {
+                          std::shared_ptr<kv_tier> tier, std::shared_ptr<trace_log> trace) {
   return home.spawn<router_impl>(std::move(devices), std::move(options), queue_timeout,
-                                 std::move(tier));
+                                 std::move(tier), std::move(trace));
 }
 
 } // namespace triad

@@ -14,6 +14,7 @@
 #include "devices/config.hpp"
 #include "devices/kv_tier.hpp"
 #include "devices/prefix_hash.hpp"
+#include "runtime/trace.hpp"
 
 namespace triad {
 
@@ -44,9 +45,12 @@ struct routed_device {
 /// defaults::orchestration::tracked_sessions sessions.
 /// A request that waits longer than `queue_timeout` (0: no limit) is refused with errc::busy,
 /// "waited N ms for a device ([limits].queue_timeout_ms); retry after M ms".
+/// With `trace`, each answer to a traced request's order (route_order::trace_id) is a span on
+/// the router's track: "grant <device>" or "refuse", as long as the order waited in the router.
 router_actor spawn_router(domain& home, std::vector<routed_device> devices,
                           orchestration_options options,
                           std::chrono::milliseconds queue_timeout = std::chrono::milliseconds{0},
-                          std::shared_ptr<kv_tier> tier = nullptr);
+                          std::shared_ptr<kv_tier> tier = nullptr,
+                          std::shared_ptr<trace_log> trace = nullptr);
 
 } // namespace triad

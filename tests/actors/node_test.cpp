@@ -275,7 +275,8 @@ BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_no
         continue;
       auto track = tracks.find({e.at("pid").as_int64(), e.at("tid").as_int64()});
       BOOST_REQUIRE_MESSAGE(track != tracks.end(), "a span on an unnamed track");
-      const bool mine = track->second == "request " + std::to_string(id) || listed(e, id);
+      const auto own = "request " + std::to_string(id); // its stages' track, and its messages'
+      const bool mine = track->second == own || track->second == own + " messages" || listed(e, id);
       if (mine)
         out.insert(std::string{e.at("name").as_string()} + "|" + track->second + "|" +
                    json::serialize(e.at("ts")) + "|" + json::serialize(e.at("dur")));
@@ -288,7 +289,8 @@ BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_no
              static_cast<std::int64_t>(asked_id));
   BOOST_TEST(kept_doc.at("otherData").at("spans").as_int64() ==
              static_cast<std::int64_t>(kept_spans.size()));
-  BOOST_TEST(kept_spans.size() > 10u); // its stages, its root span, its devices' jobs
+  // Its stages, its root span, its messages, the router's answers, its devices' jobs.
+  BOOST_TEST(kept_spans.size() > 10u);
   BOOST_TEST((kept_spans == spans_of(file, asked_id)));
   // The request that did not ask was traced to the file (every request is), and nothing of it
   // alone is in the kept trace: neither its track nor a device job it had to itself.
@@ -444,6 +446,49 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
   }));
   BOOST_TEST(std::any_of(stages.begin(), stages.end(),
                          [&](const span& s) { return s.name == "decode" && inside(*import, s); }));
+  // Every message it sent to another actor, a span on its messages track (same domain): inside
+  // the request, each one nested in or apart from the others; an answered one lasts from the
+  // send to the answer.
+  std::vector<span> hops;
+  for (const auto& s : spans)
+    if (s.cat == "message") {
+      BOOST_TEST(s.pid == root->pid);
+      BOOST_TEST(s.tid != root->tid);
+      BOOST_TEST(inside(s, *root), s.name);
+      BOOST_TEST(s.name == std::string{s.args.at("message").as_string().c_str()} + " to " +
+                               s.args.at("to").as_string().c_str());
+      hops.push_back(s);
+    }
+  for (const auto& a : hops)
+    for (const auto& b : hops)
+      BOOST_TEST((inside(a, b) || inside(b, a) || a.ts + a.dur <= b.ts + slack ||
+                  b.ts + b.dur <= a.ts + slack),
+                 a.name << " overlaps " << b.name);
+  // Three-stage under pin: a route and an admission on the prefill device (its slot goes back
+  // with the second route), a route and an import on the decode device, the decode slot given
+  // back at the first tool call (parked), three tool calls answered, three resumes on the
+  // decode device, its sequence freed at the end: nothing else.
+  const std::multiset<std::string> expected{
+      "route to router|answered",   "route to router|answered",   "generate to prefill0|answered",
+      "import to decode0|answered", "parkrel to router|sent",     "toolcall to tools|answered",
+      "toolcall to tools|answered", "toolcall to tools|answered", "resume to decode0|sent",
+      "resume to decode0|sent",     "resume to decode0|sent",     "free to decode0|sent"};
+  std::multiset<std::string> sent;
+  for (const auto& h : hops)
+    sent.insert(h.name + "|" + h.args.at("outcome").as_string().c_str());
+  BOOST_TEST(sent == expected, boost::test_tools::per_element());
+  // The router's answers to its two orders: a grant of each device, on the router's track,
+  // within the route hops that asked.
+  std::set<std::string> granted;
+  for (const auto& s : spans)
+    if (s.cat == "router") {
+      BOOST_TEST(s.args.at("request").as_int64() == root->args.at("id").as_int64());
+      BOOST_TEST(std::any_of(hops.begin(), hops.end(), [&](const span& h) {
+        return h.name == "route to router" && inside(s, h);
+      }));
+      granted.insert(s.name);
+    }
+  BOOST_TEST(granted == (std::set<std::string>{"grant prefill0", "grant decode0"}));
 }
 
 BOOST_AUTO_TEST_CASE(discard_prefills_the_whole_conversation_again_after_each_tool) {

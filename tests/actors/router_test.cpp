@@ -48,7 +48,7 @@ struct router_fixture {
   auto route(const std::string& session, std::vector<std::string> avoid = {}) {
     return self->request(
         router, 30s, triad::route_atom::value,
-        triad::route_order{triad::route_stage::any, session, std::move(avoid), {}, {}});
+        triad::route_order{triad::route_stage::any, session, std::move(avoid), {}, {}, 0, false});
   }
 
   void served(const std::string& session, std::uint64_t tokens) {
@@ -104,7 +104,7 @@ BOOST_AUTO_TEST_CASE(an_order_that_gives_a_slot_back_is_served_from_it) {
   bool granted = false;
   f.self
       ->request(f.router, 1s, triad::route_atom::value,
-                triad::route_order{triad::route_stage::any, "holder", {}, {}, "dev0"})
+                triad::route_order{triad::route_stage::any, "holder", {}, {}, "dev0", 0, false})
       .receive([&](triad::route_reply& r) { granted = r.ok; }, fail);
   BOOST_TEST(granted);
 }
@@ -134,7 +134,7 @@ BOOST_AUTO_TEST_CASE(a_device_that_said_busy_gets_one_request_per_sequence_that_
     bool waited = false;
     f.self
         ->request(f.router, 200ms, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::any, session, {}, {}, {}})
+                  triad::route_order{triad::route_stage::any, session, {}, {}, {}, 0, false})
         .receive([](triad::route_reply&) { BOOST_FAIL("granted while the device is full"); },
                  [&](caf::error& e) { waited = e == caf::sec::request_timeout; });
     return waited;
@@ -175,7 +175,7 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
   std::vector<std::string> order;
   for (int i = 0; i < 2; ++i)
     self->request(router, 30s, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::decode, "s", {}, {}, {}})
+                  triad::route_order{triad::route_stage::decode, "s", {}, {}, {}, 0, false})
         .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
   // Config order would give "full" first; its KV is nearly used up. Once "roomy"'s one slot is
   // taken, "full" is next.
@@ -214,7 +214,8 @@ struct two_prefill_devices {
   }
   void route(std::vector<triad::block_hash> prefix) {
     self->request(router, 30s, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::prefill, "s", {}, std::move(prefix), {}})
+                  triad::route_order{
+                      triad::route_stage::prefill, "s", {}, std::move(prefix), {}, 0, false})
         .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); },
                  [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); });
   }
