@@ -97,6 +97,41 @@ triad::kv_store_stats store_stats(triad::node& n) {
   return st;
 }
 
+// The value of the sample `name` (with its labels, as rendered) in `text`; fails the test
+// when it is not there.
+double sample(const std::string& text, const std::string& name) {
+  auto at = text.find("\n" + name + " ");
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, "no sample " + name + " in /metrics");
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+// Each stage's sum of triad_request_stage_seconds in `text`, and ("all") their total; checks
+// that each stage has one observation per ended request (`requests`).
+std::map<std::string, double> stage_sums(const std::string& text, double requests = 1) {
+  std::map<std::string, double> out;
+  for (const char* stage : {"queue", "prefill", "transfer", "decode", "tool", "orchestration"}) {
+    out[stage] =
+        sample(text, "triad_request_stage_seconds_sum{stage=\"" + std::string{stage} + "\"}");
+    BOOST_TEST(sample(text, "triad_request_stage_seconds_count{stage=\"" + std::string{stage} +
+                                "\"}") == requests,
+               stage);
+    out["all"] += out[stage];
+  }
+  return out;
+}
+
+// Checks that the stages of `n`'s `requests` ended requests (done, failed, refused, cancelled
+// alike) add up in /metrics: one observation each per stage and end to end, the stages' sums
+// within 1% of the end-to-end sum; returns each stage's sum.
+std::map<std::string, double> check_stages_add_up(triad::node& n, double requests) {
+  auto text = n.metrics().render();
+  auto stages = stage_sums(text, requests);
+  BOOST_TEST(sample(text, "triad_request_seconds_count") == requests);
+  BOOST_TEST(stages["all"] == sample(text, "triad_request_seconds_sum"),
+             boost::test_tools::tolerance(0.01));
+  return stages;
+}
+
 triad::request_usage run_agent(triad::kv_policy policy,
                                triad::layout l = triad::layout::three_stage) {
   triad::orchestration_options o;
@@ -120,6 +155,8 @@ triad::request_usage run_agent(triad::kv_policy policy,
         BOOST_TEST(e.tool_output == "rested");
   }
   BOOST_TEST(device_sequences(*n) == 0u); // every sequence freed at the end
+  // Whatever the policy and layout, its stages add up, the tool time in the tool stage.
+  BOOST_TEST(check_stages_add_up(*n, 1)["tool"] >= last.usage.tool_s * 0.99);
   {
     // Every transition is an event and a metric.
     std::vector<std::string> states;
@@ -154,27 +191,6 @@ BOOST_AUTO_TEST_CASE(an_agent_session_with_three_tool_calls_runs_to_the_end_with
   // decode device), then per tool call its result and the </tool_call> the device stopped at.
   auto per_result = triad::render_tool_result("rested").size();
   BOOST_TEST(u.prefill_tokens == u.prompt_tokens + 1 + 3 * (per_result + 1));
-}
-
-// The value of the sample `name` (with its labels, as rendered) in `text`; fails the test
-// when it is not there.
-double sample(const std::string& text, const std::string& name) {
-  auto at = text.find("\n" + name + " ");
-  BOOST_REQUIRE_MESSAGE(at != std::string::npos, "no sample " + name + " in /metrics");
-  return std::stod(text.substr(at + name.size() + 2));
-}
-
-// The sum of triad_request_stage_seconds over the stages, and each stage's sum.
-std::map<std::string, double> stage_sums(const std::string& text) {
-  std::map<std::string, double> out;
-  for (const char* stage : {"queue", "prefill", "transfer", "decode", "tool", "orchestration"}) {
-    out[stage] =
-        sample(text, "triad_request_stage_seconds_sum{stage=\"" + std::string{stage} + "\"}");
-    BOOST_TEST(sample(text, "triad_request_stage_seconds_count{stage=\"" + std::string{stage} +
-                                "\"}") == 1.0);
-    out["all"] += out[stage];
-  }
-  return out;
 }
 
 BOOST_AUTO_TEST_CASE(a_requests_stages_add_up_to_its_end_to_end_time_in_metrics) {
@@ -595,6 +611,7 @@ BOOST_AUTO_TEST_CASE(demoted_requests_resume_from_the_store_when_a_decode_device
   }
   BOOST_TEST(done == requests);
   BOOST_TEST(device_sequences(*n) == 0u);
+  check_stages_add_up(*n, requests); // the routes again after busy answers included
 }
 
 // Agent session `i` of the memory-pressure test: its own system prompt (no page shared with
@@ -1219,6 +1236,8 @@ BOOST_AUTO_TEST_CASE(a_request_waiting_past_the_queue_timeout_is_answered_busy_a
   BOOST_TEST(first.wait().kind == triad::request_event::done);
   n->submit(napping(0), third.callback()); // the slot came back: nothing leaked
   BOOST_TEST(third.wait().kind == triad::request_event::done);
+  // The refused one's time is its wait in the queue (its 200 ms at least).
+  BOOST_TEST(check_stages_add_up(*n, 3)["queue"] >= 0.2);
 }
 
 BOOST_AUTO_TEST_CASE(a_request_past_its_total_deadline_ends_with_a_timeout_and_frees_its_device) {
@@ -1240,6 +1259,7 @@ BOOST_AUTO_TEST_CASE(a_request_past_its_total_deadline_ends_with_a_timeout_and_f
   const auto& end = next.wait();
   BOOST_TEST(end.kind == triad::request_event::done, end.message);
   BOOST_TEST(device_sequences(*n) == 0u);
+  check_stages_add_up(*n, 3);
 }
 
 BOOST_AUTO_TEST_CASE(a_request_ended_while_its_device_admits_it_gives_back_sequence_and_slot) {
@@ -1266,6 +1286,7 @@ BOOST_AUTO_TEST_CASE(a_request_ended_while_its_device_admits_it_gives_back_seque
   for (int i = 0; i < 100 && device_sequences(*n) != 0; ++i)
     std::this_thread::sleep_for(10ms);
   BOOST_TEST(device_sequences(*n) == 0u);
+  check_stages_add_up(*n, 121); // cancelled ones included, wherever they ended
 }
 
 BOOST_AUTO_TEST_CASE(cancelling_frees_every_kv_sequence_the_request_held) {
@@ -1292,6 +1313,8 @@ BOOST_AUTO_TEST_CASE(cancelling_frees_every_kv_sequence_the_request_held) {
   for (int i = 0; i < 100 && device_sequences(*n) != 0; ++i)
     std::this_thread::sleep_for(10ms);
   BOOST_TEST(device_sequences(*n) == 0u);
+  // Cancelled in its tool call: the tool stage holds the time up to the cancel.
+  BOOST_TEST(check_stages_add_up(*n, 1)["tool"] > 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(overload_refuses_new_work_while_every_accepted_request_completes) {
@@ -1422,6 +1445,7 @@ BOOST_AUTO_TEST_CASE(a_failing_decode_device_moves_its_request_to_another) {
     BOOST_TEST(last.usage.tool_calls == 3u);
     auto text = n->metrics().render();
     BOOST_TEST(text.find("triad_request_device_retries_total 1") != std::string::npos, text);
+    check_stages_add_up(*n, 1); // the failed device's time and the retry's included
     // The node keeps serving: a second request completes too (on decode1).
     recorder again;
     n->submit(agent_request("s2"), again.callback());
@@ -1451,6 +1475,7 @@ BOOST_AUTO_TEST_CASE(a_failed_devices_request_resumes_from_its_blocks_in_the_hos
   // ... decode1 read the request's tokens up to that tool call from the store.
   BOOST_TEST(stats_of(*n, "decode1").tier_tokens >= last.usage.prompt_tokens);
   BOOST_TEST(device_sequences(*n) == 0u);
+  check_stages_add_up(*n, 1);
 }
 
 BOOST_AUTO_TEST_CASE(a_failing_device_ends_its_request_with_a_clear_error_when_told_to) {
@@ -1462,6 +1487,7 @@ BOOST_AUTO_TEST_CASE(a_failing_device_ends_its_request_with_a_clear_error_when_t
   BOOST_TEST(last.message.find("device decode0 failed") != std::string::npos, last.message);
   BOOST_TEST(last.message.find("the device stopped answering") != std::string::npos, last.message);
   BOOST_TEST(device_sequences(*n) == 0u);
+  check_stages_add_up(*n, 1); // a failed request's time is accounted for too
 }
 
 BOOST_AUTO_TEST_CASE(a_device_whose_backend_throws_at_construction_answers_with_the_error) {

@@ -145,8 +145,8 @@ BOOST_AUTO_TEST_CASE(sampled_calls_traces_are_written_beside_the_report_and_link
   for (const auto& e : node_trace.at("traceEvents").as_array())
     if (e.at("name") == "thread_name") {
       const std::string track{e.at("args").at("name").as_string()};
-      if (track.rfind("request ", 0) == 0)
-        traced.insert(track.substr(8));
+      if (track.rfind("request ", 0) == 0) // "request <id>" and "request <id> messages"
+        traced.insert(track.substr(8, track.find(' ', 8) - 8));
     }
   BOOST_TEST(linked.size() == links);
   BOOST_TEST((traced == linked));
