@@ -32,6 +32,7 @@
 
 #include "actors/chat.hpp"
 #include "actors/node.hpp"
+#include "bench/cost_replay.hpp"
 #include "bench/machine.hpp"
 #include "bench/report.hpp"
 #include "devices/device.hpp"
@@ -354,6 +355,7 @@ int run(int argc, char** argv) {
   // difference this VM's noise could make.
   double metrics_cost = 0, tracing_cost = 0, cost_noise = 0;
   std::uint64_t traced_spans = 0;
+  triad::bench::replayed_cost metrics_replay, trace_replay;
   {
     auto trace_path = std::filesystem::temp_directory_path() /
                       ("triad-bench-orchestration-" + std::to_string(::getpid()) + ".json");
@@ -363,8 +365,11 @@ int run(int argc, char** argv) {
     auto a = start_node(config, off), b = start_node(config), c = start_node(config, traced);
     if (!a || !b || !c)
       return 1;
-    run(*a, 10, 5, calls, short_turn), run(*b, 10, 5, calls, short_turn),
-        run(*c, 10, 5, calls, short_turn); // warm-up
+    // Warm-up; its requests count in the metrics and the trace the replays read.
+    std::array<std::uint64_t, 3> requests{}; // every request each node ran
+    requests[0] = run(*a, 10, 5, calls, short_turn).requests;
+    requests[1] = run(*b, 10, 5, calls, short_turn).requests;
+    requests[2] = run(*c, 10, 5, calls, short_turn).requests;
     const std::size_t parts = quick ? 4 : 8, rounds = quick ? 10 : 20;
     std::array<std::vector<double>, 3> per_request; // per part
     const std::array<triad::node*, 3> nodes = {a.get(), b.get(), c.get()};
@@ -374,6 +379,7 @@ int run(int argc, char** argv) {
         auto r = run(*nodes[i], cost_sessions, rounds, calls, short_turn);
         errors += r.errors;
         per_request[i].push_back(r.triad_s() * 1e6 / static_cast<double>(r.requests));
+        requests[i] += r.requests;
       }
     auto mean = [](const std::vector<double>& xs) {
       double t = 0;
@@ -390,8 +396,11 @@ int run(int argc, char** argv) {
       cost_noise = std::max(cost_noise, (*hi - *lo) / reference);
     }
     traced_spans = c->trace_spans();
+    auto metrics_text = b->metrics().render();
     a->stop(), b->stop(), c->stop();
-    c.reset();
+    c.reset(); // its trace file is closed
+    metrics_replay = triad::bench::replay_request_metrics(metrics_text, requests[1]);
+    trace_replay = triad::bench::replay_trace(trace_path, requests[2]);
     std::filesystem::remove(trace_path);
     std::printf("at %zu sessions, triad CPU per request (unsplit): metrics off %.1f us, on %.1f "
                 "us, on and every request traced %.1f us; costs %.1f%% and %.1f%% of the "
@@ -399,6 +408,14 @@ int run(int argc, char** argv) {
                 cost_sessions, mean(per_request[0]), mean(per_request[1]), mean(per_request[2]),
                 100 * metrics_cost, 100 * tracing_cost, 100 * cost_noise,
                 static_cast<unsigned long long>(traced_spans));
+    std::printf("replayed apart from the node on two threads: the request metrics %.2f us per "
+                "request (%.1f%%, %llu operations), the trace %.2f us per request (%.1f%%, %llu "
+                "spans)\n",
+                metrics_replay.cpu_us_per_request,
+                100 * metrics_replay.cpu_us_per_request / reference,
+                static_cast<unsigned long long>(metrics_replay.operations),
+                trace_replay.cpu_us_per_request, 100 * trace_replay.cpu_us_per_request / reference,
+                static_cast<unsigned long long>(trace_replay.operations));
   }
 
   // An idle node as triad-node runs it (the scheduler's default polling): the share of one core
@@ -437,6 +454,11 @@ int run(int argc, char** argv) {
   rep.metrics["metrics_cost_share"] = metrics_cost;
   rep.metrics["tracing_cost_share"] = tracing_cost;
   rep.metrics["cost_parts_spread_share"] = cost_noise;
+  // The same costs from their work replayed apart from the node (cost_replay.hpp).
+  rep.metrics["metrics_replay_cpu_us_per_request"] = metrics_replay.cpu_us_per_request;
+  rep.metrics["tracing_replay_cpu_us_per_request"] = trace_replay.cpu_us_per_request;
+  rep.metrics["metrics_replay_cost_share"] = metrics_replay.cpu_us_per_request / worst_request;
+  rep.metrics["tracing_replay_cost_share"] = trace_replay.cpu_us_per_request / worst_request;
   rep.metrics["traced_spans"] = traced_spans;
   rep.metrics["errors"] = errors;
   rep.metrics["runs"] = rows;

@@ -1,5 +1,6 @@
 #include "runtime/trace.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -13,8 +14,16 @@ namespace triad {
 
 namespace {
 
-// Bytes of formatted events kept before they are written to the file.
+// Bytes of formatted events kept (per shard) before they are written to the file.
 constexpr std::size_t flush_bytes = 64 << 10;
+
+// The shard of trace_log's buffers the calling thread formats its spans into: its own, but for
+// more threads than shards.
+std::size_t this_threads_shard(std::size_t shards) {
+  static std::atomic<std::size_t> next{0};
+  thread_local const std::size_t mine = next.fetch_add(1, std::memory_order_relaxed);
+  return mine % shards;
+}
 // Spans kept per kept request (a long decode takes part in many device jobs); later ones are
 // only in the file, and the kept trace says it was truncated.
 constexpr std::size_t max_kept_events = 4096;
@@ -86,20 +95,22 @@ trace_log::trace_log(std::filesystem::path path, std::ofstream out)
     , origin_(clock_type::now()) {}
 
 trace_log::~trace_log() {
+  flush();
   std::lock_guard g{mutex_};
-  buffer_ += "\n]}\n";
-  write_out();
+  out_ << "\n]}\n";
   out_.flush();
 }
 
 void trace_log::append_event_start() {
-  buffer_ += first_ ? "\n" : ",\n";
-  first_ = false;
+  buffer_ += ",\n";
 }
 
-void trace_log::write_out() {
-  out_.write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
-  buffer_.clear();
+void trace_log::write_out(std::string& events) {
+  // Every event begins with its separator; the file's first one has none.
+  const std::size_t skip = first_ && !events.empty() ? 1 : 0;
+  first_ = first_ && events.empty();
+  out_.write(events.data() + skip, static_cast<std::streamsize>(events.size() - skip));
+  events.clear();
 }
 
 // The group `process`'s number, named in the file the first time (the mutex held).
@@ -143,6 +154,8 @@ trace_track trace_log::new_track(std::string_view process, std::string_view thre
     k->second.track_names.append(buffer_, buffer_.find('{', from)); // less the separator
     kept_bytes_ += k->second.track_names.size() - before;
   }
+  if (buffer_.size() >= flush_bytes)
+    write_out(buffer_);
   return {pid, tid};
 }
 
@@ -163,14 +176,14 @@ void trace_log::drop_oldest_kept() {
   kept_order_.pop_front();
 }
 
-// Copies the event formatted at buffer_[from..] to the kept traces of `owners` (the mutex held);
+// Copies the event formatted at events[from..] to the kept traces of `owners` (the mutex held);
 // `request_span`: one of a request's own spans (its stages, its root).
-void trace_log::copy_to_owners(std::size_t from, trace_track where, bool request_span,
-                               std::span<const std::uint64_t> owners) {
+void trace_log::copy_to_owners(const std::string& events, std::size_t from, trace_track where,
+                               bool request_span, std::span<const std::uint64_t> owners) {
   if (kept_.empty())
     return;
-  const auto at = buffer_.find('{', from); // less the separator
-  const std::string_view event{buffer_.data() + at, buffer_.size() - at};
+  const auto at = events.find('{', from); // less the separator
+  const std::string_view event{events.data() + at, events.size() - at};
   for (auto owner : owners) {
     auto k = kept_.find(owner);
     if (k == kept_.end())
@@ -241,43 +254,55 @@ void trace_log::add(trace_track where, std::string_view name, std::string_view c
   using ns = std::chrono::nanoseconds;
   const auto at = std::chrono::duration_cast<ns>(start - origin_).count();
   const auto dur = std::chrono::duration_cast<ns>(length).count();
-  std::lock_guard g{mutex_};
-  const auto from = buffer_.size();
-  append_event_start();
-  buffer_ += R"({"name":)";
-  append_trace_string(buffer_, name);
-  buffer_ += R"(,"cat":)";
-  append_trace_string(buffer_, category);
-  buffer_ += R"(,"ph":"X","pid":)";
-  append_int(buffer_, where.pid);
-  buffer_ += R"(,"tid":)";
-  append_int(buffer_, where.tid);
-  buffer_ += R"(,"ts":)";
-  append_us(buffer_, at);
-  buffer_ += R"(,"dur":)";
-  append_us(buffer_, dur);
+  // Formatted into the thread's own shard: writers on other threads do not wait for it.
+  auto& shard = shards_[this_threads_shard(shards_.size())];
+  std::lock_guard g{shard.mutex};
+  auto& out = shard.events;
+  const auto from = out.size();
+  out += R"(,
+{"name":)";
+  append_trace_string(out, name);
+  out += R"(,"cat":)";
+  append_trace_string(out, category);
+  out += R"(,"ph":"X","pid":)";
+  append_int(out, where.pid);
+  out += R"(,"tid":)";
+  append_int(out, where.tid);
+  out += R"(,"ts":)";
+  append_us(out, at);
+  out += R"(,"dur":)";
+  append_us(out, dur);
   if (!args.empty()) {
-    buffer_ += R"(,"args":{)";
-    buffer_ += args;
-    buffer_ += '}';
+    out += R"(,"args":{)";
+    out += args;
+    out += '}';
   }
-  buffer_ += '}';
-  ++spans_;
-  if (!owners.empty())
-    copy_to_owners(from, where, category == "request", owners);
-  if (buffer_.size() >= flush_bytes)
-    write_out();
+  out += '}';
+  spans_.fetch_add(1, std::memory_order_relaxed);
+  if (!owners.empty()) {
+    std::lock_guard kept{mutex_};
+    copy_to_owners(out, from, where, category == "request", owners);
+  }
+  if (out.size() >= flush_bytes) {
+    std::lock_guard file{mutex_};
+    write_out(buffer_); // the names of the tracks first
+    write_out(out);
+  }
 }
 
 void trace_log::flush() {
-  std::lock_guard g{mutex_};
-  write_out();
+  for (auto& shard : shards_) { // each shard's lock, then the file's (as add takes them)
+    std::lock_guard g{shard.mutex};
+    std::lock_guard file{mutex_};
+    write_out(buffer_);
+    write_out(shard.events);
+  }
+  std::lock_guard file{mutex_};
   out_.flush();
 }
 
 std::uint64_t trace_log::spans() const {
-  std::lock_guard g{mutex_};
-  return spans_;
+  return spans_.load(std::memory_order_relaxed);
 }
 
 } // namespace triad

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -77,9 +79,9 @@ private:
   void append_event_start(); // the separator before the next event, into buffer_
   int process_id(std::string_view process);
   void name_thread(int pid, int tid, std::string_view thread);
-  void write_out();          // buffer_ to the file
-  void copy_to_owners(std::size_t from, trace_track where, bool request_span,
-                      std::span<const std::uint64_t> owners);
+  void write_out(std::string& events); // to the file, emptied (mutex_ held)
+  void copy_to_owners(const std::string& events, std::size_t from, trace_track where,
+                      bool request_span, std::span<const std::uint64_t> owners);
   void drop_oldest_kept();
 
   // The spans of a kept request: its events, the tracks they are on, the names of tracks made
@@ -92,19 +94,28 @@ private:
     bool truncated = false;
   };
 
+  // Spans formatted and not yet written, by the threads that wrote them: a thread takes only
+  // its own shard's lock for a span (the file's too when the shard is full, or the span goes
+  // to a kept trace). Lock order: a shard's, then mutex_.
+  struct shard {
+    std::mutex mutex;
+    std::string events; // each with its separator before it
+  };
+
   std::filesystem::path path_;
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_; // the file, the tracks' names and numbers, the kept traces
   std::ofstream out_;
-  std::string buffer_; // formatted events not yet written to out_
+  std::string buffer_; // formatted track names not yet written to out_
+  std::array<shard, 8> shards_;
   clock_type::time_point origin_;
   std::map<std::string, int, std::less<>> processes_;
   std::map<std::pair<int, std::string>, int> threads_;
   std::map<std::uint64_t, kept_trace> kept_;
   std::deque<std::uint64_t> kept_order_; // oldest first
   std::size_t kept_bytes_ = 0;           // of the kept traces' events and track names
-  std::uint64_t spans_ = 0;
+  std::atomic<std::uint64_t> spans_{0};
   int next_tid_ = 1;  // the number of the next track
-  bool first_ = true; // no event written yet
+  bool first_ = true; // no event written to the file yet
 };
 
 } // namespace triad
