@@ -229,15 +229,15 @@ private:
   // A message this request sent: to whom (the router, a device by name, the tools), which, and
   // when. Empty when the request is not traced.
   struct hop {
-    std::string to;
-    std::string what;
+    std::string to; // a device's name or "router", "tools": no allocation when short
+    caf::atom_value what{};
     clock_type::time_point sent;
   };
 
   hop hop_from_here(std::string_view to, caf::atom_value what) const {
     if (!traced_)
       return {};
-    return {std::string{to}, caf::to_string(what), clock_type::now()};
+    return {std::string{to}, what, clock_type::now()};
   }
 
   // The hop's span on the request's messages track ("request <id> messages"): from the send to
@@ -245,14 +245,17 @@ private:
   void trace_hop(const hop& h, std::string_view outcome) {
     if (!traced_ || h.to.empty())
       return;
-    std::string args = "\"to\":";
+    // The worker thread's scratch, reused (a span's text goes into the log at once).
+    thread_local std::string name, args;
+    const auto what = caf::to_string(h.what);
+    name.assign(what).append(" to ").append(h.to);
+    args = "\"to\":";
     append_trace_string(args, h.to);
     args += ",\"message\":";
-    append_trace_string(args, h.what);
+    append_trace_string(args, what);
     args += ",\"outcome\":";
     append_trace_string(args, outcome);
-    trace_on(hop_track_, " messages", h.what + " to " + h.to, "message", h.sent, clock_type::now(),
-             args);
+    trace_on(hop_track_, " messages", name, "message", h.sent, clock_type::now(), args);
   }
 
   // A request's answer handle whose then() writes the hop's span as the answer (or the error)
@@ -1293,7 +1296,9 @@ private:
   void end(request_event ev) {
     if (stage_ == stage::finished)
       return;
-    // What it holds goes back first (its messages belong to its time).
+    // What it holds goes back first (its messages belong to its time); a tool call still out
+    // ends its span here, unanswered.
+    trace_hop(std::exchange(tool_hop_, {}), "unanswered");
     release_all();
     release_kept();
     cancel_pin_ttl();

@@ -67,7 +67,9 @@ public:
           return promise;
         },
         [this](route_atom, route_order& order) -> caf::result<route_reply> {
-          const order_trace traced{order.trace_id, order.trace_kept, trace_clock::now()};
+          const order_trace traced{order.trace_id, order.trace_kept,
+                                   order.trace_id != 0 ? trace_clock::now()
+                                                       : trace_clock::time_point{}};
           if (!order.release.empty())
             release(order.release);
           if (!any_qualifies(order.stage, order.avoid))
@@ -185,7 +187,8 @@ public:
       queue.clear();
     }
     devices_.clear();
-    tier_.reset(); // the node's store may stop before this object goes
+    tier_.reset();  // the node's store may stop before this object goes
+    trace_.reset(); // and its trace file closes with the node
   }
 
 private:

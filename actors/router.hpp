@@ -46,7 +46,8 @@ struct routed_device {
 /// A request that waits longer than `queue_timeout` (0: no limit) is refused with errc::busy,
 /// "waited N ms for a device ([limits].queue_timeout_ms); retry after M ms".
 /// With `trace`, each answer to a traced request's order (route_order::trace_id) is a span on
-/// the router's track: "grant <device>" or "refuse", as long as the order waited in the router.
+/// the router's track as it answers: "grant <device>" or "refuse", a moment long, with how long
+/// the order waited in the router (`waited_us`).
 router_actor spawn_router(domain& home, std::vector<routed_device> devices,
                           orchestration_options options,
                           std::chrono::milliseconds queue_timeout = std::chrono::milliseconds{0},

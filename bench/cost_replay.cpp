@@ -160,10 +160,12 @@ replayed_cost replay_trace(const std::filesystem::path& trace_file, std::uint64_
     if (!log)
       throw std::runtime_error{log.error().message};
     cpu = on_two_threads([&](unsigned t) {
-      // A writer makes its tracks as it first writes on them (a request its own two).
+      // A writer makes its tracks as it first writes on them (a request its own two); each
+      // track is one thread's, as each of the node's is one actor's.
       std::map<std::pair<std::int64_t, std::int64_t>, trace_track> tracks;
-      for (std::size_t i = t; i < spans.size(); i += 2) {
-        const auto& s = spans[i];
+      for (const auto& s : spans) {
+        if (static_cast<unsigned>(s.track.second % 2) != t)
+          continue;
         auto it = tracks.find(s.track);
         if (it == tracks.end()) {
           auto process = processes.find(s.track.first);

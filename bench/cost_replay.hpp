@@ -24,7 +24,8 @@ replayed_cost replay_request_metrics(const std::string& metrics_text, std::uint6
 /// Replays the trace a node wrote (`trace_file`, a closed trace-event document, after `requests`
 /// requests): every span written again, with its name, category and arguments (built afresh for
 /// each, as its writer builds them), on tracks made afresh as each writer makes its own, by two
-/// threads at once into a new trace log in the same directory (removed after).
+/// threads at once (each writing the spans of half the tracks) into a new trace log in the same
+/// directory (removed after).
 replayed_cost replay_trace(const std::filesystem::path& trace_file, std::uint64_t requests);
 
 } // namespace triad::bench

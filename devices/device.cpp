@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <deque>
 #include <limits>
 #include <map>
@@ -1217,11 +1218,17 @@ private:
   // span inside it. One span per job, not per step, so tracing every request costs little beside
   // the steps themselves.
   void trace_job(const detail::step_result& r, std::uint64_t tokens) {
-    std::string traced;
-    std::vector<std::uint64_t> owners; // the requests whose kept traces get a copy
+    // The driver thread's scratch, reused from job to job (a job may list many requests).
+    thread_local std::string traced, args;
+    thread_local std::vector<std::uint64_t> owners; // whose kept traces get a copy
+    traced.clear();
+    owners.clear();
     for (auto id : r.seqs)
       if (const auto* s = find(id); s != nullptr && s->req.traced) {
-        traced += (traced.empty() ? "" : ",") + std::to_string(s->req.trace_id);
+        if (!traced.empty())
+          traced += ',';
+        char digits[24];
+        traced.append(digits, std::to_chars(digits, digits + sizeof digits, s->req.trace_id).ptr);
         owners.push_back(s->req.trace_id);
       }
     if (traced.empty())
@@ -1231,16 +1238,18 @@ private:
       batch_max = std::max(batch_max, st.batch);
     if (!trace_track_)
       trace_track_ = options_.trace->track("device " + options_.name, "driver");
-    std::string requests = "\"requests\":";
-    append_trace_string(requests, traced);
-    const auto args = "\"steps\":" + std::to_string(r.steps.size()) +
-                      ",\"batch_max\":" + std::to_string(batch_max) +
-                      ",\"tokens\":" + std::to_string(tokens) + "," + requests;
+    args = "\"steps\":" + std::to_string(r.steps.size()) +
+           ",\"batch_max\":" + std::to_string(batch_max) + ",\"tokens\":" + std::to_string(tokens) +
+           ",";
+    const auto requests_at = args.size(); // the import's span has only the requests
+    args += "\"requests\":";
+    append_trace_string(args, traced);
     options_.trace->add(*trace_track_, r.steps.size() == 1 ? "step" : "steps", "device", r.started,
                         r.finished - r.started, args, owners);
     if (r.imports_to > r.imports_from) // the KV it imported before its steps
       options_.trace->add(*trace_track_, "kv import", "device", r.imports_from,
-                          r.imports_to - r.imports_from, requests, owners);
+                          r.imports_to - r.imports_from, std::string_view{args}.substr(requests_at),
+                          owners);
   }
 
   void emit(const sequence& s, device_event::kind_t kind, std::string message, kv_blob kv = {}) {

@@ -122,6 +122,13 @@ std::string_view type_name(const toml::node& node) {
 
 void append_quoted(std::string& out, std::string_view text) {
   out += '"';
+  // The common case in one piece: text with nothing to escape.
+  const auto plain = std::find_if(text.begin(), text.end(), [](char ch) {
+    const auto byte = static_cast<unsigned char>(ch);
+    return ch == '"' || ch == '\\' || byte < 0x20 || byte == 0x7f;
+  });
+  out.append(text.begin(), plain);
+  text.remove_prefix(static_cast<std::size_t>(plain - text.begin()));
   for (char ch : text) {
     switch (ch) {
     case '"':

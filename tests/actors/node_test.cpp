@@ -156,7 +156,8 @@ triad::request_usage run_agent(triad::kv_policy policy,
   }
   BOOST_TEST(device_sequences(*n) == 0u); // every sequence freed at the end
   // Whatever the policy and layout, its stages add up, the tool time in the tool stage.
-  BOOST_TEST(check_stages_add_up(*n, 1)["tool"] >= last.usage.tool_s * 0.99);
+  // (The tool stage starts a little after the tool's clock: the KV's parking lies between.)
+  BOOST_TEST(check_stages_add_up(*n, 1)["tool"] >= last.usage.tool_s - 0.005);
   {
     // Every transition is an event and a metric.
     std::vector<std::string> states;
@@ -208,7 +209,7 @@ BOOST_AUTO_TEST_CASE(a_requests_stages_add_up_to_its_end_to_end_time_in_metrics)
   BOOST_TEST(total == last.usage.total_s, boost::test_tools::tolerance(0.01));
   // Three naps of 20 ms: the tool stage holds them, and nothing else does.
   BOOST_TEST(stages["tool"] >= 0.060);
-  BOOST_TEST(stages["tool"] >= last.usage.tool_s * 0.99);
+  BOOST_TEST(stages["tool"] >= last.usage.tool_s - 0.005); // the KV parks between their clocks
   BOOST_TEST(stages["prefill"] > 0.0);
   BOOST_TEST(stages["transfer"] > 0.0);
   BOOST_TEST(stages["decode"] > 0.0);
