@@ -89,7 +89,7 @@ struct tool_executor::state {
       auto w = free.back();
       free.pop_back();
       auto& entry = running.emplace(key, std::move(call)).first->second;
-      start(w, key, entry.name, std::move(entry.arguments_json), entry.deadline, guard);
+      start(w, key, job_call::of(entry), guard);
     }
     if (arm) {
       guard.unlock();
@@ -98,16 +98,28 @@ struct tool_executor::state {
     return submit_result::accepted;
   }
 
+  // What a worker needs of a running call: the call itself, and where its span goes. The
+  // running entry keeps the name and the trace too (it is answered from there).
+  struct job_call {
+    std::string name, args;
+    clock_type::time_point deadline;
+    std::shared_ptr<trace_log> trace;
+    std::uint64_t trace_id = 0;
+
+    static job_call of(tool_submission& entry) {
+      return {entry.name, std::move(entry.arguments_json), entry.deadline, entry.trace,
+              entry.trace_id};
+    }
+  };
+
   // Hands call `key` to worker `w`. A free worker's queue holds at most the tail of its last
   // job, and its capacity is two: only a stopping worker refuses.
-  void start(std::size_t w, std::uint64_t key, std::string name, std::string args,
-             clock_type::time_point deadline, std::unique_lock<std::mutex>& guard) {
+  void start(std::size_t w, std::uint64_t key, job_call call, std::unique_lock<std::mutex>& guard) {
     auto& slot = workers[w];
     slot.key = key;
     slot.overdue_since = no_deadline;
-    auto job = [st = self.lock(), w, gen = slot.generation, key, name = std::move(name),
-                args = std::move(args), deadline]() mutable {
-      st->work(w, gen, key, std::move(name), std::move(args), deadline);
+    auto job = [st = self.lock(), w, gen = slot.generation, key, call = std::move(call)]() mutable {
+      st->work(w, gen, key, std::move(call));
     };
     if (slot.thread->try_submit(std::move(job)) != submit_result::accepted) {
       slot.key.reset();
@@ -123,15 +135,17 @@ struct tool_executor::state {
   // On worker `w` of generation `gen`: runs the call, sends its result unless it timed out
   // meanwhile, then takes the next waiting call, until none waits. A worker given up while in
   // the call (its slot has a newer generation) drops the result and ends.
-  void work(std::size_t w, std::uint64_t gen, std::uint64_t key, std::string name, std::string args,
-            clock_type::time_point deadline) {
+  void work(std::size_t w, std::uint64_t gen, std::uint64_t key, job_call call) {
     for (;;) {
       const auto started = clock_type::now();
-      auto reply = run(name, args, deadline);
+      auto reply = run(call.name, call.args, call.deadline);
       const auto ended = clock_type::now();
       std::unique_lock guard{mutex};
       if (workers.size() <= w || workers[w].generation != gen) {
         --abandoned_running; // its call was answered as timed out when it was given up
+        guard.unlock();
+        if (call.trace) // on a track apart: the slot's fresh worker has the slot's own
+          trace_call(w, call, reply, started, ended, true, " (given up)");
         return;
       }
       std::optional<tool_submission> done;
@@ -139,38 +153,46 @@ struct tool_executor::state {
         done = std::move(it->second);
         running.erase(it);
       }
-      bool more = !stopping && !waiting.empty();
-      if (more) {
-        auto [next, call] = std::move(waiting.front());
-        waiting.pop_front();
-        key = next;
-        auto& entry = running.emplace(key, std::move(call)).first->second;
-        name = entry.name;
-        args = std::move(entry.arguments_json); // the running entry needs its name alone
-        deadline = entry.deadline;
-        workers[w].key = key;
-      } else {
+      workers[w].overdue_since = no_deadline;
+      if (stopping || waiting.empty()) {
         workers[w].key.reset();
         free.push_back(w);
-      }
-      workers[w].overdue_since = no_deadline;
-      guard.unlock();
-      if (done && done->trace)
-        trace_call(w, *done, reply, started, ended);
-      if (done)
-        send_result(*done, std::move(reply));
-      if (!more)
+        guard.unlock();
+        finish(w, call, done, std::move(reply), started, ended);
         return;
+      }
+      auto [next, queued] = std::move(waiting.front());
+      waiting.pop_front();
+      key = next;
+      workers[w].key = key;
+      auto ran =
+          std::exchange(call, job_call::of(running.emplace(next, std::move(queued)).first->second));
+      guard.unlock();
+      finish(w, ran, done, std::move(reply), started, ended);
     }
   }
 
-  // A traced request's call as a span on the worker's track of this tool domain.
-  void trace_call(std::size_t w, const tool_submission& call, const tool_reply& reply,
-                  clock_type::time_point started, clock_type::time_point ended) {
+  // After call `ran` returned on worker `w` (the mutex not held): its span, and its result to
+  // the caller unless the sweep answered it as timed out meanwhile (`done` empty).
+  void finish(std::size_t w, const job_call& ran, std::optional<tool_submission>& done,
+              tool_reply reply, clock_type::time_point started, clock_type::time_point ended) {
+    if (ran.trace)
+      trace_call(w, ran, reply, started, ended, !done);
+    if (done)
+      send_result(*done, std::move(reply));
+  }
+
+  // A traced request's call as a span on the worker's track of this tool domain; `timed_out`:
+  // it was answered as timed out before it returned (what it returned went nowhere).
+  void trace_call(std::size_t w, const job_call& call, const tool_reply& reply,
+                  clock_type::time_point started, clock_type::time_point ended, bool timed_out,
+                  std::string_view worker_note = {}) {
     auto track = call.trace->track("domain" + std::to_string(domain) + " tools",
-                                   "tool worker " + std::to_string(w));
+                                   "tool worker " + std::to_string(w) + std::string{worker_note});
     std::string args = "\"request\":" + std::to_string(call.trace_id) + ",\"ok\":";
-    args += reply.ok ? "true" : "false";
+    args += reply.ok && !timed_out ? "true" : "false";
+    if (timed_out)
+      args += ",\"timed_out\":true";
     call.trace->add(track, "tool " + call.name, "tool", started, ended - started, args,
                     std::span{&call.trace_id, 1});
   }
@@ -257,7 +279,7 @@ struct tool_executor::state {
           waiting.pop_front();
           auto& entry = running.emplace(key, std::move(call)).first->second;
           again = again || entry.deadline != no_deadline;
-          start(w, key, entry.name, std::move(entry.arguments_json), entry.deadline, guard);
+          start(w, key, job_call::of(entry), guard);
         } else {
           free.push_back(w);
         }

@@ -294,6 +294,41 @@ struct stuck_tool {
 
 } // namespace
 
+BOOST_AUTO_TEST_CASE(a_traced_call_past_its_deadline_still_writes_its_span_marked_timed_out) {
+  auto path = std::filesystem::temp_directory_path() /
+              ("triad-executor-trace-" + std::to_string(::getpid()) + ".json");
+  {
+    auto log = triad::trace_log::open(path);
+    BOOST_REQUIRE(log);
+    started_executor f{1};
+    caf::scoped_actor self{f.dom.system()};
+    auto late = nap(300, 1, caf::actor{self}, 50ms), next = nap(10, 2, caf::actor{self});
+    late.trace = next.trace = *log;
+    late.trace_id = 7, next.trace_id = 8;
+    for (auto* s : {&late, &next})
+      BOOST_REQUIRE(f.ex->submit(*s) == triad::submit_result::accepted);
+    auto got = results(self, 2);
+    BOOST_TEST(got[1].timed_out);
+    BOOST_TEST(got[2].ok);
+    // The late call's worker returns after its answer went out (at 300 ms), then writes it.
+    for (int i = 0; i < 200 && (*log)->spans() < 2; ++i)
+      std::this_thread::sleep_for(10ms);
+    BOOST_TEST((*log)->spans() == 2u);
+  } // the log closes: one document
+  std::ifstream in{path};
+  auto doc = json::parse(std::string{std::istreambuf_iterator<char>{in}, {}});
+  std::filesystem::remove(path);
+  std::map<std::int64_t, json::object> by_request;
+  for (const auto& e : doc.at("traceEvents").as_array())
+    if (e.at("ph") == "X")
+      by_request[e.at("args").at("request").as_int64()] = e.at("args").as_object();
+  BOOST_REQUIRE(by_request.size() == 2u);
+  BOOST_TEST(by_request[7].at("ok") == false);
+  BOOST_TEST(by_request[7].at("timed_out") == true);
+  BOOST_TEST(by_request[8].at("ok") == true);
+  BOOST_TEST(!by_request[8].contains("timed_out"));
+}
+
 BOOST_AUTO_TEST_CASE(a_worker_stuck_past_its_deadline_and_the_grace_is_replaced) {
   stuck_tool stuck;
   triad::tool_executor_options o;
