@@ -1238,9 +1238,9 @@ private:
       batch_max = std::max(batch_max, st.batch);
     if (!trace_track_)
       trace_track_ = options_.trace->track("device " + options_.name, "driver");
-    args = "\"steps\":" + std::to_string(r.steps.size()) +
-           ",\"batch_max\":" + std::to_string(batch_max) + ",\"tokens\":" + std::to_string(tokens) +
-           ",";
+    args.assign("\"steps\":").append(std::to_string(r.steps.size()));
+    args.append(",\"batch_max\":").append(std::to_string(batch_max));
+    args.append(",\"tokens\":").append(std::to_string(tokens)).append(",");
     const auto requests_at = args.size(); // the import's span has only the requests
     args += "\"requests\":";
     append_trace_string(args, traced);

@@ -99,11 +99,12 @@ struct tool_executor::state {
   }
 
   // What a worker needs of a running call: the call itself, and where its span goes. The
-  // running entry keeps the name and the trace too (it is answered from there).
+  // running entry keeps the name and the trace too (it is answered from there). The trace is
+  // weak: a worker stuck in its tool must not keep the node's trace file open past the node.
   struct job_call {
     std::string name, args;
     clock_type::time_point deadline;
-    std::shared_ptr<trace_log> trace;
+    std::weak_ptr<trace_log> trace;
     std::uint64_t trace_id = 0;
 
     static job_call of(tool_submission& entry) {
@@ -144,8 +145,9 @@ struct tool_executor::state {
       if (workers.size() <= w || workers[w].generation != gen) {
         --abandoned_running; // its call was answered as timed out when it was given up
         guard.unlock();
-        if (call.trace) // on a track apart: the slot's fresh worker has the slot's own
-          trace_call(w, call, reply, started, ended, true, " (given up)");
+        // On a track of its own generation: the slot's fresh worker has the slot's own.
+        trace_call(w, call, reply, started, ended, "given_up",
+                   " (given up, generation " + std::to_string(gen) + ")");
         return;
       }
       std::optional<tool_submission> done;
@@ -176,25 +178,32 @@ struct tool_executor::state {
   // the caller unless the sweep answered it as timed out meanwhile (`done` empty).
   void finish(std::size_t w, const job_call& ran, std::optional<tool_submission>& done,
               tool_reply reply, clock_type::time_point started, clock_type::time_point ended) {
-    if (ran.trace)
-      trace_call(w, ran, reply, started, ended, !done);
+    trace_call(w, ran, reply, started, ended, done ? std::string_view{} : "timed_out");
     if (done)
       send_result(*done, std::move(reply));
   }
 
-  // A traced request's call as a span on the worker's track of this tool domain; `timed_out`:
-  // it was answered as timed out before it returned (what it returned went nowhere).
+  // A traced request's call as a span on the worker's track of this tool domain (while the
+  // trace is open). `unanswered`: why what it returned went nowhere, "timed_out" (the caller
+  // was answered so first) or "given_up" (its worker was, past the grace or at a stop); empty:
+  // answered with it.
   void trace_call(std::size_t w, const job_call& call, const tool_reply& reply,
-                  clock_type::time_point started, clock_type::time_point ended, bool timed_out,
-                  std::string_view worker_note = {}) {
-    auto track = call.trace->track("domain" + std::to_string(domain) + " tools",
-                                   "tool worker " + std::to_string(w) + std::string{worker_note});
+                  clock_type::time_point started, clock_type::time_point ended,
+                  std::string_view unanswered, std::string_view worker_note = {}) {
+    auto trace = call.trace.lock();
+    if (!trace)
+      return;
+    auto track = trace->track("domain" + std::to_string(domain) + " tools",
+                              "tool worker " + std::to_string(w) + std::string{worker_note});
     std::string args = "\"request\":" + std::to_string(call.trace_id) + ",\"ok\":";
-    args += reply.ok && !timed_out ? "true" : "false";
-    if (timed_out)
-      args += ",\"timed_out\":true";
-    call.trace->add(track, "tool " + call.name, "tool", started, ended - started, args,
-                    std::span{&call.trace_id, 1});
+    args += reply.ok && unanswered.empty() ? "true" : "false";
+    if (!unanswered.empty()) {
+      args += ",\"";
+      args += unanswered;
+      args += "\":true";
+    }
+    trace->add(track, "tool " + call.name, "tool", started, ended - started, args,
+               std::span{&call.trace_id, 1});
   }
 
   // Runs one call under its deadline (a sandboxed tool's processes are killed by it, so the

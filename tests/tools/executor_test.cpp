@@ -319,9 +319,17 @@ BOOST_AUTO_TEST_CASE(a_traced_call_past_its_deadline_still_writes_its_span_marke
   auto doc = json::parse(std::string{std::istreambuf_iterator<char>{in}, {}});
   std::filesystem::remove(path);
   std::map<std::int64_t, json::object> by_request;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::string> tracks;
   for (const auto& e : doc.at("traceEvents").as_array())
-    if (e.at("ph") == "X")
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      tracks[{e.at("pid").as_int64(), e.at("tid").as_int64()}] =
+          e.at("args").at("name").as_string();
+  for (const auto& e : doc.at("traceEvents").as_array())
+    if (e.at("ph") == "X") {
       by_request[e.at("args").at("request").as_int64()] = e.at("args").as_object();
+      const std::pair track{e.at("pid").as_int64(), e.at("tid").as_int64()};
+      BOOST_TEST(tracks[track] == "tool worker 0"); // the one worker ran both
+    }
   BOOST_REQUIRE(by_request.size() == 2u);
   BOOST_TEST(by_request[7].at("ok") == false);
   BOOST_TEST(by_request[7].at("timed_out") == true);
