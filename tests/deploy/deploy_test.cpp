@@ -1,12 +1,14 @@
 // The Prometheus rules and the Grafana dashboard under deploy/: promtool checks the rules and runs
 // their unit tests, every dashboard query parses as PromQL, and every metric, label and label
 // value they name is one a running node exports.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -55,6 +57,7 @@ void require_promtool() {
 struct panel_query {
   std::string panel;
   std::string expr;
+  std::string legend; // its legendFormat ("{{stage}}"), or empty
 };
 
 std::vector<panel_query> dashboard_queries() {
@@ -65,7 +68,10 @@ std::vector<panel_query> dashboard_queries() {
     if (const auto* targets = panel.if_contains("targets"))
       for (const auto& t : targets->as_array())
         out.push_back({json::value_to<std::string>(panel.at("title")),
-                       json::value_to<std::string>(t.at("expr"))});
+                       json::value_to<std::string>(t.at("expr")),
+                       t.as_object().contains("legendFormat")
+                           ? json::value_to<std::string>(t.at("legendFormat"))
+                           : std::string{}});
   }
   return out;
 }
@@ -221,6 +227,48 @@ std::vector<std::string> check_uses(const exposition& e, const std::string& text
   return problems;
 }
 
+// The labels `text` groups by (`by (...)`, `without (...)`) and, from `legend`, those a legend
+// names (`{{stage}}`).
+std::set<std::string> grouping_labels(const std::string& text, const std::string& legend = {}) {
+  std::set<std::string> out;
+  static const std::regex grouping{R"(\b(by|without)\s*\(([^)]*)\))"};
+  for (std::sregex_iterator it{text.begin(), text.end(), grouping}, end; it != end; ++it) {
+    std::stringstream names{(*it)[2].str()};
+    for (std::string name; std::getline(names, name, ',');) {
+      name.erase(0, name.find_first_not_of(" \n"));
+      name.erase(name.find_last_not_of(" \n") + 1);
+      if (!name.empty())
+        out.insert(name);
+    }
+  }
+  static const std::regex named{R"(\{\{\s*(\w+)\s*\}\})"};
+  for (std::sregex_iterator it{legend.begin(), legend.end(), named}, end; it != end; ++it)
+    out.insert((*it)[1].str());
+  return out;
+}
+
+// What is wrong with the labels `text` groups by or `legend` shows: a label none of the metrics
+// it reads has (any the node exports, for a text that reads only recorded series).
+std::vector<std::string> check_groupings(const exposition& e, const std::string& text,
+                                         const std::string& legend = {}) {
+  std::set<std::string> known = {"job", "instance", "le"}; // Prometheus's, and buckets'
+  const auto uses = metrics_named(text);
+  for (const auto& [family, labels] : e.labels) {
+    const bool read = std::any_of(uses.begin(), uses.end(), [&](const metric_use& u) {
+      return family_of(e.types, u.name) == family;
+    });
+    if (read || uses.empty())
+      for (const auto& [label, values] : labels)
+        known.insert(label);
+  }
+  std::vector<std::string> problems;
+  for (const auto& label : grouping_labels(text, legend))
+    if (!known.count(label))
+      problems.push_back("groups by or shows the label " + label +
+                         ", which none of its metrics has");
+  return problems;
+}
+
 // The value of the sample written exactly as `series` (name and labels) in `text`; NaN if none.
 double sample_of(const std::string& text, const std::string& series) {
   for (auto at = text.find(series + " "); at != std::string::npos;
@@ -353,11 +401,16 @@ BOOST_AUTO_TEST_CASE(every_metric_the_dashboard_and_rules_name_is_one_the_node_e
   }
   auto e = parse_exposition(n->metrics().render());
   BOOST_REQUIRE_GE(e.types.size(), 40u);
-  for (const auto& q : dashboard_queries())
+  for (const auto& q : dashboard_queries()) {
     for (const auto& problem : check_uses(e, q.expr))
       BOOST_ERROR("dashboard panel \"" << q.panel << "\": " << problem);
-  for (const auto& problem :
-       check_uses(e, read_file(source_dir() / "deploy/prometheus/triad-rules.yml")))
+    for (const auto& problem : check_groupings(e, q.expr, q.legend))
+      BOOST_ERROR("dashboard panel \"" << q.panel << "\": " << problem);
+  }
+  const auto rules = read_file(source_dir() / "deploy/prometheus/triad-rules.yml");
+  for (const auto& problem : check_uses(e, rules))
+    BOOST_ERROR("deploy/prometheus/triad-rules.yml: " << problem);
+  for (const auto& problem : check_groupings(e, rules))
     BOOST_ERROR("deploy/prometheus/triad-rules.yml: " << problem);
 }
 
@@ -378,6 +431,24 @@ BOOST_AUTO_TEST_CASE(the_checks_catch_a_metric_or_label_value_the_node_does_not_
                              "triad_request_seconds_bucket has no label stage"}),
              boost::test_tools::per_element());
   BOOST_TEST(check_uses(e, R"(rate(triad_tool_invocations_total{outcome="ok"}[5m]))").empty());
+}
+
+BOOST_AUTO_TEST_CASE(the_checks_catch_a_grouping_or_legend_label_no_metric_has) {
+  auto e = parse_exposition("# TYPE triad_tool_invocations_total counter\n"
+                            "triad_tool_invocations_total{outcome=\"ok\"} 1\n"
+                            "# TYPE triad_device_busy_seconds_total counter\n"
+                            "triad_device_busy_seconds_total{device=\"d0\"} 1\n");
+  // A label of another metric than the one read is not good enough; job and instance are.
+  auto problems =
+      check_groupings(e, "sum by (outcome, device) (rate(triad_tool_invocations_total[5m]))",
+                      "{{outcome}} {{ stage }} {{instance}}");
+  BOOST_TEST(problems == (std::vector<std::string>{
+                             "groups by or shows the label device, which none of its metrics has",
+                             "groups by or shows the label stage, which none of its metrics has"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(check_groupings(e, "sum without (outcome) (triad_tool_invocations_total)").empty());
+  // Over recorded series only, any label the node exports.
+  BOOST_TEST(check_groupings(e, "max by (job, device) (triad:x:rate5m)").empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
