@@ -229,6 +229,10 @@ json::object call_json(const call_record& c) {
     o["error_kind"] = c.error_kind;
     o["error"] = c.error;
   }
+  if (c.traced) { // asked for its trace: the node's request id to fetch it by (when one came)
+    o["traced"] = true;
+    o["request_id"] = c.request_id;
+  }
   return o;
 }
 
@@ -370,14 +374,15 @@ bool write_csv(const run_result& r, const std::filesystem::path& path, std::stri
   if (!open_for(f, path, error))
     return false;
   f << "job,turn,call,session,ok,intended_s,dispatched_s,sent_s,first_token_s,end_s,"
-       "prompt_tokens,completion_tokens,cached_tokens,finish_reason,tool_call,error_kind,error\n";
+       "prompt_tokens,completion_tokens,cached_tokens,finish_reason,tool_call,error_kind,error,"
+       "traced,request_id\n";
   for (const auto& c : r.calls)
     f << c.job << ',' << c.turn << ',' << c.call << ',' << csv_field(c.session) << ','
       << (c.ok ? 1 : 0) << ',' << fmt(c.intended_s, 6) << ',' << fmt(c.dispatched_s, 6) << ','
       << fmt(c.sent_s, 6) << ',' << fmt(c.first_token_s, 6) << ',' << fmt(c.end_s, 6) << ','
       << c.prompt_tokens << ',' << c.completion_tokens << ',' << c.cached_tokens << ','
       << c.finish_reason << ',' << (c.tool_call ? 1 : 0) << ',' << csv_field(c.error_kind) << ','
-      << csv_field(c.error) << '\n';
+      << csv_field(c.error) << ',' << (c.traced ? 1 : 0) << ',' << csv_field(c.request_id) << '\n';
   return static_cast<bool>(f) || (error = "writing " + path.string() + " failed", false);
 }
 

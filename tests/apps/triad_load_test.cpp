@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>
@@ -114,7 +115,8 @@ BOOST_AUTO_TEST_CASE(sampled_calls_traces_are_written_beside_the_report_and_link
   auto r = run_command(binary("triad-load") + " --inproc " + s.path("node.toml") +
                        " --requests 6 --concurrency 2 --input-tokens 64 --output-tokens 4"
                        " --sample-traces 0.5 --seed 3 --html " +
-                       s.path("report.html") + " 2>&1");
+                       s.path("report.html") + " --jsonl " + s.path("calls.jsonl") + " --csv " +
+                       s.path("calls.csv") + " 2>&1");
   BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
   auto report = slurp(s.path("report.html"));
   BOOST_TEST(report.find("Sampled request traces") != std::string::npos);
@@ -150,6 +152,21 @@ BOOST_AUTO_TEST_CASE(sampled_calls_traces_are_written_beside_the_report_and_link
     }
   BOOST_TEST(linked.size() == links);
   BOOST_TEST((traced == linked));
+  // The per-call outputs name them too: a sampled call's request id, the others' none.
+  std::set<std::string> listed;
+  std::istringstream lines{slurp(s.path("calls.jsonl"))};
+  for (std::string line; std::getline(lines, line);) {
+    const auto call = json::parse(line).as_object();
+    if (call.contains("traced"))
+      listed.insert(std::string{call.at("request_id").as_string()});
+    else
+      BOOST_TEST(!call.contains("request_id"));
+  }
+  BOOST_TEST((listed == linked));
+  const auto csv = slurp(s.path("calls.csv"));
+  BOOST_TEST(csv.substr(0, csv.find('\n')).ends_with(",traced,request_id"));
+  for (const auto& id : linked)
+    BOOST_TEST(csv.find(",1," + id + "\n") != std::string::npos, id);
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_servers_are_clear_errors) {
