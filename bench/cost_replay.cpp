@@ -8,12 +8,12 @@
 #include <thread>
 #include <vector>
 
-#include <time.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
 
 #include "actors/request.hpp"
+#include "runtime/cpu_time.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/trace.hpp"
 
@@ -21,21 +21,15 @@ namespace triad::bench {
 
 namespace {
 
-double thread_cpu_s() {
-  timespec t{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
-
 // Runs `work(0)` and `work(1)` on two threads at once; the CPU both used, user and kernel.
 double on_two_threads(const std::function<void(unsigned)>& work) {
   std::array<double, 2> cpu{};
   std::array<std::thread, 2> threads;
   for (unsigned t = 0; t < 2; ++t)
     threads[t] = std::thread{[&, t] {
-      const double from = thread_cpu_s();
+      const double from = this_thread_cpu_seconds();
       work(t);
-      cpu[t] = thread_cpu_s() - from;
+      cpu[t] = this_thread_cpu_seconds() - from;
     }};
   for (auto& t : threads)
     t.join();
