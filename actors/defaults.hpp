@@ -85,6 +85,8 @@ namespace traces {
 /// Requests that asked for their trace whose spans the node keeps in memory for
 /// GET /v1/traces/{id} (the most recent; each at most 4096 spans).
 inline constexpr std::size_t kept_requests = 256;
+/// The memory those kept traces take at most, MiB (the oldest go first past it).
+inline constexpr std::size_t kept_mib = 64;
 } // namespace traces
 
 } // namespace triad::defaults

@@ -4,30 +4,134 @@
 #include <atomic>
 #include <limits>
 #include <mutex>
+#include <string_view>
 
 #include <caf/all.hpp>
 
 #include "devices/device.hpp"
+#include "runtime/trace.hpp"
 
 namespace triad {
 
 namespace {
 
-/// Asks the fetcher for pages: `(kv_fetch_atom, tokens, first, count, seq, reply_to)`.
+// Each message to the fetcher that serves one request ends with a kv_trace (its trace).
+
+/// Asks the fetcher for pages: `(kv_fetch_atom, tokens, first, count, seq, reply_to, trace)`.
 using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
-/// Asks the fetcher for kept blocks: `(kv_fetch_kept_atom, ids, tokens, seq, reply_to)`.
+/// Asks the fetcher for kept blocks: `(kv_fetch_kept_atom, ids, tokens, seq, reply_to, trace)`.
 using kv_fetch_kept_atom = caf::atom_constant<caf::atom("kvfetchk")>;
-/// Starts reading kept blocks before a device asks: `(kv_prefetch_atom, ids, tokens)`.
+/// Starts reading kept blocks before a device asks: `(kv_prefetch_atom, ids, tokens, trace)`.
 using kv_prefetch_atom = caf::atom_constant<caf::atom("kvprefch")>;
 /// Drops a prefetch no device joined: `(kv_unprefetch_atom, ids)`.
 using kv_unprefetch_atom = caf::atom_constant<caf::atom("kvunpref")>;
-/// Asks the fetcher to keep pages: `(kv_keep_atom, kv_put, ttl_ms, key, reply_to)`.
+/// Asks the fetcher to keep pages: `(kv_keep_atom, kv_put, ttl_ms, key, reply_to, trace)`.
 using kv_keep_atom = caf::atom_constant<caf::atom("kvkeep")>;
-/// Asks the fetcher for blocks to stream through: `(kv_lease_atom, pool, pages, seq, reply_to)`.
+/// Asks the fetcher for blocks to stream through: `(kv_lease_atom, pool, pages, seq, reply_to,
+/// trace)`.
 using kv_lease_atom = caf::atom_constant<caf::atom("kvlease")>;
-/// Asks the fetcher for pages of another device's memory: `(kv_peer_atom, owner, tokens,
-/// first, count, seq, reply_to)`.
+/// Asks the fetcher for pages of another device's memory: `(kv_peer_atom, owner, owner's name,
+/// tokens, first, count, seq, reply_to, trace)`.
 using kv_peer_atom = caf::atom_constant<caf::atom("kvpeer")>;
+
+/// Whom a fetcher's operation is for when its request is traced: the request (0: not traced),
+/// the caller (a device's name, "request 17") and when it asked.
+struct kv_trace {
+  std::uint64_t request = 0; ///< the traced request's id, or 0
+  std::string from;          ///< who asked
+  std::int64_t asked_ns = 0; ///< when, on trace_log's clock (since its epoch)
+};
+
+/// Inspector of kv_trace.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_trace& x) {
+  return f(caf::meta::type_name("kv_trace"), x.request, x.from, x.asked_ns);
+}
+
+// The spans of one traced operation of the fetcher, on a track of their own in the fetcher's
+// domain ("request 17 kv fetch"): each message the fetcher sent for it, from the send to the
+// answer, and around them the caller's message to the fetcher, from the ask to the answer.
+class op_trace {
+public:
+  using clock_type = trace_log::clock_type;
+
+  op_trace(std::shared_ptr<trace_log> log, kv_trace t, caf::atom_value what, std::string_view op)
+      : log_(std::move(log))
+      , request_(t.request)
+      , from_(std::move(t.from))
+      , what_(what)
+      , op_(op)
+      , asked_(clock_type::duration{t.asked_ns}) {}
+
+  // One for `t` (its message `what`, the operation `op`): null when the operation is not
+  // traced, or the node writes no trace.
+  static std::shared_ptr<op_trace> make(const std::shared_ptr<trace_log>& log, kv_trace t,
+                                        caf::atom_value what, std::string_view op) {
+    if (!log || t.request == 0)
+      return nullptr;
+    return std::make_shared<op_trace>(log, std::move(t), what, op);
+  }
+
+  // The fetcher's message `what` to `to`, from `sent` until now, and how it went; `messages`
+  // of them when they went out together (a read per block), from the first send to the last
+  // answer.
+  void hop(caf::atom_value what, std::string_view to, clock_type::time_point sent,
+           std::string_view outcome, std::size_t messages = 1) {
+    const auto message = caf::to_string(what);
+    std::string name = message;
+    if (messages != 1)
+      name.append(" x").append(std::to_string(messages));
+    name.append(" to ").append(to);
+    std::string args = "\"to\":";
+    append_trace_string(args, to);
+    args += ",\"message\":";
+    append_trace_string(args, message);
+    args += ",\"outcome\":";
+    append_trace_string(args, outcome);
+    if (messages != 1)
+      args.append(",\"messages\":").append(std::to_string(messages));
+    write(name, sent, args);
+  }
+
+  // The operation answered its caller (`outcome`, with `pages` pages or blocks): the caller's
+  // message to the fetcher, around the fetcher's own; once.
+  void end(std::string_view outcome, std::size_t pages) {
+    if (std::exchange(ended_, true))
+      return;
+    const auto message = caf::to_string(what_);
+    std::string args = "\"from\":";
+    append_trace_string(args, from_);
+    args += ",\"to\":\"kv fetcher\",\"message\":";
+    append_trace_string(args, message);
+    args += ",\"outcome\":";
+    append_trace_string(args, outcome);
+    args.append(",\"pages\":").append(std::to_string(pages));
+    write(message + " to kv fetcher", asked_, args);
+  }
+
+private:
+  void write(std::string_view name, clock_type::time_point from, std::string_view args) {
+    if (!track_) // in the fetcher's domain, made at its first span (on the fetcher's thread)
+      track_ = log_->new_track("domain" + std::to_string(current_domain()),
+                               "request " + std::to_string(request_) + " kv " + op_, request_);
+    log_->add(*track_, name, "message", from, clock_type::now() - from, args,
+              std::span{&request_, 1});
+  }
+
+  std::shared_ptr<trace_log> log_;
+  std::uint64_t request_;
+  std::string from_;
+  caf::atom_value what_;
+  std::string op_;
+  clock_type::time_point asked_;
+  std::optional<trace_track> track_;
+  bool ended_ = false;
+};
+
+// When the fetcher's message went, for its hop span (no clock read when untraced).
+op_trace::clock_type::time_point sent_now(const std::shared_ptr<op_trace>& t) {
+  return t ? op_trace::clock_type::now() : op_trace::clock_type::time_point{};
+}
 
 /// How long a device asked for its pages may take to copy them out (it does so between its
 /// steps); past it the asking prompt computes them.
@@ -44,6 +148,9 @@ struct fetch_state {
   caf::actor reply_to; // null for a prefetch no device joined yet: the pages wait in `done`
   bool finished = false;
   std::vector<kv_page> done;
+  std::shared_ptr<op_trace> trace;  // the traced operation that started it, or null
+  std::shared_ptr<op_trace> joined; // the traced fetch_kept that joined it (a prefetch), or null
+  op_trace::clock_type::time_point reads_sent; // traced: when the block reads went out
 
   // The pages read and checked, up to the first that was not: the rest is computed. Page k
   // holds the tokens of page `first + k` of `tokens` (the last may be partial).
@@ -67,10 +174,15 @@ struct fetch_state {
       out.push_back(std::move(p));
     }
     finished = true;
+    const auto n = out.size();
+    const bool answered = static_cast<bool>(reply_to);
     if (reply_to)
       caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(out));
     else
       done = std::move(out);
+    for (auto* t : {trace.get(), joined.get()})
+      if (t != nullptr) // a prefetch nobody joined yet is read, not answered
+        t->end(answered ? "answered" : "read", n);
   }
 
   // Reads `ids` through the store, in order, then finishes. The blocks are referenced while
@@ -82,12 +194,19 @@ struct fetch_state {
       return finish(block_tokens);
     self->request(store.store, caf::infinite, kv_acquire_atom::value, ids)
         .then(
-            [self, store, ids, block_tokens, me](kv_reply& r) {
+            [self, store, ids, block_tokens, me, sent = sent_now(trace)](kv_reply& r) {
+              if (me->trace)
+                me->trace->hop(kv_acquire_atom::value, "kv store", sent,
+                               r.ok ? "answered" : "refused");
               if (!r.ok)
                 return me->finish(block_tokens);
               me->read_held(self, store, ids, block_tokens, me);
             },
-            [me, block_tokens](caf::error&) { me->finish(block_tokens); });
+            [me, block_tokens, sent = sent_now(trace)](caf::error&) {
+              if (me->trace)
+                me->trace->hop(kv_acquire_atom::value, "kv store", sent, "failed");
+              me->finish(block_tokens);
+            });
   }
 
   void read_held(caf::event_based_actor* self, const kv_store& store,
@@ -97,13 +216,23 @@ struct fetch_state {
     pages.resize(n);
     ok.assign(n, false);
     left = n;
+    reads_sent = sent_now(trace);
     for (std::size_t k = 0; k < n; ++k) {
       auto one = [me, k, block_tokens, store, ids](bool good, std::vector<std::uint8_t> bytes) {
         me->ok[k] = good;
         me->pages[k].bytes = std::move(bytes);
         if (--me->left != 0)
           return;
+        if (me->trace) // the reads as one span: they went out together and overlap
+          me->trace->hop(kv_read_atom::value, "kv store", me->reads_sent,
+                         std::all_of(me->ok.begin(), me->ok.end(), [](bool b) { return b; })
+                             ? "answered"
+                             : "failed",
+                         me->ok.size());
+        const auto released = sent_now(me->trace);
         caf::anon_send(store.store, kv_release_atom::value, ids); // the read's references
+        if (me->trace)
+          me->trace->hop(kv_release_atom::value, "kv store", released, "sent");
         me->finish(block_tokens);
       };
       self->request(store.store, caf::infinite, kv_read_atom::value, ids[k])
@@ -165,118 +294,191 @@ private:
 };
 
 caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t block_tokens,
-                      std::size_t block_bytes, std::shared_ptr<std::atomic<std::uint64_t>> joins) {
+                      std::size_t block_bytes, std::shared_ptr<std::atomic<std::uint64_t>> joins,
+                      std::shared_ptr<trace_log> log) {
   auto prefetches = std::make_shared<prefetch_set>();
   return {
-      [self, store, block_tokens, block_bytes,
-       prefetches](kv_prefetch_atom, std::vector<block_id>& ids, std::vector<token>& tokens) {
+      [self, store, block_tokens, block_bytes, prefetches, log](
+          kv_prefetch_atom a, std::vector<block_id>& ids, std::vector<token>& tokens, kv_trace& t) {
         auto st = std::make_shared<fetch_state>();
         st->tokens = std::move(tokens);
+        st->trace = op_trace::make(log, std::move(t), a, "prefetch");
         if (!ids.empty() && prefetches->add(ids, st, ids.size() * block_bytes))
           st->read(self, store, ids, block_tokens, st);
+        else if (st->trace)
+          st->trace->end("not made", 0); // the device reads them when it takes the request
       },
       [prefetches](kv_unprefetch_atom, std::vector<block_id>& ids) { prefetches->drop(ids); },
-      [self, store, block_tokens](kv_fetch_atom, std::vector<token>& tokens, std::uint64_t first,
-                                  std::uint64_t count, seq_id seq, caf::actor& reply_to) {
+      [self, store, block_tokens, log](kv_fetch_atom a, std::vector<token>& tokens,
+                                       std::uint64_t first, std::uint64_t count, seq_id seq,
+                                       caf::actor& reply_to, kv_trace& t) {
         auto st = std::make_shared<fetch_state>();
         tokens.resize(std::min<std::size_t>(tokens.size(), (first + count) * block_tokens));
         st->tokens = std::move(tokens);
         st->first = first;
         st->seq = seq;
         st->reply_to = std::move(reply_to);
+        st->trace = op_trace::make(log, std::move(t), a, "fetch");
         auto chain = chain_hashes(st->tokens, block_tokens);
         chain.erase(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(
                                                        std::min<std::size_t>(first, chain.size())));
         self->request(store.index, caf::infinite, kv_find_atom::value, std::move(chain))
-            .then([self, store, st,
-                   block_tokens](kv_prefix& p) { st->read(self, store, p.ids, block_tokens, st); },
-                  [st, block_tokens](caf::error&) { st->finish(block_tokens); });
+            .then(
+                [self, store, st, block_tokens, sent = sent_now(st->trace)](kv_prefix& p) {
+                  if (st->trace)
+                    st->trace->hop(kv_find_atom::value, "kv index", sent, "answered");
+                  st->read(self, store, p.ids, block_tokens, st);
+                },
+                [st, block_tokens, sent = sent_now(st->trace)](caf::error&) {
+                  if (st->trace)
+                    st->trace->hop(kv_find_atom::value, "kv index", sent, "failed");
+                  st->finish(block_tokens);
+                });
       },
-      [self, store, block_tokens, prefetches,
-       joins](kv_fetch_kept_atom, std::vector<std::uint64_t>& ids, std::vector<token>& tokens,
-              seq_id seq, caf::actor& reply_to) {
+      [self, store, block_tokens, prefetches, joins,
+       log](kv_fetch_kept_atom a, std::vector<std::uint64_t>& ids, std::vector<token>& tokens,
+            seq_id seq, caf::actor& reply_to, kv_trace& t) {
+        auto trace = op_trace::make(log, std::move(t), a, "fetch kept");
         // A read started when the tool returned: joined (the same blocks for the same tokens).
         if (auto st = prefetches->take(ids, tokens)) {
           joins->fetch_add(1, std::memory_order_relaxed);
-          if (st->finished)
+          if (st->finished) {
+            const auto n = st->done.size();
             caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(st->done));
-          else
-            st->seq = seq, st->reply_to = std::move(reply_to);
+            if (trace)
+              trace->end("answered from its prefetch", n);
+          } else {
+            st->seq = seq, st->reply_to = std::move(reply_to), st->joined = std::move(trace);
+          }
           return;
         }
         auto st = std::make_shared<fetch_state>();
         st->tokens = std::move(tokens);
         st->seq = seq;
         st->reply_to = std::move(reply_to);
+        st->trace = std::move(trace);
         st->read(self, store, ids, block_tokens, st);
       },
-      [self, store](kv_lease_atom, std::string& pool, std::uint32_t pages, seq_id seq,
-                    caf::actor& reply_to) {
-        auto none = [seq, reply_to] {
+      [self, store, log](kv_lease_atom a, std::string& pool, std::uint32_t pages, seq_id seq,
+                         caf::actor& reply_to, kv_trace& t) {
+        auto trace = op_trace::make(log, std::move(t), a, "lease");
+        auto none = [seq, reply_to, trace] {
           caf::anon_send(reply_to, kv_leased_atom::value, seq, std::shared_ptr<kv_stream>{});
+          if (trace)
+            trace->end("none", 0);
         };
         self->request(store.store, caf::infinite, kv_reserve_atom::value, std::move(pool), pages)
             .then(
-                [store, seq, reply_to, none](kv_lease& l) {
+                [store, seq, reply_to, none, trace, sent = sent_now(trace)](kv_lease& l) {
+                  if (trace)
+                    trace->hop(kv_reserve_atom::value, "kv store", sent,
+                               l.ok ? "answered" : "refused");
                   if (!l.ok)
                     return none();
                   // The stream seals the blocks when its last holder lets go (any thread).
-                  auto end = [to = store.store, ids = l.ids](std::vector<std::uint64_t> sums,
-                                                             std::vector<token> tokens) {
+                  auto end = [to = store.store, ids = l.ids, trace](std::vector<std::uint64_t> sums,
+                                                                    std::vector<token> tokens) {
+                    const auto sent = sent_now(trace);
                     caf::anon_send(to, kv_seal_atom::value, ids, std::move(tokens),
                                    std::move(sums));
+                    if (trace) // after the lease's span, on its track
+                      trace->hop(kv_seal_atom::value, "kv store", sent, "sent");
                   };
+                  const auto n = l.ids.size();
                   auto stream =
                       std::make_shared<kv_stream>(std::move(l.memory), std::move(end), l.flip_bit);
                   caf::anon_send(reply_to, kv_leased_atom::value, seq, std::move(stream));
+                  if (trace)
+                    trace->end("answered", n);
                 },
-                [none](caf::error&) { none(); });
+                [none, trace, sent = sent_now(trace)](caf::error&) {
+                  if (trace)
+                    trace->hop(kv_reserve_atom::value, "kv store", sent, "failed");
+                  none();
+                });
       },
-      [self](kv_peer_atom, caf::actor& owner, std::vector<token>& tokens, std::uint64_t first,
-             std::uint64_t count, seq_id seq, caf::actor& reply_to) {
+      [self, log](kv_peer_atom a, caf::actor& owner, std::string& owner_name,
+                  std::vector<token>& tokens, std::uint64_t first, std::uint64_t count, seq_id seq,
+                  caf::actor& reply_to, kv_trace& t) {
+        auto trace = op_trace::make(log, std::move(t), a, "from device");
+        auto to = "device " + owner_name;
         // Answered whatever happens: an owner that stopped or is slow leaves the prompt to be
         // computed, not waiting.
         self->request(caf::actor_cast<device_actor>(owner), share_patience, kv_share_atom::value,
                       std::move(tokens), first, count)
             .then(
-                [seq, reply_to](std::vector<kv_page>& pages) {
+                [seq, reply_to, trace, to, sent = sent_now(trace)](std::vector<kv_page>& pages) {
+                  const auto n = pages.size();
+                  if (trace)
+                    trace->hop(kv_share_atom::value, to, sent, "answered");
                   caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(pages));
+                  if (trace)
+                    trace->end("answered", n);
                 },
-                [seq, reply_to](caf::error&) {
+                [seq, reply_to, trace, to, sent = sent_now(trace)](caf::error&) {
+                  if (trace)
+                    trace->hop(kv_share_atom::value, to, sent, "failed");
                   caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::vector<kv_page>{});
+                  if (trace)
+                    trace->end("answered", 0);
                 });
       },
-      [self, store](kv_keep_atom, kv_put& put, std::uint32_t ttl_ms, std::uint64_t key,
-                    caf::actor& reply_to) {
-        auto not_kept = [key, reply_to] {
+      [self, store, log](kv_keep_atom a, kv_put& put, std::uint32_t ttl_ms, std::uint64_t key,
+                         caf::actor& reply_to, kv_trace& t) {
+        auto trace = op_trace::make(log, std::move(t), a, "keep");
+        auto not_kept = [key, reply_to, trace] {
           caf::anon_send(reply_to, kv_stored_atom::value, key, std::vector<std::uint64_t>{},
                          std::uint64_t{0});
+          if (trace)
+            trace->end("not kept", 0);
         };
         // Stored unreferenced, then pinned: the pin, not a reference, holds them, so a caller
         // that goes away leaves nothing held past the TTL.
         self->request(store.store, caf::infinite, kv_put_atom::value, std::move(put))
             .then(
-                [self, store, ttl_ms, key, reply_to, not_kept](kv_reply& r) {
+                [self, store, ttl_ms, key, reply_to, not_kept, trace,
+                 sent = sent_now(trace)](kv_reply& r) {
+                  if (trace)
+                    trace->hop(kv_put_atom::value, "kv store", sent, r.ok ? "answered" : "refused");
                   if (!r.ok)
                     return not_kept();
                   auto ids = r.ids;
                   self->request(store.store, caf::infinite, kv_pin_atom::value, std::move(r.ids),
                                 ttl_ms)
                       .then(
-                          [store, key, reply_to, ids, not_kept](kv_reply& pinned) mutable {
+                          [store, key, reply_to, ids, not_kept, trace,
+                           sent = sent_now(trace)](kv_reply& pinned) mutable {
+                            if (trace)
+                              trace->hop(kv_pin_atom::value, "kv store", sent,
+                                         pinned.ok ? "answered" : "refused");
                             if (!pinned.ok) {
                               // Some blocks went before the pin came: the pin on the others
                               // ends now, not at its deadline, as nobody will hold its id.
-                              if (pinned.pin != 0)
+                              if (pinned.pin != 0) {
+                                const auto unpinned = sent_now(trace);
                                 caf::anon_send(store.store, kv_unpin_atom::value, ids, pinned.pin);
+                                if (trace)
+                                  trace->hop(kv_unpin_atom::value, "kv store", unpinned, "sent");
+                              }
                               return not_kept();
                             }
+                            const auto n = ids.size();
                             caf::anon_send(reply_to, kv_stored_atom::value, key, std::move(ids),
                                            pinned.pin);
+                            if (trace)
+                              trace->end("answered", n);
                           },
-                          [not_kept](caf::error&) { not_kept(); });
+                          [not_kept, trace, sent = sent_now(trace)](caf::error&) {
+                            if (trace)
+                              trace->hop(kv_pin_atom::value, "kv store", sent, "failed");
+                            not_kept();
+                          });
                 },
-                [not_kept](caf::error&) { not_kept(); });
+                [not_kept, trace, sent = sent_now(trace)](caf::error&) {
+                  if (trace)
+                    trace->hop(kv_put_atom::value, "kv store", sent, "failed");
+                  not_kept();
+                });
       },
   };
 }
@@ -285,13 +487,15 @@ class store_tier final : public kv_tier {
 public:
   store_tier(domain& home, kv_store store, std::string host_pool,
              std::map<std::string, std::string> device_pools, std::size_t block_tokens,
-             std::size_t block_bytes)
+             std::size_t block_bytes, std::shared_ptr<trace_log> trace)
       : store_(std::move(store))
       , host_pool_(std::move(host_pool))
       , device_pools_(std::move(device_pools))
       , block_bytes_(block_bytes)
       , joins_(std::make_shared<std::atomic<std::uint64_t>>(0))
-      , fetcher_(home.spawn(fetcher, store_, block_tokens, block_bytes, joins_)) {}
+      , traced_(trace != nullptr)
+      , fetcher_(home.spawn(fetcher, store_, block_tokens, block_bytes, joins_, std::move(trace))) {
+  }
 
   ~store_tier() override { caf::anon_send_exit(fetcher_, caf::exit_reason::user_shutdown); }
 
@@ -324,7 +528,7 @@ public:
   }
 
   void keep(std::vector<kv_page> pages, std::chrono::milliseconds ttl, std::uint64_t key,
-            caf::actor reply_to) override {
+            caf::actor reply_to, std::uint64_t trace) override {
     kv_put put;
     put.pool = pool_of(name_of(reply_to));
     put.hold = false;
@@ -334,7 +538,9 @@ public:
     }
     auto ttl_ms = static_cast<std::uint32_t>(
         std::clamp<std::int64_t>(ttl.count(), 1, std::numeric_limits<std::uint32_t>::max()));
-    caf::anon_send(fetcher_, kv_keep_atom::value, std::move(put), ttl_ms, key, std::move(reply_to));
+    auto t = trace_from(trace, reply_to);
+    caf::anon_send(fetcher_, kv_keep_atom::value, std::move(put), ttl_ms, key, std::move(reply_to),
+                   std::move(t));
   }
 
   void release(std::vector<std::uint64_t> block_ids, std::uint64_t pin) override {
@@ -342,8 +548,10 @@ public:
       caf::anon_send(store_.store, kv_unpin_atom::value, std::move(block_ids), pin);
   }
 
-  void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens) override {
-    caf::anon_send(fetcher_, kv_prefetch_atom::value, std::move(block_ids), std::move(tokens));
+  void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens,
+                     std::uint64_t trace) override {
+    caf::anon_send(fetcher_, kv_prefetch_atom::value, std::move(block_ids), std::move(tokens),
+                   trace_from(trace, "request " + std::to_string(trace)));
   }
 
   void forget_prefetch(std::vector<std::uint64_t> block_ids) override {
@@ -356,23 +564,26 @@ public:
   }
 
   void fetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens, seq_id seq,
-                  caf::actor reply_to) override {
+                  caf::actor reply_to, std::uint64_t trace) override {
+    auto t = trace_from(trace, reply_to);
     caf::anon_send(fetcher_, kv_fetch_kept_atom::value, std::move(block_ids), std::move(tokens),
-                   seq, std::move(reply_to));
+                   seq, std::move(reply_to), std::move(t));
   }
 
-  void lease(std::size_t pages, seq_id seq, caf::actor reply_to) override {
+  void lease(std::size_t pages, seq_id seq, caf::actor reply_to, std::uint64_t trace) override {
+    auto t = trace_from(trace, reply_to);
     caf::anon_send(fetcher_, kv_lease_atom::value, pool_of(name_of(reply_to)),
                    static_cast<std::uint32_t>(
                        std::min<std::size_t>(pages, std::numeric_limits<std::uint32_t>::max())),
-                   seq, std::move(reply_to));
+                   seq, std::move(reply_to), std::move(t));
   }
 
   void fetch(std::vector<token> tokens, std::size_t first, std::size_t count, seq_id seq,
-             caf::actor reply_to) override {
+             caf::actor reply_to, std::uint64_t trace) override {
+    auto t = trace_from(trace, reply_to);
     caf::anon_send(fetcher_, kv_fetch_atom::value, std::move(tokens),
                    static_cast<std::uint64_t>(first), static_cast<std::uint64_t>(count), seq,
-                   std::move(reply_to));
+                   std::move(reply_to), std::move(t));
   }
 
   // -- pages in the devices' own memory --
@@ -442,7 +653,8 @@ public:
   }
 
   void fetch_from_device(std::uint32_t owner, std::vector<token> tokens, std::size_t first,
-                         std::size_t count, seq_id seq, caf::actor reply_to) override {
+                         std::size_t count, seq_id seq, caf::actor reply_to,
+                         std::uint64_t trace) override {
     caf::actor to;
     {
       std::lock_guard lock{devices_mutex_};
@@ -453,12 +665,26 @@ public:
       caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::vector<kv_page>{});
       return;
     }
-    caf::anon_send(fetcher_, kv_peer_atom::value, std::move(to), std::move(tokens),
+    auto t = trace_from(trace, reply_to);
+    caf::anon_send(fetcher_, kv_peer_atom::value, std::move(to), name_of(owner), std::move(tokens),
                    static_cast<std::uint64_t>(first), static_cast<std::uint64_t>(count), seq,
-                   std::move(reply_to));
+                   std::move(reply_to), std::move(t));
   }
 
 private:
+  // What the fetcher's spans of an operation for traced request `request` (0: none) need,
+  // asked now by `from`; empty (no clock read, no name) when untraced.
+  kv_trace trace_from(std::uint64_t request, std::string from) const {
+    if (request == 0 || !traced_)
+      return {};
+    return {request, std::move(from), trace_log::clock_type::now().time_since_epoch().count()};
+  }
+  kv_trace trace_from(std::uint64_t request, const caf::actor& device) const {
+    if (request == 0 || !traced_)
+      return {};
+    return trace_from(request, "device " + name_of(device));
+  }
+
   // The name `device` joined with (empty when unknown).
   std::string name_of(std::uint32_t device) const {
     std::lock_guard lock{devices_mutex_};
@@ -490,6 +716,7 @@ private:
   std::map<std::string, std::string> device_pools_; // device name -> its domain's host pool
   std::size_t block_bytes_;
   std::shared_ptr<std::atomic<std::uint64_t>> joins_; // fetch_kept that joined a prefetch
+  bool traced_; // the node writes a trace (the fetcher holds the log)
   caf::actor fetcher_;
   mutable std::mutex devices_mutex_;
   // By number (join); weak, so the tier (which each device holds) keeps none of them alive.
@@ -501,9 +728,11 @@ private:
 
 std::shared_ptr<kv_tier> make_store_tier(domain& home, kv_store store, std::string host_pool,
                                          std::map<std::string, std::string> device_pools,
-                                         std::size_t block_tokens, std::size_t block_bytes) {
+                                         std::size_t block_tokens, std::size_t block_bytes,
+                                         std::shared_ptr<trace_log> trace) {
   return std::make_shared<store_tier>(home, std::move(store), std::move(host_pool),
-                                      std::move(device_pools), block_tokens, block_bytes);
+                                      std::move(device_pools), block_tokens, block_bytes,
+                                      std::move(trace));
 }
 
 } // namespace triad

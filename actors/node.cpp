@@ -171,7 +171,7 @@ expected<void> node::start_kv_store(node& n, const node_config& config, std::siz
     return make_error(store.error().code, "[kvstore]: " + store.error().message);
   n.kv_ = *store;
   n.kv_tier_ = make_store_tier(home, *store, home_pool, std::move(device_pools),
-                               config.model.page_tokens, block_bytes);
+                               config.model.page_tokens, block_bytes, n.trace_);
   return {};
 }
 
@@ -195,11 +195,16 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   if (auto info = add_node_info(n->metrics_, config); !info)
     return info.error();
   if (!options.trace_file.empty()) {
-    auto log = trace_log::open(options.trace_file);
+    if (options.kept_trace_mib == 0 || options.kept_trace_mib > (std::size_t{1} << 20))
+      return make_error(errc::invalid_argument,
+                        "node_options::kept_trace_mib = " + std::to_string(options.kept_trace_mib) +
+                            ": the kept traces' memory must be 1 to 1048576 MiB");
+    auto log = trace_log::open(options.trace_file, options.kept_trace_mib << 20);
     if (!log)
       return log.error();
     n->trace_ = std::move(*log);
     n->kept_traces_ = options.kept_request_traces;
+    n->kept_trace_mib_ = options.kept_trace_mib;
   }
   auto topo = topology::load(config.topology);
   if (!topo)
@@ -445,8 +450,8 @@ expected<std::string> node::request_trace(std::uint64_t id) const {
                     "no trace of request " + std::to_string(id) +
                         " is kept: the node keeps the spans of the last " +
                         std::to_string(kept_traces_) +
-                        " requests that asked for theirs (header x-triad-trace: 1), 64 MiB at "
-                        "most");
+                        " requests that asked for theirs (header x-triad-trace: 1), " +
+                        std::to_string(kept_trace_mib_) + " MiB at most");
 }
 
 void node::stop() {

@@ -65,6 +65,9 @@ struct node_options {
   /// With a trace file: the requests that asked for their trace whose spans are also kept in
   /// memory for request_trace() (the most recent; 0: none).
   std::size_t kept_request_traces = defaults::traces::kept_requests;
+  /// With a trace file: the memory the kept traces take at most, MiB (>= 1); past it the oldest
+  /// go first.
+  std::size_t kept_trace_mib = defaults::traces::kept_mib;
   /// The request metrics (`triad_request_*`: stages, tokens, transfers); false only to measure
   /// what they cost (triad-bench-orchestration).
   bool request_metrics = true;
@@ -176,6 +179,7 @@ private:
   metrics_registry metrics_;
   std::shared_ptr<trace_log> trace_; // the trace file's writer (null: none)
   std::size_t kept_traces_ = 0;      // node_options::kept_request_traces
+  std::size_t kept_trace_mib_ = 0;   // node_options::kept_trace_mib
   model_source model_; // the served model (its file mapped while the node lives)
   // -- what the node runs, in start order; stop() ends them in reverse, as destruction would --
   // The domains run every actor below and the tool service's invocation actors: they go last.

@@ -573,7 +573,7 @@ private:
     demoting_ = false;
     if (stage_ == stage::finished) { // ended meanwhile (cancelled, timed out): nothing to keep
       if (ctx_->tier && !k.blocks.empty())
-        ctx_->tier->release(std::move(k.blocks), k.pin);
+        tier_release(std::move(k.blocks), k.pin);
       leave_when_settled();
       return;
     }
@@ -592,15 +592,28 @@ private:
         (!pin_expired_ && keeps_kv_across_tools()))
       return;
     const auto n = std::min<std::size_t>(kept_.tokens, tokens_.size());
+    auto h = hop_from_here("kv fetcher", caf::atom("kvprefch"));
     ctx_->tier->prefetch_kept(kept_.blocks,
-                              {tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(n)});
+                              {tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(n)},
+                              traced_ ? id_ : 0);
+    trace_hop(h, "sent");
     prefetching_ = true;
   }
 
   // Drops the read prefetch_kept started if no device joined it (once, whatever ends it).
   void forget_prefetch() {
-    if (std::exchange(prefetching_, false))
-      ctx_->tier->forget_prefetch(kept_.blocks);
+    if (!std::exchange(prefetching_, false))
+      return;
+    auto h = hop_from_here("kv fetcher", caf::atom("kvunpref"));
+    ctx_->tier->forget_prefetch(kept_.blocks);
+    trace_hop(h, "sent");
+  }
+
+  // Ends the pin the tier's keep gave `blocks` (the tier's message to the store, a hop).
+  void tier_release(std::vector<std::uint64_t> blocks, std::uint64_t pin) {
+    auto h = hop_from_here("kv store", caf::atom("kvunpin"));
+    ctx_->tier->release(std::move(blocks), pin);
+    trace_hop(h, "sent");
   }
 
   // The request's total deadline on the node's coarse timers (cancelled at exit, so it holds
@@ -684,7 +697,7 @@ private:
   void release_kept() {
     forget_prefetch();
     if (ctx_->tier && !kept_.blocks.empty())
-      ctx_->tier->release(std::move(kept_.blocks), kept_.pin);
+      tier_release(std::move(kept_.blocks), kept_.pin);
     kept_ = {};
   }
 

@@ -201,7 +201,7 @@ public:
             return;
           }
           tier_->keep(std::move(pages), std::chrono::milliseconds{it->second.keep_ms}, key,
-                      caf::actor_cast<caf::actor>(this));
+                      caf::actor_cast<caf::actor>(this), it->second.trace);
         },
         [this](kv_stored_atom, std::uint64_t key, std::vector<std::uint64_t>& ids,
                std::uint64_t pin) {
@@ -363,7 +363,7 @@ private:
       // Preempted meanwhile: the pages it was swapped out to are kept, once they are here.
       auto promise = make_response_promise<kv_kept>();
       auto key = next_promise_++;
-      demotions_.emplace(key, demotion{promise, 0, keep_ms});
+      demotions_.emplace(key, demotion{promise, 0, keep_ms, trace_of(*s)});
       if (s->swap_key != 0) {
         swap_demotions_.emplace(s->swap_key, key);
       } else {
@@ -381,10 +381,11 @@ private:
     std::vector<token> computed{s->tokens.begin(),
                                 s->tokens.begin() + static_cast<std::ptrdiff_t>(s->computed)};
     note_published(*s, computed.size());
+    const auto trace = trace_of(*s);
     seqs_.erase(id);
     auto promise = make_response_promise<kv_kept>();
     auto key = next_promise_++;
-    demotions_.emplace(key, demotion{promise, computed.size(), keep_ms});
+    demotions_.emplace(key, demotion{promise, computed.size(), keep_ms, trace});
     submit([be = backend_, id, key, computed = std::move(computed),
             self = caf::actor_cast<device_actor>(this)] {
       auto pages = be->export_pages(id, computed);
@@ -512,7 +513,7 @@ private:
       s.state = seq_state::fetching;
       ++s.tier_answers_due;
       tier_->lease(detail::pages_for(s.tokens.size(), kv_.page_tokens), s.req.seq,
-                   caf::actor_cast<caf::actor>(this));
+                   caf::actor_cast<caf::actor>(this), trace_of(s));
     }
     if (s.lookup || comes_back)
       s.chain = std::move(chain);
@@ -526,7 +527,7 @@ private:
                               s.tokens.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(
                                                      s.req.kept_tokens, s.tokens.size()))};
       tier_->fetch_kept(std::move(s.req.kept_blocks), std::move(kept), s.req.seq,
-                        caf::actor_cast<caf::actor>(this));
+                        caf::actor_cast<caf::actor>(this), trace_of(s));
     } else if (s.lookup) {
       fetch_from_tier(s, s.chain);
     }
@@ -589,7 +590,7 @@ private:
       s.from_peer = true;
       ++s.tier_answers_due;
       tier_->fetch_from_device(peer.device, s.tokens, own, peer.pages - own, s.req.seq,
-                               caf::actor_cast<caf::actor>(this));
+                               caf::actor_cast<caf::actor>(this), trace_of(s));
       return;
     }
     if (below == 0)
@@ -599,8 +600,8 @@ private:
     const std::size_t first = own > 0 && tier_->held(chain) >= own + below ? 0 : own;
     s.state = seq_state::fetching;
     ++s.tier_answers_due;
-    tier_->fetch(s.tokens, first, own + below - first, s.req.seq,
-                 caf::actor_cast<caf::actor>(this));
+    tier_->fetch(s.tokens, first, own + below - first, s.req.seq, caf::actor_cast<caf::actor>(this),
+                 trace_of(s));
   }
 
   // The chain hashes of the whole pages of `tokens` a prefix lookup can attach (at least one
@@ -1210,7 +1211,12 @@ private:
     for (const auto& p : pages)
       it->second.tokens += p.tokens.size();
     tier_->keep(std::move(pages), std::chrono::milliseconds{it->second.keep_ms}, key,
-                caf::actor_cast<caf::actor>(this));
+                caf::actor_cast<caf::actor>(this), it->second.trace);
+  }
+
+  // The trace id of a traced sequence's request, for the tier's spans; 0 when untraced.
+  static std::uint64_t trace_of(const sequence& s) noexcept {
+    return s.req.traced ? s.req.trace_id : 0;
   }
 
   // A driver job that a traced request took part in, as one span on the device's driver track:
@@ -1309,6 +1315,7 @@ private:
     caf::typed_response_promise<kv_kept> promise;
     std::uint64_t tokens = 0;  // tokens kept
     std::uint32_t keep_ms = 0; // how long the store keeps them pinned
+    std::uint64_t trace = 0;   // the traced request's id (trace_of), or 0
   };
   // Demotions of preempted sequences waiting for their swapped pages: swap key -> demotion key.
   std::map<std::uint64_t, std::uint64_t> swap_demotions_;

@@ -52,30 +52,32 @@ public:
   /// tier down: it keeps its identity in the tier below.
   virtual void spill(std::uint32_t device, std::vector<kv_page> pages) = 0;
   /// Reads pages `first`..`first + count - 1` of the page chain of `tokens` (each checked
-  /// against its checksum) and answers `reply_to` with kv_fetched_atom for `seq`.
+  /// against its checksum) and answers `reply_to` with kv_fetched_atom for `seq`. `trace`: the
+  /// traced request it is for (its messages become spans of its trace), or 0.
   virtual void fetch(std::vector<token> tokens, std::size_t first, std::size_t count, seq_id seq,
-                     caf::actor reply_to) = 0;
+                     caf::actor reply_to, std::uint64_t trace) = 0;
   /// Stores a sequence's pages (from its first; the last may be partial) for a caller who
   /// keeps them across a tool call: the blocks are pinned for `ttl` (not evicted nor moved
   /// down before, so a caller that vanishes holds nothing for longer), and `reply_to` hears
-  /// kv_stored_atom for `key`.
+  /// kv_stored_atom for `key`. `trace`: as for fetch.
   virtual void keep(std::vector<kv_page> pages, std::chrono::milliseconds ttl, std::uint64_t key,
-                    caf::actor reply_to) = 0;
+                    caf::actor reply_to, std::uint64_t trace) = 0;
   /// Ends the pin `keep` gave the blocks (`pin`, from kv_stored_atom); the blocks stay cached
   /// until pressure evicts them, and other holders' pins on them stay.
   virtual void release(std::vector<std::uint64_t> block_ids, std::uint64_t pin) = 0;
   /// Leases `pages` blocks of the tier's memory for a sequence's KV to stream through to
   /// another device (kv_stream) and answers `reply_to` with kv_leased_atom for `seq`. The
   /// stream holds the blocks; when it is let go they stay cached, sealed with their checksums
-  /// (or are given back, if it did not complete).
-  virtual void lease(std::size_t pages, seq_id seq, caf::actor reply_to) {
+  /// (or are given back, if it did not complete). `trace`: as for fetch.
+  virtual void lease(std::size_t pages, seq_id seq, caf::actor reply_to, std::uint64_t trace) {
     (void)pages;
+    (void)trace;
     caf::anon_send(reply_to, kv_leased_atom::value, seq, std::shared_ptr<kv_stream>{});
   }
   /// Reads the blocks `block_ids` (kept for the first tokens of `tokens`), checked, and answers
-  /// `reply_to` with kv_fetched_atom for `seq`, as fetch does.
+  /// `reply_to` with kv_fetched_atom for `seq`, as fetch does (`trace` too).
   virtual void fetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens,
-                          seq_id seq, caf::actor reply_to) = 0;
+                          seq_id seq, caf::actor reply_to, std::uint64_t trace) = 0;
 
   // -- pages in the devices' own memory --
 
@@ -84,10 +86,12 @@ public:
   /// tokenizing the result (when the demotion had ended by then), routing and admission. A
   /// fetch_kept of the same blocks and tokens joins it (answered at once if it finished);
   /// forget_prefetch drops one never joined (the caller's part, once it is admitted or lets go
-  /// of the blocks).
-  virtual void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens) {
+  /// of the blocks). `trace`: as for fetch.
+  virtual void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens,
+                             std::uint64_t trace) {
     (void)block_ids;
     (void)tokens;
+    (void)trace;
   }
   /// Drops the prefetch of `block_ids` if no device joined it (the request was admitted by a
   /// device that reads them itself, or not at all).
@@ -147,10 +151,12 @@ public:
   /// Asks device `owner` for pages `first`..`first + count - 1` of the page chain of `tokens`
   /// (copied out of its prefix cache by its driver, each with its checksum, checked when
   /// appended) and answers `reply_to` with kv_fetched_atom for `seq`: fewer pages (even none)
-  /// when the owner evicted some, stopped or did not answer in time.
+  /// when the owner evicted some, stopped or did not answer in time. `trace`: as for fetch.
   virtual void fetch_from_device(std::uint32_t owner, std::vector<token> tokens, std::size_t first,
-                                 std::size_t count, seq_id seq, caf::actor reply_to) {
+                                 std::size_t count, seq_id seq, caf::actor reply_to,
+                                 std::uint64_t trace) {
     (void)owner;
+    (void)trace;
     (void)tokens;
     (void)first;
     (void)count;

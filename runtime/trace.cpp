@@ -27,8 +27,6 @@ std::size_t this_threads_shard(std::size_t shards) {
 // Spans kept per kept request (a long decode takes part in many device jobs); later ones are
 // only in the file, and the kept trace says it was truncated.
 constexpr std::size_t max_kept_events = 4096;
-// Bytes all kept traces may hold together; past it the oldest go first.
-constexpr std::size_t max_kept_bytes = 64 << 20;
 
 // `ns` nanoseconds as microseconds with three decimals ("12.345"), without the locale and
 // formatting state of a stream.
@@ -79,26 +77,29 @@ void append_trace_string(std::string& out, std::string_view text) {
   options::append_quoted(out, text);
 }
 
-expected<std::shared_ptr<trace_log>> trace_log::open(const std::filesystem::path& path) {
+expected<std::shared_ptr<trace_log>> trace_log::open(const std::filesystem::path& path,
+                                                     std::size_t kept_bytes) {
   std::ofstream out{path, std::ios::trunc};
   if (!out)
     return make_error(errc::io_error,
                       "trace file " + path.string() + ": cannot be written (" +
                           std::error_code{errno, std::generic_category()}.message() + ")");
   out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
-  return std::shared_ptr<trace_log>{new trace_log{path, std::move(out)}};
+  return std::shared_ptr<trace_log>{new trace_log{path, std::move(out), kept_bytes}};
 }
 
-trace_log::trace_log(std::filesystem::path path, std::ofstream out)
+trace_log::trace_log(std::filesystem::path path, std::ofstream out, std::size_t kept_bytes)
     : path_(std::move(path))
     , out_(std::move(out))
-    , origin_(clock_type::now()) {}
+    , origin_(clock_type::now())
+    , max_kept_bytes_(kept_bytes) {}
 
 trace_log::~trace_log() {
   flush();
   std::lock_guard g{mutex_};
   out_ << "\n]}\n";
   out_.flush();
+  check_written();
 }
 
 void trace_log::append_event_start() {
@@ -111,6 +112,24 @@ void trace_log::write_out(std::string& events) {
   first_ = first_ && events.empty();
   out_.write(events.data() + skip, static_cast<std::streamsize>(events.size() - skip));
   events.clear();
+  check_written();
+}
+
+void trace_log::check_written() {
+  if (out_ || !write_error_.empty())
+    return;
+  // Said once, where an operator looks (the node's stderr), and kept for write_error().
+  write_error_ = "trace file " + path_.string() + ": a write failed (" +
+                 std::error_code{errno, std::generic_category()}.message() +
+                 "); spans from then on are lost";
+  std::fprintf(stderr, "triad: %s\n", write_error_.c_str());
+}
+
+std::optional<std::string> trace_log::write_error() const {
+  std::lock_guard file{mutex_};
+  if (write_error_.empty())
+    return std::nullopt;
+  return write_error_;
 }
 
 // The group `process`'s number, named in the file the first time (the mutex held).
@@ -201,7 +220,7 @@ void trace_log::copy_to_owners(const std::string& events, std::size_t from, trac
     ++t.count;
     kept_bytes_ += event.size() + 2;
   }
-  while (kept_bytes_ > max_kept_bytes && kept_order_.size() > 1)
+  while (kept_bytes_ > max_kept_bytes_ && kept_order_.size() > 1)
     drop_oldest_kept();
 }
 
@@ -299,6 +318,7 @@ void trace_log::flush() {
   }
   std::lock_guard file{mutex_};
   out_.flush();
+  check_written();
 }
 
 std::uint64_t trace_log::spans() const {

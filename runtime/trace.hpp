@@ -40,7 +40,9 @@ public:
   using clock_type = std::chrono::steady_clock; ///< the clock of the spans' times
 
   /// Creates (or truncates) `path` and writes the document's head; the error names the path.
-  static expected<std::shared_ptr<trace_log>> open(const std::filesystem::path& path);
+  /// `kept_bytes`: the memory the kept requests' traces (keep()) take at most.
+  static expected<std::shared_ptr<trace_log>> open(const std::filesystem::path& path,
+                                                   std::size_t kept_bytes = std::size_t{64} << 20);
   /// Closes the array and the file.
   ~trace_log();
   trace_log(const trace_log&) = delete;
@@ -61,25 +63,29 @@ public:
            clock_type::time_point start, clock_type::duration length, std::string_view args = {},
            std::span<const std::uint64_t> owners = {});
   /// Keeps request `id`'s spans in memory as well, so trace_of() can answer for it (a client
-  /// asked for its trace); the `limit` most recent kept requests stay, under 64 MiB in all, the
-  /// oldest going first.
+  /// asked for its trace); the `limit` most recent kept requests stay, under open()'s
+  /// `kept_bytes` in all, the oldest going first.
   void keep(std::uint64_t id, std::size_t limit);
   /// The spans of kept request `id` as a Chrome trace-event document of their own (with the
   /// names of their tracks), or none when it was not kept or was dropped for newer ones.
   std::optional<std::string> trace_of(std::uint64_t id) const;
   /// Writes what is buffered to the file (a reader may then open it, less its closing bracket).
   void flush();
+  /// The first failed write to the file (a full disk, say), naming the file; none while every
+  /// write succeeded. It is also said once on stderr when it happens.
+  std::optional<std::string> write_error() const;
   /// Spans written so far.
   std::uint64_t spans() const;
   /// The file written.
   const std::filesystem::path& path() const noexcept { return path_; }
 
 private:
-  trace_log(std::filesystem::path path, std::ofstream out);
+  trace_log(std::filesystem::path path, std::ofstream out, std::size_t kept_bytes);
   void append_event_start(); // the separator before the next event, into buffer_
   int process_id(std::string_view process);
   void name_thread(int pid, int tid, std::string_view thread);
   void write_out(std::string& events); // to the file, emptied (mutex_ held)
+  void check_written();                // notes the first failed write (mutex_ held)
   void copy_to_owners(const std::string& events, std::size_t from, trace_track where,
                       bool request_span, std::span<const std::uint64_t> owners);
   void drop_oldest_kept();
@@ -113,8 +119,10 @@ private:
   std::map<std::uint64_t, kept_trace> kept_;
   std::deque<std::uint64_t> kept_order_; // oldest first
   std::size_t kept_bytes_ = 0;           // of the kept traces' events and track names
+  std::size_t max_kept_bytes_;           // the bound of kept_bytes_ (open's kept_bytes)
   std::atomic<std::uint64_t> spans_{0};
-  int next_tid_ = 1;  // the number of the next track
+  std::string write_error_; // the first failed write (empty: none)
+  int next_tid_ = 1;        // the number of the next track
   bool first_ = true; // no event written to the file yet
 };
 

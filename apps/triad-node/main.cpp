@@ -79,7 +79,13 @@ int run(int argc, char** argv) {
   auto* kept_option = app.add_option(
       "--kept-traces", kept_traces,
       "with --trace: requests that asked for their trace whose spans are kept in memory for GET "
-      "/v1/traces/{id} (the most recent, 64 MiB at most; 0: none)");
+      "/v1/traces/{id} (the most recent, --kept-trace-mib at most; 0: none)");
+  std::size_t kept_trace_mib = triad::defaults::traces::kept_mib;
+  auto* kept_mib_option =
+      app.add_option("--kept-trace-mib", kept_trace_mib,
+                     "with --trace: the memory those kept traces take at most, MiB (the oldest go "
+                     "first past it)")
+          ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   bool trace_asked = false;
   app.add_flag("--trace-asked-only", trace_asked,
                "with --trace: only requests that ask (header x-triad-trace: 1)");
@@ -173,6 +179,9 @@ int run(int argc, char** argv) {
   if (kept_option->count() > 0 && trace_path.empty())
     return fail("--kept-traces needs --trace FILE", config_error);
   options.kept_request_traces = kept_traces;
+  if (kept_mib_option->count() > 0 && trace_path.empty())
+    return fail("--kept-trace-mib needs --trace FILE", config_error);
+  options.kept_trace_mib = kept_trace_mib;
   auto started = triad::node::start(config, options);
   if (!started)
     return fail("the node did not start: " + started.error().message);

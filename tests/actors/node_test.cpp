@@ -293,7 +293,8 @@ BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_no
       auto track = tracks.find({e.at("pid").as_int64(), e.at("tid").as_int64()});
       BOOST_REQUIRE_MESSAGE(track != tracks.end(), "a span on an unnamed track");
       const auto own = "request " + std::to_string(id); // its stages' track, and its messages'
-      const bool mine = track->second == own || track->second == own + " messages" || listed(e, id);
+      const bool mine = track->second == own || track->second == own + " messages" ||
+                        track->second.rfind(own + " kv ", 0) == 0 || listed(e, id);
       if (mine)
         out.insert(std::string{e.at("name").as_string()} + "|" + track->second + "|" +
                    json::serialize(e.at("ts")) + "|" + json::serialize(e.at("dur")));
@@ -360,8 +361,108 @@ BOOST_AUTO_TEST_CASE(metrics_name_the_build_the_config_and_the_process) {
              std::string::npos);
 }
 
-BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
+// A stopped node's trace file: its complete events ("X"), and the names of its groups and
+// tracks.
+struct trace_file {
+  struct span {
+    std::string name, cat;
+    std::int64_t pid = 0, tid = 0;
+    double ts = 0, dur = 0;
+    boost::json::object args;
+  };
+  std::vector<span> spans;
+  std::map<std::int64_t, std::string> processes;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::string> tracks;
+
+  const std::string& track_of(const span& s) const { return tracks.at({s.pid, s.tid}); }
+};
+using span = trace_file::span;
+
+// Reads (and removes) the trace file at `path`: one JSON document, every span on a named track.
+trace_file read_trace(const std::filesystem::path& path) {
   namespace json = boost::json;
+  std::ifstream in{path};
+  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  std::filesystem::remove(path);
+  auto doc = json::parse(text).as_object();
+  trace_file t;
+  for (const auto& v : doc.at("traceEvents").as_array()) {
+    const auto& e = v.as_object();
+    if (e.at("ph").as_string() == "M") {
+      const std::string name = e.at("args").at("name").as_string().c_str();
+      if (e.at("name").as_string() == "process_name")
+        t.processes[e.at("pid").as_int64()] = name;
+      else if (e.at("name").as_string() == "thread_name")
+        t.tracks[{e.at("pid").as_int64(), e.at("tid").as_int64()}] = name;
+      continue;
+    }
+    BOOST_REQUIRE(e.at("ph").as_string() == "X");
+    t.spans.push_back({e.at("name").as_string().c_str(), e.at("cat").as_string().c_str(),
+                       e.at("pid").as_int64(), e.at("tid").as_int64(),
+                       e.at("ts").to_number<double>(), e.at("dur").to_number<double>(),
+                       e.contains("args") ? e.at("args").as_object() : json::object{}});
+  }
+  for (const auto& s : t.spans)
+    BOOST_REQUIRE_MESSAGE(t.tracks.count({s.pid, s.tid}) == 1, s.name << " on an unnamed track");
+  return t;
+}
+
+constexpr double trace_slack = 0.002; // us: the file's timestamps are rounded to the nanosecond
+
+// Span `s` lies within `outer`.
+bool inside(const span& s, const span& outer) {
+  return s.ts >= outer.ts - trace_slack && s.ts + s.dur <= outer.ts + outer.dur + trace_slack;
+}
+
+// Each two of `spans` nest or lie apart.
+void check_nested_or_apart(const std::vector<span>& spans) {
+  for (const auto& a : spans)
+    for (const auto& b : spans)
+      BOOST_TEST((inside(a, b) || inside(b, a) || a.ts + a.dur <= b.ts + trace_slack ||
+                  b.ts + b.dur <= a.ts + trace_slack),
+                 a.name << " overlaps " << b.name);
+}
+
+// The KV store's part in the trace of request `root` (its root span): each operation the KV
+// tier's fetcher served for it, on a track of its own ("request 17 kv fetch"), is the caller's
+// message to the fetcher (from a device, or the request) inside the request, around the
+// fetcher's own messages to the store, its index or another device (a stream's seal after it,
+// when its holder lets go). One line per operation: "<message>|<outcome>: <its messages, in
+// order>", a read of many blocks counted once.
+std::multiset<std::string> kv_operations(const trace_file& t, const span& root) {
+  const auto own = "request " + std::to_string(root.args.at("id").as_int64()) + " kv ";
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<span>> ops; // by track
+  for (const auto& s : t.spans)
+    if (t.track_of(s).rfind(own, 0) == 0) {
+      BOOST_TEST(s.cat == "message");
+      ops[{s.pid, s.tid}].push_back(s);
+    }
+  std::multiset<std::string> out;
+  for (auto& [where, spans] : ops) {
+    const auto& track = t.tracks.at(where);
+    std::sort(spans.begin(), spans.end(), [](auto& a, auto& b) { return a.ts < b.ts; });
+    BOOST_REQUIRE_MESSAGE(spans.front().name.ends_with(" to kv fetcher"), track);
+    const auto& outer = spans.front();
+    const std::string from = outer.args.at("from").as_string().c_str();
+    BOOST_TEST((from.rfind("device ", 0) == 0 || from.rfind("request ", 0) == 0), from);
+    BOOST_TEST(inside(outer, root), track);
+    std::string line = std::string{outer.args.at("message").as_string().c_str()} + "|" +
+                       outer.args.at("outcome").as_string().c_str() + ":";
+    for (std::size_t i = 1; i < spans.size(); ++i) {
+      const auto& s = spans[i];
+      BOOST_TEST(!s.name.ends_with(" to kv fetcher"), track << ": " << s.name);
+      const std::string message = s.args.at("message").as_string().c_str();
+      BOOST_TEST((inside(s, outer) || (message == "kvseal" && s.ts >= outer.ts + outer.dur)),
+                 track << ": " << s.name);
+      line += " " + message + " to " + s.args.at("to").as_string().c_str();
+    }
+    check_nested_or_apart(spans);
+    out.insert(line);
+  }
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
   auto path = std::filesystem::temp_directory_path() /
               ("triad-trace-" + std::to_string(::getpid()) + ".json");
   triad::request_usage usage;
@@ -373,40 +474,15 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
     BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
     usage = last.usage;
   } // the node stops: its trace file is closed, one JSON document
-  std::ifstream in{path};
-  std::string text{std::istreambuf_iterator<char>{in}, {}};
-  std::filesystem::remove(path);
-  auto doc = json::parse(text).as_object();
-  struct span {
-    std::string name, cat;
-    std::int64_t pid, tid;
-    double ts, dur;
-    json::object args;
-  };
-  std::vector<span> spans;
-  std::map<std::int64_t, std::string> process_names;
-  for (const auto& v : doc.at("traceEvents").as_array()) {
-    const auto& e = v.as_object();
-    if (e.at("ph").as_string() == "M") {
-      if (e.at("name").as_string() == "process_name")
-        process_names[e.at("pid").as_int64()] = e.at("args").at("name").as_string().c_str();
-      continue;
-    }
-    BOOST_REQUIRE(e.at("ph").as_string() == "X");
-    spans.push_back({e.at("name").as_string().c_str(), e.at("cat").as_string().c_str(),
-                     e.at("pid").as_int64(), e.at("tid").as_int64(), e.at("ts").to_number<double>(),
-                     e.at("dur").to_number<double>(),
-                     e.contains("args") ? e.at("args").as_object() : json::object{}});
-  }
+  const auto trace = read_trace(path);
+  const auto& spans = trace.spans;
+  auto& process_names = trace.processes;
   auto root =
       std::find_if(spans.begin(), spans.end(), [](const span& s) { return s.name == "request"; });
   BOOST_REQUIRE(root != spans.end());
   BOOST_TEST(root->args.at("tool_calls").as_int64() == 3);
   BOOST_TEST(root->dur == usage.total_s * 1e6, boost::test_tools::tolerance(0.01));
-  const double slack = 0.002; // us: the file's timestamps are rounded to the nanosecond
-  auto inside = [&](const span& s, const span& outer) {
-    return s.ts >= outer.ts - slack && s.ts + s.dur <= outer.ts + outer.dur + slack;
-  };
+  const auto slack = trace_slack;
   // The stages on the request's own track: inside it, one after another, covering it whole.
   std::vector<span> stages;
   for (const auto& s : spans)
@@ -435,7 +511,7 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
       const std::string requests = s.args.at("requests").as_string().c_str();
       BOOST_TEST(requests == std::to_string(root->args.at("id").as_int64()));
       BOOST_TEST(inside(s, *root), s.name);
-      devices.insert(process_names[s.pid]);
+      devices.insert(process_names.at(s.pid));
     }
   BOOST_TEST(devices.size() == 2u);
   // Its three tool calls, as the tool workers ran them: on a tool domain's worker track, each
@@ -447,7 +523,8 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
       BOOST_TEST(s.name == "tool nap");
       BOOST_TEST(s.args.at("request").as_int64() == root->args.at("id").as_int64());
       BOOST_TEST(s.args.at("ok").as_bool());
-      BOOST_TEST(process_names[s.pid].find(" tools") != std::string::npos, process_names[s.pid]);
+      BOOST_TEST(process_names.at(s.pid).find(" tools") != std::string::npos,
+                 process_names.at(s.pid));
       BOOST_TEST(std::any_of(stages.begin(), stages.end(),
                              [&](const span& st) { return st.name == "tool" && inside(s, st); }));
     }
@@ -457,7 +534,7 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
   auto import =
       std::find_if(spans.begin(), spans.end(), [](const span& s) { return s.name == "kv import"; });
   BOOST_REQUIRE(import != spans.end());
-  BOOST_TEST(process_names[import->pid] == "device decode0");
+  BOOST_TEST(process_names.at(import->pid) == "device decode0");
   BOOST_TEST(std::any_of(spans.begin(), spans.end(), [&](const span& s) {
     return s.cat == "device" && s.name != "kv import" && s.pid == import->pid && inside(*import, s);
   }));
@@ -467,8 +544,9 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
   // the request, each one nested in or apart from the others; an answered one lasts from the
   // send to the answer.
   std::vector<span> hops;
+  const auto own_hops = "request " + std::to_string(root->args.at("id").as_int64()) + " messages";
   for (const auto& s : spans)
-    if (s.cat == "message") {
+    if (s.cat == "message" && trace.track_of(s) == own_hops) {
       BOOST_TEST(s.pid == root->pid);
       BOOST_TEST(s.tid != root->tid);
       BOOST_TEST(inside(s, *root), s.name);
@@ -476,11 +554,7 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
                                s.args.at("to").as_string().c_str());
       hops.push_back(s);
     }
-  for (const auto& a : hops)
-    for (const auto& b : hops)
-      BOOST_TEST((inside(a, b) || inside(b, a) || a.ts + a.dur <= b.ts + slack ||
-                  b.ts + b.dur <= a.ts + slack),
-                 a.name << " overlaps " << b.name);
+  check_nested_or_apart(hops);
   // Three-stage under pin: a route and an admission on the prefill device (its slot goes back
   // with the second route), a route and an import on the decode device, the decode slot given
   // back at the first tool call (parked), three tool calls answered, three resumes on the
@@ -506,6 +580,58 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
       granted.insert(s.name);
     }
   BOOST_TEST(granted == (std::set<std::string>{"grant prefill0", "grant decode0"}));
+  // The KV store's part: the prefill device leased blocks of the store to stream the prompt's
+  // KV through to the decode device, sealed when the stream was let go.
+  const std::multiset<std::string> kv_expected{
+      "kvlease|answered: kvreserve to kv store kvseal to kv store"};
+  BOOST_TEST(kv_operations(trace, *root) == kv_expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_demoted_requests_trace_shows_its_kv_moving_through_the_store) {
+  auto path = std::filesystem::temp_directory_path() /
+              ("triad-demote-trace-" + std::to_string(::getpid()) + ".json");
+  triad::orchestration_options o;
+  o.kv = triad::kv_policy::demote;
+  {
+    auto n = start_node(o, {}, [&](triad::node_options& no) { no.trace_file = path; });
+    recorder rec;
+    n->submit(agent_request(), rec.callback());
+    const auto& last = rec.wait();
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+    BOOST_TEST(last.usage.tool_calls == 3u);
+  }
+  const auto trace = read_trace(path);
+  auto root = std::find_if(trace.spans.begin(), trace.spans.end(),
+                           [](const span& s) { return s.name == "request"; });
+  BOOST_REQUIRE(root != trace.spans.end());
+  const auto kv = kv_operations(trace, *root);
+  // The prompt's KV streamed from the prefill device to the decode device through blocks of
+  // the store. At each tool call the decode device's demotion kept the KV in the store (put,
+  // then pinned); when the tool returned the request began reading it back (the blocks held,
+  // read, let go), and the device that took the request joined that read.
+  BOOST_TEST(kv.count("kvlease|answered: kvreserve to kv store kvseal to kv store") == 1u);
+  const std::string kept = "kvkeep|answered: kvput to kv store kvpin to kv store";
+  const std::string read = ": kvacquire to kv store kvread to kv store kvrelease to kv store";
+  BOOST_TEST(kv.count(kept) == 3u);
+  BOOST_TEST(std::count_if(kv.begin(), kv.end(), [&](const std::string& l) {
+               return l.rfind("kvprefch|", 0) == 0 && l.ends_with(read);
+             }) == 3);
+  BOOST_TEST(std::count_if(kv.begin(), kv.end(), [](const std::string& l) {
+               return l == "kvfetchk|answered:" || l == "kvfetchk|answered from its prefetch:";
+             }) == 3);
+  BOOST_TEST(kv.size() == 10u);
+  // The request's own messages through the tier: each read begun, and let go once admitted
+  // (the device joined it), each pin ended.
+  const auto own = "request " + std::to_string(root->args.at("id").as_int64()) + " messages";
+  std::multiset<std::string> through_tier;
+  for (const auto& s : trace.spans)
+    if (trace.track_of(s) == own && s.name.find(" kv ") != std::string::npos)
+      through_tier.insert(s.name + "|" + s.args.at("outcome").as_string().c_str());
+  const std::multiset<std::string> expected{
+      "kvprefch to kv fetcher|sent", "kvprefch to kv fetcher|sent", "kvprefch to kv fetcher|sent",
+      "kvunpin to kv store|sent",    "kvunpin to kv store|sent",    "kvunpin to kv store|sent",
+      "kvunpref to kv fetcher|sent", "kvunpref to kv fetcher|sent", "kvunpref to kv fetcher|sent"};
+  BOOST_TEST(through_tier == expected, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(discard_prefills_the_whole_conversation_again_after_each_tool) {
@@ -1045,7 +1171,9 @@ BOOST_AUTO_TEST_CASE(sim_devices_stream_their_kv_through_the_store_too) {
 BOOST_AUTO_TEST_CASE(a_next_turn_copies_the_answers_pages_from_the_decode_devices_memory) {
   // A client that keeps no session sends the whole conversation again: the prefill device
   // holds the first prompt's pages, the decode device those of the answer it generated.
-  auto n = start_node();
+  auto path = std::filesystem::temp_directory_path() /
+              ("triad-peer-trace-" + std::to_string(::getpid()) + ".json");
+  auto n = start_node({}, {}, [&](triad::node_options& o) { o.trace_file = path; });
   const std::vector<triad::chat_message> first_turn{
       {"system", "You are a careful coding agent. Read the failing test, find the cause, change "
                  "as little as you can, and run the suite again."},
@@ -1092,6 +1220,15 @@ BOOST_AUTO_TEST_CASE(a_next_turn_copies_the_answers_pages_from_the_decode_device
   auto text = n->metrics().render();
   BOOST_TEST(text.find("triad_device_kv_peer_tokens_total{device=\"prefill0\"} " +
                        std::to_string(peer)) != std::string::npos);
+  // Its trace shows the copy: prefill0 asked the KV tier's fetcher, which asked decode0.
+  n.reset();
+  const auto trace = read_trace(path);
+  auto root = std::find_if(trace.spans.begin(), trace.spans.end(), [&](const span& s) {
+    return s.name == "request" &&
+           s.args.at("id").as_int64() == static_cast<std::int64_t>(second.request);
+  });
+  BOOST_REQUIRE(root != trace.spans.end());
+  BOOST_TEST(kv_operations(trace, *root).count("kvpeer|answered: kvshare to device decode0") == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(without_a_kv_store_an_evicted_page_is_computed_again) {

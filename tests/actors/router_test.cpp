@@ -240,13 +240,13 @@ struct empty_tier : triad::kv_tier {
   std::size_t block_bytes() const noexcept override { return 0; }
   std::size_t held(std::span<const triad::block_hash>) const override { return 0; }
   void spill(std::uint32_t, std::vector<triad::kv_page>) override {}
-  void fetch(std::vector<triad::token>, std::size_t, std::size_t, triad::seq_id,
-             caf::actor) override {}
-  void keep(std::vector<triad::kv_page>, std::chrono::milliseconds, std::uint64_t,
-            caf::actor) override {}
+  void fetch(std::vector<triad::token>, std::size_t, std::size_t, triad::seq_id, caf::actor,
+             std::uint64_t) override {}
+  void keep(std::vector<triad::kv_page>, std::chrono::milliseconds, std::uint64_t, caf::actor,
+            std::uint64_t) override {}
   void release(std::vector<std::uint64_t>, std::uint64_t) override {}
-  void fetch_kept(std::vector<std::uint64_t>, std::vector<triad::token>, triad::seq_id,
-                  caf::actor) override {}
+  void fetch_kept(std::vector<std::uint64_t>, std::vector<triad::token>, triad::seq_id, caf::actor,
+                  std::uint64_t) override {}
 };
 
 // What a KV store's directory says each device holds: `runs[device]` is its run of every

@@ -45,7 +45,7 @@ BOOST_AUTO_TEST_CASE(a_config_file_error_exits_2) {
 }
 
 BOOST_AUTO_TEST_CASE(trace_options_without_a_trace_file_exit_2_naming_what_they_need) {
-  for (const char* option : {"--trace-asked-only", "--kept-traces 3"}) {
+  for (const char* option : {"--trace-asked-only", "--kept-traces 3", "--kept-trace-mib 8"}) {
     auto r = run_command(binary("triad-node") + " " + option + " 2>&1");
     BOOST_TEST(r.status == 2, option);
     BOOST_TEST(r.out.find("needs --trace FILE") != std::string::npos, r.out);

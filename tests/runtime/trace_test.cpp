@@ -46,6 +46,26 @@ BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_written_is_an_error_naming_it) {
              log.error().message);
 }
 
+BOOST_AUTO_TEST_CASE(a_write_that_fails_is_reported_naming_the_file) {
+  // /dev/full opens, and every write to it fails with ENOSPC, as on a full disk.
+  if (!std::filesystem::exists("/dev/full")) {
+    BOOST_TEST_MESSAGE("NOT RUN: this machine has no /dev/full to fill");
+    return;
+  }
+  auto log = triad::trace_log::open("/dev/full");
+  BOOST_REQUIRE(log);
+  BOOST_TEST(!(*log)->write_error());
+  const auto track = (*log)->track("domain0", "writer");
+  const auto now = triad::trace_log::clock_type::now();
+  for (int i = 0; i < 4000; ++i) // past what a shard holds before it goes to the file
+    (*log)->add(track, "span", "test", now, std::chrono::microseconds{1}, "\"n\":1");
+  (*log)->flush();
+  const auto error = (*log)->write_error();
+  BOOST_REQUIRE(error.has_value());
+  BOOST_TEST(error->find("/dev/full") != std::string::npos, *error);
+  BOOST_TEST(error->find("No space left on device") != std::string::npos, *error);
+}
+
 BOOST_AUTO_TEST_CASE(spans_from_many_threads_at_once_are_each_in_the_file_once_on_named_tracks) {
   // More threads than the log has shards, each writing more than a shard holds before it goes
   // to the file.
