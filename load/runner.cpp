@@ -367,6 +367,8 @@ private:
     ++job.calls;
     ++calls_done_;
     result_.calls.push_back(c);
+    if (c.traced && options_.on_traced_call)
+      options_.on_traced_call(c);
     if (!r.ok) {
       ++calls_failed_;
       job.end_s = c.end_s;

@@ -76,6 +76,9 @@ struct run_options {
   /// waiting until the server has taken them (a server still accepting hundreds of new
   /// connections answers the first sends late, and the pacer then runs out of idle ones).
   std::function<void(std::size_t warmed)> before_clock;
+  /// Called on the runner's thread as each call that asked for its trace (trace_sample) ends,
+  /// with its record: for fetching the trace while the node still keeps it. It must not block.
+  std::function<void(const call_record&)> on_traced_call;
 };
 
 /// Everything a run produced.

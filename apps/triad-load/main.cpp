@@ -5,10 +5,15 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <boost/json/parse.hpp>
@@ -48,23 +53,72 @@ std::filesystem::path traces_folder(const std::filesystem::path& html) {
   return html.parent_path() / (html.stem().string() + "-traces");
 }
 
-// The traces of the calls that asked for one, fetched from the node and written to a folder
-// beside the report (<report>-traces/), for the report to link; a call without one says why.
-std::vector<sampled_trace> fetch_traces(target& t, const run_result& r,
-                                        const std::filesystem::path& html) {
-  std::vector<sampled_trace> out;
-  const auto folder = traces_folder(html);
-  const auto folder_name = folder.filename().string();
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  std::string no_traces; // why none can come (the folder, or a node that writes none)
-  if (ec)
-    no_traces = "cannot create " + folder.string() + ": " + ec.message();
-  std::size_t failed = 0;
-  std::string first_error;
-  for (const auto& c : r.calls) {
-    if (!c.traced)
-      continue;
+// The traces of the calls that asked for one, fetched from the node as each call ends (the node
+// keeps only the most recent ones), on a thread of its own, and written to a folder beside the
+// report (<report>-traces/) for the report to link; a call without one says why.
+class trace_fetcher {
+public:
+  trace_fetcher(target& t, const std::filesystem::path& html)
+      : t_(t)
+      , folder_(traces_folder(html)) {
+    std::error_code ec;
+    std::filesystem::create_directories(folder_, ec);
+    if (ec)
+      no_traces_ = "cannot create " + folder_.string() + ": " + ec.message();
+    thread_ = std::thread{[this] { run(); }};
+  }
+  ~trace_fetcher() { finish(); }
+  trace_fetcher(const trace_fetcher&) = delete;
+  trace_fetcher& operator=(const trace_fetcher&) = delete;
+
+  // A traced call ended (on the runner's thread): its trace is fetched next, without waiting.
+  void add(const call_record& c) {
+    {
+      std::lock_guard g{m_};
+      queue_.push_back(c);
+    }
+    cv_.notify_one();
+  }
+
+  // Waits for the traces of the calls added so far and gives them, in the order the calls
+  // ended; says on stderr how many came.
+  std::vector<sampled_trace> finish() {
+    {
+      std::lock_guard g{m_};
+      if (done_)
+        return {};
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+    std::size_t failed = 0;
+    std::string first_error;
+    for (const auto& st : out_)
+      if (!st.error.empty() && failed++ == 0)
+        first_error = st.error;
+    std::fprintf(stderr, "triad-load: %zu of %zu sampled calls' traces written to %s%s%s\n",
+                 out_.size() - failed, out_.size(), folder_.c_str(),
+                 failed ? "; the first missing one: " : "", first_error.c_str());
+    return std::move(out_);
+  }
+
+private:
+  void run() {
+    for (;;) {
+      call_record c;
+      {
+        std::unique_lock g{m_};
+        cv_.wait(g, [this] { return done_ || !queue_.empty(); });
+        if (queue_.empty())
+          return; // done, and every call added is fetched
+        c = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      out_.push_back(fetch(c));
+    }
+  }
+
+  sampled_trace fetch(const call_record& c) {
     sampled_trace st;
     st.job = c.job;
     st.turn = c.turn;
@@ -72,34 +126,38 @@ std::vector<sampled_trace> fetch_traces(target& t, const run_result& r,
     st.session = c.session;
     st.request_id = c.request_id;
     st.e2e_ms = (c.end_s - c.intended_s) * 1e3;
-    if (!no_traces.empty()) {
-      st.error = no_traces;
+    if (!no_traces_.empty()) {
+      st.error = no_traces_;
     } else if (c.request_id.empty()) {
       st.error = c.ok ? "the server sent no request id (x-triad-request-id): not a triad node?"
                       : "the call failed: " + c.error;
-    } else if (auto doc = t.trace_of(c.request_id); !doc) {
+    } else if (auto doc = t_.trace_of(c.request_id); !doc) {
       st.error = doc.error().message;
       if (doc.error().code == triad::errc::unsupported) // no later call's will come either
-        no_traces = st.error;
+        no_traces_ = st.error;
     } else if (std::string error; !read_trace(*doc, st, error)) {
       st.error = error;
     } else {
       const auto name = "job" + std::to_string(c.job) + "-turn" + std::to_string(c.turn) + "-call" +
                         std::to_string(c.call) + "-request" + c.request_id + ".json";
-      if (!write_text((folder / name).string(), *doc))
-        st.error = "cannot write " + (folder / name).string();
+      if (!write_text((folder_ / name).string(), *doc))
+        st.error = "cannot write " + (folder_ / name).string();
       else
-        st.file = folder_name + "/" + name;
+        st.file = folder_.filename().string() + "/" + name;
     }
-    if (!st.error.empty() && failed++ == 0)
-      first_error = st.error;
-    out.push_back(std::move(st));
+    return st;
   }
-  std::fprintf(stderr, "triad-load: %zu of %zu sampled calls' traces written to %s%s%s\n",
-               out.size() - failed, out.size(), folder.c_str(),
-               failed ? "; the first missing one: " : "", first_error.c_str());
-  return out;
-}
+
+  target& t_;
+  std::filesystem::path folder_;
+  std::string no_traces_; // why none can come (the folder, or a node that writes none)
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<call_record> queue_; // ended, not yet fetched
+  bool done_ = false;
+  std::vector<sampled_trace> out_; // the fetcher thread's until finish() joined it
+  std::thread thread_;
+};
 
 // Raises the open-file limit to its hard maximum: thousands of streams need thousands of fds.
 void raise_fd_limit() {
@@ -506,10 +564,22 @@ int run(int argc, char** argv) {
   json::object out;
   run_result last;
   summary last_summary;
+  // Sampled traces are fetched as their calls end (of the last phase, whose calls the report
+  // shows).
+  std::unique_ptr<trace_fetcher> fetcher;
+  if (sample_traces > 0)
+    fetcher = std::make_unique<trace_fetcher>(*t, html_path);
+  auto fetch_traces_of_this_run = [&] {
+    if (fetcher)
+      o.on_traced_call = [f = fetcher.get()](const call_record& c) { f->add(c); };
+  };
   if (!rates.empty()) {
     json::array phases;
-    for (auto rate : rates) {
+    for (std::size_t i = 0; i < rates.size(); ++i) {
+      const auto rate = rates[i];
       o.arrival = arrival_spec{arrival_kind::poisson, rate, 1.0};
+      if (i + 1 == rates.size())
+        fetch_traces_of_this_run();
       auto res = run(*t, plan_jobs(w, requests, seed), o);
       auto s = summarize(res, objectives);
       print(s, stdout);
@@ -519,6 +589,7 @@ int run(int argc, char** argv) {
     }
     out["sweep"] = std::move(phases);
   } else {
+    fetch_traces_of_this_run();
     last = run(*t, plan_jobs(w, requests, seed, tr ? &*tr : nullptr, trace_speed), o);
     last_summary = summarize(last, objectives);
     print(last_summary, stdout);
@@ -544,8 +615,8 @@ int run(int argc, char** argv) {
   if (!csv_path.empty() && !write_csv(last, csv_path, error))
     ok = (std::fprintf(stderr, "triad-load: %s\n", error.c_str()), false);
   std::vector<sampled_trace> traces;
-  if (sample_traces > 0)
-    traces = fetch_traces(*t, last, html_path);
+  if (fetcher)
+    traces = fetcher->finish();
   if (!html_path.empty() &&
       !write_html(last, last_summary, "triad-load: " + t->describe(), html_path, error, traces))
     ok = (std::fprintf(stderr, "triad-load: %s\n", error.c_str()), false);
