@@ -150,6 +150,21 @@ BOOST_AUTO_TEST_CASE(a_request_that_asks_for_its_trace_gets_its_id_and_fetches_t
       BOOST_TEST(doc.at("otherData").at("spans").as_int64() > 3);
       BOOST_TEST(t.body.find("\"name\":\"request\"") != std::string::npos); // its root span
     }
+    // A streamed answer of two choices (the second starts once the first's prompt is
+    // prefilled, before the stream's head goes out with the first token): the head names both
+    // requests, and each has its trace.
+    auto two = f.chat(ask(R"(, "stream": true, "n": 2)"), {{"x-triad-trace", "1"}});
+    BOOST_REQUIRE_EQUAL(two.status, 200u);
+    auto head = two.headers.find("x-triad-request-id");
+    BOOST_REQUIRE(head != two.headers.end());
+    const std::string ids{head->value()};
+    std::stringstream each{ids};
+    std::size_t traced = 0;
+    for (std::string id; std::getline(each, id, ',');) {
+      BOOST_TEST(f.call(http::verb::get, "/v1/traces/" + id).status == 200u, id);
+      ++traced;
+    }
+    BOOST_TEST(traced == 2u);
     auto bad = f.call(http::verb::get, "/v1/traces/abc");
     BOOST_TEST(bad.status == 400u);
     BOOST_TEST(bad.body.find("abc") != std::string::npos);
