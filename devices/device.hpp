@@ -267,7 +267,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
            x.stop, x.end, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done,
-           x.kept_blocks, x.kept_tokens, x.logprobs, x.top_logprobs);
+           x.kept_blocks, x.kept_tokens, x.logprobs, x.top_logprobs, x.traced, x.trace_id);
 }
 /// Inspector of admission.
 template<class Inspector>
