@@ -82,12 +82,7 @@ public:
     if (messages != 1)
       name.append(" x").append(std::to_string(messages));
     name.append(" to ").append(to);
-    std::string args = "\"to\":";
-    append_trace_string(args, to);
-    args += ",\"message\":";
-    append_trace_string(args, message);
-    args += ",\"outcome\":";
-    append_trace_string(args, outcome);
+    auto args = message_args(to, message, outcome);
     if (messages != 1)
       args.append(",\"messages\":").append(std::to_string(messages));
     write(name, sent, args);
@@ -101,15 +96,24 @@ public:
     const auto message = caf::to_string(what_);
     std::string args = "\"from\":";
     append_trace_string(args, from_);
-    args += ",\"to\":\"kv fetcher\",\"message\":";
-    append_trace_string(args, message);
-    args += ",\"outcome\":";
-    append_trace_string(args, outcome);
+    args.append(",").append(message_args("kv fetcher", message, outcome));
     args.append(",\"pages\":").append(std::to_string(pages));
     write(message + " to kv fetcher", asked_, args);
   }
 
 private:
+  // A message span's arguments: to whom, which message, how it went.
+  static std::string message_args(std::string_view to, std::string_view message,
+                                  std::string_view outcome) {
+    std::string args = "\"to\":";
+    append_trace_string(args, to);
+    args += ",\"message\":";
+    append_trace_string(args, message);
+    args += ",\"outcome\":";
+    append_trace_string(args, outcome);
+    return args;
+  }
+
   void write(std::string_view name, clock_type::time_point from, std::string_view args) {
     if (!track_) // in the fetcher's domain, made at its first span (on the fetcher's thread)
       track_ = log_->new_track("domain" + std::to_string(current_domain()),
@@ -127,6 +131,20 @@ private:
   std::optional<trace_track> track_;
   bool ended_ = false;
 };
+
+// t->hop(...) when the operation is traced (`t` not null).
+void trace_hop(const std::shared_ptr<op_trace>& t, caf::atom_value what, std::string_view to,
+               op_trace::clock_type::time_point sent, std::string_view outcome,
+               std::size_t messages = 1) {
+  if (t)
+    t->hop(what, to, sent, outcome, messages);
+}
+
+// t->end(...) when the operation is traced (`t` not null).
+void trace_end(const std::shared_ptr<op_trace>& t, std::string_view outcome, std::size_t pages) {
+  if (t)
+    t->end(outcome, pages);
+}
 
 // When the fetcher's message went, for its hop span (no clock read when untraced).
 op_trace::clock_type::time_point sent_now(const std::shared_ptr<op_trace>& t) {
@@ -195,16 +213,14 @@ struct fetch_state {
     self->request(store.store, caf::infinite, kv_acquire_atom::value, ids)
         .then(
             [self, store, ids, block_tokens, me, sent = sent_now(trace)](kv_reply& r) {
-              if (me->trace)
-                me->trace->hop(kv_acquire_atom::value, "kv store", sent,
-                               r.ok ? "answered" : "refused");
+              trace_hop(me->trace, kv_acquire_atom::value, "kv store", sent,
+                        r.ok ? "answered" : "refused");
               if (!r.ok)
                 return me->finish(block_tokens);
               me->read_held(self, store, ids, block_tokens, me);
             },
             [me, block_tokens, sent = sent_now(trace)](caf::error&) {
-              if (me->trace)
-                me->trace->hop(kv_acquire_atom::value, "kv store", sent, "failed");
+              trace_hop(me->trace, kv_acquire_atom::value, "kv store", sent, "failed");
               me->finish(block_tokens);
             });
   }
@@ -223,16 +239,14 @@ struct fetch_state {
         me->pages[k].bytes = std::move(bytes);
         if (--me->left != 0)
           return;
-        if (me->trace) // the reads as one span: they went out together and overlap
-          me->trace->hop(kv_read_atom::value, "kv store", me->reads_sent,
-                         std::all_of(me->ok.begin(), me->ok.end(), [](bool b) { return b; })
-                             ? "answered"
-                             : "failed",
-                         me->ok.size());
+        // The reads as one span: they went out together and overlap.
+        trace_hop(me->trace, kv_read_atom::value, "kv store", me->reads_sent,
+                  std::all_of(me->ok.begin(), me->ok.end(), [](bool b) { return b; }) ? "answered"
+                                                                                      : "failed",
+                  me->ok.size());
         const auto released = sent_now(me->trace);
         caf::anon_send(store.store, kv_release_atom::value, ids); // the read's references
-        if (me->trace)
-          me->trace->hop(kv_release_atom::value, "kv store", released, "sent");
+        trace_hop(me->trace, kv_release_atom::value, "kv store", released, "sent");
         me->finish(block_tokens);
       };
       self->request(store.store, caf::infinite, kv_read_atom::value, ids[k])
@@ -305,8 +319,8 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         st->trace = op_trace::make(log, std::move(t), a, "prefetch");
         if (!ids.empty() && prefetches->add(ids, st, ids.size() * block_bytes))
           st->read(self, store, ids, block_tokens, st);
-        else if (st->trace)
-          st->trace->end("not made", 0); // the device reads them when it takes the request
+        else
+          trace_end(st->trace, "not made", 0); // the device reads them when it takes the request
       },
       [prefetches](kv_unprefetch_atom, std::vector<block_id>& ids) { prefetches->drop(ids); },
       [self, store, block_tokens, log](kv_fetch_atom a, std::vector<token>& tokens,
@@ -325,13 +339,11 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         self->request(store.index, caf::infinite, kv_find_atom::value, std::move(chain))
             .then(
                 [self, store, st, block_tokens, sent = sent_now(st->trace)](kv_prefix& p) {
-                  if (st->trace)
-                    st->trace->hop(kv_find_atom::value, "kv index", sent, "answered");
+                  trace_hop(st->trace, kv_find_atom::value, "kv index", sent, "answered");
                   st->read(self, store, p.ids, block_tokens, st);
                 },
                 [st, block_tokens, sent = sent_now(st->trace)](caf::error&) {
-                  if (st->trace)
-                    st->trace->hop(kv_find_atom::value, "kv index", sent, "failed");
+                  trace_hop(st->trace, kv_find_atom::value, "kv index", sent, "failed");
                   st->finish(block_tokens);
                 });
       },
@@ -345,8 +357,7 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
           if (st->finished) {
             const auto n = st->done.size();
             caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(st->done));
-            if (trace)
-              trace->end("answered from its prefetch", n);
+            trace_end(trace, "answered from its prefetch", n);
           } else {
             st->seq = seq, st->reply_to = std::move(reply_to), st->joined = std::move(trace);
           }
@@ -364,15 +375,13 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         auto trace = op_trace::make(log, std::move(t), a, "lease");
         auto none = [seq, reply_to, trace] {
           caf::anon_send(reply_to, kv_leased_atom::value, seq, std::shared_ptr<kv_stream>{});
-          if (trace)
-            trace->end("none", 0);
+          trace_end(trace, "none", 0);
         };
         self->request(store.store, caf::infinite, kv_reserve_atom::value, std::move(pool), pages)
             .then(
                 [store, seq, reply_to, none, trace, sent = sent_now(trace)](kv_lease& l) {
-                  if (trace)
-                    trace->hop(kv_reserve_atom::value, "kv store", sent,
-                               l.ok ? "answered" : "refused");
+                  trace_hop(trace, kv_reserve_atom::value, "kv store", sent,
+                            l.ok ? "answered" : "refused");
                   if (!l.ok)
                     return none();
                   // The stream seals the blocks when its last holder lets go (any thread).
@@ -381,19 +390,17 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                     const auto sent = sent_now(trace);
                     caf::anon_send(to, kv_seal_atom::value, ids, std::move(tokens),
                                    std::move(sums));
-                    if (trace) // after the lease's span, on its track
-                      trace->hop(kv_seal_atom::value, "kv store", sent, "sent");
+                    // After the lease's span, on its track.
+                    trace_hop(trace, kv_seal_atom::value, "kv store", sent, "sent");
                   };
                   const auto n = l.ids.size();
                   auto stream =
                       std::make_shared<kv_stream>(std::move(l.memory), std::move(end), l.flip_bit);
                   caf::anon_send(reply_to, kv_leased_atom::value, seq, std::move(stream));
-                  if (trace)
-                    trace->end("answered", n);
+                  trace_end(trace, "answered", n);
                 },
                 [none, trace, sent = sent_now(trace)](caf::error&) {
-                  if (trace)
-                    trace->hop(kv_reserve_atom::value, "kv store", sent, "failed");
+                  trace_hop(trace, kv_reserve_atom::value, "kv store", sent, "failed");
                   none();
                 });
       },
@@ -409,18 +416,14 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
             .then(
                 [seq, reply_to, trace, to, sent = sent_now(trace)](std::vector<kv_page>& pages) {
                   const auto n = pages.size();
-                  if (trace)
-                    trace->hop(kv_share_atom::value, to, sent, "answered");
+                  trace_hop(trace, kv_share_atom::value, to, sent, "answered");
                   caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(pages));
-                  if (trace)
-                    trace->end("answered", n);
+                  trace_end(trace, "answered", n);
                 },
                 [seq, reply_to, trace, to, sent = sent_now(trace)](caf::error&) {
-                  if (trace)
-                    trace->hop(kv_share_atom::value, to, sent, "failed");
+                  trace_hop(trace, kv_share_atom::value, to, sent, "failed");
                   caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::vector<kv_page>{});
-                  if (trace)
-                    trace->end("answered", 0);
+                  trace_end(trace, "answered", 0);
                 });
       },
       [self, store, log](kv_keep_atom a, kv_put& put, std::uint32_t ttl_ms, std::uint64_t key,
@@ -429,8 +432,7 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         auto not_kept = [key, reply_to, trace] {
           caf::anon_send(reply_to, kv_stored_atom::value, key, std::vector<std::uint64_t>{},
                          std::uint64_t{0});
-          if (trace)
-            trace->end("not kept", 0);
+          trace_end(trace, "not kept", 0);
         };
         // Stored unreferenced, then pinned: the pin, not a reference, holds them, so a caller
         // that goes away leaves nothing held past the TTL.
@@ -438,8 +440,8 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
             .then(
                 [self, store, ttl_ms, key, reply_to, not_kept, trace,
                  sent = sent_now(trace)](kv_reply& r) {
-                  if (trace)
-                    trace->hop(kv_put_atom::value, "kv store", sent, r.ok ? "answered" : "refused");
+                  trace_hop(trace, kv_put_atom::value, "kv store", sent,
+                            r.ok ? "answered" : "refused");
                   if (!r.ok)
                     return not_kept();
                   auto ids = r.ids;
@@ -448,35 +450,31 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                       .then(
                           [store, key, reply_to, ids, not_kept, trace,
                            sent = sent_now(trace)](kv_reply& pinned) mutable {
-                            if (trace)
-                              trace->hop(kv_pin_atom::value, "kv store", sent,
-                                         pinned.ok ? "answered" : "refused");
+                            trace_hop(trace, kv_pin_atom::value, "kv store", sent,
+                                      pinned.ok ? "answered" : "refused");
                             if (!pinned.ok) {
                               // Some blocks went before the pin came: the pin on the others
                               // ends now, not at its deadline, as nobody will hold its id.
                               if (pinned.pin != 0) {
                                 const auto unpinned = sent_now(trace);
                                 caf::anon_send(store.store, kv_unpin_atom::value, ids, pinned.pin);
-                                if (trace)
-                                  trace->hop(kv_unpin_atom::value, "kv store", unpinned, "sent");
+                                trace_hop(trace, kv_unpin_atom::value, "kv store", unpinned,
+                                          "sent");
                               }
                               return not_kept();
                             }
                             const auto n = ids.size();
                             caf::anon_send(reply_to, kv_stored_atom::value, key, std::move(ids),
                                            pinned.pin);
-                            if (trace)
-                              trace->end("answered", n);
+                            trace_end(trace, "answered", n);
                           },
                           [not_kept, trace, sent = sent_now(trace)](caf::error&) {
-                            if (trace)
-                              trace->hop(kv_pin_atom::value, "kv store", sent, "failed");
+                            trace_hop(trace, kv_pin_atom::value, "kv store", sent, "failed");
                             not_kept();
                           });
                 },
                 [not_kept, trace, sent = sent_now(trace)](caf::error&) {
-                  if (trace)
-                    trace->hop(kv_put_atom::value, "kv store", sent, "failed");
+                  trace_hop(trace, kv_put_atom::value, "kv store", sent, "failed");
                   not_kept();
                 });
       },
