@@ -210,16 +210,17 @@ struct fetch_state {
             std::size_t block_tokens, const std::shared_ptr<fetch_state>& me) {
     if (ids.empty())
       return finish(block_tokens);
+    const auto sent = sent_now(trace);
     self->request(store.store, caf::infinite, kv_acquire_atom::value, ids)
         .then(
-            [self, store, ids, block_tokens, me, sent = sent_now(trace)](kv_reply& r) {
+            [self, store, ids, block_tokens, me, sent](kv_reply& r) {
               trace_hop(me->trace, kv_acquire_atom::value, "kv store", sent,
                         r.ok ? "answered" : "refused");
               if (!r.ok)
                 return me->finish(block_tokens);
               me->read_held(self, store, ids, block_tokens, me);
             },
-            [me, block_tokens, sent = sent_now(trace)](caf::error&) {
+            [me, block_tokens, sent](caf::error&) {
               trace_hop(me->trace, kv_acquire_atom::value, "kv store", sent, "failed");
               me->finish(block_tokens);
             });
@@ -336,13 +337,14 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         auto chain = chain_hashes(st->tokens, block_tokens);
         chain.erase(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(
                                                        std::min<std::size_t>(first, chain.size())));
+        const auto sent = sent_now(st->trace);
         self->request(store.index, caf::infinite, kv_find_atom::value, std::move(chain))
             .then(
-                [self, store, st, block_tokens, sent = sent_now(st->trace)](kv_prefix& p) {
+                [self, store, st, block_tokens, sent](kv_prefix& p) {
                   trace_hop(st->trace, kv_find_atom::value, "kv index", sent, "answered");
                   st->read(self, store, p.ids, block_tokens, st);
                 },
-                [st, block_tokens, sent = sent_now(st->trace)](caf::error&) {
+                [st, block_tokens, sent](caf::error&) {
                   trace_hop(st->trace, kv_find_atom::value, "kv index", sent, "failed");
                   st->finish(block_tokens);
                 });
@@ -374,12 +376,13 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                          caf::actor& reply_to, kv_trace& t) {
         auto trace = op_trace::make(log, std::move(t), a, "lease");
         auto none = [seq, reply_to, trace] {
-          caf::anon_send(reply_to, kv_leased_atom::value, seq, std::shared_ptr<kv_stream>{});
           trace_end(trace, "none", 0);
+          caf::anon_send(reply_to, kv_leased_atom::value, seq, std::shared_ptr<kv_stream>{});
         };
+        const auto sent = sent_now(trace);
         self->request(store.store, caf::infinite, kv_reserve_atom::value, std::move(pool), pages)
             .then(
-                [store, seq, reply_to, none, trace, sent = sent_now(trace)](kv_lease& l) {
+                [store, seq, reply_to, none, trace, sent](kv_lease& l) {
                   trace_hop(trace, kv_reserve_atom::value, "kv store", sent,
                             l.ok ? "answered" : "refused");
                   if (!l.ok)
@@ -387,19 +390,22 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                   // The stream seals the blocks when its last holder lets go (any thread).
                   auto end = [to = store.store, ids = l.ids, trace](std::vector<std::uint64_t> sums,
                                                                     std::vector<token> tokens) {
-                    const auto sent = sent_now(trace);
+                    const auto sealed = sent_now(trace);
                     caf::anon_send(to, kv_seal_atom::value, ids, std::move(tokens),
                                    std::move(sums));
-                    // After the lease's span, on its track.
-                    trace_hop(trace, kv_seal_atom::value, "kv store", sent, "sent");
+                    // After the lease's span (ended before the stream is handed over), on its
+                    // track.
+                    trace_hop(trace, kv_seal_atom::value, "kv store", sealed, "sent");
                   };
                   const auto n = l.ids.size();
                   auto stream =
                       std::make_shared<kv_stream>(std::move(l.memory), std::move(end), l.flip_bit);
-                  caf::anon_send(reply_to, kv_leased_atom::value, seq, std::move(stream));
+                  // Ended first: the stream's holder may seal it at once, and the seal's span
+                  // lies after this one.
                   trace_end(trace, "answered", n);
+                  caf::anon_send(reply_to, kv_leased_atom::value, seq, std::move(stream));
                 },
-                [none, trace, sent = sent_now(trace)](caf::error&) {
+                [none, trace, sent](caf::error&) {
                   trace_hop(trace, kv_reserve_atom::value, "kv store", sent, "failed");
                   none();
                 });
@@ -411,16 +417,17 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         auto to = "device " + owner_name;
         // Answered whatever happens: an owner that stopped or is slow leaves the prompt to be
         // computed, not waiting.
+        const auto sent = sent_now(trace);
         self->request(caf::actor_cast<device_actor>(owner), share_patience, kv_share_atom::value,
                       std::move(tokens), first, count)
             .then(
-                [seq, reply_to, trace, to, sent = sent_now(trace)](std::vector<kv_page>& pages) {
+                [seq, reply_to, trace, to, sent](std::vector<kv_page>& pages) {
                   const auto n = pages.size();
                   trace_hop(trace, kv_share_atom::value, to, sent, "answered");
                   caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::move(pages));
                   trace_end(trace, "answered", n);
                 },
-                [seq, reply_to, trace, to, sent = sent_now(trace)](caf::error&) {
+                [seq, reply_to, trace, to, sent](caf::error&) {
                   trace_hop(trace, kv_share_atom::value, to, sent, "failed");
                   caf::anon_send(reply_to, kv_fetched_atom::value, seq, std::vector<kv_page>{});
                   trace_end(trace, "answered", 0);
@@ -436,21 +443,22 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
         };
         // Stored unreferenced, then pinned: the pin, not a reference, holds them, so a caller
         // that goes away leaves nothing held past the TTL.
+        const auto sent = sent_now(trace);
         self->request(store.store, caf::infinite, kv_put_atom::value, std::move(put))
             .then(
-                [self, store, ttl_ms, key, reply_to, not_kept, trace,
-                 sent = sent_now(trace)](kv_reply& r) {
+                [self, store, ttl_ms, key, reply_to, not_kept, trace, sent](kv_reply& r) {
                   trace_hop(trace, kv_put_atom::value, "kv store", sent,
                             r.ok ? "answered" : "refused");
                   if (!r.ok)
                     return not_kept();
                   auto ids = r.ids;
+                  const auto pin_sent = sent_now(trace);
                   self->request(store.store, caf::infinite, kv_pin_atom::value, std::move(r.ids),
                                 ttl_ms)
                       .then(
                           [store, key, reply_to, ids, not_kept, trace,
-                           sent = sent_now(trace)](kv_reply& pinned) mutable {
-                            trace_hop(trace, kv_pin_atom::value, "kv store", sent,
+                           pin_sent](kv_reply& pinned) mutable {
+                            trace_hop(trace, kv_pin_atom::value, "kv store", pin_sent,
                                       pinned.ok ? "answered" : "refused");
                             if (!pinned.ok) {
                               // Some blocks went before the pin came: the pin on the others
@@ -468,12 +476,12 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
                                            pinned.pin);
                             trace_end(trace, "answered", n);
                           },
-                          [not_kept, trace, sent = sent_now(trace)](caf::error&) {
-                            trace_hop(trace, kv_pin_atom::value, "kv store", sent, "failed");
+                          [not_kept, trace, pin_sent](caf::error&) {
+                            trace_hop(trace, kv_pin_atom::value, "kv store", pin_sent, "failed");
                             not_kept();
                           });
                 },
-                [not_kept, trace, sent = sent_now(trace)](caf::error&) {
+                [not_kept, trace, sent](caf::error&) {
                   trace_hop(trace, kv_put_atom::value, "kv store", sent, "failed");
                   not_kept();
                 });
@@ -549,7 +557,7 @@ public:
   void prefetch_kept(std::vector<std::uint64_t> block_ids, std::vector<token> tokens,
                      std::uint64_t trace) override {
     caf::anon_send(fetcher_, kv_prefetch_atom::value, std::move(block_ids), std::move(tokens),
-                   trace_from(trace, "request " + std::to_string(trace)));
+                   trace_from_request(trace));
   }
 
   void forget_prefetch(std::vector<std::uint64_t> block_ids) override {
@@ -681,6 +689,11 @@ private:
     if (request == 0 || !traced_)
       return {};
     return trace_from(request, "device " + name_of(device));
+  }
+  kv_trace trace_from_request(std::uint64_t request) const {
+    if (request == 0 || !traced_)
+      return {};
+    return trace_from(request, "request " + std::to_string(request));
   }
 
   // The name `device` joined with (empty when unknown).

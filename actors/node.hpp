@@ -65,8 +65,8 @@ struct node_options {
   /// With a trace file: the requests that asked for their trace whose spans are also kept in
   /// memory for request_trace() (the most recent; 0: none).
   std::size_t kept_request_traces = defaults::traces::kept_requests;
-  /// With a trace file: the memory the kept traces take at most, MiB (>= 1); past it the oldest
-  /// go first.
+  /// With a trace file: the memory the kept traces take at most, MiB (1 to 1048576); past it
+  /// the oldest go first.
   std::size_t kept_trace_mib = defaults::traces::kept_mib;
   /// The request metrics (`triad_request_*`: stages, tokens, transfers); false only to measure
   /// what they cost (triad-bench-orchestration).

@@ -97,8 +97,9 @@ trace_log::trace_log(std::filesystem::path path, std::ofstream out, std::size_t 
 trace_log::~trace_log() {
   flush();
   std::lock_guard g{mutex_};
+  errno = 0;
   out_ << "\n]}\n";
-  out_.flush();
+  out_.close(); // a failure to close (the last bytes not written) is said too
   check_written();
 }
 
@@ -110,17 +111,20 @@ void trace_log::write_out(std::string& events) {
   // Every event begins with its separator; the file's first one has none.
   const std::size_t skip = first_ && !events.empty() ? 1 : 0;
   first_ = first_ && events.empty();
+  errno = 0; // what check_written() says is this write's failure, not an older one
   out_.write(events.data() + skip, static_cast<std::streamsize>(events.size() - skip));
   events.clear();
   check_written();
 }
 
 void trace_log::check_written() {
+  const int err = errno; // set by the failed call, if it said why
   if (out_ || !write_error_.empty())
     return;
   // Said once, where an operator looks (the node's stderr), and kept for write_error().
   write_error_ = "trace file " + path_.string() + ": a write failed (" +
-                 std::error_code{errno, std::generic_category()}.message() +
+                 (err != 0 ? std::error_code{err, std::generic_category()}.message()
+                           : std::string{"unknown error"}) +
                  "); spans from then on are lost";
   std::fprintf(stderr, "triad: %s\n", write_error_.c_str());
 }
@@ -317,6 +321,7 @@ void trace_log::flush() {
     write_out(shard.events);
   }
   std::lock_guard file{mutex_};
+  errno = 0;
   out_.flush();
   check_written();
 }

@@ -24,6 +24,7 @@
 #include "tests/devices/forwarding_backend.hpp"
 #include "tests/devices/gguf_reference.hpp"
 #include "tests/printers.hpp"
+#include "tests/scratch_file.hpp"
 #include "tests/tools/test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include <boost/json/parse.hpp>
@@ -230,8 +231,8 @@ BOOST_AUTO_TEST_CASE(a_requests_stages_add_up_to_its_end_to_end_time_in_metrics)
 
 BOOST_AUTO_TEST_CASE(a_request_that_asked_for_its_trace_can_fetch_it_from_the_node) {
   namespace json = boost::json;
-  auto path = std::filesystem::temp_directory_path() /
-              ("triad-kept-trace-" + std::to_string(::getpid()) + ".json");
+  const triad::test::scratch_file scratch{"triad-kept-trace"};
+  const auto& path = scratch.path;
   std::uint64_t asked_id = 0, plain_id = 0;
   std::string kept;
   {
@@ -425,10 +426,11 @@ void check_nested_or_apart(const std::vector<span>& spans) {
 
 // The KV store's part in the trace of request `root` (its root span): each operation the KV
 // tier's fetcher served for it, on a track of its own ("request 17 kv fetch"), is the caller's
-// message to the fetcher (from a device, or the request) inside the request, around the
-// fetcher's own messages to the store, its index or another device (a stream's seal after it,
-// when its holder lets go). One line per operation: "<message>|<outcome>: <its messages, in
-// order>", a read of many blocks counted once.
+// message to the fetcher (from a device, or the request) inside the request (as every
+// operation is in these tests; an unjoined prefetch of a cancelled request could outlast it),
+// around the fetcher's own messages to the store, its index or another device (a stream's seal
+// after it, when its holder lets go). One line per operation: "<message>|<outcome>: <its
+// messages, in order>", a read of many blocks counted once.
 std::multiset<std::string> kv_operations(const trace_file& t, const span& root) {
   const auto own = "request " + std::to_string(root.args.at("id").as_int64()) + " kv ";
   std::map<std::pair<std::int64_t, std::int64_t>, std::vector<span>> ops; // by track
@@ -463,8 +465,8 @@ std::multiset<std::string> kv_operations(const trace_file& t, const span& root) 
 }
 
 BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
-  auto path = std::filesystem::temp_directory_path() /
-              ("triad-trace-" + std::to_string(::getpid()) + ".json");
+  const triad::test::scratch_file scratch{"triad-trace"};
+  const auto& path = scratch.path;
   triad::request_usage usage;
   {
     auto n = start_node({}, {}, [&](triad::node_options& o) { o.trace_file = path; });
@@ -588,8 +590,8 @@ BOOST_AUTO_TEST_CASE(a_traced_requests_spans_nest_and_cover_it) {
 }
 
 BOOST_AUTO_TEST_CASE(a_demoted_requests_trace_shows_its_kv_moving_through_the_store) {
-  auto path = std::filesystem::temp_directory_path() /
-              ("triad-demote-trace-" + std::to_string(::getpid()) + ".json");
+  const triad::test::scratch_file scratch{"triad-demote-trace"};
+  const auto& path = scratch.path;
   triad::orchestration_options o;
   o.kv = triad::kv_policy::demote;
   {
@@ -1171,8 +1173,8 @@ BOOST_AUTO_TEST_CASE(sim_devices_stream_their_kv_through_the_store_too) {
 BOOST_AUTO_TEST_CASE(a_next_turn_copies_the_answers_pages_from_the_decode_devices_memory) {
   // A client that keeps no session sends the whole conversation again: the prefill device
   // holds the first prompt's pages, the decode device those of the answer it generated.
-  auto path = std::filesystem::temp_directory_path() /
-              ("triad-peer-trace-" + std::to_string(::getpid()) + ".json");
+  const triad::test::scratch_file scratch{"triad-peer-trace"};
+  const auto& path = scratch.path;
   auto n = start_node({}, {}, [&](triad::node_options& o) { o.trace_file = path; });
   const std::vector<triad::chat_message> first_turn{
       {"system", "You are a careful coding agent. Read the failing test, find the cause, change "

@@ -1,4 +1,5 @@
 #include "runtime/trace.hpp"
+#include "tests/scratch_file.hpp"
 
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
@@ -19,10 +20,9 @@ namespace {
 namespace json = boost::json;
 
 // A trace file's path of its own, removed at the end of the test.
-struct scratch_file {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("triad-trace-test-" + std::to_string(::getpid()) + ".json");
-  ~scratch_file() { std::filesystem::remove(path); }
+struct scratch_file : triad::test::scratch_file {
+  scratch_file()
+      : triad::test::scratch_file{"triad-trace-test"} {}
   json::object read() const {
     std::ifstream in{path};
     return json::parse(std::string{std::istreambuf_iterator<char>{in}, {}}).as_object();

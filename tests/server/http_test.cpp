@@ -18,6 +18,7 @@
 #include "server/http_server.hpp"
 #include "server/openai.hpp"
 #include "tests/actors/support.hpp"
+#include "tests/scratch_file.hpp"
 
 namespace {
 
@@ -129,8 +130,8 @@ std::vector<std::string> events_of(const std::string& body) {
 BOOST_AUTO_TEST_SUITE(http_api)
 
 BOOST_AUTO_TEST_CASE(a_request_that_asks_for_its_trace_gets_its_id_and_fetches_the_trace) {
-  auto path = std::filesystem::temp_directory_path() /
-              ("triad-http-trace-" + std::to_string(::getpid()) + ".json");
+  const triad::test::scratch_file scratch{"triad-http-trace"};
+  const auto& path = scratch.path;
   {
     server_fixture f{{}, 64, true, false, path};
     // Not asked: no id header, and nothing kept.
