@@ -115,9 +115,9 @@ public:
     triad::device_profile p;
     p.name = "this_machine";
     p.peak_flops = triad::bench::median(matmul_);
-    p.memory_bandwidth = triad::bench::median(read_);
+    const double read = triad::bench::median(read_);
+    p.tiers = {{"dram", 16ull << 30, read, read}};
     p.attention_flops = triad::bench::median(attention_);
-    p.memory_bytes = 16ull << 30;
     p.step_overhead = 0;
     // The cpu backend streams each layer's weights and then computes; it does not overlap
     // the two.
@@ -162,7 +162,7 @@ int run(int argc, char** argv) {
   auto profile = [&] {
     auto p = probe.take();
     peaks.push_back(p.peak_flops);
-    reads.push_back(p.memory_bandwidth);
+    reads.push_back(p.memory_bandwidth());
     attentions.push_back(p.attention_flops);
     return p;
   };
@@ -193,7 +193,7 @@ int run(int argc, char** argv) {
                                         {"rel_error", err},
                                         {"compute_bound", cost.compute_bound},
                                         {"profile_peak_tflops", here.peak_flops / 1e12},
-                                        {"profile_read_gb_per_s", here.memory_bandwidth / 1e9},
+                                        {"profile_read_gb_per_s", here.memory_bandwidth() / 1e9},
                                         {"profile_attention_tflops", here.attention_flops / 1e12},
                                         {"operational_intensity", cost.operational_intensity}});
     std::printf("%-8s batch %2u context %5u: measured %8.2f ms predicted %8.2f ms error %5.1f%%\n",

@@ -47,9 +47,10 @@ std::string_view to_string(model_dtype value) noexcept;
 /// `model.preset` values: presets of the real transformer model the `cpu` devices run.
 /// (A `cpu` device takes no `profile`; the model comes from `[model]`.)
 inline constexpr std::array<std::string_view, 2> cpu_device_profiles = {"tiny", "small"};
-/// Every `model.preset` value: the cpu presets, and shapes of real models (Llama-3-8B) that only
-/// `sim` devices run, for roofline timings at a realistic size (simulated).
-inline constexpr std::array<std::string_view, 3> model_presets = {"tiny", "small", "llama3-8b"};
+/// Every `model.preset` value: the cpu presets, and shapes of real models (Llama-3-8B and -70B)
+/// that only `sim` devices run, for roofline timings at a realistic size (simulated).
+inline constexpr std::array<std::string_view, 4> model_presets = {"tiny", "small", "llama3-8b",
+                                                                  "llama3-70b"};
 /// The built-in simulated accelerators: `profile` values a `sim` device accepts besides the
 /// names of the file's `[[sim_profiles]]`, which may not reuse them.
 /// A `cuda` device (not built yet) is refused at start whatever its profile.
@@ -58,8 +59,8 @@ inline constexpr std::array<std::string_view, 7> sim_device_profiles = {
 
 /// `[model]`: the transformer model the node serves.
 struct model_config {
-  /// `preset`: one of model_presets ("tiny", "small", "llama3-8b"); cpu devices run only
-  /// cpu_device_profiles ("tiny", "small").
+  /// `preset`: one of model_presets ("tiny", "small", "llama3-8b", "llama3-70b"); cpu devices run
+  /// only cpu_device_profiles ("tiny", "small").
   std::string preset{defaults::model::preset};
   /// `dtype`: "auto", "bf16" or "f32"; the default is defaults::model::dtype. "auto" is
   /// resolved per machine by the cpu backend (devices/cpu/isa.hpp); sim devices count bf16.

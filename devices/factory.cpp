@@ -22,8 +22,11 @@ expected<device_profile> resolve_profile(const device_set& node, const std::stri
     device_profile out;
     out.name = p.name;
     out.peak_flops = p.peak_tflops * 1e12;
-    out.memory_bandwidth = p.memory_bandwidth_gb_s * 1e9;
-    out.memory_bytes = static_cast<std::uint64_t>(p.memory_gib * static_cast<double>(1ull << 30));
+    // One tier: a profile from the config gives one memory (its read and write at one rate).
+    const double bandwidth = p.memory_bandwidth_gb_s * 1e9;
+    out.tiers = {{"memory",
+                  static_cast<std::uint64_t>(p.memory_gib * static_cast<double>(1ull << 30)),
+                  bandwidth, bandwidth}};
     out.link_bandwidth = p.link_bandwidth_gb_s * 1e9;
     out.step_overhead = p.step_overhead_us * 1e-6;
     out.attention_flops = p.attention_tflops * 1e12;

@@ -101,6 +101,19 @@ expected<model_shape> model_preset(std::string_view name) {
     m.max_context = 8192;
     m.rope_theta = 500000.0;
     m.seed = 0x7417'0003;
+  } else if (name == "llama3-70b") {
+    // Llama-3-70B's shape, for sim devices only: 68.5e9 parameters with the byte tokenizer's
+    // vocabulary (the real model's 128256-token embedding and output layer add 2.1e9); its
+    // bf16 weights (137 GB) nearly fill an H200's 141 GB, the case for a device group.
+    m.layers = 80;
+    m.hidden = 8192;
+    m.heads = 64;
+    m.kv_heads = 8;
+    m.head_dim = 128;
+    m.ffn = 28672;
+    m.max_context = 8192;
+    m.rope_theta = 500000.0;
+    m.seed = 0x7417'0004;
   } else {
     std::string allowed;
     for (const auto& n : model_preset_names())
@@ -112,7 +125,7 @@ expected<model_shape> model_preset(std::string_view name) {
 }
 
 std::vector<std::string> model_preset_names() {
-  return {"tiny", "small", "llama3-8b"};
+  return {"tiny", "small", "llama3-8b", "llama3-70b"};
 }
 
 } // namespace triad

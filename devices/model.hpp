@@ -74,7 +74,8 @@ struct model_shape {
 };
 
 /// The built-in presets, by name: "tiny" (about 24M parameters) and "small" (about 135M), which
-/// the cpu backend runs, and "llama3-8b" (Llama-3-8B's shape), which only sim devices run.
+/// the cpu backend runs, and "llama3-8b" and "llama3-70b" (Llama 3's shapes), which only sim
+/// devices run.
 /// Shapes are documented in devices/README.md.
 expected<model_shape> model_preset(std::string_view name);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 namespace triad {
@@ -33,18 +34,24 @@ expected<std::unique_ptr<sim_backend>> sim_backend::create(sim_backend_options o
     return make_error(errc::invalid_argument, "sim: page_tokens 0; allowed: 1 or more");
   if (options.time_scale < 0)
     return make_error(errc::invalid_argument, "sim: time_scale < 0; allowed: 0 (no wait) or more");
+  if (auto ok = check_tiers(options.profile); !ok)
+    return ok.error();
   std::unique_ptr<sim_backend> self{new sim_backend(options)};
   auto weights = static_cast<std::uint64_t>(
       estimate_step(options.shape, options.type, options.profile, {}).capacity_footprint);
-  if (weights >= options.profile.memory_bytes)
+  const auto memory = options.profile.memory_bytes();
+  if (weights >= memory)
     return make_error(errc::exhausted, "sim: model '" + options.shape.name + "' needs " +
                                            std::to_string(weights) + " bytes of weights; " +
-                                           options.profile.name + " has " +
-                                           std::to_string(options.profile.memory_bytes));
-  std::uint64_t budget = options.kv_budget_bytes != 0 ? options.kv_budget_bytes
-                                                      : options.profile.memory_bytes - weights;
+                                           options.profile.name + " has " + std::to_string(memory) +
+                                           " in all its tiers");
+  // Every tier holds KV: what the fastest cannot hold waits in the slower ones, and a step
+  // that reads it there takes their bandwidth's time.
+  std::uint64_t budget = options.kv_budget_bytes != 0 ? options.kv_budget_bytes : memory - weights;
   self->page_bytes_ = options.page_tokens * options.shape.kv_bytes_per_token(options.type);
-  auto pages_total = budget / self->page_bytes_;
+  // Page ids are 32-bit: a tiny model on a large device holds at most that many pages.
+  auto pages_total = std::min<std::uint64_t>(budget / self->page_bytes_,
+                                             std::numeric_limits<std::uint32_t>::max() - 1);
   if (pages_total == 0)
     return make_error(errc::invalid_argument, "sim: a KV budget of " + std::to_string(budget) +
                                                   " bytes holds no page of " +
@@ -67,17 +74,28 @@ expected<step_output> sim_backend::step(std::span<const step_item> items) {
     return ok.error();
   std::vector<step_work> work;
   std::vector<std::pair<seq_id, std::size_t>> wanted;
+  std::size_t step_pages = 0; // pages the step's sequences hold now
   for (const auto& item : items) {
     auto have = length(item.seq);
     work.push_back({have, item.tokens.size()});
     wanted.emplace_back(item.seq, have + item.tokens.size());
+    if (const auto* held = table_->pages(item.seq))
+      step_pages += held->size();
   }
-  last_cost_ = estimate_step(s, options_.type, options_.profile, work);
+  // The KV held outside the step (other sequences', the prefix cache's) takes room, the
+  // slowest first, and is not read.
+  const auto usage = kv();
+  const auto held = usage.pages_used + usage.pages_cached;
+  const double idle = static_cast<double>(held > step_pages ? held - step_pages : 0) *
+                      static_cast<double>(page_bytes_);
+  last_cost_ = estimate_step(s, options_.type, options_.profile, work, idle);
   if (!last_cost_.fits)
     return make_error(errc::exhausted, "sim " + options_.profile.name + ": step needs " +
                                            std::to_string(last_cost_.capacity_footprint) +
-                                           " bytes resident, device has " +
-                                           std::to_string(options_.profile.memory_bytes));
+                                           " bytes resident beside " +
+                                           std::to_string(static_cast<std::uint64_t>(idle)) +
+                                           " held, device has " +
+                                           std::to_string(options_.profile.memory_bytes()));
   if (auto ok = table_->reserve(wanted); !ok)
     return make_error(errc::exhausted, "sim " + options_.profile.name + ": " + ok.error().message);
   step_output out;

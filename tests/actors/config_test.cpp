@@ -674,7 +674,7 @@ BOOST_AUTO_TEST_CASE(model_preset_must_be_known) {
   const auto message = error_of("[model]\npreset = \"huge\"\n");
   BOOST_TEST(message ==
              "triad.toml:2:10: model.preset = \"huge\": not allowed; allowed: \"tiny\", \"small\", "
-             "\"llama3-8b\"");
+             "\"llama3-8b\", \"llama3-70b\"");
   check_contains(error_of("[model]\npreset = 1\n"),
                  {"triad.toml:2:10: ", "model.preset = 1", "wrong type (integer)",
                   "allowed: \"tiny\", \"small\""});

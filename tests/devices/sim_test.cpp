@@ -43,7 +43,7 @@ BOOST_AUTO_TEST_CASE(every_builtin_profile_cites_its_source) {
     BOOST_REQUIRE(p.has_value());
     BOOST_TEST(!p->source.empty(), name);
     BOOST_TEST(p->peak_flops > 0);
-    BOOST_TEST(p->memory_bandwidth > 0);
+    BOOST_TEST(p->memory_bandwidth() > 0);
   }
   BOOST_TEST(triad::builtin_profile("h100")->peak_flops == 989e12);
   BOOST_TEST(triad::builtin_profile("sn50")->vendor_claim);
@@ -56,11 +56,11 @@ BOOST_AUTO_TEST_CASE(a_batch_1_decode_is_memory_bound_at_weights_over_bandwidth)
   auto h100 = *triad::builtin_profile("h100");
   auto c = triad::estimate_step(small(), triad::dtype::bf16, h100, {{100, 1}});
   BOOST_TEST(!c.compute_bound);
-  double expected = small_weight_bytes() / h100.memory_bandwidth + h100.step_overhead;
+  double expected = small_weight_bytes() / h100.memory_bandwidth() + h100.step_overhead;
   // KV and activations of one token add well under 1% here.
   BOOST_TEST(c.seconds >= expected);
   BOOST_TEST(c.seconds <= expected * 1.01);
-  BOOST_TEST(c.operational_intensity < h100.peak_flops / h100.memory_bandwidth);
+  BOOST_TEST(c.operational_intensity < h100.peak_flops / h100.memory_bandwidth());
 }
 
 BOOST_AUTO_TEST_CASE(a_long_prefill_is_compute_bound) {
@@ -69,7 +69,7 @@ BOOST_AUTO_TEST_CASE(a_long_prefill_is_compute_bound) {
   BOOST_TEST(c.compute_bound);
   BOOST_TEST(c.seconds == c.flops / h100.peak_flops + h100.step_overhead,
              boost::test_tools::tolerance(1e-9));
-  BOOST_TEST(c.operational_intensity > h100.peak_flops / h100.memory_bandwidth);
+  BOOST_TEST(c.operational_intensity > h100.peak_flops / h100.memory_bandwidth());
 }
 
 BOOST_AUTO_TEST_CASE(the_capacity_footprint_counts_weights_and_every_sequences_kv) {
@@ -105,10 +105,129 @@ BOOST_AUTO_TEST_CASE(weights_larger_than_the_device_are_an_error) {
   triad::sim_backend_options o;
   o.shape = small();
   o.profile = *triad::builtin_profile("h100");
-  o.profile.memory_bytes = 100'000'000; // 100 MB: less than the 270 MB of weights
+  o.profile.tiers = {{"hbm", 60'000'000, 1e12, 1e12},
+                     {"host", 40'000'000, 1e10, 1e10}}; // 100 MB: less than the 270 MB of weights
   auto b = triad::sim_backend::create(o);
   BOOST_REQUIRE(!b);
   BOOST_TEST(b.error().message.find("weights") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(every_builtin_profile_lists_its_tiers_fastest_first) {
+  for (const auto& name : triad::builtin_profile_names()) {
+    auto p = *triad::builtin_profile(name);
+    BOOST_TEST(triad::check_tiers(p).has_value(), name);
+    for (std::size_t t = 1; t < p.tiers.size(); ++t)
+      BOOST_TEST(p.tiers[t].read_bandwidth < p.tiers[t - 1].read_bandwidth, name);
+  }
+  // The RDU's capacity tier (Hot Chips 2024: 64 GB HBM + 1.5 TB DDR), and the GPU's host
+  // memory over PCIe 5.
+  auto sn40l = *triad::builtin_profile("sn40l");
+  BOOST_REQUIRE(sn40l.tiers.size() == 2u);
+  BOOST_TEST(sn40l.tiers[0].bytes == 64'000'000'000ull);
+  BOOST_TEST(sn40l.tiers[1].bytes == 1'536'000'000'000ull);
+  BOOST_TEST(sn40l.memory_bytes() == 1'600'000'000'000ull);
+  auto h200 = *triad::builtin_profile("h200");
+  BOOST_REQUIRE(h200.tiers.size() == 2u);
+  BOOST_TEST(h200.tiers[0].bytes == 141'000'000'000ull);
+  BOOST_TEST(h200.tiers[1].name == "host over pcie5");
+  BOOST_TEST(h200.tiers[1].assumed);
+}
+
+// A two-tier device whose fast tier holds the small preset's weights and `fast_kv` bytes more.
+triad::device_profile two_tiers(double fast_kv) {
+  triad::device_profile p;
+  p.name = "two_tiers";
+  p.peak_flops = 1e15;
+  p.tiers = {{"fast", static_cast<std::uint64_t>(small_weight_bytes() + fast_kv), 1e12, 1e12},
+             {"slow", 1'000'000'000'000ull, 1e10, 5e9}};
+  return p;
+}
+
+BOOST_AUTO_TEST_CASE(kv_past_the_fast_tier_is_read_at_the_slow_tiers_bandwidth) {
+  auto s = small();
+  const double kv = static_cast<double>(s.kv_bytes_per_token(triad::dtype::bf16));
+  // Room in the fast tier for the activations and 1000 tokens of KV, not for 5000.
+  const auto p = two_tiers(1000.0 * kv + 1e6);
+  auto fits = triad::estimate_step(s, triad::dtype::bf16, p, {{999, 1}});
+  auto spills = triad::estimate_step(s, triad::dtype::bf16, p, {{4999, 1}});
+  BOOST_REQUIRE(fits.tier_resident.size() == 2u);
+  BOOST_TEST(fits.tier_resident[1] == 0.0);
+  BOOST_TEST(fits.tier_traffic[1] == 0.0);
+  // Every byte of the fast tier's traffic at its rate: weights, activations, KV read and written.
+  BOOST_TEST(fits.seconds == fits.bytes / 1e12, boost::test_tools::tolerance(1e-9));
+  // The spilled KV is read (and the new token's share written) at the slow tier's rates, which
+  // now bound the step.
+  const double spilled = spills.tier_resident[1];
+  BOOST_TEST(spilled > 3000.0 * kv);
+  BOOST_TEST(spills.tier_resident[0] + spilled == spills.capacity_footprint,
+             boost::test_tools::tolerance(1e-9));
+  const double written = kv * spilled / (5000.0 * kv); // the new token's share in the slow tier
+  BOOST_TEST(spills.tier_traffic[1] == spilled + written, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(spills.seconds == spilled / 1e10 + written / 5e9, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(spills.seconds > 10 * fits.seconds);
+  BOOST_TEST(spills.fits);
+}
+
+BOOST_AUTO_TEST_CASE(kv_held_outside_the_step_waits_in_the_slow_tier_and_costs_no_time) {
+  auto s = small();
+  const double kv = static_cast<double>(s.kv_bytes_per_token(triad::dtype::bf16));
+  const auto p = two_tiers(1000.0 * kv + 1e6);
+  auto alone = triad::estimate_step(s, triad::dtype::bf16, p, {{999, 1}});
+  // 100 GB of paused sessions' KV: placed after the step's, so in the slow tier, never read.
+  auto beside = triad::estimate_step(s, triad::dtype::bf16, p, {{999, 1}}, 100e9);
+  BOOST_TEST(beside.seconds == alone.seconds);
+  BOOST_TEST(beside.tier_resident[0] <= static_cast<double>(p.tiers[0].bytes));
+  BOOST_TEST(beside.tier_resident[1] > 99e9);
+  BOOST_TEST(beside.tier_resident[0] + beside.tier_resident[1] == alone.capacity_footprint + 100e9,
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(beside.tier_traffic[1] == 0.0);
+  BOOST_TEST(beside.fits);
+  // More than both tiers hold does not fit.
+  auto over = triad::estimate_step(s, triad::dtype::bf16, p, {{999, 1}}, 1001e9);
+  BOOST_TEST(!over.fits);
+}
+
+BOOST_AUTO_TEST_CASE(llama3_70b_on_one_h200_meets_the_capacity_wall) {
+  auto s = *triad::model_preset("llama3-70b");
+  BOOST_TEST(static_cast<double>(s.parameters()) / 1e9 == 68.5, boost::test_tools::tolerance(0.01));
+  BOOST_TEST(s.kv_bytes_per_token(triad::dtype::bf16) == 327680u);
+  auto h200 = *triad::builtin_profile("h200");
+  // 16 sequences of 4096 tokens: 21.5 GB of KV beside 137 GB of weights in 141 GB of HBM, so
+  // about 17.5 GB of it is read over PCIe at every step.
+  const std::vector<triad::step_work> work(16, {4095, 1});
+  auto c = triad::estimate_step(s, triad::dtype::bf16, h200, work);
+  BOOST_TEST(c.fits);
+  BOOST_TEST(c.tier_resident[1] > 17e9);
+  BOOST_TEST(c.tier_resident[1] < 18e9);
+  BOOST_TEST(c.seconds > 0.27);
+  // The same step with all its KV in HBM: the weights and KV at 4.8 TB/s, 8 times faster.
+  auto roomy = h200;
+  roomy.tiers[0].bytes = 200'000'000'000ull;
+  auto fast = triad::estimate_step(s, triad::dtype::bf16, roomy, work);
+  BOOST_TEST(fast.tier_resident[1] == 0.0);
+  BOOST_TEST(fast.seconds < 0.04);
+}
+
+BOOST_AUTO_TEST_CASE(a_sim_device_holds_kv_in_every_tier) {
+  auto sn40l = make("sn40l");
+  const auto kv = sn40l->kv();
+  // The DDR tier's 1.5 TB hold KV too, beyond the 64 GB of HBM.
+  BOOST_TEST(static_cast<double>(kv.pages_total) * static_cast<double>(kv.page_bytes) > 1.5e12);
+}
+
+BOOST_AUTO_TEST_CASE(a_tier_without_bandwidth_is_an_error_naming_it) {
+  triad::sim_backend_options o;
+  o.shape = small();
+  o.profile = *triad::builtin_profile("h100");
+  o.profile.tiers[1].read_bandwidth = 0;
+  auto b = triad::sim_backend::create(o);
+  BOOST_REQUIRE(!b);
+  BOOST_TEST(b.error().code == triad::errc::invalid_argument);
+  BOOST_TEST(b.error().message.find("'host over pcie5'") != std::string::npos, b.error().message);
+  o.profile.tiers.clear();
+  auto none = triad::sim_backend::create(o);
+  BOOST_REQUIRE(!none);
+  BOOST_TEST(none.error().message.find("no memory tier") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(simulated_logits_are_a_pure_function_of_the_tokens) {
