@@ -64,68 +64,61 @@ expected<void> model_shape::validate() const {
   return {};
 }
 
+namespace {
+
+// One preset's shape; every preset has the byte tokenizer's 320-token vocabulary.
+struct preset_row {
+  std::string_view name;
+  unsigned layers, hidden, heads, kv_heads, head_dim, ffn, max_context;
+  double rope_theta;
+  std::uint64_t seed;
+};
+
+// "tiny" and "small" are what the cpu backend runs. The Llama 3 shapes are for sim devices
+// only (their weights are never built): llama3-8b has 7.0e9 parameters with the 320-token
+// vocabulary (the real model's 128256-token embedding and output layer add 1.0e9);
+// llama3-70b 68.5e9 (the real vocabulary adds 2.1e9), whose bf16 weights (137 GB) nearly fill
+// an H200's 141 GB: the case for a device group.
+constexpr preset_row presets[] = {
+    {"tiny", 8, 512, 8, 2, 64, 1536, 4096, 10000.0, 0x7417'0001},
+    {"small", 12, 1024, 16, 4, 64, 2816, 8192, 10000.0, 0x7417'0002},
+    {"llama3-8b", 32, 4096, 32, 8, 128, 14336, 8192, 500000.0, 0x7417'0003},
+    {"llama3-70b", 80, 8192, 64, 8, 128, 28672, 8192, 500000.0, 0x7417'0004},
+};
+
+} // namespace
+
 expected<model_shape> model_preset(std::string_view name) {
-  model_shape m;
-  m.name = std::string{name};
-  m.vocab = 320;
-  m.rope_theta = 10000.0;
-  m.rms_eps = 1e-5f;
-  if (name == "tiny") {
-    m.layers = 8;
-    m.hidden = 512;
-    m.heads = 8;
-    m.kv_heads = 2;
-    m.head_dim = 64;
-    m.ffn = 1536;
-    m.max_context = 4096;
-    m.seed = 0x7417'0001;
-  } else if (name == "small") {
-    m.layers = 12;
-    m.hidden = 1024;
-    m.heads = 16;
-    m.kv_heads = 4;
-    m.head_dim = 64;
-    m.ffn = 2816;
-    m.max_context = 8192;
-    m.seed = 0x7417'0002;
-  } else if (name == "llama3-8b") {
-    // Llama-3-8B's shape, for sim devices only (its weights are never built): 7.0e9 parameters
-    // with the byte tokenizer's 320-token vocabulary; the real model's 128256-token embedding
-    // and output layer add 1.0e9 (8.0e9 in all).
-    m.layers = 32;
-    m.hidden = 4096;
-    m.heads = 32;
-    m.kv_heads = 8;
-    m.head_dim = 128;
-    m.ffn = 14336;
-    m.max_context = 8192;
-    m.rope_theta = 500000.0;
-    m.seed = 0x7417'0003;
-  } else if (name == "llama3-70b") {
-    // Llama-3-70B's shape, for sim devices only: 68.5e9 parameters with the byte tokenizer's
-    // vocabulary (the real model's 128256-token embedding and output layer add 2.1e9); its
-    // bf16 weights (137 GB) nearly fill an H200's 141 GB, the case for a device group.
-    m.layers = 80;
-    m.hidden = 8192;
-    m.heads = 64;
-    m.kv_heads = 8;
-    m.head_dim = 128;
-    m.ffn = 28672;
-    m.max_context = 8192;
-    m.rope_theta = 500000.0;
-    m.seed = 0x7417'0004;
-  } else {
-    std::string allowed;
-    for (const auto& n : model_preset_names())
-      allowed += (allowed.empty() ? "" : ", ") + n;
-    return make_error(errc::not_found,
-                      "unknown model preset '" + std::string{name} + "'; allowed: " + allowed);
+  for (const auto& p : presets) {
+    if (p.name != name)
+      continue;
+    model_shape m;
+    m.name = std::string{name};
+    m.vocab = 320;
+    m.rms_eps = 1e-5f;
+    m.layers = p.layers;
+    m.hidden = p.hidden;
+    m.heads = p.heads;
+    m.kv_heads = p.kv_heads;
+    m.head_dim = p.head_dim;
+    m.ffn = p.ffn;
+    m.max_context = p.max_context;
+    m.rope_theta = p.rope_theta;
+    m.seed = p.seed;
+    return m;
   }
-  return m;
+  std::string allowed;
+  for (const auto& n : model_preset_names())
+    allowed += (allowed.empty() ? "" : ", ") + n;
+  return make_error(errc::not_found,
+                    "unknown model preset '" + std::string{name} + "'; allowed: " + allowed);
 }
 
 std::vector<std::string> model_preset_names() {
-  return {"tiny", "small", "llama3-8b", "llama3-70b"};
+  std::vector<std::string> out;
+  for (const auto& p : presets)
+    out.emplace_back(p.name);
+  return out;
 }
 
 } // namespace triad
