@@ -32,6 +32,10 @@ struct step_output {
   std::vector<std::vector<float>> logits;
   std::uint64_t tokens = 0; ///< tokens computed in the step
   double seconds = 0;       ///< wall time of the step on the driver thread (sim: modelled)
+  /// Where the step lies in the OI/CF plane, where the backend models it (sim; 0: not
+  /// modelled): FLOPs per byte of memory traffic, and bytes it needs resident.
+  double operational_intensity = 0;
+  double capacity_footprint = 0; ///< weights, activations and the step's KV, bytes
 };
 
 /// Usage of a device's paged KV cache.

@@ -33,6 +33,8 @@ struct device_metrics {
   histogram* batch = nullptr;
   histogram* step_tokens = nullptr;
   histogram* step_seconds = nullptr;
+  histogram* step_intensity = nullptr;
+  histogram* step_footprint = nullptr;
   counter* cached = nullptr;
   counter* tier_tokens = nullptr;
   counter* peer_tokens = nullptr;
@@ -79,6 +81,16 @@ struct device_metrics {
                            "KV streams found damaged or broken off; their tokens computed", l));
     step_seconds = take(
         r.add_histogram("triad_device_step_seconds", "step time", default_duration_buckets(), l));
+    // The OI/CF plane (arXiv 2601.22001): where each modelled step lies, against the device's
+    // ridge point (peak FLOP/s over bandwidth) and its memory.
+    step_intensity = take(r.add_histogram(
+        "triad_device_step_operational_intensity",
+        "FLOPs per byte of memory traffic of each step (sim devices: modelled; others: none)",
+        {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}, l));
+    step_footprint = take(r.add_histogram(
+        "triad_device_step_capacity_footprint_bytes",
+        "weights, activations and KV bytes each step needs resident (sim devices: modelled)",
+        {1e8, 1e9, 1e10, 3e10, 1e11, 3e11, 1e12, 3e12}, l));
   }
 };
 
@@ -1014,6 +1026,11 @@ private:
           r.steps, [](const detail::step_stat& st) { return static_cast<double>(st.tokens); });
       metrics_.step_seconds->observe_each(r.steps,
                                           [](const detail::step_stat& st) { return st.seconds; });
+      for (const auto& st : r.steps)
+        if (st.capacity_footprint > 0) { // a modelled step
+          metrics_.step_intensity->observe(st.operational_intensity);
+          metrics_.step_footprint->observe(st.capacity_footprint);
+        }
     }
     stats_.steps += r.steps.size();
     stats_.tokens += job_tokens;

@@ -122,7 +122,8 @@ void step_job::operator()() {
       break;
     }
     r.output = expected<void>{};
-    r.steps.push_back({batch.size(), out->tokens, out->seconds});
+    r.steps.push_back({batch.size(), out->tokens, out->seconds, out->operational_intensity,
+                       out->capacity_footprint});
     std::size_t kept = 0;
     next_live.clear();
     for (std::size_t k = 0; k < batch.size(); ++k) {

@@ -27,6 +27,8 @@ struct step_stat {
   std::size_t batch = 0;
   std::uint64_t tokens = 0;
   double seconds = 0;
+  double operational_intensity = 0; // step_output's (0: not modelled)
+  double capacity_footprint = 0;
 };
 
 // What a step job hands back: per item its sequence, the tokens it moved on, and the tokens

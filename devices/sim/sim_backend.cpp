@@ -115,6 +115,8 @@ expected<step_output> sim_backend::step(std::span<const step_item> items) {
     out.tokens += item.tokens.size();
   }
   out.seconds = last_cost_.seconds;
+  out.operational_intensity = last_cost_.operational_intensity;
+  out.capacity_footprint = last_cost_.capacity_footprint;
   if (options_.time_scale > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(out.seconds / options_.time_scale));
   return out;

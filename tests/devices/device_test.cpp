@@ -428,6 +428,10 @@ BOOST_AUTO_TEST_CASE(device_metrics_are_exported) {
   auto text = f.metrics.render();
   BOOST_TEST(text.find("triad_device_steps_total{device=\"device\"} 3") != std::string::npos, text);
   BOOST_TEST(text.find("triad_device_step_seconds_bucket") != std::string::npos);
+  // The cpu backend does not model its steps: no point in the OI/CF plane.
+  BOOST_TEST(text.find("triad_device_step_operational_intensity_count{device=\"device\"} 0") !=
+                 std::string::npos,
+             text);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

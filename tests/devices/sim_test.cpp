@@ -293,8 +293,10 @@ BOOST_AUTO_TEST_CASE(a_sim_pages_memory_holds_its_tokens_through_steps_exports_a
 
 BOOST_AUTO_TEST_CASE(the_device_actor_runs_a_simulated_device) {
   triad::domain dom{0, {0, 1}, nullptr, triad::scheduler_config{}};
+  triad::metrics_registry metrics;
   triad::device_options o;
   o.name = "sim0";
+  o.metrics = &metrics;
   auto dev = triad::spawn_device(dom, make("h200"), o);
   BOOST_REQUIRE(dev.has_value());
   {
@@ -315,7 +317,27 @@ BOOST_AUTO_TEST_CASE(the_device_actor_runs_a_simulated_device) {
         done = e.kind == triad::device_event::done;
       });
     BOOST_TEST(tokens == 20);
+    self->request(*dev, caf::infinite, triad::stats_atom::value)
+        .receive([](triad::device_stats&) {}, // the actor has recorded every step by now
+                 [](caf::error&) { BOOST_FAIL("no stats"); });
   }
+  // Every modelled step lies in the OI/CF plane: as many points as steps, each needing at least
+  // the weights resident.
+  const auto text = metrics.render();
+  auto value = [&](const std::string& series) {
+    auto at = text.find("\n" + series + " ");
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, series << " in\n" << text);
+    return std::stod(text.substr(at + series.size() + 2));
+  };
+  const double steps = value("triad_device_steps_total{device=\"sim0\"}");
+  BOOST_TEST(steps >= 20.0);
+  BOOST_TEST(value("triad_device_step_operational_intensity_count{device=\"sim0\"}") == steps);
+  BOOST_TEST(value("triad_device_step_capacity_footprint_bytes_count{device=\"sim0\"}") == steps);
+  BOOST_TEST(value("triad_device_step_capacity_footprint_bytes_sum{device=\"sim0\"}") >
+             steps * small_weight_bytes());
+  // A batch-1 decode of the small model reads its weights for a few FLOPs each: about 1.
+  BOOST_TEST(value("triad_device_step_operational_intensity_bucket{device=\"sim0\",le=\"2\"}") >=
+             steps - 1);
   caf::anon_send_exit(*dev, caf::exit_reason::user_shutdown);
   dom.stop(std::chrono::seconds{10});
 }
