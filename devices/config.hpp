@@ -123,7 +123,7 @@ struct device_config {
   double time_scale = defaults::device::time_scale;
   std::uint64_t memory_mib = defaults::device::memory_mib; ///< `memory_mib`: memory budget, >= 1
   /// `kv_mib`: KV memory of a sim device (a device whose memory is the bottleneck); 0 = its
-  /// profile's memory minus the weights. Only given for backend "sim".
+  /// profile's memory tiers together minus the weights. Only given for backend "sim".
   std::uint64_t kv_mib = 0;
   std::size_t queue_capacity = defaults::device::queue_capacity; ///< `queue_capacity`, >= 1
   /// `prefix_cache`: keep finished sequences' KV pages for later prompts with the same start.

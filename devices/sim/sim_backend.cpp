@@ -82,8 +82,8 @@ expected<step_output> sim_backend::step(std::span<const step_item> items) {
     if (const auto* held = table_->pages(item.seq))
       step_pages += held->size();
   }
-  // The KV held outside the step (other sequences', the prefix cache's) takes room, the
-  // slowest first, and is not read.
+  // The KV held outside the step (other sequences', the prefix cache's) takes room after the
+  // step's own data (in the slower tiers when the fast one is full) and is not read.
   const auto usage = kv();
   const auto held = usage.pages_used + usage.pages_cached;
   const double idle = static_cast<double>(held > step_pages ? held - step_pages : 0) *

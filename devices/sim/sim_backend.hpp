@@ -16,7 +16,7 @@ struct sim_backend_options {
   dtype type = dtype::bf16;     ///< bytes per weight and KV element
   device_profile profile;       ///< the accelerator's figures
   std::size_t page_tokens = 16; ///< tokens per KV page (accounting only)
-  /// Device memory for KV pages; 0 = the profile's memory minus the weights.
+  /// Memory for KV pages; 0 = the profile's memory tiers together minus the weights.
   std::uint64_t kv_budget_bytes = 0;
   /// Real seconds per modelled second are 1 / time_scale; 0 = do not wait at all.
   double time_scale = 1.0;
