@@ -679,21 +679,18 @@ public:
 
 private:
   // What the fetcher's spans of an operation for traced request `request` (0: none) need,
-  // asked now by `from`; empty (no clock read, no name) when untraced.
-  kv_trace trace_from(std::uint64_t request, std::string from) const {
+  // asked now by whom `from()` names; empty (no clock read, no name built) when untraced.
+  template<class Name>
+  kv_trace trace_named(std::uint64_t request, Name&& from) const {
     if (request == 0 || !traced_)
       return {};
-    return {request, std::move(from), trace_log::clock_type::now().time_since_epoch().count()};
+    return {request, from(), trace_log::clock_type::now().time_since_epoch().count()};
   }
   kv_trace trace_from(std::uint64_t request, const caf::actor& device) const {
-    if (request == 0 || !traced_)
-      return {};
-    return trace_from(request, "device " + name_of(device));
+    return trace_named(request, [&] { return "device " + name_of(device); });
   }
   kv_trace trace_from_request(std::uint64_t request) const {
-    if (request == 0 || !traced_)
-      return {};
-    return trace_from(request, "request " + std::to_string(request));
+    return trace_named(request, [request] { return "request " + std::to_string(request); });
   }
 
   // The name `device` joined with (empty when unknown).

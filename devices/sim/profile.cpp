@@ -171,7 +171,7 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
   const double weight_bytes = (layer_params * s.layers + output_params) * elem;
   const double kv_per_token = static_cast<double>(s.kv_bytes_per_token(type));
   step_cost c;
-  double tokens = 0, kv_read = 0, kv_written = 0, kv_resident = 0;
+  double tokens = 0, kv_read = 0, kv_written = 0;
   for (const auto& w : work) {
     double n = static_cast<double>(w.new_tokens), ctx = static_cast<double>(w.context);
     tokens += n;
@@ -181,10 +181,10 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
     double positions = n * ctx + n * (n + 1) / 2;
     c.flops += 4.0 * s.layers * attn * positions;
     c.attention_flops += 4.0 * s.layers * attn * positions;
-    // KV: the cached context is read once per step, the new tokens written.
+    // KV: the cached context is read once per step, the new tokens written; what is read is
+    // what the step needs resident.
     kv_read += (ctx + n) * kv_per_token;
     kv_written += n * kv_per_token;
-    kv_resident += (ctx + n) * kv_per_token;
   }
   // Activations: each layer reads and writes the hidden state, qkv, attention output and the
   // MLP's inner vectors once per token (half of it reads, half writes).
@@ -204,10 +204,10 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
     room[t] = static_cast<double>(profile.tiers[t].bytes);
   const auto weights_at = place(room, weight_bytes);
   const auto act_at = place(room, act_resident);
-  const auto kv_at = place(room, kv_resident);
+  const auto kv_at = place(room, kv_read);
   const auto idle_at = place(room, idle_kv_bytes);
-  // Traffic follows placement: a datum's reads and writes go to the tiers that hold it, in
-  // proportion.
+  // Traffic follows placement: weights and KV are read where they lie; activation traffic
+  // and KV writes go to the tiers that hold them, in proportion.
   auto share = [](const std::vector<double>& at, std::size_t t, double total) {
     return total > 0 ? at[t] / total : 0.0;
   };
@@ -216,11 +216,9 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
   double memory = 0;
   for (std::size_t t = 0; t < n_tiers; ++t) {
     const auto& tier = profile.tiers[t];
-    const double w = share(weights_at, t, weight_bytes);
     const double a = share(act_at, t, act_resident);
-    const double k = share(kv_at, t, kv_resident);
-    const double reads = w * weight_bytes + a * act_bytes / 2 + k * kv_read;
-    const double writes = a * act_bytes / 2 + k * kv_written;
+    const double reads = weights_at[t] + a * act_bytes / 2 + kv_at[t];
+    const double writes = a * act_bytes / 2 + share(kv_at, t, kv_read) * kv_written;
     c.tier_resident[t] = weights_at[t] + act_at[t] + kv_at[t] + idle_at[t];
     c.tier_traffic[t] = reads + writes;
     const double seconds = (reads > 0 ? reads / tier.read_bandwidth : 0.0) +
@@ -232,7 +230,7 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
       (profile.overlap ? std::max(compute, memory) : compute + memory) + profile.step_overhead;
   c.operational_intensity = c.flops / c.bytes;
   // Resident: weights, every sequence's KV, and one layer's activations of the step's tokens.
-  c.capacity_footprint = weight_bytes + kv_resident + act_resident;
+  c.capacity_footprint = weight_bytes + kv_read + act_resident;
   c.fits = c.capacity_footprint + idle_kv_bytes <= static_cast<double>(profile.memory_bytes());
   return c;
 }
