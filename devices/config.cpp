@@ -26,6 +26,17 @@ static_assert(options::contains(cpu_device_profiles, defaults::model::preset),
               "the default model preset must be one of cpu_device_profiles");
 static_assert(options::contains(sim_device_profiles, defaults::device::sim_profile),
               "the default sim profile must be a built-in one");
+constexpr options::enum_name<weight_format> weight_format_names[] = {
+    {"dtype", weight_format::dtype},
+    {"bf16", weight_format::bf16},
+    {"fp8", weight_format::fp8},
+    {"int4", weight_format::int4},
+};
+
+// model_config's `weights` initializer must be defaults::model::weights.
+static_assert(options::name_of(weight_format_names, model_config{}.weights) ==
+              defaults::model::weights);
+
 // model_config's `dtype` initializer must be defaults::model::dtype.
 static_assert(options::name_of(model_dtype_names, model_config{}.dtype) == defaults::model::dtype);
 
@@ -80,17 +91,23 @@ std::string_view to_string(model_dtype value) noexcept {
   return options::name_of(model_dtype_names, value);
 }
 
+std::string_view to_string(weight_format value) noexcept {
+  return options::name_of(weight_format_names, value);
+}
+
 const options::section<model_config>& model_section() {
   using c = model_config;
   static const options::section<c> section{
       "model",
       false,
       {
-          options::one_of<c>("preset", &c::preset, model_presets,
+          options::one_of<c>("preset", &c::preset, model_preset_names,
                              "the model; cpu devices run \"tiny\" and \"small\""),
           options::choice("dtype", &c::dtype, model_dtype_names,
                           "element type of weights and KV; \"auto\": bf16 where the CPU runs it "
                           "well"),
+          options::choice("weights", &c::weights, weight_format_names,
+                          "how sim devices store the weights; cpu devices take \"dtype\""),
           options::integer("page_tokens", &c::page_tokens, {1, 4096}, "tokens per KV page"),
           options::integer("context_tokens", &c::context_tokens, {0, 1 << 24},
                            "the context requests are served in; 0 = the model's own"),

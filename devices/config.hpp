@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "devices/defaults.hpp"
+#include "devices/model.hpp"
 #include "runtime/options.hpp"
 
 /// The devices' config sections: `[model]`, `[[devices]]` and `[[sim_profiles]]`. A key of a
@@ -43,14 +44,12 @@ std::string_view to_string(device_role value) noexcept;
 std::string_view to_string(device_backend value) noexcept;
 /// "auto", "bf16" or "f32".
 std::string_view to_string(model_dtype value) noexcept;
+/// The config's name of a weight format: "dtype", "bf16", "fp8" or "int4".
+std::string_view to_string(weight_format value) noexcept;
 
 /// `model.preset` values: presets of the real transformer model the `cpu` devices run.
 /// (A `cpu` device takes no `profile`; the model comes from `[model]`.)
 inline constexpr std::array<std::string_view, 2> cpu_device_profiles = {"tiny", "small"};
-/// Every `model.preset` value: the cpu presets, and shapes of real models (Llama-3-8B and -70B)
-/// that only `sim` devices run, for roofline timings at a realistic size (simulated).
-inline constexpr std::array<std::string_view, 4> model_presets = {"tiny", "small", "llama3-8b",
-                                                                  "llama3-70b"};
 /// The built-in simulated accelerators: `profile` values a `sim` device accepts besides the
 /// names of the file's `[[sim_profiles]]`, which may not reuse them.
 /// A `cuda` device (not built yet) is refused at start whatever its profile.
@@ -59,12 +58,15 @@ inline constexpr std::array<std::string_view, 7> sim_device_profiles = {
 
 /// `[model]`: the transformer model the node serves.
 struct model_config {
-  /// `preset`: one of model_presets ("tiny", "small", "llama3-8b", "llama3-70b"); cpu devices run
-  /// only cpu_device_profiles ("tiny", "small").
+  /// `preset`: one of model_preset_names (devices/model.hpp); cpu devices run only
+  /// cpu_device_profiles ("tiny", "small"), the others are real models' shapes for sim devices.
   std::string preset{defaults::model::preset};
   /// `dtype`: "auto", "bf16" or "f32"; the default is defaults::model::dtype. "auto" is
   /// resolved per machine by the cpu backend (devices/cpu/isa.hpp); sim devices count bf16.
   model_dtype dtype = model_dtype::automatic;
+  /// `weights`: how a sim device stores the weights, "dtype" (as `dtype`), "bf16", "fp8" or
+  /// "int4"; cpu devices take only "dtype". Default defaults::model::weights.
+  weight_format weights = weight_format::dtype;
   /// `page_tokens`: tokens per KV cache page, 1..4096.
   std::size_t page_tokens = defaults::model::page_tokens;
   /// `context_tokens`: the context requests are served in, at most the model's (a smaller one

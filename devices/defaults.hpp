@@ -16,6 +16,8 @@ inline constexpr std::string_view preset = "tiny";
 /// `[model].dtype`: element type of weights and KV, as written in the config file
 /// (triad::model_dtype::automatic): bf16 where the CPU runs it well, else f32, chosen at start.
 inline constexpr std::string_view dtype = "auto";
+/// `[model].weights`: sim devices store the weights in the element type of `dtype`.
+inline constexpr std::string_view weights = "dtype";
 /// `[model].page_tokens`: tokens per KV cache page.
 inline constexpr std::size_t page_tokens = 16;
 } // namespace model

@@ -45,6 +45,13 @@ expected<cpu_compute_choice> check_cpu_device(const device_set& node, const devi
                                                   "': backend \"cpu\" runs the presets \"tiny\" "
                                                   "and \"small\"; [model].preset = \"" +
                                                   node.model.preset + "\" is for sim devices only");
+  if (node.model.weights != weight_format::dtype)
+    return make_error(errc::invalid_argument,
+                      "device '" + dev.name +
+                          "': backend \"cpu\" stores weights in [model].dtype "
+                          "(or a GGUF file's own types); [model].weights = \"" +
+                          std::string{to_string(node.model.weights)} +
+                          "\" is for sim devices only; allowed for cpu: \"dtype\"");
   auto choice = cpu_compute_for(node);
   if (!choice)
     return make_error(choice.error().code, "device '" + dev.name + "': " + choice.error().message);
@@ -60,6 +67,7 @@ expected<model_source> open_model(const model_config& model) {
     if (!shape)
       return shape.error();
     out.shape = std::move(*shape);
+    out.shape.weights = model.weights;
     out.served_name = model.served_name.empty() ? "triad-" + model.preset : model.served_name;
     return out;
   }
@@ -79,6 +87,7 @@ expected<model_source> open_model(const model_config& model) {
     }
   }
   out.shape = opened->shape;
+  out.shape.weights = model.weights;
   // The file keeps the model object (and so the mapping) alive through an aliasing pointer.
   out.file = std::shared_ptr<const gguf_file>{opened, opened->file.get()};
   out.served_name = model.served_name.empty() ? out.shape.name : model.served_name;
@@ -101,6 +110,12 @@ std::uint64_t model_source::fingerprint() const {
       s.ffn,      s.vocab,   s.max_context, s.seed,         static_cast<std::uint64_t>(s.arch),
       s.qkv_bias, s.qk_norm, s.tied_output, s.rope_adjacent};
   add(dims, sizeof(dims));
+  // A mixture of experts and latent attention (sim shapes) and the weights' storage.
+  const std::uint64_t more[] = {
+      s.experts,     s.experts_per_token, s.shared_experts,
+      s.expert_ffn,  s.dense_layers,      s.kv_lora_rank,
+      s.q_lora_rank, s.rope_dim,          static_cast<std::uint64_t>(s.weights)};
+  add(more, sizeof(more));
   add(&s.rope_theta, sizeof(s.rope_theta));
   add(&s.rms_eps, sizeof(s.rms_eps));
   add(s.rope_freq_factors.data(), s.rope_freq_factors.size() * sizeof(float));

@@ -108,6 +108,10 @@ cpu_backend::~cpu_backend() = default;
 expected<std::unique_ptr<cpu_backend>> cpu_backend::create(cpu_backend_options options) {
   if (auto ok = options.shape.validate(); !ok)
     return ok.error();
+  if (options.shape.moe() || options.shape.mla())
+    return make_error(errc::unsupported,
+                      "cpu backend: model '" + options.shape.name +
+                          "' has experts or latent attention, which only sim devices model");
   const auto& cpu = detect_cpu();
   if (!options.compute) {
     auto best =

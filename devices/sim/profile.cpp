@@ -1,6 +1,7 @@
 #include "devices/sim/profile.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace triad {
 
@@ -161,14 +162,34 @@ double device_profile::memory_bandwidth() const noexcept {
   return tiers.empty() ? 0.0 : tiers.front().read_bandwidth;
 }
 
+namespace {
+
+// Values one token's activations take per layer (hidden state in and out, residual, norm,
+// queries, keys and values as computed, attention output, the MLP's inner vectors), averaged
+// over the layers (dense MLPs and experts differ in width).
+double activations_per_layer(const model_shape& s) {
+  const double q = static_cast<double>(s.heads) * (s.head_dim + s.rope_dim) + s.q_lora_rank;
+  const double kv =
+      s.mla() ? static_cast<double>(s.kv_lora_rank + s.rope_dim) : 2.0 * s.kv_heads * s.head_dim;
+  const double attn = static_cast<double>(s.heads) * s.head_dim;
+  const double dense = s.moe() ? s.dense_layers : s.layers;
+  const double expert_width =
+      static_cast<double>(s.experts_per_token + s.shared_experts) * s.expert_ffn;
+  const double mlp = (dense * s.ffn + s.moe_layers() * expert_width) / s.layers;
+  return 4.0 * s.hidden + q + kv + attn + 3.0 * mlp;
+}
+
+} // namespace
+
 step_cost estimate_step(const model_shape& s, dtype type, const device_profile& profile,
                         const std::vector<step_work>& work, double idle_kv_bytes) {
   const double elem = static_cast<double>(size_of(type));
-  const double qkv = static_cast<double>(s.heads + 2 * s.kv_heads) * s.head_dim;
-  const double attn = static_cast<double>(s.heads) * s.head_dim;
-  const double layer_params = s.hidden * qkv + attn * s.hidden + 3.0 * s.hidden * s.ffn;
+  const double per_weight = bytes_per_weight(s.weights, type);
+  // A token multiplies its layers' weights (the experts it is routed to among them); only a
+  // sequence's last token multiplies the output projection.
   const double output_params = static_cast<double>(s.hidden) * s.vocab;
-  const double weight_bytes = (layer_params * s.layers + output_params) * elem;
+  const double layer_active = static_cast<double>(s.active_parameters()) - output_params;
+  const double weight_bytes = s.weight_bytes(type);
   const double kv_per_token = static_cast<double>(s.kv_bytes_per_token(type));
   step_cost c;
   double tokens = 0, kv_read = 0, kv_written = 0;
@@ -176,22 +197,37 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
     double n = static_cast<double>(w.new_tokens), ctx = static_cast<double>(w.context);
     tokens += n;
     // Matmuls for the new tokens; logits only for the last one.
-    c.flops += 2.0 * layer_params * s.layers * n + 2.0 * output_params;
-    // Attention: token i of the chunk sees ctx + i + 1 positions; 2 x 2 FLOPs per head dim.
+    c.flops += 2.0 * layer_active * n + 2.0 * output_params;
+    // Attention: token i of the chunk sees ctx + i + 1 positions (latent attention decodes
+    // over the latent and prefills over decompressed heads).
     double positions = n * ctx + n * (n + 1) / 2;
-    c.flops += 4.0 * s.layers * attn * positions;
-    c.attention_flops += 4.0 * s.layers * attn * positions;
+    double attention = s.attention_flops_per_position(w.new_tokens == 1) * positions;
+    c.flops += attention;
+    c.attention_flops += attention;
     // KV: the cached context is read once per step, the new tokens written; what is read is
     // what the step needs resident.
     kv_read += (ctx + n) * kv_per_token;
     kv_written += n * kv_per_token;
   }
+  // Weights read once per step: all but the input embedding (a lookup of a few rows) and the
+  // routed experts no token of the step runs. With routing spread evenly, T tokens picking k of
+  // E experts each touch E (1 - (1 - k/E)^T) of them per layer: a decode batch of 64 on 8
+  // experts, 2 a token, reads all 8.
+  double weights_read = static_cast<double>(s.parameters()) - (s.tied_output ? 0 : output_params);
+  if (s.moe()) {
+    const double experts = s.experts;
+    const double touched =
+        tokens > 0 ? experts * (1.0 - std::pow(1.0 - s.experts_per_token / experts, tokens)) : 0;
+    weights_read -=
+        (experts - touched) * static_cast<double>(s.expert_parameters()) * s.moe_layers();
+  }
+  const double weights_traffic = weights_read * per_weight;
   // Activations: each layer reads and writes the hidden state, qkv, attention output and the
   // MLP's inner vectors once per token (half of it reads, half writes).
-  const double act_per_token = (4.0 * s.hidden + qkv + attn + 3.0 * s.ffn) * elem * s.layers;
+  const double act_per_token = activations_per_layer(s) * elem * s.layers;
   const double act_bytes = tokens * act_per_token;
   const double act_resident = tokens * act_per_token / s.layers; // one layer's at a time
-  c.bytes = weight_bytes + kv_read + kv_written + act_bytes;
+  c.bytes = weights_traffic + kv_read + kv_written + act_bytes;
   const double attention_rate =
       profile.attention_flops > 0 ? profile.attention_flops : profile.peak_flops;
   double compute =
@@ -206,8 +242,8 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
   const auto act_at = place(room, act_resident);
   const auto kv_at = place(room, kv_read);
   const auto idle_at = place(room, idle_kv_bytes);
-  // Traffic follows placement: weights and KV are read where they lie; activation traffic
-  // and KV writes go to the tiers that hold them, in proportion.
+  // Traffic follows placement: KV is read where it lies; the weights read, activation traffic
+  // and KV writes go to the tiers that hold them, in proportion (experts spread evenly).
   auto share = [](const std::vector<double>& at, std::size_t t, double total) {
     return total > 0 ? at[t] / total : 0.0;
   };
@@ -217,7 +253,8 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
   for (std::size_t t = 0; t < n_tiers; ++t) {
     const auto& tier = profile.tiers[t];
     const double a = share(act_at, t, act_resident);
-    const double reads = weights_at[t] + a * act_bytes / 2 + kv_at[t];
+    const double reads =
+        share(weights_at, t, weight_bytes) * weights_traffic + a * act_bytes / 2 + kv_at[t];
     const double writes = a * act_bytes / 2 + share(kv_at, t, kv_read) * kv_written;
     c.tier_resident[t] = weights_at[t] + act_at[t] + kv_at[t] + idle_at[t];
     c.tier_traffic[t] = reads + writes;

@@ -82,10 +82,12 @@ struct step_cost {
 
 /// Estimates a step of `work` for `shape` (weights and KV in `type`) on `profile`, with
 /// `idle_kv_bytes` of KV held for sequences outside the step (a paused session's) taking room.
-/// FLOPs count every matmul (2 per multiply-add), attention over context + new tokens, and the
-/// output projection once per sequence; bytes count weights once per step, the KV each sequence
-/// reads and writes, and the activations that cross memory between layers. Each datum is read
-/// and written at the bandwidth of the tier it is placed in; the memory time is the slowest
+/// FLOPs count every matmul a token runs (2 per multiply-add; of a mixture of experts, its
+/// routed and shared experts), attention over context + new tokens, and the output projection
+/// once per sequence; bytes count the weights once per step (of the routed experts, those the
+/// step's tokens touch, routing spread evenly), the KV each sequence reads and writes, and the
+/// activations that cross memory between layers. Weights take `shape.weights`' bytes. Each datum is
+/// read and written at the bandwidth of the tier it is placed in; the memory time is the slowest
 /// tier's (the tiers are separate channels).
 step_cost estimate_step(const model_shape& shape, dtype type, const device_profile& profile,
                         const std::vector<step_work>& work, double idle_kv_bytes = 0);

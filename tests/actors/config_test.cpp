@@ -462,9 +462,10 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_model_is_an_error) {
   const auto message = error_of("[model]\n"
                                 "preset = \"tiny\"\n"
                                 "layers = 12\n");
-  BOOST_TEST(message == "triad.toml:3:1: model.layers = 12: unknown key; allowed keys in "
-                        "[model]: preset, dtype, page_tokens, context_tokens, path, served_name, "
-                        "chat_template");
+  BOOST_TEST(message ==
+             "triad.toml:3:1: model.layers = 12: unknown key; allowed keys in "
+             "[model]: preset, dtype, weights, page_tokens, context_tokens, path, served_name, "
+             "chat_template");
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_a_sim_profile_is_an_error) {
@@ -674,10 +675,16 @@ BOOST_AUTO_TEST_CASE(model_preset_must_be_known) {
   const auto message = error_of("[model]\npreset = \"huge\"\n");
   BOOST_TEST(message ==
              "triad.toml:2:10: model.preset = \"huge\": not allowed; allowed: \"tiny\", \"small\", "
-             "\"llama3-8b\", \"llama3-70b\"");
+             "\"llama3-8b\", \"llama3-70b\", \"mixtral-8x7b\", \"mixtral-8x22b\", \"deepseek-v3\"");
   check_contains(error_of("[model]\npreset = 1\n"),
                  {"triad.toml:2:10: ", "model.preset = 1", "wrong type (integer)",
                   "allowed: \"tiny\", \"small\""});
+}
+
+BOOST_AUTO_TEST_CASE(model_weights_must_be_known) {
+  const auto message = error_of("[model]\nweights = \"int8\"\n");
+  BOOST_TEST(message == "triad.toml:2:11: model.weights = \"int8\": not allowed; allowed: "
+                        "\"dtype\", \"bf16\", \"fp8\", \"int4\"");
 }
 
 BOOST_AUTO_TEST_CASE(model_dtype_must_be_known) {

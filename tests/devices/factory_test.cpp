@@ -106,6 +106,16 @@ BOOST_AUTO_TEST_CASE(a_cpu_device_refuses_a_sim_only_preset) {
   BOOST_TEST(b.error().message.find("sim devices only") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_cpu_device_refuses_fp8_weights) {
+  auto config = triad::default_config();
+  config.model.weights = triad::weight_format::fp8;
+  auto b = triad::make_backend(config, config.devices.front(), nullptr);
+  BOOST_REQUIRE(!b);
+  BOOST_TEST(b.error().message.find("'prefill0'") != std::string::npos);
+  BOOST_TEST(b.error().message.find("[model].weights = \"fp8\" is for sim devices only") !=
+             std::string::npos);
+}
+
 // A node config of the llama3-8b shape and its first device made an SN40L sim device.
 std::pair<triad::node_config, triad::device_config> sn40l_llama() {
   auto config = triad::default_config();
@@ -122,6 +132,18 @@ BOOST_AUTO_TEST_CASE(a_sim_device_runs_the_llama3_8b_shape) {
   BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
   // 32 layers x 8 kv heads x 128 dims x 2 (K, V) x 2 bytes per token.
   BOOST_TEST((*b)->shape().kv_bytes_per_token(triad::dtype::bf16) == 131072u);
+  BOOST_TEST(((*b)->shape().weights == triad::weight_format::dtype));
+}
+
+BOOST_AUTO_TEST_CASE(a_sim_device_stores_the_configured_weight_format) {
+  auto [config, dev] = sn40l_llama();
+  auto whole = triad::make_backend(config, dev, nullptr);
+  config.model.weights = triad::weight_format::int4;
+  auto int4 = triad::make_backend(config, dev, nullptr);
+  BOOST_REQUIRE(whole && int4);
+  BOOST_TEST(((*int4)->shape().weights == triad::weight_format::int4));
+  // The bytes the weights free hold KV pages.
+  BOOST_TEST((*int4)->kv().pages_total > (*whole)->kv().pages_total);
 }
 
 BOOST_AUTO_TEST_CASE(a_sim_devices_kv_mib_bounds_its_kv_pages) {

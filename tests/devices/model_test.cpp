@@ -24,6 +24,73 @@ BOOST_AUTO_TEST_CASE(presets_have_the_documented_sizes) {
   BOOST_TEST(tiny->kv_bytes_per_token(triad::dtype::bf16) == 4096u);
 }
 
+BOOST_AUTO_TEST_CASE(mixture_of_experts_presets_count_total_and_active_weights) {
+  // Published: Mixtral 8x7B 46.7e9 total, 12.9e9 active; 8x22B 141e9 and 39e9 (with a
+  // 32000- and 32768-token vocabulary; the presets have 320 tokens: 0.26e9 and 0.40e9 less).
+  auto m7 = *triad::model_preset("mixtral-8x7b");
+  auto m22 = *triad::model_preset("mixtral-8x22b");
+  BOOST_TEST(m7.validate().has_value());
+  BOOST_TEST(m22.validate().has_value());
+  using boost::test_tools::tolerance;
+  BOOST_TEST(static_cast<double>(m7.parameters()) / 1e9 == 46.7 - 0.26, tolerance(0.005));
+  BOOST_TEST(static_cast<double>(m7.active_parameters()) / 1e9 == 12.9 - 0.26, tolerance(0.02));
+  BOOST_TEST(static_cast<double>(m22.parameters()) / 1e9 == 141.0 - 0.40, tolerance(0.005));
+  BOOST_TEST(static_cast<double>(m22.active_parameters()) / 1e9 == 39.0 - 0.40, tolerance(0.01));
+  // Grouped-query attention's KV: 2 x 32 layers x 8 heads x 128 dims x 2 bytes.
+  BOOST_TEST(m7.kv_bytes_per_token(triad::dtype::bf16) == 131072u);
+  // A token's FLOPs follow the active weights, not the total.
+  BOOST_TEST(m7.flops_per_token(0) < 2.2 * static_cast<double>(m7.active_parameters()));
+}
+
+BOOST_AUTO_TEST_CASE(deepseek_v3_caches_one_latent_per_token_and_layer) {
+  auto d = *triad::model_preset("deepseek-v3");
+  BOOST_TEST(d.validate().has_value());
+  BOOST_TEST(d.moe());
+  BOOST_TEST(d.mla());
+  // Published: 671e9 total, 37e9 active, with a 129280-token vocabulary (1.85e9 of embedding
+  // and output, 0.93e9 of it active).
+  using boost::test_tools::tolerance;
+  BOOST_TEST(static_cast<double>(d.parameters()) / 1e9 == 671.0 - 1.85, tolerance(0.005));
+  BOOST_TEST(static_cast<double>(d.active_parameters()) / 1e9 == 37.0 - 0.93, tolerance(0.02));
+  // 61 layers x (512 latent + 64 rotary key) x 2 bytes: a fifth of llama3-70b's 320 KiB.
+  BOOST_TEST(d.kv_bytes_per_token(triad::dtype::bf16) == 70272u);
+  // Decoding over the latent costs more FLOPs a position than over decompressed heads.
+  BOOST_TEST(d.attention_flops_per_position(true) > d.attention_flops_per_position(false));
+}
+
+BOOST_AUTO_TEST_CASE(weight_formats_scale_the_weights_bytes) {
+  auto s = *triad::model_preset("llama3-70b");
+  const double params = static_cast<double>(s.parameters());
+  BOOST_TEST(s.weight_bytes(triad::dtype::bf16) == 2 * params);
+  BOOST_TEST(s.weight_bytes(triad::dtype::f32) == 4 * params);
+  s.weights = triad::weight_format::bf16;
+  BOOST_TEST(s.weight_bytes(triad::dtype::f32) == 2 * params);
+  s.weights = triad::weight_format::fp8;
+  BOOST_TEST(s.weight_bytes(triad::dtype::bf16) == params);
+  s.weights = triad::weight_format::int4;
+  BOOST_TEST(s.weight_bytes(triad::dtype::bf16) == 0.5625 * params);
+}
+
+BOOST_AUTO_TEST_CASE(a_mixture_of_experts_needs_a_valid_routing) {
+  auto m = *triad::model_preset("mixtral-8x7b");
+  m.experts_per_token = 9;
+  auto ok = m.validate();
+  BOOST_REQUIRE(!ok);
+  BOOST_TEST(ok.error().message.find("experts_per_token (9) must be 1..8") != std::string::npos);
+  m = *triad::model_preset("deepseek-v3");
+  m.dense_layers = 61;
+  ok = m.validate();
+  BOOST_REQUIRE(!ok);
+  BOOST_TEST(ok.error().message.find("dense_layers (61) must be below layers (61)") !=
+             std::string::npos);
+  // Mixtral has no dense MLP, so no ffn; a dense layer needs one.
+  m = *triad::model_preset("mixtral-8x7b");
+  m.dense_layers = 1;
+  ok = m.validate();
+  BOOST_REQUIRE(!ok);
+  BOOST_TEST(ok.error().message.find("ffn must be at least 1") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(an_unknown_preset_names_the_allowed_ones) {
   auto m = triad::model_preset("huge");
   BOOST_REQUIRE(!m);

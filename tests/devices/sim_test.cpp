@@ -208,6 +208,62 @@ BOOST_AUTO_TEST_CASE(llama3_70b_on_one_h200_meets_the_capacity_wall) {
   BOOST_TEST(fast.seconds < 0.04);
 }
 
+BOOST_AUTO_TEST_CASE(a_moe_decode_reads_the_experts_its_batch_touches) {
+  auto s = *triad::model_preset("mixtral-8x7b");
+  auto h200 = *triad::builtin_profile("h200");
+  const double active = static_cast<double>(s.active_parameters()) * 2;
+  const double total = static_cast<double>(s.parameters()) * 2;
+  // One token runs 2 of 8 experts: the step reads about the active weights (the KV of 101
+  // tokens, 13 MB, and one token's activations, 7 MB, add little).
+  auto one = triad::estimate_step(s, triad::dtype::bf16, h200, {{100, 1}});
+  BOOST_TEST(one.bytes > active);
+  BOOST_TEST(one.bytes < active + 25e6);
+  // 64 tokens touch all 8 in every layer (1 - 0.75^64 of them): the whole 93 GB.
+  const std::vector<triad::step_work> batch(64, {100, 1});
+  auto many = triad::estimate_step(s, triad::dtype::bf16, h200, batch);
+  BOOST_TEST(many.bytes > total);
+  BOOST_TEST(many.bytes < total + 64 * 25e6);
+  // The FLOPs follow the active weights: 64 times one token's.
+  BOOST_TEST(many.flops == 64 * one.flops, boost::test_tools::tolerance(1e-9));
+  // Resident: all the weights, whichever the step reads.
+  BOOST_TEST(one.capacity_footprint > total);
+}
+
+BOOST_AUTO_TEST_CASE(fp8_and_int4_weights_shorten_a_memory_bound_decode) {
+  auto s = *triad::model_preset("mixtral-8x7b");
+  auto h200 = *triad::builtin_profile("h200");
+  auto bf16 = triad::estimate_step(s, triad::dtype::bf16, h200, {{100, 1}});
+  s.weights = triad::weight_format::fp8;
+  auto fp8 = triad::estimate_step(s, triad::dtype::bf16, h200, {{100, 1}});
+  s.weights = triad::weight_format::int4;
+  auto int4 = triad::estimate_step(s, triad::dtype::bf16, h200, {{100, 1}});
+  BOOST_TEST(!bf16.compute_bound);
+  const double overhead = h200.step_overhead;
+  BOOST_TEST((fp8.seconds - overhead) / (bf16.seconds - overhead) == 0.5,
+             boost::test_tools::tolerance(0.01));
+  BOOST_TEST((int4.seconds - overhead) / (bf16.seconds - overhead) == 0.28125,
+             boost::test_tools::tolerance(0.01));
+  BOOST_TEST(fp8.flops == bf16.flops);
+}
+
+BOOST_AUTO_TEST_CASE(deepseek_v3_fits_one_sn40l_in_fp8_and_no_h200) {
+  triad::sim_backend_options o;
+  o.shape = *triad::model_preset("deepseek-v3");
+  o.shape.weights = triad::weight_format::fp8;
+  o.time_scale = 0;
+  o.profile = *triad::builtin_profile("sn40l");
+  auto sn40l = triad::sim_backend::create(o);
+  BOOST_REQUIRE_MESSAGE(sn40l.has_value(), (sn40l ? "" : sn40l.error().message));
+  // 669 GB of weights in 1.6 TB; the rest, about 0.9 TB, holds 13 million tokens of latent KV.
+  const auto kv = (*sn40l)->kv();
+  BOOST_TEST(static_cast<double>(kv.pages_total) * static_cast<double>(kv.page_bytes) > 0.9e12);
+  o.profile = *triad::builtin_profile("h200");
+  auto h200 = triad::sim_backend::create(o);
+  BOOST_REQUIRE(!h200);
+  BOOST_TEST(h200.error().code == triad::errc::exhausted);
+  BOOST_TEST(h200.error().message.find("'deepseek-v3' needs") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(a_sim_device_holds_kv_in_every_tier) {
   auto sn40l = make("sn40l");
   const auto kv = sn40l->kv();
