@@ -87,6 +87,10 @@ double model_shape::attention_flops_per_position(bool absorbed) const noexcept {
   return per_head * heads * layers;
 }
 
+double model_shape::latent_expansion_flops_per_position() const noexcept {
+  return mla() ? 2.0 * kv_lora_rank * heads * 2.0 * head_dim * layers : 0.0;
+}
+
 double model_shape::flops_per_token(std::uint64_t context) const noexcept {
   return 2.0 * static_cast<double>(active_parameters()) +
          attention_flops_per_position(true) * static_cast<double>(context + 1);
@@ -122,11 +126,14 @@ expected<void> model_shape::validate() const {
   if (heads % kv_heads != 0)
     return bad("heads (" + std::to_string(heads) + ") must be a multiple of kv_heads (" +
                std::to_string(kv_heads) + ")");
-  if (head_dim % 2 != 0)
+  // The rotated width: head_dim, or MLA's rope_dim beside its unrotated head_dim.
+  const unsigned rotated = mla() ? rope_dim : head_dim;
+  if (!mla() && head_dim % 2 != 0)
     return bad("head_dim (" + std::to_string(head_dim) + ") must be even for rotary embedding");
-  if (!rope_freq_factors.empty() && rope_freq_factors.size() != head_dim / 2)
-    return bad("rope_freq_factors has " + std::to_string(rope_freq_factors.size()) +
-               " entries; head_dim / 2 = " + std::to_string(head_dim / 2) + " needed");
+  if (!rope_freq_factors.empty() && rope_freq_factors.size() != rotated / 2)
+    return bad("rope_freq_factors has " + std::to_string(rope_freq_factors.size()) + " entries; " +
+               (mla() ? "rope_dim" : "head_dim") + " / 2 = " + std::to_string(rotated / 2) +
+               " needed");
   if (file.empty() && vocab < 263)
     return bad("vocab (" + std::to_string(vocab) +
                ") must hold the 256 byte tokens and the 7 special tokens");

@@ -127,9 +127,12 @@ struct model_shape {
   /// Bytes of K and V for one token across all layers at `kv` (MLA: the latent and rotary key).
   std::uint64_t kv_bytes_per_token(dtype kv) const noexcept;
   /// Attention FLOPs of one token over one cached position across all layers: scores and
-  /// weighted values. MLA decodes in the absorbed form (over the latent, `absorbed`) and
-  /// prefills over decompressed heads.
+  /// weighted values. MLA attends over the latent (`absorbed`: the up-projections folded into
+  /// the query and output) or over decompressed heads.
   double attention_flops_per_position(bool absorbed) const noexcept;
+  /// MLA: FLOPs of expanding one cached position's latent into every head's key and value
+  /// across all layers, which attending over decompressed heads needs first; 0 without MLA.
+  double latent_expansion_flops_per_position() const noexcept;
   /// Multiply-adds x 2 of one token's forward pass with `context` earlier tokens in cache.
   double flops_per_token(std::uint64_t context) const noexcept;
   /// Checks the shape's internal rules (heads divisible by kv_heads, head_dim even, a random

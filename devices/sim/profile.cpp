@@ -198,11 +198,22 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
     tokens += n;
     // Matmuls for the new tokens; logits only for the last one.
     c.flops += 2.0 * layer_active * n + 2.0 * output_params;
-    // Attention: token i of the chunk sees ctx + i + 1 positions (latent attention decodes
-    // over the latent and prefills over decompressed heads).
+    // Attention: token i of the chunk sees ctx + i + 1 positions. Latent attention takes the
+    // cheaper form: over the latent, or over decompressed heads once the cached positions'
+    // latents are expanded (a matmul; long prefill chunks, past about 170 tokens on
+    // deepseek-v3, take this form, decode and short chunks over long contexts the latent).
     double positions = n * ctx + n * (n + 1) / 2;
-    double attention = s.attention_flops_per_position(w.new_tokens == 1) * positions;
-    c.flops += attention;
+    double attention = s.attention_flops_per_position(true) * positions;
+    double expansion = 0;
+    if (s.mla()) {
+      const double heads = s.attention_flops_per_position(false) * positions;
+      const double expand = s.latent_expansion_flops_per_position() * ctx;
+      if (heads + expand < attention) {
+        attention = heads;
+        expansion = expand;
+      }
+    }
+    c.flops += attention + expansion;
     c.attention_flops += attention;
     // KV: the cached context is read once per step, the new tokens written; what is read is
     // what the step needs resident.

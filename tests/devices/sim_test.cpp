@@ -246,6 +246,25 @@ BOOST_AUTO_TEST_CASE(fp8_and_int4_weights_shorten_a_memory_bound_decode) {
   BOOST_TEST(fp8.flops == bf16.flops);
 }
 
+BOOST_AUTO_TEST_CASE(latent_attention_takes_the_cheaper_form_per_chunk) {
+  auto d = *triad::model_preset("deepseek-v3");
+  auto sn40l = *triad::builtin_profile("sn40l");
+  using boost::test_tools::tolerance;
+  // A prefill from nothing expands no cached latent: over decompressed heads.
+  auto prefill = triad::estimate_step(d, triad::dtype::bf16, sn40l, {{0, 4096}});
+  BOOST_TEST(prefill.attention_flops ==
+                 d.attention_flops_per_position(false) * (4096.0 * 4097.0 / 2),
+             tolerance(1e-9));
+  // Two tokens over 100K cached ones: expanding 100K latents would cost far more than
+  // attending over them, so the latent; two tokens cost about twice one.
+  auto one = triad::estimate_step(d, triad::dtype::bf16, sn40l, {{100000, 1}});
+  auto two = triad::estimate_step(d, triad::dtype::bf16, sn40l, {{100000, 2}});
+  BOOST_TEST(one.attention_flops == d.attention_flops_per_position(true) * 100001.0,
+             tolerance(1e-9));
+  BOOST_TEST(two.flops > 1.9 * one.flops);
+  BOOST_TEST(two.flops < 2.1 * one.flops);
+}
+
 BOOST_AUTO_TEST_CASE(deepseek_v3_fits_one_sn40l_in_fp8_and_no_h200) {
   triad::sim_backend_options o;
   o.shape = *triad::model_preset("deepseek-v3");
