@@ -70,8 +70,9 @@ struct orchestration_options {
   std::chrono::milliseconds retry_after = defaults::orchestration::retry_after;
   /// `tool_deadline_ms`: how long one tool call may run, 1..86400000 ms.
   std::chrono::milliseconds tool_deadline = defaults::orchestration::tool_deadline;
-  /// `device_slots`: requests one device serves at once (router slots), 0..65536; 0 = the
-  /// device's own admission bound (defaults::device_actor::max_sequences).
+  /// `device_slots`: an optional cap on the requests one device serves at once (router
+  /// slots), 0..65536; 0 = no cap: a device admits while their KV fits its memory tiers and
+  /// answers busy beyond (capacity-driven admission).
   std::size_t device_slots = 0;
   /// `device_failure`: "retry" or "fail".
   device_failure_policy device_failure = device_failure_policy::retry;

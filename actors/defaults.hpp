@@ -62,6 +62,11 @@ inline constexpr std::size_t tracked_sessions = 65536;
 /// Prompt pages (chain hashes) the router remembers per device for prefix-aware prefill
 /// routing; beyond, the least recently routed half is forgotten.
 inline constexpr std::size_t tracked_prefixes = 65536;
+/// Requests in flight a cached prefix is worth waiting behind: the router sends a prompt to
+/// the device holding its longest prefix unless that device has more than twice this many
+/// plus twice the least loaded device's (then to the least loaded; without a slot cap,
+/// affinity alone would pile every prompt sharing a system prompt on one device).
+inline constexpr std::size_t prefix_affinity_slack = 4;
 /// How long the router waits for a device's stats on a refresh (refresh_atom).
 inline constexpr std::chrono::milliseconds stats_interval{50};
 /// Turns one agent session may take.

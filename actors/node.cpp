@@ -304,8 +304,11 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     if (!actor)
       return make_error(actor.error().code, "device '" + dev.name + "': " + actor.error().message);
     n->devices_.emplace_back(dev.name, *actor);
-    auto slots = config.orchestration.device_slots;
-    routed.push_back({dev.name, dev.role, *actor, slots == 0 ? o.max_sequences : slots});
+    // No cap by default: the device admits while its KV fits and answers busy beyond.
+    auto slots = config.orchestration.device_slots != 0 ? config.orchestration.device_slots
+                 : o.max_sequences != 0                 ? o.max_sequences
+                                                        : routed_device::unlimited;
+    routed.push_back({dev.name, dev.role, *actor, slots});
   }
   auto hosted = options.tools;
   if (!hosted && (!config.tools.hosted.empty() || !config.mcp_servers.empty())) {

@@ -342,16 +342,20 @@ private:
 
   // The qualifying device with a free slot that is best for `stage`: for decode the most free
   // KV pages (a decode holds its KV for long), then the most free slots; for prefill the
-  // longest run of `prefix` sent there before, then the most free slots. Ties go to the first
-  // in config order.
+  // longest run of `prefix` sent there before, then the most free slots, unless that device
+  // has more than 2 (least + prefix_affinity_slack) requests in flight, where `least` is the
+  // least loaded one's: then the least loaded. Ties go to the first in config order.
   device* pick(route_stage stage, const std::vector<std::string>& avoid,
                const std::vector<block_hash>& prefix) {
     device* best = nullptr;
+    device* lightest = nullptr;
     std::size_t best_run = 0;
     for (auto& d : devices_) {
       if (!qualifies(d.info.role, stage) || (d.said_busy && d.room == 0) ||
           d.used >= d.info.slots || avoided(d, avoid))
         continue;
+      if (lightest == nullptr || d.used < lightest->used)
+        lightest = &d;
       auto run = prefix.empty() ? 0 : cached_run(d, prefix);
       bool better = best == nullptr;
       if (!better && stage == route_stage::decode && d.kv_free != best->kv_free)
@@ -365,6 +369,9 @@ private:
         best_run = run;
       }
     }
+    if (best != nullptr && stage != route_stage::decode &&
+        best->used > 2 * (lightest->used + defaults::orchestration::prefix_affinity_slack))
+      return lightest;
     return best;
   }
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -23,13 +24,17 @@ struct routed_device {
   std::string name;                     ///< its config name
   device_role role = device_role::both; ///< what it does
   device_actor actor;                   ///< its device actor
-  std::size_t slots = 1;                ///< requests it serves at once
+  std::size_t slots = 1;                ///< requests it serves at once (unlimited: no cap)
+  /// `slots` of a device whose own KV capacity bounds it (it answers busy when full).
+  static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 };
 
 /// Spawns the router in `home`. It hands each request a qualifying device with a free slot:
 /// for decode the one with the most free KV pages (as the devices report them), then the most
 /// free slots; for prefill (and the monolithic layout) the one with the longest cached prefix
-/// of the prompt, then the most free slots (ties: config order); never one that said busy
+/// of the prompt, then the most free slots (ties: config order), unless that one has more than
+/// 2 (least + defaults::orchestration::prefix_affinity_slack) requests in flight, `least` the
+/// least loaded qualifying device's (then the least loaded); never one that said busy
 /// since its last release (or within defaults::orchestration::busy_backoff). A device's cached
 /// prefix is what the KV store's directory (`tier`, when the node has a store) says it holds:
 /// the pages it reported computing and has not evicted, and the pages of prompts routed to it

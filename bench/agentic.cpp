@@ -9,6 +9,11 @@
 // completion time p50/p99 and device busy fractions per setting, and the ratios between them.
 // --quick runs fewer sessions at time_scale 5 (device steps and tool sleeps 5x shorter in real
 // time, so modelled times and their ratios stay the same).
+// The capacity-bound comparison (code_agent_*, issue #28): llama3-70b in bf16, code-agent
+// sessions whose contexts grow to 32K-120K tokens over 10-50 tool calls, on two tensor-parallel
+// H200 pairs and two tensor-parallel groups of four SN40L, three-stage (pairs prefill, groups
+// decode) against monolithic (each group does both), with no slot cap: devices admit while
+// the KV fits their memory tiers. It reports the peak KV one decoding device held.
 
 #include <algorithm>
 #include <chrono>
@@ -35,6 +40,7 @@ using clock_type = std::chrono::steady_clock;
 
 // One session of the workload: its prompt and its script.
 struct session_spec {
+  std::string system = "You are a coding agent with a build tool.";
   std::string user;
   triad::generation_script script;
   std::uint32_t tool_calls = 0;
@@ -55,6 +61,47 @@ std::vector<session_spec> make_workload(std::size_t n, std::uint64_t seed, doubl
     while (s.user.size() < len)
       s.user += "investigate the failing build and fix it; ";
     s.tool_calls = calls(rng);
+    for (std::uint32_t c = 0; c < s.tool_calls; ++c) {
+      auto ms = static_cast<int>(tool_ms(rng) / time_scale);
+      auto args =
+          "{\"ms\": " + std::to_string(ms) + ", \"bytes\": " + std::to_string(result(rng)) + "}";
+      s.script.turns.push_back({text(rng), triad::tool_call_text{"work", args}});
+    }
+    s.script.turns.push_back({text(rng), std::nullopt});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The code-agent workload (SIMULATED, after the OI/CF paper's characterisation of coding
+// agents): `n` sessions from `seed`, each opening with 12-20K tokens of repository context,
+// then `calls` tool calls (builds, tests, file reads: 2-30 modelled seconds, 1-4K tokens of
+// output each, fed back) with 40-160 generated tokens between them, so a context grows turn
+// by turn to 32K-120K tokens (llama3-70b holds 131072). Tool durations are modelled
+// milliseconds divided by `time_scale`.
+std::vector<session_spec> make_code_agent_workload(std::size_t n, std::uint64_t seed,
+                                                   double time_scale, std::uint32_t min_calls,
+                                                   std::uint32_t max_calls) {
+  std::mt19937_64 rng{seed};
+  std::uniform_int_distribution<std::uint32_t> calls{min_calls, max_calls}, text{40, 160},
+      prompt{12'000, 20'000}, target{32'000, 120'000};
+  std::uniform_real_distribution<double> tool_ms{2000.0, 30000.0};
+  std::vector<session_spec> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    session_spec s;
+    s.system = "You are a coding agent working in a large repository with a build tool.";
+    s.user = "Session " + std::to_string(i) + ": ";
+    auto len = prompt(rng);
+    while (s.user.size() < len)
+      s.user += "src/module.cpp: int compute(int x) { return x * 2 + 1; } // fix the failing test ";
+    s.user.resize(len);
+    s.tool_calls = calls(rng);
+    // Each call's output: the growth to the session's final context, spread over its calls
+    // (at least 1K, at most 4K tokens each).
+    const double growth = std::max<double>(0, static_cast<double>(target(rng)) - len);
+    const auto per_call =
+        static_cast<std::uint32_t>(std::clamp(growth / s.tool_calls, 1000.0, 4000.0));
+    std::uniform_int_distribution<std::uint32_t> result{per_call * 3 / 4, per_call * 5 / 4};
     for (std::uint32_t c = 0; c < s.tool_calls; ++c) {
       auto ms = static_cast<int>(tool_ms(rng) / time_scale);
       auto args =
@@ -101,6 +148,8 @@ struct setting {
   /// The pin policy's TTL, floor and ceiling: 0 the defaults (the p90 of the tool's recent
   /// durations, clamped); past a session's length, a session-long pin.
   std::chrono::milliseconds pin_ttl{0};
+  /// The capacity-bound comparison: code-agent sessions on code_agent_hardware().
+  bool code_agent = false;
 };
 
 struct outcome {
@@ -111,6 +160,8 @@ struct outcome {
   std::uint64_t preemptions = 0;  // sequences whose KV a device dropped for memory
   std::uint64_t pin_expiries = 0; // tool calls whose pinned KV moved to the store at its TTL
   double prefill_busy = 0, decode_busy = 0; // busy fraction, mean over the devices of a pool
+  // The most KV pages one decoding device (role decode, or both) held, sampled every 50 ms.
+  std::uint64_t peak_decode_kv_pages = 0;
 };
 
 std::map<std::string, triad::device_stats> device_stats(triad::node& n) {
@@ -130,6 +181,7 @@ struct hardware {
   struct device {
     std::string name, profile;
     triad::device_role role; // in the three-stage layout; monolithic makes every device "both"
+    std::uint32_t tensor_parallel = 1; // devices of the profile in this (group) device
   };
   std::vector<device> devices;
 };
@@ -141,6 +193,19 @@ hardware sim_hardware() {
            {"h200-1", "h200", triad::device_role::prefill},
            {"sn40l-0", "sn40l", triad::device_role::decode},
            {"sn40l-1", "sn40l", triad::device_role::decode}}};
+}
+
+// The capacity-bound comparison (SIMULATED): llama3-70b in bf16 (137 GB of weights, 320 KiB of
+// KV a token) on 12 accelerators: two tensor-parallel pairs of H200 (each pair 282 GB of HBM)
+// and two groups of four SN40L (each 256 GB of HBM and 6 TB of DDR). Three-stage: the H200
+// pairs prefill, the SN40L groups decode; monolithic: the same four groups each do both.
+hardware code_agent_hardware() {
+  return {triad::device_backend::sim,
+          "llama3-70b",
+          {{"h200x2-0", "h200", triad::device_role::prefill, 2},
+           {"h200x2-1", "h200", triad::device_role::prefill, 2},
+           {"sn40lx4-0", "sn40l", triad::device_role::decode, 4},
+           {"sn40lx4-1", "sn40l", triad::device_role::decode, 4}}};
 }
 
 hardware cpu_hardware() {
@@ -168,6 +233,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
     d.backend = hw.backend;
     d.profile = dev.profile;
     d.role = mono ? triad::device_role::both : dev.role;
+    d.tensor_parallel = dev.tensor_parallel;
     if (hw.backend == triad::device_backend::sim) {
       d.time_scale = time_scale;
       if (d.role == triad::device_role::decode || mono)
@@ -195,14 +261,30 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   outcome out;
   out.session_s.resize(work.size());
   auto before = device_stats(n);
+  // Samples the KV pages each decoding device holds until every session has ended.
+  bool sampling = true;
+  std::condition_variable sample_cv;
+  std::thread sampler{[&] {
+    std::unique_lock<std::mutex> l{m};
+    while (sampling) {
+      l.unlock();
+      auto now = device_stats(n);
+      l.lock();
+      for (const auto& dev : hw.devices)
+        if (mono || dev.role != triad::device_role::prefill)
+          out.peak_decode_kv_pages =
+              std::max<std::uint64_t>(out.peak_decode_kv_pages, now[dev.name].kv_pages_used);
+      sample_cv.wait_for(l, std::chrono::milliseconds{50}, [&] { return !sampling; });
+    }
+  }};
   auto start = clock_type::now();
   for (std::size_t i = 0; i < work.size(); ++i) {
     triad::chat_request r;
     r.session = "session-" + std::to_string(i);
-    r.messages = {{"system", "You are a coding agent with a build tool."}, {"user", work[i].user}};
+    r.messages = {{"system", work[i].system}, {"user", work[i].user}};
     r.script = work[i].script;
     r.max_tokens = triad::script_length(*r.script);
-    r.max_tool_calls = 16;
+    r.max_tool_calls = std::max<std::uint32_t>(16, work[i].tool_calls);
     n.submit(std::move(r), [&, i](const triad::request_event& e) {
       if (e.kind != triad::request_event::done && e.kind != triad::request_event::error)
         return;
@@ -222,7 +304,10 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   {
     std::unique_lock<std::mutex> l{m};
     cv.wait(l, [&] { return ended == work.size(); });
+    sampling = false;
   }
+  sample_cv.notify_all();
+  sampler.join();
   out.makespan_s = std::chrono::duration<double>(clock_type::now() - start).count() * time_scale;
   auto after = device_stats(n);
   std::size_t np = 0, nd = 0;
@@ -262,6 +347,18 @@ int run(int argc, char** argv) {
                  "machine's cores with the tiny preset, real computation, 8 sessions")
       ->check(CLI::IsMember({"sim", "cpu"}));
   app.add_option("--seed", seed, "workload seed");
+  double agent_scale_option = 0;
+  std::size_t agent_sessions_option = 0;
+  app.add_option("--agent-scale", agent_scale_option,
+                 "code_agent_* settings: modelled seconds per real second (default: --quick 400, "
+                 "else 100)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--agent-sessions", agent_sessions_option,
+                 "code_agent_* settings: sessions (default: --quick 24, else 64)")
+      ->check(CLI::PositiveNumber);
+  std::string only;
+  app.add_option("--settings", only,
+                 "comma-separated setting names to run (default: all); ratios need both sides");
   CLI11_PARSE(app, argc, argv);
 
   const bool cpu = backend == "cpu";
@@ -294,18 +391,49 @@ int run(int argc, char** argv) {
                                          triad::kv_policy::pin, bottleneck_kv_mib},
                                         {"memory_bound_pin_session", triad::layout::three_stage,
                                          triad::kv_policy::pin, bottleneck_kv_mib, session_long},
+                                        {"code_agent_three_stage",
+                                         triad::layout::three_stage,
+                                         triad::kv_policy::pin,
+                                         0,
+                                         {},
+                                         true},
+                                        {"code_agent_monolithic",
+                                         triad::layout::monolithic,
+                                         triad::kv_policy::pin,
+                                         0,
+                                         {},
+                                         true},
                                     });
   // The memory-bound settings run faster in --quick (the figures are modelled seconds).
   const double bound_scale = quick ? 4 * time_scale : time_scale;
   auto bound_work = make_workload(sessions, seed, bound_scale);
+  // The capacity-bound comparison: llama3-70b code agents on tensor-parallel groups, no slot
+  // cap (each device admits while the KV fits its tiers), modelled 100x (--quick 400x) faster
+  // than real time.
+  const auto agent_hw = code_agent_hardware();
+  const double agent_scale = agent_scale_option > 0 ? agent_scale_option : quick ? 400.0 : 100.0;
+  const std::size_t agent_sessions = agent_sessions_option > 0 ? agent_sessions_option
+                                     : quick                   ? 24
+                                                               : 64;
+  auto agent_work =
+      make_code_agent_workload(agent_sessions, seed, agent_scale, 10, quick ? 25 : 50);
+  auto wanted = [&](const std::string& name) {
+    if (only.empty())
+      return true;
+    const std::string list = "," + only + ",";
+    return list.find("," + name + ",") != std::string::npos;
+  };
   triad::bench::report rep;
   rep.quick = quick;
   std::map<std::string, outcome> results;
   std::uint64_t errors = 0;
   for (const auto& st : settings) {
+    if (!wanted(st.name))
+      continue;
     const bool bound = st.decode_kv_mib != 0;
-    auto r =
-        bound ? run(st, hw, bound_work, bound_scale, slots) : run(st, hw, work, time_scale, slots);
+    auto r = st.code_agent ? run(st, agent_hw, agent_work, agent_scale, 0)
+             : bound       ? run(st, hw, bound_work, bound_scale, slots)
+                           : run(st, hw, work, time_scale, slots);
     if (!r) {
       std::fprintf(stderr, "triad-bench-agentic: %s: %s\n", st.name.c_str(),
                    r.error().message.c_str());
@@ -315,11 +443,19 @@ int run(int argc, char** argv) {
     auto tput = static_cast<double>(r->completion_tokens) / r->makespan_s;
     auto p50 = triad::bench::percentile(r->session_s, 0.5),
          p99 = triad::bench::percentile(r->session_s, 0.99);
-    std::printf("%-24s %7.1f tokens/s  session p50 %6.2f s  p99 %6.2f s  prefilled %8llu  "
-                "from store %8llu  preempted %5llu  busy prefill %.2f decode %.2f\n",
+    const double page_bytes =
+        static_cast<double>(triad::model_preset(st.code_agent ? agent_hw.preset : hw.preset)
+                                ->kv_bytes_per_token(triad::dtype::bf16) *
+                            triad::default_config().model.page_tokens);
+    const double peak_kv_gb = static_cast<double>(r->peak_decode_kv_pages) * page_bytes / 1e9;
+    std::printf("%-24s %7.1f tokens/s  session p50 %7.2f s  p99 %7.2f s  prefilled %9llu  "
+                "from store %8llu  preempted %5llu  busy prefill %.2f decode %.2f  peak KV "
+                "%.1f GB\n",
                 st.name.c_str(), tput, p50, p99, static_cast<unsigned long long>(r->prefill_tokens),
                 static_cast<unsigned long long>(r->tier_tokens),
-                static_cast<unsigned long long>(r->preemptions), r->prefill_busy, r->decode_busy);
+                static_cast<unsigned long long>(r->preemptions), r->prefill_busy, r->decode_busy,
+                peak_kv_gb);
+    std::fflush(stdout);
     rep.metrics[st.name] = boost::json::object{
         {"throughput_tokens_per_s", tput},
         {"session_p50_s", p50},
@@ -329,6 +465,7 @@ int run(int argc, char** argv) {
         {"prefill_tokens", r->prefill_tokens},
         {"prefill_pool_busy_fraction", r->prefill_busy},
         {"decode_pool_busy_fraction", r->decode_busy},
+        {"peak_decode_device_kv_gb", peak_kv_gb},
         {"errors", r->errors},
         {"store_tokens", r->tier_tokens},
         {"preemptions", r->preemptions},
@@ -342,31 +479,46 @@ int run(int argc, char** argv) {
   auto p = [&](const std::string& s, double q) {
     return triad::bench::percentile(results[s].session_s, q);
   };
+  // A ratio of two settings, when both ran.
+  auto ratio = [&](const std::string& name, const std::string& a, const std::string& b,
+                   auto figure) {
+    if (results.count(a) != 0 && results.count(b) != 0)
+      rep.ratios[name] = figure(a) / figure(b);
+  };
+  auto p50 = [&](const std::string& s) { return p(s, 0.5); };
+  auto p99 = [&](const std::string& s) { return p(s, 0.99); };
+  auto prefilled = [&](const std::string& s) {
+    return static_cast<double>(results[s].prefill_tokens);
+  };
   if (!cpu) {
     rep.metrics["memory_bound_decode_kv_mib"] = bottleneck_kv_mib;
-    rep.ratios["demote_over_discard_throughput"] =
-        tput("memory_bound_demote") / tput("memory_bound_discard");
-    rep.ratios["pin_ttl_over_pin_session_p99"] =
-        p("memory_bound_pin_ttl", 0.99) / p("memory_bound_pin_session", 0.99);
+    ratio("demote_over_discard_throughput", "memory_bound_demote", "memory_bound_discard", tput);
+    ratio("pin_ttl_over_pin_session_p99", "memory_bound_pin_ttl", "memory_bound_pin_session", p99);
+    ratio("three_stage_over_monolithic_throughput_capacity_bound", "code_agent_three_stage",
+          "code_agent_monolithic", tput);
+    ratio("monolithic_over_three_stage_session_p99_capacity_bound", "code_agent_monolithic",
+          "code_agent_three_stage", p99);
+    rep.metrics["code_agent"] = boost::json::object{
+        {"sessions", agent_sessions},
+        {"time_scale", agent_scale},
+        {"model", agent_hw.preset},
+        {"devices", "2x (2 H200 tensor-parallel) + 2x (4 SN40L tensor-parallel), 12 in all"},
+        {"slots_per_device", "none (capacity-driven admission)"},
+    };
   }
   rep.metrics["sessions"] = sessions;
   rep.metrics["slots_per_device"] = slots;
   rep.metrics["time_scale"] = time_scale;
   rep.metrics["seed"] = seed;
   rep.metrics["backend"] = backend;
-  rep.metrics["simulated"] = cpu ? "tools sleep (devices compute for real)"
-                                 : "sim devices (roofline, llama3-8b shape); tools sleep";
-  rep.ratios["three_stage_over_monolithic_throughput"] =
-      tput("three_stage_pin") / tput("monolithic");
-  rep.ratios["monolithic_over_three_stage_session_p99"] =
-      p("monolithic", 0.99) / p("three_stage_pin", 0.99);
-  rep.ratios["discard_over_pin_session_p50"] =
-      p("three_stage_discard", 0.5) / p("three_stage_pin", 0.5);
-  rep.ratios["discard_over_demote_session_p50"] =
-      p("three_stage_discard", 0.5) / p("three_stage_demote", 0.5);
-  rep.ratios["discard_over_pin_prefill_tokens"] =
-      static_cast<double>(results["three_stage_discard"].prefill_tokens) /
-      static_cast<double>(results["three_stage_pin"].prefill_tokens);
+  rep.metrics["simulated"] =
+      cpu ? "tools sleep (devices compute for real)"
+          : "sim devices (roofline; llama3-8b shape, code_agent_*: llama3-70b); tools sleep";
+  ratio("three_stage_over_monolithic_throughput", "three_stage_pin", "monolithic", tput);
+  ratio("monolithic_over_three_stage_session_p99", "monolithic", "three_stage_pin", p99);
+  ratio("discard_over_pin_session_p50", "three_stage_discard", "three_stage_pin", p50);
+  ratio("discard_over_demote_session_p50", "three_stage_discard", "three_stage_demote", p50);
+  ratio("discard_over_pin_prefill_tokens", "three_stage_discard", "three_stage_pin", prefilled);
   const int written = rep.finish(json_path);
   return written != 0 || errors != 0 ? 1 : 0;
 }

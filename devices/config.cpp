@@ -210,6 +210,20 @@ options::section<device_config> device_section(std::span<const sim_profile_confi
       out.kv_mib = static_cast<std::uint64_t>(value);
     return s;
   };
+  auto read_tensor_parallel = [](options::table& t, c& out) {
+    std::int64_t value = 1;
+    const options::state s =
+        t.integer("tensor_parallel", {1, defaults::device::max_tensor_parallel}, value);
+    if (s == options::state::valid && value != 1 && backend_known(t) &&
+        out.backend != device_backend::sim) {
+      refuse_for_backend(t, "tensor_parallel", "sim", out.backend,
+                         "1, no tensor_parallel key, or backend = \"sim\"");
+      return options::state::invalid;
+    }
+    if (s == options::state::valid)
+      out.tensor_parallel = static_cast<std::uint32_t>(value);
+    return s;
+  };
   auto read_compute_cores = [](options::table& t, c& out) {
     std::int64_t value = 0;
     const options::state s = t.integer("compute_cores", {0, 4096}, value);
@@ -267,6 +281,15 @@ options::section<device_config> device_section(std::span<const sim_profile_confi
                                  return std::nullopt;
                                return std::to_string(d.kv_mib);
                              }),
+          options::custom<c>(
+              "tensor_parallel", options::range_allowed({1, defaults::device::max_tensor_parallel}),
+              "devices of a sim profile running the model as one tensor-parallel group",
+              read_tensor_parallel,
+              [](const c& d) -> std::optional<std::string> {
+                if (d.tensor_parallel == defaults::device::tensor_parallel)
+                  return std::nullopt;
+                return std::to_string(d.tensor_parallel);
+              }),
           options::integer("queue_capacity", &c::queue_capacity, {1, 1'000'000},
                            "jobs queued to the device's driver thread"),
           options::boolean<c>("prefix_cache", &c::prefix_cache,

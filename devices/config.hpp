@@ -127,6 +127,10 @@ struct device_config {
   /// `kv_mib`: KV memory of a sim device (a device whose memory is the bottleneck); 0 = its
   /// profile's memory tiers together minus the weights. Only given for backend "sim".
   std::uint64_t kv_mib = 0;
+  /// `tensor_parallel`: devices of the profile that run the model as one tensor-parallel group,
+  /// 1..defaults::device::max_tensor_parallel; the router and the KV store see the group as one
+  /// device. Above 1 only for backend "sim".
+  std::uint32_t tensor_parallel = defaults::device::tensor_parallel;
   std::size_t queue_capacity = defaults::device::queue_capacity; ///< `queue_capacity`, >= 1
   /// `prefix_cache`: keep finished sequences' KV pages for later prompts with the same start.
   bool prefix_cache = defaults::device::prefix_cache;

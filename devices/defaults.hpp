@@ -58,14 +58,22 @@ inline constexpr double sim_link_bandwidth_gb_s = 0.0;
 /// `step_overhead_us` of a `[[sim_profiles]]` entry that gives none: kernel launch and
 /// synchronisation per step, the figure the built-in profiles assume.
 inline constexpr double sim_step_overhead_us = 20.0;
+/// `tensor_parallel` of a `[[devices]]` entry: devices in its group (1: one device).
+inline constexpr std::uint32_t tensor_parallel = 1;
+/// Most devices one tensor-parallel group may have.
+inline constexpr std::uint32_t max_tensor_parallel = 64;
+/// Latency of one all-reduce among a tensor-parallel group (SIMULATED, assumed: a
+/// collective's launch and synchronisation, of the order NCCL reports for small messages).
+inline constexpr double sim_allreduce_latency_us = 5.0;
 /// `source` of a `[[sim_profiles]]` entry that gives none.
 inline constexpr std::string_view sim_profile_source = "user config";
 } // namespace device
 
 /// The device actor.
 namespace device_actor {
-/// Sequences a device holds at once (running, waiting or parked).
-inline constexpr std::size_t max_sequences = 64;
+/// Sequences a device holds at once (running, waiting or parked); 0: no cap, a device admits
+/// while their KV pages fit its memory (every tier of a sim device).
+inline constexpr std::size_t max_sequences = 0;
 /// Tokens one step may compute (decodes count one each, prefill chunks their length).
 inline constexpr std::size_t step_token_budget = 512;
 /// Longest prefill chunk of one sequence in one step.

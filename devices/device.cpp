@@ -493,7 +493,7 @@ private:
       return refuse(errc::invalid_argument,
                     "invalid: sequence " + std::to_string(req.seq) +
                         " is reserved (the device's own, to copy pages out for another)");
-    if (seqs_.size() >= options_.max_sequences)
+    if (options_.max_sequences != 0 && seqs_.size() >= options_.max_sequences)
       return refuse(errc::busy, "busy: " + std::to_string(seqs_.size()) + " of " +
                                     std::to_string(options_.max_sequences) +
                                     " sequences in flight on " + options_.name);
@@ -1360,13 +1360,11 @@ expected<device_actor> spawn_device(domain& home, std::unique_ptr<backend> be,
                                     device_options options) {
   if (be == nullptr)
     return make_error(errc::invalid_argument, "device '" + options.name + "': no backend");
-  if (options.max_sequences == 0 || options.step_token_budget == 0 ||
-      options.max_prefill_chunk == 0 || options.queue_capacity == 0 || options.burst_steps == 0)
+  if (options.step_token_budget == 0 || options.max_prefill_chunk == 0 ||
+      options.queue_capacity == 0 || options.burst_steps == 0)
     return make_error(errc::invalid_argument, "device '" + options.name +
-                                                  "': max_sequences, step_token_budget, "
-                                                  "max_prefill_chunk, queue_capacity and "
-                                                  "burst_steps must be "
-                                                  ">= 1");
+                                                  "': step_token_budget, max_prefill_chunk, "
+                                                  "queue_capacity and burst_steps must be >= 1");
   driver_options d;
   d.name = "drv." + options.name;
   d.domain = static_cast<int>(home.id());

@@ -309,7 +309,8 @@ typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
 struct device_options {
   std::string name = "device";          ///< device name (metrics label, thread name)
   device_role role = device_role::both; ///< prefill devices stop after the first token
-  std::size_t max_sequences = defaults::device_actor::max_sequences; ///< admission bound, >= 1
+  /// Optional cap on the sequences held at once (0: none; the KV pages decide admission).
+  std::size_t max_sequences = defaults::device_actor::max_sequences;
   std::size_t step_token_budget = defaults::device_actor::step_token_budget; ///< >= 1
   std::size_t max_prefill_chunk = defaults::device_actor::max_prefill_chunk; ///< >= 1
   /// Decode steps one driver job may run back to back, >= 1 (1: every step goes back to the

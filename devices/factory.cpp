@@ -183,6 +183,8 @@ expected<std::unique_ptr<backend>> make_backend(const device_set& node, const de
   }
   case device_backend::sim: {
     auto profile = resolve_profile(node, dev.profile);
+    if (profile)
+      profile = tensor_parallel_group(*profile, dev.tensor_parallel);
     if (!profile)
       return make_error(profile.error().code,
                         "device '" + dev.name + "': " + profile.error().message);

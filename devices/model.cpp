@@ -91,11 +91,6 @@ double model_shape::latent_expansion_flops_per_position() const noexcept {
   return mla() ? 2.0 * kv_lora_rank * heads * 2.0 * head_dim * layers : 0.0;
 }
 
-double model_shape::flops_per_token(std::uint64_t context) const noexcept {
-  return 2.0 * static_cast<double>(active_parameters()) +
-         attention_flops_per_position(true) * static_cast<double>(context + 1);
-}
-
 expected<void> model_shape::validate() const {
   auto bad = [&](const std::string& what) {
     return make_error(errc::invalid_argument, "model '" + name + "': " + what);

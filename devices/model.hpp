@@ -133,8 +133,6 @@ struct model_shape {
   /// MLA: FLOPs of expanding one cached position's latent into every head's key and value
   /// across all layers, which attending over decompressed heads needs first; 0 without MLA.
   double latent_expansion_flops_per_position() const noexcept;
-  /// Multiply-adds x 2 of one token's forward pass with `context` earlier tokens in cache.
-  double flops_per_token(std::uint64_t context) const noexcept;
   /// Checks the shape's internal rules (heads divisible by kv_heads, head_dim even, a random
   /// preset's vocabulary holds the byte tokenizer, ...).
   expected<void> validate() const;

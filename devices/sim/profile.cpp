@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "devices/defaults.hpp"
+
 namespace triad {
 
 namespace {
@@ -135,6 +137,38 @@ std::vector<std::string> builtin_profile_names() {
   for (auto& p : builtins())
     out.push_back(p.name);
   return out;
+}
+
+expected<device_profile> tensor_parallel_group(const device_profile& one, std::uint32_t n) {
+  if (n < 1 || n > defaults::device::max_tensor_parallel)
+    return make_error(errc::invalid_argument,
+                      "profile '" + one.name + "': tensor_parallel = " + std::to_string(n) +
+                          "; allowed: 1.." + std::to_string(defaults::device::max_tensor_parallel));
+  if (n == 1)
+    return one;
+  if (one.tensor_parallel != 1)
+    return make_error(errc::invalid_argument,
+                      "profile '" + one.name + "' is a group already; group single devices");
+  if (one.link_bandwidth <= 0)
+    return make_error(errc::invalid_argument,
+                      "profile '" + one.name + "': tensor_parallel = " + std::to_string(n) +
+                          " needs a link bandwidth above 0 (its all-reduces run over it)");
+  device_profile g = one;
+  const double k = n;
+  g.name = std::to_string(n) + "x " + one.name;
+  g.peak_flops *= k;
+  g.attention_flops *= k;
+  for (auto& t : g.tiers) {
+    t.bytes *= n;
+    t.read_bandwidth *= k;
+    t.write_bandwidth *= k;
+  }
+  g.link_bandwidth *= k;
+  g.tensor_parallel = n;
+  g.allreduce_bandwidth = one.link_bandwidth / 2;
+  g.source += "; as a tensor-parallel group of " + std::to_string(n) +
+              " (SIMULATED: sums of one device's figures, all-reduce over half its link)";
+  return g;
 }
 
 expected<void> check_tiers(const device_profile& profile) {
@@ -274,8 +308,18 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
     memory = std::max(memory, seconds);
   }
   c.compute_bound = compute > memory;
-  c.seconds =
-      (profile.overlap ? std::max(compute, memory) : compute + memory) + profile.step_overhead;
+  if (profile.tensor_parallel > 1 && profile.allreduce_bandwidth > 0) {
+    // Megatron-style: each layer all-reduces the hidden states after attention and after the
+    // MLP; a ring sends and receives 2 (n - 1) / n of them per device.
+    const double n = profile.tensor_parallel;
+    const double allreduces = 2.0 * s.layers;
+    const double per_allreduce = tokens * static_cast<double>(s.hidden) * elem;
+    c.allreduce_seconds =
+        allreduces * (2.0 * (n - 1) / n * per_allreduce / profile.allreduce_bandwidth +
+                      defaults::device::sim_allreduce_latency_us * 1e-6);
+  }
+  c.seconds = (profile.overlap ? std::max(compute, memory) : compute + memory) +
+              c.allreduce_seconds + profile.step_overhead;
   c.operational_intensity = c.flops / c.bytes;
   // Resident: weights, every sequence's KV, and one layer's activations of the step's tokens.
   c.capacity_footprint = weight_bytes + kv_read + act_resident;

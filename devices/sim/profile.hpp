@@ -40,6 +40,11 @@ struct device_profile {
   /// Whether the device overlaps arithmetic with memory traffic (roofline: the larger of the
   /// two times). false adds the two, for kernels that stream weights and then compute.
   bool overlap = true;
+  /// Devices running the model as one tensor-parallel group (1: one device); a group's figures
+  /// above are the sum of its devices' (see tensor_parallel_group).
+  std::uint32_t tensor_parallel = 1;
+  /// Bytes/s each device of a group sends (and receives) to the next in an all-reduce ring.
+  double allreduce_bandwidth = 0;
 
   /// The capacity of every tier together: what weights and KV can take at most.
   std::uint64_t memory_bytes() const noexcept;
@@ -55,6 +60,12 @@ expected<void> check_tiers(const device_profile& profile);
 expected<device_profile> builtin_profile(std::string_view name);
 /// Names of the built-in profiles.
 std::vector<std::string> builtin_profile_names();
+
+/// `n` devices of `one` as one tensor-parallel group (SIMULATED): FLOP/s, every tier's capacity
+/// and bandwidths, and the link to other devices (each holds its shard of the KV) n times one
+/// device's; the all-reduce ring runs at half the link (its figure counts both directions).
+/// n = 1 gives `one`; n outside 1..defaults::device::max_tensor_parallel is an error.
+expected<device_profile> tensor_parallel_group(const device_profile& one, std::uint32_t n);
 
 /// One sequence's share of a step: `new_tokens` computed on top of `context` cached ones.
 struct step_work {
@@ -75,6 +86,9 @@ struct step_cost {
   /// capacity_footprint plus the KV held for sequences outside the step fit the tiers.
   bool fits = true;
   bool compute_bound = false; ///< the arithmetic took longer than the memory traffic
+  /// A tensor-parallel group's all-reduces (two per layer of the tokens' hidden states, ring,
+  /// plus their latency), added to `seconds` (not overlapped: an assumption); 0 for one device.
+  double allreduce_seconds = 0;
   /// Per tier (the profile's order): bytes held (weights, activations, KV of the step and of
   /// the sequences outside it, placed fastest first) and bytes read and written by the step.
   std::vector<double> tier_resident, tier_traffic;
@@ -88,7 +102,7 @@ struct step_cost {
 /// step's tokens touch, routing spread evenly), the KV each sequence reads and writes, and the
 /// activations that cross memory between layers. Weights take `shape.weights`' bytes. Each datum is
 /// read and written at the bandwidth of the tier it is placed in; the memory time is the slowest
-/// tier's (the tiers are separate channels).
+/// tier's (the tiers are separate channels). A tensor-parallel group adds its all-reduces.
 step_cost estimate_step(const model_shape& shape, dtype type, const device_profile& profile,
                         const std::vector<step_work>& work, double idle_kv_bytes = 0);
 

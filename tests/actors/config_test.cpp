@@ -454,7 +454,8 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_device_is_an_error) {
                                 "  speed = 3\n");
   BOOST_TEST(message == "triad.toml:6:3: devices[1].speed = 3: unknown key; allowed keys in "
                         "[[devices]]: name, backend, role, topology_device, domain, profile, "
-                        "time_scale, memory_mib, kv_mib, queue_capacity, prefix_cache, "
+                        "time_scale, memory_mib, kv_mib, tensor_parallel, queue_capacity, "
+                        "prefix_cache, "
                         "burst_steps, burst_window_us, compute_cores");
 }
 
@@ -753,6 +754,22 @@ BOOST_AUTO_TEST_CASE(kv_mib_needs_the_sim_backend) {
   const auto sim = parse_config("[[devices]]\nname = \"s\"\nbackend = \"sim\"\nkv_mib = 64\n", "t");
   BOOST_TEST_REQUIRE(sim.has_value(), (sim ? "" : sim.error().to_string()));
   BOOST_TEST(sim->devices.at(0).kv_mib == 64u);
+}
+
+BOOST_AUTO_TEST_CASE(tensor_parallel_needs_the_sim_backend) {
+  check_contains(error_of("[[devices]]\nname = \"c\"\nbackend = \"cpu\"\ntensor_parallel = 2\n"),
+                 {"triad.toml:4:19: ", "devices[0].tensor_parallel = 2",
+                  "only allowed when backend = \"sim\" (backend = \"cpu\")"});
+  check_contains(error_of("[[devices]]\nname = \"s\"\nbackend = \"sim\"\ntensor_parallel = 0\n"),
+                 {"devices[0].tensor_parallel = 0", "out of range", "allowed: integer 1..64"});
+  const auto sim =
+      parse_config("[[devices]]\nname = \"s\"\nbackend = \"sim\"\ntensor_parallel = 8\n", "t");
+  BOOST_TEST_REQUIRE(sim.has_value(), (sim ? "" : sim.error().to_string()));
+  BOOST_TEST(sim->devices.at(0).tensor_parallel == 8u);
+  // It survives a round trip through the TOML the node writes.
+  const auto again = parse_config(triad::to_toml(*sim), "t");
+  BOOST_TEST_REQUIRE(again.has_value(), (again ? "" : again.error().to_string()));
+  BOOST_TEST(again->devices.at(0).tensor_parallel == 8u);
 }
 
 BOOST_AUTO_TEST_CASE(compute_cores_needs_the_cpu_backend) {

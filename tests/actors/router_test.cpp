@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -195,10 +196,11 @@ struct two_prefill_devices {
   triad::router_actor router;
   std::vector<std::string> order;
 
-  explicit two_prefill_devices(std::shared_ptr<triad::kv_tier> tier = nullptr) {
+  explicit two_prefill_devices(std::shared_ptr<triad::kv_tier> tier = nullptr,
+                               std::size_t a_slots = 2, std::size_t b_slots = 1) {
     router = triad::spawn_router(node->domains().orchestration(),
-                                 {{"a", triad::device_role::prefill, as_device(a), 2},
-                                  {"b", triad::device_role::prefill, as_device(b), 1}},
+                                 {{"a", triad::device_role::prefill, as_device(a), a_slots},
+                                  {"b", triad::device_role::prefill, as_device(b), b_slots}},
                                  triad::orchestration_options{}, 0ms, std::move(tier));
   }
   ~two_prefill_devices() {
@@ -233,6 +235,22 @@ BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_
   f.route({7});    // a
   std::vector<std::string> expected = {"a", "a", "b", "b", "a"};
   BOOST_TEST(f.order == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(without_slot_caps_a_shared_prefix_does_not_pile_every_prompt_on_one_device) {
+  constexpr auto unlimited = triad::routed_device::unlimited;
+  two_prefill_devices f{nullptr, unlimited, unlimited};
+  for (int i = 0; i < 20; ++i)
+    f.route({1, 2}); // every prompt starts with the same system prompt's pages
+  const auto on_b = std::count(f.order.begin(), f.order.end(), "b");
+  const auto on_a = std::count(f.order.begin(), f.order.end(), "a");
+  BOOST_TEST(on_a + on_b == 20);
+  // a holds the prefix: it gets the first 9 (more than 2 x (0 + 4) in flight sends the next
+  // to b); then both hold it, and the less loaded gets each, b until it catches up.
+  BOOST_TEST(std::count(f.order.begin(), f.order.begin() + 9, "a") == 9);
+  BOOST_TEST(f.order.at(9) == "b");
+  BOOST_TEST(on_a == 10);
+  BOOST_TEST(on_b == 10);
 }
 
 // A tier that holds nothing and moves nothing: the router asks only what devices hold.

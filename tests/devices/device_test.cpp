@@ -319,6 +319,28 @@ BOOST_AUTO_TEST_CASE(a_full_device_answers_busy_at_once) {
   BOOST_TEST(f.stats(self).refused == 1u);
 }
 
+BOOST_AUTO_TEST_CASE(without_a_cap_a_device_admits_while_the_kv_fits) {
+  // No max_sequences (the default): admission stops at memory, not at a count.
+  device_fixture f{triad::device_options{}, 16ull << 20};
+  caf::scoped_actor self{f.dom->system()};
+  const auto pages = f.stats(self).kv_pages_total;
+  BOOST_TEST_REQUIRE(pages > 100u, "the test needs room for more than 64 one-page prompts, has "
+                                       << pages << " pages");
+  std::size_t admitted = 0;
+  triad::admission refused;
+  for (triad::seq_id id = 1; id <= pages + 1; ++id) {
+    auto a = f.submit(self, f.request(id, 8, 1000, self));
+    if (!a.accepted) {
+      refused = std::move(a);
+      break;
+    }
+    ++admitted;
+  }
+  BOOST_TEST(admitted > 64u); // the old fixed bound
+  BOOST_TEST(!refused.accepted);
+  BOOST_TEST(refused.reason.find("busy: the KV of the") != std::string::npos, refused.reason);
+}
+
 BOOST_AUTO_TEST_CASE(invalid_requests_are_refused_with_the_reason) {
   device_fixture f;
   caf::scoped_actor self{f.dom->system()};

@@ -157,4 +157,19 @@ BOOST_AUTO_TEST_CASE(a_sim_devices_kv_mib_bounds_its_kv_pages) {
   BOOST_TEST((*whole)->kv().pages_total > 1000u); // the profile's memory less the weights
 }
 
+BOOST_AUTO_TEST_CASE(a_tensor_parallel_sim_device_holds_its_groups_kv) {
+  auto [config, dev] = sn40l_llama();
+  auto one = triad::make_backend(config, dev, nullptr);
+  dev.tensor_parallel = 4;
+  auto four = triad::make_backend(config, dev, nullptr);
+  BOOST_REQUIRE_MESSAGE(one.has_value(), (one ? "" : one.error().message));
+  BOOST_REQUIRE_MESSAGE(four.has_value(), (four ? "" : four.error().message));
+  // Four devices' memory less one copy of the weights (each holds a quarter of them).
+  const auto weights = (*one)->shape().weight_bytes(triad::dtype::bf16);
+  const auto page = static_cast<double>((*one)->kv().page_bytes);
+  const auto pages_one = static_cast<double>((*one)->kv().pages_total);
+  const auto pages_four = static_cast<double>((*four)->kv().pages_total);
+  BOOST_TEST(pages_four * page > 4 * pages_one * page + 2.9 * weights);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -38,8 +38,6 @@ BOOST_AUTO_TEST_CASE(mixture_of_experts_presets_count_total_and_active_weights) 
   BOOST_TEST(static_cast<double>(m22.active_parameters()) / 1e9 == 39.0 - 0.40, tolerance(0.01));
   // Grouped-query attention's KV: 2 x 32 layers x 8 heads x 128 dims x 2 bytes.
   BOOST_TEST(m7.kv_bytes_per_token(triad::dtype::bf16) == 131072u);
-  // A token's FLOPs follow the active weights, not the total.
-  BOOST_TEST(m7.flops_per_token(0) < 2.2 * static_cast<double>(m7.active_parameters()));
 }
 
 BOOST_AUTO_TEST_CASE(deepseek_v3_caches_one_latent_per_token_and_layer) {

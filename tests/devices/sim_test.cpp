@@ -208,6 +208,45 @@ BOOST_AUTO_TEST_CASE(llama3_70b_on_one_h200_meets_the_capacity_wall) {
   BOOST_TEST(fast.seconds < 0.04);
 }
 
+BOOST_AUTO_TEST_CASE(a_tensor_parallel_group_sums_its_devices_and_pays_its_allreduces) {
+  auto h200 = *triad::builtin_profile("h200");
+  auto pair = triad::tensor_parallel_group(h200, 2);
+  BOOST_REQUIRE_MESSAGE(pair.has_value(), (pair ? "" : pair.error().message));
+  BOOST_TEST(pair->name == "2x h200");
+  BOOST_TEST(pair->tiers[0].bytes == 282'000'000'000ull);
+  BOOST_TEST(pair->tiers[0].read_bandwidth == 9.6e12);
+  BOOST_TEST(pair->peak_flops == 2 * h200.peak_flops);
+  BOOST_TEST(pair->allreduce_bandwidth == h200.link_bandwidth / 2);
+  // llama3-70b, 16 sequences of 4096 tokens: on one H200 17.5 GB of their KV spills over
+  // PCIe (the capacity wall); on two, weights and KV sit in HBM at twice the bandwidth.
+  auto s = *triad::model_preset("llama3-70b");
+  const std::vector<triad::step_work> work(16, {4095, 1});
+  auto one = triad::estimate_step(s, triad::dtype::bf16, h200, work);
+  auto two = triad::estimate_step(s, triad::dtype::bf16, *pair, work);
+  BOOST_TEST(one.allreduce_seconds == 0.0);
+  BOOST_TEST(two.tier_resident[1] == 0.0);
+  BOOST_TEST(two.seconds < one.seconds / 8);
+  // Two all-reduces a layer of 16 tokens' hidden states (8192 x 2 bytes): a ring of two sends
+  // half of each, at 450 GB/s, plus 5 us latency each.
+  const double expected = 2.0 * 80 * (16 * 8192 * 2.0 / 450e9 + 5e-6);
+  BOOST_TEST(two.allreduce_seconds == expected, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(two.seconds > two.allreduce_seconds);
+  // One device is itself; a group size out of range, a group of groups, or a profile
+  // without a link is an error naming it.
+  BOOST_TEST(triad::tensor_parallel_group(h200, 1)->name == "h200");
+  auto zero = triad::tensor_parallel_group(h200, 0);
+  BOOST_REQUIRE(!zero);
+  BOOST_TEST(zero.error().message.find("tensor_parallel = 0; allowed: 1..64") != std::string::npos,
+             zero.error().message);
+  BOOST_TEST(!triad::tensor_parallel_group(*pair, 2));
+  auto unlinked = h200;
+  unlinked.link_bandwidth = 0;
+  auto none = triad::tensor_parallel_group(unlinked, 4);
+  BOOST_REQUIRE(!none);
+  BOOST_TEST(none.error().message.find("link bandwidth") != std::string::npos,
+             none.error().message);
+}
+
 BOOST_AUTO_TEST_CASE(a_moe_decode_reads_the_experts_its_batch_touches) {
   auto s = *triad::model_preset("mixtral-8x7b");
   auto h200 = *triad::builtin_profile("h200");
@@ -218,6 +257,9 @@ BOOST_AUTO_TEST_CASE(a_moe_decode_reads_the_experts_its_batch_touches) {
   auto one = triad::estimate_step(s, triad::dtype::bf16, h200, {{100, 1}});
   BOOST_TEST(one.bytes > active);
   BOOST_TEST(one.bytes < active + 25e6);
+  // Its FLOPs follow the active weights (2 a weight), not the total.
+  BOOST_TEST(one.flops > active);
+  BOOST_TEST(one.flops < 1.1 * active);
   // 64 tokens touch all 8 in every layer (1 - 0.75^64 of them): the whole 93 GB.
   const std::vector<triad::step_work> batch(64, {100, 1});
   auto many = triad::estimate_step(s, triad::dtype::bf16, h200, batch);
