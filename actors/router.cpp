@@ -342,7 +342,8 @@ private:
 
   // The qualifying device with a free slot that is best for `stage`: for decode the most free
   // KV pages (a decode holds its KV for long), then the most free slots; for prefill the
-  // longest run of `prefix` sent there before, then the most free slots, unless that device
+  // longest run of `prefix` sent there before (runs within a quarter of the prompt's pages of
+  // each other count as equal), then the most free slots, unless that device
   // has more than 2 (least + prefix_affinity_slack) requests in flight, where `least` is the
   // least loaded one's: then the least loaded. Ties go to the first in config order.
   device* pick(route_stage stage, const std::vector<std::string>& avoid,
@@ -350,6 +351,9 @@ private:
     device* best = nullptr;
     device* lightest = nullptr;
     std::size_t best_run = 0;
+    // Runs that differ by a quarter of the prompt or less count as equal: a shared system
+    // prompt's few pages do not outweigh the load.
+    const std::size_t slight = prefix.size() / 4;
     for (auto& d : devices_) {
       if (!qualifies(d.info.role, stage) || (d.said_busy && d.room == 0) ||
           d.used >= d.info.slots || avoided(d, avoid))
@@ -360,7 +364,7 @@ private:
       bool better = best == nullptr;
       if (!better && stage == route_stage::decode && d.kv_free != best->kv_free)
         better = d.kv_free > best->kv_free;
-      else if (!better && run != best_run)
+      else if (!better && std::max(run, best_run) - std::min(run, best_run) > slight)
         better = run > best_run;
       else if (!better)
         better = d.info.slots - d.used > best->info.slots - best->used;

@@ -32,7 +32,8 @@ struct routed_device {
 /// Spawns the router in `home`. It hands each request a qualifying device with a free slot:
 /// for decode the one with the most free KV pages (as the devices report them), then the most
 /// free slots; for prefill (and the monolithic layout) the one with the longest cached prefix
-/// of the prompt, then the most free slots (ties: config order), unless that one has more than
+/// of the prompt (prefixes within a quarter of the prompt's pages of each other count as
+/// equal), then the most free slots (ties: config order), unless that one has more than
 /// 2 (least + defaults::orchestration::prefix_affinity_slack) requests in flight, `least` the
 /// least loaded qualifying device's (then the least loaded); never one that said busy
 /// since its last release (or within defaults::orchestration::busy_backoff). A device's cached

@@ -20,6 +20,37 @@ std::size_t held_of(std::span<const block_hash> pages, const std::vector<block_h
   return n;
 }
 
+// Pages at the start of the chains `a` and `b` that they share. A chain hash covers every token
+// before its page, so two chains agree on a prefix and differ after it: a binary search.
+std::size_t common_run(std::span<const block_hash> a, std::span<const block_hash> b) {
+  std::size_t lo = 0, hi = std::min(a.size(), b.size());
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo + 1) / 2;
+    if (a[mid - 1] == b[mid - 1])
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+// Distinct pages among `runs` (chains of hashes, reordered): the size of their trie, every
+// run's length less the common run of each with its neighbour in lexicographic order. Costs
+// O(n log n log length) against sorting every page: a step over long contexts counts
+// thousands of pages per sequence.
+std::size_t distinct_pages(std::vector<std::span<const block_hash>>& runs) {
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
+    const auto n = common_run(a, b);
+    if (n == a.size() || n == b.size())
+      return a.size() < b.size();
+    return a[n] < b[n];
+  });
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    total += runs[i].size() - (i == 0 ? 0 : common_run(runs[i - 1], runs[i]));
+  return total;
+}
+
 // Adds `pages` to the sorted `held`.
 void hold(std::span<const block_hash> pages, std::vector<block_hash>& held) {
   for (auto h : pages)
@@ -40,8 +71,10 @@ void plan_step(const step_state& state, step_plan& out) {
 
   auto& order = out.order;
   auto& held = out.held;
+  auto& runs = out.runs;
   order.clear();
   held.clear();
+  runs.clear();
   std::size_t used = 0;
   for (std::size_t i = 0; i < state.seqs.size(); ++i) {
     const auto& s = state.seqs[i];
@@ -51,11 +84,20 @@ void plan_step(const step_state& state, step_plan& out) {
     // Its own pages here; those of the prefix cache once, however many sequences hold them.
     const auto shared = std::min(s.shared.size(), pages(s.computed));
     used += pages(s.computed) - shared;
-    held.insert(held.end(), s.shared.begin(),
-                s.shared.begin() + static_cast<std::ptrdiff_t>(shared));
+    if (shared > 0)
+      runs.push_back(s.shared.first(shared));
   }
-  sort_unique(held);
-  used += held.size();
+  used += distinct_pages(runs);
+  // The pages themselves, sorted, only for a prompt about to look up (the runs, listed).
+  bool listed = false;
+  const auto list_held = [&] {
+    if (listed)
+      return;
+    listed = true;
+    for (const auto& r : runs)
+      held.insert(held.end(), r.begin(), r.end());
+    sort_unique(held);
+  };
   std::size_t free_pages = state.pages_total > used ? state.pages_total - used : 0;
   std::sort(order.begin(), order.end(), [&state](std::size_t a, std::size_t b) {
     return state.seqs[a].admitted_order < state.seqs[b].admitted_order;
@@ -98,6 +140,8 @@ void plan_step(const step_state& state, step_plan& out) {
     // The pages it has without taking free ones: those it computed, or, about to look its
     // prompt up, those of the lookup that other sequences hold already.
     const bool looks_up = s->computed == 0 && !importing;
+    if (looks_up)
+      list_held();
     const std::size_t has = looks_up ? held_of(s->shared, held) : pages(s->computed);
     // Attached and fetched pages come in the job before the step: memory planned for them, not
     // taken from what this plan gave the others. A sequence they do not fit waits, and so do

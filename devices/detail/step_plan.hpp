@@ -83,8 +83,11 @@ struct step_plan {
   std::size_t max_steps = 1;
   /// Scratch of plan_step: indices of the state's sequences in admission order.
   std::vector<std::size_t> order;
-  /// Scratch of plan_step: the distinct shared pages the sequences hold, sorted.
+  /// Scratch of plan_step: the distinct shared pages the sequences hold, sorted (built only when
+  /// a waiting sequence looks its prompt up).
   std::vector<block_hash> held;
+  /// Scratch of plan_step: each sequence's shared pages (a run of chain hashes).
+  std::vector<std::span<const block_hash>> runs;
 };
 
 /// Pages a sequence of `tokens` tokens holds, at `page_tokens` (>= 1) tokens per page.

@@ -96,6 +96,30 @@ BOOST_AUTO_TEST_CASE(a_page_of_the_prefix_cache_counts_once_however_many_hold_it
   BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1, 2, 3}), boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(branching_chains_count_each_shared_page_once) {
+  // Four sequences whose cached pages branch from one system prompt page (1): a and d hold
+  // the same four, b shares two of them and adds one, c shares one and adds one: 6 distinct.
+  const std::vector<block_hash> abcd{1, 2, 3, 4}, b_run{1, 2, 5}, c_run{1, 6};
+  auto a = running(1, 0, 16);
+  a.shared = abcd;
+  auto b = running(2, 1, 12);
+  b.shared = b_run;
+  auto c = running(3, 2, 8);
+  c.shared = c_run;
+  auto d = running(4, 3, 16);
+  d.shared = abcd;
+  // Each decode starts a page: 6 held + 4 new fit 10 pages, not 9.
+  auto st = device(10);
+  st.seqs = {d, b, a, c}; // any order
+  auto p = plan_step(st);
+  BOOST_TEST(p.items.size() == 4u);
+  BOOST_TEST(!p.starved);
+  st.pages_total = 9;
+  p = plan_step(st);
+  BOOST_TEST(p.items.size() == 3u);
+  BOOST_TEST(p.starved);
+}
+
 BOOST_AUTO_TEST_CASE(a_page_attached_from_the_prefix_cache_is_held_not_free) {
   // A sequence back from a tool call attached its own cached pages: nobody else holds them,
   // and they are not free for another prompt.
