@@ -46,6 +46,21 @@ struct session_spec {
   std::uint32_t tool_calls = 0;
 };
 
+// Scripts `s.tool_calls` calls of the "work" tool into `s`: each `text` tokens of answer, then
+// the call (a duration from `tool_ms`, modelled ms divided by `time_scale`; an output of
+// `result` characters); then a closing answer.
+template<class Ms, class Bytes, class Text>
+void script_calls(session_spec& s, std::mt19937_64& rng, Ms& tool_ms, Bytes& result, Text& text,
+                  double time_scale) {
+  for (std::uint32_t c = 0; c < s.tool_calls; ++c) {
+    auto ms = static_cast<int>(tool_ms(rng) / time_scale);
+    auto args =
+        "{\"ms\": " + std::to_string(ms) + ", \"bytes\": " + std::to_string(result(rng)) + "}";
+    s.script.turns.push_back({text(rng), triad::tool_call_text{"work", args}});
+  }
+  s.script.turns.push_back({text(rng), std::nullopt});
+}
+
 // The workload, the same for every setting: `n` sessions from `seed`. Tool durations are
 // modelled milliseconds; the tool sleeps them divided by `time_scale`.
 std::vector<session_spec> make_workload(std::size_t n, std::uint64_t seed, double time_scale) {
@@ -61,13 +76,7 @@ std::vector<session_spec> make_workload(std::size_t n, std::uint64_t seed, doubl
     while (s.user.size() < len)
       s.user += "investigate the failing build and fix it; ";
     s.tool_calls = calls(rng);
-    for (std::uint32_t c = 0; c < s.tool_calls; ++c) {
-      auto ms = static_cast<int>(tool_ms(rng) / time_scale);
-      auto args =
-          "{\"ms\": " + std::to_string(ms) + ", \"bytes\": " + std::to_string(result(rng)) + "}";
-      s.script.turns.push_back({text(rng), triad::tool_call_text{"work", args}});
-    }
-    s.script.turns.push_back({text(rng), std::nullopt});
+    script_calls(s, rng, tool_ms, result, text, time_scale);
     out.push_back(std::move(s));
   }
   return out;
@@ -102,13 +111,7 @@ std::vector<session_spec> make_code_agent_workload(std::size_t n, std::uint64_t 
     const auto per_call =
         static_cast<std::uint32_t>(std::clamp(growth / s.tool_calls, 1000.0, 4000.0));
     std::uniform_int_distribution<std::uint32_t> result{per_call * 3 / 4, per_call * 5 / 4};
-    for (std::uint32_t c = 0; c < s.tool_calls; ++c) {
-      auto ms = static_cast<int>(tool_ms(rng) / time_scale);
-      auto args =
-          "{\"ms\": " + std::to_string(ms) + ", \"bytes\": " + std::to_string(result(rng)) + "}";
-      s.script.turns.push_back({text(rng), triad::tool_call_text{"work", args}});
-    }
-    s.script.turns.push_back({text(rng), std::nullopt});
+    script_calls(s, rng, tool_ms, result, text, time_scale);
     out.push_back(std::move(s));
   }
   return out;
