@@ -717,12 +717,17 @@ BOOST_AUTO_TEST_CASE(a_pin_past_its_ttl_moves_the_kv_to_the_store_and_resumes_fr
 }
 
 BOOST_AUTO_TEST_CASE(demoted_requests_resume_from_the_store_when_a_decode_device_is_busy) {
-  // More requests than a decode device admits (64 sequences), and router slots for all: some
-  // resumes after a tool call are answered busy and must route again, from the store's blocks.
+  // More requests than the decode device's KV holds at once (8 MiB: 128 pages of 16 tokens, a
+  // request needing about 10), and router slots for all: some resumes after a tool call are
+  // answered busy and must route again, from the store's blocks.
   triad::orchestration_options o;
   o.kv = triad::kv_policy::demote;
   o.device_slots = 1000;
-  auto n = start_node(o);
+  auto n = start_node(o, [](triad::node_config& c) {
+    for (auto& d : c.devices)
+      if (d.role == triad::device_role::decode)
+        d.memory_mib = 8;
+  });
   constexpr int requests = 72;
   std::vector<std::unique_ptr<recorder>> recs;
   for (int i = 0; i < requests; ++i) {
@@ -740,6 +745,7 @@ BOOST_AUTO_TEST_CASE(demoted_requests_resume_from_the_store_when_a_decode_device
   }
   BOOST_TEST(done == requests);
   BOOST_TEST(device_sequences(*n) == 0u);
+  BOOST_TEST(devices_sum(*n, &triad::device_stats::refused) > 0u); // busy answers came
   check_stages_add_up(*n, requests); // the routes again after busy answers included
 }
 
