@@ -564,7 +564,7 @@ private:
       return {};
     const auto& st = plan_state();
     const auto need =
-        detail::pages_needed(st.seqs, pt, prompt.size(), chain.first(own_run(chain)), plan_.held);
+        detail::pages_needed(st.seqs, pt, prompt.size(), chain.first(own_run(chain)), plan_.runs);
     if (need <= total)
       return {};
     const auto active = std::count_if(seqs_.begin(), seqs_.end(), [](const auto& e) {

@@ -6,20 +6,6 @@ namespace triad::detail {
 
 namespace {
 
-// Sorts `held` and drops its duplicates.
-void sort_unique(std::vector<block_hash>& held) {
-  std::sort(held.begin(), held.end());
-  held.erase(std::unique(held.begin(), held.end()), held.end());
-}
-
-// How many of `pages` the sorted `held` lists.
-std::size_t held_of(std::span<const block_hash> pages, const std::vector<block_hash>& held) {
-  std::size_t n = 0;
-  for (auto h : pages)
-    n += std::binary_search(held.begin(), held.end(), h) ? 1 : 0;
-  return n;
-}
-
 // Pages at the start of the chains `a` and `b` that they share. A chain hash covers every token
 // before its page, so two chains agree on a prefix and differ after it: a binary search.
 std::size_t common_run(std::span<const block_hash> a, std::span<const block_hash> b) {
@@ -51,11 +37,14 @@ std::size_t distinct_pages(std::vector<std::span<const block_hash>>& runs) {
   return total;
 }
 
-// Adds `pages` to the sorted `held`.
-void hold(std::span<const block_hash> pages, std::vector<block_hash>& held) {
-  for (auto h : pages)
-    if (auto it = std::lower_bound(held.begin(), held.end(), h); it == held.end() || *it != h)
-      held.insert(it, h);
+// The longest run of `chain` that one of `runs` starts with: with chain hashes, how many of
+// its pages those runs hold (a hash held anywhere holds every page before it).
+std::size_t longest_run(std::span<const block_hash> chain,
+                        std::span<const std::span<const block_hash>> runs) {
+  std::size_t n = 0;
+  for (const auto& r : runs)
+    n = std::max(n, common_run(chain, r));
+  return n;
 }
 
 } // namespace
@@ -70,10 +59,8 @@ void plan_step(const step_state& state, step_plan& out) {
   const auto pages = [page](std::size_t tokens) { return pages_for(tokens, page); };
 
   auto& order = out.order;
-  auto& held = out.held;
   auto& runs = out.runs;
   order.clear();
-  held.clear();
   runs.clear();
   std::size_t used = 0;
   for (std::size_t i = 0; i < state.seqs.size(); ++i) {
@@ -88,16 +75,6 @@ void plan_step(const step_state& state, step_plan& out) {
       runs.push_back(s.shared.first(shared));
   }
   used += distinct_pages(runs);
-  // The pages themselves, sorted, only for a prompt about to look up (the runs, listed).
-  bool listed = false;
-  const auto list_held = [&] {
-    if (listed)
-      return;
-    listed = true;
-    for (const auto& r : runs)
-      held.insert(held.end(), r.begin(), r.end());
-    sort_unique(held);
-  };
   std::size_t free_pages = state.pages_total > used ? state.pages_total - used : 0;
   std::sort(order.begin(), order.end(), [&state](std::size_t a, std::size_t b) {
     return state.seqs[a].admitted_order < state.seqs[b].admitted_order;
@@ -140,9 +117,7 @@ void plan_step(const step_state& state, step_plan& out) {
     // The pages it has without taking free ones: those it computed, or, about to look its
     // prompt up, those of the lookup that other sequences hold already.
     const bool looks_up = s->computed == 0 && !importing;
-    if (looks_up)
-      list_held();
-    const std::size_t has = looks_up ? held_of(s->shared, held) : pages(s->computed);
+    const std::size_t has = looks_up ? longest_run(s->shared, runs) : pages(s->computed);
     // Attached and fetched pages come in the job before the step: memory planned for them, not
     // taken from what this plan gave the others. A sequence they do not fit waits, and so do
     // the prompts admitted after it (they would take the pages it waits for).
@@ -161,7 +136,7 @@ void plan_step(const step_state& state, step_plan& out) {
     }
     free_pages -= pages(std::max(computed + chunk, s->incoming)) - has;
     if (looks_up)
-      hold(s->shared, held); // a later lookup of the same pages takes none
+      runs.push_back(s->shared); // a later lookup of the same pages takes none
     out.items.push_back({s->seq, computed, chunk, importing, computed + chunk == s->tokens});
     budget -= chunk;
   }
@@ -191,21 +166,21 @@ step_plan plan_step(const step_state& state) {
 
 std::size_t pages_needed(std::span<const planned_sequence> seqs, std::size_t page_tokens,
                          std::size_t prompt_tokens, std::span<const block_hash> attach,
-                         std::vector<block_hash>& held) {
+                         std::vector<std::span<const block_hash>>& runs) {
   const std::size_t page = std::max<std::size_t>(1, page_tokens);
-  held.clear();
+  runs.clear();
   std::size_t need = 0;
   for (const auto& s : seqs) {
     if (s.phase == seq_phase::done)
       continue; // it goes first
     const auto shared = std::min(s.shared.size(), pages_for(s.tokens, page));
     need += pages_for(s.tokens, page) - shared;
-    held.insert(held.end(), s.shared.begin(),
-                s.shared.begin() + static_cast<std::ptrdiff_t>(shared));
+    if (shared > 0)
+      runs.push_back(s.shared.first(shared));
   }
-  sort_unique(held);
+  need += distinct_pages(runs);
   const auto own = pages_for(prompt_tokens, page);
-  return need + held.size() + own - std::min(own, held_of(attach, held));
+  return need + own - std::min(own, longest_run(attach, runs));
 }
 
 std::optional<seq_id> pick_victim(std::span<const planned_sequence> seqs,

@@ -83,10 +83,8 @@ struct step_plan {
   std::size_t max_steps = 1;
   /// Scratch of plan_step: indices of the state's sequences in admission order.
   std::vector<std::size_t> order;
-  /// Scratch of plan_step: the distinct shared pages the sequences hold, sorted (built only when
-  /// a waiting sequence looks its prompt up).
-  std::vector<block_hash> held;
-  /// Scratch of plan_step: each sequence's shared pages (a run of chain hashes).
+  /// Scratch of plan_step and pages_needed: each sequence's shared pages (a run of chain
+  /// hashes), then the prompts planned to look theirs up.
   std::vector<std::span<const block_hash>> runs;
 };
 
@@ -106,10 +104,10 @@ step_plan plan_step(const step_state& state);
 /// at their current lengths: every page each holds or will hold, a page shared through the
 /// prefix cache counted once, and the newcomer's own (`attach`: the chain hashes of those its
 /// prefix lookup would attach, taken from the free ones unless another sequence holds them).
-/// `held`: scratch.
+/// `runs`: scratch.
 std::size_t pages_needed(std::span<const planned_sequence> seqs, std::size_t page_tokens,
                          std::size_t prompt_tokens, std::span<const block_hash> attach,
-                         std::vector<block_hash>& held);
+                         std::vector<std::span<const block_hash>>& runs);
 
 /// The sequence that gives up its KV for memory: a finished one first (its KV is only kept for
 /// reuse), then a parked one, then the most recently admitted running or waiting one admitted

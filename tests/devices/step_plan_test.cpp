@@ -159,6 +159,32 @@ BOOST_AUTO_TEST_CASE(a_lookup_takes_the_pages_it_attaches_unless_another_holds_t
   BOOST_TEST(*p.starving == 2u);
 }
 
+BOOST_AUTO_TEST_CASE(prompts_looking_up_one_chain_in_a_step_take_its_pages_once) {
+  auto st = device(3);
+  st.token_budget = 64;
+  // Nobody holds 61 and 62: the first prompt takes both, the second neither, and a third whose
+  // chain branches after 61 takes only 63. Three pages, not six.
+  const std::vector<block_hash> chain{61, 62}, branch{61, 63};
+  auto a = waiting(1, 0, 8);
+  a.shared = chain;
+  a.incoming = 8;
+  auto b = waiting(2, 1, 8);
+  b.shared = chain;
+  b.incoming = 8;
+  auto c = waiting(3, 2, 8);
+  c.shared = branch;
+  c.incoming = 8;
+  st.seqs = {a, b, c};
+  auto p = plan_step(st);
+  BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1, 2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(!p.starved);
+  // One page fewer, and the branch waits.
+  st.pages_total = 2;
+  p = plan_step(st);
+  BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(p.starved);
+}
+
 BOOST_AUTO_TEST_CASE(an_import_starts_at_the_tokens_its_kv_covers) {
   auto st = device();
   planned_sequence s{7, 0, seq_phase::importing, false, 13, 0, {}, std::size_t{12}};
@@ -270,7 +296,7 @@ BOOST_AUTO_TEST_CASE(a_newcomer_needs_the_held_pages_once_and_its_own) {
   auto done = running(3, 2, 40);
   done.phase = seq_phase::done; // goes first: not counted
   std::vector<planned_sequence> seqs{a, b, done};
-  std::vector<block_hash> scratch;
+  std::vector<std::span<const block_hash>> scratch;
   // 1 + 1 own pages, 2 shared; a prompt of 9 tokens attaching the two shared: 1 page more.
   BOOST_TEST(pages_needed(seqs, 4, 9, chain, scratch) == 5u);
   // Attaching nothing held: all its 3 pages.
