@@ -196,47 +196,34 @@ options::section<device_config> device_section(std::span<const sim_profile_confi
       out.time_scale = value;
     return s;
   };
-  auto read_kv_mib = [](options::table& t, c& out) {
-    std::int64_t value = 0;
-    const options::state s = t.integer("kv_mib", {0, std::int64_t{16} * 1024 * 1024}, value);
-    if (s == options::state::valid && value != 0 && backend_known(t) &&
-        out.backend != device_backend::sim) {
-      refuse_for_backend(t, "kv_mib", "sim", out.backend,
-                         "0, no kv_mib key, or backend = \"sim\" (a cpu device's KV budget is "
-                         "memory_mib)");
-      return options::state::invalid;
-    }
-    if (s == options::state::valid)
-      out.kv_mib = static_cast<std::uint64_t>(value);
-    return s;
+  // An integer key only one backend reads: another backend may leave it at `neutral`.
+  const auto backend_integer = [](std::string_view key, options::int_range range, auto c::*member,
+                                  std::int64_t neutral, device_backend only,
+                                  std::string_view neutral_note) {
+    return [=](options::table& t, c& out) {
+      std::int64_t value = neutral;
+      const options::state s = t.integer(key, range, value);
+      if (s == options::state::valid && value != neutral && backend_known(t) &&
+          out.backend != only) {
+        const auto name = std::string{to_string(only)};
+        refuse_for_backend(t, key, name, out.backend,
+                           std::to_string(neutral) + ", no " + std::string{key} +
+                               " key, or backend = \"" + name + "\"" + std::string{neutral_note});
+        return options::state::invalid;
+      }
+      if (s == options::state::valid)
+        out.*member = static_cast<std::remove_reference_t<decltype(out.*member)>>(value);
+      return s;
+    };
   };
-  auto read_tensor_parallel = [](options::table& t, c& out) {
-    std::int64_t value = 1;
-    const options::state s =
-        t.integer("tensor_parallel", {1, defaults::device::max_tensor_parallel}, value);
-    if (s == options::state::valid && value != 1 && backend_known(t) &&
-        out.backend != device_backend::sim) {
-      refuse_for_backend(t, "tensor_parallel", "sim", out.backend,
-                         "1, no tensor_parallel key, or backend = \"sim\"");
-      return options::state::invalid;
-    }
-    if (s == options::state::valid)
-      out.tensor_parallel = static_cast<std::uint32_t>(value);
-    return s;
-  };
-  auto read_compute_cores = [](options::table& t, c& out) {
-    std::int64_t value = 0;
-    const options::state s = t.integer("compute_cores", {0, 4096}, value);
-    if (s == options::state::valid && value != 0 && backend_known(t) &&
-        out.backend != device_backend::cpu) {
-      refuse_for_backend(t, "compute_cores", "cpu", out.backend,
-                         "0, no compute_cores key, or backend = \"cpu\"");
-      return options::state::invalid;
-    }
-    if (s == options::state::valid)
-      out.compute_cores = static_cast<std::size_t>(value);
-    return s;
-  };
+  const auto read_kv_mib =
+      backend_integer("kv_mib", {0, std::int64_t{16} * 1024 * 1024}, &c::kv_mib, 0,
+                      device_backend::sim, " (a cpu device's KV budget is memory_mib)");
+  const auto read_tensor_parallel =
+      backend_integer("tensor_parallel", {1, defaults::device::max_tensor_parallel},
+                      &c::tensor_parallel, 1, device_backend::sim, "");
+  const auto read_compute_cores =
+      backend_integer("compute_cores", {0, 4096}, &c::compute_cores, 0, device_backend::cpu, "");
 
   return options::section<c>{
       "devices",

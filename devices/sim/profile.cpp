@@ -165,7 +165,6 @@ expected<device_profile> tensor_parallel_group(const device_profile& one, std::u
   }
   g.link_bandwidth *= k;
   g.tensor_parallel = n;
-  g.allreduce_bandwidth = one.link_bandwidth / 2;
   g.source += "; as a tensor-parallel group of " + std::to_string(n) +
               " (SIMULATED: sums of one device's figures, all-reduce over half its link)";
   return g;
@@ -194,6 +193,10 @@ std::uint64_t device_profile::memory_bytes() const noexcept {
 
 double device_profile::memory_bandwidth() const noexcept {
   return tiers.empty() ? 0.0 : tiers.front().read_bandwidth;
+}
+
+double device_profile::allreduce_bandwidth() const noexcept {
+  return tensor_parallel > 1 ? link_bandwidth / (2.0 * tensor_parallel) : 0.0;
 }
 
 namespace {
@@ -308,14 +311,14 @@ step_cost estimate_step(const model_shape& s, dtype type, const device_profile& 
     memory = std::max(memory, seconds);
   }
   c.compute_bound = compute > memory;
-  if (profile.tensor_parallel > 1 && profile.allreduce_bandwidth > 0) {
+  if (profile.tensor_parallel > 1 && profile.allreduce_bandwidth() > 0) {
     // Megatron-style: each layer all-reduces the hidden states after attention and after the
     // MLP; a ring sends and receives 2 (n - 1) / n of them per device.
     const double n = profile.tensor_parallel;
     const double allreduces = 2.0 * s.layers;
     const double per_allreduce = tokens * static_cast<double>(s.hidden) * elem;
     c.allreduce_seconds =
-        allreduces * (2.0 * (n - 1) / n * per_allreduce / profile.allreduce_bandwidth +
+        allreduces * (2.0 * (n - 1) / n * per_allreduce / profile.allreduce_bandwidth() +
                       defaults::device::sim_allreduce_latency_us * 1e-6);
   }
   c.seconds = (profile.overlap ? std::max(compute, memory) : compute + memory) +

@@ -43,13 +43,14 @@ struct device_profile {
   /// Devices running the model as one tensor-parallel group (1: one device); a group's figures
   /// above are the sum of its devices' (see tensor_parallel_group).
   std::uint32_t tensor_parallel = 1;
-  /// Bytes/s each device of a group sends (and receives) to the next in an all-reduce ring.
-  double allreduce_bandwidth = 0;
-
   /// The capacity of every tier together: what weights and KV can take at most.
   std::uint64_t memory_bytes() const noexcept;
   /// The fastest tier's read bandwidth (the roofline's slope); 0 without tiers.
   double memory_bandwidth() const noexcept;
+  /// Bytes/s each device of a group sends (and receives) to the next in an all-reduce ring:
+  /// half of one device's link (a group's link_bandwidth is the sum of its devices'); 0 for
+  /// one device.
+  double allreduce_bandwidth() const noexcept;
 };
 
 /// Whether `profile` has tiers a step can use: at least one, each with capacity and both

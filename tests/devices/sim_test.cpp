@@ -216,7 +216,8 @@ BOOST_AUTO_TEST_CASE(a_tensor_parallel_group_sums_its_devices_and_pays_its_allre
   BOOST_TEST(pair->tiers[0].bytes == 282'000'000'000ull);
   BOOST_TEST(pair->tiers[0].read_bandwidth == 9.6e12);
   BOOST_TEST(pair->peak_flops == 2 * h200.peak_flops);
-  BOOST_TEST(pair->allreduce_bandwidth == h200.link_bandwidth / 2);
+  BOOST_TEST(pair->allreduce_bandwidth() == h200.link_bandwidth / 2);
+  BOOST_TEST(h200.allreduce_bandwidth() == 0.0);
   // llama3-70b, 16 sequences of 4096 tokens: on one H200 17.5 GB of their KV spills over
   // PCIe (the capacity wall); on two, weights and KV sit in HBM at twice the bandwidth.
   auto s = *triad::model_preset("llama3-70b");
