@@ -31,6 +31,7 @@
 #include "actors/node.hpp"
 #include "bench/report.hpp"
 #include "devices/device.hpp"
+#include "devices/factory.hpp"
 #include "runtime/main_guard.hpp"
 #include "tools/registry.hpp"
 
@@ -163,8 +164,9 @@ struct outcome {
   std::uint64_t preemptions = 0;  // sequences whose KV a device dropped for memory
   std::uint64_t pin_expiries = 0; // tool calls whose pinned KV moved to the store at its TTL
   double prefill_busy = 0, decode_busy = 0; // busy fraction, mean over the devices of a pool
-  // The most KV pages one decoding device (role decode, or both) held, sampled every 50 ms.
-  std::uint64_t peak_decode_kv_pages = 0;
+  // Code-agent settings: the most KV one decoding device (role decode, or both) held, sampled
+  // every 50 ms, in GB (pages at the bytes of KV a page stands for on the sim device).
+  double peak_decode_kv_gb = 0;
 };
 
 std::map<std::string, triad::device_stats> device_stats(triad::node& n) {
@@ -225,10 +227,15 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
                              std::size_t slots) {
   auto config = triad::default_config();
   config.topology.source = triad::topology_source::synthetic;
-  config.topology.synthetic = "pack:2 numa:2 core:16 pu:1";
+  // Enough tool workers that tools never queue (a tool call holds one; every session may be in
+  // one at once), on a synthetic machine of four domains with cores for them.
+  const std::size_t tool_cores = std::max<std::size_t>(32, work.size());
+  config.topology.synthetic =
+      "pack:2 numa:2 core:" + std::to_string(std::max<std::size_t>(16, (tool_cores + 3) / 4)) +
+      " pu:1";
   config.topology.bind_threads = false;
   config.scheduler.threads_per_domain = 1;
-  config.tools.cores = 32; // enough tool workers that tools never queue
+  config.tools.cores = static_cast<unsigned>(tool_cores);
   config.model.preset = hw.preset;
   config.devices.clear();
   bool mono = st.device_layout == triad::layout::monolithic;
@@ -266,8 +273,10 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   outcome out;
   out.session_s.resize(work.size());
   auto before = device_stats(n);
-  // Samples the KV pages each decoding device holds until every session has ended.
-  bool sampling = true;
+  // Code-agent settings: samples the KV pages each decoding device holds until every session
+  // has ended (its requests cost the devices' actors time: the other settings skip it).
+  bool sampling = st.code_agent;
+  std::uint64_t peak_pages = 0;
   std::condition_variable sample_cv;
   std::thread sampler{[&] {
     std::unique_lock<std::mutex> l{m};
@@ -277,8 +286,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
       l.lock();
       for (const auto& dev : hw.devices)
         if (mono || dev.role != triad::device_role::prefill)
-          out.peak_decode_kv_pages =
-              std::max<std::uint64_t>(out.peak_decode_kv_pages, now[dev.name].kv_pages_used);
+          peak_pages = std::max<std::uint64_t>(peak_pages, now[dev.name].kv_pages_used);
       sample_cv.wait_for(l, std::chrono::milliseconds{50}, [&] { return !sampling; });
     }
   }};
@@ -313,6 +321,10 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   }
   sample_cv.notify_all();
   sampler.join();
+  out.peak_decode_kv_gb = static_cast<double>(peak_pages) *
+                          static_cast<double>(triad::model_preset(hw.preset)->kv_bytes_per_token(
+                              triad::accelerator_dtype(config))) *
+                          static_cast<double>(config.model.page_tokens) / 1e9;
   out.makespan_s = std::chrono::duration<double>(clock_type::now() - start).count() * time_scale;
   auto after = device_stats(n);
   std::size_t np = 0, nd = 0;
@@ -449,18 +461,13 @@ int run(int argc, char** argv) {
     auto tput = static_cast<double>(r->completion_tokens) / r->makespan_s;
     auto p50 = triad::bench::percentile(r->session_s, 0.5),
          p99 = triad::bench::percentile(r->session_s, 0.99);
-    const double page_bytes =
-        static_cast<double>(triad::model_preset(st.code_agent ? agent_hw.preset : hw.preset)
-                                ->kv_bytes_per_token(triad::dtype::bf16) *
-                            triad::default_config().model.page_tokens);
-    const double peak_kv_gb = static_cast<double>(r->peak_decode_kv_pages) * page_bytes / 1e9;
-    std::printf("%-24s %7.1f tokens/s  session p50 %7.2f s  p99 %7.2f s  prefilled %9llu  "
-                "from store %8llu  preempted %5llu  busy prefill %.2f decode %.2f  peak KV "
-                "%.1f GB\n",
-                st.name.c_str(), tput, p50, p99, static_cast<unsigned long long>(r->prefill_tokens),
-                static_cast<unsigned long long>(r->tier_tokens),
-                static_cast<unsigned long long>(r->preemptions), r->prefill_busy, r->decode_busy,
-                peak_kv_gb);
+    std::printf(
+        "%-24s %7.1f tokens/s  session p50 %7.2f s  p99 %7.2f s  prefilled %9llu  "
+        "from store %8llu  preempted %5llu  busy prefill %.2f decode %.2f%s\n",
+        st.name.c_str(), tput, p50, p99, static_cast<unsigned long long>(r->prefill_tokens),
+        static_cast<unsigned long long>(r->tier_tokens),
+        static_cast<unsigned long long>(r->preemptions), r->prefill_busy, r->decode_busy,
+        st.code_agent ? ("  peak KV " + std::to_string(r->peak_decode_kv_gb) + " GB").c_str() : "");
     std::fflush(stdout);
     rep.metrics[st.name] = boost::json::object{
         {"throughput_tokens_per_s", tput},
@@ -471,12 +478,13 @@ int run(int argc, char** argv) {
         {"prefill_tokens", r->prefill_tokens},
         {"prefill_pool_busy_fraction", r->prefill_busy},
         {"decode_pool_busy_fraction", r->decode_busy},
-        {"peak_decode_device_kv_gb", peak_kv_gb},
         {"errors", r->errors},
         {"store_tokens", r->tier_tokens},
         {"preemptions", r->preemptions},
         {"pin_expiries", r->pin_expiries},
     };
+    if (st.code_agent)
+      rep.metrics[st.name].as_object()["peak_decode_device_kv_gb"] = r->peak_decode_kv_gb;
     results.emplace(st.name, std::move(*r));
   }
   auto tput = [&](const std::string& s) {
