@@ -883,6 +883,7 @@ private:
     const auto pin = ++next_pin_;
     auto r = for_each_known(ids, [&](block_rec& b) { b.pins.emplace_back(pin, deadline); });
     r.pin = pin;
+    pin_deadlines_.emplace(deadline, std::make_pair(pin, ids));
     if (!expiry_scheduled_) {
       expiry_scheduled_ = true;
       delayed_send(this, config_.expiry_period, kv_expiry_atom::value);
@@ -890,26 +891,30 @@ private:
     return r;
   }
 
+  // Ends the pins whose deadline passed, from the deadline index (an unpinned pin's entry
+  // finds nothing left to end); a block whose last pin ended and that sits in a device's memory
+  // goes down to host. Checks again every expiry_period while pins wait.
   void on_expiry() {
     expiry_scheduled_ = false;
-    auto now = clock_type::now();
-    bool any = false;
+    const auto now = clock_type::now();
     std::vector<block_id> expired;
-    std::unordered_set<std::uint64_t> ended_pins; // each counted once, however many blocks
-    for (auto& [id, b] : blocks_) {
-      if (b.pins.empty())
-        continue;
-      auto ended = std::erase_if(b.pins, [&](const auto& p) {
-        if (p.second > now)
-          return false;
-        if (ended_pins.insert(p.first).second)
-          metrics_.pin_expired();
-        return true;
-      });
-      if (!b.pins.empty())
-        any = true;
-      else if (ended > 0 && places_.is_device(b.loc))
-        expired.push_back(id); // its last pin ended: down to host
+    while (!pin_deadlines_.empty() && pin_deadlines_.begin()->first <= now) {
+      auto node = pin_deadlines_.extract(pin_deadlines_.begin());
+      const auto& [pin, ids] = node.mapped();
+      bool ended = false;
+      for (auto id : ids) {
+        auto it = blocks_.find(id);
+        if (it == blocks_.end())
+          continue;
+        auto& b = it->second;
+        if (std::erase_if(b.pins, [pin](const auto& p) { return p.first == pin; }) == 0)
+          continue;
+        ended = true;
+        if (b.pins.empty() && places_.is_device(b.loc))
+          expired.push_back(id);
+      }
+      if (ended)
+        metrics_.pin_expired();
     }
     for (auto id : expired)
       when_idle(id, [this, id] {
@@ -919,7 +924,7 @@ private:
         if (auto target = demote_target(it->second))
           demote(id, *target, [](expected<void>) {});
       });
-    if (any) {
+    if (!pin_deadlines_.empty()) {
       expiry_scheduled_ = true;
       delayed_send(this, config_.expiry_period, kv_expiry_atom::value);
     }
@@ -1336,6 +1341,10 @@ private:
   std::uint32_t faults_ = 0;
   bool expiry_scheduled_ = false;
   std::uint64_t next_pin_ = 0; // the last pin given (kv_pin)
+  // Each pin's deadline, with the pin and its blocks: an expiry check reads the pins due, not
+  // every block (a code-agent run holds hundreds of thousands).
+  std::multimap<clock_type::time_point, std::pair<std::uint64_t, std::vector<block_id>>>
+      pin_deadlines_;
   bool waking_ = false;
   detail::mover_pool movers_;                                   // by domain
   detail::move_batcher<domain*, detail::pending_copy> batcher_; // copies of this turn
