@@ -187,9 +187,15 @@ struct hardware {
     std::string name, profile;
     triad::device_role role; // in the three-stage layout; monolithic makes every device "both"
     std::uint32_t tensor_parallel = 1; // devices of the profile in this (group) device
-    std::string mono_profile{};        // its profile in the monolithic layout (empty: profile)
   };
   std::vector<device> devices;
+  // The monolithic layout's devices (each doing both); empty: `devices`, each doing both.
+  std::vector<device> monolithic{};
+  // The devices of `layout` (monolithic runs each as role both; `role` says which pool's busy
+  // figure counts it).
+  const std::vector<device>& of(triad::layout layout) const {
+    return layout == triad::layout::monolithic && !monolithic.empty() ? monolithic : devices;
+  }
 };
 
 hardware sim_hardware() {
@@ -202,17 +208,20 @@ hardware sim_hardware() {
 }
 
 // The capacity-bound comparison (SIMULATED): llama3-70b in bf16 (137 GB of weights, 320 KiB of
-// KV a token) on 12 accelerators in four tensor-parallel groups. Three-stage: two pairs of H200
+// KV a token) on 12 accelerators in tensor-parallel groups. Three-stage: two pairs of H200
 // (each 282 GB of HBM) prefill, two groups of four SN40L (each 256 GB of HBM and 6 TB of DDR)
-// decode; monolithic: a pool of 12 H200, the same groups (two pairs, two of four) each doing
-// both (equal device count).
+// decode; monolithic: a pool of 12 H200 (equal device count) as three groups of four, each
+// doing both (groups of one size: the router balances requests in flight, not device speed).
 hardware code_agent_hardware() {
   return {triad::device_backend::sim,
           "llama3-70b",
           {{"h200x2-0", "h200", triad::device_role::prefill, 2},
            {"h200x2-1", "h200", triad::device_role::prefill, 2},
-           {"sn40lx4-0", "sn40l", triad::device_role::decode, 4, "h200"},
-           {"sn40lx4-1", "sn40l", triad::device_role::decode, 4, "h200"}}};
+           {"sn40lx4-0", "sn40l", triad::device_role::decode, 4},
+           {"sn40lx4-1", "sn40l", triad::device_role::decode, 4}},
+          {{"h200x4-0", "h200", triad::device_role::both, 4},
+           {"h200x4-1", "h200", triad::device_role::both, 4},
+           {"h200x4-2", "h200", triad::device_role::both, 4}}};
 }
 
 hardware cpu_hardware() {
@@ -243,11 +252,12 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   config.model.preset = hw.preset;
   config.devices.clear();
   bool mono = st.device_layout == triad::layout::monolithic;
-  for (const auto& dev : hw.devices) {
+  const auto& devices = hw.of(st.device_layout);
+  for (const auto& dev : devices) {
     triad::device_config d;
     d.name = dev.name;
     d.backend = hw.backend;
-    d.profile = mono && !dev.mono_profile.empty() ? dev.mono_profile : dev.profile;
+    d.profile = dev.profile;
     d.role = mono ? triad::device_role::both : dev.role;
     d.tensor_parallel = dev.tensor_parallel;
     if (hw.backend == triad::device_backend::sim) {
@@ -288,7 +298,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
       l.unlock();
       auto now = device_stats(n);
       l.lock();
-      for (const auto& dev : hw.devices)
+      for (const auto& dev : devices)
         if (mono || dev.role != triad::device_role::prefill)
           peak_pages = std::max<std::uint64_t>(peak_pages, now[dev.name].kv_pages_used);
       sample_cv.wait_for(l, std::chrono::milliseconds{50}, [&] { return !sampling; });
@@ -332,7 +342,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   out.makespan_s = std::chrono::duration<double>(clock_type::now() - start).count() * time_scale;
   auto after = device_stats(n);
   std::size_t np = 0, nd = 0;
-  for (const auto& dev : hw.devices) {
+  for (const auto& dev : devices) {
     // Modelled busy seconds for sim devices, real ones for cpu devices.
     double frac =
         (after[dev.name].busy_seconds - before[dev.name].busy_seconds) /
@@ -521,7 +531,8 @@ int run(int argc, char** argv) {
         {"time_scale", agent_scale},
         {"model", agent_hw.preset},
         {"devices", "three-stage: 2x (2 H200 tensor-parallel) prefill + 2x (4 SN40L "
-                    "tensor-parallel) decode; monolithic: 2x (2 H200) + 2x (4 H200), 12 in all"},
+                    "tensor-parallel) decode; monolithic: 3x (4 H200), 12 in all, each doing both "
+                    "(its busy figure is decode_pool_busy_fraction)"},
         {"slots_per_device", "none (capacity-driven admission)"},
     };
   }
