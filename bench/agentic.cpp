@@ -475,13 +475,15 @@ int run(int argc, char** argv) {
     auto tput = static_cast<double>(r->completion_tokens) / r->makespan_s;
     auto p50 = triad::bench::percentile(r->session_s, 0.5),
          p99 = triad::bench::percentile(r->session_s, 0.99);
-    std::printf(
-        "%-24s %7.1f tokens/s  session p50 %7.2f s  p99 %7.2f s  prefilled %9llu  "
-        "from store %8llu  preempted %5llu  busy prefill %.2f decode %.2f%s\n",
-        st.name.c_str(), tput, p50, p99, static_cast<unsigned long long>(r->prefill_tokens),
-        static_cast<unsigned long long>(r->tier_tokens),
-        static_cast<unsigned long long>(r->preemptions), r->prefill_busy, r->decode_busy,
-        st.code_agent ? ("  peak KV " + std::to_string(r->peak_decode_kv_gb) + " GB").c_str() : "");
+    char peak_text[48] = "";
+    if (st.code_agent)
+      std::snprintf(peak_text, sizeof peak_text, "  peak KV %.1f GB", r->peak_decode_kv_gb);
+    std::printf("%-24s %7.1f tokens/s  session p50 %7.2f s  p99 %7.2f s  prefilled %9llu  "
+                "from store %8llu  preempted %5llu  busy prefill %.2f decode %.2f%s\n",
+                st.name.c_str(), tput, p50, p99, static_cast<unsigned long long>(r->prefill_tokens),
+                static_cast<unsigned long long>(r->tier_tokens),
+                static_cast<unsigned long long>(r->preemptions), r->prefill_busy, r->decode_busy,
+                peak_text);
     std::fflush(stdout);
     rep.metrics[st.name] = boost::json::object{
         {"throughput_tokens_per_s", tput},

@@ -107,9 +107,7 @@ public:
           return on_pin(ids, ttl_ms);
         },
         [this](kv_unpin_atom, std::vector<block_id>& ids, std::uint64_t pin) {
-          return for_each_known(ids, [pin](block_rec& b) {
-            std::erase_if(b.pins, [pin](const auto& p) { return p.first == pin; });
-          });
+          return on_unpin(ids, pin);
         },
         [this](kv_demote_atom, std::vector<block_id>& ids) -> caf::result<kv_reply> {
           return on_demote(ids);
@@ -883,10 +881,33 @@ private:
     const auto pin = ++next_pin_;
     auto r = for_each_known(ids, [&](block_rec& b) { b.pins.emplace_back(pin, deadline); });
     r.pin = pin;
-    pin_deadlines_.emplace(deadline, std::make_pair(pin, ids));
+    pins_due_.emplace(pin, pin_deadlines_.emplace(deadline, std::make_pair(pin, ids)));
     if (!expiry_scheduled_) {
       expiry_scheduled_ = true;
       delayed_send(this, config_.expiry_period, kv_expiry_atom::value);
+    }
+    return r;
+  }
+
+  // Ends `pin` on `ids`; once no block holds it, its deadline goes too (a pin ended on some
+  // of its blocks keeps its deadline for the rest).
+  kv_reply on_unpin(const std::vector<block_id>& ids, std::uint64_t pin) {
+    const auto holds = [pin](const block_rec& b) {
+      return std::any_of(b.pins.begin(), b.pins.end(),
+                         [pin](const auto& p) { return p.first == pin; });
+    };
+    auto r = for_each_known(ids, [pin](block_rec& b) {
+      std::erase_if(b.pins, [pin](const auto& p) { return p.first == pin; });
+    });
+    if (auto due = pins_due_.find(pin); due != pins_due_.end()) {
+      const auto& held = due->second->second.second;
+      if (std::none_of(held.begin(), held.end(), [&](block_id id) {
+            auto it = blocks_.find(id);
+            return it != blocks_.end() && holds(it->second);
+          })) {
+        pin_deadlines_.erase(due->second);
+        pins_due_.erase(due);
+      }
     }
     return r;
   }
@@ -901,6 +922,7 @@ private:
     while (!pin_deadlines_.empty() && pin_deadlines_.begin()->first <= now) {
       auto node = pin_deadlines_.extract(pin_deadlines_.begin());
       const auto& [pin, ids] = node.mapped();
+      pins_due_.erase(pin);
       bool ended = false;
       for (auto id : ids) {
         auto it = blocks_.find(id);
@@ -1345,6 +1367,8 @@ private:
   // every block (a code-agent run holds hundreds of thousands).
   std::multimap<clock_type::time_point, std::pair<std::uint64_t, std::vector<block_id>>>
       pin_deadlines_;
+  // Each pin's entry in pin_deadlines_, so an unpin drops it.
+  std::unordered_map<std::uint64_t, decltype(pin_deadlines_)::iterator> pins_due_;
   bool waking_ = false;
   detail::mover_pool movers_;                                   // by domain
   detail::move_batcher<domain*, detail::pending_copy> batcher_; // copies of this turn
