@@ -5,7 +5,6 @@
 #include <functional>
 #include <map>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <caf/all.hpp>
 
@@ -889,16 +888,19 @@ private:
     return r;
   }
 
+  // Matches a block's entry of `pin` (its pins: pin, deadline).
+  static auto is_pin(std::uint64_t pin) {
+    return
+        [pin](const std::pair<std::uint64_t, clock_type::time_point>& p) { return p.first == pin; };
+  }
+
   // Ends `pin` on `ids`; once no block holds it, its deadline goes too (a pin ended on some
   // of its blocks keeps its deadline for the rest).
   kv_reply on_unpin(const std::vector<block_id>& ids, std::uint64_t pin) {
     const auto holds = [pin](const block_rec& b) {
-      return std::any_of(b.pins.begin(), b.pins.end(),
-                         [pin](const auto& p) { return p.first == pin; });
+      return std::any_of(b.pins.begin(), b.pins.end(), is_pin(pin));
     };
-    auto r = for_each_known(ids, [pin](block_rec& b) {
-      std::erase_if(b.pins, [pin](const auto& p) { return p.first == pin; });
-    });
+    auto r = for_each_known(ids, [pin](block_rec& b) { std::erase_if(b.pins, is_pin(pin)); });
     if (auto due = pins_due_.find(pin); due != pins_due_.end()) {
       const auto& held = due->second->second.second;
       if (std::none_of(held.begin(), held.end(), [&](block_id id) {
@@ -929,7 +931,7 @@ private:
         if (it == blocks_.end())
           continue;
         auto& b = it->second;
-        if (std::erase_if(b.pins, [pin](const auto& p) { return p.first == pin; }) == 0)
+        if (std::erase_if(b.pins, is_pin(pin)) == 0)
           continue;
         ended = true;
         if (b.pins.empty() && places_.is_device(b.loc))
