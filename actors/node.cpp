@@ -217,6 +217,12 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   if (!options.backend_factory)
     if (auto ok = check_backends(config); !ok)
       return ok.error();
+  if (config.scheduler.virtual_time) {
+    auto clock = node_clock::virtual_time::start();
+    if (!clock)
+      return clock.error();
+    n->virtual_time_ = std::move(*clock);
+  }
   const bool machine = config.topology.source == topology_source::machine;
   const bool bind = machine && config.topology.bind_threads;
   auto domains = domain_set::start(*n->topo_, n->plan_, config.scheduler, bind);

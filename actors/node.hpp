@@ -24,6 +24,7 @@
 #include "kvstore/store.hpp"
 #include "runtime/domains.hpp"
 #include "runtime/metrics.hpp"
+#include "runtime/node_clock.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/topology.hpp"
 #include "tools/sandbox.hpp"
@@ -182,6 +183,9 @@ private:
   std::size_t kept_trace_mib_ = 0;   // node_options::kept_trace_mib
   model_source model_; // the served model (its file mapped while the node lives)
   // -- what the node runs, in start order; stop() ends them in reverse, as destruction would --
+  // Virtual time ([scheduler].virtual_time): before the domains and driver threads, which count
+  // their work on it when made while it is on; it ends after them.
+  std::unique_ptr<node_clock::virtual_time> virtual_time_;
   // The domains run every actor below and the tool service's invocation actors: they go last.
   // The tool service joins its workers (whose results go to actors in the domains) before.
   std::unique_ptr<domain_set> domains_;

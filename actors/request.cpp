@@ -8,6 +8,7 @@
 #include "actors/router.hpp"
 #include "devices/device.hpp"
 #include "runtime/homed_actor.hpp"
+#include "runtime/node_clock.hpp"
 #include "tools/executor.hpp"
 #include "tools/registry.hpp"
 #include "tools/service.hpp"
@@ -91,7 +92,7 @@ request_metrics request_metrics::attach(metrics_registry& r) {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using clock_type = node_clock;
 // The request's total deadline ([limits].request_timeout_ms): `(deadline_atom)` to itself.
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 /// The request's own: the pin TTL of tool call `n` passed: `(pin_expiry_atom, std::uint32_t n)`.

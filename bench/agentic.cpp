@@ -7,8 +7,10 @@
 //   four devices prefills and decodes, and a request holds its slot while its tools run).
 // Every device has the same number of slots in every setting. It reports throughput, session
 // completion time p50/p99 and device busy fractions per setting, and the ratios between them.
-// --quick runs fewer sessions at time_scale 5 (device steps and tool sleeps 5x shorter in real
-// time, so modelled times and their ratios stay the same).
+// Sim settings run in virtual time by default (`--clock virtual`: the node's clock jumps over
+// the gaps in which every actor, device and tool waits; time_scale 1); `--clock real` runs them
+// in real time, --quick at time_scale 5 (device steps and tool sleeps 5x shorter in real time,
+// so modelled times and their ratios stay the same).
 // The capacity-bound comparison (code_agent_*, issue #28): llama3-70b in bf16, code-agent
 // sessions whose contexts grow to 32K-120K tokens over 10-50 tool calls: three-stage on two
 // tensor-parallel H200 pairs (prefill) and two tensor-parallel groups of four SN40L (decode)
@@ -20,6 +22,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -33,11 +36,12 @@
 #include "devices/device.hpp"
 #include "devices/factory.hpp"
 #include "runtime/main_guard.hpp"
+#include "runtime/node_clock.hpp"
 #include "tools/registry.hpp"
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using clock_type = triad::node_clock; // modelled time (virtual or real)
 
 // One session of the workload: its prompt and its script.
 struct session_spec {
@@ -129,7 +133,7 @@ std::shared_ptr<triad::tool_registry> bench_tools() {
                                   {"bytes", json::object{{"type", "integer"}, {"minimum", 0}}}}}};
   auto ok = r->add({"work", "a tool that takes a while (simulated)", schema},
                    [](const json::object& args) -> triad::expected<triad::tool_output> {
-                     std::this_thread::sleep_for(
+                     triad::node_clock::sleep_for(
                          std::chrono::milliseconds{args.at("ms").to_number<int>()});
                      auto n = args.at("bytes").to_number<std::size_t>();
                      std::string out;
@@ -167,6 +171,8 @@ struct outcome {
   // Code-agent settings: the most KV one decoding device (role decode, or both) held, sampled
   // every 50 ms, in GB (pages at the bytes of KV a page stands for on the sim device).
   double peak_decode_kv_gb = 0;
+  double wall_s = 0;             // real seconds the run took
+  std::uint64_t clock_jumps = 0; // virtual time: times the clock jumped
 };
 
 std::map<std::string, triad::device_stats> device_stats(triad::node& n) {
@@ -233,8 +239,9 @@ hardware cpu_hardware() {
 
 triad::expected<outcome> run(const setting& st, const hardware& hw,
                              const std::vector<session_spec>& work, double time_scale,
-                             std::size_t slots) {
+                             std::size_t slots, bool virtual_time) {
   auto config = triad::default_config();
+  config.scheduler.virtual_time = virtual_time;
   config.topology.source = triad::topology_source::synthetic;
   // Enough tool workers that tools never queue (a tool call holds one; every session may be in
   // one at once), on a synthetic machine of four domains with cores for them.
@@ -292,7 +299,9 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   bool sampling = st.code_agent;
   std::uint64_t peak_pages = 0;
   std::condition_variable sample_cv;
+  // Every 50 ms real, or (virtual time) every 2 modelled seconds, waiting on the node's clock.
   std::thread sampler{[&] {
+    triad::node_clock::busy_scope counted; // the clock does not jump while it reads
     std::unique_lock<std::mutex> l{m};
     while (sampling) {
       l.unlock();
@@ -301,10 +310,19 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
       for (const auto& dev : devices)
         if (mono || dev.role != triad::device_role::prefill)
           peak_pages = std::max<std::uint64_t>(peak_pages, now[dev.name].kv_pages_used);
-      sample_cv.wait_for(l, std::chrono::milliseconds{50}, [&] { return !sampling; });
+      if (virtual_time) {
+        l.unlock();
+        triad::node_clock::sleep_for(std::chrono::seconds{2});
+        l.lock();
+      } else {
+        sample_cv.wait_for(l, std::chrono::milliseconds{50}, [&] { return !sampling; });
+      }
     }
   }};
+  const auto wall_start = std::chrono::steady_clock::now();
+  const auto jumps_before = triad::node_clock::statistics().jumps;
   auto start = clock_type::now();
+  std::optional<triad::node_clock::busy_scope> submitting{std::in_place}; // no jump meanwhile
   for (std::size_t i = 0; i < work.size(); ++i) {
     triad::chat_request r;
     r.session = "session-" + std::to_string(i);
@@ -328,6 +346,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
       cv.notify_all();
     });
   }
+  submitting.reset();
   {
     std::unique_lock<std::mutex> l{m};
     cv.wait(l, [&] { return ended == work.size(); });
@@ -340,6 +359,8 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
                               triad::accelerator_dtype(config))) *
                           static_cast<double>(config.model.page_tokens) / 1e9;
   out.makespan_s = std::chrono::duration<double>(clock_type::now() - start).count() * time_scale;
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  out.clock_jumps = triad::node_clock::statistics().jumps - jumps_before;
   auto after = device_stats(n);
   std::size_t np = 0, nd = 0;
   for (const auto& dev : devices) {
@@ -387,6 +408,11 @@ int run(int argc, char** argv) {
   app.add_option("--agent-sessions", agent_sessions_option,
                  "code_agent_* settings: sessions (default: --quick 24, else 64)")
       ->check(CLI::PositiveNumber);
+  std::string clock = "";
+  app.add_option("--clock", clock,
+                 "virtual: the node's clock jumps over idle gaps (time_scale 1; default for "
+                 "sim); real: modelled time runs at time_scale x real time (default for cpu)")
+      ->check(CLI::IsMember({"virtual", "real"}));
   std::string only;
   app.add_option("--settings", only,
                  "comma-separated setting names to run (default: all); ratios need both sides");
@@ -394,8 +420,10 @@ int run(int argc, char** argv) {
 
   const bool cpu = backend == "cpu";
   const auto hw = cpu ? cpu_hardware() : sim_hardware();
-  // cpu devices run in real time, so their tools do too.
-  const double time_scale = quick && !cpu ? 5.0 : 1.0;
+  const bool virtual_time = clock.empty() ? !cpu : clock == "virtual";
+  // cpu devices run in real time, so their tools do too; in virtual time modelled time is the
+  // node's clock.
+  const double time_scale = quick && !cpu && !virtual_time ? 5.0 : 1.0;
   const std::size_t sessions = cpu ? 8 : quick ? 48 : 96;
   const std::size_t slots = cpu ? 4 : 8; // per device, in every setting
   auto work = make_workload(sessions, seed, time_scale);
@@ -436,14 +464,17 @@ int run(int argc, char** argv) {
                                          true},
                                     });
   // The memory-bound settings run faster in --quick (the figures are modelled seconds).
-  const double bound_scale = quick ? 4 * time_scale : time_scale;
+  const double bound_scale = quick && !virtual_time ? 4 * time_scale : time_scale;
   auto bound_work = make_workload(sessions, seed, bound_scale);
   // The capacity-bound comparison: llama3-70b code agents on tensor-parallel groups, no slot
   // cap (each device admits while the KV fits its tiers), modelled 20x (--quick 50x) faster than
   // real time: steps over long contexts cost real CPU (planning, messages), which a higher
   // time_scale would count as modelled time (at 400x, 8 sessions: a third of the throughput).
   const auto agent_hw = code_agent_hardware();
-  const double agent_scale = agent_scale_option > 0 ? agent_scale_option : quick ? 50.0 : 20.0;
+  const double agent_scale = virtual_time             ? 1.0
+                             : agent_scale_option > 0 ? agent_scale_option
+                             : quick                  ? 50.0
+                                                      : 20.0;
   const std::size_t agent_sessions = agent_sessions_option > 0 ? agent_sessions_option
                                      : quick                   ? 24
                                                                : 64;
@@ -463,9 +494,9 @@ int run(int argc, char** argv) {
     if (!wanted(st.name))
       continue;
     const bool bound = st.decode_kv_mib != 0;
-    auto r = st.code_agent ? run(st, agent_hw, agent_work, agent_scale, 0)
-             : bound       ? run(st, hw, bound_work, bound_scale, slots)
-                           : run(st, hw, work, time_scale, slots);
+    auto r = st.code_agent ? run(st, agent_hw, agent_work, agent_scale, 0, virtual_time)
+             : bound       ? run(st, hw, bound_work, bound_scale, slots, virtual_time)
+                           : run(st, hw, work, time_scale, slots, virtual_time);
     if (!r) {
       std::fprintf(stderr, "triad-bench-agentic: %s: %s\n", st.name.c_str(),
                    r.error().message.c_str());
@@ -479,11 +510,12 @@ int run(int argc, char** argv) {
     if (st.code_agent)
       std::snprintf(peak_text, sizeof peak_text, "  peak KV %.1f GB", r->peak_decode_kv_gb);
     std::printf("%-24s %7.1f tokens/s  session p50 %7.2f s  p99 %7.2f s  prefilled %9llu  "
-                "from store %8llu  preempted %5llu  busy prefill %.2f decode %.2f%s\n",
+                "from store %8llu  preempted %5llu  busy prefill %.2f decode %.2f%s  "
+                "modelled/wall %.1f\n",
                 st.name.c_str(), tput, p50, p99, static_cast<unsigned long long>(r->prefill_tokens),
                 static_cast<unsigned long long>(r->tier_tokens),
                 static_cast<unsigned long long>(r->preemptions), r->prefill_busy, r->decode_busy,
-                peak_text);
+                peak_text, r->makespan_s / r->wall_s);
     std::fflush(stdout);
     rep.metrics[st.name] = boost::json::object{
         {"throughput_tokens_per_s", tput},
@@ -498,6 +530,9 @@ int run(int argc, char** argv) {
         {"store_tokens", r->tier_tokens},
         {"preemptions", r->preemptions},
         {"pin_expiries", r->pin_expiries},
+        {"wall_s", r->wall_s},
+        {"modelled_over_wall_seconds", r->makespan_s / r->wall_s},
+        {"clock_jumps", r->clock_jumps},
     };
     if (st.code_agent)
       rep.metrics[st.name].as_object()["peak_decode_device_kv_gb"] = r->peak_decode_kv_gb;
@@ -541,6 +576,7 @@ int run(int argc, char** argv) {
   rep.metrics["sessions"] = sessions;
   rep.metrics["slots_per_device"] = slots;
   rep.metrics["time_scale"] = time_scale;
+  rep.metrics["clock"] = virtual_time ? "virtual" : "real";
   rep.metrics["seed"] = seed;
   rep.metrics["backend"] = backend;
   rep.metrics["simulated"] =

@@ -4,6 +4,8 @@
 
 #include <immintrin.h>
 
+#include "runtime/node_clock.hpp"
+
 namespace triad {
 
 kv_stream::kv_stream(std::vector<std::span<std::byte>> blocks, end_fn on_end, std::int64_t flip_bit)
@@ -97,9 +99,17 @@ bool kv_stream::wait_for_pieces(std::size_t n,
       _mm_pause();
       continue;
     }
-    if (spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline)
+    if (spins % 64 == 0 && node_clock::now() >= deadline)
       return false;
-    std::this_thread::yield();
+    if (node_clock::is_virtual()) { // the sender waits on the clock: let it jump
+      const node_clock::time_point due{
+          node_clock::duration{next_due_.load(std::memory_order_acquire)}};
+      if (due > node_clock::now())
+        node_clock::sleep_until(std::min(due, deadline));
+      else
+        node_clock::sleep_for(std::chrono::microseconds{20});
+    } else
+      std::this_thread::yield();
   }
 }
 
@@ -140,13 +150,15 @@ expected<void> send_kv(backend& be, seq_id seq, std::vector<token> tokens, kv_st
   if (auto ok = stream.begin(std::move(tokens), n, std::move(groups)); !ok)
     return ok;
   announce();
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = node_clock::now();
   const std::chrono::duration<double> per_group{be.stream_group_seconds(n)};
   for (std::size_t g = 0; g < count; ++g) {
-    if (per_group.count() > 0) // a modelled link: a group is out once its time has passed
-      std::this_thread::sleep_until(
-          start +
-          std::chrono::duration_cast<std::chrono::steady_clock::duration>((g + 1) * per_group));
+    if (per_group.count() > 0) { // a modelled link: a group is out once its time has passed
+      const auto due =
+          start + std::chrono::duration_cast<node_clock::duration>((g + 1) * per_group);
+      stream.announce_due(due);
+      node_clock::sleep_until(due);
+    }
     stream.send_group(g, std::span<const std::span<std::byte>>{pages.data(), n});
   }
   return {};
@@ -166,7 +178,7 @@ expected<void> receive_kv(backend& be, seq_id seq, const kv_stream& stream,
   if (auto ok = be.reserve_kv(seq, stream.tokens().size()); !ok)
     return ok;
   auto pages = be.page_memory(seq);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = node_clock::now();
   const std::chrono::duration<double> per_group{be.stream_group_seconds(stream.pages())};
   // Patience past the links' modelled time (the sender's groups and this side's).
   const auto deadline = start + patience +
@@ -179,9 +191,9 @@ expected<void> receive_kv(backend& be, seq_id seq, const kv_stream& stream,
       return ok;
     }
     if (per_group.count() > 0) {
-      ready = std::max(ready, std::chrono::steady_clock::now()) +
+      ready = std::max(ready, node_clock::now()) +
               std::chrono::duration_cast<std::chrono::steady_clock::duration>(per_group);
-      std::this_thread::sleep_until(ready);
+      node_clock::sleep_until(ready);
     }
   }
   return {};

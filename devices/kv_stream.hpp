@@ -14,6 +14,7 @@
 #include "devices/backend.hpp"
 #include "runtime/checksum.hpp"
 #include "runtime/error.hpp"
+#include "runtime/node_clock.hpp"
 
 namespace triad {
 
@@ -68,9 +69,14 @@ public:
       n += blocks_[i].size();
     return n;
   }
-  /// Waits until group `g` is published (spinning, then yielding the cpu): false when the
-  /// stream was aborted or `deadline` passed first.
+  /// Waits until group `g` is published (spinning, then yielding the cpu; in virtual time
+  /// sleeping on the node clock until the sender's next group is due): false when the stream
+  /// was aborted or `deadline` (a node_clock time) passed first.
   bool wait_for(std::size_t g, std::chrono::steady_clock::time_point deadline) const;
+  /// The sender says when its next group will be out (a modelled link's time).
+  void announce_due(node_clock::time_point t) noexcept {
+    next_due_.store(t.time_since_epoch().count(), std::memory_order_release);
+  }
   /// Copies group `g` from the blocks into `pages` (the receiver's page memory), each page's
   /// piece as soon as the sender published it, checked against the sender's sums in the same
   /// pass: errc::corrupted when they differ, errc::timed_out when the sender stopped or
@@ -94,6 +100,9 @@ private:
 
   std::vector<checksum_sums> sums_;       // the sender's, per (page, group): page * groups + group
   std::atomic<std::size_t> published_{0}; // pieces in, group by group: g * pages + page + 1
+  // When the sender's next group is due on a modelled link (node_clock ticks since its epoch;
+  // 0: none announced): a receiver in virtual time sleeps until then instead of polling.
+  std::atomic<node_clock::rep> next_due_{0};
   std::atomic<bool> aborted_{false};
   mutable std::atomic<bool> rejected_{false};
 };

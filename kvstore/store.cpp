@@ -15,12 +15,13 @@
 #include "kvstore/detail/resident_pages.hpp"
 #include "kvstore/detail/store_metrics.hpp"
 #include "kvstore/pool.hpp"
+#include "runtime/node_clock.hpp"
 
 namespace triad {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using clock_type = node_clock;
 using detail::location;
 
 // One block as the store sees it; the bytes are with its actor.

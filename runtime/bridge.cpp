@@ -8,6 +8,7 @@
 #include <concurrentqueue/blockingconcurrentqueue.h>
 
 #include "runtime/cpu_time.hpp"
+#include "runtime/node_clock.hpp"
 
 namespace triad {
 
@@ -39,6 +40,7 @@ driver_thread::driver_thread(driver_options options)
     , idle_poll_(options.idle_poll)
     , domain_(options.domain)
     , role_(std::move(options.role))
+    , counting_(node_clock::is_virtual())
     , queue_(std::make_unique<queue>(options.capacity)) {}
 
 expected<std::unique_ptr<driver_thread>> driver_thread::start(driver_options options) {
@@ -92,6 +94,8 @@ submit_result driver_thread::reserve() {
     return submit_result::stopped;
   }
   accepted_.fetch_add(1, std::memory_order_relaxed);
+  if (counting_)
+    node_clock::busy(); // until the job has run
   return submit_result::accepted;
 }
 
@@ -153,6 +157,8 @@ void driver_thread::run(std::shared_ptr<std::atomic<int>> bind_state) {
     job = driver_job{};
     completed_.fetch_add(1, std::memory_order_release);
     pending_.fetch_sub(1);
+    if (counting_)
+      node_clock::idle(); // what the job sent is counted already
   }
 }
 

@@ -114,6 +114,7 @@ private:
   int domain_;
   std::string role_;
   bool bound_ = false;
+  bool counting_; // created in virtual time: each accepted job counts busy on node_clock
   std::unique_ptr<queue> queue_;
   std::atomic<std::size_t> pending_{0};
   std::atomic<bool> stopping_{false};

@@ -11,10 +11,21 @@ coarse_timers::coarse_timers(std::chrono::milliseconds granularity,
                              std::chrono::milliseconds linger)
     : granularity_(std::max(granularity, std::chrono::milliseconds{1}))
     , linger_(linger)
-    , horizon_(100 * granularity_)
-    , thread_([this] { run(); }) {}
+    , horizon_(100 * granularity_) {
+  if (node_clock::is_virtual())
+    on_clock_ = std::make_shared<on_clock>();
+  else
+    thread_ = std::thread{[this] { run(); }};
+}
 
 coarse_timers::~coarse_timers() {
+  if (on_clock_) {
+    std::lock_guard<std::mutex> lock{on_clock_->mutex};
+    for (auto& [k, id] : on_clock_->ids)
+      node_clock::cancel(id);
+    on_clock_->ids.clear();
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock{mutex_};
     stop_ = true;
@@ -24,6 +35,20 @@ coarse_timers::~coarse_timers() {
 }
 
 coarse_timers::key coarse_timers::arm(clock::time_point deadline, std::function<void()> fire) {
+  if (on_clock_) {
+    std::lock_guard<std::mutex> lock{on_clock_->mutex};
+    key k = next_++;
+    auto id = node_clock::at(deadline, [k, armed = on_clock_, f = std::move(fire)] {
+      {
+        std::lock_guard<std::mutex> g{armed->mutex};
+        if (armed->ids.erase(k) == 0)
+          return; // cancelled while the clock took it
+      }
+      f();
+    });
+    on_clock_->ids.emplace(k, id);
+    return k;
+  }
   bool wake = false;
   key k = 0;
   {
@@ -43,6 +68,14 @@ coarse_timers::key coarse_timers::arm(clock::time_point deadline, std::function<
 }
 
 void coarse_timers::cancel(key k) {
+  if (on_clock_) {
+    std::lock_guard<std::mutex> lock{on_clock_->mutex};
+    if (auto it = on_clock_->ids.find(k); it != on_clock_->ids.end()) {
+      node_clock::cancel(it->second);
+      on_clock_->ids.erase(it);
+    }
+    return;
+  }
   std::lock_guard<std::mutex> lock{mutex_};
   auto it = entries_.find(k);
   if (it == entries_.end())
@@ -52,6 +85,10 @@ void coarse_timers::cancel(key k) {
 }
 
 std::size_t coarse_timers::armed() const {
+  if (on_clock_) {
+    std::lock_guard<std::mutex> lock{on_clock_->mutex};
+    return on_clock_->ids.size();
+  }
   std::lock_guard<std::mutex> lock{mutex_};
   return entries_.size();
 }

@@ -5,9 +5,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+
+#include "runtime/node_clock.hpp"
 
 namespace triad {
 
@@ -18,7 +21,9 @@ namespace triad {
 /// a deadline is due within 100 granularities and for `linger` after the last one ends, sleeps
 /// until the first deadline while all are further away (a request's total deadline), and
 /// sleeps without a timeout when none is armed, so an idle process is not woken. Arming wakes
-/// it only when it sleeps past the new deadline.
+/// it only when it sleeps past the new deadline. Deadlines are node_clock times: timers made in
+/// virtual time arm node_clock's own callbacks instead of a thread (a deadline then passes when
+/// the clock jumps over it).
 class coarse_timers {
 public:
   /// An armed deadline, for cancel().
@@ -34,15 +39,22 @@ public:
 
   /// Runs `fire` on the timers' thread once `deadline` has passed (within a granularity),
   /// unless cancelled first. `fire` must not block (it sends a message, say).
-  key arm(std::chrono::steady_clock::time_point deadline, std::function<void()> fire);
+  key arm(node_clock::time_point deadline, std::function<void()> fire);
   /// Cancels a deadline; one that fired or was cancelled already is ignored.
   void cancel(key k);
   /// Deadlines armed now.
   std::size_t armed() const;
 
 private:
-  using clock = std::chrono::steady_clock;
+  using clock = node_clock;
   void run();
+
+  // Virtual time: what is armed on node_clock (a key's callback id), shared with the callbacks.
+  struct on_clock {
+    std::mutex mutex;
+    std::unordered_map<key, node_clock::timer_id> ids;
+  };
+  std::shared_ptr<on_clock> on_clock_; // null in real time
 
   const std::chrono::milliseconds granularity_, linger_;
   const std::chrono::milliseconds horizon_; // deadlines nearer than this: ticking

@@ -80,6 +80,9 @@ const options::section<scheduler_config>& scheduler_section() {
                            "sleep between an idle worker's second round of polls"),
           options::integer("poll_attempts", &c::poll_attempts, {1, 100'000'000},
                            "polls of an idle worker before it sleeps"),
+          options::boolean("virtual_time", &c::virtual_time,
+                           "jump the node's clock over idle gaps (simulation faster than real "
+                           "time); false = real time"),
       },
       {},
   };

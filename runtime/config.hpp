@@ -47,6 +47,9 @@ struct scheduler_config {
   /// `poll_attempts`: times an idle worker checks its domain's queue (with a CPU pause after
   /// each) before it sleeps; at least 1.
   std::size_t poll_attempts = defaults::scheduler::poll_attempts;
+  /// `virtual_time`: the node's clock jumps over idle gaps (see node_clock): simulated devices
+  /// and modelled tools then run as fast as the CPU work allows. Off: real time.
+  bool virtual_time = defaults::scheduler::virtual_time;
   bool operator==(const scheduler_config&) const = default;
 };
 

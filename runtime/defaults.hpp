@@ -30,6 +30,8 @@ inline constexpr std::chrono::microseconds moderate_sleep{0};
 /// pairs against 3000 polls (69 us): transfer_over_memcpy 0.71, 0.73, 0.81 against 0.70, 0.68,
 /// 0.76 (the checked copies ran at 22-24 GB/s either way, memcpy then at 26-33 GB/s).
 inline constexpr std::size_t poll_attempts = 20000;
+/// Real time: a node serving clients must not skip its idle gaps.
+inline constexpr bool virtual_time = false;
 /// A domain prunes finished actors from the list of those it stops once the list holds this
 /// many (and again each time it doubles): every request spawns actors, and each address kept
 /// would keep its actor's memory until the node stops.

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "runtime/error.hpp"
+#include "runtime/node_clock.hpp"
 
 namespace triad {
 
@@ -37,7 +38,7 @@ void append_trace_string(std::string& out, std::string_view text);
 /// is destroyed, so the file a stopped node leaves is one JSON document.
 class trace_log {
 public:
-  using clock_type = std::chrono::steady_clock; ///< the clock of the spans' times
+  using clock_type = node_clock; ///< the clock of the spans' times (virtual time included)
 
   /// Creates (or truncates) `path` and writes the document's head; the error names the path.
   /// `kept_bytes`: the memory the kept requests' traces (keep()) take at most.

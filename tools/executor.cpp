@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "runtime/bridge.hpp"
+#include "runtime/node_clock.hpp"
 
 #include <boost/json/serialize.hpp>
 #include <caf/all.hpp>
@@ -14,7 +15,7 @@ namespace triad {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using clock_type = node_clock;
 // The deadline of a call that has none.
 constexpr clock_type::time_point no_deadline = clock_type::time_point::max();
 

@@ -1,4 +1,5 @@
 #include "tools/service.hpp"
+#include "runtime/node_clock.hpp"
 
 #include <mutex>
 
@@ -116,7 +117,7 @@ public:
 
 private:
   void begin(std::size_t first) {
-    start_ = std::chrono::steady_clock::now();
+    start_ = node_clock::now();
     monitor(owner_);
     submit_from(first);
   }
@@ -128,7 +129,7 @@ private:
     std::size_t stopped = 0;
     for (std::size_t tried = 0; tried < executors_.size(); ++tried) {
       auto& executor = executors_[(first + tried) % executors_.size()];
-      if (std::chrono::steady_clock::now() >= deadline) {
+      if (node_clock::now() >= deadline) {
         finish_timed_out();
         return;
       }
@@ -167,7 +168,7 @@ private:
   void finish(tool_reply reply) {
     if (counters_->seconds != nullptr)
       counters_->seconds->observe(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+          std::chrono::duration<double>(node_clock::now() - start_).count());
     // The owner would otherwise send this actor a down message when it exits.
     demonitor(owner_);
     auto owner = std::move(owner_);

@@ -7,6 +7,7 @@
 
 #include "runtime/checksum.hpp"
 #include "runtime/cpu_time.hpp"
+#include "runtime/node_clock.hpp"
 #include "runtime/scope_guard.hpp"
 
 namespace triad::detail {
@@ -62,21 +63,20 @@ void step_job::operator()() {
     if (capture)
       be->capture_evictions(nullptr);
   });
-  result.started = std::chrono::steady_clock::now();
-  auto mark_finished =
-      make_scope_guard([this] { result.finished = std::chrono::steady_clock::now(); });
+  result.started = node_clock::now();
+  auto mark_finished = make_scope_guard([this] { result.finished = node_clock::now(); });
   owed.apply(*be);
   if (!imports.empty())
     import_seconds.assign(item_count, 0.0f);
-  result.imports_from = std::chrono::steady_clock::now();
+  result.imports_from = node_clock::now();
   for (auto& im : imports) {
     const auto& stream = im.blob->stream;
-    const auto import_start = std::chrono::steady_clock::now();
+    const auto import_start = node_clock::now();
     auto ok = stream
                   ? receive_kv(*be, items[im.item].seq, *stream)
                   : be->import_kv(items[im.item].seq, std::span<const std::byte>{im.blob->bytes});
     import_seconds[im.item] =
-        std::chrono::duration<float>(std::chrono::steady_clock::now() - import_start).count();
+        std::chrono::duration<float>(node_clock::now() - import_start).count();
     if (ok)
       continue;
     im.error = ok.error().message;
@@ -92,7 +92,7 @@ void step_job::operator()() {
     items[im.item].tokens.clear(); // leaves the step (attach_prefixes drops empty items)
     result.tokens[im.item] = 0;    // and moves its sequence on by nothing
   }
-  result.imports_to = imports.empty() ? result.imports_from : std::chrono::steady_clock::now();
+  result.imports_to = imports.empty() ? result.imports_from : node_clock::now();
   auto& r = result;
   if (r.sampled.size() < r.seqs.size())
     r.sampled.resize(r.seqs.size());

@@ -6,9 +6,16 @@
 #include <limits>
 #include <thread>
 
+#include "runtime/node_clock.hpp"
+
 namespace triad {
 
 namespace {
+
+// A modelled wait of `seconds` as the node clock's duration.
+node_clock::duration modelled(double seconds) {
+  return std::chrono::duration_cast<node_clock::duration>(std::chrono::duration<double>(seconds));
+}
 
 struct sim_export_header {
   char magic[8];
@@ -118,7 +125,7 @@ expected<step_output> sim_backend::step(std::span<const step_item> items) {
   out.operational_intensity = last_cost_.operational_intensity;
   out.capacity_footprint = last_cost_.capacity_footprint;
   if (options_.time_scale > 0)
-    std::this_thread::sleep_for(std::chrono::duration<double>(out.seconds / options_.time_scale));
+    node_clock::sleep_for(modelled(out.seconds / options_.time_scale));
   return out;
 }
 
@@ -171,8 +178,7 @@ expected<void> sim_backend::import_kv(seq_id seq, std::span<const std::byte> byt
   if (options_.time_scale > 0 && options_.profile.link_bandwidth > 0) {
     double bytes = static_cast<double>(h.length) *
                    static_cast<double>(options_.shape.kv_bytes_per_token(options_.type));
-    std::this_thread::sleep_for(std::chrono::duration<double>(
-        bytes / options_.profile.link_bandwidth / options_.time_scale));
+    node_clock::sleep_for(modelled(bytes / options_.profile.link_bandwidth / options_.time_scale));
   }
   last_token_[seq] = static_cast<token>(h.last_token);
   return {};
@@ -202,8 +208,7 @@ expected<void> sim_backend::append_pages(seq_id seq, std::span<const kv_page> pa
   if (options_.time_scale > 0 && options_.profile.link_bandwidth > 0) {
     double bytes = static_cast<double>(*added) *
                    static_cast<double>(options_.shape.kv_bytes_per_token(options_.type));
-    std::this_thread::sleep_for(std::chrono::duration<double>(
-        bytes / options_.profile.link_bandwidth / options_.time_scale));
+    node_clock::sleep_for(modelled(bytes / options_.profile.link_bandwidth / options_.time_scale));
   }
   return {};
 }

@@ -22,6 +22,7 @@
 
 #include "runtime/cpu_time.hpp"
 #include "runtime/domains.hpp"
+#include "runtime/node_clock.hpp"
 
 namespace triad::detail {
 
@@ -50,9 +51,27 @@ public:
 // thread per actor), although most actors never set one: a request actor of triad lives for one
 // LLM call and sets none. This clock remembers which actors set a timeout and passes only their
 // cancellations on. Delayed messages are not timeouts: CAF delivers them whatever happens.
+// In virtual time (node_clock) a delayed message waits on the node's clock instead, so it
+// arrives at the modelled time however far the clock jumps.
 class domain_clock final : public caf::detail::thread_safe_actor_clock {
 public:
   using super = caf::detail::thread_safe_actor_clock;
+
+  explicit domain_clock(bool virtual_time)
+      : virtual_(virtual_time) {}
+
+  void schedule_message(time_point t, caf::strong_actor_ptr receiver,
+                        caf::mailbox_element_ptr content) override {
+    if (!virtual_) {
+      super::schedule_message(t, std::move(receiver), std::move(content));
+      return;
+    }
+    // CAF computed `t` from steady_clock: the same distance from the node's now.
+    auto when = node_clock::now() + (t - std::chrono::steady_clock::now());
+    node_clock::at(when, [r = std::move(receiver), c = std::move(content)]() mutable {
+      r->enqueue(std::move(c), nullptr);
+    });
+  }
 
   void set_ordinary_timeout(time_point t, caf::abstract_actor* self, caf::atom_value type,
                             std::uint64_t id) override {
@@ -86,6 +105,7 @@ private:
     with_timeouts_.insert(self->id());
   }
 
+  const bool virtual_; // delayed messages wait on node_clock
   std::mutex mutex_;
   std::unordered_set<caf::actor_id> with_timeouts_; // live actors that set a timeout
 };
@@ -127,11 +147,25 @@ public:
   domain_scheduler(caf::actor_system& sys, idle_policy idle)
       : abstract_coordinator(sys)
       , idle_(idle)
-      , ready_(0, 0) {}
+      , counting_(node_clock::is_virtual())
+      , ready_(0, 0)
+      , clock_(counting_) {}
 
   void enqueue(caf::resumable* job) override {
+    busy();
     queue_.enqueue(job);
     ready_.signal();
+  }
+
+  // In virtual time, every queued or running actor counts busy on node_clock (no jump while
+  // one can send): counted when queued, released when its run ends.
+  void busy() noexcept {
+    if (counting_)
+      node_clock::busy();
+  }
+  void idle() noexcept {
+    if (counting_)
+      node_clock::idle();
   }
 
   caf::detail::thread_safe_actor_clock& clock() noexcept override { return clock_; }
@@ -164,8 +198,10 @@ public:
     stop_actors();
     // Actors still queued are cleaned up (their exits run) and released, as CAF's own does.
     caf::resumable* job = nullptr;
-    while (queue_.try_dequeue(job))
+    while (queue_.try_dequeue(job)) {
       cleanup_and_release(job);
+      idle();
+    }
     clock_.cancel_dispatch_loop();
     clock_thread_.join();
   }
@@ -184,6 +220,7 @@ public:
   }
 
   void put(moodycamel::ProducerToken& token, caf::resumable* job) {
+    busy();
     queue_.enqueue(token, job);
     ready_.signal();
   }
@@ -207,6 +244,7 @@ private:
   }
 
   idle_policy idle_;
+  const bool counting_; // created in virtual time
   moodycamel::ConcurrentQueue<caf::resumable*> queue_;
   moodycamel::LightweightSemaphore ready_; // jobs in queue_; no spinning of its own
   domain_clock clock_;
@@ -221,9 +259,10 @@ worker::worker(domain_scheduler& parent)
     , consumer_(parent.queue()) {}
 
 void worker::exec_later(caf::resumable* job) {
-  if (next_ == nullptr && streak_ < max_next_streak)
+  if (next_ == nullptr && streak_ < max_next_streak) {
+    parent_.busy();
     next_ = job;
-  else
+  } else
     parent_.put(producer_, job);
 }
 
@@ -266,8 +305,10 @@ void worker::run() {
       caf::intrusive_ptr_release(job);
       break;
     case caf::resumable::shutdown_execution_unit:
+      parent_.idle();
       return;
     }
+    parent_.idle(); // after what it woke was counted
   }
 }
 

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -837,6 +838,78 @@ BOOST_AUTO_TEST_CASE(the_monolithic_layout_runs_the_same_session_on_one_device) 
   BOOST_TEST(rec.count(triad::request_event::tool_call) == 3u);
   auto per_result = triad::render_tool_result("rested").size();
   BOOST_TEST(last.usage.prefill_tokens == last.usage.prompt_tokens + 3 * (per_result + 1));
+}
+
+// What one run of virtual_time_gives_the_modelled_times_of_a_real_time_run saw.
+struct clocked_run {
+  std::vector<double> session_s; // node-clock seconds from the submit to each session's end
+  std::uint64_t completion_tokens = 0, prefill_tokens = 0;
+  std::uint64_t jumps = 0;
+};
+
+// Four agent sessions (three tool calls of 200-350 ms each) on simulated H200 prefill and
+// SN40L decode devices that wait their modelled step and transfer times (llama3-8b shape).
+clocked_run run_clocked_sessions(bool virtual_time) {
+  auto config = triad::zero_time_sim_config(
+      {{"h200-0", triad::device_role::prefill}, {"sn40l-0", triad::device_role::decode}});
+  config.model.preset = "llama3-8b";
+  config.devices[0].profile = "h200";
+  config.devices[1].profile = "sn40l";
+  for (auto& d : config.devices)
+    d.time_scale = 1;
+  config.scheduler.virtual_time = virtual_time;
+  // A tool worker per session, on a synthetic machine with the cores for them.
+  config.topology.source = triad::topology_source::synthetic;
+  config.topology.synthetic = "pack:2 numa:2 core:4 pu:1";
+  config.tools.cores = 4;
+  triad::node_options opts;
+  opts.tools = triad::test::sleeper_registry();
+  auto n = triad::node::start(config, opts);
+  BOOST_REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error().message));
+  const auto jumps_before = triad::node_clock::statistics().jumps;
+  std::vector<std::unique_ptr<recorder>> recs;
+  std::vector<triad::node_clock::time_point> ended(4);
+  const auto start = triad::node_clock::now();
+  {
+    triad::node_clock::busy_scope submitting; // no jump before every session is in
+    for (int i = 0; i < 4; ++i) {
+      recs.push_back(std::make_unique<recorder>());
+      auto cb = recs.back()->callback();
+      (*n)->submit(agent_request("s" + std::to_string(i), "You are a coding agent.", 200 + 50 * i),
+                   [cb, &ended, i](const triad::request_event& e) {
+                     if (e.kind == triad::request_event::done ||
+                         e.kind == triad::request_event::error)
+                       ended[static_cast<std::size_t>(i)] = triad::node_clock::now();
+                     cb(e);
+                   });
+    }
+  }
+  clocked_run out;
+  for (std::size_t i = 0; i < recs.size(); ++i) {
+    const auto& last = recs[i]->wait();
+    BOOST_REQUIRE_MESSAGE(last.kind == triad::request_event::done, last.message);
+    out.session_s.push_back(std::chrono::duration<double>(ended[i] - start).count());
+    out.completion_tokens += last.usage.completion_tokens;
+    out.prefill_tokens += last.usage.prefill_tokens;
+  }
+  out.jumps = triad::node_clock::statistics().jumps - jumps_before;
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(virtual_time_gives_the_modelled_times_of_a_real_time_run) {
+  const auto real = run_clocked_sessions(false);
+  const auto skipped = run_clocked_sessions(true);
+  BOOST_TEST(real.jumps == 0u);
+  BOOST_TEST(skipped.jumps > 0u); // the idle gaps were jumped over
+  BOOST_TEST(skipped.completion_tokens == real.completion_tokens);
+  BOOST_TEST(skipped.prefill_tokens == real.prefill_tokens);
+  for (std::size_t i = 0; i < real.session_s.size(); ++i) {
+    BOOST_TEST_MESSAGE("session " << i << ": real time " << real.session_s[i] << " s, virtual "
+                                  << skipped.session_s[i] << " s");
+    // Within noise: the CPU work runs at real speed in both; a loaded machine adds to either.
+    BOOST_TEST(std::abs(skipped.session_s[i] - real.session_s[i]) <=
+               0.2 * real.session_s[i] + 0.15);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_second_session_on_the_same_system_prompt_prefills_only_what_differs) {

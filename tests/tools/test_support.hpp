@@ -12,6 +12,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "runtime/node_clock.hpp"
 #include "tools/registry.hpp"
 
 namespace triad::test {
@@ -38,21 +39,22 @@ struct loopback_listener {
   loopback_listener& operator=(const loopback_listener&) = delete;
 };
 
-/// A registry with the tool "nap", that sleeps for `ms` milliseconds on its calling thread
-/// and answers "rested" (lets executor tests control how long a call holds a slot), and the
-/// tool "flood", that answers `bytes` bytes of text (outputs larger than a model's context).
+/// A registry with the tool "nap", that sleeps for `ms` milliseconds of the node's clock on its
+/// calling thread (in virtual time the clock may jump over it) and answers "rested" (lets executor
+/// tests control how long a call holds a slot), and the tool "flood", that answers `bytes` bytes of
+/// text (outputs larger than a model's context).
 inline std::shared_ptr<tool_registry> sleeper_registry() {
   namespace json = boost::json;
   auto r = std::make_shared<tool_registry>();
-  auto ok = r->add({"nap", "sleep a while",
-                    json::parse(R"({"type": "object", "required": ["ms"],
+  auto ok =
+      r->add({"nap", "sleep a while",
+              json::parse(R"({"type": "object", "required": ["ms"],
                       "properties": {"ms": {"type": "integer", "minimum": 0}}})")
-                        .as_object()},
-                   [](const json::object& args) -> expected<tool_output> {
-                     std::this_thread::sleep_for(
-                         std::chrono::milliseconds{args.at("ms").to_number<int>()});
-                     return tool_output{"rested", {{"ms", args.at("ms")}}};
-                   });
+                  .as_object()},
+             [](const json::object& args) -> expected<tool_output> {
+               node_clock::sleep_for(std::chrono::milliseconds{args.at("ms").to_number<int>()});
+               return tool_output{"rested", {{"ms", args.at("ms")}}};
+             });
   BOOST_REQUIRE(ok.has_value());
   ok = r->add({"flood", "answer with many bytes",
                json::parse(R"({"type": "object", "required": ["bytes"],

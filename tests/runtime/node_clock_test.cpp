@@ -1,0 +1,132 @@
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "runtime/bridge.hpp"
+#include "runtime/node_clock.hpp"
+
+using namespace std::chrono_literals;
+using triad::node_clock;
+using real_clock = std::chrono::steady_clock;
+
+BOOST_AUTO_TEST_SUITE(node_clock_suite)
+
+BOOST_AUTO_TEST_CASE(in_real_time_it_reads_and_sleeps_as_the_steady_clock) {
+  BOOST_REQUIRE(!node_clock::is_virtual());
+  const auto real0 = real_clock::now();
+  const auto t0 = node_clock::now();
+  BOOST_TEST((t0 >= real0));
+  node_clock::sleep_for(20ms);
+  BOOST_TEST((real_clock::now() - real0 >= 20ms));
+  BOOST_TEST((node_clock::at(node_clock::now(), [] {}) == 0u)); // no callbacks in real time
+}
+
+BOOST_AUTO_TEST_CASE(when_nothing_is_busy_it_jumps_to_the_next_deadline) {
+  auto on = node_clock::virtual_time::start();
+  BOOST_REQUIRE(on.has_value());
+  BOOST_TEST(node_clock::is_virtual());
+  node_clock::busy_scope counted;
+  const auto real0 = real_clock::now();
+  const auto t0 = node_clock::now();
+  node_clock::sleep_for(1h);
+  BOOST_TEST((node_clock::now() - t0 >= 1h));
+  BOOST_TEST((real_clock::now() - real0 < 30s)); // an hour skipped, not waited
+  BOOST_TEST(node_clock::statistics().jumps >= 1u);
+  BOOST_TEST(node_clock::statistics().skipped_s > 3000.0);
+}
+
+BOOST_AUTO_TEST_CASE(it_does_not_jump_while_another_thread_is_busy) {
+  auto on = node_clock::virtual_time::start();
+  BOOST_REQUIRE(on.has_value());
+  std::atomic<bool> counting{false}, released{false};
+  real_clock::time_point released_at;
+  std::thread worker{[&] {
+    {
+      node_clock::busy_scope counted;
+      counting = true;
+      std::this_thread::sleep_for(200ms); // busy for 200 ms of real time: the clock waits
+      released_at = real_clock::now();
+      released = true;
+    }
+  }};
+  while (!counting.load()) // the worker counts before this thread sleeps
+    std::this_thread::yield();
+  {
+    node_clock::busy_scope counted;
+    const auto t0 = node_clock::now();
+    node_clock::sleep_for(1h);
+    BOOST_TEST(released.load()); // woken only once the worker was idle
+    BOOST_TEST((real_clock::now() >= released_at));
+    BOOST_TEST((node_clock::now() - t0 >= 1h));
+  }
+  worker.join();
+}
+
+BOOST_AUTO_TEST_CASE(callbacks_run_in_deadline_order_and_a_cancelled_one_never) {
+  auto on = node_clock::virtual_time::start();
+  BOOST_REQUIRE(on.has_value());
+  std::mutex m;
+  std::vector<int> ran;
+  const auto t0 = node_clock::now();
+  auto push = [&](int k) {
+    return [&, k] {
+      std::lock_guard<std::mutex> g{m};
+      ran.push_back(k);
+    };
+  };
+  BOOST_TEST(node_clock::at(t0 + 2s, push(2)) != 0u);
+  BOOST_TEST(node_clock::at(t0 + 1s, push(1)) != 0u);
+  auto third = node_clock::at(t0 + 3s, push(3));
+  BOOST_TEST(node_clock::cancel(third));
+  BOOST_TEST(!node_clock::cancel(third)); // once
+  node_clock::busy_scope counted;
+  node_clock::sleep_until(t0 + 5s);
+  std::lock_guard<std::mutex> g{m};
+  BOOST_TEST((ran == std::vector<int>{1, 2}));
+}
+
+BOOST_AUTO_TEST_CASE(a_driver_job_counts_busy_until_it_has_run) {
+  auto on = node_clock::virtual_time::start();
+  BOOST_REQUIRE(on.has_value());
+  triad::driver_options o;
+  o.name = "clock-test";
+  auto driver = triad::driver_thread::start(o);
+  BOOST_REQUIRE(driver.has_value());
+  std::atomic<bool> done{false};
+  real_clock::time_point done_at;
+  // A job that works 200 ms of real time (not waiting on the clock), then one that sleeps a
+  // modelled minute: this thread's hour must not pass before the work is done.
+  BOOST_REQUIRE((*driver)->try_submit([&] {
+    std::this_thread::sleep_for(200ms);
+    done_at = real_clock::now();
+    done = true;
+  }) == triad::submit_result::accepted);
+  BOOST_REQUIRE((*driver)->try_submit([] { node_clock::sleep_for(1min); }) ==
+                triad::submit_result::accepted);
+  node_clock::busy_scope counted;
+  const auto t0 = node_clock::now();
+  node_clock::sleep_for(1h);
+  BOOST_TEST(done.load());
+  BOOST_TEST((real_clock::now() >= done_at));
+  BOOST_TEST((node_clock::now() - t0 >= 1h));
+  (*driver)->stop();
+}
+
+BOOST_AUTO_TEST_CASE(a_second_virtual_time_is_refused_and_real_time_returns_after) {
+  {
+    auto on = node_clock::virtual_time::start();
+    BOOST_REQUIRE(on.has_value());
+    auto again = node_clock::virtual_time::start();
+    BOOST_REQUIRE(!again.has_value());
+    BOOST_TEST(again.error().message.find("virtual time is on already") != std::string::npos);
+  }
+  BOOST_TEST(!node_clock::is_virtual());
+  const auto drift = node_clock::now() - real_clock::now();
+  BOOST_TEST((drift < 1s)); // steady_clock's time again
+}
+
+BOOST_AUTO_TEST_SUITE_END()
