@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -49,6 +50,7 @@ struct session_spec {
   std::string user;
   triad::generation_script script;
   std::uint32_t tool_calls = 0;
+  double arrival_s = 0; // modelled seconds after the run's start that the session begins
 };
 
 // Scripts `s.tool_calls` calls of the "work" tool into `s`: each `text` tokens of answer, then
@@ -158,10 +160,12 @@ struct setting {
   std::chrono::milliseconds pin_ttl{0};
   /// The capacity-bound comparison: code-agent sessions on code_agent_hardware().
   bool code_agent = false;
+  /// The datacenter-scale run: code-agent sessions arriving over time on datacenter_hardware().
+  bool datacenter = false;
 };
 
 struct outcome {
-  std::vector<double> session_s; // modelled seconds from the start to each session's end
+  std::vector<double> session_s; // modelled seconds from each session's arrival to its end
   double makespan_s = 0;         // modelled
   std::uint64_t completion_tokens = 0, prefill_tokens = 0, errors = 0;
   std::uint64_t tier_tokens = 0;  // tokens devices read from the KV store instead of computing
@@ -230,6 +234,18 @@ hardware code_agent_hardware() {
            {"h200x4-2", "h200", triad::device_role::both, 4}}};
 }
 
+// The datacenter-scale run (SIMULATED, issue #28's virtual-time figure): 64 accelerators, the
+// code-agent hardware eight times over for prefill and six times for decode: 8 tensor-parallel
+// H200 pairs prefill, 12 groups of four SN40L decode.
+hardware datacenter_hardware() {
+  hardware hw{triad::device_backend::sim, "llama3-70b", {}, {}};
+  for (int i = 0; i < 8; ++i)
+    hw.devices.push_back({"h200x2-" + std::to_string(i), "h200", triad::device_role::prefill, 2});
+  for (int i = 0; i < 12; ++i)
+    hw.devices.push_back({"sn40lx4-" + std::to_string(i), "sn40l", triad::device_role::decode, 4});
+  return hw;
+}
+
 hardware cpu_hardware() {
   return {triad::device_backend::cpu,
           "tiny",
@@ -242,6 +258,9 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
                              std::size_t slots, bool virtual_time) {
   auto config = triad::default_config();
   config.scheduler.virtual_time = virtual_time;
+  // A session is one request, its tool calls included (a code agent's take tens of modelled
+  // minutes): a day, not the default ten minutes, which virtual time applies to modelled time.
+  config.limits.request_timeout_ms = 86'400'000;
   config.topology.source = triad::topology_source::synthetic;
   // Enough tool workers that tools never queue (a tool call holds one; every session may be in
   // one at once), on a synthetic machine of four domains with cores for them.
@@ -324,16 +343,21 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   auto start = clock_type::now();
   std::optional<triad::node_clock::busy_scope> submitting{std::in_place}; // no jump meanwhile
   for (std::size_t i = 0; i < work.size(); ++i) {
+    // A session that arrives later: waits on the node's clock (in virtual time a jump).
+    const auto arrival = start + std::chrono::duration_cast<clock_type::duration>(
+                                     std::chrono::duration<double>(work[i].arrival_s / time_scale));
+    if (work[i].arrival_s > 0)
+      clock_type::sleep_until(arrival);
     triad::chat_request r;
     r.session = "session-" + std::to_string(i);
     r.messages = {{"system", work[i].system}, {"user", work[i].user}};
     r.script = work[i].script;
     r.max_tokens = triad::script_length(*r.script);
     r.max_tool_calls = std::max<std::uint32_t>(16, work[i].tool_calls);
-    n.submit(std::move(r), [&, i](const triad::request_event& e) {
+    n.submit(std::move(r), [&, i, arrival](const triad::request_event& e) {
       if (e.kind != triad::request_event::done && e.kind != triad::request_event::error)
         return;
-      auto t = std::chrono::duration<double>(clock_type::now() - start).count() * time_scale;
+      auto t = std::chrono::duration<double>(clock_type::now() - arrival).count() * time_scale;
       std::lock_guard<std::mutex> g{m};
       if (e.kind == triad::request_event::error && out.errors++ == 0)
         std::fprintf(stderr, "triad-bench-agentic: %s: session %zu failed: %s\n", st.name.c_str(),
@@ -413,6 +437,15 @@ int run(int argc, char** argv) {
                  "virtual: the node's clock jumps over idle gaps (time_scale 1; default for "
                  "sim); real: modelled time runs at time_scale x real time (default for cpu)")
       ->check(CLI::IsMember({"virtual", "real"}));
+  double dc_minutes_option = 0;
+  std::size_t dc_sessions_option = 0;
+  app.add_option("--datacenter-minutes", dc_minutes_option,
+                 "datacenter_three_stage (64 devices): minutes of modelled arrivals (default: "
+                 "--quick 10, else 60)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--datacenter-sessions", dc_sessions_option,
+                 "datacenter_three_stage: sessions arriving (default: 3 a modelled minute)")
+      ->check(CLI::PositiveNumber);
   std::string only;
   app.add_option("--settings", only,
                  "comma-separated setting names to run (default: all); ratios need both sides");
@@ -462,6 +495,13 @@ int run(int argc, char** argv) {
                                          0,
                                          {},
                                          true},
+                                        {"datacenter_three_stage",
+                                         triad::layout::three_stage,
+                                         triad::kv_policy::pin,
+                                         0,
+                                         {},
+                                         true,
+                                         true},
                                     });
   // The memory-bound settings run faster in --quick (the figures are modelled seconds).
   const double bound_scale = quick && !virtual_time ? 4 * time_scale : time_scale;
@@ -480,6 +520,24 @@ int run(int argc, char** argv) {
                                                                : 64;
   auto agent_work =
       make_code_agent_workload(agent_sessions, seed, agent_scale, 10, quick ? 25 : 50);
+  // The datacenter-scale run: code-agent sessions arriving uniformly at random over the minutes
+  // given, on 64 devices; its figure is how much faster than real time the simulation ran.
+  const auto dc_hw = datacenter_hardware();
+  const double dc_minutes = dc_minutes_option > 0 ? dc_minutes_option : quick ? 10.0 : 60.0;
+  const std::size_t dc_sessions = dc_sessions_option > 0
+                                      ? dc_sessions_option
+                                      : static_cast<std::size_t>(std::ceil(3 * dc_minutes));
+  auto dc_work = make_code_agent_workload(dc_sessions, seed + 1, agent_scale, 10, quick ? 25 : 50);
+  {
+    std::mt19937_64 rng{seed + 2};
+    std::uniform_real_distribution<double> at{0.0, dc_minutes * 60.0};
+    std::vector<double> arrivals(dc_work.size());
+    for (auto& a : arrivals)
+      a = at(rng);
+    std::sort(arrivals.begin(), arrivals.end());
+    for (std::size_t i = 0; i < dc_work.size(); ++i)
+      dc_work[i].arrival_s = arrivals[i];
+  }
   auto wanted = [&](const std::string& name) {
     if (only.empty())
       return true;
@@ -494,9 +552,10 @@ int run(int argc, char** argv) {
     if (!wanted(st.name))
       continue;
     const bool bound = st.decode_kv_mib != 0;
-    auto r = st.code_agent ? run(st, agent_hw, agent_work, agent_scale, 0, virtual_time)
-             : bound       ? run(st, hw, bound_work, bound_scale, slots, virtual_time)
-                           : run(st, hw, work, time_scale, slots, virtual_time);
+    auto r = st.datacenter   ? run(st, dc_hw, dc_work, agent_scale, 0, virtual_time)
+             : st.code_agent ? run(st, agent_hw, agent_work, agent_scale, 0, virtual_time)
+             : bound         ? run(st, hw, bound_work, bound_scale, slots, virtual_time)
+                             : run(st, hw, work, time_scale, slots, virtual_time);
     if (!r) {
       std::fprintf(stderr, "triad-bench-agentic: %s: %s\n", st.name.c_str(),
                    r.error().message.c_str());
@@ -563,6 +622,17 @@ int run(int argc, char** argv) {
           "code_agent_monolithic", tput);
     ratio("monolithic_over_three_stage_session_p99_capacity_bound", "code_agent_monolithic",
           "code_agent_three_stage", p99);
+    if (results.count("datacenter_three_stage") != 0) {
+      const auto& dc = results["datacenter_three_stage"];
+      rep.ratios["modelled_over_wall_seconds"] = dc.makespan_s / dc.wall_s;
+      rep.metrics["datacenter"] = boost::json::object{
+          {"sessions", dc_sessions},
+          {"arrival_minutes", dc_minutes},
+          {"devices", "64: 8x (2 H200 tensor-parallel) prefill + 12x (4 SN40L tensor-parallel) "
+                      "decode, llama3-70b"},
+          {"clock", virtual_time ? "virtual" : "real"},
+      };
+    }
     rep.metrics["code_agent"] = boost::json::object{
         {"sessions", agent_sessions},
         {"time_scale", agent_scale},

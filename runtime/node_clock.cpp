@@ -24,7 +24,10 @@ struct waiter {
 };
 
 // The process's clock state. Busy counts change without the mutex (atomics); everything that
-// decides a jump, and every wake-up, happens under it, so no wake-up is lost.
+// decides a jump, and every wake-up, happens under it, so no wake-up is lost. The thread that
+// makes the count zero (an actor's worker, a driver going to sleep) jumps the clock itself and
+// wakes the first sleeper directly; a sleeper whose own deadline is first does not sleep at
+// all. The clock's thread runs the callbacks and wakes sleepers whose time passes in real time.
 struct clock_state {
   std::atomic<bool> on{false};
   std::atomic<std::int64_t> offset_ns{0};
@@ -37,6 +40,7 @@ struct clock_state {
     waiter what;
   };
   std::unordered_map<node_clock::timer_id, entry> entries;
+  std::vector<detail::unique_function> ready; // due callbacks, counted busy, for the thread
   node_clock::timer_id next = 1;
   bool stop = false;
   std::thread thread;
@@ -57,27 +61,10 @@ struct clock_state {
     return id;
   }
 
-  void run();
-};
-
-clock_state& state() {
-  static clock_state s;
-  return s;
-}
-
-void clock_state::run() {
-  std::unique_lock<std::mutex> lock{mutex};
-  while (!stop) {
-    auto now = node_clock::now();
-    // Nothing counted can act before the first deadline: go there.
-    if (!order.empty() && busy.load(std::memory_order_acquire) <= 0 && order.begin()->first > now) {
-      auto skip = std::chrono::duration_cast<std::chrono::nanoseconds>(order.begin()->first - now);
-      offset_ns.fetch_add(skip.count(), std::memory_order_acq_rel);
-      ++jumps;
-      skipped_ns += skip.count();
-      now = order.begin()->first;
-    }
-    std::vector<detail::unique_function> due;
+  // Under the mutex: hands every entry due at `now` its busy count, waking its sleeper or
+  // queueing its callback for the clock's thread.
+  void dispatch(time_point now) {
+    bool queued = false;
     while (!order.empty() && order.begin()->first <= now) {
       auto id = order.begin()->second;
       order.erase(order.begin());
@@ -88,11 +75,47 @@ void clock_state::run() {
         *w.handed = true;
         w.sleeper->notify_one();
       } else {
-        due.push_back(std::move(w.fun));
+        ready.push_back(std::move(w.fun));
+        queued = true;
       }
       entries.erase(it);
     }
-    if (!due.empty()) {
+    if (queued)
+      wake.notify_one();
+  }
+
+  // Under the mutex: when nothing counted can act before the first deadline, goes there.
+  void jump() {
+    if (order.empty() || busy.load(std::memory_order_acquire) > 0)
+      return;
+    auto now = node_clock::now();
+    auto first = order.begin()->first;
+    if (first > now) {
+      auto skip = std::chrono::duration_cast<std::chrono::nanoseconds>(first - now);
+      offset_ns.fetch_add(skip.count(), std::memory_order_acq_rel);
+      ++jumps;
+      skipped_ns += skip.count();
+      now = node_clock::now();
+    }
+    dispatch(now);
+  }
+
+  void run();
+};
+
+clock_state& state() {
+  static clock_state s;
+  return s;
+}
+
+void clock_state::run() {
+  std::unique_lock<std::mutex> lock{mutex};
+  std::vector<detail::unique_function> due;
+  while (!stop) {
+    jump();
+    dispatch(node_clock::now()); // deadlines passed in real time while something was busy
+    if (!ready.empty()) {
+      due.swap(ready);
       const auto n = static_cast<std::int64_t>(due.size());
       lock.unlock();
       for (auto& f : due) {
@@ -137,7 +160,7 @@ void node_clock::sleep_until(time_point t) {
   bool handed = false;
   auto id = s.add(t, waiter{&cv, &handed, {}});
   if (s.busy.fetch_sub(1, std::memory_order_acq_rel) <= 1)
-    s.wake.notify_one(); // the last busy one: the clock may jump
+    s.jump(); // the last busy one: when its own deadline is first, it does not sleep
   while (!handed && now() < t)
     cv.wait_until(lock, s.real(t));
   if (!handed) { // woken by real time: count itself busy again
@@ -210,6 +233,7 @@ expected<std::unique_ptr<node_clock::virtual_time>> node_clock::virtual_time::st
 node_clock::virtual_time::~virtual_time() {
   auto& s = state();
   decltype(s.entries) dropped; // callbacks never run; destroyed outside the lock
+  std::vector<detail::unique_function> unrun;
   {
     std::lock_guard<std::mutex> g{s.mutex};
     s.stop = true;
@@ -226,6 +250,7 @@ node_clock::virtual_time::~virtual_time() {
     s.order.erase(it->second.at);
     dropped.insert(s.entries.extract(it++));
   }
+  unrun.swap(s.ready);
   s.on.store(false, std::memory_order_release);
   s.offset_ns.store(0, std::memory_order_release); // steady_clock's time again
   s.thread = std::thread{};

@@ -30,8 +30,9 @@ namespace tool_executor {
 inline constexpr std::size_t concurrency = 2;
 /// Calls waiting for a slot before new ones are refused.
 inline constexpr std::size_t queue_capacity = 64;
-/// How often an executor with calls under a deadline looks for expired ones: one timer for all
-/// of them instead of one per call (a deadline is met within this much).
+/// An executor with calls under a deadline sweeps for expired ones at the first deadline (one
+/// timer for all of them instead of one per call): a new call's deadline re-arms it only when
+/// this much earlier, and a sweep is at least this far ahead (a deadline is met within it).
 inline constexpr std::chrono::milliseconds deadline_check{10};
 /// How long a worker may go on with a call past its deadline before it is given up as stuck
 /// and replaced by a fresh one (a sandboxed call's processes are killed at the deadline, so its

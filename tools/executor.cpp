@@ -71,7 +71,10 @@ struct tool_executor::state {
   std::vector<std::size_t> free; // idle workers
   std::uint64_t next_key = 0;
   bool stopping = false;
-  bool sweep_armed = false; // a sweep is scheduled on the actor
+  // The next sweep scheduled on the actor (no_deadline: none) and its number: a sweep that is
+  // not the latest armed is stale and does nothing (an earlier deadline re-arms one sooner).
+  clock_type::time_point sweep_at = no_deadline;
+  std::uint64_t sweep_number = 0;
 
   ~state() { stop(); } // the workers' jobs use this state: they end first
 
@@ -83,7 +86,14 @@ struct tool_executor::state {
     if (free.empty() && waiting.size() >= options.queue_capacity)
       return submit_result::full;
     auto key = next_key++;
-    bool arm = call.deadline != no_deadline && !std::exchange(sweep_armed, true);
+    // A sweep at the call's deadline, unless one is due by then (within a deadline_check).
+    const bool arm = call.deadline != no_deadline &&
+                     (sweep_at == no_deadline ||
+                      call.deadline + defaults::tool_executor::deadline_check < sweep_at);
+    const auto at = call.deadline;
+    if (arm)
+      sweep_at = at;
+    const auto number = arm ? ++sweep_number : 0;
     if (free.empty()) {
       waiting.emplace_back(key, std::move(call));
     } else {
@@ -94,7 +104,7 @@ struct tool_executor::state {
     }
     if (arm) {
       guard.unlock();
-      schedule_sweep();
+      schedule_sweep(at, number);
     }
     return submit_result::accepted;
   }
@@ -232,21 +242,29 @@ struct tool_executor::state {
     return reply;
   }
 
-  void schedule_sweep() {
+  // Schedules sweep `number` at `at` (on the node's clock; at least a deadline_check ahead).
+  void schedule_sweep(clock_type::time_point at, std::uint64_t number) {
     if (auto self = caf::actor_cast<caf::actor>(actor))
-      caf::delayed_anon_send(self, defaults::tool_executor::deadline_check, tool_sweep_atom::value);
+      caf::delayed_anon_send(self,
+                             std::max<clock_type::duration>(
+                                 at - clock_type::now(), defaults::tool_executor::deadline_check),
+                             tool_sweep_atom::value, number);
   }
 
   // On the actor: answers every call past its deadline, waiting or running, with a timeout,
-  // gives up workers stuck past the grace, and schedules the next sweep while calls with a
-  // deadline or overdue workers remain.
-  void sweep() {
+  // gives up workers stuck past the grace, and schedules the next sweep at the first deadline
+  // (or stuck worker's grace) that remains. A sweep that is not the latest armed does nothing.
+  void sweep(std::uint64_t number) {
     std::vector<tool_submission> expired;
     std::vector<std::unique_ptr<driver_thread>> given_up;
-    bool again = false;
+    auto next = no_deadline; // when the next sweep is due
+    std::uint64_t next_number = 0;
     {
       std::unique_lock guard{mutex};
+      if (number != sweep_number)
+        return; // stale: a sooner sweep was armed after it
       auto now = clock_type::now();
+      const auto soon = now + defaults::tool_executor::deadline_check;
       // Both containers hold (key, call) pairs; the sweep goes on while calls with a deadline
       // remain.
       auto take_expired = [&](auto& calls) {
@@ -255,7 +273,7 @@ struct tool_executor::state {
             expired.push_back(std::move(it->second));
             it = calls.erase(it);
           } else {
-            again = again || it->second.deadline != no_deadline;
+            next = std::min(next, it->second.deadline);
             ++it;
           }
         }
@@ -271,14 +289,17 @@ struct tool_executor::state {
         auto& slot = workers[w];
         if (!slot.key || slot.overdue_since == no_deadline)
           continue;
-        if (now - slot.overdue_since < options.stuck_grace ||
-            abandoned_running >= options.max_abandoned || stopping) {
-          again = true; // looked at again by the next sweep
+        if (now - slot.overdue_since < options.stuck_grace) {
+          next = std::min(next, slot.overdue_since + options.stuck_grace);
+          continue;
+        }
+        if (abandoned_running >= options.max_abandoned || stopping) {
+          next = std::min(next, soon); // looked at again by the next sweep
           continue;
         }
         auto fresh = start_worker(w);
         if (!fresh) {
-          again = true; // no thread to be had now: the stuck one is waited for
+          next = std::min(next, soon); // no thread to be had now: the stuck one is waited for
           continue;
         }
         given_up.push_back(std::exchange(slot.thread, std::move(*fresh)));
@@ -288,20 +309,22 @@ struct tool_executor::state {
           auto [key, call] = std::move(waiting.front());
           waiting.pop_front();
           auto& entry = running.emplace(key, std::move(call)).first->second;
-          again = again || entry.deadline != no_deadline;
+          next = std::min(next, entry.deadline);
           start(w, key, job_call::of(entry), guard);
         } else {
           free.push_back(w);
         }
       }
-      sweep_armed = again;
+      sweep_at = next;
+      if (next != no_deadline)
+        next_number = ++sweep_number;
     }
     for (auto& thread : given_up)
       driver_thread::abandon(std::move(thread));
     for (auto& call : expired)
       send_result(call, timed_out_reply(call.name));
-    if (again)
-      schedule_sweep();
+    if (next != no_deadline)
+      schedule_sweep(next, next_number);
   }
 
   // Slot `slot`'s thread (moved out by the caller) is given up: its job, whenever it returns,
@@ -396,7 +419,7 @@ public:
             it->second.deliver(std::move(reply));
           promises_.erase(it);
         },
-        [this](tool_sweep_atom) { state_->sweep(); },
+        [this](tool_sweep_atom, std::uint64_t number) { state_->sweep(number); },
     };
   }
 

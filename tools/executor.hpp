@@ -23,8 +23,9 @@ namespace triad {
 /// Asks a tool executor to run a tool: `(tool_call_atom, std::string name, std::string
 /// arguments_json)` -> tool_reply, or with a deadline: `(tool_call_atom, name, arguments_json,
 /// std::int64_t deadline_ms)`, answered with the error caf::sec::request_timeout when no result
-/// came within deadline_ms (the executor checks its calls' deadlines every `deadline_check`, so
-/// callers need no timer of their own). Answered "busy" at once when the queue is full.
+/// came within deadline_ms (the executor sweeps for expired calls at their first deadline,
+/// within `deadline_check`, so callers need no timer of their own). Answered "busy" at once when
+/// the queue is full.
 using tool_call_atom = caf::atom_constant<caf::atom("toolcall")>;
 
 /// What a call submitted with tool_executor::submit (and a tool invocation, to its owner) sends
@@ -48,7 +49,8 @@ typename Inspector::result_type inspect(Inspector& f, tool_reply& x) {
            x.timed_out);
 }
 
-/// A tool executor's deadline sweep (its own timer message): `(tool_sweep_atom)`.
+/// A tool executor's deadline sweep (its own timer message, at the first deadline of its
+/// calls): `(tool_sweep_atom, number)`; only the latest armed sweep acts.
 using tool_sweep_atom = caf::atom_constant<caf::atom("toolsweep")>;
 
 /// The typed interface of a tool executor's actor: a message it does not take is a compile
@@ -57,7 +59,8 @@ using tool_sweep_atom = caf::atom_constant<caf::atom("toolsweep")>;
 using tool_executor_actor = caf::typed_actor<
     caf::replies_to<tool_call_atom, std::string, std::string>::with<tool_reply>,
     caf::replies_to<tool_call_atom, std::string, std::string, std::int64_t>::with<tool_reply>,
-    caf::reacts_to<tool_result_atom, std::uint64_t, tool_reply>, caf::reacts_to<tool_sweep_atom>>;
+    caf::reacts_to<tool_result_atom, std::uint64_t, tool_reply>,
+    caf::reacts_to<tool_sweep_atom, std::uint64_t>>;
 
 /// Options of a tool executor.
 struct tool_executor_options {
