@@ -15,7 +15,8 @@ namespace kvstore {
 inline constexpr std::size_t block_tokens = 16;
 /// Time-to-live of a pin when the caller gives none (a typical tool call's length, generous).
 inline constexpr std::chrono::milliseconds pin_ttl{30'000};
-/// How often pins are checked for expiry.
+/// Pins are checked for expiry at the first pin deadline, at least this far apart (a pin
+/// expires within this much of its deadline).
 inline constexpr std::chrono::milliseconds expiry_period{50};
 /// Idle block actors kept per domain for blocks moving in (beyond that they exit).
 inline constexpr std::size_t idle_actors_per_domain = 4096;

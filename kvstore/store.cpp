@@ -4,6 +4,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -142,7 +143,10 @@ public:
         },
         [this](kv_fault_atom, std::uint32_t n) { faults_ += n; },
         [this](kv_stats_atom) -> kv_store_stats { return stats(); },
-        [this](kv_expiry_atom) { on_expiry(); },
+        [this](kv_expiry_atom, std::uint64_t number) {
+          if (number == expiry_number_) // the latest armed check: earlier ones are stale
+            on_expiry();
+        },
         [this](kv_flush_atom) { flush_moves(); },
     };
   }
@@ -882,11 +886,22 @@ private:
     auto r = for_each_known(ids, [&](block_rec& b) { b.pins.emplace_back(pin, deadline); });
     r.pin = pin;
     pins_due_.emplace(pin, pin_deadlines_.emplace(deadline, std::make_pair(pin, ids)));
-    if (!expiry_scheduled_) {
-      expiry_scheduled_ = true;
-      delayed_send(this, config_.expiry_period, kv_expiry_atom::value);
-    }
+    schedule_expiry();
     return r;
+  }
+
+  // Arms the expiry check for the first pin deadline (at least expiry_period ahead) unless one
+  // is armed by then (within an expiry_period); the check armed before it is then stale.
+  void schedule_expiry() {
+    if (pin_deadlines_.empty())
+      return;
+    const auto first = pin_deadlines_.begin()->first;
+    if (expiry_at_ && first + config_.expiry_period >= *expiry_at_)
+      return;
+    expiry_at_ = first;
+    delayed_send(this,
+                 std::max<clock_type::duration>(first - clock_type::now(), config_.expiry_period),
+                 kv_expiry_atom::value, ++expiry_number_);
   }
 
   // Matches a block's entry of `pin` (its pins: pin, deadline).
@@ -917,9 +932,9 @@ private:
 
   // Ends the pins whose deadline passed, from the deadline index (an unpinned pin's entry
   // finds nothing left to end); a block whose last pin ended and that sits in a device's memory
-  // goes down to host. Checks again every expiry_period while pins wait.
+  // goes down to host. Checks again at the next pin deadline while pins wait.
   void on_expiry() {
-    expiry_scheduled_ = false;
+    expiry_at_.reset();
     const auto now = clock_type::now();
     std::vector<block_id> expired;
     while (!pin_deadlines_.empty() && pin_deadlines_.begin()->first <= now) {
@@ -949,10 +964,7 @@ private:
         if (auto target = demote_target(it->second))
           demote(id, *target, [](expected<void>) {});
       });
-    if (!pin_deadlines_.empty()) {
-      expiry_scheduled_ = true;
-      delayed_send(this, config_.expiry_period, kv_expiry_atom::value);
-    }
+    schedule_expiry();
   }
 
   // Runs `start(id, done)` for every block and answers once each has called its `done`.
@@ -1364,7 +1376,8 @@ private:
   std::vector<std::size_t> leaving_;                  // by location::entry()
   std::map<domain*, std::vector<caf::actor>> spares_; // idle block actors by domain
   std::uint32_t faults_ = 0;
-  bool expiry_scheduled_ = false;
+  std::optional<clock_type::time_point> expiry_at_; // the armed expiry check's time
+  std::uint64_t expiry_number_ = 0;                 // the armed check's number
   std::uint64_t next_pin_ = 0; // the last pin given (kv_pin)
   // Each pin's deadline, with the pin and its blocks: an expiry check reads the pins due, not
   // every block (a code-agent run holds hundreds of thousands).

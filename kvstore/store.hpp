@@ -128,7 +128,8 @@ struct kv_store_config {
   /// and files of another model found at start are rejected, never read.
   std::uint64_t model = 0;
   std::chrono::milliseconds pin_ttl = defaults::kvstore::pin_ttl;             ///< default TTL
-  std::chrono::milliseconds expiry_period = defaults::kvstore::expiry_period; ///< pin checks
+  /// Pin checks: at the first pin deadline, at least this far apart (a pin expires within it).
+  std::chrono::milliseconds expiry_period = defaults::kvstore::expiry_period;
   std::size_t max_waiting = defaults::kvstore::max_waiting; ///< operations waiting for space
   eviction_policy_factory policy;                           ///< one policy per pool; empty: LRU
   const topology* topo = nullptr;      ///< binds pool memory when it is this machine
@@ -266,7 +267,8 @@ using kv_index_put_atom = caf::atom_constant<caf::atom("iput")>;
 /// The store's own, to its prefix index: forgets a block: `(kv_index_erase_atom, block_hash,
 /// block_id)` (ignored when the hash now names another block).
 using kv_index_erase_atom = caf::atom_constant<caf::atom("ierase")>;
-/// The store's own timer: checks pins for expiry: `(kv_expiry_atom)`.
+/// The store's own timer: checks pins for expiry at the first pin deadline:
+/// `(kv_expiry_atom, number)`; only the latest armed check acts.
 using kv_expiry_atom = caf::atom_constant<caf::atom("kvexpiry")>;
 /// The store's own, at the end of a turn: sends the copies queued in it to the movers, one
 /// batch per destination domain: `(kv_flush_atom)`.
@@ -308,7 +310,7 @@ using kv_store_actor = caf::typed_actor<
     caf::reacts_to<kv_resident_atom, std::string, std::vector<kv_page>, std::vector<block_hash>>,
     caf::replies_to<kv_on_device_atom, std::string, std::vector<token>>::with<kv_prefix>,
     caf::reacts_to<kv_device_leave_atom, std::string, caf::actor_addr>,
-    caf::reacts_to<kv_fault_atom, std::uint32_t>, caf::reacts_to<kv_expiry_atom>,
+    caf::reacts_to<kv_fault_atom, std::uint32_t>, caf::reacts_to<kv_expiry_atom, std::uint64_t>,
     caf::reacts_to<kv_flush_atom>>;
 
 /// A running store: the store actor (lifecycle of every block) and its prefix index actor
