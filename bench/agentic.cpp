@@ -426,8 +426,8 @@ int run(int argc, char** argv) {
   double agent_scale_option = 0;
   std::size_t agent_sessions_option = 0;
   app.add_option("--agent-scale", agent_scale_option,
-                 "code_agent_* settings: modelled seconds per real second (default: --quick 50, "
-                 "else 20)")
+                 "code_agent_* settings with --clock real: modelled seconds per real second "
+                 "(default: --quick 50, else 20)")
       ->check(CLI::PositiveNumber);
   app.add_option("--agent-sessions", agent_sessions_option,
                  "code_agent_* settings: sessions (default: --quick 24, else 64)")

@@ -83,20 +83,29 @@ driver_thread::~driver_thread() {
 submit_result driver_thread::reserve() {
   // Reserve a slot first, then look at stopping_: with stop() storing stopping_ before the
   // driver's last look at pending_, a job is either refused here or run by the driver.
-  if (pending_.fetch_add(1) >= capacity_) {
-    pending_.fetch_sub(1);
+  const auto before = pending_.fetch_add(1);
+  // In virtual time a driver with jobs counts busy once, not once a job: a job queued behind
+  // one that waits on node_clock cannot run before that one is woken, so it must not hold the
+  // clock. The submitter is counted busy itself, so the count never passes zero meanwhile.
+  if (counting_ && before == 0)
+    node_clock::busy();
+  if (before >= capacity_) {
+    unreserve();
     refused_.fetch_add(1, std::memory_order_relaxed);
     return submit_result::full;
   }
   if (stopping_.load()) {
-    pending_.fetch_sub(1);
+    unreserve();
     refused_.fetch_add(1, std::memory_order_relaxed);
     return submit_result::stopped;
   }
   accepted_.fetch_add(1, std::memory_order_relaxed);
-  if (counting_)
-    node_clock::busy(); // until the job has run
   return submit_result::accepted;
+}
+
+void driver_thread::unreserve() {
+  if (pending_.fetch_sub(1) == 1 && counting_)
+    node_clock::idle(); // the last job: what it sent is counted already
 }
 
 submit_result driver_thread::try_submit(driver_job&& job) {
@@ -156,9 +165,7 @@ void driver_thread::run(std::shared_ptr<std::atomic<int>> bind_state) {
     }
     job = driver_job{};
     completed_.fetch_add(1, std::memory_order_release);
-    pending_.fetch_sub(1);
-    if (counting_)
-      node_clock::idle(); // what the job sent is counted already
+    unreserve();
   }
 }
 

@@ -104,6 +104,7 @@ private:
   explicit driver_thread(driver_options options);
   void run(std::shared_ptr<std::atomic<int>> bind_state);
   submit_result reserve(); // takes a slot of the capacity, or says why not
+  void unreserve();        // gives a slot back (a job ran, or was refused)
   void wake();             // an empty job: the sleeping thread looks at stopping_
 
   std::string name_;
@@ -114,7 +115,7 @@ private:
   int domain_;
   std::string role_;
   bool bound_ = false;
-  bool counting_; // created in virtual time: each accepted job counts busy on node_clock
+  bool counting_; // created in virtual time: counts busy on node_clock while it has jobs
   std::unique_ptr<queue> queue_;
   std::atomic<std::size_t> pending_{0};
   std::atomic<bool> stopping_{false};

@@ -116,6 +116,31 @@ BOOST_AUTO_TEST_CASE(a_driver_job_counts_busy_until_it_has_run) {
   (*driver)->stop();
 }
 
+BOOST_AUTO_TEST_CASE(a_job_queued_behind_a_sleeping_job_does_not_hold_the_clock) {
+  auto on = node_clock::virtual_time::start();
+  BOOST_REQUIRE(on.has_value());
+  triad::driver_options o;
+  o.name = "clock-test";
+  auto driver = triad::driver_thread::start(o);
+  BOOST_REQUIRE(driver.has_value());
+  std::atomic<bool> second_ran{false};
+  BOOST_REQUIRE((*driver)->try_submit([] { node_clock::sleep_for(1h); }) ==
+                triad::submit_result::accepted);
+  BOOST_REQUIRE((*driver)->try_submit([&] { second_ran = true; }) ==
+                triad::submit_result::accepted);
+  {
+    node_clock::busy_scope counted;
+    const auto real0 = real_clock::now();
+    const auto t0 = node_clock::now();
+    node_clock::sleep_for(1min); // the queued job cannot run before the hour: the clock jumps
+    BOOST_TEST((node_clock::now() - t0 >= 1min));
+    BOOST_TEST((real_clock::now() - real0 < 30s));
+    BOOST_TEST(!second_ran.load());
+  }
+  (*driver)->stop(); // the hour passes at once, then the queued job runs
+  BOOST_TEST(second_ran.load());
+}
+
 BOOST_AUTO_TEST_CASE(a_second_virtual_time_is_refused_and_real_time_returns_after) {
   {
     auto on = node_clock::virtual_time::start();
