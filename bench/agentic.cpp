@@ -441,7 +441,7 @@ int run(int argc, char** argv) {
   std::size_t dc_sessions_option = 0;
   app.add_option("--datacenter-minutes", dc_minutes_option,
                  "datacenter_three_stage (64 devices): minutes of modelled arrivals (default: "
-                 "--quick 10, else 60)")
+                 "--quick 5, else 60)")
       ->check(CLI::PositiveNumber);
   app.add_option("--datacenter-sessions", dc_sessions_option,
                  "datacenter_three_stage: sessions arriving (default: 3 a modelled minute)")
@@ -523,7 +523,7 @@ int run(int argc, char** argv) {
   // The datacenter-scale run: code-agent sessions arriving uniformly at random over the minutes
   // given, on 64 devices; its figure is how much faster than real time the simulation ran.
   const auto dc_hw = datacenter_hardware();
-  const double dc_minutes = dc_minutes_option > 0 ? dc_minutes_option : quick ? 10.0 : 60.0;
+  const double dc_minutes = dc_minutes_option > 0 ? dc_minutes_option : quick ? 5.0 : 60.0;
   const std::size_t dc_sessions = dc_sessions_option > 0
                                       ? dc_sessions_option
                                       : static_cast<std::size_t>(std::ceil(3 * dc_minutes));
