@@ -1,5 +1,6 @@
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -89,45 +90,52 @@ BOOST_AUTO_TEST_CASE(callbacks_run_in_deadline_order_and_a_cancelled_one_never) 
   BOOST_TEST((ran == std::vector<int>{1, 2}));
 }
 
-BOOST_AUTO_TEST_CASE(a_driver_job_counts_busy_until_it_has_run) {
-  auto on = node_clock::virtual_time::start();
-  BOOST_REQUIRE(on.has_value());
-  triad::driver_options o;
-  o.name = "clock-test";
-  auto driver = triad::driver_thread::start(o);
-  BOOST_REQUIRE(driver.has_value());
+// Virtual time and a driver thread made in it (it counts its jobs); the driver ends first.
+struct virtual_driver {
+  std::unique_ptr<node_clock::virtual_time> on;
+  std::unique_ptr<triad::driver_thread> driver;
+
+  virtual_driver() {
+    auto clock = node_clock::virtual_time::start();
+    BOOST_REQUIRE(clock.has_value());
+    on = std::move(*clock);
+    triad::driver_options o;
+    o.name = "clock-test";
+    auto d = triad::driver_thread::start(o);
+    BOOST_REQUIRE(d.has_value());
+    driver = std::move(*d);
+  }
+
+  void submit(triad::driver_job job) {
+    BOOST_REQUIRE(driver->try_submit(std::move(job)) == triad::submit_result::accepted);
+  }
+};
+
+BOOST_FIXTURE_TEST_CASE(a_driver_job_counts_busy_until_it_has_run, virtual_driver) {
   std::atomic<bool> done{false};
   real_clock::time_point done_at;
   // A job that works 200 ms of real time (not waiting on the clock), then one that sleeps a
   // modelled minute: this thread's hour must not pass before the work is done.
-  BOOST_REQUIRE((*driver)->try_submit([&] {
+  submit([&] {
     std::this_thread::sleep_for(200ms);
     done_at = real_clock::now();
     done = true;
-  }) == triad::submit_result::accepted);
-  BOOST_REQUIRE((*driver)->try_submit([] { node_clock::sleep_for(1min); }) ==
-                triad::submit_result::accepted);
+  });
+  submit([] { node_clock::sleep_for(1min); });
   node_clock::busy_scope counted;
   const auto t0 = node_clock::now();
   node_clock::sleep_for(1h);
   BOOST_TEST(done.load());
   BOOST_TEST((real_clock::now() >= done_at));
   BOOST_TEST((node_clock::now() - t0 >= 1h));
-  (*driver)->stop();
+  driver->stop();
 }
 
-BOOST_AUTO_TEST_CASE(a_job_queued_behind_a_sleeping_job_does_not_hold_the_clock) {
-  auto on = node_clock::virtual_time::start();
-  BOOST_REQUIRE(on.has_value());
-  triad::driver_options o;
-  o.name = "clock-test";
-  auto driver = triad::driver_thread::start(o);
-  BOOST_REQUIRE(driver.has_value());
+BOOST_FIXTURE_TEST_CASE(a_job_queued_behind_a_sleeping_job_does_not_hold_the_clock,
+                        virtual_driver) {
   std::atomic<bool> second_ran{false};
-  BOOST_REQUIRE((*driver)->try_submit([] { node_clock::sleep_for(1h); }) ==
-                triad::submit_result::accepted);
-  BOOST_REQUIRE((*driver)->try_submit([&] { second_ran = true; }) ==
-                triad::submit_result::accepted);
+  submit([] { node_clock::sleep_for(1h); });
+  submit([&] { second_ran = true; });
   {
     node_clock::busy_scope counted;
     const auto real0 = real_clock::now();
@@ -137,7 +145,7 @@ BOOST_AUTO_TEST_CASE(a_job_queued_behind_a_sleeping_job_does_not_hold_the_clock)
     BOOST_TEST((real_clock::now() - real0 < 30s));
     BOOST_TEST(!second_ran.load());
   }
-  (*driver)->stop(); // the hour passes at once, then the queued job runs
+  driver->stop(); // the hour passes at once, then the queued job runs
   BOOST_TEST(second_ran.load());
 }
 
