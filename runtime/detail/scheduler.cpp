@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -68,9 +69,34 @@ public:
     }
     // CAF computed `t` from steady_clock: the same distance from the node's now.
     auto when = node_clock::now() + (t - std::chrono::steady_clock::now());
-    node_clock::at(when, [r = std::move(receiver), c = std::move(content)]() mutable {
-      r->enqueue(std::move(c), nullptr);
-    });
+    auto a = armed_;
+    std::lock_guard<std::mutex> g{a->mutex};
+    if (a->closed)
+      return; // the domain is stopping: as CAF's clock, it delivers nothing more
+    auto key = a->next++;
+    auto id =
+        node_clock::at(when, [a, key, r = std::move(receiver), c = std::move(content)]() mutable {
+          {
+            std::lock_guard<std::mutex> lock{a->mutex};
+            if (a->ids.erase(key) == 0)
+              return; // dropped at stop
+          }
+          r->enqueue(std::move(c), nullptr);
+        });
+    a->ids.emplace(key, id);
+  }
+
+  // Virtual time: drops the delayed messages still waiting on node_clock (and their actor
+  // references) while the domain's actor system lives; called when the scheduler stops.
+  void drop_delayed() {
+    std::unordered_map<std::uint64_t, node_clock::timer_id> ids;
+    {
+      std::lock_guard<std::mutex> g{armed_->mutex};
+      armed_->closed = true;
+      ids.swap(armed_->ids);
+    }
+    for (const auto& [key, id] : ids)
+      node_clock::cancel(id);
   }
 
   void set_ordinary_timeout(time_point t, caf::abstract_actor* self, caf::atom_value type,
@@ -106,6 +132,14 @@ private:
   }
 
   const bool virtual_; // delayed messages wait on node_clock
+  // Virtual time: the delayed messages armed on node_clock (by key), shared with their callbacks.
+  struct armed {
+    std::mutex mutex;
+    std::unordered_map<std::uint64_t, node_clock::timer_id> ids;
+    std::uint64_t next = 0;
+    bool closed = false;
+  };
+  std::shared_ptr<armed> armed_ = std::make_shared<armed>();
   std::mutex mutex_;
   std::unordered_set<caf::actor_id> with_timeouts_; // live actors that set a timeout
 };
@@ -188,6 +222,7 @@ public:
   }
 
   void stop() override {
+    clock_.drop_delayed();
     shutdown_job done;
     for (std::size_t i = 0; i < workers_.size(); ++i) {
       done.ref(); // never released to zero: it lives on this stack
