@@ -903,13 +903,19 @@ BOOST_AUTO_TEST_CASE(virtual_time_gives_the_modelled_times_of_a_real_time_run) {
   BOOST_TEST(skipped.jumps > 0u); // the idle gaps were jumped over
   BOOST_TEST(skipped.completion_tokens == real.completion_tokens);
   BOOST_TEST(skipped.prefill_tokens == real.prefill_tokens);
+  // Within noise: the CPU work runs at real speed in both, and a loaded machine (a sanitizer
+  // build, tests in parallel) adds to either run's sessions: their mean within 20%, each
+  // session within 35% and 0.3 s (under ASan with ctest -j2 one session differed by 26%).
+  double real_sum = 0, skipped_sum = 0;
   for (std::size_t i = 0; i < real.session_s.size(); ++i) {
     BOOST_TEST_MESSAGE("session " << i << ": real time " << real.session_s[i] << " s, virtual "
                                   << skipped.session_s[i] << " s");
-    // Within noise: the CPU work runs at real speed in both; a loaded machine adds to either.
     BOOST_TEST(std::abs(skipped.session_s[i] - real.session_s[i]) <=
-               0.2 * real.session_s[i] + 0.15);
+               0.35 * real.session_s[i] + 0.3);
+    real_sum += real.session_s[i];
+    skipped_sum += skipped.session_s[i];
   }
+  BOOST_TEST(std::abs(skipped_sum - real_sum) <= 0.2 * real_sum);
 }
 
 BOOST_AUTO_TEST_CASE(a_second_session_on_the_same_system_prompt_prefills_only_what_differs) {
