@@ -16,6 +16,7 @@
 #include "kvstore/detail/resident_pages.hpp"
 #include "kvstore/detail/store_metrics.hpp"
 #include "kvstore/pool.hpp"
+#include "runtime/deadline_alarm.hpp"
 #include "runtime/node_clock.hpp"
 
 namespace triad {
@@ -144,7 +145,7 @@ public:
         [this](kv_fault_atom, std::uint32_t n) { faults_ += n; },
         [this](kv_stats_atom) -> kv_store_stats { return stats(); },
         [this](kv_expiry_atom, std::uint64_t number) {
-          if (number == expiry_number_) // the latest armed check: earlier ones are stale
+          if (expiry_.fire(number)) // the latest armed check: earlier ones are stale
             on_expiry();
         },
         [this](kv_flush_atom) { flush_moves(); },
@@ -896,12 +897,10 @@ private:
     if (pin_deadlines_.empty())
       return;
     const auto first = pin_deadlines_.begin()->first;
-    if (expiry_at_ && first + config_.expiry_period >= *expiry_at_)
-      return;
-    expiry_at_ = first;
-    delayed_send(this,
-                 std::max<clock_type::duration>(first - clock_type::now(), config_.expiry_period),
-                 kv_expiry_atom::value, ++expiry_number_);
+    if (auto number = expiry_.arm(first))
+      delayed_send(this,
+                   std::max<clock_type::duration>(first - clock_type::now(), config_.expiry_period),
+                   kv_expiry_atom::value, *number);
   }
 
   // Matches a block's entry of `pin` (its pins: pin, deadline).
@@ -934,7 +933,6 @@ private:
   // finds nothing left to end); a block whose last pin ended and that sits in a device's memory
   // goes down to host. Checks again at the next pin deadline while pins wait.
   void on_expiry() {
-    expiry_at_.reset();
     const auto now = clock_type::now();
     std::vector<block_id> expired;
     while (!pin_deadlines_.empty() && pin_deadlines_.begin()->first <= now) {
@@ -1376,8 +1374,7 @@ private:
   std::vector<std::size_t> leaving_;                  // by location::entry()
   std::map<domain*, std::vector<caf::actor>> spares_; // idle block actors by domain
   std::uint32_t faults_ = 0;
-  std::optional<clock_type::time_point> expiry_at_; // the armed expiry check's time
-  std::uint64_t expiry_number_ = 0;                 // the armed check's number
+  deadline_alarm expiry_{config_.expiry_period}; // the armed expiry check
   std::uint64_t next_pin_ = 0; // the last pin given (kv_pin)
   // Each pin's deadline, with the pin and its blocks: an expiry check reads the pins due, not
   // every block (a code-agent run holds hundreds of thousands).

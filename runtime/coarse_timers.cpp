@@ -13,19 +13,15 @@ coarse_timers::coarse_timers(std::chrono::milliseconds granularity,
     , linger_(linger)
     , horizon_(100 * granularity_) {
   if (node_clock::is_virtual())
-    on_clock_ = std::make_shared<on_clock>();
+    on_clock_ = std::make_unique<node_clock::timer_set>();
   else
     thread_ = std::thread{[this] { run(); }};
 }
 
 coarse_timers::~coarse_timers() {
-  if (on_clock_) {
-    std::lock_guard<std::mutex> lock{on_clock_->mutex};
-    for (auto& [k, id] : on_clock_->ids)
-      node_clock::cancel(id);
-    on_clock_->ids.clear();
-    return;
-  }
+  if (on_clock_)
+    return; // the set cancels what is armed
+
   {
     std::lock_guard<std::mutex> lock{mutex_};
     stop_ = true;
@@ -35,20 +31,8 @@ coarse_timers::~coarse_timers() {
 }
 
 coarse_timers::key coarse_timers::arm(clock::time_point deadline, std::function<void()> fire) {
-  if (on_clock_) {
-    std::lock_guard<std::mutex> lock{on_clock_->mutex};
-    key k = next_++;
-    auto id = node_clock::at(deadline, [k, armed = on_clock_, f = std::move(fire)] {
-      {
-        std::lock_guard<std::mutex> g{armed->mutex};
-        if (armed->ids.erase(k) == 0)
-          return; // cancelled while the clock took it
-      }
-      f();
-    });
-    on_clock_->ids.emplace(k, id);
-    return k;
-  }
+  if (on_clock_)
+    return on_clock_->arm(deadline, std::move(fire));
   bool wake = false;
   key k = 0;
   {
@@ -69,11 +53,7 @@ coarse_timers::key coarse_timers::arm(clock::time_point deadline, std::function<
 
 void coarse_timers::cancel(key k) {
   if (on_clock_) {
-    std::lock_guard<std::mutex> lock{on_clock_->mutex};
-    if (auto it = on_clock_->ids.find(k); it != on_clock_->ids.end()) {
-      node_clock::cancel(it->second);
-      on_clock_->ids.erase(it);
-    }
+    on_clock_->cancel(k);
     return;
   }
   std::lock_guard<std::mutex> lock{mutex_};
@@ -85,10 +65,8 @@ void coarse_timers::cancel(key k) {
 }
 
 std::size_t coarse_timers::armed() const {
-  if (on_clock_) {
-    std::lock_guard<std::mutex> lock{on_clock_->mutex};
-    return on_clock_->ids.size();
-  }
+  if (on_clock_)
+    return on_clock_->size();
   std::lock_guard<std::mutex> lock{mutex_};
   return entries_.size();
 }

@@ -49,12 +49,7 @@ private:
   using clock = node_clock;
   void run();
 
-  // Virtual time: what is armed on node_clock (a key's callback id), shared with the callbacks.
-  struct on_clock {
-    std::mutex mutex;
-    std::unordered_map<key, node_clock::timer_id> ids;
-  };
-  std::shared_ptr<on_clock> on_clock_; // null in real time
+  std::unique_ptr<node_clock::timer_set> on_clock_; // virtual time: armed there; else null
 
   const std::chrono::milliseconds granularity_, linger_;
   const std::chrono::milliseconds horizon_; // deadlines nearer than this: ticking

@@ -193,6 +193,74 @@ bool node_clock::cancel(timer_id id) {
   return true;
 }
 
+// -- timer_set --
+
+struct node_clock::timer_set::shared {
+  mutable std::mutex mutex;
+  std::unordered_map<key, timer_id> ids; // armed and not yet run or cancelled
+  key next = 1;
+  bool closed = false;
+};
+
+node_clock::timer_set::timer_set()
+    : shared_(std::make_shared<shared>()) {}
+
+node_clock::timer_set::~timer_set() {
+  cancel_all();
+}
+
+node_clock::timer_set::key node_clock::timer_set::arm(time_point t, detail::unique_function fun) {
+  if (!is_virtual())
+    return 0;
+  std::lock_guard<std::mutex> g{shared_->mutex};
+  if (shared_->closed)
+    return 0;
+  auto k = shared_->next++;
+  auto id = node_clock::at(t, [k, set = shared_, f = std::move(fun)]() mutable {
+    {
+      std::lock_guard<std::mutex> lock{set->mutex};
+      if (set->ids.erase(k) == 0)
+        return; // cancelled while the clock took it
+    }
+    f();
+  });
+  if (id != 0)
+    shared_->ids.emplace(k, id);
+  return id != 0 ? k : 0;
+}
+
+bool node_clock::timer_set::cancel(key k) {
+  timer_id id = 0;
+  {
+    std::lock_guard<std::mutex> g{shared_->mutex};
+    auto it = shared_->ids.find(k);
+    if (it == shared_->ids.end())
+      return false;
+    id = it->second;
+    shared_->ids.erase(it);
+  }
+  node_clock::cancel(id); // outside the set's lock: the callback may be taking it
+  return true;
+}
+
+void node_clock::timer_set::cancel_all() {
+  std::unordered_map<key, timer_id> ids;
+  {
+    std::lock_guard<std::mutex> g{shared_->mutex};
+    shared_->closed = true;
+    ids.swap(shared_->ids);
+  }
+  for (const auto& [k, id] : ids)
+    node_clock::cancel(id);
+}
+
+std::size_t node_clock::timer_set::size() const {
+  std::lock_guard<std::mutex> g{shared_->mutex};
+  return shared_->ids.size();
+}
+
+// -- busy accounting --
+
 void node_clock::busy() noexcept {
   state().busy.fetch_add(1, std::memory_order_acq_rel);
 }

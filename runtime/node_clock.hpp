@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -54,6 +55,36 @@ public:
 
   /// Cancels a callback armed with `at`; false when it ran or was cancelled already.
   static bool cancel(timer_id id);
+
+  /// Callbacks armed on the clock by one owner (a timer wheel, a domain's delayed messages),
+  /// cancelled one by one or all at once when the owner stops, so none outlives what it uses.
+  /// Cancelling races with the clock's thread taking a callback: the set decides, so a
+  /// cancelled callback never runs. Virtual time only (`arm` returns 0 otherwise).
+  class timer_set {
+  public:
+    /// A callback armed in this set.
+    using key = std::uint64_t;
+
+    timer_set();
+    /// cancel_all().
+    ~timer_set();
+    timer_set(const timer_set&) = delete;
+    timer_set& operator=(const timer_set&) = delete;
+
+    /// Runs `fun` on the clock's thread once `now() >= t`, unless cancelled first; returns 0
+    /// and drops `fun` when the set is closed or time is real.
+    key arm(time_point t, detail::unique_function fun);
+    /// Cancels one callback; false when it ran or was cancelled already.
+    bool cancel(key k);
+    /// Cancels every callback armed and closes the set: later `arm` calls drop theirs.
+    void cancel_all();
+    /// Callbacks armed and not yet run.
+    std::size_t size() const;
+
+  private:
+    struct shared;
+    std::shared_ptr<shared> shared_; // shared with the armed callbacks
+  };
 
   /// Counts one unit of work that may produce an event (a queued actor or job, a running
   /// thread): no jump until it is released. Cheap (one atomic add), a no-op in real time.

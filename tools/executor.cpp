@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "runtime/bridge.hpp"
+#include "runtime/deadline_alarm.hpp"
 #include "runtime/node_clock.hpp"
 
 #include <boost/json/serialize.hpp>
@@ -71,10 +72,9 @@ struct tool_executor::state {
   std::vector<std::size_t> free; // idle workers
   std::uint64_t next_key = 0;
   bool stopping = false;
-  // The next sweep scheduled on the actor (no_deadline: none) and its number: a sweep that is
-  // not the latest armed is stale and does nothing (an earlier deadline re-arms one sooner).
-  clock_type::time_point sweep_at = no_deadline;
-  std::uint64_t sweep_number = 0;
+  // The sweep scheduled on the actor: one that is not the latest armed is stale and does
+  // nothing (an earlier deadline re-arms one sooner).
+  deadline_alarm sweep_alarm{defaults::tool_executor::deadline_check};
 
   ~state() { stop(); } // the workers' jobs use this state: they end first
 
@@ -87,13 +87,8 @@ struct tool_executor::state {
       return submit_result::full;
     auto key = next_key++;
     // A sweep at the call's deadline, unless one is due by then (within a deadline_check).
-    const bool arm = call.deadline != no_deadline &&
-                     (sweep_at == no_deadline ||
-                      call.deadline + defaults::tool_executor::deadline_check < sweep_at);
     const auto at = call.deadline;
-    if (arm)
-      sweep_at = at;
-    const auto number = arm ? ++sweep_number : 0;
+    const auto number = at != no_deadline ? sweep_alarm.arm(at) : std::nullopt;
     if (free.empty()) {
       waiting.emplace_back(key, std::move(call));
     } else {
@@ -102,9 +97,9 @@ struct tool_executor::state {
       auto& entry = running.emplace(key, std::move(call)).first->second;
       start(w, key, job_call::of(entry), guard);
     }
-    if (arm) {
+    if (number) {
       guard.unlock();
-      schedule_sweep(at, number);
+      schedule_sweep(at, *number);
     }
     return submit_result::accepted;
   }
@@ -258,10 +253,10 @@ struct tool_executor::state {
     std::vector<tool_submission> expired;
     std::vector<std::unique_ptr<driver_thread>> given_up;
     auto next = no_deadline; // when the next sweep is due
-    std::uint64_t next_number = 0;
+    std::optional<std::uint64_t> next_number;
     {
       std::unique_lock guard{mutex};
-      if (number != sweep_number)
+      if (!sweep_alarm.fire(number))
         return; // stale: a sooner sweep was armed after it
       auto now = clock_type::now();
       const auto soon = now + defaults::tool_executor::deadline_check;
@@ -315,16 +310,15 @@ struct tool_executor::state {
           free.push_back(w);
         }
       }
-      sweep_at = next;
       if (next != no_deadline)
-        next_number = ++sweep_number;
+        next_number = sweep_alarm.arm(next);
     }
     for (auto& thread : given_up)
       driver_thread::abandon(std::move(thread));
     for (auto& call : expired)
       send_result(call, timed_out_reply(call.name));
-    if (next != no_deadline)
-      schedule_sweep(next, next_number);
+    if (next_number)
+      schedule_sweep(next, *next_number);
   }
 
   // Slot `slot`'s thread (moved out by the caller) is given up: its job, whenever it returns,

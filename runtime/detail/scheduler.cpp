@@ -67,37 +67,17 @@ public:
       super::schedule_message(t, std::move(receiver), std::move(content));
       return;
     }
-    // CAF computed `t` from steady_clock: the same distance from the node's now.
+    // CAF computed `t` from steady_clock: the same distance from the node's now. A set closed
+    // at stop arms nothing more: as CAF's clock, the domain then delivers nothing more.
     auto when = node_clock::now() + (t - std::chrono::steady_clock::now());
-    auto a = armed_;
-    std::lock_guard<std::mutex> g{a->mutex};
-    if (a->closed)
-      return; // the domain is stopping: as CAF's clock, it delivers nothing more
-    auto key = a->next++;
-    auto id =
-        node_clock::at(when, [a, key, r = std::move(receiver), c = std::move(content)]() mutable {
-          {
-            std::lock_guard<std::mutex> lock{a->mutex};
-            if (a->ids.erase(key) == 0)
-              return; // dropped at stop
-          }
-          r->enqueue(std::move(c), nullptr);
-        });
-    a->ids.emplace(key, id);
+    delayed_.arm(when, [r = std::move(receiver), c = std::move(content)]() mutable {
+      r->enqueue(std::move(c), nullptr);
+    });
   }
 
   // Virtual time: drops the delayed messages still waiting on node_clock (and their actor
   // references) while the domain's actor system lives; called when the scheduler stops.
-  void drop_delayed() {
-    std::unordered_map<std::uint64_t, node_clock::timer_id> ids;
-    {
-      std::lock_guard<std::mutex> g{armed_->mutex};
-      armed_->closed = true;
-      ids.swap(armed_->ids);
-    }
-    for (const auto& [key, id] : ids)
-      node_clock::cancel(id);
-  }
+  void drop_delayed() { delayed_.cancel_all(); }
 
   void set_ordinary_timeout(time_point t, caf::abstract_actor* self, caf::atom_value type,
                             std::uint64_t id) override {
@@ -132,14 +112,7 @@ private:
   }
 
   const bool virtual_; // delayed messages wait on node_clock
-  // Virtual time: the delayed messages armed on node_clock (by key), shared with their callbacks.
-  struct armed {
-    std::mutex mutex;
-    std::unordered_map<std::uint64_t, node_clock::timer_id> ids;
-    std::uint64_t next = 0;
-    bool closed = false;
-  };
-  std::shared_ptr<armed> armed_ = std::make_shared<armed>();
+  node_clock::timer_set delayed_; // virtual time: the delayed messages waiting on node_clock
   std::mutex mutex_;
   std::unordered_set<caf::actor_id> with_timeouts_; // live actors that set a timeout
 };

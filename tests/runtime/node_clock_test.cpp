@@ -90,6 +90,31 @@ BOOST_AUTO_TEST_CASE(callbacks_run_in_deadline_order_and_a_cancelled_one_never) 
   BOOST_TEST((ran == std::vector<int>{1, 2}));
 }
 
+BOOST_AUTO_TEST_CASE(a_timer_set_cancels_one_or_all_and_arms_nothing_once_closed) {
+  auto on = node_clock::virtual_time::start();
+  BOOST_REQUIRE(on.has_value());
+  std::atomic<int> ran{0};
+  const auto t0 = node_clock::now();
+  node_clock::timer_set set;
+  auto count = [&] { ++ran; };
+  auto first = set.arm(t0 + 1s, count);
+  BOOST_TEST(first != 0u);
+  BOOST_TEST(set.arm(t0 + 2s, count) != 0u);
+  BOOST_TEST(set.arm(t0 + 3s, count) != 0u);
+  BOOST_TEST(set.size() == 3u);
+  BOOST_TEST(set.cancel(first));
+  BOOST_TEST(!set.cancel(first)); // once
+  node_clock::busy_scope counted;
+  node_clock::sleep_until(t0 + 2500ms); // the second ran, the third waits
+  BOOST_TEST(ran.load() == 1);
+  BOOST_TEST(set.size() == 1u);
+  set.cancel_all();
+  BOOST_TEST(set.size() == 0u);
+  BOOST_TEST(set.arm(t0 + 4s, count) == 0u); // closed
+  node_clock::sleep_until(t0 + 5s);
+  BOOST_TEST(ran.load() == 1);
+}
+
 // Virtual time and a driver thread made in it (it counts its jobs); the driver ends first.
 struct virtual_driver {
   std::unique_ptr<node_clock::virtual_time> on;
@@ -116,13 +141,13 @@ BOOST_FIXTURE_TEST_CASE(a_driver_job_counts_busy_until_it_has_run, virtual_drive
   real_clock::time_point done_at;
   // A job that works 200 ms of real time (not waiting on the clock), then one that sleeps a
   // modelled minute: this thread's hour must not pass before the work is done.
+  node_clock::busy_scope counted;
   submit([&] {
     std::this_thread::sleep_for(200ms);
     done_at = real_clock::now();
     done = true;
   });
   submit([] { node_clock::sleep_for(1min); });
-  node_clock::busy_scope counted;
   const auto t0 = node_clock::now();
   node_clock::sleep_for(1h);
   BOOST_TEST(done.load());
@@ -134,10 +159,11 @@ BOOST_FIXTURE_TEST_CASE(a_driver_job_counts_busy_until_it_has_run, virtual_drive
 BOOST_FIXTURE_TEST_CASE(a_job_queued_behind_a_sleeping_job_does_not_hold_the_clock,
                         virtual_driver) {
   std::atomic<bool> second_ran{false};
-  submit([] { node_clock::sleep_for(1h); });
-  submit([&] { second_ran = true; });
   {
+    // Counted before submitting: else the driver, alone busy, could jump the hour at once.
     node_clock::busy_scope counted;
+    submit([] { node_clock::sleep_for(1h); });
+    submit([&] { second_ran = true; });
     const auto real0 = real_clock::now();
     const auto t0 = node_clock::now();
     node_clock::sleep_for(1min); // the queued job cannot run before the hour: the clock jumps
