@@ -89,10 +89,13 @@ expected<step_output> sim_backend::step(std::span<const step_item> items) {
     if (const auto* held = table_->pages(item.seq))
       step_pages += held->size();
   }
-  // The KV held outside the step (other sequences', the prefix cache's) takes room after the
-  // step's own data (in the slower tiers when the fast one is full) and is not read.
+  // The KV held outside the step (other sequences') takes room after the step's own data (in
+  // the slower tiers when the fast one is full) and is not read. The prefix cache's pages are
+  // not counted: they give way (the page table evicts them when the step's pages need room),
+  // so a cache that filled the device cannot make every step fail (which preempting sequences,
+  // whose pages then join the cache, would never cure).
   const auto usage = kv();
-  const auto held = usage.pages_used + usage.pages_cached;
+  const auto held = usage.pages_used;
   const double idle = static_cast<double>(held > step_pages ? held - step_pages : 0) *
                       static_cast<double>(page_bytes_);
   last_cost_ = estimate_step(s, options_.type, options_.profile, work, idle);

@@ -380,6 +380,41 @@ BOOST_AUTO_TEST_CASE(kv_is_fetched_only_when_the_link_beats_computing_it) {
   BOOST_TEST((*none)->import_cheaper(0, 2048));
 }
 
+BOOST_AUTO_TEST_CASE(a_prefix_cache_that_fills_the_device_gives_way_to_a_step) {
+  // A device whose memory holds the weights and 10 pages of KV: finished sequences leave their
+  // pages in the prefix cache until it fills the device. A new sequence's step still runs (the
+  // cache's pages are evicted for it); counting them as held made every step fail, and a device
+  // that retried it spun without end.
+  auto s = small();
+  const auto page = 16 * s.kv_bytes_per_token(triad::dtype::bf16);
+  triad::sim_backend_options o;
+  o.shape = s;
+  o.profile = *triad::builtin_profile("h100");
+  o.profile.tiers.resize(1);
+  // Room for the weights, 10 pages, and the activations of a 48-token step.
+  const auto step48 =
+      triad::estimate_step(s, triad::dtype::bf16, o.profile, {{0, 48}}).capacity_footprint;
+  o.profile.tiers[0].bytes = static_cast<std::uint64_t>(step48) + 7 * page;
+  o.kv_budget_bytes = 10 * page;
+  o.time_scale = 0;
+  auto b = triad::sim_backend::create(o);
+  BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message));
+  auto& dev = **b;
+  const auto total = dev.kv().pages_total;
+  BOOST_REQUIRE(total >= 8u);
+  for (triad::seq_id seq = 1; seq <= 4; ++seq) { // distinct prompts, cached when freed
+    triad::step_item it{seq, std::vector<triad::token>(48, static_cast<triad::token>(seq))};
+    BOOST_REQUIRE(dev.step({&it, 1}).has_value());
+    dev.publish(seq, it.tokens);
+    dev.free(seq);
+  }
+  BOOST_REQUIRE(dev.kv().pages_cached + 2 >= total); // the cache fills the device
+  triad::step_item fresh{9, std::vector<triad::token>(32, 7)};
+  auto r = dev.step({&fresh, 1});
+  BOOST_TEST(r.has_value(), (r ? "" : r.error().message));
+  BOOST_TEST(dev.kv().pages_used == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(a_sim_pages_memory_holds_its_tokens_through_steps_exports_and_imports) {
   // SIMULATED KV: a page's bytes are its tokens. They are written as the step computes them,
   // travel with a blob, and are there on the importing device, so a page it publishes and later
