@@ -22,6 +22,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -33,6 +34,7 @@
 
 #include "actors/chat.hpp"
 #include "actors/node.hpp"
+#include "bench/oi_cf_report.hpp"
 #include "bench/report.hpp"
 #include "devices/device.hpp"
 #include "devices/factory.hpp"
@@ -177,6 +179,8 @@ struct outcome {
   double peak_decode_kv_gb = 0;
   double wall_s = 0;             // real seconds the run took
   std::uint64_t clock_jumps = 0; // virtual time: times the clock jumped
+  // Sim devices: the run's steps on the OI/CF plane, per pool of alike devices.
+  std::vector<triad::bench::oi_cf_panel> oi_cf;
 };
 
 std::map<std::string, triad::device_stats> device_stats(triad::node& n) {
@@ -404,6 +408,21 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
       out.prefill_busy += frac, ++np;
     else
       out.decode_busy += frac, ++nd;
+    if (hw.backend != triad::device_backend::sim)
+      continue;
+    const auto& steps = after[dev.name].oi_cf_steps; // empty: it ran no step
+    const std::string role{mono ? "both" : triad::to_string(dev.role)};
+    auto panel = std::find_if(out.oi_cf.begin(), out.oi_cf.end(), [&](const auto& p) {
+      return p.role == role && p.profile == dev.profile && p.tensor_parallel == dev.tensor_parallel;
+    });
+    if (panel == out.oi_cf.end())
+      panel =
+          out.oi_cf.insert(out.oi_cf.end(), {st.name, role, dev.profile, dev.tensor_parallel, 0,
+                                             std::vector<std::uint64_t>(triad::oi_cf_grid::cells)});
+    ++panel->devices;
+    const auto& was = before[dev.name].oi_cf_steps;
+    for (std::size_t c = 0; c < steps.size() && steps.size() == panel->steps.size(); ++c)
+      panel->steps[c] += steps[c] - (was.size() == steps.size() ? was[c] : 0);
   }
   out.prefill_busy /= static_cast<double>(std::max<std::size_t>(np, 1));
   out.decode_busy /= static_cast<double>(std::max<std::size_t>(nd, 1));
@@ -459,10 +478,19 @@ int run(int argc, char** argv) {
   app.add_option("--datacenter-sessions", dc_sessions_option,
                  "datacenter_three_stage: sessions arriving (default: 3 a modelled minute)")
       ->check(CLI::PositiveNumber);
+  std::string html_path;
+  app.add_option("--html", html_path,
+                 "writes the sim devices' steps on the OI/CF plane (an SVG per pool, over the "
+                 "device's roofline ridge and capacity walls) to this HTML file");
   std::string only;
   app.add_option("--settings", only,
                  "comma-separated setting names to run (default: all); ratios need both sides");
   CLI11_PARSE(app, argc, argv);
+  if (!html_path.empty() && !std::ofstream{html_path, std::ios::app}) { // found before any run
+    std::fprintf(stderr, "triad-bench-agentic: cannot write the OI/CF report %s\n",
+                 html_path.c_str());
+    return 2;
+  }
 
   const bool cpu = backend == "cpu";
   const auto hw = cpu ? cpu_hardware() : sim_hardware();
@@ -670,6 +698,19 @@ int run(int argc, char** argv) {
   ratio("discard_over_pin_session_p50", "three_stage_discard", "three_stage_pin", p50);
   ratio("discard_over_demote_session_p50", "three_stage_discard", "three_stage_demote", p50);
   ratio("discard_over_pin_prefill_tokens", "three_stage_discard", "three_stage_pin", prefilled);
+  if (!html_path.empty()) {
+    std::vector<triad::bench::oi_cf_panel> panels;
+    for (const auto& st : settings) // in the settings' order
+      if (auto it = results.find(st.name); it != results.end())
+        panels.insert(panels.end(), it->second.oi_cf.begin(), it->second.oi_cf.end());
+    if (auto ok = triad::bench::write_oi_cf_report(
+            html_path, "triad-bench-agentic: steps on the OI/CF plane", panels);
+        !ok) {
+      std::fprintf(stderr, "triad-bench-agentic: %s\n", ok.error().message.c_str());
+      return 1;
+    }
+    std::printf("OI/CF report: %s\n", html_path.c_str());
+  }
   const int written = rep.finish(json_path);
   return written != 0 || errors != 0 ? 1 : 0;
 }

@@ -1032,6 +1032,12 @@ private:
           metrics_.step_footprint->observe(st.capacity_footprint);
         }
     }
+    for (const auto& st : r.steps)
+      if (st.capacity_footprint > 0) { // a modelled step: its cell of the OI/CF plane
+        if (stats_.oi_cf_steps.empty())
+          stats_.oi_cf_steps.assign(oi_cf_grid::cells, 0);
+        ++stats_.oi_cf_steps[oi_cf_grid::cell(st.operational_intensity, st.capacity_footprint)];
+      }
     stats_.steps += r.steps.size();
     stats_.tokens += job_tokens;
     stats_.busy_seconds += job_seconds;

@@ -17,6 +17,7 @@
 #include "devices/defaults.hpp"
 #include "devices/kv_stream.hpp"
 #include "devices/kv_tier.hpp"
+#include "devices/oi_cf.hpp"
 #include "devices/sampling.hpp"
 #include "grammar/token_mask.hpp"
 #include "runtime/bridge.hpp"
@@ -255,6 +256,8 @@ struct device_stats {
   std::uint64_t imports_declined = 0;
   /// Fetches whose pages were refused as one failed its checksum (their tokens computed).
   std::uint64_t fetches_corrupted = 0;
+  /// Modelled steps (a sim's) per cell of oi_cf_grid, row-major; empty when none was modelled.
+  std::vector<std::uint64_t> oi_cf_steps;
 };
 
 /// Inspectors, so the messages can be logged and (later) cross the network.
@@ -302,7 +305,7 @@ typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
            x.busy_seconds, x.compute_cpu_seconds, x.kv_pages_used, x.kv_pages_total,
            x.kv_pages_cached, x.cached_tokens, x.tier_tokens, x.spilled_pages, x.streamed_out,
            x.streamed_in, x.stream_recomputes, x.peer_tokens, x.lent_pages, x.imports_declined,
-           x.fetches_corrupted, x.swapped_in);
+           x.fetches_corrupted, x.swapped_in, x.oi_cf_steps);
 }
 
 /// Options of a device actor; every field documented where declared.

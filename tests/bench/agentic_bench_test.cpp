@@ -1,0 +1,69 @@
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <boost/json/parse.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "tests/process.hpp"
+
+namespace json = boost::json;
+
+namespace {
+
+std::string read(const std::filesystem::path& path) {
+  std::ifstream file{path};
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(bench_agentic)
+
+// One modelled minute of the datacenter setting (64 sim devices, 3 code-agent sessions) in
+// virtual time: the JSON has the ratio, and the HTML report draws each pool's steps on
+// the OI/CF plane with the roofline ridge and the capacity walls.
+BOOST_AUTO_TEST_CASE(the_datacenter_run_reports_its_speed_and_draws_the_oi_cf_plane) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto json_path = dir / "triad-bench-agentic-test.json";
+  const auto html_path = dir / "triad-bench-agentic-test.html";
+  auto r = triad::test::run_command(
+      triad::test::binary("triad-bench-agentic") +
+      " --quick --settings datacenter_three_stage --datacenter-minutes 1 --json " +
+      json_path.string() + " --html " + html_path.string());
+  BOOST_REQUIRE_EQUAL(r.status, 0);
+  auto out = json::parse(read(json_path)).as_object();
+  const auto v = out.at("ratios").as_object().at("modelled_over_wall_seconds").to_number<double>();
+  BOOST_TEST((std::isfinite(v) && v > 0), "modelled_over_wall_seconds = " << v);
+  const auto dc = out.at("metrics").as_object().at("datacenter_three_stage").as_object();
+  BOOST_TEST(dc.at("errors").to_number<double>() == 0.0);
+  const auto html = read(html_path);
+  BOOST_TEST(html.find("<svg") != std::string::npos);
+  BOOST_TEST(html.find("prefill pool, 8 x h200 x2") != std::string::npos);
+  BOOST_TEST(html.find("decode pool, 12 x sn40l x4") != std::string::npos);
+  BOOST_TEST(html.find("ridge ") != std::string::npos);
+  BOOST_TEST(html.find("all tiers ") != std::string::npos);     // the SN40L's DDR below its HBM
+  BOOST_TEST(html.find(" steps</title>") != std::string::npos); // cells were drawn
+  std::filesystem::remove(json_path);
+  std::filesystem::remove(html_path);
+}
+
+// Before any run: a long benchmark does not end in an error it could have found at start.
+BOOST_AUTO_TEST_CASE(an_unwritable_report_path_is_an_error_naming_it) {
+  const auto json_path = std::filesystem::temp_directory_path() / "triad-bench-agentic-test2.json";
+  auto r =
+      triad::test::run_command(triad::test::binary("triad-bench-agentic") +
+                               " --quick --settings datacenter_three_stage "
+                               "--datacenter-minutes 1 --json " +
+                               json_path.string() + " --html /nonexistent-dir/report.html 2>&1");
+  BOOST_TEST(r.status != 0);
+  BOOST_TEST(r.out.find("cannot write the OI/CF report /nonexistent-dir/report.html") !=
+                 std::string::npos,
+             r.out);
+  std::filesystem::remove(json_path);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
