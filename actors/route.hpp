@@ -92,7 +92,7 @@ using router_expire_atom = caf::atom_constant<caf::atom("expire")>;
 
 /// The typed interface of the router: a message it does not take is a compile error at the
 /// sender. Requests and their devices use the atoms above; devices report their free KV pages
-/// (kv_free_atom, see watch_kv_atom); the last two are its own timers.
+/// and decode step time (kv_free_atom, see watch_kv_atom); the last two are its own timers.
 using router_actor = caf::typed_actor<
     caf::replies_to<route_atom, route_order>::with<route_reply>,
     caf::reacts_to<release_atom, std::string>, caf::reacts_to<park_release_atom, std::string>,
@@ -100,7 +100,7 @@ using router_actor = caf::typed_actor<
     caf::reacts_to<served_atom, std::string, std::uint64_t>,
     caf::replies_to<refresh_atom>::with<bool>,
     caf::replies_to<attained_atom, std::string>::with<std::uint64_t>, caf::reacts_to<withdraw_atom>,
-    caf::reacts_to<kv_free_atom, caf::actor_addr, std::uint64_t, std::uint64_t>,
+    caf::reacts_to<kv_free_atom, caf::actor_addr, std::uint64_t, std::uint64_t, double>,
     caf::reacts_to<router_unbusy_atom, std::string>,
     caf::reacts_to<router_expire_atom, std::uint32_t, std::uint64_t>>;
 

@@ -40,7 +40,7 @@ public:
       , tier_(std::move(tier))
       , trace_(std::move(trace)) {
     for (auto& d : devices)
-      devices_.push_back({std::move(d), 0, false, 0, false, unknown_kv, {}});
+      devices_.push_back({std::move(d), 0, false, 0, false, unknown_kv, 0, 0, {}});
   }
 
   behavior_type make_behavior() override {
@@ -48,10 +48,14 @@ public:
     for (auto& d : devices_)
       caf::anon_send(d.info.actor, watch_kv_atom::value, caf::actor_cast<caf::actor>(this));
     return {
-        [this](kv_free_atom, caf::actor_addr& from, std::uint64_t free, std::uint64_t) {
+        [this](kv_free_atom, caf::actor_addr& from, std::uint64_t free, std::uint64_t total,
+               double decode_step_s) {
           for (auto& d : devices_)
-            if (d.info.actor.address() == from)
+            if (d.info.actor.address() == from) {
               d.kv_free = free;
+              d.kv_total = total;
+              d.decode_step_s = decode_step_s;
+            }
         },
         [this](refresh_atom) -> caf::result<bool> {
           // Answered once every device has answered (or failed to) a fresh stats request.
@@ -200,6 +204,8 @@ private:
     std::size_t room;    // while said_busy: grants it may have (one per sequence that left)
     bool busy_again;     // answered busy again since the last backoff began
     std::size_t kv_free; // KV pages free as the device last said (unknown_kv: not yet)
+    std::size_t kv_total; // its KV pages (0: not yet said)
+    double decode_step_s; // its recent decode steps' seconds as it last said (0: none yet)
     // Prompt pages sent -> when; only for a device the KV store does not know (its directory
     // keeps that record for the others).
     std::unordered_map<block_hash, std::uint64_t> prefixes;
@@ -212,6 +218,7 @@ private:
             [this, i, then](device_stats& st) {
               devices_[i].kv_free =
                   st.kv_pages_total > st.kv_pages_used ? st.kv_pages_total - st.kv_pages_used : 0;
+              devices_[i].kv_total = st.kv_pages_total;
               then();
             },
             [then](caf::error&) { then(); }); // keeps the last figure
@@ -340,8 +347,28 @@ private:
     return n;
   }
 
-  // The qualifying device with a free slot that is best for `stage`: for decode the most free
-  // KV pages (a decode holds its KV for long), then the most free slots; for prefill the
+  // Decode: whether `a` goes before `b`. A device with room (an eighth of its KV pages free, or
+  // not yet said) first; then one whose decode steps are a quarter faster (both said: a token
+  // of one more sequence is expected to take that long there, so a pool of unlike devices is
+  // weighed by speed, not requests in flight); then the most free KV pages (a decode holds
+  // its KV for long). 0: neither.
+  static int decode_order(const device& a, const device& b) {
+    auto roomy = [](const device& d) { return d.kv_total == 0 || d.kv_free * 8 >= d.kv_total; };
+    if (roomy(a) != roomy(b))
+      return roomy(a) ? 1 : -1;
+    if (a.decode_step_s > 0 && b.decode_step_s > 0) {
+      if (a.decode_step_s < 0.75 * b.decode_step_s)
+        return 1;
+      if (b.decode_step_s < 0.75 * a.decode_step_s)
+        return -1;
+    }
+    if (a.kv_free != b.kv_free)
+      return a.kv_free > b.kv_free ? 1 : -1;
+    return 0;
+  }
+
+  // The qualifying device with a free slot that is best for `stage`: for decode by
+  // decode_order, then the most free slots; for prefill the
   // longest run of `prefix` sent there before (runs within a quarter of the prompt's pages of
   // each other count as equal), then the most free slots, unless that device
   // has more than 2 (least + prefix_affinity_slack) requests in flight, where `least` is the
@@ -362,8 +389,9 @@ private:
         lightest = &d;
       auto run = prefix.empty() ? 0 : cached_run(d, prefix);
       bool better = best == nullptr;
-      if (!better && stage == route_stage::decode && d.kv_free != best->kv_free)
-        better = d.kv_free > best->kv_free;
+      const int order = !better && stage == route_stage::decode ? decode_order(d, *best) : 0;
+      if (order != 0)
+        better = order > 0;
       else if (!better && std::max(run, best_run) - std::min(run, best_run) > slight)
         better = run > best_run;
       else if (!better)

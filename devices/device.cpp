@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <map>
@@ -129,11 +130,14 @@ public:
     const std::uint64_t free = total > kv_.pages_used ? total - kv_.pages_used : 0;
     const std::uint64_t step = std::max<std::uint64_t>(1, total / 32);
     const auto moved = free > kv_reported_ ? free - kv_reported_ : kv_reported_ - free;
-    if (!always && moved < step && (free == 0) == (kv_reported_ == 0))
+    const bool slower_or_faster =
+        std::abs(decode_step_s_ - step_reported_s_) > 0.25 * std::max(step_reported_s_, 1e-9);
+    if (!always && moved < step && (free == 0) == (kv_reported_ == 0) && !slower_or_faster)
       return;
     kv_reported_ = free;
+    step_reported_s_ = decode_step_s_;
     for (const auto& w : kv_watchers_)
-      caf::anon_send(w, kv_free_atom::value, address(), free, total);
+      caf::anon_send(w, kv_free_atom::value, address(), free, total, decode_step_s_);
   }
 
   // Sequences hold their requests' actors (sinks), export promises their callers and queued
@@ -1038,6 +1042,9 @@ private:
           stats_.oi_cf_steps.assign(oi_cf_grid::cells, 0);
         ++stats_.oi_cf_steps[oi_cf_grid::cell(st.operational_intensity, st.capacity_footprint)];
       }
+    for (const auto& st : r.steps)
+      if (st.tokens == st.batch) // a decode step: one token a sequence
+        decode_step_s_ = decode_step_s_ == 0 ? st.seconds : 0.8 * decode_step_s_ + 0.2 * st.seconds;
     stats_.steps += r.steps.size();
     stats_.tokens += job_tokens;
     stats_.busy_seconds += job_seconds;
@@ -1358,6 +1365,8 @@ private:
   std::unordered_set<block_hash> own_pages_;      // with a tier: the pages its prefix cache holds
   std::uint32_t tier_index_ = kv_tier::no_device; // its number in the tier (join)
   std::uint64_t kv_reported_ = 0;                 // the free pages they last heard of
+  double decode_step_s_ = 0;   // recent decode steps' seconds, a moving mean (0: none yet)
+  double step_reported_s_ = 0; // the decode step time the watchers last heard of
 };
 
 } // namespace

@@ -62,10 +62,13 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 /// Subscribes an actor to the device's free KV: `(watch_kv_atom, caf::actor watcher)`. The
 /// device then sends the watcher a kv_free_atom message at once and whenever its free pages
 /// move by a step (1/32 of its pages, at least one) from what it last sent, or reach or leave
-/// zero: the router routes by them without polling, so an idle node sleeps.
+/// zero, or its decode step time moves by a quarter: the router routes by them without
+/// polling, so an idle node sleeps.
 using watch_kv_atom = caf::atom_constant<caf::atom("watchkv")>;
-/// A device's free KV pages (see watch_kv_atom): `(kv_free_atom, caf::actor_addr device,
-/// std::uint64_t free_pages, std::uint64_t total_pages)`.
+/// A device's free KV pages and speed (see watch_kv_atom): `(kv_free_atom, caf::actor_addr
+/// device, std::uint64_t free_pages, std::uint64_t total_pages, double decode_step_s)`, the
+/// last its recent decode steps' seconds (a moving mean; 0 before its first): what one more
+/// decoding sequence can expect a token to take there.
 using kv_free_atom = caf::atom_constant<caf::atom("kvfree")>;
 
 /// A device's own: a step job came back from the driver thread (device.cpp).

@@ -162,7 +162,7 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
               // As a real device does: its free pages at once, to the watcher.
               [used, me](triad::watch_kv_atom, caf::actor& watcher) {
                 me->send(watcher, triad::kv_free_atom::value, me->address(),
-                         std::uint64_t{100 - used}, std::uint64_t{100});
+                         std::uint64_t{100 - used}, std::uint64_t{100}, 0.0);
               }};
     });
   };
@@ -184,6 +184,49 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
   BOOST_TEST(order == expected, boost::test_tools::per_element());
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   for (auto& a : {full, roomy})
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(decode_goes_to_the_faster_device_while_it_has_kv_room) {
+  auto node = triad::test::start_node();
+  auto& home = node->domains().orchestration();
+  caf::scoped_actor self{home.system()};
+  // Stand-in decode devices that say their KV pages in use and their decode step time.
+  auto device_using = [&](std::size_t used, double step_s) {
+    return self->spawn([used, step_s](caf::event_based_actor* me) -> caf::behavior {
+      return {[used](triad::stats_atom) {
+                triad::device_stats st;
+                st.kv_pages_total = 100;
+                st.kv_pages_used = used;
+                return st;
+              },
+              [used, step_s, me](triad::watch_kv_atom, caf::actor& watcher) {
+                me->send(watcher, triad::kv_free_atom::value, me->address(),
+                         std::uint64_t{100 - used}, std::uint64_t{100}, step_s);
+              }};
+    });
+  };
+  // "slow" has the most free KV, "fast" steps in a third of its time, "fast_full" faster still
+  // with no room (5 of 100 pages free).
+  auto slow = device_using(10, 0.090), fast = device_using(50, 0.030),
+       fast_full = device_using(95, 0.010);
+  auto router =
+      triad::spawn_router(home,
+                          {{"slow", triad::device_role::decode, as_device(slow), 1},
+                           {"fast_full", triad::device_role::decode, as_device(fast_full), 1},
+                           {"fast", triad::device_role::decode, as_device(fast), 1}},
+                          triad::orchestration_options{});
+  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
+  self->request(router, 30s, triad::refresh_atom::value).receive([](bool) {}, fail);
+  std::vector<std::string> order;
+  for (int i = 0; i < 3; ++i)
+    self->request(router, 30s, triad::route_atom::value,
+                  triad::route_order{triad::route_stage::decode, "s", {}, {}, {}, 0, false})
+        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
+  std::vector<std::string> expected = {"fast", "slow", "fast_full"};
+  BOOST_TEST(order == expected, boost::test_tools::per_element());
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+  for (auto& a : {slow, fast, fast_full})
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
