@@ -20,6 +20,38 @@ triad::device_actor as_device(const caf::actor& a) {
   return caf::actor_cast<triad::device_actor>(a);
 }
 
+// Where the router sends `n` decode requests in turn (each keeps its slot), once it has every
+// device's stats: a device's name, or the reason none was granted.
+std::vector<std::string> decode_routes(caf::scoped_actor& self, const triad::router_actor& router,
+                                       int n) {
+  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
+  self->request(router, 30s, triad::refresh_atom::value).receive([](bool) {}, fail);
+  std::vector<std::string> order;
+  for (int i = 0; i < n; ++i)
+    self->request(router, 30s, triad::route_atom::value,
+                  triad::route_order{triad::route_stage::decode, "s", {}, {}, {}, 0, false})
+        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
+  return order;
+}
+
+// A stand-in decode device with `used` of its 100 KV pages in use and decode steps of `step_s`
+// (0: none yet): it answers stats and, as a real device does, tells a watcher its free pages
+// and step time at once.
+caf::actor decode_stand_in(caf::scoped_actor& self, std::size_t used, double step_s = 0) {
+  return self->spawn([used, step_s](caf::event_based_actor* me) -> caf::behavior {
+    return {[used](triad::stats_atom) {
+              triad::device_stats st;
+              st.kv_pages_total = 100;
+              st.kv_pages_used = used;
+              return st;
+            },
+            [used, step_s, me](triad::watch_kv_atom, caf::actor& watcher) {
+              me->send(watcher, triad::kv_free_atom::value, me->address(),
+                       std::uint64_t{100 - used}, std::uint64_t{100}, step_s);
+            }};
+  });
+}
+
 // A router over one device with one slot, in the orchestration domain of a test node; the
 // device actor is a stand-in (the router hands it out and asks it for stats).
 struct router_fixture {
@@ -150,34 +182,12 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
   auto node = triad::test::start_node();
   auto& home = node->domains().orchestration();
   caf::scoped_actor self{home.system()};
-  // Stand-in decode devices that report how many KV pages they hold.
-  auto device_using = [&](std::size_t used) {
-    return self->spawn([used](caf::event_based_actor* me) -> caf::behavior {
-      return {[used](triad::stats_atom) {
-                triad::device_stats st;
-                st.kv_pages_total = 100;
-                st.kv_pages_used = used;
-                return st;
-              },
-              // As a real device does: its free pages at once, to the watcher.
-              [used, me](triad::watch_kv_atom, caf::actor& watcher) {
-                me->send(watcher, triad::kv_free_atom::value, me->address(),
-                         std::uint64_t{100 - used}, std::uint64_t{100}, 0.0);
-              }};
-    });
-  };
-  auto full = device_using(90), roomy = device_using(10);
+  auto full = decode_stand_in(self, 90), roomy = decode_stand_in(self, 10);
   auto router = triad::spawn_router(home,
                                     {{"full", triad::device_role::decode, as_device(full), 1},
                                      {"roomy", triad::device_role::decode, as_device(roomy), 1}},
                                     triad::orchestration_options{});
-  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
-  self->request(router, 30s, triad::refresh_atom::value).receive([](bool) {}, fail);
-  std::vector<std::string> order;
-  for (int i = 0; i < 2; ++i)
-    self->request(router, 30s, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::decode, "s", {}, {}, {}, 0, false})
-        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
+  auto order = decode_routes(self, router, 2);
   // Config order would give "full" first; its KV is nearly used up. Once "roomy"'s one slot is
   // taken, "full" is next.
   std::vector<std::string> expected = {"roomy", "full"};
@@ -191,38 +201,17 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_faster_device_while_it_has_kv_room) {
   auto node = triad::test::start_node();
   auto& home = node->domains().orchestration();
   caf::scoped_actor self{home.system()};
-  // Stand-in decode devices that say their KV pages in use and their decode step time.
-  auto device_using = [&](std::size_t used, double step_s) {
-    return self->spawn([used, step_s](caf::event_based_actor* me) -> caf::behavior {
-      return {[used](triad::stats_atom) {
-                triad::device_stats st;
-                st.kv_pages_total = 100;
-                st.kv_pages_used = used;
-                return st;
-              },
-              [used, step_s, me](triad::watch_kv_atom, caf::actor& watcher) {
-                me->send(watcher, triad::kv_free_atom::value, me->address(),
-                         std::uint64_t{100 - used}, std::uint64_t{100}, step_s);
-              }};
-    });
-  };
   // "slow" has the most free KV, "fast" steps in a third of its time, "fast_full" faster still
   // with no room (5 of 100 pages free).
-  auto slow = device_using(10, 0.090), fast = device_using(50, 0.030),
-       fast_full = device_using(95, 0.010);
+  auto slow = decode_stand_in(self, 10, 0.090), fast = decode_stand_in(self, 50, 0.030),
+       fast_full = decode_stand_in(self, 95, 0.010);
   auto router =
       triad::spawn_router(home,
                           {{"slow", triad::device_role::decode, as_device(slow), 1},
                            {"fast_full", triad::device_role::decode, as_device(fast_full), 1},
                            {"fast", triad::device_role::decode, as_device(fast), 1}},
                           triad::orchestration_options{});
-  auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
-  self->request(router, 30s, triad::refresh_atom::value).receive([](bool) {}, fail);
-  std::vector<std::string> order;
-  for (int i = 0; i < 3; ++i)
-    self->request(router, 30s, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::decode, "s", {}, {}, {}, 0, false})
-        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
+  auto order = decode_routes(self, router, 3);
   std::vector<std::string> expected = {"fast", "slow", "fast_full"};
   BOOST_TEST(order == expected, boost::test_tools::per_element());
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
