@@ -16,13 +16,14 @@
 // tensor-parallel H200 pairs (prefill) and two tensor-parallel groups of four SN40L (decode)
 // against a monolithic pool of 12 H200 in the same groups, with no slot cap: devices admit
 // while the KV fits their memory tiers. It reports the peak KV one decoding device held.
+// code_agent_three_stage_gaudi3 puts Gaudi 3 pairs in the H200 pairs' place. At equal cost:
+// each setting's throughput per dollar of accelerators (device_usd: assumed prices).
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -164,6 +165,8 @@ struct setting {
   bool code_agent = false;
   /// The datacenter-scale run: code-agent sessions arriving over time on datacenter_hardware().
   bool datacenter = false;
+  /// Code-agent settings: the prefill groups' profile (code_agent_hardware's argument).
+  std::string prefill_profile = "h200";
 };
 
 struct outcome {
@@ -228,11 +231,14 @@ hardware sim_hardware() {
 // (each 282 GB of HBM) prefill, two groups of four SN40L (each 256 GB of HBM and 6 TB of DDR)
 // decode; monolithic: a pool of 12 H200 (equal device count) as three groups of four, each
 // doing both (groups of one size: the router balances requests in flight, not device speed).
-hardware code_agent_hardware() {
+// With `prefill_profile` "gaudi3", two pairs of Gaudi 3 (each pair 256 GB of HBM2e) prefill
+// instead of the H200 pairs; the decode groups and the monolithic pool stay the same.
+hardware code_agent_hardware(const std::string& prefill_profile = "h200") {
+  const auto pair = prefill_profile == "h200" ? std::string{"h200x2-"} : prefill_profile + "x2-";
   return {triad::device_backend::sim,
           "llama3-70b",
-          {{"h200x2-0", "h200", triad::device_role::prefill, 2},
-           {"h200x2-1", "h200", triad::device_role::prefill, 2},
+          {{pair + "0", prefill_profile, triad::device_role::prefill, 2},
+           {pair + "1", prefill_profile, triad::device_role::prefill, 2},
            {"sn40lx4-0", "sn40l", triad::device_role::decode, 4},
            {"sn40lx4-1", "sn40l", triad::device_role::decode, 4}},
           {{"h200x4-0", "h200", triad::device_role::both, 4},
@@ -252,6 +258,37 @@ hardware datacenter_hardware(std::size_t page_tokens) {
     hw.devices.push_back({"sn40lx4-" + std::to_string(i), "sn40l", triad::device_role::decode, 4});
   hw.page_tokens = page_tokens;
   return hw;
+}
+
+// -- equal cost --
+
+// What one accelerator costs to buy, in US dollars: ASSUMPTIONS of the equal-cost figures (no
+// vendor lists all three; only Intel published a list price):
+// - gaudi3 15,625: Intel's Computex 2024 list price of eight Gaudi 3 on their baseboard,
+//   125,000 (reported by The Next Platform, 2024-06-13), divided by eight.
+// - h200 32,000: assumed. NVIDIA lists no price; H100 SXM street prices reported in 2024 were
+//   25,000-31,000, and the H200 sells above the H100.
+// - sn40l 35,000: assumed. SambaNova sells systems, not sockets, and publishes no price: an
+//   H200's price plus about 3,000 for the socket's 1.5 TB of DDR5.
+// Other profiles have no price: a fleet holding one has no cost figure (0).
+double device_usd(const std::string& profile) {
+  return profile == "gaudi3"  ? 15'625.0
+         : profile == "h200"  ? 32'000.0
+         : profile == "sn40l" ? 35'000.0
+                              : 0.0;
+}
+
+// What the accelerators of `hw` in `layout` cost to buy (device_usd each); 0 when one has no
+// price.
+double fleet_usd(const hardware& hw, triad::layout layout) {
+  double sum = 0;
+  for (const auto& d : hw.of(layout)) {
+    const double each = device_usd(d.profile);
+    if (each == 0)
+      return 0;
+    sum += each * d.tensor_parallel;
+  }
+  return sum;
 }
 
 hardware cpu_hardware() {
@@ -481,16 +518,12 @@ int run(int argc, char** argv) {
   std::string html_path;
   app.add_option("--html", html_path,
                  "writes the sim devices' steps on the OI/CF plane (an SVG per pool, over the "
-                 "device's roofline ridge and capacity walls) to this HTML file");
+                 "device's roofline ridge and capacity walls) to this HTML file")
+      ->check(triad::bench::writable_path());
   std::string only;
   app.add_option("--settings", only,
                  "comma-separated setting names to run (default: all); ratios need both sides");
   CLI11_PARSE(app, argc, argv);
-  if (!html_path.empty() && !std::ofstream{html_path, std::ios::app}) { // found before any run
-    std::fprintf(stderr, "triad-bench-agentic: cannot write the OI/CF report %s\n",
-                 html_path.c_str());
-    return 2;
-  }
 
   const bool cpu = backend == "cpu";
   const auto hw = cpu ? cpu_hardware() : sim_hardware();
@@ -530,6 +563,14 @@ int run(int argc, char** argv) {
                                          0,
                                          {},
                                          true},
+                                        {"code_agent_three_stage_gaudi3",
+                                         triad::layout::three_stage,
+                                         triad::kv_policy::pin,
+                                         0,
+                                         {},
+                                         true,
+                                         false,
+                                         "gaudi3"},
                                         {"code_agent_monolithic",
                                          triad::layout::monolithic,
                                          triad::kv_policy::pin,
@@ -552,6 +593,7 @@ int run(int argc, char** argv) {
   // real time: steps over long contexts cost real CPU (planning, messages), which a higher
   // time_scale would count as modelled time (at 400x, 8 sessions: a third of the throughput).
   const auto agent_hw = code_agent_hardware();
+  const auto agent_hw_gaudi3 = code_agent_hardware("gaudi3");
   const double agent_scale = virtual_time             ? 1.0
                              : agent_scale_option > 0 ? agent_scale_option
                              : quick                  ? 50.0
@@ -588,15 +630,20 @@ int run(int argc, char** argv) {
   triad::bench::report rep;
   rep.quick = quick;
   std::map<std::string, outcome> results;
+  std::map<std::string, double> fleet_cost; // settings whose devices all have a price
   std::uint64_t errors = 0;
   for (const auto& st : settings) {
     if (!wanted(st.name))
       continue;
     const bool bound = st.decode_kv_mib != 0;
-    auto r = st.datacenter   ? run(st, dc_hw, dc_work, agent_scale, 0, virtual_time)
-             : st.code_agent ? run(st, agent_hw, agent_work, agent_scale, 0, virtual_time)
-             : bound         ? run(st, hw, bound_work, bound_scale, slots, virtual_time)
-                             : run(st, hw, work, time_scale, slots, virtual_time);
+    const hardware& used = st.datacenter                  ? dc_hw
+                           : !st.code_agent               ? hw
+                           : st.prefill_profile == "h200" ? agent_hw
+                                                          : agent_hw_gaudi3;
+    auto r = st.datacenter   ? run(st, used, dc_work, agent_scale, 0, virtual_time)
+             : st.code_agent ? run(st, used, agent_work, agent_scale, 0, virtual_time)
+             : bound         ? run(st, used, bound_work, bound_scale, slots, virtual_time)
+                             : run(st, used, work, time_scale, slots, virtual_time);
     if (!r) {
       std::fprintf(stderr, "triad-bench-agentic: %s: %s\n", st.name.c_str(),
                    r.error().message.c_str());
@@ -609,7 +656,7 @@ int run(int argc, char** argv) {
     char peak_text[48] = "";
     if (st.code_agent)
       std::snprintf(peak_text, sizeof peak_text, "  peak KV %.1f GB", r->peak_decode_kv_gb);
-    std::printf("%-24s %7.1f tokens/s  session p50 %7.2f s  p99 %7.2f s  prefilled %9llu  "
+    std::printf("%-30s %7.1f tokens/s  session p50 %7.2f s  p99 %7.2f s  prefilled %9llu  "
                 "from store %8llu  preempted %5llu  busy prefill %.2f decode %.2f%s  "
                 "modelled/wall %.1f\n",
                 st.name.c_str(), tput, p50, p99, static_cast<unsigned long long>(r->prefill_tokens),
@@ -636,6 +683,12 @@ int run(int argc, char** argv) {
     };
     if (st.code_agent)
       rep.metrics[st.name].as_object()["peak_decode_device_kv_gb"] = r->peak_decode_kv_gb;
+    if (const double usd = fleet_usd(used, st.device_layout); usd > 0) {
+      fleet_cost[st.name] = usd;
+      rep.metrics[st.name].as_object()["fleet_usd"] = usd;
+      rep.metrics[st.name].as_object()["throughput_tokens_per_s_per_million_usd"] =
+          tput / (usd / 1e6);
+    }
     results.emplace(st.name, std::move(*r));
   }
   auto tput = [&](const std::string& s) {
@@ -663,6 +716,21 @@ int run(int argc, char** argv) {
           "code_agent_monolithic", tput);
     ratio("monolithic_over_three_stage_session_p99_capacity_bound", "code_agent_monolithic",
           "code_agent_three_stage", p99);
+    ratio("three_stage_gaudi3_over_monolithic_throughput_capacity_bound",
+          "code_agent_three_stage_gaudi3", "code_agent_monolithic", tput);
+    // At equal cost: throughput per dollar of accelerators (device_usd), which is the
+    // throughput a fleet of equal price would give if throughput grew with the fleet.
+    auto per_usd = [&](const std::string& s) {
+      return fleet_cost.count(s) != 0 ? tput(s) / fleet_cost[s] : 0.0;
+    };
+    if (fleet_cost.count("code_agent_monolithic") != 0) {
+      if (fleet_cost.count("code_agent_three_stage") != 0)
+        ratio("three_stage_over_monolithic_throughput_per_cost_capacity_bound",
+              "code_agent_three_stage", "code_agent_monolithic", per_usd);
+      if (fleet_cost.count("code_agent_three_stage_gaudi3") != 0)
+        ratio("three_stage_gaudi3_over_monolithic_throughput_per_cost_capacity_bound",
+              "code_agent_three_stage_gaudi3", "code_agent_monolithic", per_usd);
+    }
     if (results.count("datacenter_three_stage") != 0) {
       const auto& dc = results["datacenter_three_stage"];
       rep.ratios["modelled_over_wall_seconds"] = dc.makespan_s / dc.wall_s;
@@ -679,8 +747,16 @@ int run(int argc, char** argv) {
         {"time_scale", agent_scale},
         {"model", agent_hw.preset},
         {"devices", "three-stage: 2x (2 H200 tensor-parallel) prefill + 2x (4 SN40L "
-                    "tensor-parallel) decode; monolithic: 3x (4 H200), 12 in all, each doing both "
-                    "(its busy figure is decode_pool_busy_fraction)"},
+                    "tensor-parallel) decode (code_agent_three_stage_gaudi3: 2x (2 Gaudi 3) "
+                    "prefill); monolithic: 3x (4 H200), 12 in all, each doing both (its busy "
+                    "figure is decode_pool_busy_fraction)"},
+        {"device_usd_assumed",
+         boost::json::object{{"h200", device_usd("h200")},
+                             {"gaudi3", device_usd("gaudi3")},
+                             {"sn40l", device_usd("sn40l")},
+                             {"basis", "purchase price per accelerator: Gaudi 3 Intel's "
+                                       "Computex 2024 list (125,000 for eight), H200 and SN40L "
+                                       "assumed (no published price)"}}},
         {"slots_per_device", "none (capacity-driven admission)"},
     };
   }

@@ -1,7 +1,10 @@
 #include "bench/report.hpp"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+
+#include <unistd.h>
 
 #include <boost/json/serialize.hpp>
 
@@ -19,6 +22,19 @@ bool report::write(const std::string& path) const {
   }
   file << boost::json::serialize(out) << "\n";
   return static_cast<bool>(file);
+}
+
+bool writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty() || fs::is_directory(path, ec))
+    return false;
+  if (fs::exists(path, ec))
+    return ::access(path.c_str(), W_OK) == 0;
+  auto dir = fs::path{path}.parent_path();
+  if (dir.empty())
+    dir = ".";
+  return fs::is_directory(dir, ec) && ::access(dir.c_str(), W_OK | X_OK) == 0;
 }
 
 int report::finish(const std::string& json_path) const {

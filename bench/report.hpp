@@ -31,9 +31,22 @@ struct common_options {
   bool quick = false;    ///< smaller inputs, under 60 s
 };
 
-/// Adds --json and --quick to `app`; `quick_help` says what --quick shrinks.
+/// Whether a file could be written at `path` (it exists and is writable, or its directory is),
+/// found without creating it: output paths are checked before a long run, and a run that fails
+/// later leaves nothing behind.
+bool writable(const std::string& path);
+
+/// A CLI11 check of an output path (writable), so a bad one ends the run before it starts.
+inline CLI::Validator writable_path() {
+  return {[](std::string& path) { return writable(path) ? std::string{} : "cannot write " + path; },
+          "PATH"};
+}
+
+/// Adds --json and --quick to `app`; `quick_help` says what --quick shrinks. An unwritable
+/// --json path is an error before the run.
 inline void add_common_options(CLI::App& app, common_options& out, const std::string& quick_help) {
-  app.add_option("--json", out.json_path, "write {\"metrics\", \"ratios\"} to this file");
+  app.add_option("--json", out.json_path, "write {\"metrics\", \"ratios\"} to this file")
+      ->check(writable_path());
   app.add_flag("--quick", out.quick, quick_help + " (under 60 s)");
 }
 

@@ -51,6 +51,42 @@ BOOST_AUTO_TEST_CASE(the_datacenter_run_reports_its_speed_and_draws_the_oi_cf_pl
   std::filesystem::remove(html_path);
 }
 
+// The capacity-bound comparison with Gaudi 3 prefill, on two code-agent sessions: the ratio at
+// equal device count and at equal cost, the latter the former times the fleets' price ratio
+// (12 H200 at 32,000 against 4 Gaudi 3 at 15,625 and 8 SN40L at 35,000, the bench's assumed
+// prices).
+BOOST_AUTO_TEST_CASE(gaudi3_prefill_is_compared_at_equal_device_count_and_at_equal_cost) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto json_path = dir / "triad-bench-agentic-test3.json";
+  const auto html_path = dir / "triad-bench-agentic-test3.html";
+  auto r = triad::test::run_command(
+      triad::test::binary("triad-bench-agentic") +
+      " --quick --agent-sessions 2 --settings code_agent_three_stage_gaudi3,code_agent_monolithic "
+      "--json " +
+      json_path.string() + " --html " + html_path.string());
+  BOOST_REQUIRE_EQUAL(r.status, 0);
+  auto out = json::parse(read(json_path)).as_object();
+  const auto& metrics = out.at("metrics").as_object();
+  const auto& g3 = metrics.at("code_agent_three_stage_gaudi3").as_object();
+  const auto& mono = metrics.at("code_agent_monolithic").as_object();
+  BOOST_TEST(g3.at("errors").to_number<double>() == 0.0);
+  BOOST_TEST(g3.at("fleet_usd").to_number<double>() == 4 * 15'625.0 + 8 * 35'000.0);
+  BOOST_TEST(mono.at("fleet_usd").to_number<double>() == 12 * 32'000.0);
+  const auto& ratios = out.at("ratios").as_object();
+  const auto count =
+      ratios.at("three_stage_gaudi3_over_monolithic_throughput_capacity_bound").to_number<double>();
+  const auto cost =
+      ratios.at("three_stage_gaudi3_over_monolithic_throughput_per_cost_capacity_bound")
+          .to_number<double>();
+  BOOST_TEST((std::isfinite(count) && count > 0), "equal count: " << count);
+  BOOST_TEST(cost == count * (12 * 32'000.0) / (4 * 15'625.0 + 8 * 35'000.0),
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(ratios.count("three_stage_over_monolithic_throughput_capacity_bound") == 0u);
+  BOOST_TEST(read(html_path).find("prefill pool, 2 x gaudi3 x2") != std::string::npos);
+  std::filesystem::remove(json_path);
+  std::filesystem::remove(html_path);
+}
+
 // Before any run: a long benchmark does not end in an error it could have found at start.
 BOOST_AUTO_TEST_CASE(an_unwritable_report_path_is_an_error_naming_it) {
   const auto json_path = std::filesystem::temp_directory_path() / "triad-bench-agentic-test2.json";
@@ -60,10 +96,24 @@ BOOST_AUTO_TEST_CASE(an_unwritable_report_path_is_an_error_naming_it) {
                                "--datacenter-minutes 1 --json " +
                                json_path.string() + " --html /nonexistent-dir/report.html 2>&1");
   BOOST_TEST(r.status != 0);
-  BOOST_TEST(r.out.find("cannot write the OI/CF report /nonexistent-dir/report.html") !=
-                 std::string::npos,
+  BOOST_TEST(r.out.find("--html: cannot write /nonexistent-dir/report.html") != std::string::npos,
              r.out);
   std::filesystem::remove(json_path);
+}
+
+// The start checks create nothing: a run refused for its JSON path leaves no empty report.
+BOOST_AUTO_TEST_CASE(an_unwritable_json_path_is_refused_before_the_report_is_created) {
+  const auto html_path = std::filesystem::temp_directory_path() / "triad-bench-agentic-test4.html";
+  std::filesystem::remove(html_path);
+  auto r = triad::test::run_command(triad::test::binary("triad-bench-agentic") +
+                                    " --quick --settings datacenter_three_stage "
+                                    "--datacenter-minutes 1 --json /nonexistent-dir/out.json "
+                                    "--html " +
+                                    html_path.string() + " 2>&1");
+  BOOST_TEST(r.status != 0, r.out);
+  BOOST_TEST(r.out.find("--json: cannot write /nonexistent-dir/out.json") != std::string::npos,
+             r.out);
+  BOOST_TEST(!std::filesystem::exists(html_path));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
