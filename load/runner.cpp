@@ -380,10 +380,11 @@ private:
       // The client runs the tool (simulated: it takes the planned time), then sends its result.
       js->messages.push_back(
           {"assistant", r.content, r.tool_name, r.tool_arguments, r.tool_call_id});
-      auto tool_ms = turn.calls[js->call].tool_ms;
+      const auto& done = turn.calls[js->call];
+      auto tool_ms = done.tool_ms;
       job.tool_s += tool_ms / 1000.0;
+      auto result_text = filler_text(plan.index * 977 + js->call + 1, done.result_tokens);
       ++js->call;
-      auto result_text = filler_text(plan.index * 977 + js->call, options_.tool_result_tokens);
       js->messages.push_back({"tool", result_text, {}, {}, r.tool_call_id});
       auto next = c.end_s + tool_ms / 1000.0;
       at(next, [this, js, next] { dispatch(js, next); });

@@ -64,9 +64,8 @@ struct run_options {
   /// none). Each turn is then one request whose script makes all of its calls; the server runs
   /// them (its tools take what they take: the plan's tool durations are not used).
   std::string hosted_tool;
-  std::string hosted_arguments;          ///< the hosted tool's arguments, a JSON object as text
-  std::uint32_t tool_result_tokens = 64; ///< its results' length
-  bool progress = false;                 ///< a live progress line on stderr
+  std::string hosted_arguments; ///< the hosted tool's arguments, a JSON object as text
+  bool progress = false;        ///< a live progress line on stderr
   /// Open loop: run the thread that sends on the schedule at real-time priority (SCHED_FIFO 1)
   /// where the system allows it (root or CAP_SYS_NICE), so sends are not late for lack of CPU.
   bool realtime_pacer = true;

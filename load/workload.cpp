@@ -123,9 +123,12 @@ std::vector<job_plan> plan_jobs(const workload_options& o, std::size_t count, st
         turn.think_ms = t == 0 ? 0 : static_cast<double>(o.think_ms.sample(rng));
         turn.user_text = filler_text(seed * 7'919 + i * 131 + t, o.user_tokens.sample(rng, 1));
         auto calls = o.tool_calls.sample(rng);
-        for (std::uint64_t c = 0; c < calls; ++c)
-          turn.calls.push_back({static_cast<std::uint32_t>(o.call_tokens.sample(rng)),
-                                static_cast<double>(o.tool_ms.sample(rng))});
+        for (std::uint64_t c = 0; c < calls; ++c) {
+          auto tokens = static_cast<std::uint32_t>(o.call_tokens.sample(rng));
+          auto ms = static_cast<double>(o.tool_ms.sample(rng));
+          turn.calls.push_back(
+              {tokens, ms, static_cast<std::uint32_t>(o.tool_result_tokens.sample(rng))});
+        }
         turn.calls.push_back({static_cast<std::uint32_t>(o.output.sample(rng, 1)), -1});
         j.turns.push_back(std::move(turn));
       }
@@ -133,6 +136,64 @@ std::vector<job_plan> plan_jobs(const workload_options& o, std::size_t count, st
     jobs.push_back(std::move(j));
   }
   return jobs;
+}
+
+const std::vector<workload_profile>& workload_profiles() {
+  using d = distribution_spec;
+  auto agent = [](std::uint32_t system, d turns, d tool_calls, d tool_ms, d result, d call, d user,
+                  d output, d think) {
+    workload_options o;
+    o.kind = workload_options::agent;
+    o.system_tokens = system;
+    o.turns = turns;
+    o.tool_calls = tool_calls;
+    o.tool_ms = tool_ms;
+    o.tool_result_tokens = result;
+    o.call_tokens = call;
+    o.user_tokens = user;
+    o.output = output;
+    o.think_ms = think;
+    return o;
+  };
+  static const std::vector<workload_profile> profiles = {
+      {"chat",
+       "a conversation of 2-8 turns with no tools: short questions, answers of a few hundred "
+       "tokens, a person's pause of 5-60 s between turns",
+       agent(256, {d::uniform, 2, 8}, {d::fixed, 0, 0}, {d::fixed, 0, 0}, {d::fixed, 0, 0},
+             {d::fixed, 0, 0}, {d::lognormal, 80, 0.8}, {d::lognormal, 250, 0.6},
+             {d::uniform, 5'000, 60'000})},
+      {"code-agent",
+       "one task: 12-20K tokens of repository context, then 10-50 tool calls (builds, tests, "
+       "file reads) of 2-30 s returning 1.6-1.9K tokens each, so the context grows to "
+       "32K-128K",
+       agent(4096, {d::fixed, 1, 0}, {d::uniform, 10, 50}, {d::uniform, 2'000, 30'000},
+             {d::uniform, 1'600, 1'900}, {d::uniform, 40, 160}, {d::uniform, 12'000, 20'000},
+             {d::uniform, 100, 400}, {d::fixed, 0, 0})},
+      {"web",
+       "a browsing task of 1-2 user turns, each 3-10 page fetches and searches of 1-8 s "
+       "returning 1-6K tokens of page text: few calls, large results",
+       agent(2048, {d::uniform, 1, 2}, {d::uniform, 3, 10}, {d::uniform, 1'000, 8'000},
+             {d::uniform, 1'000, 6'000}, {d::uniform, 20, 80}, {d::uniform, 30, 120},
+             {d::uniform, 100, 500}, {d::uniform, 2'000, 20'000})},
+      {"computer-use",
+       "one task of 20-60 steps: a short action (click, type), 0.5-3 s to act and take a "
+       "screenshot, the screenshot's 1.2-1.6K tokens back: many calls, steady growth",
+       agent(3072, {d::fixed, 1, 0}, {d::uniform, 20, 60}, {d::uniform, 500, 3'000},
+             {d::uniform, 1'200, 1'600}, {d::uniform, 30, 100}, {d::uniform, 30, 120},
+             {d::uniform, 50, 200}, {d::fixed, 0, 0})},
+  };
+  return profiles;
+}
+
+expected<workload_profile> find_workload_profile(std::string_view name) {
+  std::string allowed;
+  for (const auto& p : workload_profiles()) {
+    if (p.name == name)
+      return p;
+    allowed += (allowed.empty() ? "" : ", ") + p.name;
+  }
+  return make_error(errc::not_found,
+                    "unknown workload profile '" + std::string{name} + "'; allowed: " + allowed);
 }
 
 } // namespace triad::load

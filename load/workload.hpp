@@ -35,8 +35,9 @@ std::string to_string(const distribution_spec& d);
 /// One LLM call of a plan: `tokens` of text, then (when `tool_ms` >= 0) a tool call that takes
 /// `tool_ms` on the client before the conversation goes on.
 struct call_plan {
-  std::uint32_t tokens = 0; ///< text tokens the answer has
-  double tool_ms = -1;      ///< < 0: the answer ends here (no tool call)
+  std::uint32_t tokens = 0;        ///< text tokens the answer has
+  double tool_ms = -1;             ///< < 0: the answer ends here (no tool call)
+  std::uint32_t result_tokens = 0; ///< the tool's result, sent back (when tool_ms >= 0)
 };
 
 /// One user turn: the user's message, then calls until one ends without a tool call.
@@ -68,10 +69,26 @@ struct workload_options {
   distribution_spec think_ms{distribution_spec::uniform, 0, 1000};  ///< agent: between turns
   distribution_spec call_tokens{distribution_spec::uniform, 8, 48}; ///< agent: text before a call
   distribution_spec user_tokens{distribution_spec::uniform, 32, 128}; ///< agent: user messages
-  std::uint32_t system_tokens = 512;     ///< agent: the shared system prompt
-  std::uint32_t tool_result_tokens = 64; ///< agent: each tool result's length
-  std::string tool_name = "sim_tool";    ///< agent: the (client-side) tool's name
+  distribution_spec tool_result_tokens{distribution_spec::fixed, 64, 0}; ///< agent: each result
+  std::uint32_t system_tokens = 512;  ///< agent: the shared system prompt
+  std::string tool_name = "sim_tool"; ///< agent: the (client-side) tool's name
 };
+
+/// A named agentic workload (`triad-load --profile NAME`): sessions shaped after the OI/CF
+/// paper's characterisation of agentic traffic (arXiv 2601.22001: chat, coding agents, web
+/// browsing, computer use). The figures are this project's choices within that description,
+/// documented in load/README.md; options given beside a profile override its values.
+struct workload_profile {
+  std::string name;         ///< "chat", "code-agent", "web", "computer-use"
+  std::string summary;      ///< one line: what a session of it is
+  workload_options options; ///< kind agent; its distributions
+};
+
+/// The built-in profiles, in a fixed order.
+const std::vector<workload_profile>& workload_profiles();
+
+/// The profile called `name`; errc::not_found naming it and the allowed names otherwise.
+expected<workload_profile> find_workload_profile(std::string_view name);
 
 /// `count` jobs of `options`, drawn from `seed` (trace_replay: one per entry of `tr`, `count`
 /// ignored; arrival times from the trace's timestamps divided by `trace_speed`).

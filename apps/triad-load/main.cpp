@@ -362,9 +362,9 @@ int run(int argc, char** argv) {
   CLI::App app{"triad-load: agentic load generator and SLO reporter for OpenAI-compatible "
                "servers"};
   std::string url, inproc, workload = "chat", trace_path, arrival, api_key, model;
-  std::string input = "256", output = "64", turns = "uniform:1:2", tool_calls = "uniform:3:8",
-              tool_ms = "uniform:50:2000", think_ms = "uniform:0:1000",
-              user_tokens = "uniform:32:128";
+  // Distributions given on the command line (each overrides the workload's or profile's).
+  std::string input, output, turns, tool_calls, tool_ms, think_ms, user_tokens, result_tokens,
+      call_tokens, profile;
   std::string json_path, jsonl_path, csv_path, html_path, sweep;
   std::size_t requests = 100, concurrency = 0, streams = 5000;
   std::uint32_t system_tokens = 512;
@@ -380,6 +380,14 @@ int run(int argc, char** argv) {
   target_group->require_option(1);
   app.add_option("--workload", workload, "chat, agent or trace")
       ->check(CLI::IsMember({"chat", "agent", "trace"}));
+  {
+    std::string names;
+    for (const auto& p : workload_profiles())
+      names += (names.empty() ? "" : ", ") + p.name;
+    app.add_option("--profile", profile,
+                   "agent sessions shaped as one of: " + names +
+                       " (load/README.md lists their figures; the options below override them)");
+  }
   app.add_option("--trace", trace_path, "Mooncake JSONL trace (--workload trace)");
   app.add_option("--trace-speed", trace_speed, "replay speed-up of the trace's timestamps")
       ->check(CLI::PositiveNumber);
@@ -392,14 +400,22 @@ int run(int argc, char** argv) {
   app.add_option("--concurrency", concurrency, "closed loop: jobs in flight");
   app.add_option("--sweep", sweep, "Poisson rates, comma-separated: one phase of --requests each");
   app.add_option("--seed", seed, "seeds the workload and the schedule");
-  app.add_option("--input-tokens", input, "chat: prompt length distribution");
-  app.add_option("--output-tokens", output, "chat and agent: answer length distribution");
-  app.add_option("--turns", turns, "agent: turns per session");
-  app.add_option("--tool-calls", tool_calls, "agent: tool calls per turn");
-  app.add_option("--tool-ms", tool_ms, "agent: tool durations in ms");
-  app.add_option("--think-ms", think_ms, "agent: user think time between turns in ms");
-  app.add_option("--system-tokens", system_tokens, "agent: the shared system prompt's length");
-  app.add_option("--user-tokens", user_tokens, "agent: user message length distribution");
+  app.add_option("--input-tokens", input, "chat: prompt length distribution (default 256)");
+  app.add_option("--output-tokens", output,
+                 "chat and agent: answer length distribution (default 64)");
+  app.add_option("--turns", turns, "agent: turns per session (default uniform:1:2)");
+  app.add_option("--tool-calls", tool_calls, "agent: tool calls per turn (default uniform:3:8)");
+  app.add_option("--tool-ms", tool_ms, "agent: tool durations in ms (default uniform:50:2000)");
+  app.add_option("--think-ms", think_ms,
+                 "agent: user think time between turns in ms (default uniform:0:1000)");
+  app.add_option("--system-tokens", system_tokens,
+                 "agent: the shared system prompt's length (default 512)");
+  app.add_option("--user-tokens", user_tokens,
+                 "agent: user message length distribution (default uniform:32:128)");
+  app.add_option("--tool-result-tokens", result_tokens,
+                 "agent: each tool result's length distribution (default 64)");
+  app.add_option("--call-tokens", call_tokens,
+                 "agent: text before each tool call, length distribution (default uniform:8:48)");
   std::string hosted_tool, hosted_args = "{}";
   app.add_option("--hosted-tool", hosted_tool,
                  "agent: call this tool, which the server hosts and runs itself, instead of a "
@@ -445,22 +461,38 @@ int run(int argc, char** argv) {
   raise_fd_limit();
 
   workload_options w;
-  w.kind = workload == "agent"   ? workload_options::agent
-           : workload == "trace" ? workload_options::trace_replay
-                                 : workload_options::chat;
+  if (!profile.empty()) {
+    auto p = find_workload_profile(profile);
+    if (!p)
+      return fail("--profile: " + p.error().message);
+    if (app.count("--workload") != 0 && workload != "agent")
+      return fail("--profile " + profile + ": profiles are agent sessions; drop --workload " +
+                  workload);
+    w = p->options;
+    workload = "agent";
+  } else {
+    w.kind = workload == "agent"   ? workload_options::agent
+             : workload == "trace" ? workload_options::trace_replay
+                                   : workload_options::chat;
+  }
   for (auto [text, what, out] :
        {std::tuple{&input, "--input-tokens", &w.input},
         std::tuple{&output, "--output-tokens", &w.output}, std::tuple{&turns, "--turns", &w.turns},
         std::tuple{&tool_calls, "--tool-calls", &w.tool_calls},
         std::tuple{&tool_ms, "--tool-ms", &w.tool_ms},
         std::tuple{&think_ms, "--think-ms", &w.think_ms},
-        std::tuple{&user_tokens, "--user-tokens", &w.user_tokens}}) {
+        std::tuple{&user_tokens, "--user-tokens", &w.user_tokens},
+        std::tuple{&result_tokens, "--tool-result-tokens", &w.tool_result_tokens},
+        std::tuple{&call_tokens, "--call-tokens", &w.call_tokens}}) {
+    if (app.count(what) == 0)
+      continue; // the workload's or profile's own
     auto d = parse_distribution(*text, what);
     if (!d)
       return fail(d.error().message);
     *out = *d;
   }
-  w.system_tokens = system_tokens;
+  if (app.count("--system-tokens") != 0)
+    w.system_tokens = system_tokens;
 
   std::optional<trace> tr;
   if (w.kind == workload_options::trace_replay) {
@@ -491,7 +523,6 @@ int run(int argc, char** argv) {
   o.progress = progress;
   o.realtime_pacer = !no_realtime;
   o.tool_name = w.tool_name;
-  o.tool_result_tokens = w.tool_result_tokens;
   if (!hosted_tool.empty()) {
     if (w.kind != workload_options::agent)
       return fail("--hosted-tool " + hosted_tool + ": only for --workload agent");
@@ -559,8 +590,8 @@ int run(int argc, char** argv) {
   o.concurrency = concurrency;
   slo objectives{slo_ttft, slo_tpot, slo_e2e, slo_session};
 
-  std::printf("triad-load: %s, workload %s, model %s\n", t->describe().c_str(), workload.c_str(),
-              t->model().c_str());
+  std::printf("triad-load: %s, workload %s%s, model %s\n", t->describe().c_str(), workload.c_str(),
+              profile.empty() ? "" : (" (profile " + profile + ")").c_str(), t->model().c_str());
   json::object out;
   run_result last;
   summary last_summary;
@@ -602,6 +633,8 @@ int run(int argc, char** argv) {
                  "run triad-load with --no-script\n");
   out["target"] = t->describe();
   out["workload"] = workload;
+  if (!profile.empty())
+    out["profile"] = profile;
   out["seed"] = seed;
   if (tr)
     out["trace"] = json::object{

@@ -169,6 +169,34 @@ BOOST_AUTO_TEST_CASE(sampled_calls_traces_are_written_beside_the_report_and_link
     BOOST_TEST(csv.find(",1," + id + "\n") != std::string::npos, id);
 }
 
+// A profile's sessions with some of its figures overridden: one computer-use session of two
+// steps with short screenshots, on a zero-time node.
+BOOST_AUTO_TEST_CASE(a_workload_profile_runs_with_the_options_given_beside_it_overriding_it) {
+  scratch s;
+  auto r = run_command(binary("triad-load") + " --inproc " + s.path("node.toml") +
+                       " --profile computer-use --requests 1 --concurrency 1 --tool-calls fixed:2 "
+                       "--tool-result-tokens fixed:40 --system-tokens 64 --user-tokens fixed:20 "
+                       "--output-tokens fixed:4 --call-tokens fixed:4 --tool-ms fixed:1 --json " +
+                       s.path("run.json") + " 2>&1");
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+  BOOST_TEST(r.out.find("workload agent (profile computer-use)") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("calls 3 (ok 3)") != std::string::npos, r.out);
+  auto out = json::parse(slurp(s.path("run.json"))).as_object();
+  BOOST_TEST(out.at("profile").as_string() == "computer-use");
+  auto bad =
+      run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --profile video 2>&1");
+  BOOST_TEST(bad.status == 2);
+  BOOST_TEST(bad.out.find("--profile: unknown workload profile 'video'; allowed: chat, "
+                          "code-agent, web, computer-use") != std::string::npos,
+             bad.out);
+  auto trace = run_command(binary("triad-load") +
+                           " --url http://127.0.0.1:1/v1 --profile web --workload trace 2>&1");
+  BOOST_TEST(trace.status == 2);
+  BOOST_TEST(trace.out.find("--profile web: profiles are agent sessions; drop --workload trace") !=
+                 std::string::npos,
+             trace.out);
+}
+
 BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_servers_are_clear_errors) {
   auto chat_hosted =
       run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --hosted-tool shell 2>&1");

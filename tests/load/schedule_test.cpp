@@ -1,5 +1,7 @@
 #include <cmath>
+#include <map>
 #include <numeric>
+#include <set>
 
 #include <boost/test/unit_test.hpp>
 
@@ -111,6 +113,76 @@ BOOST_AUTO_TEST_CASE(agent_plans_share_the_system_prompt_and_end_each_turn_witho
     }
   }
   BOOST_TEST(plan_jobs(w, 20, 5)[3].turns[0].user_text == jobs[3].turns[0].user_text);
+}
+
+namespace {
+
+// Tokens of a session's conversation after its last answer: the system prompt, every user
+// message, every answer's text and every tool result (what the model attends to last).
+std::uint64_t final_context(const job_plan& j) {
+  std::uint64_t n = j.system_text.size();
+  for (const auto& t : j.turns) {
+    n += t.user_text.size();
+    for (const auto& c : t.calls)
+      n += c.tokens + (c.tool_ms >= 0 ? c.result_tokens : 0);
+  }
+  return n;
+}
+
+} // namespace
+
+// The profiles' sessions stay in the shapes load/README.md gives them, over 300 sessions each:
+// a code agent's context grows to 32K-128K over 10-50 calls, every profile fits a 128K-token
+// (131072) context, chat calls no tool, computer use makes the most calls.
+BOOST_AUTO_TEST_CASE(each_workload_profile_plans_sessions_of_its_documented_shape) {
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> context; // min, max
+  std::map<std::string, std::uint64_t> most_calls;
+  for (const auto& p : workload_profiles()) {
+    BOOST_TEST(p.options.kind == workload_options::agent);
+    auto jobs = plan_jobs(p.options, 300, 11);
+    BOOST_REQUIRE(jobs.size() == 300u);
+    auto& [lo, hi] = context[p.name];
+    lo = ~0ull;
+    for (const auto& j : jobs) {
+      lo = std::min(lo, final_context(j));
+      hi = std::max(hi, final_context(j));
+      std::uint64_t calls = 0;
+      for (const auto& t : j.turns)
+        calls += t.calls.size() - 1; // the last answer of a turn calls no tool
+      most_calls[p.name] = std::max(most_calls[p.name], calls);
+    }
+    BOOST_TEST(hi <= 131'072u, p.name << ": " << hi);
+  }
+  BOOST_TEST(context.size() == 4u);
+  BOOST_TEST(context["code-agent"].first >= 32'000u, context["code-agent"].first);
+  BOOST_TEST(context["code-agent"].second >= 100'000u, context["code-agent"].second);
+  BOOST_TEST(most_calls["code-agent"] <= 50u);
+  BOOST_TEST(most_calls["chat"] == 0u);
+  BOOST_TEST(most_calls["computer-use"] > most_calls["web"]);
+  BOOST_TEST(context["chat"].second < context["web"].second);
+}
+
+// Each planned call carries its own result length, drawn from tool_result_tokens.
+BOOST_AUTO_TEST_CASE(tool_results_take_their_length_from_the_distribution_call_by_call) {
+  workload_options w;
+  w.kind = workload_options::agent;
+  w.tool_result_tokens = {distribution_spec::uniform, 100, 900};
+  std::set<std::uint32_t> lengths;
+  for (const auto& j : plan_jobs(w, 20, 3))
+    for (const auto& t : j.turns)
+      for (std::size_t c = 0; c + 1 < t.calls.size(); ++c) {
+        BOOST_TEST((t.calls[c].result_tokens >= 100u && t.calls[c].result_tokens <= 900u));
+        lengths.insert(t.calls[c].result_tokens);
+      }
+  BOOST_TEST(lengths.size() > 10u);
+}
+
+BOOST_AUTO_TEST_CASE(an_unknown_profile_is_an_error_naming_the_allowed_ones) {
+  auto p = find_workload_profile("video");
+  BOOST_REQUIRE(!p.has_value());
+  BOOST_TEST(p.error().message ==
+             "unknown workload profile 'video'; allowed: chat, code-agent, web, computer-use");
+  BOOST_TEST(find_workload_profile("web")->name == "web");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
