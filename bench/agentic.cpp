@@ -39,6 +39,7 @@
 #include "bench/report.hpp"
 #include "devices/device.hpp"
 #include "devices/factory.hpp"
+#include "load/workload.hpp"
 #include "runtime/main_guard.hpp"
 #include "runtime/node_clock.hpp"
 #include "tools/registry.hpp"
@@ -127,6 +128,42 @@ std::vector<session_spec> make_code_agent_workload(std::size_t n, std::uint64_t 
   return out;
 }
 
+// `n` sessions of triad-load's workload profile `profile` (load/workload.hpp: chat, web,
+// computer-use, code-agent) from `seed`, as this bench runs a session: one request whose
+// script makes every call. A user's later turn enters the same way as a tool result: after the
+// user's think time (the call's duration), the user's message (its result) joins the context,
+// so the session's KV lives as it would across the turn (paused, then growing). Tool durations
+// are modelled milliseconds divided by `time_scale`; results are text of the planned length.
+std::vector<session_spec> make_profile_workload(const std::string& profile, std::size_t n,
+                                                std::uint64_t seed, double time_scale) {
+  auto p = triad::load::find_workload_profile(profile);
+  if (!p)
+    return {};
+  std::vector<session_spec> out;
+  for (const auto& job : triad::load::plan_jobs(p->options, n, seed)) {
+    session_spec s;
+    s.system = job.system_text;
+    s.user = job.turns.front().user_text;
+    auto call = [&](std::uint32_t tokens, double ms, std::size_t bytes) {
+      auto args = "{\"ms\": " + std::to_string(static_cast<int>(ms / time_scale)) +
+                  ", \"bytes\": " + std::to_string(bytes) + "}";
+      s.script.turns.push_back({tokens, triad::tool_call_text{"work", args}});
+      ++s.tool_calls;
+    };
+    for (std::size_t t = 0; t < job.turns.size(); ++t)
+      for (const auto& c : job.turns[t].calls) {
+        if (c.tool_ms >= 0)
+          call(c.tokens, c.tool_ms, c.result_tokens);
+        else if (t + 1 < job.turns.size()) // the turn's answer; the user's next message
+          call(c.tokens, job.turns[t + 1].think_ms, job.turns[t + 1].user_text.size());
+        else
+          s.script.turns.push_back({c.tokens, std::nullopt});
+      }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 // "work": sleeps `ms` on its tool worker and answers `bytes` characters (a simulated tool).
 std::shared_ptr<triad::tool_registry> bench_tools() {
   namespace json = boost::json;
@@ -167,6 +204,9 @@ struct setting {
   bool datacenter = false;
   /// Code-agent settings: the prefill groups' profile (code_agent_hardware's argument).
   std::string prefill_profile = "h200";
+  /// A triad-load workload profile's sessions (make_profile_workload) on code_agent_hardware();
+  /// empty: the setting's own workload.
+  std::string workload_profile{};
 };
 
 struct outcome {
@@ -233,7 +273,8 @@ hardware sim_hardware() {
 // doing both (groups of one size: the router balances requests in flight, not device speed).
 // With `prefill_profile` "gaudi3", two pairs of Gaudi 3 (each pair 256 GB of HBM2e) prefill
 // instead of the H200 pairs; the decode groups and the monolithic pool stay the same.
-hardware code_agent_hardware(const std::string& prefill_profile = "h200") {
+// KV pages (and store blocks) of `page_tokens`.
+hardware code_agent_hardware(std::size_t page_tokens, const std::string& prefill_profile = "h200") {
   const auto pair = prefill_profile == "h200" ? std::string{"h200x2-"} : prefill_profile + "x2-";
   return {triad::device_backend::sim,
           "llama3-70b",
@@ -243,7 +284,8 @@ hardware code_agent_hardware(const std::string& prefill_profile = "h200") {
            {"sn40lx4-1", "sn40l", triad::device_role::decode, 4}},
           {{"h200x4-0", "h200", triad::device_role::both, 4},
            {"h200x4-1", "h200", triad::device_role::both, 4},
-           {"h200x4-2", "h200", triad::device_role::both, 4}}};
+           {"h200x4-2", "h200", triad::device_role::both, 4}},
+          page_tokens};
 }
 
 // The datacenter-scale run (SIMULATED, issue #28's virtual-time figure): 64 accelerators, the
@@ -500,14 +542,20 @@ int run(int argc, char** argv) {
                  "sim); real: modelled time runs at time_scale x real time (default for cpu)")
       ->check(CLI::IsMember({"virtual", "real"}));
   double dc_minutes_option = 0;
-  // Pages of 128 tokens (vLLM's block size on Gaudi): at the node's 16, a 100K-token context is
-  // 6K blocks, each with its actor in the KV store, and the run's CPU goes there (measured: the
-  // same modelled figures within 1% over 10 minutes, 3.9x the wall time).
-  std::size_t dc_page_tokens = 128;
-  app.add_option("--datacenter-page-tokens", dc_page_tokens,
-                 "datacenter_three_stage: tokens per KV page and store block (default 128)")
+  // Pages of 128 tokens (vLLM's block size on Gaudi) for the llama3-70b settings: at the node's
+  // 16, a 100K-token context is 6K blocks, each with its actor in the KV store, and the run's
+  // CPU goes there (measured on the datacenter setting: the same modelled figures within 1% over
+  // 10 minutes, 3.9x the wall time).
+  std::size_t page_tokens = 128;
+  app.add_option("--page-tokens", page_tokens,
+                 "llama3-70b settings (code_agent_*, profile_*, datacenter_three_stage): tokens "
+                 "per KV page and store block (default 128)")
       ->check(CLI::Range(1, 4096));
-  std::size_t dc_sessions_option = 0;
+  std::size_t dc_sessions_option = 0, profile_sessions_option = 0;
+  app.add_option("--profile-sessions", profile_sessions_option,
+                 "profile_* settings (triad-load's chat, web and computer-use profiles on the "
+                 "code-agent hardware): sessions each (default: --quick 12, else 48)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--datacenter-minutes", dc_minutes_option,
                  "datacenter_three_stage (64 devices): minutes of modelled arrivals (default: "
                  "--quick 5, else 60)")
@@ -585,6 +633,24 @@ int run(int argc, char** argv) {
                                          true,
                                          true},
                                     });
+  // Per workload: triad-load's profiles (not code-agent: code_agent_* has its own) on the
+  // code-agent hardware, in both layouts.
+  const std::vector<std::string> profiles = {"chat", "web", "computer-use"};
+  auto profile_id = [](std::string name) {
+    std::replace(name.begin(), name.end(), '-', '_');
+    return name;
+  };
+  if (!cpu)
+    for (const auto& name : profiles)
+      for (auto device_layout : {triad::layout::three_stage, triad::layout::monolithic}) {
+        setting st{
+            "profile_" + profile_id(name) +
+                (device_layout == triad::layout::monolithic ? "_monolithic" : "_three_stage"),
+            device_layout, triad::kv_policy::pin};
+        st.code_agent = true;
+        st.workload_profile = name;
+        settings.push_back(st);
+      }
   // The memory-bound settings run faster in --quick (the figures are modelled seconds).
   const double bound_scale = quick && !virtual_time ? 4 * time_scale : time_scale;
   auto bound_work = make_workload(sessions, seed, bound_scale);
@@ -592,8 +658,8 @@ int run(int argc, char** argv) {
   // cap (each device admits while the KV fits its tiers), modelled 20x (--quick 50x) faster than
   // real time: steps over long contexts cost real CPU (planning, messages), which a higher
   // time_scale would count as modelled time (at 400x, 8 sessions: a third of the throughput).
-  const auto agent_hw = code_agent_hardware();
-  const auto agent_hw_gaudi3 = code_agent_hardware("gaudi3");
+  const auto agent_hw = code_agent_hardware(page_tokens);
+  const auto agent_hw_gaudi3 = code_agent_hardware(page_tokens, "gaudi3");
   const double agent_scale = virtual_time             ? 1.0
                              : agent_scale_option > 0 ? agent_scale_option
                              : quick                  ? 50.0
@@ -603,9 +669,15 @@ int run(int argc, char** argv) {
                                                                : 64;
   auto agent_work =
       make_code_agent_workload(agent_sessions, seed, agent_scale, 10, quick ? 25 : 50);
+  const std::size_t profile_sessions = profile_sessions_option > 0 ? profile_sessions_option
+                                       : quick                     ? 12
+                                                                   : 48;
+  std::map<std::string, std::vector<session_spec>> profile_work;
+  for (const auto& name : profiles)
+    profile_work[name] = make_profile_workload(name, profile_sessions, seed + 3, agent_scale);
   // The datacenter-scale run: code-agent sessions arriving uniformly at random over the minutes
   // given, on 64 devices; its figure is how much faster than real time the simulation ran.
-  const auto dc_hw = datacenter_hardware(dc_page_tokens);
+  const auto dc_hw = datacenter_hardware(page_tokens);
   const double dc_minutes = dc_minutes_option > 0 ? dc_minutes_option : quick ? 5.0 : 60.0;
   const std::size_t dc_sessions = dc_sessions_option > 0
                                       ? dc_sessions_option
@@ -640,8 +712,10 @@ int run(int argc, char** argv) {
                            : !st.code_agent               ? hw
                            : st.prefill_profile == "h200" ? agent_hw
                                                           : agent_hw_gaudi3;
+    const auto& agent_or_profile =
+        st.workload_profile.empty() ? agent_work : profile_work[st.workload_profile];
     auto r = st.datacenter   ? run(st, used, dc_work, agent_scale, 0, virtual_time)
-             : st.code_agent ? run(st, used, agent_work, agent_scale, 0, virtual_time)
+             : st.code_agent ? run(st, used, agent_or_profile, agent_scale, 0, virtual_time)
              : bound         ? run(st, used, bound_work, bound_scale, slots, virtual_time)
                              : run(st, used, work, time_scale, slots, virtual_time);
     if (!r) {
@@ -731,6 +805,20 @@ int run(int argc, char** argv) {
         ratio("three_stage_gaudi3_over_monolithic_throughput_per_cost_capacity_bound",
               "code_agent_three_stage_gaudi3", "code_agent_monolithic", per_usd);
     }
+    for (const auto& name : profiles) {
+      const auto id = profile_id(name);
+      ratio("three_stage_over_monolithic_throughput_" + id, "profile_" + id + "_three_stage",
+            "profile_" + id + "_monolithic", tput);
+      ratio("monolithic_over_three_stage_session_p99_" + id, "profile_" + id + "_monolithic",
+            "profile_" + id + "_three_stage", p99);
+    }
+    rep.metrics["profiles"] = boost::json::object{
+        {"sessions", profile_sessions},
+        {"workloads", "triad-load's profiles chat, web, computer-use (load/README.md), each "
+                      "session one request: a user's later turn enters as a tool call lasting "
+                      "the think time whose result is the user's message"},
+        {"devices", "as code_agent"},
+    };
     if (results.count("datacenter_three_stage") != 0) {
       const auto& dc = results["datacenter_three_stage"];
       rep.ratios["modelled_over_wall_seconds"] = dc.makespan_s / dc.wall_s;

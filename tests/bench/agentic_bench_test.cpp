@@ -87,6 +87,31 @@ BOOST_AUTO_TEST_CASE(gaudi3_prefill_is_compared_at_equal_device_count_and_at_equ
   std::filesystem::remove(html_path);
 }
 
+// Per workload: triad-load's computer-use profile, both layouts, on two sessions: every
+// session ends, both ratios of the profile are reported.
+BOOST_AUTO_TEST_CASE(a_workload_profile_is_compared_in_both_layouts) {
+  const auto json_path = std::filesystem::temp_directory_path() / "triad-bench-agentic-test5.json";
+  auto r = triad::test::run_command(
+      triad::test::binary("triad-bench-agentic") +
+      " --quick --profile-sessions 2 --settings "
+      "profile_computer_use_three_stage,profile_computer_use_monolithic --json " +
+      json_path.string());
+  BOOST_REQUIRE_EQUAL(r.status, 0);
+  auto out = json::parse(read(json_path)).as_object();
+  const auto& metrics = out.at("metrics").as_object();
+  for (const char* name : {"profile_computer_use_three_stage", "profile_computer_use_monolithic"}) {
+    const auto& m = metrics.at(name).as_object();
+    BOOST_TEST(m.at("errors").to_number<double>() == 0.0, name);
+    // 20-60 steps of 30-100 tokens each, then a closing answer of 50-200: at least 650 tokens.
+    BOOST_TEST(m.at("completion_tokens").to_number<double>() >= 2 * 650.0, name);
+  }
+  const auto& ratios = out.at("ratios").as_object();
+  BOOST_TEST(ratios.at("three_stage_over_monolithic_throughput_computer_use").to_number<double>() >
+             0.0);
+  BOOST_TEST(ratios.count("monolithic_over_three_stage_session_p99_computer_use") == 1u);
+  std::filesystem::remove(json_path);
+}
+
 // Before any run: a long benchmark does not end in an error it could have found at start.
 BOOST_AUTO_TEST_CASE(an_unwritable_report_path_is_an_error_naming_it) {
   const auto json_path = std::filesystem::temp_directory_path() / "triad-bench-agentic-test2.json";
