@@ -39,6 +39,7 @@
 #include "bench/report.hpp"
 #include "devices/device.hpp"
 #include "devices/factory.hpp"
+#include "devices/sim/profile.hpp"
 #include "load/workload.hpp"
 #include "runtime/main_guard.hpp"
 #include "runtime/node_clock.hpp"
@@ -55,6 +56,7 @@ struct session_spec {
   triad::generation_script script;
   std::uint32_t tool_calls = 0;
   double arrival_s = 0; // modelled seconds after the run's start that the session begins
+  double tool_s = 0;    // modelled seconds its tool calls take together
 };
 
 // Scripts `s.tool_calls` calls of the "work" tool into `s`: each `text` tokens of answer, then
@@ -64,7 +66,9 @@ template<class Ms, class Bytes, class Text>
 void script_calls(session_spec& s, std::mt19937_64& rng, Ms& tool_ms, Bytes& result, Text& text,
                   double time_scale) {
   for (std::uint32_t c = 0; c < s.tool_calls; ++c) {
-    auto ms = static_cast<int>(tool_ms(rng) / time_scale);
+    const double modelled_ms = tool_ms(rng);
+    s.tool_s += modelled_ms / 1000;
+    auto ms = static_cast<int>(modelled_ms / time_scale);
     auto args =
         "{\"ms\": " + std::to_string(ms) + ", \"bytes\": " + std::to_string(result(rng)) + "}";
     s.script.turns.push_back({text(rng), triad::tool_call_text{"work", args}});
@@ -149,6 +153,7 @@ std::vector<session_spec> make_profile_workload(const std::string& profile, std:
                   ", \"bytes\": " + std::to_string(bytes) + "}";
       s.script.turns.push_back({tokens, triad::tool_call_text{"work", args}});
       ++s.tool_calls;
+      s.tool_s += ms / 1000;
     };
     for (std::size_t t = 0; t < job.turns.size(); ++t)
       for (const auto& c : job.turns[t].calls) {
@@ -211,6 +216,7 @@ struct setting {
 
 struct outcome {
   std::vector<double> session_s; // modelled seconds from each session's arrival to its end
+  std::vector<std::uint64_t> session_tokens; // each session's completion tokens
   double makespan_s = 0;         // modelled
   std::uint64_t completion_tokens = 0, prefill_tokens = 0, errors = 0;
   std::uint64_t tier_tokens = 0;  // tokens devices read from the KV store instead of computing
@@ -224,6 +230,9 @@ struct outcome {
   std::uint64_t clock_jumps = 0; // virtual time: times the clock jumped
   // Sim devices: the run's steps on the OI/CF plane, per pool of alike devices.
   std::vector<triad::bench::oi_cf_panel> oi_cf;
+  // Sim devices, per pool (oi_cf's order): the most bytes one device of it held in each memory
+  // tier (weights, activations and KV), by the tier's name, in GB.
+  std::vector<std::vector<std::pair<std::string, double>>> tier_peak_gb;
 };
 
 std::map<std::string, triad::device_stats> device_stats(triad::node& n) {
@@ -401,6 +410,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   std::size_t ended = 0;
   outcome out;
   out.session_s.resize(work.size());
+  out.session_tokens.resize(work.size());
   auto before = device_stats(n);
   // Code-agent settings: samples the KV pages each decoding device holds until every session
   // has ended (its requests cost the devices' actors time: the other settings skip it).
@@ -452,6 +462,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
         std::fprintf(stderr, "triad-bench-agentic: %s: session %zu failed: %s\n", st.name.c_str(),
                      i, e.message.c_str());
       out.session_s[i] = t;
+      out.session_tokens[i] = e.usage.completion_tokens;
       out.completion_tokens += e.usage.completion_tokens;
       out.prefill_tokens += e.usage.prefill_tokens;
       out.pin_expiries += e.usage.pin_expiries;
@@ -494,10 +505,21 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
     auto panel = std::find_if(out.oi_cf.begin(), out.oi_cf.end(), [&](const auto& p) {
       return p.role == role && p.profile == dev.profile && p.tensor_parallel == dev.tensor_parallel;
     });
-    if (panel == out.oi_cf.end())
+    if (panel == out.oi_cf.end()) {
       panel =
           out.oi_cf.insert(out.oi_cf.end(), {st.name, role, dev.profile, dev.tensor_parallel, 0,
                                              std::vector<std::uint64_t>(triad::oi_cf_grid::cells)});
+      std::vector<std::pair<std::string, double>> tiers;
+      if (auto p = triad::builtin_profile(dev.profile))
+        for (std::size_t t = 0; t < std::min(p->tiers.size(), triad::max_memory_tiers); ++t)
+          tiers.emplace_back(p->tiers[t].name, 0.0);
+      out.tier_peak_gb.insert(out.tier_peak_gb.begin() + (panel - out.oi_cf.begin()),
+                              std::move(tiers));
+    }
+    auto& tier_peaks = out.tier_peak_gb[static_cast<std::size_t>(panel - out.oi_cf.begin())];
+    const auto& peaks = after[dev.name].tier_peak_bytes; // since the node started: this run
+    for (std::size_t t = 0; t < std::min(peaks.size(), tier_peaks.size()); ++t)
+      tier_peaks[t].second = std::max(tier_peaks[t].second, peaks[t] / 1e9);
     ++panel->devices;
     const auto& was = before[dev.name].oi_cf_steps;
     for (std::size_t c = 0; c < steps.size() && steps.size() == panel->steps.size(); ++c)
@@ -562,6 +584,11 @@ int run(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--datacenter-sessions", dc_sessions_option,
                  "datacenter_three_stage: sessions arriving (default: 3 a modelled minute)")
+      ->check(CLI::PositiveNumber);
+  double slo_ms_per_token = 50;
+  app.add_option("--slo-ms-per-token", slo_ms_per_token,
+                 "goodput SLO: a session meets it when its time outside its tools, over its "
+                 "completion tokens, is at most this many modelled ms (default 50: 20 tokens/s)")
       ->check(CLI::PositiveNumber);
   std::string html_path;
   app.add_option("--html", html_path,
@@ -703,6 +730,7 @@ int run(int argc, char** argv) {
   rep.quick = quick;
   std::map<std::string, outcome> results;
   std::map<std::string, double> fleet_cost; // settings whose devices all have a price
+  std::map<std::string, double> goodputs;   // tokens/s of sessions that met the SLO
   std::uint64_t errors = 0;
   for (const auto& st : settings) {
     if (!wanted(st.name))
@@ -725,6 +753,23 @@ int run(int argc, char** argv) {
     }
     errors += r->errors;
     auto tput = static_cast<double>(r->completion_tokens) / r->makespan_s;
+    // Goodput: the completion tokens of the sessions that met the SLO, per modelled second.
+    const auto& work_of = st.datacenter                 ? dc_work
+                          : !st.code_agent              ? (bound ? bound_work : work)
+                          : st.workload_profile.empty() ? agent_work
+                                                        : profile_work[st.workload_profile];
+    std::uint64_t good_tokens = 0;
+    std::size_t good_sessions = 0;
+    for (std::size_t i = 0; i < work_of.size(); ++i) {
+      const double outside_tools = r->session_s[i] - work_of[i].tool_s;
+      if (r->session_tokens[i] > 0 &&
+          outside_tools <= slo_ms_per_token / 1000 * static_cast<double>(r->session_tokens[i])) {
+        good_tokens += r->session_tokens[i];
+        ++good_sessions;
+      }
+    }
+    const double goodput = static_cast<double>(good_tokens) / r->makespan_s;
+    goodputs[st.name] = goodput;
     auto p50 = triad::bench::percentile(r->session_s, 0.5),
          p99 = triad::bench::percentile(r->session_s, 0.99);
     char peak_text[48] = "";
@@ -757,6 +802,21 @@ int run(int argc, char** argv) {
     };
     if (st.code_agent)
       rep.metrics[st.name].as_object()["peak_decode_device_kv_gb"] = r->peak_decode_kv_gb;
+    rep.metrics[st.name].as_object()["goodput_tokens_per_s"] = goodput;
+    rep.metrics[st.name].as_object()["slo_met_sessions_fraction"] =
+        static_cast<double>(good_sessions) /
+        static_cast<double>(std::max<std::size_t>(1, work_of.size()));
+    if (!r->tier_peak_gb.empty()) {
+      boost::json::object pools;
+      for (std::size_t k = 0; k < r->oi_cf.size() && k < r->tier_peak_gb.size(); ++k) {
+        boost::json::object tiers;
+        for (const auto& [tier, gb] : r->tier_peak_gb[k])
+          tiers[tier] = gb;
+        pools[r->oi_cf[k].role + " " + r->oi_cf[k].profile + " x" +
+              std::to_string(r->oi_cf[k].tensor_parallel)] = std::move(tiers);
+      }
+      rep.metrics[st.name].as_object()["tier_peak_resident_gb"] = std::move(pools);
+    }
     if (const double usd = fleet_usd(used, st.device_layout); usd > 0) {
       fleet_cost[st.name] = usd;
       rep.metrics[st.name].as_object()["fleet_usd"] = usd;
@@ -771,10 +831,11 @@ int run(int argc, char** argv) {
   auto p = [&](const std::string& s, double q) {
     return triad::bench::percentile(results[s].session_s, q);
   };
-  // A ratio of two settings, when both ran.
+  // A ratio of two settings, when both ran (and the second's figure is not 0: then the ratio
+  // is left out and the metrics show why).
   auto ratio = [&](const std::string& name, const std::string& a, const std::string& b,
                    auto figure) {
-    if (results.count(a) != 0 && results.count(b) != 0)
+    if (results.count(a) != 0 && results.count(b) != 0 && figure(b) != 0)
       rep.ratios[name] = figure(a) / figure(b);
   };
   auto p50 = [&](const std::string& s) { return p(s, 0.5); };
@@ -792,6 +853,9 @@ int run(int argc, char** argv) {
           "code_agent_three_stage", p99);
     ratio("three_stage_gaudi3_over_monolithic_throughput_capacity_bound",
           "code_agent_three_stage_gaudi3", "code_agent_monolithic", tput);
+    auto goodput = [&](const std::string& s) { return goodputs[s]; };
+    ratio("three_stage_over_monolithic_goodput_capacity_bound", "code_agent_three_stage",
+          "code_agent_monolithic", goodput);
     // At equal cost: throughput per dollar of accelerators (device_usd), which is the
     // throughput a fleet of equal price would give if throughput grew with the fleet.
     auto per_usd = [&](const std::string& s) {
@@ -811,6 +875,8 @@ int run(int argc, char** argv) {
             "profile_" + id + "_monolithic", tput);
       ratio("monolithic_over_three_stage_session_p99_" + id, "profile_" + id + "_monolithic",
             "profile_" + id + "_three_stage", p99);
+      ratio("three_stage_over_monolithic_goodput_" + id, "profile_" + id + "_three_stage",
+            "profile_" + id + "_monolithic", goodput);
     }
     rep.metrics["profiles"] = boost::json::object{
         {"sessions", profile_sessions},
@@ -853,6 +919,7 @@ int run(int argc, char** argv) {
   rep.metrics["time_scale"] = time_scale;
   rep.metrics["clock"] = virtual_time ? "virtual" : "real";
   rep.metrics["seed"] = seed;
+  rep.metrics["slo_ms_per_token"] = slo_ms_per_token;
   rep.metrics["backend"] = backend;
   rep.metrics["simulated"] =
       cpu ? "tools sleep (devices compute for real)"

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,9 @@ struct step_item {
   std::vector<token> tokens; ///< at least one; appended at the sequence's current length
 };
 
+/// Memory tiers a step reports its residency in (step_output::tier_resident).
+inline constexpr std::size_t max_memory_tiers = 4;
+
 /// What a step produced.
 struct step_output {
   /// Per item, the next-token logits after its last token (vocab floats each).
@@ -36,6 +40,10 @@ struct step_output {
   /// modelled): FLOPs per byte of memory traffic, and bytes it needs resident.
   double operational_intensity = 0;
   double capacity_footprint = 0; ///< weights, activations and the step's KV, bytes
+  /// Where the backend models memory tiers (sim): bytes each tier holds after the step, in the
+  /// profile's order (weights, activations, KV of the step and of sequences outside it, placed
+  /// fastest first); the first max_memory_tiers tiers, 0 beyond them or when not modelled.
+  std::array<double, max_memory_tiers> tier_resident{};
 };
 
 /// Usage of a device's paged KV cache.

@@ -1041,6 +1041,10 @@ private:
         if (stats_.oi_cf_steps.empty())
           stats_.oi_cf_steps.assign(oi_cf_grid::cells, 0);
         ++stats_.oi_cf_steps[oi_cf_grid::cell(st.operational_intensity, st.capacity_footprint)];
+        if (stats_.tier_peak_bytes.empty())
+          stats_.tier_peak_bytes.assign(max_memory_tiers, 0.0);
+        for (std::size_t t = 0; t < max_memory_tiers; ++t)
+          stats_.tier_peak_bytes[t] = std::max(stats_.tier_peak_bytes[t], st.tier_resident[t]);
       }
     for (const auto& st : r.steps)
       if (st.tokens == st.batch) // a decode step: one token a sequence

@@ -261,6 +261,9 @@ struct device_stats {
   std::uint64_t fetches_corrupted = 0;
   /// Modelled steps (a sim's) per cell of oi_cf_grid, row-major; empty when none was modelled.
   std::vector<std::uint64_t> oi_cf_steps;
+  /// Per memory tier (the sim profile's order, step_output::tier_resident), the most bytes a
+  /// modelled step found resident there (weights, activations, KV); empty when none was.
+  std::vector<double> tier_peak_bytes;
 };
 
 /// Inspectors, so the messages can be logged and (later) cross the network.
@@ -308,7 +311,7 @@ typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
            x.busy_seconds, x.compute_cpu_seconds, x.kv_pages_used, x.kv_pages_total,
            x.kv_pages_cached, x.cached_tokens, x.tier_tokens, x.spilled_pages, x.streamed_out,
            x.streamed_in, x.stream_recomputes, x.peer_tokens, x.lent_pages, x.imports_declined,
-           x.fetches_corrupted, x.swapped_in, x.oi_cf_steps);
+           x.fetches_corrupted, x.swapped_in, x.oi_cf_steps, x.tier_peak_bytes);
 }
 
 /// Options of a device actor; every field documented where declared.

@@ -123,7 +123,7 @@ void step_job::operator()() {
     }
     r.output = expected<void>{};
     r.steps.push_back({batch.size(), out->tokens, out->seconds, out->operational_intensity,
-                       out->capacity_footprint});
+                       out->capacity_footprint, out->tier_resident});
     std::size_t kept = 0;
     next_live.clear();
     for (std::size_t k = 0; k < batch.size(); ++k) {

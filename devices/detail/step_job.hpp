@@ -29,6 +29,7 @@ struct step_stat {
   double seconds = 0;
   double operational_intensity = 0; // step_output's (0: not modelled)
   double capacity_footprint = 0;
+  std::array<double, max_memory_tiers> tier_resident{}; // step_output's
 };
 
 // What a step job hands back: per item its sequence, the tokens it moved on, and the tokens

@@ -127,6 +127,8 @@ expected<step_output> sim_backend::step(std::span<const step_item> items) {
   out.seconds = last_cost_.seconds;
   out.operational_intensity = last_cost_.operational_intensity;
   out.capacity_footprint = last_cost_.capacity_footprint;
+  for (std::size_t t = 0; t < std::min(max_memory_tiers, last_cost_.tier_resident.size()); ++t)
+    out.tier_resident[t] = last_cost_.tier_resident[t];
   if (options_.time_scale > 0)
     node_clock::sleep_for(modelled(out.seconds / options_.time_scale));
   return out;

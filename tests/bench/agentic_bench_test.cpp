@@ -82,6 +82,16 @@ BOOST_AUTO_TEST_CASE(gaudi3_prefill_is_compared_at_equal_device_count_and_at_equ
   BOOST_TEST(cost == count * (12 * 32'000.0) / (4 * 15'625.0 + 8 * 35'000.0),
              boost::test_tools::tolerance(1e-9));
   BOOST_TEST(ratios.count("three_stage_over_monolithic_throughput_capacity_bound") == 0u);
+  // Each pool's peak residency by memory tier: the weights (137 GB of llama3-70b in bf16) in
+  // the fastest tier, within its capacity (a Gaudi 3 pair's 256 GB, four H200's 564 GB).
+  const auto g3_hbm =
+      g3.at("tier_peak_resident_gb").at("prefill gaudi3 x2").at("hbm2e").to_number<double>();
+  BOOST_TEST((g3_hbm >= 137 && g3_hbm <= 256), g3_hbm);
+  const auto mono_hbm =
+      mono.at("tier_peak_resident_gb").at("both h200 x4").at("hbm3e").to_number<double>();
+  BOOST_TEST((mono_hbm >= 137 && mono_hbm <= 564), mono_hbm);
+  const auto met = g3.at("slo_met_sessions_fraction").to_number<double>();
+  BOOST_TEST((met >= 0 && met <= 1), met);
   BOOST_TEST(read(html_path).find("prefill pool, 2 x gaudi3 x2") != std::string::npos);
   std::filesystem::remove(json_path);
   std::filesystem::remove(html_path);
