@@ -221,6 +221,7 @@ struct outcome {
   std::uint64_t completion_tokens = 0, prefill_tokens = 0, errors = 0;
   std::uint64_t tier_tokens = 0;  // tokens devices read from the KV store instead of computing
   std::uint64_t preemptions = 0;  // sequences whose KV a device dropped for memory
+  std::uint64_t refused = 0;      // generate requests devices answered busy
   std::uint64_t pin_expiries = 0; // tool calls whose pinned KV moved to the store at its TTL
   double prefill_busy = 0, decode_busy = 0; // busy fraction, mean over the devices of a pool
   // Code-agent settings: the most KV one decoding device (role decode, or both) held, sampled
@@ -494,6 +495,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
         (hw.backend == triad::device_backend::sim ? out.makespan_s : out.makespan_s / time_scale);
     out.tier_tokens += after[dev.name].tier_tokens - before[dev.name].tier_tokens;
     out.preemptions += after[dev.name].preemptions - before[dev.name].preemptions;
+    out.refused += after[dev.name].refused - before[dev.name].refused;
     if (dev.role == triad::device_role::prefill)
       out.prefill_busy += frac, ++np;
     else
@@ -795,6 +797,7 @@ int run(int argc, char** argv) {
         {"errors", r->errors},
         {"store_tokens", r->tier_tokens},
         {"preemptions", r->preemptions},
+        {"refused_busy", r->refused},
         {"pin_expiries", r->pin_expiries},
         {"wall_s", r->wall_s},
         {"modelled_over_wall_seconds", r->makespan_s / r->wall_s},
