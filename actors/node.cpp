@@ -300,6 +300,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     o.queue_capacity = dev.queue_capacity;
     o.prefix_cache = dev.prefix_cache;
     o.burst_steps = dev.burst_steps;
+    o.step_kv_fast_tier = dev.step_kv_fast_tier;
     o.burst_window = std::chrono::microseconds{dev.burst_window_us};
     if (bind)
       o.driver_cpus = {placed->driver_cpu};

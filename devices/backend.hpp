@@ -54,6 +54,9 @@ struct kv_usage {
   std::size_t page_tokens = 0;  ///< tokens per page
   std::size_t page_bytes = 0;   ///< bytes per page (all layers, K and V)
   std::size_t sequences = 0;    ///< live sequences
+  /// Pages whose KV the fastest memory tier holds beside the weights, where the backend models
+  /// tiers (sim profiles of two or more); 0: every page is alike.
+  std::size_t pages_fast = 0;
 };
 
 /// A byte range of a KV page: one layer group's K and V (the cpu page layout is layer-major, so

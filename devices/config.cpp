@@ -283,6 +283,9 @@ options::section<device_config> device_section(std::span<const sim_profile_confi
                               "keep finished sequences' KV for later prompts"),
           options::integer("burst_steps", &c::burst_steps, {1, 1024},
                            "decode steps one driver job may run back to back"),
+          options::boolean<c>("step_kv_fast_tier", &c::step_kv_fast_tier,
+                              "keep each step's KV within the fastest memory tier; sequences "
+                              "past it wait a step"),
           options::integer("burst_window_us", &c::burst_window_us, {0, 1'000'000},
                            "driver time after which a burst's result goes back to the device"),
           // Written for every cpu device; for another backend only when set (an invalid config).

@@ -136,6 +136,9 @@ struct device_config {
   bool prefix_cache = defaults::device::prefix_cache;
   /// `burst_steps`: decode steps one driver job may run back to back, 1..1024 (1: none).
   std::size_t burst_steps = defaults::device::burst_steps;
+  /// `step_kv_fast_tier`: each step's sequences hold at most the KV the device's fastest
+  /// memory tier holds beside the weights (sim profiles with tiers); the others wait a step.
+  bool step_kv_fast_tier = defaults::device::step_kv_fast_tier;
   /// `burst_window_us`: driver time after which a burst's tokens go out, 0..1000000.
   std::uint32_t burst_window_us = defaults::device::burst_window_us;
   /// `compute_cores`: cores of the device's domain its compute (oneDNN, OpenMP team) runs on,

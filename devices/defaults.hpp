@@ -37,6 +37,8 @@ inline constexpr bool prefix_cache = true;
 /// instead of 32 runs each of its agent turns (up to about 100 tokens) in one job: 5 driver jobs
 /// per request instead of 8 with 4-token turns and 16 with 64-token turns.
 inline constexpr std::size_t burst_steps = 128;
+/// `[[devices]] step_kv_fast_tier`: a step's KV stays within the fastest memory tier.
+inline constexpr bool step_kv_fast_tier = true;
 /// Driver time in microseconds after which a burst ends and the device actor sees its result
 /// (its sequences' lengths, KV pages, statistics). Tokens leave as they are chosen, and a
 /// sequence that ends or a message that changes the batch (an admission, a park, a cancel)

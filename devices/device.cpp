@@ -799,6 +799,7 @@ private:
     st.token_budget = options_.step_token_budget;
     st.max_prefill_chunk = options_.max_prefill_chunk;
     st.burst_steps = options_.burst_steps;
+    st.step_pages = options_.step_kv_fast_tier ? kv_.pages_fast : 0;
     return st;
   }
 

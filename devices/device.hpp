@@ -326,6 +326,10 @@ struct device_options {
   /// actor); only while nothing waits to be prefilled and no message has changed the batch
   /// (`[[devices]] burst_steps`).
   std::size_t burst_steps = defaults::device::burst_steps;
+  /// Keeps each step's KV within the backend's fastest memory tier (kv_usage::pages_fast):
+  /// sequences past it wait for a later step instead of being read from a slower tier
+  /// (`[[devices]] step_kv_fast_tier`).
+  bool step_kv_fast_tier = defaults::device::step_kv_fast_tier;
   /// Driver time after which a burst ends and the actor sees its result (tokens leave as they
   /// are chosen; `[[devices]] burst_window_us`).
   std::chrono::microseconds burst_window{defaults::device::burst_window_us};

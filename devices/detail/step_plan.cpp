@@ -53,6 +53,7 @@ void plan_step(const step_state& state, step_plan& out) {
   out.items.clear();
   out.too_large.clear();
   out.starved = false;
+  out.held_back = 0;
   out.starving.reset();
   out.max_steps = 1;
   const std::size_t page = std::max<std::size_t>(1, state.page_tokens);
@@ -85,6 +86,17 @@ void plan_step(const step_state& state, step_plan& out) {
       out.starving = s.admitted_order;
   };
 
+  // The step's KV within step_pages (when bounded): a sequence past it waits; the first always
+  // goes, so the device makes progress.
+  std::size_t step_kv = 0;
+  const auto within_fast = [&](std::size_t kv_pages) {
+    if (state.step_pages == 0 || out.items.empty() || step_kv + kv_pages <= state.step_pages) {
+      step_kv += kv_pages;
+      return true;
+    }
+    ++out.held_back;
+    return false;
+  };
   std::size_t budget = state.token_budget;
   for (std::size_t i : order) {
     const auto* s = &state.seqs[i];
@@ -96,6 +108,8 @@ void plan_step(const step_state& state, step_plan& out) {
         starve(*s);
         continue;
       }
+      if (!within_fast(pages(s->computed + 1)))
+        continue;
       free_pages -= need;
       out.items.push_back({s->seq, s->computed, 1, false, true});
       --budget;
@@ -134,6 +148,8 @@ void plan_step(const step_state& state, step_plan& out) {
       starve(*s);
       continue;
     }
+    if (!within_fast(pages(computed + chunk)))
+      continue;
     free_pages -= pages(std::max(computed + chunk, s->incoming)) - has;
     if (looks_up)
       runs.push_back(s->shared); // a later lookup of the same pages takes none

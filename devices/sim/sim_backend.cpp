@@ -64,6 +64,12 @@ expected<std::unique_ptr<sim_backend>> sim_backend::create(sim_backend_options o
                                                   " bytes holds no page of " +
                                                   std::to_string(self->page_bytes_) + " bytes");
   self->table_.emplace(pages_total, options.page_tokens);
+  // The fastest tier's room for KV beside the weights: a step whose KV stays there reads it at
+  // that tier's bandwidth (kv_usage::pages_fast); none with one tier, or weights that fill it.
+  const auto& tiers = options.profile.tiers;
+  if (tiers.size() > 1 && tiers.front().bytes > weights)
+    self->pages_fast_ = static_cast<std::size_t>(
+        std::min<std::uint64_t>((tiers.front().bytes - weights) / self->page_bytes_, pages_total));
   auto* sim = self.get();
   self->table_->on_evict([sim](std::uint32_t, kv_page out) {
     if (sim->evicted_ == nullptr)
@@ -324,8 +330,13 @@ std::size_t sim_backend::length(seq_id seq) const noexcept {
 }
 
 kv_usage sim_backend::kv() const noexcept {
-  return {table_->total_pages(), table_->used_pages(), table_->cached_pages(),
-          options_.page_tokens,  page_bytes_,          table_->sequences()};
+  return {table_->total_pages(),
+          table_->used_pages(),
+          table_->cached_pages(),
+          options_.page_tokens,
+          page_bytes_,
+          table_->sequences(),
+          pages_fast_};
 }
 
 } // namespace triad

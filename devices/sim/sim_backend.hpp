@@ -74,6 +74,7 @@ private:
 
   sim_backend_options options_;
   std::size_t page_bytes_ = 0;
+  std::size_t pages_fast_ = 0;      // kv_usage::pages_fast
   std::optional<page_table> table_; // pages are accounted, not stored
   std::unordered_map<seq_id, token> last_token_;
   step_cost last_cost_;

@@ -143,6 +143,7 @@ node_config rich_config() {
   sim.kv_mib = 4096;
   sim.queue_capacity = 1'000'000;
   sim.burst_steps = 1;
+  sim.step_kv_fast_tier = false;
   sim.burst_window_us = 0;
   config.devices.push_back(sim);
 
@@ -456,7 +457,7 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_device_is_an_error) {
                         "[[devices]]: name, backend, role, topology_device, domain, profile, "
                         "time_scale, memory_mib, kv_mib, tensor_parallel, queue_capacity, "
                         "prefix_cache, "
-                        "burst_steps, burst_window_us, compute_cores");
+                        "burst_steps, step_kv_fast_tier, burst_window_us, compute_cores");
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_in_model_is_an_error) {

@@ -47,6 +47,12 @@ struct scratch {
   }
   ~scratch() { std::filesystem::remove_all(dir); }
   std::string path(const char* name) const { return (dir / name).string(); }
+  // triad-load on an in-process node of `config` (a file of the scratch) with `args`, its
+  // summary to run.json, stderr with stdout.
+  triad::test::process_result inproc(const char* config, const std::string& args) const {
+    return run_command(binary("triad-load") + " --inproc " + path(config) + " " + args +
+                       " --json " + path("run.json") + " 2>&1");
+  }
 };
 
 std::string slurp(const std::string& path) {
@@ -80,9 +86,8 @@ BOOST_AUTO_TEST_CASE(a_trace_replays_on_an_inproc_node_and_every_output_is_writt
 
 BOOST_AUTO_TEST_CASE(a_rate_sweep_reports_one_phase_per_rate) {
   scratch s;
-  auto r = run_command(binary("triad-load") + " --inproc " + s.path("node.toml") +
-                       " --sweep 50,100 --requests 10 --input-tokens 32 --output-tokens 4" +
-                       " --json " + s.path("run.json"));
+  auto r =
+      s.inproc("node.toml", "--sweep 50,100 --requests 10 --input-tokens 32 --output-tokens 4");
   BOOST_REQUIRE_EQUAL(r.status, 0);
   auto phases = json::parse(slurp(s.path("run.json"))).at("sweep").as_array();
   BOOST_REQUIRE(phases.size() == 2u);
@@ -94,11 +99,10 @@ BOOST_AUTO_TEST_CASE(a_rate_sweep_reports_one_phase_per_rate) {
 BOOST_AUTO_TEST_CASE(
     agent_sessions_call_a_tool_the_node_hosts_and_the_summary_says_where_kv_waited) {
   scratch s;
-  auto r = run_command(binary("triad-load") + " --inproc " + s.path("tools.toml") +
-                       " --workload agent --requests 2 --concurrency 2 --turns 1 --tool-calls "
-                       "fixed:2 --output-tokens fixed:4 --hosted-tool shell --hosted-tool-args "
-                       "'{\"command\": \"echo ran\"}' --json " +
-                       s.path("run.json") + " 2>&1");
+  auto r = s.inproc("tools.toml",
+                    "--workload agent --requests 2 --concurrency 2 --turns 1 --tool-calls "
+                    "fixed:2 --output-tokens fixed:4 --hosted-tool shell --hosted-tool-args "
+                    "'{\"command\": \"echo ran\"}'");
   BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
   // One request per session (the node ran both calls of its turn itself).
   BOOST_TEST(r.out.find("calls 2 (ok 2)") != std::string::npos, r.out);
@@ -173,11 +177,10 @@ BOOST_AUTO_TEST_CASE(sampled_calls_traces_are_written_beside_the_report_and_link
 // steps with short screenshots, on a zero-time node.
 BOOST_AUTO_TEST_CASE(a_workload_profile_runs_with_the_options_given_beside_it_overriding_it) {
   scratch s;
-  auto r = run_command(binary("triad-load") + " --inproc " + s.path("node.toml") +
-                       " --profile computer-use --requests 1 --concurrency 1 --tool-calls fixed:2 "
-                       "--tool-result-tokens fixed:40 --system-tokens 64 --user-tokens fixed:20 "
-                       "--output-tokens fixed:4 --call-tokens fixed:4 --tool-ms fixed:1 --json " +
-                       s.path("run.json") + " 2>&1");
+  auto r = s.inproc("node.toml",
+                    "--profile computer-use --requests 1 --concurrency 1 --tool-calls fixed:2 "
+                    "--tool-result-tokens fixed:40 --system-tokens 64 --user-tokens fixed:20 "
+                    "--output-tokens fixed:4 --call-tokens fixed:4 --tool-ms fixed:1");
   BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
   BOOST_TEST(r.out.find("workload agent (profile computer-use)") != std::string::npos, r.out);
   BOOST_TEST(r.out.find("calls 3 (ok 3)") != std::string::npos, r.out);

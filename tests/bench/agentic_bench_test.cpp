@@ -19,6 +19,33 @@ std::string read(const std::filesystem::path& path) {
   return text.str();
 }
 
+// What a run of triad-bench-agentic wrote: its exit status, its JSON and (asked for) its HTML.
+struct bench_run {
+  int status = -1;
+  json::object out;
+  std::string html;
+};
+
+// Runs triad-bench-agentic with `args`, its JSON (and, with `html`, its OI/CF report) to
+// temporary files named after `name`, read back and removed.
+bench_run run_bench(const std::string& name, const std::string& args, bool html = false) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto json_path = dir / ("triad-bench-agentic-" + name + ".json");
+  const auto html_path = dir / ("triad-bench-agentic-" + name + ".html");
+  auto r = triad::test::run_command(triad::test::binary("triad-bench-agentic") + " " + args +
+                                    " --json " + json_path.string() +
+                                    (html ? " --html " + html_path.string() : ""));
+  bench_run out;
+  out.status = r.status;
+  if (r.status == 0)
+    out.out = json::parse(read(json_path)).as_object();
+  if (html)
+    out.html = read(html_path);
+  std::filesystem::remove(json_path);
+  std::filesystem::remove(html_path);
+  return out;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(bench_agentic)
@@ -27,28 +54,21 @@ BOOST_AUTO_TEST_SUITE(bench_agentic)
 // virtual time: the JSON has the ratio, and the HTML report draws each pool's steps on
 // the OI/CF plane with the roofline ridge and the capacity walls.
 BOOST_AUTO_TEST_CASE(the_datacenter_run_reports_its_speed_and_draws_the_oi_cf_plane) {
-  const auto dir = std::filesystem::temp_directory_path();
-  const auto json_path = dir / "triad-bench-agentic-test.json";
-  const auto html_path = dir / "triad-bench-agentic-test.html";
-  auto r = triad::test::run_command(
-      triad::test::binary("triad-bench-agentic") +
-      " --quick --settings datacenter_three_stage --datacenter-minutes 1 --json " +
-      json_path.string() + " --html " + html_path.string());
+  auto r = run_bench("datacenter",
+                     "--quick --settings datacenter_three_stage --datacenter-minutes 1", true);
   BOOST_REQUIRE_EQUAL(r.status, 0);
-  auto out = json::parse(read(json_path)).as_object();
+  const auto& out = r.out;
   const auto v = out.at("ratios").as_object().at("modelled_over_wall_seconds").to_number<double>();
   BOOST_TEST((std::isfinite(v) && v > 0), "modelled_over_wall_seconds = " << v);
   const auto dc = out.at("metrics").as_object().at("datacenter_three_stage").as_object();
   BOOST_TEST(dc.at("errors").to_number<double>() == 0.0);
-  const auto html = read(html_path);
+  const auto& html = r.html;
   BOOST_TEST(html.find("<svg") != std::string::npos);
   BOOST_TEST(html.find("prefill pool, 8 x h200 x2") != std::string::npos);
   BOOST_TEST(html.find("decode pool, 12 x sn40l x4") != std::string::npos);
   BOOST_TEST(html.find("ridge ") != std::string::npos);
   BOOST_TEST(html.find("all tiers ") != std::string::npos);     // the SN40L's DDR below its HBM
   BOOST_TEST(html.find(" steps</title>") != std::string::npos); // cells were drawn
-  std::filesystem::remove(json_path);
-  std::filesystem::remove(html_path);
 }
 
 // The capacity-bound comparison with Gaudi 3 prefill, on two code-agent sessions: the ratio at
@@ -56,16 +76,12 @@ BOOST_AUTO_TEST_CASE(the_datacenter_run_reports_its_speed_and_draws_the_oi_cf_pl
 // (12 H200 at 32,000 against 4 Gaudi 3 at 15,625 and 8 SN40L at 35,000, the bench's assumed
 // prices).
 BOOST_AUTO_TEST_CASE(gaudi3_prefill_is_compared_at_equal_device_count_and_at_equal_cost) {
-  const auto dir = std::filesystem::temp_directory_path();
-  const auto json_path = dir / "triad-bench-agentic-test3.json";
-  const auto html_path = dir / "triad-bench-agentic-test3.html";
-  auto r = triad::test::run_command(
-      triad::test::binary("triad-bench-agentic") +
-      " --quick --agent-sessions 2 --settings code_agent_three_stage_gaudi3,code_agent_monolithic "
-      "--json " +
-      json_path.string() + " --html " + html_path.string());
+  auto r = run_bench("gaudi3",
+                     "--quick --agent-sessions 2 --settings "
+                     "code_agent_three_stage_gaudi3,code_agent_monolithic",
+                     true);
   BOOST_REQUIRE_EQUAL(r.status, 0);
-  auto out = json::parse(read(json_path)).as_object();
+  const auto& out = r.out;
   const auto& metrics = out.at("metrics").as_object();
   const auto& g3 = metrics.at("code_agent_three_stage_gaudi3").as_object();
   const auto& mono = metrics.at("code_agent_monolithic").as_object();
@@ -92,22 +108,16 @@ BOOST_AUTO_TEST_CASE(gaudi3_prefill_is_compared_at_equal_device_count_and_at_equ
   BOOST_TEST((mono_hbm >= 137 && mono_hbm <= 564), mono_hbm);
   const auto met = g3.at("slo_met_sessions_fraction").to_number<double>();
   BOOST_TEST((met >= 0 && met <= 1), met);
-  BOOST_TEST(read(html_path).find("prefill pool, 2 x gaudi3 x2") != std::string::npos);
-  std::filesystem::remove(json_path);
-  std::filesystem::remove(html_path);
+  BOOST_TEST(r.html.find("prefill pool, 2 x gaudi3 x2") != std::string::npos);
 }
 
 // Per workload: triad-load's computer-use profile, both layouts, on two sessions: every
 // session ends, both ratios of the profile are reported.
 BOOST_AUTO_TEST_CASE(a_workload_profile_is_compared_in_both_layouts) {
-  const auto json_path = std::filesystem::temp_directory_path() / "triad-bench-agentic-test5.json";
-  auto r = triad::test::run_command(
-      triad::test::binary("triad-bench-agentic") +
-      " --quick --profile-sessions 2 --settings "
-      "profile_computer_use_three_stage,profile_computer_use_monolithic --json " +
-      json_path.string());
+  auto r = run_bench("profile", "--quick --profile-sessions 2 --settings "
+                                "profile_computer_use_three_stage,profile_computer_use_monolithic");
   BOOST_REQUIRE_EQUAL(r.status, 0);
-  auto out = json::parse(read(json_path)).as_object();
+  const auto& out = r.out;
   const auto& metrics = out.at("metrics").as_object();
   for (const char* name : {"profile_computer_use_three_stage", "profile_computer_use_monolithic"}) {
     const auto& m = metrics.at(name).as_object();
@@ -119,7 +129,6 @@ BOOST_AUTO_TEST_CASE(a_workload_profile_is_compared_in_both_layouts) {
   BOOST_TEST(ratios.at("three_stage_over_monolithic_throughput_computer_use").to_number<double>() >
              0.0);
   BOOST_TEST(ratios.count("monolithic_over_three_stage_session_p99_computer_use") == 1u);
-  std::filesystem::remove(json_path);
 }
 
 // Before any run: a long benchmark does not end in an error it could have found at start.

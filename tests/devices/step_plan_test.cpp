@@ -51,6 +51,40 @@ BOOST_AUTO_TEST_CASE(decodes_go_first_then_prefills_each_in_admission_order) {
   BOOST_TEST(p.items[2].count == 4u);
 }
 
+// Three decoding sequences of 10 pages each (39 tokens computed, the 40th decoded) on a device
+// whose fastest tier holds 25 pages of KV: two step, the third waits (no preemption), and no
+// burst starts without it.
+BOOST_AUTO_TEST_CASE(a_step_keeps_its_kv_within_the_fast_tier_and_the_rest_wait) {
+  auto st = device();
+  st.step_pages = 25;
+  st.seqs = {running(1, 0, 39), running(2, 1, 39), running(3, 2, 39)};
+  const auto p = plan_step(st);
+  BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(p.held_back == 1u);
+  BOOST_TEST(!p.starved);
+  BOOST_TEST(p.max_steps == 1u);
+  st.step_pages = 0; // unbounded: all three, in a burst
+  const auto all = plan_step(st);
+  BOOST_TEST(all.items.size() == 3u);
+  BOOST_TEST(all.held_back == 0u);
+  BOOST_TEST(all.max_steps == 32u);
+}
+
+// A prefill counts the pages it will hold after its chunk; the first item goes even past the
+// bound, so a sequence larger than the fast tier still runs.
+BOOST_AUTO_TEST_CASE(the_first_sequence_of_a_step_goes_even_past_the_fast_tier) {
+  auto st = device();
+  st.step_pages = 1;
+  st.seqs = {running(1, 0, 39), waiting(2, 1, 8)};
+  const auto p = plan_step(st);
+  BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1}), boost::test_tools::per_element());
+  BOOST_TEST(p.held_back == 1u);
+  st.seqs = {waiting(2, 1, 8)};
+  const auto alone = plan_step(st);
+  BOOST_TEST(seqs_of(alone) == (std::vector<seq_id>{2}), boost::test_tools::per_element());
+  BOOST_TEST(alone.items[0].count == 8u);
+}
+
 BOOST_AUTO_TEST_CASE(a_long_prompt_is_cut_to_the_chunk_and_the_budget) {
   auto st = device();
   st.seqs = {waiting(1, 0, 20), waiting(2, 1, 20), waiting(3, 2, 20)};
