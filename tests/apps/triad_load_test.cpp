@@ -186,18 +186,6 @@ BOOST_AUTO_TEST_CASE(a_workload_profile_runs_with_the_options_given_beside_it_ov
   BOOST_TEST(r.out.find("calls 3 (ok 3)") != std::string::npos, r.out);
   auto out = json::parse(slurp(s.path("run.json"))).as_object();
   BOOST_TEST(out.at("profile").as_string() == "computer-use");
-  auto bad =
-      run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --profile video 2>&1");
-  BOOST_TEST(bad.status == 2);
-  BOOST_TEST(bad.out.find("--profile: unknown workload profile 'video'; allowed: chat, "
-                          "code-agent, web, computer-use") != std::string::npos,
-             bad.out);
-  auto trace = run_command(binary("triad-load") +
-                           " --url http://127.0.0.1:1/v1 --profile web --workload trace 2>&1");
-  BOOST_TEST(trace.status == 2);
-  BOOST_TEST(trace.out.find("--profile web: profiles are agent sessions; drop --workload trace") !=
-                 std::string::npos,
-             trace.out);
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_servers_are_clear_errors) {
@@ -235,6 +223,19 @@ BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_servers_are_clear_errors) {
   auto bad_dist =
       run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --turns uniform:5:1 2>&1");
   BOOST_TEST(bad_dist.out.find("--turns 'uniform:5:1'") != std::string::npos, bad_dist.out);
+  auto bad_profile =
+      run_command(binary("triad-load") + " --url http://127.0.0.1:1/v1 --profile video 2>&1");
+  BOOST_TEST(bad_profile.status == 2);
+  BOOST_TEST(bad_profile.out.find("--profile: unknown workload profile 'video'; allowed: chat, "
+                                  "code-agent, web, computer-use") != std::string::npos,
+             bad_profile.out);
+  auto profile_trace = run_command(
+      binary("triad-load") + " --url http://127.0.0.1:1/v1 --profile web --workload trace 2>&1");
+  BOOST_TEST(profile_trace.status == 2);
+  BOOST_TEST(
+      profile_trace.out.find("--profile web: profiles are agent sessions; drop --workload trace") !=
+          std::string::npos,
+      profile_trace.out);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
