@@ -217,6 +217,7 @@ struct setting {
 struct outcome {
   std::vector<double> session_s; // modelled seconds from each session's arrival to its end
   std::vector<std::uint64_t> session_tokens; // each session's completion tokens
+  std::vector<bool> session_failed;          // each session: whether it ended in an error
   double makespan_s = 0;         // modelled
   std::uint64_t completion_tokens = 0, prefill_tokens = 0, errors = 0;
   std::uint64_t tier_tokens = 0;  // tokens devices read from the KV store instead of computing
@@ -412,6 +413,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
   outcome out;
   out.session_s.resize(work.size());
   out.session_tokens.resize(work.size());
+  out.session_failed.resize(work.size());
   auto before = device_stats(n);
   // Code-agent settings: samples the KV pages each decoding device holds until every session
   // has ended (its requests cost the devices' actors time: the other settings skip it).
@@ -464,6 +466,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
                      i, e.message.c_str());
       out.session_s[i] = t;
       out.session_tokens[i] = e.usage.completion_tokens;
+      out.session_failed[i] = e.kind == triad::request_event::error;
       out.completion_tokens += e.usage.completion_tokens;
       out.prefill_tokens += e.usage.prefill_tokens;
       out.pin_expiries += e.usage.pin_expiries;
@@ -764,7 +767,7 @@ int run(int argc, char** argv) {
     std::size_t good_sessions = 0;
     for (std::size_t i = 0; i < work_of.size(); ++i) {
       const double outside_tools = r->session_s[i] - work_of[i].tool_s;
-      if (r->session_tokens[i] > 0 &&
+      if (!r->session_failed[i] && r->session_tokens[i] > 0 &&
           outside_tools <= slo_ms_per_token / 1000 * static_cast<double>(r->session_tokens[i])) {
         good_tokens += r->session_tokens[i];
         ++good_sessions;
@@ -881,13 +884,16 @@ int run(int argc, char** argv) {
       ratio("three_stage_over_monolithic_goodput_" + id, "profile_" + id + "_three_stage",
             "profile_" + id + "_monolithic", goodput);
     }
-    rep.metrics["profiles"] = boost::json::object{
-        {"sessions", profile_sessions},
-        {"workloads", "triad-load's profiles chat, web, computer-use (load/README.md), each "
-                      "session one request: a user's later turn enters as a tool call lasting "
-                      "the think time whose result is the user's message"},
-        {"devices", "as code_agent"},
-    };
+    if (std::any_of(settings.begin(), settings.end(), [&](const setting& st) {
+          return !st.workload_profile.empty() && results.count(st.name) != 0;
+        }))
+      rep.metrics["profiles"] = boost::json::object{
+          {"sessions", profile_sessions},
+          {"workloads", "triad-load's profiles chat, web, computer-use (load/README.md), each "
+                        "session one request: a user's later turn enters as a tool call lasting "
+                        "the think time whose result is the user's message"},
+          {"devices", "as code_agent"},
+      };
     if (results.count("datacenter_three_stage") != 0) {
       const auto& dc = results["datacenter_three_stage"];
       rep.ratios["modelled_over_wall_seconds"] = dc.makespan_s / dc.wall_s;

@@ -53,7 +53,7 @@ void plan_step(const step_state& state, step_plan& out) {
   out.items.clear();
   out.too_large.clear();
   out.starved = false;
-  out.held_back = 0;
+  out.held_back = false;
   out.starving.reset();
   out.max_steps = 1;
   const std::size_t page = std::max<std::size_t>(1, state.page_tokens);
@@ -86,15 +86,16 @@ void plan_step(const step_state& state, step_plan& out) {
       out.starving = s.admitted_order;
   };
 
-  // The step's KV within step_pages (when bounded): a sequence past it waits; the first always
-  // goes, so the device makes progress.
+  // The step's KV within step_pages (when bounded): the step ends at the first sequence past
+  // it, so none admitted later overtakes it (decodes, then prefills, each in admission order);
+  // the first always goes, so the device makes progress.
   std::size_t step_kv = 0;
   const auto within_fast = [&](std::size_t kv_pages) {
     if (state.step_pages == 0 || out.items.empty() || step_kv + kv_pages <= state.step_pages) {
       step_kv += kv_pages;
       return true;
     }
-    ++out.held_back;
+    out.held_back = true;
     return false;
   };
   std::size_t budget = state.token_budget;
@@ -109,7 +110,7 @@ void plan_step(const step_state& state, step_plan& out) {
         continue;
       }
       if (!within_fast(pages(s->computed + 1)))
-        continue;
+        break;
       free_pages -= need;
       out.items.push_back({s->seq, s->computed, 1, false, true});
       --budget;
@@ -117,7 +118,7 @@ void plan_step(const step_state& state, step_plan& out) {
   }
   for (std::size_t i : order) {
     const auto* s = &state.seqs[i];
-    if (budget == 0)
+    if (budget == 0 || out.held_back)
       break;
     // An importing sequence's KV arrives in the step job, before the step: it is computed up to
     // the KV's tokens by then, and needs pages for them too.
@@ -149,7 +150,7 @@ void plan_step(const step_state& state, step_plan& out) {
       continue;
     }
     if (!within_fast(pages(computed + chunk)))
-      continue;
+      break;
     free_pages -= pages(std::max(computed + chunk, s->incoming)) - has;
     if (looks_up)
       runs.push_back(s->shared); // a later lookup of the same pages takes none

@@ -54,8 +54,9 @@ struct step_state {
   std::size_t max_prefill_chunk = 1;  ///< longest prefill chunk of one sequence in one step
   std::size_t burst_steps = 1;        ///< decode steps one job may run back to back
   /// Pages of KV the step's sequences may hold together, so the step reads them from the
-  /// device's fastest memory tier (kv_usage::pages_fast); 0: no bound. Sequences past it wait
-  /// for a later step (their KV stays where it is: no preemption); the first always goes.
+  /// device's fastest memory tier (kv_usage::pages_fast); 0: no bound. The step ends at the
+  /// first sequence past it (none admitted later overtakes it); the others wait for a later
+  /// step, their KV where it is (no preemption); the first always goes.
   std::size_t step_pages = 0;
 };
 
@@ -78,8 +79,9 @@ struct step_plan {
   std::vector<seq_id> too_large;
   /// A sequence that could take part did not fit (no pages, no chunk left).
   bool starved = false;
-  /// Sequences that could take part wait for a later step: the step's KV reached step_pages.
-  std::size_t held_back = 0;
+  /// The step ended at a sequence whose KV would pass step_pages: it and every sequence after
+  /// it (decodes, then prefills, in admission order) wait for a later step.
+  bool held_back = false;
   /// The admission order of the earliest sequence that did not fit (set when starved): a
   /// sequence admitted before it is never its victim (pick_victim), or the victim, served first
   /// again, would take back the pages it gave.

@@ -60,14 +60,26 @@ BOOST_AUTO_TEST_CASE(a_step_keeps_its_kv_within_the_fast_tier_and_the_rest_wait)
   st.seqs = {running(1, 0, 39), running(2, 1, 39), running(3, 2, 39)};
   const auto p = plan_step(st);
   BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1, 2}), boost::test_tools::per_element());
-  BOOST_TEST(p.held_back == 1u);
+  BOOST_TEST(p.held_back);
   BOOST_TEST(!p.starved);
   BOOST_TEST(p.max_steps == 1u);
   st.step_pages = 0; // unbounded: all three, in a burst
   const auto all = plan_step(st);
   BOOST_TEST(all.items.size() == 3u);
-  BOOST_TEST(all.held_back == 0u);
+  BOOST_TEST(!all.held_back);
   BOOST_TEST(all.max_steps == 32u);
+}
+
+// A sequence held back is not overtaken: neither a smaller decode admitted after it nor a
+// prompt waiting to be prefilled takes the room it waits for.
+BOOST_AUTO_TEST_CASE(nothing_admitted_after_a_held_back_sequence_overtakes_it) {
+  auto st = device();
+  st.step_pages = 25;
+  st.seqs = {running(1, 0, 39), running(2, 1, 39), running(3, 2, 39), running(4, 3, 3),
+             waiting(5, 4, 4)};
+  const auto p = plan_step(st);
+  BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(p.held_back);
 }
 
 // A prefill counts the pages it will hold after its chunk; the first item goes even past the
@@ -78,7 +90,7 @@ BOOST_AUTO_TEST_CASE(the_first_sequence_of_a_step_goes_even_past_the_fast_tier) 
   st.seqs = {running(1, 0, 39), waiting(2, 1, 8)};
   const auto p = plan_step(st);
   BOOST_TEST(seqs_of(p) == (std::vector<seq_id>{1}), boost::test_tools::per_element());
-  BOOST_TEST(p.held_back == 1u);
+  BOOST_TEST(p.held_back);
   st.seqs = {waiting(2, 1, 8)};
   const auto alone = plan_step(st);
   BOOST_TEST(seqs_of(alone) == (std::vector<seq_id>{2}), boost::test_tools::per_element());
