@@ -59,19 +59,26 @@ struct session_spec {
   double tool_s = 0;    // modelled seconds its tool calls take together
 };
 
+// Appends to `s` `tokens` of answer, then a call of the "work" tool lasting `modelled_ms`
+// (it sleeps that divided by `time_scale`) whose output is `bytes` characters.
+void script_call(session_spec& s, std::uint32_t tokens, double modelled_ms, std::size_t bytes,
+                 double time_scale) {
+  auto args = "{\"ms\": " + std::to_string(static_cast<int>(modelled_ms / time_scale)) +
+              ", \"bytes\": " + std::to_string(bytes) + "}";
+  s.script.turns.push_back({tokens, triad::tool_call_text{"work", args}});
+  s.tool_s += modelled_ms / 1000;
+}
+
 // Scripts `s.tool_calls` calls of the "work" tool into `s`: each `text` tokens of answer, then
-// the call (a duration from `tool_ms`, modelled ms divided by `time_scale`; an output of
-// `result` characters); then a closing answer.
+// the call (a duration from `tool_ms`, modelled ms; an output of `result` characters); then a
+// closing answer.
 template<class Ms, class Bytes, class Text>
 void script_calls(session_spec& s, std::mt19937_64& rng, Ms& tool_ms, Bytes& result, Text& text,
                   double time_scale) {
   for (std::uint32_t c = 0; c < s.tool_calls; ++c) {
+    const auto tokens = text(rng);
     const double modelled_ms = tool_ms(rng);
-    s.tool_s += modelled_ms / 1000;
-    auto ms = static_cast<int>(modelled_ms / time_scale);
-    auto args =
-        "{\"ms\": " + std::to_string(ms) + ", \"bytes\": " + std::to_string(result(rng)) + "}";
-    s.script.turns.push_back({text(rng), triad::tool_call_text{"work", args}});
+    script_call(s, tokens, modelled_ms, result(rng), time_scale);
   }
   s.script.turns.push_back({text(rng), std::nullopt});
 }
@@ -149,11 +156,8 @@ std::vector<session_spec> make_profile_workload(const std::string& profile, std:
     s.system = job.system_text;
     s.user = job.turns.front().user_text;
     auto call = [&](std::uint32_t tokens, double ms, std::size_t bytes) {
-      auto args = "{\"ms\": " + std::to_string(static_cast<int>(ms / time_scale)) +
-                  ", \"bytes\": " + std::to_string(bytes) + "}";
-      s.script.turns.push_back({tokens, triad::tool_call_text{"work", args}});
+      script_call(s, tokens, ms, bytes, time_scale);
       ++s.tool_calls;
-      s.tool_s += ms / 1000;
     };
     for (std::size_t t = 0; t < job.turns.size(); ++t)
       for (const auto& c : job.turns[t].calls) {
@@ -518,8 +522,7 @@ triad::expected<outcome> run(const setting& st, const hardware& hw,
       if (auto p = triad::builtin_profile(dev.profile))
         for (std::size_t t = 0; t < std::min(p->tiers.size(), triad::max_memory_tiers); ++t)
           tiers.emplace_back(p->tiers[t].name, 0.0);
-      out.tier_peak_gb.insert(out.tier_peak_gb.begin() + (panel - out.oi_cf.begin()),
-                              std::move(tiers));
+      out.tier_peak_gb.push_back(std::move(tiers)); // one per panel, in the panels' order
     }
     auto& tier_peaks = out.tier_peak_gb[static_cast<std::size_t>(panel - out.oi_cf.begin())];
     const auto& peaks = after[dev.name].tier_peak_bytes; // since the node started: this run
@@ -745,12 +748,14 @@ int run(int argc, char** argv) {
                            : !st.code_agent               ? hw
                            : st.prefill_profile == "h200" ? agent_hw
                                                           : agent_hw_gaudi3;
-    const auto& agent_or_profile =
-        st.workload_profile.empty() ? agent_work : profile_work[st.workload_profile];
-    auto r = st.datacenter   ? run(st, used, dc_work, agent_scale, 0, virtual_time)
-             : st.code_agent ? run(st, used, agent_or_profile, agent_scale, 0, virtual_time)
-             : bound         ? run(st, used, bound_work, bound_scale, slots, virtual_time)
-                             : run(st, used, work, time_scale, slots, virtual_time);
+    // The setting's sessions, their time scale and the devices' slot cap (0: capacity-driven).
+    const auto& work_of = st.datacenter                 ? dc_work
+                          : !st.code_agent              ? (bound ? bound_work : work)
+                          : st.workload_profile.empty() ? agent_work
+                                                        : profile_work[st.workload_profile];
+    const double scale = st.code_agent ? agent_scale : bound ? bound_scale : time_scale;
+    const std::uint32_t device_slots = st.code_agent ? 0 : slots;
+    auto r = run(st, used, work_of, scale, device_slots, virtual_time);
     if (!r) {
       std::fprintf(stderr, "triad-bench-agentic: %s: %s\n", st.name.c_str(),
                    r.error().message.c_str());
@@ -759,10 +764,6 @@ int run(int argc, char** argv) {
     errors += r->errors;
     auto tput = static_cast<double>(r->completion_tokens) / r->makespan_s;
     // Goodput: the completion tokens of the sessions that met the SLO, per modelled second.
-    const auto& work_of = st.datacenter                 ? dc_work
-                          : !st.code_agent              ? (bound ? bound_work : work)
-                          : st.workload_profile.empty() ? agent_work
-                                                        : profile_work[st.workload_profile];
     std::uint64_t good_tokens = 0;
     std::size_t good_sessions = 0;
     for (std::size_t i = 0; i < work_of.size(); ++i) {
