@@ -104,18 +104,39 @@ std::vector<session_spec> make_workload(std::size_t n, std::uint64_t seed, doubl
   return out;
 }
 
+// A code agent's context lengths, in tokens: its opening prompt and its final context (drawn
+// uniformly in each range), and the least one tool result adds.
+struct context_band {
+  std::uint32_t prompt_min, prompt_max, final_min, final_max, min_result;
+};
+
+// The code agent of the capacity-bound comparison: 12-20K tokens of repository context growing
+// to 32K-120K (llama3-70b holds 131072), at least 1K tokens a tool result.
+constexpr context_band code_agent_band{12'000, 20'000, 32'000, 120'000, 1'000};
+
+// The context-length sweep's bands (context_<name>_* settings): the same agents, tools and
+// hardware, only the contexts differ.
+const std::vector<std::pair<std::string, context_band>>& context_bands() {
+  static const std::vector<std::pair<std::string, context_band>> bands = {
+      {"8k", {1'000, 2'000, 4'000, 8'000, 100}},
+      {"32k", {4'000, 8'000, 16'000, 32'000, 250}},
+      {"128k", {12'000, 20'000, 64'000, 120'000, 1'000}},
+  };
+  return bands;
+}
+
 // The code-agent workload (SIMULATED, after the OI/CF paper's characterisation of coding
-// agents): `n` sessions from `seed`, each opening with 12-20K tokens of repository context,
-// then `calls` tool calls (builds, tests, file reads: 2-30 modelled seconds, 1-4K tokens of
-// output each, fed back) with 40-160 generated tokens between them, so a context grows turn
-// by turn to 32K-120K tokens (llama3-70b holds 131072). Tool durations are modelled
-// milliseconds divided by `time_scale`.
+// agents): `n` sessions from `seed`, each opening with `band`'s prompt of repository context,
+// then `calls` tool calls (builds, tests, file reads: 2-30 modelled seconds, output fed back)
+// with 40-160 generated tokens between them, so a context grows turn by turn to the band's
+// final length. Tool durations are modelled milliseconds divided by `time_scale`.
 std::vector<session_spec> make_code_agent_workload(std::size_t n, std::uint64_t seed,
                                                    double time_scale, std::uint32_t min_calls,
-                                                   std::uint32_t max_calls) {
+                                                   std::uint32_t max_calls,
+                                                   const context_band& band = code_agent_band) {
   std::mt19937_64 rng{seed};
   std::uniform_int_distribution<std::uint32_t> calls{min_calls, max_calls}, text{40, 160},
-      prompt{12'000, 20'000}, target{32'000, 120'000};
+      prompt{band.prompt_min, band.prompt_max}, target{band.final_min, band.final_max};
   std::uniform_real_distribution<double> tool_ms{2000.0, 30000.0};
   std::vector<session_spec> out;
   for (std::size_t i = 0; i < n; ++i) {
@@ -128,10 +149,10 @@ std::vector<session_spec> make_code_agent_workload(std::size_t n, std::uint64_t 
     s.user.resize(len);
     s.tool_calls = calls(rng);
     // Each call's output: the growth to the session's final context, spread over its calls
-    // (at least 1K, at most 4K tokens each).
+    // (at least the band's least result, at most 4K tokens each).
     const double growth = std::max<double>(0, static_cast<double>(target(rng)) - len);
-    const auto per_call =
-        static_cast<std::uint32_t>(std::clamp(growth / s.tool_calls, 1000.0, 4000.0));
+    const auto per_call = static_cast<std::uint32_t>(
+        std::clamp(growth / s.tool_calls, static_cast<double>(band.min_result), 4000.0));
     std::uniform_int_distribution<std::uint32_t> result{per_call * 3 / 4, per_call * 5 / 4};
     script_calls(s, rng, tool_ms, result, text, time_scale);
     out.push_back(std::move(s));
@@ -216,6 +237,9 @@ struct setting {
   /// A triad-load workload profile's sessions (make_profile_workload) on code_agent_hardware();
   /// empty: the setting's own workload.
   std::string workload_profile{};
+  /// The context-length sweep: code agents of this context_bands() entry on
+  /// code_agent_hardware(); empty: the setting's own workload.
+  std::string context{};
 };
 
 struct outcome {
@@ -564,7 +588,7 @@ int run(int argc, char** argv) {
                  "(default: --quick 50, else 20)")
       ->check(CLI::PositiveNumber);
   app.add_option("--agent-sessions", agent_sessions_option,
-                 "code_agent_* settings: sessions (default: --quick 24, else 64)")
+                 "code_agent_* and context_* settings: sessions (default: --quick 24, else 64)")
       ->check(CLI::PositiveNumber);
   std::string clock = "";
   app.add_option("--clock", clock,
@@ -686,6 +710,18 @@ int run(int argc, char** argv) {
         st.workload_profile = name;
         settings.push_back(st);
       }
+  // Per context length: code agents whose contexts stay in one band, in both layouts.
+  if (!cpu)
+    for (const auto& [band, range] : context_bands())
+      for (auto device_layout : {triad::layout::three_stage, triad::layout::monolithic}) {
+        setting st{
+            "context_" + band +
+                (device_layout == triad::layout::monolithic ? "_monolithic" : "_three_stage"),
+            device_layout, triad::kv_policy::pin};
+        st.code_agent = true;
+        st.context = band;
+        settings.push_back(st);
+      }
   // The memory-bound settings run faster in --quick (the figures are modelled seconds).
   const double bound_scale = quick && !virtual_time ? 4 * time_scale : time_scale;
   auto bound_work = make_workload(sessions, seed, bound_scale);
@@ -707,6 +743,10 @@ int run(int argc, char** argv) {
   const std::size_t profile_sessions = profile_sessions_option > 0 ? profile_sessions_option
                                        : quick                     ? 12
                                                                    : 48;
+  std::map<std::string, std::vector<session_spec>> context_work; // the sweep's, by band
+  for (const auto& [band, range] : context_bands())
+    context_work[band] =
+        make_code_agent_workload(agent_sessions, seed + 4, agent_scale, 10, quick ? 25 : 50, range);
   std::map<std::string, std::vector<session_spec>> profile_work;
   for (const auto& name : profiles)
     profile_work[name] = make_profile_workload(name, profile_sessions, seed + 3, agent_scale);
@@ -749,10 +789,11 @@ int run(int argc, char** argv) {
                            : st.prefill_profile == "h200" ? agent_hw
                                                           : agent_hw_gaudi3;
     // The setting's sessions, their time scale and the devices' slot cap (0: capacity-driven).
-    const auto& work_of = st.datacenter                 ? dc_work
-                          : !st.code_agent              ? (bound ? bound_work : work)
-                          : st.workload_profile.empty() ? agent_work
-                                                        : profile_work[st.workload_profile];
+    const auto& work_of = st.datacenter                  ? dc_work
+                          : !st.code_agent               ? (bound ? bound_work : work)
+                          : !st.workload_profile.empty() ? profile_work[st.workload_profile]
+                          : !st.context.empty()          ? context_work[st.context]
+                                                         : agent_work;
     const double scale = st.code_agent ? agent_scale : bound ? bound_scale : time_scale;
     const std::uint32_t device_slots = st.code_agent ? 0 : slots;
     auto r = run(st, used, work_of, scale, device_slots, virtual_time);
@@ -884,6 +925,28 @@ int run(int argc, char** argv) {
             "profile_" + id + "_three_stage", p99);
       ratio("three_stage_over_monolithic_goodput_" + id, "profile_" + id + "_three_stage",
             "profile_" + id + "_monolithic", goodput);
+    }
+    for (const auto& [band, range] : context_bands()) {
+      ratio("three_stage_over_monolithic_throughput_context_" + band,
+            "context_" + band + "_three_stage", "context_" + band + "_monolithic", tput);
+      ratio("three_stage_over_monolithic_goodput_context_" + band,
+            "context_" + band + "_three_stage", "context_" + band + "_monolithic", goodput);
+    }
+    if (std::any_of(settings.begin(), settings.end(), [&](const setting& st) {
+          return !st.context.empty() && results.count(st.name) != 0;
+        })) {
+      boost::json::object bands;
+      for (const auto& [band, range] : context_bands())
+        bands[band] = boost::json::object{
+            {"prompt_tokens", boost::json::array{range.prompt_min, range.prompt_max}},
+            {"final_context_tokens", boost::json::array{range.final_min, range.final_max}}};
+      rep.metrics["contexts"] = boost::json::object{
+          {"sessions", agent_sessions},
+          {"bands", std::move(bands)},
+          {"workloads", "code agents as code_agent_* (10-25 tool calls, --quick; else 10-50), "
+                        "their contexts in one band each"},
+          {"devices", "as code_agent"},
+      };
     }
     if (std::any_of(settings.begin(), settings.end(), [&](const setting& st) {
           return !st.workload_profile.empty() && results.count(st.name) != 0;

@@ -131,6 +131,32 @@ BOOST_AUTO_TEST_CASE(a_workload_profile_is_compared_in_both_layouts) {
   BOOST_TEST(ratios.count("monolithic_over_three_stage_session_p99_computer_use") == 1u);
 }
 
+// Per context length: two code agents in the 8K band in both layouts and two in the 32K band;
+// every session ends, each band's sessions prefill about their contexts (monolithic: each token
+// once, a band's final context is 4-8K or 16-32K a session), the band's ratio is reported.
+BOOST_AUTO_TEST_CASE(code_agents_are_compared_per_context_length) {
+  auto r =
+      run_bench("context", "--quick --agent-sessions 2 --settings "
+                           "context_8k_three_stage,context_8k_monolithic,context_32k_monolithic");
+  BOOST_REQUIRE_EQUAL(r.status, 0);
+  const auto& metrics = r.out.at("metrics").as_object();
+  for (const char* name :
+       {"context_8k_three_stage", "context_8k_monolithic", "context_32k_monolithic"})
+    BOOST_TEST(metrics.at(name).as_object().at("errors").to_number<double>() == 0.0, name);
+  auto prefilled = [&](const char* name) {
+    return metrics.at(name).as_object().at("prefill_tokens").to_number<double>();
+  };
+  BOOST_TEST(prefilled("context_8k_monolithic") >= 2 * 3'000.0);
+  BOOST_TEST(prefilled("context_8k_monolithic") <= 2 * 10'000.0);
+  BOOST_TEST(prefilled("context_32k_monolithic") >= 2 * 12'000.0);
+  BOOST_TEST(prefilled("context_32k_monolithic") <= 2 * 40'000.0);
+  const auto& ratios = r.out.at("ratios").as_object();
+  BOOST_TEST(ratios.at("three_stage_over_monolithic_throughput_context_8k").to_number<double>() >
+             0.0);
+  BOOST_TEST(ratios.count("three_stage_over_monolithic_throughput_context_32k") == 0u);
+  BOOST_TEST(metrics.at("contexts").as_object().count("bands") == 1u);
+}
+
 // Before any run: a long benchmark does not end in an error it could have found at start.
 BOOST_AUTO_TEST_CASE(an_unwritable_report_path_is_an_error_naming_it) {
   const auto json_path = std::filesystem::temp_directory_path() / "triad-bench-agentic-test2.json";
