@@ -40,6 +40,10 @@ find_library(TRIAD_XXHASH xxhash REQUIRED)
 # PCRE2 (8-bit, UTF and Unicode properties): the tokenizers' pre-tokenizer patterns.
 find_path(TRIAD_PCRE2_INCLUDE pcre2.h REQUIRED)
 find_library(TRIAD_PCRE2 pcre2-8 REQUIRED)
+# UCX (its UCP layer): the KV data plane between processes and nodes (cluster/kv_wire).
+find_path(TRIAD_UCX_INCLUDE ucp/api/ucp.h REQUIRED)
+find_library(TRIAD_UCP ucp REQUIRED)
+find_library(TRIAD_UCS ucs REQUIRED)
 # ICU (its common library): the NFC normalization Qwen's tokenizer applies.
 find_package(ICU REQUIRED COMPONENTS uc)
 

@@ -14,6 +14,8 @@ stack=(
   # Unicode classes of the tokenizers' pre-tokenizer patterns, and Qwen's NFC normalizer
   # (issue #26).
   libpcre2-dev libicu-dev
+  # UCX: the KV data plane between processes and nodes (issue #29, cluster/kv_wire).
+  libucx-dev
 )
 
 # With --test, what the test suite needs beyond the build: promtool (Debian's prometheus) to

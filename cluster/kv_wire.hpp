@@ -1,0 +1,96 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cluster/defaults.hpp"
+#include "runtime/error.hpp"
+
+namespace triad::cluster {
+
+// -- transports --
+
+/// Which UCX transports a wire may use: shared memory between processes of one machine (UCX's
+/// `sm`: sysv and posix segments, cross-memory attach for large blocks), or TCP (between
+/// machines without RDMA, or to measure it on one).
+enum class wire_transport : std::uint8_t { shared_memory, tcp };
+
+/// "shared_memory" or "tcp".
+std::string_view to_string(wire_transport t) noexcept;
+
+// -- blocks on the wire --
+
+/// A block of KV to send: the KV store's block id, its bytes, and the checksum its owner
+/// computed (block_checksum, runtime/checksum.hpp), which the receiver checks.
+struct wire_block {
+  std::uint64_t id = 0;             ///< the KV store's block id
+  std::span<const std::byte> bytes; ///< the block's bytes (they stay the caller's)
+  std::uint64_t checksum = 0;       ///< block_checksum of the bytes at their origin
+};
+
+/// A block received into the caller's memory: its id and how many bytes of the slot it
+/// filled; only ever returned for bytes that passed their checksum.
+struct received_block {
+  std::uint64_t id = 0;  ///< the sender's block id
+  std::size_t bytes = 0; ///< bytes written at the start of the slot
+};
+
+// -- the wire --
+
+/// One end of a KV data plane between two processes: a UCX context and worker (RAII) and at
+/// most one peer, reached by connect() or accepted by listen(). Blocks travel as tagged UCX
+/// messages of a small header (id, length, checksum) and the bytes, sent from and received
+/// into the callers' memory without a staging copy; the receiver checks every block's
+/// checksum and never hands out bytes that fail it. Not thread-safe: one thread drives a
+/// wire (it progresses UCX on that thread).
+class kv_wire {
+public:
+  /// Opens a wire that uses `transport`; errors name the UCX call and status.
+  static expected<std::unique_ptr<kv_wire>> open(wire_transport transport);
+
+  /// Closes the peer's endpoint, the listener and the worker.
+  ~kv_wire();
+  kv_wire(const kv_wire&) = delete;
+  kv_wire& operator=(const kv_wire&) = delete;
+
+  /// Listens on `host`:`port` (0: a free port) for one peer; answers the port bound. The peer
+  /// is accepted while receive() or send() waits: over that TCP connection the two workers
+  /// exchange their UCX addresses, and the blocks then go over the wire's transport.
+  expected<std::uint16_t> listen(const std::string& host, std::uint16_t port);
+
+  /// Connects to the wire listening on `host`:`port`, waiting until the peer answers;
+  /// errc::io_error naming the address when nothing answers within `timeout`.
+  expected<void>
+  connect(const std::string& host, std::uint16_t port,
+          std::chrono::milliseconds timeout = defaults::cluster::wire_connect_timeout);
+
+  /// Sends `blocks` to the peer, all under way at once, and waits until every one has left
+  /// (the bytes may be reused then). errc::invalid_argument without a peer.
+  expected<void> send(std::span<const wire_block> blocks,
+                      std::chrono::milliseconds timeout = defaults::cluster::wire_transfer_timeout);
+
+  /// Receives as many blocks as `slots`, in the order sent, block i into slots[i] (at least
+  /// its size). Per block: the block, or errc::corrupted (its checksum did not match: the
+  /// bytes must not be used) or errc::exhausted (larger than its slot). The whole fails on a
+  /// transport error or when `timeout` passes first.
+  expected<std::vector<expected<received_block>>>
+  receive(std::span<const std::span<std::byte>> slots,
+          std::chrono::milliseconds timeout = defaults::cluster::wire_transfer_timeout);
+
+  /// The transport it was opened with.
+  wire_transport transport() const noexcept;
+
+  struct state;
+
+private:
+  explicit kv_wire(std::unique_ptr<state> s);
+  std::unique_ptr<state> state_;
+};
+
+} // namespace triad::cluster

@@ -1,0 +1,33 @@
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <boost/json/parse.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "tests/process.hpp"
+
+namespace json = boost::json;
+
+// triad-bench-cluster --quick: a 1024-token sequence's KV (64 pages of 2 MiB) crosses to another
+// process over UCX shared memory and TCP, every page checked; the JSON has both ratios and the
+// figures they come from (their size is this machine's, not asserted).
+BOOST_AUTO_TEST_CASE(the_cluster_bench_reports_the_kv_transfer_ratios) {
+  const auto path = std::filesystem::temp_directory_path() / "triad-bench-cluster-test.json";
+  auto r = triad::test::run_command(triad::test::binary("triad-bench-cluster") +
+                                    " --quick --json " + path.string());
+  BOOST_REQUIRE_EQUAL(r.status, 0);
+  std::ifstream file{path};
+  std::stringstream text;
+  text << file.rdbuf();
+  std::filesystem::remove(path);
+  auto out = json::parse(text.str()).as_object();
+  const auto& metrics = out.at("metrics").as_object();
+  BOOST_TEST(metrics.at("pages").to_number<double>() == 64.0);
+  BOOST_TEST(metrics.at("transfer_bytes").to_number<double>() == 64.0 * 2097152);
+  for (const char* name : {"memcpy_gb_per_s", "ucx_shared_memory_gb_per_s", "ucx_tcp_gb_per_s"})
+    BOOST_TEST(metrics.at(name).to_number<double>() > 0.0, name);
+  const auto& ratios = out.at("ratios").as_object();
+  BOOST_TEST(ratios.at("ucx_transfer_over_memcpy").to_number<double>() > 0.0);
+  BOOST_TEST(ratios.at("ucx_tcp_transfer_over_memcpy").to_number<double>() > 0.0);
+}

@@ -1,0 +1,258 @@
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <netinet/in.h>
+
+#include <cstring>
+#include <future>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "cluster/kv_wire.hpp"
+#include "runtime/checksum.hpp"
+#include "tests/printers.hpp"
+
+using namespace triad;
+using namespace triad::cluster;
+
+namespace {
+
+// The error's message, or nothing when there is none.
+template<class T>
+std::string why(const expected<T>& e) {
+  return e ? std::string{} : e.error().message;
+}
+
+// Block `id`'s bytes: a pseudo-random pattern of `n` bytes from its id.
+std::vector<std::byte> block_bytes(std::uint64_t id, std::size_t n) {
+  std::mt19937_64 rng{id * 0x9e3779b97f4a7c15ull + 1};
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; i += 8) {
+    const auto r = rng();
+    std::memcpy(v.data() + i, &r, std::min<std::size_t>(8, n - i));
+  }
+  return v;
+}
+
+// What the receiving process saw in one slot.
+enum class seen : std::uint8_t { intact, different, corrupted, too_large, other };
+
+// Runs a receiver in a child process (its own UCX context, opened after the fork): it listens on
+// 127.0.0.1, tells the parent its port through a pipe, receives a block into each slot of
+// `slot_sizes`, compares each block's bytes with block_bytes(its id) and writes what it saw.
+// The parent, the sender, runs `send(port)`; the outcome per slot comes back.
+template<class Send>
+std::vector<seen> across_processes(wire_transport transport,
+                                   const std::vector<std::size_t>& slot_sizes, Send send) {
+  int fds[2];
+  BOOST_REQUIRE_EQUAL(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    auto fail = [&] { ::_exit(2); };
+    auto wire = kv_wire::open(transport);
+    if (!wire)
+      fail();
+    auto port = (*wire)->listen("127.0.0.1", 0);
+    if (!port || ::write(fds[1], &*port, sizeof(*port)) != sizeof(*port))
+      fail();
+    std::vector<std::vector<std::byte>> memory;
+    std::vector<std::span<std::byte>> slots;
+    for (auto n : slot_sizes)
+      memory.emplace_back(n);
+    for (auto& m : memory)
+      slots.emplace_back(m);
+    auto got = (*wire)->receive(slots);
+    std::vector<seen> out;
+    for (std::size_t i = 0; got && i < got->size(); ++i) {
+      const auto& b = (*got)[i];
+      if (b) {
+        auto want = block_bytes(b->id, b->bytes);
+        out.push_back(std::memcmp(want.data(), slots[i].data(), b->bytes) == 0 ? seen::intact
+                                                                               : seen::different);
+      } else {
+        out.push_back(b.error().code == errc::corrupted   ? seen::corrupted
+                      : b.error().code == errc::exhausted ? seen::too_large
+                                                          : seen::other);
+      }
+    }
+    if (!got)
+      fail();
+    if (::write(fds[1], out.data(), out.size()) != static_cast<ssize_t>(out.size()))
+      fail();
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::uint16_t port = 0;
+  BOOST_REQUIRE_EQUAL(::read(fds[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+  send(port);
+  std::vector<seen> out(slot_sizes.size());
+  std::size_t n = 0;
+  while (n < out.size()) {
+    auto r = ::read(fds[0], reinterpret_cast<char*>(out.data()) + n, out.size() - n);
+    if (r <= 0)
+      break;
+    n += static_cast<std::size_t>(r);
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  BOOST_REQUIRE(WIFEXITED(status));
+  BOOST_REQUIRE_EQUAL(WEXITSTATUS(status), 0);
+  BOOST_REQUIRE_EQUAL(n, out.size());
+  return out;
+}
+
+// KV pages of several sizes: small ones (sent eagerly) and pages of a few MiB (rendezvous).
+const std::vector<std::size_t> page_sizes = {64, 4096, 65536 + 7, 2 << 20, 4 << 20, 1000};
+
+// Sends block_bytes(i + 1) of each size to the wire at `port`; `corrupt` names one index whose
+// checksum is sent wrong.
+void send_pages(wire_transport transport, std::uint16_t port, int corrupt = -1) {
+  auto wire = kv_wire::open(transport);
+  BOOST_REQUIRE_MESSAGE(wire.has_value(), why(wire));
+  auto up = (*wire)->connect("127.0.0.1", port);
+  BOOST_REQUIRE_MESSAGE(up.has_value(), why(up));
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<wire_block> blocks;
+  for (std::size_t i = 0; i < page_sizes.size(); ++i)
+    bytes.push_back(block_bytes(i + 1, page_sizes[i]));
+  for (std::size_t i = 0; i < page_sizes.size(); ++i) {
+    auto sum = block_checksum(bytes[i]);
+    blocks.push_back({i + 1, bytes[i], static_cast<int>(i) == corrupt ? sum ^ 1 : sum});
+  }
+  auto sent = (*wire)->send(blocks);
+  BOOST_REQUIRE_MESSAGE(sent.has_value(), why(sent));
+}
+
+std::vector<seen> all(seen s) {
+  return std::vector<seen>(page_sizes.size(), s);
+}
+
+} // namespace
+
+// Two processes on one machine, shared-memory transports: every page arrives bit-exact in the
+// other process's memory, in order, small and large.
+BOOST_AUTO_TEST_CASE(pages_cross_processes_bit_exact_over_shared_memory) {
+  auto got = across_processes(wire_transport::shared_memory, page_sizes, [](std::uint16_t port) {
+    send_pages(wire_transport::shared_memory, port);
+  });
+  BOOST_TEST((got == all(seen::intact)));
+}
+
+// The same over TCP (the transport between machines without RDMA).
+BOOST_AUTO_TEST_CASE(pages_cross_processes_bit_exact_over_tcp) {
+  auto got = across_processes(wire_transport::tcp, page_sizes,
+                              [](std::uint16_t port) { send_pages(wire_transport::tcp, port); });
+  BOOST_TEST((got == all(seen::intact)));
+}
+
+// A page whose bytes do not match the checksum its owner computed is refused (errc::corrupted,
+// its bytes not handed out); the pages around it arrive.
+BOOST_AUTO_TEST_CASE(a_page_that_fails_its_checksum_is_refused) {
+  auto got = across_processes(wire_transport::shared_memory, page_sizes, [](std::uint16_t port) {
+    send_pages(wire_transport::shared_memory, port, 3);
+  });
+  auto want = all(seen::intact);
+  want[3] = seen::corrupted;
+  BOOST_TEST((got == want));
+}
+
+// A page larger than the slot it lands in is refused (errc::exhausted), not cut short.
+BOOST_AUTO_TEST_CASE(a_page_larger_than_its_slot_is_refused) {
+  auto slots = page_sizes;
+  slots[4] = page_sizes[4] / 2;
+  auto got = across_processes(wire_transport::shared_memory, slots, [](std::uint16_t port) {
+    send_pages(wire_transport::shared_memory, port);
+  });
+  auto want = all(seen::intact);
+  want[4] = seen::too_large;
+  BOOST_TEST((got == want));
+}
+
+// Connecting where nothing listens is an error naming the address, within the timeout.
+BOOST_AUTO_TEST_CASE(connecting_where_nothing_listens_names_the_address) {
+  // A port that was free a moment ago: bound, read back, closed.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  BOOST_REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  BOOST_REQUIRE_EQUAL(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  BOOST_REQUIRE_EQUAL(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const auto port = ntohs(addr.sin_port);
+  ::close(fd);
+  auto wire = kv_wire::open(wire_transport::tcp);
+  BOOST_REQUIRE_MESSAGE(wire.has_value(), why(wire));
+  auto up = (*wire)->connect("127.0.0.1", port, std::chrono::milliseconds{3000});
+  BOOST_REQUIRE(!up);
+  BOOST_TEST(up.error().code == errc::io_error);
+  BOOST_TEST(up.error().message.find("127.0.0.1:" + std::to_string(port)) != std::string::npos,
+             up.error().message);
+}
+
+// Sending without a peer, or to an address that is not one, is an error saying so.
+BOOST_AUTO_TEST_CASE(bad_addresses_and_missing_peers_are_errors) {
+  auto wire = kv_wire::open(wire_transport::shared_memory);
+  BOOST_REQUIRE_MESSAGE(wire.has_value(), why(wire));
+  std::vector<std::byte> b(16);
+  wire_block block{1, b, block_checksum(b)};
+  auto sent = (*wire)->send(std::span{&block, 1});
+  BOOST_REQUIRE(!sent);
+  BOOST_TEST(sent.error().message.find("without a peer") != std::string::npos);
+  auto up = (*wire)->connect("localhost:1", 1);
+  BOOST_REQUIRE(!up);
+  BOOST_TEST(up.error().code == errc::invalid_argument);
+  BOOST_TEST(up.error().message.find("'localhost:1'") != std::string::npos);
+}
+
+// A receive whose blocks do not all come in time is errc::timed_out, and leaves nothing posted:
+// a block sent after it arrives in the next receive, intact.
+BOOST_AUTO_TEST_CASE(a_receive_that_times_out_leaves_no_receive_behind) {
+  auto a = kv_wire::open(wire_transport::tcp);
+  BOOST_REQUIRE_MESSAGE(a.has_value(), why(a));
+  auto port = (*a)->listen("127.0.0.1", 0);
+  BOOST_REQUIRE_MESSAGE(port.has_value(), why(port));
+  std::promise<void> first_sent, timed_out;
+  std::string sender_error;
+  std::thread sender{[&] {
+    auto b = kv_wire::open(wire_transport::tcp);
+    if (!b || !(*b)->connect("127.0.0.1", *port)) {
+      sender_error = "connect failed";
+      first_sent.set_value();
+      return;
+    }
+    auto one = block_bytes(1, 4096), two = block_bytes(2, 3 << 20);
+    wire_block first{1, one, block_checksum(one)}, second{2, two, block_checksum(two)};
+    if (!(*b)->send(std::span{&first, 1}))
+      sender_error = "first send failed";
+    first_sent.set_value();
+    timed_out.get_future().wait();
+    if (!(*b)->send(std::span{&second, 1}))
+      sender_error = "second send failed";
+  }};
+  std::vector<std::byte> m1(4 << 20), m2(4 << 20);
+  std::span<std::byte> two_slots[] = {m1, m2};
+  auto got = (*a)->receive(two_slots, std::chrono::milliseconds{500});
+  first_sent.get_future().wait();
+  timed_out.set_value();
+  BOOST_REQUIRE(!got.has_value());
+  BOOST_TEST(got.error().code == errc::timed_out);
+  std::span<std::byte> one_slot[] = {m2};
+  auto next = (*a)->receive(one_slot);
+  sender.join();
+  BOOST_REQUIRE(sender_error.empty());
+  BOOST_REQUIRE_MESSAGE(next.has_value(), why(next));
+  BOOST_REQUIRE_EQUAL(next->size(), 1u);
+  BOOST_REQUIRE((*next)[0].has_value());
+  BOOST_TEST((*next)[0]->id == 2u);
+  auto want = block_bytes(2, 3 << 20);
+  BOOST_TEST(std::memcmp(want.data(), m2.data(), want.size()) == 0);
+}
