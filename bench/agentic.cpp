@@ -57,6 +57,11 @@ struct session_spec {
   std::uint32_t tool_calls = 0;
   double arrival_s = 0; // modelled seconds after the run's start that the session begins
   double tool_s = 0;    // modelled seconds its tool calls take together
+  // Tokens its script adds to the context: the answers' text and the tool results (a byte a
+  // token, as the sim presets' tokenizer counts; the chat template's tokens not counted).
+  std::uint64_t script_tokens = 0;
+  // Its context at the end, as planned: the prompt and what the script adds.
+  std::uint64_t planned_context() const { return system.size() + user.size() + script_tokens; }
 };
 
 // Appends to `s` `tokens` of answer, then a call of the "work" tool lasting `modelled_ms`
@@ -67,6 +72,7 @@ void script_call(session_spec& s, std::uint32_t tokens, double modelled_ms, std:
               ", \"bytes\": " + std::to_string(bytes) + "}";
   s.script.turns.push_back({tokens, triad::tool_call_text{"work", args}});
   s.tool_s += modelled_ms / 1000;
+  s.script_tokens += tokens + bytes;
 }
 
 // Scripts `s.tool_calls` calls of the "work" tool into `s`: each `text` tokens of answer, then
@@ -76,11 +82,13 @@ template<class Ms, class Bytes, class Text>
 void script_calls(session_spec& s, std::mt19937_64& rng, Ms& tool_ms, Bytes& result, Text& text,
                   double time_scale) {
   for (std::uint32_t c = 0; c < s.tool_calls; ++c) {
-    const auto tokens = text(rng);
+    // Drawn in the order the workloads always drew them (a seed's sessions stay the same).
     const double modelled_ms = tool_ms(rng);
-    script_call(s, tokens, modelled_ms, result(rng), time_scale);
+    const auto bytes = result(rng);
+    script_call(s, text(rng), modelled_ms, bytes, time_scale);
   }
   s.script.turns.push_back({text(rng), std::nullopt});
+  s.script_tokens += s.script.turns.back().tokens;
 }
 
 // The workload, the same for every setting: `n` sessions from `seed`. Tool durations are
@@ -104,23 +112,26 @@ std::vector<session_spec> make_workload(std::size_t n, std::uint64_t seed, doubl
   return out;
 }
 
-// A code agent's context lengths, in tokens: its opening prompt and its final context (drawn
-// uniformly in each range), and the least one tool result adds.
+// A code agent's context lengths, in tokens: its opening prompt and the context it aims at
+// (drawn uniformly in each range); the tool results make up the growth between them, each
+// between `min_result` and `max_result` tokens, after `text_per_turn` tokens of the agent's own
+// text a turn (its mean, 100, where the band counts it; the code agent's does not).
 struct context_band {
-  std::uint32_t prompt_min, prompt_max, final_min, final_max, min_result;
+  std::uint32_t prompt_min, prompt_max, final_min, final_max, min_result, max_result, text_per_turn;
 };
 
 // The code agent of the capacity-bound comparison: 12-20K tokens of repository context growing
-// to 32K-120K (llama3-70b holds 131072), at least 1K tokens a tool result.
-constexpr context_band code_agent_band{12'000, 20'000, 32'000, 120'000, 1'000};
+// to about 32K-120K (llama3-70b holds 131072), 1-4K tokens a tool result.
+constexpr context_band code_agent_band{12'000, 20'000, 32'000, 120'000, 1'000, 4'000, 0};
 
 // The context-length sweep's bands (context_<name>_* settings): the same agents, tools and
-// hardware, only the contexts differ.
+// hardware, only the contexts differ. The contexts each band's sessions reach are reported
+// (planned_final_context_tokens) beside their runs.
 const std::vector<std::pair<std::string, context_band>>& context_bands() {
   static const std::vector<std::pair<std::string, context_band>> bands = {
-      {"8k", {1'000, 2'000, 4'000, 8'000, 100}},
-      {"32k", {4'000, 8'000, 16'000, 32'000, 250}},
-      {"128k", {12'000, 20'000, 64'000, 120'000, 1'000}},
+      {"8k", {1'000, 2'000, 4'000, 8'000, 50, 4'000, 100}},
+      {"32k", {4'000, 8'000, 16'000, 32'000, 250, 4'000, 100}},
+      {"128k", {12'000, 20'000, 64'000, 120'000, 1'000, 10'000, 100}},
   };
   return bands;
 }
@@ -148,11 +159,14 @@ std::vector<session_spec> make_code_agent_workload(std::size_t n, std::uint64_t 
       s.user += "src/module.cpp: int compute(int x) { return x * 2 + 1; } // fix the failing test ";
     s.user.resize(len);
     s.tool_calls = calls(rng);
-    // Each call's output: the growth to the session's final context, spread over its calls
-    // (at least the band's least result, at most 4K tokens each).
-    const double growth = std::max<double>(0, static_cast<double>(target(rng)) - len);
+    // Each call's output: the growth to the session's final context, less the agent's own
+    // text, spread over its calls (within the band's least and most result).
+    const double growth =
+        std::max<double>(0, static_cast<double>(target(rng)) - len -
+                                static_cast<double>(band.text_per_turn) * (s.tool_calls + 1));
     const auto per_call = static_cast<std::uint32_t>(
-        std::clamp(growth / s.tool_calls, static_cast<double>(band.min_result), 4000.0));
+        std::clamp(growth / s.tool_calls, static_cast<double>(band.min_result),
+                   static_cast<double>(band.max_result)));
     std::uniform_int_distribution<std::uint32_t> result{per_call * 3 / 4, per_call * 5 / 4};
     script_calls(s, rng, tool_ms, result, text, time_scale);
     out.push_back(std::move(s));
@@ -186,8 +200,10 @@ std::vector<session_spec> make_profile_workload(const std::string& profile, std:
           call(c.tokens, c.tool_ms, c.result_tokens);
         else if (t + 1 < job.turns.size()) // the turn's answer; the user's next message
           call(c.tokens, job.turns[t + 1].think_ms, job.turns[t + 1].user_text.size());
-        else
+        else {
           s.script.turns.push_back({c.tokens, std::nullopt});
+          s.script_tokens += c.tokens;
+        }
       }
     out.push_back(std::move(s));
   }
@@ -936,10 +952,18 @@ int run(int argc, char** argv) {
           return !st.context.empty() && results.count(st.name) != 0;
         })) {
       boost::json::object bands;
-      for (const auto& [band, range] : context_bands())
+      for (const auto& [band, range] : context_bands()) {
+        std::vector<double> planned;
+        for (const auto& session : context_work[band])
+          planned.push_back(static_cast<double>(session.planned_context()));
         bands[band] = boost::json::object{
             {"prompt_tokens", boost::json::array{range.prompt_min, range.prompt_max}},
-            {"final_context_tokens", boost::json::array{range.final_min, range.final_max}}};
+            {"aimed_final_context_tokens", boost::json::array{range.final_min, range.final_max}},
+            {"planned_final_context_tokens",
+             boost::json::object{{"min", *std::min_element(planned.begin(), planned.end())},
+                                 {"median", triad::bench::median(planned)},
+                                 {"max", *std::max_element(planned.begin(), planned.end())}}}};
+      }
       rep.metrics["contexts"] = boost::json::object{
           {"sessions", agent_sessions},
           {"bands", std::move(bands)},

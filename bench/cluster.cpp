@@ -5,18 +5,22 @@
 // as tagged messages from the sender's memory into the receiver's, each page's checksum checked
 // on arrival), against memcpy of the same pages between two buffers in one process by one
 // thread. The sender times a round from its first send to the receiver's acknowledgement,
-// which follows the last page's check. ucx_tcp_transfer_over_memcpy: the same over TCP
-// (loopback here; the transport between machines without RDMA). Each figure is the median of
-// its rounds after one unrecorded round; the pages are those of a llama3-8b sequence in bf16
-// (128 KiB of KV a token, pages of 16 tokens: 2 MiB each).
+// which follows the last page's check. Both processes work at once (on this 2-vCPU VM, both
+// cores: over shared memory the sender's core writes the pages into the receiver's memory
+// while the receiver's checks those already there); the memcpy is one thread, unchecked.
+// ucx_tcp_transfer_over_memcpy: the same over TCP (loopback here; the transport between machines
+// without RDMA). Each figure is the median of its rounds after one unrecorded round; the pages are
+// those of a llama3-8b sequence in bf16 (128 KiB of KV a token, pages of 16 tokens: 2 MiB each).
 //
 // Not yet here (issue #29): remote_over_local_decode_throughput and failover_lost_requests
 // (they need the control plane across processes).
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -43,6 +47,7 @@ constexpr std::size_t page_bytes = kv_bytes_per_token * page_tokens;
 // (id: the round; a failed page answers id 0). Exits 0 when every round was intact.
 [[noreturn]] void receiver(wire_transport transport, std::size_t pages, std::size_t rounds,
                            int fd) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL); // never outlives the benchmark
   auto wire = kv_wire::open(transport);
   if (!wire) {
     std::fprintf(stderr, "triad-bench-cluster: receiver: %s\n", wire.error().message.c_str());
@@ -86,8 +91,11 @@ transfer_result measure_transfer(wire_transport transport,
   if (::pipe(fds) != 0)
     return {{}, "pipe failed"};
   const pid_t child = ::fork();
-  if (child < 0)
+  if (child < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
     return {{}, "fork failed"};
+  }
   if (child == 0) {
     ::close(fds[0]);
     receiver(transport, data.size(), rounds + 1, fds[1]);
@@ -101,8 +109,13 @@ transfer_result measure_transfer(wire_transport transport,
       ::kill(child, SIGKILL);
     int status = 0;
     ::waitpid(child, &status, 0);
-    if (error.empty() && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
+    if (error.empty() && WIFSIGNALED(status))
+      error = "the receiving process was killed by signal " + std::to_string(WTERMSIG(status));
+    else if (error.empty() && WIFEXITED(status) && WEXITSTATUS(status) == 1)
       error = "the receiving process found a page that did not arrive intact";
+    else if (error.empty() && WIFEXITED(status) && WEXITSTATUS(status) != 0)
+      error = "the receiving process could not listen, receive or acknowledge (exit status " +
+              std::to_string(WEXITSTATUS(status)) + ")";
     out.error = std::move(error);
     return out;
   };

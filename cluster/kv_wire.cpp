@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -21,7 +22,10 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-// What precedes a block's bytes in its message.
+// A block travels as two tagged messages from one endpoint: this header (tag `header_tag`),
+// then its bytes, contiguous (tag `data_tag`), so UCX can move large blocks by its zero-copy
+// rendezvous (cross-memory attach between processes of one machine). Messages of one tag
+// from one endpoint match the receives of that tag in order, so header i and bytes i meet.
 struct block_header {
   std::uint32_t magic = 0x5452444b; // "TRDK"
   std::uint32_t version = 1;
@@ -30,9 +34,16 @@ struct block_header {
   std::uint64_t checksum = 0;
 };
 constexpr std::uint32_t header_magic = block_header{}.magic;
+constexpr std::uint64_t header_tag = defaults::cluster::wire_block_tag;
+constexpr std::uint64_t data_tag = defaults::cluster::wire_block_tag + 1;
 
+// The bootstrap exchange: this magic, then a worker address's length and bytes, each way.
+constexpr std::uint32_t bootstrap_magic = 0x5452424b; // "TRBK"
 // The most bytes a peer's UCX worker address may have in the bootstrap exchange.
 constexpr std::uint32_t max_worker_address = 64 * 1024;
+// How long a request that is ending (a cancelled receive, a closing endpoint) may take before
+// the worker is rebuilt instead.
+constexpr std::chrono::milliseconds ending_grace{1000};
 
 error ucx_error(std::string_view call, ucs_status_t status) {
   return make_error(errc::system_error,
@@ -49,9 +60,8 @@ expected<sockaddr_in> parse_address(const std::string& host, std::uint16_t port)
   return addr;
 }
 
-int remaining_ms(clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
-  return static_cast<int>(std::max<std::int64_t>(0, left.count()));
+std::int64_t remaining_ms(clock::time_point deadline) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
 }
 
 // Waits until `fd` is ready for `events` or `deadline` passes.
@@ -59,7 +69,7 @@ bool ready(int fd, short events, clock::time_point deadline) {
   pollfd p{fd, events, 0};
   int n;
   do
-    n = ::poll(&p, 1, remaining_ms(deadline));
+    n = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, remaining_ms(deadline))));
   while (n < 0 && errno == EINTR);
   return n > 0 && (p.revents & (events | POLLHUP | POLLERR)) != 0;
 }
@@ -86,6 +96,7 @@ struct kv_wire::state {
   // The bootstrap listener (listen()): a TCP socket on which one peer exchanges worker
   // addresses with this wire.
   unique_fd listening;
+  std::string listen_name; // "host:port" it listens on, for errors
   // Set by the endpoint's error handler: the peer went away or could not be reached.
   std::optional<ucs_status_t> peer_failed;
   std::string peer_name; // "host:port", for errors
@@ -98,35 +109,20 @@ struct kv_wire::state {
       ucp_cleanup(context);
   }
 
-  // Closes the endpoint, bounded: what was sent is flushed first (up to two seconds) while the
-  // peer is alive, then the endpoint is closed by force, which completes at once and ends any
-  // request still on it (UCX's graceful close would wait for the peer without bound).
-  void close_peer() {
-    if (peer == nullptr)
-      return;
-    void* flush = nullptr;
-    if (!peer_failed) {
-      ucp_request_param_t p{};
-      flush = ucp_ep_flush_nbx(peer, &p);
-      if (wait_until(flush, clock::now() + std::chrono::seconds{2}) != UCS_INPROGRESS)
-        flush = nullptr; // done and freed
+  expected<void> create_worker() {
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if (auto st = ucp_worker_create(context, &wp, &worker); st != UCS_OK) {
+      worker = nullptr;
+      return ucx_error("ucp_worker_create", st);
     }
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    void* close = ucp_ep_close_nbx(peer, &p);
-    peer = nullptr;
-    finish(close);
-    finish(flush);
-  }
-
-  static void on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
-    static_cast<state*>(arg)->peer_failed = status;
+    return {};
   }
 
   // Progresses the worker until `req` (a request, null: done at once, or an error pointer) is
-  // done or `deadline` passes; its status. Done requests are freed; at UCS_INPROGRESS it is
-  // still under way and the caller ends it (a cancel or a forced close) and finish()es it.
+  // done or `deadline` passes; its status. A done request is freed; at UCS_INPROGRESS it is
+  // still under way (reset() ends it).
   ucs_status_t wait_until(void* req, clock::time_point deadline) {
     if (req == nullptr)
       return UCS_OK;
@@ -140,43 +136,93 @@ struct kv_wire::state {
     return status;
   }
 
-  // Progresses the worker until a request that is ending (cancelled, or its endpoint closed by
-  // force) has ended, and frees it; nothing for null or error pointers.
-  void finish(void* req) {
-    if (req == nullptr || !UCS_PTR_IS_PTR(req))
-      return;
-    while (ucp_request_check_status(req) == UCS_INPROGRESS)
-      ucp_worker_progress(worker);
-    ucp_request_free(req);
+  // Closes the endpoint, bounded. A live peer's sends are flushed first; over TCP the endpoint
+  // is then closed by force (completes at once: UCX's graceful close would wait for the peer
+  // without bound); UCX's shared-memory endpoints, which cannot use the forced close (it needs
+  // peer error handling on both sides), close in flush mode. Whatever does not end within the
+  // grace is ended by the worker's destruction (reset() or the destructor).
+  // Answers whether every request it made has ended.
+  bool close_peer() {
+    if (peer == nullptr)
+      return true;
+    bool ended = true;
+    if (!peer_failed) {
+      ucp_request_param_t p{};
+      ended = wait_until(ucp_ep_flush_nbx(peer, &p), clock::now() + ending_grace) != UCS_INPROGRESS;
+    }
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = transport == wire_transport::tcp ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ended = wait_until(ucp_ep_close_nbx(peer, &p), clock::now() + ending_grace) != UCS_INPROGRESS &&
+            ended;
+    peer = nullptr;
+    peer_failed.reset();
+    return ended;
   }
 
-  // Exchanges worker addresses with the peer at the other end of `sock` (each side sends its
-  // length and bytes, then reads the other's) and opens the endpoint to the peer's worker.
+  // After a failed batch: drops the peer and rebuilds the worker, which ends every request
+  // still under way and every message still queued (the only way UCX guarantees that nothing
+  // writes into the callers' memory later, and that no block of this batch lands in the next
+  // one). A listening wire then accepts a new peer; a connected one must connect again.
+  void reset() {
+    close_peer();
+    ucp_worker_destroy(worker);
+    worker = nullptr;
+    (void)create_worker(); // on failure every later call reports the missing worker
+  }
+
+  static void on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
+    static_cast<state*>(arg)->peer_failed = status;
+  }
+
+  expected<void> usable() const {
+    if (worker == nullptr)
+      return make_error(errc::system_error, "KV wire: its UCX worker could not be rebuilt");
+    return {};
+  }
+
+  // Exchanges worker addresses with the peer at the other end of `sock` (each side sends the
+  // bootstrap magic, its address's length and bytes, then reads the other's) and opens the
+  // endpoint to the peer's worker.
   expected<void> join(int sock, clock::time_point deadline) {
+    const auto left = remaining_ms(deadline);
+    if (left <= 0)
+      return make_error(errc::timed_out,
+                        "KV wire: no time left to exchange addresses with " + peer_name);
+    timeval tv{static_cast<time_t>(left / 1000), static_cast<suseconds_t>(left % 1000 * 1000)};
+    ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     ucp_address_t* own = nullptr;
     std::size_t own_len = 0;
     if (auto st = ucp_worker_get_address(worker, &own, &own_len); st != UCS_OK)
       return ucx_error("ucp_worker_get_address", st);
-    const auto len = htonl(static_cast<std::uint32_t>(own_len));
-    timeval tv{remaining_ms(deadline) / 1000, (remaining_ms(deadline) % 1000) * 1000};
-    ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    ::setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    const bool sent = write_all(sock, &len, sizeof(len)) && write_all(sock, own, own_len);
+    const std::uint32_t prefix[2] = {htonl(bootstrap_magic),
+                                     htonl(static_cast<std::uint32_t>(own_len))};
+    const bool sent = write_all(sock, prefix, sizeof(prefix)) && write_all(sock, own, own_len);
     ucp_worker_release_address(worker, own);
-    std::uint32_t peer_len = 0;
-    if (!sent || !read_all(sock, &peer_len, sizeof(peer_len)))
-      return make_error(errc::io_error,
-                        "KV wire: " + peer_name +
-                            " did not exchange worker addresses: " + std::strerror(errno));
-    peer_len = ntohl(peer_len);
+    auto broken = [&](std::string_view what) {
+      const bool late = errno == EAGAIN || errno == EWOULDBLOCK;
+      return make_error(late ? errc::timed_out : errc::io_error, "KV wire: " + peer_name + " " +
+                                                                     std::string{what} +
+                                                                     (late ? " in time" : ""));
+    };
+    std::uint32_t peer_prefix[2] = {};
+    errno = 0;
+    if (!sent)
+      return broken("did not take this wire's address");
+    if (!read_all(sock, peer_prefix, sizeof(peer_prefix)))
+      return broken("did not send its worker address");
+    const auto peer_len = ntohl(peer_prefix[1]);
+    if (ntohl(peer_prefix[0]) != bootstrap_magic)
+      return make_error(errc::parse_error,
+                        "KV wire: " + peer_name + " is not a KV wire (bad bootstrap magic)");
     if (peer_len == 0 || peer_len > max_worker_address)
       return make_error(errc::parse_error, "KV wire: " + peer_name + " sent a worker address of " +
                                                std::to_string(peer_len) + " bytes (at most " +
                                                std::to_string(max_worker_address) + ")");
     std::vector<std::byte> address(peer_len);
     if (!read_all(sock, address.data(), address.size()))
-      return make_error(errc::io_error,
-                        "KV wire: " + peer_name + " closed during the address exchange");
+      return broken("did not send all of its worker address");
     peer_failed.reset();
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
@@ -195,41 +241,40 @@ struct kv_wire::state {
     }
     // A flush completes once the endpoint is wired up (or fails with it).
     ucp_request_param_t p{};
-    void* flush = ucp_ep_flush_nbx(peer, &p);
-    auto st = wait_until(flush, deadline);
-    if (st == UCS_INPROGRESS)
-      st = UCS_ERR_TIMED_OUT;
-    else
-      flush = nullptr; // done and freed
+    auto st = wait_until(ucp_ep_flush_nbx(peer, &p), deadline);
     if (st == UCS_OK && peer_failed)
       st = *peer_failed;
     if (st != UCS_OK) {
-      peer_failed = st;
-      close_peer(); // by force: it ends the flush
-      finish(flush);
-      return make_error(errc::io_error,
-                        "KV wire: " + peer_name +
-                            " did not answer on its transports: " + ucs_status_string(st));
+      const bool late = st == UCS_INPROGRESS;
+      peer_failed = late ? UCS_ERR_TIMED_OUT : st;
+      reset();
+      return make_error(late ? errc::timed_out : errc::io_error,
+                        "KV wire: " + peer_name + " did not answer on its transports: " +
+                            (late ? "not in time" : ucs_status_string(st)));
     }
     return {};
   }
 
-  // A listening wire's peer: accepts one bootstrap connection (waiting until `deadline`) and
-  // joins it. Nothing to do with a peer already there.
+  // Without a peer, a listening wire accepts one bootstrap connection (waiting until
+  // `deadline`) and joins it; a wire that neither listens nor has a peer is an error.
   expected<void> accept_peer(clock::time_point deadline) {
+    if (auto ok = usable(); !ok)
+      return ok;
     if (peer != nullptr)
       return {};
     if (!listening)
       return make_error(errc::invalid_argument,
                         "KV wire: no peer (connect first, or listen for one)");
     if (!ready(listening.get(), POLLIN, deadline))
-      return make_error(errc::timed_out, "KV wire: no peer connected in time");
+      return make_error(errc::timed_out,
+                        "KV wire: no peer connected to " + listen_name + " in time");
     sockaddr_in from{};
     socklen_t len = sizeof(from);
-    unique_fd sock{::accept(listening.get(), reinterpret_cast<sockaddr*>(&from), &len)};
+    unique_fd sock{
+        ::accept4(listening.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC)};
     if (!sock)
-      return make_error(errc::io_error,
-                        std::string{"KV wire: accepting a peer failed: "} + std::strerror(errno));
+      return make_error(errc::io_error, "KV wire: accepting a peer on " + listen_name +
+                                            " failed: " + std::strerror(errno));
     char host[INET_ADDRSTRLEN] = "?";
     ::inet_ntop(AF_INET, &from.sin_addr, host, sizeof(host));
     peer_name = std::string{host} + ":" + std::to_string(ntohs(from.sin_port));
@@ -259,6 +304,11 @@ expected<std::unique_ptr<kv_wire>> kv_wire::open(wire_transport transport) {
   // the transports: shared memory stays shared memory.
   const char* tls = transport == wire_transport::tcp ? "tcp,self" : "sm,self";
   auto st = ucp_config_modify(config, "TLS", tls);
+  // Over shared memory the sender writes large blocks into the receiver's memory (cross-memory
+  // attach, put): the sender's core copies while the receiver's checks the blocks already
+  // there. With UCX's default (the receiver reads) one core does both in turn.
+  if (st == UCS_OK && transport == wire_transport::shared_memory)
+    st = ucp_config_modify(config, "RNDV_SCHEME", "put_zcopy");
   if (st == UCS_OK) {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -268,18 +318,15 @@ expected<std::unique_ptr<kv_wire>> kv_wire::open(wire_transport transport) {
   ucp_config_release(config);
   if (st != UCS_OK)
     return ucx_error(std::string{"ucp_init (transports "} + tls + ")", st);
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  if (st = ucp_worker_create(s->context, &wp, &s->worker); st != UCS_OK)
-    return ucx_error("ucp_worker_create", st);
+  if (auto ok = s->create_worker(); !ok)
+    return ok.error();
   return std::unique_ptr<kv_wire>{new kv_wire{std::move(s)}};
 }
 
 expected<std::uint16_t> kv_wire::listen(const std::string& host, std::uint16_t port) {
   auto& s = *state_;
   if (s.listening)
-    return make_error(errc::invalid_argument, "the KV wire listens already");
+    return make_error(errc::invalid_argument, "the KV wire listens already, on " + s.listen_name);
   auto addr = parse_address(host, port);
   if (!addr)
     return addr.error();
@@ -296,14 +343,18 @@ expected<std::uint16_t> kv_wire::listen(const std::string& host, std::uint16_t p
   if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0)
     return make_error(errc::io_error, "KV wire: " + where + ": " + std::strerror(errno));
   s.listening = std::move(sock);
-  return static_cast<std::uint16_t>(ntohs(bound.sin_port));
+  const auto bound_port = static_cast<std::uint16_t>(ntohs(bound.sin_port));
+  s.listen_name = host + ":" + std::to_string(bound_port);
+  return bound_port;
 }
 
 expected<void> kv_wire::connect(const std::string& host, std::uint16_t port,
                                 std::chrono::milliseconds timeout) {
   auto& s = *state_;
+  if (auto ok = s.usable(); !ok)
+    return ok;
   if (s.peer != nullptr)
-    return make_error(errc::invalid_argument, "the KV wire has a peer already");
+    return make_error(errc::invalid_argument, "the KV wire has a peer already: " + s.peer_name);
   auto addr = parse_address(host, port);
   if (!addr)
     return addr.error();
@@ -322,7 +373,7 @@ expected<void> kv_wire::connect(const std::string& host, std::uint16_t port,
     }
   }
   if (err != 0)
-    return make_error(errc::io_error,
+    return make_error(err == ETIMEDOUT ? errc::timed_out : errc::io_error,
                       "KV wire: no peer answered at " + s.peer_name + ": " + std::strerror(err));
   ::fcntl(sock.get(), F_SETFL, ::fcntl(sock.get(), F_GETFL) & ~O_NONBLOCK);
   return s.join(sock.get(), deadline);
@@ -336,48 +387,37 @@ expected<void> kv_wire::send(std::span<const wire_block> blocks,
     return make_error(errc::invalid_argument, "KV wire: send without a peer (connect first)");
   if (auto joined = s.accept_peer(deadline); !joined)
     return joined.error();
-  // Headers and scatter lists live until every send has completed.
+  // Headers live until every send has completed; header i goes before bytes i.
   std::vector<block_header> headers(blocks.size());
-  std::vector<ucp_dt_iov_t> iov(2 * blocks.size());
-  std::vector<void*> requests(blocks.size(), nullptr);
+  std::vector<void*> requests;
+  requests.reserve(2 * blocks.size());
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
-  p.datatype = ucp_dt_make_iov();
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     headers[i].id = blocks[i].id;
     headers[i].bytes = blocks[i].bytes.size();
     headers[i].checksum = blocks[i].checksum;
-    iov[2 * i] = {&headers[i], sizeof(block_header)};
-    iov[2 * i + 1] = {const_cast<std::byte*>(blocks[i].bytes.data()), blocks[i].bytes.size()};
-    requests[i] = ucp_tag_send_nbx(s.peer, &iov[2 * i], 2, defaults::cluster::wire_block_tag, &p);
+    requests.push_back(ucp_tag_send_nbx(s.peer, &headers[i], sizeof(block_header), header_tag, &p));
+    requests.push_back(
+        ucp_tag_send_nbx(s.peer, blocks[i].bytes.data(), blocks[i].bytes.size(), data_tag, &p));
   }
   std::optional<error> failed;
-  std::vector<void*> pending;
-  for (std::size_t i = 0; i < blocks.size(); ++i) {
-    auto st = s.wait_until(requests[i], deadline);
-    if (st == UCS_INPROGRESS)
-      pending.push_back(requests[i]);
-    if (st != UCS_OK && !failed)
+  for (std::size_t k = 0; k < requests.size() && !failed; ++k) {
+    auto st = s.wait_until(requests[k], deadline);
+    if (st == UCS_OK && s.peer_failed)
+      st = *s.peer_failed;
+    if (st != UCS_OK)
       failed = make_error(st == UCS_INPROGRESS ? errc::timed_out : errc::io_error,
-                          "KV wire: sending block " + std::to_string(blocks[i].id) + " to " +
+                          "KV wire: sending block " + std::to_string(blocks[k / 2].id) + " to " +
                               s.peer_name + " failed: " +
                               (st == UCS_INPROGRESS
-                                   ? "not done within " + std::to_string(timeout.count()) +
-                                         " ms; the peer is dropped"
-                                   : std::string{ucs_status_string(st)}));
+                                   ? "not done within " + std::to_string(timeout.count()) + " ms"
+                                   : std::string{ucs_status_string(st)}) +
+                              "; the peer is dropped");
   }
-  if (!pending.empty()) {
-    // Sends cannot be cancelled one by one: closing the endpoint by force ends them.
-    s.peer_failed = UCS_ERR_TIMED_OUT;
-    s.close_peer();
-    for (void* req : pending)
-      s.finish(req);
-  }
-  if (failed)
+  if (failed) {
+    s.reset(); // ends the sends still under way (UCX cannot cancel them one by one)
     return *failed;
-  if (s.peer_failed)
-    return make_error(errc::io_error, "KV wire: the peer " + s.peer_name +
-                                          " failed: " + ucs_status_string(*s.peer_failed));
+  }
   return {};
 }
 
@@ -387,70 +427,78 @@ kv_wire::receive(std::span<const std::span<std::byte>> slots, std::chrono::milli
   const auto deadline = clock::now() + timeout;
   if (auto joined = s.accept_peer(deadline); !joined)
     return joined.error();
-  std::vector<block_header> headers(slots.size());
-  std::vector<ucp_dt_iov_t> iov(2 * slots.size());
-  std::vector<void*> requests(slots.size(), nullptr);
-  std::vector<ucp_tag_recv_info_t> info(slots.size());
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    iov[2 * i] = {&headers[i], sizeof(block_header)};
-    iov[2 * i + 1] = {slots[i].data(), slots[i].size()};
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO;
-    p.datatype = ucp_dt_make_iov();
-    p.recv_info.tag_info = &info[i]; // filled when it completes at once
-    requests[i] = ucp_tag_recv_nbx(s.worker, &iov[2 * i], 2, defaults::cluster::wire_block_tag,
-                                   ~std::uint64_t{0}, &p);
+  const std::size_t n = slots.size();
+  std::vector<block_header> headers(n);
+  std::vector<void*> requests(2 * n, nullptr);
+  std::vector<ucp_tag_recv_info_t> info(2 * n);
+  // Always a request (never completed at once), so each message's length comes from
+  // ucp_tag_recv_request_test in one way.
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  for (std::size_t i = 0; i < n; ++i) {
+    requests[2 * i] = ucp_tag_recv_nbx(s.worker, &headers[i], sizeof(block_header), header_tag,
+                                       ~std::uint64_t{0}, &p);
+    requests[2 * i + 1] = ucp_tag_recv_nbx(s.worker, slots[i].data(), slots[i].size(), data_tag,
+                                           ~std::uint64_t{0}, &p);
   }
-  // Cancels and frees the receives from `from` on (a failure ends the whole: nothing may
-  // still write into slots, headers or scatter lists after this returns).
-  auto abandon = [&](std::size_t from) {
-    for (std::size_t k = from; k < requests.size(); ++k)
-      if (UCS_PTR_IS_PTR(requests[k])) {
-        ucp_request_cancel(s.worker, requests[k]);
-        while (ucp_request_check_status(requests[k]) == UCS_INPROGRESS)
-          ucp_worker_progress(s.worker);
-        ucp_request_free(requests[k]);
-      }
+  // Waits for message k; UCS_INPROGRESS at the deadline or when the peer failed.
+  auto arrive = [&](std::size_t k) -> ucs_status_t {
+    void* req = requests[k];
+    if (UCS_PTR_IS_ERR(req))
+      return UCS_PTR_STATUS(req);
+    ucs_status_t status;
+    while ((status = ucp_tag_recv_request_test(req, &info[k])) == UCS_INPROGRESS &&
+           clock::now() < deadline && !s.peer_failed)
+      ucp_worker_progress(s.worker);
+    if (status != UCS_INPROGRESS)
+      ucp_request_free(req);
+    requests[k] = nullptr;
+    return status;
   };
   // In order: each block is checked as soon as it has arrived, while it is still in the
-  // caches and later blocks are under way.
+  // caches and later blocks are under way. Any failure of the batch resets the wire (reset()),
+  // which ends the receives still posted.
   std::vector<expected<received_block>> out;
-  out.reserve(slots.size());
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    void* req = requests[i];
-    ucs_status_t status = UCS_OK; // completed at once when null: info[i] is filled
-    if (UCS_PTR_IS_ERR(req)) {
-      status = UCS_PTR_STATUS(req);
-    } else if (req != nullptr) {
-      while ((status = ucp_tag_recv_request_test(req, &info[i])) == UCS_INPROGRESS &&
-             clock::now() < deadline)
-        ucp_worker_progress(s.worker);
-      if (status == UCS_INPROGRESS) {
-        abandon(i);
-        return make_error(errc::timed_out, "KV wire: " + std::to_string(slots.size() - i) + " of " +
-                                               std::to_string(slots.size()) +
-                                               " blocks did not arrive within " +
-                                               std::to_string(timeout.count()) + " ms");
-      }
-      ucp_request_free(req);
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto header_status = arrive(2 * i);
+    const auto data_status = header_status == UCS_OK ? arrive(2 * i + 1) : header_status;
+    if (header_status == UCS_INPROGRESS || data_status == UCS_INPROGRESS ||
+        (data_status != UCS_OK && data_status != UCS_ERR_MESSAGE_TRUNCATED)) {
+      const bool late =
+          !s.peer_failed && (header_status == UCS_INPROGRESS || data_status == UCS_INPROGRESS);
+      auto e = make_error(late ? errc::timed_out : errc::io_error,
+                          "KV wire: " + std::to_string(n - i) + " of " + std::to_string(n) +
+                              " blocks from " + s.peer_name + " did not arrive: " +
+                              (late ? "not within " + std::to_string(timeout.count()) + " ms"
+                               : s.peer_failed ? std::string{ucs_status_string(*s.peer_failed)}
+                                               : std::string{ucs_status_string(data_status)}) +
+                              "; the peer is dropped");
+      s.reset();
+      return e;
     }
     const auto& h = headers[i];
-    if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-      out.push_back(make_error(errc::exhausted, "KV wire: a block is larger than its slot " +
+    if (info[2 * i].length != sizeof(block_header) || h.magic != header_magic || h.version != 1) {
+      out.push_back(make_error(errc::corrupted, "KV wire: slot " + std::to_string(i) +
+                                                    " received a header that is not a KV "
+                                                    "block's (" +
+                                                    std::to_string(info[2 * i].length) +
+                                                    " bytes)"));
+      continue;
+    }
+    if (data_status == UCS_ERR_MESSAGE_TRUNCATED || h.bytes > slots[i].size()) {
+      out.push_back(make_error(errc::exhausted, "KV wire: block " + std::to_string(h.id) + " (" +
+                                                    std::to_string(h.bytes) +
+                                                    " bytes) is larger than its slot " +
                                                     std::to_string(i) + " (" +
                                                     std::to_string(slots[i].size()) + " bytes)"));
       continue;
     }
-    if (status != UCS_OK) {
-      abandon(i + 1);
-      return make_error(errc::io_error,
-                        std::string{"KV wire: receiving failed: "} + ucs_status_string(status));
-    }
-    if (info[i].length < sizeof(block_header) || h.magic != header_magic || h.version != 1 ||
-        h.bytes != info[i].length - sizeof(block_header)) {
-      out.push_back(make_error(errc::corrupted, "KV wire: slot " + std::to_string(i) +
-                                                    " received a message that is not a KV block (" +
-                                                    std::to_string(info[i].length) + " bytes)"));
+    if (info[2 * i + 1].length != h.bytes) {
+      out.push_back(
+          make_error(errc::corrupted, "KV wire: block " + std::to_string(h.id) + " announced " +
+                                          std::to_string(h.bytes) + " bytes and " +
+                                          std::to_string(info[2 * i + 1].length) + " arrived"));
       continue;
     }
     const auto bytes = slots[i].first(static_cast<std::size_t>(h.bytes));

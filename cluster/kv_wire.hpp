@@ -44,11 +44,13 @@ struct received_block {
 // -- the wire --
 
 /// One end of a KV data plane between two processes: a UCX context and worker (RAII) and at
-/// most one peer, reached by connect() or accepted by listen(). Blocks travel as tagged UCX
-/// messages of a small header (id, length, checksum) and the bytes, sent from and received
-/// into the callers' memory without a staging copy; the receiver checks every block's
-/// checksum and never hands out bytes that fail it. Not thread-safe: one thread drives a
-/// wire (it progresses UCX on that thread).
+/// most one peer, reached by connect() or accepted by listen(). A block travels as a small
+/// header message (id, length, checksum) and its bytes, sent from and received into the
+/// callers' memory (large blocks by UCX's zero-copy rendezvous); the receiver checks every
+/// block's checksum and never hands out bytes that fail it. A batch that fails (timeout, peer
+/// failure) drops the peer and rebuilds the worker, so nothing of it arrives later: a
+/// listening wire then accepts a new peer, a connected one connects again. Not thread-safe:
+/// one thread drives a wire (it progresses UCX on that thread, busy-polling while it waits).
 class kv_wire {
 public:
   /// Opens a wire that uses `transport`; errors name the UCX call and status.
@@ -64,21 +66,24 @@ public:
   /// exchange their UCX addresses, and the blocks then go over the wire's transport.
   expected<std::uint16_t> listen(const std::string& host, std::uint16_t port);
 
-  /// Connects to the wire listening on `host`:`port`, waiting until the peer answers;
-  /// errc::io_error naming the address when nothing answers within `timeout`.
+  /// Connects to the wire listening on `host`:`port` and exchanges worker addresses with it;
+  /// errc::io_error naming the address when nothing listens there (at once) or the exchange
+  /// fails, errc::timed_out when it does not finish within `timeout`.
   expected<void>
   connect(const std::string& host, std::uint16_t port,
           std::chrono::milliseconds timeout = defaults::cluster::wire_connect_timeout);
 
   /// Sends `blocks` to the peer, all under way at once, and waits until every one has left
-  /// (the bytes may be reused then). errc::invalid_argument without a peer.
+  /// (the bytes may be reused then). errc::invalid_argument without a peer; errc::timed_out
+  /// or errc::io_error (the peer failed) drop the peer.
   expected<void> send(std::span<const wire_block> blocks,
                       std::chrono::milliseconds timeout = defaults::cluster::wire_transfer_timeout);
 
   /// Receives as many blocks as `slots`, in the order sent, block i into slots[i] (at least
   /// its size). Per block: the block, or errc::corrupted (its checksum did not match: the
-  /// bytes must not be used) or errc::exhausted (larger than its slot). The whole fails on a
-  /// transport error or when `timeout` passes first.
+  /// bytes must not be used) or errc::exhausted (larger than its slot). The whole fails, and
+  /// drops the peer, on a transport error, when the peer fails (over TCP) or when `timeout`
+  /// passes first.
   expected<std::vector<expected<received_block>>>
   receive(std::span<const std::span<std::byte>> slots,
           std::chrono::milliseconds timeout = defaults::cluster::wire_transfer_timeout);
