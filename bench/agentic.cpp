@@ -715,29 +715,26 @@ int run(int argc, char** argv) {
     std::replace(name.begin(), name.end(), '-', '_');
     return name;
   };
+  // A comparison of the layouts: `<prefix>_three_stage` and `<prefix>_monolithic`, code-agent
+  // settings that `configure` gives their workload.
+  auto add_both_layouts = [&](const std::string& prefix, auto configure) {
+    for (auto device_layout : {triad::layout::three_stage, triad::layout::monolithic}) {
+      setting st{prefix +
+                     (device_layout == triad::layout::monolithic ? "_monolithic" : "_three_stage"),
+                 device_layout, triad::kv_policy::pin};
+      st.code_agent = true;
+      configure(st);
+      settings.push_back(st);
+    }
+  };
   if (!cpu)
     for (const auto& name : profiles)
-      for (auto device_layout : {triad::layout::three_stage, triad::layout::monolithic}) {
-        setting st{
-            "profile_" + profile_id(name) +
-                (device_layout == triad::layout::monolithic ? "_monolithic" : "_three_stage"),
-            device_layout, triad::kv_policy::pin};
-        st.code_agent = true;
-        st.workload_profile = name;
-        settings.push_back(st);
-      }
+      add_both_layouts("profile_" + profile_id(name),
+                       [&](setting& st) { st.workload_profile = name; });
   // Per context length: code agents whose contexts stay in one band, in both layouts.
   if (!cpu)
     for (const auto& [band, range] : context_bands())
-      for (auto device_layout : {triad::layout::three_stage, triad::layout::monolithic}) {
-        setting st{
-            "context_" + band +
-                (device_layout == triad::layout::monolithic ? "_monolithic" : "_three_stage"),
-            device_layout, triad::kv_policy::pin};
-        st.code_agent = true;
-        st.context = band;
-        settings.push_back(st);
-      }
+      add_both_layouts("context_" + band, [&](setting& st) { st.context = band; });
   // The memory-bound settings run faster in --quick (the figures are modelled seconds).
   const double bound_scale = quick && !virtual_time ? 4 * time_scale : time_scale;
   auto bound_work = make_workload(sessions, seed, bound_scale);
@@ -933,20 +930,24 @@ int run(int argc, char** argv) {
         ratio("three_stage_gaudi3_over_monolithic_throughput_per_cost_capacity_bound",
               "code_agent_three_stage_gaudi3", "code_agent_monolithic", per_usd);
     }
+    // `<prefix>_three_stage`'s figure over `<prefix>_monolithic`'s (or, `inverse`, the other
+    // way round), as ratio `name`.
+    auto layouts_ratio = [&](const std::string& name, const std::string& prefix, auto figure,
+                             bool inverse = false) {
+      const auto three = prefix + "_three_stage", mono = prefix + "_monolithic";
+      ratio(name, inverse ? mono : three, inverse ? three : mono, figure);
+    };
     for (const auto& name : profiles) {
       const auto id = profile_id(name);
-      ratio("three_stage_over_monolithic_throughput_" + id, "profile_" + id + "_three_stage",
-            "profile_" + id + "_monolithic", tput);
-      ratio("monolithic_over_three_stage_session_p99_" + id, "profile_" + id + "_monolithic",
-            "profile_" + id + "_three_stage", p99);
-      ratio("three_stage_over_monolithic_goodput_" + id, "profile_" + id + "_three_stage",
-            "profile_" + id + "_monolithic", goodput);
+      layouts_ratio("three_stage_over_monolithic_throughput_" + id, "profile_" + id, tput);
+      layouts_ratio("monolithic_over_three_stage_session_p99_" + id, "profile_" + id, p99, true);
+      layouts_ratio("three_stage_over_monolithic_goodput_" + id, "profile_" + id, goodput);
     }
     for (const auto& [band, range] : context_bands()) {
-      ratio("three_stage_over_monolithic_throughput_context_" + band,
-            "context_" + band + "_three_stage", "context_" + band + "_monolithic", tput);
-      ratio("three_stage_over_monolithic_goodput_context_" + band,
-            "context_" + band + "_three_stage", "context_" + band + "_monolithic", goodput);
+      layouts_ratio("three_stage_over_monolithic_throughput_context_" + band, "context_" + band,
+                    tput);
+      layouts_ratio("three_stage_over_monolithic_goodput_context_" + band, "context_" + band,
+                    goodput);
     }
     if (std::any_of(settings.begin(), settings.end(), [&](const setting& st) {
           return !st.context.empty() && results.count(st.name) != 0;

@@ -141,23 +141,19 @@ struct kv_wire::state {
   // without bound); UCX's shared-memory endpoints, which cannot use the forced close (it needs
   // peer error handling on both sides), close in flush mode. Whatever does not end within the
   // grace is ended by the worker's destruction (reset() or the destructor).
-  // Answers whether every request it made has ended.
-  bool close_peer() {
+  void close_peer() {
     if (peer == nullptr)
-      return true;
-    bool ended = true;
+      return;
     if (!peer_failed) {
       ucp_request_param_t p{};
-      ended = wait_until(ucp_ep_flush_nbx(peer, &p), clock::now() + ending_grace) != UCS_INPROGRESS;
+      wait_until(ucp_ep_flush_nbx(peer, &p), clock::now() + ending_grace);
     }
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = transport == wire_transport::tcp ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    ended = wait_until(ucp_ep_close_nbx(peer, &p), clock::now() + ending_grace) != UCS_INPROGRESS &&
-            ended;
+    wait_until(ucp_ep_close_nbx(peer, &p), clock::now() + ending_grace);
     peer = nullptr;
     peer_failed.reset();
-    return ended;
   }
 
   // After a failed batch: drops the peer and rebuilds the worker, which ends every request
