@@ -175,7 +175,48 @@ expected<void> node::start_kv_store(node& n, const node_config& config, std::siz
   return {};
 }
 
-expected<std::unique_ptr<node>> node::start(const node_config& config, node_options options) {
+namespace {
+
+// The part of `config` a node of its `[cluster] role` runs: all of it; a front node none of
+// the devices (its peers' join it); a device node the devices of its role (and "both") and no
+// tools.
+expected<node_config> devices_of_role(const node_config& config) {
+  const auto role = config.cluster.role;
+  if (role == node_role::all)
+    return config;
+  node_config out = config;
+  if (role == node_role::front) {
+    if (config.cluster.peers.empty())
+      return make_error(errc::invalid_argument,
+                        "[cluster] role = \"front\" needs peers (the device nodes it routes to, "
+                        "\"host:port\")");
+    out.devices.clear();
+    return out;
+  }
+  // Tools run where requests are: a device node hosts none.
+  out.tools.hosted.clear();
+  out.mcp_servers.clear();
+  const auto own = role == node_role::prefill ? device_role::prefill : device_role::decode;
+  std::erase_if(out.devices, [own](const device_config& d) {
+    return d.role != own && d.role != device_role::both;
+  });
+  if (out.devices.empty())
+    return make_error(errc::invalid_argument, "[cluster] role = \"" + std::string{to_string(role)} +
+                                                  "\": the file has no [[devices]] of role \"" +
+                                                  std::string{to_string(own)} +
+                                                  "\" or \"both\" for this node to run");
+  return out;
+}
+
+} // namespace
+
+expected<std::unique_ptr<node>> node::start(const node_config& whole, node_options options) {
+  // A node of a cluster runs part of the file: a front none of its devices, a device node
+  // those of its role.
+  auto picked = devices_of_role(whole);
+  if (!picked)
+    return picked.error();
+  const node_config& config = *picked;
   // The model, its tokenizer and chat template are checked before anything starts.
   auto model = open_model(config.model);
   if (!model)
@@ -295,6 +336,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
     n->reports_.push_back(report);
     device_options o;
     o.tier = n->kv_tier_;
+    o.stream_moves = config.cluster.role == node_role::all; // a device node's KV leaves as bytes
     o.name = dev.name;
     o.role = dev.role;
     o.queue_capacity = dev.queue_capacity;
@@ -384,7 +426,43 @@ expected<std::unique_ptr<node>> node::start(const node_config& config, node_opti
   ctx->durations = std::make_shared<tool_durations>();
   ctx->timers = std::make_shared<coarse_timers>();
   n->context_ = std::move(ctx);
+  if (auto joined = start_cluster(*n, config); !joined)
+    return joined.error();
   return n;
+}
+
+expected<void> node::start_cluster(node& n, const node_config& config) {
+  const auto role = config.cluster.role;
+  if (role == node_role::all && config.cluster.peers.empty())
+    return {};
+  auto cp = control_plane::start(config.cluster, &n.metrics_);
+  if (!cp)
+    return cp.error();
+  n.cluster_ = std::move(*cp);
+  if (role == node_role::prefill || role == node_role::decode) {
+    std::vector<published_device> devices;
+    for (std::size_t i = 0; i < n.devices_.size(); ++i)
+      devices.push_back({n.devices_[i].first, config.devices[i].role, n.devices_[i].second});
+    auto port =
+        n.cluster_->publish(std::move(devices), n.context_->grammars, n.context_->vocabulary);
+    if (!port)
+      return port.error();
+    n.cluster_port_ = *port;
+    return {};
+  }
+  // A front node (or a whole one with peers): the peers' devices join the router as they come.
+  const auto slots = config.orchestration.device_slots != 0 ? config.orchestration.device_slots
+                                                            : routed_device::unlimited;
+  auto router = n.router_;
+  cluster_events events;
+  events.joined = [router, slots](const remote_device& d) {
+    caf::anon_send(router, device_join_atom::value, routed_device{d.name, d.role, d.actor, slots});
+  };
+  events.lost = [router](const std::string& name, const std::string& why) {
+    caf::anon_send(router, device_lost_atom::value, name, why);
+  };
+  n.cluster_->join(std::move(events));
+  return {};
 }
 
 node::~node() {
@@ -495,6 +573,7 @@ void node::stop() {
   }
   if (domains_)
     domains_->stop();
+  cluster_.reset(); // its connections close: peers see this node lost
   if (trace_)
     trace_->flush(); // every span so far is in the file (it is closed with the node)
 }

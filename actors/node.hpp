@@ -19,6 +19,7 @@
 #include "actors/node_config.hpp"
 #include "actors/request.hpp"
 #include "actors/session.hpp"
+#include "cluster/control_plane.hpp"
 #include "devices/factory.hpp"
 #include "devices/kv_tier.hpp"
 #include "kvstore/store.hpp"
@@ -136,6 +137,10 @@ public:
   /// What the tools' sandbox applies here (probe_sandbox at start), when the config hosts a
   /// tool or an MCP server; empty otherwise.
   const std::optional<sandbox_result>& sandbox_report() const noexcept { return sandbox_; }
+  /// The cluster's control plane (`[cluster]`), or null when the node is alone.
+  const control_plane* cluster() const noexcept { return cluster_.get(); }
+  /// A device node's control port (where its devices are published); 0 for other nodes.
+  std::uint16_t cluster_port() const noexcept { return cluster_port_; }
   /// The device actors by config name.
   const std::vector<std::pair<std::string, device_actor>>& devices() const noexcept {
     return devices_;
@@ -172,6 +177,9 @@ private:
   node() = default;
   // Starts the KV store ([kvstore]) with blocks of `block_bytes`, a host pool in the domain of
   // each `connected` device and the orchestration domain's, and its link for the devices.
+  // Starts the control plane (`[cluster]`): a device node publishes its devices, a front node
+  // joins its peers, whose devices join the router.
+  static expected<void> start_cluster(node& n, const node_config& config);
   static expected<void> start_kv_store(node& n, const node_config& config, std::size_t block_bytes,
                                        const std::vector<const device_placement*>& connected);
 
@@ -189,6 +197,11 @@ private:
   // The domains run every actor below and the tool service's invocation actors: they go last.
   // The tool service joins its workers (whose results go to actors in the domains) before.
   std::unique_ptr<domain_set> domains_;
+  // The cluster's control plane (`[cluster]`: a device node's gateway, a front node's peers),
+  // when the role is not "all" or peers are given. Stopped after the domains (the router and
+  // requests hold its remote devices until they end).
+  std::unique_ptr<control_plane> cluster_;
+  std::uint16_t cluster_port_ = 0; // a device node's control port
   // The KV store (its actors run in the domains) and the devices' link to it.
   std::optional<kv_store> kv_;
   std::shared_ptr<kv_tier> kv_tier_;

@@ -14,7 +14,7 @@ std::vector<std::string_view> top_level_keys() {
   return {topology_section().name,   scheduler_section().name,   tools_section().name,
           limits_section().name,     model_section().name,       orchestration_section().name,
           device_section({}).name,   sim_profile_section().name, server_section().name,
-          mcp_server_section().name, kvstore_section().name};
+          mcp_server_section().name, kvstore_section().name,     cluster_section().name};
 }
 
 /// Calls `f(section, member)` for every section of the node's file, in file order: the one list
@@ -33,6 +33,7 @@ void for_each_section(Config& config, F&& f) {
   f(device_section(config.sim_profiles), config.devices);
   f(mcp_server_section(), config.mcp_servers);
   f(kvstore_section(), config.kvstore);
+  f(cluster_section(), config.cluster);
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "actors/config.hpp"
+#include "cluster/config.hpp"
 #include "devices/config.hpp"
 #include "kvstore/config.hpp"
 #include "runtime/config.hpp"
@@ -30,6 +31,7 @@ struct node_config {
   std::vector<sim_profile_config> sim_profiles; ///< `[[sim_profiles]]` (devices)
   std::vector<mcp_server_entry> mcp_servers;    ///< `[[mcp_servers]]` (tools; none by default)
   kvstore_config kvstore;                       ///< `[kvstore]` (kvstore)
+  cluster_config cluster;                       ///< `[cluster]` (cluster)
   bool operator==(const node_config&) const = default;
   /// The devices' part, for the devices area (devices/factory.hpp).
   operator device_set() const noexcept { return {model, sim_profiles, devices}; }

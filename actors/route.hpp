@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
+#include "devices/config.hpp"
 #include "devices/device.hpp"
 #include "devices/prefix_hash.hpp"
 #include "runtime/error.hpp"
@@ -46,6 +48,24 @@ using attained_atom = caf::atom_constant<caf::atom("attained")>;
 /// request is answered at once with a refusal ("withdrawn"), so a request that ends while it
 /// waits (cancelled, past its deadline) is answered and holds no slot.
 using withdraw_atom = caf::atom_constant<caf::atom("withdraw")>;
+
+/// A device joins the router, or is back (a device of another node: cluster/): `(device_join_atom,
+/// routed_device)`. A device of the same name takes the new actor and is routed to again.
+using device_join_atom = caf::atom_constant<caf::atom("devjoin")>;
+/// A device is lost (its node's connection closed, or no heartbeat in time): `(device_lost_atom,
+/// std::string device, std::string why)`. Nothing is routed there until it joins again; orders
+/// waiting for a stage no device is left for are refused, naming it.
+using device_lost_atom = caf::atom_constant<caf::atom("devlost")>;
+
+/// A device the router may send requests to.
+struct routed_device {
+  std::string name;                     ///< its config name
+  device_role role = device_role::both; ///< what it does
+  device_actor actor;                   ///< its device actor
+  std::size_t slots = 1;                ///< requests it serves at once (unlimited: no cap)
+  /// `slots` of a device whose own KV capacity bounds it (it answers busy when full).
+  static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+};
 
 /// Which kind of device a request needs.
 enum class route_stage : std::uint8_t {
@@ -102,9 +122,12 @@ using router_actor = caf::typed_actor<
     caf::replies_to<attained_atom, std::string>::with<std::uint64_t>, caf::reacts_to<withdraw_atom>,
     caf::reacts_to<kv_free_atom, caf::actor_addr, std::uint64_t, std::uint64_t, double>,
     caf::reacts_to<router_unbusy_atom, std::string>,
+    caf::reacts_to<device_join_atom, routed_device>,
+    caf::reacts_to<device_lost_atom, std::string, std::string>,
     caf::reacts_to<router_expire_atom, std::uint32_t, std::uint64_t>>;
 
 } // namespace triad
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::route_order)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::route_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::routed_device)

@@ -40,7 +40,7 @@ public:
       , tier_(std::move(tier))
       , trace_(std::move(trace)) {
     for (auto& d : devices)
-      devices_.push_back({std::move(d), 0, false, 0, false, unknown_kv, 0, 0, {}});
+      devices_.push_back({std::move(d), 0, false, 0, false, unknown_kv, 0, 0, {}, true, {}});
   }
 
   behavior_type make_behavior() override {
@@ -77,14 +77,8 @@ public:
           if (!order.release.empty())
             release(order.release);
           if (!any_qualifies(order.stage, order.avoid))
-            return answer(traced, route_reply{false,
-                                              {},
-                                              {},
-                                              order.avoid.empty()
-                                                  ? "no device serves this stage"
-                                                  : "no device left for this stage: " +
-                                                        join(order.avoid) + " failed this request",
-                                              0});
+            return answer(traced,
+                          route_reply{false, {}, {}, no_device(order.stage, order.avoid), 0});
           auto& queue = waiting_[static_cast<std::size_t>(order.stage)];
           if (auto* d = pick(order.stage, order.avoid, order.prefix); d != nullptr && queue.empty())
             return answer(traced, grant(*d, order.prefix));
@@ -168,6 +162,37 @@ public:
           }
           serve();
         },
+        [this](device_join_atom, routed_device& joined) {
+          auto* d = find(joined.name);
+          if (d == nullptr) {
+            devices_.push_back(
+                {std::move(joined), 0, false, 0, false, unknown_kv, 0, 0, {}, true, {}});
+            d = &devices_.back();
+          } else {
+            auto prefixes = std::move(d->prefixes);
+            *d = device{std::move(joined), 0, false, 0, false, unknown_kv, 0, 0, {}, true, {}};
+            d->prefixes = std::move(prefixes);
+          }
+          caf::anon_send(d->info.actor, watch_kv_atom::value, caf::actor_cast<caf::actor>(this));
+          serve();
+        },
+        [this](device_lost_atom, std::string& name, std::string& why) {
+          auto* d = find(name);
+          if (d == nullptr)
+            return;
+          d->up = false;
+          d->lost_why = why;
+          d->used = 0;
+          d->prefixes.clear();
+          // Orders that no device is left for are answered now, naming what was lost.
+          for (std::uint32_t stage = 0; stage < waiting_.size(); ++stage)
+            refuse_waiting(
+                stage,
+                [this, stage](const key&, const waiter& w) {
+                  return !any_qualifies(static_cast<route_stage>(stage), w.avoid);
+                },
+                route_reply{false, {}, {}, no_device(static_cast<route_stage>(stage), {}), 0});
+        },
         [this](served_atom, std::string& session, std::uint64_t tokens) {
           auto& e = ledger_[session];
           e.tokens += tokens;
@@ -209,6 +234,8 @@ private:
     // Prompt pages sent -> when; only for a device the KV store does not know (its directory
     // keeps that record for the others).
     std::unordered_map<block_hash, std::uint64_t> prefixes;
+    bool up;              // routed to (false: lost, until it joins again)
+    std::string lost_why; // while not up: why
   };
 
   // Asks device `i` for its stats, keeps its free KV pages, then runs `then`.
@@ -322,9 +349,24 @@ private:
 
   bool any_qualifies(route_stage stage, const std::vector<std::string>& avoid) const {
     for (const auto& d : devices_)
-      if (qualifies(d.info.role, stage) && !avoided(d, avoid))
+      if (d.up && qualifies(d.info.role, stage) && !avoided(d, avoid))
         return true;
     return false;
+  }
+
+  // Why no device serves `stage` for an order avoiding `avoid`: none does, those there are
+  // failed it, or were lost (each named, with why).
+  std::string no_device(route_stage stage, const std::vector<std::string>& avoid) const {
+    std::string lost;
+    for (const auto& d : devices_)
+      if (!d.up && qualifies(d.info.role, stage))
+        lost += (lost.empty() ? "" : "; ") + d.info.name + " is lost: " + d.lost_why;
+    std::string out = "no device serves this stage";
+    if (!avoid.empty())
+      out = "no device left for this stage: " + join(avoid) + " failed this request";
+    if (!lost.empty())
+      out += " (" + lost + ")";
+    return out;
   }
 
   std::size_t waiting() const {
@@ -382,7 +424,7 @@ private:
     // prompt's few pages do not outweigh the load.
     const std::size_t slight = prefix.size() / 4;
     for (auto& d : devices_) {
-      if (!qualifies(d.info.role, stage) || (d.said_busy && d.room == 0) ||
+      if (!d.up || !qualifies(d.info.role, stage) || (d.said_busy && d.room == 0) ||
           d.used >= d.info.slots || avoided(d, avoid))
         continue;
       if (lightest == nullptr || d.used < lightest->used)

@@ -19,16 +19,6 @@
 
 namespace triad {
 
-/// A device the router may send requests to.
-struct routed_device {
-  std::string name;                     ///< its config name
-  device_role role = device_role::both; ///< what it does
-  device_actor actor;                   ///< its device actor
-  std::size_t slots = 1;                ///< requests it serves at once (unlimited: no cap)
-  /// `slots` of a device whose own KV capacity bounds it (it answers busy when full).
-  static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
-};
-
 /// Spawns the router in `home`. It hands each request a qualifying device with a free slot:
 /// for decode the one with the most free KV pages (as the devices report them), then the most
 /// free slots; for prefill (and the monolithic layout) the one with the longest cached prefix

@@ -14,3 +14,24 @@ inline constexpr std::chrono::milliseconds wire_transfer_timeout{30000};
 inline constexpr std::uint64_t wire_block_tag = 0x0074726961646b76ull;
 
 } // namespace triad::defaults::cluster
+
+namespace triad::defaults::cluster {
+
+/// The address device nodes listen on for front nodes: loopback only, unless configured.
+inline constexpr const char* listen = "127.0.0.1";
+/// The control plane's TCP port.
+inline constexpr std::uint16_t port = 7400;
+/// How often a front node pings each peer.
+inline constexpr std::uint32_t heartbeat_ms = 500;
+/// A peer silent this long is lost.
+inline constexpr std::uint32_t heartbeat_deadline_ms = 3000;
+/// How often lost or unreached peers are tried again.
+inline constexpr std::uint32_t rejoin_ms = 2000;
+/// How long a device's answer (admission, export, stats) may take across nodes before the
+/// request is answered with an error; a KV export of a long context is the slowest.
+inline constexpr std::chrono::milliseconds remote_answer_timeout{60000};
+/// Worker threads of the cluster's own actor system (its network actors: the gateway, the
+/// remote devices and peers); CAF's middleman runs its multiplexer on a thread of its own.
+inline constexpr std::size_t network_threads = 2;
+
+} // namespace triad::defaults::cluster

@@ -17,6 +17,8 @@ add_library(triad_caf INTERFACE)
 target_include_directories(triad_caf SYSTEM INTERFACE ${TRIAD_CAF_INCLUDE})
 target_link_libraries(triad_caf INTERFACE ${TRIAD_CAF_CORE} ${TRIAD_CAF_IO} Threads::Threads)
 add_library(caf::core ALIAS triad_caf)
+# TLS between nodes (cluster/): CAF's OpenSSL module.
+find_library(TRIAD_CAF_OPENSSL caf_openssl REQUIRED)
 
 find_path(TRIAD_HWLOC_INCLUDE hwloc.h REQUIRED)
 find_library(TRIAD_HWLOC hwloc REQUIRED)

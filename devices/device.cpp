@@ -113,7 +113,7 @@ public:
         backend_->page_payload_bytes() == options_.tier->block_bytes() &&
         backend_->page_payload_bytes() != 0)
       tier_ = options_.tier;
-    streams_ = tier_ && !backend_->stream_groups().empty();
+    streams_ = tier_ && options_.stream_moves && !backend_->stream_groups().empty();
     // A burst in flight ends after its step, not at its window.
     attach_functor([driver = driver_.get(), interrupt = interrupt_](const caf::error&) {
       interrupt->store(true, std::memory_order_relaxed);

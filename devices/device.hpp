@@ -343,6 +343,10 @@ struct device_options {
   /// go there instead of being lost, and a prompt's pages held there and not on the device are
   /// fetched instead of computed. Null, or pages of another size than the tier's blocks: none.
   std::shared_ptr<kv_tier> tier;
+  /// Whether a sequence that moves out when done streams its pages through the tier's blocks
+  /// (when there is a tier): false on a device node of a cluster, whose blobs leave the process
+  /// as bytes.
+  bool stream_moves = true;
   std::vector<unsigned> driver_cpus;   ///< where the driver thread binds (empty: unbound)
   const topology* topo = nullptr;      ///< topology for binding (this machine only)
   metrics_registry* metrics = nullptr; ///< where per-device metrics go (may be null)
@@ -386,7 +390,6 @@ expected<device_actor> spawn_device(domain& home, std::unique_ptr<backend> backe
 
 } // namespace triad
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(triad::device_event::kind_t)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const triad::kv_blob>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::detail::step_job>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<triad::grammar::token_constraint>)

@@ -74,6 +74,8 @@ public:
   std::size_t states() const;
   /// The grammar.
   const grammar& rules() const noexcept { return *g_; }
+  /// The grammar, shared (to send it where the automaton is rebuilt: a device in another node).
+  const std::shared_ptr<const grammar>& shared_rules() const noexcept { return g_; }
 
 private:
   // A position in one alternative of one rule: `pos` is the element that comes next (for a

@@ -321,7 +321,12 @@ private:
 token_constraint::token_constraint(std::shared_ptr<mask_cache> masks, std::uint32_t budget)
     : masks_(std::move(masks))
     , m_(masks_->machine())
-    , budget_(budget) {}
+    , budget_(budget)
+    , start_budget_(budget) {}
+
+token_constraint::origin token_constraint::where_from() const {
+  return {masks_->machine()->shared_rules(), start_budget_, started_waiting_, advanced_};
+}
 
 bool token_constraint::keep_only(const std::vector<std::uint32_t>& mask, std::size_t vocabulary,
                                  std::span<float> logits) {
@@ -395,6 +400,7 @@ bool token_constraint::advance(std::uint32_t t) {
   if (waiting_ && !opens_call(t)) { // free text
     if (budget_ != unlimited && budget_ > 0)
       --budget_;
+    advanced_.push_back(t);
     return true;
   }
   bool ok = false;
@@ -407,6 +413,7 @@ bool token_constraint::advance(std::uint32_t t) {
   if (ok) {
     pending_ = nullptr; // of the state left
     waiting_ = false;   // a call opened, or it never waited
+    advanced_.push_back(t);
   }
   if (ok && budget_ != unlimited && budget_ > 0)
     --budget_;

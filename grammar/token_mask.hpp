@@ -159,7 +159,20 @@ public:
   /// where a control token opens calls: the text before needs no mask and may hold any token
   /// (a reasoning model's `<think>` too); tokens count against the budget all the same, and a
   /// call that could not close within it is not begun.
-  void free_until_call() noexcept { waiting_ = true; }
+  void free_until_call() noexcept {
+    waiting_ = true;
+    started_waiting_ = true;
+  }
+  /// How the constraint was made and moved so far: what rebuilds it in another process (a
+  /// device on another node) with the same grammar, budget and state.
+  struct origin {
+    std::shared_ptr<const grammar> rules; ///< the grammar
+    std::uint32_t budget = unlimited;     ///< the budget it was made with
+    bool free_until_call = false;         ///< whether it was made to wait for a call
+    std::vector<std::uint32_t> advanced;  ///< the tokens it moved on by, in order
+  };
+  /// See origin. Read it before the constraint is handed to a device (which moves it on).
+  origin where_from() const;
   /// Starts computing the mask of where the output stands now on the grammar's worker thread,
   /// unless it is kept, so the next apply() finds it ready: the device calls it after advance,
   /// and the mask is computed while its next forward step runs (xgrammar's overlap).
@@ -188,6 +201,10 @@ private:
   // The mask prefetch asked for, of the state m_ is in (reset by advance).
   std::shared_ptr<ahead> pending_;
   bool waiting_ = false; // free_until_call, and no call opened yet
+  // -- how it was made and moved (origin) --
+  std::uint32_t start_budget_;
+  bool started_waiting_ = false;
+  std::vector<std::uint32_t> advanced_;
 };
 
 /// Whether bit `t` of a mask is set.

@@ -19,11 +19,16 @@ stack=(
 )
 
 # With --test, what the test suite needs beyond the build: promtool (Debian's prometheus) to
-# check /metrics, and Node.js with npm for the official openai client (and the MCP test
+# check /metrics; Python's yaml and the Kubernetes client (its API types check the manifests
+# under deploy/kubernetes), and kubectl (Debian's kubernetes-client) to render them unless one
+# is on the PATH; and Node.js with npm for the official openai client (and the MCP test
 # server), unless a node and npm are already on the PATH.
 test_tools=()
 if [ "${1:-}" = "--test" ]; then
-  test_tools=(prometheus)
+  test_tools=(prometheus python3-yaml python3-kubernetes)
+  if ! command -v kubectl >/dev/null 2>&1; then
+    test_tools+=(kubernetes-client)
+  fi
   if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     test_tools+=(nodejs npm)
   fi

@@ -89,6 +89,24 @@ int run(int argc, char** argv) {
   bool trace_asked = false;
   app.add_flag("--trace-asked-only", trace_asked,
                "with --trace: only requests that ask (header x-triad-trace: 1)");
+  std::string role;
+  app.add_option("--role", role,
+                 "this node's part in a cluster instead of [cluster].role: all (one process), "
+                 "front (HTTP, requests, router, tools; devices from [cluster].peers), prefill or "
+                 "decode (the [[devices]] of that role, published on [cluster].listen:port)")
+      ->check(CLI::IsMember({"all", "front", "prefill", "decode"}));
+  int cluster_port = -1;
+  app.add_option("--cluster-port", cluster_port,
+                 "a device node's control port instead of [cluster].port (0: any free)")
+      ->check(CLI::Range(0, 65535));
+  std::vector<std::string> peers;
+  app.add_option("--peers", peers,
+                 "device nodes a front node joins instead of [cluster].peers (host:port, "
+                 "comma-separated)")
+      ->delimiter(',');
+  std::string cluster_name;
+  app.add_option("--node-name", cluster_name,
+                 "this node's name in its peers' device names instead of [cluster].name");
   bool insecure = false;
   app.add_flag("--insecure", insecure,
                "serve on a non-loopback address without an API key ([server].api_key_env)");
@@ -111,6 +129,17 @@ int run(int argc, char** argv) {
   }
   if (allow_scripts)
     config.server.allow_scripts = true;
+  if (!role.empty())
+    config.cluster.role = role == "front"     ? triad::node_role::front
+                          : role == "prefill" ? triad::node_role::prefill
+                          : role == "decode"  ? triad::node_role::decode
+                                              : triad::node_role::all;
+  if (cluster_port >= 0)
+    config.cluster.port = static_cast<std::uint16_t>(cluster_port);
+  if (!peers.empty())
+    config.cluster.peers = peers;
+  if (!cluster_name.empty())
+    config.cluster.name = cluster_name;
   if (!model_path.empty())
     config.model.path = model_path;
   if (!served_name.empty())
@@ -149,6 +178,14 @@ int run(int argc, char** argv) {
                     "\" is reachable from other machines and no API key is set: set "
                     "[server].api_key_env to a variable holding the bearer token clients must "
                     "send, listen on 127.0.0.1 or ::1, or pass --insecure to serve anyone",
+                config_error);
+
+  const bool device_node = config.cluster.role == triad::node_role::prefill ||
+                           config.cluster.role == triad::node_role::decode;
+  if (device_node && !config.cluster.tls && !triad::is_loopback(config.cluster.listen) && !insecure)
+    return fail("[cluster].listen = \"" + config.cluster.listen +
+                    "\" is reachable from other machines and [cluster].tls is off: set tls = true "
+                    "with certificate, key and cafile, listen on 127.0.0.1, or pass --insecure",
                 config_error);
 
   // The tools the node hosts: calls to them run here; calls to others go back to the client.
@@ -208,6 +245,19 @@ int run(int argc, char** argv) {
     else
       std::printf("triad-node: device %s: %s, kernel %s\n", d.name.c_str(), d.backend.c_str(),
                   d.kernel.c_str());
+  }
+
+  if (const auto* cp = node.cluster()) {
+    if (device_node)
+      std::printf("triad-node: cluster: %s node %s, devices published on %s:%u (%s)\n",
+                  std::string{triad::to_string(config.cluster.role)}.c_str(),
+                  cp->node_name().c_str(), config.cluster.listen.c_str(), node.cluster_port(),
+                  config.cluster.tls ? "TLS" : "plain TCP");
+    else
+      std::printf("triad-node: cluster: %s node, joining %zu peer%s (%s)\n",
+                  std::string{triad::to_string(config.cluster.role)}.c_str(),
+                  config.cluster.peers.size(), config.cluster.peers.size() == 1 ? "" : "s",
+                  config.cluster.tls ? "TLS" : "plain TCP");
   }
 
   triad::http_server_options http;

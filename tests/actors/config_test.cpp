@@ -393,9 +393,10 @@ BOOST_AUTO_TEST_CASE(unknown_top_level_key_is_an_error) {
                                 "source = \"machine\"\n"
                                 "[network]\n"
                                 "port = 8080\n");
-  BOOST_TEST(message == "triad.toml:3:2: network = { port = 8080 }: unknown key; allowed keys at "
-                        "top level: topology, scheduler, tools, limits, model, "
-                        "orchestration, devices, sim_profiles, server, mcp_servers, kvstore");
+  BOOST_TEST(message ==
+             "triad.toml:3:2: network = { port = 8080 }: unknown key; allowed keys at "
+             "top level: topology, scheduler, tools, limits, model, "
+             "orchestration, devices, sim_profiles, server, mcp_servers, kvstore, cluster");
 
   check_contains(error_of("colour = \"red\"\n"),
                  {"triad.toml:1:1: ", "colour = \"red\"", "unknown key",

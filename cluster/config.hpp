@@ -1,0 +1,57 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cluster/defaults.hpp"
+#include "runtime/options.hpp"
+
+/// The cluster's config section: `[cluster]`. Header and one source with nothing but
+/// runtime/options under them, so the node composes it into its file.
+namespace triad {
+
+/// What a node does in a cluster.
+enum class node_role : std::uint8_t {
+  all,     ///< one process: HTTP, orchestration, tools and the `[[devices]]`
+  front,   ///< HTTP, sessions, requests, the router and tools; its devices are the peers'
+  prefill, ///< the `[[devices]]` of role prefill (and both), published to front nodes
+  decode,  ///< the `[[devices]]` of role decode (and both), published to front nodes
+};
+
+/// "all", "front", "prefill" or "decode".
+std::string_view to_string(node_role value) noexcept;
+
+/// `[cluster]`: the node's part in a cluster and how its nodes reach each other (CAF's BASP
+/// over TCP, TLS through libcaf_openssl, for control; UCX for KV bytes).
+struct cluster_config {
+  node_role role = node_role::all; ///< `role` (triad-node --role overrides it)
+  /// `listen`: the address a device node takes front nodes' connections on (an IP address).
+  std::string listen{defaults::cluster::listen};
+  std::uint16_t port = defaults::cluster::port; ///< `port`: 0..65535 (0: any free port)
+  /// `peers`: device nodes a front node joins, "host:port"; a host name resolving to several
+  /// addresses (a Kubernetes headless Service) joins each, looked up again every `rejoin_ms`.
+  std::vector<std::string> peers;
+  /// `name`: this node's name in its peers' device names ("decode0@name"); "" = the host name.
+  std::string name;
+  /// `tls`: the control connections run TLS (libcaf_openssl); needs certificate, key, cafile.
+  bool tls = false;
+  std::string certificate; ///< `certificate`: this node's certificate (PEM file)
+  std::string key;         ///< `key`: its private key (PEM file)
+  std::string cafile;      ///< `cafile`: the CA certificates peers' certificates must chain to
+  /// `heartbeat_ms`: how often a front node asks each peer whether it is alive.
+  std::uint32_t heartbeat_ms = defaults::cluster::heartbeat_ms;
+  /// `heartbeat_deadline_ms`: a peer silent this long is lost: its devices leave routing and
+  /// their requests resume elsewhere or fail.
+  std::uint32_t heartbeat_deadline_ms = defaults::cluster::heartbeat_deadline_ms;
+  /// `rejoin_ms`: how often a front node tries peers it lost or has not reached, and looks
+  /// their names up again.
+  std::uint32_t rejoin_ms = defaults::cluster::rejoin_ms;
+  bool operator==(const cluster_config&) const = default;
+};
+
+/// The `[cluster]` section's keys.
+const options::section<cluster_config>& cluster_section();
+
+} // namespace triad

@@ -1,0 +1,428 @@
+#include "cluster/control_plane.hpp"
+
+#include <dlfcn.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+#include "cluster/detail/gateway.hpp"
+#include "cluster/detail/remote_device.hpp"
+#include "cluster/detail/wire.hpp"
+
+// -- TLS: each connection's OpenSSL errors stay its own --
+//
+// libcaf_openssl 0.17.6 (libcaf_openssl/src/openssl/session.cpp) calls SSL_read, SSL_write,
+// SSL_connect and SSL_accept for every connection on the middleman's one thread without
+// clearing OpenSSL's per-thread error queue first, and leaves a closed connection's error in it
+// (SSL_ERROR_SYSCALL is not drained). OpenSSL's SSL_get_error then reports that error for the
+// next connection served on the thread, and CAF closes it too: one peer killed dropped every
+// peer's connection (seen here: kill -9 of one decode node lost all three device nodes).
+// OpenSSL's rule is that the queue be empty before each of these calls (SSL_get_error(3)); these
+// definitions, which take the place of libssl's for the process (the executable's symbols come
+// first), clear it and call libssl's own.
+namespace {
+
+template<class F>
+F next_symbol(const char* name) {
+  return reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
+}
+
+void clear_tls_errors() {
+  static auto clear = next_symbol<void (*)()>("ERR_clear_error");
+  if (clear != nullptr)
+    clear();
+}
+
+} // namespace
+
+extern "C" {
+struct ssl_st;
+int SSL_read(ssl_st* s, void* buf, int num) {
+  static auto real = next_symbol<int (*)(ssl_st*, void*, int)>("SSL_read");
+  clear_tls_errors();
+  return real(s, buf, num);
+}
+int SSL_write(ssl_st* s, const void* buf, int num) {
+  static auto real = next_symbol<int (*)(ssl_st*, const void*, int)>("SSL_write");
+  clear_tls_errors();
+  return real(s, buf, num);
+}
+int SSL_connect(ssl_st* s) {
+  static auto real = next_symbol<int (*)(ssl_st*)>("SSL_connect");
+  clear_tls_errors();
+  return real(s);
+}
+int SSL_accept(ssl_st* s) {
+  static auto real = next_symbol<int (*)(ssl_st*)>("SSL_accept");
+  clear_tls_errors();
+  return real(s);
+}
+}
+
+namespace triad {
+
+namespace {
+
+using rejoin_atom = caf::atom_constant<caf::atom("clrejoin")>;
+using heartbeat_atom = caf::atom_constant<caf::atom("clbeat")>;
+
+// The addresses `peer` ("host:port") names now: each of a name's A/AAAA records ("ip:port"
+// strings, bracketless; CAF connects to the host part).
+std::vector<std::pair<std::string, std::uint16_t>> resolve(const std::string& peer) {
+  std::vector<std::pair<std::string, std::uint16_t>> out;
+  auto colon = peer.rfind(':');
+  auto host = peer.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  auto port = static_cast<std::uint16_t>(std::stoul(peer.substr(colon + 1)));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr)
+    return out;
+  std::set<std::string> seen;
+  for (auto* p = res; p != nullptr; p = p->ai_next) {
+    char buf[NI_MAXHOST];
+    if (::getnameinfo(p->ai_addr, p->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) ==
+            0 &&
+        seen.insert(buf).second)
+      out.emplace_back(buf, port);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0')
+    return "node";
+  return buf;
+}
+
+// -- a front node's peer: one device node's address --
+
+struct peer_shared {
+  cluster_config config;
+  cluster_events events;
+  caf::io::middleman_actor mm; // the middleman (or TLS manager) that connects
+  std::atomic<std::size_t>* up = nullptr;
+  gauge* up_gauge = nullptr;
+  counter* lost_counter = nullptr;
+};
+
+struct peer_state {
+  std::shared_ptr<peer_shared> shared;
+  std::string host;
+  std::uint16_t port = 0;
+  bool connecting = false;
+  caf::actor gateway; // while up
+  std::string node;   // its node's name, once it said hello
+  std::uint64_t tag = 0;
+  std::vector<std::pair<std::string, detail::remote_device_actor>> devices; // by full name
+  std::vector<device_role> roles;
+  std::chrono::steady_clock::time_point last_answer;
+  std::uint64_t beat = 0; // a ping's number: answers to old pings are ignored
+  static inline const char* name = "triad.peer";
+};
+
+using peer_self = caf::stateful_actor<peer_state>;
+
+std::string where(const peer_state& st) {
+  return st.host + ":" + std::to_string(st.port);
+}
+
+void lose(peer_self* self, const std::string& why) {
+  auto& st = self->state;
+  if (!st.gateway)
+    return;
+  self->demonitor(st.gateway);
+  st.gateway = nullptr;
+  for (std::size_t i = 0; i < st.devices.size(); ++i) {
+    self->send(st.devices[i].second, detail::peer_lost_atom::value, why);
+    if (st.shared->events.lost)
+      st.shared->events.lost(st.devices[i].first, why);
+  }
+  --*st.shared->up;
+  if (st.shared->up_gauge != nullptr)
+    st.shared->up_gauge->set(static_cast<double>(st.shared->up->load()));
+  if (st.shared->lost_counter != nullptr)
+    st.shared->lost_counter->inc();
+  self->delayed_send(self, std::chrono::milliseconds{st.shared->config.rejoin_ms},
+                     rejoin_atom::value);
+}
+
+void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
+  auto& st = self->state;
+  if (!st.node.empty() && st.node != hello.node) {
+    st.devices.clear(); // another node at this address: its devices are new ones
+    st.roles.clear();
+  }
+  st.node = hello.node;
+  st.gateway = gateway;
+  st.tag = hello.tag;
+  self->monitor(gateway);
+  const bool fresh = st.devices.empty();
+  for (std::uint32_t i = 0; i < hello.devices.size(); ++i) {
+    const auto& d = hello.devices[i];
+    auto name = d.name + "@" + hello.node;
+    auto role = static_cast<device_role>(d.role);
+    if (fresh) {
+      st.devices.emplace_back(
+          name, detail::spawn_remote_device(self->system(), name, i, gateway, hello.tag));
+      st.roles.push_back(role);
+    } else if (i < st.devices.size()) {
+      self->send(st.devices[i].second, detail::peer_back_atom::value, gateway, hello.tag);
+    }
+  }
+  for (std::size_t i = 0; i < st.devices.size(); ++i)
+    if (st.shared->events.joined)
+      st.shared->events.joined(remote_device{st.devices[i].first, st.roles[i],
+                                             caf::actor_cast<device_actor>(st.devices[i].second)});
+  ++*st.shared->up;
+  if (st.shared->up_gauge != nullptr)
+    st.shared->up_gauge->set(static_cast<double>(st.shared->up->load()));
+  st.last_answer = std::chrono::steady_clock::now();
+  self->send(self, heartbeat_atom::value);
+}
+
+void connect(peer_self* self) {
+  auto& st = self->state;
+  if (st.gateway || st.connecting)
+    return;
+  st.connecting = true;
+  const auto& cfg = st.shared->config;
+  auto timeout = std::chrono::milliseconds{std::max(cfg.heartbeat_deadline_ms, 1000u)};
+  auto retry = [self](caf::error&) {
+    self->state.connecting = false;
+    self->delayed_send(self, std::chrono::milliseconds{self->state.shared->config.rejoin_ms},
+                       rejoin_atom::value);
+  };
+  self->request(st.shared->mm, timeout, caf::connect_atom::value, st.host, st.port)
+      .then(
+          [self, timeout, retry](caf::node_id&, caf::strong_actor_ptr& ptr,
+                                 std::set<std::string>&) {
+            auto gateway = caf::actor_cast<caf::actor>(ptr);
+            if (!gateway) {
+              caf::error none;
+              retry(none);
+              return;
+            }
+            self->request(gateway, timeout, detail::cluster_hello_atom::value)
+                .then(
+                    [self, gateway](detail::node_hello& hello) {
+                      self->state.connecting = false;
+                      joined(self, gateway, hello);
+                    },
+                    retry);
+          },
+          retry);
+}
+
+caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::string host,
+                   std::uint16_t port) {
+  self->state.shared = std::move(shared);
+  self->state.host = std::move(host);
+  self->state.port = port;
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    for (auto& [name, d] : self->state.devices)
+      self->send_exit(d, msg.reason);
+    self->quit(msg.reason);
+  });
+  self->set_down_handler([self](caf::down_msg& msg) {
+    if (self->state.gateway && msg.source == self->state.gateway.address())
+      lose(self, "the connection to " + where(self->state) + " closed (" +
+                     self->system().render(msg.reason) + ")");
+  });
+  connect(self);
+  return {
+      [self](rejoin_atom) { connect(self); },
+      [self](heartbeat_atom) {
+        auto& st = self->state;
+        if (!st.gateway)
+          return;
+        const auto& cfg = st.shared->config;
+        const auto deadline = std::chrono::milliseconds{cfg.heartbeat_deadline_ms};
+        if (std::chrono::steady_clock::now() - st.last_answer > deadline) {
+          lose(self, "no heartbeat from " + where(st) + " in " +
+                         std::to_string(cfg.heartbeat_deadline_ms) + " ms");
+          return;
+        }
+        const auto beat = ++st.beat;
+        self->request(st.gateway, deadline, detail::cluster_ping_atom::value)
+            .then(
+                [self, beat](bool) {
+                  if (beat <= self->state.beat)
+                    self->state.last_answer = std::chrono::steady_clock::now();
+                },
+                [](caf::error&) {}); // the deadline check above decides
+        self->delayed_send(self, std::chrono::milliseconds{cfg.heartbeat_ms},
+                           heartbeat_atom::value);
+      },
+  };
+}
+
+// -- a front node's joiner: looks the peers up, one peer actor per address --
+
+struct joiner_state {
+  std::shared_ptr<peer_shared> shared;
+  std::map<std::string, caf::actor> peers; // by "ip:port"
+  static inline const char* name = "triad.joiner";
+};
+
+caf::behavior joiner(caf::stateful_actor<joiner_state>* self, std::shared_ptr<peer_shared> shared) {
+  self->state.shared = std::move(shared);
+  self->send(self, rejoin_atom::value);
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    for (auto& [name, p] : self->state.peers)
+      self->send_exit(p, msg.reason);
+    self->state.peers.clear();
+    self->quit(msg.reason);
+  });
+  return {
+      [self](rejoin_atom) {
+        auto& st = self->state;
+        for (const auto& peer_name : st.shared->config.peers)
+          for (auto& [host, port] : resolve(peer_name)) {
+            auto key = host + ":" + std::to_string(port);
+            if (st.peers.count(key) == 0)
+              st.peers.emplace(key, self->spawn(peer, st.shared, host, port));
+          }
+        self->delayed_send(self, std::chrono::milliseconds{st.shared->config.rejoin_ms},
+                           rejoin_atom::value);
+      },
+  };
+}
+
+class cluster_system_config : public caf::actor_system_config {
+public:
+  explicit cluster_system_config(const cluster_config& c) {
+    load<caf::io::middleman>();
+    if (c.tls) {
+      load<caf::openssl::manager>();
+      openssl_certificate = c.certificate;
+      openssl_key = c.key;
+      openssl_cafile = c.cafile;
+    }
+    detail::add_cluster_types(*this);
+    set("scheduler.max-threads", defaults::cluster::network_threads);
+    set("logger.verbosity", caf::atom("quiet"));
+  }
+};
+
+} // namespace
+
+struct control_plane::impl {
+  cluster_config config;
+  std::string name;
+  std::unique_ptr<cluster_system_config> cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor gateway;
+  caf::actor joiner;
+  std::atomic<std::size_t> up{0};
+  metrics_registry* metrics = nullptr;
+};
+
+expected<std::unique_ptr<control_plane>> control_plane::start(const cluster_config& config,
+                                                              metrics_registry* metrics) {
+  if (config.tls)
+    for (const auto* file : {&config.certificate, &config.key, &config.cafile})
+      if (::access(file->c_str(), R_OK) != 0)
+        return make_error(errc::not_found, "[cluster] tls: cannot read '" + *file + "'");
+  std::unique_ptr<control_plane> cp{new control_plane};
+  cp->impl_ = std::make_unique<impl>();
+  auto& m = *cp->impl_;
+  m.config = config;
+  m.name = config.name.empty() ? host_name() + ":" + std::to_string(config.port) : config.name;
+  m.metrics = metrics;
+  try {
+    m.cfg = std::make_unique<cluster_system_config>(config);
+    m.sys = std::make_unique<caf::actor_system>(*m.cfg);
+  } catch (const std::exception& e) {
+    return make_error(errc::system_error, std::string{"[cluster]: "} + e.what());
+  }
+  return cp;
+}
+
+control_plane::~control_plane() {
+  if (!impl_ || !impl_->sys)
+    return;
+  auto& m = *impl_;
+  if (m.joiner)
+    caf::anon_send_exit(m.joiner, caf::exit_reason::user_shutdown);
+  if (m.gateway)
+    caf::anon_send_exit(m.gateway, caf::exit_reason::user_shutdown);
+  m.joiner = nullptr;
+  m.gateway = nullptr;
+  m.sys.reset(); // waits for its actors, closes the middleman's connections
+}
+
+const std::string& control_plane::node_name() const noexcept {
+  return impl_->name;
+}
+
+std::size_t control_plane::peers_up() const {
+  return impl_->up.load();
+}
+
+expected<std::uint16_t>
+control_plane::publish(std::vector<published_device> devices,
+                       std::shared_ptr<grammar::grammar_cache> grammars,
+                       std::shared_ptr<const grammar::token_index> vocabulary) {
+  auto& m = *impl_;
+  detail::gateway_options o;
+  o.node = m.name;
+  o.grammars = std::move(grammars);
+  o.vocabulary = std::move(vocabulary);
+  const auto count = devices.size();
+  for (auto& d : devices)
+    o.devices.push_back({std::move(d.name), d.role, std::move(d.actor)});
+  m.gateway = detail::spawn_gateway(*m.sys, std::move(o));
+  auto port = m.config.tls
+                  ? caf::openssl::publish(m.gateway, m.config.port, m.config.listen.c_str(), true)
+                  : caf::io::publish(m.gateway, m.config.port, m.config.listen.c_str(), true);
+  if (!port)
+    return make_error(errc::system_error, "[cluster] cannot listen on " + m.config.listen + ":" +
+                                              std::to_string(m.config.port) + ": " +
+                                              m.sys->render(port.error()));
+  if (m.metrics != nullptr)
+    if (auto g = m.metrics->add_gauge("triad_cluster_published_devices",
+                                      "Devices this node publishes to front nodes");
+        g)
+      (*g)->set(static_cast<double>(count));
+  return *port;
+}
+
+void control_plane::join(cluster_events events) {
+  auto& m = *impl_;
+  auto shared = std::make_shared<peer_shared>();
+  shared->config = m.config;
+  shared->events = std::move(events);
+  shared->mm =
+      m.config.tls ? m.sys->openssl_manager().actor_handle() : m.sys->middleman().actor_handle();
+  shared->up = &m.up;
+  if (m.metrics != nullptr) {
+    if (auto g = m.metrics->add_gauge("triad_cluster_peers_up",
+                                      "Device nodes whose devices this front node routes to now");
+        g)
+      shared->up_gauge = *g;
+    if (auto c = m.metrics->add_counter("triad_cluster_peers_lost_total",
+                                        "Times a device node was lost (connection closed or no "
+                                        "heartbeat within the deadline)");
+        c)
+      shared->lost_counter = *c;
+  }
+  m.joiner = m.sys->spawn(joiner, std::move(shared));
+}
+
+} // namespace triad

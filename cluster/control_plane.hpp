@@ -1,0 +1,79 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cluster/config.hpp"
+#include "devices/device.hpp"
+#include "grammar/cache.hpp"
+#include "grammar/token_mask.hpp"
+#include "runtime/error.hpp"
+#include "runtime/metrics.hpp"
+
+namespace triad {
+
+/// A device of another node, as a front node's router sees it.
+struct remote_device {
+  std::string name;                     ///< "<its config name>@<its node>"
+  device_role role = device_role::both; ///< what it does
+  device_actor actor; ///< a device actor here that speaks to it (cluster/detail/remote_device)
+};
+
+/// What the control plane tells the node about its peers' devices.
+struct cluster_events {
+  /// A device joined, or is back after its node was lost (the same name, a usable actor).
+  std::function<void(const remote_device&)> joined;
+  /// A device's node was lost (`why`): route nothing there until it joins again.
+  std::function<void(const std::string& name, const std::string& why)> lost;
+};
+
+/// A device this node publishes (a device node's own).
+struct published_device {
+  std::string name;                     ///< its config name
+  device_role role = device_role::both; ///< what it does
+  device_actor actor;                   ///< its device actor
+};
+
+/// The cluster's control plane in one node: an actor system of its own running CAF's
+/// middleman (BASP over TCP, TLS through libcaf_openssl when `[cluster] tls`), where a device
+/// node's gateway is published and a front node's peers and remote devices live. Stopping it
+/// (the destructor) closes every connection: the peers' fronts see this node lost.
+class control_plane {
+public:
+  /// Starts the system (no listener, no connection yet). Errors name what is wrong: TLS files
+  /// that cannot be read.
+  static expected<std::unique_ptr<control_plane>> start(const cluster_config& config,
+                                                        metrics_registry* metrics = nullptr);
+  control_plane(const control_plane&) = delete;
+  control_plane& operator=(const control_plane&) = delete;
+  /// Closes every connection and stops the system.
+  ~control_plane();
+
+  /// This node's name in its peers' device names (`[cluster] name`, or the host name).
+  const std::string& node_name() const noexcept;
+
+  /// A device node: publishes its devices on `[cluster] listen:port` for front nodes; the
+  /// grammars of constrained sequences are rebuilt over `vocabulary` and kept in `grammars`.
+  /// Returns the port bound.
+  expected<std::uint16_t> publish(std::vector<published_device> devices,
+                                  std::shared_ptr<grammar::grammar_cache> grammars,
+                                  std::shared_ptr<const grammar::token_index> vocabulary);
+
+  /// A front node: joins `[cluster] peers` now and keeps joining (every rejoin_ms: peers not
+  /// reached, lost, or new behind a name), pings each every heartbeat_ms and reports a peer
+  /// silent past heartbeat_deadline_ms (or whose connection drops) lost.
+  void join(cluster_events events);
+
+  /// Peers whose devices are joined now.
+  std::size_t peers_up() const;
+
+private:
+  control_plane() = default;
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace triad

@@ -1,0 +1,172 @@
+#include "cluster/detail/gateway.hpp"
+
+#include <map>
+#include <set>
+#include <utility>
+
+#include <caf/all.hpp>
+
+#include "cluster/defaults.hpp"
+#include "cluster/detail/wire.hpp"
+
+namespace triad::detail {
+
+namespace {
+
+struct gateway_state {
+  gateway_options options;
+  std::map<caf::node_id, std::uint64_t> tags; // per front node
+  std::uint64_t next_tag = 1;
+  // Sequences each front's remote device holds here (by its actor), to free when it goes.
+  std::map<caf::actor_addr, std::set<std::pair<std::uint32_t, seq_id>>> held;
+  static inline const char* name = "triad.gateway";
+};
+
+using gateway_self = caf::stateful_actor<gateway_state>;
+
+// Notes `seq` of device `i` as held by the sender's remote device (watched from now on).
+void hold(gateway_self* self, const caf::actor& sink, std::uint32_t i, seq_id seq) {
+  if (!sink)
+    return;
+  auto addr = sink.address();
+  auto [it, fresh] = self->state.held.try_emplace(addr);
+  if (fresh)
+    self->monitor(sink);
+  it->second.emplace(i, seq);
+}
+
+void let_go(gateway_self* self, std::uint32_t i, seq_id seq) {
+  for (auto& [addr, seqs] : self->state.held)
+    seqs.erase({i, seq});
+}
+
+// The admission order `msg...` for device `i`, answered by the device.
+template<class... Ts>
+caf::result<admission> admit(gateway_self* self, std::uint32_t i, generate_request& r,
+                             constraint_wire& c, Ts&&... head) {
+  auto& st = self->state;
+  if (i >= st.options.devices.size())
+    return admission{false, "no device " + std::to_string(i) + " on node " + st.options.node,
+                     errc::invalid_argument};
+  auto constraint = from_wire(c, st.options.grammars.get(), st.options.vocabulary);
+  if (!constraint)
+    return admission{false, constraint.error().message, constraint.error().code};
+  r.constraint = std::move(*constraint);
+  if (!r.move_out_when_done) // a move-out sequence leaves the device by itself
+    hold(self, r.sink, i, r.seq);
+  auto seq = r.seq;
+  auto rp = self->make_response_promise<admission>();
+  self->request(st.options.devices[i].actor, defaults::cluster::remote_answer_timeout,
+                std::forward<Ts>(head)..., std::move(r))
+      .then(
+          [self, rp, i, seq](admission& a) mutable {
+            if (!a.accepted)
+              let_go(self, i, seq);
+            rp.deliver(std::move(a));
+          },
+          [self, rp, i, seq](caf::error& e) mutable {
+            let_go(self, i, seq);
+            rp.deliver(admission{false, self->system().render(e), errc::system_error});
+          });
+  return rp;
+}
+
+// Forwards a request with an answer of type T to device `i`.
+template<class T, class... Ts>
+caf::result<T> forward(gateway_self* self, std::uint32_t i, Ts&&... xs) {
+  auto& st = self->state;
+  if (i >= st.options.devices.size())
+    return caf::make_error(caf::sec::invalid_argument,
+                           "no device " + std::to_string(i) + " on node " + st.options.node);
+  auto rp = self->make_response_promise<T>();
+  self->request(st.options.devices[i].actor, defaults::cluster::remote_answer_timeout,
+                std::forward<Ts>(xs)...)
+      .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
+}
+
+caf::behavior gateway(gateway_self* self, gateway_options options) {
+  self->state.options = std::move(options);
+  // A front's remote device went (its node lost or stopped): what it held here is freed.
+  self->set_down_handler([self](caf::down_msg& msg) {
+    auto it = self->state.held.find(msg.source);
+    if (it == self->state.held.end())
+      return;
+    for (auto [i, seq] : it->second)
+      if (i < self->state.options.devices.size())
+        self->send(self->state.options.devices[i].actor, free_atom::value, seq);
+    self->state.held.erase(it);
+  });
+  auto device = [self](std::uint32_t i) -> const device_actor* {
+    auto& devices = self->state.options.devices;
+    return i < devices.size() ? &devices[i].actor : nullptr;
+  };
+  return {
+      [self](cluster_hello_atom) {
+        auto& st = self->state;
+        node_hello hello;
+        hello.node = st.options.node;
+        for (const auto& d : st.options.devices)
+          hello.devices.push_back({d.name, static_cast<std::uint8_t>(d.role), 0});
+        auto from = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
+        auto [it, fresh] = st.tags.try_emplace(from, st.next_tag);
+        if (fresh)
+          st.next_tag = st.next_tag % 0xffff + 1;
+        hello.tag = it->second;
+        return hello;
+      },
+      [](cluster_ping_atom) { return true; },
+      [self](generate_atom a, std::uint32_t i, generate_request& r, constraint_wire& c) {
+        return admit(self, i, r, c, a);
+      },
+      [self](import_atom a, std::uint32_t i, kv_blob& blob, generate_request& r,
+             constraint_wire& c) { return admit(self, i, r, c, a, std::move(blob)); },
+      [self, device](park_atom a, std::uint32_t i, seq_id seq) {
+        if (auto* d = device(i))
+          self->send(*d, a, seq);
+      },
+      [self, device](resume_atom a, std::uint32_t i, seq_id seq, std::vector<token>& tokens,
+                     constraint_wire& c) {
+        auto* d = device(i);
+        if (d == nullptr)
+          return;
+        auto& st = self->state;
+        auto constraint = from_wire(c, st.options.grammars.get(), st.options.vocabulary);
+        // A grammar that cannot be rebuilt resumes free rather than never: the request's own
+        // check of the output still applies.
+        self->send(*d, a, seq, std::move(tokens),
+                   constraint ? std::move(*constraint)
+                              : std::shared_ptr<grammar::token_constraint>{});
+      },
+      [self, device](free_atom a, std::uint32_t i, seq_id seq) {
+        let_go(self, i, seq);
+        if (auto* d = device(i))
+          self->send(*d, a, seq);
+      },
+      [self](export_atom a, std::uint32_t i, seq_id seq) {
+        return forward<kv_blob>(self, i, a, seq);
+      },
+      [self](move_out_atom a, std::uint32_t i, seq_id seq) {
+        let_go(self, i, seq);
+        return forward<kv_blob>(self, i, a, seq);
+      },
+      [self](demote_atom a, std::uint32_t i, seq_id seq, std::uint32_t keep_ms) {
+        let_go(self, i, seq);
+        return forward<kv_kept>(self, i, a, seq, keep_ms);
+      },
+      [self](stats_atom a, std::uint32_t i) { return forward<device_stats>(self, i, a); },
+      [self, device](watch_kv_atom a, std::uint32_t i, caf::actor& watcher) {
+        if (auto* d = device(i))
+          self->send(*d, a, watcher);
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_gateway(caf::actor_system& sys, gateway_options options) {
+  return sys.spawn(gateway, std::move(options));
+}
+
+} // namespace triad::detail

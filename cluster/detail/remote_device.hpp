@@ -1,0 +1,32 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "cluster/detail/wire.hpp"
+#include "devices/device.hpp"
+
+namespace triad::detail {
+
+/// A device of another node as the front node's router and requests see it: a device actor in
+/// the cluster's actor system that sends each message to the device's node (its gateway) and
+/// each of the device's events back to the request that owns the sequence. It keeps what the
+/// node owes (answers, sequences under way), so when the node is lost (peer_lost_atom) every
+/// answer is given and every sequence under way gets a failed event at once: the requests
+/// resume elsewhere or fail, none waits. New sequences are refused busy until the node is back
+/// (peer_back_atom).
+using remote_device_actor = device_actor::extend<
+    caf::reacts_to<device_event>, caf::reacts_to<peer_lost_atom, std::string>,
+    caf::reacts_to<peer_back_atom, caf::actor, std::uint64_t>,
+    caf::reacts_to<kv_free_atom, caf::actor_addr, std::uint64_t, std::uint64_t, double>>;
+
+/// Spawns the remote device `name` (index `index` on its node) in `sys`, up, behind `gateway`
+/// with the sequence tag the gateway gave this node.
+remote_device_actor spawn_remote_device(caf::actor_system& sys, std::string name,
+                                        std::uint32_t index, caf::actor gateway, std::uint64_t tag);
+
+} // namespace triad::detail

@@ -1,0 +1,91 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "devices/device.hpp"
+#include "grammar/cache.hpp"
+#include "grammar/token_mask.hpp"
+#include "runtime/error.hpp"
+
+/// What front and device nodes say to each other over CAF's BASP: a gateway actor per device
+/// node takes the device messages of devices/device.hpp with the device's index in front, and
+/// the grammar of a constrained sequence as data (a constraint object does not serialize).
+namespace triad::detail {
+
+/// Asks a gateway for its node's name and devices: `(cluster_hello_atom)` -> node_hello.
+using cluster_hello_atom = caf::atom_constant<caf::atom("clhello")>;
+/// A front node's heartbeat: `(cluster_ping_atom)` -> true.
+using cluster_ping_atom = caf::atom_constant<caf::atom("clping")>;
+/// A peer's devices are gone (its node lost): `(peer_lost_atom, std::string why)`.
+using peer_lost_atom = caf::atom_constant<caf::atom("peerlost")>;
+/// A peer's gateway answered again: `(peer_back_atom, caf::actor gateway, std::uint64_t tag)`.
+using peer_back_atom = caf::atom_constant<caf::atom("peerback")>;
+
+/// One device a node publishes.
+struct wire_device {
+  std::string name;           ///< its config name on that node
+  std::uint8_t role = 0;      ///< device_role
+  std::uint64_t kv_pages = 0; ///< KV pages of its budget (informative)
+};
+
+/// A gateway's answer to hello.
+struct node_hello {
+  std::string node;                 ///< the node's name (`[cluster] name` or its host name)
+  std::vector<wire_device> devices; ///< in index order
+  /// What the asking front node puts in the top 16 bits of its sequence ids on this node, so
+  /// the sequences of two front nodes never share an id on one device.
+  std::uint64_t tag = 0;
+};
+
+/// A sequence's grammar constraint as data (token_constraint::origin): the grammar's rules and
+/// byte sets, the budget, whether it waited for a call, the tokens it moved on by.
+struct constraint_wire {
+  bool present = false;                ///< false: no constraint
+  std::vector<std::string> rule_names; ///< rule i's name
+  /// rule i's alternatives; an element is `index << 1 | 1` for a rule, `index << 1` for a set
+  std::vector<std::vector<std::vector<std::uint32_t>>> rules;
+  std::string sets;                    ///< 32 bytes a byte set, set i at 32 * i
+  std::uint32_t budget = 0;            ///< the constraint's budget when made
+  bool free_until_call = false;        ///< see token_constraint::free_until_call
+  std::vector<std::uint32_t> advanced; ///< tokens it moved on by
+};
+
+/// The constraint as data (nothing for null).
+constraint_wire to_wire(const std::shared_ptr<grammar::token_constraint>& c);
+
+/// Rebuilds a constraint from data over the node's vocabulary, its grammar kept in `cache`
+/// (keyed by the data's hash, so a grammar many sequences share is compiled once). Null for
+/// none; an error when the rules are malformed or a token it moved on by is refused.
+expected<std::shared_ptr<grammar::token_constraint>>
+from_wire(const constraint_wire& w, grammar::grammar_cache* cache,
+          const std::shared_ptr<const grammar::token_index>& vocabulary);
+
+/// Announces every type the cluster's messages carry to CAF, under the same names on every
+/// node (a message with an unannounced type would be dropped).
+void add_cluster_types(caf::actor_system_config& cfg);
+
+/// Inspector of wire_device.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_device& x) {
+  return f(caf::meta::type_name("wire_device"), x.name, x.role, x.kv_pages);
+}
+/// Inspector of node_hello.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_hello& x) {
+  return f(caf::meta::type_name("node_hello"), x.node, x.devices, x.tag);
+}
+/// Inspector of constraint_wire.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, constraint_wire& x) {
+  return f(caf::meta::type_name("constraint_wire"), x.present, x.rule_names, x.rules, x.sets,
+           x.budget, x.free_until_call, x.advanced);
+}
+
+} // namespace triad::detail
