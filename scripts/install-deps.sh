@@ -25,7 +25,8 @@ stack=(
 # server), unless a node and npm are already on the PATH.
 test_tools=()
 if [ "${1:-}" = "--test" ]; then
-  test_tools=(prometheus python3-yaml python3-kubernetes)
+  # openssl: the cluster test makes its CA and node certificates (TLS between nodes).
+  test_tools=(prometheus python3-yaml python3-kubernetes openssl)
   if ! command -v kubectl >/dev/null 2>&1; then
     test_tools+=(kubernetes-client)
   fi

@@ -1,0 +1,293 @@
+// A cluster of triad-node processes on 127.0.0.1 with TLS on: a front node, a prefill node and
+// two decode nodes. Agent sessions run through the front with triad-load; a decode node killed
+// under load leaves no request hanging, and comes back to be routed to again.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/json.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "tests/process.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+using triad::test::binary;
+using triad::test::run_command;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in{p};
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A scratch directory with a CA, a node certificate it signed and the nodes' config.
+struct scratch {
+  fs::path dir;
+  scratch() {
+    dir = fs::temp_directory_path() / ("triad-cluster-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    BOOST_REQUIRE_MESSAGE(run_command("command -v openssl >/dev/null").status == 0,
+                          "openssl not found (Debian package openssl): run "
+                          "scripts/install-deps.sh --test");
+    const auto d = dir.string();
+    auto r = run_command(
+        "cd " + d +
+        " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
+        "-subj /CN=triad-test-ca 2>&1 && openssl req -newkey rsa:2048 -nodes -keyout node.key "
+        "-out node.csr -subj /CN=triad-node 2>&1 && openssl x509 -req -in node.csr -CA ca.pem "
+        "-CAkey ca.key -CAcreateserial -out node.pem -days 2 2>&1");
+    BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+    std::ofstream{dir / "node.toml"}
+        << "[topology]\nbind_threads = false\n"
+        << "[scheduler]\nthreads_per_domain = 1\n"
+        << "[tools]\nhosted = [\"shell\"]\n"
+        << "[server]\nallow_scripts = true\n"
+        << "[cluster]\ntls = true\ncertificate = \"" << d << "/node.pem\"\nkey = \"" << d
+        << "/node.key\"\ncafile = \"" << d << "/ca.pem\"\n"
+        << "heartbeat_ms = 200\nheartbeat_deadline_ms = 1000\nrejoin_ms = 300\n"
+        << "[[devices]]\nname = \"prefill0\"\nbackend = \"sim\"\nrole = \"prefill\"\n"
+        << "profile = \"h200\"\n"
+        << "[[devices]]\nname = \"decode0\"\nbackend = \"sim\"\nrole = \"decode\"\n"
+        << "profile = \"h200\"\n";
+  }
+  ~scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+};
+
+// One triad-node process, its output in a log; killed (if still running) and reaped at the end.
+class node_process {
+public:
+  node_process(const scratch& s, std::string name, std::vector<std::string> args)
+      : log_(s.path(name + ".log"))
+      , name_(std::move(name)) {
+    args.insert(args.begin(),
+                {binary("triad-node"), "--config", s.path("node.toml"), "--port", "0"});
+    pid_ = ::fork();
+    BOOST_REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      std::FILE* out = std::freopen(log_.c_str(), "w", stdout);
+      if (out == nullptr || ::dup2(STDOUT_FILENO, STDERR_FILENO) < 0)
+        ::_exit(127);
+      std::vector<char*> argv;
+      for (auto& a : args)
+        argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  node_process(const node_process&) = delete;
+  node_process& operator=(const node_process&) = delete;
+  ~node_process() { kill(SIGKILL); }
+
+  // Sends `sig` and reaps the process.
+  void kill(int sig) {
+    if (pid_ <= 0)
+      return;
+    ::kill(pid_, sig);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  // The first match of `pattern`'s group 1 in the log, waited for up to `limit`.
+  std::string wait_for(const std::string& pattern, std::chrono::seconds limit = 60s) {
+    const std::regex re{pattern};
+    const auto until = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      std::smatch m;
+      const auto text = slurp(log_);
+      if (std::regex_search(text, m, re))
+        return m.size() > 1 ? m[1].str() : m[0].str();
+      int status = 0;
+      if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        BOOST_FAIL(name_ << " exited before printing /" << pattern << "/: " << text);
+      }
+      if (std::chrono::steady_clock::now() > until)
+        BOOST_FAIL(name_ << " did not print /" << pattern << "/ in " << limit.count()
+                         << " s: " << text);
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  // Its HTTP port, once it serves.
+  unsigned http_port() { return std::stoul(wait_for("on http://127\\.0\\.0\\.1:([0-9]+)")); }
+  // A device node's control port, once published.
+  unsigned cluster_port() { return std::stoul(wait_for("published on 127\\.0\\.0\\.1:([0-9]+)")); }
+
+private:
+  std::string log_;
+  std::string name_;
+  pid_t pid_ = -1;
+};
+
+// GET `path` of 127.0.0.1:`port` (the body).
+std::string http_get(unsigned port, const std::string& path) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket sock{io};
+  sock.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+  const std::string get = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  boost::asio::write(sock, boost::asio::buffer(get));
+  std::string answer;
+  boost::system::error_code ec;
+  boost::asio::read(sock, boost::asio::dynamic_buffer(answer), ec); // to the close
+  auto body = answer.find("\r\n\r\n");
+  return body == std::string::npos ? answer : answer.substr(body + 4);
+}
+
+// The value of the sample `series` (exactly as written, labels included) in Prometheus text; -1
+// when it is not there.
+double sample(const std::string& text, const std::string& series) {
+  std::istringstream in{text};
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(series + " ", 0) == 0)
+      return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
+
+// Waits up to `limit` for the front's `series` to read `value`.
+bool wait_metric(unsigned port, const std::string& series, double value,
+                 std::chrono::seconds limit = 30s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (sample(http_get(port, "/metrics"), series) == value)
+      return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return false;
+}
+
+// A front, a prefill node and two decode nodes, the front joined to all three.
+struct cluster {
+  scratch s;
+  node_process prefill{s, "p1", {"--role", "prefill", "--cluster-port", "0", "--node-name", "p1"}};
+  node_process decode1{s, "d1", {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"}};
+  node_process decode2{s, "d2", {"--role", "decode", "--cluster-port", "0", "--node-name", "d2"}};
+  unsigned d1_port = decode1.cluster_port();
+  std::string peers = "127.0.0.1:" + std::to_string(prefill.cluster_port()) +
+                      ",127.0.0.1:" + std::to_string(d1_port) +
+                      ",127.0.0.1:" + std::to_string(decode2.cluster_port());
+  node_process front{s, "front", {"--role", "front", "--peers", peers}};
+  unsigned port = front.http_port();
+  cluster() {
+    BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 3),
+                          "the front did not join its three peers: " << http_get(port, "/metrics"));
+  }
+  // triad-load's agent sessions with a hosted tool call each turn, against the front.
+  std::string load(int sessions, int tokens, const std::string& report) const {
+    return binary("triad-load") + " --url http://127.0.0.1:" + std::to_string(port) +
+           "/v1 --workload agent --requests " + std::to_string(sessions) +
+           " --concurrency 6 --turns 1 --tool-calls fixed:2 --output-tokens fixed:" +
+           std::to_string(tokens) +
+           " --hosted-tool shell --hosted-tool-args '{\"command\": \"echo ran\"}' --json " +
+           s.path(report) + " 2>&1";
+  }
+};
+
+double device_tokens(unsigned port, const std::string& device) {
+  return sample(http_get(port, "/metrics"), "triad_device_tokens_total{device=\"" + device + "\"}");
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(cluster_nodes)
+
+BOOST_AUTO_TEST_CASE(agent_sessions_run_through_a_front_on_prefill_and_decode_nodes_over_tls) {
+  cluster c;
+  BOOST_TEST(slurp(c.s.path("d1.log")).find("(TLS)") != std::string::npos);
+  auto r = run_command("timeout 120 " + c.load(12, 16, "run.json"));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+  auto m = json::parse(slurp(c.s.path("run.json"))).at("metrics").as_object();
+  BOOST_TEST(m.at("calls").as_int64() == 12);
+  BOOST_TEST(m.at("calls_ok").as_int64() == 12, r.out);
+  BOOST_TEST(m.at("server_tool_calls").as_int64() == 24);
+  // The prompts were computed on the prefill node, the answers on the decode nodes.
+  BOOST_TEST(device_tokens(c.prefill.http_port(), "prefill0") > 0);
+  BOOST_TEST(device_tokens(c.decode1.http_port(), "decode0") +
+                 device_tokens(c.decode2.http_port(), "decode0") >=
+             12 * 16);
+  // The front runs no device of its own.
+  BOOST_TEST(device_tokens(c.port, "decode0") == -1);
+}
+
+BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_and_rejoins) {
+  cluster c;
+  const auto d1_http = c.decode1.http_port();
+  // The load in the background; the decode node dies while it decodes for it.
+  const auto report = c.s.path("load.txt");
+  const auto done = c.s.path("load.done");
+  auto cmd = "(timeout 180 " + c.load(48, 256, "run.json") + " > " + report + "; echo $? > " +
+             done + ") > /dev/null 2>&1 &"; // nothing of it holds run_command's pipe
+  BOOST_REQUIRE(run_command(cmd).status == 0);
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  auto decoding = [d1_http] {
+    return sample(http_get(d1_http, "/metrics"), "triad_device_running{device=\"decode0\"}");
+  };
+  double running = 0;
+  while ((running = decoding()) < 2 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(5ms);
+  BOOST_REQUIRE_MESSAGE(running >= 2, "d1 got no decode work");
+  c.decode1.kill(SIGKILL);
+  // The front notices at once (its connection closes) and routes to d2 only.
+  BOOST_TEST(wait_metric(c.port, "triad_cluster_peers_up", 2, 10s));
+  // triad-load ends: every request was answered or failed, none hangs.
+  const auto load_until = std::chrono::steady_clock::now() + 170s;
+  while (!fs::exists(done) && std::chrono::steady_clock::now() < load_until)
+    std::this_thread::sleep_for(100ms);
+  BOOST_REQUIRE_MESSAGE(fs::exists(done), "triad-load still runs: " << slurp(report));
+  const auto out = slurp(report);
+  auto m = json::parse(slurp(c.s.path("run.json"))).at("metrics").as_object();
+  BOOST_TEST(m.at("calls").as_int64() == 48, out);
+  std::int64_t failed = 0;
+  for (const auto& [kind, n] : m.at("errors").as_object())
+    failed += n.as_int64();
+  BOOST_TEST(m.at("calls_ok").as_int64() + failed == 48, out);
+  BOOST_TEST_MESSAGE("after the kill: " << m.at("calls_ok").as_int64() << " of 48 completed, "
+                                        << failed << " failed with an error");
+  const auto metrics = http_get(c.port, "/metrics");
+  BOOST_TEST(sample(metrics, "triad_cluster_peers_lost_total") == 1, metrics);
+  // The sequences d1 held moved to d2 (device_failure = "retry", the default).
+  BOOST_TEST(sample(metrics, "triad_request_device_retries_total") >= 1, metrics);
+  // The node comes back on its port and joins again.
+  node_process again{
+      c.s,
+      "d1-again",
+      {"--role", "decode", "--cluster-port", std::to_string(c.d1_port), "--node-name", "d1"}};
+  again.cluster_port();
+  BOOST_TEST(wait_metric(c.port, "triad_cluster_peers_up", 3, 30s));
+  auto r = run_command("timeout 60 " + c.load(6, 8, "after.json"));
+  BOOST_TEST(r.status == 0, r.out);
+}
+
+BOOST_AUTO_TEST_CASE(a_front_without_peers_and_an_open_device_node_without_tls_are_refused) {
+  scratch s;
+  auto front = run_command("timeout 30 " + binary("triad-node") + " --config " +
+                           s.path("node.toml") + " --role front --port 0 2>&1");
+  BOOST_TEST(front.status != 0);
+  BOOST_TEST(front.out.find("role = \"front\" needs peers") != std::string::npos, front.out);
+  std::ofstream{s.path("open.toml")} << "[cluster]\nlisten = \"0.0.0.0\"\n";
+  auto open = run_command("timeout 30 " + binary("triad-node") + " --config " +
+                          s.path("open.toml") + " --role decode --port 0 2>&1");
+  BOOST_TEST(open.status == 2);
+  BOOST_TEST(open.out.find("[cluster].tls is off") != std::string::npos, open.out);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
