@@ -336,7 +336,9 @@ expected<std::unique_ptr<node>> node::start(const node_config& whole, node_optio
     n->reports_.push_back(report);
     device_options o;
     o.tier = n->kv_tier_;
-    o.stream_moves = config.cluster.role == node_role::all; // a device node's KV leaves as bytes
+    // In a cluster a sequence's KV may leave the process: as bytes, not a stream of the store's
+    // blocks.
+    o.stream_moves = config.cluster.role == node_role::all && config.cluster.peers.empty();
     o.name = dev.name;
     o.role = dev.role;
     o.queue_capacity = dev.queue_capacity;

@@ -12,8 +12,20 @@
 // without RDMA). Each figure is the median of its rounds after one unrecorded round; the pages are
 // those of a llama3-8b sequence in bf16 (128 KiB of KV a token, pages of 16 tokens: 2 MiB each).
 //
-// Not yet here (issue #29): remote_over_local_decode_throughput and failover_lost_requests
-// (they need the control plane across processes).
+// remote_over_local_decode_throughput: triad-load's chat requests (512-token prompts, 128
+// tokens out, 16 at once) against triad-node processes serving llama3-8b on SIMULATED H200s
+// (the sim backend, modelled step times in real time): a node with its prefill and decode
+// device in one process, against a node with the prefill device whose decode device is another
+// process's (`--role decode`), joined over CAF's BASP (the control plane, KV in its messages):
+// output tokens per second of the second over the first.
+// remote_over_local_decode_throughput_cpu: the same with the tiny model on cpu devices (one core
+// each: they compute for real and their KV crosses as bytes in the control messages), all
+// processes and triad-load on this machine's cores.
+// failover_lost_requests: the same node with two decode nodes; one is killed (SIGKILL) while it
+// decodes for a load of 256-token answers; the requests left without an answer or an error when
+// triad-load ends (it waits for every one). failover_completed / failover_failed say how the
+// rest ended, failover_detect_ms how long the front took to drop the node (its connection
+// closes at the kill; the heartbeat deadline covers a silent node).
 
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -27,9 +39,18 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <boost/json.hpp>
+
 #include "bench/report.hpp"
 #include "cluster/kv_wire.hpp"
+#include "load/target.hpp"
 #include "runtime/checksum.hpp"
+#include "runtime/child_process.hpp"
 #include "runtime/main_guard.hpp"
 
 namespace {
@@ -146,6 +167,255 @@ transfer_result measure_transfer(wire_transport transport,
   return finish({});
 }
 
+// -- nodes as processes --
+
+namespace fs = std::filesystem;
+
+// A node's config, `devices` given as (name, role) pairs: llama3-8b on sim H200s, or (`cpu`)
+// the tiny preset on cpu devices, which compute it and hold its KV for real.
+std::string node_toml(const std::vector<std::pair<std::string, std::string>>& devices,
+                      bool cpu = false) {
+  std::string t = "[topology]\nbind_threads = false\n[server]\nallow_scripts = true\n";
+  t += cpu ? "[model]\npreset = \"tiny\"\n"
+           : "[model]\npreset = \"llama3-8b\"\nweights = \"bf16\"\n";
+  t += "[cluster]\nheartbeat_ms = 200\nheartbeat_deadline_ms = 1000\nrejoin_ms = 300\n";
+  for (const auto& [name, role] : devices)
+    t += "[[devices]]\nname = \"" + name + "\"\nrole = \"" + role + "\"\n" +
+         (cpu ? "backend = \"cpu\"\nmemory_mib = 256\ncompute_cores = 1\n"
+              : "backend = \"sim\"\nprofile = \"h200\"\n");
+  return t;
+}
+
+// The nodes of one measurement, in a scratch directory removed at the end.
+struct node_set {
+  fs::path dir;
+  fs::path bin;
+  std::vector<triad::child_process> nodes;
+  explicit node_set(fs::path binaries)
+      : dir(fs::temp_directory_path() / ("triad-bench-cluster-" + std::to_string(::getpid())))
+      , bin(std::move(binaries)) {
+    fs::create_directories(dir);
+  }
+  ~node_set() {
+    nodes.clear(); // killed before their directory goes
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  // Starts a triad-node of `toml` with `args`; its index.
+  triad::expected<std::size_t> start(const std::string& name, const std::string& toml,
+                                     std::vector<std::string> args) {
+    std::ofstream{dir / (name + ".toml")} << toml;
+    args.insert(args.begin(), {(bin / "triad-node").string(), "--config",
+                               (dir / (name + ".toml")).string(), "--port", "0"});
+    auto p = triad::child_process::start(std::move(args), dir / (name + ".log"));
+    if (!p)
+      return p.error();
+    nodes.push_back(std::move(*p));
+    return nodes.size() - 1;
+  }
+  triad::expected<unsigned> port(std::size_t i, const char* pattern) {
+    auto got = nodes[i].wait_for(pattern, std::chrono::seconds{60});
+    if (!got)
+      return got.error();
+    return static_cast<unsigned>(std::stoul(*got));
+  }
+  triad::expected<unsigned> http_port(std::size_t i) {
+    return port(i, "on http://127\\.0\\.0\\.1:([0-9]+)");
+  }
+  triad::expected<unsigned> cluster_port(std::size_t i) {
+    return port(i, "published on 127\\.0\\.0\\.1:([0-9]+)");
+  }
+};
+
+// A sample of a node's /metrics (-1 when absent or unreachable).
+double sample(unsigned port, const std::string& series) {
+  auto text = triad::load::http_get("http://127.0.0.1:" + std::to_string(port) + "/metrics");
+  if (!text)
+    return -1;
+  std::istringstream in{*text};
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(series + " ", 0) == 0)
+      return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
+
+bool wait_sample(unsigned port, const std::string& series, double value) {
+  const auto until = clock_type::now() + std::chrono::seconds{30};
+  while (clock_type::now() < until) {
+    if (sample(port, series) == value)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  }
+  return false;
+}
+
+// triad-load's chat requests against the node on `port`, to completion: its report's metrics.
+triad::expected<boost::json::object> load(const node_set& set, unsigned port, std::size_t requests,
+                                          std::size_t prompt, std::size_t output_tokens,
+                                          const std::string& name,
+                                          triad::child_process* started = nullptr) {
+  const auto json_path = (set.dir / (name + ".json")).string();
+  std::vector<std::string> args = {(set.bin / "triad-load").string(),
+                                   "--url",
+                                   "http://127.0.0.1:" + std::to_string(port) + "/v1",
+                                   "--requests",
+                                   std::to_string(requests),
+                                   "--concurrency",
+                                   "16",
+                                   "--input-tokens",
+                                   std::to_string(prompt),
+                                   "--output-tokens",
+                                   "fixed:" + std::to_string(output_tokens),
+                                   "--json",
+                                   json_path};
+  auto p = triad::child_process::start(std::move(args), set.dir / (name + ".log"));
+  if (!p)
+    return p.error();
+  if (started != nullptr)
+    *started = std::move(*p);
+  auto& proc = started != nullptr ? *started : *p;
+  const auto until = clock_type::now() + std::chrono::seconds{300};
+  while (proc.running() && clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  if (proc.running())
+    return triad::make_error(triad::errc::timed_out,
+                             "triad-load did not end in 300 s (requests left hanging): " +
+                                 proc.log());
+  std::ifstream in{json_path};
+  std::stringstream text;
+  text << in.rdbuf();
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(text.str(), ec);
+  if (ec || !doc.is_object())
+    return triad::make_error(triad::errc::io_error, "triad-load wrote no report: " + proc.log());
+  return doc.at("metrics").as_object();
+}
+
+// Output tokens per second of the load with the decode device in the node's process, then in
+// another; their ratio in `rep`.
+std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
+                                  triad::bench::report& rep) {
+  const std::size_t requests = cpu ? (quick ? 16 : 48) : (quick ? 32 : 128);
+  const std::size_t prompt = cpu ? 256 : 512;
+  double tps[2] = {0, 0};
+  for (int remote = 0; remote < 2; ++remote) {
+    node_set set{bin};
+    std::size_t front = 0;
+    if (remote == 0) {
+      auto f =
+          set.start("local", node_toml({{"prefill0", "prefill"}, {"decode0", "decode"}}, cpu), {});
+      if (!f)
+        return f.error().message;
+      front = *f;
+    } else {
+      auto d = set.start("decode", node_toml({{"decode0", "decode"}}, cpu),
+                         {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"});
+      if (!d)
+        return d.error().message;
+      auto dport = set.cluster_port(*d);
+      if (!dport)
+        return dport.error().message;
+      auto f = set.start("front", node_toml({{"prefill0", "prefill"}}, cpu),
+                         {"--peers", "127.0.0.1:" + std::to_string(*dport)});
+      if (!f)
+        return f.error().message;
+      front = *f;
+    }
+    auto port = set.http_port(front);
+    if (!port)
+      return port.error().message;
+    if (remote == 1 && !wait_sample(*port, "triad_cluster_peers_up", 1))
+      return "the front did not join the decode node";
+    auto m = load(set, *port, requests, prompt, 128, remote == 0 ? "local" : "remote");
+    if (!m)
+      return m.error().message;
+    if (m->at("calls_ok").as_int64() != static_cast<std::int64_t>(requests))
+      return "not every request completed: " + boost::json::serialize(m->at("errors"));
+    tps[remote] = m->at("output_tokens_per_s").to_number<double>();
+  }
+  const std::string suffix = cpu ? "_cpu" : "";
+  rep.metrics["local_decode_output_tokens_per_s" + suffix] = tps[0];
+  rep.metrics["remote_decode_output_tokens_per_s" + suffix] = tps[1];
+  rep.metrics["decode_workload" + suffix] =
+      std::to_string(requests) + " chat requests (" + std::to_string(prompt) +
+      "-token prompts, 128 tokens out, 16 at once) through triad-load to triad-node, " +
+      (cpu ? "the tiny model on cpu devices (real compute; its KV crosses as bytes in the "
+             "control messages)"
+           : "llama3-8b on SIMULATED H200s (modelled step times in real time; a sim's KV export "
+             "is its tokens, the transfer's time modelled)") +
+      "; remote: the decode device in a --role decode process joined over CAF's BASP";
+  rep.ratios["remote_over_local_decode_throughput" + suffix] = tps[1] / tps[0];
+  return {};
+}
+
+// Two decode nodes; one killed while it decodes; how the load's requests ended.
+std::string measure_failover(const fs::path& bin, bool quick, triad::bench::report& rep) {
+  const std::size_t requests = quick ? 48 : 128;
+  node_set set{bin};
+  std::string peers;
+  std::size_t d1 = 0;
+  unsigned d1_http = 0;
+  for (const char* name : {"d1", "d2"}) {
+    auto d = set.start(name, node_toml({{"decode0", "decode"}}),
+                       {"--role", "decode", "--cluster-port", "0", "--node-name", name});
+    if (!d)
+      return d.error().message;
+    auto cport = set.cluster_port(*d);
+    if (!cport)
+      return cport.error().message;
+    peers += (peers.empty() ? "127.0.0.1:" : ",127.0.0.1:") + std::to_string(*cport);
+    if (std::string{name} == "d1") {
+      d1 = *d;
+      auto h = set.http_port(*d);
+      if (!h)
+        return h.error().message;
+      d1_http = *h;
+    }
+  }
+  auto f = set.start("front", node_toml({{"prefill0", "prefill"}}), {"--peers", peers});
+  if (!f)
+    return f.error().message;
+  auto port = set.http_port(*f);
+  if (!port)
+    return port.error().message;
+  if (!wait_sample(*port, "triad_cluster_peers_up", 2))
+    return "the front did not join both decode nodes";
+  // The load runs in a thread; the node dies while it decodes for it.
+  triad::expected<boost::json::object> result = boost::json::object{};
+  std::thread runner{[&] { result = load(set, *port, requests, 512, 256, "failover"); }};
+  const auto until = clock_type::now() + std::chrono::seconds{60};
+  double running = 0;
+  while ((running = sample(d1_http, "triad_device_running{device=\"decode0\"}")) < 1 &&
+         clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  const auto killed = clock_type::now();
+  set.nodes[d1].kill(SIGKILL);
+  while (sample(*port, "triad_cluster_peers_up") != 1 &&
+         clock_type::now() - killed < std::chrono::seconds{30})
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  const double detect_ms =
+      std::chrono::duration<double, std::milli>(clock_type::now() - killed).count();
+  runner.join();
+  if (running < 1)
+    return "the decode node to kill got no work";
+  if (!result)
+    return result.error().message;
+  const auto& m = *result;
+  std::int64_t failed = 0;
+  for (const auto& [kind, n] : m.at("errors").as_object())
+    failed += n.as_int64();
+  const auto ok = m.at("calls_ok").as_int64();
+  rep.metrics["failover_requests"] = requests;
+  rep.metrics["failover_completed"] = ok;
+  rep.metrics["failover_failed"] = failed;
+  rep.metrics["failover_sequences_on_killed_node"] = running;
+  rep.metrics["failover_detect_ms"] = detect_ms;
+  rep.metrics["failover_retried"] = sample(*port, "triad_request_device_retries_total");
+  rep.metrics["failover_heartbeat_deadline_ms"] = 1000;
+  rep.ratios["failover_lost_requests"] = static_cast<double>(requests) - ok - failed;
+  return {};
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"triad-bench-cluster: the KV data plane between processes (UCX) against memcpy"};
   triad::bench::common_options common;
@@ -200,6 +470,18 @@ int run(int argc, char** argv) {
     rep.metrics["ucx_" + name + "_gb_per_s"] = gbps;
     rep.ratios[transport == wire_transport::tcp ? "ucx_tcp_transfer_over_memcpy"
                                                 : "ucx_transfer_over_memcpy"] = gbps / memcpy_gbps;
+  }
+  // The nodes: triad-node and triad-load beside this binary.
+  const auto bin = fs::canonical("/proc/self/exe").parent_path();
+  for (bool cpu : {false, true})
+    if (auto e = measure_remote_decode(bin, common.quick, cpu, rep); !e.empty()) {
+      std::fprintf(stderr, "triad-bench-cluster: remote decode%s: %s\n", cpu ? " (cpu)" : "",
+                   e.c_str());
+      return 1;
+    }
+  if (auto e = measure_failover(bin, common.quick, rep); !e.empty()) {
+    std::fprintf(stderr, "triad-bench-cluster: failover: %s\n", e.c_str());
+    return 1;
   }
   return rep.finish(common.json_path);
 }

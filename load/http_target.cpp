@@ -508,6 +508,25 @@ void exchange::fail(std::string kind, std::string message) {
 
 } // namespace
 
+expected<std::string> http_get(const std::string& url) {
+  auto parts = split_url(url);
+  if (!parts)
+    return parts.error();
+  net::io_context io;
+  tcp::resolver resolver{io};
+  boost::system::error_code ec;
+  auto endpoints = resolver.resolve(parts->host, parts->port, ec);
+  if (ec)
+    return make_error(errc::not_found,
+                      url + ": cannot resolve " + parts->host + ": " + ec.message());
+  auto r = get_now({}, *parts, endpoints, "");
+  if (!r)
+    return make_error(r.error().code, url + ": " + r.error().message);
+  if (r->result_int() != 200)
+    return make_error(errc::io_error, url + ": HTTP " + std::to_string(r->result_int()));
+  return std::move(r->body());
+}
+
 expected<std::unique_ptr<target>> make_http_target(http_target_options options) {
   auto parts = split_url(options.url);
   if (!parts)

@@ -150,6 +150,11 @@ struct http_target_options {
 /// parsed as it arrives). Errors name the URL.
 expected<std::unique_ptr<target>> make_http_target(http_target_options options);
 
+/// GETs `url` (http://host:port/path) on a connection of its own within 10 s: the body of a 200
+/// answer, else an error naming the URL and the status or the step that failed. For the few
+/// requests around a run (a node's /metrics), not the load.
+expected<std::string> http_get(const std::string& url);
+
 /// A node embedded in this process, started from a config file (its devices, tools, policies):
 /// requests go through node::submit, without HTTP. `trace_file`: where it writes the traces of
 /// the calls that ask for one (empty: it writes none).

@@ -10,9 +10,11 @@
 namespace json = boost::json;
 
 // triad-bench-cluster --quick: a 1024-token sequence's KV (64 pages of 2 MiB) crosses to another
-// process over UCX shared memory and TCP, every page checked; the JSON has both ratios and the
-// figures they come from (their size is this machine's, not asserted).
-BOOST_AUTO_TEST_CASE(the_cluster_bench_reports_the_kv_transfer_ratios) {
+// process over UCX shared memory and TCP, every page checked; a load runs with the decode device
+// in the node's process and in another; a decode node is killed under load. The JSON has every
+// ratio and the figures they come from (their size is this machine's, not asserted), and no
+// request was left hanging (the figure the failover measures, asserted).
+BOOST_AUTO_TEST_CASE(the_cluster_bench_reports_the_kv_transfer_and_node_ratios) {
   const auto path = std::filesystem::temp_directory_path() / "triad-bench-cluster-test.json";
   auto r = triad::test::run_command(triad::test::binary("triad-bench-cluster") +
                                     " --quick --json " + path.string());
@@ -30,4 +32,11 @@ BOOST_AUTO_TEST_CASE(the_cluster_bench_reports_the_kv_transfer_ratios) {
   const auto& ratios = out.at("ratios").as_object();
   BOOST_TEST(ratios.at("ucx_transfer_over_memcpy").to_number<double>() > 0.0);
   BOOST_TEST(ratios.at("ucx_tcp_transfer_over_memcpy").to_number<double>() > 0.0);
+  BOOST_TEST(ratios.at("remote_over_local_decode_throughput").to_number<double>() > 0.0);
+  BOOST_TEST(ratios.at("remote_over_local_decode_throughput_cpu").to_number<double>() > 0.0);
+  BOOST_TEST(ratios.at("failover_lost_requests").to_number<double>() == 0.0);
+  BOOST_TEST(metrics.at("failover_sequences_on_killed_node").to_number<double>() >= 1.0);
+  BOOST_TEST(metrics.at("failover_completed").to_number<double>() +
+                 metrics.at("failover_failed").to_number<double>() ==
+             metrics.at("failover_requests").to_number<double>());
 }

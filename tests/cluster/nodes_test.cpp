@@ -2,22 +2,22 @@
 // two decode nodes. Agent sessions run through the front with triad-load; a decode node killed
 // under load leaves no request hanging, and comes back to be routed to again.
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <regex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <boost/asio.hpp>
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "load/target.hpp"
+#include "runtime/child_process.hpp"
 #include "tests/process.hpp"
 
 namespace {
@@ -72,61 +72,25 @@ struct scratch {
   std::string path(const std::string& name) const { return (dir / name).string(); }
 };
 
-// One triad-node process, its output in a log; killed (if still running) and reaped at the end.
+// One triad-node process of the scratch's config, its output in `<name>.log`.
 class node_process {
 public:
-  node_process(const scratch& s, std::string name, std::vector<std::string> args)
-      : log_(s.path(name + ".log"))
-      , name_(std::move(name)) {
+  node_process(const scratch& s, const std::string& name, std::vector<std::string> args) {
     args.insert(args.begin(),
                 {binary("triad-node"), "--config", s.path("node.toml"), "--port", "0"});
-    pid_ = ::fork();
-    BOOST_REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      std::FILE* out = std::freopen(log_.c_str(), "w", stdout);
-      if (out == nullptr || ::dup2(STDOUT_FILENO, STDERR_FILENO) < 0)
-        ::_exit(127);
-      std::vector<char*> argv;
-      for (auto& a : args)
-        argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
+    auto p = triad::child_process::start(std::move(args), s.path(name + ".log"));
+    if (!p)
+      BOOST_FAIL(p.error().message);
+    process_.emplace(std::move(*p));
   }
-  node_process(const node_process&) = delete;
-  node_process& operator=(const node_process&) = delete;
-  ~node_process() { kill(SIGKILL); }
-
-  // Sends `sig` and reaps the process.
-  void kill(int sig) {
-    if (pid_ <= 0)
-      return;
-    ::kill(pid_, sig);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
-  // The first match of `pattern`'s group 1 in the log, waited for up to `limit`.
-  std::string wait_for(const std::string& pattern, std::chrono::seconds limit = 60s) {
-    const std::regex re{pattern};
-    const auto until = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-      std::smatch m;
-      const auto text = slurp(log_);
-      if (std::regex_search(text, m, re))
-        return m.size() > 1 ? m[1].str() : m[0].str();
-      int status = 0;
-      if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        BOOST_FAIL(name_ << " exited before printing /" << pattern << "/: " << text);
-      }
-      if (std::chrono::steady_clock::now() > until)
-        BOOST_FAIL(name_ << " did not print /" << pattern << "/ in " << limit.count()
-                         << " s: " << text);
-      std::this_thread::sleep_for(50ms);
-    }
+  // Kills it (SIGKILL: no drain, no goodbye to its peers).
+  void kill() { process_->kill(SIGKILL); }
+  // Group 1 of `pattern` in its output, once there.
+  std::string wait_for(const std::string& pattern) {
+    auto got = process_->wait_for(pattern, 60s);
+    if (!got)
+      BOOST_FAIL(got.error().message);
+    return *got;
   }
   // Its HTTP port, once it serves.
   unsigned http_port() { return std::stoul(wait_for("on http://127\\.0\\.0\\.1:([0-9]+)")); }
@@ -134,23 +98,13 @@ public:
   unsigned cluster_port() { return std::stoul(wait_for("published on 127\\.0\\.0\\.1:([0-9]+)")); }
 
 private:
-  std::string log_;
-  std::string name_;
-  pid_t pid_ = -1;
+  std::optional<triad::child_process> process_;
 };
 
-// GET `path` of 127.0.0.1:`port` (the body).
+// GET `path` of 127.0.0.1:`port` (the body; empty when it fails).
 std::string http_get(unsigned port, const std::string& path) {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::socket sock{io};
-  sock.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
-  const std::string get = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-  boost::asio::write(sock, boost::asio::buffer(get));
-  std::string answer;
-  boost::system::error_code ec;
-  boost::asio::read(sock, boost::asio::dynamic_buffer(answer), ec); // to the close
-  auto body = answer.find("\r\n\r\n");
-  return body == std::string::npos ? answer : answer.substr(body + 4);
+  auto body = triad::load::http_get("http://127.0.0.1:" + std::to_string(port) + path);
+  return body ? *body : std::string{};
 }
 
 // The value of the sample `series` (exactly as written, labels included) in Prometheus text; -1
@@ -245,7 +199,7 @@ BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_a
   while ((running = decoding()) < 2 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(5ms);
   BOOST_REQUIRE_MESSAGE(running >= 2, "d1 got no decode work");
-  c.decode1.kill(SIGKILL);
+  c.decode1.kill();
   // The front notices at once (its connection closes) and routes to d2 only.
   BOOST_TEST(wait_metric(c.port, "triad_cluster_peers_up", 2, 10s));
   // triad-load ends: every request was answered or failed, none hangs.
