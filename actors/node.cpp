@@ -548,6 +548,8 @@ void node::stop() {
   if (stopped_)
     return;
   draining_ = true;
+  if (cluster_)
+    cluster_->close_gateway(); // a device node's fronts route elsewhere from now on
   {
     std::lock_guard<std::mutex> guard{live_->mutex};
     for (auto& [id, actor] : live_->requests)

@@ -1,7 +1,9 @@
 #include "cluster/control_plane.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +20,8 @@
 #include "cluster/detail/gateway.hpp"
 #include "cluster/detail/remote_device.hpp"
 #include "cluster/detail/wire.hpp"
+#include "runtime/domains.hpp"
+#include "runtime/homed_actor.hpp"
 
 // -- TLS: each connection's OpenSSL errors stay its own --
 //
@@ -132,11 +136,42 @@ struct peer_state {
   std::vector<std::pair<std::string, detail::remote_device_actor>> devices; // by full name
   std::vector<device_role> roles;
   std::chrono::steady_clock::time_point last_answer;
-  std::uint64_t beat = 0; // a ping's number: answers to old pings are ignored
+  // Each time the node joins: ticks and answers of an earlier time (before a loss) are ignored.
+  std::uint64_t generation = 0;
   static inline const char* name = "triad.peer";
 };
 
-using peer_self = caf::stateful_actor<peer_state>;
+using peer_self = caf::stateful_actor<peer_state, homed_actor>;
+using probe_atom = caf::atom_constant<caf::atom("clprobe")>;
+
+// Whether a TCP connection to host:port opens within `timeout` (a non-blocking connect):
+// CAF 0.17's middleman connects with a blocking connect on its one thread, so an address that
+// drops packets would hold every other peer's connection for minutes.
+bool reachable(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res)
+    return false;
+  bool ok = false;
+  const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    if (::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof err;
+      ok = ::poll(&p, 1, static_cast<int>(timeout.count())) == 1 &&
+           ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return ok;
+}
 
 std::string where(const peer_state& st) {
   return st.host + ":" + std::to_string(st.port);
@@ -148,6 +183,7 @@ void lose(peer_self* self, const std::string& why) {
     return;
   self->demonitor(st.gateway);
   st.gateway = nullptr;
+  ++st.generation;
   for (std::size_t i = 0; i < st.devices.size(); ++i) {
     self->send(st.devices[i].second, detail::peer_lost_atom::value, why);
     if (st.shared->events.lost)
@@ -164,8 +200,19 @@ void lose(peer_self* self, const std::string& why) {
 
 void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   auto& st = self->state;
-  if (!st.node.empty() && st.node != hello.node) {
-    st.devices.clear(); // another node at this address: its devices are new ones
+  // Another node at this address, or the same with other devices (a new config): the old
+  // devices are gone for good, the new ones join afresh.
+  bool same = st.node == hello.node && st.devices.size() == hello.devices.size();
+  for (std::size_t i = 0; same && i < st.devices.size(); ++i)
+    same = st.devices[i].first == hello.devices[i].name + "@" + hello.node &&
+           st.roles[i] == static_cast<device_role>(hello.devices[i].role);
+  if (!same && !st.devices.empty()) {
+    for (auto& [name, d] : st.devices) {
+      if (st.shared->events.lost)
+        st.shared->events.lost(name, "its node " + st.node + " came back without it");
+      self->send_exit(d, caf::exit_reason::user_shutdown);
+    }
+    st.devices.clear();
     st.roles.clear();
   }
   st.node = hello.node;
@@ -193,7 +240,8 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   if (st.shared->up_gauge != nullptr)
     st.shared->up_gauge->set(static_cast<double>(st.shared->up->load()));
   st.last_answer = std::chrono::steady_clock::now();
-  self->send(self, heartbeat_atom::value);
+  ++st.generation;
+  self->send(self, heartbeat_atom::value, st.generation);
 }
 
 void connect(peer_self* self) {
@@ -201,6 +249,20 @@ void connect(peer_self* self) {
   if (st.gateway || st.connecting)
     return;
   st.connecting = true;
+  const auto& cfg = st.shared->config;
+  auto timeout = std::chrono::milliseconds{std::max(cfg.heartbeat_deadline_ms, 1000u)};
+  // Probed first on a thread of its own (see reachable), then connected by the middleman.
+  auto host = st.host;
+  auto port = st.port;
+  auto me = caf::actor_cast<caf::actor>(self);
+  self->spawn<caf::detached>([host, port, timeout, me](caf::event_based_actor* probe) {
+    caf::anon_send(me, probe_atom::value, reachable(host, port, timeout));
+    probe->quit();
+  });
+}
+
+void connect_probed(peer_self* self) {
+  auto& st = self->state;
   const auto& cfg = st.shared->config;
   auto timeout = std::chrono::milliseconds{std::max(cfg.heartbeat_deadline_ms, 1000u)};
   auto retry = [self](caf::error&) {
@@ -247,10 +309,19 @@ caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::st
   connect(self);
   return {
       [self](rejoin_atom) { connect(self); },
-      [self](heartbeat_atom) {
-        auto& st = self->state;
-        if (!st.gateway)
+      [self](probe_atom, bool ok) {
+        if (ok) {
+          connect_probed(self);
           return;
+        }
+        self->state.connecting = false;
+        self->delayed_send(self, std::chrono::milliseconds{self->state.shared->config.rejoin_ms},
+                           rejoin_atom::value);
+      },
+      [self](heartbeat_atom, std::uint64_t generation) {
+        auto& st = self->state;
+        if (!st.gateway || generation != st.generation)
+          return; // a tick of an earlier time
         const auto& cfg = st.shared->config;
         const auto deadline = std::chrono::milliseconds{cfg.heartbeat_deadline_ms};
         if (std::chrono::steady_clock::now() - st.last_answer > deadline) {
@@ -258,16 +329,15 @@ caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::st
                          std::to_string(cfg.heartbeat_deadline_ms) + " ms");
           return;
         }
-        const auto beat = ++st.beat;
         self->request(st.gateway, deadline, detail::cluster_ping_atom::value)
             .then(
-                [self, beat](bool) {
-                  if (beat <= self->state.beat)
+                [self, generation](bool) {
+                  if (generation == self->state.generation)
                     self->state.last_answer = std::chrono::steady_clock::now();
                 },
                 [](caf::error&) {}); // the deadline check above decides
-        self->delayed_send(self, std::chrono::milliseconds{cfg.heartbeat_ms},
-                           heartbeat_atom::value);
+        self->delayed_send(self, std::chrono::milliseconds{cfg.heartbeat_ms}, heartbeat_atom::value,
+                           generation);
       },
   };
 }
@@ -348,6 +418,7 @@ expected<std::unique_ptr<control_plane>> control_plane::start(const cluster_conf
   try {
     m.cfg = std::make_unique<cluster_system_config>(config);
     m.sys = std::make_unique<caf::actor_system>(*m.cfg);
+    detail::restore_thread_logger();
   } catch (const std::exception& e) {
     return make_error(errc::system_error, std::string{"[cluster]: "} + e.what());
   }
@@ -371,6 +442,13 @@ const std::string& control_plane::node_name() const noexcept {
   return impl_->name;
 }
 
+void control_plane::close_gateway() {
+  if (impl_ && impl_->gateway) {
+    caf::anon_send_exit(impl_->gateway, caf::exit_reason::user_shutdown);
+    impl_->gateway = nullptr;
+  }
+}
+
 std::size_t control_plane::peers_up() const {
   return impl_->up.load();
 }
@@ -388,6 +466,7 @@ control_plane::publish(std::vector<published_device> devices,
   for (auto& d : devices)
     o.devices.push_back({std::move(d.name), d.role, std::move(d.actor)});
   m.gateway = detail::spawn_gateway(*m.sys, std::move(o));
+  detail::restore_thread_logger();
   auto port = m.config.tls
                   ? caf::openssl::publish(m.gateway, m.config.port, m.config.listen.c_str(), true)
                   : caf::io::publish(m.gateway, m.config.port, m.config.listen.c_str(), true);
@@ -422,7 +501,9 @@ void control_plane::join(cluster_events events) {
         c)
       shared->lost_counter = *c;
   }
-  m.joiner = m.sys->spawn(joiner, std::move(shared));
+  // Its own thread: looking names up blocks.
+  m.joiner = m.sys->spawn<caf::detached>(joiner, std::move(shared));
+  detail::restore_thread_logger();
 }
 
 } // namespace triad

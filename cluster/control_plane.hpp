@@ -67,6 +67,10 @@ public:
   /// silent past heartbeat_deadline_ms (or whose connection drops) lost.
   void join(cluster_events events);
 
+  /// A device node that stops: its gateway goes first, so front nodes see its devices lost at
+  /// once (and route elsewhere) while the devices finish.
+  void close_gateway();
+
   /// Peers whose devices are joined now.
   std::size_t peers_up() const;
 

@@ -197,7 +197,9 @@ public:
         [this](free_atom, seq_id id) { release(id); },
         [this](stats_atom) { return snapshot(); },
         [this](watch_kv_atom, caf::actor& watcher) {
-          kv_watchers_.push_back(std::move(watcher));
+          // One subscription a watcher (a remote device asks again each time its node rejoins).
+          if (std::find(kv_watchers_.begin(), kv_watchers_.end(), watcher) == kv_watchers_.end())
+            kv_watchers_.push_back(std::move(watcher));
           report_kv(true);
         },
         [this](device_retry_atom) {

@@ -236,10 +236,14 @@ private:
     if (path == "/ready") {
       if (!only(http::verb::get, "GET"))
         return;
-      if (state_->accepting.load())
-        send_text(200, "application/json", R"({"status":"ready"})");
-      else
+      // A node that routes to other nodes' devices is ready once one of them has joined.
+      const auto* cluster = state_->n->cluster();
+      if (!state_->accepting.load())
         fail(error(503, "the node is draining", "draining"), false);
+      else if (cluster != nullptr && state_->n->cluster_port() == 0 && cluster->peers_up() == 0)
+        fail(error(503, "no device node has joined yet ([cluster].peers)", "no_devices"), false);
+      else
+        send_text(200, "application/json", R"({"status":"ready"})");
       return;
     }
     if (path == "/metrics") {

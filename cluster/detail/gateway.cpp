@@ -8,6 +8,7 @@
 
 #include "cluster/defaults.hpp"
 #include "cluster/detail/wire.hpp"
+#include "runtime/homed_actor.hpp"
 
 namespace triad::detail {
 
@@ -22,7 +23,7 @@ struct gateway_state {
   static inline const char* name = "triad.gateway";
 };
 
-using gateway_self = caf::stateful_actor<gateway_state>;
+using gateway_self = caf::stateful_actor<gateway_state, homed_actor>;
 
 // Notes `seq` of device `i` as held by the sender's remote device (watched from now on).
 void hold(gateway_self* self, const caf::actor& sink, std::uint32_t i, seq_id seq) {
@@ -65,8 +66,9 @@ caf::result<admission> admit(gateway_self* self, std::uint32_t i, generate_reque
             rp.deliver(std::move(a));
           },
           [self, rp, i, seq](caf::error& e) mutable {
+            // The device did not answer (stopping, gone): busy, so the request goes elsewhere.
             let_go(self, i, seq);
-            rp.deliver(admission{false, self->system().render(e), errc::system_error});
+            rp.deliver(admission{false, self->system().render(e), errc::busy});
           });
   return rp;
 }

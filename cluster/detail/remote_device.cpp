@@ -1,5 +1,6 @@
 #include "cluster/detail/remote_device.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -9,6 +10,7 @@
 #include <caf/all.hpp>
 
 #include "cluster/defaults.hpp"
+#include "runtime/homed_actor.hpp"
 
 namespace triad::detail {
 
@@ -17,11 +19,11 @@ namespace {
 constexpr std::uint64_t tag_shift = 48;
 constexpr std::uint64_t seq_mask = (std::uint64_t{1} << tag_shift) - 1;
 
-class remote_device_impl : public remote_device_actor::base {
+class remote_device_impl : public homed<remote_device_actor::base> {
 public:
   remote_device_impl(caf::actor_config& cfg, std::string name, std::uint32_t index,
                      caf::actor gateway, std::uint64_t tag)
-      : remote_device_actor::base(cfg)
+      : homed(cfg)
       , name_(std::move(name))
       , index_(index)
       , gateway_(std::move(gateway))
@@ -56,6 +58,7 @@ public:
           if (!up_ || it->second.lost) {
             fail_seq(seq, it->second.sink, why_);
             seqs_.erase(it);
+            drop(wire(seq));
             return;
           }
           it->second.active = true;
@@ -64,18 +67,21 @@ public:
         },
         [this](free_atom, seq_id seq) {
           seqs_.erase(seq);
-          if (up_)
-            caf::anon_send(gateway_, free_atom::value, index_, wire(seq));
+          drop(wire(seq));
         },
         [this](export_atom, seq_id seq) -> caf::result<kv_blob> {
           return blob_of(export_atom::value, seq);
         },
         [this](move_out_atom, seq_id seq) -> caf::result<kv_blob> {
           seqs_.erase(seq);
+          if (!up_)
+            orphans_.push_back(wire(seq));
           return blob_of(move_out_atom::value, seq);
         },
         [this](demote_atom, seq_id seq, std::uint32_t keep_ms) -> caf::result<kv_kept> {
           seqs_.erase(seq);
+          if (!up_)
+            orphans_.push_back(wire(seq));
           return ask<kv_kept>([](auto& rp, const std::string&) { rp.deliver(kv_kept{}); },
                               demote_atom::value, index_, wire(seq), keep_ms);
         },
@@ -89,7 +95,8 @@ public:
               stats_atom::value, index_);
         },
         [this](watch_kv_atom, caf::actor& watcher) {
-          watchers_.push_back(watcher);
+          if (std::find(watchers_.begin(), watchers_.end(), watcher) == watchers_.end())
+            watchers_.push_back(watcher);
           if (total_ != 0)
             caf::anon_send(watcher, kv_free_atom::value, address(), free_, total_, step_s_);
           if (up_ && watchers_.size() == 1)
@@ -121,6 +128,9 @@ public:
           tag_ = tag;
           up_ = true;
           why_.clear();
+          // What the node may still hold of ours from before (a partition it lived through).
+          for (auto w : std::exchange(orphans_, {}))
+            caf::anon_send(gateway_, free_atom::value, index_, w);
           if (!watchers_.empty())
             caf::anon_send(gateway_, watch_kv_atom::value, index_,
                            caf::actor_cast<caf::actor>(this));
@@ -140,6 +150,11 @@ private:
     bool active = true;     // computing (not parked, not done)
     bool moves_out = false; // its done event carries its KV and ends it here
     bool lost = false;      // its node was lost while it was parked: fails at its resume
+    // Until its admission is answered: the device's events, which travel from the device (its
+    // driver) while the answer goes through the gateway and may come later. The request takes
+    // events only for a sequence it knows admitted, so they wait here and follow the answer.
+    bool admitted = false;
+    std::vector<device_event> early;
   };
 
   std::uint64_t wire(seq_id seq) const { return tag_ << tag_shift | (seq & seq_mask); }
@@ -155,7 +170,7 @@ private:
     const auto seq = r.seq;
     auto c = to_wire(r.constraint);
     r.constraint.reset();
-    seqs_[seq] = held{std::move(r.sink), true, r.move_out_when_done, false};
+    seqs_[seq] = held{std::move(r.sink), true, r.move_out_when_done, false, false, {}};
     r.sink = caf::actor_cast<caf::actor>(this);
     r.seq = wire(seq);
     auto refused = [this, seq](auto& rp, const std::string& why) {
@@ -165,12 +180,26 @@ private:
     auto rp = make_response_promise<admission>();
     const auto id = ++next_;
     pending_.emplace(id, [rp, refused](const std::string& why) mutable { refused(rp, why); });
-    auto answered = [this, id, seq, rp](admission& a) mutable {
-      if (pending_.erase(id) == 0)
+    const auto wired = r.seq;
+    auto answered = [this, id, seq, wired, rp](admission& a) mutable {
+      if (pending_.erase(id) == 0) {
+        if (a.accepted) // admitted after it was given up on: the node lets it go
+          drop(wired);
         return;
-      if (!a.accepted)
+      }
+      if (!a.accepted) {
         seqs_.erase(seq);
+        rp.deliver(std::move(a));
+        return;
+      }
       rp.deliver(std::move(a));
+      // Then the events that came before the answer, in order, from this actor as the answer.
+      if (auto it = seqs_.find(seq); it != seqs_.end()) {
+        it->second.admitted = true;
+        auto early = std::move(it->second.early);
+        for (auto& e : early)
+          on_event(std::move(e));
+      }
     };
     auto failed = [this, id](caf::error& e) { settle(id, system().render(e)); };
     if (blob != nullptr) {
@@ -248,6 +277,10 @@ private:
     auto it = seqs_.find(seq);
     if (it == seqs_.end())
       return; // a sequence let go
+    if (!it->second.admitted) {
+      it->second.early.push_back(std::move(e));
+      return;
+    }
     e.seq = seq;
     e.kv.seq = seq;
     auto sink = it->second.sink;
@@ -258,6 +291,14 @@ private:
       it->second.active = false;
     if (sink)
       caf::anon_send(sink, std::move(e));
+  }
+
+  // Frees sequence `w` (a wire id) on the node, now or, while the node is lost, when it is back.
+  void drop(std::uint64_t w) {
+    if (up_)
+      caf::anon_send(gateway_, free_atom::value, index_, w);
+    else
+      orphans_.push_back(w);
   }
 
   void fail_seq(seq_id seq, const caf::actor& sink, const std::string& why) {
@@ -283,6 +324,7 @@ private:
     for (auto it = seqs_.begin(); it != seqs_.end();) {
       if (it->second.active) {
         fail_seq(it->first, it->second.sink, why);
+        orphans_.push_back(wire(it->first));
         it = seqs_.erase(it);
       } else {
         it->second.lost = true;
@@ -301,6 +343,8 @@ private:
   std::map<std::uint64_t, std::function<void(const std::string&)>> pending_;
   std::uint64_t next_ = 0;
   std::vector<caf::actor> watchers_;
+  // Sequences (wire ids) given up on while the node was lost, freed there when it is back.
+  std::vector<std::uint64_t> orphans_;
   std::uint64_t free_ = 0;
   std::uint64_t total_ = 0;
   double step_s_ = 0;

@@ -244,4 +244,28 @@ BOOST_AUTO_TEST_CASE(a_front_without_peers_and_an_open_device_node_without_tls_a
   BOOST_TEST(open.out.find("[cluster].tls is off") != std::string::npos, open.out);
 }
 
+BOOST_AUTO_TEST_CASE(a_front_is_ready_once_a_device_node_has_joined) {
+  scratch s;
+  node_process decode{s, "d1", {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"}};
+  const auto peer = "127.0.0.1:" + std::to_string(decode.cluster_port());
+  // A front whose peer is not there: not ready, and a request is refused with the reason.
+  node_process alone{s, "alone", {"--role", "front", "--peers", "127.0.0.1:1"}};
+  const auto alone_port = std::to_string(alone.http_port());
+  auto ready = triad::load::http_get("http://127.0.0.1:" + alone_port + "/ready");
+  BOOST_REQUIRE(!ready);
+  BOOST_TEST(ready.error().message.find("HTTP 503") != std::string::npos, ready.error().message);
+  auto r =
+      run_command("timeout 30 " + binary("triad-load") + " --url http://127.0.0.1:" + alone_port +
+                  "/v1 --requests 1 --no-script --output-tokens fixed:4 2>&1");
+  BOOST_TEST(r.status != 124, r.out); // answered, not held
+  BOOST_TEST(r.out.find("errors: {\"http_500:generation_failed\":1}") != std::string::npos, r.out);
+  // A front whose peer is there: ready once it joined.
+  node_process front{s, "front", {"--role", "front", "--peers", peer}};
+  const auto url = "http://127.0.0.1:" + std::to_string(front.http_port()) + "/ready";
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (!triad::load::http_get(url) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(50ms);
+  BOOST_TEST(triad::load::http_get(url).has_value());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
