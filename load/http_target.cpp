@@ -506,9 +506,9 @@ void exchange::fail(std::string kind, std::string message) {
   done(std::move(result_));
 }
 
-} // namespace
-
-expected<std::string> http_get(const std::string& url) {
+// `url` split and its host looked up; errors say `what` (the URL as the caller names it).
+expected<std::pair<url_parts, tcp::resolver::results_type>> locate(const std::string& url,
+                                                                   const std::string& what) {
   auto parts = split_url(url);
   if (!parts)
     return parts.error();
@@ -517,9 +517,18 @@ expected<std::string> http_get(const std::string& url) {
   boost::system::error_code ec;
   auto endpoints = resolver.resolve(parts->host, parts->port, ec);
   if (ec)
-    return make_error(errc::not_found,
-                      url + ": cannot resolve " + parts->host + ": " + ec.message());
-  auto r = get_now({}, *parts, endpoints, "");
+    return make_error(errc::not_found, what + ": cannot resolve " + parts->host + ":" +
+                                           parts->port + ": " + ec.message());
+  return std::pair{std::move(*parts), std::move(endpoints)};
+}
+
+} // namespace
+
+expected<std::string> http_get(const std::string& url) {
+  auto where = locate(url, url);
+  if (!where)
+    return where.error();
+  auto r = get_now({}, where->first, where->second, "");
   if (!r)
     return make_error(r.error().code, url + ": " + r.error().message);
   if (r->result_int() != 200)
@@ -528,16 +537,12 @@ expected<std::string> http_get(const std::string& url) {
 }
 
 expected<std::unique_ptr<target>> make_http_target(http_target_options options) {
-  auto parts = split_url(options.url);
-  if (!parts)
-    return parts.error();
-  net::io_context io;
-  tcp::resolver resolver{io};
+  auto where = locate(options.url, "--url " + options.url);
+  if (!where)
+    return where.error();
+  auto* parts = &where->first;
+  auto& endpoints = where->second;
   boost::system::error_code ec;
-  auto endpoints = resolver.resolve(parts->host, parts->port, ec);
-  if (ec)
-    return make_error(errc::not_found, "--url " + options.url + ": cannot resolve " + parts->host +
-                                           ":" + parts->port + ": " + ec.message());
   if (options.model.empty()) {
     // Ask the server which model it serves.
     auto res = get_now(options, *parts, endpoints, "/models");
