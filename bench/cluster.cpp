@@ -213,6 +213,18 @@ struct node_set {
     nodes.push_back(std::move(*p));
     return nodes.size() - 1;
   }
+  // The last lines each node wrote (for an error: why a node stopped answering).
+  std::string tails() const {
+    std::string out;
+    for (const auto& n : nodes) {
+      auto text = n.log();
+      std::size_t from = text.size();
+      for (int lines = 0; lines < 12 && from > 0; ++lines)
+        from = text.rfind('\n', from - 1) == std::string::npos ? 0 : text.rfind('\n', from - 1);
+      out += "\n--- node " + std::to_string(n.pid()) + " (-1: ended) ---\n" + text.substr(from);
+    }
+    return out;
+  }
   triad::expected<unsigned> port(std::size_t i, const char* pattern) {
     auto got = nodes[i].wait_for(pattern, std::chrono::seconds{60});
     if (!got)
@@ -329,8 +341,14 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
     auto m = load(set, *port, requests, prompt, 128, remote == 0 ? "local" : "remote");
     if (!m)
       return m.error().message;
-    if (m->at("calls_ok").as_int64() != static_cast<std::int64_t>(requests))
-      return "not every request completed: " + boost::json::serialize(m->at("errors"));
+    if (m->at("calls_ok").as_int64() != static_cast<std::int64_t>(requests)) {
+      std::string running;
+      for (auto& n : set.nodes)
+        running += n.running() ? " running" : " ENDED";
+      return std::string{remote == 0 ? "local" : "remote"} +
+             ": not every request completed: " + boost::json::serialize(m->at("errors")) +
+             "; nodes:" + running + set.tails();
+    }
     tps[remote] = m->at("output_tokens_per_s").to_number<double>();
   }
   const std::string suffix = cpu ? "_cpu" : "";
