@@ -242,13 +242,7 @@ struct node_set {
 // A sample of a node's /metrics (-1 when absent or unreachable).
 double sample(unsigned port, const std::string& series) {
   auto text = triad::load::http_get("http://127.0.0.1:" + std::to_string(port) + "/metrics");
-  if (!text)
-    return -1;
-  std::istringstream in{*text};
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(series + " ", 0) == 0)
-      return std::stod(line.substr(series.size() + 1));
-  return -1;
+  return text ? triad::load::metric_sample(*text, series).value_or(-1) : -1;
 }
 
 bool wait_sample(unsigned port, const std::string& series, double value) {

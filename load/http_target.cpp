@@ -536,6 +536,19 @@ expected<std::string> http_get(const std::string& url) {
   return std::move(r->body());
 }
 
+std::optional<double> metric_sample(std::string_view text, std::string_view series) {
+  for (std::size_t at = 0; at < text.size();) {
+    auto end = text.find('\n', at);
+    auto line = text.substr(at, end == std::string_view::npos ? text.npos : end - at);
+    if (line.size() > series.size() && line.starts_with(series) && line[series.size()] == ' ')
+      return std::stod(std::string{line.substr(series.size() + 1)});
+    if (end == std::string_view::npos)
+      break;
+    at = end + 1;
+  }
+  return std::nullopt;
+}
+
 expected<std::unique_ptr<target>> make_http_target(http_target_options options) {
   auto where = locate(options.url, "--url " + options.url);
   if (!where)

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/node_config.hpp"
@@ -154,6 +155,10 @@ expected<std::unique_ptr<target>> make_http_target(http_target_options options);
 /// answer, else an error naming the URL and the status or the step that failed. For the few
 /// requests around a run (a node's /metrics), not the load.
 expected<std::string> http_get(const std::string& url);
+
+/// The value of the sample `series` (its name and labels as a node renders them, e.g.
+/// `triad_device_running{device="decode0"}`) in Prometheus text `text`; nothing when absent.
+std::optional<double> metric_sample(std::string_view text, std::string_view series);
 
 /// A node embedded in this process, started from a config file (its devices, tools, policies):
 /// requests go through node::submit, without HTTP. `trace_file`: where it writes the traces of

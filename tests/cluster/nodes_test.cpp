@@ -110,11 +110,7 @@ std::string http_get(unsigned port, const std::string& path) {
 // The value of the sample `series` (exactly as written, labels included) in Prometheus text; -1
 // when it is not there.
 double sample(const std::string& text, const std::string& series) {
-  std::istringstream in{text};
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(series + " ", 0) == 0)
-      return std::stod(line.substr(series.size() + 1));
-  return -1;
+  return triad::load::metric_sample(text, series).value_or(-1);
 }
 
 // Waits up to `limit` for the front's `series` to read `value`.
