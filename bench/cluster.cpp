@@ -219,7 +219,7 @@ struct node_set {
     for (const auto& n : nodes) {
       auto text = n.log();
       std::size_t from = text.size();
-      for (int lines = 0; lines < 12 && from > 0; ++lines)
+      for (int lines = 0; lines < 60 && from > 0; ++lines)
         from = text.rfind('\n', from - 1) == std::string::npos ? 0 : text.rfind('\n', from - 1);
       out += "\n--- node " + std::to_string(n.pid()) + " (-1: ended) ---\n" + text.substr(from);
     }

@@ -298,7 +298,8 @@ typename Inspector::result_type inspect(Inspector& f, kv_blob& x) {
     raw.assign(reinterpret_cast<const char*>(x.bytes.data()), x.bytes.size());
   auto load = caf::meta::load_callback([&]() -> caf::error {
     x.bytes.resize(raw.size());
-    std::memcpy(x.bytes.data(), raw.data(), raw.size());
+    if (!raw.empty()) // memcpy's pointers must not be null, even for no bytes
+      std::memcpy(x.bytes.data(), raw.data(), raw.size());
     return caf::none;
   });
   return f(caf::meta::type_name("kv_blob"), x.seq, x.tokens, raw, load);
