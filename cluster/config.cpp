@@ -36,6 +36,16 @@ const char* peer_problem(const std::string& value) {
 
 } // namespace
 
+constexpr options::enum_name<kv_wire_mode> kv_wire_names[] = {
+    {"off", kv_wire_mode::off},
+    {"tcp", kv_wire_mode::tcp},
+    {"shared_memory", kv_wire_mode::shared_memory},
+};
+
+std::string_view to_string(kv_wire_mode value) noexcept {
+  return options::name_of(kv_wire_names, value);
+}
+
 std::string_view to_string(node_role value) noexcept {
   return options::name_of(node_role_names, value);
 }
@@ -73,6 +83,13 @@ const options::section<cluster_config>& cluster_section() {
                            "a peer silent this long is lost"),
           options::integer("rejoin_ms", &c::rejoin_ms, {10, 3'600'000},
                            "how often lost or unreached peers are tried again"),
+          options::choice("kv_wire", &c::kv_wire, kv_wire_names,
+                          "how moved-out KV reaches another node: off (through the front), "
+                          "tcp or shared_memory (UCX, node to node)"),
+          options::integer("kv_hold_ms", &c::kv_hold_ms, {100, 3'600'000},
+                           "how long a device node holds moved-out KV for its fetcher"),
+          options::integer("kv_hold_mib", &c::kv_hold_mib, {1, 1'048'576},
+                           "the most KV (MiB) a device node holds for others"),
       },
       [](options::table& t, c& out) {
         if (out.tls && (out.certificate.empty() || out.key.empty() || out.cafile.empty()))

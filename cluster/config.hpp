@@ -23,6 +23,16 @@ enum class node_role : std::uint8_t {
 /// "all", "front", "prefill" or "decode".
 std::string_view to_string(node_role value) noexcept;
 
+/// How a device node moves KV to another node (`[cluster] kv_wire`).
+enum class kv_wire_mode : std::uint8_t {
+  off,           ///< in the control messages, through the front node (CAF's BASP)
+  tcp,           ///< node to node on UCX over TCP; the control message carries block ids
+  shared_memory, ///< node to node on UCX's shared memory (nodes of one machine only)
+};
+
+/// "off", "tcp" or "shared_memory".
+std::string_view to_string(kv_wire_mode value) noexcept;
+
 /// `[cluster]`: the node's part in a cluster and how its nodes reach each other (CAF's BASP
 /// over TCP, TLS through libcaf_openssl, for control; UCX for KV bytes).
 struct cluster_config {
@@ -48,6 +58,13 @@ struct cluster_config {
   /// `rejoin_ms`: how often a front node tries peers it lost or has not reached, and looks
   /// their names up again.
   std::uint32_t rejoin_ms = defaults::cluster::rejoin_ms;
+  /// `kv_wire`: how a prefill node's moved-out KV reaches the decode node (for a front without
+  /// devices of its own): held on the prefill node and fetched over UCX, or through the front.
+  kv_wire_mode kv_wire = kv_wire_mode::tcp;
+  /// `kv_hold_ms`: how long a device node holds moved-out KV for the node that fetches it.
+  std::uint32_t kv_hold_ms = defaults::cluster::kv_hold_ms;
+  /// `kv_hold_mib`: the most KV a device node holds for others; the oldest gives way.
+  std::uint32_t kv_hold_mib = defaults::cluster::kv_hold_mib;
   bool operator==(const cluster_config&) const = default;
 };
 

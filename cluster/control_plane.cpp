@@ -1,7 +1,10 @@
 #include "cluster/control_plane.hpp"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -280,7 +283,8 @@ void connect_probed(peer_self* self) {
               retry(none);
               return;
             }
-            self->request(gateway, timeout, detail::cluster_hello_atom::value)
+            self->request(gateway, timeout, detail::cluster_hello_atom::value,
+                          self->state.shared->events.takes_held)
                 .then(
                     [self, gateway](detail::node_hello& hello) {
                       self->state.connecting = false;
@@ -401,7 +405,34 @@ struct control_plane::impl {
   caf::actor joiner;
   std::atomic<std::size_t> up{0};
   metrics_registry* metrics = nullptr;
+  std::shared_ptr<detail::kv_exchange> exchange; // a device node's, unless kv_wire = off
 };
+
+namespace {
+
+// The address others reach this node's KV wire at: `listen`, or for a wildcard the first IPv4
+// address of an interface that is up and not loopback.
+std::string advertised(const std::string& listen) {
+  if (listen != "0.0.0.0" && listen != "::")
+    return listen;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0)
+    return listen;
+  std::string out = listen;
+  for (auto* a = list; a != nullptr; a = a->ifa_next)
+    if (a->ifa_addr != nullptr && a->ifa_addr->sa_family == AF_INET &&
+        (a->ifa_flags & IFF_UP) != 0 && (a->ifa_flags & IFF_LOOPBACK) == 0) {
+      char host[INET_ADDRSTRLEN] = "";
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, host,
+                  sizeof host);
+      out = host;
+      break;
+    }
+  ::freeifaddrs(list);
+  return out;
+}
+
+} // namespace
 
 expected<std::unique_ptr<control_plane>> control_plane::start(const cluster_config& config,
                                                               metrics_registry* metrics) {
@@ -465,6 +496,18 @@ control_plane::publish(std::vector<published_device> devices,
   const auto count = devices.size();
   for (auto& d : devices)
     o.devices.push_back({std::move(d.name), d.role, std::move(d.actor)});
+  if (m.config.kv_wire != kv_wire_mode::off && !m.exchange) {
+    auto ex = detail::kv_exchange::start(
+        m.config.kv_wire == kv_wire_mode::tcp ? cluster::wire_transport::tcp
+                                              : cluster::wire_transport::shared_memory,
+        m.config.listen == "::" ? "0.0.0.0" : m.config.listen, advertised(m.config.listen),
+        std::chrono::milliseconds{m.config.kv_hold_ms}, std::uint64_t{m.config.kv_hold_mib} << 20,
+        m.metrics);
+    if (!ex)
+      return make_error(ex.error().code, "[cluster] kv_wire: " + ex.error().message);
+    m.exchange = std::move(*ex);
+  }
+  o.exchange = m.exchange;
   m.gateway = detail::spawn_gateway(*m.sys, std::move(o));
   detail::restore_thread_logger();
   auto port = m.config.tls

@@ -28,6 +28,9 @@ struct cluster_events {
   std::function<void(const remote_device&)> joined;
   /// A device's node was lost (`why`): route nothing there until it joins again.
   std::function<void(const std::string& name, const std::string& why)> lost;
+  /// This node has no devices of its own: a prefill node may keep a sequence's KV (kv_held)
+  /// for the decode node to fetch over the KV wire, instead of sending it through here.
+  bool takes_held = false;
 };
 
 /// A device this node publishes (a device node's own).

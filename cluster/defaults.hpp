@@ -27,6 +27,10 @@ inline constexpr std::uint32_t heartbeat_ms = 500;
 inline constexpr std::uint32_t heartbeat_deadline_ms = 3000;
 /// How often lost or unreached peers are tried again.
 inline constexpr std::uint32_t rejoin_ms = 2000;
+/// How long a device node holds moved-out KV for the node that fetches it.
+inline constexpr std::uint32_t kv_hold_ms = 30000;
+/// The most KV (MiB) a device node holds for others to fetch.
+inline constexpr std::uint32_t kv_hold_mib = 4096;
 /// How long a device's answer (admission, export, stats) may take across nodes before the
 /// request is answered with an error; a KV export of a long context is the slowest.
 inline constexpr std::chrono::milliseconds remote_answer_timeout{60000};

@@ -375,6 +375,14 @@ expected<void> kv_wire::connect(const std::string& host, std::uint16_t port,
   return s.join(sock.get(), deadline);
 }
 
+expected<void> kv_wire::accept(std::chrono::milliseconds timeout) {
+  return state_->accept_peer(clock::now() + timeout);
+}
+
+void kv_wire::drop_peer() {
+  state_->close_peer();
+}
+
 expected<void> kv_wire::send(std::span<const wire_block> blocks,
                              std::chrono::milliseconds timeout) {
   auto& s = *state_;

@@ -467,6 +467,12 @@ private:
     if (!blob)
       return refuse(errc::invalid_argument,
                     "invalid: sequence " + std::to_string(req.seq) + " has no KV to import");
+    if (!blob->held.empty() && blob->bytes.empty() && !blob->stream)
+      return refuse(errc::invalid_argument,
+                    "invalid: sequence " + std::to_string(req.seq) + "'s KV is held at " +
+                        blob->held.wire +
+                        " and was not fetched (only a cluster node's gateway "
+                        "fetches held KV)");
     // At least one token past the KV: its logits give the next token.
     if (req.prompt.size() <= blob->tokens)
       return refuse(errc::invalid_argument,

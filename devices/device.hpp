@@ -152,8 +152,35 @@ typename Inspector::result_type inspect(Inspector& f, kv_kept& x) {
   return f(caf::meta::type_name("kv_kept"), x.blocks, x.tokens, x.pin);
 }
 
+/// A sequence's KV that another node holds for whoever imports it (a prefill node's, for a
+/// decode node in a cluster): where its KV exchange listens and the blocks to fetch from it
+/// over the KV wire (UCX), each with its size and the checksum taken when it was held. The
+/// control message carries this, not the bytes.
+struct kv_held {
+  std::string wire;                     ///< "host:port" of the holder's KV wire
+  std::vector<std::uint64_t> blocks;    ///< the holder's block ids, in order
+  std::vector<std::uint64_t> sizes;     ///< each block's bytes
+  std::vector<std::uint64_t> checksums; ///< each block's block_checksum
+  /// Whether it names no blocks.
+  bool empty() const noexcept { return blocks.empty(); }
+  /// The bytes of every block together.
+  std::uint64_t bytes() const noexcept {
+    std::uint64_t n = 0;
+    for (auto b : sizes)
+      n += b;
+    return n;
+  }
+};
+
+/// Inspector of kv_held.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_held& x) {
+  return f(caf::meta::type_name("kv_held"), x.wire, x.blocks, x.sizes, x.checksums);
+}
+
 /// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format, or
-/// a stream of its pages through the KV store (kv_stream), under way as the blob travels.
+/// a stream of its pages through the KV store (kv_stream), under way as the blob travels, or
+/// held by another node (kv_held) until the importer fetches it.
 struct kv_blob {
   seq_id seq = 0;               ///< the sequence it came from
   std::uint64_t tokens = 0;     ///< tokens it covers
@@ -161,10 +188,15 @@ struct kv_blob {
   /// The pages streamed through the store instead of `bytes` (in this process only: a stream is
   /// not serialised).
   std::shared_ptr<kv_stream> stream;
+  /// The bytes wait on another node instead of being in `bytes` (cluster: fetched over the KV
+  /// wire by the node whose device imports them).
+  kv_held held;
   /// Whether it carries any KV.
-  bool empty() const noexcept { return bytes.empty() && !stream; }
-  /// The KV bytes it carries: the stream's, or those in `bytes`.
-  std::uint64_t size_bytes() const noexcept { return stream ? stream->bytes() : bytes.size(); }
+  bool empty() const noexcept { return bytes.empty() && !stream && held.empty(); }
+  /// The KV bytes it carries: the stream's, those held elsewhere, or those in `bytes`.
+  std::uint64_t size_bytes() const noexcept {
+    return stream ? stream->bytes() : !held.empty() ? held.bytes() : bytes.size();
+  }
 };
 
 /// The immediate answer to a generate request.
@@ -302,7 +334,7 @@ typename Inspector::result_type inspect(Inspector& f, kv_blob& x) {
       std::memcpy(x.bytes.data(), raw.data(), raw.size());
     return caf::none;
   });
-  return f(caf::meta::type_name("kv_blob"), x.seq, x.tokens, raw, load);
+  return f(caf::meta::type_name("kv_blob"), x.seq, x.tokens, raw, x.held, load);
 }
 /// Inspector of device_stats.
 template<class Inspector>

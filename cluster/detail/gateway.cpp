@@ -1,5 +1,6 @@
 #include "cluster/detail/gateway.hpp"
 
+#include <cstdio>
 #include <map>
 #include <set>
 #include <utility>
@@ -14,9 +15,14 @@ namespace triad::detail {
 
 namespace {
 
+// Fetches held KV for an import (a thread of its own: the wire blocks).
+using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
+
 struct gateway_state {
   gateway_options options;
   std::map<caf::node_id, std::uint64_t> tags; // per front node
+  std::set<caf::node_id> takes_held;          // fronts without devices of their own
+  caf::actor fetcher;                         // with an exchange: fetches held KV
   std::uint64_t next_tag = 1;
   // Sequences each front's remote device holds here (by its actor), to free when it goes.
   std::map<caf::actor_addr, std::set<std::pair<std::uint32_t, seq_id>>> held;
@@ -41,22 +47,53 @@ void let_go(gateway_self* self, std::uint32_t i, seq_id seq) {
     seqs.erase({i, seq});
 }
 
-// The admission order `msg...` for device `i`, answered by the device.
+// Passes a moved-out sequence's events on to `sink`, its KV held in `exchange` on the way (the
+// event then carries the reference, not the bytes); ends with the sequence.
+caf::behavior kv_holder(caf::event_based_actor* self, caf::actor sink,
+                        std::shared_ptr<kv_exchange> exchange) {
+  return {[self, sink, exchange](device_event& e) {
+    const bool last = e.kind == device_event::done || e.kind == device_event::failed;
+    if (e.kind == device_event::done && !e.kv.bytes.empty())
+      e.kv.held = exchange->hold(e.kv.bytes); // past the budget: the bytes stay
+    self->send(sink, std::move(e));
+    if (last)
+      self->quit();
+  }};
+}
+
+// The fetcher: imports' held KV, one at a time, from the holders' exchanges.
+caf::behavior kv_fetcher(caf::event_based_actor*, std::shared_ptr<kv_exchange> exchange) {
+  return {[exchange](kv_fetch_atom, kv_blob& blob) -> caf::result<kv_blob> {
+    auto bytes = exchange->fetch(blob.held);
+    if (!bytes)
+      return caf::make_error(caf::sec::runtime_error, bytes.error().message);
+    blob.bytes = std::move(*bytes);
+    blob.held = {};
+    return std::move(blob);
+  }};
+}
+
+// The admission order `msg...` for device `i`, answered by the device through `rp`.
 template<class... Ts>
-caf::result<admission> admit(gateway_self* self, std::uint32_t i, generate_request& r,
-                             constraint_wire& c, Ts&&... head) {
+void admit_to(gateway_self* self, caf::typed_response_promise<admission> rp, std::uint32_t i,
+              generate_request& r, constraint_wire& c, Ts&&... head) {
   auto& st = self->state;
-  if (i >= st.options.devices.size())
-    return admission{false, "no device " + std::to_string(i) + " on node " + st.options.node,
-                     errc::invalid_argument};
+  if (i >= st.options.devices.size()) {
+    rp.deliver(admission{false, "no device " + std::to_string(i) + " on node " + st.options.node,
+                         errc::invalid_argument});
+    return;
+  }
   auto constraint = from_wire(c, st.options.grammars.get(), st.options.vocabulary);
-  if (!constraint)
-    return admission{false, constraint.error().message, constraint.error().code};
+  if (!constraint) {
+    rp.deliver(admission{false, constraint.error().message, constraint.error().code});
+    return;
+  }
   r.constraint = std::move(*constraint);
   if (!r.move_out_when_done) // a move-out sequence leaves the device by itself
     hold(self, r.sink, i, r.seq);
+  else if (st.options.exchange && r.sink && st.takes_held.count(r.sink.node()) != 0)
+    r.sink = self->spawn(kv_holder, std::move(r.sink), st.options.exchange);
   auto seq = r.seq;
-  auto rp = self->make_response_promise<admission>();
   self->request(st.options.devices[i].actor, defaults::cluster::remote_answer_timeout,
                 std::forward<Ts>(head)..., std::move(r))
       .then(
@@ -69,6 +106,42 @@ caf::result<admission> admit(gateway_self* self, std::uint32_t i, generate_reque
             // The device did not answer (stopping, gone): busy, so the request goes elsewhere.
             let_go(self, i, seq);
             rp.deliver(admission{false, self->system().render(e), errc::busy});
+          });
+}
+
+// The admission order `msg...` for device `i`, answered by the device.
+template<class... Ts>
+caf::result<admission> admit(gateway_self* self, std::uint32_t i, generate_request& r,
+                             constraint_wire& c, Ts&&... head) {
+  auto rp = self->make_response_promise<admission>();
+  admit_to(self, rp, i, r, c, std::forward<Ts>(head)...);
+  return rp;
+}
+
+// An import whose KV another node holds: fetched over the KV wire first; when that fails (the
+// holder is gone, the KV expired, a block is damaged) the sequence is computed from its prompt.
+caf::result<admission> import_held(gateway_self* self, std::uint32_t i, kv_blob& blob,
+                                   generate_request& r, constraint_wire& c) {
+  auto& st = self->state;
+  if (!st.fetcher) {
+    if (!st.options.exchange)
+      return admit(self, i, r, c, generate_atom::value);
+    st.fetcher = self->spawn<caf::detached + caf::linked>(kv_fetcher, st.options.exchange);
+  }
+  auto rp = self->make_response_promise<admission>();
+  auto from = blob.held.wire;
+  self->request(st.fetcher, defaults::cluster::wire_transfer_timeout * 2, kv_fetch_atom::value,
+                std::move(blob))
+      .then(
+          [self, rp, i, r, c](kv_blob& b) mutable {
+            admit_to(self, rp, i, r, c, import_atom::value, std::move(b));
+          },
+          [self, rp, i, r, c, from](caf::error& e) mutable {
+            std::fprintf(stderr,
+                         "triad-node: cluster: the KV of a sequence held at %s was not fetched "
+                         "(%s); its prompt is computed here\n",
+                         from.c_str(), self->system().render(e).c_str());
+            admit_to(self, rp, i, r, c, generate_atom::value);
           });
   return rp;
 }
@@ -105,8 +178,10 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
     return i < devices.size() ? &devices[i].actor : nullptr;
   };
   return {
-      [self](cluster_hello_atom) {
+      [self](cluster_hello_atom, bool takes_held) {
         auto& st = self->state;
+        if (takes_held && self->current_sender())
+          st.takes_held.insert(self->current_sender()->node());
         node_hello hello;
         hello.node = st.options.node;
         for (const auto& d : st.options.devices)
@@ -123,7 +198,11 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
         return admit(self, i, r, c, a);
       },
       [self](import_atom a, std::uint32_t i, kv_blob& blob, generate_request& r,
-             constraint_wire& c) { return admit(self, i, r, c, a, std::move(blob)); },
+             constraint_wire& c) {
+        if (!blob.held.empty() && blob.bytes.empty())
+          return import_held(self, i, blob, r, c);
+        return admit(self, i, r, c, a, std::move(blob));
+      },
       [self, device](park_atom a, std::uint32_t i, seq_id seq) {
         if (auto* d = device(i))
           self->send(*d, a, seq);

@@ -8,6 +8,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "cluster/detail/kv_exchange.hpp"
 #include "devices/device.hpp"
 #include "grammar/cache.hpp"
 #include "grammar/token_mask.hpp"
@@ -29,6 +30,9 @@ struct gateway_options {
   std::shared_ptr<grammar::grammar_cache> grammars;
   /// The model's vocabulary as bytes, for their masks (null: constrained sequences refused).
   std::shared_ptr<const grammar::token_index> vocabulary;
+  /// The node's KV exchange (null: `[cluster] kv_wire = "off"`): a moved-out sequence's KV is
+  /// held here for fronts that take references, and imports of KV held elsewhere fetch it.
+  std::shared_ptr<kv_exchange> exchange;
 };
 
 /// Spawns a device node's gateway in `sys` (the cluster's system, whose middleman publishes

@@ -19,7 +19,9 @@
 /// the grammar of a constrained sequence as data (a constraint object does not serialize).
 namespace triad::detail {
 
-/// Asks a gateway for its node's name and devices: `(cluster_hello_atom)` -> node_hello.
+/// Asks a gateway for its node's name and devices: `(cluster_hello_atom, bool takes_held)` ->
+/// node_hello. `takes_held`: the front has no devices of its own, so a moved-out sequence's KV
+/// may stay on its device node (kv_held) for the importing node to fetch over the KV wire.
 using cluster_hello_atom = caf::atom_constant<caf::atom("clhello")>;
 /// A front node's heartbeat: `(cluster_ping_atom)` -> true.
 using cluster_ping_atom = caf::atom_constant<caf::atom("clping")>;

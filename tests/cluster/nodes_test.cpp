@@ -176,6 +176,27 @@ BOOST_AUTO_TEST_CASE(agent_sessions_run_through_a_front_on_prefill_and_decode_no
              12 * 16);
   // The front runs no device of its own.
   BOOST_TEST(device_tokens(c.port, "decode0") == -1);
+  // The KV went from the prefill node to the decode nodes over the KV wire (UCX over TCP), not
+  // through the front: the prefill node held each prompt's KV, the decode nodes fetched it.
+  const auto p = http_get(c.prefill.http_port(), "/metrics");
+  const auto d1 = http_get(c.decode1.http_port(), "/metrics");
+  const auto d2 = http_get(c.decode2.http_port(), "/metrics");
+  const auto held = sample(p, "triad_cluster_kv_held_total");
+  BOOST_TEST(held >= 12, p);
+  BOOST_TEST(sample(p, "triad_cluster_kv_wire_sent_bytes_total") > 0, p);
+  BOOST_TEST(sample(d1, "triad_cluster_kv_wire_fetches_total") +
+                     sample(d2, "triad_cluster_kv_wire_fetches_total") ==
+                 held,
+             d1 << d2);
+  BOOST_TEST(sample(d1, "triad_cluster_kv_wire_fetch_failures_total") +
+                     sample(d2, "triad_cluster_kv_wire_fetch_failures_total") ==
+                 0,
+             slurp(c.s.path("d1.log")) << slurp(c.s.path("d2.log")));
+  BOOST_TEST(sample(d1, "triad_cluster_kv_wire_fetched_bytes_total") +
+                     sample(d2, "triad_cluster_kv_wire_fetched_bytes_total") ==
+                 sample(p, "triad_cluster_kv_wire_sent_bytes_total"),
+             d1 << d2);
+  BOOST_TEST(sample(p, "triad_cluster_kv_held_bytes") == 0, p); // nothing left waiting
 }
 
 BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_and_rejoins) {
@@ -184,7 +205,8 @@ BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_a
   // The load in the background; the decode node dies while it decodes for it.
   const auto report = c.s.path("load.txt");
   const auto done = c.s.path("load.done");
-  auto cmd = "(timeout 180 " + c.load(48, 256, "run.json") + " > " + report + "; echo $? > " +
+  // Long answers (the tiny model on simulated H200s decodes fast), so d1 holds some at once.
+  auto cmd = "(timeout 180 " + c.load(48, 1024, "run.json") + " > " + report + "; echo $? > " +
              done + ") > /dev/null 2>&1 &"; // nothing of it holds run_command's pipe
   BOOST_REQUIRE(run_command(cmd).status == 0);
   const auto until = std::chrono::steady_clock::now() + 60s;

@@ -1,0 +1,367 @@
+#include "cluster/detail/kv_exchange.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <span>
+#include <thread>
+#include <unordered_map>
+
+#include "runtime/checksum.hpp"
+
+namespace triad::detail {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// The server's wait for a peer between checks of its stop flag and of expiries.
+constexpr std::chrono::milliseconds accept_poll{200};
+// How long a connected peer may take to send its request.
+constexpr std::chrono::milliseconds request_timeout{5000};
+// The largest request: a count and that many block ids.
+constexpr std::size_t max_request_blocks = 8192;
+// The id of the answer block that precedes the blocks: it carries how many of them follow.
+constexpr std::uint64_t answer_id = 0;
+
+// A KV held for another node: its bytes (one buffer, its blocks are ranges of it).
+struct held_blob {
+  std::shared_ptr<const std::vector<std::byte>> bytes;
+  std::vector<std::uint64_t> blocks;
+  std::vector<std::uint64_t> sizes;
+  std::vector<std::uint64_t> checksums;
+  clock::time_point until;
+};
+
+counter* counter_of(metrics_registry* m, const char* name, const char* help) {
+  if (m == nullptr)
+    return nullptr;
+  auto c = m->add_counter(name, help);
+  return c ? *c : nullptr;
+}
+
+void add(counter* c, double v = 1) {
+  if (c != nullptr)
+    c->inc(v);
+}
+
+} // namespace
+
+struct kv_exchange::state {
+  cluster::wire_transport transport = cluster::wire_transport::tcp;
+  std::unique_ptr<cluster::kv_wire> server;
+  std::unique_ptr<cluster::kv_wire> client; // the wire of the fetch under way
+  std::string address;
+  std::chrono::milliseconds hold_for{0};
+  std::uint64_t budget = 0;
+
+  std::mutex mtx;                          // guards what follows
+  std::map<std::uint64_t, held_blob> held; // by first block id (ids grow: oldest first)
+  std::uint64_t held_bytes = 0;
+  std::uint64_t next_id = 0;
+
+  std::mutex fetching; // one fetch at a time (the client wire is single-threaded)
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  counter* held_total = nullptr;
+  counter* expired_total = nullptr;
+  counter* sent_bytes = nullptr;
+  counter* fetches = nullptr;
+  counter* fetched_bytes = nullptr;
+  counter* fetch_failures = nullptr;
+  gauge* held_gauge = nullptr;
+
+  // Drops held KV past its time (with mtx held).
+  void expire(clock::time_point now) {
+    for (auto it = held.begin(); it != held.end();) {
+      if (it->second.until > now) {
+        ++it;
+        continue;
+      }
+      held_bytes -= it->second.bytes->size();
+      add(expired_total);
+      it = held.erase(it);
+    }
+    if (held_gauge != nullptr)
+      held_gauge->set(static_cast<double>(held_bytes));
+  }
+
+  // Takes the blob `blocks` name out of what is held (with mtx held); null when it is not.
+  std::optional<held_blob> take(const std::vector<std::uint64_t>& blocks) {
+    if (blocks.empty())
+      return std::nullopt;
+    auto it = held.find(blocks.front());
+    if (it == held.end() || it->second.blocks != blocks)
+      return std::nullopt;
+    auto blob = std::move(it->second);
+    held.erase(it);
+    held_bytes -= blob.bytes->size();
+    if (held_gauge != nullptr)
+      held_gauge->set(static_cast<double>(held_bytes));
+    return blob;
+  }
+
+  // The server: one peer at a time asks for the blocks of one held KV and gets them.
+  void serve() {
+    std::vector<std::byte> request((max_request_blocks + 1) * sizeof(std::uint64_t));
+    while (!stop.load()) {
+      {
+        std::lock_guard lock{mtx};
+        expire(clock::now());
+      }
+      if (!server->accept(accept_poll))
+        continue;
+      const std::span<std::byte> slot{request};
+      auto got = server->receive({&slot, 1}, request_timeout);
+      if (!got) // the wire dropped the peer
+        continue;
+      std::vector<std::uint64_t> ids;
+      if (const auto& r = got->front(); r && r->bytes >= sizeof(std::uint64_t)) {
+        std::uint64_t n = 0;
+        std::memcpy(&n, request.data(), sizeof n);
+        if (n <= max_request_blocks && r->bytes == (n + 1) * sizeof(std::uint64_t)) {
+          ids.resize(n);
+          std::memcpy(ids.data(), request.data() + sizeof n, n * sizeof(std::uint64_t));
+        }
+      }
+      std::optional<held_blob> blob;
+      {
+        std::lock_guard lock{mtx};
+        blob = take(ids);
+      }
+      std::uint64_t found = blob ? blob->blocks.size() : 0;
+      const std::span<const std::byte> answer{reinterpret_cast<const std::byte*>(&found),
+                                              sizeof found};
+      std::vector<cluster::wire_block> out{{answer_id, answer, block_checksum(answer)}};
+      std::uint64_t offset = 0;
+      for (std::size_t i = 0; blob && i < blob->blocks.size(); ++i) {
+        out.push_back({blob->blocks[i],
+                       std::span<const std::byte>{*blob->bytes}.subspan(offset, blob->sizes[i]),
+                       blob->checksums[i]});
+        offset += blob->sizes[i];
+      }
+      if (server->send(out)) {
+        if (blob)
+          add(sent_bytes, static_cast<double>(blob->bytes->size()));
+        // The peer's acknowledgement that everything arrived comes before the close: a close
+        // right after the last send could overtake blocks still in the peer's socket (TCP).
+        std::uint64_t ack = 0;
+        const std::span<std::byte> ack_slot{reinterpret_cast<std::byte*>(&ack), sizeof ack};
+        (void)server->receive({&ack_slot, 1}, request_timeout);
+      }
+      server->drop_peer();
+    }
+  }
+
+  // Fetches `h` from its holder over the client wire (with `fetching` held).
+  expected<std::vector<std::byte>> fetch_remote(const kv_held& h) {
+    const auto colon = h.wire.rfind(':');
+    if (colon == std::string::npos)
+      return make_error(errc::invalid_argument, "KV exchange: '" + h.wire + "' is not host:port");
+    const auto host = h.wire.substr(0, colon);
+    std::uint16_t port = 0;
+    const char* end = h.wire.data() + h.wire.size();
+    if (auto r = std::from_chars(h.wire.data() + colon + 1, end, port);
+        r.ec != std::errc{} || r.ptr != end)
+      return make_error(errc::invalid_argument, "KV exchange: '" + h.wire + "' has no port");
+    // A wire of its own per fetch: UCX over TCP does not wire up again reliably between two
+    // workers that were connected before (seen: "Endpoint timeout" at the second connect).
+    auto w = cluster::kv_wire::open(transport);
+    if (!w)
+      return w.error();
+    client = std::move(*w);
+    if (auto c = client->connect(host, port); !c)
+      return c.error();
+    struct dropper {
+      cluster::kv_wire* w;
+      ~dropper() { w->drop_peer(); }
+    } drop{client.get()};
+    std::vector<std::uint64_t> request{h.blocks.size()};
+    request.insert(request.end(), h.blocks.begin(), h.blocks.end());
+    const std::span<const std::byte> req{reinterpret_cast<const std::byte*>(request.data()),
+                                         request.size() * sizeof(std::uint64_t)};
+    const cluster::wire_block ask{answer_id, req, block_checksum(req)};
+    if (auto sent = client->send({&ask, 1}); !sent)
+      return sent.error();
+    // Once everything the holder sends has arrived, this acknowledgement lets it close.
+    auto acknowledge = [this] {
+      const std::uint64_t ack = 1;
+      const std::span<const std::byte> a{reinterpret_cast<const std::byte*>(&ack), sizeof ack};
+      const cluster::wire_block b{answer_id, a, block_checksum(a)};
+      (void)client->send({&b, 1});
+    };
+    std::uint64_t found = 0;
+    const std::span<std::byte> answer{reinterpret_cast<std::byte*>(&found), sizeof found};
+    auto got = client->receive({&answer, 1});
+    if (!got)
+      return got.error();
+    if (!got->front())
+      return got->front().error();
+    if (found != h.blocks.size())
+      acknowledge();
+    if (found != h.blocks.size())
+      return make_error(errc::not_found, "KV exchange: " + h.wire + " no longer holds blocks " +
+                                             std::to_string(h.blocks.front()) +
+                                             ".. (fetched, "
+                                             "expired or given way)");
+    std::vector<std::byte> bytes(h.bytes());
+    std::vector<std::span<std::byte>> slots;
+    std::uint64_t offset = 0;
+    for (auto size : h.sizes) {
+      slots.push_back(std::span<std::byte>{bytes}.subspan(offset, size));
+      offset += size;
+    }
+    auto blocks = client->receive(slots);
+    if (!blocks)
+      return blocks.error();
+    acknowledge();
+    for (std::size_t i = 0; i < blocks->size(); ++i) {
+      const auto& b = (*blocks)[i];
+      if (!b)
+        return b.error();
+      if (b->id != h.blocks[i] || b->bytes != h.sizes[i])
+        return make_error(errc::corrupted, "KV exchange: block " + std::to_string(i) + " from " +
+                                               h.wire + " is block " + std::to_string(b->id) +
+                                               " of " + std::to_string(b->bytes) +
+                                               " bytes, not the one asked for");
+    }
+    // The holder sent its own checksums, which the wire checked; they must be the ones the
+    // reference carries (taken when the KV was held).
+    for (std::size_t i = 0; i < h.checksums.size(); ++i)
+      if (block_checksum(slots[i]) != h.checksums[i])
+        return make_error(errc::corrupted, "KV exchange: block " + std::to_string(h.blocks[i]) +
+                                               " from " + h.wire +
+                                               " does not match its reference's checksum");
+    return bytes;
+  }
+};
+
+kv_exchange::kv_exchange(std::unique_ptr<state> s)
+    : state_(std::move(s)) {}
+
+kv_exchange::~kv_exchange() {
+  if (state_->thread.joinable()) {
+    state_->stop = true;
+    state_->thread.join();
+  }
+}
+
+expected<std::unique_ptr<kv_exchange>>
+kv_exchange::start(cluster::wire_transport transport, const std::string& host,
+                   const std::string& advertise, std::chrono::milliseconds hold_for,
+                   std::uint64_t budget, metrics_registry* metrics) {
+  auto s = std::make_unique<state>();
+  s->transport = transport;
+  s->hold_for = hold_for;
+  s->budget = budget;
+  auto w = cluster::kv_wire::open(transport);
+  if (!w)
+    return w.error();
+  s->server = std::move(*w);
+  auto port = s->server->listen(host, 0);
+  if (!port)
+    return port.error();
+  s->address = (advertise.empty() ? host : advertise) + ":" + std::to_string(*port);
+  // Ids start at random, so a restarted node at the same address never answers for the KV of
+  // its previous life.
+  std::random_device rd;
+  s->next_id = ((std::uint64_t{rd()} << 32 | rd()) >> 1) + 1;
+  s->held_total = counter_of(metrics, "triad_cluster_kv_held_total",
+                             "Moved-out KV this node held for another node to fetch");
+  s->expired_total = counter_of(metrics, "triad_cluster_kv_expired_total",
+                                "Held KV dropped unfetched (its time passed, or newer KV needed "
+                                "the budget)");
+  s->sent_bytes = counter_of(metrics, "triad_cluster_kv_wire_sent_bytes_total",
+                             "KV bytes this node sent over the KV wire (UCX)");
+  s->fetches = counter_of(metrics, "triad_cluster_kv_wire_fetches_total",
+                          "KV this node fetched from another node over the KV wire (UCX)");
+  s->fetched_bytes = counter_of(metrics, "triad_cluster_kv_wire_fetched_bytes_total",
+                                "KV bytes this node fetched over the KV wire (UCX)");
+  s->fetch_failures = counter_of(metrics, "triad_cluster_kv_wire_fetch_failures_total",
+                                 "Fetches of held KV that failed (the tokens were computed "
+                                 "instead)");
+  if (metrics != nullptr)
+    if (auto g = metrics->add_gauge("triad_cluster_kv_held_bytes",
+                                    "KV bytes this node holds for other nodes to fetch");
+        g)
+      s->held_gauge = *g;
+  std::unique_ptr<kv_exchange> ex{new kv_exchange{std::move(s)}};
+  auto* st = ex->state_.get();
+  st->thread = std::thread{[st] { st->serve(); }};
+  return ex;
+}
+
+const std::string& kv_exchange::address() const noexcept {
+  return state_->address;
+}
+
+kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
+  auto& s = *state_;
+  if (bytes.empty() || bytes.size() > s.budget)
+    return {};
+  kv_held h;
+  h.wire = s.address;
+  held_blob blob;
+  for (std::size_t at = 0; at < bytes.size(); at += block_bytes) {
+    const auto n = std::min(block_bytes, bytes.size() - at);
+    blob.sizes.push_back(n);
+    blob.checksums.push_back(block_checksum(std::span<const std::byte>{bytes}.subspan(at, n)));
+  }
+  const auto size = bytes.size();
+  blob.bytes = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
+  bytes.clear();
+  std::lock_guard lock{s.mtx};
+  const auto now = clock::now();
+  s.expire(now);
+  while (s.held_bytes + size > s.budget && !s.held.empty()) { // the oldest give way
+    s.held_bytes -= s.held.begin()->second.bytes->size();
+    s.held.erase(s.held.begin());
+    add(s.expired_total);
+  }
+  for (std::size_t i = 0; i < blob.sizes.size(); ++i)
+    blob.blocks.push_back(s.next_id++);
+  blob.until = now + s.hold_for;
+  h.blocks = blob.blocks;
+  h.sizes = blob.sizes;
+  h.checksums = blob.checksums;
+  s.held_bytes += size;
+  s.held.emplace(blob.blocks.front(), std::move(blob));
+  add(s.held_total);
+  if (s.held_gauge != nullptr)
+    s.held_gauge->set(static_cast<double>(s.held_bytes));
+  return h;
+}
+
+expected<std::vector<std::byte>> kv_exchange::fetch(const kv_held& held) {
+  auto& s = *state_;
+  if (held.empty())
+    return make_error(errc::invalid_argument, "KV exchange: a reference without blocks");
+  if (held.wire == s.address) { // held here: taken, not sent
+    std::optional<held_blob> blob;
+    {
+      std::lock_guard lock{s.mtx};
+      blob = s.take(held.blocks);
+    }
+    if (!blob)
+      return make_error(errc::not_found, "KV exchange: this node no longer holds blocks " +
+                                             std::to_string(held.blocks.front()) + "..");
+    if (blob->bytes.use_count() == 1) // nobody sends it: the buffer itself
+      return std::move(const_cast<std::vector<std::byte>&>(*blob->bytes));
+    return std::vector<std::byte>(*blob->bytes);
+  }
+  std::lock_guard lock{s.fetching};
+  add(s.fetches);
+  auto got = s.fetch_remote(held);
+  if (got)
+    add(s.fetched_bytes, static_cast<double>(got->size()));
+  else
+    add(s.fetch_failures);
+  return got;
+}
+
+} // namespace triad::detail

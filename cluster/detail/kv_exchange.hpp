@@ -1,0 +1,58 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cluster/kv_wire.hpp"
+#include "devices/device.hpp"
+#include "runtime/error.hpp"
+#include "runtime/metrics.hpp"
+
+namespace triad::detail {
+
+/// A device node's KV exchange: the KV data plane between nodes on the KV wire (UCX). It holds
+/// the KV a device of this node moved out (a prefill's hand-off) as checksummed blocks, and a
+/// server thread sends them to the node that fetches them (the decode node, named by the front
+/// in its import order: the control messages carry block ids, the bytes go node to node once).
+/// It fetches what other nodes hold for its own devices. Held KV nobody fetched goes after
+/// `hold_for`, or gives way to newer KV past `budget` bytes (then the bytes stay in the control
+/// message, as without an exchange).
+class kv_exchange {
+public:
+  /// Opens the server's wire on `transport`, listening on `host` (any free port), and starts
+  /// its thread. `advertise` is the host others reach it at ("" = `host`).
+  static expected<std::unique_ptr<kv_exchange>>
+  start(cluster::wire_transport transport, const std::string& host, const std::string& advertise,
+        std::chrono::milliseconds hold_for, std::uint64_t budget, metrics_registry* metrics);
+  /// Stops the server thread (a transfer under way ends with it) and drops what it holds.
+  ~kv_exchange();
+  kv_exchange(const kv_exchange&) = delete;
+  kv_exchange& operator=(const kv_exchange&) = delete;
+
+  /// "host:port" where its wire listens, as others reach it.
+  const std::string& address() const noexcept;
+  /// Takes `bytes` in as blocks of at most block_bytes (each checksummed) and answers their
+  /// reference; an empty reference (the bytes left in place) when they do not fit the budget.
+  /// Thread-safe.
+  kv_held hold(std::vector<std::byte>& bytes);
+  /// The bytes of `held`: taken from this exchange when it holds them, else fetched from the
+  /// holder over the wire, every block checked against its checksum. errc::not_found when the
+  /// holder no longer has them (fetched, expired, stopped); io_error/timed_out/corrupted from
+  /// the wire. Blocking; one fetch at a time per exchange.
+  expected<std::vector<std::byte>> fetch(const kv_held& held);
+
+  /// The largest block a held KV is cut into.
+  static constexpr std::size_t block_bytes = std::size_t{4} << 20;
+
+  struct state;
+
+private:
+  explicit kv_exchange(std::unique_ptr<state> s);
+  std::unique_ptr<state> state_;
+};
+
+} // namespace triad::detail
