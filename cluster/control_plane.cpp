@@ -480,6 +480,10 @@ void control_plane::close_gateway() {
   }
 }
 
+std::string control_plane::kv_wire_address() const {
+  return impl_->exchange ? impl_->exchange->address() : std::string{};
+}
+
 std::size_t control_plane::peers_up() const {
   return impl_->up.load();
 }

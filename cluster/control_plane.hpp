@@ -74,6 +74,9 @@ public:
   /// once (and route elsewhere) while the devices finish.
   void close_gateway();
 
+  /// A device node's KV exchange address ("host:port" of its KV wire), "" when it has none
+  /// (`kv_wire = "off"`, or not a device node).
+  std::string kv_wire_address() const;
   /// Peers whose devices are joined now.
   std::size_t peers_up() const;
 

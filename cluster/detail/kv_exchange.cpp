@@ -23,6 +23,8 @@ using clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds accept_poll{200};
 // How long a connected peer may take to send its request.
 constexpr std::chrono::milliseconds request_timeout{5000};
+// Connects to a holder tried before a fetch fails.
+constexpr int connect_attempts = 3;
 // The largest request: a count and that many block ids.
 constexpr std::size_t max_request_blocks = 8192;
 // The id of the answer block that precedes the blocks: it carries how many of them follow.
@@ -175,8 +177,15 @@ struct kv_exchange::state {
     if (!w)
       return w.error();
     client = std::move(*w);
-    if (auto c = client->connect(host, port); !c)
-      return c.error();
+    // The holder serves one peer at a time: a connect can time out behind others (seen on a
+    // loaded machine); nothing was taken then, so it is tried again.
+    for (int attempt = 1;; ++attempt) {
+      auto c = client->connect(host, port);
+      if (c)
+        break;
+      if (attempt == connect_attempts || c.error().code == errc::invalid_argument)
+        return c.error();
+    }
     struct dropper {
       cluster::kv_wire* w;
       ~dropper() { w->drop_peer(); }
