@@ -26,15 +26,27 @@ const char* peer_problem(const std::string& value) {
   auto colon = value.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == value.size())
     return "not host:port";
-  unsigned port = 0;
-  auto digits = std::string_view{value}.substr(colon + 1);
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-  if (ec != std::errc{} || end != digits.data() + digits.size() || port == 0 || port > 65535)
+  if (!split_host_port(value))
     return "the port is not 1..65535";
   return nullptr;
 }
 
 } // namespace
+
+std::optional<std::pair<std::string, std::uint16_t>> split_host_port(std::string_view value) {
+  auto colon = value.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == value.size())
+    return std::nullopt;
+  unsigned port = 0;
+  auto digits = value.substr(colon + 1);
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (ec != std::errc{} || end != digits.data() + digits.size() || port == 0 || port > 65535)
+    return std::nullopt;
+  auto host = value.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return std::pair{std::string{host}, static_cast<std::uint16_t>(port)};
+}
 
 constexpr options::enum_name<kv_wire_mode> kv_wire_names[] = {
     {"off", kv_wire_mode::off},

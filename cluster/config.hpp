@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cluster/defaults.hpp"
@@ -67,6 +69,10 @@ struct cluster_config {
   std::uint32_t kv_hold_mib = defaults::cluster::kv_hold_mib;
   bool operator==(const cluster_config&) const = default;
 };
+
+/// "host:port" (or "[v6]:port") split into the host (brackets removed) and a port 1..65535;
+/// nullopt when it is not that. The one reader of `peers` entries and KV wire addresses.
+std::optional<std::pair<std::string, std::uint16_t>> split_host_port(std::string_view value);
 
 /// The `[cluster]` section's keys.
 const options::section<cluster_config>& cluster_section();

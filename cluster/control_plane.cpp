@@ -87,11 +87,10 @@ using heartbeat_atom = caf::atom_constant<caf::atom("clbeat")>;
 // strings, bracketless; CAF connects to the host part).
 std::vector<std::pair<std::string, std::uint16_t>> resolve(const std::string& peer) {
   std::vector<std::pair<std::string, std::uint16_t>> out;
-  auto colon = peer.rfind(':');
-  auto host = peer.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  auto port = static_cast<std::uint16_t>(std::stoul(peer.substr(colon + 1)));
+  auto split = split_host_port(peer); // checked when the config was read
+  if (!split)
+    return out;
+  const auto& [host, port] = *split;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

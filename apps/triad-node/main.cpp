@@ -248,20 +248,19 @@ int run(int argc, char** argv) {
   }
 
   if (const auto* cp = node.cluster()) {
-    if (device_node)
+    if (device_node) {
       std::printf("triad-node: cluster: %s node %s, devices published on %s:%u (%s)\n",
                   std::string{triad::to_string(config.cluster.role)}.c_str(),
                   cp->node_name().c_str(), config.cluster.listen.c_str(), node.cluster_port(),
                   config.cluster.tls ? "TLS" : "plain TCP");
-    if (device_node && !cp->kv_wire_address().empty())
-      std::printf("triad-node: cluster: KV wire (UCX, %s) on %s%s\n",
-                  std::string{triad::to_string(config.cluster.kv_wire)}.c_str(),
-                  cp->kv_wire_address().c_str(),
-                  triad::is_loopback(config.cluster.listen)
-                      ? ""
-                      : ", not encrypted (UCX has no TLS; kv_wire = \"off\" keeps KV in the "
-                        "control messages)");
-    if (!device_node)
+      if (const auto kv = cp->kv_wire_address(); !kv.empty())
+        std::printf("triad-node: cluster: KV wire (UCX, %s) on %s%s\n",
+                    std::string{triad::to_string(config.cluster.kv_wire)}.c_str(), kv.c_str(),
+                    triad::is_loopback(config.cluster.listen)
+                        ? ""
+                        : ", not encrypted (UCX has no TLS; kv_wire = \"off\" keeps KV in the "
+                          "control messages)");
+    } else
       std::printf("triad-node: cluster: %s node, joining %zu peer%s (%s)\n",
                   std::string{triad::to_string(config.cluster.role)}.c_str(),
                   config.cluster.peers.size(), config.cluster.peers.size() == 1 ? "" : "s",

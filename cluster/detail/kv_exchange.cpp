@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -11,6 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cluster/config.hpp"
 #include "runtime/checksum.hpp"
 
 namespace triad::detail {
@@ -33,9 +33,7 @@ constexpr std::uint64_t answer_id = 0;
 // A KV held for another node: its bytes (one buffer, its blocks are ranges of it).
 struct held_blob {
   std::shared_ptr<const std::vector<std::byte>> bytes;
-  std::vector<std::uint64_t> blocks;
-  std::vector<std::uint64_t> sizes;
-  std::vector<std::uint64_t> checksums;
+  kv_held ref; // what the importer was given: its blocks' ids, sizes and checksums
   clock::time_point until;
 };
 
@@ -56,17 +54,16 @@ void add(counter* c, double v = 1) {
 struct kv_exchange::state {
   cluster::wire_transport transport = cluster::wire_transport::tcp;
   std::unique_ptr<cluster::kv_wire> server;
-  std::unique_ptr<cluster::kv_wire> client; // the wire of the fetch under way
   std::string address;
   std::chrono::milliseconds hold_for{0};
   std::uint64_t budget = 0;
 
-  std::mutex mtx;                          // guards what follows
-  std::map<std::uint64_t, held_blob> held; // by first block id (ids grow: oldest first)
+  using held_map = std::map<std::uint64_t, held_blob>;
+  std::mutex mtx; // guards what follows
+  held_map held;  // by first block id (ids grow: oldest first)
   std::uint64_t held_bytes = 0;
   std::uint64_t next_id = 0;
 
-  std::mutex fetching; // one fetch at a time (the client wire is single-threaded)
   std::atomic<bool> stop{false};
   std::thread thread;
 
@@ -78,19 +75,30 @@ struct kv_exchange::state {
   counter* fetch_failures = nullptr;
   gauge* held_gauge = nullptr;
 
-  // Drops held KV past its time (with mtx held).
-  void expire(clock::time_point now) {
-    for (auto it = held.begin(); it != held.end();) {
-      if (it->second.until > now) {
-        ++it;
-        continue;
-      }
-      held_bytes -= it->second.bytes->size();
-      add(expired_total);
-      it = held.erase(it);
-    }
+  // Takes one held KV off the books (with mtx held).
+  held_blob remove(held_map::iterator it) {
+    held_bytes -= it->second.bytes->size();
+    return std::move(held.extract(it).mapped());
+  }
+
+  // Drops one held KV nobody fetched (with mtx held).
+  void drop(held_map::iterator it) {
+    add(expired_total);
+    remove(it);
+  }
+
+  // The held-bytes gauge, after a change (with mtx held).
+  void publish() {
     if (held_gauge != nullptr)
       held_gauge->set(static_cast<double>(held_bytes));
+  }
+
+  // Drops held KV past its time (with mtx held).
+  void expire(clock::time_point now) {
+    for (auto it = held.begin(); it != held.end();)
+      if (auto at = it++; at->second.until <= now)
+        drop(at);
+    publish();
   }
 
   // Takes the blob `blocks` name out of what is held (with mtx held); null when it is not.
@@ -98,13 +106,10 @@ struct kv_exchange::state {
     if (blocks.empty())
       return std::nullopt;
     auto it = held.find(blocks.front());
-    if (it == held.end() || it->second.blocks != blocks)
+    if (it == held.end() || it->second.ref.blocks != blocks)
       return std::nullopt;
-    auto blob = std::move(it->second);
-    held.erase(it);
-    held_bytes -= blob.bytes->size();
-    if (held_gauge != nullptr)
-      held_gauge->set(static_cast<double>(held_bytes));
+    auto blob = remove(it);
+    publish();
     return blob;
   }
 
@@ -136,16 +141,17 @@ struct kv_exchange::state {
         std::lock_guard lock{mtx};
         blob = take(ids);
       }
-      std::uint64_t found = blob ? blob->blocks.size() : 0;
+      std::uint64_t found = blob ? blob->ref.blocks.size() : 0;
       const std::span<const std::byte> answer{reinterpret_cast<const std::byte*>(&found),
                                               sizeof found};
       std::vector<cluster::wire_block> out{{answer_id, answer, block_checksum(answer)}};
       std::uint64_t offset = 0;
-      for (std::size_t i = 0; blob && i < blob->blocks.size(); ++i) {
-        out.push_back({blob->blocks[i],
-                       std::span<const std::byte>{*blob->bytes}.subspan(offset, blob->sizes[i]),
-                       blob->checksums[i]});
-        offset += blob->sizes[i];
+      for (std::size_t i = 0; blob && i < blob->ref.blocks.size(); ++i) {
+        const auto& r = blob->ref;
+        out.push_back({r.blocks[i],
+                       std::span<const std::byte>{*blob->bytes}.subspan(offset, r.sizes[i]),
+                       r.checksums[i]});
+        offset += r.sizes[i];
       }
       if (server->send(out)) {
         if (blob)
@@ -160,23 +166,19 @@ struct kv_exchange::state {
     }
   }
 
-  // Fetches `h` from its holder over the client wire (with `fetching` held).
+  // Fetches `h` from its holder over a wire of its own (closed, peer and all, when it returns).
   expected<std::vector<std::byte>> fetch_remote(const kv_held& h) {
-    const auto colon = h.wire.rfind(':');
-    if (colon == std::string::npos)
-      return make_error(errc::invalid_argument, "KV exchange: '" + h.wire + "' is not host:port");
-    const auto host = h.wire.substr(0, colon);
-    std::uint16_t port = 0;
-    const char* end = h.wire.data() + h.wire.size();
-    if (auto r = std::from_chars(h.wire.data() + colon + 1, end, port);
-        r.ec != std::errc{} || r.ptr != end)
-      return make_error(errc::invalid_argument, "KV exchange: '" + h.wire + "' has no port");
+    const auto split = split_host_port(h.wire);
+    if (!split)
+      return make_error(errc::invalid_argument,
+                        "KV exchange: '" + h.wire + "' is not host:port (port 1..65535)");
+    const auto& [host, port] = *split;
     // A wire of its own per fetch: UCX over TCP does not wire up again reliably between two
     // workers that were connected before (seen: "Endpoint timeout" at the second connect).
     auto w = cluster::kv_wire::open(transport);
     if (!w)
       return w.error();
-    client = std::move(*w);
+    auto& client = *w;
     // The holder serves one peer at a time: a connect can time out behind others (seen on a
     // loaded machine); nothing was taken then, so it is tried again.
     for (int attempt = 1;; ++attempt) {
@@ -186,10 +188,6 @@ struct kv_exchange::state {
       if (attempt == connect_attempts || c.error().code == errc::invalid_argument)
         return c.error();
     }
-    struct dropper {
-      cluster::kv_wire* w;
-      ~dropper() { w->drop_peer(); }
-    } drop{client.get()};
     std::vector<std::uint64_t> request{h.blocks.size()};
     request.insert(request.end(), h.blocks.begin(), h.blocks.end());
     const std::span<const std::byte> req{reinterpret_cast<const std::byte*>(request.data()),
@@ -198,7 +196,7 @@ struct kv_exchange::state {
     if (auto sent = client->send({&ask, 1}); !sent)
       return sent.error();
     // Once everything the holder sends has arrived, this acknowledgement lets it close.
-    auto acknowledge = [this] {
+    auto acknowledge = [&client] {
       const std::uint64_t ack = 1;
       const std::span<const std::byte> a{reinterpret_cast<const std::byte*>(&ack), sizeof ack};
       const cluster::wire_block b{answer_id, a, block_checksum(a)};
@@ -313,13 +311,13 @@ kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
   auto& s = *state_;
   if (bytes.empty() || bytes.size() > s.budget)
     return {};
-  kv_held h;
-  h.wire = s.address;
   held_blob blob;
+  auto& h = blob.ref;
+  h.wire = s.address;
   for (std::size_t at = 0; at < bytes.size(); at += block_bytes) {
     const auto n = std::min(block_bytes, bytes.size() - at);
-    blob.sizes.push_back(n);
-    blob.checksums.push_back(block_checksum(std::span<const std::byte>{bytes}.subspan(at, n)));
+    h.sizes.push_back(n);
+    h.checksums.push_back(block_checksum(std::span<const std::byte>{bytes}.subspan(at, n)));
   }
   const auto size = bytes.size();
   blob.bytes = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
@@ -327,23 +325,17 @@ kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
   std::lock_guard lock{s.mtx};
   const auto now = clock::now();
   s.expire(now);
-  while (s.held_bytes + size > s.budget && !s.held.empty()) { // the oldest give way
-    s.held_bytes -= s.held.begin()->second.bytes->size();
-    s.held.erase(s.held.begin());
-    add(s.expired_total);
-  }
-  for (std::size_t i = 0; i < blob.sizes.size(); ++i)
-    blob.blocks.push_back(s.next_id++);
+  while (s.held_bytes + size > s.budget && !s.held.empty()) // the oldest give way
+    s.drop(s.held.begin());
+  for (std::size_t i = 0; i < h.sizes.size(); ++i)
+    h.blocks.push_back(s.next_id++);
   blob.until = now + s.hold_for;
-  h.blocks = blob.blocks;
-  h.sizes = blob.sizes;
-  h.checksums = blob.checksums;
+  auto ref = h;
   s.held_bytes += size;
-  s.held.emplace(blob.blocks.front(), std::move(blob));
+  s.held.emplace(ref.blocks.front(), std::move(blob));
   add(s.held_total);
-  if (s.held_gauge != nullptr)
-    s.held_gauge->set(static_cast<double>(s.held_bytes));
-  return h;
+  s.publish();
+  return ref;
 }
 
 expected<std::vector<std::byte>> kv_exchange::fetch(const kv_held& held) {
@@ -363,7 +355,6 @@ expected<std::vector<std::byte>> kv_exchange::fetch(const kv_held& held) {
       return std::move(const_cast<std::vector<std::byte>&>(*blob->bytes));
     return std::vector<std::byte>(*blob->bytes);
   }
-  std::lock_guard lock{s.fetching};
   add(s.fetches);
   auto got = s.fetch_remote(held);
   if (got)

@@ -42,7 +42,7 @@ public:
   /// The bytes of `held`: taken from this exchange when it holds them, else fetched from the
   /// holder over the wire, every block checked against its checksum. errc::not_found when the
   /// holder no longer has them (fetched, expired, stopped); io_error/timed_out/corrupted from
-  /// the wire. Blocking; one fetch at a time per exchange.
+  /// the wire. Blocking; thread-safe (each fetch from another node opens a wire of its own).
   expected<std::vector<std::byte>> fetch(const kv_held& held);
 
   /// The largest block a held KV is cut into.
