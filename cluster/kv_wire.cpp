@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include <ucp/api/ucp.h>
 
@@ -44,6 +45,11 @@ constexpr std::uint32_t max_worker_address = 64 * 1024;
 // How long a request that is ending (a cancelled receive, a closing endpoint) may take before
 // the worker is rebuilt instead.
 constexpr std::chrono::milliseconds ending_grace{1000};
+// A wire that waits progresses its worker back to back this many times with nothing to do,
+// then rests `idle_rest` between rounds: a wait must not take a core from the threads it waits
+// for (the peer's sender on the same machine, the node's actors and heartbeats).
+constexpr unsigned idle_rounds = 256;
+constexpr std::chrono::microseconds idle_rest{50};
 
 error ucx_error(std::string_view call, ucs_status_t status) {
   return make_error(errc::system_error,
@@ -129,11 +135,23 @@ struct kv_wire::state {
     if (UCS_PTR_IS_ERR(req))
       return UCS_PTR_STATUS(req);
     ucs_status_t status;
+    unsigned idle = 0;
     while ((status = ucp_request_check_status(req)) == UCS_INPROGRESS && clock::now() < deadline)
-      ucp_worker_progress(worker);
+      progress(idle);
     if (status != UCS_INPROGRESS)
       ucp_request_free(req);
     return status;
+  }
+
+  // One round of the worker's progress while waiting; `idle` counts the rounds in a row that
+  // found nothing to do, and past idle_rounds each such round rests first.
+  void progress(unsigned& idle) {
+    if (ucp_worker_progress(worker) != 0) {
+      idle = 0;
+      return;
+    }
+    if (++idle >= idle_rounds)
+      std::this_thread::sleep_for(idle_rest);
   }
 
   // Closes the endpoint, bounded. A live peer's sends are flushed first; over TCP the endpoint
@@ -451,9 +469,10 @@ kv_wire::receive(std::span<const std::span<std::byte>> slots, std::chrono::milli
     if (UCS_PTR_IS_ERR(req))
       return UCS_PTR_STATUS(req);
     ucs_status_t status;
+    unsigned idle = 0;
     while ((status = ucp_tag_recv_request_test(req, &info[k])) == UCS_INPROGRESS &&
            clock::now() < deadline && !s.peer_failed)
-      ucp_worker_progress(s.worker);
+      s.progress(idle);
     if (status != UCS_INPROGRESS)
       ucp_request_free(req);
     requests[k] = nullptr;
