@@ -522,8 +522,13 @@ std::size_t node::in_flight() const {
 
 bool node::drain(std::chrono::milliseconds deadline) {
   draining_ = true;
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  // A device node: its fronts stop routing here and move what is parked here off, and what
+  // runs here finishes (a front or a whole node: nothing to wait for there).
+  const bool devices_drained = !cluster_ || cluster_->drain(deadline);
   std::unique_lock<std::mutex> lock{live_->mutex};
-  return live_->ended.wait_for(lock, deadline, [&] { return live_->requests.empty(); });
+  return live_->ended.wait_until(lock, until, [&] { return live_->requests.empty(); }) &&
+         devices_drained;
 }
 
 expected<std::string> node::request_trace(std::uint64_t id) const {

@@ -166,7 +166,9 @@ public:
   caf::actor open_session(session_options options);
   /// Cancels a request: its KV is freed and an error event "cancelled" ends it.
   void cancel(const request_handle& handle);
-  /// Refuses new requests and waits up to `deadline` for those in flight; true when all ended.
+  /// Refuses new requests and waits up to `deadline` for those in flight (a device node of a
+  /// cluster first for its sequences to finish or move off: control_plane::drain); true when
+  /// all ended.
   bool drain(std::chrono::milliseconds deadline);
   /// Requests submitted and not yet ended.
   std::size_t in_flight() const;

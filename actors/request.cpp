@@ -47,6 +47,10 @@ request_metrics request_metrics::attach(metrics_registry& r) {
   if (auto c = r.add_counter("triad_request_device_retries_total",
                              "Requests moved to another device after a failed step."))
     m.device_retries = *c;
+  if (auto c = r.add_counter("triad_request_kv_moved_off_total",
+                             "Sequences parked at a tool call whose KV moved off their device "
+                             "because it left (its node drained), to resume on another."))
+    m.kv_moved_off = *c;
   // A histogram of the family, or null when it could not be registered (not counted).
   auto histogram_of = [&r](std::string_view name, std::string_view help, std::vector<double> bounds,
                            const labels& lbls = {}) -> histogram* {
@@ -179,6 +183,7 @@ public:
         [this](tool_result_atom, std::uint64_t, tool_reply& r) { on_tool_result(r); },
         [this](cancel_atom) { fail("cancelled", errc::cancelled); },
         [this](pin_expiry_atom, std::uint32_t call) { on_pin_expiry(call); },
+        [this](device_leaving_atom, seq_id seq) { on_device_leaving(seq); },
         [this](deadline_atom) {
           fail("the request did not finish within " +
                    std::to_string(ctx_->request_timeout.count()) +
@@ -1080,9 +1085,15 @@ private:
       demote_to_store(held);
       return;
     }
+    move_out_parked(held);
+  }
+
+  // Copies the KV of `held` (its sequence parked at a tool call) here as a blob, the device
+  // freeing it; the request resumes from the blob on a decode device (with `demoting_` set).
+  void move_out_parked(holding held) {
     ask<kv_blob>(held.device, held.name, move_out_atom::value, held.seq)
         .then(
-            [this, held](kv_blob& blob) {
+            [this](kv_blob& blob) {
               parked_blob_ = std::make_shared<const kv_blob>(std::move(blob));
               demoting_ = false;
               if (pending_result_)
@@ -1096,6 +1107,24 @@ private:
               if (pending_result_)
                 continue_after_tool();
             });
+  }
+
+  // The device where this request's sequence is parked for a tool call is leaving (its node
+  // drains): the KV moves here now, and the request resumes on another decode device from it
+  // as after a demotion, instead of recomputing once the device is gone.
+  void on_device_leaving(seq_id seq) {
+    if (stage_ != stage::tool_wait || seq == 0 || decode_.seq != seq || demoting_)
+      return; // resumed already (it finishes there), or not parked there
+    cancel_pin_ttl();
+    auto held = decode_;
+    decode_ = {};
+    if (held.slot) // the monolithic layout keeps the slot while parked
+      tell(ctx_->router, "router", release_atom::value, held.name);
+    pin_expired_ = true; // resumes from what moved, not on the device
+    if (ctx_->metrics.kv_moved_off != nullptr)
+      ctx_->metrics.kv_moved_off->inc();
+    demoting_ = true;
+    move_out_parked(held);
   }
 
   void on_tool_result(tool_reply r) {
@@ -1419,7 +1448,7 @@ private:
   kv_kept kept_;             // demote with a store: the blocks holding the KV across the tool call
   bool prefetching_ = false; // a read of kept_'s blocks started (prefetch_kept), not yet forgotten
   std::string tool_name_;    // the tool of the call running (empty: malformed)
-  bool pin_expired_ = false; // the pinned KV moved to the store during this call
+  bool pin_expired_ = false; // the parked KV left its device during this call (TTL, device left)
   coarse_timers::key pin_timer_ = 0;      // the pin TTL armed for this call (0: none)
   coarse_timers::key deadline_timer_ = 0; // the request's deadline (0: none or CAF's clock)
   std::optional<kv_blob> kept_kv_;   // keep_kv: the KV exported at the end

@@ -224,6 +224,7 @@ struct request_metrics {
   /// `triad_request_transitions_total{state}`, indexed by request_state.
   std::array<counter*, 8> entered{};
   counter* device_retries = nullptr;  ///< `triad_request_device_retries_total`
+  counter* kv_moved_off = nullptr;    ///< `triad_request_kv_moved_off_total`
   histogram* total_seconds = nullptr; ///< `triad_request_seconds`: submit to end
   histogram* ttft_seconds = nullptr;  ///< `triad_request_ttft_seconds`: submit to first token
   /// `triad_request_stage_seconds{stage}`, indexed by request_stage: each request's time per

@@ -99,7 +99,7 @@ struct route_reply {
   std::string reason;         ///< why refused, e.g. "overloaded, retry after 200 ms"
   std::uint32_t retry_ms = 0; ///< when refused as overloaded: when to retry
   /// When refused: overloaded (too many wait; retry_ms), busy (waited past the queue timeout;
-  /// retry_ms), stopped (withdrawn), or system_error (no device for the stage).
+  /// retry_ms), stopped (withdrawn), or unavailable (no device for the stage is up).
   errc code = errc::system_error;
 };
 

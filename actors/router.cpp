@@ -77,8 +77,7 @@ public:
           if (!order.release.empty())
             release(order.release);
           if (!any_qualifies(order.stage, order.avoid))
-            return answer(traced,
-                          route_reply{false, {}, {}, no_device(order.stage, order.avoid), 0});
+            return answer(traced, no_device(order.stage, order.avoid));
           auto& queue = waiting_[static_cast<std::size_t>(order.stage)];
           if (auto* d = pick(order.stage, order.avoid, order.prefix); d != nullptr && queue.empty())
             return answer(traced, grant(*d, order.prefix));
@@ -191,7 +190,7 @@ public:
                 [this, stage](const key&, const waiter& w) {
                   return !any_qualifies(static_cast<route_stage>(stage), w.avoid);
                 },
-                route_reply{false, {}, {}, no_device(static_cast<route_stage>(stage), {}), 0});
+                no_device(static_cast<route_stage>(stage), {}));
         },
         [this](served_atom, std::string& session, std::uint64_t tokens) {
           auto& e = ledger_[session];
@@ -354,9 +353,9 @@ private:
     return false;
   }
 
-  // Why no device serves `stage` for an order avoiding `avoid`: none does, those there are
-  // failed it, or were lost (each named, with why).
-  std::string no_device(route_stage stage, const std::vector<std::string>& avoid) const {
+  // The refusal of an order for `stage` avoiding `avoid` that no device serves: why (none does,
+  // those there failed it, or were lost, each named with why), as unavailable.
+  route_reply no_device(route_stage stage, const std::vector<std::string>& avoid) const {
     std::string lost;
     for (const auto& d : devices_)
       if (!d.up && qualifies(d.info.role, stage))
@@ -366,7 +365,7 @@ private:
       out = "no device left for this stage: " + join(avoid) + " failed this request";
     if (!lost.empty())
       out += " (" + lost + ")";
-    return out;
+    return route_reply{false, {}, {}, std::move(out), 0, errc::unavailable};
   }
 
   std::size_t waiting() const {

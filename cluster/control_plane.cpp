@@ -21,6 +21,7 @@
 #include <caf/openssl/all.hpp>
 
 #include "cluster/detail/gateway.hpp"
+#include "cluster/detail/peer_plan.hpp"
 #include "cluster/detail/remote_device.hpp"
 #include "cluster/detail/wire.hpp"
 #include "runtime/domains.hpp"
@@ -125,6 +126,7 @@ struct peer_shared {
   std::atomic<std::size_t>* up = nullptr;
   gauge* up_gauge = nullptr;
   counter* lost_counter = nullptr;
+  counter* drained_counter = nullptr;
 };
 
 struct peer_state {
@@ -135,9 +137,11 @@ struct peer_state {
   caf::actor gateway; // while up
   std::string node;   // its node's name, once it said hello
   std::uint64_t tag = 0;
+  bool draining = false; // it said it drains: when its connection closes, it left
   std::vector<std::pair<std::string, detail::remote_device_actor>> devices; // by full name
   std::vector<device_role> roles;
   std::chrono::steady_clock::time_point last_answer;
+  caf::actor joiner; // told when the node joins or is lost (peer_up_atom)
   // Each time the node joins: ticks and answers of an earlier time (before a loss) are ignored.
   std::uint64_t generation = 0;
   static inline const char* name = "triad.peer";
@@ -145,6 +149,11 @@ struct peer_state {
 
 using peer_self = caf::stateful_actor<peer_state, homed_actor>;
 using probe_atom = caf::atom_constant<caf::atom("clprobe")>;
+// To the joiner: a peer's node joined (true) or was lost: `(peer_up_atom, std::string address,
+// bool up)`.
+using peer_up_atom = caf::atom_constant<caf::atom("clpeerup")>;
+// To a peer: its address is no longer looked up, so it stops trying: `(retire_atom)`.
+using retire_atom = caf::atom_constant<caf::atom("clretire")>;
 
 // Whether a TCP connection to host:port opens within `timeout` (a non-blocking connect):
 // CAF 0.17's middleman connects with a blocking connect on its one thread, so an address that
@@ -192,10 +201,12 @@ void lose(peer_self* self, const std::string& why) {
       st.shared->events.lost(st.devices[i].first, why);
   }
   --*st.shared->up;
+  self->send(st.joiner, peer_up_atom::value, where(st), false);
   if (st.shared->up_gauge != nullptr)
     st.shared->up_gauge->set(static_cast<double>(st.shared->up->load()));
-  if (st.shared->lost_counter != nullptr)
-    st.shared->lost_counter->inc();
+  if (auto* c =
+          std::exchange(st.draining, false) ? st.shared->drained_counter : st.shared->lost_counter)
+    c->inc();
   self->delayed_send(self, std::chrono::milliseconds{st.shared->config.rejoin_ms},
                      rejoin_atom::value);
 }
@@ -220,6 +231,7 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   st.node = hello.node;
   st.gateway = gateway;
   st.tag = hello.tag;
+  st.draining = false;
   self->monitor(gateway);
   const bool fresh = st.devices.empty();
   for (std::uint32_t i = 0; i < hello.devices.size(); ++i) {
@@ -239,6 +251,7 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
       st.shared->events.joined(remote_device{st.devices[i].first, st.roles[i],
                                              caf::actor_cast<device_actor>(st.devices[i].second)});
   ++*st.shared->up;
+  self->send(st.joiner, peer_up_atom::value, where(st), true);
   if (st.shared->up_gauge != nullptr)
     st.shared->up_gauge->set(static_cast<double>(st.shared->up->load()));
   st.last_answer = std::chrono::steady_clock::now();
@@ -295,10 +308,11 @@ void connect_probed(peer_self* self) {
 }
 
 caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::string host,
-                   std::uint16_t port) {
+                   std::uint16_t port, caf::actor joiner) {
   self->state.shared = std::move(shared);
   self->state.host = std::move(host);
   self->state.port = port;
+  self->state.joiner = std::move(joiner);
   self->set_exit_handler([self](caf::exit_msg& msg) {
     for (auto& [name, d] : self->state.devices)
       self->send_exit(d, msg.reason);
@@ -312,6 +326,12 @@ caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::st
   connect(self);
   return {
       [self](rejoin_atom) { connect(self); },
+      [self](retire_atom) {
+        // Its remote devices stay (the router holds them, lost): a request parked on one still
+        // gets its failure at its resume.
+        lose(self, where(self->state) + " is no longer among its peer's addresses");
+        self->quit();
+      },
       [self](probe_atom, bool ok) {
         if (ok) {
           connect_probed(self);
@@ -320,6 +340,18 @@ caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::st
         self->state.connecting = false;
         self->delayed_send(self, std::chrono::milliseconds{self->state.shared->config.rejoin_ms},
                            rejoin_atom::value);
+      },
+      [self](detail::cluster_draining_atom) {
+        // The node drains: nothing new goes there, what is parked there moves off, what runs
+        // there finishes; then it closes (counted as drained, not lost).
+        auto& st = self->state;
+        if (!st.gateway || std::exchange(st.draining, true))
+          return;
+        for (auto& [name, d] : st.devices) {
+          self->send(d, detail::peer_draining_atom::value);
+          if (st.shared->events.lost)
+            st.shared->events.lost(name, "its node " + st.node + " is draining");
+        }
       },
       [self](heartbeat_atom, std::uint64_t generation) {
         auto& st = self->state;
@@ -349,7 +381,8 @@ caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::st
 
 struct joiner_state {
   std::shared_ptr<peer_shared> shared;
-  std::map<std::string, caf::actor> peers; // by "ip:port"
+  std::map<std::string, caf::actor> peers;         // by "ip:port"
+  std::map<std::string, detail::known_peer> known; // the same addresses: from where, up
   static inline const char* name = "triad.joiner";
 };
 
@@ -365,14 +398,34 @@ caf::behavior joiner(caf::stateful_actor<joiner_state>* self, std::shared_ptr<pe
   return {
       [self](rejoin_atom) {
         auto& st = self->state;
-        for (const auto& peer_name : st.shared->config.peers)
+        std::vector<detail::peer_lookup> lookups;
+        std::map<std::string, std::pair<std::string, std::uint16_t>> at; // address -> host, port
+        for (const auto& peer_name : st.shared->config.peers) {
+          auto& l = lookups.emplace_back(detail::peer_lookup{peer_name, {}});
           for (auto& [host, port] : resolve(peer_name)) {
-            auto key = host + ":" + std::to_string(port);
-            if (st.peers.count(key) == 0)
-              st.peers.emplace(key, self->spawn(peer, st.shared, host, port));
+            auto address = host + ":" + std::to_string(port);
+            l.addresses.push_back(address);
+            at.emplace(std::move(address), std::pair{host, port});
           }
+        }
+        auto plan = detail::plan_peers(st.known, lookups);
+        for (auto& [address, from] : plan.spawn) {
+          const auto& [host, port] = at.at(address);
+          st.known[address] = {from, false};
+          st.peers.emplace(
+              address, self->spawn(peer, st.shared, host, port, caf::actor_cast<caf::actor>(self)));
+        }
+        for (const auto& address : plan.retire) {
+          self->send(st.peers[address], retire_atom::value);
+          st.peers.erase(address);
+          st.known.erase(address);
+        }
         self->delayed_send(self, std::chrono::milliseconds{st.shared->config.rejoin_ms},
                            rejoin_atom::value);
+      },
+      [self](peer_up_atom, const std::string& address, bool up) {
+        if (auto it = self->state.known.find(address); it != self->state.known.end())
+          it->second.up = up;
       },
   };
 }
@@ -472,6 +525,16 @@ const std::string& control_plane::node_name() const noexcept {
   return impl_->name;
 }
 
+bool control_plane::drain(std::chrono::milliseconds deadline) {
+  if (!impl_ || !impl_->gateway)
+    return true;
+  caf::scoped_actor self{*impl_->sys};
+  bool drained = false;
+  self->request(impl_->gateway, deadline, detail::cluster_drain_atom::value)
+      .receive([&](bool ok) { drained = ok; }, [](caf::error&) {}); // not in time
+  return drained;
+}
+
 void control_plane::close_gateway() {
   if (impl_ && impl_->gateway) {
     caf::anon_send_exit(impl_->gateway, caf::exit_reason::user_shutdown);
@@ -546,6 +609,11 @@ void control_plane::join(cluster_events events) {
                                         "heartbeat within the deadline)");
         c)
       shared->lost_counter = *c;
+    if (auto c = m.metrics->add_counter("triad_cluster_peers_drained_total",
+                                        "Times a device node drained (its sequences finished "
+                                        "or moved off) and left");
+        c)
+      shared->drained_counter = *c;
   }
   // Its own thread: looking names up blocks.
   m.joiner = m.sys->spawn<caf::detached>(joiner, std::move(shared));

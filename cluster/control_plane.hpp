@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -69,6 +70,12 @@ public:
   /// reached, lost, or new behind a name), pings each every heartbeat_ms and reports a peer
   /// silent past heartbeat_deadline_ms (or whose connection drops) lost.
   void join(cluster_events events);
+
+  /// A device node that drains: tells its front nodes (they route nothing new here and move
+  /// the sequences parked here for a tool call off), refuses new sequences, and waits up to
+  /// `deadline` until its devices hold no sequence and its exchange no KV. True when they do
+  /// (at once for a node that publishes nothing).
+  bool drain(std::chrono::milliseconds deadline);
 
   /// A device node that stops: its gateway goes first, so front nodes see its devices lost at
   /// once (and route elsewhere) while the devices finish.

@@ -26,6 +26,7 @@ namespace {
 struct device_metrics {
   gauge* queue = nullptr;
   gauge* running = nullptr;
+  gauge* parked = nullptr;
   gauge* kv_pages = nullptr;
   gauge* kv_budget = nullptr;
   counter* steps = nullptr;
@@ -50,6 +51,8 @@ struct device_metrics {
     auto take = [](auto result) { return result ? *result : nullptr; };
     queue = take(r.add_gauge("triad_device_queue_length", "sequences waiting for prefill", l));
     running = take(r.add_gauge("triad_device_running", "sequences decoding", l));
+    parked = take(r.add_gauge("triad_device_parked",
+                              "sequences parked (their KV kept across a tool call)", l));
     kv_pages = take(r.add_gauge("triad_device_kv_pages_used", "KV pages held", l));
     kv_budget = take(r.add_gauge("triad_device_kv_budget_bytes",
                                  "KV bytes the device's own memory may hold (its tier)", l));
@@ -1337,6 +1340,7 @@ private:
     auto st = snapshot();
     metrics_.queue->set(static_cast<double>(st.waiting));
     metrics_.running->set(static_cast<double>(st.running));
+    metrics_.parked->set(static_cast<double>(st.parked));
     metrics_.kv_pages->set(static_cast<double>(st.kv_pages_used));
   }
 

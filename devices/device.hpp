@@ -70,6 +70,9 @@ using watch_kv_atom = caf::atom_constant<caf::atom("watchkv")>;
 /// last its recent decode steps' seconds (a moving mean; 0 before its first): what one more
 /// decoding sequence can expect a token to take there.
 using kv_free_atom = caf::atom_constant<caf::atom("kvfree")>;
+/// To a parked sequence's sink: the device that holds it is leaving (its node drains), so its
+/// holder moves the KV off (move_out_atom) before it goes: `(device_leaving_atom, seq_id)`.
+using device_leaving_atom = caf::atom_constant<caf::atom("devleaving")>;
 
 /// A device's own: a step job came back from the driver thread (device.cpp).
 using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;

@@ -30,6 +30,8 @@ std::string_view to_string(errc code) noexcept {
     return "overloaded";
   case errc::cancelled:
     return "cancelled";
+  case errc::unavailable:
+    return "unavailable";
   }
   return "unknown";
 }

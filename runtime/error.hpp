@@ -24,6 +24,7 @@ enum class errc {
   timed_out,        ///< a deadline passed before the work finished
   overloaded,       ///< too much work waits already; retry after the time given
   cancelled,        ///< the caller (or its client) cancelled the work
+  unavailable,      ///< nothing that could serve it is up now (no device for a stage); retry
 };
 
 /// Returns the name of an error code, e.g. "invalid_argument".

@@ -807,6 +807,9 @@ api_error error_of(const request_event& ev) {
   case errc::busy:
     set(503, "queue_timeout", retry);
     break;
+  case errc::unavailable:
+    set(503, "no_device", retry);
+    break;
   case errc::timed_out:
     set(504, "request_timeout");
     break;

@@ -17,11 +17,19 @@ namespace {
 
 // Fetches held KV for an import (a thread of its own: the wire blocks).
 using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
+// The gateway's own, while it drains: looks again whether its devices are empty.
+using drain_check_atom = caf::atom_constant<caf::atom("drainchk")>;
+// How often a draining gateway asks its devices whether they still hold sequences.
+constexpr std::chrono::milliseconds drain_check_every{50};
 
 struct gateway_state {
   gateway_options options;
   std::map<caf::node_id, std::uint64_t> tags; // per front node
   std::set<caf::node_id> takes_held;          // fronts without devices of their own
+  std::map<caf::node_id, caf::actor> fronts;  // the peer actor of each front that said hello
+  bool draining = false;
+  bool checking = false; // a round of check_drained waits for its devices' answers
+  std::vector<caf::typed_response_promise<bool>> drained; // answered once nothing is held
   caf::actor fetcher;                         // with an exchange: fetches held KV
   std::uint64_t next_tag = 1;
   // Sequences each front's remote device holds here (by its actor), to free when it goes.
@@ -146,6 +154,11 @@ caf::result<admission> import_held(gateway_self* self, std::uint32_t i, kv_blob&
   return rp;
 }
 
+// The refusal of a new sequence while the node drains (busy: the request goes elsewhere).
+admission draining(gateway_self* self) {
+  return admission{false, "node " + self->state.options.node + " is draining", errc::busy};
+}
+
 // Forwards a request with an answer of type T to device `i`.
 template<class T, class... Ts>
 caf::result<T> forward(gateway_self* self, std::uint32_t i, Ts&&... xs) {
@@ -159,6 +172,41 @@ caf::result<T> forward(gateway_self* self, std::uint32_t i, Ts&&... xs) {
       .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
             [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
   return rp;
+}
+
+// While draining: answers the drain requests once no device holds a sequence and the exchange
+// holds no KV for another node, else looks again in a while (one round at a time).
+void check_drained(gateway_self* self) {
+  auto& st = self->state;
+  if (st.drained.empty() || st.checking)
+    return;
+  st.checking = true;
+  struct round {
+    std::size_t left; // answers still to come, and this call's own
+    bool busy;        // something is still held
+  };
+  auto r =
+      std::make_shared<round>(round{st.options.devices.size() + 1,
+                                    st.options.exchange && st.options.exchange->held_bytes() != 0});
+  auto settle = [self, r] {
+    if (--r->left != 0)
+      return;
+    self->state.checking = false;
+    if (r->busy)
+      self->delayed_send(self, drain_check_every, drain_check_atom::value);
+    else
+      for (auto& rp : std::exchange(self->state.drained, {}))
+        rp.deliver(true);
+  };
+  for (const auto& d : st.options.devices)
+    self->request(d.actor, defaults::cluster::remote_answer_timeout, stats_atom::value)
+        .then(
+            [r, settle](device_stats& s) {
+              r->busy = r->busy || s.sequences != 0;
+              settle();
+            },
+            [settle](caf::error&) { settle(); }); // a device that is gone holds nothing
+  settle();
 }
 
 caf::behavior gateway(gateway_self* self, gateway_options options) {
@@ -187,6 +235,8 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
         for (const auto& d : st.options.devices)
           hello.devices.push_back({d.name, static_cast<std::uint8_t>(d.role), 0});
         auto from = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
+        if (self->current_sender())
+          st.fronts[from] = caf::actor_cast<caf::actor>(self->current_sender());
         auto [it, fresh] = st.tags.try_emplace(from, st.next_tag);
         if (fresh)
           st.next_tag = st.next_tag % 0xffff + 1;
@@ -194,11 +244,27 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
         return hello;
       },
       [](cluster_ping_atom) { return true; },
-      [self](generate_atom a, std::uint32_t i, generate_request& r, constraint_wire& c) {
+      [self](cluster_drain_atom) {
+        auto& st = self->state;
+        auto rp = self->make_response_promise<bool>();
+        st.drained.push_back(rp);
+        if (!std::exchange(st.draining, true))
+          for (auto& [node, front] : st.fronts)
+            self->send(front, cluster_draining_atom::value);
+        check_drained(self);
+        return rp;
+      },
+      [self](drain_check_atom) { check_drained(self); },
+      [self](generate_atom a, std::uint32_t i, generate_request& r,
+             constraint_wire& c) -> caf::result<admission> {
+        if (self->state.draining)
+          return draining(self);
         return admit(self, i, r, c, a);
       },
       [self](import_atom a, std::uint32_t i, kv_blob& blob, generate_request& r,
-             constraint_wire& c) {
+             constraint_wire& c) -> caf::result<admission> {
+        if (self->state.draining)
+          return draining(self);
         if (!blob.held.empty() && blob.bytes.empty())
           return import_held(self, i, blob, r, c);
         return admit(self, i, r, c, a, std::move(blob));

@@ -39,7 +39,9 @@ struct gateway_options {
 /// it): it answers front nodes' hello and heartbeats and hands their device messages
 /// (detail/wire.hpp) to the devices, their constraints rebuilt. It watches each front node's
 /// remote devices: when one goes (its node lost or stopped), the sequences it held here are
-/// freed, so no KV waits for a front that will never free it.
+/// freed, so no KV waits for a front that will never free it. Asked to drain
+/// (cluster_drain_atom), it tells the fronts, refuses new sequences and answers once its devices
+/// and exchange hold nothing.
 caf::actor spawn_gateway(caf::actor_system& sys, gateway_options options);
 
 } // namespace triad::detail

@@ -307,6 +307,13 @@ const std::string& kv_exchange::address() const noexcept {
   return state_->address;
 }
 
+std::uint64_t kv_exchange::held_bytes() {
+  auto& s = *state_;
+  std::lock_guard lock{s.mtx};
+  s.expire(clock::now());
+  return s.held_bytes;
+}
+
 kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
   auto& s = *state_;
   if (bytes.empty() || bytes.size() > s.budget)

@@ -35,6 +35,9 @@ public:
 
   /// "host:port" where its wire listens, as others reach it.
   const std::string& address() const noexcept;
+  /// Bytes of KV held now for other nodes to fetch, what expired dropped first (a draining node
+  /// waits for them to go).
+  std::uint64_t held_bytes();
   /// Takes `bytes` in as blocks of at most block_bytes (each checksummed) and answers their
   /// reference; an empty reference (the bytes left in place) when they do not fit the budget.
   /// Thread-safe.

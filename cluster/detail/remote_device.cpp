@@ -123,10 +123,17 @@ public:
             caf::anon_send(w, kv_free_atom::value, address(), free, total, step_s);
         },
         [this](peer_lost_atom, std::string& why) { lost(why); },
+        [this](peer_draining_atom) {
+          draining_ = true;
+          for (auto& [seq, h] : seqs_)
+            if (!h.active && h.admitted)
+              leaving(seq, h.sink);
+        },
         [this](peer_back_atom, caf::actor& gateway, std::uint64_t tag) {
           gateway_ = std::move(gateway);
           tag_ = tag;
           up_ = true;
+          draining_ = false;
           why_.clear();
           // What the node may still hold of ours from before (a partition it lived through).
           for (auto w : std::exchange(orphans_, {}))
@@ -164,6 +171,8 @@ private:
   caf::result<admission> admit(generate_request r, kv_blob* blob) {
     if (!up_)
       return admission{false, "device " + name_ + ": its node is lost (" + why_ + ")", errc::busy};
+    if (draining_)
+      return admission{false, "device " + name_ + ": its node is draining", errc::busy};
     if (blob != nullptr && blob->stream)
       return admission{false, "device " + name_ + ": a KV stream does not cross nodes",
                        errc::invalid_argument};
@@ -284,13 +293,22 @@ private:
     e.seq = seq;
     e.kv.seq = seq;
     auto sink = it->second.sink;
+    bool parks = false;
     if (e.kind == device_event::failed ||
         (e.kind == device_event::done && it->second.moves_out && !e.kv.empty()))
       seqs_.erase(it);
     else if (e.kind == device_event::done)
-      it->second.active = false;
+      parks = std::exchange(it->second.active, false);
     if (sink)
       caf::anon_send(sink, std::move(e));
+    if (parks && draining_)
+      leaving(seq, sink);
+  }
+
+  // Tells the request of parked sequence `seq` that its node drains: it moves the KV off.
+  static void leaving(seq_id seq, const caf::actor& sink) {
+    if (sink)
+      caf::anon_send(sink, device_leaving_atom::value, seq);
   }
 
   // Frees sequence `w` (a wire id) on the node, now or, while the node is lost, when it is back.
@@ -338,7 +356,8 @@ private:
   caf::actor gateway_;
   std::uint64_t tag_;
   bool up_ = true;
-  std::string why_; // why its node was lost
+  bool draining_ = false; // its node drains: nothing new, parked sequences move off
+  std::string why_;       // why its node was lost
   std::unordered_map<seq_id, held> seqs_;
   std::map<std::uint64_t, std::function<void(const std::string&)>> pending_;
   std::uint64_t next_ = 0;

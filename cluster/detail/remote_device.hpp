@@ -18,10 +18,11 @@ namespace triad::detail {
 /// node owes (answers, sequences under way), so when the node is lost (peer_lost_atom) every
 /// answer is given and every sequence under way gets a failed event at once: the requests
 /// resume elsewhere or fail, none waits. New sequences are refused busy until the node is back
-/// (peer_back_atom).
+/// (peer_back_atom). When the node drains (peer_draining_atom) each sequence parked there, now
+/// or when it parks, is told to move its KV off (device_leaving_atom to its request).
 using remote_device_actor = device_actor::extend<
     caf::reacts_to<device_event>, caf::reacts_to<peer_lost_atom, std::string>,
-    caf::reacts_to<peer_back_atom, caf::actor, std::uint64_t>,
+    caf::reacts_to<peer_draining_atom>, caf::reacts_to<peer_back_atom, caf::actor, std::uint64_t>,
     caf::reacts_to<kv_free_atom, caf::actor_addr, std::uint64_t, std::uint64_t, double>>;
 
 /// Spawns the remote device `name` (index `index` on its node) in `sys`, up, behind `gateway`

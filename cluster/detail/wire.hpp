@@ -29,6 +29,15 @@ using cluster_ping_atom = caf::atom_constant<caf::atom("clping")>;
 using peer_lost_atom = caf::atom_constant<caf::atom("peerlost")>;
 /// A peer's gateway answered again: `(peer_back_atom, caf::actor gateway, std::uint64_t tag)`.
 using peer_back_atom = caf::atom_constant<caf::atom("peerback")>;
+/// A device node drains: `(cluster_drain_atom)` to its gateway -> true once its devices hold no
+/// sequence and its exchange no KV (the fronts told first: cluster_draining_atom).
+using cluster_drain_atom = caf::atom_constant<caf::atom("cldrain")>;
+/// From a draining node's gateway to each front that said hello: `(cluster_draining_atom)`.
+/// The front routes nothing new there and moves the sequences parked there off.
+using cluster_draining_atom = caf::atom_constant<caf::atom("cldraining")>;
+/// To a remote device: its node drains: `(peer_draining_atom)`. Each sequence parked there (now
+/// or when it parks) is told device_leaving_atom.
+using peer_draining_atom = caf::atom_constant<caf::atom("peerdrain")>;
 
 /// One device a node publishes.
 struct wire_device {

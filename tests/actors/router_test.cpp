@@ -145,10 +145,16 @@ BOOST_AUTO_TEST_CASE(an_order_that_gives_a_slot_back_is_served_from_it) {
 BOOST_AUTO_TEST_CASE(a_request_is_never_sent_to_a_device_that_failed_it) {
   router_fixture f{triad::schedule_policy::fcfs};
   std::string reason;
+  auto code = triad::errc::system_error;
   f.route("s", {"dev0"})
-      .receive([&](triad::route_reply& r) { reason = r.ok ? "granted" : r.reason; },
-               [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); });
+      .receive(
+          [&](triad::route_reply& r) {
+            reason = r.ok ? "granted" : r.reason;
+            code = r.code;
+          },
+          [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); });
   BOOST_TEST(reason == "no device left for this stage: dev0 failed this request");
+  BOOST_TEST((code == triad::errc::unavailable)); // answered 503, to retry
 }
 
 BOOST_AUTO_TEST_CASE(a_device_that_said_busy_gets_one_request_per_sequence_that_leaves_it) {

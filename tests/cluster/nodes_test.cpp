@@ -85,6 +85,10 @@ public:
   }
   // Kills it (SIGKILL: no drain, no goodbye to its peers).
   void kill() { process_->kill(SIGKILL); }
+  // Stops it as an operator does (SIGTERM: it drains, then exits); returns once it ended.
+  void stop() { process_->kill(SIGTERM); }
+  // Its output so far.
+  std::string log() const { return process_->log(); }
   // Group 1 of `pattern` in its output, once there.
   std::string wait_for(const std::string& pattern) {
     auto got = process_->wait_for(pattern, 60s);
@@ -142,14 +146,29 @@ struct cluster {
     BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 3),
                           "the front did not join its three peers: " << http_get(port, "/metrics"));
   }
-  // triad-load's agent sessions with a hosted tool call each turn, against the front.
-  std::string load(int sessions, int tokens, const std::string& report) const {
+  // triad-load's agent sessions with two hosted tool calls (`command` in the shell tool) each,
+  // against the front.
+  std::string load(int sessions, int tokens, const std::string& report,
+                   const std::string& command = "echo ran") const {
     return binary("triad-load") + " --url http://127.0.0.1:" + std::to_string(port) +
            "/v1 --workload agent --requests " + std::to_string(sessions) +
            " --concurrency 6 --turns 1 --tool-calls fixed:2 --output-tokens fixed:" +
-           std::to_string(tokens) +
-           " --hosted-tool shell --hosted-tool-args '{\"command\": \"echo ran\"}' --json " +
-           s.path(report) + " 2>&1";
+           std::to_string(tokens) + " --hosted-tool shell --hosted-tool-args '{\"command\": \"" +
+           command + "\"}' --json " + s.path(report) + " 2>&1";
+  }
+  // Runs `load_command` in the background; `done` is written with its exit status at its end.
+  void load_in_background(const std::string& load_command, const std::string& output,
+                          const std::string& done) const {
+    auto cmd = "(timeout 180 " + load_command + " > " + output + "; echo $? > " + done +
+               ") > /dev/null 2>&1 &"; // nothing of it holds run_command's pipe
+    BOOST_REQUIRE(run_command(cmd).status == 0);
+  }
+  // Waits up to `limit` for the background load's `done` file.
+  static bool wait_done(const std::string& done, std::chrono::seconds limit = 170s) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (!fs::exists(done) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(100ms);
+    return fs::exists(done);
   }
 };
 
@@ -207,9 +226,7 @@ BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_a
   const auto report = c.s.path("load.txt");
   const auto done = c.s.path("load.done");
   // Long answers (the tiny model on simulated H200s decodes fast), so a node holds some at once.
-  auto cmd = "(timeout 180 " + c.load(48, 1024, "run.json") + " > " + report + "; echo $? > " +
-             done + ") > /dev/null 2>&1 &"; // nothing of it holds run_command's pipe
-  BOOST_REQUIRE(run_command(cmd).status == 0);
+  c.load_in_background(c.load(48, 1024, "run.json"), report, done);
   const auto until = std::chrono::steady_clock::now() + 60s;
   auto decoding = [&http](int i) {
     return sample(http_get(http[i], "/metrics"), "triad_device_running{device=\"decode0\"}");
@@ -228,10 +245,7 @@ BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_a
   // The front notices at once (its connection closes) and routes to the other only.
   BOOST_TEST(wait_metric(c.port, "triad_cluster_peers_up", 2, 10s));
   // triad-load ends: every request was answered or failed, none hangs.
-  const auto load_until = std::chrono::steady_clock::now() + 170s;
-  while (!fs::exists(done) && std::chrono::steady_clock::now() < load_until)
-    std::this_thread::sleep_for(100ms);
-  BOOST_REQUIRE_MESSAGE(fs::exists(done), "triad-load still runs: " << slurp(report));
+  BOOST_REQUIRE_MESSAGE(cluster::wait_done(done), "triad-load still runs: " << slurp(report));
   const auto out = slurp(report);
   auto m = json::parse(slurp(c.s.path("run.json"))).at("metrics").as_object();
   BOOST_TEST(m.at("calls").as_int64() == 48, out);
@@ -255,6 +269,47 @@ BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_a
   BOOST_TEST(wait_metric(c.port, "triad_cluster_peers_up", 3, 30s));
   auto r = run_command("timeout 60 " + c.load(6, 8, "after.json"));
   BOOST_TEST(r.status == 0, r.out);
+}
+
+BOOST_AUTO_TEST_CASE(a_draining_decode_node_moves_the_sequences_parked_there_off_and_leaves) {
+  cluster c;
+  node_process* decode[2] = {&c.decode1, &c.decode2};
+  const unsigned http[2] = {c.decode1.http_port(), c.decode2.http_port()};
+  // Tool calls of a second: meanwhile each session's sequence waits parked on its decode node
+  // (kv = "pin", the default).
+  const auto report = c.s.path("load.txt");
+  const auto done = c.s.path("load.done");
+  c.load_in_background(c.load(12, 16, "run.json", "sleep 1; echo ran"), report, done);
+  auto parked = [&http](int i) {
+    return sample(http_get(http[i], "/metrics"), "triad_device_parked{device=\"decode0\"}");
+  };
+  int victim = -1;
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (victim < 0 && std::chrono::steady_clock::now() < until) {
+    for (int i = 0; i < 2 && victim < 0; ++i)
+      if (parked(i) >= 1)
+        victim = i;
+    std::this_thread::sleep_for(5ms);
+  }
+  BOOST_REQUIRE_MESSAGE(victim >= 0, "no sequence was parked on a decode node");
+  // The operator stops it (SIGTERM): it drains, the front moving what is parked there off.
+  decode[victim]->stop();
+  const auto log = decode[victim]->log();
+  BOOST_TEST(log.find("stopped (every request answered)") != std::string::npos, log);
+  BOOST_REQUIRE_MESSAGE(cluster::wait_done(done), "triad-load still runs: " << slurp(report));
+  auto m = json::parse(slurp(c.s.path("run.json"))).at("metrics").as_object();
+  // Every session completed: nothing failed, nothing was computed again after a failure.
+  BOOST_TEST(m.at("calls_ok").as_int64() == 12, slurp(report));
+  BOOST_TEST(m.at("server_tool_calls").as_int64() == 24);
+  const auto metrics = http_get(c.port, "/metrics");
+  BOOST_TEST(sample(metrics, "triad_request_kv_moved_off_total") >= 1, metrics);
+  BOOST_TEST_MESSAGE("the drain moved the KV of "
+                     << sample(metrics, "triad_request_kv_moved_off_total")
+                     << " parked sequences off the node");
+  BOOST_TEST(sample(metrics, "triad_request_device_retries_total") == 0, metrics);
+  BOOST_TEST(sample(metrics, "triad_cluster_peers_drained_total") == 1, metrics);
+  BOOST_TEST(sample(metrics, "triad_cluster_peers_lost_total") == 0, metrics);
+  BOOST_TEST(sample(metrics, "triad_cluster_peers_up") == 2, metrics);
 }
 
 BOOST_AUTO_TEST_CASE(a_front_without_peers_and_an_open_device_node_without_tls_are_refused) {
@@ -284,7 +339,7 @@ BOOST_AUTO_TEST_CASE(a_front_is_ready_once_a_device_node_has_joined) {
       run_command("timeout 30 " + binary("triad-load") + " --url http://127.0.0.1:" + alone_port +
                   "/v1 --requests 1 --no-script --output-tokens fixed:4 2>&1");
   BOOST_TEST(r.status != 124, r.out); // answered, not held
-  BOOST_TEST(r.out.find("errors: {\"http_500:generation_failed\":1}") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("errors: {\"http_503:no_device\":1}") != std::string::npos, r.out);
   // A front whose peer is there: ready once it joined.
   node_process front{s, "front", {"--role", "front", "--peers", peer}};
   const auto url = "http://127.0.0.1:" + std::to_string(front.http_port()) + "/ready";

@@ -310,6 +310,7 @@ BOOST_AUTO_TEST_CASE(an_error_event_is_answered_by_its_code_never_its_text) {
                         expect{triad::errc::stopped, 503, "draining", 150},
                         expect{triad::errc::busy, 503, "queue_timeout", 150},
                         expect{triad::errc::timed_out, 504, "request_timeout", 0},
+                        expect{triad::errc::unavailable, 503, "no_device", 150},
                         expect{triad::errc::system_error, 500, "generation_failed", 0}}) {
     triad::request_event ev;
     ev.kind = triad::request_event::error;
