@@ -163,6 +163,20 @@ struct cluster {
                ") > /dev/null 2>&1 &"; // nothing of it holds run_command's pipe
     BOOST_REQUIRE(run_command(cmd).status == 0);
   }
+  // The first decode node (0: decode1, 1: decode2) seen with its decode0's `gauge` at `least`,
+  // within a minute; -1 when none is.
+  int first_decode_node(const std::string& gauge, double least) {
+    const unsigned http[2] = {decode1.http_port(), decode2.http_port()};
+    const auto series = gauge + "{device=\"decode0\"}";
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < until) {
+      for (int i = 0; i < 2; ++i)
+        if (sample(http_get(http[i], "/metrics"), series) >= least)
+          return i;
+      std::this_thread::sleep_for(5ms);
+    }
+    return -1;
+  }
   // Waits up to `limit` for the background load's `done` file.
   static bool wait_done(const std::string& done, std::chrono::seconds limit = 170s) {
     const auto until = std::chrono::steady_clock::now() + limit;
@@ -221,25 +235,14 @@ BOOST_AUTO_TEST_CASE(agent_sessions_run_through_a_front_on_prefill_and_decode_no
 
 BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_and_rejoins) {
   cluster c;
-  const unsigned http[2] = {c.decode1.http_port(), c.decode2.http_port()};
   // The load in the background; a decode node dies while it decodes for it.
   const auto report = c.s.path("load.txt");
   const auto done = c.s.path("load.done");
   // Long answers (the tiny model on simulated H200s decodes fast), so a node holds some at once.
   c.load_in_background(c.load(48, 1024, "run.json"), report, done);
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  auto decoding = [&http](int i) {
-    return sample(http_get(http[i], "/metrics"), "triad_device_running{device=\"decode0\"}");
-  };
   // The victim: the first decode node seen decoding two sequences at once (the router may
   // prefer either).
-  int victim = -1;
-  while (victim < 0 && std::chrono::steady_clock::now() < until) {
-    for (int i = 0; i < 2 && victim < 0; ++i)
-      if (decoding(i) >= 2)
-        victim = i;
-    std::this_thread::sleep_for(5ms);
-  }
+  const int victim = c.first_decode_node("triad_device_running", 2);
   BOOST_REQUIRE_MESSAGE(victim >= 0, "no decode node got decode work");
   (victim == 0 ? c.decode1 : c.decode2).kill();
   // The front notices at once (its connection closes) and routes to the other only.
@@ -274,23 +277,12 @@ BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_a
 BOOST_AUTO_TEST_CASE(a_draining_decode_node_moves_the_sequences_parked_there_off_and_leaves) {
   cluster c;
   node_process* decode[2] = {&c.decode1, &c.decode2};
-  const unsigned http[2] = {c.decode1.http_port(), c.decode2.http_port()};
   // Tool calls of a second: meanwhile each session's sequence waits parked on its decode node
   // (kv = "pin", the default).
   const auto report = c.s.path("load.txt");
   const auto done = c.s.path("load.done");
   c.load_in_background(c.load(12, 16, "run.json", "sleep 1; echo ran"), report, done);
-  auto parked = [&http](int i) {
-    return sample(http_get(http[i], "/metrics"), "triad_device_parked{device=\"decode0\"}");
-  };
-  int victim = -1;
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (victim < 0 && std::chrono::steady_clock::now() < until) {
-    for (int i = 0; i < 2 && victim < 0; ++i)
-      if (parked(i) >= 1)
-        victim = i;
-    std::this_thread::sleep_for(5ms);
-  }
+  const int victim = c.first_decode_node("triad_device_parked", 1);
   BOOST_REQUIRE_MESSAGE(victim >= 0, "no sequence was parked on a decode node");
   // The operator stops it (SIGTERM): it drains, the front moving what is parked there off.
   decode[victim]->stop();
