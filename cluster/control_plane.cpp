@@ -231,7 +231,6 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   st.node = hello.node;
   st.gateway = gateway;
   st.tag = hello.tag;
-  st.draining = false;
   self->monitor(gateway);
   const bool fresh = st.devices.empty();
   for (std::uint32_t i = 0; i < hello.devices.size(); ++i) {

@@ -155,7 +155,7 @@ caf::result<admission> import_held(gateway_self* self, std::uint32_t i, kv_blob&
 }
 
 // The refusal of a new sequence while the node drains (busy: the request goes elsewhere).
-admission draining(gateway_self* self) {
+admission refused_while_draining(gateway_self* self) {
   return admission{false, "node " + self->state.options.node + " is draining", errc::busy};
 }
 
@@ -258,13 +258,13 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
       [self](generate_atom a, std::uint32_t i, generate_request& r,
              constraint_wire& c) -> caf::result<admission> {
         if (self->state.draining)
-          return draining(self);
+          return refused_while_draining(self);
         return admit(self, i, r, c, a);
       },
       [self](import_atom a, std::uint32_t i, kv_blob& blob, generate_request& r,
              constraint_wire& c) -> caf::result<admission> {
         if (self->state.draining)
-          return draining(self);
+          return refused_while_draining(self);
         if (!blob.held.empty() && blob.bytes.empty())
           return import_held(self, i, blob, r, c);
         return admit(self, i, r, c, a, std::move(blob));
