@@ -23,12 +23,18 @@ using clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds accept_poll{200};
 // How long a connected peer may take to send its request.
 constexpr std::chrono::milliseconds request_timeout{5000};
-// Connects to a holder tried before a fetch fails.
-constexpr int connect_attempts = 3;
+// Attempts of a fetch (each on a fresh wire) before a failure of the wire fails it.
+constexpr int fetch_attempts = 3;
 // The largest request: a count and that many block ids.
 constexpr std::size_t max_request_blocks = 8192;
 // The id of the answer block that precedes the blocks: it carries how many of them follow.
 constexpr std::uint64_t answer_id = 0;
+
+// Whether a fetch that failed with `code` may succeed on a fresh wire: the wire broke, was late
+// or damaged a block (the holder kept the KV); not when the holder no longer has it.
+bool worth_another_attempt(errc code) {
+  return code == errc::io_error || code == errc::timed_out || code == errc::corrupted;
+}
 
 // A KV held for another node: its bytes (one buffer, its blocks are ranges of it).
 struct held_blob {
@@ -62,6 +68,7 @@ struct kv_exchange::state {
   std::mutex mtx; // guards what follows
   held_map held;  // by first block id (ids grow: oldest first)
   std::uint64_t held_bytes = 0;
+  std::uint64_t sending_bytes = 0; // of the KV being sent, off the map until acknowledged
   std::uint64_t next_id = 0;
 
   std::atomic<bool> stop{false};
@@ -73,6 +80,7 @@ struct kv_exchange::state {
   counter* fetches = nullptr;
   counter* fetched_bytes = nullptr;
   counter* fetch_failures = nullptr;
+  counter* fetch_retries = nullptr;
   gauge* held_gauge = nullptr;
 
   // Takes one held KV off the books (with mtx held).
@@ -90,7 +98,20 @@ struct kv_exchange::state {
   // The held-bytes gauge, after a change (with mtx held).
   void publish() {
     if (held_gauge != nullptr)
-      held_gauge->set(static_cast<double>(held_bytes));
+      held_gauge->set(static_cast<double>(held_bytes + sending_bytes));
+  }
+
+  // Puts a taken KV back on the books (with mtx held): its fetcher did not acknowledge it, so
+  // it may ask again. Past the budget (newer KV came meanwhile) it is dropped instead.
+  void restore(held_blob blob) {
+    const auto size = blob.bytes->size();
+    if (held_bytes + size > budget) {
+      add(expired_total);
+      return;
+    }
+    held_bytes += size;
+    const auto first = blob.ref.blocks.front();
+    held.emplace(first, std::move(blob));
   }
 
   // Drops held KV past its time (with mtx held).
@@ -140,6 +161,8 @@ struct kv_exchange::state {
       {
         std::lock_guard lock{mtx};
         blob = take(ids);
+        sending_bytes = blob ? blob->bytes->size() : 0;
+        publish();
       }
       std::uint64_t found = blob ? blob->ref.blocks.size() : 0;
       const std::span<const std::byte> answer{reinterpret_cast<const std::byte*>(&found),
@@ -153,21 +176,41 @@ struct kv_exchange::state {
                        r.checksums[i]});
         offset += r.sizes[i];
       }
+      // The peer's acknowledgement that everything arrived comes before the close (a close
+      // right after the last send could overtake blocks still in the peer's socket, TCP), and
+      // only then does the KV leave the books: a fetch the wire broke is asked for again.
+      bool delivered = false;
       if (server->send(out)) {
-        if (blob)
-          add(sent_bytes, static_cast<double>(blob->bytes->size()));
-        // The peer's acknowledgement that everything arrived comes before the close: a close
-        // right after the last send could overtake blocks still in the peer's socket (TCP).
         std::uint64_t ack = 0;
         const std::span<std::byte> ack_slot{reinterpret_cast<std::byte*>(&ack), sizeof ack};
-        (void)server->receive({&ack_slot, 1}, request_timeout);
+        auto got_ack = server->receive({&ack_slot, 1}, request_timeout);
+        delivered = got_ack && got_ack->front();
       }
       server->drop_peer();
+      if (blob && delivered)
+        add(sent_bytes, static_cast<double>(blob->bytes->size()));
+      std::lock_guard lock{mtx};
+      sending_bytes = 0;
+      if (blob && !delivered)
+        restore(std::move(*blob));
+      publish();
     }
   }
 
-  // Fetches `h` from its holder over a wire of its own (closed, peer and all, when it returns).
+  // Fetches `h` from its holder: attempts on fresh wires while the wire fails or damages a block
+  // (the holder keeps what it has not seen acknowledged, so a later attempt finds it).
   expected<std::vector<std::byte>> fetch_remote(const kv_held& h) {
+    for (int attempt = 1;; ++attempt) {
+      auto got = fetch_once(h);
+      if (got || attempt == fetch_attempts || !worth_another_attempt(got.error().code))
+        return got;
+      add(fetch_retries);
+    }
+  }
+
+  // One attempt to fetch `h` from its holder, over a wire of its own (closed, peer and all, when
+  // it returns).
+  expected<std::vector<std::byte>> fetch_once(const kv_held& h) {
     const auto split = split_host_port(h.wire);
     if (!split)
       return make_error(errc::invalid_argument,
@@ -180,14 +223,9 @@ struct kv_exchange::state {
       return w.error();
     auto& client = *w;
     // The holder serves one peer at a time: a connect can time out behind others (seen on a
-    // loaded machine); nothing was taken then, so it is tried again.
-    for (int attempt = 1;; ++attempt) {
-      auto c = client->connect(host, port);
-      if (c)
-        break;
-      if (attempt == connect_attempts || c.error().code == errc::invalid_argument)
-        return c.error();
-    }
+    // loaded machine); fetch_remote tries again.
+    if (auto c = client->connect(host, port); !c)
+      return c.error();
     std::vector<std::uint64_t> request{h.blocks.size()};
     request.insert(request.end(), h.blocks.begin(), h.blocks.end());
     const std::span<const std::byte> req{reinterpret_cast<const std::byte*>(request.data()),
@@ -196,11 +234,11 @@ struct kv_exchange::state {
     if (auto sent = client->send({&ask, 1}); !sent)
       return sent.error();
     // Once everything the holder sends has arrived, this acknowledgement lets it close.
-    auto acknowledge = [&client] {
+    auto acknowledge = [&client]() -> expected<void> {
       const std::uint64_t ack = 1;
       const std::span<const std::byte> a{reinterpret_cast<const std::byte*>(&ack), sizeof ack};
       const cluster::wire_block b{answer_id, a, block_checksum(a)};
-      (void)client->send({&b, 1});
+      return client->send({&b, 1});
     };
     std::uint64_t found = 0;
     const std::span<std::byte> answer{reinterpret_cast<std::byte*>(&found), sizeof found};
@@ -209,13 +247,13 @@ struct kv_exchange::state {
       return got.error();
     if (!got->front())
       return got->front().error();
-    if (found != h.blocks.size())
-      acknowledge();
-    if (found != h.blocks.size())
+    if (found != h.blocks.size()) {
+      (void)acknowledge();
       return make_error(errc::not_found, "KV exchange: " + h.wire + " no longer holds blocks " +
                                              std::to_string(h.blocks.front()) +
                                              ".. (fetched, "
                                              "expired or given way)");
+    }
     std::vector<std::byte> bytes(h.bytes());
     std::vector<std::span<std::byte>> slots;
     std::uint64_t offset = 0;
@@ -226,7 +264,8 @@ struct kv_exchange::state {
     auto blocks = client->receive(slots);
     if (!blocks)
       return blocks.error();
-    acknowledge();
+    // Every block is checked before the acknowledgement: unacknowledged, the holder keeps the
+    // KV, and a later attempt (fetch_remote) takes it again.
     for (std::size_t i = 0; i < blocks->size(); ++i) {
       const auto& b = (*blocks)[i];
       if (!b)
@@ -244,6 +283,8 @@ struct kv_exchange::state {
         return make_error(errc::corrupted, "KV exchange: block " + std::to_string(h.blocks[i]) +
                                                " from " + h.wire +
                                                " does not match its reference's checksum");
+    if (auto acked = acknowledge(); !acked)
+      return acked.error();
     return bytes;
   }
 };
@@ -292,6 +333,9 @@ kv_exchange::start(cluster::wire_transport transport, const std::string& host,
   s->fetch_failures = counter_of(metrics, "triad_cluster_kv_wire_fetch_failures_total",
                                  "Fetches of held KV that failed (the tokens were computed "
                                  "instead)");
+  s->fetch_retries = counter_of(metrics, "triad_cluster_kv_wire_fetch_retries_total",
+                                "Fetch attempts of held KV that the wire broke and that were "
+                                "tried again on a fresh wire");
   if (metrics != nullptr)
     if (auto g = metrics->add_gauge("triad_cluster_kv_held_bytes",
                                     "KV bytes this node holds for other nodes to fetch");
@@ -311,7 +355,7 @@ std::uint64_t kv_exchange::held_bytes() {
   auto& s = *state_;
   std::lock_guard lock{s.mtx};
   s.expire(clock::now());
-  return s.held_bytes;
+  return s.held_bytes + s.sending_bytes;
 }
 
 kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {

@@ -35,17 +35,20 @@ public:
 
   /// "host:port" where its wire listens, as others reach it.
   const std::string& address() const noexcept;
-  /// Bytes of KV held now for other nodes to fetch, what expired dropped first (a draining node
-  /// waits for them to go).
+  /// Bytes of KV held now for other nodes to fetch, the one being sent included until its
+  /// fetcher acknowledges it; what expired dropped first (a draining node waits for them to go).
   std::uint64_t held_bytes();
   /// Takes `bytes` in as blocks of at most block_bytes (each checksummed) and answers their
   /// reference; an empty reference (the bytes left in place) when they do not fit the budget.
   /// Thread-safe.
   kv_held hold(std::vector<std::byte>& bytes);
   /// The bytes of `held`: taken from this exchange when it holds them, else fetched from the
-  /// holder over the wire, every block checked against its checksum. errc::not_found when the
+  /// holder over the wire, every block checked against its checksum. The holder keeps them
+  /// until the fetch acknowledges them, so a fetch the wire broke (or whose block arrived
+  /// damaged) is tried again on a fresh wire, up to three attempts. errc::not_found when the
   /// holder no longer has them (fetched, expired, stopped); io_error/timed_out/corrupted from
-  /// the wire. Blocking; thread-safe (each fetch from another node opens a wire of its own).
+  /// the wire's last attempt. Blocking; thread-safe (each fetch from another node opens a wire of
+  /// its own).
   expected<std::vector<std::byte>> fetch(const kv_held& held);
 
   /// The largest block a held KV is cut into.

@@ -7,6 +7,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include "cluster/detail/kv_exchange.hpp"
+#include "cluster/kv_wire.hpp"
+#include "runtime/checksum.hpp"
 #include "tests/printers.hpp"
 
 using namespace triad;
@@ -130,6 +132,62 @@ BOOST_AUTO_TEST_CASE(a_block_that_does_not_match_its_reference_is_refused) {
   auto got = importer->fetch(held);
   BOOST_REQUIRE(!got);
   BOOST_TEST(got.error().code == errc::corrupted);
+}
+
+// A fetcher that breaks off after the blocks arrived, before it acknowledged them (its node
+// died, its wire broke), leaves the KV held: the next fetch gets it, bit-exact.
+BOOST_AUTO_TEST_CASE(unacknowledged_kv_stays_held_for_the_next_fetch) {
+  auto holder = start();
+  auto importer = start();
+  const auto original = pattern(10, (4u << 20) + 7);
+  auto bytes = original;
+  const auto held = holder->hold(bytes);
+  BOOST_REQUIRE(!held.empty());
+  {
+    // The exchange's request by hand: the count and ids as block 0, then the answer (how many
+    // blocks follow) and the blocks; no acknowledgement.
+    auto wire = cluster::kv_wire::open(cluster::wire_transport::tcp);
+    BOOST_REQUIRE(wire);
+    const auto colon = held.wire.rfind(':');
+    auto c = (*wire)->connect(held.wire.substr(0, colon),
+                              static_cast<std::uint16_t>(std::stoi(held.wire.substr(colon + 1))));
+    if (!c)
+      BOOST_FAIL("connect: " << c.error().message);
+    std::vector<std::uint64_t> request{held.blocks.size()};
+    request.insert(request.end(), held.blocks.begin(), held.blocks.end());
+    const std::span<const std::byte> req{reinterpret_cast<const std::byte*>(request.data()),
+                                         request.size() * sizeof(std::uint64_t)};
+    const cluster::wire_block ask{0, req, block_checksum(req)};
+    BOOST_REQUIRE((*wire)->send({&ask, 1}));
+    std::uint64_t found = 0;
+    const std::span<std::byte> answer{reinterpret_cast<std::byte*>(&found), sizeof found};
+    BOOST_REQUIRE((*wire)->receive({&answer, 1}));
+    BOOST_TEST(found == held.blocks.size());
+    std::vector<std::byte> got(held.bytes());
+    std::vector<std::span<std::byte>> slots;
+    std::size_t at = 0;
+    for (auto n : held.sizes) {
+      slots.push_back(std::span<std::byte>{got}.subspan(at, n));
+      at += n;
+    }
+    auto blocks = (*wire)->receive(slots);
+    BOOST_REQUIRE(blocks);
+    BOOST_TEST((got == original)); // it had them all, and went without a word
+  }
+  // Still on the holder's books (put back once it sees the fetcher gone: at once over TCP).
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (holder->held_bytes() != original.size() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);
+  BOOST_TEST(holder->held_bytes() == original.size());
+  auto got = importer->fetch(held);
+  if (!got)
+    BOOST_FAIL("fetch: " << got.error().message);
+  BOOST_TEST((*got == original));
+  // Off the books once the holder has the acknowledgement.
+  const auto gone = std::chrono::steady_clock::now() + 20s;
+  while (holder->held_bytes() != 0 && std::chrono::steady_clock::now() < gone)
+    std::this_thread::sleep_for(20ms);
+  BOOST_TEST(holder->held_bytes() == 0u);
 }
 
 // A holder that is not there (stopped, or never was) is an error naming its address.
