@@ -464,8 +464,7 @@ expected<void> node::start_cluster(node& n, const node_config& config) {
   events.lost = [router](const std::string& name, const std::string& why) {
     caf::anon_send(router, device_lost_atom::value, name, why);
   };
-  n.cluster_->join(std::move(events));
-  return {};
+  return n.cluster_->join(std::move(events));
 }
 
 node::~node() {

@@ -16,11 +16,14 @@
 // tokens out, 16 at once) against triad-node processes serving llama3-8b on SIMULATED H200s
 // (the sim backend, modelled step times in real time): a node with its prefill and decode
 // device in one process, against a node with the prefill device whose decode device is another
-// process's (`--role decode`), joined over CAF's BASP (the control plane, KV in its messages):
-// output tokens per second of the second over the first.
+// process's (`--role decode`), joined over CAF's BASP (the control plane): output tokens per
+// second of the second over the first. KV of kv_wire_min_kib (64 KiB) or more waits in the
+// front's exchange and the decode node fetches it over the KV wire (UCX over TCP); a sim's KV
+// is its tokens (a few KiB), so it goes in the control message.
+// remote_kv_wire_{fetches,fetched_bytes,fetch_failures} say what crossed the wire.
 // remote_over_local_decode_throughput_cpu: the same with the tiny model on cpu devices (one core
-// each: they compute for real and their KV crosses as bytes in the control messages), all
-// processes and triad-load on this machine's cores.
+// each: they compute for real and their KV crosses over the KV wire), all processes and
+// triad-load on this machine's cores.
 // failover_lost_requests: the same node with two decode nodes; one is killed (SIGKILL) while it
 // decodes for a load of 256-token answers; the requests left without an answer or an error when
 // triad-load ends (it waits for every one). failover_completed / failover_failed say how the
@@ -304,7 +307,9 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
   const std::size_t requests = cpu ? (quick ? 16 : 48) : (quick ? 32 : 128);
   const std::size_t prompt = cpu ? 256 : 512;
   double tps[2] = {0, 0};
+  double wire_bytes = 0, wire_fetches = 0, wire_failures = 0;
   for (int remote = 0; remote < 2; ++remote) {
+    std::size_t decode_node = 0; // the remote run's decode node
     node_set set{bin};
     std::size_t front = 0;
     if (remote == 0) {
@@ -318,6 +323,7 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
                          {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"});
       if (!d)
         return d.error().message;
+      decode_node = *d;
       auto dport = set.cluster_port(*d);
       if (!dport)
         return dport.error().message;
@@ -344,18 +350,31 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
              "; nodes:" + running + set.tails();
     }
     tps[remote] = m->at("output_tokens_per_s").to_number<double>();
+    if (remote == 1) { // the decode node's fetches of the front's KV over the KV wire
+      auto dport = set.http_port(decode_node);
+      if (!dport)
+        return dport.error().message;
+      wire_bytes = sample(*dport, "triad_cluster_kv_wire_fetched_bytes_total");
+      wire_fetches = sample(*dport, "triad_cluster_kv_wire_fetches_total");
+      wire_failures = sample(*dport, "triad_cluster_kv_wire_fetch_failures_total");
+    }
   }
   const std::string suffix = cpu ? "_cpu" : "";
   rep.metrics["local_decode_output_tokens_per_s" + suffix] = tps[0];
   rep.metrics["remote_decode_output_tokens_per_s" + suffix] = tps[1];
+  rep.metrics["remote_kv_wire_fetches" + suffix] = wire_fetches;
+  rep.metrics["remote_kv_wire_fetched_bytes" + suffix] = wire_bytes;
+  rep.metrics["remote_kv_wire_fetch_failures" + suffix] = wire_failures;
   rep.metrics["decode_workload" + suffix] =
       std::to_string(requests) + " chat requests (" + std::to_string(prompt) +
       "-token prompts, 128 tokens out, 16 at once) through triad-load to triad-node, " +
-      (cpu ? "the tiny model on cpu devices (real compute; its KV crosses as bytes in the "
-             "control messages)"
+      (cpu ? "the tiny model on cpu devices (real compute; its KV crosses over the KV wire, UCX "
+             "over TCP, from the front's exchange to the decode node)"
            : "llama3-8b on SIMULATED H200s (modelled step times in real time; a sim's KV export "
-             "is its tokens, the transfer's time modelled)") +
-      "; remote: the decode device in a --role decode process joined over CAF's BASP";
+             "is its tokens, the transfer's time modelled; under kv_wire_min_kib it goes in the "
+             "control message)") +
+      "; remote: the decode device in a --role decode process joined over CAF's BASP, KV of "
+      "kv_wire_min_kib or more fetched over the KV wire (remote_kv_wire_*)";
   rep.ratios["remote_over_local_decode_throughput" + suffix] = tps[1] / tps[0];
   return {};
 }

@@ -102,6 +102,9 @@ const options::section<cluster_config>& cluster_section() {
                            "how long a device node holds moved-out KV for its fetcher"),
           options::integer("kv_hold_mib", &c::kv_hold_mib, {1, 1'048'576},
                            "the most KV (MiB) a device node holds for others"),
+          options::integer("kv_wire_min_kib", &c::kv_wire_min_kib, {0, 1'048'576},
+                           "KV smaller than this (KiB) goes in the control message, not on the "
+                           "KV wire (0: all on the wire)"),
       },
       [](options::table& t, c& out) {
         if (out.tls && (out.certificate.empty() || out.key.empty() || out.cafile.empty()))

@@ -67,6 +67,8 @@ struct cluster_config {
   std::uint32_t kv_hold_ms = defaults::cluster::kv_hold_ms;
   /// `kv_hold_mib`: the most KV a device node holds for others; the oldest gives way.
   std::uint32_t kv_hold_mib = defaults::cluster::kv_hold_mib;
+  /// `kv_wire_min_kib`: KV smaller than this goes in the control message (0: all on the wire).
+  std::uint32_t kv_wire_min_kib = defaults::cluster::kv_wire_min_kib;
   bool operator==(const cluster_config&) const = default;
 };
 

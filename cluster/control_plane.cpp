@@ -127,6 +127,9 @@ struct peer_shared {
   gauge* up_gauge = nullptr;
   counter* lost_counter = nullptr;
   counter* drained_counter = nullptr;
+  // A front with devices of its own: where its remote devices hold its KV for their nodes to
+  // fetch (null: kv_wire = "off", or a front without devices).
+  std::shared_ptr<detail::kv_exchange> exchange;
 };
 
 struct peer_state {
@@ -233,13 +236,18 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   st.tag = hello.tag;
   self->monitor(gateway);
   const bool fresh = st.devices.empty();
+  // The node's devices fetch what this front holds only over a wire of the same transport.
+  auto exchange =
+      st.shared->exchange && hello.kv_wire == cluster::to_string(st.shared->exchange->transport())
+          ? st.shared->exchange
+          : nullptr;
   for (std::uint32_t i = 0; i < hello.devices.size(); ++i) {
     const auto& d = hello.devices[i];
     auto name = d.name + "@" + hello.node;
     auto role = static_cast<device_role>(d.role);
     if (fresh) {
       st.devices.emplace_back(
-          name, detail::spawn_remote_device(self->system(), name, i, gateway, hello.tag));
+          name, detail::spawn_remote_device(self->system(), name, i, gateway, hello.tag, exchange));
       st.roles.push_back(role);
     } else if (i < st.devices.size()) {
       self->send(st.devices[i].second, detail::peer_back_atom::value, gateway, hello.tag);
@@ -456,7 +464,11 @@ struct control_plane::impl {
   caf::actor joiner;
   std::atomic<std::size_t> up{0};
   metrics_registry* metrics = nullptr;
-  std::shared_ptr<detail::kv_exchange> exchange; // a device node's, unless kv_wire = off
+  // A device node's, or a front's with devices of its own; none with kv_wire = "off".
+  std::shared_ptr<detail::kv_exchange> exchange;
+
+  // Starts the node's KV exchange unless it runs or kv_wire is "off".
+  expected<void> start_exchange();
 };
 
 namespace {
@@ -484,6 +496,21 @@ std::string advertised(const std::string& listen) {
 }
 
 } // namespace
+
+expected<void> control_plane::impl::start_exchange() {
+  if (config.kv_wire == kv_wire_mode::off || exchange)
+    return {};
+  auto ex = detail::kv_exchange::start(
+      config.kv_wire == kv_wire_mode::tcp ? cluster::wire_transport::tcp
+                                          : cluster::wire_transport::shared_memory,
+      config.listen == "::" ? "0.0.0.0" : config.listen, advertised(config.listen),
+      std::chrono::milliseconds{config.kv_hold_ms}, std::uint64_t{config.kv_hold_mib} << 20,
+      std::uint64_t{config.kv_wire_min_kib} << 10, metrics);
+  if (!ex)
+    return make_error(ex.error().code, "[cluster] kv_wire: " + ex.error().message);
+  exchange = std::move(*ex);
+  return {};
+}
 
 expected<std::unique_ptr<control_plane>> control_plane::start(const cluster_config& config,
                                                               metrics_registry* metrics) {
@@ -561,17 +588,8 @@ control_plane::publish(std::vector<published_device> devices,
   const auto count = devices.size();
   for (auto& d : devices)
     o.devices.push_back({std::move(d.name), d.role, std::move(d.actor)});
-  if (m.config.kv_wire != kv_wire_mode::off && !m.exchange) {
-    auto ex = detail::kv_exchange::start(
-        m.config.kv_wire == kv_wire_mode::tcp ? cluster::wire_transport::tcp
-                                              : cluster::wire_transport::shared_memory,
-        m.config.listen == "::" ? "0.0.0.0" : m.config.listen, advertised(m.config.listen),
-        std::chrono::milliseconds{m.config.kv_hold_ms}, std::uint64_t{m.config.kv_hold_mib} << 20,
-        m.metrics);
-    if (!ex)
-      return make_error(ex.error().code, "[cluster] kv_wire: " + ex.error().message);
-    m.exchange = std::move(*ex);
-  }
+  if (auto ok = m.start_exchange(); !ok)
+    return ok.error();
   o.exchange = m.exchange;
   m.gateway = detail::spawn_gateway(*m.sys, std::move(o));
   detail::restore_thread_logger();
@@ -590,9 +608,14 @@ control_plane::publish(std::vector<published_device> devices,
   return *port;
 }
 
-void control_plane::join(cluster_events events) {
+expected<void> control_plane::join(cluster_events events) {
   auto& m = *impl_;
+  // A front with devices of its own holds their KV for the nodes that import it.
+  if (!events.takes_held)
+    if (auto ok = m.start_exchange(); !ok)
+      return ok.error();
   auto shared = std::make_shared<peer_shared>();
+  shared->exchange = events.takes_held ? nullptr : m.exchange;
   shared->config = m.config;
   shared->events = std::move(events);
   shared->mm =
@@ -617,6 +640,7 @@ void control_plane::join(cluster_events events) {
   // Its own thread: looking names up blocks.
   m.joiner = m.sys->spawn<caf::detached>(joiner, std::move(shared));
   detail::restore_thread_logger();
+  return {};
 }
 
 } // namespace triad

@@ -68,8 +68,10 @@ public:
 
   /// A front node: joins `[cluster] peers` now and keeps joining (every rejoin_ms: peers not
   /// reached, lost, or new behind a name), pings each every heartbeat_ms and reports a peer
-  /// silent past heartbeat_deadline_ms (or whose connection drops) lost.
-  void join(cluster_events events);
+  /// silent past heartbeat_deadline_ms (or whose connection drops) lost. A front with devices
+  /// of its own (not `takes_held`) starts its KV exchange first: the KV its devices hand to a
+  /// peer's device crosses over the KV wire, the control message carrying the reference.
+  expected<void> join(cluster_events events);
 
   /// A device node that drains: tells its front nodes (they route nothing new here and move
   /// the sequences parked here for a tool call off), refuses new sequences, and waits up to

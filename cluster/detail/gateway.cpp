@@ -241,6 +241,8 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
         if (fresh)
           st.next_tag = st.next_tag % 0xffff + 1;
         hello.tag = it->second;
+        if (st.options.exchange)
+          hello.kv_wire = std::string{cluster::to_string(st.options.exchange->transport())};
         return hello;
       },
       [](cluster_ping_atom) { return true; },

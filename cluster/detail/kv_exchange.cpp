@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -63,6 +64,7 @@ struct kv_exchange::state {
   std::string address;
   std::chrono::milliseconds hold_for{0};
   std::uint64_t budget = 0;
+  std::uint64_t min_bytes = 0; // smaller KV is not held
 
   using held_map = std::map<std::uint64_t, held_blob>;
   std::mutex mtx; // guards what follows
@@ -73,6 +75,17 @@ struct kv_exchange::state {
 
   std::atomic<bool> stop{false};
   std::thread thread;
+
+  // The fetches' wires. Setting a UCX wire up (context, worker) and tearing it down cost
+  // milliseconds, more than a fetch of a few MiB, so the keeper thread opens the next fetch's
+  // wire ahead and closes and destroys used ones, both off the fetch's path.
+  std::mutex wires_mtx; // guards what follows
+  std::condition_variable wires_cv;
+  std::unique_ptr<cluster::kv_wire> spare;
+  std::vector<std::unique_ptr<cluster::kv_wire>> used;
+  bool want_spare = false; // a fetch took the spare, or found none
+  bool keeper_stop = false;
+  std::thread keeper; // started at the first fetch from another node
 
   counter* held_total = nullptr;
   counter* expired_total = nullptr;
@@ -208,8 +221,63 @@ struct kv_exchange::state {
     }
   }
 
-  // One attempt to fetch `h` from its holder, over a wire of its own (closed, peer and all, when
-  // it returns).
+  // The keeper: opens a spare wire when a fetch took one (or found none), closes and destroys
+  // used ones.
+  void keep_wires() {
+    std::unique_lock lock{wires_mtx};
+    while (true) {
+      wires_cv.wait(lock, [this] { return keeper_stop || !used.empty() || want_spare; });
+      if (keeper_stop)
+        return;
+      auto done = std::move(used);
+      used.clear();
+      const bool open = std::exchange(want_spare, false);
+      lock.unlock();
+      done.clear(); // each closes its peer (flushing what it sent) and its worker
+      std::unique_ptr<cluster::kv_wire> fresh;
+      if (open) // when UCX cannot set one up, the next fetch opens its own and reports why
+        if (auto w = cluster::kv_wire::open(transport); w)
+          fresh = std::move(*w);
+      lock.lock();
+      if (fresh && !spare)
+        spare = std::move(fresh);
+    }
+  }
+
+  // A wire for one fetch: the spare, or one opened now; the keeper opens the next.
+  expected<std::unique_ptr<cluster::kv_wire>> take_wire() {
+    {
+      std::lock_guard lock{wires_mtx};
+      if (!keeper.joinable())
+        keeper = std::thread{[this] { keep_wires(); }};
+      want_spare = true;
+      wires_cv.notify_one();
+      if (spare)
+        return std::move(spare);
+    }
+    return cluster::kv_wire::open(transport);
+  }
+
+  // Hands a used wire to the keeper.
+  void retire(std::unique_ptr<cluster::kv_wire> w) {
+    std::lock_guard lock{wires_mtx};
+    used.push_back(std::move(w));
+    wires_cv.notify_one();
+  }
+
+  // Stops the keeper; what it kept goes with the state.
+  void stop_keeper() {
+    {
+      std::lock_guard lock{wires_mtx};
+      keeper_stop = true;
+      wires_cv.notify_one();
+    }
+    if (keeper.joinable())
+      keeper.join();
+  }
+
+  // One attempt to fetch `h` from its holder, over a wire of its own (retired, peer and all,
+  // when it returns).
   expected<std::vector<std::byte>> fetch_once(const kv_held& h) {
     const auto split = split_host_port(h.wire);
     if (!split)
@@ -218,9 +286,14 @@ struct kv_exchange::state {
     const auto& [host, port] = *split;
     // A wire of its own per fetch: UCX over TCP does not wire up again reliably between two
     // workers that were connected before (seen: "Endpoint timeout" at the second connect).
-    auto w = cluster::kv_wire::open(transport);
+    auto w = take_wire();
     if (!w)
       return w.error();
+    struct retiring {
+      state* s;
+      std::unique_ptr<cluster::kv_wire>& w;
+      ~retiring() { s->retire(std::move(w)); }
+    } retire_at_end{this, *w};
     auto& client = *w;
     // The holder serves one peer at a time: a connect can time out behind others (seen on a
     // loaded machine); fetch_remote tries again.
@@ -293,6 +366,7 @@ kv_exchange::kv_exchange(std::unique_ptr<state> s)
     : state_(std::move(s)) {}
 
 kv_exchange::~kv_exchange() {
+  state_->stop_keeper();
   if (state_->thread.joinable()) {
     state_->stop = true;
     state_->thread.join();
@@ -302,11 +376,12 @@ kv_exchange::~kv_exchange() {
 expected<std::unique_ptr<kv_exchange>>
 kv_exchange::start(cluster::wire_transport transport, const std::string& host,
                    const std::string& advertise, std::chrono::milliseconds hold_for,
-                   std::uint64_t budget, metrics_registry* metrics) {
+                   std::uint64_t budget, std::uint64_t min_bytes, metrics_registry* metrics) {
   auto s = std::make_unique<state>();
   s->transport = transport;
   s->hold_for = hold_for;
   s->budget = budget;
+  s->min_bytes = min_bytes;
   auto w = cluster::kv_wire::open(transport);
   if (!w)
     return w.error();
@@ -360,7 +435,7 @@ std::uint64_t kv_exchange::held_bytes() {
 
 kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
   auto& s = *state_;
-  if (bytes.empty() || bytes.size() > s.budget)
+  if (bytes.empty() || bytes.size() > s.budget || bytes.size() < s.min_bytes)
     return {};
   held_blob blob;
   auto& h = blob.ref;
@@ -387,6 +462,18 @@ kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
   add(s.held_total);
   s.publish();
   return ref;
+}
+
+void kv_exchange::release(const kv_held& held) {
+  auto& s = *state_;
+  if (held.wire != s.address)
+    return;
+  std::lock_guard lock{s.mtx};
+  (void)s.take(held.blocks);
+}
+
+cluster::wire_transport kv_exchange::transport() const noexcept {
+  return state_->transport;
 }
 
 expected<std::vector<std::byte>> kv_exchange::fetch(const kv_held& held) {

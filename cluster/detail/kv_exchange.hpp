@@ -14,21 +14,23 @@
 
 namespace triad::detail {
 
-/// A device node's KV exchange: the KV data plane between nodes on the KV wire (UCX). It holds
-/// the KV a device of this node moved out (a prefill's hand-off) as checksummed blocks, and a
+/// A node's KV exchange: the KV data plane between nodes on the KV wire (UCX). It holds the KV
+/// a device of this node moved out (a prefill's hand-off) as checksummed blocks, and a
 /// server thread sends them to the node that fetches them (the decode node, named by the front
 /// in its import order: the control messages carry block ids, the bytes go node to node once).
 /// It fetches what other nodes hold for its own devices. Held KV nobody fetched goes after
 /// `hold_for`, or gives way to newer KV past `budget` bytes (then the bytes stay in the control
-/// message, as without an exchange).
+/// message, as without an exchange); KV under `min_bytes` is not held at all.
 class kv_exchange {
 public:
   /// Opens the server's wire on `transport`, listening on `host` (any free port), and starts
   /// its thread. `advertise` is the host others reach it at ("" = `host`).
   static expected<std::unique_ptr<kv_exchange>>
   start(cluster::wire_transport transport, const std::string& host, const std::string& advertise,
-        std::chrono::milliseconds hold_for, std::uint64_t budget, metrics_registry* metrics);
-  /// Stops the server thread (a transfer under way ends with it) and drops what it holds.
+        std::chrono::milliseconds hold_for, std::uint64_t budget, std::uint64_t min_bytes,
+        metrics_registry* metrics);
+  /// Stops the server thread (a transfer under way ends with it) and the fetches' wire keeper,
+  /// and drops what it holds.
   ~kv_exchange();
   kv_exchange(const kv_exchange&) = delete;
   kv_exchange& operator=(const kv_exchange&) = delete;
@@ -39,7 +41,8 @@ public:
   /// fetcher acknowledges it; what expired dropped first (a draining node waits for them to go).
   std::uint64_t held_bytes();
   /// Takes `bytes` in as blocks of at most block_bytes (each checksummed) and answers their
-  /// reference; an empty reference (the bytes left in place) when they do not fit the budget.
+  /// reference; an empty reference (the bytes left in place) when they do not fit the budget
+  /// or are fewer than `min_bytes` (they go in the control message).
   /// Thread-safe.
   kv_held hold(std::vector<std::byte>& bytes);
   /// The bytes of `held`: taken from this exchange when it holds them, else fetched from the
@@ -50,6 +53,12 @@ public:
   /// the wire's last attempt. Blocking; thread-safe (each fetch from another node opens a wire of
   /// its own).
   expected<std::vector<std::byte>> fetch(const kv_held& held);
+
+  /// Drops `held` when this exchange still holds it: the import it was held for was refused,
+  /// or its importer computed the KV instead. Nothing once it was fetched. Thread-safe.
+  void release(const kv_held& held);
+  /// The transport its wire runs on (a fetcher must use the same).
+  cluster::wire_transport transport() const noexcept;
 
   /// The largest block a held KV is cut into.
   static constexpr std::size_t block_bytes = std::size_t{4} << 20;

@@ -22,12 +22,13 @@ constexpr std::uint64_t seq_mask = (std::uint64_t{1} << tag_shift) - 1;
 class remote_device_impl : public homed<remote_device_actor::base> {
 public:
   remote_device_impl(caf::actor_config& cfg, std::string name, std::uint32_t index,
-                     caf::actor gateway, std::uint64_t tag)
+                     caf::actor gateway, std::uint64_t tag, std::shared_ptr<kv_exchange> exchange)
       : homed(cfg)
       , name_(std::move(name))
       , index_(index)
       , gateway_(std::move(gateway))
-      , tag_(tag) {}
+      , tag_(tag)
+      , exchange_(std::move(exchange)) {}
 
   behavior_type make_behavior() override {
     return {
@@ -176,6 +177,15 @@ private:
     if (blob != nullptr && blob->stream)
       return admission{false, "device " + name_ + ": a KV stream does not cross nodes",
                        errc::invalid_argument};
+    // The KV waits in this node's exchange for the device's node to fetch (past its budget
+    // the bytes stay in the order); whatever the answer, it need not wait longer.
+    kv_held ref;
+    if (blob != nullptr && exchange_ && blob->held.empty() && !blob->bytes.empty())
+      ref = blob->held = exchange_->hold(blob->bytes);
+    auto let_go_kv = [ex = exchange_, ref] {
+      if (!ref.empty())
+        ex->release(ref);
+    };
     const auto seq = r.seq;
     auto c = to_wire(r.constraint);
     r.constraint.reset();
@@ -188,9 +198,13 @@ private:
     };
     auto rp = make_response_promise<admission>();
     const auto id = ++next_;
-    pending_.emplace(id, [rp, refused](const std::string& why) mutable { refused(rp, why); });
+    pending_.emplace(id, [rp, refused, let_go_kv](const std::string& why) mutable {
+      let_go_kv();
+      refused(rp, why);
+    });
     const auto wired = r.seq;
-    auto answered = [this, id, seq, wired, rp](admission& a) mutable {
+    auto answered = [this, id, seq, wired, rp, let_go_kv](admission& a) mutable {
+      let_go_kv(); // fetched by now, or computed there
       if (pending_.erase(id) == 0) {
         if (a.accepted) // admitted after it was given up on: the node lets it go
           drop(wired);
@@ -210,7 +224,9 @@ private:
           on_event(std::move(e));
       }
     };
-    auto failed = [this, id](caf::error& e) { settle(id, system().render(e)); };
+    auto failed = [this, id](caf::error& e) {
+      settle(id, system().render(e));
+    }; // settle: the KV let go
     if (blob != nullptr) {
       blob->seq = r.seq;
       request(gateway_, defaults::cluster::remote_answer_timeout, import_atom::value, index_,
@@ -355,6 +371,7 @@ private:
   std::uint32_t index_;
   caf::actor gateway_;
   std::uint64_t tag_;
+  std::shared_ptr<kv_exchange> exchange_; // the front's, for its imports' KV (may be null)
   bool up_ = true;
   bool draining_ = false; // its node drains: nothing new, parked sequences move off
   std::string why_;       // why its node was lost
@@ -372,9 +389,10 @@ private:
 } // namespace
 
 remote_device_actor spawn_remote_device(caf::actor_system& sys, std::string name,
-                                        std::uint32_t index, caf::actor gateway,
-                                        std::uint64_t tag) {
-  return sys.spawn<remote_device_impl>(std::move(name), index, std::move(gateway), tag);
+                                        std::uint32_t index, caf::actor gateway, std::uint64_t tag,
+                                        std::shared_ptr<kv_exchange> exchange) {
+  return sys.spawn<remote_device_impl>(std::move(name), index, std::move(gateway), tag,
+                                       std::move(exchange));
 }
 
 } // namespace triad::detail

@@ -53,6 +53,9 @@ struct node_hello {
   /// What the asking front node puts in the top 16 bits of its sequence ids on this node, so
   /// the sequences of two front nodes never share an id on one device.
   std::uint64_t tag = 0;
+  /// The transport of the node's KV wire ("tcp", "shared_memory"; "" without one): a front
+  /// holds its own KV for the node's devices to fetch only when its wire runs the same.
+  std::string kv_wire;
 };
 
 /// A sequence's grammar constraint as data (token_constraint::origin): the grammar's rules and
@@ -90,7 +93,7 @@ typename Inspector::result_type inspect(Inspector& f, wire_device& x) {
 /// Inspector of node_hello.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_hello& x) {
-  return f(caf::meta::type_name("node_hello"), x.node, x.devices, x.tag);
+  return f(caf::meta::type_name("node_hello"), x.node, x.devices, x.tag, x.kv_wire);
 }
 /// Inspector of constraint_wire.
 template<class Inspector>

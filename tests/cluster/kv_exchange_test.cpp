@@ -28,11 +28,13 @@ std::vector<std::byte> pattern(std::uint64_t seed, std::size_t n) {
   return v;
 }
 
-// An exchange on 127.0.0.1 over `transport`, holding for `hold_for` up to `budget` bytes.
-std::unique_ptr<kv_exchange>
-start(std::chrono::milliseconds hold_for = 30s, std::uint64_t budget = std::uint64_t{1} << 30,
-      cluster::wire_transport transport = cluster::wire_transport::tcp) {
-  auto ex = kv_exchange::start(transport, "127.0.0.1", "", hold_for, budget, nullptr);
+// An exchange on 127.0.0.1 over `transport`, holding for `hold_for` up to `budget` bytes, KV
+// of `min_bytes` or more.
+std::unique_ptr<kv_exchange> start(std::chrono::milliseconds hold_for = 30s,
+                                   std::uint64_t budget = std::uint64_t{1} << 30,
+                                   cluster::wire_transport transport = cluster::wire_transport::tcp,
+                                   std::uint64_t min_bytes = 0) {
+  auto ex = kv_exchange::start(transport, "127.0.0.1", "", hold_for, budget, min_bytes, nullptr);
   if (!ex)
     BOOST_FAIL("kv_exchange::start: " << ex.error().message);
   return std::move(*ex);
@@ -121,6 +123,17 @@ BOOST_AUTO_TEST_CASE(the_budget_bounds_what_is_held) {
   BOOST_TEST((*got == second_copy));
 }
 
+// KV smaller than the exchange's least is not held: its bytes stay, for the control message.
+BOOST_AUTO_TEST_CASE(kv_below_the_least_is_not_held) {
+  auto ex = start(30s, std::uint64_t{1} << 30, cluster::wire_transport::tcp, 65536);
+  auto small = pattern(12, 65535);
+  BOOST_TEST(ex->hold(small).empty());
+  BOOST_TEST(small.size() == 65535u); // left in place
+  auto enough = pattern(13, 65536);
+  BOOST_TEST(!ex->hold(enough).empty());
+  BOOST_TEST(ex->held_bytes() == 65536u);
+}
+
 // A reference whose checksum does not match what arrives is refused as corrupted: those bytes
 // are never imported.
 BOOST_AUTO_TEST_CASE(a_block_that_does_not_match_its_reference_is_refused) {
@@ -188,6 +201,25 @@ BOOST_AUTO_TEST_CASE(unacknowledged_kv_stays_held_for_the_next_fetch) {
   while (holder->held_bytes() != 0 && std::chrono::steady_clock::now() < gone)
     std::this_thread::sleep_for(20ms);
   BOOST_TEST(holder->held_bytes() == 0u);
+}
+
+// KV held for an import that was refused (or whose importer computed it instead) is let go at
+// once: it does not wait for its time to pass.
+BOOST_AUTO_TEST_CASE(released_kv_is_no_longer_held) {
+  auto holder = start();
+  auto importer = start();
+  auto bytes = pattern(11, 300000);
+  const auto held = holder->hold(bytes);
+  BOOST_REQUIRE(!held.empty());
+  BOOST_TEST(holder->held_bytes() == 300000u);
+  importer->release(held); // another exchange's: not its to let go
+  BOOST_TEST(holder->held_bytes() == 300000u);
+  holder->release(held);
+  BOOST_TEST(holder->held_bytes() == 0u);
+  auto got = importer->fetch(held);
+  BOOST_REQUIRE(!got);
+  BOOST_TEST(got.error().code == errc::not_found);
+  holder->release(held); // again: nothing
 }
 
 // A holder that is not there (stopped, or never was) is an error naming its address.

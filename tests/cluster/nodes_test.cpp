@@ -60,10 +60,15 @@ struct scratch {
         << "[cluster]\ntls = true\ncertificate = \"" << d << "/node.pem\"\nkey = \"" << d
         << "/node.key\"\ncafile = \"" << d << "/ca.pem\"\n"
         << "heartbeat_ms = 200\nheartbeat_deadline_ms = 1000\nrejoin_ms = 300\n"
-        << "[[devices]]\nname = \"prefill0\"\nbackend = \"sim\"\nrole = \"prefill\"\n"
-        << "profile = \"h200\"\n"
-        << "[[devices]]\nname = \"decode0\"\nbackend = \"sim\"\nrole = \"decode\"\n"
-        << "profile = \"h200\"\n";
+        << "kv_wire_min_kib = 0\n"; // the sim's KV is small: every KV over the wire
+    std::filesystem::copy_file(dir / "node.toml", dir / "prefill.toml");
+    const std::string prefill0 =
+        "[[devices]]\nname = \"prefill0\"\nbackend = \"sim\"\nrole = \"prefill\"\n"
+        "profile = \"h200\"\n";
+    std::ofstream{dir / "node.toml", std::ios::app}
+        << prefill0 << "[[devices]]\nname = \"decode0\"\nbackend = \"sim\"\nrole = "
+        << "\"decode\"\nprofile = \"h200\"\n";
+    std::ofstream{dir / "prefill.toml", std::ios::app} << prefill0; // a whole node's, prefill only
   }
   ~scratch() {
     std::error_code ec;
@@ -75,9 +80,9 @@ struct scratch {
 // One triad-node process of the scratch's config, its output in `<name>.log`.
 class node_process {
 public:
-  node_process(const scratch& s, const std::string& name, std::vector<std::string> args) {
-    args.insert(args.begin(),
-                {binary("triad-node"), "--config", s.path("node.toml"), "--port", "0"});
+  node_process(const scratch& s, const std::string& name, std::vector<std::string> args,
+               const std::string& config = "node.toml") {
+    args.insert(args.begin(), {binary("triad-node"), "--config", s.path(config), "--port", "0"});
     auto p = triad::child_process::start(std::move(args), s.path(name + ".log"));
     if (!p)
       BOOST_FAIL(p.error().message);
@@ -129,6 +134,17 @@ bool wait_metric(unsigned port, const std::string& series, double value,
   return false;
 }
 
+// triad-load's agent sessions with two hosted tool calls (`command` in the shell tool) each,
+// against the node serving HTTP on `port`, its report in `report`.
+std::string agent_load(unsigned port, int sessions, int tokens, const std::string& report,
+                       const std::string& command = "echo ran") {
+  return binary("triad-load") + " --url http://127.0.0.1:" + std::to_string(port) +
+         "/v1 --workload agent --requests " + std::to_string(sessions) +
+         " --concurrency 6 --turns 1 --tool-calls fixed:2 --output-tokens fixed:" +
+         std::to_string(tokens) + " --hosted-tool shell --hosted-tool-args '{\"command\": \"" +
+         command + "\"}' --json " + report + " 2>&1";
+}
+
 // A front, a prefill node and two decode nodes, the front joined to all three.
 struct cluster {
   scratch s;
@@ -146,15 +162,10 @@ struct cluster {
     BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 3),
                           "the front did not join its three peers: " << http_get(port, "/metrics"));
   }
-  // triad-load's agent sessions with two hosted tool calls (`command` in the shell tool) each,
-  // against the front.
+  // agent_load against the front, its report in the scratch directory.
   std::string load(int sessions, int tokens, const std::string& report,
                    const std::string& command = "echo ran") const {
-    return binary("triad-load") + " --url http://127.0.0.1:" + std::to_string(port) +
-           "/v1 --workload agent --requests " + std::to_string(sessions) +
-           " --concurrency 6 --turns 1 --tool-calls fixed:2 --output-tokens fixed:" +
-           std::to_string(tokens) + " --hosted-tool shell --hosted-tool-args '{\"command\": \"" +
-           command + "\"}' --json " + s.path(report) + " 2>&1";
+    return agent_load(port, sessions, tokens, s.path(report), command);
   }
   // Runs `load_command` in the background; `done` is written with its exit status at its end.
   void load_in_background(const std::string& load_command, const std::string& output,
@@ -231,6 +242,38 @@ BOOST_AUTO_TEST_CASE(agent_sessions_run_through_a_front_on_prefill_and_decode_no
                  sample(p, "triad_cluster_kv_wire_sent_bytes_total"),
              d1 << d2);
   BOOST_TEST(sample(p, "triad_cluster_kv_held_bytes") == 0, p); // nothing left waiting
+}
+
+// A front with a prefill device of its own (a whole node with a decode node as its peer): the
+// KV its prefill device hands to the decode node waits in the front's exchange and crosses
+// over the KV wire; the import order carries the reference, not the bytes.
+BOOST_AUTO_TEST_CASE(a_front_with_its_own_prefill_device_sends_its_kv_over_the_kv_wire) {
+  scratch s;
+  node_process decode{s, "d1", {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"}};
+  const auto peer = "127.0.0.1:" + std::to_string(decode.cluster_port());
+  node_process front{s, "front", {"--peers", peer}, "prefill.toml"};
+  const auto port = front.http_port();
+  BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 1),
+                        "the front did not join the decode node: " << front.log());
+  auto r = run_command("timeout 120 " + agent_load(port, 12, 16, s.path("run.json")));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+  auto m = json::parse(slurp(s.path("run.json"))).at("metrics").as_object();
+  BOOST_TEST(m.at("calls_ok").as_int64() == 12, r.out);
+  const auto f = http_get(port, "/metrics");
+  const auto d = http_get(decode.http_port(), "/metrics");
+  BOOST_TEST(sample(f, "triad_device_tokens_total{device=\"prefill0\"}") > 0, f);
+  BOOST_TEST(sample(d, "triad_device_tokens_total{device=\"decode0\"}") >= 12 * 16, d);
+  const auto held = sample(f, "triad_cluster_kv_held_total");
+  BOOST_TEST_MESSAGE("the front held " << held << " KV; the decode node fetched "
+                                       << sample(d, "triad_cluster_kv_wire_fetched_bytes_total")
+                                       << " bytes");
+  BOOST_TEST(held >= 12, f);
+  BOOST_TEST(sample(d, "triad_cluster_kv_wire_fetches_total") == held, d);
+  BOOST_TEST(sample(d, "triad_cluster_kv_wire_fetch_failures_total") == 0, decode.log());
+  BOOST_TEST(sample(d, "triad_cluster_kv_wire_fetched_bytes_total") ==
+                 sample(f, "triad_cluster_kv_wire_sent_bytes_total"),
+             f << d);
+  BOOST_TEST(sample(f, "triad_cluster_kv_held_bytes") == 0, f); // nothing left waiting
 }
 
 BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_and_rejoins) {
