@@ -214,6 +214,11 @@ void lose(peer_self* self, const std::string& why) {
                      rejoin_atom::value);
 }
 
+// Whether `host` is a loopback address (or the name localhost).
+bool loopback(std::string_view host) {
+  return host == "localhost" || host.starts_with("127.") || host == "::1";
+}
+
 void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   auto& st = self->state;
   // Another node at this address, or the same with other devices (a new config): the old
@@ -236,11 +241,15 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   st.tag = hello.tag;
   self->monitor(gateway);
   const bool fresh = st.devices.empty();
-  // The node's devices fetch what this front holds only over a wire of the same transport.
-  auto exchange =
-      st.shared->exchange && hello.kv_wire == cluster::to_string(st.shared->exchange->transport())
-          ? st.shared->exchange
-          : nullptr;
+  // The node's devices fetch what this front holds only over a wire of the same transport, and
+  // from a loopback address only on this machine.
+  auto exchange = st.shared->exchange;
+  if (exchange) {
+    const auto at = split_host_port(exchange->address());
+    if (hello.kv_wire != cluster::to_string(exchange->transport()) ||
+        (at && loopback(at->first) && !loopback(st.host)))
+      exchange = nullptr;
+  }
   for (std::uint32_t i = 0; i < hello.devices.size(); ++i) {
     const auto& d = hello.devices[i];
     auto name = d.name + "@" + hello.node;

@@ -118,7 +118,9 @@ struct kv_wire::state {
   expected<void> create_worker() {
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    // One thread at a time, not always the one that made it: a wire is handed between threads
+    // (opened ahead by one, used by another), under a lock.
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
     if (auto st = ucp_worker_create(context, &wp, &worker); st != UCS_OK) {
       worker = nullptr;
       return ucx_error("ucp_worker_create", st);

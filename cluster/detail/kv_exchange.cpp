@@ -24,6 +24,10 @@ using clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds accept_poll{200};
 // How long a connected peer may take to send its request.
 constexpr std::chrono::milliseconds request_timeout{5000};
+// The fetcher's word after the blocks: every one arrived and passed its checks (the holder
+// lets the KV go), or not (the holder keeps it for the next attempt).
+constexpr std::uint64_t ack_all = 1;
+constexpr std::uint64_t ack_not = 0;
 // Attempts of a fetch (each on a fresh wire) before a failure of the wire fails it.
 constexpr int fetch_attempts = 3;
 // The largest request: a count and that many block ids.
@@ -71,6 +75,8 @@ struct kv_exchange::state {
   held_map held;  // by first block id (ids grow: oldest first)
   std::uint64_t held_bytes = 0;
   std::uint64_t sending_bytes = 0; // of the KV being sent, off the map until acknowledged
+  std::uint64_t sending_first = 0; // its first block id (0: none)
+  bool sending_released = false;   // released while it was sent: not put back
   std::uint64_t next_id = 0;
 
   std::atomic<bool> stop{false};
@@ -175,6 +181,8 @@ struct kv_exchange::state {
         std::lock_guard lock{mtx};
         blob = take(ids);
         sending_bytes = blob ? blob->bytes->size() : 0;
+        sending_first = blob ? blob->ref.blocks.front() : 0;
+        sending_released = false;
         publish();
       }
       std::uint64_t found = blob ? blob->ref.blocks.size() : 0;
@@ -192,30 +200,35 @@ struct kv_exchange::state {
       // The peer's acknowledgement that everything arrived comes before the close (a close
       // right after the last send could overtake blocks still in the peer's socket, TCP), and
       // only then does the KV leave the books: a fetch the wire broke is asked for again.
+      // The fetcher checks every block first, which for a large KV takes a while.
       bool delivered = false;
       if (server->send(out)) {
-        std::uint64_t ack = 0;
+        std::uint64_t ack = ack_not;
         const std::span<std::byte> ack_slot{reinterpret_cast<std::byte*>(&ack), sizeof ack};
-        auto got_ack = server->receive({&ack_slot, 1}, request_timeout);
-        delivered = got_ack && got_ack->front();
+        auto got_ack = server->receive({&ack_slot, 1}, defaults::cluster::wire_transfer_timeout);
+        delivered = got_ack && got_ack->front() && ack == ack_all;
       }
       server->drop_peer();
       if (blob && delivered)
         add(sent_bytes, static_cast<double>(blob->bytes->size()));
       std::lock_guard lock{mtx};
-      sending_bytes = 0;
-      if (blob && !delivered)
+      if (blob && !delivered && !sending_released)
         restore(std::move(*blob));
+      sending_bytes = 0;
+      sending_first = 0;
       publish();
     }
   }
 
   // Fetches `h` from its holder: attempts on fresh wires while the wire fails or damages a block
   // (the holder keeps what it has not seen acknowledged, so a later attempt finds it).
+  // No attempt starts once a transfer's timeout has passed since the first.
   expected<std::vector<std::byte>> fetch_remote(const kv_held& h) {
+    const auto give_up = clock::now() + defaults::cluster::wire_transfer_timeout;
     for (int attempt = 1;; ++attempt) {
       auto got = fetch_once(h);
-      if (got || attempt == fetch_attempts || !worth_another_attempt(got.error().code))
+      if (got || attempt == fetch_attempts || !worth_another_attempt(got.error().code) ||
+          clock::now() >= give_up)
         return got;
       add(fetch_retries);
     }
@@ -239,8 +252,13 @@ struct kv_exchange::state {
         if (auto w = cluster::kv_wire::open(transport); w)
           fresh = std::move(*w);
       lock.lock();
-      if (fresh && !spare)
+      if (!spare)
         spare = std::move(fresh);
+      if (fresh) { // a spare came meanwhile: this one goes, outside the lock
+        lock.unlock();
+        fresh.reset();
+        lock.lock();
+      }
     }
   }
 
@@ -306,12 +324,12 @@ struct kv_exchange::state {
     const cluster::wire_block ask{answer_id, req, block_checksum(req)};
     if (auto sent = client->send({&ask, 1}); !sent)
       return sent.error();
-    // Once everything the holder sends has arrived, this acknowledgement lets it close.
-    auto acknowledge = [&client]() -> expected<void> {
-      const std::uint64_t ack = 1;
+    // The fetcher's last word (ack_all or ack_not), after which the holder closes. Its own
+    // failure changes nothing here: the bytes were checked (or refused) already.
+    auto acknowledge = [&client](std::uint64_t ack) {
       const std::span<const std::byte> a{reinterpret_cast<const std::byte*>(&ack), sizeof ack};
       const cluster::wire_block b{answer_id, a, block_checksum(a)};
-      return client->send({&b, 1});
+      (void)client->send({&b, 1});
     };
     std::uint64_t found = 0;
     const std::span<std::byte> answer{reinterpret_cast<std::byte*>(&found), sizeof found};
@@ -321,7 +339,7 @@ struct kv_exchange::state {
     if (!got->front())
       return got->front().error();
     if (found != h.blocks.size()) {
-      (void)acknowledge();
+      acknowledge(ack_not);
       return make_error(errc::not_found, "KV exchange: " + h.wire + " no longer holds blocks " +
                                              std::to_string(h.blocks.front()) +
                                              ".. (fetched, "
@@ -336,11 +354,23 @@ struct kv_exchange::state {
     }
     auto blocks = client->receive(slots);
     if (!blocks)
-      return blocks.error();
-    // Every block is checked before the acknowledgement: unacknowledged, the holder keeps the
-    // KV, and a later attempt (fetch_remote) takes it again.
-    for (std::size_t i = 0; i < blocks->size(); ++i) {
-      const auto& b = (*blocks)[i];
+      return blocks.error(); // the wire dropped the holder: it keeps the KV
+    // Every block is checked before the acknowledgement: refused (ack_not), the holder keeps
+    // the KV, and a later attempt (fetch_remote) takes it again.
+    if (auto refused = check(h, *blocks, slots)) {
+      acknowledge(ack_not);
+      return *refused;
+    }
+    acknowledge(ack_all);
+    return bytes;
+  }
+
+  // Why the blocks that arrived for `h` cannot be used; nothing when they can.
+  static std::optional<error> check(const kv_held& h,
+                                    const std::vector<expected<cluster::received_block>>& blocks,
+                                    const std::vector<std::span<std::byte>>& slots) {
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const auto& b = blocks[i];
       if (!b)
         return b.error();
       if (b->id != h.blocks[i] || b->bytes != h.sizes[i])
@@ -356,9 +386,7 @@ struct kv_exchange::state {
         return make_error(errc::corrupted, "KV exchange: block " + std::to_string(h.blocks[i]) +
                                                " from " + h.wire +
                                                " does not match its reference's checksum");
-    if (auto acked = acknowledge(); !acked)
-      return acked.error();
-    return bytes;
+    return std::nullopt;
   }
 };
 
@@ -469,7 +497,8 @@ void kv_exchange::release(const kv_held& held) {
   if (held.wire != s.address)
     return;
   std::lock_guard lock{s.mtx};
-  (void)s.take(held.blocks);
+  if (!s.take(held.blocks) && !held.empty() && s.sending_first == held.blocks.front())
+    s.sending_released = true; // being sent now: not put back if that fails
 }
 
 cluster::wire_transport kv_exchange::transport() const noexcept {

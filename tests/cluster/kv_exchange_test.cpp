@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -147,6 +148,43 @@ BOOST_AUTO_TEST_CASE(a_block_that_does_not_match_its_reference_is_refused) {
   BOOST_TEST(got.error().code == errc::corrupted);
 }
 
+// The exchange's fetch by hand over a wire of its own: the request (the count and ids as block
+// 0), the answer (how many blocks follow), the blocks; then `ack` as the last word, or none
+// (the fetcher goes without a word). The bytes that arrived.
+std::vector<std::byte> fetch_by_hand(const kv_held& held, std::optional<std::uint64_t> ack) {
+  auto wire = cluster::kv_wire::open(cluster::wire_transport::tcp);
+  BOOST_REQUIRE(wire);
+  const auto colon = held.wire.rfind(':');
+  auto c = (*wire)->connect(held.wire.substr(0, colon),
+                            static_cast<std::uint16_t>(std::stoi(held.wire.substr(colon + 1))));
+  if (!c)
+    BOOST_FAIL("connect: " << c.error().message);
+  std::vector<std::uint64_t> request{held.blocks.size()};
+  request.insert(request.end(), held.blocks.begin(), held.blocks.end());
+  const std::span<const std::byte> req{reinterpret_cast<const std::byte*>(request.data()),
+                                       request.size() * sizeof(std::uint64_t)};
+  const cluster::wire_block ask{0, req, block_checksum(req)};
+  BOOST_REQUIRE((*wire)->send({&ask, 1}));
+  std::uint64_t found = 0;
+  const std::span<std::byte> answer{reinterpret_cast<std::byte*>(&found), sizeof found};
+  BOOST_REQUIRE((*wire)->receive({&answer, 1}));
+  BOOST_TEST(found == held.blocks.size());
+  std::vector<std::byte> got(held.bytes());
+  std::vector<std::span<std::byte>> slots;
+  std::size_t at = 0;
+  for (auto n : held.sizes) {
+    slots.push_back(std::span<std::byte>{got}.subspan(at, n));
+    at += n;
+  }
+  BOOST_REQUIRE((*wire)->receive(slots));
+  if (ack) {
+    const std::span<const std::byte> a{reinterpret_cast<const std::byte*>(&*ack), sizeof *ack};
+    const cluster::wire_block word{0, a, block_checksum(a)};
+    BOOST_REQUIRE((*wire)->send({&word, 1}));
+  }
+  return got;
+}
+
 // A fetcher that breaks off after the blocks arrived, before it acknowledged them (its node
 // died, its wire broke), leaves the KV held: the next fetch gets it, bit-exact.
 BOOST_AUTO_TEST_CASE(unacknowledged_kv_stays_held_for_the_next_fetch) {
@@ -156,43 +194,8 @@ BOOST_AUTO_TEST_CASE(unacknowledged_kv_stays_held_for_the_next_fetch) {
   auto bytes = original;
   const auto held = holder->hold(bytes);
   BOOST_REQUIRE(!held.empty());
-  {
-    // The exchange's request by hand: the count and ids as block 0, then the answer (how many
-    // blocks follow) and the blocks; no acknowledgement.
-    auto wire = cluster::kv_wire::open(cluster::wire_transport::tcp);
-    BOOST_REQUIRE(wire);
-    const auto colon = held.wire.rfind(':');
-    auto c = (*wire)->connect(held.wire.substr(0, colon),
-                              static_cast<std::uint16_t>(std::stoi(held.wire.substr(colon + 1))));
-    if (!c)
-      BOOST_FAIL("connect: " << c.error().message);
-    std::vector<std::uint64_t> request{held.blocks.size()};
-    request.insert(request.end(), held.blocks.begin(), held.blocks.end());
-    const std::span<const std::byte> req{reinterpret_cast<const std::byte*>(request.data()),
-                                         request.size() * sizeof(std::uint64_t)};
-    const cluster::wire_block ask{0, req, block_checksum(req)};
-    BOOST_REQUIRE((*wire)->send({&ask, 1}));
-    std::uint64_t found = 0;
-    const std::span<std::byte> answer{reinterpret_cast<std::byte*>(&found), sizeof found};
-    BOOST_REQUIRE((*wire)->receive({&answer, 1}));
-    BOOST_TEST(found == held.blocks.size());
-    std::vector<std::byte> got(held.bytes());
-    std::vector<std::span<std::byte>> slots;
-    std::size_t at = 0;
-    for (auto n : held.sizes) {
-      slots.push_back(std::span<std::byte>{got}.subspan(at, n));
-      at += n;
-    }
-    auto blocks = (*wire)->receive(slots);
-    BOOST_REQUIRE(blocks);
-    BOOST_TEST((got == original)); // it had them all, and went without a word
-  }
-  // Still on the holder's books (put back once it sees the fetcher gone: at once over TCP).
-  const auto until = std::chrono::steady_clock::now() + 20s;
-  while (holder->held_bytes() != original.size() && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(20ms);
-  BOOST_TEST(holder->held_bytes() == original.size());
-  auto got = importer->fetch(held);
+  BOOST_TEST((fetch_by_hand(held, std::nullopt) == original)); // all of it, and no word
+  auto got = importer->fetch(held); // put back once the holder saw the fetcher gone
   if (!got)
     BOOST_FAIL("fetch: " << got.error().message);
   BOOST_TEST((*got == original));
@@ -201,6 +204,22 @@ BOOST_AUTO_TEST_CASE(unacknowledged_kv_stays_held_for_the_next_fetch) {
   while (holder->held_bytes() != 0 && std::chrono::steady_clock::now() < gone)
     std::this_thread::sleep_for(20ms);
   BOOST_TEST(holder->held_bytes() == 0u);
+}
+
+// A fetcher whose blocks failed its checks says so (its last word is not the acknowledgement):
+// the holder keeps the KV for the next attempt.
+BOOST_AUTO_TEST_CASE(kv_refused_by_its_fetcher_stays_held_for_the_next_fetch) {
+  auto holder = start();
+  auto importer = start();
+  const auto original = pattern(14, 300000);
+  auto bytes = original;
+  const auto held = holder->hold(bytes);
+  BOOST_REQUIRE(!held.empty());
+  fetch_by_hand(held, std::uint64_t{0});
+  auto got = importer->fetch(held);
+  if (!got)
+    BOOST_FAIL("fetch: " << got.error().message);
+  BOOST_TEST((*got == original));
 }
 
 // KV held for an import that was refused (or whose importer computed it instead) is let go at
