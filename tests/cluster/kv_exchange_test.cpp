@@ -41,6 +41,22 @@ std::unique_ptr<kv_exchange> start(std::chrono::milliseconds hold_for = 30s,
   return std::move(*ex);
 }
 
+// Two exchanges on 127.0.0.1 over TCP, the holder holding `n` pseudo-random bytes from `seed`.
+struct held_pair {
+  std::unique_ptr<kv_exchange> holder = start();
+  std::unique_ptr<kv_exchange> importer = start();
+  std::vector<std::byte> original;
+  kv_held held;
+  std::size_t left_after_hold = 0; // bytes hold() left in the caller's vector
+  held_pair(std::uint64_t seed, std::size_t n)
+      : original(pattern(seed, n)) {
+    auto bytes = original;
+    held = holder->hold(bytes);
+    left_after_hold = bytes.size();
+    BOOST_REQUIRE(!held.empty());
+  }
+};
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(kv_exchange_suite)
@@ -48,12 +64,9 @@ BOOST_AUTO_TEST_SUITE(kv_exchange_suite)
 // A prefill node's moved-out KV (10 MiB and a bit: three blocks) is held as checksummed
 // blocks; another node's exchange fetches it over the TCP wire bit-exact, once.
 BOOST_AUTO_TEST_CASE(held_kv_is_fetched_by_another_exchange_once_and_bit_exact) {
-  auto holder = start();
-  auto importer = start();
-  const auto original = pattern(1, (10u << 20) + 123);
-  auto bytes = original;
-  const auto held = holder->hold(bytes);
-  BOOST_TEST(bytes.empty()); // taken in, not copied
+  held_pair p{1, (10u << 20) + 123};
+  auto& [holder, importer, original, held, left] = p;
+  BOOST_TEST(left == 0u); // taken in, not copied
   BOOST_TEST(held.wire == holder->address());
   BOOST_TEST(held.blocks.size() == 3u);
   BOOST_TEST(held.bytes() == original.size());
@@ -138,10 +151,8 @@ BOOST_AUTO_TEST_CASE(kv_below_the_least_is_not_held) {
 // A reference whose checksum does not match what arrives is refused as corrupted: those bytes
 // are never imported.
 BOOST_AUTO_TEST_CASE(a_block_that_does_not_match_its_reference_is_refused) {
-  auto holder = start();
-  auto importer = start();
-  auto bytes = pattern(8, 100000);
-  auto held = holder->hold(bytes);
+  held_pair p{8, 100000};
+  auto& [holder, importer, original, held, left] = p;
   held.checksums[0] ^= 1;
   auto got = importer->fetch(held);
   BOOST_REQUIRE(!got);
@@ -188,12 +199,8 @@ std::vector<std::byte> fetch_by_hand(const kv_held& held, std::optional<std::uin
 // A fetcher that breaks off after the blocks arrived, before it acknowledged them (its node
 // died, its wire broke), leaves the KV held: the next fetch gets it, bit-exact.
 BOOST_AUTO_TEST_CASE(unacknowledged_kv_stays_held_for_the_next_fetch) {
-  auto holder = start();
-  auto importer = start();
-  const auto original = pattern(10, (4u << 20) + 7);
-  auto bytes = original;
-  const auto held = holder->hold(bytes);
-  BOOST_REQUIRE(!held.empty());
+  held_pair p{10, (4u << 20) + 7};
+  auto& [holder, importer, original, held, left] = p;
   BOOST_TEST((fetch_by_hand(held, std::nullopt) == original)); // all of it, and no word
   auto got = importer->fetch(held); // put back once the holder saw the fetcher gone
   if (!got)
@@ -209,12 +216,8 @@ BOOST_AUTO_TEST_CASE(unacknowledged_kv_stays_held_for_the_next_fetch) {
 // A fetcher whose blocks failed its checks says so (its last word is not the acknowledgement):
 // the holder keeps the KV for the next attempt.
 BOOST_AUTO_TEST_CASE(kv_refused_by_its_fetcher_stays_held_for_the_next_fetch) {
-  auto holder = start();
-  auto importer = start();
-  const auto original = pattern(14, 300000);
-  auto bytes = original;
-  const auto held = holder->hold(bytes);
-  BOOST_REQUIRE(!held.empty());
+  held_pair p{14, 300000};
+  auto& [holder, importer, original, held, left] = p;
   fetch_by_hand(held, std::uint64_t{0});
   auto got = importer->fetch(held);
   if (!got)
@@ -225,11 +228,8 @@ BOOST_AUTO_TEST_CASE(kv_refused_by_its_fetcher_stays_held_for_the_next_fetch) {
 // KV held for an import that was refused (or whose importer computed it instead) is let go at
 // once: it does not wait for its time to pass.
 BOOST_AUTO_TEST_CASE(released_kv_is_no_longer_held) {
-  auto holder = start();
-  auto importer = start();
-  auto bytes = pattern(11, 300000);
-  const auto held = holder->hold(bytes);
-  BOOST_REQUIRE(!held.empty());
+  held_pair p{11, 300000};
+  auto& [holder, importer, original, held, left] = p;
   BOOST_TEST(holder->held_bytes() == 300000u);
   importer->release(held); // another exchange's: not its to let go
   BOOST_TEST(holder->held_bytes() == 300000u);
