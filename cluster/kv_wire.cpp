@@ -294,7 +294,13 @@ struct kv_wire::state {
     char host[INET_ADDRSTRLEN] = "?";
     ::inet_ntop(AF_INET, &from.sin_addr, host, sizeof(host));
     peer_name = std::string{host} + ":" + std::to_string(ntohs(from.sin_port));
-    return join(sock.get(), deadline);
+    // A peer that connected gets a connect's time to wire up, however short the wait for it
+    // was: a join cut off by a short wait (the exchange polls every 200 ms) resets the worker
+    // while the peer is still wiring up to it, and the peer then finds its transports gone
+    // (seen: "Endpoint timeout" at its first send; "Connection refused" and UCX 1.13's
+    // assertion in tcp_ep.c, which ends the process).
+    return join(sock.get(),
+                std::max(deadline, clock::now() + defaults::cluster::wire_connect_timeout));
   }
 };
 

@@ -89,7 +89,8 @@ public:
           std::chrono::milliseconds timeout = defaults::cluster::wire_transfer_timeout);
 
   /// A listening wire without a peer: waits up to `timeout` for one to connect and exchanges
-  /// worker addresses with it (errc::timed_out when none came). With a peer: nothing to do.
+  /// worker addresses with it (errc::timed_out when none came); a peer that connected gets at
+  /// least wire_connect_timeout to wire up. With a peer: nothing to do.
   expected<void> accept(std::chrono::milliseconds timeout);
   /// Ends the connection to the peer after its batches (sends flushed first): a listening wire
   /// accepts the next peer, a connected one may connect elsewhere.
