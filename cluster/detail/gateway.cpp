@@ -29,6 +29,9 @@ struct gateway_state {
   std::map<caf::node_id, caf::actor> fronts;  // the peer actor of each front that said hello
   bool draining = false;
   bool checking = false; // a round of check_drained waits for its devices' answers
+  // Admissions under way (a held KV being fetched, a device's answer awaited): the sequence is
+  // on no device's books yet, so a drain waits for these too.
+  std::size_t admitting = 0;
   std::vector<caf::typed_response_promise<bool>> drained; // answered once nothing is held
   caf::actor fetcher;                         // with an exchange: fetches held KV
   std::uint64_t next_tag = 1;
@@ -102,15 +105,18 @@ void admit_to(gateway_self* self, caf::typed_response_promise<admission> rp, std
   else if (st.options.exchange && r.sink && st.takes_held.count(r.sink.node()) != 0)
     r.sink = self->spawn(kv_holder, std::move(r.sink), st.options.exchange);
   auto seq = r.seq;
+  ++st.admitting;
   self->request(st.options.devices[i].actor, defaults::cluster::remote_answer_timeout,
                 std::forward<Ts>(head)..., std::move(r))
       .then(
           [self, rp, i, seq](admission& a) mutable {
+            --self->state.admitting;
             if (!a.accepted)
               let_go(self, i, seq);
             rp.deliver(std::move(a));
           },
           [self, rp, i, seq](caf::error& e) mutable {
+            --self->state.admitting;
             // The device did not answer (stopping, gone): busy, so the request goes elsewhere.
             let_go(self, i, seq);
             rp.deliver(admission{false, self->system().render(e), errc::busy});
@@ -138,13 +144,16 @@ caf::result<admission> import_held(gateway_self* self, std::uint32_t i, kv_blob&
   }
   auto rp = self->make_response_promise<admission>();
   auto from = blob.held.wire;
+  ++st.admitting;
   self->request(st.fetcher, defaults::cluster::wire_transfer_timeout * 2, kv_fetch_atom::value,
                 std::move(blob))
       .then(
           [self, rp, i, r, c](kv_blob& b) mutable {
+            --self->state.admitting;
             admit_to(self, rp, i, r, c, import_atom::value, std::move(b));
           },
           [self, rp, i, r, c, from](caf::error& e) mutable {
+            --self->state.admitting;
             std::fprintf(stderr,
                          "triad-node: cluster: the KV of a sequence held at %s was not fetched "
                          "(%s); its prompt is computed here\n",
@@ -174,8 +183,9 @@ caf::result<T> forward(gateway_self* self, std::uint32_t i, Ts&&... xs) {
   return rp;
 }
 
-// While draining: answers the drain requests once no device holds a sequence and the exchange
-// holds no KV for another node, else looks again in a while (one round at a time).
+// While draining: answers the drain requests once no admission is under way, no device holds a
+// sequence and the exchange holds no KV for another node, else looks again in a while (one
+// round at a time).
 void check_drained(gateway_self* self) {
   auto& st = self->state;
   if (st.drained.empty() || st.checking)
@@ -185,9 +195,9 @@ void check_drained(gateway_self* self) {
     std::size_t left; // answers still to come, and this call's own
     bool busy;        // something is still held
   };
-  auto r =
-      std::make_shared<round>(round{st.options.devices.size() + 1,
-                                    st.options.exchange && st.options.exchange->held_bytes() != 0});
+  auto r = std::make_shared<round>(
+      round{st.options.devices.size() + 1,
+            st.admitting != 0 || (st.options.exchange && st.options.exchange->held_bytes() != 0)});
   auto settle = [self, r] {
     if (--r->left != 0)
       return;
