@@ -74,9 +74,10 @@ struct kv_exchange::state {
   std::mutex mtx; // guards what follows
   held_map held;  // by first block id (ids grow: oldest first)
   std::uint64_t held_bytes = 0;
-  std::uint64_t sending_bytes = 0; // of the KV being sent, off the map until acknowledged
-  std::uint64_t sending_first = 0; // its first block id (0: none)
-  bool sending_released = false;   // released while it was sent: not put back
+  // The KV the server thread sends now (off the map until acknowledged; null: none), and
+  // whether it was released meanwhile (then it is not put back).
+  const held_blob* sending = nullptr;
+  bool sending_released = false;
   std::uint64_t next_id = 0;
 
   std::atomic<bool> stop{false};
@@ -102,6 +103,16 @@ struct kv_exchange::state {
   counter* fetch_retries = nullptr;
   gauge* held_gauge = nullptr;
 
+  // Bytes of the KV being sent (with mtx held).
+  std::uint64_t sending_bytes() const { return sending != nullptr ? sending->bytes->size() : 0; }
+
+  // Puts `blob` on the books (with mtx held).
+  void insert(held_blob blob) {
+    held_bytes += blob.bytes->size();
+    const auto first = blob.ref.blocks.front();
+    held.emplace(first, std::move(blob));
+  }
+
   // Takes one held KV off the books (with mtx held).
   held_blob remove(held_map::iterator it) {
     held_bytes -= it->second.bytes->size();
@@ -117,20 +128,17 @@ struct kv_exchange::state {
   // The held-bytes gauge, after a change (with mtx held).
   void publish() {
     if (held_gauge != nullptr)
-      held_gauge->set(static_cast<double>(held_bytes + sending_bytes));
+      held_gauge->set(static_cast<double>(held_bytes + sending_bytes()));
   }
 
   // Puts a taken KV back on the books (with mtx held): its fetcher did not acknowledge it, so
   // it may ask again. Past the budget (newer KV came meanwhile) it is dropped instead.
   void restore(held_blob blob) {
-    const auto size = blob.bytes->size();
-    if (held_bytes + size > budget) {
+    if (held_bytes + blob.bytes->size() > budget) {
       add(expired_total);
       return;
     }
-    held_bytes += size;
-    const auto first = blob.ref.blocks.front();
-    held.emplace(first, std::move(blob));
+    insert(std::move(blob));
   }
 
   // Drops held KV past its time (with mtx held).
@@ -180,8 +188,7 @@ struct kv_exchange::state {
       {
         std::lock_guard lock{mtx};
         blob = take(ids);
-        sending_bytes = blob ? blob->bytes->size() : 0;
-        sending_first = blob ? blob->ref.blocks.front() : 0;
+        sending = blob ? &*blob : nullptr;
         sending_released = false;
         publish();
       }
@@ -212,10 +219,9 @@ struct kv_exchange::state {
       if (blob && delivered)
         add(sent_bytes, static_cast<double>(blob->bytes->size()));
       std::lock_guard lock{mtx};
+      sending = nullptr;
       if (blob && !delivered && !sending_released)
         restore(std::move(*blob));
-      sending_bytes = 0;
-      sending_first = 0;
       publish();
     }
   }
@@ -458,7 +464,7 @@ std::uint64_t kv_exchange::held_bytes() {
   auto& s = *state_;
   std::lock_guard lock{s.mtx};
   s.expire(clock::now());
-  return s.held_bytes + s.sending_bytes;
+  return s.held_bytes + s.sending_bytes();
 }
 
 kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
@@ -485,8 +491,7 @@ kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
     h.blocks.push_back(s.next_id++);
   blob.until = now + s.hold_for;
   auto ref = h;
-  s.held_bytes += size;
-  s.held.emplace(ref.blocks.front(), std::move(blob));
+  s.insert(std::move(blob));
   add(s.held_total);
   s.publish();
   return ref;
@@ -497,7 +502,7 @@ void kv_exchange::release(const kv_held& held) {
   if (held.wire != s.address)
     return;
   std::lock_guard lock{s.mtx};
-  if (!s.take(held.blocks) && !held.empty() && s.sending_first == held.blocks.front())
+  if (!s.take(held.blocks) && s.sending != nullptr && s.sending->ref.blocks == held.blocks)
     s.sending_released = true; // being sent now: not put back if that fails
 }
 

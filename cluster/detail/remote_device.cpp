@@ -224,9 +224,8 @@ private:
           on_event(std::move(e));
       }
     };
-    auto failed = [this, id](caf::error& e) {
-      settle(id, system().render(e));
-    }; // settle: the KV let go
+    // settle answers through pending_, which lets the KV go.
+    auto failed = [this, id](caf::error& e) { settle(id, system().render(e)); };
     if (blob != nullptr) {
       blob->seq = r.seq;
       request(gateway_, defaults::cluster::remote_answer_timeout, import_atom::value, index_,
