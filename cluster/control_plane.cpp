@@ -241,22 +241,25 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   st.tag = hello.tag;
   self->monitor(gateway);
   const bool fresh = st.devices.empty();
-  // The node's devices fetch what this front holds only over a wire of the same transport, and
-  // from a loopback address only on this machine.
+  // The KV wire joins this front and the node only when both run the same transport; the
+  // node's devices fetch what this front holds from a loopback address only on this machine.
   auto exchange = st.shared->exchange;
+  bool holds_imports = false;
   if (exchange) {
     const auto at = split_host_port(exchange->address());
-    if (hello.kv_wire != cluster::to_string(exchange->transport()) ||
-        (at && loopback(at->first) && !loopback(st.host)))
+    if (hello.kv_wire != cluster::to_string(exchange->transport()))
       exchange = nullptr;
+    else
+      holds_imports = !(at && loopback(at->first) && !loopback(st.host));
   }
   for (std::uint32_t i = 0; i < hello.devices.size(); ++i) {
     const auto& d = hello.devices[i];
     auto name = d.name + "@" + hello.node;
     auto role = static_cast<device_role>(d.role);
     if (fresh) {
-      st.devices.emplace_back(
-          name, detail::spawn_remote_device(self->system(), name, i, gateway, hello.tag, exchange));
+      st.devices.emplace_back(name,
+                              detail::spawn_remote_device(self->system(), name, i, gateway,
+                                                          hello.tag, exchange, holds_imports));
       st.roles.push_back(role);
     } else if (i < st.devices.size()) {
       self->send(st.devices[i].second, detail::peer_back_atom::value, gateway, hello.tag);
@@ -311,8 +314,10 @@ void connect_probed(peer_self* self) {
               retry(none);
               return;
             }
+            const auto& ex = self->state.shared->exchange;
             self->request(gateway, timeout, detail::cluster_hello_atom::value,
-                          self->state.shared->events.takes_held)
+                          self->state.shared->events.takes_held,
+                          ex ? std::string{cluster::to_string(ex->transport())} : std::string{})
                 .then(
                     [self, gateway](detail::node_hello& hello) {
                       self->state.connecting = false;
@@ -619,12 +624,12 @@ control_plane::publish(std::vector<published_device> devices,
 
 expected<void> control_plane::join(cluster_events events) {
   auto& m = *impl_;
-  // A front with devices of its own holds their KV for the nodes that import it.
-  if (!events.takes_held)
-    if (auto ok = m.start_exchange(); !ok)
-      return ok.error();
+  // The front's exchange fetches the KV its peers hold for it (a drain's moved-off KV) and
+  // holds what it sends them (its own devices' hand-offs, KV it keeps for a resume).
+  if (auto ok = m.start_exchange(); !ok)
+    return ok.error();
   auto shared = std::make_shared<peer_shared>();
-  shared->exchange = events.takes_held ? nullptr : m.exchange;
+  shared->exchange = m.exchange;
   shared->config = m.config;
   shared->events = std::move(events);
   shared->mm =

@@ -68,9 +68,10 @@ public:
 
   /// A front node: joins `[cluster] peers` now and keeps joining (every rejoin_ms: peers not
   /// reached, lost, or new behind a name), pings each every heartbeat_ms and reports a peer
-  /// silent past heartbeat_deadline_ms (or whose connection drops) lost. A front with devices
-  /// of its own (not `takes_held`) starts its KV exchange first: the KV its devices hand to a
-  /// peer's device crosses over the KV wire, the control message carrying the reference.
+  /// silent past heartbeat_deadline_ms (or whose connection drops) lost. It starts its KV
+  /// exchange first (unless kv_wire is "off"): the KV its devices hand to a peer's device, or it
+  /// keeps for a resume there, crosses over the KV wire, the control message carrying the
+  /// reference; KV a peer moves out for it (a drain) comes over the wire too.
   expected<void> join(cluster_events events);
 
   /// A device node that drains: tells its front nodes (they route nothing new here and move

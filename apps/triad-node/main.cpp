@@ -253,18 +253,18 @@ int run(int argc, char** argv) {
                   std::string{triad::to_string(config.cluster.role)}.c_str(),
                   cp->node_name().c_str(), config.cluster.listen.c_str(), node.cluster_port(),
                   config.cluster.tls ? "TLS" : "plain TCP");
-      if (const auto kv = cp->kv_wire_address(); !kv.empty())
-        std::printf("triad-node: cluster: KV wire (UCX, %s) on %s%s\n",
-                    std::string{triad::to_string(config.cluster.kv_wire)}.c_str(), kv.c_str(),
-                    triad::is_loopback(config.cluster.listen)
-                        ? ""
-                        : ", not encrypted (UCX has no TLS; kv_wire = \"off\" keeps KV in the "
-                          "control messages)");
     } else
       std::printf("triad-node: cluster: %s node, joining %zu peer%s (%s)\n",
                   std::string{triad::to_string(config.cluster.role)}.c_str(),
                   config.cluster.peers.size(), config.cluster.peers.size() == 1 ? "" : "s",
                   config.cluster.tls ? "TLS" : "plain TCP");
+    if (const auto kv = cp->kv_wire_address(); !kv.empty())
+      std::printf("triad-node: cluster: KV wire (UCX, %s) on %s%s\n",
+                  std::string{triad::to_string(config.cluster.kv_wire)}.c_str(), kv.c_str(),
+                  triad::is_loopback(config.cluster.listen)
+                      ? ""
+                      : ", not encrypted (UCX has no TLS; kv_wire = \"off\" keeps KV in the "
+                        "control messages)");
   }
 
   triad::http_server_options http;

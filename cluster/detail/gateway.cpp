@@ -15,8 +15,6 @@ namespace triad::detail {
 
 namespace {
 
-// Fetches held KV for an import (a thread of its own: the wire blocks).
-using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
 // The gateway's own, while it drains: looks again whether its devices are empty.
 using drain_check_atom = caf::atom_constant<caf::atom("drainchk")>;
 // How often a draining gateway asks its devices whether they still hold sequences.
@@ -26,6 +24,7 @@ struct gateway_state {
   gateway_options options;
   std::map<caf::node_id, std::uint64_t> tags; // per front node
   std::set<caf::node_id> takes_held;          // fronts without devices of their own
+  std::set<caf::node_id> fetching;            // fronts that fetch KV over this node's wire
   std::map<caf::node_id, caf::actor> fronts;  // the peer actor of each front that said hello
   bool draining = false;
   bool checking = false; // a round of check_drained waits for its devices' answers
@@ -69,18 +68,6 @@ caf::behavior kv_holder(caf::event_based_actor* self, caf::actor sink,
     self->send(sink, std::move(e));
     if (last)
       self->quit();
-  }};
-}
-
-// The fetcher: imports' held KV, one at a time, from the holders' exchanges.
-caf::behavior kv_fetcher(caf::event_based_actor*, std::shared_ptr<kv_exchange> exchange) {
-  return {[exchange](kv_fetch_atom, kv_blob& blob) -> caf::result<kv_blob> {
-    auto bytes = exchange->fetch(blob.held);
-    if (!bytes)
-      return caf::make_error(caf::sec::runtime_error, bytes.error().message);
-    blob.bytes = std::move(*bytes);
-    blob.held = {};
-    return std::move(blob);
   }};
 }
 
@@ -168,9 +155,9 @@ admission refused_while_draining(gateway_self* self) {
   return admission{false, "node " + self->state.options.node + " is draining", errc::busy};
 }
 
-// Forwards a request with an answer of type T to device `i`.
-template<class T, class... Ts>
-caf::result<T> forward(gateway_self* self, std::uint32_t i, Ts&&... xs) {
+// Forwards a request with an answer of type T to device `i`; `then` sees the answer first.
+template<class T, class Then, class... Ts>
+caf::result<T> forward_then(gateway_self* self, std::uint32_t i, Then then, Ts&&... xs) {
   auto& st = self->state;
   if (i >= st.options.devices.size())
     return caf::make_error(caf::sec::invalid_argument,
@@ -178,9 +165,39 @@ caf::result<T> forward(gateway_self* self, std::uint32_t i, Ts&&... xs) {
   auto rp = self->make_response_promise<T>();
   self->request(st.options.devices[i].actor, defaults::cluster::remote_answer_timeout,
                 std::forward<Ts>(xs)...)
-      .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
-            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+      .then(
+          [rp, then](T& x) mutable {
+            then(x);
+            rp.deliver(std::move(x));
+          },
+          [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
   return rp;
+}
+
+// Forwards a request with an answer of type T to device `i`.
+template<class T, class... Ts>
+caf::result<T> forward(gateway_self* self, std::uint32_t i, Ts&&... xs) {
+  return forward_then<T>(
+      self, i, [](T&) {}, std::forward<Ts>(xs)...);
+}
+
+// Asks device `i` for a sequence's KV (`atom`: export or move-out) for the front that asks.
+// When that front fetches over this node's wire, the KV waits in the exchange and the answer
+// carries its reference: the bytes cross once, over the KV wire, not in the control message (a
+// drain's moved-off KV too, which leaves this node as soon as the front has it).
+template<class Atom>
+caf::result<kv_blob> forward_kv(gateway_self* self, std::uint32_t i, Atom atom, seq_id seq) {
+  auto& st = self->state;
+  std::shared_ptr<kv_exchange> holder;
+  if (self->current_sender() && st.fetching.count(self->current_sender()->node()) != 0)
+    holder = st.options.exchange;
+  return forward_then<kv_blob>(
+      self, i,
+      [holder](kv_blob& b) {
+        if (holder && !b.bytes.empty() && b.held.empty())
+          b.held = holder->hold(b.bytes); // past the budget: the bytes stay
+      },
+      atom, seq);
 }
 
 // While draining: answers the drain requests once no admission is under way, no device holds a
@@ -236,10 +253,13 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
     return i < devices.size() ? &devices[i].actor : nullptr;
   };
   return {
-      [self](cluster_hello_atom, bool takes_held) {
+      [self](cluster_hello_atom, bool takes_held, std::string& fetches) {
         auto& st = self->state;
         if (takes_held && self->current_sender())
           st.takes_held.insert(self->current_sender()->node());
+        if (self->current_sender() && st.options.exchange && !fetches.empty() &&
+            fetches == cluster::to_string(st.options.exchange->transport()))
+          st.fetching.insert(self->current_sender()->node());
         node_hello hello;
         hello.node = st.options.node;
         for (const auto& d : st.options.devices)
@@ -303,12 +323,10 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
         if (auto* d = device(i))
           self->send(*d, a, seq);
       },
-      [self](export_atom a, std::uint32_t i, seq_id seq) {
-        return forward<kv_blob>(self, i, a, seq);
-      },
+      [self](export_atom a, std::uint32_t i, seq_id seq) { return forward_kv(self, i, a, seq); },
       [self](move_out_atom a, std::uint32_t i, seq_id seq) {
         let_go(self, i, seq);
-        return forward<kv_blob>(self, i, a, seq);
+        return forward_kv(self, i, a, seq);
       },
       [self](demote_atom a, std::uint32_t i, seq_id seq, std::uint32_t keep_ms) {
         let_go(self, i, seq);

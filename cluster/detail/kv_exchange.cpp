@@ -11,6 +11,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <caf/all.hpp>
+
 #include "cluster/config.hpp"
 #include "runtime/checksum.hpp"
 
@@ -534,6 +536,17 @@ expected<std::vector<std::byte>> kv_exchange::fetch(const kv_held& held) {
   else
     add(s.fetch_failures);
   return got;
+}
+
+caf::behavior kv_fetcher(caf::event_based_actor*, std::shared_ptr<kv_exchange> exchange) {
+  return {[exchange](kv_fetch_atom, kv_blob& blob) -> caf::result<kv_blob> {
+    auto bytes = exchange->fetch(blob.held);
+    if (!bytes)
+      return caf::make_error(caf::sec::runtime_error, bytes.error().message);
+    blob.bytes = std::move(*bytes);
+    blob.held = {};
+    return std::move(blob);
+  }};
 }
 
 } // namespace triad::detail

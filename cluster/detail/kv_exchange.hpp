@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <caf/atom.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+
 #include "cluster/kv_wire.hpp"
 #include "devices/device.hpp"
 #include "runtime/error.hpp"
@@ -69,5 +73,13 @@ private:
   explicit kv_exchange(std::unique_ptr<state> s);
   std::unique_ptr<state> state_;
 };
+
+/// Asks a kv_fetcher for the bytes of a blob another node holds: `(kv_fetch_atom, kv_blob)` ->
+/// the blob with its bytes and no reference, or an error saying why the fetch failed.
+using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
+
+/// A fetcher of held KV through `exchange`, one fetch at a time. Spawn it detached: the wire
+/// blocks its thread for the whole transfer.
+caf::behavior kv_fetcher(caf::event_based_actor* self, std::shared_ptr<kv_exchange> exchange);
 
 } // namespace triad::detail

@@ -22,13 +22,15 @@ constexpr std::uint64_t seq_mask = (std::uint64_t{1} << tag_shift) - 1;
 class remote_device_impl : public homed<remote_device_actor::base> {
 public:
   remote_device_impl(caf::actor_config& cfg, std::string name, std::uint32_t index,
-                     caf::actor gateway, std::uint64_t tag, std::shared_ptr<kv_exchange> exchange)
+                     caf::actor gateway, std::uint64_t tag, std::shared_ptr<kv_exchange> exchange,
+                     bool holds_imports)
       : homed(cfg)
       , name_(std::move(name))
       , index_(index)
       , gateway_(std::move(gateway))
       , tag_(tag)
-      , exchange_(std::move(exchange)) {}
+      , exchange_(std::move(exchange))
+      , holds_imports_(holds_imports && exchange_ != nullptr) {}
 
   behavior_type make_behavior() override {
     return {
@@ -180,7 +182,7 @@ private:
     // The KV waits in this node's exchange for the device's node to fetch (past its budget
     // the bytes stay in the order); whatever the answer, it need not wait longer.
     kv_held ref;
-    if (blob != nullptr && exchange_ && blob->held.empty() && !blob->bytes.empty())
+    if (blob != nullptr && holds_imports_ && blob->held.empty() && !blob->bytes.empty())
       ref = blob->held = exchange_->hold(blob->bytes);
     auto let_go_kv = [ex = exchange_, ref] {
       if (!ref.empty())
@@ -276,11 +278,26 @@ private:
     pending_.emplace(id, [rp, fail](const std::string& why) mutable { fail(rp, why); });
     request(gateway_, defaults::cluster::remote_answer_timeout, atom, index_, wire(seq))
         .then(
-            [this, id, rp, seq](kv_blob& b) mutable {
+            [this, id, rp, seq, fail](kv_blob& b) mutable {
               if (pending_.erase(id) == 0)
                 return;
               b.seq = seq;
-              rp.deliver(std::move(b));
+              if (b.held.empty() || !b.bytes.empty() || !exchange_) {
+                rp.deliver(std::move(b));
+                return;
+              }
+              // The node holds the KV for this node to fetch: it comes over the KV wire, and
+              // the node lets it go once it arrived (a draining node can then leave).
+              if (!fetcher_)
+                fetcher_ = spawn<caf::detached + caf::linked>(kv_fetcher, exchange_);
+              auto from = b.held.wire;
+              request(fetcher_, defaults::cluster::wire_transfer_timeout * 2, kv_fetch_atom::value,
+                      std::move(b))
+                  .then([rp](kv_blob& got) mutable { rp.deliver(std::move(got)); },
+                        [this, rp, fail, from](caf::error& e) mutable {
+                          fail(rp, "its KV was not fetched from " + from + " (" +
+                                       system().render(e) + ")");
+                        });
             },
             [this, id](caf::error& e) { settle(id, system().render(e)); });
     return rp;
@@ -370,7 +387,9 @@ private:
   std::uint32_t index_;
   caf::actor gateway_;
   std::uint64_t tag_;
-  std::shared_ptr<kv_exchange> exchange_; // the front's, for its imports' KV (may be null)
+  std::shared_ptr<kv_exchange> exchange_; // the front's (may be null): fetches what the node holds
+  bool holds_imports_;                    // its imports' KV waits in exchange_ for the node
+  caf::actor fetcher_;                    // fetches the KV the node holds for this node
   bool up_ = true;
   bool draining_ = false; // its node drains: nothing new, parked sequences move off
   std::string why_;       // why its node was lost
@@ -389,9 +408,9 @@ private:
 
 remote_device_actor spawn_remote_device(caf::actor_system& sys, std::string name,
                                         std::uint32_t index, caf::actor gateway, std::uint64_t tag,
-                                        std::shared_ptr<kv_exchange> exchange) {
+                                        std::shared_ptr<kv_exchange> exchange, bool holds_imports) {
   return sys.spawn<remote_device_impl>(std::move(name), index, std::move(gateway), tag,
-                                       std::move(exchange));
+                                       std::move(exchange), holds_imports);
 }
 
 } // namespace triad::detail

@@ -19,9 +19,11 @@
 /// the grammar of a constrained sequence as data (a constraint object does not serialize).
 namespace triad::detail {
 
-/// Asks a gateway for its node's name and devices: `(cluster_hello_atom, bool takes_held)` ->
-/// node_hello. `takes_held`: the front has no devices of its own, so a moved-out sequence's KV
-/// may stay on its device node (kv_held) for the importing node to fetch over the KV wire.
+/// Asks a gateway for its node's name and devices: `(cluster_hello_atom, bool takes_held,
+/// std::string fetches)` -> node_hello. `takes_held`: the front has no devices of its own, so a
+/// prefill's hand-off may stay on its device node (kv_held) for the importing node to fetch over
+/// the KV wire. `fetches`: the transport of the front's own KV wire ("" = none); when it is the
+/// node's, the KV the front asks for (export, move-out) waits there and the front fetches it.
 using cluster_hello_atom = caf::atom_constant<caf::atom("clhello")>;
 /// A front node's heartbeat: `(cluster_ping_atom)` -> true.
 using cluster_ping_atom = caf::atom_constant<caf::atom("clping")>;

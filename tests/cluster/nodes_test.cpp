@@ -342,6 +342,14 @@ BOOST_AUTO_TEST_CASE(a_draining_decode_node_moves_the_sequences_parked_there_off
                      << sample(metrics, "triad_request_kv_moved_off_total")
                      << " parked sequences off the node");
   BOOST_TEST(sample(metrics, "triad_request_device_retries_total") == 0, metrics);
+  // The moved-off KV crossed over the KV wire, not in the control messages: the draining node
+  // held it until the front fetched it, and the front held it for the decode node each session
+  // resumed on, which fetched it from there.
+  const auto moved = sample(metrics, "triad_request_kv_moved_off_total");
+  BOOST_TEST(sample(metrics, "triad_cluster_kv_wire_fetches_total") == moved, metrics);
+  BOOST_TEST(sample(metrics, "triad_cluster_kv_wire_fetch_failures_total") == 0, metrics);
+  BOOST_TEST(sample(metrics, "triad_cluster_kv_held_total") >= moved, metrics);
+  BOOST_TEST(sample(metrics, "triad_cluster_kv_held_bytes") == 0, metrics);
   BOOST_TEST(sample(metrics, "triad_cluster_peers_drained_total") == 1, metrics);
   BOOST_TEST(sample(metrics, "triad_cluster_peers_lost_total") == 0, metrics);
   BOOST_TEST(sample(metrics, "triad_cluster_peers_up") == 2, metrics);
