@@ -4,6 +4,7 @@
 #include <atomic>
 #include <limits>
 #include <mutex>
+#include <random>
 #include <string_view>
 
 #include <caf/all.hpp>
@@ -492,6 +493,16 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
   };
 }
 
+// A store's identity: random, so the ids of two stores (two nodes', or a restarted node's)
+// never pass for each other's; never 0 (no store).
+std::uint64_t fresh_store_id() {
+  std::random_device rd;
+  std::uint64_t id = 0;
+  while (id == 0)
+    id = (std::uint64_t{rd()} << 32) | rd();
+  return id;
+}
+
 class store_tier final : public kv_tier {
 public:
   store_tier(domain& home, kv_store store, std::string host_pool,
@@ -509,6 +520,8 @@ public:
   ~store_tier() override { caf::anon_send_exit(fetcher_, caf::exit_reason::user_shutdown); }
 
   std::size_t block_bytes() const noexcept override { return block_bytes_; }
+
+  std::uint64_t store_id() const noexcept override { return id_; }
 
   std::size_t held(std::span<const block_hash> chain) const override {
     return store_.directory ? store_.directory->leading(chain) : 0;
@@ -729,6 +742,7 @@ private:
   std::shared_ptr<std::atomic<std::uint64_t>> joins_; // fetch_kept that joined a prefetch
   bool traced_; // the node writes a trace (the fetcher holds the log)
   caf::actor fetcher_;
+  std::uint64_t id_ = fresh_store_id(); // store_id()
   mutable std::mutex devices_mutex_;
   // By number (join); weak, so the tier (which each device holds) keeps none of them alive.
   std::vector<caf::actor_addr> devices_;

@@ -329,6 +329,14 @@ expected<std::unique_ptr<node>> node::start(const node_config& whole, node_optio
     if (auto started = start_kv_store(*n, config, block_bytes, connected); !started)
       return started.error();
   }
+  // A cluster node's control plane starts before its devices: they fetch KV other nodes hold
+  // through its KV exchange.
+  if (config.cluster.role != node_role::all || !config.cluster.peers.empty()) {
+    auto cp = control_plane::start(config.cluster, &n->metrics_);
+    if (!cp)
+      return cp.error();
+    n->cluster_ = std::move(*cp);
+  }
   std::vector<routed_device> routed;
   for (auto& [dev_config, placed, home, be, report] : built) {
     const auto& dev = *dev_config;
@@ -339,6 +347,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& whole, node_optio
     // In a cluster a sequence's KV may leave the process: as bytes, not a stream of the store's
     // blocks.
     o.stream_moves = config.cluster.role == node_role::all && config.cluster.peers.empty();
+    if (n->cluster_)
+      o.kv_fetcher = n->cluster_->kv_fetcher();
     o.name = dev.name;
     o.role = dev.role;
     o.queue_capacity = dev.queue_capacity;
@@ -435,12 +445,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& whole, node_optio
 
 expected<void> node::start_cluster(node& n, const node_config& config) {
   const auto role = config.cluster.role;
-  if (role == node_role::all && config.cluster.peers.empty())
+  if (!n.cluster_)
     return {};
-  auto cp = control_plane::start(config.cluster, &n.metrics_);
-  if (!cp)
-    return cp.error();
-  n.cluster_ = std::move(*cp);
   if (role == node_role::prefill || role == node_role::decode) {
     std::vector<published_device> devices;
     for (std::size_t i = 0; i < n.devices_.size(); ++i)
@@ -457,7 +463,7 @@ expected<void> node::start_cluster(node& n, const node_config& config) {
                                                             : routed_device::unlimited;
   auto router = n.router_;
   cluster_events events;
-  events.takes_held = n.devices_.empty(); // every import lands on a device node
+  events.takes_held = n.devices_.empty(); // every import lands on a device node (see join)
   events.joined = [router, slots](const remote_device& d) {
     caf::anon_send(router, device_join_atom::value, routed_device{d.name, d.role, d.actor, slots});
   };

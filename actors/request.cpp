@@ -578,7 +578,7 @@ private:
     release_kept();
     demoting_ = false;
     if (stage_ == stage::finished) { // ended meanwhile (cancelled, timed out): nothing to keep
-      if (ctx_->tier && !k.blocks.empty())
+      if (in_this_store(k))
         tier_release(std::move(k.blocks), k.pin);
       leave_when_settled();
       return;
@@ -594,8 +594,7 @@ private:
   // demotion, or a pin past its TTL), starts reading them back now: the device that takes the
   // request joins the read (kv_tier::prefetch_kept) instead of starting it at admission.
   void prefetch_kept() {
-    if (!ctx_->tier || kept_.blocks.empty() || parked_blob_ ||
-        (!pin_expired_ && keeps_kv_across_tools()))
+    if (!in_this_store(kept_) || parked_blob_ || (!pin_expired_ && keeps_kv_across_tools()))
       return;
     const auto n = std::min<std::size_t>(kept_.tokens, tokens_.size());
     auto h = hop_from_here("kv fetcher", caf::atom("kvprefch"));
@@ -685,6 +684,7 @@ private:
       auto order = order_for(next_seq(), left());
       order.kept_blocks = kept_.blocks;
       order.kept_tokens = kept_.tokens;
+      order.kept_store = kept_.store;
       // Counted as a prefill of everything; the device reports what came from the blocks
       // (as cached tokens, subtracted then), so a block that could not be read counts as
       // computed.
@@ -699,10 +699,16 @@ private:
     return n / pt * pt;
   }
 
+  // Whether `k`'s blocks are in this node's store (a demotion on a device of another node keeps
+  // them in that node's: only a device there reads them back, and only that store unpins them).
+  bool in_this_store(const kv_kept& k) const {
+    return ctx_->tier && !k.blocks.empty() && k.store == ctx_->tier->store_id();
+  }
+
   // Lets go of the blocks kept at the last demotion (a later one keeps its own).
   void release_kept() {
     forget_prefetch();
-    if (ctx_->tier && !kept_.blocks.empty())
+    if (in_this_store(kept_)) // another node's store ends its pin when the pin's time is up
       tier_release(std::move(kept_.blocks), kept_.pin);
     kept_ = {};
   }

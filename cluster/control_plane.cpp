@@ -127,9 +127,10 @@ struct peer_shared {
   gauge* up_gauge = nullptr;
   counter* lost_counter = nullptr;
   counter* drained_counter = nullptr;
-  // A front with devices of its own: where its remote devices hold its KV for their nodes to
-  // fetch (null: kv_wire = "off", or a front without devices).
+  // The front's exchange, where its remote devices hold KV for their nodes to fetch, and its
+  // fetcher, which brings what they hold for it (both null: kv_wire = "off").
   std::shared_ptr<detail::kv_exchange> exchange;
+  caf::actor fetcher;
 };
 
 struct peer_state {
@@ -243,23 +244,22 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   const bool fresh = st.devices.empty();
   // The KV wire joins this front and the node only when both run the same transport; the
   // node's devices fetch what this front holds from a loopback address only on this machine.
-  auto exchange = st.shared->exchange;
-  bool holds_imports = false;
-  if (exchange) {
-    const auto at = split_host_port(exchange->address());
-    if (hello.kv_wire != cluster::to_string(exchange->transport()))
-      exchange = nullptr;
-    else
-      holds_imports = !(at && loopback(at->first) && !loopback(st.host));
+  std::shared_ptr<detail::kv_exchange> hold_in;
+  caf::actor fetcher;
+  if (const auto& ex = st.shared->exchange;
+      ex && hello.kv_wire == cluster::to_string(ex->transport())) {
+    fetcher = st.shared->fetcher;
+    const auto at = split_host_port(ex->address());
+    if (!(at && loopback(at->first) && !loopback(st.host)))
+      hold_in = ex;
   }
   for (std::uint32_t i = 0; i < hello.devices.size(); ++i) {
     const auto& d = hello.devices[i];
     auto name = d.name + "@" + hello.node;
     auto role = static_cast<device_role>(d.role);
     if (fresh) {
-      st.devices.emplace_back(name,
-                              detail::spawn_remote_device(self->system(), name, i, gateway,
-                                                          hello.tag, exchange, holds_imports));
+      st.devices.emplace_back(name, detail::spawn_remote_device(self->system(), name, i, gateway,
+                                                                hello.tag, hold_in, fetcher));
       st.roles.push_back(role);
     } else if (i < st.devices.size()) {
       self->send(st.devices[i].second, detail::peer_back_atom::value, gateway, hello.tag);
@@ -478,8 +478,11 @@ struct control_plane::impl {
   caf::actor joiner;
   std::atomic<std::size_t> up{0};
   metrics_registry* metrics = nullptr;
-  // A device node's, or a front's with devices of its own; none with kv_wire = "off".
+  // Every cluster node's; none with kv_wire = "off".
   std::shared_ptr<detail::kv_exchange> exchange;
+  // Fetches what other nodes hold for this one (its devices' imports, its remote devices'
+  // exported KV), one at a time on a thread of its own; null without an exchange.
+  caf::actor fetcher;
 
   // Starts the node's KV exchange unless it runs or kv_wire is "off".
   expected<void> start_exchange();
@@ -523,6 +526,8 @@ expected<void> control_plane::impl::start_exchange() {
   if (!ex)
     return make_error(ex.error().code, "[cluster] kv_wire: " + ex.error().message);
   exchange = std::move(*ex);
+  fetcher = sys->spawn<caf::detached>(detail::kv_fetcher, exchange);
+  detail::restore_thread_logger();
   return {};
 }
 
@@ -545,6 +550,8 @@ expected<std::unique_ptr<control_plane>> control_plane::start(const cluster_conf
   } catch (const std::exception& e) {
     return make_error(errc::system_error, std::string{"[cluster]: "} + e.what());
   }
+  if (auto ok = m.start_exchange(); !ok)
+    return ok.error();
   return cp;
 }
 
@@ -556,8 +563,11 @@ control_plane::~control_plane() {
     caf::anon_send_exit(m.joiner, caf::exit_reason::user_shutdown);
   if (m.gateway)
     caf::anon_send_exit(m.gateway, caf::exit_reason::user_shutdown);
+  if (m.fetcher) // after the fetch under way, if any
+    caf::anon_send_exit(m.fetcher, caf::exit_reason::user_shutdown);
   m.joiner = nullptr;
   m.gateway = nullptr;
+  m.fetcher = nullptr;
   m.sys.reset(); // waits for its actors, closes the middleman's connections
 }
 
@@ -582,6 +592,10 @@ void control_plane::close_gateway() {
   }
 }
 
+caf::actor control_plane::kv_fetcher() const {
+  return impl_->fetcher;
+}
+
 std::string control_plane::kv_wire_address() const {
   return impl_->exchange ? impl_->exchange->address() : std::string{};
 }
@@ -602,8 +616,6 @@ control_plane::publish(std::vector<published_device> devices,
   const auto count = devices.size();
   for (auto& d : devices)
     o.devices.push_back({std::move(d.name), d.role, std::move(d.actor)});
-  if (auto ok = m.start_exchange(); !ok)
-    return ok.error();
   o.exchange = m.exchange;
   m.gateway = detail::spawn_gateway(*m.sys, std::move(o));
   detail::restore_thread_logger();
@@ -624,12 +636,14 @@ control_plane::publish(std::vector<published_device> devices,
 
 expected<void> control_plane::join(cluster_events events) {
   auto& m = *impl_;
-  // The front's exchange fetches the KV its peers hold for it (a drain's moved-off KV) and
-  // holds what it sends them (its own devices' hand-offs, KV it keeps for a resume).
-  if (auto ok = m.start_exchange(); !ok)
-    return ok.error();
+  // The front's exchange holds what it sends its peers (its own devices' hand-offs, KV it keeps
+  // for a resume); its fetcher brings what they hold for it (a drain's moved-off KV).
   auto shared = std::make_shared<peer_shared>();
   shared->exchange = m.exchange;
+  shared->fetcher = m.fetcher;
+  // Its own devices fetch KV held elsewhere through the fetcher too: a prefill node may hold a
+  // hand-off whichever device imports it.
+  events.takes_held = events.takes_held || m.fetcher != nullptr;
   shared->config = m.config;
   shared->events = std::move(events);
   shared->mm =

@@ -29,8 +29,10 @@ struct cluster_events {
   std::function<void(const remote_device&)> joined;
   /// A device's node was lost (`why`): route nothing there until it joins again.
   std::function<void(const std::string& name, const std::string& why)> lost;
-  /// This node has no devices of its own: a prefill node may keep a sequence's KV (kv_held)
-  /// for the decode node to fetch over the KV wire, instead of sending it through here.
+  /// This node's requests may carry a reference to KV a prefill node keeps (kv_held) for the
+  /// decode node to fetch over the KV wire, instead of the bytes through here: true for a front
+  /// without devices; join() makes it true for any front with a KV exchange (its own devices
+  /// fetch through kv_fetcher()).
   bool takes_held = false;
 };
 
@@ -47,8 +49,9 @@ struct published_device {
 /// (the destructor) closes every connection: the peers' fronts see this node lost.
 class control_plane {
 public:
-  /// Starts the system (no listener, no connection yet). Errors name what is wrong: TLS files
-  /// that cannot be read.
+  /// Starts the system and the node's KV exchange (its KV wire listening on `[cluster] listen`,
+  /// unless kv_wire is "off"); no control connection yet. Errors name what is wrong: TLS files
+  /// that cannot be read, a KV wire that cannot be opened.
   static expected<std::unique_ptr<control_plane>> start(const cluster_config& config,
                                                         metrics_registry* metrics = nullptr);
   control_plane(const control_plane&) = delete;
@@ -68,10 +71,10 @@ public:
 
   /// A front node: joins `[cluster] peers` now and keeps joining (every rejoin_ms: peers not
   /// reached, lost, or new behind a name), pings each every heartbeat_ms and reports a peer
-  /// silent past heartbeat_deadline_ms (or whose connection drops) lost. It starts its KV
-  /// exchange first (unless kv_wire is "off"): the KV its devices hand to a peer's device, or it
-  /// keeps for a resume there, crosses over the KV wire, the control message carrying the
-  /// reference; KV a peer moves out for it (a drain) comes over the wire too.
+  /// silent past heartbeat_deadline_ms (or whose connection drops) lost. With a KV exchange,
+  /// the KV its devices hand to a peer's device, or it keeps for a resume there, crosses over
+  /// the KV wire, the control message carrying the reference; KV a peer holds for it (a
+  /// prefill's hand-off to its own device, a drain's moved-off KV) comes over the wire too.
   expected<void> join(cluster_events events);
 
   /// A device node that drains: tells its front nodes (they route nothing new here and move
@@ -84,9 +87,12 @@ public:
   /// once (and route elsewhere) while the devices finish.
   void close_gateway();
 
-  /// A device node's KV exchange address ("host:port" of its KV wire), "" when it has none
-  /// (`kv_wire = "off"`, or not a device node).
+  /// The node's KV exchange address ("host:port" of its KV wire), "" when it has none
+  /// (`kv_wire = "off"`).
   std::string kv_wire_address() const;
+  /// What fetches KV other nodes hold for this one's devices (device_options::kv_fetcher):
+  /// one fetch at a time, on a thread of its own. Null without a KV exchange.
+  caf::actor kv_fetcher() const;
   /// Peers whose devices are joined now.
   std::size_t peers_up() const;
 

@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 
@@ -21,6 +22,11 @@
 namespace triad {
 
 namespace {
+
+// How long an import waits for its KV from another node (kv_held) before its prompt is computed
+// instead: within the minute a cluster's gateway waits for a device's answer, longer than the
+// fetcher's own tries (three, none begun 30 s after the first) mostly take.
+constexpr std::chrono::seconds kv_fetch_timeout{50};
 
 // Per-device metrics, looked up once.
 struct device_metrics {
@@ -166,6 +172,9 @@ public:
     owed_.clear();
     swap_demotions_.clear(); // their promises are in demotions_
     kv_watchers_.clear();
+    // The cluster's actor system waits for its fetcher's thread, which waits for every handle
+    // to it to go: this object may outlive that system's stop.
+    options_.kv_fetcher = nullptr;
   }
 
   behavior_type make_behavior() override {
@@ -229,7 +238,8 @@ public:
           auto it = demotions_.find(key);
           if (it == demotions_.end())
             return;
-          it->second.promise.deliver(kv_kept{std::move(ids), it->second.tokens, pin});
+          it->second.promise.deliver(
+              kv_kept{std::move(ids), it->second.tokens, pin, tier_ ? tier_->store_id() : 0});
           demotions_.erase(it);
         },
         [this](export_done_atom, std::uint64_t key, kv_blob& blob, std::string& error) {
@@ -243,10 +253,10 @@ public:
           exports_.erase(it);
         },
         [this](import_atom, kv_blob& blob, generate_request& req) {
-          return answer(import(std::make_shared<const kv_blob>(std::move(blob)), std::move(req)));
+          return import_here(std::make_shared<const kv_blob>(std::move(blob)), std::move(req));
         },
         [this](import_atom, std::shared_ptr<const kv_blob>& blob, generate_request& req) {
-          return answer(import(std::move(blob), std::move(req)));
+          return import_here(std::move(blob), std::move(req));
         },
         [this](kv_fetched_atom, seq_id id, std::vector<kv_page>& pages) {
           auto* s = find(id);
@@ -464,6 +474,30 @@ private:
     return admission{false, std::move(why), code};
   }
 
+  // An import, admitted now or, when another node holds its KV (kv_held), once the node's
+  // fetcher brought the bytes over the KV wire. A fetch that fails admits the sequence without
+  // them: its prompt is computed here, and the log says why.
+  caf::result<admission> import_here(std::shared_ptr<const kv_blob> blob, generate_request req) {
+    if (!blob || blob->held.empty() || !blob->bytes.empty() || blob->stream || !options_.kv_fetcher)
+      return answer(import(std::move(blob), std::move(req)));
+    auto promise = make_response_promise<admission>();
+    request(options_.kv_fetcher, kv_fetch_timeout, kv_fetch_atom::value, kv_blob{*blob})
+        .then(
+            [this, promise, req](kv_blob& got) mutable {
+              deliver(promise,
+                      import(std::make_shared<const kv_blob>(std::move(got)), std::move(req)));
+            },
+            [this, promise, req, from = blob->held.wire](caf::error& e) mutable {
+              std::fprintf(stderr,
+                           "triad-node: device %s: the KV of sequence %llu held at %s was not "
+                           "fetched (%s); its prompt is computed here\n",
+                           options_.name.c_str(), static_cast<unsigned long long>(req.seq),
+                           from.c_str(), system().render(e).c_str());
+              deliver(promise, admit(std::move(req)));
+            });
+    return promise;
+  }
+
   // Admits a sequence whose KV comes from `blob`; the import runs in the sequence's first step
   // job, before the step.
   admission import(std::shared_ptr<const kv_blob> blob, generate_request req) {
@@ -474,8 +508,8 @@ private:
       return refuse(errc::invalid_argument,
                     "invalid: sequence " + std::to_string(req.seq) + "'s KV is held at " +
                         blob->held.wire +
-                        " and was not fetched (only a cluster node's gateway "
-                        "fetches held KV)");
+                        " and this device has no fetcher for it (only a cluster node's "
+                        "devices fetch KV held on another node)");
     // At least one token past the KV: its logits give the next token.
     if (req.prompt.size() <= blob->tokens)
       return refuse(errc::invalid_argument,
@@ -512,6 +546,12 @@ private:
       return refuse(errc::busy, "busy: " + std::to_string(seqs_.size()) + " of " +
                                     std::to_string(options_.max_sequences) +
                                     " sequences in flight on " + options_.name);
+    // Kept blocks of another store (a demotion on another node's device kept them there) are
+    // not this tier's to read: block ids are a store's own. Their tokens are computed.
+    if (!req.kept_blocks.empty() && (!tier_ || req.kept_store != tier_->store_id())) {
+      req.kept_blocks.clear();
+      req.kept_tokens = 0;
+    }
     // The chain of the prompt's pages a prefix cache could give, hashed once for the memory
     // check (when others hold memory) and the fetch from the tier below (when it looks up).
     const bool looks_up = !importing && options_.prefix_cache && req.reuse_prefix;
@@ -694,11 +734,15 @@ private:
   // before the first step can run.
   caf::result<admission> answer(admission a) {
     auto promise = make_response_promise<admission>();
+    deliver(promise, std::move(a));
+    return promise;
+  }
+
+  void deliver(caf::typed_response_promise<admission>& promise, admission a) {
     const bool accepted = a.accepted;
     promise.deliver(std::move(a));
     if (accepted)
       schedule();
-    return promise;
   }
 
   void release(seq_id id) {

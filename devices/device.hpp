@@ -125,6 +125,7 @@ struct generate_request {
   /// be read is computed.
   std::vector<std::uint64_t> kept_blocks;
   std::uint64_t kept_tokens = 0; ///< tokens the kept blocks cover
+  std::uint64_t kept_store = 0;  ///< the store they are in (kv_kept::store); another's: computed
   /// The grammar the generated tokens must follow, where the request has one (a response_format,
   /// tool calls):
   /// the driver masks each step's logits with it before sampling and moves it on by each token
@@ -147,12 +148,15 @@ struct kv_kept {
   std::vector<std::uint64_t> blocks; ///< block ids in order; empty: not kept (recompute)
   std::uint64_t tokens = 0;          ///< tokens they cover
   std::uint64_t pin = 0;             ///< the store's pin that keeps them (kv_tier::release)
+  /// The store holding them (kv_tier::store_id): block ids are a store's own, so they are read
+  /// back (and released) only through that store; anywhere else the tokens are computed.
+  std::uint64_t store = 0;
 };
 
 /// Inspector of kv_kept.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_kept& x) {
-  return f(caf::meta::type_name("kv_kept"), x.blocks, x.tokens, x.pin);
+  return f(caf::meta::type_name("kv_kept"), x.blocks, x.tokens, x.pin, x.store);
 }
 
 /// A sequence's KV that another node holds for whoever imports it (a prefill node's, for a
@@ -174,6 +178,10 @@ struct kv_held {
     return n;
   }
 };
+
+/// Asks a fetcher for the bytes of a blob another node holds: `(kv_fetch_atom, kv_blob)` -> the
+/// blob with its bytes and no reference, or an error saying why the fetch failed.
+using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
 
 /// Inspector of kv_held.
 template<class Inspector>
@@ -311,7 +319,8 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
            x.stop, x.end, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done,
-           x.kept_blocks, x.kept_tokens, x.logprobs, x.top_logprobs, x.traced, x.trace_id);
+           x.kept_blocks, x.kept_tokens, x.kept_store, x.logprobs, x.top_logprobs, x.traced,
+           x.trace_id);
 }
 /// Inspector of admission.
 template<class Inspector>
@@ -383,6 +392,10 @@ struct device_options {
   /// (when there is a tier): false on a device node of a cluster, whose blobs leave the process
   /// as bytes.
   bool stream_moves = true;
+  /// What fetches KV that another node holds (kv_held) for an import here: `(kv_fetch_atom,
+  /// kv_blob)` -> the blob with its bytes (a cluster node's, cluster/detail/kv_exchange). Null:
+  /// such an import is refused (outside a cluster no KV is held elsewhere).
+  caf::actor kv_fetcher;
   std::vector<unsigned> driver_cpus;   ///< where the driver thread binds (empty: unbound)
   const topology* topo = nullptr;      ///< topology for binding (this machine only)
   metrics_registry* metrics = nullptr; ///< where per-device metrics go (may be null)

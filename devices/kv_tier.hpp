@@ -44,6 +44,10 @@ public:
 
   /// Bytes of one page in the tier; a device whose pages have another size is not connected.
   virtual std::size_t block_bytes() const noexcept = 0;
+  /// The identity of the store behind the tier (random, never 0): the block ids keep answers
+  /// are its own, so a device reads kept blocks only when they name this store (a demotion on
+  /// another node's device kept them in that node's store).
+  virtual std::uint64_t store_id() const noexcept = 0;
   /// How many of `chain` (a prompt's page hashes in order) the tier holds, counted from the
   /// first; thread-safe and without a message, so asking costs a request nothing.
   virtual std::size_t held(std::span<const block_hash> chain) const = 0;

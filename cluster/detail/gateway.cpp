@@ -28,11 +28,10 @@ struct gateway_state {
   std::map<caf::node_id, caf::actor> fronts;  // the peer actor of each front that said hello
   bool draining = false;
   bool checking = false; // a round of check_drained waits for its devices' answers
-  // Admissions under way (a held KV being fetched, a device's answer awaited): the sequence is
-  // on no device's books yet, so a drain waits for these too.
+  // Admissions under way (a device's answer awaited, a held KV fetched first included): the
+  // sequence is on no device's books yet, so a drain waits for these too.
   std::size_t admitting = 0;
   std::vector<caf::typed_response_promise<bool>> drained; // answered once nothing is held
-  caf::actor fetcher;                         // with an exchange: fetches held KV
   std::uint64_t next_tag = 1;
   // Sequences each front's remote device holds here (by its actor), to free when it goes.
   std::map<caf::actor_addr, std::set<std::pair<std::uint32_t, seq_id>>> held;
@@ -116,37 +115,6 @@ caf::result<admission> admit(gateway_self* self, std::uint32_t i, generate_reque
                              constraint_wire& c, Ts&&... head) {
   auto rp = self->make_response_promise<admission>();
   admit_to(self, rp, i, r, c, std::forward<Ts>(head)...);
-  return rp;
-}
-
-// An import whose KV another node holds: fetched over the KV wire first; when that fails (the
-// holder is gone, the KV expired, a block is damaged) the sequence is computed from its prompt.
-caf::result<admission> import_held(gateway_self* self, std::uint32_t i, kv_blob& blob,
-                                   generate_request& r, constraint_wire& c) {
-  auto& st = self->state;
-  if (!st.fetcher) {
-    if (!st.options.exchange)
-      return admit(self, i, r, c, generate_atom::value);
-    st.fetcher = self->spawn<caf::detached + caf::linked>(kv_fetcher, st.options.exchange);
-  }
-  auto rp = self->make_response_promise<admission>();
-  auto from = blob.held.wire;
-  ++st.admitting;
-  self->request(st.fetcher, defaults::cluster::wire_transfer_timeout * 2, kv_fetch_atom::value,
-                std::move(blob))
-      .then(
-          [self, rp, i, r, c](kv_blob& b) mutable {
-            --self->state.admitting;
-            admit_to(self, rp, i, r, c, import_atom::value, std::move(b));
-          },
-          [self, rp, i, r, c, from](caf::error& e) mutable {
-            --self->state.admitting;
-            std::fprintf(stderr,
-                         "triad-node: cluster: the KV of a sequence held at %s was not fetched "
-                         "(%s); its prompt is computed here\n",
-                         from.c_str(), self->system().render(e).c_str());
-            admit_to(self, rp, i, r, c, generate_atom::value);
-          });
   return rp;
 }
 
@@ -297,8 +265,7 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
              constraint_wire& c) -> caf::result<admission> {
         if (self->state.draining)
           return refused_while_draining(self);
-        if (!blob.held.empty() && blob.bytes.empty())
-          return import_held(self, i, blob, r, c);
+        // KV another node holds is fetched by the device (its node's fetcher) before it admits.
         return admit(self, i, r, c, a, std::move(blob));
       },
       [self, device](park_atom a, std::uint32_t i, seq_id seq) {

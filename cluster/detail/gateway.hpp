@@ -31,7 +31,7 @@ struct gateway_options {
   /// The model's vocabulary as bytes, for their masks (null: constrained sequences refused).
   std::shared_ptr<const grammar::token_index> vocabulary;
   /// The node's KV exchange (null: `[cluster] kv_wire = "off"`): a moved-out sequence's KV is
-  /// held here for fronts that take references, and imports of KV held elsewhere fetch it.
+  /// held here for fronts that take references (the devices fetch KV held elsewhere).
   std::shared_ptr<kv_exchange> exchange;
 };
 

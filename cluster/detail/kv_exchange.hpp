@@ -74,12 +74,8 @@ private:
   std::unique_ptr<state> state_;
 };
 
-/// Asks a kv_fetcher for the bytes of a blob another node holds: `(kv_fetch_atom, kv_blob)` ->
-/// the blob with its bytes and no reference, or an error saying why the fetch failed.
-using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
-
-/// A fetcher of held KV through `exchange`, one fetch at a time. Spawn it detached: the wire
-/// blocks its thread for the whole transfer.
+/// A fetcher of held KV through `exchange` (kv_fetch_atom), one fetch at a time. Spawn it
+/// detached: the wire blocks its thread for the whole transfer.
 caf::behavior kv_fetcher(caf::event_based_actor* self, std::shared_ptr<kv_exchange> exchange);
 
 } // namespace triad::detail

@@ -22,15 +22,15 @@ constexpr std::uint64_t seq_mask = (std::uint64_t{1} << tag_shift) - 1;
 class remote_device_impl : public homed<remote_device_actor::base> {
 public:
   remote_device_impl(caf::actor_config& cfg, std::string name, std::uint32_t index,
-                     caf::actor gateway, std::uint64_t tag, std::shared_ptr<kv_exchange> exchange,
-                     bool holds_imports)
+                     caf::actor gateway, std::uint64_t tag, std::shared_ptr<kv_exchange> hold_in,
+                     caf::actor fetcher)
       : homed(cfg)
       , name_(std::move(name))
       , index_(index)
       , gateway_(std::move(gateway))
       , tag_(tag)
-      , exchange_(std::move(exchange))
-      , holds_imports_(holds_imports && exchange_ != nullptr) {}
+      , hold_in_(std::move(hold_in))
+      , fetcher_(std::move(fetcher)) {}
 
   behavior_type make_behavior() override {
     return {
@@ -152,6 +152,7 @@ public:
     lost("the node is stopping");
     watchers_.clear();
     gateway_ = nullptr;
+    fetcher_ = nullptr; // its thread ends only once every handle to it is gone
   }
 
 private:
@@ -182,9 +183,9 @@ private:
     // The KV waits in this node's exchange for the device's node to fetch (past its budget
     // the bytes stay in the order); whatever the answer, it need not wait longer.
     kv_held ref;
-    if (blob != nullptr && holds_imports_ && blob->held.empty() && !blob->bytes.empty())
-      ref = blob->held = exchange_->hold(blob->bytes);
-    auto let_go_kv = [ex = exchange_, ref] {
+    if (blob != nullptr && hold_in_ && blob->held.empty() && !blob->bytes.empty())
+      ref = blob->held = hold_in_->hold(blob->bytes);
+    auto let_go_kv = [ex = hold_in_, ref] {
       if (!ref.empty())
         ex->release(ref);
     };
@@ -282,14 +283,12 @@ private:
               if (pending_.erase(id) == 0)
                 return;
               b.seq = seq;
-              if (b.held.empty() || !b.bytes.empty() || !exchange_) {
+              if (b.held.empty() || !b.bytes.empty() || !fetcher_) {
                 rp.deliver(std::move(b));
                 return;
               }
               // The node holds the KV for this node to fetch: it comes over the KV wire, and
               // the node lets it go once it arrived (a draining node can then leave).
-              if (!fetcher_)
-                fetcher_ = spawn<caf::detached + caf::linked>(kv_fetcher, exchange_);
               auto from = b.held.wire;
               request(fetcher_, defaults::cluster::wire_transfer_timeout * 2, kv_fetch_atom::value,
                       std::move(b))
@@ -387,9 +386,8 @@ private:
   std::uint32_t index_;
   caf::actor gateway_;
   std::uint64_t tag_;
-  std::shared_ptr<kv_exchange> exchange_; // the front's (may be null): fetches what the node holds
-  bool holds_imports_;                    // its imports' KV waits in exchange_ for the node
-  caf::actor fetcher_;                    // fetches the KV the node holds for this node
+  std::shared_ptr<kv_exchange> hold_in_; // the front's exchange, where imports' KV waits (or null)
+  caf::actor fetcher_; // the front's, fetches what the node holds for it (or null)
   bool up_ = true;
   bool draining_ = false; // its node drains: nothing new, parked sequences move off
   std::string why_;       // why its node was lost
@@ -408,9 +406,9 @@ private:
 
 remote_device_actor spawn_remote_device(caf::actor_system& sys, std::string name,
                                         std::uint32_t index, caf::actor gateway, std::uint64_t tag,
-                                        std::shared_ptr<kv_exchange> exchange, bool holds_imports) {
+                                        std::shared_ptr<kv_exchange> hold_in, caf::actor fetcher) {
   return sys.spawn<remote_device_impl>(std::move(name), index, std::move(gateway), tag,
-                                       std::move(exchange), holds_imports);
+                                       std::move(hold_in), std::move(fetcher));
 }
 
 } // namespace triad::detail

@@ -20,10 +20,10 @@ namespace triad::detail {
 /// answer is given and every sequence under way gets a failed event at once: the requests
 /// resume elsewhere or fail, none waits. New sequences are refused busy until the node is back
 /// (peer_back_atom). When the node drains (peer_draining_atom) each sequence parked there, now
-/// or when it parks, is told to move its KV off (device_leaving_atom to its request). With an
-/// exchange (the front's own), KV the node holds for this front (a move-out's, an export's) is
-/// fetched over the KV wire before it is answered; and where the node can reach the exchange
-/// (`holds_imports`), the KV of an import waits there and the order carries its reference: the
+/// or when it parks, is told to move its KV off (device_leaving_atom to its request). With a
+/// fetcher (the front's), KV the node holds for this front (a move-out's, an export's) is fetched
+/// over the KV wire before it is answered; with an exchange to hold in (the front's, where the
+/// node can reach it), the KV of an import waits there and the order carries its reference: the
 /// device's node fetches it over the KV wire, not in the control message.
 using remote_device_actor = device_actor::extend<
     caf::reacts_to<device_event>, caf::reacts_to<peer_lost_atom, std::string>,
@@ -31,11 +31,11 @@ using remote_device_actor = device_actor::extend<
     caf::reacts_to<kv_free_atom, caf::actor_addr, std::uint64_t, std::uint64_t, double>>;
 
 /// Spawns the remote device `name` (index `index` on its node) in `sys`, up, behind `gateway`
-/// with the sequence tag the gateway gave this node; KV the node holds for this front fetched
-/// through `exchange` (may be null: the node sends bytes), imports' KV held there when
-/// `holds_imports` (else the bytes go in the order).
+/// with the sequence tag the gateway gave this node; imports' KV held in `hold_in` (null: the
+/// bytes go in the order), KV the node holds for this front fetched by `fetcher` (a kv_fetcher;
+/// null: the reference is passed on).
 remote_device_actor spawn_remote_device(caf::actor_system& sys, std::string name,
                                         std::uint32_t index, caf::actor gateway, std::uint64_t tag,
-                                        std::shared_ptr<kv_exchange> exchange, bool holds_imports);
+                                        std::shared_ptr<kv_exchange> hold_in, caf::actor fetcher);
 
 } // namespace triad::detail

@@ -671,6 +671,64 @@ BOOST_AUTO_TEST_CASE(demote_keeps_the_kv_as_blocks_of_the_store_across_each_tool
   BOOST_TEST(n->tier()->prefetch_joins() == 3u);
 }
 
+// Block ids are a store's own: a device reads kept blocks back only when they name its store. A
+// demotion on another node's device keeps them in that node's store, and here the same ids
+// may name other KV: the tokens they cover are computed instead.
+BOOST_AUTO_TEST_CASE(a_device_reads_kept_blocks_back_only_from_the_store_that_kept_them) {
+  triad::orchestration_options o;
+  o.kv = triad::kv_policy::demote;
+  auto n = start_node(o);
+  BOOST_REQUIRE(n->tier() != nullptr);
+  const auto& [name, dev] = n->devices().back();
+  caf::scoped_actor self{n->domains().orchestration().system()};
+  // 40 tokens: not a whole number of pages, so the last one can come only from kept blocks.
+  std::vector<triad::token> prompt;
+  for (int i = 0; i < 40; ++i)
+    prompt.push_back(static_cast<triad::token>(7 + i * 13 % 251));
+  auto run = [&](triad::seq_id seq, const std::vector<triad::token>& tokens,
+                 const triad::kv_kept& kept) {
+    triad::generate_request r;
+    r.seq = seq;
+    r.prompt = tokens;
+    r.max_new_tokens = 1;
+    r.reuse_prefix = false; // what it reads from the store, it reads as kept blocks
+    r.sink = caf::actor_cast<caf::actor>(self);
+    r.kept_blocks = kept.blocks;
+    r.kept_tokens = kept.tokens;
+    r.kept_store = kept.store;
+    triad::admission a;
+    self->request(dev, 30s, triad::generate_atom::value, std::move(r))
+        .receive([&](triad::admission& x) { a = x; }, [](caf::error&) { BOOST_FAIL("no answer"); });
+    BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
+    for (bool ended = false; !ended;)
+      self->receive(
+          [&](triad::device_event& e) {
+            if (e.seq != seq ||
+                (e.kind != triad::device_event::done && e.kind != triad::device_event::failed))
+              return;
+            BOOST_REQUIRE_MESSAGE(e.kind == triad::device_event::done, e.message);
+            ended = true;
+          },
+          caf::after(30s) >> [] { BOOST_FAIL("the sequence did not end"); });
+  };
+  run(1, prompt, {});
+  triad::kv_kept kept;
+  self->request(dev, 30s, triad::demote_atom::value, triad::seq_id{1}, std::uint32_t{60000})
+      .receive([&](triad::kv_kept& k) { kept = k; }, [](caf::error&) { BOOST_FAIL("no answer"); });
+  BOOST_REQUIRE(!kept.blocks.empty());
+  BOOST_TEST(kept.store == n->tier()->store_id());
+  auto resumed = prompt;
+  resumed.push_back(5);
+  const auto before = stats_of(*n, name).tier_tokens;
+  auto elsewhere = kept;
+  elsewhere.store ^= 1; // another node's store, ids and all
+  run(2, resumed, elsewhere);
+  BOOST_TEST(stats_of(*n, name).tier_tokens == before); // computed, not read
+  self->send(dev, triad::free_atom::value, triad::seq_id{2});
+  run(3, resumed, kept);
+  BOOST_TEST(stats_of(*n, name).tier_tokens > before); // read back from the blocks
+}
+
 // Pin with a fixed TTL of `ttl` (floor = ceiling, so the tool's recent durations cannot move it:
 // with a lower floor the second call's TTL is the first call's 150 ms, and a second call a little
 // slower outlives it); two tool calls of 150 ms each; the usage of the request.

@@ -294,6 +294,7 @@ BOOST_AUTO_TEST_CASE(without_slot_caps_a_shared_prefix_does_not_pile_every_promp
 // A tier that holds nothing and moves nothing: the router asks only what devices hold.
 struct empty_tier : triad::kv_tier {
   std::size_t block_bytes() const noexcept override { return 0; }
+  std::uint64_t store_id() const noexcept override { return 1; }
   std::size_t held(std::span<const triad::block_hash>) const override { return 0; }
   void spill(std::uint32_t, std::vector<triad::kv_page>) override {}
   void fetch(std::vector<triad::token>, std::size_t, std::size_t, triad::seq_id, caf::actor,

@@ -62,6 +62,7 @@ struct scratch {
         << "heartbeat_ms = 200\nheartbeat_deadline_ms = 1000\nrejoin_ms = 300\n"
         << "kv_wire_min_kib = 0\n"; // the sim's KV is small: every KV over the wire
     std::filesystem::copy_file(dir / "node.toml", dir / "prefill.toml");
+    std::filesystem::copy_file(dir / "node.toml", dir / "decode.toml");
     const std::string prefill0 =
         "[[devices]]\nname = \"prefill0\"\nbackend = \"sim\"\nrole = \"prefill\"\n"
         "profile = \"h200\"\n";
@@ -69,6 +70,9 @@ struct scratch {
         << prefill0 << "[[devices]]\nname = \"decode0\"\nbackend = \"sim\"\nrole = "
         << "\"decode\"\nprofile = \"h200\"\n";
     std::ofstream{dir / "prefill.toml", std::ios::app} << prefill0; // a whole node's, prefill only
+    std::ofstream{dir / "decode.toml", std::ios::app}               // a whole node's, decode only
+        << "[[devices]]\nname = \"decode0\"\nbackend = \"sim\"\nrole = \"decode\"\n"
+        << "profile = \"h200\"\n";
   }
   ~scratch() {
     std::error_code ec;
@@ -274,6 +278,38 @@ BOOST_AUTO_TEST_CASE(a_front_with_its_own_prefill_device_sends_its_kv_over_the_k
                  sample(f, "triad_cluster_kv_wire_sent_bytes_total"),
              f << d);
   BOOST_TEST(sample(f, "triad_cluster_kv_held_bytes") == 0, f); // nothing left waiting
+}
+
+// A front with a decode device of its own and a prefill node as its peer: the prefill node holds
+// each prompt's KV and the front's own device fetches it over the KV wire (through the front's
+// fetcher) before it admits the import; the bytes do not come through the control messages.
+BOOST_AUTO_TEST_CASE(a_front_with_its_own_decode_device_fetches_its_kv_over_the_kv_wire) {
+  scratch s;
+  node_process prefill{s, "p1", {"--role", "prefill", "--cluster-port", "0", "--node-name", "p1"}};
+  const auto peer = "127.0.0.1:" + std::to_string(prefill.cluster_port());
+  node_process front{s, "front", {"--peers", peer}, "decode.toml"};
+  const auto port = front.http_port();
+  BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 1),
+                        "the front did not join the prefill node: " << front.log());
+  auto r = run_command("timeout 120 " + agent_load(port, 12, 16, s.path("run.json")));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+  auto m = json::parse(slurp(s.path("run.json"))).at("metrics").as_object();
+  BOOST_TEST(m.at("calls_ok").as_int64() == 12, r.out);
+  const auto f = http_get(port, "/metrics");
+  const auto p = http_get(prefill.http_port(), "/metrics");
+  BOOST_TEST(sample(p, "triad_device_tokens_total{device=\"prefill0\"}") > 0, p);
+  BOOST_TEST(sample(f, "triad_device_tokens_total{device=\"decode0\"}") >= 12 * 16, f);
+  const auto held = sample(p, "triad_cluster_kv_held_total");
+  BOOST_TEST_MESSAGE("the prefill node held "
+                     << held << " KV; the front fetched "
+                     << sample(f, "triad_cluster_kv_wire_fetched_bytes_total") << " bytes");
+  BOOST_TEST(held >= 12, p);
+  BOOST_TEST(sample(f, "triad_cluster_kv_wire_fetches_total") == held, f);
+  BOOST_TEST(sample(f, "triad_cluster_kv_wire_fetch_failures_total") == 0, front.log());
+  BOOST_TEST(sample(f, "triad_cluster_kv_wire_fetched_bytes_total") ==
+                 sample(p, "triad_cluster_kv_wire_sent_bytes_total"),
+             f << p);
+  BOOST_TEST(sample(p, "triad_cluster_kv_held_bytes") == 0, p); // nothing left waiting
 }
 
 BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_and_rejoins) {
