@@ -248,68 +248,56 @@ BOOST_AUTO_TEST_CASE(agent_sessions_run_through_a_front_on_prefill_and_decode_no
   BOOST_TEST(sample(p, "triad_cluster_kv_held_bytes") == 0, p); // nothing left waiting
 }
 
-// A front with a prefill device of its own (a whole node with a decode node as its peer): the
-// KV its prefill device hands to the decode node waits in the front's exchange and crosses
-// over the KV wire; the import order carries the reference, not the bytes.
-BOOST_AUTO_TEST_CASE(a_front_with_its_own_prefill_device_sends_its_kv_over_the_kv_wire) {
+// A front with devices of its own (`front_config`) and one device node of `role` as its peer:
+// twelve agent sessions through the front, every one answered; then the KV of every hand-off
+// went from the node that ran the prefill device to the one that ran the decode device over the
+// KV wire: held there, fetched once each without a failure, the same bytes, nothing left held.
+void hand_offs_cross_the_kv_wire(const std::string& role, const std::string& front_config) {
   scratch s;
-  node_process decode{s, "d1", {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"}};
-  const auto peer = "127.0.0.1:" + std::to_string(decode.cluster_port());
-  node_process front{s, "front", {"--peers", peer}, "prefill.toml"};
+  node_process peer{s, "peer", {"--role", role, "--cluster-port", "0", "--node-name", "peer"}};
+  node_process front{
+      s, "front", {"--peers", "127.0.0.1:" + std::to_string(peer.cluster_port())}, front_config};
   const auto port = front.http_port();
   BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 1),
-                        "the front did not join the decode node: " << front.log());
+                        "the front did not join its peer: " << front.log());
   auto r = run_command("timeout 120 " + agent_load(port, 12, 16, s.path("run.json")));
   BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
   auto m = json::parse(slurp(s.path("run.json"))).at("metrics").as_object();
   BOOST_TEST(m.at("calls_ok").as_int64() == 12, r.out);
+  const bool front_prefills = role == "decode";
   const auto f = http_get(port, "/metrics");
-  const auto d = http_get(decode.http_port(), "/metrics");
-  BOOST_TEST(sample(f, "triad_device_tokens_total{device=\"prefill0\"}") > 0, f);
-  BOOST_TEST(sample(d, "triad_device_tokens_total{device=\"decode0\"}") >= 12 * 16, d);
-  const auto held = sample(f, "triad_cluster_kv_held_total");
-  BOOST_TEST_MESSAGE("the front held " << held << " KV; the decode node fetched "
-                                       << sample(d, "triad_cluster_kv_wire_fetched_bytes_total")
-                                       << " bytes");
-  BOOST_TEST(held >= 12, f);
-  BOOST_TEST(sample(d, "triad_cluster_kv_wire_fetches_total") == held, d);
-  BOOST_TEST(sample(d, "triad_cluster_kv_wire_fetch_failures_total") == 0, decode.log());
-  BOOST_TEST(sample(d, "triad_cluster_kv_wire_fetched_bytes_total") ==
-                 sample(f, "triad_cluster_kv_wire_sent_bytes_total"),
-             f << d);
-  BOOST_TEST(sample(f, "triad_cluster_kv_held_bytes") == 0, f); // nothing left waiting
+  const auto p = http_get(peer.http_port(), "/metrics");
+  const auto& holder = front_prefills ? f : p;
+  const auto& fetcher = front_prefills ? p : f;
+  BOOST_TEST(sample(holder, "triad_device_tokens_total{device=\"prefill0\"}") > 0, holder);
+  BOOST_TEST(sample(fetcher, "triad_device_tokens_total{device=\"decode0\"}") >= 12 * 16, fetcher);
+  const auto held = sample(holder, "triad_cluster_kv_held_total");
+  BOOST_TEST_MESSAGE((front_prefills ? "the front" : "the prefill node")
+                     << " held " << held << " KV; "
+                     << (front_prefills ? "the decode node" : "the front") << " fetched "
+                     << sample(fetcher, "triad_cluster_kv_wire_fetched_bytes_total") << " bytes");
+  BOOST_TEST(held >= 12, holder);
+  BOOST_TEST(sample(fetcher, "triad_cluster_kv_wire_fetches_total") == held, fetcher);
+  BOOST_TEST(sample(fetcher, "triad_cluster_kv_wire_fetch_failures_total") == 0, front.log()
+                                                                                     << peer.log());
+  BOOST_TEST(sample(fetcher, "triad_cluster_kv_wire_fetched_bytes_total") ==
+                 sample(holder, "triad_cluster_kv_wire_sent_bytes_total"),
+             holder << fetcher);
+  BOOST_TEST(sample(holder, "triad_cluster_kv_held_bytes") == 0, holder); // nothing left held
+}
+
+// A front with a prefill device of its own (a whole node with a decode node as its peer): the
+// KV its prefill device hands to the decode node waits in the front's exchange and crosses
+// over the KV wire; the import order carries the reference, not the bytes.
+BOOST_AUTO_TEST_CASE(a_front_with_its_own_prefill_device_sends_its_kv_over_the_kv_wire) {
+  hand_offs_cross_the_kv_wire("decode", "prefill.toml");
 }
 
 // A front with a decode device of its own and a prefill node as its peer: the prefill node holds
 // each prompt's KV and the front's own device fetches it over the KV wire (through the front's
 // fetcher) before it admits the import; the bytes do not come through the control messages.
 BOOST_AUTO_TEST_CASE(a_front_with_its_own_decode_device_fetches_its_kv_over_the_kv_wire) {
-  scratch s;
-  node_process prefill{s, "p1", {"--role", "prefill", "--cluster-port", "0", "--node-name", "p1"}};
-  const auto peer = "127.0.0.1:" + std::to_string(prefill.cluster_port());
-  node_process front{s, "front", {"--peers", peer}, "decode.toml"};
-  const auto port = front.http_port();
-  BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 1),
-                        "the front did not join the prefill node: " << front.log());
-  auto r = run_command("timeout 120 " + agent_load(port, 12, 16, s.path("run.json")));
-  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
-  auto m = json::parse(slurp(s.path("run.json"))).at("metrics").as_object();
-  BOOST_TEST(m.at("calls_ok").as_int64() == 12, r.out);
-  const auto f = http_get(port, "/metrics");
-  const auto p = http_get(prefill.http_port(), "/metrics");
-  BOOST_TEST(sample(p, "triad_device_tokens_total{device=\"prefill0\"}") > 0, p);
-  BOOST_TEST(sample(f, "triad_device_tokens_total{device=\"decode0\"}") >= 12 * 16, f);
-  const auto held = sample(p, "triad_cluster_kv_held_total");
-  BOOST_TEST_MESSAGE("the prefill node held "
-                     << held << " KV; the front fetched "
-                     << sample(f, "triad_cluster_kv_wire_fetched_bytes_total") << " bytes");
-  BOOST_TEST(held >= 12, p);
-  BOOST_TEST(sample(f, "triad_cluster_kv_wire_fetches_total") == held, f);
-  BOOST_TEST(sample(f, "triad_cluster_kv_wire_fetch_failures_total") == 0, front.log());
-  BOOST_TEST(sample(f, "triad_cluster_kv_wire_fetched_bytes_total") ==
-                 sample(p, "triad_cluster_kv_wire_sent_bytes_total"),
-             f << p);
-  BOOST_TEST(sample(p, "triad_cluster_kv_held_bytes") == 0, p); // nothing left waiting
+  hand_offs_cross_the_kv_wire("prefill", "decode.toml");
 }
 
 BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_and_rejoins) {
