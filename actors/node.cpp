@@ -347,8 +347,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& whole, node_optio
     // In a cluster a sequence's KV may leave the process: as bytes, not a stream of the store's
     // blocks.
     o.stream_moves = config.cluster.role == node_role::all && config.cluster.peers.empty();
-    if (n->cluster_)
-      o.kv_fetcher = n->cluster_->kv_fetcher();
+    if (auto fetcher = n->cluster_ ? n->cluster_->kv_fetcher() : caf::actor{})
+      o.kv_fetcher = fetcher.address();
     o.name = dev.name;
     o.role = dev.role;
     o.queue_capacity = dev.queue_capacity;

@@ -641,9 +641,6 @@ expected<void> control_plane::join(cluster_events events) {
   auto shared = std::make_shared<peer_shared>();
   shared->exchange = m.exchange;
   shared->fetcher = m.fetcher;
-  // Its own devices fetch KV held elsewhere through the fetcher too: a prefill node may hold a
-  // hand-off whichever device imports it.
-  events.takes_held = events.takes_held || m.fetcher != nullptr;
   shared->config = m.config;
   shared->events = std::move(events);
   shared->mm =

@@ -29,10 +29,10 @@ struct cluster_events {
   std::function<void(const remote_device&)> joined;
   /// A device's node was lost (`why`): route nothing there until it joins again.
   std::function<void(const std::string& name, const std::string& why)> lost;
-  /// This node's requests may carry a reference to KV a prefill node keeps (kv_held) for the
-  /// decode node to fetch over the KV wire, instead of the bytes through here: true for a front
-  /// without devices; join() makes it true for any front with a KV exchange (its own devices
-  /// fetch through kv_fetcher()).
+  /// This node has no devices of its own: a prefill node may keep a sequence's KV (kv_held)
+  /// for the decode node to fetch over the KV wire, instead of sending it through here. (A
+  /// front with devices gets references too when its KV wire runs the node's transport: its
+  /// devices fetch through kv_fetcher().)
   bool takes_held = false;
 };
 

@@ -172,9 +172,9 @@ public:
     owed_.clear();
     swap_demotions_.clear(); // their promises are in demotions_
     kv_watchers_.clear();
-    // The cluster's actor system waits for its fetcher's thread, which waits for every handle
-    // to it to go: this object may outlive that system's stop.
-    options_.kv_fetcher = nullptr;
+    // Imports whose KV is still being fetched: busy, so the request goes elsewhere.
+    for (auto& [key, promise] : std::exchange(fetches_, {}))
+      promise.deliver(admission{false, "device " + options_.name + " stopped", errc::busy});
   }
 
   behavior_type make_behavior() override {
@@ -478,24 +478,37 @@ private:
   // fetcher brought the bytes over the KV wire. A fetch that fails admits the sequence without
   // them: its prompt is computed here, and the log says why.
   caf::result<admission> import_here(std::shared_ptr<const kv_blob> blob, generate_request req) {
-    if (!blob || blob->held.empty() || !blob->bytes.empty() || blob->stream || !options_.kv_fetcher)
+    auto fetcher = caf::actor_cast<caf::actor>(options_.kv_fetcher);
+    if (!blob || blob->held.empty() || !blob->bytes.empty() || blob->stream || !fetcher)
       return answer(import(std::move(blob), std::move(req)));
-    auto promise = make_response_promise<admission>();
-    request(options_.kv_fetcher, kv_fetch_timeout, kv_fetch_atom::value, kv_blob{*blob})
+    // A fetch takes the KV off its holder: a device that is full now says so first, and the
+    // KV stays held for the device the request tries next.
+    if (auto why = room_for(req.prompt, {}); !why.empty())
+      return answer(refuse(errc::busy, std::move(why)));
+    const auto key = next_promise_++;
+    fetches_.emplace(key, make_response_promise<admission>());
+    auto settle = [this, key](admission a) {
+      auto it = fetches_.find(key);
+      if (it == fetches_.end())
+        return; // the device stopped meanwhile (answered then)
+      auto promise = std::move(it->second);
+      fetches_.erase(it);
+      deliver(promise, std::move(a));
+    };
+    request(fetcher, kv_fetch_timeout, kv_fetch_atom::value, kv_blob{*blob})
         .then(
-            [this, promise, req](kv_blob& got) mutable {
-              deliver(promise,
-                      import(std::make_shared<const kv_blob>(std::move(got)), std::move(req)));
+            [this, settle, req](kv_blob& got) mutable {
+              settle(import(std::make_shared<const kv_blob>(std::move(got)), std::move(req)));
             },
-            [this, promise, req, from = blob->held.wire](caf::error& e) mutable {
+            [this, settle, req, from = blob->held.wire](caf::error& e) mutable {
               std::fprintf(stderr,
                            "triad-node: device %s: the KV of sequence %llu held at %s was not "
                            "fetched (%s); its prompt is computed here\n",
                            options_.name.c_str(), static_cast<unsigned long long>(req.seq),
                            from.c_str(), system().render(e).c_str());
-              deliver(promise, admit(std::move(req)));
+              settle(admit(std::move(req)));
             });
-    return promise;
+    return fetches_.at(key);
   }
 
   // Admits a sequence whose KV comes from `blob`; the import runs in the sequence's first step
@@ -542,10 +555,6 @@ private:
       return refuse(errc::invalid_argument,
                     "invalid: sequence " + std::to_string(req.seq) +
                         " is reserved (the device's own, to copy pages out for another)");
-    if (options_.max_sequences != 0 && seqs_.size() >= options_.max_sequences)
-      return refuse(errc::busy, "busy: " + std::to_string(seqs_.size()) + " of " +
-                                    std::to_string(options_.max_sequences) +
-                                    " sequences in flight on " + options_.name);
     // Kept blocks of another store (a demotion on another node's device kept them there) are
     // not this tier's to read: block ids are a store's own. Their tokens are computed.
     if (!req.kept_blocks.empty() && (!tier_ || req.kept_store != tier_->store_id())) {
@@ -557,7 +566,7 @@ private:
     const bool looks_up = !importing && options_.prefix_cache && req.reuse_prefix;
     const bool comes_back = tier_ && !req.kept_blocks.empty() && options_.prefix_cache;
     auto chain = looks_up || comes_back ? lookup_chain(req.prompt) : std::vector<block_hash>{};
-    if (auto full = memory_full(req.prompt, chain); !full.empty())
+    if (auto full = room_for(req.prompt, chain); !full.empty())
       return refuse(errc::busy, std::move(full));
     if (options_.role == device_role::prefill)
       req.max_new_tokens = std::min<std::uint32_t>(req.max_new_tokens, 1);
@@ -601,6 +610,15 @@ private:
     auto id = s.req.seq;
     seqs_.emplace(id, std::move(s));
     return admission{true, {}, {}};
+  }
+
+  // Why a sequence of `prompt` waits (busy; empty: it may come in): the device runs as many
+  // sequences as it may, or their memory (memory_full) leaves no room.
+  std::string room_for(const std::vector<token>& prompt, std::span<const block_hash> chain) {
+    if (options_.max_sequences != 0 && seqs_.size() >= options_.max_sequences)
+      return "busy: " + std::to_string(seqs_.size()) + " of " +
+             std::to_string(options_.max_sequences) + " sequences in flight on " + options_.name;
+    return memory_full(prompt, chain);
   }
 
   // Why `prompt` waits (empty: it may come in): the KV pages the unfinished sequences here need
@@ -1400,6 +1418,8 @@ private:
   // Publishes and frees the driver is owed, sent with the next job (detail::deferred_work).
   detail::deferred_work owed_;
   std::map<std::uint64_t, caf::typed_response_promise<kv_blob>> exports_;
+  // Imports waiting for their KV from another node (import_here), by key.
+  std::map<std::uint64_t, caf::typed_response_promise<admission>> fetches_;
   // Pages other devices asked for (kv_share_atom), being copied out on the driver.
   std::map<std::uint64_t, caf::typed_response_promise<std::vector<kv_page>>> shares_;
   struct demotion {

@@ -393,9 +393,10 @@ struct device_options {
   /// as bytes.
   bool stream_moves = true;
   /// What fetches KV that another node holds (kv_held) for an import here: `(kv_fetch_atom,
-  /// kv_blob)` -> the blob with its bytes (a cluster node's, cluster/detail/kv_exchange). Null:
-  /// such an import is refused (outside a cluster no KV is held elsewhere).
-  caf::actor kv_fetcher;
+  /// kv_blob)` -> the blob with its bytes (a cluster node's, cluster/detail/kv_exchange). Weak,
+  /// so the device never keeps it (and its actor system) alive. None, or gone: such an import
+  /// is refused (outside a cluster no KV is held elsewhere).
+  caf::actor_addr kv_fetcher;
   std::vector<unsigned> driver_cpus;   ///< where the driver thread binds (empty: unbound)
   const topology* topo = nullptr;      ///< topology for binding (this machine only)
   metrics_registry* metrics = nullptr; ///< where per-device metrics go (may be null)

@@ -51,6 +51,19 @@ void hold(gateway_self* self, const caf::actor& sink, std::uint32_t i, seq_id se
   it->second.emplace(i, seq);
 }
 
+// Whether `owner` (a front's remote device) still holds `seq` of device `i` here.
+bool holds(gateway_self* self, const caf::actor_addr& owner, std::uint32_t i, seq_id seq) {
+  auto it = self->state.held.find(owner);
+  return it != self->state.held.end() && it->second.count({i, seq}) != 0;
+}
+
+// Whether a front takes a reference to KV this node holds instead of its bytes: one without
+// devices (a decode node fetches it), or one whose devices fetch over this node's transport.
+bool takes_references(gateway_self* self, const caf::node_id& front) {
+  const auto& st = self->state;
+  return st.takes_held.count(front) != 0 || st.fetching.count(front) != 0;
+}
+
 void let_go(gateway_self* self, std::uint32_t i, seq_id seq) {
   for (auto& [addr, seqs] : self->state.held)
     seqs.erase({i, seq});
@@ -86,19 +99,27 @@ void admit_to(gateway_self* self, caf::typed_response_promise<admission> rp, std
     return;
   }
   r.constraint = std::move(*constraint);
-  if (!r.move_out_when_done) // a move-out sequence leaves the device by itself
+  const bool watched = !r.move_out_when_done; // a move-out sequence leaves the device by itself
+  const auto owner = r.sink ? r.sink.address() : caf::actor_addr{};
+  if (watched)
     hold(self, r.sink, i, r.seq);
-  else if (st.options.exchange && r.sink && st.takes_held.count(r.sink.node()) != 0)
+  else if (st.options.exchange && r.sink && takes_references(self, r.sink.node()))
     r.sink = self->spawn(kv_holder, std::move(r.sink), st.options.exchange);
   auto seq = r.seq;
   ++st.admitting;
   self->request(st.options.devices[i].actor, defaults::cluster::remote_answer_timeout,
                 std::forward<Ts>(head)..., std::move(r))
       .then(
-          [self, rp, i, seq](admission& a) mutable {
+          [self, rp, i, seq, watched, owner](admission& a) mutable {
             --self->state.admitting;
-            if (!a.accepted)
+            if (!a.accepted) {
               let_go(self, i, seq);
+            } else if (watched && !holds(self, owner, i, seq)) {
+              // Let go while it was being admitted (a held KV fetched first can take a while):
+              // freed by its front, or the front's remote device went. The device did not
+              // have it then; it goes now.
+              self->send(self->state.options.devices[i].actor, free_atom::value, seq);
+            }
             rp.deliver(std::move(a));
           },
           [self, rp, i, seq](caf::error& e) mutable {

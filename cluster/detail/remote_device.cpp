@@ -280,23 +280,38 @@ private:
     request(gateway_, defaults::cluster::remote_answer_timeout, atom, index_, wire(seq))
         .then(
             [this, id, rp, seq, fail](kv_blob& b) mutable {
-              if (pending_.erase(id) == 0)
+              const bool held = !b.held.empty() && b.bytes.empty() && fetcher_;
+              if (pending_.erase(id) == 0) {
+                // Given up on (the node lost, the answer late): KV the node holds for us is
+                // fetched all the same and dropped, so the node need not keep it (a draining
+                // node waits for it) until it expires.
+                if (held)
+                  caf::anon_send(fetcher_, kv_fetch_atom::value, std::move(b));
                 return;
+              }
               b.seq = seq;
-              if (b.held.empty() || !b.bytes.empty() || !fetcher_) {
+              if (!held) {
                 rp.deliver(std::move(b));
                 return;
               }
               // The node holds the KV for this node to fetch: it comes over the KV wire, and
-              // the node lets it go once it arrived (a draining node can then leave).
+              // the node lets it go once it arrived (a draining node can then leave). Pending
+              // meanwhile, so a node lost or this actor stopping answers it.
+              const auto fetch = ++next_;
+              pending_.emplace(fetch,
+                               [rp, fail](const std::string& why) mutable { fail(rp, why); });
               auto from = b.held.wire;
               request(fetcher_, defaults::cluster::wire_transfer_timeout * 2, kv_fetch_atom::value,
                       std::move(b))
-                  .then([rp](kv_blob& got) mutable { rp.deliver(std::move(got)); },
-                        [this, rp, fail, from](caf::error& e) mutable {
-                          fail(rp, "its KV was not fetched from " + from + " (" +
-                                       system().render(e) + ")");
-                        });
+                  .then(
+                      [this, fetch, rp](kv_blob& got) mutable {
+                        if (pending_.erase(fetch) != 0)
+                          rp.deliver(std::move(got));
+                      },
+                      [this, fetch, from](caf::error& e) {
+                        settle(fetch, "its KV was not fetched from " + from + " (" +
+                                          system().render(e) + ")");
+                      });
             },
             [this, id](caf::error& e) { settle(id, system().render(e)); });
     return rp;

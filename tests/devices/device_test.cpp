@@ -505,8 +505,44 @@ struct prefill_then_decode {
     o.role = r;
     return o;
   }
+  explicit prefill_then_decode(triad::device_options decode = role("decode",
+                                                                   triad::device_role::decode))
+      : dec{std::move(decode)} {}
   device_fixture pre{role("prefill", triad::device_role::prefill)};
-  device_fixture dec{role("decode", triad::device_role::decode)};
+  device_fixture dec;
+};
+
+// A stand-in for a cluster node's KV fetcher (device_options::kv_fetcher), in a system of its
+// own: answers each fetch with `bytes` (none: fails, as when the holder is gone), counting them.
+struct fake_fetcher {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::shared_ptr<std::vector<std::byte>> bytes = std::make_shared<std::vector<std::byte>>();
+  std::shared_ptr<std::atomic<int>> fetches = std::make_shared<std::atomic<int>>(0);
+  caf::actor actor = sys.spawn([b = bytes, n = fetches]() -> caf::behavior {
+    return {[b, n](triad::kv_fetch_atom, triad::kv_blob& blob) -> caf::result<triad::kv_blob> {
+      ++*n;
+      if (b->empty())
+        return caf::make_error(caf::sec::runtime_error, "the holder no longer has it");
+      blob.bytes = *b;
+      blob.held = {};
+      return std::move(blob);
+    }};
+  });
+  ~fake_fetcher() { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); }
+  // Decode options whose fetcher this is.
+  triad::device_options decode_options() const {
+    auto o = prefill_then_decode::role("decode", triad::device_role::decode);
+    o.kv_fetcher = actor.address();
+    return o;
+  }
+  // `kv`'s reference as another node would hold it: its bytes stay with the fetcher.
+  triad::kv_blob held(triad::kv_blob kv) const {
+    *bytes = std::move(kv.bytes);
+    kv.bytes.clear();
+    kv.held = {"127.0.0.1:9", {7}, {bytes->size()}, {0}};
+    return kv;
+  }
 };
 
 BOOST_AUTO_TEST_CASE(kv_exported_from_a_prefill_device_decodes_on_another) {
@@ -543,6 +579,68 @@ BOOST_AUTO_TEST_CASE(a_sequence_moving_out_when_done_hands_its_kv_over_with_done
                [](caf::error&) {});
   // Its KV decodes on another device as an exported one does.
   BOOST_TEST(p.decode(self, done.kv, first[0]) == reference);
+}
+
+BOOST_AUTO_TEST_CASE(kv_held_on_another_node_is_fetched_through_the_fetcher_then_imported) {
+  fake_fetcher fetcher;
+  prefill_then_decode p{fetcher.decode_options()};
+  auto reference = p.reference();
+  caf::scoped_actor self{p.pre.dom->system()};
+  auto events = p.prefill_moving_out(self);
+  auto first = tokens_of(events);
+  BOOST_TEST(p.decode(self, fetcher.held(std::move(events.back().kv)), first[0]) == reference);
+  BOOST_TEST(fetcher.fetches->load() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(an_import_whose_kv_was_not_fetched_computes_its_prompt) {
+  fake_fetcher fetcher;
+  prefill_then_decode p{fetcher.decode_options()};
+  auto reference = p.reference();
+  caf::scoped_actor self{p.pre.dom->system()};
+  auto events = p.prefill_moving_out(self);
+  auto first = tokens_of(events);
+  auto ref = fetcher.held(std::move(events.back().kv));
+  fetcher.bytes->clear();                                 // the holder is gone
+  BOOST_TEST(p.decode(self, ref, first[0]) == reference); // the same answer, computed
+  BOOST_TEST(fetcher.fetches->load() == 1);
+  BOOST_TEST(p.dec.stats(self).tokens >= 25u); // the prompt's 25 tokens were computed here
+}
+
+BOOST_AUTO_TEST_CASE(held_kv_without_a_fetcher_is_refused_naming_its_holder) {
+  fake_fetcher fetcher; // not the device's
+  prefill_then_decode p;
+  caf::scoped_actor self{p.pre.dom->system()};
+  auto events = p.prefill_moving_out(self);
+  auto cont = p.dec.request(1, 24, 7, self);
+  cont.prompt.push_back(tokens_of(events)[0]);
+  triad::admission a;
+  self->request(p.dec.device, caf::infinite, triad::import_atom::value,
+                fetcher.held(std::move(events.back().kv)), cont)
+      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
+  BOOST_TEST(!a.accepted);
+  BOOST_TEST((a.code == triad::errc::invalid_argument));
+  BOOST_TEST(a.reason.find("held at 127.0.0.1:9") != std::string::npos, a.reason);
+}
+
+BOOST_AUTO_TEST_CASE(a_full_device_refuses_an_import_of_held_kv_before_fetching_it) {
+  fake_fetcher fetcher;
+  auto o = fetcher.decode_options();
+  o.max_sequences = 1;
+  prefill_then_decode p{o};
+  caf::scoped_actor self{p.pre.dom->system()};
+  auto events = p.prefill_moving_out(self);
+  auto ref = fetcher.held(std::move(events.back().kv));
+  BOOST_REQUIRE(p.dec.submit(self, p.dec.request(5, 8, 1000, self)).accepted); // fills it
+  auto cont = p.dec.request(1, 24, 7, self);
+  cont.prompt.push_back(tokens_of(events)[0]);
+  triad::admission a;
+  self->request(p.dec.device, caf::infinite, triad::import_atom::value, ref, cont)
+      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
+  BOOST_TEST(!a.accepted);
+  BOOST_TEST((a.code == triad::errc::busy));
+  // The KV stays with its holder for the device the request tries next.
+  BOOST_TEST(fetcher.fetches->load() == 0);
+  self->send(p.dec.device, triad::free_atom::value, triad::seq_id{5});
 }
 
 BOOST_AUTO_TEST_CASE(a_shared_kv_blob_is_imported_without_a_copy_and_let_go_after) {
