@@ -581,29 +581,30 @@ BOOST_AUTO_TEST_CASE(a_sequence_moving_out_when_done_hands_its_kv_over_with_done
   BOOST_TEST(p.decode(self, done.kv, first[0]) == reference);
 }
 
-BOOST_AUTO_TEST_CASE(kv_held_on_another_node_is_fetched_through_the_fetcher_then_imported) {
+// A prefill device's hand-off held by another node (the fake fetcher's), and a decode device
+// that fetches through that fetcher.
+struct held_hand_off {
   fake_fetcher fetcher;
   prefill_then_decode p{fetcher.decode_options()};
-  auto reference = p.reference();
+  std::vector<triad::token> reference = p.reference();
   caf::scoped_actor self{p.pre.dom->system()};
-  auto events = p.prefill_moving_out(self);
-  auto first = tokens_of(events);
-  BOOST_TEST(p.decode(self, fetcher.held(std::move(events.back().kv)), first[0]) == reference);
-  BOOST_TEST(fetcher.fetches->load() == 1);
+  std::vector<triad::device_event> events = p.prefill_moving_out(self);
+  triad::token first = tokens_of(events).at(0);
+  triad::kv_blob ref = fetcher.held(std::move(events.back().kv));
+};
+
+BOOST_AUTO_TEST_CASE(kv_held_on_another_node_is_fetched_through_the_fetcher_then_imported) {
+  held_hand_off h;
+  BOOST_TEST(h.p.decode(h.self, h.ref, h.first) == h.reference);
+  BOOST_TEST(h.fetcher.fetches->load() == 1);
 }
 
 BOOST_AUTO_TEST_CASE(an_import_whose_kv_was_not_fetched_computes_its_prompt) {
-  fake_fetcher fetcher;
-  prefill_then_decode p{fetcher.decode_options()};
-  auto reference = p.reference();
-  caf::scoped_actor self{p.pre.dom->system()};
-  auto events = p.prefill_moving_out(self);
-  auto first = tokens_of(events);
-  auto ref = fetcher.held(std::move(events.back().kv));
-  fetcher.bytes->clear();                                 // the holder is gone
-  BOOST_TEST(p.decode(self, ref, first[0]) == reference); // the same answer, computed
-  BOOST_TEST(fetcher.fetches->load() == 1);
-  BOOST_TEST(p.dec.stats(self).tokens >= 25u); // the prompt's 25 tokens were computed here
+  held_hand_off h;
+  h.fetcher.bytes->clear();                                      // the holder is gone
+  BOOST_TEST(h.p.decode(h.self, h.ref, h.first) == h.reference); // the same answer, computed
+  BOOST_TEST(h.fetcher.fetches->load() == 1);
+  BOOST_TEST(h.p.dec.stats(h.self).tokens >= 25u); // the prompt's 25 tokens computed here
 }
 
 BOOST_AUTO_TEST_CASE(held_kv_without_a_fetcher_is_refused_naming_its_holder) {
