@@ -463,7 +463,7 @@ expected<void> node::start_cluster(node& n, const node_config& config) {
                                                             : routed_device::unlimited;
   auto router = n.router_;
   cluster_events events;
-  events.takes_held = n.devices_.empty(); // every import lands on a device node (see join)
+  events.takes_held = n.devices_.empty(); // every import lands on a device node
   events.joined = [router, slots](const remote_device& d) {
     caf::anon_send(router, device_join_atom::value, routed_device{d.name, d.role, d.actor, slots});
   };

@@ -484,7 +484,7 @@ struct control_plane::impl {
   // exported KV), one at a time on a thread of its own; null without an exchange.
   caf::actor fetcher;
 
-  // Starts the node's KV exchange unless it runs or kv_wire is "off".
+  // Starts the node's KV exchange and its fetcher (at start; nothing with kv_wire = "off").
   expected<void> start_exchange();
 };
 
@@ -515,7 +515,7 @@ std::string advertised(const std::string& listen) {
 } // namespace
 
 expected<void> control_plane::impl::start_exchange() {
-  if (config.kv_wire == kv_wire_mode::off || exchange)
+  if (config.kv_wire == kv_wire_mode::off)
     return {};
   auto ex = detail::kv_exchange::start(
       config.kv_wire == kv_wire_mode::tcp ? cluster::wire_transport::tcp

@@ -251,8 +251,7 @@ private:
       fail(rp, "its node is lost (" + why_ + ")");
       return rp;
     }
-    const auto id = ++next_;
-    pending_.emplace(id, [rp, fail](const std::string& why) mutable { fail(rp, why); });
+    const auto id = awaiting(rp, fail);
     request(gateway_, defaults::cluster::remote_answer_timeout, std::forward<Ts>(xs)...)
         .then(
             [this, id, rp](T& x) mutable {
@@ -275,8 +274,7 @@ private:
       fail(rp, "its node is lost (" + why_ + ")");
       return rp;
     }
-    const auto id = ++next_;
-    pending_.emplace(id, [rp, fail](const std::string& why) mutable { fail(rp, why); });
+    const auto id = awaiting(rp, fail);
     request(gateway_, defaults::cluster::remote_answer_timeout, atom, index_, wire(seq))
         .then(
             [this, id, rp, seq, fail](kv_blob& b) mutable {
@@ -297,9 +295,7 @@ private:
               // The node holds the KV for this node to fetch: it comes over the KV wire, and
               // the node lets it go once it arrived (a draining node can then leave). Pending
               // meanwhile, so a node lost or this actor stopping answers it.
-              const auto fetch = ++next_;
-              pending_.emplace(fetch,
-                               [rp, fail](const std::string& why) mutable { fail(rp, why); });
+              const auto fetch = awaiting(rp, fail);
               auto from = b.held.wire;
               request(fetcher_, defaults::cluster::wire_transfer_timeout * 2, kv_fetch_atom::value,
                       std::move(b))
@@ -315,6 +311,15 @@ private:
             },
             [this, id](caf::error& e) { settle(id, system().render(e)); });
     return rp;
+  }
+
+  // Registers a pending answer through `rp` (a lost node or this actor's stop answers it with
+  // `fail(rp, why)`); its id, for settle() or to take it back when answered.
+  template<class Promise, class Fail>
+  std::uint64_t awaiting(Promise rp, Fail fail) {
+    const auto id = ++next_;
+    pending_.emplace(id, [rp, fail](const std::string& why) mutable { fail(rp, why); });
+    return id;
   }
 
   // Gives the failure answer of pending call `id`, when it still waits.
