@@ -1,13 +1,15 @@
 // triad-bench-cluster: the KV data plane between processes (issue #29).
 //
 // ucx_transfer_over_memcpy: a prefill -> decode KV transfer between two processes of this
-// machine over UCX's shared-memory transports (cluster::kv_wire: a sequence's KV pages sent
-// as tagged messages from the sender's memory into the receiver's, each page's checksum checked
-// on arrival), against memcpy of the same pages between two buffers in one process by one
-// thread. The sender times a round from its first send to the receiver's acknowledgement,
-// which follows the last page's check. Both processes work at once (on this 2-vCPU VM, both
-// cores: over shared memory the sender's core writes the pages into the receiver's memory
-// while the receiver's checks those already there); the memcpy is one thread, unchecked.
+// machine over UCX's shared-memory transports (cluster::kv_wire), against memcpy of the same
+// pages between two buffers in one process by one thread. The sender's pages lie in shared
+// memory the receiver maps (cluster::kv_shared_memory, UCX-allocated, as a KV cache registered
+// with UCX would be; copied there before the rounds): the wire sends where each page lies, and
+// the receiver copies it out of its mapping into its own memory, checking its checksum in the
+// same pass (copy_checked), then tells the sender it is done. The sender times a round from
+// its first send to the receiver's acknowledgement, which follows the last page's check; the
+// memcpy is one thread, unchecked. ucx_shared_memory_read_in_place says the pages went so (0:
+// no shared memory could be had, they went by cross-memory attach from the heap).
 // ucx_tcp_transfer_over_memcpy: the same over TCP (loopback here; the transport between machines
 // without RDMA). Each figure is the median of its rounds after one unrecorded round; the pages are
 // those of a llama3-8b sequence in bf16 (128 KiB of KV a token, pages of 16 tokens: 2 MiB each).
@@ -18,9 +20,10 @@
 // device in one process, against a node with the prefill device whose decode device is another
 // process's (`--role decode`), joined over CAF's BASP (the control plane): output tokens per
 // second of the second over the first. KV of kv_wire_min_kib (64 KiB) or more waits in the
-// front's exchange and the decode node fetches it over the KV wire (UCX over TCP); a sim's KV
-// is its tokens (a few KiB), so it goes in the control message.
-// remote_kv_wire_{fetches,fetched_bytes,fetch_failures} say what crossed the wire.
+// front's exchange (in its shared memory) and the decode node fetches it over the KV wire (UCX
+// over shared memory: every node is on this machine) and copies it out in place; a sim's KV is
+// its tokens (a few KiB), so it goes in the control message.
+// remote_kv_wire_{fetches,fetched_bytes,fetch_failures,in_place_bytes} say what crossed the wire.
 // remote_over_local_decode_throughput_cpu: the same with the tiny model on cpu devices (one core
 // each: they compute for real and their KV crosses over the KV wire), all processes and
 // triad-load on this machine's cores.
@@ -72,7 +75,11 @@ constexpr std::size_t page_bytes = kv_bytes_per_token * page_tokens;
 [[noreturn]] void receiver(wire_transport transport, std::size_t pages, std::size_t rounds,
                            int fd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL); // never outlives the benchmark
-  auto wire = kv_wire::open(transport);
+  triad::cluster::wire_sharing sharing;
+  if (transport == wire_transport::shared_memory)
+    if (auto reader = triad::cluster::kv_shared_reader::open(); reader)
+      sharing.reader = std::move(*reader);
+  auto wire = kv_wire::open(transport, sharing);
   if (!wire) {
     std::fprintf(stderr, "triad-bench-cluster: receiver: %s\n", wire.error().message.c_str());
     ::_exit(2);
@@ -104,6 +111,7 @@ constexpr std::size_t page_bytes = kv_bytes_per_token * page_tokens;
 struct transfer_result {
   std::vector<double> seconds; // per recorded round
   std::string error;           // empty: every round arrived intact
+  bool from_shared = false;    // the pages lay in shared memory the receiver read
 };
 
 // One transfer measurement: a child process receives, this one sends `pages` pages per round.
@@ -145,14 +153,37 @@ transfer_result measure_transfer(wire_transport transport,
   };
   if (!have_port)
     return finish("the receiving process did not start");
-  auto wire = kv_wire::open(transport);
+  // Over shared memory the pages lie in memory the receiver maps (as a KV cache registered with
+  // UCX would), copied there before the rounds; without it they go from the heap.
+  triad::cluster::wire_sharing sharing;
+  std::vector<std::span<const std::byte>> pages(data.begin(), data.end());
+  if (transport == wire_transport::shared_memory) {
+    auto memory = triad::cluster::kv_shared_memory::open(data.size() * page_bytes);
+    if (memory) {
+      for (std::size_t i = 0; i < data.size(); ++i) {
+        auto range = (*memory)->allocate(page_bytes);
+        if (!range)
+          return finish("the shared memory has no room for page " + std::to_string(i));
+        std::memcpy(range->data(), data[i].data(), page_bytes);
+        pages[i] = range->first(page_bytes);
+      }
+      sharing.memory = std::move(*memory);
+      out.from_shared = true;
+    } else {
+      std::fprintf(stderr,
+                   "triad-bench-cluster: no shared memory the receiver maps (%s): pages "
+                   "go from the heap\n",
+                   memory.error().message.c_str());
+    }
+  }
+  auto wire = kv_wire::open(transport, sharing);
   if (!wire)
     return finish(wire.error().message);
   if (auto up = (*wire)->connect("127.0.0.1", port); !up)
     return finish(up.error().message);
   std::vector<triad::cluster::wire_block> blocks;
   for (std::size_t i = 0; i < data.size(); ++i)
-    blocks.push_back({i + 1, data[i], sums[i]});
+    blocks.push_back({i + 1, pages[i], sums[i]});
   std::uint64_t ack = 0;
   std::span<std::byte> ack_slot[] = {std::as_writable_bytes(std::span{&ack, 1})};
   for (std::size_t r = 0; r <= rounds; ++r) { // round 0: unrecorded
@@ -181,7 +212,9 @@ std::string node_toml(const std::vector<std::pair<std::string, std::string>>& de
   std::string t = "[topology]\nbind_threads = false\n[server]\nallow_scripts = true\n";
   t += cpu ? "[model]\npreset = \"tiny\"\n"
            : "[model]\npreset = \"llama3-8b\"\nweights = \"bf16\"\n";
-  t += "[cluster]\nheartbeat_ms = 200\nheartbeat_deadline_ms = 1000\nrejoin_ms = 300\n";
+  // Every node runs on this machine: the KV wire over shared memory (held KV copied out in place).
+  t += "[cluster]\nheartbeat_ms = 200\nheartbeat_deadline_ms = 1000\nrejoin_ms = 300\n"
+       "kv_wire = \"shared_memory\"\n";
   for (const auto& [name, role] : devices)
     t += "[[devices]]\nname = \"" + name + "\"\nrole = \"" + role + "\"\n" +
          (cpu ? "backend = \"cpu\"\nmemory_mib = 256\ncompute_cores = 1\n"
@@ -307,7 +340,7 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
   const std::size_t requests = cpu ? (quick ? 16 : 48) : (quick ? 32 : 128);
   const std::size_t prompt = cpu ? 256 : 512;
   double tps[2] = {0, 0};
-  double wire_bytes = 0, wire_fetches = 0, wire_failures = 0;
+  double wire_bytes = 0, wire_fetches = 0, wire_failures = 0, wire_in_place = 0;
   for (int remote = 0; remote < 2; ++remote) {
     std::size_t decode_node = 0; // the remote run's decode node
     node_set set{bin};
@@ -357,6 +390,7 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
       wire_bytes = sample(*dport, "triad_cluster_kv_wire_fetched_bytes_total");
       wire_fetches = sample(*dport, "triad_cluster_kv_wire_fetches_total");
       wire_failures = sample(*dport, "triad_cluster_kv_wire_fetch_failures_total");
+      wire_in_place = sample(*dport, "triad_cluster_kv_wire_in_place_bytes_total");
     }
   }
   const std::string suffix = cpu ? "_cpu" : "";
@@ -365,6 +399,7 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
   rep.metrics["remote_kv_wire_fetches" + suffix] = wire_fetches;
   rep.metrics["remote_kv_wire_fetched_bytes" + suffix] = wire_bytes;
   rep.metrics["remote_kv_wire_fetch_failures" + suffix] = wire_failures;
+  rep.metrics["remote_kv_wire_in_place_bytes" + suffix] = wire_in_place;
   rep.metrics["decode_workload" + suffix] =
       std::to_string(requests) + " chat requests (" + std::to_string(prompt) +
       "-token prompts, 128 tokens out, 16 at once) through triad-load to triad-node, " +
@@ -499,6 +534,8 @@ int run(int argc, char** argv) {
     }
     const double gbps = total / triad::bench::median(r.seconds) / 1e9;
     rep.metrics["ucx_" + name + "_gb_per_s"] = gbps;
+    if (transport == wire_transport::shared_memory)
+      rep.metrics["ucx_shared_memory_read_in_place"] = r.from_shared ? 1 : 0;
     rep.ratios[transport == wire_transport::tcp ? "ucx_tcp_transfer_over_memcpy"
                                                 : "ucx_transfer_over_memcpy"] = gbps / memcpy_gbps;
   }

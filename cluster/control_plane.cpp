@@ -600,6 +600,10 @@ std::string control_plane::kv_wire_address() const {
   return impl_->exchange ? impl_->exchange->address() : std::string{};
 }
 
+std::string control_plane::kv_wire_sharing() const {
+  return impl_->exchange ? impl_->exchange->sharing() : std::string{};
+}
+
 std::size_t control_plane::peers_up() const {
   return impl_->up.load();
 }

@@ -90,6 +90,9 @@ public:
   /// The node's KV exchange address ("host:port" of its KV wire), "" when it has none
   /// (`kv_wire = "off"`).
   std::string kv_wire_address() const;
+  /// Over a shared-memory KV wire: whether its held KV lies in shared memory that fetchers
+  /// copy out in place, or why not; "" otherwise.
+  std::string kv_wire_sharing() const;
   /// What fetches KV other nodes hold for this one's devices (device_options::kv_fetcher):
   /// one fetch at a time, on a thread of its own. Null without a KV exchange.
   caf::actor kv_fetcher() const;

@@ -27,9 +27,13 @@ using clock = std::chrono::steady_clock;
 // then its bytes, contiguous (tag `data_tag`), so UCX can move large blocks by its zero-copy
 // rendezvous (cross-memory attach between processes of one machine). Messages of one tag
 // from one endpoint match the receives of that tag in order, so header i and bytes i meet.
+// A block lying in the sender's shared memory (version `shared_version`) goes as where it lies
+// instead: its second message is the offset and the memory's key (shared_place), the receiver
+// copies the bytes out of its mapping, and after the batch it tells the sender how many it
+// copied (tag `release_tag`), after which the sender may reuse them.
 struct block_header {
   std::uint32_t magic = 0x5452444b; // "TRDK"
-  std::uint32_t version = 1;
+  std::uint32_t version = 1;        // 1: the bytes follow; shared_version: where they lie
   std::uint64_t id = 0;
   std::uint64_t bytes = 0;
   std::uint64_t checksum = 0;
@@ -37,9 +41,17 @@ struct block_header {
 constexpr std::uint32_t header_magic = block_header{}.magic;
 constexpr std::uint64_t header_tag = defaults::cluster::wire_block_tag;
 constexpr std::uint64_t data_tag = defaults::cluster::wire_block_tag + 1;
+constexpr std::uint64_t release_tag = defaults::cluster::wire_block_tag + 2;
+constexpr std::uint32_t pushed_version = 1;
+constexpr std::uint32_t shared_version = 2;
+// Blocks smaller than this go with their bytes even from shared memory: UCX sends them eagerly,
+// at no more cost than their place, and a place always fits a slot of the block's size.
+constexpr std::size_t min_in_place = 64 * 1024;
 
-// The bootstrap exchange: this magic, then a worker address's length and bytes, each way.
-constexpr std::uint32_t bootstrap_magic = 0x5452424b; // "TRBK"
+// The bootstrap exchange: this magic, a worker address's length, what the wire reads
+// (reads_shared or 0), then the address's bytes, each way.
+constexpr std::uint32_t bootstrap_magic = 0x54524232; // "TRB2"
+constexpr std::uint32_t reads_shared = 1;
 // The most bytes a peer's UCX worker address may have in the bootstrap exchange.
 constexpr std::uint32_t max_worker_address = 64 * 1024;
 // How long a request that is ending (a cancelled receive, a closing endpoint) may take before
@@ -96,6 +108,8 @@ std::string_view to_string(wire_transport t) noexcept {
 
 struct kv_wire::state {
   wire_transport transport = wire_transport::shared_memory;
+  wire_sharing sharing;    // both null over TCP
+  bool peer_reads = false; // the peer copies blocks out of shared memory itself
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   ucp_ep_h peer = nullptr;
@@ -143,6 +157,40 @@ struct kv_wire::state {
     if (status != UCS_INPROGRESS)
       ucp_request_free(req);
     return status;
+  }
+
+  // Like wait_until, and ends early when the peer fails (its status then, not UCS_INPROGRESS).
+  ucs_status_t wait_for_peer(void* req, clock::time_point deadline) {
+    if (req == nullptr)
+      return UCS_OK;
+    if (UCS_PTR_IS_ERR(req))
+      return UCS_PTR_STATUS(req);
+    ucs_status_t status;
+    unsigned idle = 0;
+    while ((status = ucp_request_check_status(req)) == UCS_INPROGRESS && clock::now() < deadline &&
+           !peer_failed)
+      progress(idle);
+    if (status != UCS_INPROGRESS)
+      ucp_request_free(req);
+    else if (peer_failed)
+      return *peer_failed; // the request is ended by reset()
+    return status;
+  }
+
+  // Where `bytes` lie in the shared memory, when the peer reads it and they lie there.
+  std::optional<std::size_t> shared_offset(std::span<const std::byte> bytes) const {
+    if (!peer_reads || !sharing.memory || bytes.size() < min_in_place)
+      return std::nullopt;
+    return sharing.memory->offset_of(bytes);
+  }
+
+  // The second message of a block sent as where it lies: its offset, then the memory's key.
+  std::vector<std::byte> place(std::uint64_t offset) const {
+    const auto key = sharing.memory->key();
+    std::vector<std::byte> out(sizeof offset + key.size());
+    std::memcpy(out.data(), &offset, sizeof offset);
+    std::memcpy(out.data() + sizeof offset, key.data(), key.size());
+    return out;
   }
 
   // One round of the worker's progress while waiting; `idle` counts the rounds in a row that
@@ -212,8 +260,9 @@ struct kv_wire::state {
     std::size_t own_len = 0;
     if (auto st = ucp_worker_get_address(worker, &own, &own_len); st != UCS_OK)
       return ucx_error("ucp_worker_get_address", st);
-    const std::uint32_t prefix[2] = {htonl(bootstrap_magic),
-                                     htonl(static_cast<std::uint32_t>(own_len))};
+    const std::uint32_t prefix[3] = {htonl(bootstrap_magic),
+                                     htonl(static_cast<std::uint32_t>(own_len)),
+                                     htonl(sharing.reader ? reads_shared : 0)};
     const bool sent = write_all(sock, prefix, sizeof(prefix)) && write_all(sock, own, own_len);
     ucp_worker_release_address(worker, own);
     auto broken = [&](std::string_view what) {
@@ -222,7 +271,7 @@ struct kv_wire::state {
                                                                      std::string{what} +
                                                                      (late ? " in time" : ""));
     };
-    std::uint32_t peer_prefix[2] = {};
+    std::uint32_t peer_prefix[3] = {};
     errno = 0;
     if (!sent)
       return broken("did not take this wire's address");
@@ -236,6 +285,7 @@ struct kv_wire::state {
       return make_error(errc::parse_error, "KV wire: " + peer_name + " sent a worker address of " +
                                                std::to_string(peer_len) + " bytes (at most " +
                                                std::to_string(max_worker_address) + ")");
+    peer_reads = (ntohl(peer_prefix[2]) & reads_shared) != 0;
     std::vector<std::byte> address(peer_len);
     if (!read_all(sock, address.data(), address.size()))
       return broken("did not send all of its worker address");
@@ -315,9 +365,11 @@ wire_transport kv_wire::transport() const noexcept {
   return state_->transport;
 }
 
-expected<std::unique_ptr<kv_wire>> kv_wire::open(wire_transport transport) {
+expected<std::unique_ptr<kv_wire>> kv_wire::open(wire_transport transport, wire_sharing sharing) {
   auto s = std::make_unique<state>();
   s->transport = transport;
+  if (transport == wire_transport::shared_memory)
+    s->sharing = std::move(sharing);
   ucp_config_t* config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
     return ucx_error("ucp_config_read", st);
@@ -417,18 +469,27 @@ expected<void> kv_wire::send(std::span<const wire_block> blocks,
     return make_error(errc::invalid_argument, "KV wire: send without a peer (connect first)");
   if (auto joined = s.accept_peer(deadline); !joined)
     return joined.error();
-  // Headers live until every send has completed; header i goes before bytes i.
+  // Headers and places live until every send has completed; header i goes before bytes i
+  // (or the place they lie at).
   std::vector<block_header> headers(blocks.size());
+  std::vector<std::vector<std::byte>> places(blocks.size());
   std::vector<void*> requests;
   requests.reserve(2 * blocks.size());
+  std::size_t shared = 0;
   ucp_request_param_t p{};
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     headers[i].id = blocks[i].id;
     headers[i].bytes = blocks[i].bytes.size();
     headers[i].checksum = blocks[i].checksum;
+    std::span<const std::byte> second = blocks[i].bytes;
+    if (auto at = s.shared_offset(blocks[i].bytes)) {
+      headers[i].version = shared_version;
+      places[i] = s.place(*at);
+      second = places[i];
+      ++shared;
+    }
     requests.push_back(ucp_tag_send_nbx(s.peer, &headers[i], sizeof(block_header), header_tag, &p));
-    requests.push_back(
-        ucp_tag_send_nbx(s.peer, blocks[i].bytes.data(), blocks[i].bytes.size(), data_tag, &p));
+    requests.push_back(ucp_tag_send_nbx(s.peer, second.data(), second.size(), data_tag, &p));
   }
   std::optional<error> failed;
   for (std::size_t k = 0; k < requests.size() && !failed; ++k) {
@@ -442,6 +503,24 @@ expected<void> kv_wire::send(std::span<const wire_block> blocks,
                               (st == UCS_INPROGRESS
                                    ? "not done within " + std::to_string(timeout.count()) + " ms"
                                    : std::string{ucs_status_string(st)}) +
+                              "; the peer is dropped");
+  }
+  // Blocks sent as where they lie have left once the peer says it copied them.
+  if (!failed && shared > 0) {
+    std::uint64_t copied = 0;
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    auto st = s.wait_for_peer(
+        ucp_tag_recv_nbx(s.worker, &copied, sizeof copied, release_tag, ~std::uint64_t{0}, &rp),
+        deadline);
+    if (st != UCS_OK || copied != shared)
+      failed = make_error(st == UCS_INPROGRESS ? errc::timed_out : errc::io_error,
+                          "KV wire: " + s.peer_name + " did not say it was done with the " +
+                              std::to_string(shared) + " blocks sent in shared memory" +
+                              (st == UCS_INPROGRESS
+                                   ? " within " + std::to_string(timeout.count()) + " ms"
+                               : st == UCS_OK ? " (it said " + std::to_string(copied) + ")"
+                                              : std::string{": "} + ucs_status_string(st)) +
                               "; the peer is dropped");
   }
   if (failed) {
@@ -491,6 +570,25 @@ kv_wire::receive(std::span<const std::span<std::byte>> slots, std::chrono::milli
   // which ends the receives still posted.
   std::vector<expected<received_block>> out;
   out.reserve(n);
+  std::uint64_t shared = 0; // blocks sent as where they lie
+  // A block sent as where it lies: its place arrived in `slot` (`length` bytes); the bytes
+  // are copied from the sender's shared memory into the slot.
+  auto read_shared = [&s](const block_header& h, std::span<std::byte> slot,
+                          std::size_t length) -> expected<received_block> {
+    std::uint64_t offset = 0;
+    if (!s.sharing.reader || length <= sizeof offset || length > slot.size())
+      return make_error(errc::corrupted, "KV wire: block " + std::to_string(h.id) +
+                                             " came as a place in shared memory this wire " +
+                                             (s.sharing.reader ? "cannot parse" : "does not read"));
+    std::memcpy(&offset, slot.data(), sizeof offset);
+    const std::vector<std::byte> key(slot.begin() + sizeof offset, slot.begin() + length);
+    auto copied = s.sharing.reader->read(key, offset, slot.first(h.bytes), h.checksum);
+    if (!copied)
+      return make_error(copied.error().code == errc::corrupted ? errc::corrupted : errc::io_error,
+                        "KV wire: block " + std::to_string(h.id) + " from " + s.peer_name +
+                            "'s shared memory: " + copied.error().message + "; not used");
+    return received_block{h.id, static_cast<std::size_t>(h.bytes), h.checksum, true};
+  };
   for (std::size_t i = 0; i < n; ++i) {
     const auto header_status = arrive(2 * i);
     const auto data_status = header_status == UCS_OK ? arrive(2 * i + 1) : header_status;
@@ -509,7 +607,10 @@ kv_wire::receive(std::span<const std::span<std::byte>> slots, std::chrono::milli
       return e;
     }
     const auto& h = headers[i];
-    if (info[2 * i].length != sizeof(block_header) || h.magic != header_magic || h.version != 1) {
+    const bool where = h.version == shared_version;
+    shared += where ? 1 : 0;
+    if (info[2 * i].length != sizeof(block_header) || h.magic != header_magic ||
+        (h.version != pushed_version && !where)) {
       out.push_back(make_error(errc::corrupted, "KV wire: slot " + std::to_string(i) +
                                                     " received a header that is not a KV "
                                                     "block's (" +
@@ -523,6 +624,10 @@ kv_wire::receive(std::span<const std::span<std::byte>> slots, std::chrono::milli
                                                     " bytes) is larger than its slot " +
                                                     std::to_string(i) + " (" +
                                                     std::to_string(slots[i].size()) + " bytes)"));
+      continue;
+    }
+    if (where) { // copied out of the sender's shared memory, checked in the same pass
+      out.push_back(read_shared(h, slots[i], info[2 * i + 1].length));
       continue;
     }
     if (info[2 * i + 1].length != h.bytes) {
@@ -540,7 +645,21 @@ kv_wire::receive(std::span<const std::span<std::byte>> slots, std::chrono::milli
                                                     std::to_string(sum) + "); not used"));
       continue;
     }
-    out.push_back(received_block{h.id, bytes.size()});
+    out.push_back(received_block{h.id, bytes.size(), h.checksum});
+  }
+  // The sender waits to hear that this wire is done with the blocks sent as where they lie
+  // (copied, or refused): it may reuse them then.
+  if (shared > 0) {
+    ucp_request_param_t sp{};
+    auto st = s.wait_for_peer(ucp_tag_send_nbx(s.peer, &shared, sizeof shared, release_tag, &sp),
+                              deadline);
+    if (st != UCS_OK) {
+      auto e = make_error(st == UCS_INPROGRESS ? errc::timed_out : errc::io_error,
+                          "KV wire: telling " + s.peer_name + " its blocks were copied failed: " +
+                              ucs_status_string(st) + "; the peer is dropped");
+      s.reset();
+      return e;
+    }
   }
   return out;
 }

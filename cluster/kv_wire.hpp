@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cluster/defaults.hpp"
+#include "cluster/kv_shared.hpp"
 #include "runtime/error.hpp"
 
 namespace triad::cluster {
@@ -37,8 +38,19 @@ struct wire_block {
 /// A block received into the caller's memory: its id and how many bytes of the slot it
 /// filled; only ever returned for bytes that passed their checksum.
 struct received_block {
-  std::uint64_t id = 0;  ///< the sender's block id
-  std::size_t bytes = 0; ///< bytes written at the start of the slot
+  std::uint64_t id = 0;       ///< the sender's block id
+  std::size_t bytes = 0;      ///< bytes written at the start of the slot
+  std::uint64_t checksum = 0; ///< the sender's checksum, which the bytes matched
+  bool in_place = false;      ///< copied by this wire out of the sender's shared memory
+};
+
+/// What a wire over shared memory shares with its peer beyond messages: blocks lying in
+/// `memory` go as where they lie, and the peer (when it reads shared memory) copies them out
+/// of its mapping of it; `reader` is this wire's way to read what a peer sends so. Either may
+/// be null; over TCP neither is used.
+struct wire_sharing {
+  std::shared_ptr<const kv_shared_memory> memory; ///< where blocks it sends may lie
+  std::shared_ptr<kv_shared_reader> reader;       ///< reads blocks a peer sends where they lie
 };
 
 // -- the wire --
@@ -46,15 +58,19 @@ struct received_block {
 /// One end of a KV data plane between two processes: a UCX context and worker (RAII) and at
 /// most one peer, reached by connect() or accepted by listen(). A block travels as a small
 /// header message (id, length, checksum) and its bytes, sent from and received into the
-/// callers' memory (large blocks by UCX's zero-copy rendezvous); the receiver checks every
-/// block's checksum and never hands out bytes that fail it. A batch that fails (timeout, peer
+/// callers' memory (large blocks by UCX's zero-copy rendezvous); over shared memory, a block
+/// lying in the sender's kv_shared_memory goes as where it lies instead, to a peer that reads
+/// it (wire_sharing), which copies it out itself. The receiver checks every block's checksum
+/// and never hands out bytes that fail it. A batch that fails (timeout, peer
 /// failure) drops the peer and rebuilds the worker, so nothing of it arrives later: a
 /// listening wire then accepts a new peer, a connected one connects again. Not thread-safe:
 /// one thread drives a wire (it progresses UCX on that thread, busy-polling while it waits).
 class kv_wire {
 public:
-  /// Opens a wire that uses `transport`; errors name the UCX call and status.
-  static expected<std::unique_ptr<kv_wire>> open(wire_transport transport);
+  /// Opens a wire that uses `transport` (sharing memory with its peers as `sharing` says,
+  /// over shared memory); errors name the UCX call and status.
+  static expected<std::unique_ptr<kv_wire>> open(wire_transport transport,
+                                                 wire_sharing sharing = {});
 
   /// Closes the peer's endpoint, the listener and the worker.
   ~kv_wire();
@@ -74,7 +90,8 @@ public:
           std::chrono::milliseconds timeout = defaults::cluster::wire_connect_timeout);
 
   /// Sends `blocks` to the peer, all under way at once, and waits until every one has left
-  /// (the bytes may be reused then). errc::invalid_argument without a peer; errc::timed_out
+  /// (the bytes may be reused then; a block sent as where it lies has left once the peer has
+  /// copied it). errc::invalid_argument without a peer; errc::timed_out
   /// or errc::io_error (the peer failed) drop the peer.
   expected<void> send(std::span<const wire_block> blocks,
                       std::chrono::milliseconds timeout = defaults::cluster::wire_transfer_timeout);

@@ -265,6 +265,8 @@ int run(int argc, char** argv) {
                       ? ""
                       : ", not encrypted (UCX has no TLS; kv_wire = \"off\" keeps KV in the "
                         "control messages)");
+    if (const auto sharing = cp->kv_wire_sharing(); !sharing.empty())
+      std::printf("triad-node: cluster: KV wire: %s\n", sharing.c_str());
   }
 
   triad::http_server_options http;

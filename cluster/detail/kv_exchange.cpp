@@ -43,9 +43,29 @@ bool worth_another_attempt(errc code) {
   return code == errc::io_error || code == errc::timed_out || code == errc::corrupted;
 }
 
-// A KV held for another node: its bytes (one buffer, its blocks are ranges of it).
+// A held KV's bytes, one buffer (its blocks are ranges of it): a range of the exchange's
+// shared memory (given back when the last user lets go), or on the heap.
+struct held_storage {
+  std::vector<std::byte> heap;
+  std::shared_ptr<cluster::kv_shared_memory> memory; // null: on the heap
+  std::span<std::byte> range;                        // in `memory`, `size` bytes used
+  std::size_t size = 0;
+
+  held_storage() = default;
+  held_storage(const held_storage&) = delete;
+  held_storage& operator=(const held_storage&) = delete;
+  ~held_storage() {
+    if (memory)
+      memory->release(range);
+  }
+  std::span<const std::byte> view() const {
+    return memory ? std::span<const std::byte>{range.first(size)} : std::span{heap};
+  }
+};
+
+// A KV held for another node.
 struct held_blob {
-  std::shared_ptr<const std::vector<std::byte>> bytes;
+  std::shared_ptr<held_storage> bytes;
   kv_held ref; // what the importer was given: its blocks' ids, sizes and checksums
   clock::time_point until;
 };
@@ -71,6 +91,12 @@ struct kv_exchange::state {
   std::chrono::milliseconds hold_for{0};
   std::uint64_t budget = 0;
   std::uint64_t min_bytes = 0; // smaller KV is not held
+  // Over shared memory: where held KV lies, so fetchers on this machine copy it out of their
+  // mapping of it (null: KV lies on the heap and goes by cross-memory attach), and how this
+  // node's fetches read KV that lies so elsewhere; `sharing_note` says which, or why not.
+  std::shared_ptr<cluster::kv_shared_memory> shared;
+  std::shared_ptr<cluster::kv_shared_reader> reader;
+  std::string sharing_note;
 
   using held_map = std::map<std::uint64_t, held_blob>;
   std::mutex mtx; // guards what follows
@@ -101,23 +127,26 @@ struct kv_exchange::state {
   counter* sent_bytes = nullptr;
   counter* fetches = nullptr;
   counter* fetched_bytes = nullptr;
+  counter* in_place_bytes = nullptr;
   counter* fetch_failures = nullptr;
   counter* fetch_retries = nullptr;
   gauge* held_gauge = nullptr;
 
   // Bytes of the KV being sent (with mtx held).
-  std::uint64_t sending_bytes() const { return sending != nullptr ? sending->bytes->size() : 0; }
+  std::uint64_t sending_bytes() const {
+    return sending != nullptr ? sending->bytes->view().size() : 0;
+  }
 
   // Puts `blob` on the books (with mtx held).
   void insert(held_blob blob) {
-    held_bytes += blob.bytes->size();
+    held_bytes += blob.bytes->view().size();
     const auto first = blob.ref.blocks.front();
     held.emplace(first, std::move(blob));
   }
 
   // Takes one held KV off the books (with mtx held).
   held_blob remove(held_map::iterator it) {
-    held_bytes -= it->second.bytes->size();
+    held_bytes -= it->second.bytes->view().size();
     return std::move(held.extract(it).mapped());
   }
 
@@ -136,7 +165,7 @@ struct kv_exchange::state {
   // Puts a taken KV back on the books (with mtx held): its fetcher did not acknowledge it, so
   // it may ask again. Past the budget (newer KV came meanwhile) it is dropped instead.
   void restore(held_blob blob) {
-    if (held_bytes + blob.bytes->size() > budget) {
+    if (held_bytes + blob.bytes->view().size() > budget) {
       add(expired_total);
       return;
     }
@@ -201,9 +230,8 @@ struct kv_exchange::state {
       std::uint64_t offset = 0;
       for (std::size_t i = 0; blob && i < blob->ref.blocks.size(); ++i) {
         const auto& r = blob->ref;
-        out.push_back({r.blocks[i],
-                       std::span<const std::byte>{*blob->bytes}.subspan(offset, r.sizes[i]),
-                       r.checksums[i]});
+        out.push_back(
+            {r.blocks[i], blob->bytes->view().subspan(offset, r.sizes[i]), r.checksums[i]});
         offset += r.sizes[i];
       }
       // The peer's acknowledgement that everything arrived comes before the close (a close
@@ -219,7 +247,7 @@ struct kv_exchange::state {
       }
       server->drop_peer();
       if (blob && delivered)
-        add(sent_bytes, static_cast<double>(blob->bytes->size()));
+        add(sent_bytes, static_cast<double>(blob->bytes->view().size()));
       std::lock_guard lock{mtx};
       sending = nullptr;
       if (blob && !delivered && !sending_released)
@@ -257,7 +285,7 @@ struct kv_exchange::state {
       done.clear(); // each closes its peer (flushing what it sent) and its worker
       std::unique_ptr<cluster::kv_wire> fresh;
       if (open) // when UCX cannot set one up, the next fetch opens its own and reports why
-        if (auto w = cluster::kv_wire::open(transport); w)
+        if (auto w = cluster::kv_wire::open(transport, {nullptr, reader}); w)
           fresh = std::move(*w);
       lock.lock();
       if (!spare)
@@ -281,7 +309,7 @@ struct kv_exchange::state {
       if (spare)
         return std::move(spare);
     }
-    return cluster::kv_wire::open(transport);
+    return cluster::kv_wire::open(transport, {nullptr, reader});
   }
 
   // Hands a used wire to the keeper.
@@ -365,18 +393,21 @@ struct kv_exchange::state {
       return blocks.error(); // the wire dropped the holder: it keeps the KV
     // Every block is checked before the acknowledgement: refused (ack_not), the holder keeps
     // the KV, and a later attempt (fetch_remote) takes it again.
-    if (auto refused = check(h, *blocks, slots)) {
+    if (auto refused = check(h, *blocks)) {
       acknowledge(ack_not);
       return *refused;
     }
     acknowledge(ack_all);
+    std::size_t in_place = 0;
+    for (const auto& b : *blocks)
+      in_place += b->in_place ? b->bytes : 0;
+    add(in_place_bytes, static_cast<double>(in_place));
     return bytes;
   }
 
   // Why the blocks that arrived for `h` cannot be used; nothing when they can.
   static std::optional<error> check(const kv_held& h,
-                                    const std::vector<expected<cluster::received_block>>& blocks,
-                                    const std::vector<std::span<std::byte>>& slots) {
+                                    const std::vector<expected<cluster::received_block>>& blocks) {
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       const auto& b = blocks[i];
       if (!b)
@@ -387,10 +418,10 @@ struct kv_exchange::state {
                                                " of " + std::to_string(b->bytes) +
                                                " bytes, not the one asked for");
     }
-    // The holder sent its own checksums, which the wire checked; they must be the ones the
-    // reference carries (taken when the KV was held).
+    // The holder sent its own checksums, which the wire checked the bytes against; they must
+    // be the ones the reference carries (taken when the KV was held).
     for (std::size_t i = 0; i < h.checksums.size(); ++i)
-      if (block_checksum(slots[i]) != h.checksums[i])
+      if (blocks[i]->checksum != h.checksums[i])
         return make_error(errc::corrupted, "KV exchange: block " + std::to_string(h.blocks[i]) +
                                                " from " + h.wire +
                                                " does not match its reference's checksum");
@@ -418,7 +449,22 @@ kv_exchange::start(cluster::wire_transport transport, const std::string& host,
   s->hold_for = hold_for;
   s->budget = budget;
   s->min_bytes = min_bytes;
-  auto w = cluster::kv_wire::open(transport);
+  if (transport == cluster::wire_transport::shared_memory) {
+    // Without shared memory (UCX could not place it where others map it) held KV lies on the
+    // heap and goes by cross-memory attach; without a reader this node's fetches take it so.
+    auto memory = cluster::kv_shared_memory::open(budget);
+    auto reader = cluster::kv_shared_reader::open();
+    if (memory)
+      s->shared = std::move(*memory);
+    if (reader)
+      s->reader = std::move(*reader);
+    s->sharing_note = memory && reader
+                          ? "held KV in shared memory (" + std::to_string(budget >> 20) +
+                                " MiB reserved) that fetchers on this machine copy out in place"
+                          : "held KV goes by cross-memory attach: " +
+                                (memory ? reader.error().message : memory.error().message);
+  }
+  auto w = cluster::kv_wire::open(transport, {s->shared, nullptr});
   if (!w)
     return w.error();
   s->server = std::move(*w);
@@ -441,6 +487,9 @@ kv_exchange::start(cluster::wire_transport transport, const std::string& host,
                           "KV this node fetched from another node over the KV wire (UCX)");
   s->fetched_bytes = counter_of(metrics, "triad_cluster_kv_wire_fetched_bytes_total",
                                 "KV bytes this node fetched over the KV wire (UCX)");
+  s->in_place_bytes = counter_of(metrics, "triad_cluster_kv_wire_in_place_bytes_total",
+                                 "Of the KV bytes this node fetched, those it copied itself out "
+                                 "of the holder's shared memory (same machine)");
   s->fetch_failures = counter_of(metrics, "triad_cluster_kv_wire_fetch_failures_total",
                                  "Fetches of held KV that failed (the tokens were computed "
                                  "instead)");
@@ -476,14 +525,30 @@ kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
   held_blob blob;
   auto& h = blob.ref;
   h.wire = s.address;
-  for (std::size_t at = 0; at < bytes.size(); at += block_bytes) {
-    const auto n = std::min(block_bytes, bytes.size() - at);
-    h.sizes.push_back(n);
-    h.checksums.push_back(block_checksum(std::span<const std::byte>{bytes}.subspan(at, n)));
-  }
+  auto storage = std::make_shared<held_storage>();
   const auto size = bytes.size();
-  blob.bytes = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
-  bytes.clear();
+  storage->size = size;
+  // In the shared memory when it has room (copied there, each block checksummed in the same
+  // pass), else on the heap as given.
+  std::optional<std::span<std::byte>> range;
+  if (s.shared)
+    range = s.shared->allocate(size);
+  if (range) {
+    storage->memory = s.shared;
+    storage->range = *range;
+  }
+  const std::span<const std::byte> src{bytes};
+  for (std::size_t at = 0; at < size; at += block_bytes) {
+    const auto n = std::min(block_bytes, size - at);
+    h.sizes.push_back(n);
+    checksum_sums sums;
+    checksum_range(range ? range->data() + at : nullptr, src.subspan(at, n), 0, sums, true);
+    h.checksums.push_back(checksum_finish(sums, n));
+  }
+  if (!range)
+    storage->heap = std::move(bytes);
+  std::vector<std::byte>{}.swap(bytes);
+  blob.bytes = std::move(storage);
   std::lock_guard lock{s.mtx};
   const auto now = clock::now();
   s.expire(now);
@@ -512,6 +577,10 @@ cluster::wire_transport kv_exchange::transport() const noexcept {
   return state_->transport;
 }
 
+const std::string& kv_exchange::sharing() const noexcept {
+  return state_->sharing_note;
+}
+
 expected<std::vector<std::byte>> kv_exchange::fetch(const kv_held& held) {
   auto& s = *state_;
   if (held.empty())
@@ -525,9 +594,10 @@ expected<std::vector<std::byte>> kv_exchange::fetch(const kv_held& held) {
     if (!blob)
       return make_error(errc::not_found, "KV exchange: this node no longer holds blocks " +
                                              std::to_string(held.blocks.front()) + "..");
-    if (blob->bytes.use_count() == 1) // nobody sends it: the buffer itself
-      return std::move(const_cast<std::vector<std::byte>&>(*blob->bytes));
-    return std::vector<std::byte>(*blob->bytes);
+    if (blob->bytes.use_count() == 1 && !blob->bytes->memory) // nobody sends it: the buffer
+      return std::move(blob->bytes->heap);
+    const auto view = blob->bytes->view();
+    return std::vector<std::byte>(view.begin(), view.end());
   }
   add(s.fetches);
   auto got = s.fetch_remote(held);

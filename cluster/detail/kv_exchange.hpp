@@ -19,8 +19,9 @@
 namespace triad::detail {
 
 /// A node's KV exchange: the KV data plane between nodes on the KV wire (UCX). It holds the KV
-/// a device of this node moved out (a prefill's hand-off) as checksummed blocks, and a
-/// server thread sends them to the node that fetches them (the decode node, named by the front
+/// a device of this node moved out (a prefill's hand-off) as checksummed blocks (over shared
+/// memory: in a kv_shared_memory, which fetchers copy out in place), and a server thread sends
+/// them to the node that fetches them (the decode node, named by the front
 /// in its import order: the control messages carry block ids, the bytes go node to node once).
 /// It fetches what other nodes hold for its own devices. Held KV nobody fetched goes after
 /// `hold_for`, or gives way to newer KV past `budget` bytes (then the bytes stay in the control
@@ -63,6 +64,9 @@ public:
   void release(const kv_held& held);
   /// The transport its wire runs on (a fetcher must use the same).
   cluster::wire_transport transport() const noexcept;
+  /// Over shared memory: whether held KV lies in shared memory that fetchers on this machine
+  /// copy out in place, or why it goes by cross-memory attach instead; "" over TCP.
+  const std::string& sharing() const noexcept;
 
   /// The largest block a held KV is cut into.
   static constexpr std::size_t block_bytes = std::size_t{4} << 20;

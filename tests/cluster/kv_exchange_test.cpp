@@ -79,16 +79,32 @@ BOOST_AUTO_TEST_CASE(held_kv_is_fetched_by_another_exchange_once_and_bit_exact) 
   BOOST_TEST(again.error().code == errc::not_found);
 }
 
-// The same over UCX's shared-memory transports (nodes of one machine).
-BOOST_AUTO_TEST_CASE(held_kv_is_fetched_over_shared_memory) {
+// The same over UCX's shared-memory transports (nodes of one machine): the holder keeps the KV
+// in shared memory and the importer copies every block out of it in place (its metric counts
+// them all), bit-exact.
+BOOST_AUTO_TEST_CASE(held_kv_is_fetched_over_shared_memory_in_place) {
   auto holder = start(30s, std::uint64_t{1} << 30, cluster::wire_transport::shared_memory);
-  auto importer = start(30s, std::uint64_t{1} << 30, cluster::wire_transport::shared_memory);
+  metrics_registry metrics;
+  auto ex = kv_exchange::start(cluster::wire_transport::shared_memory, "127.0.0.1", "", 30s,
+                               std::uint64_t{1} << 30, 0, &metrics);
+  BOOST_REQUIRE_MESSAGE(ex.has_value(), (ex ? "" : ex.error().message));
+  auto& importer = *ex;
+  BOOST_TEST(holder->sharing().find("held KV in shared memory") == 0u, holder->sharing());
   const auto original = pattern(2, 5u << 20);
   auto bytes = original;
   auto got = importer->fetch(holder->hold(bytes));
   if (!got)
     BOOST_FAIL("fetch: " << got.error().message);
   BOOST_TEST((*got == original));
+  const auto text = metrics.render();
+  BOOST_TEST(text.find("triad_cluster_kv_wire_in_place_bytes_total " +
+                       std::to_string(original.size())) != std::string::npos,
+             text);
+}
+
+// Over TCP nothing is in shared memory and the exchange says nothing of it.
+BOOST_AUTO_TEST_CASE(an_exchange_over_tcp_shares_no_memory) {
+  BOOST_TEST(start()->sharing().empty());
 }
 
 // KV the node's own device imports is taken from the exchange, not sent over a wire.

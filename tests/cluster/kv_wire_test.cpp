@@ -43,15 +43,18 @@ std::vector<std::byte> block_bytes(std::uint64_t id, std::size_t n) {
 const std::vector<std::size_t> page_sizes = {64, 4096, 65536 + 7, 2 << 20, 4 << 20, 1000};
 
 // What the receiving process saw in one slot.
-enum class seen : std::uint8_t { intact, different, corrupted, too_large, other };
+// `in_place`: intact, copied by the receiver out of the sender's shared memory.
+enum class seen : std::uint8_t { intact, in_place, different, corrupted, too_large, other };
 
 // Runs a receiver in a child process (its own UCX context, opened after the fork): it listens on
 // 127.0.0.1, tells the parent its port through a pipe, receives a block into each slot of
 // `slot_sizes`, compares each block's bytes with block_bytes(its id) and writes what it saw.
-// The parent, the sender, runs `send(port)`; the outcome per slot comes back.
+// The parent, the sender, runs `send(port)`; the outcome per slot comes back. `reads`: the
+// receiver reads blocks sent as where they lie in the sender's shared memory.
 template<class Send>
 std::vector<seen> across_processes(wire_transport transport,
-                                   const std::vector<std::size_t>& slot_sizes, Send send) {
+                                   const std::vector<std::size_t>& slot_sizes, Send send,
+                                   bool reads = false) {
   int fds[2];
   BOOST_REQUIRE_EQUAL(::pipe(fds), 0);
   const pid_t child = ::fork();
@@ -60,7 +63,14 @@ std::vector<seen> across_processes(wire_transport transport,
     try {
       ::close(fds[0]);
       auto fail = [&] { ::_exit(2); };
-      auto wire = kv_wire::open(transport);
+      wire_sharing sharing;
+      if (reads) {
+        auto reader = kv_shared_reader::open();
+        if (!reader)
+          fail();
+        sharing.reader = std::move(*reader);
+      }
+      auto wire = kv_wire::open(transport, sharing);
       if (!wire)
         fail();
       auto port = (*wire)->listen("127.0.0.1", 0);
@@ -81,7 +91,7 @@ std::vector<seen> across_processes(wire_transport transport,
           auto want = block_bytes(i + 1, page_sizes[i]);
           out.push_back(b->id == i + 1 && b->bytes == want.size() &&
                                 std::memcmp(want.data(), slots[i].data(), b->bytes) == 0
-                            ? seen::intact
+                            ? (b->in_place ? seen::in_place : seen::intact)
                             : seen::different);
         } else {
           out.push_back(b.error().code == errc::corrupted   ? seen::corrupted
@@ -136,9 +146,18 @@ std::vector<seen> across_processes(wire_transport transport,
 }
 
 // Sends block_bytes(i + 1) of each size to the wire at `port`; `corrupt` names one index whose
-// checksum is sent wrong.
-void send_pages(wire_transport transport, std::uint16_t port, int corrupt = -1) {
-  auto wire = kv_wire::open(transport);
+// checksum is sent wrong. `shared`: the pages lie in shared memory the receiver may read; once
+// the send has returned they are overwritten (the receiver must have copied them by then).
+void send_pages(wire_transport transport, std::uint16_t port, int corrupt = -1,
+                bool shared = false) {
+  std::shared_ptr<kv_shared_memory> memory;
+  if (shared) {
+    auto opened = kv_shared_memory::open(16 << 20);
+    BOOST_REQUIRE_MESSAGE(opened.has_value(), why(opened));
+    memory = std::move(*opened);
+  }
+  wire_sharing sharing{memory, nullptr};
+  auto wire = kv_wire::open(transport, sharing);
   BOOST_REQUIRE_MESSAGE(wire.has_value(), why(wire));
   auto up = (*wire)->connect("127.0.0.1", port);
   BOOST_REQUIRE_MESSAGE(up.has_value(), why(up));
@@ -146,16 +165,36 @@ void send_pages(wire_transport transport, std::uint16_t port, int corrupt = -1) 
   std::vector<wire_block> blocks;
   for (std::size_t i = 0; i < page_sizes.size(); ++i)
     bytes.push_back(block_bytes(i + 1, page_sizes[i]));
+  std::vector<std::span<std::byte>> pages(bytes.begin(), bytes.end());
+  if (shared) {
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      auto range = memory->allocate(bytes[i].size());
+      BOOST_REQUIRE(range.has_value());
+      pages[i] = range->first(bytes[i].size());
+      std::memcpy(pages[i].data(), bytes[i].data(), bytes[i].size());
+    }
+  }
   for (std::size_t i = 0; i < page_sizes.size(); ++i) {
     auto sum = block_checksum(bytes[i]);
-    blocks.push_back({i + 1, bytes[i], static_cast<int>(i) == corrupt ? sum ^ 1 : sum});
+    blocks.push_back({i + 1, pages[i], static_cast<int>(i) == corrupt ? sum ^ 1 : sum});
   }
   auto sent = (*wire)->send(blocks);
   BOOST_REQUIRE_MESSAGE(sent.has_value(), why(sent));
+  for (auto& page : pages) // the send is done with them
+    std::memset(page.data(), 0xee, page.size());
 }
 
 std::vector<seen> all(seen s) {
   return std::vector<seen>(page_sizes.size(), s);
+}
+
+// Pages from shared memory to a reader: those of 64 KiB and more copied out in place, the
+// smaller ones sent with their bytes.
+std::vector<seen> in_place_from_64k() {
+  std::vector<seen> out;
+  for (auto n : page_sizes)
+    out.push_back(n >= 65536 ? seen::in_place : seen::intact);
+  return out;
 }
 
 } // namespace
@@ -184,6 +223,48 @@ BOOST_AUTO_TEST_CASE(a_page_that_fails_its_checksum_is_refused) {
   });
   auto want = all(seen::intact);
   want[3] = seen::corrupted;
+  BOOST_TEST((got == want));
+}
+
+// Pages of 64 KiB or more lying in the sender's shared memory go as where they lie: the receiver
+// copies each out of its mapping (checked in the same pass), bit-exact, before the sender's send
+// returns (the sender overwrites them right after).
+BOOST_AUTO_TEST_CASE(pages_in_shared_memory_are_copied_out_in_place_bit_exact) {
+  auto got = across_processes(
+      wire_transport::shared_memory, page_sizes,
+      [](std::uint16_t port) { send_pages(wire_transport::shared_memory, port, -1, true); }, true);
+  BOOST_TEST((got == in_place_from_64k()));
+}
+
+// A receiver that does not read shared memory gets the bytes of pages in the sender's shared
+// memory pushed, as any others.
+BOOST_AUTO_TEST_CASE(pages_in_shared_memory_are_pushed_to_a_receiver_that_does_not_read_it) {
+  auto got = across_processes(wire_transport::shared_memory, page_sizes, [](std::uint16_t port) {
+    send_pages(wire_transport::shared_memory, port, -1, true);
+  });
+  BOOST_TEST((got == all(seen::intact)));
+}
+
+// A page in shared memory that fails its checksum as it is copied out is refused; the others
+// arrive in place.
+BOOST_AUTO_TEST_CASE(a_page_in_shared_memory_that_fails_its_checksum_is_refused) {
+  auto got = across_processes(
+      wire_transport::shared_memory, page_sizes,
+      [](std::uint16_t port) { send_pages(wire_transport::shared_memory, port, 4, true); }, true);
+  auto want = in_place_from_64k();
+  want[4] = seen::corrupted;
+  BOOST_TEST((got == want));
+}
+
+// A page in shared memory larger than its slot is refused too, not cut short.
+BOOST_AUTO_TEST_CASE(a_page_in_shared_memory_larger_than_its_slot_is_refused) {
+  auto slots = page_sizes;
+  slots[3] = page_sizes[3] / 2;
+  auto got = across_processes(
+      wire_transport::shared_memory, slots,
+      [](std::uint16_t port) { send_pages(wire_transport::shared_memory, port, -1, true); }, true);
+  auto want = in_place_from_64k();
+  want[3] = seen::too_large;
   BOOST_TEST((got == want));
 }
 

@@ -38,6 +38,7 @@ std::string slurp(const fs::path& p) {
 // A scratch directory with a CA, a node certificate it signed and the nodes' config.
 struct scratch {
   fs::path dir;
+  std::string base; // every node's config before its devices; [cluster] is its last table
   scratch() {
     dir = fs::temp_directory_path() / ("triad-cluster-test-" + std::to_string(::getpid()));
     fs::create_directories(dir);
@@ -52,15 +53,17 @@ struct scratch {
         "-out node.csr -subj /CN=triad-node 2>&1 && openssl x509 -req -in node.csr -CA ca.pem "
         "-CAkey ca.key -CAcreateserial -out node.pem -days 2 2>&1");
     BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
-    std::ofstream{dir / "node.toml"}
-        << "[topology]\nbind_threads = false\n"
-        << "[scheduler]\nthreads_per_domain = 1\n"
-        << "[tools]\nhosted = [\"shell\"]\n"
-        << "[server]\nallow_scripts = true\n"
-        << "[cluster]\ntls = true\ncertificate = \"" << d << "/node.pem\"\nkey = \"" << d
-        << "/node.key\"\ncafile = \"" << d << "/ca.pem\"\n"
-        << "heartbeat_ms = 200\nheartbeat_deadline_ms = 1000\nrejoin_ms = 300\n"
-        << "kv_wire_min_kib = 0\n"; // the sim's KV is small: every KV over the wire
+    std::ostringstream b;
+    b << "[topology]\nbind_threads = false\n"
+      << "[scheduler]\nthreads_per_domain = 1\n"
+      << "[tools]\nhosted = [\"shell\"]\n"
+      << "[server]\nallow_scripts = true\n"
+      << "[cluster]\ntls = true\ncertificate = \"" << d << "/node.pem\"\nkey = \"" << d
+      << "/node.key\"\ncafile = \"" << d << "/ca.pem\"\n"
+      << "heartbeat_ms = 200\nheartbeat_deadline_ms = 1000\nrejoin_ms = 300\n"
+      << "kv_wire_min_kib = 0\n"; // the sim's KV is small: every KV over the wire
+    base = b.str();
+    std::ofstream{dir / "node.toml"} << base;
     std::filesystem::copy_file(dir / "node.toml", dir / "prefill.toml");
     std::filesystem::copy_file(dir / "node.toml", dir / "decode.toml");
     const std::string prefill0 =
@@ -252,9 +255,14 @@ BOOST_AUTO_TEST_CASE(agent_sessions_run_through_a_front_on_prefill_and_decode_no
 // twelve agent sessions through the front, every one answered; then the KV of every hand-off
 // went from the node that ran the prefill device to the one that ran the decode device over the
 // KV wire: held there, fetched once each without a failure, the same bytes, nothing left held.
-void hand_offs_cross_the_kv_wire(const std::string& role, const std::string& front_config) {
-  scratch s;
-  node_process peer{s, "peer", {"--role", role, "--cluster-port", "0", "--node-name", "peer"}};
+// `peer_config`: the peer's config file ("node.toml": sim devices, KV over TCP). `in_place`: all
+// of the KV was fetched by copying it out of the holder's shared memory.
+void hand_offs_cross_the_kv_wire(const scratch& s, const std::string& role,
+                                 const std::string& front_config,
+                                 const std::string& peer_config = "node.toml",
+                                 bool in_place = false) {
+  node_process peer{
+      s, "peer", {"--role", role, "--cluster-port", "0", "--node-name", "peer"}, peer_config};
   node_process front{
       s, "front", {"--peers", "127.0.0.1:" + std::to_string(peer.cluster_port())}, front_config};
   const auto port = front.http_port();
@@ -284,20 +292,41 @@ void hand_offs_cross_the_kv_wire(const std::string& role, const std::string& fro
                  sample(holder, "triad_cluster_kv_wire_sent_bytes_total"),
              holder << fetcher);
   BOOST_TEST(sample(holder, "triad_cluster_kv_held_bytes") == 0, holder); // nothing left held
+  const auto copied_in_place = sample(fetcher, "triad_cluster_kv_wire_in_place_bytes_total");
+  if (in_place)
+    BOOST_TEST(copied_in_place == sample(fetcher, "triad_cluster_kv_wire_fetched_bytes_total"),
+               fetcher);
+  else
+    BOOST_TEST(copied_in_place == 0, fetcher);
 }
 
 // A front with a prefill device of its own (a whole node with a decode node as its peer): the
 // KV its prefill device hands to the decode node waits in the front's exchange and crosses
 // over the KV wire; the import order carries the reference, not the bytes.
 BOOST_AUTO_TEST_CASE(a_front_with_its_own_prefill_device_sends_its_kv_over_the_kv_wire) {
-  hand_offs_cross_the_kv_wire("decode", "prefill.toml");
+  hand_offs_cross_the_kv_wire(scratch{}, "decode", "prefill.toml");
 }
 
 // A front with a decode device of its own and a prefill node as its peer: the prefill node holds
 // each prompt's KV and the front's own device fetches it over the KV wire (through the front's
 // fetcher) before it admits the import; the bytes do not come through the control messages.
 BOOST_AUTO_TEST_CASE(a_front_with_its_own_decode_device_fetches_its_kv_over_the_kv_wire) {
-  hand_offs_cross_the_kv_wire("prefill", "decode.toml");
+  hand_offs_cross_the_kv_wire(scratch{}, "prefill", "decode.toml");
+}
+
+// Nodes of one machine on a shared-memory KV wire, cpu devices computing the tiny model (its KV
+// of a prompt is hundreds of KiB): the front's prefill device's KV waits in the front's shared
+// memory, and the decode node copies every byte of it out in place.
+BOOST_AUTO_TEST_CASE(nodes_of_one_machine_copy_held_kv_out_of_shared_memory_in_place) {
+  scratch s;
+  const std::string cpu = "kv_wire = \"shared_memory\"\n[model]\npreset = \"tiny\"\n";
+  auto device = [](const std::string& name, const std::string& role) {
+    return "[[devices]]\nname = \"" + name + "\"\nbackend = \"cpu\"\nrole = \"" + role +
+           "\"\nmemory_mib = 128\ncompute_cores = 1\n";
+  };
+  std::ofstream{s.dir / "cpu_prefill.toml"} << s.base << cpu << device("prefill0", "prefill");
+  std::ofstream{s.dir / "cpu_decode.toml"} << s.base << cpu << device("decode0", "decode");
+  hand_offs_cross_the_kv_wire(s, "decode", "cpu_prefill.toml", "cpu_decode.toml", true);
 }
 
 BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_and_rejoins) {
