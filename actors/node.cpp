@@ -369,7 +369,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& whole, node_optio
     auto slots = config.orchestration.device_slots != 0 ? config.orchestration.device_slots
                  : o.max_sequences != 0                 ? o.max_sequences
                                                         : routed_device::unlimited;
-    routed.push_back({dev.name, dev.role, *actor, slots});
+    routed.push_back({dev.name, dev.role, *actor, slots, n->store_of(n->devices_.size() - 1)});
   }
   auto hosted = options.tools;
   if (!hosted && (!config.tools.hosted.empty() || !config.mcp_servers.empty())) {
@@ -450,7 +450,8 @@ expected<void> node::start_cluster(node& n, const node_config& config) {
   if (role == node_role::prefill || role == node_role::decode) {
     std::vector<published_device> devices;
     for (std::size_t i = 0; i < n.devices_.size(); ++i)
-      devices.push_back({n.devices_[i].first, config.devices[i].role, n.devices_[i].second});
+      devices.push_back(
+          {n.devices_[i].first, config.devices[i].role, n.devices_[i].second, n.store_of(i)});
     auto port =
         n.cluster_->publish(std::move(devices), n.context_->grammars, n.context_->vocabulary);
     if (!port)
@@ -465,7 +466,8 @@ expected<void> node::start_cluster(node& n, const node_config& config) {
   cluster_events events;
   events.takes_held = n.devices_.empty(); // every import lands on a device node
   events.joined = [router, slots](const remote_device& d) {
-    caf::anon_send(router, device_join_atom::value, routed_device{d.name, d.role, d.actor, slots});
+    caf::anon_send(router, device_join_atom::value,
+                   routed_device{d.name, d.role, d.actor, slots, d.kv_store});
   };
   events.lost = [router](const std::string& name, const std::string& why) {
     caf::anon_send(router, device_lost_atom::value, name, why);

@@ -207,6 +207,11 @@ private:
   // The KV store (its actors run in the domains) and the devices' link to it.
   std::optional<kv_store> kv_;
   std::shared_ptr<kv_tier> kv_tier_;
+  // The store device `i` reads kept blocks from: the node's, when the device is connected to it
+  // (0: none).
+  std::uint64_t store_of(std::size_t i) const noexcept {
+    return kv_tier_ && i < reports_.size() && reports_[i].kv_store ? kv_tier_->store_id() : 0;
+  }
 
   std::unique_ptr<tool_service> tools_;
   std::vector<std::pair<std::string, device_actor>> devices_;

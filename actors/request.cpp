@@ -305,11 +305,14 @@ private:
 
   // Asks the router for a device of `s`, then runs `next` with it.
   // `release`: a slot to give back in the same message (see route_order::release).
-  void route(route_stage s, std::function<void(holding)> next, std::string release = {}) {
+  // `kv_store`: the store a demoted request's kept blocks are in (its devices go first).
+  void route(route_stage s, std::function<void(holding)> next, std::string release = {},
+             std::uint64_t kv_store = 0) {
     auto asked = charge(request_stage::queue);
     enter(stage::queued);
     route_order order{
-        s, req_.session, failed_devices_, {}, std::move(release), traced_ ? id_ : 0, req_.trace};
+        s,          req_.session, failed_devices_, {}, std::move(release), traced_ ? id_ : 0,
+        req_.trace, kv_store};
     if (s != route_stage::decode && reuse_prefix())
       order.prefix = chain_hashes(tokens_, ctx_->page_tokens);
     routing_ = true;
@@ -678,19 +681,22 @@ private:
   // Resumes a demoted request on a decode device from the blocks the store keeps for it: the
   // device reads them back (checked) and computes the tokens past them.
   void begin_decode_kept() {
-    route(route_stage::decode, [this](holding h) {
-      charge(request_stage::decode);
-      enter(stage::decode);
-      auto order = order_for(next_seq(), left());
-      order.kept_blocks = kept_.blocks;
-      order.kept_tokens = kept_.tokens;
-      order.kept_store = kept_.store;
-      // Counted as a prefill of everything; the device reports what came from the blocks
-      // (as cached tokens, subtracted then), so a block that could not be read counts as
-      // computed.
-      auto n = order.prompt.size();
-      admit(std::move(h), std::move(order), nullptr, route_stage::decode, n);
-    });
+    route(
+        route_stage::decode,
+        [this](holding h) {
+          charge(request_stage::decode);
+          enter(stage::decode);
+          auto order = order_for(next_seq(), left());
+          order.kept_blocks = kept_.blocks;
+          order.kept_tokens = kept_.tokens;
+          order.kept_store = kept_.store;
+          // Counted as a prefill of everything; the device reports what came from the blocks
+          // (as cached tokens, subtracted then), so a block that could not be read counts as
+          // computed.
+          auto n = order.prompt.size();
+          admit(std::move(h), std::move(order), nullptr, route_stage::decode, n);
+        },
+        {}, kept_.store);
   }
 
   // Tokens of `n` in whole pages (what a prompt's page chain can find in the store).

@@ -63,6 +63,9 @@ struct routed_device {
   device_role role = device_role::both; ///< what it does
   device_actor actor;                   ///< its device actor
   std::size_t slots = 1;                ///< requests it serves at once (unlimited: no cap)
+  /// The KV store it reads kept blocks from (kv_tier::store_id; 0: none): its node's store
+  /// when it is connected to it.
+  std::uint64_t kv_store = 0;
   /// `slots` of a device whose own KV capacity bounds it (it answers busy when full).
   static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 };
@@ -89,6 +92,9 @@ struct route_order {
   std::uint64_t trace_id = 0;
   /// The traced request asked for its trace to be kept (GET /v1/traces): the grant goes to it.
   bool trace_kept = false;
+  /// Decode of a demoted request: the store its kept blocks are in (0: none). A device of that
+  /// store goes first: it reads them back, any other computes the tokens they hold.
+  std::uint64_t kv_store = 0;
 };
 
 /// The router's answer.

@@ -79,7 +79,8 @@ public:
           if (!any_qualifies(order.stage, order.avoid))
             return answer(traced, no_device(order.stage, order.avoid));
           auto& queue = waiting_[static_cast<std::size_t>(order.stage)];
-          if (auto* d = pick(order.stage, order.avoid, order.prefix); d != nullptr && queue.empty())
+          if (auto* d = pick(order.stage, order.avoid, order.prefix, order.kv_store);
+              d != nullptr && queue.empty())
             return answer(traced, grant(*d, order.prefix));
           if (waiting() >= options_.max_waiting) {
             auto ms = static_cast<std::uint32_t>(options_.retry_after.count());
@@ -100,7 +101,7 @@ public:
           const auto number = next_order_++;
           queue.emplace(key{priority, number},
                         waiter{promise, std::move(order.avoid), std::move(order.prefix),
-                               current_sender(), traced});
+                               order.kv_store, current_sender(), traced});
           serve();
           // Only an order still waiting gets its expiry: one that serve() answered at once
           // arms no timer on CAF's clock, whose thread each timer wakes.
@@ -288,7 +289,8 @@ private:
     caf::typed_response_promise<route_reply> promise;
     std::vector<std::string> avoid;
     std::vector<block_hash> prefix;
-    caf::strong_actor_ptr who; // the request actor waiting
+    std::uint64_t kv_store = 0; // the store its kept blocks are in (0: none)
+    caf::strong_actor_ptr who;  // the request actor waiting
     order_trace traced;        // for the answer's span
   };
 
@@ -408,14 +410,15 @@ private:
     return 0;
   }
 
-  // The qualifying device with a free slot that is best for `stage`: for decode by
-  // decode_order, then the most free slots; for prefill the
+  // The qualifying device with a free slot that is best for `stage`: for decode one of
+  // `kv_store` first (a demoted request's kept blocks are read back there, computed
+  // elsewhere), then by decode_order, then the most free slots; for prefill the
   // longest run of `prefix` sent there before (runs within a quarter of the prompt's pages of
   // each other count as equal), then the most free slots, unless that device
   // has more than 2 (least + prefix_affinity_slack) requests in flight, where `least` is the
   // least loaded one's: then the least loaded. Ties go to the first in config order.
   device* pick(route_stage stage, const std::vector<std::string>& avoid,
-               const std::vector<block_hash>& prefix) {
+               const std::vector<block_hash>& prefix, std::uint64_t kv_store = 0) {
     device* best = nullptr;
     device* lightest = nullptr;
     std::size_t best_run = 0;
@@ -430,8 +433,12 @@ private:
         lightest = &d;
       auto run = prefix.empty() ? 0 : cached_run(d, prefix);
       bool better = best == nullptr;
+      const bool holds = kv_store != 0 && d.info.kv_store == kv_store;
+      const bool best_holds = best != nullptr && kv_store != 0 && best->info.kv_store == kv_store;
       const int order = !better && stage == route_stage::decode ? decode_order(d, *best) : 0;
-      if (order != 0)
+      if (!better && holds != best_holds)
+        better = holds;
+      else if (order != 0)
         better = order > 0;
       else if (!better && std::max(run, best_run) - std::min(run, best_run) > slight)
         better = run > best_run;
@@ -476,7 +483,7 @@ private:
         if (queue.empty())
           continue;
         const auto& head = queue.begin()->second;
-        auto* d = pick(static_cast<route_stage>(i), head.avoid, head.prefix);
+        auto* d = pick(static_cast<route_stage>(i), head.avoid, head.prefix, head.kv_store);
         if (d == nullptr)
           continue;
         if (best == nullptr || queue.begin()->first < best->begin()->first) {

@@ -144,6 +144,7 @@ struct peer_state {
   bool draining = false; // it said it drains: when its connection closes, it left
   std::vector<std::pair<std::string, detail::remote_device_actor>> devices; // by full name
   std::vector<device_role> roles;
+  std::vector<std::uint64_t> stores; // each device's KV store as its node's last hello said
   std::chrono::steady_clock::time_point last_answer;
   caf::actor joiner; // told when the node joins or is lost (peer_up_atom)
   // Each time the node joins: ticks and answers of an earlier time (before a loss) are ignored.
@@ -265,10 +266,15 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
       self->send(st.devices[i].second, detail::peer_back_atom::value, gateway, hello.tag);
     }
   }
+  // A node back under the same devices may have a new store (restarted): its hello says which.
+  st.stores.assign(st.devices.size(), 0);
+  for (std::size_t i = 0; i < st.devices.size() && i < hello.devices.size(); ++i)
+    st.stores[i] = hello.devices[i].kv_store;
   for (std::size_t i = 0; i < st.devices.size(); ++i)
     if (st.shared->events.joined)
       st.shared->events.joined(remote_device{st.devices[i].first, st.roles[i],
-                                             caf::actor_cast<device_actor>(st.devices[i].second)});
+                                             caf::actor_cast<device_actor>(st.devices[i].second),
+                                             st.stores[i]});
   ++*st.shared->up;
   self->send(st.joiner, peer_up_atom::value, where(st), true);
   if (st.shared->up_gauge != nullptr)
@@ -619,7 +625,7 @@ control_plane::publish(std::vector<published_device> devices,
   o.vocabulary = std::move(vocabulary);
   const auto count = devices.size();
   for (auto& d : devices)
-    o.devices.push_back({std::move(d.name), d.role, std::move(d.actor)});
+    o.devices.push_back({std::move(d.name), d.role, std::move(d.actor), d.kv_store});
   o.exchange = m.exchange;
   m.gateway = detail::spawn_gateway(*m.sys, std::move(o));
   detail::restore_thread_logger();

@@ -21,6 +21,7 @@ struct remote_device {
   std::string name;                     ///< "<its config name>@<its node>"
   device_role role = device_role::both; ///< what it does
   device_actor actor; ///< a device actor here that speaks to it (cluster/detail/remote_device)
+  std::uint64_t kv_store = 0; ///< the store its node keeps demoted blocks in (0: none)
 };
 
 /// What the control plane tells the node about its peers' devices.
@@ -41,6 +42,7 @@ struct published_device {
   std::string name;                     ///< its config name
   device_role role = device_role::both; ///< what it does
   device_actor actor;                   ///< its device actor
+  std::uint64_t kv_store = 0;           ///< the store it reads kept blocks from (0: none)
 };
 
 /// The cluster's control plane in one node: an actor system of its own running CAF's

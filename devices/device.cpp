@@ -51,6 +51,7 @@ struct device_metrics {
   counter* streamed_out = nullptr;
   counter* streamed_in = nullptr;
   counter* stream_recomputes = nullptr;
+  counter* kept_elsewhere = nullptr;
 
   void attach(metrics_registry& r, const std::string& name) {
     labels l{{"device", name}};
@@ -89,6 +90,11 @@ struct device_metrics {
     stream_recomputes =
         take(r.add_counter("triad_device_kv_stream_recomputes_total",
                            "KV streams found damaged or broken off; their tokens computed", l));
+    kept_elsewhere = take(r.add_counter(
+        "triad_device_kv_kept_elsewhere_total",
+        "demoted sequences resumed here whose kept blocks were in another node's KV store: "
+        "their tokens computed",
+        l));
     step_seconds = take(
         r.add_histogram("triad_device_step_seconds", "step time", default_duration_buckets(), l));
     // The OI/CF plane (arXiv 2601.22001): where each modelled step lies, against the device's
@@ -558,6 +564,8 @@ private:
     // Kept blocks of another store (a demotion on another node's device kept them there) are
     // not this tier's to read: block ids are a store's own. Their tokens are computed.
     if (!req.kept_blocks.empty() && (!tier_ || req.kept_store != tier_->store_id())) {
+      if (metrics_.kept_elsewhere != nullptr)
+        metrics_.kept_elsewhere->inc();
       req.kept_blocks.clear();
       req.kept_tokens = 0;
     }

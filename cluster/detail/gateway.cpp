@@ -252,7 +252,7 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
         node_hello hello;
         hello.node = st.options.node;
         for (const auto& d : st.options.devices)
-          hello.devices.push_back({d.name, static_cast<std::uint8_t>(d.role), 0});
+          hello.devices.push_back({d.name, static_cast<std::uint8_t>(d.role), 0, d.kv_store});
         auto from = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
         if (self->current_sender())
           st.fronts[from] = caf::actor_cast<caf::actor>(self->current_sender());

@@ -20,6 +20,7 @@ struct gateway_device {
   std::string name;                     ///< its config name
   device_role role = device_role::both; ///< what it does
   device_actor actor;                   ///< its device actor (in its own domain)
+  std::uint64_t kv_store = 0;           ///< the store it reads kept blocks from (0: none)
 };
 
 /// What a device node's gateway serves.

@@ -46,6 +46,7 @@ struct wire_device {
   std::string name;           ///< its config name on that node
   std::uint8_t role = 0;      ///< device_role
   std::uint64_t kv_pages = 0; ///< KV pages of its budget (informative)
+  std::uint64_t kv_store = 0; ///< the store it reads kept blocks from (kv_tier::store_id; 0: none)
 };
 
 /// A gateway's answer to hello.
@@ -90,7 +91,7 @@ void add_cluster_types(caf::actor_system_config& cfg);
 /// Inspector of wire_device.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_device& x) {
-  return f(caf::meta::type_name("wire_device"), x.name, x.role, x.kv_pages);
+  return f(caf::meta::type_name("wire_device"), x.name, x.role, x.kv_pages, x.kv_store);
 }
 /// Inspector of node_hello.
 template<class Inspector>

@@ -21,15 +21,17 @@ triad::device_actor as_device(const caf::actor& a) {
 }
 
 // Where the router sends `n` decode requests in turn (each keeps its slot), once it has every
-// device's stats: a device's name, or the reason none was granted.
+// device's stats: a device's name, or the reason none was granted. `kv_store`: the store the
+// requests' kept blocks are in (0: none).
 std::vector<std::string> decode_routes(caf::scoped_actor& self, const triad::router_actor& router,
-                                       int n) {
+                                       int n, std::uint64_t kv_store = 0) {
   auto fail = [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); };
   self->request(router, 30s, triad::refresh_atom::value).receive([](bool) {}, fail);
   std::vector<std::string> order;
   for (int i = 0; i < n; ++i)
-    self->request(router, 30s, triad::route_atom::value,
-                  triad::route_order{triad::route_stage::decode, "s", {}, {}, {}, 0, false})
+    self->request(
+            router, 30s, triad::route_atom::value,
+            triad::route_order{triad::route_stage::decode, "s", {}, {}, {}, 0, false, kv_store})
         .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); }, fail);
   return order;
 }
@@ -200,6 +202,32 @@ BOOST_AUTO_TEST_CASE(decode_goes_to_the_device_with_the_most_free_kv_first) {
   BOOST_TEST(order == expected, boost::test_tools::per_element());
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   for (auto& a : {full, roomy})
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+// A demoted request's decode goes to a device of the store that keeps its blocks (it reads them
+// back; another device would compute them), before one with more free KV; with that device's
+// slot taken, to the other. Without a store the free KV decides.
+BOOST_AUTO_TEST_CASE(a_demoted_requests_decode_goes_to_a_device_of_the_store_keeping_its_blocks) {
+  auto node = triad::test::start_node();
+  auto& home = node->domains().orchestration();
+  caf::scoped_actor self{home.system()};
+  auto roomy = decode_stand_in(self, 10), keeper = decode_stand_in(self, 50);
+  constexpr std::uint64_t store = 0x5eed;
+  auto router =
+      triad::spawn_router(home,
+                          {{"roomy", triad::device_role::decode, as_device(roomy), 1, 0x1111},
+                           {"keeper", triad::device_role::decode, as_device(keeper), 1, store}},
+                          triad::orchestration_options{});
+  auto order = decode_routes(self, router, 2, store);
+  std::vector<std::string> expected = {"keeper", "roomy"};
+  BOOST_TEST(order == expected, boost::test_tools::per_element());
+  for (const char* name : {"keeper", "roomy"})
+    self->send(router, triad::release_atom::value, std::string{name});
+  order = decode_routes(self, router, 1);
+  BOOST_TEST(order == std::vector<std::string>{"roomy"}, boost::test_tools::per_element());
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+  for (auto& a : {roomy, keeper})
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 

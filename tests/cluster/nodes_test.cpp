@@ -105,7 +105,7 @@ public:
   std::string wait_for(const std::string& pattern) {
     auto got = process_->wait_for(pattern, 60s);
     if (!got)
-      BOOST_FAIL(got.error().message);
+      BOOST_FAIL(got.error().message << "\n" << process_->log());
     return *got;
   }
   // Its HTTP port, once it serves.
@@ -327,6 +327,43 @@ BOOST_AUTO_TEST_CASE(nodes_of_one_machine_copy_held_kv_out_of_shared_memory_in_p
   std::ofstream{s.dir / "cpu_prefill.toml"} << s.base << cpu << device("prefill0", "prefill");
   std::ofstream{s.dir / "cpu_decode.toml"} << s.base << cpu << device("decode0", "decode");
   hand_offs_cross_the_kv_wire(s, "decode", "cpu_prefill.toml", "cpu_decode.toml", true);
+}
+
+// A front with a prefill device (and so a KV store) of its own that demotes each request's KV
+// at its tool calls, and two decode nodes: the decode device that computed a request's KV keeps
+// it in its node's store, and the request resumes on a device of that store (the router prefers
+// it), which reads the blocks back: no resume lands on the other node, where the tokens would be
+// computed again.
+BOOST_AUTO_TEST_CASE(a_demoted_request_resumes_on_the_decode_node_whose_store_keeps_its_kv) {
+  scratch s;
+  fs::copy_file(s.dir / "prefill.toml", s.dir / "front.toml");
+  std::ofstream{s.dir / "front.toml", std::ios::app} << "[orchestration]\nkv = \"demote\"\n";
+  node_process d1{
+      s, "d1", {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"}, "decode.toml"};
+  node_process d2{
+      s, "d2", {"--role", "decode", "--cluster-port", "0", "--node-name", "d2"}, "decode.toml"};
+  const auto d1_port = d1.cluster_port();
+  const auto d2_port = d2.cluster_port();
+  const std::string peers =
+      "127.0.0.1:" + std::to_string(d1_port) + ",127.0.0.1:" + std::to_string(d2_port);
+  node_process front{s, "front", {"--peers", peers}, "front.toml"};
+  const auto port = front.http_port();
+  BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 2),
+                        "the front did not join its peers: " << front.log());
+  auto r = run_command("timeout 120 " + agent_load(port, 12, 16, s.path("run.json")));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+  auto m = json::parse(slurp(s.path("run.json"))).at("metrics").as_object();
+  BOOST_TEST(m.at("calls_ok").as_int64() == 12, r.out);
+  const auto m1 = http_get(d1.http_port(), "/metrics");
+  const auto m2 = http_get(d2.http_port(), "/metrics");
+  auto both = [&](const std::string& name) { return sample(m1, name) + sample(m2, name); };
+  const std::string dev = "{device=\"decode0\"}";
+  // Two tool calls a session: each resume read its blocks back from the store that kept them.
+  BOOST_TEST(both("triad_device_kv_tier_tokens_total" + dev) > 0, m1 << m2);
+  BOOST_TEST(both("triad_device_kv_kept_elsewhere_total" + dev) == 0, m1 << m2);
+  BOOST_TEST_MESSAGE("tokens read back from the store: d1 "
+                     << sample(m1, "triad_device_kv_tier_tokens_total" + dev) << ", d2 "
+                     << sample(m2, "triad_device_kv_tier_tokens_total" + dev));
 }
 
 BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_and_rejoins) {
