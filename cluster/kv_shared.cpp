@@ -31,6 +31,8 @@ constexpr std::uint32_t key_magic = key_header{}.magic;
 constexpr std::size_t range_align = 64;
 // The most memories a reader keeps mapped; the least recently used one not being read goes.
 constexpr std::size_t max_mappings = 64;
+// A mapping unused this long goes (its holder may be gone: its segment lives while mapped).
+constexpr std::chrono::seconds idle_mapping{60};
 // How long closing a mapping's endpoint may take before the worker's destruction ends it.
 constexpr std::chrono::milliseconds close_grace{1000};
 
@@ -40,11 +42,16 @@ error ucx_error(std::string_view call, ucs_status_t status) {
 }
 
 // A UCX context restricted to shared memory, for one-sided access (mapping remote keys).
-expected<ucp_context_h> shared_context() {
+// `sysv_only`: memory it allocates comes from sysv segments or not at all: their pages come as
+// they are first written (UCX's posix segments are written over whole when made, which for a
+// large budget would commit all of it at every node's start).
+expected<ucp_context_h> shared_context(bool sysv_only = false) {
   ucp_config_t* config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
     return ucx_error("ucp_config_read", st);
   auto st = ucp_config_modify(config, "TLS", "sm,self");
+  if (st == UCS_OK && sysv_only)
+    st = ucp_config_modify(config, "ALLOC_PRIO", "md:sysv");
   ucp_context_h context = nullptr;
   if (st == UCS_OK) {
     ucp_params_t params{};
@@ -102,7 +109,7 @@ expected<std::unique_ptr<kv_shared_memory>> kv_shared_memory::open(std::size_t b
   if (bytes == 0)
     return make_error(errc::invalid_argument, "KV shared memory: 0 bytes asked for");
   auto s = std::make_unique<state>();
-  auto context = shared_context();
+  auto context = shared_context(true);
   if (!context)
     return context.error();
   s->context = *context;
@@ -200,9 +207,15 @@ void kv_shared_memory::release(std::span<std::byte> range) {
   if (!at || range.empty())
     return;
   std::lock_guard lock{s.mtx};
-  auto [it, fresh] = s.free.emplace(*at, range.size());
-  if (!fresh)
-    return; // given back twice: already free
+  // A range that overlaps a free one was not handed out as given (or came back twice): taking
+  // it in would hand the same bytes out twice.
+  auto after = s.free.lower_bound(*at);
+  if (after != s.free.end() && after->first < *at + range.size())
+    return;
+  if (after != s.free.begin())
+    if (auto before = std::prev(after); before->first + before->second > *at)
+      return;
+  auto it = s.free.emplace_hint(after, *at, range.size());
   if (auto next = std::next(it); next != s.free.end() && it->first + it->second == next->first) {
     it->second += next->second;
     s.free.erase(next);
@@ -227,6 +240,7 @@ struct mapping {
   const std::byte* bytes = nullptr;
   std::size_t size = 0;
   std::uint64_t last_use = 0;
+  std::chrono::steady_clock::time_point used_at;
 };
 
 } // namespace
@@ -236,6 +250,7 @@ struct kv_shared_reader::state {
   ucp_worker_h worker = nullptr;
   std::mutex mtx;                                           // guards the worker and what follows
   std::map<std::uint64_t, std::shared_ptr<mapping>> mapped; // by the memory's id
+  kv_shared_reader::fault injected = kv_shared_reader::fault::none;
   std::uint64_t uses = 0;
 
   ~state() {
@@ -269,6 +284,12 @@ struct kv_shared_reader::state {
 
   // The mapping of the memory `key` names, made at its first use (with mtx held).
   expected<std::shared_ptr<mapping>> map(std::span<const std::byte> key) {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = mapped.begin(); it != mapped.end();) // idle ones nobody reads go
+      if (auto at = it++; at->second.use_count() == 1 && now - at->second->used_at > idle_mapping) {
+        unmap(*at->second);
+        mapped.erase(at);
+      }
     key_header h;
     if (key.size() < sizeof h)
       return make_error(errc::parse_error, "KV shared memory: a key of " +
@@ -282,6 +303,7 @@ struct kv_shared_reader::state {
     if (auto it = mapped.find(h.id); it != mapped.end()) {
       if (std::equal(key.begin(), key.end(), it->second->key.begin(), it->second->key.end())) {
         it->second->last_use = ++uses;
+        it->second->used_at = now;
         return it->second;
       }
       if (it->second.use_count() > 1) // another memory under the same id, being read
@@ -290,6 +312,8 @@ struct kv_shared_reader::state {
       unmap(*it->second);
       mapped.erase(it);
     }
+    if (injected == kv_shared_reader::fault::cannot_map)
+      return make_error(errc::io_error, "KV shared memory: cannot map it (fault injected)");
     auto m = std::make_shared<mapping>();
     m->key.assign(key.begin(), key.end());
     ucp_ep_params_t ep{};
@@ -316,6 +340,7 @@ struct kv_shared_reader::state {
     m->bytes = static_cast<const std::byte*>(local);
     m->size = h.size;
     m->last_use = ++uses;
+    m->used_at = now;
     if (mapped.size() >= max_mappings) { // the least recently used one nobody reads goes
       auto old = mapped.end();
       for (auto it = mapped.begin(); it != mapped.end(); ++it)
@@ -337,8 +362,9 @@ kv_shared_reader::kv_shared_reader(std::unique_ptr<state> s)
 
 kv_shared_reader::~kv_shared_reader() = default;
 
-expected<std::unique_ptr<kv_shared_reader>> kv_shared_reader::open() {
+expected<std::unique_ptr<kv_shared_reader>> kv_shared_reader::open(fault injected) {
   auto s = std::make_unique<state>();
+  s->injected = injected;
   auto context = shared_context();
   if (!context)
     return context.error();

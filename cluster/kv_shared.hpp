@@ -22,9 +22,11 @@ namespace triad::cluster {
 /// it alive until unmapped). Its ranges are handed out first fit; thread-safe.
 class kv_shared_memory {
 public:
-  /// Allocates `bytes` of shared memory (pages come as they are first written) and checks that
-  /// another UCX context maps it directly; errc::unsupported when UCX could not place it where
-  /// others map it (then blocks are sent the usual way), errors name the UCX call otherwise.
+  /// Allocates `bytes` of shared memory in a sysv segment (pages come as they are first written)
+  /// and checks that another UCX context of this process maps it directly (another process may
+  /// still fail to: another IPC namespace; its reader then says so, kv_wire); errc::unsupported
+  /// when UCX could not place it where others map it (then blocks are sent the usual way),
+  /// errors name the UCX call otherwise.
   static expected<std::unique_ptr<kv_shared_memory>> open(std::size_t bytes);
   /// Unregisters and frees the memory.
   ~kv_shared_memory();
@@ -55,11 +57,18 @@ private:
 /// A reader of other processes' kv_shared_memory: a UCX context and worker of its own, each
 /// memory mapped at its first read and kept mapped (the first touch of a fresh mapping faults
 /// every page in: several times slower than a copy), the least recently used unmapped past a
-/// bound. Thread-safe; copies run in parallel.
+/// bound and any unused for a minute (a restarted holder's old segment lives while mapped).
+/// Thread-safe; copies run in parallel (mapping and unmapping, under its lock, do not).
 class kv_shared_reader {
 public:
+  /// Faults a reader may be opened with, for tests and drills.
+  enum class fault : std::uint8_t {
+    none,       ///< reads as it should
+    cannot_map, ///< every memory fails to map (errc::io_error), as in another IPC namespace
+  };
+
   /// Opens the reader's UCX context and worker; errors name the UCX call and status.
-  static expected<std::unique_ptr<kv_shared_reader>> open();
+  static expected<std::unique_ptr<kv_shared_reader>> open(fault injected = fault::none);
   /// Unmaps everything it mapped.
   ~kv_shared_reader();
   kv_shared_reader(const kv_shared_reader&) = delete;

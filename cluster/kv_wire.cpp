@@ -28,9 +28,12 @@ using clock = std::chrono::steady_clock;
 // rendezvous (cross-memory attach between processes of one machine). Messages of one tag
 // from one endpoint match the receives of that tag in order, so header i and bytes i meet.
 // A block lying in the sender's shared memory (version `shared_version`) goes as where it lies
-// instead: its second message is the offset and the memory's key (shared_place), the receiver
-// copies the bytes out of its mapping, and after the batch it tells the sender how many it
-// copied (tag `release_tag`), after which the sender may reuse them.
+// instead: its second message is the offset and the memory's key (place()), the receiver copies
+// the bytes out of its mapping, and at the end of each receive it tells the sender how many such
+// blocks it is done with (a release word, tag `release_tag`), after which the sender may reuse
+// them: a send waits for words adding up to its blocks, so one receive takes at most one send's
+// (the sender waits before it sends again). The word also says when the receiver could not map
+// the memory (the sender then sends every later block with its bytes) or gave the batch up.
 struct block_header {
   std::uint32_t magic = 0x5452444b; // "TRDK"
   std::uint32_t version = 1;        // 1: the bytes follow; shared_version: where they lie
@@ -42,6 +45,9 @@ constexpr std::uint32_t header_magic = block_header{}.magic;
 constexpr std::uint64_t header_tag = defaults::cluster::wire_block_tag;
 constexpr std::uint64_t data_tag = defaults::cluster::wire_block_tag + 1;
 constexpr std::uint64_t release_tag = defaults::cluster::wire_block_tag + 2;
+constexpr std::uint64_t release_unmappable = std::uint64_t{1} << 63; // could not map the memory
+constexpr std::uint64_t release_abandoned = std::uint64_t{1} << 62;  // gave the batch up
+constexpr std::uint64_t release_count = release_abandoned - 1;       // the blocks done with
 constexpr std::uint32_t pushed_version = 1;
 constexpr std::uint32_t shared_version = 2;
 // Blocks smaller than this go with their bytes even from shared memory: UCX sends them eagerly,
@@ -110,6 +116,9 @@ struct kv_wire::state {
   wire_transport transport = wire_transport::shared_memory;
   wire_sharing sharing;    // both null over TCP
   bool peer_reads = false; // the peer copies blocks out of shared memory itself
+  // A peer could not map the shared memory (another IPC namespace, no access to the holder's
+  // segments): every later block goes with its bytes, to any peer.
+  bool unmappable = false;
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   ucp_ep_h peer = nullptr;
@@ -179,7 +188,7 @@ struct kv_wire::state {
 
   // Where `bytes` lie in the shared memory, when the peer reads it and they lie there.
   std::optional<std::size_t> shared_offset(std::span<const std::byte> bytes) const {
-    if (!peer_reads || !sharing.memory || bytes.size() < min_in_place)
+    if (!peer_reads || unmappable || !sharing.memory || bytes.size() < min_in_place)
       return std::nullopt;
     return sharing.memory->offset_of(bytes);
   }
@@ -505,23 +514,27 @@ expected<void> kv_wire::send(std::span<const wire_block> blocks,
                                    : std::string{ucs_status_string(st)}) +
                               "; the peer is dropped");
   }
-  // Blocks sent as where they lie have left once the peer says it copied them.
-  if (!failed && shared > 0) {
-    std::uint64_t copied = 0;
+  // Blocks sent as where they lie have left once the peer's release words add up to them.
+  for (std::uint64_t done = 0; !failed && done < shared;) {
+    std::uint64_t word = 0;
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     auto st = s.wait_for_peer(
-        ucp_tag_recv_nbx(s.worker, &copied, sizeof copied, release_tag, ~std::uint64_t{0}, &rp),
+        ucp_tag_recv_nbx(s.worker, &word, sizeof word, release_tag, ~std::uint64_t{0}, &rp),
         deadline);
-    if (st != UCS_OK || copied != shared)
-      failed = make_error(st == UCS_INPROGRESS ? errc::timed_out : errc::io_error,
-                          "KV wire: " + s.peer_name + " did not say it was done with the " +
-                              std::to_string(shared) + " blocks sent in shared memory" +
-                              (st == UCS_INPROGRESS
-                                   ? " within " + std::to_string(timeout.count()) + " ms"
-                               : st == UCS_OK ? " (it said " + std::to_string(copied) + ")"
-                                              : std::string{": "} + ucs_status_string(st)) +
-                              "; the peer is dropped");
+    if ((word & release_unmappable) != 0)
+      s.unmappable = true;
+    done += word & release_count;
+    if (st != UCS_OK || (word & release_abandoned) != 0 || done > shared)
+      failed = make_error(
+          st == UCS_INPROGRESS ? errc::timed_out : errc::io_error,
+          "KV wire: " + s.peer_name + " did not say it was done with the " +
+              std::to_string(shared) + " blocks sent in shared memory" +
+              (st == UCS_INPROGRESS ? " within " + std::to_string(timeout.count()) + " ms"
+               : st != UCS_OK       ? std::string{": "} + ucs_status_string(st)
+               : (word & release_abandoned) != 0 ? " (it gave the batch up)"
+                                                 : " (it said " + std::to_string(done) + ")") +
+              "; the peer is dropped");
   }
   if (failed) {
     s.reset(); // ends the sends still under way (UCX cannot cancel them one by one)
@@ -571,10 +584,20 @@ kv_wire::receive(std::span<const std::span<std::byte>> slots, std::chrono::milli
   std::vector<expected<received_block>> out;
   out.reserve(n);
   std::uint64_t shared = 0; // blocks sent as where they lie
+  bool unmappable = false;  // one of them lay in memory this wire could not map
+  // Tells the sender this receive is done with its blocks sent as where they lie (with
+  // `flags`); waits until the word has left.
+  auto release = [&s, &shared, &unmappable](std::uint64_t flags,
+                                            clock::time_point until) -> ucs_status_t {
+    // Waited for: a send not done by then is ended by the reset() that follows.
+    const std::uint64_t word = shared | flags | (unmappable ? release_unmappable : 0);
+    ucp_request_param_t sp{};
+    return s.wait_for_peer(ucp_tag_send_nbx(s.peer, &word, sizeof word, release_tag, &sp), until);
+  };
   // A block sent as where it lies: its place arrived in `slot` (`length` bytes); the bytes
   // are copied from the sender's shared memory into the slot.
-  auto read_shared = [&s](const block_header& h, std::span<std::byte> slot,
-                          std::size_t length) -> expected<received_block> {
+  auto read_shared = [&s, &unmappable](const block_header& h, std::span<std::byte> slot,
+                                       std::size_t length) -> expected<received_block> {
     std::uint64_t offset = 0;
     if (!s.sharing.reader || length <= sizeof offset || length > slot.size())
       return make_error(errc::corrupted, "KV wire: block " + std::to_string(h.id) +
@@ -583,6 +606,8 @@ kv_wire::receive(std::span<const std::span<std::byte>> slots, std::chrono::milli
     std::memcpy(&offset, slot.data(), sizeof offset);
     const std::vector<std::byte> key(slot.begin() + sizeof offset, slot.begin() + length);
     auto copied = s.sharing.reader->read(key, offset, slot.first(h.bytes), h.checksum);
+    if (!copied && copied.error().code != errc::corrupted)
+      unmappable = true;
     if (!copied)
       return make_error(copied.error().code == errc::corrupted ? errc::corrupted : errc::io_error,
                         "KV wire: block " + std::to_string(h.id) + " from " + s.peer_name +
@@ -603,6 +628,10 @@ kv_wire::receive(std::span<const std::span<std::byte>> slots, std::chrono::milli
                                : s.peer_failed ? std::string{ucs_status_string(*s.peer_failed)}
                                                : std::string{ucs_status_string(data_status)}) +
                               "; the peer is dropped");
+      // A sender waiting to hear about blocks it sent as where they lie hears that this
+      // receive gave them up (briefly: the peer may be gone), not only its timeout.
+      if (shared > 0)
+        (void)release(release_abandoned, clock::now() + std::chrono::milliseconds{200});
       s.reset();
       return e;
     }
@@ -650,9 +679,7 @@ kv_wire::receive(std::span<const std::span<std::byte>> slots, std::chrono::milli
   // The sender waits to hear that this wire is done with the blocks sent as where they lie
   // (copied, or refused): it may reuse them then.
   if (shared > 0) {
-    ucp_request_param_t sp{};
-    auto st = s.wait_for_peer(ucp_tag_send_nbx(s.peer, &shared, sizeof shared, release_tag, &sp),
-                              deadline);
+    auto st = release(0, deadline);
     if (st != UCS_OK) {
       auto e = make_error(st == UCS_INPROGRESS ? errc::timed_out : errc::io_error,
                           "KV wire: telling " + s.peer_name + " its blocks were copied failed: " +

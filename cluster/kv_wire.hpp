@@ -90,17 +90,20 @@ public:
           std::chrono::milliseconds timeout = defaults::cluster::wire_connect_timeout);
 
   /// Sends `blocks` to the peer, all under way at once, and waits until every one has left
-  /// (the bytes may be reused then; a block sent as where it lies has left once the peer has
-  /// copied it). errc::invalid_argument without a peer; errc::timed_out
-  /// or errc::io_error (the peer failed) drop the peer.
+  /// (the bytes may be reused then; a block sent as where it lies has left once the peer is done
+  /// with it: copied, or refused). A peer that could not map the shared memory says so, and the
+  /// wire sends every later block with its bytes. errc::invalid_argument without a peer;
+  /// errc::timed_out or errc::io_error (the peer failed) drop the peer.
   expected<void> send(std::span<const wire_block> blocks,
                       std::chrono::milliseconds timeout = defaults::cluster::wire_transfer_timeout);
 
   /// Receives as many blocks as `slots`, in the order sent, block i into slots[i] (at least
   /// its size). Per block: the block, or errc::corrupted (its checksum did not match: the
-  /// bytes must not be used) or errc::exhausted (larger than its slot). The whole fails, and
-  /// drops the peer, on a transport error, when the peer fails (over TCP) or when `timeout`
-  /// passes first.
+  /// bytes must not be used), errc::exhausted (larger than its slot) or errc::io_error (sent as
+  /// where it lies in memory this wire could not map). The whole fails, and drops the peer, on
+  /// a transport error, when the peer fails (over TCP) or when `timeout` passes first. One
+  /// receive takes the blocks of at most one send that sent some as where they lie (that send
+  /// returns once the receives that took them end).
   expected<std::vector<expected<received_block>>>
   receive(std::span<const std::span<std::byte>> slots,
           std::chrono::milliseconds timeout = defaults::cluster::wire_transfer_timeout);

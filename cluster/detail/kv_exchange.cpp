@@ -128,6 +128,7 @@ struct kv_exchange::state {
   counter* fetches = nullptr;
   counter* fetched_bytes = nullptr;
   counter* in_place_bytes = nullptr;
+  counter* on_heap = nullptr;
   counter* fetch_failures = nullptr;
   counter* fetch_retries = nullptr;
   gauge* held_gauge = nullptr;
@@ -170,6 +171,12 @@ struct kv_exchange::state {
       return;
     }
     insert(std::move(blob));
+  }
+
+  // Drops the oldest held KV until `size` more fits the budget (with mtx held).
+  void make_room(std::uint64_t size) {
+    while (held_bytes + size > budget && !held.empty())
+      drop(held.begin());
   }
 
   // Drops held KV past its time (with mtx held).
@@ -452,17 +459,23 @@ kv_exchange::start(cluster::wire_transport transport, const std::string& host,
   if (transport == cluster::wire_transport::shared_memory) {
     // Without shared memory (UCX could not place it where others map it) held KV lies on the
     // heap and goes by cross-memory attach; without a reader this node's fetches take it so.
-    auto memory = cluster::kv_shared_memory::open(budget);
+    // A quarter more than the budget: the KV being sent is off the books but still in its
+    // range, and ranges are rounded up and fragment. Pages come as written (sysv).
+    auto memory = cluster::kv_shared_memory::open(budget + budget / 4);
     auto reader = cluster::kv_shared_reader::open();
     if (memory)
       s->shared = std::move(*memory);
     if (reader)
       s->reader = std::move(*reader);
-    s->sharing_note = memory && reader
-                          ? "held KV in shared memory (" + std::to_string(budget >> 20) +
-                                " MiB reserved) that fetchers on this machine copy out in place"
-                          : "held KV goes by cross-memory attach: " +
-                                (memory ? reader.error().message : memory.error().message);
+    s->sharing_note =
+        memory
+            ? "held KV in shared memory (" + std::to_string((budget + budget / 4) >> 20) +
+                  " MiB reserved, pages taken as written) that fetchers on this machine copy "
+                  "out in place"
+            : "held KV on the heap, sent by cross-memory attach (" + memory.error().message + ")";
+    s->sharing_note += reader ? "; this node's fetches copy such KV out in place"
+                              : "; this node's fetches take KV by cross-memory attach (" +
+                                    reader.error().message + ")";
   }
   auto w = cluster::kv_wire::open(transport, {s->shared, nullptr});
   if (!w)
@@ -490,6 +503,9 @@ kv_exchange::start(cluster::wire_transport transport, const std::string& host,
   s->in_place_bytes = counter_of(metrics, "triad_cluster_kv_wire_in_place_bytes_total",
                                  "Of the KV bytes this node fetched, those it copied itself out "
                                  "of the holder's shared memory (same machine)");
+  s->on_heap = counter_of(metrics, "triad_cluster_kv_held_on_heap_total",
+                          "Held KV kept on the heap, not in the shared memory (no range free for "
+                          "it): fetchers on this machine get it by cross-memory attach");
   s->fetch_failures = counter_of(metrics, "triad_cluster_kv_wire_fetch_failures_total",
                                  "Fetches of held KV that failed (the tokens were computed "
                                  "instead)");
@@ -528,11 +544,19 @@ kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
   auto storage = std::make_shared<held_storage>();
   const auto size = bytes.size();
   storage->size = size;
-  // In the shared memory when it has room (copied there, each block checksummed in the same
-  // pass), else on the heap as given.
+  // In the shared memory (copied there, each block checksummed in the same pass), the oldest
+  // held KV giving way first as the budget says, then for a range; else on the heap as given.
   std::optional<std::span<std::byte>> range;
-  if (s.shared)
-    range = s.shared->allocate(size);
+  if (s.shared) {
+    std::lock_guard lock{s.mtx};
+    s.expire(clock::now());
+    s.make_room(size);
+    while (!(range = s.shared->allocate(size)) && !s.held.empty())
+      s.drop(s.held.begin());
+    s.publish();
+    if (!range)
+      add(s.on_heap);
+  }
   if (range) {
     storage->memory = s.shared;
     storage->range = *range;
@@ -552,8 +576,7 @@ kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
   std::lock_guard lock{s.mtx};
   const auto now = clock::now();
   s.expire(now);
-  while (s.held_bytes + size > s.budget && !s.held.empty()) // the oldest give way
-    s.drop(s.held.begin());
+  s.make_room(size);
   for (std::size_t i = 0; i < h.sizes.size(); ++i)
     h.blocks.push_back(s.next_id++);
   blob.until = now + s.hold_for;

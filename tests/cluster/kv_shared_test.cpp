@@ -95,8 +95,10 @@ BOOST_AUTO_TEST_CASE(bytes_outside_the_memory_have_no_offset) {
 // checksum.
 BOOST_AUTO_TEST_CASE(a_reader_copies_bytes_out_bit_exact) {
   shared_pair p;
+  BOOST_REQUIRE(p.memory->allocate(5000).has_value()); // so the bytes lie past offset 0
   auto range = p.memory->allocate(300000);
   BOOST_REQUIRE(range.has_value());
+  BOOST_TEST(*p.memory->offset_of(*range) > 0u);
   const auto want = pattern(300000, 7);
   std::memcpy(range->data(), want.data(), want.size());
   std::vector<std::byte> into(want.size());
@@ -119,6 +121,25 @@ BOOST_AUTO_TEST_CASE(bytes_that_fail_their_checksum_are_refused) {
       p.reader->read(p.memory->key(), *p.memory->offset_of(*range), into, block_checksum(want));
   BOOST_REQUIRE(!got.has_value());
   BOOST_TEST(got.error().code == errc::corrupted);
+}
+
+// A range given back that overlaps a free one (given back twice, or never handed out as such)
+// is not taken in: the same bytes are never handed out twice.
+BOOST_AUTO_TEST_CASE(a_range_given_back_twice_or_overlapping_a_free_one_is_ignored) {
+  shared_pair p{1 << 20};
+  auto a = p.memory->allocate(4096);
+  auto b = p.memory->allocate(4096);
+  BOOST_REQUIRE(a && b);
+  p.memory->release(*a);
+  p.memory->release(*a);                       // twice
+  p.memory->release(a->subspan(64, 128));      // inside a free range
+  p.memory->release({a->data() + 2048, 4096}); // half in a free range, half in b
+  auto first = p.memory->allocate(4096);
+  auto second = p.memory->allocate(4096);
+  BOOST_REQUIRE(first && second);
+  BOOST_TEST(first->data() == a->data());
+  BOOST_TEST(second->data() != a->data());
+  BOOST_TEST(second->data() != b->data()); // b is still handed out
 }
 
 // A read past the memory's end is refused naming the offset; nothing is copied.

@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <random>
@@ -50,11 +51,14 @@ enum class seen : std::uint8_t { intact, in_place, different, corrupted, too_lar
 // 127.0.0.1, tells the parent its port through a pipe, receives a block into each slot of
 // `slot_sizes`, compares each block's bytes with block_bytes(its id) and writes what it saw.
 // The parent, the sender, runs `send(port)`; the outcome per slot comes back. `reads`: the
-// receiver reads blocks sent as where they lie in the sender's shared memory.
+// receiver reads blocks sent as where they lie in the sender's shared memory. `batches`: it
+// receives that many batches in turn (the outcomes one after the other). `cannot_map`: its
+// reader cannot map any memory (a fault injected: as in another IPC namespace, or without the
+// right to attach the holder's segments).
 template<class Send>
 std::vector<seen> across_processes(wire_transport transport,
                                    const std::vector<std::size_t>& slot_sizes, Send send,
-                                   bool reads = false) {
+                                   bool reads = false, int batches = 1, bool cannot_map = false) {
   int fds[2];
   BOOST_REQUIRE_EQUAL(::pipe(fds), 0);
   const pid_t child = ::fork();
@@ -65,7 +69,8 @@ std::vector<seen> across_processes(wire_transport transport,
       auto fail = [&] { ::_exit(2); };
       wire_sharing sharing;
       if (reads) {
-        auto reader = kv_shared_reader::open();
+        auto reader = kv_shared_reader::open(cannot_map ? kv_shared_reader::fault::cannot_map
+                                                        : kv_shared_reader::fault::none);
         if (!reader)
           fail();
         sharing.reader = std::move(*reader);
@@ -82,27 +87,29 @@ std::vector<seen> across_processes(wire_transport transport,
         memory.emplace_back(n);
       for (auto& m : memory)
         slots.emplace_back(m);
-      auto got = (*wire)->receive(slots);
-      std::vector<seen> out;
-      for (std::size_t i = 0; got && i < got->size(); ++i) {
-        const auto& b = (*got)[i];
-        if (b) {
-          // In order: slot i holds block i + 1, all of it, as it was sent.
-          auto want = block_bytes(i + 1, page_sizes[i]);
-          out.push_back(b->id == i + 1 && b->bytes == want.size() &&
-                                std::memcmp(want.data(), slots[i].data(), b->bytes) == 0
-                            ? (b->in_place ? seen::in_place : seen::intact)
-                            : seen::different);
-        } else {
-          out.push_back(b.error().code == errc::corrupted   ? seen::corrupted
-                        : b.error().code == errc::exhausted ? seen::too_large
-                                                            : seen::other);
+      for (int batch = 0; batch < batches; ++batch) {
+        auto got = (*wire)->receive(slots);
+        std::vector<seen> out;
+        for (std::size_t i = 0; got && i < got->size(); ++i) {
+          const auto& b = (*got)[i];
+          if (b) {
+            // In order: slot i holds block i + 1, all of it, as it was sent.
+            auto want = block_bytes(i + 1, page_sizes[i]);
+            out.push_back(b->id == i + 1 && b->bytes == want.size() &&
+                                  std::memcmp(want.data(), slots[i].data(), b->bytes) == 0
+                              ? (b->in_place ? seen::in_place : seen::intact)
+                              : seen::different);
+          } else {
+            out.push_back(b.error().code == errc::corrupted   ? seen::corrupted
+                          : b.error().code == errc::exhausted ? seen::too_large
+                                                              : seen::other);
+          }
         }
+        if (!got)
+          fail();
+        if (::write(fds[1], out.data(), out.size()) != static_cast<ssize_t>(out.size()))
+          fail();
       }
-      if (!got)
-        fail();
-      if (::write(fds[1], out.data(), out.size()) != static_cast<ssize_t>(out.size()))
-        fail();
       ::_exit(0);
     } catch (...) {
       ::_exit(3); // never back into the test runner in the child
@@ -130,7 +137,7 @@ std::vector<seen> across_processes(wire_transport transport,
   std::uint16_t port = 0;
   BOOST_REQUIRE_EQUAL(::read(fds[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
   send(port);
-  std::vector<seen> out(slot_sizes.size());
+  std::vector<seen> out(slot_sizes.size() * static_cast<std::size_t>(batches));
   std::size_t n = 0;
   while (n < out.size()) {
     auto r = ::read(fds[0], reinterpret_cast<char*>(out.data()) + n, out.size() - n);
@@ -148,8 +155,8 @@ std::vector<seen> across_processes(wire_transport transport,
 // Sends block_bytes(i + 1) of each size to the wire at `port`; `corrupt` names one index whose
 // checksum is sent wrong. `shared`: the pages lie in shared memory the receiver may read; once
 // the send has returned they are overwritten (the receiver must have copied them by then).
-void send_pages(wire_transport transport, std::uint16_t port, int corrupt = -1,
-                bool shared = false) {
+void send_pages(wire_transport transport, std::uint16_t port, int corrupt = -1, bool shared = false,
+                int batches = 1) {
   std::shared_ptr<kv_shared_memory> memory;
   if (shared) {
     auto opened = kv_shared_memory::open(16 << 20);
@@ -171,17 +178,20 @@ void send_pages(wire_transport transport, std::uint16_t port, int corrupt = -1,
       auto range = memory->allocate(bytes[i].size());
       BOOST_REQUIRE(range.has_value());
       pages[i] = range->first(bytes[i].size());
-      std::memcpy(pages[i].data(), bytes[i].data(), bytes[i].size());
     }
   }
   for (std::size_t i = 0; i < page_sizes.size(); ++i) {
     auto sum = block_checksum(bytes[i]);
     blocks.push_back({i + 1, pages[i], static_cast<int>(i) == corrupt ? sum ^ 1 : sum});
   }
-  auto sent = (*wire)->send(blocks);
-  BOOST_REQUIRE_MESSAGE(sent.has_value(), why(sent));
-  for (auto& page : pages) // the send is done with them
-    std::memset(page.data(), 0xee, page.size());
+  for (int batch = 0; batch < batches; ++batch) {
+    for (std::size_t i = 0; shared && i < bytes.size(); ++i)
+      std::memcpy(pages[i].data(), bytes[i].data(), bytes[i].size());
+    auto sent = (*wire)->send(blocks);
+    BOOST_REQUIRE_MESSAGE(sent.has_value(), why(sent));
+    for (auto& page : pages) // the send is done with them
+      std::memset(page.data(), 0xee, page.size());
+  }
 }
 
 std::vector<seen> all(seen s) {
@@ -234,6 +244,22 @@ BOOST_AUTO_TEST_CASE(pages_in_shared_memory_are_copied_out_in_place_bit_exact) {
       wire_transport::shared_memory, page_sizes,
       [](std::uint16_t port) { send_pages(wire_transport::shared_memory, port, -1, true); }, true);
   BOOST_TEST((got == in_place_from_64k()));
+}
+
+// A receiver that cannot map the sender's shared memory (fault injected) refuses the pages sent
+// as where they lie (io_error) and tells the sender so: the next batch comes with its bytes,
+// intact.
+BOOST_AUTO_TEST_CASE(a_receiver_that_cannot_map_the_shared_memory_gets_the_bytes_next_time) {
+  auto got = across_processes(
+      wire_transport::shared_memory, page_sizes,
+      [](std::uint16_t port) { send_pages(wire_transport::shared_memory, port, -1, true, 2); },
+      true, 2, true);
+  std::vector<seen> want;
+  for (auto n : page_sizes) // the first batch: those sent as where they lie are refused
+    want.push_back(n >= 65536 ? seen::other : seen::intact);
+  const auto second = all(seen::intact);
+  want.insert(want.end(), second.begin(), second.end());
+  BOOST_TEST((got == want));
 }
 
 // A receiver that does not read shared memory gets the bytes of pages in the sender's shared
