@@ -336,6 +336,7 @@ expected<std::unique_ptr<node>> node::start(const node_config& whole, node_optio
     if (!cp)
       return cp.error();
     n->cluster_ = std::move(*cp);
+    n->cluster_->serve_kept(n->kv_tier_); // a demotion's blocks, to other nodes' devices
   }
   std::vector<routed_device> routed;
   for (auto& [dev_config, placed, home, be, report] : built) {
@@ -430,6 +431,8 @@ expected<std::unique_ptr<node>> node::start(const node_config& whole, node_optio
   if (options.request_metrics)
     ctx->metrics = request_metrics::attach(n->metrics_);
   ctx->tier = n->kv_tier_;
+  if (n->cluster_ && n->kv_tier_)
+    ctx->kept_wire = n->cluster_->kv_wire_address();
   ctx->trace = n->trace_;
   ctx->trace_all = options.trace_all_requests;
   ctx->kept_traces = options.kept_request_traces;

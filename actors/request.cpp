@@ -587,6 +587,8 @@ private:
       return;
     }
     kept_ = std::move(k);
+    if (kept_.wire.empty() && in_this_store(kept_)) // another node's device may resume it
+      kept_.wire = ctx_->kept_wire;
     if (pending_result_) {
       prefetch_kept(); // while the request is routed and admitted
       continue_after_tool();
@@ -690,6 +692,7 @@ private:
           order.kept_blocks = kept_.blocks;
           order.kept_tokens = kept_.tokens;
           order.kept_store = kept_.store;
+          order.kept_wire = kept_.wire;
           // Counted as a prefill of everything; the device reports what came from the blocks
           // (as cached tokens, subtracted then), so a block that could not be read counts as
           // computed.

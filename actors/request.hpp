@@ -272,6 +272,9 @@ struct request_context {
   /// request's KV there across a tool call (blocks it holds and releases), instead of a copy
   /// on the request actor.
   std::shared_ptr<kv_tier> tier;
+  /// Where other nodes' devices fetch blocks `tier` keeps (the node's KV exchange, serving
+  /// them; "" none): named in the kv_kept of a demotion on this node's own devices.
+  std::string kept_wire;
   /// Whether every device is connected to `tier` (a prefix cache, pages of the store's size):
   /// only then does a session's KV wait between turns as store blocks, found again by the
   /// next turn's prompt; else it rides on the conversation as bytes.

@@ -81,6 +81,9 @@ namespace triad {
 
 namespace {
 
+// How long the node's KV store may take to read kept blocks another node asked for.
+constexpr std::chrono::seconds kept_read_timeout{10};
+
 using rejoin_atom = caf::atom_constant<caf::atom("clrejoin")>;
 using heartbeat_atom = caf::atom_constant<caf::atom("clbeat")>;
 
@@ -604,6 +607,28 @@ caf::actor control_plane::kv_fetcher() const {
 
 std::string control_plane::kv_wire_address() const {
   return impl_->exchange ? impl_->exchange->address() : std::string{};
+}
+
+void control_plane::serve_kept(std::shared_ptr<kv_tier> tier) {
+  auto& m = *impl_;
+  if (!m.exchange || !tier)
+    return;
+  // On the exchange's server thread: asks the store (its actors in the node's system) and waits
+  // for its answer in a scoped actor of this system, bounded.
+  m.exchange->serve_kept([tier, sys = m.sys.get()](
+                             const std::vector<std::uint64_t>& ids,
+                             const std::vector<token>& tokens) -> expected<std::vector<kv_page>> {
+    caf::scoped_actor self{*sys};
+    tier->fetch_kept(ids, tokens, 0, caf::actor{self}, 0);
+    std::optional<std::vector<kv_page>> pages;
+    self->receive(
+        [&](kv_fetched_atom, seq_id, std::vector<kv_page>& got) { pages = std::move(got); },
+        caf::after(kept_read_timeout) >> [] {});
+    if (!pages)
+      return make_error(errc::timed_out, "the KV store did not read kept blocks " +
+                                             std::to_string(ids.front()) + ".. in time");
+    return std::move(*pages);
+  });
 }
 
 std::string control_plane::kv_wire_sharing() const {

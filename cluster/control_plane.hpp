@@ -9,6 +9,7 @@
 
 #include "cluster/config.hpp"
 #include "devices/device.hpp"
+#include "devices/kv_tier.hpp"
 #include "grammar/cache.hpp"
 #include "grammar/token_mask.hpp"
 #include "runtime/error.hpp"
@@ -95,6 +96,10 @@ public:
   /// Over a shared-memory KV wire: whether its held KV lies in shared memory that fetchers
   /// copy out in place, or why not; "" otherwise.
   std::string kv_wire_sharing() const;
+  /// Serves kept blocks of the node's KV store (`tier`: a demotion's, kv_kept) to other
+  /// nodes' devices over the KV wire: a device node's gateway then names its exchange in each
+  /// kv_kept it answers. Nothing without a KV exchange. Call before the devices start.
+  void serve_kept(std::shared_ptr<kv_tier> tier);
   /// What fetches KV other nodes hold for this one's devices (device_options::kv_fetcher):
   /// one fetch at a time, on a thread of its own. Null without a KV exchange.
   caf::actor kv_fetcher() const;

@@ -92,8 +92,8 @@ struct device_metrics {
                            "KV streams found damaged or broken off; their tokens computed", l));
     kept_elsewhere = take(r.add_counter(
         "triad_device_kv_kept_elsewhere_total",
-        "demoted sequences resumed here whose kept blocks were in another node's KV store: "
-        "their tokens computed",
+        "demoted sequences resumed here whose kept blocks were in another node's KV store and "
+        "could not be fetched from it: their tokens computed",
         l));
     step_seconds = take(
         r.add_histogram("triad_device_step_seconds", "step time", default_duration_buckets(), l));
@@ -245,7 +245,7 @@ public:
           if (it == demotions_.end())
             return;
           it->second.promise.deliver(
-              kv_kept{std::move(ids), it->second.tokens, pin, tier_ ? tier_->store_id() : 0});
+              kv_kept{std::move(ids), it->second.tokens, pin, tier_ ? tier_->store_id() : 0, {}});
           demotions_.erase(it);
         },
         [this](export_done_atom, std::uint64_t key, kv_blob& blob, std::string& error) {
@@ -265,18 +265,7 @@ public:
           return import_here(std::move(blob), std::move(req));
         },
         [this](kv_fetched_atom, seq_id id, std::vector<kv_page>& pages) {
-          auto* s = find(id);
-          if (s == nullptr) // freed meanwhile
-            return;
-          if (pages.empty() && s->from_peer && s->computed == 0) {
-            // The other device gave none (it evicted them, stopped or was slow): what the
-            // store holds is fetched instead.
-            s->from_peer = false;
-            fetch_from_tier(*s, s->chain, false);
-          }
-          if (!pages.empty())
-            s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
-          tier_answered(*s);
+          fetched(id, std::move(pages));
         },
         [this](kv_leased_atom, seq_id id, std::shared_ptr<kv_stream>& stream) {
           // Else (gone, finished, or its prompt already computed) the stream gives its blocks
@@ -354,6 +343,42 @@ private:
 
   // One answer of the tier below came for `s`: once none is due, a fetching sequence may run
   // (a parked one resumes when told).
+  // Pages of sequence `id`'s prompt came (from the tier below, another device, or another
+  // node's store): attached with its prefix lookup before its first step.
+  void fetched(seq_id id, std::vector<kv_page> pages) {
+    auto* s = find(id);
+    if (s == nullptr) // freed meanwhile
+      return;
+    if (pages.empty() && s->from_peer && s->computed == 0) {
+      // The other device gave none (it evicted them, stopped or was slow): what the
+      // store holds is fetched instead.
+      s->from_peer = false;
+      fetch_from_tier(*s, s->chain, false);
+    }
+    if (!pages.empty())
+      s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
+    tier_answered(*s);
+  }
+
+  // Fetches a demoted sequence's kept blocks from the node whose store keeps them (the
+  // request's kept_wire) through this node's fetcher; what does not come is computed.
+  void fetch_kept_there(sequence& s, const caf::actor& fetcher, std::vector<token> kept) {
+    const auto id = s.req.seq;
+    request(fetcher, kv_fetch_timeout, kv_fetch_kept_atom::value, s.req.kept_wire,
+            std::move(s.req.kept_blocks), std::move(kept))
+        .then([this, id](std::vector<kv_page>& pages) { fetched(id, std::move(pages)); },
+              [this, id, from = s.req.kept_wire](caf::error& e) {
+                std::fprintf(stderr,
+                             "triad-node: device %s: the kept KV of sequence %llu at %s was not "
+                             "fetched (%s); its tokens are computed here\n",
+                             options_.name.c_str(), static_cast<unsigned long long>(id),
+                             from.c_str(), system().render(e).c_str());
+                if (metrics_.kept_elsewhere != nullptr)
+                  metrics_.kept_elsewhere->inc();
+                fetched(id, {});
+              });
+  }
+
   void tier_answered(sequence& s) {
     if (s.tier_answers_due > 0)
       --s.tier_answers_due;
@@ -562,8 +587,13 @@ private:
                     "invalid: sequence " + std::to_string(req.seq) +
                         " is reserved (the device's own, to copy pages out for another)");
     // Kept blocks of another store (a demotion on another node's device kept them there) are
-    // not this tier's to read: block ids are a store's own. Their tokens are computed.
-    if (!req.kept_blocks.empty() && (!tier_ || req.kept_store != tier_->store_id())) {
+    // not this tier's to read: block ids are a store's own. They are fetched from the node that
+    // serves them (through the node's fetcher, into the prefix cache's lookup), or computed.
+    auto fetcher = caf::actor_cast<caf::actor>(options_.kv_fetcher);
+    const bool kept_here = !req.kept_blocks.empty() && tier_ && req.kept_store == tier_->store_id();
+    const bool kept_there = !req.kept_blocks.empty() && !kept_here && !req.kept_wire.empty() &&
+                            fetcher && options_.prefix_cache;
+    if (!req.kept_blocks.empty() && !kept_here && !kept_there) {
       if (metrics_.kept_elsewhere != nullptr)
         metrics_.kept_elsewhere->inc();
       req.kept_blocks.clear();
@@ -572,7 +602,7 @@ private:
     // The chain of the prompt's pages a prefix cache could give, hashed once for the memory
     // check (when others hold memory) and the fetch from the tier below (when it looks up).
     const bool looks_up = !importing && options_.prefix_cache && req.reuse_prefix;
-    const bool comes_back = tier_ && !req.kept_blocks.empty() && options_.prefix_cache;
+    const bool comes_back = (kept_here || kept_there) && options_.prefix_cache;
     auto chain = looks_up || comes_back ? lookup_chain(req.prompt) : std::vector<block_hash>{};
     if (auto full = room_for(req.prompt, chain); !full.empty())
       return refuse(errc::busy, std::move(full));
@@ -601,7 +631,7 @@ private:
     }
     if (s.lookup || comes_back)
       s.chain = std::move(chain);
-    if (tier_ && !s.req.kept_blocks.empty()) {
+    if (comes_back) {
       // A demoted sequence comes back: its kept blocks are read before its first step (and
       // looked up in its own cache first, as any prompt).
       s.lookup = options_.prefix_cache;
@@ -610,8 +640,11 @@ private:
       std::vector<token> kept{s.tokens.begin(),
                               s.tokens.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(
                                                      s.req.kept_tokens, s.tokens.size()))};
-      tier_->fetch_kept(std::move(s.req.kept_blocks), std::move(kept), s.req.seq,
-                        caf::actor_cast<caf::actor>(this), trace_of(s));
+      if (kept_here)
+        tier_->fetch_kept(std::move(s.req.kept_blocks), std::move(kept), s.req.seq,
+                          caf::actor_cast<caf::actor>(this), trace_of(s));
+      else
+        fetch_kept_there(s, fetcher, std::move(kept));
     } else if (s.lookup) {
       fetch_from_tier(s, s.chain);
     }

@@ -125,7 +125,10 @@ struct generate_request {
   /// be read is computed.
   std::vector<std::uint64_t> kept_blocks;
   std::uint64_t kept_tokens = 0; ///< tokens the kept blocks cover
-  std::uint64_t kept_store = 0;  ///< the store they are in (kv_kept::store); another's: computed
+  std::uint64_t kept_store = 0;  ///< the store they are in (kv_kept::store)
+  /// Where another node serves them (kv_kept::wire): a device of another store fetches them
+  /// from there through its node's fetcher; without one (or a fetcher) they are computed.
+  std::string kept_wire;
   /// The grammar the generated tokens must follow, where the request has one (a response_format,
   /// tool calls):
   /// the driver masks each step's logits with it before sampling and moves it on by each token
@@ -149,14 +152,18 @@ struct kv_kept {
   std::uint64_t tokens = 0;          ///< tokens they cover
   std::uint64_t pin = 0;             ///< the store's pin that keeps them (kv_tier::release)
   /// The store holding them (kv_tier::store_id): block ids are a store's own, so they are read
-  /// back (and released) only through that store; anywhere else the tokens are computed.
+  /// back (and released) only through that store: a device of another store fetches them from
+  /// `wire`, or computes the tokens.
   std::uint64_t store = 0;
+  /// Where that store's node serves them to other nodes (its KV exchange, "host:port"; set by
+  /// a device node's gateway; "" none).
+  std::string wire;
 };
 
 /// Inspector of kv_kept.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_kept& x) {
-  return f(caf::meta::type_name("kv_kept"), x.blocks, x.tokens, x.pin, x.store);
+  return f(caf::meta::type_name("kv_kept"), x.blocks, x.tokens, x.pin, x.store, x.wire);
 }
 
 /// A sequence's KV that another node holds for whoever imports it (a prefill node's, for a
@@ -182,6 +189,11 @@ struct kv_held {
 /// Asks a fetcher for the bytes of a blob another node holds: `(kv_fetch_atom, kv_blob)` -> the
 /// blob with its bytes and no reference, or an error saying why the fetch failed.
 using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
+/// Asks a fetcher for kept blocks of another node's KV store (a demotion's, kv_kept):
+/// `(kv_fetch_kept_atom, std::string wire, std::vector<std::uint64_t> blocks, std::vector<token>
+/// tokens)` -> std::vector<kv_page>, the pages of `tokens` in order from the first (fewer when
+/// some were gone), each checked; or an error saying why none came.
+using kv_fetch_kept_atom = caf::atom_constant<caf::atom("kvfetchkpt")>;
 
 /// Inspector of kv_held.
 template<class Inspector>
@@ -319,8 +331,8 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
            x.stop, x.end, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done,
-           x.kept_blocks, x.kept_tokens, x.kept_store, x.logprobs, x.top_logprobs, x.traced,
-           x.trace_id);
+           x.kept_blocks, x.kept_tokens, x.kept_store, x.kept_wire, x.logprobs, x.top_logprobs,
+           x.traced, x.trace_id);
 }
 /// Inspector of admission.
 template<class Inspector>

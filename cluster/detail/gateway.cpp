@@ -318,7 +318,15 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
       },
       [self](demote_atom a, std::uint32_t i, seq_id seq, std::uint32_t keep_ms) {
         let_go(self, i, seq);
-        return forward<kv_kept>(self, i, a, seq, keep_ms);
+        // The kept blocks name where this node serves them: a device of another node fetches
+        // them from there (its exchange reads them from this node's store).
+        return forward_then<kv_kept>(
+            self, i,
+            [ex = self->state.options.exchange](kv_kept& k) {
+              if (ex && ex->serves_kept() && !k.blocks.empty())
+                k.wire = ex->address();
+            },
+            a, seq, keep_ms);
       },
       [self](stats_atom a, std::uint32_t i) { return forward<device_stats>(self, i, a); },
       [self, device](watch_kv_atom a, std::uint32_t i, caf::actor& watcher) {

@@ -32,8 +32,15 @@ constexpr std::uint64_t ack_all = 1;
 constexpr std::uint64_t ack_not = 0;
 // Attempts of a fetch (each on a fresh wire) before a failure of the wire fails it.
 constexpr int fetch_attempts = 3;
-// The largest request: a count and that many block ids.
+// The largest request: a count and that many block ids (and for kept blocks, a token count
+// and that many tokens).
 constexpr std::size_t max_request_blocks = 8192;
+constexpr std::size_t max_kept_tokens = std::size_t{1} << 18;
+// Set in a request's count: it asks for kept blocks of the node's KV store, not held KV.
+constexpr std::uint64_t kept_request = std::uint64_t{1} << 63;
+// Per page of kept blocks, the words that describe it before its tokens: hash, parent,
+// checksum, bytes, token count.
+constexpr std::size_t page_words = 5;
 // The id of the answer block that precedes the blocks: it carries how many of them follow.
 constexpr std::uint64_t answer_id = 0;
 
@@ -97,6 +104,8 @@ struct kv_exchange::state {
   std::shared_ptr<cluster::kv_shared_memory> shared;
   std::shared_ptr<cluster::kv_shared_reader> reader;
   std::string sharing_note;
+  // Reads kept blocks of the node's KV store for other nodes (null: none served).
+  kv_exchange::kept_source kept;
 
   using held_map = std::map<std::uint64_t, held_blob>;
   std::mutex mtx; // guards what follows
@@ -129,6 +138,7 @@ struct kv_exchange::state {
   counter* fetched_bytes = nullptr;
   counter* in_place_bytes = nullptr;
   counter* on_heap = nullptr;
+  counter* kept_fetches = nullptr;
   counter* fetch_failures = nullptr;
   counter* fetch_retries = nullptr;
   gauge* held_gauge = nullptr;
@@ -201,7 +211,8 @@ struct kv_exchange::state {
 
   // The server: one peer at a time asks for the blocks of one held KV and gets them.
   void serve() {
-    std::vector<std::byte> request((max_request_blocks + 1) * sizeof(std::uint64_t));
+    std::vector<std::byte> request((max_request_blocks + 2 + max_kept_tokens) *
+                                   sizeof(std::uint64_t));
     while (!stop.load()) {
       {
         std::lock_guard lock{mtx};
@@ -217,6 +228,10 @@ struct kv_exchange::state {
       if (const auto& r = got->front(); r && r->bytes >= sizeof(std::uint64_t)) {
         std::uint64_t n = 0;
         std::memcpy(&n, request.data(), sizeof n);
+        if ((n & kept_request) != 0) {
+          serve_kept(request, r->bytes, n & ~kept_request);
+          continue;
+        }
         if (n <= max_request_blocks && r->bytes == (n + 1) * sizeof(std::uint64_t)) {
           ids.resize(n);
           std::memcpy(ids.data(), request.data() + sizeof n, n * sizeof(std::uint64_t));
@@ -263,18 +278,162 @@ struct kv_exchange::state {
     }
   }
 
-  // Fetches `h` from its holder: attempts on fresh wires while the wire fails or damages a block
-  // (the holder keeps what it has not seen acknowledged, so a later attempt finds it).
-  // No attempt starts once a transfer's timeout has passed since the first.
-  expected<std::vector<std::byte>> fetch_remote(const kv_held& h) {
+  // Sends the peer the kept blocks its request (`bytes` of `request`, `count` block ids, then
+  // the tokens they hold) asks for, read from the node's store: how many pages came (fewer
+  // when some were gone; none without a store), each page's hash, parent, checksum, size and
+  // tokens, then their bytes; then waits for the peer's word and lets it go. The blocks stay in
+  // the store (their pin's time ends them).
+  void serve_kept(const std::vector<std::byte>& request, std::size_t bytes, std::uint64_t count) {
+    constexpr auto word = sizeof(std::uint64_t);
+    std::vector<std::uint64_t> ids;
+    std::vector<token> tokens;
+    if (count <= max_request_blocks && bytes >= (count + 2) * word) {
+      std::uint64_t ntok = 0;
+      std::memcpy(&ntok, request.data() + (count + 1) * word, word);
+      if (ntok <= max_kept_tokens && bytes == (count + 2 + ntok) * word) {
+        ids.resize(count);
+        std::memcpy(ids.data(), request.data() + word, count * word);
+        for (std::uint64_t i = 0; i < ntok; ++i) {
+          std::uint64_t t = 0;
+          std::memcpy(&t, request.data() + (count + 2 + i) * word, word);
+          tokens.push_back(static_cast<token>(t));
+        }
+      }
+    }
+    std::vector<kv_page> pages;
+    if (kept && !ids.empty())
+      if (auto got = kept(ids, tokens); got && got->size() <= ids.size())
+        pages = std::move(*got);
+    std::uint64_t found = pages.size();
+    std::vector<std::uint64_t> meta;
+    for (auto& p : pages) {
+      const auto page_bytes = std::as_bytes(std::span{p.bytes});
+      if (p.checksum == 0)
+        p.checksum = block_checksum(page_bytes);
+      meta.insert(meta.end(), {p.hash, p.parent, p.checksum, page_bytes.size(), p.tokens.size()});
+      for (auto t : p.tokens)
+        meta.push_back(static_cast<std::uint64_t>(t));
+    }
+    const std::span<const std::byte> answer{reinterpret_cast<const std::byte*>(&found),
+                                            sizeof found};
+    const auto described = std::as_bytes(std::span{meta});
+    std::vector<cluster::wire_block> out{{answer_id, answer, block_checksum(answer)}};
+    if (found > 0)
+      out.push_back({answer_id, described, block_checksum(described)});
+    std::uint64_t sent = 0;
+    for (std::size_t i = 0; i < pages.size(); ++i) {
+      out.push_back({ids[i], std::as_bytes(std::span{pages[i].bytes}), pages[i].checksum});
+      sent += pages[i].bytes.size();
+    }
+    bool delivered = false;
+    if (server->send(out)) {
+      std::uint64_t ack = ack_not;
+      const std::span<std::byte> ack_slot{reinterpret_cast<std::byte*>(&ack), sizeof ack};
+      auto got_ack = server->receive({&ack_slot, 1}, defaults::cluster::wire_transfer_timeout);
+      delivered = got_ack && got_ack->front() && ack == ack_all;
+    }
+    server->drop_peer();
+    if (delivered)
+      add(sent_bytes, static_cast<double>(sent));
+  }
+
+  // Attempts of `once` (a fetch on a fresh wire) while the wire fails or damages a block (the
+  // holder keeps what it has not seen acknowledged, so a later attempt finds it). No attempt
+  // starts once a transfer's timeout has passed since the first.
+  template<class Once>
+  auto with_attempts(Once once) -> decltype(once()) {
     const auto give_up = clock::now() + defaults::cluster::wire_transfer_timeout;
     for (int attempt = 1;; ++attempt) {
-      auto got = fetch_once(h);
+      auto got = once();
       if (got || attempt == fetch_attempts || !worth_another_attempt(got.error().code) ||
           clock::now() >= give_up)
         return got;
       add(fetch_retries);
     }
+  }
+
+  // Fetches `h` from its holder: attempts on fresh wires while the wire fails or damages a block
+  // (the holder keeps what it has not seen acknowledged, so a later attempt finds it).
+  // No attempt starts once a transfer's timeout has passed since the first.
+  expected<std::vector<std::byte>> fetch_remote(const kv_held& h) {
+    return with_attempts([&] { return fetch_once(h); });
+  }
+
+  // One attempt to fetch kept blocks `ids` (holding `tokens`) from the store of the node at
+  // `wire`, over a wire of its own: the pages that came, each checked.
+  expected<std::vector<kv_page>> fetch_kept_once(const std::string& wire,
+                                                 const std::vector<std::uint64_t>& ids,
+                                                 const std::vector<token>& tokens) {
+    std::vector<std::uint64_t> request{ids.size() | kept_request};
+    request.insert(request.end(), ids.begin(), ids.end());
+    request.push_back(tokens.size());
+    for (auto t : tokens)
+      request.push_back(static_cast<std::uint64_t>(t));
+    auto session = ask(wire, request);
+    if (!session)
+      return session.error();
+    auto& client = session->wire;
+    std::uint64_t found = 0;
+    const std::span<std::byte> answer{reinterpret_cast<std::byte*>(&found), sizeof found};
+    auto got = client->receive({&answer, 1});
+    if (!got)
+      return got.error();
+    if (!got->front())
+      return got->front().error();
+    if (found == 0 || found > ids.size()) {
+      session->acknowledge(ack_not);
+      return make_error(found == 0 ? errc::not_found : errc::corrupted,
+                        "KV exchange: " + wire + " has none of kept blocks " +
+                            std::to_string(ids.front()) + ".. (" + std::to_string(found) +
+                            " pages answered)");
+    }
+    // What each page is: its hash, parent, checksum, size and tokens.
+    std::vector<std::uint64_t> meta(found * page_words + tokens.size());
+    const std::span<std::byte> described = std::as_writable_bytes(std::span{meta});
+    auto header = client->receive({&described, 1});
+    if (!header)
+      return header.error();
+    if (!header->front())
+      return header->front().error();
+    std::vector<kv_page> pages(found);
+    std::vector<std::span<std::byte>> slots;
+    const std::size_t words = header->front()->bytes / sizeof(std::uint64_t);
+    std::size_t at = 0;
+    for (auto& p : pages) {
+      if (at + page_words > words || meta[at + 3] > (std::uint64_t{1} << 30) ||
+          at + page_words + meta[at + 4] > words) {
+        session->acknowledge(ack_not);
+        return make_error(errc::corrupted,
+                          "KV exchange: " + wire + " described its kept pages wrongly");
+      }
+      p.hash = meta[at];
+      p.parent = meta[at + 1];
+      p.checksum = meta[at + 2];
+      p.bytes.resize(meta[at + 3]);
+      for (std::uint64_t k = 0; k < meta[at + 4]; ++k)
+        p.tokens.push_back(static_cast<token>(meta[at + page_words + k]));
+      at += page_words + meta[at + 4];
+      slots.push_back(std::as_writable_bytes(std::span{p.bytes}));
+    }
+    auto blocks = client->receive(slots);
+    if (!blocks)
+      return blocks.error();
+    for (std::size_t i = 0; i < pages.size(); ++i) {
+      const auto& b = (*blocks)[i];
+      std::optional<error> refused;
+      if (!b)
+        refused = b.error();
+      else if (b->id != ids[i] || b->bytes != pages[i].bytes.size() ||
+               b->checksum != pages[i].checksum)
+        refused = make_error(errc::corrupted, "KV exchange: kept block " + std::to_string(i) +
+                                                  " from " + wire + " is not the one described");
+      if (refused) {
+        session->acknowledge(ack_not);
+        return *refused;
+      }
+    }
+    session->acknowledge(ack_all);
+    return pages;
   }
 
   // The keeper: opens a spare wire when a fetch took one (or found none), closes and destroys
@@ -339,41 +498,64 @@ struct kv_exchange::state {
 
   // One attempt to fetch `h` from its holder, over a wire of its own (retired, peer and all,
   // when it returns).
-  expected<std::vector<std::byte>> fetch_once(const kv_held& h) {
-    const auto split = split_host_port(h.wire);
+  // One fetch's connection to the holder at `wire`: a wire of its own, handed to the keeper
+  // (closed and destroyed off the fetch's path) when it goes.
+  struct fetch_session {
+    state* s = nullptr;
+    std::unique_ptr<cluster::kv_wire> wire;
+    fetch_session(state* st, std::unique_ptr<cluster::kv_wire> w)
+        : s(st)
+        , wire(std::move(w)) {}
+    fetch_session(fetch_session&& other) noexcept
+        : s(other.s)
+        , wire(std::move(other.wire)) {}
+    fetch_session& operator=(fetch_session&&) = delete;
+    ~fetch_session() {
+      if (wire)
+        s->retire(std::move(wire));
+    }
+    // The fetcher's last word (ack_all or ack_not), after which the holder closes. Its own
+    // failure changes nothing here: the bytes were checked (or refused) already.
+    void acknowledge(std::uint64_t ack) {
+      const std::span<const std::byte> a{reinterpret_cast<const std::byte*>(&ack), sizeof ack};
+      const cluster::wire_block b{answer_id, a, block_checksum(a)};
+      (void)wire->send({&b, 1});
+    }
+  };
+
+  // Connects to the holder at `wire` and sends it `request`.
+  expected<fetch_session> ask(const std::string& wire, const std::vector<std::uint64_t>& request) {
+    const auto split = split_host_port(wire);
     if (!split)
       return make_error(errc::invalid_argument,
-                        "KV exchange: '" + h.wire + "' is not host:port (port 1..65535)");
+                        "KV exchange: '" + wire + "' is not host:port (port 1..65535)");
     const auto& [host, port] = *split;
     // A wire of its own per fetch: UCX over TCP does not wire up again reliably between two
     // workers that were connected before (seen: "Endpoint timeout" at the second connect).
     auto w = take_wire();
     if (!w)
       return w.error();
-    struct retiring {
-      state* s;
-      std::unique_ptr<cluster::kv_wire>& w;
-      ~retiring() { s->retire(std::move(w)); }
-    } retire_at_end{this, *w};
-    auto& client = *w;
+    fetch_session session{this, std::move(*w)};
     // The holder serves one peer at a time: a connect can time out behind others (seen on a
-    // loaded machine); fetch_remote tries again.
-    if (auto c = client->connect(host, port); !c)
+    // loaded machine); with_attempts tries again.
+    if (auto c = session.wire->connect(host, port); !c)
       return c.error();
-    std::vector<std::uint64_t> request{h.blocks.size()};
-    request.insert(request.end(), h.blocks.begin(), h.blocks.end());
     const std::span<const std::byte> req{reinterpret_cast<const std::byte*>(request.data()),
                                          request.size() * sizeof(std::uint64_t)};
-    const cluster::wire_block ask{answer_id, req, block_checksum(req)};
-    if (auto sent = client->send({&ask, 1}); !sent)
+    const cluster::wire_block block{answer_id, req, block_checksum(req)};
+    if (auto sent = session.wire->send({&block, 1}); !sent)
       return sent.error();
-    // The fetcher's last word (ack_all or ack_not), after which the holder closes. Its own
-    // failure changes nothing here: the bytes were checked (or refused) already.
-    auto acknowledge = [&client](std::uint64_t ack) {
-      const std::span<const std::byte> a{reinterpret_cast<const std::byte*>(&ack), sizeof ack};
-      const cluster::wire_block b{answer_id, a, block_checksum(a)};
-      (void)client->send({&b, 1});
-    };
+    return session;
+  }
+
+  expected<std::vector<std::byte>> fetch_once(const kv_held& h) {
+    std::vector<std::uint64_t> request{h.blocks.size()};
+    request.insert(request.end(), h.blocks.begin(), h.blocks.end());
+    auto session = ask(h.wire, request);
+    if (!session)
+      return session.error();
+    auto& client = session->wire;
+    auto acknowledge = [&session](std::uint64_t ack) { session->acknowledge(ack); };
     std::uint64_t found = 0;
     const std::span<std::byte> answer{reinterpret_cast<std::byte*>(&found), sizeof found};
     auto got = client->receive({&answer, 1});
@@ -503,6 +685,9 @@ kv_exchange::start(cluster::wire_transport transport, const std::string& host,
   s->in_place_bytes = counter_of(metrics, "triad_cluster_kv_wire_in_place_bytes_total",
                                  "Of the KV bytes this node fetched, those it copied itself out "
                                  "of the holder's shared memory (same machine)");
+  s->kept_fetches = counter_of(metrics, "triad_cluster_kv_wire_kept_fetches_total",
+                               "Kept blocks of another node's KV store (a demotion's) this node "
+                               "fetched over the KV wire for a resume here");
   s->on_heap = counter_of(metrics, "triad_cluster_kv_held_on_heap_total",
                           "Held KV kept on the heap, not in the shared memory (no range free for "
                           "it): fetchers on this machine get it by cross-memory attach");
@@ -600,6 +785,40 @@ cluster::wire_transport kv_exchange::transport() const noexcept {
   return state_->transport;
 }
 
+void kv_exchange::serve_kept(kept_source source) {
+  state_->kept = std::move(source);
+}
+
+bool kv_exchange::serves_kept() const noexcept {
+  return static_cast<bool>(state_->kept);
+}
+
+expected<std::vector<kv_page>> kv_exchange::fetch_kept(const std::string& wire,
+                                                       const std::vector<std::uint64_t>& ids,
+                                                       const std::vector<token>& tokens) {
+  auto& s = *state_;
+  if (ids.empty())
+    return make_error(errc::invalid_argument, "KV exchange: no kept blocks asked for");
+  if (ids.size() > max_request_blocks || tokens.size() > max_kept_tokens)
+    return make_error(errc::invalid_argument,
+                      "KV exchange: " + std::to_string(ids.size()) + " kept blocks of " +
+                          std::to_string(tokens.size()) + " tokens asked for (at most " +
+                          std::to_string(max_request_blocks) + " and " +
+                          std::to_string(max_kept_tokens) + ")");
+  add(s.fetches);
+  add(s.kept_fetches);
+  auto got = s.with_attempts([&] { return s.fetch_kept_once(wire, ids, tokens); });
+  if (got) {
+    std::size_t bytes = 0;
+    for (const auto& p : *got)
+      bytes += p.bytes.size();
+    add(s.fetched_bytes, static_cast<double>(bytes));
+  } else {
+    add(s.fetch_failures);
+  }
+  return got;
+}
+
 const std::string& kv_exchange::sharing() const noexcept {
   return state_->sharing_note;
 }
@@ -633,13 +852,21 @@ expected<std::vector<std::byte>> kv_exchange::fetch(const kv_held& held) {
 
 caf::behavior kv_fetcher(caf::event_based_actor*, std::shared_ptr<kv_exchange> exchange) {
   return {[exchange](kv_fetch_atom, kv_blob& blob) -> caf::result<kv_blob> {
-    auto bytes = exchange->fetch(blob.held);
-    if (!bytes)
-      return caf::make_error(caf::sec::runtime_error, bytes.error().message);
-    blob.bytes = std::move(*bytes);
-    blob.held = {};
-    return std::move(blob);
-  }};
+            auto bytes = exchange->fetch(blob.held);
+            if (!bytes)
+              return caf::make_error(caf::sec::runtime_error, bytes.error().message);
+            blob.bytes = std::move(*bytes);
+            blob.held = {};
+            return std::move(blob);
+          },
+          [exchange](kv_fetch_kept_atom, const std::string& wire,
+                     const std::vector<std::uint64_t>& ids,
+                     const std::vector<token>& tokens) -> caf::result<std::vector<kv_page>> {
+            auto pages = exchange->fetch_kept(wire, ids, tokens);
+            if (!pages)
+              return caf::make_error(caf::sec::runtime_error, pages.error().message);
+            return std::move(*pages);
+          }};
 }
 
 } // namespace triad::detail

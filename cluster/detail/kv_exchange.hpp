@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,22 @@ public:
   /// Over shared memory: whether held KV lies in shared memory that fetchers on this machine
   /// copy out in place, or why it goes by cross-memory attach instead; "" over TCP.
   const std::string& sharing() const noexcept;
+
+  /// Reads kept blocks of the node's KV store (ids, the tokens they hold) for another node:
+  /// the pages in order from the first, each with its checksum (fewer when some were gone).
+  using kept_source = std::function<expected<std::vector<kv_page>>(
+      const std::vector<std::uint64_t>&, const std::vector<token>&)>;
+  /// Serves kept blocks of the node's KV store to other nodes from now on, read by `source`
+  /// (on the server's thread). Call once, before the first fetch can come.
+  void serve_kept(kept_source source);
+  /// Whether it serves kept blocks (serve_kept was called).
+  bool serves_kept() const noexcept;
+  /// The kept blocks `ids` (holding `tokens`: the prompt's first tokens) from the store of the
+  /// node whose exchange listens at `wire`, over the wire, each checked; tried on a fresh wire
+  /// as fetch() is. errc::not_found when that node has none of them. Blocking; thread-safe.
+  expected<std::vector<kv_page>> fetch_kept(const std::string& wire,
+                                            const std::vector<std::uint64_t>& ids,
+                                            const std::vector<token>& tokens);
 
   /// The largest block a held KV is cut into.
   static constexpr std::size_t block_bytes = std::size_t{4} << 20;

@@ -258,6 +258,78 @@ BOOST_AUTO_TEST_CASE(released_kv_is_no_longer_held) {
 }
 
 // A holder that is not there (stopped, or never was) is an error naming its address.
+// Pages as a node's store would read them for kept blocks: `n` pages of 16 tokens and `bytes`
+// bytes each, the last with `last_tokens` (a demotion keeps a partial last page).
+std::vector<kv_page> kept_pages(std::size_t n, std::size_t bytes, std::size_t last_tokens = 16) {
+  std::vector<kv_page> pages(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto& p = pages[i];
+    p.hash = 1000 + i;
+    p.parent = i == 0 ? 7 : 1000 + i - 1;
+    for (std::size_t t = 0; t < (i + 1 == n ? last_tokens : 16); ++t)
+      p.tokens.push_back(static_cast<token>(i * 16 + t));
+    auto b = pattern(50 + i, bytes);
+    p.bytes.assign(reinterpret_cast<const std::uint8_t*>(b.data()),
+                   reinterpret_cast<const std::uint8_t*>(b.data()) + b.size());
+    p.checksum = i == 0 ? 0 : block_checksum(b); // the first without one: the holder takes it
+  }
+  return pages;
+}
+
+// Kept blocks of a node's store (a demotion's) cross to another node's exchange: the source
+// reads them for the ids and tokens asked, and every page arrives as it was, checked.
+BOOST_AUTO_TEST_CASE(kept_blocks_of_a_nodes_store_are_fetched_by_another_bit_exact) {
+  auto holder = start();
+  auto importer = start();
+  const auto pages = kept_pages(3, 300000, 5);
+  std::vector<std::uint64_t> asked_ids;
+  std::vector<token> asked_tokens;
+  BOOST_TEST(!holder->serves_kept());
+  holder->serve_kept([&](const std::vector<std::uint64_t>& ids,
+                         const std::vector<token>& tokens) -> expected<std::vector<kv_page>> {
+    asked_ids = ids;
+    asked_tokens = tokens;
+    return pages;
+  });
+  BOOST_TEST(holder->serves_kept());
+  std::vector<token> tokens(37);
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<token>(i);
+  auto got = importer->fetch_kept(holder->address(), {11, 12, 13}, tokens);
+  if (!got)
+    BOOST_FAIL("fetch_kept: " << got.error().message);
+  BOOST_TEST((asked_ids == std::vector<std::uint64_t>{11, 12, 13}));
+  BOOST_TEST((asked_tokens == tokens));
+  BOOST_REQUIRE_EQUAL(got->size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto& p = (*got)[i];
+    BOOST_TEST(p.hash == pages[i].hash);
+    BOOST_TEST(p.parent == pages[i].parent);
+    BOOST_TEST((p.tokens == pages[i].tokens));
+    BOOST_TEST((p.bytes == pages[i].bytes));
+    BOOST_TEST(p.checksum == block_checksum(std::as_bytes(std::span{p.bytes})));
+  }
+}
+
+// A store that has only the first of them: those come; a node that serves none: not_found.
+BOOST_AUTO_TEST_CASE(kept_blocks_come_as_far_as_the_store_has_them) {
+  auto holder = start();
+  auto importer = start();
+  const std::vector<token> tokens(48, 3);
+  auto none = importer->fetch_kept(holder->address(), {1, 2, 3}, tokens);
+  BOOST_REQUIRE(!none);
+  BOOST_TEST(none.error().code == errc::not_found, none.error().message);
+  const auto pages = kept_pages(1, 4096);
+  holder->serve_kept(
+      [&](const std::vector<std::uint64_t>&,
+          const std::vector<token>&) -> expected<std::vector<kv_page>> { return pages; });
+  auto some = importer->fetch_kept(holder->address(), {1, 2, 3}, tokens);
+  if (!some)
+    BOOST_FAIL("fetch_kept: " << some.error().message);
+  BOOST_REQUIRE_EQUAL(some->size(), 1u);
+  BOOST_TEST((some->front().bytes == pages.front().bytes));
+}
+
 BOOST_AUTO_TEST_CASE(a_holder_that_is_gone_is_an_error_naming_it) {
   auto importer = start();
   kv_held held;

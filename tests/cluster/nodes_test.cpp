@@ -366,6 +366,41 @@ BOOST_AUTO_TEST_CASE(a_demoted_request_resumes_on_the_decode_node_whose_store_ke
                      << sample(m2, "triad_device_kv_tier_tokens_total" + dev));
 }
 
+// A whole node (its own prefill and decode device, its own KV store) demoting each request's
+// KV at its tool calls, with a decode node as its peer, one request per device at a time: a
+// resume whose store's device is busy goes to the other, which fetches the kept blocks from
+// the store that keeps them over the KV wire (that node's exchange reads them from its store):
+// none is computed again, and some crossed.
+BOOST_AUTO_TEST_CASE(kept_blocks_of_a_demotion_cross_to_a_device_of_another_node) {
+  scratch s;
+  fs::copy_file(s.dir / "node.toml", s.dir / "front.toml");
+  std::ofstream{s.dir / "front.toml", std::ios::app}
+      << "[orchestration]\nkv = \"demote\"\ndevice_slots = 1\n";
+  node_process d1{
+      s, "d1", {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"}, "decode.toml"};
+  node_process front{
+      s, "front", {"--peers", "127.0.0.1:" + std::to_string(d1.cluster_port())}, "front.toml"};
+  const auto port = front.http_port();
+  BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 1),
+                        "the front did not join its peer: " << front.log());
+  auto r = run_command("timeout 120 " + agent_load(port, 12, 16, s.path("run.json")));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+  auto m = json::parse(slurp(s.path("run.json"))).at("metrics").as_object();
+  BOOST_TEST(m.at("calls_ok").as_int64() == 12, r.out);
+  const auto f = http_get(port, "/metrics");
+  const auto d = http_get(d1.http_port(), "/metrics");
+  const std::string dev = "{device=\"decode0\"}";
+  auto both = [&](const std::string& name) { return sample(f, name) + sample(d, name); };
+  const auto crossed = both("triad_cluster_kv_wire_kept_fetches_total");
+  BOOST_TEST_MESSAGE("kept blocks fetched from the other node: the front "
+                     << sample(f, "triad_cluster_kv_wire_kept_fetches_total") << ", d1 "
+                     << sample(d, "triad_cluster_kv_wire_kept_fetches_total"));
+  BOOST_TEST(both("triad_device_kv_kept_elsewhere_total" + dev) == 0, f << d);
+  BOOST_TEST(both("triad_cluster_kv_wire_fetch_failures_total") == 0, front.log() << d1.log());
+  BOOST_TEST(crossed > 0, f << d);
+  BOOST_TEST(both("triad_device_kv_tier_tokens_total" + dev) > 0, f << d);
+}
+
 BOOST_AUTO_TEST_CASE(a_decode_node_killed_under_load_leaves_no_request_hanging_and_rejoins) {
   cluster c;
   // The load in the background; a decode node dies while it decodes for it.

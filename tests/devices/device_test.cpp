@@ -623,6 +623,92 @@ BOOST_AUTO_TEST_CASE(held_kv_without_a_fetcher_is_refused_naming_its_holder) {
   BOOST_TEST(a.reason.find("held at 127.0.0.1:9") != std::string::npos, a.reason);
 }
 
+// A stand-in for a cluster node's fetcher of kept blocks another node's store keeps (a
+// demotion's, kv_fetch_kept_atom): answers with `pages` (none: fails, as when that node is
+// gone), counting the fetches and keeping what it was asked for.
+struct fake_kept_fetcher {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::shared_ptr<std::vector<triad::kv_page>> pages =
+      std::make_shared<std::vector<triad::kv_page>>();
+  std::shared_ptr<std::atomic<int>> fetches = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::string> asked_wire = std::make_shared<std::string>();
+  caf::actor actor = sys.spawn([p = pages, n = fetches, w = asked_wire]() -> caf::behavior {
+    return {[p, n, w](triad::kv_fetch_kept_atom, std::string& wire, std::vector<std::uint64_t>&,
+                      std::vector<triad::token>&) -> caf::result<std::vector<triad::kv_page>> {
+      ++*n;
+      *w = wire;
+      if (p->empty())
+        return caf::make_error(caf::sec::runtime_error, "that node is gone");
+      return *p;
+    }};
+  });
+  ~fake_kept_fetcher() { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); }
+};
+
+// A device that computed a 40-token prompt and gives the pages of its first 32 tokens (as
+// another node's store would keep them), a device whose fetcher has them, and a demoted
+// sequence's order for the second naming them as kept in another store.
+struct kept_elsewhere {
+  fake_kept_fetcher fetcher;
+  device_fixture first;
+  device_fixture second{[this] {
+    triad::device_options o;
+    o.kv_fetcher = fetcher.actor.address();
+    return o;
+  }()};
+  caf::scoped_actor self{first.dom->system()};
+  std::vector<triad::token> reference;
+  triad::generate_request order;
+  kept_elsewhere() {
+    auto req = first.request(1, 40, 6, self);
+    const auto prompt = req.prompt;
+    BOOST_REQUIRE(first.submit(self, req).accepted);
+    reference = tokens_of(first.collect(self, 1)[1]);
+    self->request(first.device, caf::infinite, triad::kv_share_atom::value, prompt,
+                  std::uint64_t{0}, std::uint64_t{2})
+        .receive([&](std::vector<triad::kv_page>& p) { *fetcher.pages = std::move(p); },
+                 [&](caf::error& e) { BOOST_FAIL("share: " << to_string(e)); });
+    BOOST_REQUIRE_EQUAL(fetcher.pages->size(), 2u);
+    order = second.request(1, 40, 6, self);
+    order.kept_blocks = {101, 102};
+    order.kept_tokens = 32;
+    order.kept_store = 0x5eed; // not this device's (it has no store)
+    order.kept_wire = "127.0.0.1:9";
+  }
+};
+
+// A demoted sequence whose kept blocks are in another node's store: the device fetches them
+// through its node's fetcher from where that node serves them, attaches them and computes only
+// the rest; the same answer as where they were computed.
+BOOST_AUTO_TEST_CASE(kept_blocks_of_another_nodes_store_are_fetched_through_the_fetcher) {
+  kept_elsewhere k;
+  BOOST_REQUIRE(k.second.submit(k.self, k.order).accepted);
+  BOOST_TEST(tokens_of(k.second.collect(k.self, 1)[1]) == k.reference);
+  BOOST_TEST(k.fetcher.fetches->load() == 1);
+  BOOST_TEST(*k.fetcher.asked_wire == "127.0.0.1:9");
+  BOOST_TEST(k.second.stats(k.self).tier_tokens == 32u); // came with the two pages
+}
+
+// When they cannot be fetched (that node is gone), the tokens are computed: the same answer.
+BOOST_AUTO_TEST_CASE(kept_blocks_that_cannot_be_fetched_are_computed) {
+  kept_elsewhere k;
+  k.fetcher.pages->clear();
+  BOOST_REQUIRE(k.second.submit(k.self, k.order).accepted);
+  BOOST_TEST(tokens_of(k.second.collect(k.self, 1)[1]) == k.reference);
+  BOOST_TEST(k.fetcher.fetches->load() == 1);
+  BOOST_TEST(k.second.stats(k.self).tier_tokens == 0u);
+}
+
+// Without a place to fetch them from, nothing is asked: the tokens are computed.
+BOOST_AUTO_TEST_CASE(kept_blocks_of_another_store_without_a_wire_are_computed) {
+  kept_elsewhere k;
+  k.order.kept_wire.clear();
+  BOOST_REQUIRE(k.second.submit(k.self, k.order).accepted);
+  BOOST_TEST(tokens_of(k.second.collect(k.self, 1)[1]) == k.reference);
+  BOOST_TEST(k.fetcher.fetches->load() == 0);
+}
+
 BOOST_AUTO_TEST_CASE(a_full_device_refuses_an_import_of_held_kv_before_fetching_it) {
   fake_fetcher fetcher;
   auto o = fetcher.decode_options();
