@@ -583,6 +583,8 @@ void node::stop() {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   if (router_)
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
+  if (cluster_)
+    cluster_->stop_serving_kept(); // other nodes' reads of the store end before it does
   // In reverse start order (the members' order in node.hpp): tools, the KV store, then the
   // domains.
   tools_.reset();

@@ -568,6 +568,8 @@ control_plane::~control_plane() {
   if (!impl_ || !impl_->sys)
     return;
   auto& m = *impl_;
+  if (m.exchange)
+    m.exchange->stop_serving_kept(); // its reads use this system
   if (m.joiner)
     caf::anon_send_exit(m.joiner, caf::exit_reason::user_shutdown);
   if (m.gateway)
@@ -609,21 +611,35 @@ std::string control_plane::kv_wire_address() const {
   return impl_->exchange ? impl_->exchange->address() : std::string{};
 }
 
+void control_plane::stop_serving_kept() {
+  if (impl_ && impl_->exchange)
+    impl_->exchange->stop_serving_kept();
+}
+
 void control_plane::serve_kept(std::shared_ptr<kv_tier> tier) {
   auto& m = *impl_;
   if (!m.exchange || !tier)
     return;
   // On the exchange's server thread: asks the store (its actors in the node's system) and waits
   // for its answer in a scoped actor of this system, bounded.
+  // The control plane stops serving them before its system goes (~control_plane), the node
+  // before its store goes (node::stop).
   m.exchange->serve_kept([tier, sys = m.sys.get()](
-                             const std::vector<std::uint64_t>& ids,
+                             std::uint64_t store, const std::vector<std::uint64_t>& ids,
                              const std::vector<token>& tokens) -> expected<std::vector<kv_page>> {
-    caf::scoped_actor self{*sys};
-    tier->fetch_kept(ids, tokens, 0, caf::actor{self}, 0);
+    if (store != tier->store_id()) // another store's ids (this node restarted): none
+      return std::vector<kv_page>{};
     std::optional<std::vector<kv_page>> pages;
-    self->receive(
-        [&](kv_fetched_atom, seq_id, std::vector<kv_page>& got) { pages = std::move(got); },
-        caf::after(kept_read_timeout) >> [] {});
+    {
+      caf::scoped_actor self{*sys};
+      tier->fetch_kept(ids, tokens, 0, caf::actor{self}, 0);
+      self->receive(
+          [&](kv_fetched_atom, seq_id, std::vector<kv_page>& got) { pages = std::move(got); },
+          caf::after(kept_read_timeout) >> [] {});
+    }
+    // A scoped actor points the thread's logger at its system for good, and a system waits for
+    // every such reference when it goes: the exchange's thread lets go of it here.
+    detail::restore_thread_logger();
     if (!pages)
       return make_error(errc::timed_out, "the KV store did not read kept blocks " +
                                              std::to_string(ids.front()) + ".. in time");

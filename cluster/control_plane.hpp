@@ -100,6 +100,8 @@ public:
   /// nodes' devices over the KV wire: a device node's gateway then names its exchange in each
   /// kv_kept it answers. Nothing without a KV exchange. Call before the devices start.
   void serve_kept(std::shared_ptr<kv_tier> tier);
+  /// Serves them no more (once a read under way ended): before the node's store stops.
+  void stop_serving_kept();
   /// What fetches KV other nodes hold for this one's devices (device_options::kv_fetcher):
   /// one fetch at a time, on a thread of its own. Null without a KV exchange.
   caf::actor kv_fetcher() const;

@@ -52,6 +52,7 @@ struct device_metrics {
   counter* streamed_in = nullptr;
   counter* stream_recomputes = nullptr;
   counter* kept_elsewhere = nullptr;
+  counter* kept_fetched = nullptr;
 
   void attach(metrics_registry& r, const std::string& name) {
     labels l{{"device", name}};
@@ -94,6 +95,11 @@ struct device_metrics {
         "triad_device_kv_kept_elsewhere_total",
         "demoted sequences resumed here whose kept blocks were in another node's KV store and "
         "could not be fetched from it: their tokens computed",
+        l));
+    kept_fetched = take(r.add_counter(
+        "triad_device_kv_kept_fetched_tokens_total",
+        "prompt tokens whose KV came from kept blocks of another node's KV store (a demotion's, "
+        "fetched over the KV wire)",
         l));
     step_seconds = take(
         r.add_histogram("triad_device_step_seconds", "step time", default_duration_buckets(), l));
@@ -333,6 +339,7 @@ private:
     // it waits for in `fetching` before its prompt is computed.
     std::uint8_t tier_answers_due = 0;
     bool from_peer = false; // its fetched pages come from another device's memory
+    bool kept_there = false; // its fetched pages are kept blocks of another node's store
     // Preempted: the key of the copy of its pages to host memory on its way (0: none).
     std::uint64_t swap_key = 0;
     bool swapped = false; // its `fetched` pages are its own KV, swapped out when preempted
@@ -364,7 +371,7 @@ private:
   // request's kept_wire) through this node's fetcher; what does not come is computed.
   void fetch_kept_there(sequence& s, const caf::actor& fetcher, std::vector<token> kept) {
     const auto id = s.req.seq;
-    request(fetcher, kv_fetch_timeout, kv_fetch_kept_atom::value, s.req.kept_wire,
+    request(fetcher, kv_fetch_timeout, kv_fetch_kept_atom::value, s.req.kept_wire, s.req.kept_store,
             std::move(s.req.kept_blocks), std::move(kept))
         .then([this, id](std::vector<kv_page>& pages) { fetched(id, std::move(pages)); },
               [this, id, from = s.req.kept_wire](caf::error& e) {
@@ -643,8 +650,10 @@ private:
       if (kept_here)
         tier_->fetch_kept(std::move(s.req.kept_blocks), std::move(kept), s.req.seq,
                           caf::actor_cast<caf::actor>(this), trace_of(s));
-      else
+      else {
+        s.kept_there = true;
         fetch_kept_there(s, fetcher, std::move(kept));
+      }
     } else if (s.lookup) {
       fetch_from_tier(s, s.chain);
     }
@@ -1199,6 +1208,8 @@ private:
           metrics_.tier_tokens->inc(static_cast<double>(r.fetched[i]));
           if (s->from_peer)
             metrics_.peer_tokens->inc(static_cast<double>(r.fetched[i]));
+          if (s->kept_there && metrics_.kept_fetched != nullptr)
+            metrics_.kept_fetched->inc(static_cast<double>(r.fetched[i]));
         }
       }
       const auto& sampled = r.sampled[i];

@@ -190,9 +190,9 @@ struct kv_held {
 /// blob with its bytes and no reference, or an error saying why the fetch failed.
 using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
 /// Asks a fetcher for kept blocks of another node's KV store (a demotion's, kv_kept):
-/// `(kv_fetch_kept_atom, std::string wire, std::vector<std::uint64_t> blocks, std::vector<token>
-/// tokens)` -> std::vector<kv_page>, the pages of `tokens` in order from the first (fewer when
-/// some were gone), each checked; or an error saying why none came.
+/// `(kv_fetch_kept_atom, std::string wire, std::uint64_t store, std::vector<std::uint64_t>
+/// blocks, std::vector<token> tokens)` -> std::vector<kv_page>, the pages of `tokens` in order from
+/// the first (fewer when some were gone), each checked; or an error saying why none came.
 using kv_fetch_kept_atom = caf::atom_constant<caf::atom("kvfetchkpt")>;
 
 /// Inspector of kv_held.

@@ -41,6 +41,8 @@ constexpr std::uint64_t kept_request = std::uint64_t{1} << 63;
 // Per page of kept blocks, the words that describe it before its tokens: hash, parent,
 // checksum, bytes, token count.
 constexpr std::size_t page_words = 5;
+// The most bytes of kept blocks one fetch takes (a described size past it is refused).
+constexpr std::uint64_t max_kept_bytes = std::uint64_t{16} << 30;
 // The id of the answer block that precedes the blocks: it carries how many of them follow.
 constexpr std::uint64_t answer_id = 0;
 
@@ -104,8 +106,11 @@ struct kv_exchange::state {
   std::shared_ptr<cluster::kv_shared_memory> shared;
   std::shared_ptr<cluster::kv_shared_reader> reader;
   std::string sharing_note;
-  // Reads kept blocks of the node's KV store for other nodes (null: none served).
+  // Reads kept blocks of the node's KV store for other nodes (null: none served); the server
+  // thread calls it with kept_mtx held, so stop_serving_kept() waits for a call under way.
+  std::mutex kept_mtx;
   kv_exchange::kept_source kept;
+  std::atomic<bool> serving_kept{false};
 
   using held_map = std::map<std::uint64_t, held_blob>;
   std::mutex mtx; // guards what follows
@@ -287,23 +292,28 @@ struct kv_exchange::state {
     constexpr auto word = sizeof(std::uint64_t);
     std::vector<std::uint64_t> ids;
     std::vector<token> tokens;
-    if (count <= max_request_blocks && bytes >= (count + 2) * word) {
+    std::uint64_t store = 0;
+    if (count <= max_request_blocks && bytes >= (count + 3) * word) {
       std::uint64_t ntok = 0;
-      std::memcpy(&ntok, request.data() + (count + 1) * word, word);
-      if (ntok <= max_kept_tokens && bytes == (count + 2 + ntok) * word) {
+      std::memcpy(&store, request.data() + (count + 1) * word, word);
+      std::memcpy(&ntok, request.data() + (count + 2) * word, word);
+      if (ntok <= max_kept_tokens && bytes == (count + 3 + ntok) * word) {
         ids.resize(count);
         std::memcpy(ids.data(), request.data() + word, count * word);
         for (std::uint64_t i = 0; i < ntok; ++i) {
           std::uint64_t t = 0;
-          std::memcpy(&t, request.data() + (count + 2 + i) * word, word);
+          std::memcpy(&t, request.data() + (count + 3 + i) * word, word);
           tokens.push_back(static_cast<token>(t));
         }
       }
     }
     std::vector<kv_page> pages;
-    if (kept && !ids.empty())
-      if (auto got = kept(ids, tokens); got && got->size() <= ids.size())
-        pages = std::move(*got);
+    if (!ids.empty()) {
+      std::lock_guard lock{kept_mtx};
+      if (kept)
+        if (auto got = kept(store, ids, tokens); got && got->size() <= ids.size())
+          pages = std::move(*got);
+    }
     std::uint64_t found = pages.size();
     std::vector<std::uint64_t> meta;
     for (auto& p : pages) {
@@ -361,11 +371,12 @@ struct kv_exchange::state {
 
   // One attempt to fetch kept blocks `ids` (holding `tokens`) from the store of the node at
   // `wire`, over a wire of its own: the pages that came, each checked.
-  expected<std::vector<kv_page>> fetch_kept_once(const std::string& wire,
+  expected<std::vector<kv_page>> fetch_kept_once(const std::string& wire, std::uint64_t store,
                                                  const std::vector<std::uint64_t>& ids,
                                                  const std::vector<token>& tokens) {
     std::vector<std::uint64_t> request{ids.size() | kept_request};
     request.insert(request.end(), ids.begin(), ids.end());
+    request.push_back(store);
     request.push_back(tokens.size());
     for (auto t : tokens)
       request.push_back(static_cast<std::uint64_t>(t));
@@ -399,9 +410,15 @@ struct kv_exchange::state {
     std::vector<std::span<std::byte>> slots;
     const std::size_t words = header->front()->bytes / sizeof(std::uint64_t);
     std::size_t at = 0;
+    std::uint64_t total = 0; // bytes the pages say they have: bounded before any is allocated
+    for (std::size_t i = 0; at + page_words <= words && i < found; ++i) {
+      total += std::min<std::uint64_t>(meta[at + 3], max_kept_bytes + 1);
+      at += page_words + std::min<std::uint64_t>(meta[at + 4], words);
+    }
+    at = 0;
     for (auto& p : pages) {
-      if (at + page_words > words || meta[at + 3] > (std::uint64_t{1} << 30) ||
-          at + page_words + meta[at + 4] > words) {
+      if (total > max_kept_bytes || at + page_words > words ||
+          meta[at + 4] > words - at - page_words) {
         session->acknowledge(ack_not);
         return make_error(errc::corrupted,
                           "KV exchange: " + wire + " described its kept pages wrongly");
@@ -786,28 +803,32 @@ cluster::wire_transport kv_exchange::transport() const noexcept {
 }
 
 void kv_exchange::serve_kept(kept_source source) {
-  state_->kept = std::move(source);
+  auto& s = *state_;
+  std::lock_guard lock{s.kept_mtx};
+  s.kept = std::move(source);
+  s.serving_kept = static_cast<bool>(s.kept);
+}
+
+void kv_exchange::stop_serving_kept() {
+  serve_kept({}); // waits for a read under way
 }
 
 bool kv_exchange::serves_kept() const noexcept {
-  return static_cast<bool>(state_->kept);
+  return state_->serving_kept.load();
 }
 
-expected<std::vector<kv_page>> kv_exchange::fetch_kept(const std::string& wire,
-                                                       const std::vector<std::uint64_t>& ids,
-                                                       const std::vector<token>& tokens) {
+expected<std::vector<kv_page>> kv_exchange::fetch_kept(const std::string& wire, std::uint64_t store,
+                                                       std::vector<std::uint64_t> ids,
+                                                       std::vector<token> tokens) {
   auto& s = *state_;
   if (ids.empty())
     return make_error(errc::invalid_argument, "KV exchange: no kept blocks asked for");
-  if (ids.size() > max_request_blocks || tokens.size() > max_kept_tokens)
-    return make_error(errc::invalid_argument,
-                      "KV exchange: " + std::to_string(ids.size()) + " kept blocks of " +
-                          std::to_string(tokens.size()) + " tokens asked for (at most " +
-                          std::to_string(max_request_blocks) + " and " +
-                          std::to_string(max_kept_tokens) + ")");
+  // Past the bounds of a request, the first blocks are asked for (the rest is computed).
+  ids.resize(std::min(ids.size(), max_request_blocks));
+  tokens.resize(std::min(tokens.size(), max_kept_tokens));
   add(s.fetches);
   add(s.kept_fetches);
-  auto got = s.with_attempts([&] { return s.fetch_kept_once(wire, ids, tokens); });
+  auto got = s.with_attempts([&] { return s.fetch_kept_once(wire, store, ids, tokens); });
   if (got) {
     std::size_t bytes = 0;
     for (const auto& p : *got)
@@ -859,13 +880,17 @@ caf::behavior kv_fetcher(caf::event_based_actor*, std::shared_ptr<kv_exchange> e
             blob.held = {};
             return std::move(blob);
           },
-          [exchange](kv_fetch_kept_atom, const std::string& wire,
-                     const std::vector<std::uint64_t>& ids,
-                     const std::vector<token>& tokens) -> caf::result<std::vector<kv_page>> {
-            auto pages = exchange->fetch_kept(wire, ids, tokens);
-            if (!pages)
-              return caf::make_error(caf::sec::runtime_error, pages.error().message);
-            return std::move(*pages);
+          [exchange](kv_fetch_kept_atom, const std::string& wire, std::uint64_t store,
+                     std::vector<std::uint64_t>& ids,
+                     std::vector<token>& tokens) -> caf::result<std::vector<kv_page>> {
+            try {
+              auto pages = exchange->fetch_kept(wire, store, std::move(ids), std::move(tokens));
+              if (!pages)
+                return caf::make_error(caf::sec::runtime_error, pages.error().message);
+              return std::move(*pages);
+            } catch (const std::bad_alloc&) { // the described pages did not fit in memory
+              return caf::make_error(caf::sec::runtime_error, "no memory for the kept blocks");
+            }
           }};
 }
 

@@ -69,21 +69,26 @@ public:
   /// copy out in place, or why it goes by cross-memory attach instead; "" over TCP.
   const std::string& sharing() const noexcept;
 
-  /// Reads kept blocks of the node's KV store (ids, the tokens they hold) for another node:
-  /// the pages in order from the first, each with its checksum (fewer when some were gone).
+  /// Reads kept blocks of the node's KV store (the store's id as the asker knows it, the ids,
+  /// the tokens they hold) for another node: the pages in order from the first, each with its
+  /// checksum (fewer when some were gone; none when the store is another).
   using kept_source = std::function<expected<std::vector<kv_page>>(
-      const std::vector<std::uint64_t>&, const std::vector<token>&)>;
+      std::uint64_t, const std::vector<std::uint64_t>&, const std::vector<token>&)>;
   /// Serves kept blocks of the node's KV store to other nodes from now on, read by `source`
-  /// (on the server's thread). Call once, before the first fetch can come.
+  /// (on the server's thread).
   void serve_kept(kept_source source);
+  /// Serves them no more, once a read under way has ended: before the store or the actor
+  /// system `source` uses goes.
+  void stop_serving_kept();
   /// Whether it serves kept blocks (serve_kept was called).
   bool serves_kept() const noexcept;
-  /// The kept blocks `ids` (holding `tokens`: the prompt's first tokens) from the store of the
-  /// node whose exchange listens at `wire`, over the wire, each checked; tried on a fresh wire
-  /// as fetch() is. errc::not_found when that node has none of them. Blocking; thread-safe.
-  expected<std::vector<kv_page>> fetch_kept(const std::string& wire,
-                                            const std::vector<std::uint64_t>& ids,
-                                            const std::vector<token>& tokens);
+  /// The kept blocks `ids` (holding `tokens`: the prompt's first tokens) of store `store` from
+  /// the node whose exchange listens at `wire`, over the wire, each checked; tried on a fresh
+  /// wire as fetch() is. At most 8192 blocks and 2^18 tokens are asked for (the first).
+  /// errc::not_found when that node has none of them (or another store). Blocking; thread-safe.
+  expected<std::vector<kv_page>> fetch_kept(const std::string& wire, std::uint64_t store,
+                                            std::vector<std::uint64_t> ids,
+                                            std::vector<token> tokens);
 
   /// The largest block a held KV is cut into.
   static constexpr std::size_t block_bytes = std::size_t{4} << 20;

@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -257,7 +258,6 @@ BOOST_AUTO_TEST_CASE(released_kv_is_no_longer_held) {
   holder->release(held); // again: nothing
 }
 
-// A holder that is not there (stopped, or never was) is an error naming its address.
 // Pages as a node's store would read them for kept blocks: `n` pages of 16 tokens and `bytes`
 // bytes each, the last with `last_tokens` (a demotion keeps a partial last page).
 std::vector<kv_page> kept_pages(std::size_t n, std::size_t bytes, std::size_t last_tokens = 16) {
@@ -282,11 +282,15 @@ BOOST_AUTO_TEST_CASE(kept_blocks_of_a_nodes_store_are_fetched_by_another_bit_exa
   auto holder = start();
   auto importer = start();
   const auto pages = kept_pages(3, 300000, 5);
+  std::mutex mtx; // the source runs on the holder's server thread
+  std::uint64_t asked_store = 0;
   std::vector<std::uint64_t> asked_ids;
   std::vector<token> asked_tokens;
   BOOST_TEST(!holder->serves_kept());
-  holder->serve_kept([&](const std::vector<std::uint64_t>& ids,
+  holder->serve_kept([&](std::uint64_t store, const std::vector<std::uint64_t>& ids,
                          const std::vector<token>& tokens) -> expected<std::vector<kv_page>> {
+    std::lock_guard lock{mtx};
+    asked_store = store;
     asked_ids = ids;
     asked_tokens = tokens;
     return pages;
@@ -295,9 +299,11 @@ BOOST_AUTO_TEST_CASE(kept_blocks_of_a_nodes_store_are_fetched_by_another_bit_exa
   std::vector<token> tokens(37);
   for (std::size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = static_cast<token>(i);
-  auto got = importer->fetch_kept(holder->address(), {11, 12, 13}, tokens);
+  auto got = importer->fetch_kept(holder->address(), 77, {11, 12, 13}, tokens);
   if (!got)
     BOOST_FAIL("fetch_kept: " << got.error().message);
+  std::lock_guard lock{mtx};
+  BOOST_TEST(asked_store == 77u);
   BOOST_TEST((asked_ids == std::vector<std::uint64_t>{11, 12, 13}));
   BOOST_TEST((asked_tokens == tokens));
   BOOST_REQUIRE_EQUAL(got->size(), 3u);
@@ -311,25 +317,33 @@ BOOST_AUTO_TEST_CASE(kept_blocks_of_a_nodes_store_are_fetched_by_another_bit_exa
   }
 }
 
-// A store that has only the first of them: those come; a node that serves none: not_found.
+// A store that has only the first of them: those come; a node that serves none, or asked for
+// another store's blocks: not_found.
 BOOST_AUTO_TEST_CASE(kept_blocks_come_as_far_as_the_store_has_them) {
   auto holder = start();
   auto importer = start();
   const std::vector<token> tokens(48, 3);
-  auto none = importer->fetch_kept(holder->address(), {1, 2, 3}, tokens);
+  auto none = importer->fetch_kept(holder->address(), 77, {1, 2, 3}, tokens);
   BOOST_REQUIRE(!none);
   BOOST_TEST(none.error().code == errc::not_found, none.error().message);
   const auto pages = kept_pages(1, 4096);
-  holder->serve_kept(
-      [&](const std::vector<std::uint64_t>&,
-          const std::vector<token>&) -> expected<std::vector<kv_page>> { return pages; });
-  auto some = importer->fetch_kept(holder->address(), {1, 2, 3}, tokens);
+  holder->serve_kept([&](std::uint64_t store, const std::vector<std::uint64_t>&,
+                         const std::vector<token>&) -> expected<std::vector<kv_page>> {
+    if (store != 77) // as a node's store answers for another's ids: none
+      return std::vector<kv_page>{};
+    return pages;
+  });
+  auto other = importer->fetch_kept(holder->address(), 78, {1, 2, 3}, tokens);
+  BOOST_REQUIRE(!other);
+  BOOST_TEST(other.error().code == errc::not_found, other.error().message);
+  auto some = importer->fetch_kept(holder->address(), 77, {1, 2, 3}, tokens);
   if (!some)
     BOOST_FAIL("fetch_kept: " << some.error().message);
   BOOST_REQUIRE_EQUAL(some->size(), 1u);
   BOOST_TEST((some->front().bytes == pages.front().bytes));
 }
 
+// A holder that is not there (stopped, or never was) is an error naming its address.
 BOOST_AUTO_TEST_CASE(a_holder_that_is_gone_is_an_error_naming_it) {
   auto importer = start();
   kv_held held;

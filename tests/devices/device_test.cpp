@@ -634,7 +634,8 @@ struct fake_kept_fetcher {
   std::shared_ptr<std::atomic<int>> fetches = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::string> asked_wire = std::make_shared<std::string>();
   caf::actor actor = sys.spawn([p = pages, n = fetches, w = asked_wire]() -> caf::behavior {
-    return {[p, n, w](triad::kv_fetch_kept_atom, std::string& wire, std::vector<std::uint64_t>&,
+    return {[p, n, w](triad::kv_fetch_kept_atom, std::string& wire, std::uint64_t,
+                      std::vector<std::uint64_t>&,
                       std::vector<triad::token>&) -> caf::result<std::vector<triad::kv_page>> {
       ++*n;
       *w = wire;
