@@ -65,14 +65,22 @@ expected<ucp_context_h> shared_context(bool sysv_only = false) {
   return context;
 }
 
-expected<ucp_worker_h> shared_worker(ucp_context_h context) {
+// Opens `s`'s context (shared_context) and a worker on it, used under its owner's lock from any
+// thread; `s` (its destructor) cleans up what was opened.
+template<class State>
+expected<void> open_shared(State& s, bool sysv_only = false) {
+  auto context = shared_context(sysv_only);
+  if (!context)
+    return context.error();
+  s.context = *context;
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED; // under the owner's lock, from any thread
-  ucp_worker_h worker = nullptr;
-  if (auto st = ucp_worker_create(context, &wp, &worker); st != UCS_OK)
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  if (auto st = ucp_worker_create(s.context, &wp, &s.worker); st != UCS_OK) {
+    s.worker = nullptr;
     return ucx_error("ucp_worker_create", st);
-  return worker;
+  }
+  return {};
 }
 
 } // namespace
@@ -109,14 +117,8 @@ expected<std::unique_ptr<kv_shared_memory>> kv_shared_memory::open(std::size_t b
   if (bytes == 0)
     return make_error(errc::invalid_argument, "KV shared memory: 0 bytes asked for");
   auto s = std::make_unique<state>();
-  auto context = shared_context(true);
-  if (!context)
-    return context.error();
-  s->context = *context;
-  auto worker = shared_worker(s->context);
-  if (!worker)
-    return worker.error();
-  s->worker = *worker;
+  if (auto opened = open_shared(*s, true); !opened)
+    return opened.error();
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                   UCP_MEM_MAP_PARAM_FIELD_FLAGS;
@@ -365,14 +367,8 @@ kv_shared_reader::~kv_shared_reader() = default;
 expected<std::unique_ptr<kv_shared_reader>> kv_shared_reader::open(fault injected) {
   auto s = std::make_unique<state>();
   s->injected = injected;
-  auto context = shared_context();
-  if (!context)
-    return context.error();
-  s->context = *context;
-  auto worker = shared_worker(s->context);
-  if (!worker)
-    return worker.error();
-  s->worker = *worker;
+  if (auto opened = open_shared(*s); !opened)
+    return opened.error();
   return std::unique_ptr<kv_shared_reader>{new kv_shared_reader{std::move(s)}};
 }
 

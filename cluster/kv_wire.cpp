@@ -153,23 +153,9 @@ struct kv_wire::state {
 
   // Progresses the worker until `req` (a request, null: done at once, or an error pointer) is
   // done or `deadline` passes; its status. A done request is freed; at UCS_INPROGRESS it is
-  // still under way (reset() ends it).
-  ucs_status_t wait_until(void* req, clock::time_point deadline) {
-    if (req == nullptr)
-      return UCS_OK;
-    if (UCS_PTR_IS_ERR(req))
-      return UCS_PTR_STATUS(req);
-    ucs_status_t status;
-    unsigned idle = 0;
-    while ((status = ucp_request_check_status(req)) == UCS_INPROGRESS && clock::now() < deadline)
-      progress(idle);
-    if (status != UCS_INPROGRESS)
-      ucp_request_free(req);
-    return status;
-  }
-
-  // Like wait_until, and ends early when the peer fails (its status then, not UCS_INPROGRESS).
-  ucs_status_t wait_for_peer(void* req, clock::time_point deadline) {
+  // still under way (reset() ends it). `until_peer_fails`: ends early when the peer fails (its
+  // status then, the request ended by reset()).
+  ucs_status_t wait_until(void* req, clock::time_point deadline, bool until_peer_fails = false) {
     if (req == nullptr)
       return UCS_OK;
     if (UCS_PTR_IS_ERR(req))
@@ -177,13 +163,18 @@ struct kv_wire::state {
     ucs_status_t status;
     unsigned idle = 0;
     while ((status = ucp_request_check_status(req)) == UCS_INPROGRESS && clock::now() < deadline &&
-           !peer_failed)
+           !(until_peer_fails && peer_failed))
       progress(idle);
     if (status != UCS_INPROGRESS)
       ucp_request_free(req);
-    else if (peer_failed)
-      return *peer_failed; // the request is ended by reset()
+    else if (until_peer_fails && peer_failed)
+      return *peer_failed;
     return status;
+  }
+
+  // wait_until, ending early when the peer fails.
+  ucs_status_t wait_for_peer(void* req, clock::time_point deadline) {
+    return wait_until(req, deadline, true);
   }
 
   // Where `bytes` lie in the shared memory, when the peer reads it and they lie there.
