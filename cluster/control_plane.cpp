@@ -490,7 +490,8 @@ struct control_plane::impl {
   // Every cluster node's; none with kv_wire = "off".
   std::shared_ptr<detail::kv_exchange> exchange;
   // Fetches what other nodes hold for this one (its devices' imports, its remote devices'
-  // exported KV), one at a time on a thread of its own; null without an exchange.
+  // exported KV, kept blocks): a pool of kv_fetchers fetches at once, each on a thread of
+  // its own; null without an exchange.
   caf::actor fetcher;
 
   // Starts the node's KV exchange and its fetcher (at start; nothing with kv_wire = "off").
@@ -535,7 +536,12 @@ expected<void> control_plane::impl::start_exchange() {
   if (!ex)
     return make_error(ex.error().code, "[cluster] kv_wire: " + ex.error().message);
   exchange = std::move(*ex);
-  fetcher = sys->spawn<caf::detached>(detail::kv_fetcher, exchange);
+  // Fetches run on threads of their own (each blocks its thread for the transfer), a few at
+  // once: a pool hands them out in turn.
+  fetcher = caf::actor_pool::make(
+      sys->dummy_execution_unit(), defaults::cluster::kv_fetchers,
+      [s = sys.get(), ex = exchange] { return s->spawn<caf::detached>(detail::kv_fetcher, ex); },
+      caf::actor_pool::round_robin());
   detail::restore_thread_logger();
   return {};
 }

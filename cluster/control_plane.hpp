@@ -102,8 +102,9 @@ public:
   void serve_kept(std::shared_ptr<kv_tier> tier);
   /// Serves them no more (once a read under way ended): before the node's store stops.
   void stop_serving_kept();
-  /// What fetches KV other nodes hold for this one's devices (device_options::kv_fetcher):
-  /// one fetch at a time, on a thread of its own. Null without a KV exchange.
+  /// What fetches KV other nodes hold for this one's devices (device_options::kv_fetcher): a
+  /// pool of fetchers (defaults::cluster::kv_fetchers), each on a thread of its own, the fetches
+  /// handed out in turn. Null without a KV exchange.
   caf::actor kv_fetcher() const;
   /// Peers whose devices are joined now.
   std::size_t peers_up() const;

@@ -38,6 +38,9 @@ inline constexpr std::uint32_t kv_wire_min_kib = 64;
 /// How long a device's answer (admission, export, stats) may take across nodes before the
 /// request is answered with an error; a KV export of a long context is the slowest.
 inline constexpr std::chrono::milliseconds remote_answer_timeout{60000};
+/// Fetches of KV held on other nodes a node runs at once (each on a thread of its own, which
+/// it blocks for the transfer), handed out in turn.
+inline constexpr std::size_t kv_fetchers = 2;
 /// Worker threads of the cluster's own actor system (its network actors: the gateway, the
 /// remote devices and peers); CAF's middleman runs its multiplexer on a thread of its own.
 inline constexpr std::size_t network_threads = 2;
