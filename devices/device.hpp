@@ -156,7 +156,7 @@ struct kv_kept {
   /// `wire`, or computes the tokens.
   std::uint64_t store = 0;
   /// Where that store's node serves them to other nodes (its KV exchange, "host:port"; set by
-  /// a device node's gateway; "" none).
+  /// a device node's gateway, or by the request for its own node's devices; "" none).
   std::string wire;
 };
 
