@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <system_error>
 #include <thread>
 
@@ -474,6 +475,10 @@ expected<void> node::start_cluster(node& n, const node_config& config) {
   };
   events.lost = [router](const std::string& name, const std::string& why) {
     caf::anon_send(router, device_lost_atom::value, name, why);
+  };
+  // The operator sees why a peer stays out (once per reason): its devices never join routing.
+  events.trouble = [](const std::string& peer, const std::string& why) {
+    std::fprintf(stderr, "triad: cluster: peer %s not joined: %s\n", peer.c_str(), why.c_str());
   };
   return n.cluster_->join(std::move(events));
 }

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include <caf/all.hpp>
@@ -122,9 +123,17 @@ std::string host_name() {
 
 // -- a front node's peer: one device node's address --
 
+// Why peers could not be joined, by address: written by the peers' actors, read by
+// control_plane::peer_trouble.
+struct peer_troubles {
+  std::mutex mtx;
+  std::map<std::string, std::string> why;
+};
+
 struct peer_shared {
   cluster_config config;
   cluster_events events;
+  std::shared_ptr<peer_troubles> troubles;
   caf::io::middleman_actor mm; // the middleman (or TLS manager) that connects
   std::atomic<std::size_t>* up = nullptr;
   gauge* up_gauge = nullptr;
@@ -196,6 +205,40 @@ std::string where(const peer_state& st) {
   return st.host + ":" + std::to_string(st.port);
 }
 
+// Notes why the peer could not be joined, for peer_trouble(), and tells events.trouble when
+// the reason is new for it.
+void trouble(peer_self* self, const std::string& why) {
+  auto& st = self->state;
+  {
+    std::lock_guard lock{st.shared->troubles->mtx};
+    auto& was = st.shared->troubles->why[where(st)];
+    if (was == why)
+      return;
+    was = why;
+  }
+  if (st.shared->events.trouble)
+    st.shared->events.trouble(where(st), why);
+}
+
+// The peer joined (or is no longer a peer): nothing keeps it from being joined.
+void no_trouble(peer_self* self) {
+  std::lock_guard lock{self->state.shared->troubles->mtx};
+  self->state.shared->troubles->why.erase(where(self->state));
+}
+
+// Why the middleman could not connect to a peer, in words: a handshake BASP refused names the
+// cluster protocol, as two triad builds that cannot talk to each other.
+std::string connect_failure(caf::actor_system& sys, const caf::error& e) {
+  if (e == caf::sec::incompatible_application_ids)
+    return "the handshake failed: it does not speak this node's cluster protocol (" +
+           detail::cluster_app_identifier() +
+           "): every node of a cluster runs the same triad build";
+  if (e == caf::sec::incompatible_versions)
+    return "the handshake failed: it runs another BASP version (another CAF): every node of a "
+           "cluster runs the same triad build";
+  return "could not connect: " + sys.render(e);
+}
+
 void lose(peer_self* self, const std::string& why) {
   auto& st = self->state;
   if (!st.gateway)
@@ -253,8 +296,7 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   if (const auto& ex = st.shared->exchange;
       ex && hello.kv_wire == cluster::to_string(ex->transport())) {
     fetcher = st.shared->fetcher;
-    const auto at = split_host_port(ex->address());
-    if (!(at && loopback(at->first) && !loopback(st.host)))
+    if (!(loopback(ex->host()) && !loopback(st.host)))
       hold_in = ex;
   }
   for (std::uint32_t i = 0; i < hello.devices.size(); ++i) {
@@ -308,7 +350,8 @@ void connect_probed(peer_self* self) {
   auto& st = self->state;
   const auto& cfg = st.shared->config;
   auto timeout = std::chrono::milliseconds{std::max(cfg.heartbeat_deadline_ms, 1000u)};
-  auto retry = [self](caf::error&) {
+  auto retry = [self](const std::string& why) {
+    trouble(self, why);
     self->state.connecting = false;
     self->delayed_send(self, std::chrono::milliseconds{self->state.shared->config.rejoin_ms},
                        rejoin_atom::value);
@@ -319,8 +362,7 @@ void connect_probed(peer_self* self) {
                                  std::set<std::string>&) {
             auto gateway = caf::actor_cast<caf::actor>(ptr);
             if (!gateway) {
-              caf::error none;
-              retry(none);
+              retry("it published no gateway on that port");
               return;
             }
             const auto& ex = self->state.shared->exchange;
@@ -330,11 +372,14 @@ void connect_probed(peer_self* self) {
                 .then(
                     [self, gateway](detail::node_hello& hello) {
                       self->state.connecting = false;
+                      no_trouble(self);
                       joined(self, gateway, hello);
                     },
-                    retry);
+                    [self, retry](caf::error& e) {
+                      retry("it did not answer hello: " + self->system().render(e));
+                    });
           },
-          retry);
+          [self, retry](caf::error& e) { retry(connect_failure(self->system(), e)); });
 }
 
 caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::string host,
@@ -360,6 +405,7 @@ caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::st
         // Its remote devices stay (the router holds them, lost): a request parked on one still
         // gets its failure at its resume.
         lose(self, where(self->state) + " is no longer among its peer's addresses");
+        no_trouble(self);
         self->quit();
       },
       [self](probe_atom, bool ok) {
@@ -367,9 +413,11 @@ caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::st
           connect_probed(self);
           return;
         }
+        const auto& cfg = self->state.shared->config;
+        trouble(self, "nothing accepted a TCP connection there (refused, or no answer within " +
+                          std::to_string(std::max(cfg.heartbeat_deadline_ms, 1000u)) + " ms)");
         self->state.connecting = false;
-        self->delayed_send(self, std::chrono::milliseconds{self->state.shared->config.rejoin_ms},
-                           rejoin_atom::value);
+        self->delayed_send(self, std::chrono::milliseconds{cfg.rejoin_ms}, rejoin_atom::value);
       },
       [self](detail::cluster_draining_atom) {
         // The node drains: nothing new goes there, what is parked there moves off, what runs
@@ -470,7 +518,7 @@ public:
       openssl_key = c.key;
       openssl_cafile = c.cafile;
     }
-    detail::add_cluster_types(*this);
+    detail::speak_cluster_protocol(*this);
     set("scheduler.max-threads", defaults::cluster::network_threads);
     set("logger.verbosity", caf::atom("quiet"));
   }
@@ -486,6 +534,7 @@ struct control_plane::impl {
   caf::actor gateway;
   caf::actor joiner;
   std::atomic<std::size_t> up{0};
+  std::shared_ptr<peer_troubles> troubles = std::make_shared<peer_troubles>();
   metrics_registry* metrics = nullptr;
   // Every cluster node's; none with kv_wire = "off".
   std::shared_ptr<detail::kv_exchange> exchange;
@@ -661,6 +710,11 @@ std::size_t control_plane::peers_up() const {
   return impl_->up.load();
 }
 
+std::map<std::string, std::string> control_plane::peer_trouble() const {
+  std::lock_guard lock{impl_->troubles->mtx};
+  return impl_->troubles->why;
+}
+
 expected<std::uint16_t>
 control_plane::publish(std::vector<published_device> devices,
                        std::shared_ptr<grammar::grammar_cache> grammars,
@@ -700,6 +754,7 @@ expected<void> control_plane::join(cluster_events events) {
   shared->fetcher = m.fetcher;
   shared->config = m.config;
   shared->events = std::move(events);
+  shared->troubles = m.troubles;
   shared->mm =
       m.config.tls ? m.sys->openssl_manager().actor_handle() : m.sys->middleman().actor_handle();
   shared->up = &m.up;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ struct cluster_events {
   std::function<void(const remote_device&)> joined;
   /// A device's node was lost (`why`): route nothing there until it joins again.
   std::function<void(const std::string& name, const std::string& why)> lost;
+  /// A peer could not be joined (`peer`: its "host:port"; `why`: nothing accepts a connection
+  /// there, the handshake failed — another cluster protocol —, it published no gateway or did
+  /// not answer hello): told once per peer and reason, again when the reason changes.
+  std::function<void(const std::string& peer, const std::string& why)> trouble;
   /// This node has no devices of its own: a prefill node may keep a sequence's KV (kv_held)
   /// for the decode node to fetch over the KV wire, instead of sending it through here. (A
   /// front with devices gets references too when its KV wire runs the node's transport: its
@@ -108,6 +113,9 @@ public:
   caf::actor kv_fetcher() const;
   /// Peers whose devices are joined now.
   std::size_t peers_up() const;
+  /// Why each peer not joined now could not be joined, by its "host:port" (cluster_events::
+  /// trouble told the same); a peer that joins leaves it.
+  std::map<std::string, std::string> peer_trouble() const;
 
 private:
   control_plane() = default;

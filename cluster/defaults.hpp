@@ -41,6 +41,10 @@ inline constexpr std::chrono::milliseconds remote_answer_timeout{60000};
 /// Fetches of KV held on other nodes a node runs at once (each on a thread of its own, which
 /// it blocks for the transfer), handed out in turn.
 inline constexpr std::size_t kv_fetchers = 2;
+/// Servers of a node's KV exchange (each a UCX wire on a port of its own and a thread that
+/// serves one peer at a time): fetches of KV it holds (or of kept blocks) at once, fetchers
+/// taking them in turn. Their ports are the exchange's address: "host:port,port".
+inline constexpr std::size_t kv_servers = 2;
 /// Worker threads of the cluster's own actor system (its network actors: the gateway, the
 /// remote devices and peers); CAF's middleman runs its multiplexer on a thread of its own.
 inline constexpr std::size_t network_threads = 2;

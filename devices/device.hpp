@@ -155,8 +155,8 @@ struct kv_kept {
   /// back (and released) only through that store: a device of another store fetches them from
   /// `wire`, or computes the tokens.
   std::uint64_t store = 0;
-  /// Where that store's node serves them to other nodes (its KV exchange, "host:port"; set by
-  /// a device node's gateway, or by the request for its own node's devices; "" none).
+  /// Where that store's node serves them to other nodes (its KV exchange, "host:port,port..."; set
+  /// by a device node's gateway, or by the request for its own node's devices; "" none).
   std::string wire;
 };
 
@@ -171,7 +171,7 @@ typename Inspector::result_type inspect(Inspector& f, kv_kept& x) {
 /// over the KV wire (UCX), each with its size and the checksum taken when it was held. The
 /// control message carries this, not the bytes.
 struct kv_held {
-  std::string wire;                     ///< "host:port" of the holder's KV wire
+  std::string wire;                     ///< the holder's KV exchange ("host:port,port...")
   std::vector<std::uint64_t> blocks;    ///< the holder's block ids, in order
   std::vector<std::uint64_t> sizes;     ///< each block's bytes
   std::vector<std::uint64_t> checksums; ///< each block's block_checksum

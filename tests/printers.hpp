@@ -1,6 +1,7 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 
 #include "runtime/bridge.hpp"
 #include "runtime/error.hpp"
@@ -21,6 +22,13 @@ inline std::ostream& operator<<(std::ostream& os, submit_result value) {
 /// Lets Boost.Test print device kinds in failed assertions.
 inline std::ostream& operator<<(std::ostream& os, device_kind value) {
   return os << to_string(value);
+}
+
+/// The error's message, or nothing when there is none: for BOOST_REQUIRE_MESSAGE on an
+/// `expected`.
+template<class T>
+std::string why(const expected<T>& e) {
+  return e ? std::string{} : e.error().message;
 }
 
 } // namespace triad

@@ -79,6 +79,38 @@ struct held_blob {
   clock::time_point until;
 };
 
+// One of the exchange's servers: a wire listening on a port of its own and the thread that
+// serves its peers, one at a time.
+struct server {
+  std::unique_ptr<cluster::kv_wire> wire;
+  std::thread thread;
+  // The KV it sends now (off the books until acknowledged; null: none), and whether it was
+  // released meanwhile (then it is not put back); both guarded by the exchange's mtx.
+  const held_blob* sending = nullptr;
+  bool sending_released = false;
+};
+
+// The host and ports of an exchange's address ("host:port,port,..."): nothing when it is not one.
+std::optional<std::pair<std::string, std::vector<std::uint16_t>>>
+split_address(std::string_view address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string_view::npos)
+    return std::nullopt;
+  std::vector<std::uint16_t> ports;
+  auto rest = address.substr(colon + 1);
+  while (true) {
+    const auto comma = rest.find(',');
+    const auto one =
+        split_host_port(std::string{address.substr(0, colon + 1)}.append(rest.substr(0, comma)));
+    if (!one)
+      return std::nullopt;
+    ports.push_back(one->second);
+    if (comma == std::string_view::npos)
+      return std::pair{one->first, std::move(ports)};
+    rest = rest.substr(comma + 1);
+  }
+}
+
 counter* counter_of(metrics_registry* m, const char* name, const char* help) {
   if (m == nullptr)
     return nullptr;
@@ -95,8 +127,11 @@ void add(counter* c, double v = 1) {
 
 struct kv_exchange::state {
   cluster::wire_transport transport = cluster::wire_transport::tcp;
-  std::unique_ptr<cluster::kv_wire> server;
+  // Its servers (fixed from the start): a fetch of held KV or a read of kept blocks on one
+  // does not wait for one on another.
+  std::vector<std::unique_ptr<server>> servers;
   std::string address;
+  std::string host; // as others reach it
   std::chrono::milliseconds hold_for{0};
   std::uint64_t budget = 0;
   std::uint64_t min_bytes = 0; // smaller KV is not held
@@ -106,7 +141,7 @@ struct kv_exchange::state {
   std::shared_ptr<cluster::kv_shared_memory> shared;
   std::shared_ptr<cluster::kv_shared_reader> reader;
   std::string sharing_note;
-  // Reads kept blocks of the node's KV store for other nodes (null: none served); the server
+  // Reads kept blocks of the node's KV store for other nodes (null: none served); a server
   // thread calls it with kept_mtx held, so stop_serving_kept() waits for a call under way.
   std::mutex kept_mtx;
   kv_exchange::kept_source kept;
@@ -116,14 +151,11 @@ struct kv_exchange::state {
   std::mutex mtx; // guards what follows
   held_map held;  // by first block id (ids grow: oldest first)
   std::uint64_t held_bytes = 0;
-  // The KV the server thread sends now (off the map until acknowledged; null: none), and
-  // whether it was released meanwhile (then it is not put back).
-  const held_blob* sending = nullptr;
-  bool sending_released = false;
   std::uint64_t next_id = 0;
 
   std::atomic<bool> stop{false};
-  std::thread thread;
+  // Which of a holder's servers this node's next fetch asks first (in turn, so fetches spread).
+  std::atomic<std::size_t> next_server{0};
 
   // The fetches' wires. Setting a UCX wire up (context, worker) and tearing it down cost
   // milliseconds, more than a fetch of a few MiB, so the keeper thread opens the next fetch's
@@ -150,7 +182,10 @@ struct kv_exchange::state {
 
   // Bytes of the KV being sent (with mtx held).
   std::uint64_t sending_bytes() const {
-    return sending != nullptr ? sending->bytes->view().size() : 0;
+    std::uint64_t n = 0;
+    for (const auto& sv : servers)
+      n += sv->sending != nullptr ? sv->sending->bytes->view().size() : 0;
+    return n;
   }
 
   // Puts `blob` on the books (with mtx held).
@@ -214,8 +249,9 @@ struct kv_exchange::state {
     return blob;
   }
 
-  // The server: one peer at a time asks for the blocks of one held KV and gets them.
-  void serve() {
+  // A server: one peer at a time asks it for the blocks of one held KV (or kept blocks) and
+  // gets them.
+  void serve(server& sv) {
     std::vector<std::byte> request((max_request_blocks + 2 + max_kept_tokens) *
                                    sizeof(std::uint64_t));
     while (!stop.load()) {
@@ -223,10 +259,10 @@ struct kv_exchange::state {
         std::lock_guard lock{mtx};
         expire(clock::now());
       }
-      if (!server->accept(accept_poll))
+      if (!sv.wire->accept(accept_poll))
         continue;
       const std::span<std::byte> slot{request};
-      auto got = server->receive({&slot, 1}, request_timeout);
+      auto got = sv.wire->receive({&slot, 1}, request_timeout);
       if (!got) // the wire dropped the peer
         continue;
       std::vector<std::uint64_t> ids;
@@ -234,7 +270,7 @@ struct kv_exchange::state {
         std::uint64_t n = 0;
         std::memcpy(&n, request.data(), sizeof n);
         if ((n & kept_request) != 0) {
-          serve_kept(request, r->bytes, n & ~kept_request);
+          serve_kept(sv, request, r->bytes, n & ~kept_request);
           continue;
         }
         if (n <= max_request_blocks && r->bytes == (n + 1) * sizeof(std::uint64_t)) {
@@ -246,8 +282,8 @@ struct kv_exchange::state {
       {
         std::lock_guard lock{mtx};
         blob = take(ids);
-        sending = blob ? &*blob : nullptr;
-        sending_released = false;
+        sv.sending = blob ? &*blob : nullptr;
+        sv.sending_released = false;
         publish();
       }
       std::uint64_t found = blob ? blob->ref.blocks.size() : 0;
@@ -261,23 +297,13 @@ struct kv_exchange::state {
             {r.blocks[i], blob->bytes->view().subspan(offset, r.sizes[i]), r.checksums[i]});
         offset += r.sizes[i];
       }
-      // The peer's acknowledgement that everything arrived comes before the close (a close
-      // right after the last send could overtake blocks still in the peer's socket, TCP), and
-      // only then does the KV leave the books: a fetch the wire broke is asked for again.
-      // The fetcher checks every block first, which for a large KV takes a while.
-      bool delivered = false;
-      if (server->send(out)) {
-        std::uint64_t ack = ack_not;
-        const std::span<std::byte> ack_slot{reinterpret_cast<std::byte*>(&ack), sizeof ack};
-        auto got_ack = server->receive({&ack_slot, 1}, defaults::cluster::wire_transfer_timeout);
-        delivered = got_ack && got_ack->front() && ack == ack_all;
-      }
-      server->drop_peer();
+      // Only a delivered KV leaves the books: a fetch the wire broke is asked for again.
+      const bool delivered = deliver(sv, out);
       if (blob && delivered)
         add(sent_bytes, static_cast<double>(blob->bytes->view().size()));
       std::lock_guard lock{mtx};
-      sending = nullptr;
-      if (blob && !delivered && !sending_released)
+      sv.sending = nullptr;
+      if (blob && !delivered && !sv.sending_released)
         restore(std::move(*blob));
       publish();
     }
@@ -288,7 +314,8 @@ struct kv_exchange::state {
   // when some were gone; none without a store), each page's hash, parent, checksum, size and
   // tokens, then their bytes; then waits for the peer's word and lets it go. The blocks stay in
   // the store (their pin's time ends them).
-  void serve_kept(const std::vector<std::byte>& request, std::size_t bytes, std::uint64_t count) {
+  void serve_kept(server& sv, const std::vector<std::byte>& request, std::size_t bytes,
+                  std::uint64_t count) {
     constexpr auto word = sizeof(std::uint64_t);
     std::vector<std::uint64_t> ids;
     std::vector<token> tokens;
@@ -335,16 +362,24 @@ struct kv_exchange::state {
       out.push_back({ids[i], std::as_bytes(std::span{pages[i].bytes}), pages[i].checksum});
       sent += pages[i].bytes.size();
     }
+    if (deliver(sv, out))
+      add(sent_bytes, static_cast<double>(sent));
+  }
+
+  // Sends `out` to the server's peer, waits for its word that every block arrived and checked,
+  // and lets the peer go: whether it was delivered. The word comes before the close (a close
+  // right after the last send could overtake blocks still in the peer's socket, TCP); the
+  // fetcher checks every block first, which for a large KV takes a while.
+  bool deliver(server& sv, std::span<const cluster::wire_block> out) {
     bool delivered = false;
-    if (server->send(out)) {
+    if (sv.wire->send(out)) {
       std::uint64_t ack = ack_not;
       const std::span<std::byte> ack_slot{reinterpret_cast<std::byte*>(&ack), sizeof ack};
-      auto got_ack = server->receive({&ack_slot, 1}, defaults::cluster::wire_transfer_timeout);
+      auto got_ack = sv.wire->receive({&ack_slot, 1}, defaults::cluster::wire_transfer_timeout);
       delivered = got_ack && got_ack->front() && ack == ack_all;
     }
-    server->drop_peer();
-    if (delivered)
-      add(sent_bytes, static_cast<double>(sent));
+    sv.wire->drop_peer();
+    return delivered;
   }
 
   // Attempts of `once` (a fetch on a fresh wire) while the wire fails or damages a block (the
@@ -513,8 +548,6 @@ struct kv_exchange::state {
       keeper.join();
   }
 
-  // One attempt to fetch `h` from its holder, over a wire of its own (retired, peer and all,
-  // when it returns).
   // One fetch's connection to the holder at `wire`: a wire of its own, handed to the keeper
   // (closed and destroyed off the fetch's path) when it goes.
   struct fetch_session {
@@ -540,23 +573,26 @@ struct kv_exchange::state {
     }
   };
 
-  // Connects to the holder at `wire` and sends it `request`.
+  // Connects to one of the servers of the holder at `wire` (each attempt the next, in turn)
+  // and sends it `request`.
   expected<fetch_session> ask(const std::string& wire, const std::vector<std::uint64_t>& request) {
-    const auto split = split_host_port(wire);
+    const auto split = split_address(wire);
     if (!split)
-      return make_error(errc::invalid_argument,
-                        "KV exchange: '" + wire + "' is not host:port (port 1..65535)");
-    const auto& [host, port] = *split;
+      return make_error(errc::invalid_argument, "KV exchange: '" + wire +
+                                                    "' is not host:port[,port...] (ports "
+                                                    "1..65535)");
+    const auto& [host, ports] = *split;
+    const auto port = ports[next_server.fetch_add(1) % ports.size()];
     // A wire of its own per fetch: UCX over TCP does not wire up again reliably between two
     // workers that were connected before (seen: "Endpoint timeout" at the second connect).
     auto w = take_wire();
     if (!w)
       return w.error();
     fetch_session session{this, std::move(*w)};
-    // The holder serves one peer at a time: a connect can time out behind others (seen on a
-    // loaded machine); with_attempts tries again.
-    if (auto c = session.wire->connect(host, port); !c)
-      return c.error();
+    // Each of the holder's servers serves one peer at a time: a connect can time out behind
+    // others (seen on a loaded machine); with_attempts tries again, on its next server.
+    if (auto c = session.wire->connect(host, port); !c) // named as the holder's exchange
+      return make_error(c.error().code, "KV exchange " + wire + ": " + c.error().message);
     const std::span<const std::byte> req{reinterpret_cast<const std::byte*>(request.data()),
                                          request.size() * sizeof(std::uint64_t)};
     const cluster::wire_block block{answer_id, req, block_checksum(req)};
@@ -565,6 +601,8 @@ struct kv_exchange::state {
     return session;
   }
 
+  // One attempt to fetch `h` from its holder, over a wire of its own (retired, peer and all,
+  // when it returns).
   expected<std::vector<std::byte>> fetch_once(const kv_held& h) {
     std::vector<std::uint64_t> request{h.blocks.size()};
     request.insert(request.end(), h.blocks.begin(), h.blocks.end());
@@ -640,10 +678,10 @@ kv_exchange::kv_exchange(std::unique_ptr<state> s)
 
 kv_exchange::~kv_exchange() {
   state_->stop_keeper();
-  if (state_->thread.joinable()) {
-    state_->stop = true;
-    state_->thread.join();
-  }
+  state_->stop = true;
+  for (auto& sv : state_->servers)
+    if (sv->thread.joinable())
+      sv->thread.join();
 }
 
 expected<std::unique_ptr<kv_exchange>>
@@ -676,14 +714,20 @@ kv_exchange::start(cluster::wire_transport transport, const std::string& host,
                               : "; this node's fetches take KV by cross-memory attach (" +
                                     reader.error().message + ")";
   }
-  auto w = cluster::kv_wire::open(transport, {s->shared, nullptr});
-  if (!w)
-    return w.error();
-  s->server = std::move(*w);
-  auto port = s->server->listen(host, 0);
-  if (!port)
-    return port.error();
-  s->address = (advertise.empty() ? host : advertise) + ":" + std::to_string(*port);
+  s->host = advertise.empty() ? host : advertise;
+  s->address = s->host + ":";
+  for (std::size_t i = 0; i < defaults::cluster::kv_servers; ++i) {
+    auto w = cluster::kv_wire::open(transport, {s->shared, nullptr});
+    if (!w)
+      return w.error();
+    auto sv = std::make_unique<server>();
+    sv->wire = std::move(*w);
+    auto port = sv->wire->listen(host, 0);
+    if (!port)
+      return port.error();
+    s->address += (i == 0 ? "" : ",") + std::to_string(*port);
+    s->servers.push_back(std::move(sv));
+  }
   // Ids start at random, so a restarted node at the same address never answers for the KV of
   // its previous life.
   std::random_device rd;
@@ -721,12 +765,17 @@ kv_exchange::start(cluster::wire_transport transport, const std::string& host,
       s->held_gauge = *g;
   std::unique_ptr<kv_exchange> ex{new kv_exchange{std::move(s)}};
   auto* st = ex->state_.get();
-  st->thread = std::thread{[st] { st->serve(); }};
+  for (auto& sv : st->servers)
+    sv->thread = std::thread{[st, at = sv.get()] { st->serve(*at); }};
   return ex;
 }
 
 const std::string& kv_exchange::address() const noexcept {
   return state_->address;
+}
+
+const std::string& kv_exchange::host() const noexcept {
+  return state_->host;
 }
 
 std::uint64_t kv_exchange::held_bytes() {
@@ -794,8 +843,11 @@ void kv_exchange::release(const kv_held& held) {
   if (held.wire != s.address)
     return;
   std::lock_guard lock{s.mtx};
-  if (!s.take(held.blocks) && s.sending != nullptr && s.sending->ref.blocks == held.blocks)
-    s.sending_released = true; // being sent now: not put back if that fails
+  if (s.take(held.blocks))
+    return;
+  for (auto& sv : s.servers)
+    if (sv->sending != nullptr && sv->sending->ref.blocks == held.blocks)
+      sv->sending_released = true; // being sent now: not put back if that fails
 }
 
 cluster::wire_transport kv_exchange::transport() const noexcept {

@@ -21,12 +21,14 @@ namespace triad::detail {
 
 /// A node's KV exchange: the KV data plane between nodes on the KV wire (UCX). It holds the KV
 /// a device of this node moved out (a prefill's hand-off) as checksummed blocks (over shared
-/// memory: in a kv_shared_memory, which fetchers copy out in place), and a server thread sends
+/// memory: in a kv_shared_memory, which fetchers copy out in place), and its servers send
 /// them to the node that fetches them (the decode node, named by the front
 /// in its import order: the control messages carry block ids, the bytes go node to node once).
 /// It fetches what other nodes hold for its own devices. Held KV nobody fetched goes after
 /// `hold_for`, or gives way to newer KV past `budget` bytes (then the bytes stay in the control
-/// message, as without an exchange); KV under `min_bytes` is not held at all.
+/// message, as without an exchange); KV under `min_bytes` is not held at all. It runs
+/// defaults::cluster::kv_servers servers, each a wire on a port of its own and a thread, so a
+/// long read of kept blocks or one large transfer does not hold every other fetch up.
 class kv_exchange {
 public:
   /// Opens the server's wire on `transport`, listening on `host` (any free port), and starts
@@ -35,16 +37,19 @@ public:
   start(cluster::wire_transport transport, const std::string& host, const std::string& advertise,
         std::chrono::milliseconds hold_for, std::uint64_t budget, std::uint64_t min_bytes,
         metrics_registry* metrics);
-  /// Stops the server thread (a transfer under way ends with it) and the fetches' wire keeper,
+  /// Stops the server threads (a transfer under way ends with them) and the fetches' wire keeper,
   /// and drops what it holds.
   ~kv_exchange();
   kv_exchange(const kv_exchange&) = delete;
   kv_exchange& operator=(const kv_exchange&) = delete;
 
-  /// "host:port" where its wire listens, as others reach it.
+  /// "host:port,port,..." where its servers' wires listen (defaults::cluster::kv_servers), as
+  /// others reach it.
   const std::string& address() const noexcept;
-  /// Bytes of KV held now for other nodes to fetch, the one being sent included until its
-  /// fetcher acknowledges it; what expired dropped first (a draining node waits for them to go).
+  /// The host of address().
+  const std::string& host() const noexcept;
+  /// Bytes of KV held now for other nodes to fetch, those being sent included until their
+  /// fetchers acknowledge them; what expired dropped first (a draining node waits for them to go).
   std::uint64_t held_bytes();
   /// Takes `bytes` in as blocks of at most block_bytes (each checksummed) and answers their
   /// reference; an empty reference (the bytes left in place) when they do not fit the budget
@@ -75,7 +80,7 @@ public:
   using kept_source = std::function<expected<std::vector<kv_page>>(
       std::uint64_t, const std::vector<std::uint64_t>&, const std::vector<token>&)>;
   /// Serves kept blocks of the node's KV store to other nodes from now on, read by `source`
-  /// (on the server's thread).
+  /// (on a server's thread; calls are serialized).
   void serve_kept(kept_source source);
   /// Serves them no more, once a read under way has ended: before the store or the actor
   /// system `source` uses goes.

@@ -120,7 +120,12 @@ from_wire(const constraint_wire& w, grammar::grammar_cache* cache,
   return c;
 }
 
-void add_cluster_types(caf::actor_system_config& cfg) {
+std::string cluster_app_identifier() {
+  return "triad-cluster/" + std::to_string(cluster_protocol);
+}
+
+void speak_cluster_protocol(caf::actor_system_config& cfg) {
+  cfg.set("middleman.app-identifiers", std::vector<std::string>{cluster_app_identifier()});
   cfg.add_message_type<generate_request>("triad.generate_request");
   cfg.add_message_type<admission>("triad.admission");
   cfg.add_message_type<device_event>("triad.device_event");

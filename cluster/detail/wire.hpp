@@ -84,9 +84,19 @@ expected<std::shared_ptr<grammar::token_constraint>>
 from_wire(const constraint_wire& w, grammar::grammar_cache* cache,
           const std::shared_ptr<const grammar::token_index>& vocabulary);
 
-/// Announces every type the cluster's messages carry to CAF, under the same names on every
-/// node (a message with an unannounced type would be dropped).
-void add_cluster_types(caf::actor_system_config& cfg);
+/// The cluster protocol this build speaks: the messages above, the devices' messages they carry
+/// (devices/device.hpp) and the KV exchange's requests. Bumped with any change to them: nodes of
+/// two protocols refuse each other at CAF's handshake, before any message is read.
+constexpr std::uint32_t cluster_protocol = 2;
+
+/// The CAF application identifier of cluster_protocol ("triad-cluster/2"): BASP connects only
+/// nodes that share one (`middleman.app-identifiers`).
+std::string cluster_app_identifier();
+
+/// Makes `cfg`'s system speak cluster_protocol: announces every type the cluster's messages
+/// carry to CAF, under the same names on every node (a message with an unannounced type would be
+/// dropped), and sets the application identifier its middleman accepts.
+void speak_cluster_protocol(caf::actor_system_config& cfg);
 
 /// Inspector of wire_device.
 template<class Inspector>

@@ -1,5 +1,8 @@
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -8,6 +11,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "cluster/defaults.hpp"
 #include "cluster/detail/kv_exchange.hpp"
 #include "cluster/kv_wire.hpp"
 #include "runtime/checksum.hpp"
@@ -315,6 +319,44 @@ BOOST_AUTO_TEST_CASE(kept_blocks_of_a_nodes_store_are_fetched_by_another_bit_exa
     BOOST_TEST((p.bytes == pages[i].bytes));
     BOOST_TEST(p.checksum == block_checksum(std::as_bytes(std::span{p.bytes})));
   }
+}
+
+// A holder runs several servers: a read of kept blocks that holds one (a slow store) does not
+// hold up a fetch of held KV, which another serves meanwhile.
+BOOST_AUTO_TEST_CASE(a_slow_kept_read_on_one_server_does_not_hold_up_a_fetch_on_another) {
+  held_pair p{9, (1u << 20) + 5};
+  auto& [holder, importer, original, held, left] = p;
+  const auto& address = holder->address();
+  BOOST_TEST(static_cast<std::size_t>(std::count(address.begin(), address.end(), ',')) ==
+                 defaults::cluster::kv_servers - 1,
+             address);
+  std::promise<void> reading;
+  std::promise<void> fetched;
+  auto done = fetched.get_future();
+  std::atomic<bool> waited_out{false};
+  std::atomic<bool> called{false};
+  holder->serve_kept([&](std::uint64_t, const std::vector<std::uint64_t>&,
+                         const std::vector<token>&) -> expected<std::vector<kv_page>> {
+    if (!called.exchange(true))
+      reading.set_value();
+    // Holds its server until the held KV was fetched (at most 20 s).
+    if (done.wait_for(20s) != std::future_status::ready)
+      waited_out = true;
+    return kept_pages(1, 4096);
+  });
+  const std::vector<token> tokens(16, 5);
+  auto kept = std::async(std::launch::async,
+                         [&] { return importer->fetch_kept(holder->address(), 77, {1}, tokens); });
+  reading.get_future().wait();
+  auto got = importer->fetch(held);
+  fetched.set_value();
+  if (!got)
+    BOOST_FAIL("fetch while a kept read holds a server: " << got.error().message);
+  BOOST_TEST((*got == original));
+  auto pages = kept.get();
+  BOOST_TEST(!waited_out.load());
+  BOOST_REQUIRE_MESSAGE(pages.has_value(), why(pages));
+  BOOST_TEST(pages->size() == 1u);
 }
 
 // A store that has only the first of them: those come; a node that serves none, or asked for

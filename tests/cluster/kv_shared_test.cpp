@@ -13,12 +13,6 @@ using namespace triad::cluster;
 
 namespace {
 
-// The error's message, or nothing when there is none.
-template<class T>
-std::string why(const expected<T>& e) {
-  return e ? std::string{} : e.error().message;
-}
-
 // Shared memory of `bytes` and a reader, both opened or the case fails naming why.
 struct shared_pair {
   std::unique_ptr<kv_shared_memory> memory;

@@ -23,12 +23,6 @@ using namespace triad::cluster;
 
 namespace {
 
-// The error's message, or nothing when there is none.
-template<class T>
-std::string why(const expected<T>& e) {
-  return e ? std::string{} : e.error().message;
-}
-
 // Block `id`'s bytes: a pseudo-random pattern of `n` bytes from its id.
 std::vector<std::byte> block_bytes(std::uint64_t id, std::size_t n) {
   std::mt19937_64 rng{id * 0x9e3779b97f4a7c15ull + 1};
