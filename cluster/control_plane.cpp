@@ -675,10 +675,9 @@ void control_plane::serve_kept(std::shared_ptr<kv_tier> tier) {
   auto& m = *impl_;
   if (!m.exchange || !tier)
     return;
-  // On the exchange's server thread: asks the store (its actors in the node's system) and waits
-  // for its answer in a scoped actor of this system, bounded.
-  // The control plane stops serving them before its system goes (~control_plane), the node
-  // before its store goes (node::stop).
+  // On a server thread of the exchange's: asks the store (its actors in the node's system) and
+  // waits for its answer in a scoped actor of this system, bounded. The control plane stops serving
+  // them before its system goes (~control_plane), the node before its store goes (node::stop).
   m.exchange->serve_kept([tier, sys = m.sys.get()](
                              std::uint64_t store, const std::vector<std::uint64_t>& ids,
                              const std::vector<token>& tokens) -> expected<std::vector<kv_page>> {

@@ -95,7 +95,7 @@ public:
   /// once (and route elsewhere) while the devices finish.
   void close_gateway();
 
-  /// The node's KV exchange address ("host:port" of its KV wire), "" when it has none
+  /// The node's KV exchange address ("host:port,port": its servers' KV wires), "" when it has none
   /// (`kv_wire = "off"`).
   std::string kv_wire_address() const;
   /// Over a shared-memory KV wire: whether its held KV lies in shared memory that fetchers

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <shared_mutex>
 #include <span>
 #include <thread>
 #include <unordered_map>
@@ -141,9 +142,10 @@ struct kv_exchange::state {
   std::shared_ptr<cluster::kv_shared_memory> shared;
   std::shared_ptr<cluster::kv_shared_reader> reader;
   std::string sharing_note;
-  // Reads kept blocks of the node's KV store for other nodes (null: none served); a server
-  // thread calls it with kept_mtx held, so stop_serving_kept() waits for a call under way.
-  std::mutex kept_mtx;
+  // Reads kept blocks of the node's KV store for other nodes (null: none served); server
+  // threads call it with kept_mtx held shared (two reads at once), so stop_serving_kept(),
+  // which takes it alone, waits for the calls under way.
+  std::shared_mutex kept_mtx;
   kv_exchange::kept_source kept;
   std::atomic<bool> serving_kept{false};
 
@@ -152,6 +154,9 @@ struct kv_exchange::state {
   held_map held;  // by first block id (ids grow: oldest first)
   std::uint64_t held_bytes = 0;
   std::uint64_t next_id = 0;
+
+  // Told when a server ends a transfer (its KV delivered, or back on the books), or at stop.
+  std::condition_variable sent_cv;
 
   std::atomic<bool> stop{false};
   // Which of a holder's servers this node's next fetch asks first (in turn, so fetches spread).
@@ -179,6 +184,13 @@ struct kv_exchange::state {
   counter* fetch_failures = nullptr;
   counter* fetch_retries = nullptr;
   gauge* held_gauge = nullptr;
+
+  // Whether a server sends the KV of `ids` now (with mtx held).
+  bool sent_elsewhere(const std::vector<std::uint64_t>& ids) const {
+    return !ids.empty() && std::any_of(servers.begin(), servers.end(), [&](const auto& sv) {
+      return sv->sending != nullptr && sv->sending->ref.blocks == ids;
+    });
+  }
 
   // Bytes of the KV being sent (with mtx held).
   std::uint64_t sending_bytes() const {
@@ -280,8 +292,15 @@ struct kv_exchange::state {
       }
       std::optional<held_blob> blob;
       {
-        std::lock_guard lock{mtx};
+        std::unique_lock lock{mtx};
         blob = take(ids);
+        // A fetch tried again may come here while another server still has this KV off the
+        // books (the failed attempt's, not yet put back): it waits for that one to end.
+        if (!blob && sent_elsewhere(ids)) {
+          sent_cv.wait_for(lock, defaults::cluster::wire_transfer_timeout,
+                           [&] { return stop.load() || !sent_elsewhere(ids); });
+          blob = take(ids);
+        }
         sv.sending = blob ? &*blob : nullptr;
         sv.sending_released = false;
         publish();
@@ -306,6 +325,7 @@ struct kv_exchange::state {
       if (blob && !delivered && !sv.sending_released)
         restore(std::move(*blob));
       publish();
+      sent_cv.notify_all();
     }
   }
 
@@ -336,7 +356,7 @@ struct kv_exchange::state {
     }
     std::vector<kv_page> pages;
     if (!ids.empty()) {
-      std::lock_guard lock{kept_mtx};
+      std::shared_lock lock{kept_mtx};
       if (kept)
         if (auto got = kept(store, ids, tokens); got && got->size() <= ids.size())
           pages = std::move(*got);
@@ -382,14 +402,16 @@ struct kv_exchange::state {
     return delivered;
   }
 
-  // Attempts of `once` (a fetch on a fresh wire) while the wire fails or damages a block (the
+  // Attempts of `once` (a fetch on a fresh wire, given which of the holder's servers to ask:
+  // each attempt the next, from one in turn) while the wire fails or damages a block (the
   // holder keeps what it has not seen acknowledged, so a later attempt finds it). No attempt
   // starts once a transfer's timeout has passed since the first.
   template<class Once>
-  auto with_attempts(Once once) -> decltype(once()) {
+  auto with_attempts(Once once) -> decltype(once(std::size_t{0})) {
     const auto give_up = clock::now() + defaults::cluster::wire_transfer_timeout;
+    const std::size_t first = next_server.fetch_add(1);
     for (int attempt = 1;; ++attempt) {
-      auto got = once();
+      auto got = once(first + static_cast<std::size_t>(attempt - 1));
       if (got || attempt == fetch_attempts || !worth_another_attempt(got.error().code) ||
           clock::now() >= give_up)
         return got;
@@ -401,21 +423,22 @@ struct kv_exchange::state {
   // (the holder keeps what it has not seen acknowledged, so a later attempt finds it).
   // No attempt starts once a transfer's timeout has passed since the first.
   expected<std::vector<std::byte>> fetch_remote(const kv_held& h) {
-    return with_attempts([&] { return fetch_once(h); });
+    return with_attempts([&](std::size_t turn) { return fetch_once(h, turn); });
   }
 
   // One attempt to fetch kept blocks `ids` (holding `tokens`) from the store of the node at
   // `wire`, over a wire of its own: the pages that came, each checked.
   expected<std::vector<kv_page>> fetch_kept_once(const std::string& wire, std::uint64_t store,
                                                  const std::vector<std::uint64_t>& ids,
-                                                 const std::vector<token>& tokens) {
+                                                 const std::vector<token>& tokens,
+                                                 std::size_t turn) {
     std::vector<std::uint64_t> request{ids.size() | kept_request};
     request.insert(request.end(), ids.begin(), ids.end());
     request.push_back(store);
     request.push_back(tokens.size());
     for (auto t : tokens)
       request.push_back(static_cast<std::uint64_t>(t));
-    auto session = ask(wire, request);
+    auto session = ask(wire, request, turn);
     if (!session)
       return session.error();
     auto& client = session->wire;
@@ -573,16 +596,17 @@ struct kv_exchange::state {
     }
   };
 
-  // Connects to one of the servers of the holder at `wire` (each attempt the next, in turn)
-  // and sends it `request`.
-  expected<fetch_session> ask(const std::string& wire, const std::vector<std::uint64_t>& request) {
+  // Connects to one of the servers of the holder at `wire` (`turn` modulo their number) and
+  // sends it `request`.
+  expected<fetch_session> ask(const std::string& wire, const std::vector<std::uint64_t>& request,
+                              std::size_t turn) {
     const auto split = split_address(wire);
     if (!split)
       return make_error(errc::invalid_argument, "KV exchange: '" + wire +
                                                     "' is not host:port[,port...] (ports "
                                                     "1..65535)");
     const auto& [host, ports] = *split;
-    const auto port = ports[next_server.fetch_add(1) % ports.size()];
+    const auto port = ports[turn % ports.size()];
     // A wire of its own per fetch: UCX over TCP does not wire up again reliably between two
     // workers that were connected before (seen: "Endpoint timeout" at the second connect).
     auto w = take_wire();
@@ -603,10 +627,10 @@ struct kv_exchange::state {
 
   // One attempt to fetch `h` from its holder, over a wire of its own (retired, peer and all,
   // when it returns).
-  expected<std::vector<std::byte>> fetch_once(const kv_held& h) {
+  expected<std::vector<std::byte>> fetch_once(const kv_held& h, std::size_t turn) {
     std::vector<std::uint64_t> request{h.blocks.size()};
     request.insert(request.end(), h.blocks.begin(), h.blocks.end());
-    auto session = ask(h.wire, request);
+    auto session = ask(h.wire, request, turn);
     if (!session)
       return session.error();
     auto& client = session->wire;
@@ -678,7 +702,11 @@ kv_exchange::kv_exchange(std::unique_ptr<state> s)
 
 kv_exchange::~kv_exchange() {
   state_->stop_keeper();
-  state_->stop = true;
+  {
+    std::lock_guard lock{state_->mtx};
+    state_->stop = true;
+  }
+  state_->sent_cv.notify_all();
   for (auto& sv : state_->servers)
     if (sv->thread.joinable())
       sv->thread.join();
@@ -696,8 +724,9 @@ kv_exchange::start(cluster::wire_transport transport, const std::string& host,
   if (transport == cluster::wire_transport::shared_memory) {
     // Without shared memory (UCX could not place it where others map it) held KV lies on the
     // heap and goes by cross-memory attach; without a reader this node's fetches take it so.
-    // A quarter more than the budget: the KV being sent is off the books but still in its
-    // range, and ranges are rounded up and fragment. Pages come as written (sysv).
+    // A quarter more than the budget: the KV being sent (one per server) is off the books but
+    // still in its range, and ranges are rounded up and fragment; past it, KV goes on the
+    // heap. Pages come as written (sysv).
     auto memory = cluster::kv_shared_memory::open(budget + budget / 4);
     auto reader = cluster::kv_shared_reader::open();
     if (memory)
@@ -880,7 +909,8 @@ expected<std::vector<kv_page>> kv_exchange::fetch_kept(const std::string& wire, 
   tokens.resize(std::min(tokens.size(), max_kept_tokens));
   add(s.fetches);
   add(s.kept_fetches);
-  auto got = s.with_attempts([&] { return s.fetch_kept_once(wire, store, ids, tokens); });
+  auto got = s.with_attempts(
+      [&](std::size_t turn) { return s.fetch_kept_once(wire, store, ids, tokens, turn); });
   if (got) {
     std::size_t bytes = 0;
     for (const auto& p : *got)

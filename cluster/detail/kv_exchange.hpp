@@ -31,8 +31,8 @@ namespace triad::detail {
 /// long read of kept blocks or one large transfer does not hold every other fetch up.
 class kv_exchange {
 public:
-  /// Opens the server's wire on `transport`, listening on `host` (any free port), and starts
-  /// its thread. `advertise` is the host others reach it at ("" = `host`).
+  /// Opens its servers' wires on `transport`, each listening on `host` (any free port), and
+  /// starts their threads. `advertise` is the host others reach it at ("" = `host`).
   static expected<std::unique_ptr<kv_exchange>>
   start(cluster::wire_transport transport, const std::string& host, const std::string& advertise,
         std::chrono::milliseconds hold_for, std::uint64_t budget, std::uint64_t min_bytes,

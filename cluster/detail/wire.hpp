@@ -85,8 +85,9 @@ from_wire(const constraint_wire& w, grammar::grammar_cache* cache,
           const std::shared_ptr<const grammar::token_index>& vocabulary);
 
 /// The cluster protocol this build speaks: the messages above, the devices' messages they carry
-/// (devices/device.hpp) and the KV exchange's requests. Bumped with any change to them: nodes of
-/// two protocols refuse each other at CAF's handshake, before any message is read.
+/// (devices/device.hpp) and the KV exchange's requests. Bumped with any change to them: a front
+/// does not join a node of another protocol, CAF's handshake (checked by the side that
+/// connects) failing before any message is read.
 constexpr std::uint32_t cluster_protocol = 2;
 
 /// The CAF application identifier of cluster_protocol ("triad-cluster/2"): BASP connects only
