@@ -571,22 +571,23 @@ private:
     const auto keep_ms = static_cast<std::uint32_t>(
         std::min<std::int64_t>(keep.count(), std::numeric_limits<std::uint32_t>::max()));
     ++awaiting_;
+    holding by{held.device, held.name, 0, false, false};
     ask<kv_kept>(held.device, held.name, demote_atom::value, held.seq, keep_ms)
-        .then([this](kv_kept& k) { on_kept(std::move(k)); },
-              [this](caf::error&) { on_kept({}); }); // the device is gone: recompute
+        .then([this, by](kv_kept& k) { on_kept(std::move(k), by); },
+              [this](caf::error&) { on_kept({}, {}); }); // the device is gone: recompute
   }
 
-  void on_kept(kv_kept k) {
+  void on_kept(kv_kept k, holding by) {
     --awaiting_;
     release_kept();
     demoting_ = false;
     if (stage_ == stage::finished) { // ended meanwhile (cancelled, timed out): nothing to keep
-      if (in_this_store(k))
-        tier_release(std::move(k.blocks), k.pin);
+      unpin(std::move(k), by);
       leave_when_settled();
       return;
     }
     kept_ = std::move(k);
+    kept_by_ = std::move(by);
     if (kept_.wire.empty() && in_this_store(kept_)) // another node's device may resume it
       kept_.wire = ctx_->kept_wire;
     if (pending_result_) {
@@ -717,9 +718,17 @@ private:
   // Lets go of the blocks kept at the last demotion (a later one keeps its own).
   void release_kept() {
     forget_prefetch();
-    if (in_this_store(kept_)) // another node's store ends its pin when the pin's time is up
-      tier_release(std::move(kept_.blocks), kept_.pin);
-    kept_ = {};
+    unpin(std::exchange(kept_, {}), std::exchange(kept_by_, {}));
+  }
+
+  // Ends the pin of kept blocks `k`: in this node's store itself, in another node's through the
+  // device `by` whose demotion kept them (its node's store); when that device is gone, the
+  // pin's time ends it.
+  void unpin(kv_kept k, const holding& by) {
+    if (in_this_store(k))
+      tier_release(std::move(k.blocks), k.pin);
+    else if (!k.blocks.empty() && by.device)
+      tell(by.device, by.name, unpin_kept_atom::value, k.store, std::move(k.blocks), k.pin);
   }
 
   // ---- events -------------------------------------------------------------------------------
@@ -1461,6 +1470,7 @@ private:
   // retry elsewhere needs no copy.
   std::shared_ptr<const kv_blob> parked_blob_;
   kv_kept kept_;             // demote with a store: the blocks holding the KV across the tool call
+  holding kept_by_;          // the device whose demotion kept them (seq 0): unpins another store's
   bool prefetching_ = false; // a read of kept_'s blocks started (prefetch_kept), not yet forgotten
   std::string tool_name_;    // the tool of the call running (empty: malformed)
   bool pin_expired_ = false; // the parked KV left its device during this call (TTL, device left)

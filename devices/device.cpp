@@ -233,6 +233,11 @@ public:
         [this](export_atom, seq_id id) { return export_kv(id, false); },
         [this](move_out_atom, seq_id id) { return export_kv(id, true); },
         [this](demote_atom, seq_id id, std::uint32_t keep_ms) { return demote(id, keep_ms); },
+        [this](unpin_kept_atom, std::uint64_t store, std::vector<std::uint64_t>& blocks,
+               std::uint64_t pin) {
+          if (tier_ && tier_->store_id() == store)
+            tier_->release(std::move(blocks), pin);
+        },
         [this](demote_done_atom, std::uint64_t key, std::vector<kv_page>& pages) {
           auto it = demotions_.find(key);
           if (it == demotions_.end())

@@ -57,6 +57,12 @@ using import_atom = caf::atom_constant<caf::atom("import")>;
 /// pages also stay in the device's prefix cache (evictable), so a resume there may find them
 /// without a copy.
 using demote_atom = caf::atom_constant<caf::atom("demote")>;
+/// Ends the pin a demotion on this device gave its kept blocks in its node's store (kv_kept's
+/// store, blocks and pin): `(unpin_kept_atom, std::uint64_t store, std::vector<std::uint64_t>
+/// blocks, std::uint64_t pin)`; nothing when its store is another. How a request lets go of
+/// blocks kept in another node's store (its own node's it unpins itself), so they need not wait
+/// for their pin's time.
+using unpin_kept_atom = caf::atom_constant<caf::atom("unpinkept")>;
 /// Asks for a device_stats snapshot: `(stats_atom)`.
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 /// Subscribes an actor to the device's free KV: `(watch_kv_atom, caf::actor watcher)`. The
@@ -430,6 +436,7 @@ using device_actor = caf::typed_actor<
     caf::reacts_to<free_atom, seq_id>, caf::replies_to<export_atom, seq_id>::with<kv_blob>,
     caf::replies_to<move_out_atom, seq_id>::with<kv_blob>,
     caf::replies_to<demote_atom, seq_id, std::uint32_t>::with<kv_kept>,
+    caf::reacts_to<unpin_kept_atom, std::uint64_t, std::vector<std::uint64_t>, std::uint64_t>,
     caf::reacts_to<demote_done_atom, std::uint64_t, std::vector<kv_page>>,
     caf::reacts_to<kv_stored_atom, std::uint64_t, std::vector<std::uint64_t>, std::uint64_t>,
     caf::replies_to<stats_atom>::with<device_stats>, caf::reacts_to<watch_kv_atom, caf::actor>,

@@ -924,6 +924,7 @@ private:
           })) {
         pin_deadlines_.erase(due->second);
         pins_due_.erase(due);
+        metrics_.pin_ended();
       }
     }
     return r;

@@ -241,6 +241,7 @@ struct kv_store_stats {
   std::uint64_t promotions = 0;           ///< blocks moved into a device pool
   std::uint64_t evictions = 0;            ///< blocks dropped for space
   std::uint64_t pin_expiries = 0;         ///< pins that reached their deadline
+  std::uint64_t pins_ended = 0;           ///< pins their holder ended before their deadline
   std::uint64_t checksum_failures = 0;    ///< copies or reads that failed their check
   std::uint64_t dropped_damaged = 0;      ///< blocks dropped because their bytes were damaged
   std::uint64_t disk_damaged_on_open = 0; ///< block files rejected when the store started
@@ -255,9 +256,9 @@ struct kv_store_stats {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_store_stats& x) {
   return f(caf::meta::type_name("kv_store_stats"), x.pools, x.blocks, x.puts_shared, x.bytes_moved,
-           x.transfers, x.demotions, x.promotions, x.evictions, x.pin_expiries, x.checksum_failures,
-           x.dropped_damaged, x.disk_damaged_on_open, x.busy, x.actors_spawned, x.device_pages,
-           x.lent);
+           x.transfers, x.demotions, x.promotions, x.evictions, x.pin_expiries, x.pins_ended,
+           x.checksum_failures, x.dropped_damaged, x.disk_damaged_on_open, x.busy, x.actors_spawned,
+           x.device_pages, x.lent);
 }
 
 /// The store's own, to its prefix index: records where a content-addressed block is:

@@ -328,6 +328,11 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
             },
             a, seq, keep_ms);
       },
+      [self, device](unpin_kept_atom a, std::uint32_t i, std::uint64_t store,
+                     std::vector<std::uint64_t>& blocks, std::uint64_t pin) {
+        if (auto* d = device(i))
+          self->send(*d, a, store, std::move(blocks), pin);
+      },
       [self](stats_atom a, std::uint32_t i) { return forward<device_stats>(self, i, a); },
       [self, device](watch_kv_atom a, std::uint32_t i, caf::actor& watcher) {
         if (auto* d = device(i))

@@ -88,6 +88,11 @@ public:
           return ask<kv_kept>([](auto& rp, const std::string&) { rp.deliver(kv_kept{}); },
                               demote_atom::value, index_, wire(seq), keep_ms);
         },
+        [this](unpin_kept_atom a, std::uint64_t store, std::vector<std::uint64_t>& blocks,
+               std::uint64_t pin) {
+          if (up_) // else the pin's time ends it
+            caf::anon_send(gateway_, a, index_, store, std::move(blocks), pin);
+        },
         [](demote_done_atom, std::uint64_t, std::vector<kv_page>&) {},
         [](kv_stored_atom, std::uint64_t, std::vector<std::uint64_t>&, std::uint64_t) {},
         [this](stats_atom) -> caf::result<device_stats> {

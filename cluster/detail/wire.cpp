@@ -133,6 +133,7 @@ void speak_cluster_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<kv_kept>("triad.kv_kept");
   cfg.add_message_type<device_stats>("triad.device_stats");
   cfg.add_message_type<std::vector<token>>("triad.tokens");
+  cfg.add_message_type<std::vector<std::uint64_t>>("triad.block_ids");
   cfg.add_message_type<constraint_wire>("triad.constraint_wire");
   cfg.add_message_type<node_hello>("triad.node_hello");
 }

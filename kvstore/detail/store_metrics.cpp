@@ -15,6 +15,9 @@ store_metrics::store_metrics(metrics_registry* registry, std::size_t block_bytes
   demotions_metric_ = c("triad_kv_demotions_total", "KV blocks moved a tier down.");
   promotions_metric_ = c("triad_kv_promotions_total", "KV blocks moved into a device pool.");
   expiries_metric_ = c("triad_kv_pin_expiries_total", "KV pins that reached their deadline.");
+  ended_metric_ = c("triad_kv_pins_ended_total",
+                    "KV pins their holder ended before their deadline (a request that let go of "
+                    "its kept blocks, from this node or another).");
   checksum_metric_ =
       c("triad_kv_checksum_failures_total", "KV copies or reads that failed their check.");
   for (auto t : {tier::device, tier::host, tier::disk}) {
@@ -61,6 +64,11 @@ void store_metrics::promoted() noexcept {
 void store_metrics::pin_expired() noexcept {
   ++pin_expiries_;
   bump(expiries_metric_);
+}
+
+void store_metrics::pin_ended() noexcept {
+  ++pins_ended_;
+  bump(ended_metric_);
 }
 
 void store_metrics::checksum_failed() noexcept {
@@ -115,6 +123,7 @@ void store_metrics::fill(kv_store_stats& s) const {
   s.promotions = promotions_;
   s.evictions = evictions_;
   s.pin_expiries = pin_expiries_;
+  s.pins_ended = pins_ended_;
   s.checksum_failures = checksum_failures_;
   s.dropped_damaged = dropped_damaged_;
   s.busy = busy_;

@@ -37,6 +37,8 @@ public:
   void promoted() noexcept;
   /// A pin reached its deadline.
   void pin_expired() noexcept;
+  /// A pin ended by its holder before its deadline (kv_unpin).
+  void pin_ended() noexcept;
   /// A copy or read failed its check.
   void checksum_failed() noexcept;
   /// A block was dropped because its bytes were damaged.
@@ -72,10 +74,10 @@ private:
   metrics_registry* registry_;
   std::size_t block_bytes_;
   std::uint64_t puts_shared_ = 0, bytes_moved_ = 0, transfers_ = 0, demotions_ = 0, promotions_ = 0,
-                evictions_ = 0, pin_expiries_ = 0, checksum_failures_ = 0, dropped_damaged_ = 0,
-                busy_ = 0, actors_spawned_ = 0, lent_ = 0;
+                evictions_ = 0, pin_expiries_ = 0, pins_ended_ = 0, checksum_failures_ = 0,
+                dropped_damaged_ = 0, busy_ = 0, actors_spawned_ = 0, lent_ = 0;
   counter *evictions_metric_ = nullptr, *demotions_metric_ = nullptr, *promotions_metric_ = nullptr,
-          *expiries_metric_ = nullptr, *checksum_metric_ = nullptr;
+          *expiries_metric_ = nullptr, *ended_metric_ = nullptr, *checksum_metric_ = nullptr;
   std::array<std::pair<gauge*, gauge*>, 3> tier_gauges_{};       // blocks, bytes; by tier
   std::map<std::string, gauge*> device_pages_;                   // by device
   std::map<std::string, std::pair<counter*, histogram*>> paths_; // bytes, seconds; by path

@@ -727,6 +727,19 @@ BOOST_AUTO_TEST_CASE(a_device_reads_kept_blocks_back_only_from_the_store_that_ke
   self->send(dev, triad::free_atom::value, triad::seq_id{2});
   run(3, resumed, kept);
   BOOST_TEST(stats_of(*n, name).tier_tokens > before); // read back from the blocks
+  // Their pin ends through the device only in the store that kept them (how a request on
+  // another node lets go of them): an unpin naming another store's is passed by.
+  const auto ended = store_stats(*n).pins_ended;
+  auto unpin_and_wait = [&](const triad::kv_kept& k) {
+    self->send(dev, triad::unpin_kept_atom::value, k.store, k.blocks, k.pin);
+    // The device's answer comes after its message to the store, which then comes first there.
+    self->request(dev, 30s, triad::stats_atom::value)
+        .receive([](triad::device_stats&) {}, [](caf::error&) { BOOST_FAIL("no stats"); });
+  };
+  unpin_and_wait(elsewhere);
+  BOOST_TEST(store_stats(*n).pins_ended == ended);
+  unpin_and_wait(kept);
+  BOOST_TEST(store_stats(*n).pins_ended == ended + 1);
 }
 
 // Pin with a fixed TTL of `ttl` (floor = ceiling, so the tool's recent durations cannot move it:

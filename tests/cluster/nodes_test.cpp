@@ -372,6 +372,14 @@ BOOST_AUTO_TEST_CASE(a_demoted_request_resumes_on_the_decode_node_whose_store_ke
   BOOST_TEST_MESSAGE("tokens read back from the store: d1 "
                      << sample(m1, "triad_device_kv_tier_tokens_total" + dev) << ", d2 "
                      << sample(m2, "triad_device_kv_tier_tokens_total" + dev));
+  // The front's requests let go of each demotion's blocks (at the next one, or at their end)
+  // through the device that kept them: the pins ended in the decode nodes' stores, not at
+  // their time (2 x the tool deadline and 10 s, longer than this run).
+  BOOST_TEST(both("triad_kv_pins_ended_total") > 0, m1 << m2);
+  BOOST_TEST(both("triad_kv_pin_expiries_total") == 0, m1 << m2);
+  BOOST_TEST_MESSAGE("pins ended by their requests: d1 "
+                     << sample(m1, "triad_kv_pins_ended_total") << ", d2 "
+                     << sample(m2, "triad_kv_pins_ended_total"));
 }
 
 // A whole node (its own prefill and decode device, its own KV store) demoting each request's
