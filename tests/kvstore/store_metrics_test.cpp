@@ -28,6 +28,7 @@ BOOST_AUTO_TEST_CASE(every_event_is_counted_in_the_snapshot_without_a_registry) 
   m.demoted();
   m.promoted();
   m.pin_expired();
+  m.pin_ended();
   m.checksum_failed();
   m.dropped_damaged();
   m.actor_spawned();
@@ -41,6 +42,7 @@ BOOST_AUTO_TEST_CASE(every_event_is_counted_in_the_snapshot_without_a_registry) 
   BOOST_TEST(s.demotions == 1u);
   BOOST_TEST(s.promotions == 1u);
   BOOST_TEST(s.pin_expiries == 1u);
+  BOOST_TEST(s.pins_ended == 1u);
   BOOST_TEST(s.checksum_failures == 1u);
   BOOST_TEST(s.dropped_damaged == 1u);
   BOOST_TEST(s.actors_spawned == 1u);
@@ -80,12 +82,15 @@ BOOST_AUTO_TEST_CASE(events_with_a_metric_count_it_too) {
   m.demoted();
   m.promoted();
   m.pin_expired();
+  m.pin_ended();
+  m.pin_ended();
   m.checksum_failed();
   auto text = registry.render();
   BOOST_TEST(has(text, "triad_kv_evictions_total 1"));
   BOOST_TEST(has(text, "triad_kv_demotions_total 2"));
   BOOST_TEST(has(text, "triad_kv_promotions_total 1"));
   BOOST_TEST(has(text, "triad_kv_pin_expiries_total 1"));
+  BOOST_TEST(has(text, "triad_kv_pins_ended_total 2"));
   BOOST_TEST(has(text, "triad_kv_checksum_failures_total 1"));
 }
 

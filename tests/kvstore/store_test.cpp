@@ -806,11 +806,15 @@ BOOST_AUTO_TEST_CASE(a_block_pinned_by_two_callers_stays_pinned_until_both_unpin
   }
   BOOST_TEST(pins[0] != pins[1]);
   op(triad::kv_unpin_atom::value, a.ids, pins[0]); // one of them resumes
+  BOOST_TEST(stats().pins_ended == 1u);
   op(triad::kv_unpin_atom::value, a.ids, pins[0]); // a stale second unpin of it ends nothing
+  BOOST_TEST(stats().pins_ended == 1u);
   auto b = put("host0", tokens(block_tokens, 100), {payload(2)});
   BOOST_TEST(!b.ok); // the other's pin still holds the only place
   BOOST_TEST(b.busy);
   op(triad::kv_unpin_atom::value, a.ids, pins[1]);
+  BOOST_TEST(stats().pins_ended == 2u);
+  BOOST_TEST(stats().pin_expiries == 0u); // ended by their holders, not by time
   auto c = put("host0", tokens(block_tokens, 100), {payload(2)});
   BOOST_TEST(c.ok); // now it may go
 }
