@@ -329,13 +329,19 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
   self->send(self, heartbeat_atom::value, st.generation);
 }
 
+// How long joining a peer may take at each step (the probe, the middleman's connect, hello):
+// the heartbeat deadline, at least a second.
+std::chrono::milliseconds join_bound(const cluster_config& cfg) {
+  return std::chrono::milliseconds{std::max(cfg.heartbeat_deadline_ms, 1000u)};
+}
+
 void connect(peer_self* self) {
   auto& st = self->state;
   if (st.gateway || st.connecting)
     return;
   st.connecting = true;
   const auto& cfg = st.shared->config;
-  auto timeout = std::chrono::milliseconds{std::max(cfg.heartbeat_deadline_ms, 1000u)};
+  auto timeout = join_bound(cfg);
   // Probed first on a thread of its own (see reachable), then connected by the middleman.
   auto host = st.host;
   auto port = st.port;
@@ -349,7 +355,7 @@ void connect(peer_self* self) {
 void connect_probed(peer_self* self) {
   auto& st = self->state;
   const auto& cfg = st.shared->config;
-  auto timeout = std::chrono::milliseconds{std::max(cfg.heartbeat_deadline_ms, 1000u)};
+  auto timeout = join_bound(cfg);
   auto retry = [self](const std::string& why) {
     trouble(self, why);
     self->state.connecting = false;
@@ -415,7 +421,7 @@ caf::behavior peer(peer_self* self, std::shared_ptr<peer_shared> shared, std::st
         }
         const auto& cfg = self->state.shared->config;
         trouble(self, "nothing accepted a TCP connection there (refused, or no answer within " +
-                          std::to_string(std::max(cfg.heartbeat_deadline_ms, 1000u)) + " ms)");
+                          std::to_string(join_bound(cfg).count()) + " ms)");
         self->state.connecting = false;
         self->delayed_send(self, std::chrono::milliseconds{cfg.rejoin_ms}, rejoin_atom::value);
       },

@@ -333,7 +333,7 @@ struct kv_exchange::state {
   // the tokens they hold) asks for, read from the node's store: how many pages came (fewer
   // when some were gone; none without a store), each page's hash, parent, checksum, size and
   // tokens, then their bytes; then waits for the peer's word and lets it go. The blocks stay in
-  // the store (their pin's time ends them).
+  // the store (their request's unpin, or their pin's time, ends them).
   void serve_kept(server& sv, const std::vector<std::byte>& request, std::size_t bytes,
                   std::uint64_t count) {
     constexpr auto word = sizeof(std::uint64_t);
