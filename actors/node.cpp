@@ -346,9 +346,17 @@ expected<std::unique_ptr<node>> node::start(const node_config& whole, node_optio
     n->reports_.push_back(report);
     device_options o;
     o.tier = n->kv_tier_;
-    // In a cluster a sequence's KV may leave the process: as bytes, not a stream of the store's
-    // blocks.
-    o.stream_moves = config.cluster.role == node_role::all && config.cluster.peers.empty();
+    // A sequence's KV moves out through a stream of the store's blocks: to a device of this
+    // node, or, on a device node with a KV exchange, to another node's, which fetches the
+    // pages from the exchange (the gateway holds the stream there; KV under kv_wire_min_kib
+    // goes as bytes in the control message). A front with peers hands its devices' KV to a
+    // peer's device as bytes (held in its exchange), not a stream.
+    const bool device_node =
+        config.cluster.role == node_role::prefill || config.cluster.role == node_role::decode;
+    o.stream_moves = (config.cluster.role == node_role::all && config.cluster.peers.empty()) ||
+                     (device_node && n->cluster_ && !n->cluster_->kv_wire_address().empty());
+    if (device_node)
+      o.stream_min_bytes = std::size_t{config.cluster.kv_wire_min_kib} << 10;
     if (auto fetcher = n->cluster_ ? n->cluster_->kv_fetcher() : caf::actor{})
       o.kv_fetcher = fetcher.address();
     o.name = dev.name;

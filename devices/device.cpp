@@ -53,6 +53,7 @@ struct device_metrics {
   counter* stream_recomputes = nullptr;
   counter* kept_elsewhere = nullptr;
   counter* kept_fetched = nullptr;
+  counter* handoff_fetched = nullptr;
 
   void attach(metrics_registry& r, const std::string& name) {
     labels l{{"device", name}};
@@ -99,7 +100,13 @@ struct device_metrics {
     kept_fetched = take(r.add_counter(
         "triad_device_kv_kept_fetched_tokens_total",
         "prompt tokens whose KV came from kept blocks of another node's KV store (a demotion's, "
-        "fetched over the KV wire)",
+        "or a hand-off's pages: triad_device_kv_handoff_fetched_tokens_total), fetched over "
+        "the KV wire",
+        l));
+    handoff_fetched = take(r.add_counter(
+        "triad_device_kv_handoff_fetched_tokens_total",
+        "imported tokens whose KV came as pages of a prefill node's KV store (its hand-off's "
+        "stream), fetched over the KV wire",
         l));
     step_seconds = take(
         r.add_histogram("triad_device_step_seconds", "step time", default_duration_buckets(), l));
@@ -345,6 +352,7 @@ private:
     std::uint8_t tier_answers_due = 0;
     bool from_peer = false; // its fetched pages come from another device's memory
     bool kept_there = false; // its fetched pages are kept blocks of another node's store
+    bool handed_off = false; // of those, a prefill node's hand-off (import_pages)
     // Preempted: the key of the copy of its pages to host memory on its way (0: none).
     std::uint64_t swap_key = 0;
     bool swapped = false; // its `fetched` pages are its own KV, swapped out when preempted
@@ -522,6 +530,8 @@ private:
   // them: its prompt is computed here, and the log says why.
   caf::result<admission> import_here(std::shared_ptr<const kv_blob> blob, generate_request req) {
     auto fetcher = caf::actor_cast<caf::actor>(options_.kv_fetcher);
+    if (blob && blob->held.page_tokens != 0 && fetcher && blob->bytes.empty() && !blob->stream)
+      return answer(import_pages(*blob, std::move(req)));
     if (!blob || blob->held.empty() || !blob->bytes.empty() || blob->stream || !fetcher)
       return answer(import(std::move(blob), std::move(req)));
     // A fetch takes the KV off its holder: a device that is full now says so first, and the
@@ -552,6 +562,21 @@ private:
               settle(admit(std::move(req)));
             });
     return fetches_.at(key);
+  }
+
+  // An import whose KV another node holds as pages of its store (a prefill node's stream,
+  // kv_held::page_tokens): admitted as the prompt it is, its pages fetched from the holder as a
+  // demotion's kept blocks are (the holder's exchange as store 0) and attached before the rest
+  // (at least the token past them) is computed; what does not come is computed.
+  admission import_pages(const kv_blob& blob, generate_request req) {
+    if (req.prompt.size() <= blob.tokens)
+      return import(std::make_shared<const kv_blob>(blob), std::move(req)); // refused there
+    req.kept_blocks = blob.held.blocks;
+    req.kept_tokens = blob.tokens;
+    req.kept_store = 0;
+    req.kept_wire = blob.held.wire;
+    req.reuse_prefix = true;
+    return admit(std::move(req));
   }
 
   // Admits a sequence whose KV comes from `blob`; the import runs in the sequence's first step
@@ -631,7 +656,9 @@ private:
     s.admitted_order = next_order_++;
     s.import = std::move(import);
     s.req = std::move(req);
-    if (tier_ && s.req.move_out_when_done && streams_) {
+    if (tier_ && s.req.move_out_when_done && streams_ && s.req.stream_when_done &&
+        detail::pages_for(s.tokens.size(), kv_.page_tokens) * tier_->block_bytes() >=
+            options_.stream_min_bytes) {
       // Blocks of the tier for its KV to stream through when it moves out, asked for now and
       // waited for (a round trip to the store, against a prompt's compute): the driver takes
       // them from the slot when the prompt is computed (none to be had: a blob).
@@ -657,6 +684,7 @@ private:
                           caf::actor_cast<caf::actor>(this), trace_of(s));
       else {
         s.kept_there = true;
+        s.handed_off = s.req.kept_store == 0;
         fetch_kept_there(s, fetcher, std::move(kept));
       }
     } else if (s.lookup) {
@@ -1215,6 +1243,8 @@ private:
             metrics_.peer_tokens->inc(static_cast<double>(r.fetched[i]));
           if (s->kept_there && metrics_.kept_fetched != nullptr)
             metrics_.kept_fetched->inc(static_cast<double>(r.fetched[i]));
+          if (s->handed_off && metrics_.handoff_fetched != nullptr)
+            metrics_.handoff_fetched->inc(static_cast<double>(r.fetched[i]));
         }
       }
       const auto& sampled = r.sampled[i];

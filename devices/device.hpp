@@ -126,6 +126,11 @@ struct generate_request {
   /// drops the sequence (its full pages still go to the prefix cache), and the done event
   /// carries the KV: a prefill device's hand-off to decode without a move_out_atom round trip.
   bool move_out_when_done = false;
+  /// With move_out_when_done on a device with a tier that streams (device_options::
+  /// stream_moves): whether the KV may leave through a stream of the tier's blocks. False: as
+  /// bytes (the sink is on another node that cannot fetch the blocks from this node's KV
+  /// exchange; a device node's gateway says so).
+  bool stream_when_done = true;
   /// Blocks of the KV store holding the prompt's first `kept_tokens` tokens (a demotion's,
   /// kv_kept): read back, checked, and appended before the rest is computed. Whatever cannot
   /// be read is computed.
@@ -181,6 +186,11 @@ struct kv_held {
   std::vector<std::uint64_t> blocks;    ///< the holder's block ids, in order
   std::vector<std::uint64_t> sizes;     ///< each block's bytes
   std::vector<std::uint64_t> checksums; ///< each block's block_checksum
+  /// 0: the blocks are the bytes of an exported blob, cut up. Else they are the pages of a
+  /// stream through the holder's KV store (a prefill node's hand-off): one block per page of
+  /// `page_tokens` tokens (the last may be partial), fetched as kept blocks are
+  /// (kv_fetch_kept_atom, store 0) and attached as pages; their checksums come with them.
+  std::uint32_t page_tokens = 0;
   /// Whether it names no blocks.
   bool empty() const noexcept { return blocks.empty(); }
   /// The bytes of every block together.
@@ -204,7 +214,7 @@ using kv_fetch_kept_atom = caf::atom_constant<caf::atom("kvfetchkpt")>;
 /// Inspector of kv_held.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_held& x) {
-  return f(caf::meta::type_name("kv_held"), x.wire, x.blocks, x.sizes, x.checksums);
+  return f(caf::meta::type_name("kv_held"), x.wire, x.blocks, x.sizes, x.checksums, x.page_tokens);
 }
 
 /// A sequence's KV as exported by a backend: checksummed bytes in the backend's own format, or
@@ -337,8 +347,8 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
            x.stop, x.end, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done,
-           x.kept_blocks, x.kept_tokens, x.kept_store, x.kept_wire, x.logprobs, x.top_logprobs,
-           x.traced, x.trace_id);
+           x.stream_when_done, x.kept_blocks, x.kept_tokens, x.kept_store, x.kept_wire, x.logprobs,
+           x.top_logprobs, x.traced, x.trace_id);
 }
 /// Inspector of admission.
 template<class Inspector>
@@ -410,6 +420,9 @@ struct device_options {
   /// (when there is a tier): false on a device node of a cluster, whose blobs leave the process
   /// as bytes.
   bool stream_moves = true;
+  /// KV smaller than this moves out as bytes, not a stream (a device node's: its KV exchange
+  /// sends small KV in the control message, where a stream cannot go).
+  std::size_t stream_min_bytes = 0;
   /// What fetches KV that another node holds (kv_held) for an import here: `(kv_fetch_atom,
   /// kv_blob)` -> the blob with its bytes (a cluster node's, cluster/detail/kv_exchange). Weak,
   /// so the device never keeps it (and its actor system) alive. None, or gone: such an import

@@ -16,23 +16,28 @@ kv_stream::kv_stream(std::vector<std::span<std::byte>> blocks, end_fn on_end, st
 kv_stream::~kv_stream() {
   if (!on_end_)
     return;
+  on_end_(rejected_.load(std::memory_order_acquire) ? std::vector<std::uint64_t>{} : checksums(),
+          std::move(tokens_));
+}
+
+std::vector<std::uint64_t> kv_stream::checksums() const {
   std::vector<std::uint64_t> checksums;
-  if (complete() && !rejected_.load(std::memory_order_acquire) && !blocks_.empty()) {
-    const auto size = blocks_.front().size();
-    const auto g = groups_.size();
-    checksums.reserve(pages_);
-    for (std::size_t p = 0; p < pages_; ++p) {
-      checksum_sums whole;
-      for (std::size_t k = 0; k < g; ++k)
-        whole.add(sums_[p * g + k]);
-      checksums.push_back(checksum_finish(whole, size));
-    }
+  if (!complete() || blocks_.empty())
+    return checksums;
+  const auto size = blocks_.front().size();
+  const auto g = groups_.size();
+  checksums.reserve(pages_);
+  for (std::size_t p = 0; p < pages_; ++p) {
+    checksum_sums whole;
+    for (std::size_t k = 0; k < g; ++k)
+      whole.add(sums_[p * g + k]);
+    checksums.push_back(checksum_finish(whole, size));
   }
-  on_end_(std::move(checksums), std::move(tokens_));
+  return checksums;
 }
 
 expected<void> kv_stream::begin(std::vector<token> tokens, std::size_t pages,
-                                std::vector<page_range> groups) {
+                                std::vector<page_range> groups, std::size_t page_tokens) {
   if (pages == 0 || pages > blocks_.size())
     return make_error(errc::exhausted, "kv stream: " + std::to_string(pages) + " pages, " +
                                            std::to_string(blocks_.size()) + " blocks leased");
@@ -51,6 +56,7 @@ expected<void> kv_stream::begin(std::vector<token> tokens, std::size_t pages,
                                                   std::to_string(size) + "-byte page");
   tokens_ = std::move(tokens);
   pages_ = pages;
+  page_tokens_ = page_tokens;
   groups_ = std::move(groups);
   sums_.assign(pages_ * groups_.size(), checksum_sums{});
   return {};
@@ -147,7 +153,7 @@ expected<void> send_kv(backend& be, seq_id seq, std::vector<token> tokens, kv_st
     return make_error(errc::invalid_argument, "kv stream: sequence " + std::to_string(seq) +
                                                   " holds fewer pages than its tokens need");
   const auto count = groups.size();
-  if (auto ok = stream.begin(std::move(tokens), n, std::move(groups)); !ok)
+  if (auto ok = stream.begin(std::move(tokens), n, std::move(groups), pt); !ok)
     return ok;
   announce();
   const auto start = node_clock::now();

@@ -46,8 +46,9 @@ public:
   /// Says what goes before the first group: the tokens whose KV the pages hold (one page per
   /// page_tokens of them, the last may be partial) and the layer groups, in order, covering
   /// each page. Errors when they do not fit the blocks; then nothing is sent.
-  expected<void> begin(std::vector<token> tokens, std::size_t pages,
-                       std::vector<page_range> groups);
+  /// `page_tokens`: tokens per full page (0: unknown; a stream that crosses nodes needs it).
+  expected<void> begin(std::vector<token> tokens, std::size_t pages, std::vector<page_range> groups,
+                       std::size_t page_tokens = 0);
   /// Copies group `g` (the next one) of `pages` (the sender's page memory, `begin`'s count)
   /// into the blocks, publishing each page's piece as it is in.
   void send_group(std::size_t g, std::span<const std::span<std::byte>> pages);
@@ -62,6 +63,8 @@ public:
   const std::vector<page_range>& groups() const noexcept { return groups_; }
   /// Pages it carries.
   std::size_t pages() const noexcept { return pages_; }
+  /// Tokens per full page (0: its sender did not say).
+  std::size_t page_tokens() const noexcept { return page_tokens_; }
   /// Bytes of KV it carries: its pages' blocks.
   std::size_t bytes() const noexcept {
     std::size_t n = 0;
@@ -86,6 +89,10 @@ public:
                                    std::chrono::steady_clock::time_point::max()) const;
   /// Whether every group was published.
   bool complete() const noexcept;
+  /// Each page's block_checksum, from the sender's sums (empty until complete).
+  std::vector<std::uint64_t> checksums() const;
+  /// Page `p`'s block in the store's memory (its bytes are final once complete).
+  std::span<const std::byte> block(std::size_t p) const noexcept { return blocks_[p]; }
   /// Says the blocks' bytes failed a receiver's check: they are given back, not kept.
   void reject() const noexcept { rejected_.store(true, std::memory_order_release); }
 
@@ -95,6 +102,7 @@ private:
   std::int64_t flip_bit_;
   std::vector<token> tokens_;
   std::size_t pages_ = 0;
+  std::size_t page_tokens_ = 0;
   std::vector<page_range> groups_;
   bool wait_for_pieces(std::size_t n, std::chrono::steady_clock::time_point deadline) const;
 

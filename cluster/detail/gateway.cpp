@@ -70,12 +70,14 @@ void let_go(gateway_self* self, std::uint32_t i, seq_id seq) {
 }
 
 // Passes a moved-out sequence's events on to `sink`, its KV held in `exchange` on the way (the
-// event then carries the reference, not the bytes); ends with the sequence.
+// event then carries the reference, not the bytes or the stream); ends with the sequence.
 caf::behavior kv_holder(caf::event_based_actor* self, caf::actor sink,
                         std::shared_ptr<kv_exchange> exchange) {
   return {[self, sink, exchange](device_event& e) {
     const bool last = e.kind == device_event::done || e.kind == device_event::failed;
-    if (e.kind == device_event::done && !e.kv.bytes.empty())
+    if (e.kind == device_event::done && e.kv.stream) // pages of the store: they stay there
+      e.kv.held = exchange->hold_stream(std::exchange(e.kv.stream, nullptr));
+    else if (e.kind == device_event::done && !e.kv.bytes.empty())
       e.kv.held = exchange->hold(e.kv.bytes); // past the budget: the bytes stay
     self->send(sink, std::move(e));
     if (last)
@@ -105,6 +107,8 @@ void admit_to(gateway_self* self, caf::typed_response_promise<admission> rp, std
     hold(self, r.sink, i, r.seq);
   else if (st.options.exchange && r.sink && takes_references(self, r.sink.node()))
     r.sink = self->spawn(kv_holder, std::move(r.sink), st.options.exchange);
+  else // its KV leaves as bytes: a stream of the store's blocks cannot cross to that front
+    r.stream_when_done = false;
   auto seq = r.seq;
   ++st.admitting;
   self->request(st.options.devices[i].actor, defaults::cluster::remote_answer_timeout,

@@ -15,6 +15,8 @@
 #include <caf/all.hpp>
 
 #include "cluster/config.hpp"
+#include "devices/kv_stream.hpp"
+#include "devices/prefix_hash.hpp"
 #include "runtime/checksum.hpp"
 
 namespace triad::detail {
@@ -46,6 +48,12 @@ constexpr std::size_t page_words = 5;
 constexpr std::uint64_t max_kept_bytes = std::uint64_t{16} << 30;
 // The id of the answer block that precedes the blocks: it carries how many of them follow.
 constexpr std::uint64_t answer_id = 0;
+// The store a request for kept blocks names to ask for a held stream's pages instead (a store's
+// id is never 0).
+constexpr std::uint64_t held_pages_store = 0;
+// How long a server waits for a held stream's sender (the prefill device's driver) to finish
+// copying its pages before it answers that it has none.
+constexpr std::chrono::seconds stream_patience{10};
 
 // Whether a fetch that failed with `code` may succeed on a fresh wire: the wire broke, was late
 // or damaged a block (the holder kept the KV); not when the holder no longer has it.
@@ -73,12 +81,50 @@ struct held_storage {
   }
 };
 
-// A KV held for another node.
+// A KV held for another node: bytes (an exported blob, cut into blocks), or a stream through
+// the node's KV store (its pages are the blocks: kv_held::page_tokens).
 struct held_blob {
-  std::shared_ptr<held_storage> bytes;
+  std::shared_ptr<held_storage> bytes; // null for a stream
+  std::shared_ptr<kv_stream> stream;   // null for bytes
   kv_held ref; // what the importer was given: its blocks' ids, sizes and checksums
   clock::time_point until;
+  // Its bytes.
+  std::size_t size() const { return stream ? stream->bytes() : bytes->view().size(); }
 };
+
+// One page of a held stream as a fetcher gets it: its identity, checksum and bytes.
+struct page_view {
+  block_hash hash = 0;
+  block_hash parent = 0;
+  std::uint64_t checksum = 0;
+  std::span<const token> tokens;
+  std::span<const std::byte> bytes;
+};
+
+// The pages of `stream` (`page_tokens` tokens each, the last may be partial) once its sender
+// has copied them all (waiting up to stream_patience), when they hold `tokens`: nothing when
+// it did not complete, or holds other tokens.
+std::vector<page_view> pages_of(const kv_stream& stream, std::size_t page_tokens,
+                                const std::vector<token>& tokens) {
+  if (stream.groups().empty() || page_tokens == 0 ||
+      !stream.wait_for(stream.groups().size() - 1, clock::now() + stream_patience) ||
+      !stream.complete() || stream.tokens() != tokens)
+    return {};
+  const auto sums = stream.checksums();
+  std::vector<page_view> pages;
+  block_hash parent = root_hash;
+  const std::span<const token> all{stream.tokens()};
+  for (std::size_t p = 0; p < stream.pages() && p < sums.size(); ++p) {
+    const auto at = p * page_tokens;
+    if (at >= all.size())
+      break;
+    const auto own = all.subspan(at, std::min(page_tokens, all.size() - at));
+    const auto hash = chain_hash(parent, own);
+    pages.push_back({hash, parent, sums[p], own, stream.block(p)});
+    parent = hash;
+  }
+  return pages;
+}
 
 // One of the exchange's servers: a wire listening on a port of its own and the thread that
 // serves its peers, one at a time.
@@ -153,7 +199,11 @@ struct kv_exchange::state {
   std::mutex mtx; // guards what follows
   held_map held;  // by first block id (ids grow: oldest first)
   std::uint64_t held_bytes = 0;
+  std::uint64_t held_stream_bytes = 0; // of held_bytes, streams' (the store's pages)
   std::uint64_t next_id = 0;
+  // Whether streams are taken (hold_stream) and served: until stop_serving_kept, which drops
+  // those held (their pages are the store's, which goes after it).
+  bool takes_streams = true;
 
   // Told when a server ends a transfer (its KV delivered, or back on the books), or at stop.
   std::condition_variable sent_cv;
@@ -196,20 +246,22 @@ struct kv_exchange::state {
   std::uint64_t sending_bytes() const {
     std::uint64_t n = 0;
     for (const auto& sv : servers)
-      n += sv->sending != nullptr ? sv->sending->bytes->view().size() : 0;
+      n += sv->sending != nullptr ? sv->sending->size() : 0;
     return n;
   }
 
   // Puts `blob` on the books (with mtx held).
   void insert(held_blob blob) {
-    held_bytes += blob.bytes->view().size();
+    held_bytes += blob.size();
+    held_stream_bytes += blob.stream ? blob.size() : 0;
     const auto first = blob.ref.blocks.front();
     held.emplace(first, std::move(blob));
   }
 
   // Takes one held KV off the books (with mtx held).
   held_blob remove(held_map::iterator it) {
-    held_bytes -= it->second.bytes->view().size();
+    held_bytes -= it->second.size();
+    held_stream_bytes -= it->second.stream ? it->second.size() : 0;
     return std::move(held.extract(it).mapped());
   }
 
@@ -228,17 +280,30 @@ struct kv_exchange::state {
   // Puts a taken KV back on the books (with mtx held): its fetcher did not acknowledge it, so
   // it may ask again. Past the budget (newer KV came meanwhile) it is dropped instead.
   void restore(held_blob blob) {
-    if (held_bytes + blob.bytes->view().size() > budget) {
+    if (!blob.stream && held_bytes - held_stream_bytes + blob.size() > budget) {
       add(expired_total);
       return;
     }
     insert(std::move(blob));
   }
 
-  // Drops the oldest held KV until `size` more fits the budget (with mtx held).
+  // Drops the oldest held KV (not the streams: their pages are the store's, bounded by its
+  // budget) until `size` more fits the budget (with mtx held).
   void make_room(std::uint64_t size) {
-    while (held_bytes + size > budget && !held.empty())
-      drop(held.begin());
+    for (auto it = held.begin();
+         held_bytes - held_stream_bytes + size > budget && it != held.end();)
+      if (auto at = it++; !at->second.stream)
+        drop(at);
+  }
+
+  // Drops the oldest held bytes (not a stream) (with mtx held): whether there were any.
+  bool drop_oldest_bytes() {
+    auto it =
+        std::find_if(held.begin(), held.end(), [](const auto& e) { return !e.second.stream; });
+    if (it == held.end())
+      return false;
+    drop(it);
+    return true;
   }
 
   // Drops held KV past its time (with mtx held).
@@ -249,12 +314,14 @@ struct kv_exchange::state {
     publish();
   }
 
-  // Takes the blob `blocks` name out of what is held (with mtx held); null when it is not.
-  std::optional<held_blob> take(const std::vector<std::uint64_t>& blocks) {
+  // Takes the blob `blocks` name out of what is held (with mtx held); null when it is not, or
+  // is not of the kind asked for (`pages`: a stream's).
+  std::optional<held_blob> take(const std::vector<std::uint64_t>& blocks, bool pages = false) {
     if (blocks.empty())
       return std::nullopt;
     auto it = held.find(blocks.front());
-    if (it == held.end() || it->second.ref.blocks != blocks)
+    if (it == held.end() || it->second.ref.blocks != blocks ||
+        (it->second.stream != nullptr) != pages)
       return std::nullopt;
     auto blob = remove(it);
     publish();
@@ -354,6 +421,10 @@ struct kv_exchange::state {
         }
       }
     }
+    if (store == held_pages_store) {
+      serve_held_pages(sv, ids, tokens);
+      return;
+    }
     std::vector<kv_page> pages;
     if (!ids.empty()) {
       std::shared_lock lock{kept_mtx};
@@ -384,6 +455,83 @@ struct kv_exchange::state {
     }
     if (deliver(sv, out))
       add(sent_bytes, static_cast<double>(sent));
+  }
+
+  // Sends the peer the pages of the held stream `ids` names (holding `tokens`), as kept blocks
+  // go (serve_kept), from the store's memory where they lie; the stream leaves the books while
+  // it is sent and goes once the peer acknowledged every page (its blocks then stay in the
+  // store, sealed, as any cached page), else is put back for another attempt.
+  void serve_held_pages(server& sv, const std::vector<std::uint64_t>& ids,
+                        const std::vector<token>& tokens) {
+    std::shared_lock serving{kept_mtx}; // the store's memory stays while the pages are read
+    std::optional<held_blob> blob;
+    {
+      std::unique_lock lock{mtx};
+      blob = takes_streams ? take(ids, true) : std::nullopt;
+      if (!blob && takes_streams && sent_elsewhere(ids)) { // an earlier attempt's, as serve's
+        sent_cv.wait_for(lock, defaults::cluster::wire_transfer_timeout,
+                         [&] { return stop.load() || !sent_elsewhere(ids); });
+        blob = take(ids, true);
+      }
+      sv.sending = blob ? &*blob : nullptr;
+      sv.sending_released = false;
+      publish();
+    }
+    const auto pages =
+        blob ? pages_of(*blob->stream, blob->ref.page_tokens, tokens) : std::vector<page_view>{};
+    std::uint64_t found = pages.size();
+    std::vector<std::uint64_t> meta;
+    for (const auto& p : pages) {
+      meta.insert(meta.end(), {p.hash, p.parent, p.checksum, p.bytes.size(), p.tokens.size()});
+      for (auto t : p.tokens)
+        meta.push_back(static_cast<std::uint64_t>(t));
+    }
+    const std::span<const std::byte> answer{reinterpret_cast<const std::byte*>(&found),
+                                            sizeof found};
+    const auto described = std::as_bytes(std::span{meta});
+    std::vector<cluster::wire_block> out{{answer_id, answer, block_checksum(answer)}};
+    if (found > 0)
+      out.push_back({answer_id, described, block_checksum(described)});
+    std::uint64_t sent = 0;
+    for (std::size_t i = 0; i < pages.size(); ++i) {
+      out.push_back({ids[i], pages[i].bytes, pages[i].checksum});
+      sent += pages[i].bytes.size();
+    }
+    const bool delivered = deliver(sv, out) && found > 0;
+    if (delivered)
+      add(sent_bytes, static_cast<double>(sent));
+    std::lock_guard lock{mtx};
+    sv.sending = nullptr;
+    // A stream that did not complete, or holds other tokens, is of no use to anyone: it goes.
+    if (blob && !delivered && !sv.sending_released && found > 0)
+      restore(std::move(*blob));
+    blob.reset(); // a delivered stream ends here: its blocks are sealed into the store
+    publish();
+    sent_cv.notify_all();
+  }
+
+  // The pages of the stream this node holds as `ids` (holding `tokens`), copied out for a
+  // device of this node (none when it holds no such stream, or it did not complete).
+  std::vector<kv_page> take_held_pages(const std::vector<std::uint64_t>& ids,
+                                       const std::vector<token>& tokens) {
+    std::shared_lock serving{kept_mtx};
+    std::optional<held_blob> blob;
+    {
+      std::lock_guard lock{mtx};
+      if (takes_streams)
+        blob = take(ids, true);
+      publish();
+    }
+    std::vector<kv_page> pages;
+    if (!blob)
+      return pages;
+    for (const auto& p : pages_of(*blob->stream, blob->ref.page_tokens, tokens)) {
+      kv_page page{p.hash, p.parent, {p.tokens.begin(), p.tokens.end()}, {}, p.checksum};
+      const auto* b = reinterpret_cast<const std::uint8_t*>(p.bytes.data());
+      page.bytes.assign(b, b + p.bytes.size());
+      pages.push_back(std::move(page));
+    }
+    return pages;
   }
 
   // Sends `out` to the server's peer, waits for its word that every block arrived and checked,
@@ -831,8 +979,8 @@ kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
     std::lock_guard lock{s.mtx};
     s.expire(clock::now());
     s.make_room(size);
-    while (!(range = s.shared->allocate(size)) && !s.held.empty())
-      s.drop(s.held.begin());
+    while (!(range = s.shared->allocate(size)) && s.drop_oldest_bytes()) {
+    }
     s.publish();
     if (!range)
       add(s.on_heap);
@@ -867,6 +1015,33 @@ kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
   return ref;
 }
 
+kv_held kv_exchange::hold_stream(std::shared_ptr<kv_stream> stream) {
+  auto& s = *state_;
+  if (!stream || stream->pages() == 0 || stream->page_tokens() == 0)
+    return {};
+  held_blob blob;
+  auto& h = blob.ref;
+  h.wire = s.address;
+  const auto pages = stream->pages();
+  h.page_tokens = static_cast<std::uint32_t>(stream->page_tokens());
+  for (std::size_t p = 0; p < pages; ++p)
+    h.sizes.push_back(stream->block(p).size());
+  blob.stream = std::move(stream);
+  std::lock_guard lock{s.mtx};
+  if (!s.takes_streams)
+    return {};
+  const auto now = clock::now();
+  s.expire(now);
+  for (std::size_t i = 0; i < pages; ++i)
+    h.blocks.push_back(s.next_id++);
+  blob.until = now + s.hold_for;
+  auto ref = h;
+  s.insert(std::move(blob));
+  add(s.held_total);
+  s.publish();
+  return ref;
+}
+
 void kv_exchange::release(const kv_held& held) {
   auto& s = *state_;
   if (held.wire != s.address)
@@ -892,6 +1067,17 @@ void kv_exchange::serve_kept(kept_source source) {
 
 void kv_exchange::stop_serving_kept() {
   serve_kept({}); // waits for a read under way
+  auto& s = *state_;
+  std::unique_lock serving{s.kept_mtx}; // and for a held stream's pages being sent
+  std::vector<held_blob> streams;       // they go outside the lock: each tells the store
+  {
+    std::lock_guard lock{s.mtx};
+    s.takes_streams = false;
+    for (auto it = s.held.begin(); it != s.held.end();)
+      if (auto at = it++; at->second.stream)
+        streams.push_back(s.remove(at));
+    s.publish();
+  }
 }
 
 bool kv_exchange::serves_kept() const noexcept {
@@ -907,6 +1093,13 @@ expected<std::vector<kv_page>> kv_exchange::fetch_kept(const std::string& wire, 
   // Past the bounds of a request, the first blocks are asked for (the rest is computed).
   ids.resize(std::min(ids.size(), max_request_blocks));
   tokens.resize(std::min(tokens.size(), max_kept_tokens));
+  if (store == held_pages_store && wire == s.address) { // a stream held here: taken, not sent
+    auto pages = s.take_held_pages(ids, tokens);
+    if (pages.empty())
+      return make_error(errc::not_found, "KV exchange: this node no longer holds the pages " +
+                                             std::to_string(ids.front()) + "..");
+    return pages;
+  }
   add(s.fetches);
   add(s.kept_fetches);
   auto got = s.with_attempts(

@@ -56,6 +56,13 @@ public:
   /// or are fewer than `min_bytes` (they go in the control message).
   /// Thread-safe.
   kv_held hold(std::vector<std::byte>& bytes);
+  /// Takes in a stream through the node's KV store (a prefill device's move-out) and answers
+  /// its reference: one block per page (kv_held::page_tokens), fetched with fetch_kept (store
+  /// 0) and served from the store's memory once the stream's sender has copied every page. Not
+  /// bound by the budget or `min_bytes` (the pages are the store's, which bounds them); held
+  /// until fetched, released or `hold_for` passed, then the stream ends (its blocks stay in the
+  /// store, sealed). An empty reference once stop_serving_kept ran. Thread-safe.
+  kv_held hold_stream(std::shared_ptr<kv_stream> stream);
   /// The bytes of `held`: taken from this exchange when it holds them, else fetched from the
   /// holder over the wire, every block checked against its checksum. The holder keeps them
   /// until the fetch acknowledges them, so a fetch the wire broke (or whose block arrived
@@ -82,14 +89,17 @@ public:
   /// Serves kept blocks of the node's KV store to other nodes from now on, read by `source`
   /// (on a server's thread; calls are serialized).
   void serve_kept(kept_source source);
-  /// Serves them no more, once a read under way has ended: before the store or the actor
-  /// system `source` uses goes.
+  /// Serves them no more, once a read under way has ended, and drops the streams it holds
+  /// (hold_stream; their pages being sent too): before the store or the actor system `source`
+  /// uses goes.
   void stop_serving_kept();
   /// Whether it serves kept blocks (serve_kept was called).
   bool serves_kept() const noexcept;
   /// The kept blocks `ids` (holding `tokens`: the prompt's first tokens) of store `store` from
   /// the node whose exchange listens at `wire`, over the wire, each checked; tried on a fresh
   /// wire as fetch() is. At most 8192 blocks and 2^18 tokens are asked for (the first).
+  /// Store 0 asks for the pages of a stream that node holds (hold_stream; `ids` its reference's
+  /// blocks, `tokens` all it holds); one held here is taken, not sent.
   /// errc::not_found when that node has none of them (or another store). Blocking; thread-safe.
   expected<std::vector<kv_page>> fetch_kept(const std::string& wire, std::uint64_t store,
                                             std::vector<std::uint64_t> ids,

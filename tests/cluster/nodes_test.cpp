@@ -13,6 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -129,6 +133,44 @@ private:
 std::string http_get(unsigned port, const std::string& path) {
   auto body = triad::load::http_get("http://127.0.0.1:" + std::to_string(port) + path);
   return body ? *body : std::string{};
+}
+
+// POSTs `body` (JSON) to `path` of 127.0.0.1:`port`: the response's body (empty when it fails
+// or is not 200).
+std::string http_post(unsigned port, const std::string& path, const std::string& body) {
+  namespace http = boost::beast::http;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket{io};
+  boost::system::error_code ec;
+  socket.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)},
+                 ec);
+  if (ec)
+    return {};
+  http::request<http::string_body> req{http::verb::post, path, 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::content_type, "application/json");
+  req.body() = body;
+  req.prepare_payload();
+  http::write(socket, req, ec);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  if (!ec)
+    http::read(socket, buffer, res, ec);
+  return !ec && res.result_int() == 200 ? res.body() : std::string{};
+}
+
+// The answer of the node serving HTTP on `port` to `prompt`, greedy, `tokens` long at most.
+std::string greedy_answer(unsigned port, const std::string& prompt, int tokens) {
+  const auto models = json::parse(http_get(port, "/v1/models"));
+  const auto model = models.at("data").as_array().at(0).at("id").as_string();
+  json::object body{{"model", model},
+                    {"messages", json::array{json::object{{"role", "user"}, {"content", prompt}}}},
+                    {"max_tokens", tokens},
+                    {"temperature", 0}};
+  const auto out = http_post(port, "/v1/chat/completions", json::serialize(body));
+  BOOST_REQUIRE_MESSAGE(!out.empty(), "no answer from port " << port);
+  return std::string{
+      json::parse(out).at("choices").as_array().at(0).at("message").at("content").as_string()};
 }
 
 // The value of the sample `series` (exactly as written, labels included) in Prometheus text; -1
@@ -300,6 +342,15 @@ void hand_offs_cross_the_kv_wire(const scratch& s, const std::string& role,
                  sample(holder, "triad_cluster_kv_wire_sent_bytes_total"),
              holder << fetcher);
   BOOST_TEST(sample(holder, "triad_cluster_kv_held_bytes") == 0, holder); // nothing left held
+  // A prefill node streams each hand-off into its KV store and holds the stream: the decode
+  // device fetches its pages and attaches them. A front with peers hands its own devices' KV
+  // over as bytes (held in its exchange).
+  const auto handed =
+      sample(fetcher, "triad_device_kv_handoff_fetched_tokens_total{device=\"decode0\"}");
+  if (front_prefills)
+    BOOST_TEST(handed == 0, fetcher);
+  else
+    BOOST_TEST(handed > 0, fetcher);
   const auto copied_in_place = sample(fetcher, "triad_cluster_kv_wire_in_place_bytes_total");
   if (in_place)
     BOOST_TEST(copied_in_place == sample(fetcher, "triad_cluster_kv_wire_fetched_bytes_total"),
@@ -335,6 +386,65 @@ BOOST_AUTO_TEST_CASE(nodes_of_one_machine_copy_held_kv_out_of_shared_memory_in_p
   std::ofstream{s.dir / "cpu_prefill.toml"} << s.base << cpu << device("prefill0", "prefill");
   std::ofstream{s.dir / "cpu_decode.toml"} << s.base << cpu << device("decode0", "decode");
   hand_offs_cross_the_kv_wire(s, "decode", "cpu_prefill.toml", "cpu_decode.toml", true);
+}
+
+// A front, a prefill node and a decode node, cpu devices computing the tiny model: the prefill
+// node streams each prompt's KV into its KV store, its exchange holds the stream, and the
+// decode node fetches the pages over the KV wire and attaches them: the greedy answer is the
+// one a single node gives (both devices in one process), and the decode device computed none of
+// the prompt's tokens the pages hold.
+BOOST_AUTO_TEST_CASE(a_prefill_nodes_store_pages_cross_to_the_decode_node_and_answer_alike) {
+  scratch s;
+  const std::string model = "[model]\npreset = \"tiny\"\n";
+  auto device = [](const std::string& name, const std::string& role) {
+    return "[[devices]]\nname = \"" + name + "\"\nbackend = \"cpu\"\nrole = \"" + role +
+           "\"\nmemory_mib = 128\ncompute_cores = 1\n";
+  };
+  std::ofstream{s.dir / "front.toml"} << s.base << model;
+  std::ofstream{s.dir / "cpu_prefill.toml"} << s.base << model << device("prefill0", "prefill");
+  std::ofstream{s.dir / "cpu_decode.toml"} << s.base << model << device("decode0", "decode");
+  std::ofstream{s.dir / "whole.toml"} << s.base << model << device("prefill0", "prefill")
+                                      << device("decode0", "decode");
+  const std::string prompt = "Count the pages of KV that cross from one node to the next, and "
+                             "say what each one holds, once and in order, please.";
+  std::string alone;
+  {
+    node_process whole{s, "whole", {}, "whole.toml"};
+    alone = greedy_answer(whole.http_port(), prompt, 24);
+  }
+  BOOST_TEST_MESSAGE("one node's answer: " << alone);
+  BOOST_REQUIRE(!alone.empty());
+  node_process p1{s,
+                  "p1",
+                  {"--role", "prefill", "--cluster-port", "0", "--node-name", "p1"},
+                  "cpu_prefill.toml"};
+  node_process d1{
+      s, "d1", {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"}, "cpu_decode.toml"};
+  const std::string peers = "127.0.0.1:" + std::to_string(p1.cluster_port()) +
+                            ",127.0.0.1:" + std::to_string(d1.cluster_port());
+  node_process front{s, "front", {"--role", "front", "--peers", peers}, "front.toml"};
+  const auto port = front.http_port();
+  BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 2),
+                        "the front did not join its peers: " << front.log());
+  BOOST_TEST(greedy_answer(port, prompt, 24) == alone);
+  const auto p = http_get(p1.http_port(), "/metrics");
+  const auto d = http_get(d1.http_port(), "/metrics");
+  const std::string dev = "{device=\"decode0\"}";
+  BOOST_TEST(sample(p, "triad_cluster_kv_held_total") == 1, p);
+  BOOST_TEST(sample(d, "triad_cluster_kv_wire_kept_fetches_total") == 1, d);
+  BOOST_TEST(sample(d, "triad_cluster_kv_wire_fetch_failures_total") == 0, d1.log());
+  BOOST_TEST(sample(d, "triad_device_kv_kept_elsewhere_total" + dev) == 0, d1.log());
+  // Every full page of the prompt and its partial last one: all but the token past them.
+  const auto handed = sample(d, "triad_device_kv_handoff_fetched_tokens_total" + dev);
+  const auto prefilled = sample(p, "triad_device_tokens_total{device=\"prefill0\"}");
+  BOOST_TEST_MESSAGE("the prefill node computed " << prefilled << " tokens; the decode node "
+                                                  << "attached " << handed << " of them");
+  BOOST_TEST(handed > 0, d);
+  BOOST_TEST(handed == prefilled, p << d);
+  BOOST_TEST(sample(d, "triad_cluster_kv_wire_fetched_bytes_total") ==
+                 sample(p, "triad_cluster_kv_wire_sent_bytes_total"),
+             p << d);
+  BOOST_TEST(sample(p, "triad_cluster_kv_held_bytes") == 0, p); // the stream let go once fetched
 }
 
 // A front with a prefill device (and so a KV store) of its own that demotes each request's KV
