@@ -14,6 +14,8 @@
 #include "cluster/defaults.hpp"
 #include "cluster/detail/kv_exchange.hpp"
 #include "cluster/kv_wire.hpp"
+#include "devices/kv_stream.hpp"
+#include "devices/prefix_hash.hpp"
 #include "runtime/checksum.hpp"
 #include "tests/printers.hpp"
 
@@ -62,9 +64,162 @@ struct held_pair {
   }
 };
 
+// A prefill device's move-out through blocks of a store: `pages` pages of 64 KiB (two layer
+// groups of 32 KiB), holding `tokens` tokens of `page_tokens` each (the last page may be
+// partial), their bytes pseudo-random from `seed`, every group sent. `ended` counts the stream's
+// end (its blocks sealed into the store, with their checksums when it completed).
+struct store_stream {
+  static constexpr std::size_t page_bytes = 64 << 10;
+  std::vector<std::vector<std::byte>> blocks; // the store's memory
+  std::vector<std::byte> original;            // the device's pages, one after another
+  std::vector<token> tokens;
+  std::shared_ptr<kv_stream> stream;
+  std::shared_ptr<std::atomic<int>> ended = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<std::size_t>> sealed = std::make_shared<std::atomic<std::size_t>>(0);
+  store_stream(std::size_t pages, std::size_t n_tokens, std::size_t page_tokens, std::uint64_t seed,
+               bool send = true)
+      : blocks(pages, std::vector<std::byte>(page_bytes))
+      , original(pattern(seed, pages * page_bytes)) {
+    for (std::size_t i = 0; i < n_tokens; ++i)
+      tokens.push_back(static_cast<token>(100 + i));
+    std::vector<std::span<std::byte>> spans;
+    for (auto& b : blocks)
+      spans.emplace_back(b);
+    stream = std::make_shared<kv_stream>(
+        std::move(spans),
+        [ended = ended, sealed = sealed](std::vector<std::uint64_t> sums, std::vector<token>) {
+          sealed->store(sums.size());
+          ++*ended;
+        });
+    const std::vector<page_range> groups{{0, page_bytes / 2}, {page_bytes / 2, page_bytes / 2}};
+    BOOST_REQUIRE(stream->begin(tokens, pages, groups, page_tokens));
+    std::vector<std::span<std::byte>> device;
+    for (std::size_t p = 0; p < pages; ++p)
+      device.push_back(std::span{original}.subspan(p * page_bytes, page_bytes));
+    for (std::size_t g = 0; send && g < groups.size(); ++g)
+      stream->send_group(g, device);
+  }
+  // Page `p` as the device had it.
+  std::span<const std::byte> page(std::size_t p) const {
+    return std::span{original}.subspan(p * page_bytes, page_bytes);
+  }
+};
+
+// Waits up to two seconds for `n` to read `want`.
+bool eventually(const std::atomic<int>& n, int want) {
+  for (int i = 0; i < 200 && n.load() != want; ++i)
+    std::this_thread::sleep_for(10ms);
+  return n.load() == want;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(kv_exchange_suite)
+
+// A prefill node's hand-off through its store (a stream of 40 tokens in pages of 16) is held as
+// its pages: another exchange fetches them as kept blocks of store 0, bit-exact, each with its
+// tokens, the chain hash of its parent and its own, and its checksum; then the holder lets the
+// stream go (sealed into the store, checksums and all) and holds nothing more.
+BOOST_AUTO_TEST_CASE(a_held_streams_pages_are_fetched_by_another_exchange_bit_exact) {
+  auto holder = start();
+  auto importer = start();
+  store_stream st{3, 40, 16, 21};
+  const auto held = holder->hold_stream(st.stream);
+  BOOST_TEST(held.wire == holder->address());
+  BOOST_TEST(held.page_tokens == 16u);
+  BOOST_TEST(held.blocks.size() == 3u);
+  BOOST_TEST(held.bytes() == 3 * store_stream::page_bytes);
+  BOOST_TEST(holder->held_bytes() == 3 * store_stream::page_bytes);
+  st.stream.reset(); // the gateway hands it over
+  auto got = importer->fetch_kept(held.wire, 0, held.blocks, st.tokens);
+  if (!got)
+    BOOST_FAIL("fetch_kept: " << got.error().message);
+  BOOST_REQUIRE_EQUAL(got->size(), 3u);
+  block_hash parent = root_hash;
+  for (std::size_t p = 0; p < 3; ++p) {
+    const auto& page = (*got)[p];
+    const auto first = st.tokens.begin() + static_cast<std::ptrdiff_t>(16 * p);
+    const std::vector<token> own{first, p < 2 ? first + 16 : st.tokens.end()};
+    BOOST_TEST((page.tokens == own));
+    BOOST_TEST(page.parent == parent);
+    BOOST_TEST(page.hash == chain_hash(parent, own));
+    const auto bytes = std::as_bytes(std::span{page.bytes});
+    BOOST_TEST(std::equal(bytes.begin(), bytes.end(), st.page(p).begin(), st.page(p).end()));
+    BOOST_TEST(page.checksum == block_checksum(st.page(p)));
+    parent = page.hash;
+  }
+  BOOST_TEST(eventually(*st.ended, 1));
+  BOOST_TEST(st.sealed->load() == 3u); // it completed: sealed with each block's checksum
+  BOOST_TEST(holder->held_bytes() == 0u);
+  auto again = importer->fetch_kept(held.wire, 0, held.blocks, st.tokens);
+  BOOST_REQUIRE(!again);
+  BOOST_TEST(again.error().code == errc::not_found, again.error().message);
+}
+
+// A device of the holder's own node takes the stream's pages from its exchange, not over the
+// wire.
+BOOST_AUTO_TEST_CASE(a_held_streams_pages_are_taken_on_its_own_node) {
+  auto holder = start();
+  store_stream st{2, 32, 16, 22};
+  const auto held = holder->hold_stream(st.stream);
+  st.stream.reset();
+  auto got = holder->fetch_kept(held.wire, 0, held.blocks, st.tokens);
+  if (!got)
+    BOOST_FAIL("fetch_kept: " << got.error().message);
+  BOOST_REQUIRE_EQUAL(got->size(), 2u);
+  const auto bytes = std::as_bytes(std::span{got->back().bytes});
+  BOOST_TEST(std::equal(bytes.begin(), bytes.end(), st.page(1).begin(), st.page(1).end()));
+  BOOST_TEST(*st.ended == 1);
+  BOOST_TEST(holder->held_bytes() == 0u);
+}
+
+// Pages asked for with other tokens than the stream holds (another sequence's), or of a stream
+// its sender broke off, are not given: the importer computes the tokens.
+BOOST_AUTO_TEST_CASE(a_held_streams_pages_are_not_given_for_other_tokens_or_unfinished) {
+  auto holder = start();
+  auto importer = start();
+  store_stream st{2, 20, 16, 23};
+  const auto held = holder->hold_stream(st.stream);
+  auto other = st.tokens;
+  other.back() += 1;
+  auto got = importer->fetch_kept(held.wire, 0, held.blocks, other);
+  BOOST_REQUIRE(!got);
+  BOOST_TEST(got.error().code == errc::not_found, got.error().message);
+  store_stream broken{2, 20, 16, 24, false};
+  broken.stream->abort();
+  const auto held_broken = holder->hold_stream(broken.stream);
+  auto none = importer->fetch_kept(held_broken.wire, 0, held_broken.blocks, broken.tokens);
+  BOOST_REQUIRE(!none);
+  BOOST_TEST(none.error().code == errc::not_found, none.error().message);
+}
+
+// An exchange that stops serving (its node stops, before its store goes) lets every held stream
+// go and takes no more: nothing reads the store's memory after it.
+BOOST_AUTO_TEST_CASE(a_stopping_exchange_lets_its_held_streams_go) {
+  auto holder = start();
+  store_stream st{2, 32, 16, 25};
+  const auto held = holder->hold_stream(st.stream);
+  BOOST_TEST(!held.empty());
+  st.stream.reset();
+  holder->stop_serving_kept();
+  BOOST_TEST(*st.ended == 1);
+  BOOST_TEST(holder->held_bytes() == 0u);
+  store_stream late{1, 8, 16, 26};
+  BOOST_TEST(holder->hold_stream(late.stream).empty());
+}
+
+// Held streams are the store's pages, bounded by its budget, not the exchange's: held bytes
+// past the budget still come in, and make no room by dropping a stream.
+BOOST_AUTO_TEST_CASE(held_streams_are_not_bound_by_the_exchanges_budget) {
+  auto holder = start(30s, 100 << 10); // 100 KiB
+  store_stream st{2, 32, 16, 27};      // 128 KiB
+  const auto held = holder->hold_stream(st.stream);
+  BOOST_TEST(!held.empty());
+  auto bytes = pattern(28, 90 << 10);
+  const auto blob = holder->hold(bytes); // fits beside it
+  BOOST_TEST(!blob.empty());
+  BOOST_TEST(holder->held_bytes() == 128u * 1024 + 90 * 1024);
+}
 
 // A prefill node's moved-out KV (10 MiB and a bit: three blocks) is held as checksummed
 // blocks; another node's exchange fetches it over the TCP wire bit-exact, once.
