@@ -355,8 +355,11 @@ expected<std::unique_ptr<node>> node::start(const node_config& whole, node_optio
         config.cluster.role == node_role::prefill || config.cluster.role == node_role::decode;
     o.stream_moves = (config.cluster.role == node_role::all && config.cluster.peers.empty()) ||
                      (device_node && n->cluster_ && !n->cluster_->kv_wire_address().empty());
-    if (device_node)
+    if (device_node) {
       o.stream_min_bytes = std::size_t{config.cluster.kv_wire_min_kib} << 10;
+      o.stream_max_tokens = std::min(defaults::cluster::kv_fetch_max_tokens,
+                                     defaults::cluster::kv_fetch_max_pages * be->kv().page_tokens);
+    }
     if (auto fetcher = n->cluster_ ? n->cluster_->kv_fetcher() : caf::actor{})
       o.kv_fetcher = fetcher.address();
     o.name = dev.name;

@@ -45,6 +45,10 @@ inline constexpr std::size_t kv_fetchers = 2;
 /// serves one peer at a time): fetches of KV it holds (or of kept blocks) at once, fetchers
 /// taking them in turn. Their ports are the exchange's address: "host:port,port".
 inline constexpr std::size_t kv_servers = 2;
+/// The most pages (kept blocks, a held stream's) and prompt tokens one fetch asks another
+/// node's KV exchange for; a device node streams no hand-off past them (it goes as bytes).
+inline constexpr std::size_t kv_fetch_max_pages = 8192;
+inline constexpr std::size_t kv_fetch_max_tokens = std::size_t{1} << 18; ///< see kv_fetch_max_pages
 /// Worker threads of the cluster's own actor system (its network actors: the gateway, the
 /// remote devices and peers); CAF's middleman runs its multiplexer on a thread of its own.
 inline constexpr std::size_t network_threads = 2;

@@ -569,14 +569,24 @@ private:
   // demotion's kept blocks are (the holder's exchange as store 0) and attached before the rest
   // (at least the token past them) is computed; what does not come is computed.
   admission import_pages(const kv_blob& blob, generate_request req) {
-    if (req.prompt.size() <= blob.tokens)
-      return import(std::make_shared<const kv_blob>(blob), std::move(req)); // refused there
+    if (auto short_prompt = too_short(req, blob.tokens))
+      return std::move(*short_prompt);
     req.kept_blocks = blob.held.blocks;
     req.kept_tokens = blob.tokens;
     req.kept_store = 0;
     req.kept_wire = blob.held.wire;
-    req.reuse_prefix = true;
     return admit(std::move(req));
+  }
+
+  // The refusal of an import whose prompt does not reach past its KV's `kv_tokens` (the token
+  // past them gives the next token's logits); nothing when it does.
+  std::optional<admission> too_short(const generate_request& req, std::uint64_t kv_tokens) {
+    if (req.prompt.size() > kv_tokens)
+      return std::nullopt;
+    return refuse(errc::invalid_argument,
+                  "invalid: sequence " + std::to_string(req.seq) + " has " +
+                      std::to_string(req.prompt.size()) + " tokens; its KV covers " +
+                      std::to_string(kv_tokens) + ", and at least one more is needed");
   }
 
   // Admits a sequence whose KV comes from `blob`; the import runs in the sequence's first step
@@ -591,12 +601,8 @@ private:
                         blob->held.wire +
                         " and this device has no fetcher for it (only a cluster node's "
                         "devices fetch KV held on another node)");
-    // At least one token past the KV: its logits give the next token.
-    if (req.prompt.size() <= blob->tokens)
-      return refuse(errc::invalid_argument,
-                    "invalid: sequence " + std::to_string(req.seq) + " has " +
-                        std::to_string(req.prompt.size()) + " tokens; its KV covers " +
-                        std::to_string(blob->tokens) + ", and at least one more is needed");
+    if (auto short_prompt = too_short(req, blob->tokens))
+      return std::move(*short_prompt);
     return admit(std::move(req), std::move(blob));
   }
 
@@ -628,8 +634,11 @@ private:
     // serves them (through the node's fetcher, into the prefix cache's lookup), or computed.
     auto fetcher = caf::actor_cast<caf::actor>(options_.kv_fetcher);
     const bool kept_here = !req.kept_blocks.empty() && tier_ && req.kept_store == tier_->store_id();
+    // A prefill node's hand-off (store 0: pages its exchange holds) is attached whether or not
+    // this device keeps a prefix cache; a demotion's kept blocks come back through it.
+    const bool handed_off = !req.kept_blocks.empty() && req.kept_store == 0;
     const bool kept_there = !req.kept_blocks.empty() && !kept_here && !req.kept_wire.empty() &&
-                            fetcher && options_.prefix_cache;
+                            fetcher && (options_.prefix_cache || handed_off);
     if (!req.kept_blocks.empty() && !kept_here && !kept_there) {
       if (metrics_.kept_elsewhere != nullptr)
         metrics_.kept_elsewhere->inc();
@@ -639,7 +648,7 @@ private:
     // The chain of the prompt's pages a prefix cache could give, hashed once for the memory
     // check (when others hold memory) and the fetch from the tier below (when it looks up).
     const bool looks_up = !importing && options_.prefix_cache && req.reuse_prefix;
-    const bool comes_back = (kept_here || kept_there) && options_.prefix_cache;
+    const bool comes_back = (kept_here || kept_there) && (options_.prefix_cache || handed_off);
     auto chain = looks_up || comes_back ? lookup_chain(req.prompt) : std::vector<block_hash>{};
     if (auto full = room_for(req.prompt, chain); !full.empty())
       return refuse(errc::busy, std::move(full));
@@ -658,7 +667,8 @@ private:
     s.req = std::move(req);
     if (tier_ && s.req.move_out_when_done && streams_ && s.req.stream_when_done &&
         detail::pages_for(s.tokens.size(), kv_.page_tokens) * tier_->block_bytes() >=
-            options_.stream_min_bytes) {
+            options_.stream_min_bytes &&
+        (options_.stream_max_tokens == 0 || s.tokens.size() <= options_.stream_max_tokens)) {
       // Blocks of the tier for its KV to stream through when it moves out, asked for now and
       // waited for (a round trip to the store, against a prompt's compute): the driver takes
       // them from the slot when the prompt is computed (none to be had: a blob).
@@ -673,7 +683,7 @@ private:
     if (comes_back) {
       // A demoted sequence comes back: its kept blocks are read before its first step (and
       // looked up in its own cache first, as any prompt).
-      s.lookup = options_.prefix_cache;
+      s.lookup = true; // without a prefix cache (a hand-off) it attaches only the fetched pages
       s.state = seq_state::fetching;
       ++s.tier_answers_due;
       std::vector<token> kept{s.tokens.begin(),
@@ -684,7 +694,7 @@ private:
                           caf::actor_cast<caf::actor>(this), trace_of(s));
       else {
         s.kept_there = true;
-        s.handed_off = s.req.kept_store == 0;
+        s.handed_off = handed_off;
         fetch_kept_there(s, fetcher, std::move(kept));
       }
     } else if (s.lookup) {

@@ -185,7 +185,9 @@ struct kv_held {
   std::string wire;                     ///< the holder's KV exchange ("host:port,port...")
   std::vector<std::uint64_t> blocks;    ///< the holder's block ids, in order
   std::vector<std::uint64_t> sizes;     ///< each block's bytes
-  std::vector<std::uint64_t> checksums; ///< each block's block_checksum
+  /// Each block's block_checksum; empty for a stream's pages (page_tokens), whose checksums
+  /// come with them.
+  std::vector<std::uint64_t> checksums;
   /// 0: the blocks are the bytes of an exported blob, cut up. Else they are the pages of a
   /// stream through the holder's KV store (a prefill node's hand-off): one block per page of
   /// `page_tokens` tokens (the last may be partial), fetched as kept blocks are
@@ -417,12 +419,15 @@ struct device_options {
   /// fetched instead of computed. Null, or pages of another size than the tier's blocks: none.
   std::shared_ptr<kv_tier> tier;
   /// Whether a sequence that moves out when done streams its pages through the tier's blocks
-  /// (when there is a tier): false on a device node of a cluster, whose blobs leave the process
-  /// as bytes.
+  /// (when there is a tier): false on a front with peers, whose devices' KV leaves the process
+  /// as bytes; a device node's streams are held by its KV exchange for another node to fetch.
   bool stream_moves = true;
   /// KV smaller than this moves out as bytes, not a stream (a device node's: its KV exchange
   /// sends small KV in the control message, where a stream cannot go).
   std::size_t stream_min_bytes = 0;
+  /// KV of more tokens than this moves out as bytes, not a stream (0: no bound; a device
+  /// node's: the most pages and tokens one fetch of another node asks for).
+  std::size_t stream_max_tokens = 0;
   /// What fetches KV that another node holds (kv_held) for an import here: `(kv_fetch_atom,
   /// kv_blob)` -> the blob with its bytes (a cluster node's, cluster/detail/kv_exchange). Weak,
   /// so the device never keeps it (and its actor system) alive. None, or gone: such an import

@@ -89,6 +89,8 @@ public:
                                    std::chrono::steady_clock::time_point::max()) const;
   /// Whether every group was published.
   bool complete() const noexcept;
+  /// Whether its sender broke it off (abort): it never completes.
+  bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
   /// Each page's block_checksum, from the sender's sums (empty until complete).
   std::vector<std::uint64_t> checksums() const;
   /// Page `p`'s block in the store's memory (its bytes are final once complete).

@@ -75,9 +75,13 @@ caf::behavior kv_holder(caf::event_based_actor* self, caf::actor sink,
                         std::shared_ptr<kv_exchange> exchange) {
   return {[self, sink, exchange](device_event& e) {
     const bool last = e.kind == device_event::done || e.kind == device_event::failed;
-    if (e.kind == device_event::done && e.kv.stream) // pages of the store: they stay there
+    if (e.kind == device_event::done && e.kv.stream) { // pages of the store: they stay there
       e.kv.held = exchange->hold_stream(std::exchange(e.kv.stream, nullptr));
-    else if (e.kind == device_event::done && !e.kv.bytes.empty())
+      if (e.kv.held.empty()) { // the node stops: the request computes its KV elsewhere
+        e.kind = device_event::failed;
+        e.message = "its KV could not be held for another node (the node is stopping)";
+      }
+    } else if (e.kind == device_event::done && !e.kv.bytes.empty())
       e.kv.held = exchange->hold(e.kv.bytes); // past the budget: the bytes stay
     self->send(sink, std::move(e));
     if (last)

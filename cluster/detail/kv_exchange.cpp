@@ -37,8 +37,8 @@ constexpr std::uint64_t ack_not = 0;
 constexpr int fetch_attempts = 3;
 // The largest request: a count and that many block ids (and for kept blocks, a token count
 // and that many tokens).
-constexpr std::size_t max_request_blocks = 8192;
-constexpr std::size_t max_kept_tokens = std::size_t{1} << 18;
+constexpr std::size_t max_request_blocks = defaults::cluster::kv_fetch_max_pages;
+constexpr std::size_t max_kept_tokens = defaults::cluster::kv_fetch_max_tokens;
 // Set in a request's count: it asks for kept blocks of the node's KV store, not held KV.
 constexpr std::uint64_t kept_request = std::uint64_t{1} << 63;
 // Per page of kept blocks, the words that describe it before its tokens: hash, parent,
@@ -101,14 +101,24 @@ struct page_view {
   std::span<const std::byte> bytes;
 };
 
-// The pages of `stream` (`page_tokens` tokens each, the last may be partial) once its sender
-// has copied them all (waiting up to stream_patience), when they hold `tokens`: nothing when
-// it did not complete, or holds other tokens.
+// Waits (in real time, looking every 100 us: the exchange's threads are not the node clock's)
+// up to stream_patience until `stream`'s sender has copied every page: whether it did, not
+// broken off and before `stopping` says so.
+bool wait_complete(const kv_stream& stream, const std::atomic<bool>& stopping) {
+  const auto give_up = clock::now() + stream_patience;
+  while (!stream.complete()) {
+    if (stream.aborted() || stream.groups().empty() || stopping.load() || clock::now() >= give_up)
+      return false;
+    std::this_thread::sleep_for(std::chrono::microseconds{100});
+  }
+  return true;
+}
+
+// The pages of `stream` (`page_tokens` tokens each, the last may be partial), complete, when
+// they hold `tokens`: nothing else.
 std::vector<page_view> pages_of(const kv_stream& stream, std::size_t page_tokens,
                                 const std::vector<token>& tokens) {
-  if (stream.groups().empty() || page_tokens == 0 ||
-      !stream.wait_for(stream.groups().size() - 1, clock::now() + stream_patience) ||
-      !stream.complete() || stream.tokens() != tokens)
+  if (!stream.complete() || page_tokens == 0 || stream.tokens() != tokens)
     return {};
   const auto sums = stream.checksums();
   std::vector<page_view> pages;
@@ -202,8 +212,9 @@ struct kv_exchange::state {
   std::uint64_t held_stream_bytes = 0; // of held_bytes, streams' (the store's pages)
   std::uint64_t next_id = 0;
   // Whether streams are taken (hold_stream) and served: until stop_serving_kept, which drops
-  // those held (their pages are the store's, which goes after it).
-  bool takes_streams = true;
+  // those held (their pages are the store's, which goes after it). Set under mtx.
+  std::atomic<bool> takes_streams{true};
+  std::atomic<bool> stopping_streams{false}; // !takes_streams, for waits
 
   // Told when a server ends a transfer (its KV delivered, or back on the books), or at stop.
   std::condition_variable sent_cv;
@@ -469,16 +480,18 @@ struct kv_exchange::state {
       std::unique_lock lock{mtx};
       blob = takes_streams ? take(ids, true) : std::nullopt;
       if (!blob && takes_streams && sent_elsewhere(ids)) { // an earlier attempt's, as serve's
-        sent_cv.wait_for(lock, defaults::cluster::wire_transfer_timeout,
-                         [&] { return stop.load() || !sent_elsewhere(ids); });
-        blob = take(ids, true);
+        sent_cv.wait_for(lock, defaults::cluster::wire_transfer_timeout, [&] {
+          return stop.load() || !takes_streams.load() || !sent_elsewhere(ids);
+        });
+        blob = takes_streams ? take(ids, true) : std::nullopt;
       }
       sv.sending = blob ? &*blob : nullptr;
       sv.sending_released = false;
       publish();
     }
-    const auto pages =
-        blob ? pages_of(*blob->stream, blob->ref.page_tokens, tokens) : std::vector<page_view>{};
+    const bool complete = blob && wait_complete(*blob->stream, stopping_streams);
+    const auto pages = complete ? pages_of(*blob->stream, blob->ref.page_tokens, tokens)
+                                : std::vector<page_view>{};
     std::uint64_t found = pages.size();
     std::vector<std::uint64_t> meta;
     for (const auto& p : pages) {
@@ -502,8 +515,9 @@ struct kv_exchange::state {
       add(sent_bytes, static_cast<double>(sent));
     std::lock_guard lock{mtx};
     sv.sending = nullptr;
-    // A stream that did not complete, or holds other tokens, is of no use to anyone: it goes.
-    if (blob && !delivered && !sv.sending_released && found > 0)
+    // A stream that did not complete is of no use to anyone: it goes. One asked for with other
+    // tokens stays for its importer.
+    if (blob && complete && !delivered && !sv.sending_released && takes_streams)
       restore(std::move(*blob));
     blob.reset(); // a delivered stream ends here: its blocks are sealed into the store
     publish();
@@ -523,7 +537,7 @@ struct kv_exchange::state {
       publish();
     }
     std::vector<kv_page> pages;
-    if (!blob)
+    if (!blob || !wait_complete(*blob->stream, stopping_streams))
       return pages;
     for (const auto& p : pages_of(*blob->stream, blob->ref.page_tokens, tokens)) {
       kv_page page{p.hash, p.parent, {p.tokens.begin(), p.tokens.end()}, {}, p.checksum};
@@ -1047,7 +1061,7 @@ void kv_exchange::release(const kv_held& held) {
   if (held.wire != s.address)
     return;
   std::lock_guard lock{s.mtx};
-  if (s.take(held.blocks))
+  if (s.take(held.blocks, held.page_tokens != 0))
     return;
   for (auto& sv : s.servers)
     if (sv->sending != nullptr && sv->sending->ref.blocks == held.blocks)
@@ -1066,13 +1080,19 @@ void kv_exchange::serve_kept(kept_source source) {
 }
 
 void kv_exchange::stop_serving_kept() {
-  serve_kept({}); // waits for a read under way
   auto& s = *state_;
+  {
+    // No stream is taken or served from now on, and a server waiting for one stops waiting.
+    std::lock_guard lock{s.mtx};
+    s.takes_streams = false;
+    s.stopping_streams = true;
+  }
+  s.sent_cv.notify_all();
+  serve_kept({});                       // waits for a read under way
   std::unique_lock serving{s.kept_mtx}; // and for a held stream's pages being sent
   std::vector<held_blob> streams;       // they go outside the lock: each tells the store
   {
     std::lock_guard lock{s.mtx};
-    s.takes_streams = false;
     for (auto it = s.held.begin(); it != s.held.end();)
       if (auto at = it++; at->second.stream)
         streams.push_back(s.remove(at));

@@ -90,7 +90,7 @@ from_wire(const constraint_wire& w, grammar::grammar_cache* cache,
 /// connects) failing before any message is read.
 constexpr std::uint32_t cluster_protocol = 4;
 
-/// The CAF application identifier of cluster_protocol ("triad-cluster/3"): BASP connects only
+/// The CAF application identifier of cluster_protocol ("triad-cluster/4"): BASP connects only
 /// nodes that share one (`middleman.app-identifiers`).
 std::string cluster_app_identifier();
 

@@ -633,12 +633,15 @@ struct fake_kept_fetcher {
       std::make_shared<std::vector<triad::kv_page>>();
   std::shared_ptr<std::atomic<int>> fetches = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::string> asked_wire = std::make_shared<std::string>();
-  caf::actor actor = sys.spawn([p = pages, n = fetches, w = asked_wire]() -> caf::behavior {
-    return {[p, n, w](triad::kv_fetch_kept_atom, std::string& wire, std::uint64_t,
-                      std::vector<std::uint64_t>&,
-                      std::vector<triad::token>&) -> caf::result<std::vector<triad::kv_page>> {
+  std::shared_ptr<std::uint64_t> asked_store = std::make_shared<std::uint64_t>(~0ull);
+  caf::actor actor = sys.spawn([p = pages, n = fetches, w = asked_wire,
+                                st = asked_store]() -> caf::behavior {
+    return {[p, n, w, st](triad::kv_fetch_kept_atom, std::string& wire, std::uint64_t store,
+                          std::vector<std::uint64_t>&,
+                          std::vector<triad::token>&) -> caf::result<std::vector<triad::kv_page>> {
       ++*n;
       *w = wire;
+      *st = store;
       if (p->empty())
         return caf::make_error(caf::sec::runtime_error, "that node is gone");
       return *p;
@@ -653,15 +656,20 @@ struct fake_kept_fetcher {
 struct kept_elsewhere {
   fake_kept_fetcher fetcher;
   device_fixture first;
-  device_fixture second{[this] {
-    triad::device_options o;
-    o.kv_fetcher = fetcher.actor.address();
-    return o;
-  }()};
+  device_fixture second;
+  explicit kept_elsewhere(bool prefix_cache = true)
+      : second{[this, prefix_cache] {
+        triad::device_options o;
+        o.kv_fetcher = fetcher.actor.address();
+        o.prefix_cache = prefix_cache;
+        return o;
+      }()} {
+    init();
+  }
   caf::scoped_actor self{first.dom->system()};
   std::vector<triad::token> reference;
   triad::generate_request order;
-  kept_elsewhere() {
+  void init() {
     auto req = first.request(1, 40, 6, self);
     const auto prompt = req.prompt;
     BOOST_REQUIRE(first.submit(self, req).accepted);
@@ -699,6 +707,59 @@ BOOST_AUTO_TEST_CASE(kept_blocks_that_cannot_be_fetched_are_computed) {
   BOOST_TEST(tokens_of(k.second.collect(k.self, 1)[1]) == k.reference);
   BOOST_TEST(k.fetcher.fetches->load() == 1);
   BOOST_TEST(k.second.stats(k.self).tier_tokens == 0u);
+}
+
+// A prefill node's hand-off held as pages of its store (kv_held::page_tokens): the import is
+// admitted as its prompt, the pages fetched as kept blocks of store 0 from the holder and
+// attached, the rest computed; the same answer as one device gives. `prefix_cache`: the decode
+// device's (a hand-off needs none).
+void a_held_streams_pages_are_imported(bool prefix_cache) {
+  kept_elsewhere k{prefix_cache};
+  triad::kv_blob ref;
+  ref.seq = 1;
+  ref.tokens = 32;
+  ref.held.wire = "127.0.0.1:9";
+  ref.held.blocks = {101, 102};
+  ref.held.sizes = {k.fetcher.pages->at(0).bytes.size(), k.fetcher.pages->at(1).bytes.size()};
+  ref.held.page_tokens = 16;
+  triad::admission a;
+  k.self->request(k.second.device, caf::infinite, triad::import_atom::value, ref, k.order)
+      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
+  BOOST_REQUIRE_MESSAGE(a.accepted, a.reason);
+  BOOST_TEST(tokens_of(k.second.collect(k.self, 1)[1]) == k.reference);
+  BOOST_TEST(k.fetcher.fetches->load() == 1);
+  BOOST_TEST(*k.fetcher.asked_wire == "127.0.0.1:9");
+  BOOST_TEST(*k.fetcher.asked_store == 0u); // the holder's held streams, not a store's blocks
+  const auto st = k.second.stats(k.self);
+  BOOST_TEST(st.tier_tokens == 32u); // attached, not computed
+  BOOST_TEST(st.tokens == 8u + 5u);  // the prompt's last 8, then a step per token but the last
+  const auto text = k.second.metrics.render();
+  BOOST_TEST(text.find("triad_device_kv_handoff_fetched_tokens_total{device=\"device\"} 32") !=
+                 std::string::npos,
+             text);
+}
+
+BOOST_AUTO_TEST_CASE(a_held_streams_pages_are_fetched_and_attached_at_import) {
+  a_held_streams_pages_are_imported(true);
+}
+
+BOOST_AUTO_TEST_CASE(a_held_streams_pages_are_attached_without_a_prefix_cache) {
+  a_held_streams_pages_are_imported(false);
+}
+
+// An import whose prompt does not reach past its held pages is refused, naming both counts.
+BOOST_AUTO_TEST_CASE(an_import_of_held_pages_without_a_token_past_them_is_refused) {
+  kept_elsewhere k;
+  triad::kv_blob ref;
+  ref.tokens = 40;
+  ref.held = {"127.0.0.1:9", {101, 102, 103}, {1, 1, 1}, {}, 16};
+  triad::admission a;
+  k.self->request(k.second.device, caf::infinite, triad::import_atom::value, ref, k.order)
+      .receive([&](triad::admission& x) { a = x; }, [&](caf::error&) { BOOST_FAIL("no answer"); });
+  BOOST_TEST(!a.accepted);
+  BOOST_TEST((a.code == triad::errc::invalid_argument));
+  BOOST_TEST(a.reason.find("has 40 tokens; its KV covers 40") != std::string::npos, a.reason);
+  BOOST_TEST(k.fetcher.fetches->load() == 0);
 }
 
 // Without a place to fetch them from, nothing is asked: the tokens are computed.
