@@ -10,12 +10,12 @@
 // its first send to the receiver's acknowledgement, which follows the last page's check; the
 // memcpy is one thread, unchecked (glibc's, into a destination it reads for ownership: the
 // receiver's copy writes with non-temporal stores and can beat it). ucx_transfer_over_checked_copy
-// (a metric) sets the transfer against that very copy in one process. ucx_shared_memory_read_in_place
-// says the pages went so (0: no shared memory could be had, they went by cross-memory attach
-// from the heap).
-// ucx_tcp_transfer_over_memcpy: the same over TCP (loopback here; the transport between machines
-// without RDMA). Each figure is the median of its rounds after one unrecorded round; the pages are
-// those of a llama3-8b sequence in bf16 (128 KiB of KV a token, pages of 16 tokens: 2 MiB each).
+// (a metric) sets the transfer against that very copy in one process.
+// ucx_shared_memory_read_in_place says the pages went so (0: no shared memory could be had, they
+// went by cross-memory attach from the heap). ucx_tcp_transfer_over_memcpy: the same over TCP
+// (loopback here; the transport between machines without RDMA). Each figure is the median of its
+// rounds after one unrecorded round; the pages are those of a llama3-8b sequence in bf16 (128 KiB
+// of KV a token, pages of 16 tokens: 2 MiB each).
 //
 // remote_over_local_decode_throughput: triad-load's chat requests (512-token prompts, 128
 // tokens out, 16 at once) against triad-node processes serving llama3-8b on SIMULATED H200s
@@ -30,6 +30,11 @@
 // remote_over_local_decode_throughput_cpu: the same with the tiny model on cpu devices (one core
 // each: they compute for real and their KV crosses over the KV wire), all processes and
 // triad-load on this machine's cores.
+// split_over_local_decode_throughput_cpu: the cpu load against a front without devices, a
+// `--role prefill` node and a `--role decode` node (three processes): the prefill node streams
+// each prompt's KV into its KV store and holds those pages; the decode node fetches them over the
+// KV wire and attaches them (split_kv_handoff_tokens_cpu: the tokens attached so, against
+// split_prefilled_tokens_cpu computed on the prefill node), over the one-node figure.
 // failover_lost_requests: the same node with two decode nodes; one is killed (SIGKILL) while it
 // decodes for a load of 256-token answers; the requests left without an answer or an error when
 // triad-load ends (it waits for every one). failover_completed / failover_failed say how the
@@ -348,13 +353,42 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
                                   triad::bench::report& rep) {
   const std::size_t requests = cpu ? (quick ? 16 : 48) : (quick ? 32 : 128);
   const std::size_t prompt = cpu ? 256 : 512;
-  double tps[2] = {0, 0};
+  // 0: one node; 1: the decode device another process's; 2 (cpu): a front without devices, a
+  // prefill node and a decode node.
+  double tps[3] = {0, 0, 0};
   double wire_bytes = 0, wire_fetches = 0, wire_failures = 0, wire_in_place = 0;
-  for (int remote = 0; remote < 2; ++remote) {
+  double split_handed = 0, split_bytes = 0, split_failures = 0, split_prefilled = 0;
+  const char* names[3] = {"local", "remote", "split"};
+  for (int remote = 0; remote < (cpu ? 3 : 2); ++remote) {
     std::size_t decode_node = 0; // the remote run's decode node
+    std::size_t prefill_node = 0; // the split run's prefill node
     node_set set{bin};
     std::size_t front = 0;
-    if (remote == 0) {
+    if (remote == 2) {
+      auto d = set.start("decode", node_toml({{"decode0", "decode"}}, cpu),
+                         {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"});
+      if (!d)
+        return d.error().message;
+      decode_node = *d;
+      auto p = set.start("prefill", node_toml({{"prefill0", "prefill"}}, cpu),
+                         {"--role", "prefill", "--cluster-port", "0", "--node-name", "p1"});
+      if (!p)
+        return p.error().message;
+      prefill_node = *p;
+      auto dport = set.cluster_port(*d);
+      if (!dport)
+        return dport.error().message;
+      auto pport = set.cluster_port(*p);
+      if (!pport)
+        return pport.error().message;
+      auto f = set.start(
+          "front", node_toml({}, cpu),
+          {"--role", "front", "--peers",
+           "127.0.0.1:" + std::to_string(*pport) + ",127.0.0.1:" + std::to_string(*dport)});
+      if (!f)
+        return f.error().message;
+      front = *f;
+    } else if (remote == 0) {
       auto f =
           set.start("local", node_toml({{"prefill0", "prefill"}, {"decode0", "decode"}}, cpu), {});
       if (!f)
@@ -378,16 +412,16 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
     auto port = set.http_port(front);
     if (!port)
       return port.error().message;
-    if (remote == 1 && !wait_sample(*port, "triad_cluster_peers_up", 1))
-      return "the front did not join the decode node";
-    auto m = load(set, *port, requests, prompt, 128, remote == 0 ? "local" : "remote");
+    if (remote > 0 && !wait_sample(*port, "triad_cluster_peers_up", remote))
+      return "the front did not join its peers";
+    auto m = load(set, *port, requests, prompt, 128, names[remote]);
     if (!m)
       return m.error().message;
     if (m->at("calls_ok").as_int64() != static_cast<std::int64_t>(requests)) {
       std::string running;
       for (auto& n : set.nodes)
         running += n.running() ? " running" : " ENDED";
-      return std::string{remote == 0 ? "local" : "remote"} +
+      return std::string{names[remote]} +
              ": not every request completed: " + boost::json::serialize(m->at("errors")) +
              "; nodes:" + running + set.tails();
     }
@@ -400,6 +434,19 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
       wire_fetches = sample(*dport, "triad_cluster_kv_wire_fetches_total");
       wire_failures = sample(*dport, "triad_cluster_kv_wire_fetch_failures_total");
       wire_in_place = sample(*dport, "triad_cluster_kv_wire_in_place_bytes_total");
+    }
+    if (remote == 2) { // the prefill node's pages the decode node fetched and attached
+      auto dport = set.http_port(decode_node);
+      if (!dport)
+        return dport.error().message;
+      auto pport = set.http_port(prefill_node);
+      if (!pport)
+        return pport.error().message;
+      split_handed =
+          sample(*dport, "triad_device_kv_handoff_fetched_tokens_total{device=\"decode0\"}");
+      split_bytes = sample(*dport, "triad_cluster_kv_wire_fetched_bytes_total");
+      split_failures = sample(*dport, "triad_cluster_kv_wire_fetch_failures_total");
+      split_prefilled = sample(*pport, "triad_device_tokens_total{device=\"prefill0\"}");
     }
   }
   const std::string suffix = cpu ? "_cpu" : "";
@@ -420,6 +467,14 @@ std::string measure_remote_decode(const fs::path& bin, bool quick, bool cpu,
       "; remote: the decode device in a --role decode process joined over CAF's BASP, KV of "
       "kv_wire_min_kib or more fetched over the KV wire (remote_kv_wire_*)";
   rep.ratios["remote_over_local_decode_throughput" + suffix] = tps[1] / tps[0];
+  if (cpu) {
+    rep.metrics["split_decode_output_tokens_per_s_cpu"] = tps[2];
+    rep.metrics["split_kv_handoff_tokens_cpu"] = split_handed;
+    rep.metrics["split_prefilled_tokens_cpu"] = split_prefilled;
+    rep.metrics["split_kv_wire_fetched_bytes_cpu"] = split_bytes;
+    rep.metrics["split_kv_wire_fetch_failures_cpu"] = split_failures;
+    rep.ratios["split_over_local_decode_throughput_cpu"] = tps[2] / tps[0];
+  }
   return {};
 }
 

@@ -34,6 +34,13 @@ BOOST_AUTO_TEST_CASE(the_cluster_bench_reports_the_kv_transfer_and_node_ratios) 
   BOOST_TEST(ratios.at("ucx_tcp_transfer_over_memcpy").to_number<double>() > 0.0);
   BOOST_TEST(ratios.at("remote_over_local_decode_throughput").to_number<double>() > 0.0);
   BOOST_TEST(ratios.at("remote_over_local_decode_throughput_cpu").to_number<double>() > 0.0);
+  BOOST_TEST(ratios.at("split_over_local_decode_throughput_cpu").to_number<double>() > 0.0);
+  // The prefill node's pages reached the decode node: every token it computed was attached
+  // (and any its prefix cache gave).
+  BOOST_TEST(metrics.at("split_kv_handoff_tokens_cpu").to_number<double>() > 0.0);
+  BOOST_TEST(metrics.at("split_kv_handoff_tokens_cpu").to_number<double>() >=
+             metrics.at("split_prefilled_tokens_cpu").to_number<double>());
+  BOOST_TEST(metrics.at("split_kv_wire_fetch_failures_cpu").to_number<double>() == 0.0);
   BOOST_TEST(ratios.at("failover_lost_requests").to_number<double>() == 0.0);
   BOOST_TEST(metrics.at("failover_sequences_on_killed_node").to_number<double>() >= 1.0);
   BOOST_TEST(metrics.at("failover_completed").to_number<double>() +
