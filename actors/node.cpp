@@ -482,7 +482,7 @@ expected<void> node::start_cluster(node& n, const node_config& config) {
   events.takes_held = n.devices_.empty(); // every import lands on a device node
   events.joined = [router, slots](const remote_device& d) {
     caf::anon_send(router, device_join_atom::value,
-                   routed_device{d.name, d.role, d.actor, slots, d.kv_store});
+                   routed_device{d.name, d.role, d.actor, slots, d.kv_store, d.kv_wire});
   };
   events.lost = [router](const std::string& name, const std::string& why) {
     caf::anon_send(router, device_lost_atom::value, name, why);

@@ -222,6 +222,9 @@ private:
 
   // A device where this request holds a sequence (once admitted) and, unless its KV is pinned
   // there across a tool call, a router slot.
+  // The router's last hint: where more of the prompt's pages may be had (route_reply).
+  std::pair<std::string, std::uint64_t> prefix_hint_;
+
   struct holding {
     device_actor device;
     std::string name;
@@ -338,6 +341,7 @@ private:
                      r.code, r.retry_ms);
                 return;
               }
+              prefix_hint_ = {std::move(r.prefix_wire), r.prefix_pages};
               next(holding{r.device, r.name, 0, true});
             },
             [this](caf::error& e) {
@@ -507,6 +511,8 @@ private:
       auto order = order_for(next_seq(), mono ? left() : 1);
       // A prefill device hands the KV over with its done event (no move_out round trip).
       order.move_out_when_done = !mono;
+      order.prefix_wire = prefix_hint_.first; // pages another node's store may hold
+      order.prefix_pages = prefix_hint_.second;
       auto n = order.prompt.size();
       admit(std::move(h), std::move(order), nullptr, s, n);
     });

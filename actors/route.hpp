@@ -66,6 +66,9 @@ struct routed_device {
   /// The KV store it reads kept blocks from (kv_tier::store_id; 0: none): its node's store
   /// when it is connected to it.
   std::uint64_t kv_store = 0;
+  /// Another node's device: where that node's KV exchange serves its store's pages ("" for
+  /// this node's devices, or a node without one).
+  std::string kv_wire = {};
   /// `slots` of a device whose own KV capacity bounds it (it answers busy when full).
   static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 };
@@ -107,6 +110,11 @@ struct route_reply {
   /// When refused: overloaded (too many wait; retry_ms), busy (waited past the queue timeout;
   /// retry_ms), stopped (withdrawn), or unavailable (no device for the stage is up).
   errc code = errc::system_error;
+  /// Prefill: where more of the prompt's pages than on the device granted may be had (the KV
+  /// exchange of another node whose device was sent a longer run of them: its store keeps them
+  /// once computed), and how many from the first; "" and 0 when nowhere.
+  std::string prefix_wire = {};
+  std::uint64_t prefix_pages = 0; ///< see prefix_wire
 };
 
 /// A busy device's backoff ended (the router's own timer): `(router_unbusy_atom, std::string

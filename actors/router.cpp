@@ -458,6 +458,9 @@ private:
   // Hands out a slot of `d`, recording the prompt pages it will cache (in the store's directory
   // when the store knows the device).
   route_reply grant(device& d, const std::vector<block_hash>& prefix) {
+    auto reply = route_reply{true, d.info.actor, d.info.name, {}, 0};
+    if (!prefix.empty())
+      hint(d, prefix, reply);
     ++d.used;
     if (d.said_busy)
       --d.room;
@@ -468,7 +471,23 @@ private:
       if (d.prefixes.size() > defaults::orchestration::tracked_prefixes)
         forget_oldest_half(d.prefixes, [](std::uint64_t v) { return v; });
     }
-    return route_reply{true, d.info.actor, d.info.name, {}, 0};
+    return reply;
+  }
+
+  // Where more of `prefix` than `d` holds may be had, in `r`: the KV exchange of another node
+  // whose device was sent the longest run of it (that node's store keeps the pages it computed,
+  // a prefill node's hand-off's included), when that run is longer than d's.
+  void hint(const device& d, const std::vector<block_hash>& prefix, route_reply& r) const {
+    std::size_t best = cached_run(d, prefix);
+    for (const auto& o : devices_) {
+      if (&o == &d || !o.up || o.info.kv_wire.empty() || o.info.kv_wire == d.info.kv_wire)
+        continue;
+      if (const auto run = cached_run(o, prefix); run > best) {
+        best = run;
+        r.prefix_wire = o.info.kv_wire;
+      }
+    }
+    r.prefix_pages = r.prefix_wire.empty() ? 0 : best;
   }
 
   // Hands free slots to waiting requests. Each stage keeps its own ordered queue, so only the

@@ -319,7 +319,7 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
     if (st.shared->events.joined)
       st.shared->events.joined(remote_device{st.devices[i].first, st.roles[i],
                                              caf::actor_cast<device_actor>(st.devices[i].second),
-                                             st.stores[i]});
+                                             st.stores[i], hello.kv_address});
   ++*st.shared->up;
   self->send(st.joiner, peer_up_atom::value, where(st), true);
   if (st.shared->up_gauge != nullptr)
@@ -687,12 +687,16 @@ void control_plane::serve_kept(std::shared_ptr<kv_tier> tier) {
   m.exchange->serve_kept([tier, sys = m.sys.get()](
                              std::uint64_t store, const std::vector<std::uint64_t>& ids,
                              const std::vector<token>& tokens) -> expected<std::vector<kv_page>> {
-    if (store != tier->store_id()) // another store's ids (this node restarted): none
+    const bool prefix = store == detail::kv_exchange::prefix_store; // ids: page numbers
+    if (!prefix && store != tier->store_id()) // another store's ids (this node restarted): none
       return std::vector<kv_page>{};
     std::optional<std::vector<kv_page>> pages;
     {
       caf::scoped_actor self{*sys};
-      tier->fetch_kept(ids, tokens, 0, caf::actor{self}, 0);
+      if (prefix)
+        tier->fetch(tokens, ids.front(), ids.size(), 0, caf::actor{self}, 0);
+      else
+        tier->fetch_kept(ids, tokens, 0, caf::actor{self}, 0);
       self->receive(
           [&](kv_fetched_atom, seq_id, std::vector<kv_page>& got) { pages = std::move(got); },
           caf::after(kept_read_timeout) >> [] {});

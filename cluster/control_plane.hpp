@@ -24,6 +24,8 @@ struct remote_device {
   device_role role = device_role::both; ///< what it does
   device_actor actor; ///< a device actor here that speaks to it (cluster/detail/remote_device)
   std::uint64_t kv_store = 0; ///< the store its node keeps demoted blocks in (0: none)
+  /// Where its node's KV exchange serves that store's pages to other nodes ("" none).
+  std::string kv_wire = {};
 };
 
 /// What the control plane tells the node about its peers' devices.

@@ -54,6 +54,7 @@ struct device_metrics {
   counter* kept_elsewhere = nullptr;
   counter* kept_fetched = nullptr;
   counter* handoff_fetched = nullptr;
+  counter* remote_prefix = nullptr;
 
   void attach(metrics_registry& r, const std::string& name) {
     labels l{{"device", name}};
@@ -102,6 +103,11 @@ struct device_metrics {
         "prompt tokens whose KV came from kept blocks of another node's KV store (a demotion's, "
         "or a hand-off's pages: triad_device_kv_handoff_fetched_tokens_total), fetched over "
         "the KV wire",
+        l));
+    remote_prefix = take(r.add_counter(
+        "triad_device_kv_remote_prefix_tokens_total",
+        "prompt tokens whose KV came from another node's KV store (the router's hint that its "
+        "device was sent them), fetched over the KV wire",
         l));
     handoff_fetched = take(r.add_counter(
         "triad_device_kv_handoff_fetched_tokens_total",
@@ -353,6 +359,7 @@ private:
     bool from_peer = false; // its fetched pages come from another device's memory
     bool kept_there = false; // its fetched pages are kept blocks of another node's store
     bool handed_off = false; // of those, a prefill node's hand-off (import_pages)
+    bool from_remote = false; // its fetched pages come from another node's store (prefix_wire)
     // Preempted: the key of the copy of its pages to host memory on its way (0: none).
     std::uint64_t swap_key = 0;
     bool swapped = false; // its `fetched` pages are its own KV, swapped out when preempted
@@ -378,6 +385,42 @@ private:
     if (!pages.empty())
       s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
     tier_answered(*s);
+  }
+
+  // Fetches pages `first`.. (`count`) of `s`'s prompt from another node's store (the router's
+  // hint, prefix_wire) through this node's fetcher; when none come, what this node holds is
+  // fetched instead, and the rest computed.
+  void fetch_prefix_there(sequence& s, const caf::actor& fetcher, std::size_t first,
+                          std::size_t count) {
+    const auto id = s.req.seq;
+    s.state = seq_state::fetching;
+    s.from_remote = true;
+    ++s.tier_answers_due;
+    request(fetcher, kv_fetch_timeout, kv_fetch_prefix_atom::value, s.req.prefix_wire, s.tokens,
+            std::uint64_t{first}, std::uint64_t{count})
+        .then([this, id](std::vector<kv_page>& pages) { remote_fetched(id, std::move(pages)); },
+              [this, id, from = s.req.prefix_wire](caf::error& e) {
+                std::fprintf(stderr,
+                             "triad-node: device %s: the prompt pages of sequence %llu at %s were "
+                             "not fetched (%s); they are looked up here\n",
+                             options_.name.c_str(), static_cast<unsigned long long>(id),
+                             from.c_str(), system().render(e).c_str());
+                remote_fetched(id, {});
+              });
+  }
+
+  void remote_fetched(seq_id id, std::vector<kv_page> pages) {
+    auto* s = find(id);
+    if (s == nullptr)
+      return;
+    if (pages.empty()) {
+      s->from_remote = false;
+      if (s->computed == 0) { // none came: this node's own sources, as without the hint
+        s->req.prefix_wire.clear();
+        fetch_from_tier(*s, s->chain);
+      }
+    }
+    fetched(id, std::move(pages));
   }
 
   // Fetches a demoted sequence's kept blocks from the node whose store keeps them (the
@@ -748,19 +791,32 @@ private:
   // (kv_fetched_atom). `chain`: lookup_chain(s.tokens); `peers`: false to leave other
   // devices out (one just gave none).
   void fetch_from_tier(sequence& s, std::span<const block_hash> chain, bool peers = true) {
-    if (!tier_ || chain.empty())
+    auto fetcher = caf::actor_cast<caf::actor>(options_.kv_fetcher);
+    if ((!tier_ && !fetcher) || chain.empty())
       return;
     const std::size_t own = own_run(chain);
-    auto below = tier_->held(chain.subspan(own));
-    const auto peer = peers ? tier_->held_elsewhere(tier_index_, chain) : kv_tier::peer_run{};
+    const auto below = tier_ ? tier_->held(chain.subspan(own)) : 0;
+    const auto peer =
+        peers && tier_ ? tier_->held_elsewhere(tier_index_, chain) : kv_tier::peer_run{};
+    // Another node's store may hold more (the router's hint): fetched over the KV wire.
+    const std::size_t remote =
+        fetcher && !s.req.prefix_wire.empty()
+            ? static_cast<std::size_t>(std::min<std::uint64_t>(s.req.prefix_pages, chain.size()))
+            : 0;
     const auto pt = kv_.page_tokens;
     // (The store path below may copy the device's own pages too, from the first: a bound on
     // the copy, not its size.)
-    if (const auto reach = std::max(own + below, peer.pages);
+    if (const auto reach = std::max({own + below, peer.pages, remote});
         reach > own && !backend_->import_cheaper(own * pt, (reach - own) * pt)) {
       ++stats_.imports_declined; // computing them here takes less time than the copy
       return;
     }
+    if (remote > std::max(own + below, peer.pages)) {
+      fetch_prefix_there(s, fetcher, own, remote - own);
+      return;
+    }
+    if (!tier_)
+      return;
     // Another device may hold more of it in its own memory (a decode device holds the pages
     // of the answers it generated): copied from there, checked, instead of computed.
     if (peer.pages > own + below) {
@@ -1255,6 +1311,8 @@ private:
             metrics_.kept_fetched->inc(static_cast<double>(r.fetched[i]));
           if (s->handed_off && metrics_.handoff_fetched != nullptr)
             metrics_.handoff_fetched->inc(static_cast<double>(r.fetched[i]));
+          if (s->from_remote && metrics_.remote_prefix != nullptr)
+            metrics_.remote_prefix->inc(static_cast<double>(r.fetched[i]));
         }
       }
       const auto& sampled = r.sampled[i];

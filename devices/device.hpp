@@ -140,6 +140,12 @@ struct generate_request {
   /// Where another node serves them (kv_kept::wire): a device of another store fetches them
   /// from there through its node's fetcher; without one (or a fetcher) they are computed.
   std::string kept_wire;
+  /// Where another node's store may hold the prompt's first `prefix_pages` pages (its KV
+  /// exchange; the router's hint): a device that holds fewer of them itself (cache, store,
+  /// another device) fetches those pages from there through its node's fetcher when the copy
+  /// is cheaper than computing them; what does not come is computed.
+  std::string prefix_wire;
+  std::uint64_t prefix_pages = 0; ///< see prefix_wire
   /// The grammar the generated tokens must follow, where the request has one (a response_format,
   /// tool calls):
   /// the driver masks each step's logits with it before sampling and moves it on by each token
@@ -212,6 +218,12 @@ using kv_fetch_atom = caf::atom_constant<caf::atom("kvfetch")>;
 /// blocks, std::vector<token> tokens)` -> std::vector<kv_page>, the pages of `tokens` in order from
 /// the first (fewer when some were gone), each checked; or an error saying why none came.
 using kv_fetch_kept_atom = caf::atom_constant<caf::atom("kvfetchkpt")>;
+/// Asks a fetcher for pages of a prompt another node's KV store holds (the router's hint,
+/// generate_request::prefix_wire): `(kv_fetch_prefix_atom, std::string wire, std::vector<token>
+/// tokens, std::uint64_t first, std::uint64_t count)` -> std::vector<kv_page>, pages `first`..
+/// of the chain of `tokens` in order (fewer when that store has fewer), each checked; or an
+/// error saying why none came.
+using kv_fetch_prefix_atom = caf::atom_constant<caf::atom("kvfetchpfx")>;
 
 /// Inspector of kv_held.
 template<class Inspector>
@@ -349,8 +361,8 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
   return f(caf::meta::type_name("generate_request"), x.seq, x.prompt, x.sampling, x.max_new_tokens,
            x.stop, x.end, x.sink, x.forced, x.reuse_prefix, x.park_on_stop, x.move_out_when_done,
-           x.stream_when_done, x.kept_blocks, x.kept_tokens, x.kept_store, x.kept_wire, x.logprobs,
-           x.top_logprobs, x.traced, x.trace_id);
+           x.stream_when_done, x.kept_blocks, x.kept_tokens, x.kept_store, x.kept_wire,
+           x.prefix_wire, x.prefix_pages, x.logprobs, x.top_logprobs, x.traced, x.trace_id);
 }
 /// Inspector of admission.
 template<class Inspector>

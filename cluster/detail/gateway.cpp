@@ -270,6 +270,8 @@ caf::behavior gateway(gateway_self* self, gateway_options options) {
         hello.tag = it->second;
         if (st.options.exchange)
           hello.kv_wire = std::string{cluster::to_string(st.options.exchange->transport())};
+        if (st.options.exchange)
+          hello.kv_address = st.options.exchange->address();
         return hello;
       },
       [](cluster_ping_atom) { return true; },

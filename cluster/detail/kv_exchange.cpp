@@ -242,6 +242,7 @@ struct kv_exchange::state {
   counter* in_place_bytes = nullptr;
   counter* on_heap = nullptr;
   counter* kept_fetches = nullptr;
+  counter* prefix_fetches = nullptr;
   counter* fetch_failures = nullptr;
   counter* fetch_retries = nullptr;
   gauge* held_gauge = nullptr;
@@ -940,6 +941,9 @@ kv_exchange::start(cluster::wire_transport transport, const std::string& host,
   s->kept_fetches = counter_of(metrics, "triad_cluster_kv_wire_kept_fetches_total",
                                "Kept blocks of another node's KV store (a demotion's) this node "
                                "fetched over the KV wire for a resume here");
+  s->prefix_fetches = counter_of(metrics, "triad_cluster_kv_wire_prefix_fetches_total",
+                                 "Fetches of a prompt's pages from another node's KV store over "
+                                 "the KV wire (the router's hint that its device was sent them)");
   s->on_heap = counter_of(metrics, "triad_cluster_kv_held_on_heap_total",
                           "Held KV kept on the heap, not in the shared memory (no range free for "
                           "it): fetchers on this machine get it by cross-memory attach");
@@ -1135,6 +1139,32 @@ expected<std::vector<kv_page>> kv_exchange::fetch_kept(const std::string& wire, 
   return got;
 }
 
+expected<std::vector<kv_page>> kv_exchange::fetch_prefix(const std::string& wire,
+                                                         std::vector<token> tokens,
+                                                         std::uint64_t first, std::uint64_t count) {
+  auto& s = *state_;
+  count = std::min<std::uint64_t>(count, max_request_blocks);
+  if (count == 0 || first > max_kept_tokens)
+    return make_error(errc::invalid_argument, "KV exchange: no prompt pages asked for");
+  std::vector<std::uint64_t> ids(count);
+  for (std::uint64_t i = 0; i < count; ++i)
+    ids[i] = first + i;
+  tokens.resize(std::min(tokens.size(), max_kept_tokens));
+  add(s.fetches);
+  add(s.prefix_fetches);
+  auto got = s.with_attempts(
+      [&](std::size_t turn) { return s.fetch_kept_once(wire, prefix_store, ids, tokens, turn); });
+  if (got) {
+    std::size_t bytes = 0;
+    for (const auto& p : *got)
+      bytes += p.bytes.size();
+    add(s.fetched_bytes, static_cast<double>(bytes));
+  } else {
+    add(s.fetch_failures);
+  }
+  return got;
+}
+
 const std::string& kv_exchange::sharing() const noexcept {
   return state_->sharing_note;
 }
@@ -1185,6 +1215,18 @@ caf::behavior kv_fetcher(caf::event_based_actor*, std::shared_ptr<kv_exchange> e
               return std::move(*pages);
             } catch (const std::bad_alloc&) { // the described pages did not fit in memory
               return caf::make_error(caf::sec::runtime_error, "no memory for the kept blocks");
+            }
+          },
+          [exchange](kv_fetch_prefix_atom, const std::string& wire, std::vector<token>& tokens,
+                     std::uint64_t first,
+                     std::uint64_t count) -> caf::result<std::vector<kv_page>> {
+            try {
+              auto pages = exchange->fetch_prefix(wire, std::move(tokens), first, count);
+              if (!pages)
+                return caf::make_error(caf::sec::runtime_error, pages.error().message);
+              return std::move(*pages);
+            } catch (const std::bad_alloc&) {
+              return caf::make_error(caf::sec::runtime_error, "no memory for the prompt's pages");
             }
           }};
 }

@@ -105,6 +105,16 @@ public:
                                             std::vector<std::uint64_t> ids,
                                             std::vector<token> tokens);
 
+  /// Pages `first`..`first + count - 1` of the chain of `tokens` (a prompt) that the store of
+  /// the node whose exchange listens at `wire` holds, each checked, in order (fewer when it
+  /// holds fewer; errc::not_found when none): asked as kept blocks of store prefix_store, the
+  /// ids the page numbers. Blocking; thread-safe.
+  expected<std::vector<kv_page>> fetch_prefix(const std::string& wire, std::vector<token> tokens,
+                                              std::uint64_t first, std::uint64_t count);
+  /// The store a kept_source is asked for when another node looks a prompt's pages up
+  /// (fetch_prefix): the ids are then page numbers of the chain of the tokens.
+  static constexpr std::uint64_t prefix_store = ~std::uint64_t{0};
+
   /// The largest block a held KV is cut into.
   static constexpr std::size_t block_bytes = std::size_t{4} << 20;
 

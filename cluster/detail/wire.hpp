@@ -59,6 +59,9 @@ struct node_hello {
   /// The transport of the node's KV wire ("tcp", "shared_memory"; "" without one): a front
   /// holds its own KV for the node's devices to fetch only when its wire runs the same.
   std::string kv_wire;
+  /// Where the node's KV exchange listens ("host:port,port"; "" without one): a front names it
+  /// to a device of another node whose prompt's pages this node's store may hold.
+  std::string kv_address;
 };
 
 /// A sequence's grammar constraint as data (token_constraint::origin): the grammar's rules and
@@ -107,7 +110,7 @@ typename Inspector::result_type inspect(Inspector& f, wire_device& x) {
 /// Inspector of node_hello.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_hello& x) {
-  return f(caf::meta::type_name("node_hello"), x.node, x.devices, x.tag, x.kv_wire);
+  return f(caf::meta::type_name("node_hello"), x.node, x.devices, x.tag, x.kv_wire, x.kv_address);
 }
 /// Inspector of constraint_wire.
 template<class Inspector>

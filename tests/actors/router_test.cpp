@@ -261,13 +261,17 @@ struct two_prefill_devices {
   caf::actor a = stand_in(), b = stand_in();
   triad::router_actor router;
   std::vector<std::string> order;
+  std::vector<std::pair<std::string, std::uint64_t>> hints; // each grant's prefix_wire, _pages
 
+  // `wires`: where each device's node serves its store's pages ("" this node's).
   explicit two_prefill_devices(std::shared_ptr<triad::kv_tier> tier = nullptr,
-                               std::size_t a_slots = 2, std::size_t b_slots = 1) {
-    router = triad::spawn_router(node->domains().orchestration(),
-                                 {{"a", triad::device_role::prefill, as_device(a), a_slots},
-                                  {"b", triad::device_role::prefill, as_device(b), b_slots}},
-                                 triad::orchestration_options{}, 0ms, std::move(tier));
+                               std::size_t a_slots = 2, std::size_t b_slots = 1,
+                               std::pair<std::string, std::string> wires = {}) {
+    router = triad::spawn_router(
+        node->domains().orchestration(),
+        {{"a", triad::device_role::prefill, as_device(a), a_slots, 0, wires.first},
+         {"b", triad::device_role::prefill, as_device(b), b_slots, 0, wires.second}},
+        triad::orchestration_options{}, 0ms, std::move(tier));
   }
   ~two_prefill_devices() {
     caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
@@ -284,11 +288,42 @@ struct two_prefill_devices {
     self->request(router, 30s, triad::route_atom::value,
                   triad::route_order{
                       triad::route_stage::prefill, "s", {}, std::move(prefix), {}, 0, false})
-        .receive([&](triad::route_reply& r) { order.push_back(r.ok ? r.name : r.reason); },
-                 [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); });
+        .receive(
+            [&](triad::route_reply& r) {
+              order.push_back(r.ok ? r.name : r.reason);
+              hints.emplace_back(r.prefix_wire, r.prefix_pages);
+            },
+            [](caf::error& e) { BOOST_FAIL(caf::to_string(e)); });
   }
   void release(const std::string& name) { self->send(router, triad::release_atom::value, name); }
 };
+
+// A prompt whose start was sent to a device of another node goes to a device of a third (that
+// one is full): the reply names where the first node's store serves those pages, and how many,
+// so the device fetches them instead of computing them.
+BOOST_AUTO_TEST_CASE(a_prefill_grant_names_another_node_that_was_sent_more_of_the_prompt) {
+  two_prefill_devices f{nullptr, 1, 1, {"10.0.0.1:7000,7001", "10.0.0.2:7000,7001"}};
+  f.route({1, 2, 3, 4});       // a
+  f.route({1, 2, 3, 4, 5, 6}); // b: a is full
+  BOOST_TEST((f.order == std::vector<std::string>{"a", "b"}));
+  BOOST_TEST(f.hints[0].first.empty()); // nothing was sent anywhere before
+  BOOST_TEST(f.hints[1].first == "10.0.0.1:7000,7001");
+  BOOST_TEST(f.hints[1].second == 4u);
+}
+
+// Devices of one node (one store, one exchange), or of this node, name no other node.
+BOOST_AUTO_TEST_CASE(a_prefill_grant_names_no_node_for_devices_of_one_node) {
+  two_prefill_devices same{nullptr, 1, 1, {"10.0.0.1:7000", "10.0.0.1:7000"}};
+  same.route({1, 2, 3, 4});
+  same.route({1, 2, 3, 4, 5});
+  BOOST_TEST((same.order == std::vector<std::string>{"a", "b"}));
+  BOOST_TEST(same.hints[1].first.empty());
+  BOOST_TEST(same.hints[1].second == 0u);
+  two_prefill_devices local{nullptr, 1, 1};
+  local.route({1, 2, 3, 4});
+  local.route({1, 2, 3, 4, 5});
+  BOOST_TEST(local.hints[1].first.empty());
+}
 
 BOOST_AUTO_TEST_CASE(prefill_goes_to_the_device_that_was_sent_the_prompts_start_before_load) {
   two_prefill_devices f;

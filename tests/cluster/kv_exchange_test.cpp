@@ -484,6 +484,36 @@ BOOST_AUTO_TEST_CASE(kept_blocks_of_a_nodes_store_are_fetched_by_another_bit_exa
   }
 }
 
+// A prompt's pages another node's store holds (the router's hint) are asked for as kept blocks
+// of kv_exchange::prefix_store whose ids are the page numbers, with the prompt's tokens: the
+// holder's source looks them up by the tokens' chain; they come bit-exact.
+BOOST_AUTO_TEST_CASE(a_prompts_pages_are_looked_up_in_another_nodes_store_by_page_number) {
+  auto holder = start();
+  auto importer = start();
+  const auto pages = kept_pages(2, 70000, 8);
+  std::mutex mtx;
+  std::uint64_t asked_store = 0;
+  std::vector<std::uint64_t> asked_ids;
+  holder->serve_kept([&](std::uint64_t store, const std::vector<std::uint64_t>& ids,
+                         const std::vector<token>&) -> expected<std::vector<kv_page>> {
+    std::lock_guard lock{mtx};
+    asked_store = store;
+    asked_ids = ids;
+    return pages;
+  });
+  std::vector<token> tokens(80, 5);
+  auto got = importer->fetch_prefix(holder->address(), tokens, 3, 2);
+  if (!got)
+    BOOST_FAIL("fetch_prefix: " << got.error().message);
+  std::lock_guard lock{mtx};
+  BOOST_TEST(asked_store == kv_exchange::prefix_store);
+  BOOST_TEST((asked_ids == std::vector<std::uint64_t>{3, 4}));
+  BOOST_REQUIRE_EQUAL(got->size(), 2u);
+  BOOST_TEST((got->at(1).bytes == pages.at(1).bytes));
+  BOOST_TEST(got->at(1).parent == pages.at(1).parent);
+  holder->stop_serving_kept(); // its source refers to this case's locals
+}
+
 // A holder runs several servers: a read of kept blocks that holds one (a slow store) does not
 // hold up a fetch of held KV, which another serves meanwhile.
 BOOST_AUTO_TEST_CASE(a_slow_kept_read_on_one_server_does_not_hold_up_a_fetch_on_another) {

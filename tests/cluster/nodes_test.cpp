@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -445,6 +446,76 @@ BOOST_AUTO_TEST_CASE(a_prefill_nodes_store_pages_cross_to_the_decode_node_and_an
                  sample(p, "triad_cluster_kv_wire_sent_bytes_total"),
              p << d);
   BOOST_TEST(sample(p, "triad_cluster_kv_held_bytes") == 0, p); // the stream let go once fetched
+}
+
+// A front, two prefill nodes and a decode node (cpu devices), one request per device at a time:
+// a prompt computed on the first prefill node leaves its pages in that node's store (its
+// hand-off's stream, sealed); prompts that continue it and land on the second prefill node (the
+// first one is busy) fetch those pages from the first node's store, as the router's reply
+// names it, instead of computing them; every answer is the one a single node gives.
+BOOST_AUTO_TEST_CASE(a_prompts_pages_in_another_prefill_nodes_store_are_fetched_not_computed) {
+  scratch s;
+  const std::string model = "[model]\npreset = \"tiny\"\n";
+  auto device = [](const std::string& name, const std::string& role) {
+    return "[[devices]]\nname = \"" + name + "\"\nbackend = \"cpu\"\nrole = \"" + role +
+           "\"\nmemory_mib = 128\ncompute_cores = 1\n";
+  };
+  std::ofstream{s.dir / "front.toml"} << s.base << model << "[orchestration]\ndevice_slots = 1\n";
+  std::ofstream{s.dir / "cpu_prefill.toml"} << s.base << model << device("prefill0", "prefill");
+  std::ofstream{s.dir / "cpu_decode.toml"} << s.base << model << device("decode0", "decode");
+  std::ofstream{s.dir / "whole.toml"} << s.base << model << device("prefill0", "prefill")
+                                      << device("decode0", "decode");
+  const std::string start = "A long shared start that every prompt of this case begins with, so "
+                            "that its pages are worth fetching from the node that has them: ";
+  std::vector<std::string> prompts{start + "first."};
+  for (const char* end : {"one more", "two more", "three more", "four more"})
+    prompts.push_back(start + "first. And then " + end + ".");
+  std::vector<std::string> alone;
+  {
+    node_process whole{s, "whole", {}, "whole.toml"};
+    for (const auto& p : prompts)
+      alone.push_back(greedy_answer(whole.http_port(), p, 8));
+  }
+  node_process p1{s,
+                  "p1",
+                  {"--role", "prefill", "--cluster-port", "0", "--node-name", "p1"},
+                  "cpu_prefill.toml"};
+  node_process p2{s,
+                  "p2",
+                  {"--role", "prefill", "--cluster-port", "0", "--node-name", "p2"},
+                  "cpu_prefill.toml"};
+  node_process d1{
+      s, "d1", {"--role", "decode", "--cluster-port", "0", "--node-name", "d1"}, "cpu_decode.toml"};
+  const std::string peers = "127.0.0.1:" + std::to_string(p1.cluster_port()) +
+                            ",127.0.0.1:" + std::to_string(p2.cluster_port()) +
+                            ",127.0.0.1:" + std::to_string(d1.cluster_port());
+  node_process front{s, "front", {"--role", "front", "--peers", peers}, "front.toml"};
+  const auto port = front.http_port();
+  BOOST_REQUIRE_MESSAGE(wait_metric(port, "triad_cluster_peers_up", 3),
+                        "the front did not join its peers: " << front.log());
+  BOOST_TEST(greedy_answer(port, prompts[0], 8) == alone[0]); // on either prefill node
+  std::vector<std::future<std::string>> answers;
+  for (std::size_t i = 1; i < prompts.size(); ++i)
+    answers.push_back(
+        std::async(std::launch::async, [&, i] { return greedy_answer(port, prompts[i], 8); }));
+  for (std::size_t i = 1; i < prompts.size(); ++i)
+    BOOST_TEST(answers[i - 1].get() == alone[i], "prompt " << i);
+  const auto m1 = http_get(p1.http_port(), "/metrics");
+  const auto m2 = http_get(p2.http_port(), "/metrics");
+  const std::string dev = "{device=\"prefill0\"}";
+  auto both = [&](const std::string& name) { return sample(m1, name) + sample(m2, name); };
+  const auto fetched = both("triad_device_kv_remote_prefix_tokens_total" + dev);
+  BOOST_TEST_MESSAGE("the prefill nodes attached "
+                     << sample(m1, "triad_device_kv_remote_prefix_tokens_total" + dev)
+                     << " (p1) and "
+                     << sample(m2, "triad_device_kv_remote_prefix_tokens_total" + dev)
+                     << " (p2) prompt tokens from the other's store in "
+                     << both("triad_cluster_kv_wire_prefix_fetches_total")
+                     << " fetches; p1 computed " << sample(m1, "triad_device_tokens_total" + dev)
+                     << " tokens, p2 " << sample(m2, "triad_device_tokens_total" + dev));
+  BOOST_TEST(both("triad_cluster_kv_wire_prefix_fetches_total") > 0, m1 << m2);
+  BOOST_TEST(fetched > 0, m1 << m2 << p1.log() << p2.log());
+  BOOST_TEST(both("triad_cluster_kv_wire_fetch_failures_total") == 0, p1.log() << p2.log());
 }
 
 // A front with a prefill device (and so a KV store) of its own that demotes each request's KV

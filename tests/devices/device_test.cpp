@@ -639,13 +639,24 @@ struct fake_kept_fetcher {
     return {[p, n, w, st](triad::kv_fetch_kept_atom, std::string& wire, std::uint64_t store,
                           std::vector<std::uint64_t>&,
                           std::vector<triad::token>&) -> caf::result<std::vector<triad::kv_page>> {
-      ++*n;
-      *w = wire;
-      *st = store;
-      if (p->empty())
-        return caf::make_error(caf::sec::runtime_error, "that node is gone");
-      return *p;
-    }};
+              ++*n;
+              *w = wire;
+              *st = store;
+              if (p->empty())
+                return caf::make_error(caf::sec::runtime_error, "that node is gone");
+              return *p;
+            },
+            // A prompt's pages another node's store holds (the router's hint): pages `first`..
+            [p, n, w, st](triad::kv_fetch_prefix_atom, std::string& wire,
+                          std::vector<triad::token>&, std::uint64_t first,
+                          std::uint64_t count) -> caf::result<std::vector<triad::kv_page>> {
+              ++*n;
+              *w = wire;
+              *st = first << 32 | count;
+              if (p->empty())
+                return caf::make_error(caf::sec::runtime_error, "that node is gone");
+              return *p;
+            }};
   });
   ~fake_kept_fetcher() { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); }
 };
@@ -760,6 +771,39 @@ BOOST_AUTO_TEST_CASE(an_import_of_held_pages_without_a_token_past_them_is_refuse
   BOOST_TEST((a.code == triad::errc::invalid_argument));
   BOOST_TEST(a.reason.find("has 40 tokens; its KV covers 40") != std::string::npos, a.reason);
   BOOST_TEST(k.fetcher.fetches->load() == 0);
+}
+
+// A prompt whose first pages another node's store holds (the router's hint, prefix_wire): a
+// device that holds none of them fetches both pages through its node's fetcher, attaches them
+// and computes the rest; the same answer as where they were computed.
+BOOST_AUTO_TEST_CASE(a_prompts_pages_in_another_nodes_store_are_fetched_by_the_routers_hint) {
+  kept_elsewhere k;
+  auto order = k.second.request(1, 40, 6, k.self);
+  order.prefix_wire = "127.0.0.1:9";
+  order.prefix_pages = 2;
+  BOOST_REQUIRE(k.second.submit(k.self, order).accepted);
+  BOOST_TEST(tokens_of(k.second.collect(k.self, 1)[1]) == k.reference);
+  BOOST_TEST(k.fetcher.fetches->load() == 1);
+  BOOST_TEST(*k.fetcher.asked_wire == "127.0.0.1:9");
+  BOOST_TEST(*k.fetcher.asked_store == (0ull << 32 | 2u)); // pages 0 and 1
+  BOOST_TEST(k.second.stats(k.self).tier_tokens == 32u);
+  const auto text = k.second.metrics.render();
+  BOOST_TEST(text.find("triad_device_kv_remote_prefix_tokens_total{device=\"device\"} 32") !=
+                 std::string::npos,
+             text);
+}
+
+// When that node has none of them (or is gone), the prompt is computed: the same answer.
+BOOST_AUTO_TEST_CASE(a_prompts_pages_that_another_node_does_not_give_are_computed) {
+  kept_elsewhere k;
+  k.fetcher.pages->clear();
+  auto order = k.second.request(1, 40, 6, k.self);
+  order.prefix_wire = "127.0.0.1:9";
+  order.prefix_pages = 2;
+  BOOST_REQUIRE(k.second.submit(k.self, order).accepted);
+  BOOST_TEST(tokens_of(k.second.collect(k.self, 1)[1]) == k.reference);
+  BOOST_TEST(k.fetcher.fetches->load() == 1);
+  BOOST_TEST(k.second.stats(k.self).tier_tokens == 0u);
 }
 
 // Without a place to fetch them from, nothing is asked: the tokens are computed.
