@@ -674,6 +674,25 @@ struct kv_exchange::state {
     return pages;
   }
 
+  // Pages `ids` (holding `tokens`) of store `store` (or a held stream's, or a prompt's looked up)
+  // from the node at `wire`, tried on fresh wires while the wire fails; counted.
+  expected<std::vector<kv_page>> fetch_pages(const std::string& wire, std::uint64_t store,
+                                             const std::vector<std::uint64_t>& ids,
+                                             const std::vector<token>& tokens) {
+    add(fetches);
+    auto got = with_attempts(
+        [&](std::size_t turn) { return fetch_kept_once(wire, store, ids, tokens, turn); });
+    if (got) {
+      std::size_t bytes = 0;
+      for (const auto& p : *got)
+        bytes += p.bytes.size();
+      add(fetched_bytes, static_cast<double>(bytes));
+    } else {
+      add(fetch_failures);
+    }
+    return got;
+  }
+
   // The keeper: opens a spare wire when a fetch took one (or found none), closes and destroys
   // used ones.
   void keep_wires() {
@@ -1124,19 +1143,8 @@ expected<std::vector<kv_page>> kv_exchange::fetch_kept(const std::string& wire, 
                                              std::to_string(ids.front()) + "..");
     return pages;
   }
-  add(s.fetches);
   add(s.kept_fetches);
-  auto got = s.with_attempts(
-      [&](std::size_t turn) { return s.fetch_kept_once(wire, store, ids, tokens, turn); });
-  if (got) {
-    std::size_t bytes = 0;
-    for (const auto& p : *got)
-      bytes += p.bytes.size();
-    add(s.fetched_bytes, static_cast<double>(bytes));
-  } else {
-    add(s.fetch_failures);
-  }
-  return got;
+  return s.fetch_pages(wire, store, ids, tokens);
 }
 
 expected<std::vector<kv_page>> kv_exchange::fetch_prefix(const std::string& wire,
@@ -1150,19 +1158,8 @@ expected<std::vector<kv_page>> kv_exchange::fetch_prefix(const std::string& wire
   for (std::uint64_t i = 0; i < count; ++i)
     ids[i] = first + i;
   tokens.resize(std::min(tokens.size(), max_kept_tokens));
-  add(s.fetches);
   add(s.prefix_fetches);
-  auto got = s.with_attempts(
-      [&](std::size_t turn) { return s.fetch_kept_once(wire, prefix_store, ids, tokens, turn); });
-  if (got) {
-    std::size_t bytes = 0;
-    for (const auto& p : *got)
-      bytes += p.bytes.size();
-    add(s.fetched_bytes, static_cast<double>(bytes));
-  } else {
-    add(s.fetch_failures);
-  }
-  return got;
+  return s.fetch_pages(wire, prefix_store, ids, tokens);
 }
 
 const std::string& kv_exchange::sharing() const noexcept {

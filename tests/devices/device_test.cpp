@@ -776,12 +776,18 @@ BOOST_AUTO_TEST_CASE(an_import_of_held_pages_without_a_token_past_them_is_refuse
 // A prompt whose first pages another node's store holds (the router's hint, prefix_wire): a
 // device that holds none of them fetches both pages through its node's fetcher, attaches them
 // and computes the rest; the same answer as where they were computed.
-BOOST_AUTO_TEST_CASE(a_prompts_pages_in_another_nodes_store_are_fetched_by_the_routers_hint) {
-  kept_elsewhere k;
+// The 40-token prompt's order for `k`'s second device, naming another node whose store holds
+// its first two pages.
+triad::generate_request hinted_order(kept_elsewhere& k) {
   auto order = k.second.request(1, 40, 6, k.self);
   order.prefix_wire = "127.0.0.1:9";
   order.prefix_pages = 2;
-  BOOST_REQUIRE(k.second.submit(k.self, order).accepted);
+  return order;
+}
+
+BOOST_AUTO_TEST_CASE(a_prompts_pages_in_another_nodes_store_are_fetched_by_the_routers_hint) {
+  kept_elsewhere k;
+  BOOST_REQUIRE(k.second.submit(k.self, hinted_order(k)).accepted);
   BOOST_TEST(tokens_of(k.second.collect(k.self, 1)[1]) == k.reference);
   BOOST_TEST(k.fetcher.fetches->load() == 1);
   BOOST_TEST(*k.fetcher.asked_wire == "127.0.0.1:9");
@@ -797,10 +803,7 @@ BOOST_AUTO_TEST_CASE(a_prompts_pages_in_another_nodes_store_are_fetched_by_the_r
 BOOST_AUTO_TEST_CASE(a_prompts_pages_that_another_node_does_not_give_are_computed) {
   kept_elsewhere k;
   k.fetcher.pages->clear();
-  auto order = k.second.request(1, 40, 6, k.self);
-  order.prefix_wire = "127.0.0.1:9";
-  order.prefix_pages = 2;
-  BOOST_REQUIRE(k.second.submit(k.self, order).accepted);
+  BOOST_REQUIRE(k.second.submit(k.self, hinted_order(k)).accepted);
   BOOST_TEST(tokens_of(k.second.collect(k.self, 1)[1]) == k.reference);
   BOOST_TEST(k.fetcher.fetches->load() == 1);
   BOOST_TEST(k.second.stats(k.self).tier_tokens == 0u);
