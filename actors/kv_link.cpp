@@ -494,11 +494,12 @@ caf::behavior fetcher(caf::event_based_actor* self, kv_store store, std::size_t 
 }
 
 // A store's identity: random, so the ids of two stores (two nodes', or a restarted node's)
-// never pass for each other's; never 0 (no store).
+// never pass for each other's; never 0 (no store) nor ~0 (what a node asks another node's KV
+// exchange for to look a prompt's pages up, not a store's blocks).
 std::uint64_t fresh_store_id() {
   std::random_device rd;
   std::uint64_t id = 0;
-  while (id == 0)
+  while (id == 0 || id == ~std::uint64_t{0})
     id = (std::uint64_t{rd()} << 32) | rd();
   return id;
 }

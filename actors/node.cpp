@@ -481,8 +481,9 @@ expected<void> node::start_cluster(node& n, const node_config& config) {
   cluster_events events;
   events.takes_held = n.devices_.empty(); // every import lands on a device node
   events.joined = [router, slots](const remote_device& d) {
-    caf::anon_send(router, device_join_atom::value,
-                   routed_device{d.name, d.role, d.actor, slots, d.kv_store, d.kv_wire});
+    caf::anon_send(
+        router, device_join_atom::value,
+        routed_device{d.name, d.role, d.actor, slots, d.kv_store, d.kv_wire, d.kv_transport});
   };
   events.lost = [router](const std::string& name, const std::string& why) {
     caf::anon_send(router, device_lost_atom::value, name, why);

@@ -220,11 +220,11 @@ private:
 
   // ---- devices ------------------------------------------------------------------------------
 
-  // A device where this request holds a sequence (once admitted) and, unless its KV is pinned
-  // there across a tool call, a router slot.
   // The router's last hint: where more of the prompt's pages may be had (route_reply).
   std::pair<std::string, std::uint64_t> prefix_hint_;
 
+  // A device where this request holds a sequence (once admitted) and, unless its KV is pinned
+  // there across a tool call, a router slot.
   struct holding {
     device_actor device;
     std::string name;

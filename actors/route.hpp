@@ -69,6 +69,9 @@ struct routed_device {
   /// Another node's device: where that node's KV exchange serves its store's pages ("" for
   /// this node's devices, or a node without one).
   std::string kv_wire = {};
+  /// The transport of that exchange's KV wire ("tcp", "shared_memory"): a device fetches from
+  /// another node's exchange only over its own node's transport.
+  std::string kv_transport = {};
   /// `slots` of a device whose own KV capacity bounds it (it answers busy when full).
   static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 };

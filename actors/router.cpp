@@ -475,12 +475,15 @@ private:
   }
 
   // Where more of `prefix` than `d` holds may be had, in `r`: the KV exchange of another node
-  // whose device was sent the longest run of it (that node's store keeps the pages it computed,
-  // a prefill node's hand-off's included), when that run is longer than d's.
+  // with a KV store whose device was sent the longest run of it (that store keeps the pages it
+  // computed, a prefill node's hand-off's included), when that run is longer than d's by more
+  // than a quarter of the prompt's pages (as pick weighs runs), over d's node's transport.
   void hint(const device& d, const std::vector<block_hash>& prefix, route_reply& r) const {
-    std::size_t best = cached_run(d, prefix);
+    std::size_t best = cached_run(d, prefix) + prefix.size() / 4;
     for (const auto& o : devices_) {
-      if (&o == &d || !o.up || o.info.kv_wire.empty() || o.info.kv_wire == d.info.kv_wire)
+      if (&o == &d || !o.up || o.info.kv_wire.empty() || o.info.kv_store == 0 ||
+          o.info.kv_wire == d.info.kv_wire ||
+          (!d.info.kv_transport.empty() && o.info.kv_transport != d.info.kv_transport))
         continue;
       if (const auto run = cached_run(o, prefix); run > best) {
         best = run;

@@ -319,7 +319,7 @@ void joined(peer_self* self, caf::actor gateway, detail::node_hello& hello) {
     if (st.shared->events.joined)
       st.shared->events.joined(remote_device{st.devices[i].first, st.roles[i],
                                              caf::actor_cast<device_actor>(st.devices[i].second),
-                                             st.stores[i], hello.kv_address});
+                                             st.stores[i], hello.kv_address, hello.kv_wire});
   ++*st.shared->up;
   self->send(st.joiner, peer_up_atom::value, where(st), true);
   if (st.shared->up_gauge != nullptr)

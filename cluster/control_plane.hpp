@@ -26,6 +26,8 @@ struct remote_device {
   std::uint64_t kv_store = 0; ///< the store its node keeps demoted blocks in (0: none)
   /// Where its node's KV exchange serves that store's pages to other nodes ("" none).
   std::string kv_wire = {};
+  /// The transport of its KV wire ("tcp", "shared_memory"; "" none).
+  std::string kv_transport = {};
 };
 
 /// What the control plane tells the node about its peers' devices.

@@ -27,6 +27,9 @@ namespace {
 // instead: within the minute a cluster's gateway waits for a device's answer, longer than the
 // fetcher's own tries (three, none begun 30 s after the first) mostly take.
 constexpr std::chrono::seconds kv_fetch_timeout{50};
+// How long a prompt's pages fetched from another node's store (the router's hint) may take
+// before they are looked up on this node instead: they only spare computing them.
+constexpr std::chrono::seconds kv_prefix_timeout{10};
 
 // Per-device metrics, looked up once.
 struct device_metrics {
@@ -360,6 +363,7 @@ private:
     bool kept_there = false; // its fetched pages are kept blocks of another node's store
     bool handed_off = false; // of those, a prefill node's hand-off (import_pages)
     bool from_remote = false; // its fetched pages come from another node's store (prefix_wire)
+    std::size_t local_reach = 0; // pages this node held of its prompt when it asked another's
     // Preempted: the key of the copy of its pages to host memory on its way (0: none).
     std::uint64_t swap_key = 0;
     bool swapped = false; // its `fetched` pages are its own KV, swapped out when preempted
@@ -387,17 +391,19 @@ private:
     tier_answered(*s);
   }
 
-  // Fetches pages `first`.. (`count`) of `s`'s prompt from another node's store (the router's
-  // hint, prefix_wire) through this node's fetcher; when none come, what this node holds is
-  // fetched instead, and the rest computed.
-  void fetch_prefix_there(sequence& s, const caf::actor& fetcher, std::size_t first,
-                          std::size_t count) {
+  // Fetches the first `count` pages of `s`'s prompt from another node's store (the router's
+  // hint, prefix_wire) through this node's fetcher; when fewer come than this node holds, what
+  // it holds is fetched instead, and the rest computed.
+  void fetch_prefix_there(sequence& s, const caf::actor& fetcher, std::size_t count) {
     const auto id = s.req.seq;
     s.state = seq_state::fetching;
-    s.from_remote = true;
     ++s.tier_answers_due;
-    request(fetcher, kv_fetch_timeout, kv_fetch_prefix_atom::value, s.req.prefix_wire, s.tokens,
-            std::uint64_t{first}, std::uint64_t{count})
+    // The tokens of the pages asked for: the holder hashes their chain.
+    std::vector<token> tokens{s.tokens.begin(),
+                              s.tokens.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                     s.tokens.size(), count * kv_.page_tokens))};
+    request(fetcher, kv_prefix_timeout, kv_fetch_prefix_atom::value, s.req.prefix_wire,
+            std::move(tokens), std::uint64_t{0}, std::uint64_t{count})
         .then([this, id](std::vector<kv_page>& pages) { remote_fetched(id, std::move(pages)); },
               [this, id, from = s.req.prefix_wire](caf::error& e) {
                 std::fprintf(stderr,
@@ -411,16 +417,19 @@ private:
 
   void remote_fetched(seq_id id, std::vector<kv_page> pages) {
     auto* s = find(id);
-    if (s == nullptr)
+    if (s == nullptr) // freed meanwhile
       return;
-    if (pages.empty()) {
-      s->from_remote = false;
-      if (s->computed == 0) { // none came: this node's own sources, as without the hint
-        s->req.prefix_wire.clear();
+    if (pages.size() <= s->local_reach) {
+      // No more came than this node holds (none: that node is gone, its store evicted them):
+      // this node's own sources, as without the hint.
+      s->req.prefix_wire.clear();
+      if (s->computed == 0)
         fetch_from_tier(*s, s->chain);
-      }
+    } else {
+      s->from_remote = true;
+      s->fetched = std::make_shared<const std::vector<kv_page>>(std::move(pages));
     }
-    fetched(id, std::move(pages));
+    tier_answered(*s);
   }
 
   // Fetches a demoted sequence's kept blocks from the node whose store keeps them (the
@@ -811,8 +820,13 @@ private:
       ++stats_.imports_declined; // computing them here takes less time than the copy
       return;
     }
-    if (remote > std::max(own + below, peer.pages)) {
-      fetch_prefix_there(s, fetcher, own, remote - own);
+    // The hint is the router's record of what it sent there, not a checked count: it goes
+    // first only when it reaches well past what this node holds (a quarter of the chain, at
+    // least a page). From the first page: this device's own may be evicted meanwhile.
+    const auto local = std::max(own + below, peer.pages);
+    if (remote > local + std::max<std::size_t>(1, chain.size() / 4)) {
+      s.local_reach = local;
+      fetch_prefix_there(s, fetcher, remote);
       return;
     }
     if (!tier_)

@@ -343,7 +343,7 @@ struct kv_exchange::state {
   // A server: one peer at a time asks it for the blocks of one held KV (or kept blocks) and
   // gets them.
   void serve(server& sv) {
-    std::vector<std::byte> request((max_request_blocks + 2 + max_kept_tokens) *
+    std::vector<std::byte> request((max_request_blocks + 3 + max_kept_tokens) *
                                    sizeof(std::uint64_t));
     while (!stop.load()) {
       {
@@ -570,12 +570,12 @@ struct kv_exchange::state {
   // holder keeps what it has not seen acknowledged, so a later attempt finds it). No attempt
   // starts once a transfer's timeout has passed since the first.
   template<class Once>
-  auto with_attempts(Once once) -> decltype(once(std::size_t{0})) {
+  auto with_attempts(Once once, int attempts = fetch_attempts) -> decltype(once(std::size_t{0})) {
     const auto give_up = clock::now() + defaults::cluster::wire_transfer_timeout;
     const std::size_t first = next_server.fetch_add(1);
     for (int attempt = 1;; ++attempt) {
       auto got = once(first + static_cast<std::size_t>(attempt - 1));
-      if (got || attempt == fetch_attempts || !worth_another_attempt(got.error().code) ||
+      if (got || attempt >= attempts || !worth_another_attempt(got.error().code) ||
           clock::now() >= give_up)
         return got;
       add(fetch_retries);
@@ -678,10 +678,12 @@ struct kv_exchange::state {
   // from the node at `wire`, tried on fresh wires while the wire fails; counted.
   expected<std::vector<kv_page>> fetch_pages(const std::string& wire, std::uint64_t store,
                                              const std::vector<std::uint64_t>& ids,
-                                             const std::vector<token>& tokens) {
+                                             const std::vector<token>& tokens,
+                                             int attempts = fetch_attempts) {
     add(fetches);
     auto got = with_attempts(
-        [&](std::size_t turn) { return fetch_kept_once(wire, store, ids, tokens, turn); });
+        [&](std::size_t turn) { return fetch_kept_once(wire, store, ids, tokens, turn); },
+        attempts);
     if (got) {
       std::size_t bytes = 0;
       for (const auto& p : *got)
@@ -1152,14 +1154,17 @@ expected<std::vector<kv_page>> kv_exchange::fetch_prefix(const std::string& wire
                                                          std::uint64_t first, std::uint64_t count) {
   auto& s = *state_;
   count = std::min<std::uint64_t>(count, max_request_blocks);
-  if (count == 0 || first > max_kept_tokens)
-    return make_error(errc::invalid_argument, "KV exchange: no prompt pages asked for");
+  if (count == 0 || tokens.empty() || tokens.size() > max_kept_tokens)
+    return make_error(errc::invalid_argument,
+                      "KV exchange: no prompt pages asked for, or a prompt past " +
+                          std::to_string(max_kept_tokens) + " tokens");
   std::vector<std::uint64_t> ids(count);
   for (std::uint64_t i = 0; i < count; ++i)
     ids[i] = first + i;
   tokens.resize(std::min(tokens.size(), max_kept_tokens));
   add(s.prefix_fetches);
-  return s.fetch_pages(wire, prefix_store, ids, tokens);
+  // One attempt: the pages only spare computing them, and the asker waits meanwhile.
+  return s.fetch_pages(wire, prefix_store, ids, tokens, 1);
 }
 
 const std::string& kv_exchange::sharing() const noexcept {

@@ -91,9 +91,9 @@ from_wire(const constraint_wire& w, grammar::grammar_cache* cache,
 /// (devices/device.hpp) and the KV exchange's requests. Bumped with any change to them: a front
 /// does not join a node of another protocol, CAF's handshake (checked by the side that
 /// connects) failing before any message is read.
-constexpr std::uint32_t cluster_protocol = 4;
+constexpr std::uint32_t cluster_protocol = 5;
 
-/// The CAF application identifier of cluster_protocol ("triad-cluster/4"): BASP connects only
+/// The CAF application identifier of cluster_protocol ("triad-cluster/5"): BASP connects only
 /// nodes that share one (`middleman.app-identifiers`).
 std::string cluster_app_identifier();
 

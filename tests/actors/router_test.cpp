@@ -267,11 +267,12 @@ struct two_prefill_devices {
   explicit two_prefill_devices(std::shared_ptr<triad::kv_tier> tier = nullptr,
                                std::size_t a_slots = 2, std::size_t b_slots = 1,
                                std::pair<std::string, std::string> wires = {}) {
-    router = triad::spawn_router(
-        node->domains().orchestration(),
-        {{"a", triad::device_role::prefill, as_device(a), a_slots, 0, wires.first},
-         {"b", triad::device_role::prefill, as_device(b), b_slots, 0, wires.second}},
-        triad::orchestration_options{}, 0ms, std::move(tier));
+    router = triad::spawn_router(node->domains().orchestration(),
+                                 {{"a", triad::device_role::prefill, as_device(a), a_slots,
+                                   wires.first.empty() ? 0u : 1u, wires.first, "tcp"},
+                                  {"b", triad::device_role::prefill, as_device(b), b_slots,
+                                   wires.second.empty() ? 0u : 2u, wires.second, "tcp"}},
+                                 triad::orchestration_options{}, 0ms, std::move(tier));
   }
   ~two_prefill_devices() {
     caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
