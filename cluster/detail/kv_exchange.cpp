@@ -444,13 +444,25 @@ struct kv_exchange::state {
         if (auto got = kept(store, ids, tokens); got && got->size() <= ids.size())
           pages = std::move(*got);
     }
-    std::uint64_t found = pages.size();
-    std::vector<std::uint64_t> meta;
+    std::vector<page_view> views;
     for (auto& p : pages) {
       const auto page_bytes = std::as_bytes(std::span{p.bytes});
       if (p.checksum == 0)
         p.checksum = block_checksum(page_bytes);
-      meta.insert(meta.end(), {p.hash, p.parent, p.checksum, page_bytes.size(), p.tokens.size()});
+      views.push_back({p.hash, p.parent, p.checksum, p.tokens, page_bytes});
+    }
+    send_pages(sv, ids, views);
+  }
+
+  // Sends the peer `pages` as the blocks `ids` name (in order): how many, each page's hash,
+  // parent, checksum, size and tokens, then their bytes from where they lie; then waits for its
+  // word and lets it go. Whether it acknowledged every page (none sent: false).
+  bool send_pages(server& sv, const std::vector<std::uint64_t>& ids,
+                  std::span<const page_view> pages) {
+    std::uint64_t found = pages.size();
+    std::vector<std::uint64_t> meta;
+    for (const auto& p : pages) {
+      meta.insert(meta.end(), {p.hash, p.parent, p.checksum, p.bytes.size(), p.tokens.size()});
       for (auto t : p.tokens)
         meta.push_back(static_cast<std::uint64_t>(t));
     }
@@ -462,11 +474,13 @@ struct kv_exchange::state {
       out.push_back({answer_id, described, block_checksum(described)});
     std::uint64_t sent = 0;
     for (std::size_t i = 0; i < pages.size(); ++i) {
-      out.push_back({ids[i], std::as_bytes(std::span{pages[i].bytes}), pages[i].checksum});
+      out.push_back({ids[i], pages[i].bytes, pages[i].checksum});
       sent += pages[i].bytes.size();
     }
-    if (deliver(sv, out))
+    const bool delivered = deliver(sv, out);
+    if (delivered)
       add(sent_bytes, static_cast<double>(sent));
+    return delivered && found > 0;
   }
 
   // Sends the peer the pages of the held stream `ids` names (holding `tokens`), as kept blocks
@@ -493,27 +507,7 @@ struct kv_exchange::state {
     const bool complete = blob && wait_complete(*blob->stream, stopping_streams);
     const auto pages = complete ? pages_of(*blob->stream, blob->ref.page_tokens, tokens)
                                 : std::vector<page_view>{};
-    std::uint64_t found = pages.size();
-    std::vector<std::uint64_t> meta;
-    for (const auto& p : pages) {
-      meta.insert(meta.end(), {p.hash, p.parent, p.checksum, p.bytes.size(), p.tokens.size()});
-      for (auto t : p.tokens)
-        meta.push_back(static_cast<std::uint64_t>(t));
-    }
-    const std::span<const std::byte> answer{reinterpret_cast<const std::byte*>(&found),
-                                            sizeof found};
-    const auto described = std::as_bytes(std::span{meta});
-    std::vector<cluster::wire_block> out{{answer_id, answer, block_checksum(answer)}};
-    if (found > 0)
-      out.push_back({answer_id, described, block_checksum(described)});
-    std::uint64_t sent = 0;
-    for (std::size_t i = 0; i < pages.size(); ++i) {
-      out.push_back({ids[i], pages[i].bytes, pages[i].checksum});
-      sent += pages[i].bytes.size();
-    }
-    const bool delivered = deliver(sv, out) && found > 0;
-    if (delivered)
-      add(sent_bytes, static_cast<double>(sent));
+    const bool delivered = send_pages(sv, ids, pages);
     std::lock_guard lock{mtx};
     sv.sending = nullptr;
     // A stream that did not complete is of no use to anyone: it goes. One asked for with other
