@@ -270,6 +270,20 @@ struct kv_exchange::state {
     held.emplace(first, std::move(blob));
   }
 
+  // Puts a KV taken in (its sizes known) on the books for hold_for with fresh block ids, one
+  // per block, and answers its reference (with mtx held).
+  kv_held book(held_blob blob) {
+    auto& h = blob.ref;
+    for (std::size_t i = 0; i < h.sizes.size(); ++i)
+      h.blocks.push_back(next_id++);
+    blob.until = clock::now() + hold_for;
+    auto ref = h;
+    insert(std::move(blob));
+    add(held_total);
+    publish();
+    return ref;
+  }
+
   // Takes one held KV off the books (with mtx held).
   held_blob remove(held_map::iterator it) {
     held_bytes -= it->second.size();
@@ -1035,17 +1049,9 @@ kv_held kv_exchange::hold(std::vector<std::byte>& bytes) {
   std::vector<std::byte>{}.swap(bytes);
   blob.bytes = std::move(storage);
   std::lock_guard lock{s.mtx};
-  const auto now = clock::now();
-  s.expire(now);
+  s.expire(clock::now());
   s.make_room(size);
-  for (std::size_t i = 0; i < h.sizes.size(); ++i)
-    h.blocks.push_back(s.next_id++);
-  blob.until = now + s.hold_for;
-  auto ref = h;
-  s.insert(std::move(blob));
-  add(s.held_total);
-  s.publish();
-  return ref;
+  return s.book(std::move(blob));
 }
 
 kv_held kv_exchange::hold_stream(std::shared_ptr<kv_stream> stream) {
@@ -1063,16 +1069,8 @@ kv_held kv_exchange::hold_stream(std::shared_ptr<kv_stream> stream) {
   std::lock_guard lock{s.mtx};
   if (!s.takes_streams)
     return {};
-  const auto now = clock::now();
-  s.expire(now);
-  for (std::size_t i = 0; i < pages; ++i)
-    h.blocks.push_back(s.next_id++);
-  blob.until = now + s.hold_for;
-  auto ref = h;
-  s.insert(std::move(blob));
-  add(s.held_total);
-  s.publish();
-  return ref;
+  s.expire(clock::now());
+  return s.book(std::move(blob));
 }
 
 void kv_exchange::release(const kv_held& held) {
